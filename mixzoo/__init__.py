@@ -1,0 +1,15 @@
+"""mixzoo: training-free mixed classifiers (MixedNUTS) for any accurate/robust model pair, by name."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from mixzoo.errors import InputError, MixzooError, UnknownNameError
+from mixzoo.models import BaseClassifier, load_model
+from mixzoo.plugins import get_plugin_manager, hookimpl
+from mixzoo.registry import ModelSpec, get_spec, list_models
+
+__all__ = [
+    "BaseClassifier", "InputError", "MixzooError", "ModelSpec", "UnknownNameError", "__version__",
+    "get_plugin_manager", "get_spec", "hookimpl", "list_models", "load_model",
+]

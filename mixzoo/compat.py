@@ -1,0 +1,77 @@
+"""The one place where third-party packaging quirks are handled.
+
+* PyPI's ``pyautoattack`` installs the AutoAttack code as module ``pyautoattack``, while robustbench 1.1.1 does
+  ``import autoattack`` and ``from autoattack.state import EvaluationState``. :func:`import_autoattack` aliases the
+  module (and its submodules) under the name ``autoattack`` before anything imports robustbench.
+* robustbench imports ``pkg_resources``, which ships only with ``setuptools<81`` (pinned in pyproject).
+* robustbench pins timm 1.0.9, which imports ``repo_type_and_id_from_hf_id`` from huggingface_hub; hub 1.x/2.x
+  dropped it and timm then fails every ``hf-hub:`` name with a misleading message. We pin ``huggingface_hub<1.0``
+  and, should a newer hub be installed anyway, provide the name before timm is imported.
+
+Import robustbench, timm and autoattack only through these functions.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+
+from mixzoo.errors import MixzooError
+
+_AUTOATTACK_SUBMODULES = ("autoattack", "autopgd_base", "fab_pt", "square", "state", "checks", "other_utils",
+                          "fab_base", "fab_projections")
+
+
+def import_autoattack() -> ModuleType:
+    """Return the AutoAttack package, importable as ``autoattack`` afterwards whichever name it was installed as."""
+    if "autoattack" in sys.modules and hasattr(sys.modules["autoattack"], "AutoAttack"):
+        return sys.modules["autoattack"]
+    try:
+        mod = importlib.import_module("pyautoattack")
+    except ImportError:
+        try:
+            mod = importlib.import_module("autoattack")
+        except ImportError as exc:
+            raise MixzooError("AutoAttack is not installed; run `pip install pyautoattack`") from exc
+        return mod
+    sys.modules["autoattack"] = mod
+    for sub in _AUTOATTACK_SUBMODULES:
+        try:
+            sys.modules[f"autoattack.{sub}"] = importlib.import_module(f"pyautoattack.{sub}")
+        except ImportError:
+            continue  # optional pieces (e.g. TF helpers) may be absent
+    return mod
+
+
+def _patch_hf_hub() -> None:
+    import huggingface_hub
+
+    if not hasattr(huggingface_hub, "repo_type_and_id_from_hf_id"):
+        try:
+            from huggingface_hub.hf_api import repo_type_and_id_from_hf_id
+        except ImportError:  # pragma: no cover - only with huggingface_hub >= 1.0
+
+            def repo_type_and_id_from_hf_id(hf_id: str, hub_url: str | None = None):  # type: ignore[misc]
+                parts = hf_id.split("/")
+                return None, (parts[-2] if len(parts) > 1 else None), parts[-1]
+
+        huggingface_hub.repo_type_and_id_from_hf_id = repo_type_and_id_from_hf_id
+
+
+def import_timm() -> ModuleType:
+    """Import timm with its hub integration working (see module docstring)."""
+    _patch_hf_hub()
+    return importlib.import_module("timm")
+
+
+def import_robustbench() -> ModuleType:
+    """Import robustbench with AutoAttack aliased and pkg_resources available."""
+    import_autoattack()
+    import_timm()
+    try:
+        return importlib.import_module("robustbench")
+    except ModuleNotFoundError as exc:
+        if exc.name == "pkg_resources":
+            raise MixzooError("robustbench needs pkg_resources: run `pip install 'setuptools<81'`") from exc
+        raise MixzooError(f"robustbench could not be imported ({exc}); run `pip install robustbench==1.1.1`") from exc

@@ -1,0 +1,43 @@
+"""Errors users see. Every message is one line that names the cause and, where there is one, the fix."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class MixzooError(Exception):
+    """Base class of every error mixzoo raises on purpose; the CLI prints it as one line and exits 2."""
+
+
+class UnknownNameError(MixzooError, KeyError):
+    """A model, dataset, clamp, attack or optimizer name that nothing provides."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str]):
+        known = sorted(set(known))
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        if not close:
+            close = [k for k in known if name.lower() in k.lower() or k.lower() in name.lower()][:3]
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        listing = " (see `mixzoo list`)" if kind == "model" else f" (known: {', '.join(known[:12])})"
+        super().__init__(f"unknown {kind} {name!r}{hint}{listing}")
+        self.name, self.kind, self.suggestions = name, kind, close
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class InputError(MixzooError, ValueError):
+    """Bad tensors or settings handed to a public function (shapes, ranges, NaN, empty sets)."""
+
+
+class RegistryError(MixzooError, ValueError):
+    """A registry entry that is malformed; the message names the entry and the field."""
+
+
+class PluginError(MixzooError):
+    """A plugin that misbehaves (name collisions, hooks returning the wrong type)."""
+
+
+class MissingFileError(MixzooError, FileNotFoundError):
+    """A file that is needed offline and is not where it should be; the message says where to put it."""

@@ -1,0 +1,94 @@
+"""Every hook a mixzoo plugin can implement.
+
+A plugin is a module (or object) registered under the entry-point group ``mixzoo``; it implements any subset of
+the hooks below, decorated with :data:`mixzoo.hookimpl`. The built-in plugins in ``plugins/`` are ordinary
+plugins registered the same way, so each hook here has at least one real implementation in this repository.
+
+Hooks that *collect* (model specs, clamps, attacks, optimizers, datasets) are called on every plugin and their
+results are merged by :mod:`mixzoo.plugins`; a name provided twice is an error naming both plugins. Hooks that
+*resolve* (loading a model, resolving a name that is not in any registry) are ``firstresult``: plugins answer
+``None`` for what they do not handle and the first non-``None`` answer wins.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+    from mixzoo.registry import ModelSpec
+
+hookspec = pluggy.HookspecMarker("mixzoo")
+
+
+@hookspec
+def mixzoo_model_specs() -> list[ModelSpec | dict[str, Any]]:
+    """Registry entries (accurate and robust models) this plugin provides.
+
+    Called once when the registry is first built (``mixzoo list``, ``load_model``, ...). Return a list of
+    :class:`~mixzoo.registry.ModelSpec` or plain dicts with the fields of a ``registry.toml`` entry; dicts are
+    validated exactly like the file. Each entry's ``source.kind`` must be a kind some plugin can load
+    (see :func:`mixzoo_load_model`).
+    """
+
+
+@hookspec(firstresult=True)
+def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
+    """Build a spec for a name that is in no registry (e.g. ``hf-hub:timm/...`` or a RobustBench
+    ``dataset/threat/Name``). Called only when the registry lookup fails; return ``None`` if the name is not
+    of a form this plugin understands. First non-``None`` result wins."""
+
+
+@hookspec(firstresult=True)
+def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> torch.nn.Module | None:
+    """Load the network behind ``spec`` when ``spec.source['kind']`` is a kind this plugin handles.
+
+    Called by :func:`mixzoo.load_model`. Return a module taking images in [0, 1] (NCHW float32 at
+    ``spec.input_size``) and returning logits, with normalization inside it; the caller freezes it and puts it
+    in eval mode. Return ``None`` for source kinds handled elsewhere. ``allow_unsafe`` is the user's explicit
+    permission to unpickle arbitrary checkpoint objects; without it only safetensors or
+    ``torch.load(weights_only=True)`` may be used. First non-``None`` result wins.
+    """
+
+
+@hookspec
+def mixzoo_clamp_functions() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """Clamp functions for the RBC transform M(s, p, c) (paper Eq. 4, App. D.2), by name.
+
+    Called once when clamps are first looked up. Each function maps a tensor elementwise to a tensor of the
+    same shape and must be differentiable where attacks need gradients.
+    """
+
+
+@hookspec
+def mixzoo_attacks() -> dict[str, Any]:
+    """Attacks by name (``mixzoo bench --attack NAME``).
+
+    Called once when attacks are first looked up. Each value is an :class:`mixzoo.attacks.Attack` subclass or a
+    factory with the same call signature: ``factory(eps=..., norm=..., seed=..., **options)`` returning an
+    object whose ``run(model, images, labels)`` returns an :class:`mixzoo.attacks.AttackResult`.
+    """
+
+
+@hookspec
+def mixzoo_calibration_optimizers() -> dict[str, Callable[..., Any]]:
+    """Searches that solve the surrogate problem (paper Eq. 7), by name (``calibrate(optimizer=NAME)``).
+
+    Called once when optimizers are first looked up. Each value is
+    ``optimizer(problem: mixzoo.calibrate.CalibrationProblem, grid: mixzoo.calibrate.Grid) -> SearchResult``.
+    """
+
+
+@hookspec
+def mixzoo_datasets() -> dict[str, Any]:
+    """Datasets by name (``--dataset NAME``).
+
+    Called once when datasets are first looked up. Each value is a factory
+    ``factory(split: str, root: str | None) -> mixzoo.data.ImageDataset`` with splits ``"calibration"`` and
+    ``"evaluation"`` that never overlap (and ``"train"`` where training data exists).
+    """

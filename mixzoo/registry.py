@@ -1,0 +1,200 @@
+"""Model names as data: :class:`ModelSpec` entries from ``registry.toml`` and from plugins.
+
+The names users type (``convnextv2-l``, ``liu2023-swin-l``, ``fmnist-trades``) resolve here to a spec that says
+what the model is (role, dataset, classes, input size, normalization, threat model) and where it comes from
+(``source``: a table whose ``kind`` picks the plugin that loads it). Loading validates every field and an error
+names the entry and the field.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from mixzoo.errors import RegistryError, UnknownNameError
+
+Role = Literal["accurate", "robust"]
+ROLES: tuple[str, ...] = ("accurate", "robust")
+THREAT_MODELS: tuple[str, ...] = ("Linf", "L2", "corruptions")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One registry entry: everything needed to load a base classifier and describe it honestly."""
+
+    name: str
+    role: Role
+    dataset: str
+    num_classes: int
+    input_size: tuple[int, int, int]
+    source: Mapping[str, Any]
+    mean: tuple[float, ...] = (0.0,)
+    std: tuple[float, ...] = (1.0,)
+    aliases: tuple[str, ...] = ()
+    threat_model: str | None = None
+    epsilon: float | None = None
+    reported: Mapping[str, Any] = field(default_factory=dict)
+    citation: str = ""
+    license: str = ""
+    sha256: str | None = None
+    description: str = ""
+    plugin: str = "registry.toml"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["input_size"] = list(self.input_size)
+        d["mean"], d["std"], d["aliases"] = list(self.mean), list(self.std), list(self.aliases)
+        d["source"], d["reported"] = dict(self.source), dict(self.reported)
+        return d
+
+
+_REQUIRED = ("role", "dataset", "num_classes", "input_size", "source")
+
+
+def spec_from_dict(name: str, raw: Mapping[str, Any], plugin: str = "registry.toml") -> ModelSpec:
+    """Validate one entry; errors read ``registry entry 'NAME' (PLUGIN): field 'F' ...``."""
+
+    def bad(fld: str, why: str) -> RegistryError:
+        return RegistryError(f"registry entry {name!r} ({plugin}): field {fld!r} {why}")
+
+    for fld in _REQUIRED:
+        if fld not in raw:
+            raise bad(fld, "is missing")
+    known = set(ModelSpec.__dataclass_fields__) - {"name", "plugin"}
+    for fld in raw:
+        if fld not in known and fld != "name":
+            raise bad(fld, f"is not a known field (known: {', '.join(sorted(known))})")
+    if raw["role"] not in ROLES:
+        raise bad("role", f"must be one of {ROLES}, got {raw['role']!r}")
+    if not isinstance(raw["num_classes"], int) or raw["num_classes"] < 2:
+        raise bad("num_classes", f"must be an integer >= 2, got {raw['num_classes']!r}")
+    size = raw["input_size"]
+    if not (isinstance(size, list | tuple) and len(size) == 3 and all(isinstance(v, int) and v > 0 for v in size)):
+        raise bad("input_size", f"must be [channels, height, width] of positive integers, got {size!r}")
+    src = raw["source"]
+    if not isinstance(src, Mapping) or not isinstance(src.get("kind"), str):
+        raise bad("source", "must be a table with a string 'kind' (e.g. timm, robustbench, zoo)")
+    mean, std = tuple(raw.get("mean", (0.0,))), tuple(raw.get("std", (1.0,)))
+    for fld, vals in (("mean", mean), ("std", std)):
+        if len(vals) not in (1, size[0]) or not all(isinstance(v, int | float) for v in vals):
+            raise bad(fld, f"must be 1 or {size[0]} numbers, got {list(vals)!r}")
+    if any(v <= 0 for v in std):
+        raise bad("std", "must be positive")
+    threat, eps = raw.get("threat_model"), raw.get("epsilon")
+    if raw["role"] == "robust":
+        if threat not in THREAT_MODELS:
+            raise bad("threat_model", f"must be one of {THREAT_MODELS} for a robust model, got {threat!r}")
+        if threat != "corruptions" and (not isinstance(eps, int | float) or eps <= 0):
+            raise bad("epsilon", f"must be a positive number for a robust model, got {eps!r}")
+    aliases = raw.get("aliases", ())
+    if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
+        raise bad("aliases", "must be a list of strings")
+    sha = raw.get("sha256")
+    if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
+        raise bad("sha256", "must be a 64-character hex digest")
+    return ModelSpec(
+        name=name, role=raw["role"], dataset=raw["dataset"], num_classes=raw["num_classes"],
+        input_size=tuple(size), source=dict(src), mean=mean, std=std, aliases=tuple(aliases),
+        threat_model=threat, epsilon=float(eps) if eps is not None else None,
+        reported=dict(raw.get("reported", {})), citation=raw.get("citation", ""), license=raw.get("license", ""),
+        sha256=sha, description=raw.get("description", ""), plugin=plugin,
+    )
+
+
+def default_registry_path() -> Path:
+    """``$MIXZOO_REGISTRY`` if set, else the ``registry.toml`` shipped beside the package."""
+    env = os.environ.get("MIXZOO_REGISTRY")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "registry.toml"
+
+
+def load_registry_file(path: str | os.PathLike[str]) -> list[ModelSpec]:
+    """Parse and validate a registry file (``[models.NAME]`` tables)."""
+    path = Path(path)
+    if not path.exists():
+        raise RegistryError(f"registry file {path} does not exist; set MIXZOO_REGISTRY or reinstall mixzoo")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise RegistryError(f"registry file {path} is not valid TOML: {exc}") from exc
+    models = data.get("models", {})
+    return [spec_from_dict(name, raw, plugin=path.name) for name, raw in models.items()]
+
+
+class Registry:
+    """All known model specs, indexed by name and alias."""
+
+    def __init__(self, specs: Iterable[ModelSpec]):
+        self._specs: dict[str, ModelSpec] = {}
+        self._index: dict[str, str] = {}
+        for spec in specs:
+            self.add(spec)
+
+    def add(self, spec: ModelSpec) -> None:
+        for key in (spec.name, *spec.aliases):
+            if key in self._index:
+                other = self._specs[self._index[key]]
+                from mixzoo.errors import PluginError
+
+                raise PluginError(
+                    f"model name {key!r} is provided by both {other.plugin!r} ({other.name}) and"
+                    f" {spec.plugin!r} ({spec.name}); rename one of them"
+                )
+            self._index[key] = spec.name
+        self._specs[spec.name] = spec
+
+    def specs(self, role: str | None = None, dataset: str | None = None) -> list[ModelSpec]:
+        return [s for s in self._specs.values()
+                if (role is None or s.role == role) and (dataset is None or s.dataset == dataset)]
+
+    def names(self) -> list[str]:
+        return sorted(self._index)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._index
+
+    def get(self, name: str) -> ModelSpec:
+        """The spec for a name or alias; names no registry knows go to the resolve hook (hf-hub:, RobustBench)."""
+        if name in self._index:
+            return self._specs[self._index[name]]
+        from mixzoo.plugins import get_plugin_manager
+
+        spec = get_plugin_manager().hook.mixzoo_resolve_model_name(name=name)
+        if spec is not None:
+            return spec
+        raise UnknownNameError("model", name, self._index)
+
+
+@functools.cache
+def get_registry() -> Registry:
+    """The merged registry: ``registry.toml`` plus every plugin's ``mixzoo_model_specs``."""
+    from mixzoo.plugins import collect
+
+    specs = list(load_registry_file(default_registry_path()))
+    for plugin_name, entries in collect("mixzoo_model_specs"):
+        for entry in entries:
+            if isinstance(entry, ModelSpec):
+                specs.append(entry if entry.plugin != "registry.toml" else
+                             ModelSpec(**{**entry.__dict__, "plugin": plugin_name}))
+            else:
+                entry = dict(entry)
+                specs.append(spec_from_dict(entry.pop("name", "?"), entry, plugin=plugin_name))
+    return Registry(specs)
+
+
+def get_spec(name: str) -> ModelSpec:
+    """Shorthand for ``get_registry().get(name)``."""
+    return get_registry().get(name)
+
+
+def list_models(role: str | None = None, dataset: str | None = None) -> list[ModelSpec]:
+    """Specs filtered by role (accurate | robust) and dataset, sorted by name."""
+    if role is not None and role not in ROLES:
+        from mixzoo.errors import InputError
+
+        raise InputError(f"role must be one of {ROLES}, got {role!r}")
+    return sorted(get_registry().specs(role, dataset), key=lambda s: s.name)
