@@ -1,0 +1,34 @@
+# Two set-up commands (README): `make demo` runs the main job on the built-in zoo, `make test` runs the tests.
+# Both create the virtual environment on first use. Torch comes from this machine's disk (torch==2.14.1).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.mixzoo-installed
+OUT    ?= mixzoo-out
+FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+
+.PHONY: demo test lint data clean bench-speed
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+data:
+	@test -f $(FMNIST) || { apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist; } \
+	  || echo "could not install dataset-fashion-mnist (need root): pass --data-dir to mixzoo" >&2
+
+demo: $(STAMP) data
+	$(BIN)/mixzoo mix --out $(OUT)/card.toml
+	$(BIN)/mixzoo bench $(OUT)/card.toml --attack adaptive --n 1000 --out $(OUT)/bench
+
+test: $(STAMP) data
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check mixzoo plugins tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache

@@ -1,0 +1,317 @@
+"""Evaluating a mix card: clean and robust accuracy of the ABC, the RBC, the linear baseline and MixedNUTS.
+
+All four are attacked with the same attack (from the attack hook) on the same evaluation images, disjoint from the
+calibration images. The linear "Mixed" baseline of Bai et al. gets the constant alpha that matches MixedNUTS's robust
+accuracy as closely as the alpha grid allows (paper Fig. 5 / Fig. 8 comparison). Each model's evaluation is saved
+per batch and resumes after an interruption; finished evaluations are reused when nothing they depend on changed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from mixzoo.cache import Cache, atomic_write_text, content_key
+from mixzoo.errors import InputError
+from mixzoo.pipeline import DEFAULT_ABC, DEFAULT_RBC, _default_attack_setting, model_hash, resolve_model
+from mixzoo.progress import console, progress_bar
+
+BENCH_CODE_VERSION = "bench-1"
+
+
+@dataclass
+class ModelResult:
+    """One row of the bench table (fractions, not percents)."""
+
+    name: str
+    kind: str  # abc | rbc | linear | mixednuts
+    clean_accuracy: float
+    robust_accuracy: float
+    attack: str
+    epsilon: float
+    norm: str
+    n: int
+    seconds: float
+    alpha: float | None = None
+    components: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """Everything ``mixzoo bench`` prints and writes."""
+
+    models: list[ModelResult]
+    card: Any
+    dataset: dict[str, Any]
+    settings: dict[str, Any]
+    curve: dict[str, Any] | None = None
+    calibration: dict[str, Any] | None = None
+    out: Path | None = None
+    files: list[str] = field(default_factory=list)
+
+    def row(self, kind: str) -> ModelResult:
+        return next(m for m in self.models if m.kind == kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {
+            "models": [asdict(m) for m in self.models],
+            "card": self.card.to_dict() if hasattr(self.card, "to_dict") else self.card,
+            "dataset": self.dataset,
+            "settings": self.settings,
+            "curve": self.curve,
+            "calibration": self.calibration,
+        }
+
+
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, attack: str, eps: float, norm: str,
+             seed: int, batch_size: int, cache: Cache, key_parts: dict[str, Any], label: str,
+             attack_options: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
+    """Attack ``model`` batch by batch, saving each batch's outcome so an interrupted run resumes.
+
+    Returns a dict with per-example ``clean_correct`` / ``robust_correct`` lists, per-component broken counts,
+    warnings and seconds. The attack object comes from the attack hook (``mixzoo.plugins.lookup``).
+    """
+    from mixzoo.plugins import lookup
+
+    attack_cls = lookup("attack", attack)
+    options = dict(attack_options or {})
+    key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
+                       "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION})
+    final = cache.root / "bench" / f"{key}.json"
+    if cache.enabled and final.exists():
+        try:
+            return json.loads(final.read_text())
+        except json.JSONDecodeError:
+            final.unlink()
+    n = len(labels)
+    batches: list[dict[str, Any]] = []
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"{attack} on {label}", total=n)
+        for index, start in enumerate(range(0, n, batch_size)):
+            stop = min(n, start + batch_size)
+            part_path = cache.root / "bench" / f"{key}.partial" / f"{index:06d}.json"
+            part = None
+            if cache.enabled and part_path.exists():
+                try:
+                    part = json.loads(part_path.read_text())
+                except json.JSONDecodeError:
+                    part = None
+            if part is None:
+                runner = attack_cls(eps=eps, norm=norm, seed=seed + index, **options)
+                res = runner.run(model, images[start:stop], labels[start:stop], progress=False)
+                part = {
+                    "clean_correct": res.clean_correct.bool().tolist(),
+                    "robust_correct": res.robust_correct.bool().tolist(),
+                    "components": [{"name": c.name, "newly_broken": int(c.newly_broken), "seconds": c.seconds}
+                                   for c in res.components],
+                    "warnings": list(res.warnings),
+                    "seconds": res.seconds,
+                }
+                if cache.enabled:
+                    atomic_write_text(part_path, json.dumps(part))
+            batches.append(part)
+            bar.advance(task, stop - start)
+    merged: dict[str, Any] = {
+        "clean_correct": [v for b in batches for v in b["clean_correct"]],
+        "robust_correct": [v for b in batches for v in b["robust_correct"]],
+        "seconds": sum(b["seconds"] for b in batches),
+        "warnings": sorted({w for b in batches for w in b["warnings"]}),
+        "components": [],
+    }
+    names = [c["name"] for c in batches[0]["components"]]
+    for name in names:
+        merged["components"].append({
+            "name": name,
+            "newly_broken": sum(c["newly_broken"] for b in batches for c in b["components"] if c["name"] == name),
+            "seconds": sum(c["seconds"] for b in batches for c in b["components"] if c["name"] == name),
+        })
+    if cache.enabled:
+        atomic_write_text(final, json.dumps(merged))
+        import shutil
+
+        shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
+    return merged
+
+
+def _result(name: str, kind: str, ev: dict[str, Any], attack: str, eps: float, norm: str,
+            alpha: float | None = None) -> ModelResult:
+    n = len(ev["clean_correct"])
+    return ModelResult(
+        name=name, kind=kind, clean_accuracy=sum(ev["clean_correct"]) / n,
+        robust_accuracy=sum(ev["robust_correct"]) / n, attack=attack, epsilon=eps, norm=norm, n=n,
+        seconds=ev["seconds"], alpha=alpha, components=ev["components"], warnings=ev["warnings"],
+    )
+
+
+def linear_alpha_grid(step: float = 0.01) -> list[float]:
+    """Candidate constant mixing weights of the linear baseline, 1/2 ... 1 (paper footnote 1: alpha >= 1/2)."""
+    return [round(float(a), 6) for a in np.arange(0.5, 1.0 + step / 2, step)]
+
+
+def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                       target: float, *, attack: str, eps: float, norm: str, seed: int, batch_size: int,
+                       cache: Cache, key_parts: dict[str, Any], attack_options: dict[str, Any] | None,
+                       grid: list[float] | None = None, progress: bool = True) -> tuple[float, list[dict]]:
+    """Bisection over the alpha grid for the linear mixture whose robust accuracy is closest to ``target``.
+
+    Robust accuracy of the linear mixture grows with alpha (more weight on the RBC), so a bisection over the grid
+    needs about log2(51) = 6 evaluations; every evaluation tried is returned so the choice can be audited.
+    """
+    from mixzoo.mixing import MixedClassifier
+
+    grid = grid or linear_alpha_grid()
+    tried: dict[int, float] = {}
+
+    def robust(i: int) -> float:
+        if i not in tried:
+            ev = evaluate(MixedClassifier.linear(abc, rbc, alpha=grid[i]), images, labels, attack=attack, eps=eps,
+                          norm=norm, seed=seed, batch_size=batch_size, cache=cache,
+                          key_parts={**key_parts, "linear_alpha": grid[i]}, label=f"linear alpha={grid[i]}",
+                          attack_options=attack_options, progress=progress)
+            tried[i] = sum(ev["robust_correct"]) / len(ev["robust_correct"])
+        return tried[i]
+
+    lo, hi = 0, len(grid) - 1
+    if robust(hi) <= target:
+        lo = hi
+    elif robust(lo) >= target:
+        hi = lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if robust(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    best = min({lo, hi}, key=lambda i: (abs(robust(i) - target), -i))
+    return grid[best], [{"alpha": grid[i], "robust_accuracy": r} for i, r in sorted(tried.items())]
+
+
+def bench(
+    card: Any = None,
+    *,
+    abc: str | nn.Module | None = None,
+    rbc: str | nn.Module | None = None,
+    attack: str = "adaptive",
+    n: int = 1000,
+    out: str | Path | None = None,
+    eps: float | None = None,
+    norm: str | None = None,
+    seed: int = 0,
+    batch_size: int = 250,
+    attack_options: dict[str, Any] | None = None,
+    curve: bool = True,
+    curve_n: int = 300,
+    curve_attack: str = "apgd",
+    curve_options: dict[str, Any] | None = None,
+    plots: bool = True,
+    data_dir: str | None = None,
+    cache_dir: str | Path | None = None,
+    use_cache: bool = True,
+    device: str = "cpu",
+    allow_unsafe: bool = False,
+    progress: bool = True,
+) -> Report:
+    """Clean and robust accuracy of ABC, RBC, linear baseline and MixedNUTS on the evaluation split.
+
+    ``card`` is a :class:`~mixzoo.card.MixCard` or a path to one; without a card the pair (default: the built-in
+    Fashion-MNIST pair) is calibrated first with :func:`mixzoo.pipeline.mix`. Writes ``report.json``,
+    ``report.md`` and plots to ``out`` when given.
+    """
+    from mixzoo.card import MixCard
+    from mixzoo.data import load_dataset
+    from mixzoo.mixing import MixedClassifier
+    from mixzoo.pipeline import mix
+
+    if n <= 0:
+        raise InputError(f"--n must be positive, got {n}")
+    t0 = time.perf_counter()
+    if card is None:
+        res = mix(abc, rbc, cache_dir=cache_dir, use_cache=use_cache, device=device, data_dir=data_dir,
+                  allow_unsafe=allow_unsafe, progress=progress, eps=eps, norm=norm, seed=seed)
+        card = res.card
+    elif not isinstance(card, MixCard):
+        card = MixCard.load(card)
+    abc_m = resolve_model(abc if abc is not None else (card.abc.get("name") or DEFAULT_ABC), device, allow_unsafe)
+    rbc_m = resolve_model(rbc if rbc is not None else (card.rbc.get("name") or DEFAULT_RBC), device, allow_unsafe)
+    mixed = MixedClassifier.from_card(card, abc_m, rbc_m)
+    if eps is None and card.attack:
+        eps = card.attack.get("eps")
+    if norm is None and card.attack:
+        norm = card.attack.get("norm")
+    eps, norm = _default_attack_setting(rbc_m, eps, norm)
+    dataset_name = card.dataset or getattr(getattr(rbc_m, "spec", None), "dataset", None)
+    data = load_dataset(dataset_name, "evaluation", n=n, root=data_dir)
+    cache = Cache(cache_dir, enabled=use_cache)
+    images, labels = data.images, data.labels
+    base = {"data": data.fingerprint}
+    common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
+                  attack_options=attack_options, progress=progress)
+    abc_name, rbc_name = card.abc.get("name", "ABC"), card.rbc.get("name", "RBC")
+
+    rows = []
+    ev = evaluate(abc_m, images, labels, key_parts={**base, "model": model_hash(abc_m)}, label=abc_name, **common)
+    rows.append(_result(abc_name, "abc", ev, attack, eps, norm))
+    ev = evaluate(rbc_m, images, labels, key_parts={**base, "model": model_hash(rbc_m)}, label=rbc_name, **common)
+    rows.append(_result(rbc_name, "rbc", ev, attack, eps, norm))
+    mixed_key = {**base, "abc": model_hash(abc_m), "rbc": model_hash(rbc_m),
+                 "card": {k: getattr(card, k) for k in ("s", "p", "c", "alpha", "clamp", "top_k", "temperature",
+                                                        "alpha_d")}}
+    ev = evaluate(mixed, images, labels, key_parts=mixed_key, label="MixedNUTS", **common)
+    nuts = _result("MixedNUTS", "mixednuts", ev, attack, eps, norm, alpha=card.alpha)
+    alpha_lin, tried = match_linear_alpha(
+        abc_m, rbc_m, images, labels, nuts.robust_accuracy,
+        key_parts={**base, "abc": model_hash(abc_m), "rbc": model_hash(rbc_m)}, **common)
+    ev = evaluate(MixedClassifier.linear(abc_m, rbc_m, alpha=alpha_lin), images, labels,
+                  key_parts={**base, "abc": model_hash(abc_m), "rbc": model_hash(rbc_m), "linear_alpha": alpha_lin},
+                  label=f"linear alpha={alpha_lin}", **common)
+    rows.append(_result(f"Linear mix (alpha={alpha_lin:.2f})", "linear", ev, attack, eps, norm, alpha=alpha_lin))
+    rows.append(nuts)
+
+    report = Report(
+        models=rows, card=card,
+        dataset={"name": dataset_name, "split": "evaluation", "n": len(labels), "fingerprint": data.fingerprint,
+                 "source": getattr(data, "source", ""),
+                 "calibration": card.data},
+        settings={"attack": attack, "eps": eps, "norm": norm, "seed": seed, "batch_size": batch_size,
+                  "attack_options": attack_options or {}, "linear_alpha_search": tried, "device": device,
+                  "seconds": None},
+    )
+    if curve:
+        from mixzoo.report import tradeoff_curve
+
+        report.curve = tradeoff_curve(card, abc_m, rbc_m, data, cache=cache, attack=curve_attack, n=curve_n,
+                                      eps=eps, norm=norm, seed=seed, batch_size=batch_size,
+                                      attack_options=curve_options, data_dir=data_dir, progress=progress)
+    report.settings["seconds"] = time.perf_counter() - t0
+    if out is not None:
+        from mixzoo.report import write_report
+
+        write_report(report, Path(out), plots=plots, cache=cache, data_dir=data_dir, device=device)
+    return report
+
+
+def print_report(report: Report) -> None:
+    """The bench table in the terminal."""
+    from rich.table import Table
+
+    table = Table(title=f"{report.dataset['name']} evaluation split, n={report.dataset['n']}, "
+                        f"{report.settings['attack']} {report.settings['norm']} eps={report.settings['eps']:.4g}")
+    for col in ("model", "kind", "alpha", "clean %", "robust %", "seconds"):
+        table.add_column(col, justify="right" if col not in ("model", "kind") else "left")
+    for m in report.models:
+        table.add_row(m.name, m.kind, "" if m.alpha is None else f"{m.alpha:.3f}", f"{100 * m.clean_accuracy:.2f}",
+                      f"{100 * m.robust_accuracy:.2f}", f"{m.seconds:.0f}")
+    console.print(table)
+    for m in report.models:
+        for w in m.warnings:
+            console.print(f"[yellow]warning ({m.name}): {w}")

@@ -1,0 +1,160 @@
+"""A content-addressed cache for expensive results (RBC logits, MMAA perturbations), with atomic writes.
+
+Keys are sha256 digests of a canonical JSON of everything that determines the result (model weight hash, data
+fingerprint, attack settings, code version of the attack). Every file is written to a temporary name in the same
+directory, fsynced and renamed, so an interrupted run never leaves a corrupt entry; per-batch partial results let
+the next run recompute only what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from mixzoo.errors import MixzooError
+
+
+def default_cache_dir() -> Path:
+    """``$MIXZOO_CACHE`` if set, else ``~/.cache/mixzoo``."""
+    return Path(os.environ.get("MIXZOO_CACHE", Path.home() / ".cache" / "mixzoo"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file in the same directory, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write text atomically (UTF-8)."""
+    return atomic_write_bytes(path, text.encode())
+
+
+def atomic_save_tensors(path: str | os.PathLike[str], tensors: Mapping[str, torch.Tensor],
+                        metadata: Mapping[str, str] | None = None) -> Path:
+    """Save tensors as safetensors atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tmp,
+                  metadata=dict(metadata or {}))
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def content_key(parts: Mapping[str, Any]) -> str:
+    """sha256 (first 24 hex digits) of the canonical JSON of ``parts``."""
+    blob = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
+
+
+class Cache:
+    """Tensor results stored as ``ROOT/KIND/KEY.safetensors`` with ``KEY.json`` describing what made them."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, enabled: bool = True):
+        self.root = Path(root) if root is not None else default_cache_dir()
+        self.enabled = enabled
+        self.hits: list[str] = []  # "KIND/KEY" of every complete entry served from disk
+
+    def path(self, kind: str, key: str) -> Path:
+        return self.root / kind / f"{key}.safetensors"
+
+    def load(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
+        """The cached tensors, or ``None`` when absent (or unreadable, which is treated as absent)."""
+        path = self.path(kind, key)
+        if not self.enabled or not path.exists():
+            return None
+        try:
+            tensors = load_file(path)
+        except Exception:  # noqa: BLE001 - a damaged entry is recomputed, never trusted
+            path.unlink(missing_ok=True)
+            return None
+        self.hits.append(f"{kind}/{key}")
+        return tensors
+
+    def save(self, kind: str, key: str, tensors: Mapping[str, torch.Tensor], describe: Mapping[str, Any]) -> None:
+        if not self.enabled:
+            return
+        atomic_write_text(self.path(kind, key).with_suffix(".json"), json.dumps(describe, indent=2, default=str))
+        atomic_save_tensors(self.path(kind, key), tensors)
+
+    # -- per-batch progress, so that an interrupted computation resumes ---------------------------------------
+    def partial_dir(self, kind: str, key: str) -> Path:
+        return self.root / kind / f"{key}.partial"
+
+    def load_batch(self, kind: str, key: str, index: int) -> dict[str, torch.Tensor] | None:
+        path = self.partial_dir(kind, key) / f"{index:06d}.safetensors"
+        if not self.enabled or not path.exists():
+            return None
+        try:
+            return load_file(path)
+        except Exception:  # noqa: BLE001
+            path.unlink(missing_ok=True)
+            return None
+
+    def save_batch(self, kind: str, key: str, index: int, tensors: Mapping[str, torch.Tensor]) -> None:
+        if self.enabled:
+            atomic_save_tensors(self.partial_dir(kind, key) / f"{index:06d}.safetensors", tensors)
+
+    def drop_partial(self, kind: str, key: str) -> None:
+        shutil.rmtree(self.partial_dir(kind, key), ignore_errors=True)
+
+    def clear(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def batched_cached(cache: Cache, kind: str, key: str, n: int, batch_size: int, compute, describe: Mapping[str, Any],
+                   progress=None) -> dict[str, torch.Tensor]:
+    """Compute ``compute(start, stop) -> dict of tensors`` over ``[0, n)`` in batches, resuming from saved batches.
+
+    The concatenated result is cached under ``(kind, key)``; a complete entry is returned without computing.
+    ``progress`` is an optional callable ``advance(k)`` called with the number of examples done per batch.
+    """
+    done = cache.load(kind, key)
+    if done is not None:
+        if progress is not None:
+            progress(n)
+        return done
+    if n == 0:
+        raise MixzooError(f"nothing to compute for {kind}: the data set is empty")
+    parts: list[dict[str, torch.Tensor]] = []
+    for index, start in enumerate(range(0, n, batch_size)):
+        stop = min(n, start + batch_size)
+        part = cache.load_batch(kind, key, index)
+        if part is None:
+            part = compute(start, stop)
+            cache.save_batch(kind, key, index, part)
+        parts.append(part)
+        if progress is not None:
+            progress(stop - start)
+    result = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    cache.save(kind, key, result, describe)
+    cache.drop_partial(kind, key)
+    return result

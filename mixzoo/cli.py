@@ -1,0 +1,273 @@
+"""``mixzoo``: a thin typer layer over the library. Each command calls one public function and prints its result."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from mixzoo.errors import MixzooError
+from mixzoo.progress import console
+
+app = typer.Typer(help="Training-free mixed classifiers (MixedNUTS) for any accurate/robust model pair, by name.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+out_console = console.__class__()  # stdout
+
+
+def _errors(fn):
+    """Turn mixzoo's own errors into one line on stderr and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MixzooError as exc:
+            console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _command_line() -> str:
+    return "mixzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+@app.command("list")
+@_errors
+def list_cmd(
+    role: Annotated[str | None, typer.Option(help="accurate | robust")] = None,
+    dataset: Annotated[str | None, typer.Option(help="e.g. fashion-mnist, cifar10, imagenet")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON list of entries")] = False,
+) -> None:
+    """List the models that can be mixed, by name."""
+    from mixzoo.registry import list_models
+
+    specs = list_models(role=role, dataset=dataset)
+    if as_json:
+        print(json.dumps([s.to_dict() for s in specs], indent=2))
+        return
+    table = Table(title=f"{len(specs)} models")
+    for col in ("name", "role", "dataset", "threat", "eps", "clean", "robust", "plugin"):
+        table.add_column(col)
+    for s in specs:
+        rep = s.reported or {}
+        table.add_row(s.name, s.role, s.dataset, s.threat_model or "", f"{s.epsilon:.4g}" if s.epsilon else "",
+                      _pct(rep.get("clean")), _pct(rep.get("autoattack", rep.get("robust"))), s.plugin)
+    out_console.print(table)
+
+
+def _pct(v: Any) -> str:
+    return f"{100 * v:.2f}%" if isinstance(v, int | float) else ""
+
+
+@app.command()
+@_errors
+def info(name: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Show one registry entry (name or alias)."""
+    from mixzoo.registry import get_spec
+
+    spec = get_spec(name)
+    if as_json:
+        print(json.dumps(spec.to_dict(), indent=2))
+        return
+    table = Table(title=spec.name, show_header=False)
+    for k, v in spec.to_dict().items():
+        table.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
+    out_console.print(table)
+
+
+@app.command()
+@_errors
+def plugins(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List loaded plugins, their versions and what each provides; failed plugins show their error."""
+    from dataclasses import asdict
+
+    from mixzoo.plugins import plugin_infos
+
+    infos = plugin_infos()
+    if as_json:
+        print(json.dumps([asdict(i) for i in infos], indent=2))
+        return
+    table = Table(title="mixzoo plugins")
+    for col in ("plugin", "version", "module", "provides", "status"):
+        table.add_column(col)
+    for i in infos:
+        provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in i.provides.items())
+        table.add_row(i.name, i.version, i.module, provides, f"[red]{i.error}" if i.error else "[green]ok")
+    out_console.print(table)
+
+
+def _parse_grid(grid: str | None):
+    """``s=0.05:10:8,p=1:4:8,c=-2:0:8`` -> Grid (any subset of s, p, c)."""
+    if not grid:
+        return None
+    from mixzoo.calibrate import Grid
+
+    kw: dict[str, Any] = {}
+    try:
+        for part in grid.split(","):
+            key, rng = part.split("=")
+            lo, hi, n = rng.split(":")
+            kw.update({f"{key.strip()}_min": float(lo), f"{key.strip()}_max": float(hi), f"{key.strip()}_n": int(n)})
+        return Grid(**kw)
+    except (ValueError, TypeError) as exc:
+        raise MixzooError(f"--grid {grid!r} is not of the form s=MIN:MAX:N,p=MIN:MAX:N,c=MIN:MAX:N ({exc})") from exc
+
+
+@app.command()
+@_errors
+def mix(
+    abc: Annotated[str | None, typer.Option(help="accurate base classifier (default: built-in Fashion-MNIST)")] = None,
+    rbc: Annotated[str | None, typer.Option(help="robust base classifier")] = None,
+    dataset: Annotated[str | None, typer.Option(help="calibration data set (default: the RBC's)")] = None,
+    beta: Annotated[float, typer.Option(help="share of the RBC's robustness to keep (paper: 0.985 CIFAR)")] = 0.985,
+    clamp: Annotated[str, typer.Option(help="clamp function: gelu, relu, elu, softplus, linear, or a plugin's")]
+    = "gelu",
+    n_calib: Annotated[int, typer.Option(help="number of calibration images")] = 1000,
+    grid: Annotated[str | None, typer.Option(help="s=MIN:MAX:N,p=MIN:MAX:N,c=MIN:MAX:N")] = None,
+    objective: Annotated[str, typer.Option(help="standard | relaxed (App. D.8.3)")] = "standard",
+    optimizer: Annotated[str, typer.Option(help="calibration optimizer from the plugin hook")] = "grid",
+    top_k: Annotated[int | None, typer.Option(help="layer-norm statistics of the top-k logits (App. D.7)")] = None,
+    eps: Annotated[float | None, typer.Option(help="attack radius (default: the RBC's)")] = None,
+    norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the RBC's)")] = None,
+    n_iter: Annotated[int, typer.Option(help="APGD iterations in MMAA")] = 100,
+    seed: int = 0,
+    out: Annotated[Path, typer.Option(help="where to write the mix card (.toml or .json)")] = Path("card.toml"),
+    data_dir: Annotated[str | None, typer.Option(help="directory holding the data set files")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="cache directory (default ~/.cache/mixzoo)")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache")] = False,
+    device: str = "cpu",
+    allow_unsafe: Annotated[bool, typer.Option("--allow-unsafe", help="permit pickled checkpoints")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Calibrate MixedNUTS (MMAA + Algorithm 1) for an ABC/RBC pair and write the mix card."""
+    from mixzoo.pipeline import mix as run_mix
+
+    res = run_mix(abc, rbc, dataset=dataset, beta=beta, clamp=clamp, n_calib=n_calib, grid=_parse_grid(grid),
+                  objective=objective, optimizer=optimizer, top_k=top_k, eps=eps, norm=norm, n_iter=n_iter,
+                  seed=seed, out=out, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
+                  device=device, allow_unsafe=allow_unsafe, progress=not as_json, command=_command_line())
+    card = res.card
+    if as_json:
+        print(json.dumps({"card": str(res.path), "s": card.s, "p": card.p, "c": card.c, "alpha": card.alpha,
+                          "beta": card.beta, "objective": card.objective, "summary": res.summary,
+                          "seconds": res.seconds, "cache_hits": res.cache_hits}, indent=2))
+        return
+    table = Table(title=f"MixedNUTS for {card.abc.get('name')} + {card.rbc.get('name')} on {card.dataset}")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    for k in ("s", "p", "c", "alpha", "beta"):
+        table.add_row(k, f"{getattr(card, k):.4g}")
+    table.add_row("clamp", card.clamp)
+    table.add_row("objective (share of clean RBC mistakes kept)", f"{card.objective:.4f}")
+    sm = res.summary
+    table.add_row("calibration images / clean mistakes / attacked correct",
+                  f"{sm['n']} / {sm['n_clean_incorrect']} / {sm['n_attacked_correct']}")
+    for stage in ("layer_norm", "transformed"):
+        label = "before (LN)" if stage == "layer_norm" else "after M(s,p,c)"
+        table.add_row(f"median margin {label}: clean incorrect / attacked correct",
+                      f"{_f(sm[stage]['clean_incorrect_median_margin'])} / "
+                      f"{_f(sm[stage]['attacked_correct_median_margin'])}")
+    table.add_row("seconds (MMAA cached)" if res.cache_hits.get("mmaa") else "seconds", f"{res.seconds['total']:.1f}")
+    out_console.print(table)
+    out_console.print(f"mix card written to {res.path}")
+
+
+def _f(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+@app.command()
+@_errors
+def bench(
+    card: Annotated[Path | None, typer.Argument(help="mix card; without one the pair is calibrated first")] = None,
+    abc: Annotated[str | None, typer.Option()] = None,
+    rbc: Annotated[str | None, typer.Option()] = None,
+    attack: Annotated[str, typer.Option(help="apgd | autoattack | adaptive | pgd | a plugin's")] = "adaptive",
+    n: Annotated[int, typer.Option(help="number of evaluation images")] = 1000,
+    out: Annotated[Path, typer.Option(help="directory for report.json, report.md and plots")] = Path("bench"),
+    eps: float | None = None,
+    norm: str | None = None,
+    seed: int = 0,
+    curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
+    curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
+    data_dir: str | None = None,
+    cache_dir: Path | None = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache")] = False,
+    device: str = "cpu",
+    allow_unsafe: Annotated[bool, typer.Option("--allow-unsafe")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Clean and robust accuracy of ABC, RBC, linear mix and MixedNUTS, with report files and plots."""
+    from mixzoo.bench import bench as run_bench
+    from mixzoo.bench import print_report
+
+    report = run_bench(card, abc=abc, rbc=rbc, attack=attack, n=n, out=out, eps=eps, norm=norm, seed=seed,
+                       curve=curve, curve_n=curve_n, data_dir=data_dir, cache_dir=cache_dir,
+                       use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+        return
+    print_report(report)
+    out_console.print(f"report written to {out}/report.json, report.md and {', '.join(report.files)}")
+
+
+@app.command("transfer-params")
+@_errors
+def transfer_params(
+    from_card: Annotated[Path, typer.Option("--from", help="the white-box surrogate's mix card")],
+    rbc: Annotated[str, typer.Option(help="the black-box robust model")],
+    method: Annotated[str, typer.Option(help="transfer | square | both | guess")] = "transfer",
+    queries: Annotated[int, typer.Option(help="Square queries per image")] = 5000,
+    n_calib: int = 1000,
+    dataset: str | None = None,
+    seed: int = 0,
+    out: Annotated[Path, typer.Option(help="where to write the new card")] = Path("card-transfer.toml"),
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Calibrate without the RBC's gradients (paper App. D.5): transfer, min-margin Square, or educated guess."""
+    from mixzoo.transfer import transfer_params_by_name
+
+    card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,
+                                   queries=queries, out=out, seed=seed, progress=not as_json)
+    summary = {"card": str(out), "method": card.method, "s": card.s, "p": card.p, "c": card.c,
+               "alpha": card.alpha, "objective": card.objective}
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    table = Table(title=f"transferred mix card for {rbc} ({card.method})", show_header=False)
+    for k, v in summary.items():
+        table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+    out_console.print(table)
+
+
+@app.command()
+@_errors
+def train(
+    name: Annotated[str, typer.Argument(help="zoo recipe name (see `mixzoo train --list`)")] = "",
+    list_recipes: Annotated[bool, typer.Option("--list", help="list recipes")] = False,
+    seed: int = 0,
+) -> None:
+    """Train a model of the built-in zoo from its deterministic recipe (weights go to plugins/weights/)."""
+    from mixzoo import train as training
+
+    if list_recipes or not name:
+        for recipe in training.RECIPES:
+            out_console.print(recipe)
+        return
+    result = training.train_model(name, seed=seed)
+    out_console.print(result)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

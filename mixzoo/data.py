@@ -1,0 +1,95 @@
+"""Datasets through the ``mixzoo_datasets`` hook: :class:`ImageDataset` and :func:`load_dataset`.
+
+MixedNUTS fits its four parameters on a *calibration* set and is judged on an *evaluation* set (paper Sec. 4.3,
+Algorithm 1); the two must never overlap, and the built-in zoo models are never trained on calibration images.
+Every dataset plugin returns an :class:`ImageDataset` for the splits ``"train"``, ``"calibration"`` and
+``"evaluation"``, carrying the indices into its source set so that results can be traced to exact images.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+
+import torch
+
+from mixzoo.errors import InputError
+
+SPLITS: tuple[str, ...] = ("train", "calibration", "evaluation")
+
+
+@dataclass(frozen=True, eq=False)
+class ImageDataset:
+    """Images in [0, 1] (NCHW float32) with integer labels, plus where they came from.
+
+    ``indices[i]`` is the position of example ``i`` in ``source`` (e.g. ``"fashion-mnist/t10k"``), so the
+    :attr:`fingerprint` identifies exactly which images a cached result was computed on.
+    """
+
+    name: str
+    split: str
+    images: torch.Tensor
+    labels: torch.Tensor
+    num_classes: int
+    indices: torch.Tensor
+    source: str
+
+    def __post_init__(self) -> None:
+        n = self.images.shape[0]
+        if self.images.ndim != 4 or self.images.dtype != torch.float32:
+            raise InputError(f"dataset {self.name!r}: images must be NCHW float32, got {self.images.dtype}"
+                             f" {tuple(self.images.shape)}")
+        if self.labels.shape != (n,) or self.indices.shape != (n,):
+            raise InputError(f"dataset {self.name!r}: {n} images but {tuple(self.labels.shape)} labels and"
+                             f" {tuple(self.indices.shape)} indices; they must match")
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    @property
+    def input_size(self) -> tuple[int, int, int]:
+        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+
+    @property
+    def fingerprint(self) -> str:
+        """First 16 hex digits of sha256 over name, split, source and the source indices."""
+        h = hashlib.sha256(f"{self.name}|{self.split}|{self.source}|".encode())
+        h.update(self.indices.to(torch.int64).contiguous().numpy().tobytes())
+        return h.hexdigest()[:16]
+
+    def subset(self, n: int | None) -> ImageDataset:
+        """The first ``n`` examples (deterministic); ``None`` or ``n >= len`` returns ``self``."""
+        if n is None or n >= len(self):
+            return self
+        if n < 0:
+            raise InputError(f"n must be non-negative, got {n}")
+        return replace(self, images=self.images[:n], labels=self.labels[:n], indices=self.indices[:n])
+
+    def __repr__(self) -> str:
+        return (f"ImageDataset(name={self.name!r}, split={self.split!r}, n={len(self)},"
+                f" input_size={self.input_size}, num_classes={self.num_classes}, source={self.source!r})")
+
+
+def check_split(split: str) -> str:
+    """Raise :class:`InputError` unless ``split`` is one of :data:`SPLITS`."""
+    if split not in SPLITS:
+        raise InputError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+    return split
+
+
+def load_dataset(name: str, split: str, n: int | None = None, root: str | None = None,
+                 **options: object) -> ImageDataset:
+    """Load split ``split`` of dataset ``name`` (first ``n`` examples) through the ``mixzoo_datasets`` hook.
+
+    ``root`` is a directory holding the data where the plugin needs one; ``options`` go to the factory
+    (e.g. ``size=224`` for ``imagenet``). Unknown names raise :class:`~mixzoo.errors.UnknownNameError` with
+    suggestions.
+    """
+    from mixzoo.plugins import lookup
+
+    factory = lookup("dataset", name)
+    check_split(split)
+    if n is not None and (not isinstance(n, int) or n < 0):
+        raise InputError(f"n must be a non-negative integer or None, got {n!r}")
+    dataset = factory(split, n, root, **options)
+    return dataset.subset(n)

@@ -1,0 +1,286 @@
+"""The main job as library functions: :func:`mix` (calibrate a pair by name) and the cached data it needs.
+
+``mix`` = RBC clean logits + MMAA on LN(RBC) (both cached, per batch, content-addressed) + Algorithm 1 -> MixCard.
+The expensive step runs once per (RBC weights, data subset, attack settings); a new beta, clamp or grid reuses it.
+Every ``mixzoo`` CLI command is a thin layer over a function here or in :mod:`mixzoo.bench`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.cache import Cache, batched_cached
+from mixzoo.errors import InputError
+from mixzoo.models import BaseClassifier, load_model, weight_hash
+from mixzoo.progress import progress_bar
+
+DEFAULT_ABC = "fmnist-std"
+DEFAULT_RBC = "fmnist-trades"
+ATTACK_CODE_VERSION = "mmaa-1"  # bump when MMAA's behaviour changes so stale cache entries are not reused
+
+
+@dataclass
+class CalibrationData:
+    """What Algorithm 1 consumes, plus what the reports plot (Fig. 6)."""
+
+    clean_logits: torch.Tensor
+    labels: torch.Tensor
+    attacked_logits: torch.Tensor
+    abc_clean_logits: torch.Tensor | None
+    dataset: Any
+    attack: dict[str, Any]
+    seconds: dict[str, float] = field(default_factory=dict)
+    cache_hits: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass
+class MixResult:
+    """What :func:`mix` returns: the card, where it was written, and the Fig. 6 summary."""
+
+    card: Any
+    path: Path | None
+    summary: dict[str, Any]
+    seconds: dict[str, float]
+    cache_hits: dict[str, bool]
+
+
+def model_hash(model: nn.Module) -> str:
+    return model.weight_hash if isinstance(model, BaseClassifier) else weight_hash(model)
+
+
+def model_name(model: nn.Module) -> str:
+    return model.spec.name if isinstance(model, BaseClassifier) else type(model).__name__
+
+
+def resolve_model(model: str | nn.Module, device: str, allow_unsafe: bool = False) -> nn.Module:
+    return load_model(model, device=device, allow_unsafe=allow_unsafe) if isinstance(model, str) else model
+
+
+@torch.no_grad()
+def _logits(model: nn.Module, images: torch.Tensor, device: str) -> torch.Tensor:
+    out = model(images.to(device)).float().cpu()
+    if torch.isnan(out).any():
+        raise InputError(f"model {model_name(model)!r} returned NaN logits for "
+                         f"{int(torch.isnan(out).any(1).sum())} images; check its weights and input range")
+    return out
+
+
+def cached_logits(model: nn.Module, dataset: Any, *, cache: Cache, batch_size: int = 500, device: str = "cpu",
+                  progress: bool = True, what: str = "logits") -> torch.Tensor:
+    """The model's logits on every image of ``dataset`` (cached by weight hash and data fingerprint)."""
+    n = len(dataset.labels)
+    key_parts = {"model": model_hash(model), "data": dataset.fingerprint, "kind": "logits"}
+    from mixzoo.cache import content_key
+
+    key = content_key(key_parts)
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"{what} ({model_name(model)})", total=n)
+        out = batched_cached(cache, "logits", key, n, batch_size,
+                             lambda a, b: {"logits": _logits(model, dataset.images[a:b], device)},
+                             {**key_parts, "model_name": model_name(model), "dataset": dataset.name},
+                             progress=lambda k: bar.advance(task, k))
+    return out["logits"]
+
+
+def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: Cache, n_iter: int = 100,
+                n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0, top_k: int | None = None,
+                batch_size: int = 250, device: str = "cpu", progress: bool = True) -> dict[str, torch.Tensor]:
+    """MMAA (App. B.1) on LN(RBC) over ``dataset``, cached per batch; returns ``logits`` and ``margins``.
+
+    Each batch uses seed ``seed + batch index`` so an interrupted run resumes with identical results.
+    """
+    from mixzoo.attacks import mmaa
+    from mixzoo.cache import content_key
+
+    settings = {"eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,
+                "n_restarts": n_restarts, "seed": seed, "top_k": top_k, "batch_size": batch_size,
+                "code": ATTACK_CODE_VERSION}
+    key_parts = {"model": model_hash(rbc), "data": dataset.fingerprint, "attack": settings}
+    key = content_key(key_parts)
+    n = len(dataset.labels)
+    store_images = dataset.images[0].numel() <= 3 * 64 * 64
+
+    def compute(a: int, b: int) -> dict[str, torch.Tensor]:
+        res = mmaa(rbc, dataset.images[a:b].to(device), dataset.labels[a:b].to(device), eps=eps, norm=norm,
+                   n_iter=n_iter, n_target_classes=n_target_classes, n_restarts=n_restarts,
+                   seed=seed + a // batch_size, top_k=top_k, batch_size=batch_size, progress=False)
+        out = {"logits": res.logits.float().cpu(), "margins": res.margins.float().cpu()}
+        if store_images:
+            out["adv_images"] = res.adv_images.cpu()
+        return out
+
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"MMAA on LN({model_name(rbc)})", total=n)
+        return batched_cached(cache, "mmaa", key, n, batch_size, compute,
+                              {**key_parts, "model_name": model_name(rbc), "dataset": dataset.name},
+                              progress=lambda k: bar.advance(task, k))
+
+
+def _default_attack_setting(rbc: nn.Module, eps: float | None, norm: str | None) -> tuple[float, str]:
+    spec = getattr(rbc, "spec", None)
+    if eps is None:
+        eps = getattr(spec, "epsilon", None)
+    if norm is None:
+        norm = getattr(spec, "threat_model", None) or "Linf"
+    if eps is None:
+        raise InputError(f"the RBC {model_name(rbc)!r} records no epsilon; pass --eps")
+    if eps <= 0:
+        raise InputError(f"epsilon must be positive, got {eps}")
+    return float(eps), norm
+
+
+def calibration_data(abc: nn.Module | None, rbc: nn.Module, dataset: Any, *, eps: float, norm: str,
+                     cache: Cache, n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1,
+                     seed: int = 0, top_k: int | None = None, batch_size: int = 250, device: str = "cpu",
+                     progress: bool = True) -> CalibrationData:
+    """RBC clean logits, MMAA attacked logits (and ABC clean logits) on the calibration images, all cached."""
+    if len(dataset.labels) == 0:
+        raise InputError("the calibration set is empty; use --n-calib > 0")
+    t0 = time.perf_counter()
+    n_hits = len(cache.hits)
+    clean = cached_logits(rbc, dataset, cache=cache, device=device, progress=progress, what="RBC clean logits")
+    t1 = time.perf_counter()
+    hits = {"rbc_logits": len(cache.hits) > n_hits}
+    n_hits = len(cache.hits)
+    mm = cached_mmaa(rbc, dataset, eps=eps, norm=norm, cache=cache, n_iter=n_iter,
+                     n_target_classes=n_target_classes, n_restarts=n_restarts, seed=seed, top_k=top_k,
+                     batch_size=batch_size, device=device, progress=progress)
+    t2 = time.perf_counter()
+    hits["mmaa"] = len(cache.hits) > n_hits
+    abc_logits = None
+    if abc is not None:
+        abc_logits = cached_logits(abc, dataset, cache=cache, device=device, progress=progress,
+                                   what="ABC clean logits")
+    t3 = time.perf_counter()
+    attack = {"name": "mmaa", "eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,
+              "n_restarts": n_restarts, "seed": seed, "top_k": top_k}
+    return CalibrationData(clean, dataset.labels, mm["logits"], abc_logits, dataset, attack,
+                           seconds={"rbc_logits": t1 - t0, "mmaa": t2 - t1, "abc_logits": t3 - t2},
+                           cache_hits=hits)
+
+
+def margin_summary(data: CalibrationData, card: Any) -> dict[str, Any]:
+    """Fig. 6 in numbers: median margins of clean-incorrect and attacked-correct RBC outputs, before (LN) and
+    after the transform M(s*, p*, c*)."""
+    from mixzoo.transforms import confidence_margin, layer_norm, rbc_transform
+
+    clean_wrong = data.clean_logits.argmax(1) != data.labels
+    adv_right = data.attacked_logits.argmax(1) == data.labels
+
+    def med(t: torch.Tensor) -> float | None:
+        return float(t.median()) if t.numel() else None
+
+    out: dict[str, Any] = {"n_clean_incorrect": int(clean_wrong.sum()), "n_attacked_correct": int(adv_right.sum()),
+                           "n": len(data.labels)}
+    for stage, fn in (
+        ("raw", lambda z: z),
+        ("layer_norm", lambda z: layer_norm(z, top_k=card.top_k)),
+        ("transformed", lambda z: rbc_transform(z, card.s, card.p, card.c, clamp=card.clamp, top_k=card.top_k)),
+    ):
+        out[stage] = {
+            "clean_incorrect_median_margin": med(confidence_margin(fn(data.clean_logits))[clean_wrong]),
+            "attacked_correct_median_margin": med(confidence_margin(fn(data.attacked_logits))[adv_right]),
+        }
+    out["rbc_clean_accuracy"] = float((~clean_wrong).float().mean())
+    out["rbc_mmaa_accuracy"] = float(adv_right.float().mean())
+    return out
+
+
+def mix(
+    abc: str | nn.Module | None = None,
+    rbc: str | nn.Module | None = None,
+    *,
+    dataset: str | None = None,
+    beta: float = 0.985,
+    clamp: str = "gelu",
+    n_calib: int = 1000,
+    grid: Any = None,
+    objective: str = "standard",
+    optimizer: str = "grid",
+    top_k: int | None = None,
+    eps: float | None = None,
+    norm: str | None = None,
+    n_iter: int = 100,
+    n_target_classes: int = 9,
+    n_restarts: int = 1,
+    seed: int = 0,
+    batch_size: int = 250,
+    out: str | Path | None = None,
+    data_dir: str | None = None,
+    cache_dir: str | Path | None = None,
+    use_cache: bool = True,
+    device: str = "cpu",
+    allow_unsafe: bool = False,
+    progress: bool = True,
+    command: str | None = None,
+) -> MixResult:
+    """Calibrate MixedNUTS for an ABC/RBC pair by name (paper Algorithm 1) and write the mix card.
+
+    With no names, the built-in Fashion-MNIST pair is used. The RBC's clean logits and its MMAA margins are cached,
+    so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds.
+    """
+    from mixzoo.calibrate import calibrate
+    from mixzoo.data import load_dataset
+
+    if not 0.0 <= beta <= 1.0:
+        raise InputError(f"beta must lie in [0, 1], got {beta}")
+    if n_calib <= 0:
+        raise InputError(f"--n-calib must be positive, got {n_calib}")
+    if out is not None and Path(out).suffix not in (".toml", ".json"):
+        raise InputError(f"card path {out} must end in .toml or .json")
+    t0 = time.perf_counter()
+    abc_m = resolve_model(abc if abc is not None else DEFAULT_ABC, device, allow_unsafe)
+    rbc_m = resolve_model(rbc if rbc is not None else DEFAULT_RBC, device, allow_unsafe)
+    abc_spec, rbc_spec = getattr(abc_m, "spec", None), getattr(rbc_m, "spec", None)
+    if abc_spec is not None and rbc_spec is not None:
+        if abc_spec.num_classes != rbc_spec.num_classes:
+            raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"
+                             f" has {rbc_spec.num_classes}; pick models of the same task")
+        if abc_spec.dataset != rbc_spec.dataset and dataset is None:
+            raise InputError(f"ABC {abc_spec.name!r} is for {abc_spec.dataset!r} but RBC {rbc_spec.name!r} is for"
+                             f" {rbc_spec.dataset!r}; pass --dataset to choose the calibration data")
+    dataset = dataset or (rbc_spec.dataset if rbc_spec is not None else None)
+    if dataset is None:
+        raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
+    eps, norm = _default_attack_setting(rbc_m, eps, norm)
+    data = load_dataset(dataset, "calibration", n=n_calib, root=data_dir)
+    if rbc_spec is not None and tuple(data.images.shape[1:]) != tuple(rbc_spec.input_size):
+        raise InputError(f"dataset {dataset!r} gives images of shape {tuple(data.images.shape[1:])} but"
+                         f" {rbc_spec.name!r} expects {tuple(rbc_spec.input_size)}; choose a matching dataset")
+    cache = Cache(cache_dir, enabled=use_cache)
+    t1 = time.perf_counter()
+    cdata = calibration_data(abc_m if objective == "relaxed" else None, rbc_m, data, eps=eps, norm=norm,
+                             cache=cache, n_iter=n_iter, n_target_classes=n_target_classes,
+                             n_restarts=n_restarts, seed=seed, top_k=top_k, batch_size=batch_size, device=device,
+                             progress=progress)
+    t2 = time.perf_counter()
+    abc_correct = None
+    if objective == "relaxed":
+        abc_correct = cdata.abc_clean_logits.argmax(1) == cdata.labels
+    card = calibrate(
+        clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=cdata.attacked_logits,
+        attacked_labels=cdata.labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid, objective=objective,
+        abc_clean_correct=abc_correct, optimizer=optimizer, progress=progress,
+        abc={"name": model_name(abc_m), "weight_hash": model_hash(abc_m)},
+        rbc={"name": model_name(rbc_m), "weight_hash": model_hash(rbc_m)},
+        dataset=dataset,
+        data_info={"split": "calibration", "n": len(data.labels), "fingerprint": data.fingerprint,
+                   "source": getattr(data, "source", "")},
+        attack_info=cdata.attack,
+    )
+    card.provenance.update({"seed": seed, "command": command or "mixzoo.mix()", "device": device})
+    t3 = time.perf_counter()
+    path = None
+    if out is not None:
+        path = Path(out)
+        card.save(path)
+    summary = margin_summary(cdata, card)
+    seconds = {"load": t1 - t0, **cdata.seconds, "calibration_data": t2 - t1, "search": t3 - t2,
+               "total": time.perf_counter() - t0}
+    return MixResult(card, path, summary, seconds, cdata.cache_hits)

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from mixzoo.cache import Cache, atomic_write_text, batched_cached, content_key
+
+
+def test_content_key_is_order_independent_and_sensitive():
+    assert content_key({"a": 1, "b": [1, 2]}) == content_key({"b": [1, 2], "a": 1})
+    assert content_key({"a": 1}) != content_key({"a": 2})
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path):
+    target = tmp_path / "sub" / "f.txt"
+    atomic_write_text(target, "hello")
+    assert target.read_text() == "hello"
+    assert os.listdir(target.parent) == ["f.txt"]
+
+
+def test_batched_cached_resumes_after_interruption(tmp_path):
+    cache = Cache(tmp_path)
+    calls: list[tuple[int, int]] = []
+
+    def compute(a, b):
+        calls.append((a, b))
+        if len(calls) == 3 and not hasattr(compute, "failed"):
+            compute.failed = True
+            raise KeyboardInterrupt  # simulated interruption in the third batch
+        return {"x": torch.arange(a, b).float()}
+
+    with pytest.raises(KeyboardInterrupt):
+        batched_cached(cache, "k", "key", 10, 3, compute, {})
+    assert calls == [(0, 3), (3, 6), (6, 9)]
+    assert not cache.path("k", "key").exists()  # nothing half-written as a complete entry
+    calls.clear()
+    out = batched_cached(cache, "k", "key", 10, 3, compute, {})
+    assert calls == [(6, 9), (9, 10)]  # only what was missing
+    assert torch.equal(out["x"], torch.arange(10).float())
+    calls.clear()
+    again = batched_cached(cache, "k", "key", 10, 3, compute, {})
+    assert calls == [] and torch.equal(again["x"], out["x"])
+    assert cache.hits == ["k/key"]
+
+
+def test_damaged_entry_is_recomputed(tmp_path):
+    cache = Cache(tmp_path)
+    batched_cached(cache, "k", "key", 4, 4, lambda a, b: {"x": torch.ones(b - a)}, {})
+    cache.path("k", "key").write_bytes(b"garbage")
+    out = batched_cached(cache, "k", "key", 4, 4, lambda a, b: {"x": torch.zeros(b - a)}, {})
+    assert torch.equal(out["x"], torch.zeros(4))
