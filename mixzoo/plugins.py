@@ -196,9 +196,11 @@ def plugin_infos() -> list[PluginInfo]:
                     info.provides[label] = sorted(impl())
                 except Exception as exc:  # noqa: BLE001
                     _failures[name] = f"{hook}: {type(exc).__name__}: {exc}"
-        for hook, label in [("mixzoo_load_model", "loads"), ("mixzoo_resolve_model_name", "resolves names")]:
-            if getattr(plugin, hook, None) is not None:
-                info.provides.setdefault(label, []).append(getattr(plugin, "SOURCE_KINDS", ["yes"]).__str__())
+        kinds = getattr(plugin, "SOURCE_KINDS", None)
+        if getattr(plugin, "mixzoo_load_model", None) is not None:
+            info.provides["loads source kinds"] = sorted(kinds) if kinds else ["(unspecified)"]
+        if getattr(plugin, "mixzoo_resolve_model_name", None) is not None:
+            info.provides["resolves names"] = [getattr(plugin, "NAME_FORMS", "yes")]
         infos[name] = info
     for name, err in _failures.items():
         if name in infos:

@@ -1,0 +1,557 @@
+"""Shared loading code of the published-model plugins (``bit``, ``convnextv2``, ``swin``, ``wideresnet``).
+
+Paper 000, App. C.1 (Table 2) mixes published models: BiT ResNet-152 and ConvNeXt V2-L as accurate base classifiers,
+RaWideResNet-70-16, WideResNet-70-16 and Swin-L from RobustBench as robust ones. This module holds everything those
+plugins share, one job per function:
+
+* safe checkpoints: safetensors or ``torch.load(weights_only=True)``; a checkpoint that needs arbitrary unpickling
+  is refused (:class:`UnsafeCheckpointError`) unless the user passed ``allow_unsafe`` (``--allow-unsafe``);
+* checksums (:func:`verify_sha256`) where a registry entry has ``sha256``;
+* Hugging Face hub files (:func:`hub_download`) with one-line :class:`~mixzoo.errors.MissingFileError` messages
+  naming the cache path when offline (``HF_HUB_OFFLINE=1`` or ``MIXZOO_OFFLINE=1``) or when the hub is unreachable;
+* timm hub models (:func:`timm_hub_spec`, :func:`load_timm_hub`): input size, mean/std and classes come from the
+  hub ``config.json``; weights go through the safe loader and then timm's own pretrained-weight adaptation;
+* RobustBench (:func:`robustbench_spec`, :func:`load_robustbench`): checkpoints live in
+  ``$MIXZOO_ROBUSTBENCH_DIR/{dataset}/{threat_model}/{name}.pt`` (default ``~/.cache/mixzoo/robustbench``);
+  the networks normalize internally, so their specs carry mean 0 / std 1 and the wrapper says so
+  (:class:`NormalizationInside`).
+
+timm, huggingface_hub and robustbench are imported lazily (through :mod:`mixzoo.compat`), so listing models never
+pays for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import pickle
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.errors import InputError, MissingFileError, MixzooError, RegistryError, UnknownNameError
+from mixzoo.models import BaseClassifier
+from mixzoo.registry import ModelSpec
+
+HF_PREFIX = "hf-hub:"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # what timm pushes to the hub, safest first
+ROBUSTBENCH_DIR_ENV = "MIXZOO_ROBUSTBENCH_DIR"
+ROBUSTBENCH_DEFAULT_DIR = "~/.cache/mixzoo/robustbench"
+# RobustBench datasets: classes and the resolution its leaderboard evaluates at.
+ROBUSTBENCH_DATASETS: dict[str, tuple[int, tuple[int, int, int]]] = {
+    "cifar10": (10, (3, 32, 32)), "cifar100": (100, (3, 32, 32)), "imagenet": (1000, (3, 224, 224)),
+}
+ROBUSTBENCH_THREATS = ("Linf", "L2", "corruptions")
+# RobustBench's standard radii (leaderboard settings): Linf 8/255 on CIFAR, 4/255 on ImageNet; L2 0.5.
+DEFAULT_EPSILON: dict[tuple[str, str], float] = {
+    ("cifar10", "Linf"): 8 / 255, ("cifar100", "Linf"): 8 / 255, ("imagenet", "Linf"): 4 / 255,
+    ("cifar10", "L2"): 0.5, ("cifar100", "L2"): 0.5, ("imagenet", "L2"): 0.5,
+}
+
+
+class UnsafeCheckpointError(MixzooError):
+    """A checkpoint that only loads by unpickling arbitrary objects, refused without ``allow_unsafe``."""
+
+
+class ChecksumError(MixzooError):
+    """A file whose sha256 differs from the registry's."""
+
+
+class HubEntryNotFoundError(MissingFileError):
+    """The hub answered that the repository has no such file (not a network problem)."""
+
+
+# ------------------------------------------------------------------------------------------- offline, checksums
+def offline() -> bool:
+    """True when downloads are off: ``HF_HUB_OFFLINE=1`` (as huggingface_hub read it) or ``MIXZOO_OFFLINE=1``."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0")
+
+
+def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file, read in 4 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_sha256(path: str | os.PathLike[str], expected: str | None, entry: str) -> None:
+    """Raise :class:`ChecksumError` unless ``path`` hashes to ``expected`` (no-op when ``expected`` is None)."""
+    if expected is None:
+        return
+    actual = sha256_file(path)
+    if actual.lower() != expected.lower():
+        raise ChecksumError(
+            f"{path} has sha256 {actual[:16]}..., but registry entry {entry!r} expects {expected[:16]}...;"
+            " delete the file to fetch it again, or correct sha256 in the registry"
+        )
+
+
+# ----------------------------------------------------------------------------------------------- safe loading
+_GLOBAL_RE = re.compile(r"GLOBAL ([\w.]+)")
+
+
+def load_checkpoint(path: str | os.PathLike[str], allow_unsafe: bool = False, mmap: bool = False) -> Any:
+    """Load a checkpoint safely: safetensors, else ``torch.load(weights_only=True)``.
+
+    A pickle that needs arbitrary classes raises :class:`UnsafeCheckpointError` naming the class, unless
+    ``allow_unsafe`` (then it is loaded with ``weights_only=False``). ``mmap`` maps tensor storages instead of
+    reading them (zip-format checkpoints), which makes a safety check of a large file cheap.
+    """
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path), device="cpu")
+    try:
+        return _torch_load(path, weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as exc:
+        if not allow_unsafe:
+            raise _unsafe_error(path, str(exc)) from None
+    try:
+        return _torch_load(path, weights_only=False, mmap=mmap)
+    except pickle.UnpicklingError as exc:
+        raise MixzooError(f"{path} is not a readable PyTorch checkpoint ({exc}); delete it and fetch it"
+                          " again") from None
+
+
+def _unsafe_error(path: Path, reason: str) -> UnsafeCheckpointError:
+    """The one-line refusal, naming the offending class when torch's weights-only unpickler reported one."""
+    found = _GLOBAL_RE.search(reason)
+    if found:
+        return UnsafeCheckpointError(
+            f"checkpoint {path} holds an object of class {found.group(1)} and loading it would run arbitrary"
+            " code; re-save it as a state dict or safetensors, or pass allow_unsafe=True (CLI: --allow-unsafe)"
+            " if you trust its source"
+        )
+    lines = [ln.strip() for ln in reason.split("WeightsUnpickler error:")[-1].splitlines() if ln.strip()]
+    return UnsafeCheckpointError(
+        f"checkpoint {path} is not plain weights ({lines[0] if lines else 'weights-only load failed'}); it is"
+        " corrupt (delete it and fetch it again) or a pickle that loads only with allow_unsafe=True"
+        " (CLI: --allow-unsafe), which runs arbitrary code: use it only if you trust the source"
+    )
+
+
+def _torch_load(path: Path, weights_only: bool, mmap: bool) -> Any:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=mmap)
+    except pickle.UnpicklingError:
+        raise
+    except RuntimeError as exc:
+        if mmap and "mmap" in str(exc):  # legacy (non-zip) format cannot be mapped: read it instead
+            return _torch_load(path, weights_only, mmap=False)
+        raise MixzooError(f"{path} is not a readable PyTorch checkpoint ({str(exc).splitlines()[0]});"
+                          " delete it and fetch it again") from None
+
+
+def needs_unpickling(path: str | os.PathLike[str]) -> bool:
+    """Whether a checkpoint only loads with ``weights_only=False`` (storages memory-mapped, so this is cheap)."""
+    try:
+        load_checkpoint(path, allow_unsafe=False, mmap=True)
+    except UnsafeCheckpointError:
+        return True
+    return False
+
+
+_WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "net")
+
+
+def state_dict_from(obj: Any, source: str) -> dict[str, torch.Tensor]:
+    """The tensor dict inside a checkpoint: unwraps ``{'state_dict': ...}`` / ``{'model': ...}`` and strips a
+    ``module.`` prefix (DataParallel) carried by every key."""
+    for key in _WRAPPER_KEYS:
+        if isinstance(obj, Mapping) and isinstance(obj.get(key), Mapping):
+            obj = obj[key]
+            break
+    if not isinstance(obj, Mapping) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise MixzooError(f"{source} holds no state dict of tensors (got {type(obj).__name__}); save"
+                          " model.state_dict() instead")
+    sd = dict(obj)
+    if all(k.startswith("module.") for k in sd):
+        sd = {k[len("module."):]: v for k, v in sd.items()}
+    return sd
+
+
+def load_state_dict_strict(network: nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
+    """``load_state_dict(strict=True)`` with a one-line error listing the first mismatching keys."""
+    own = network.state_dict()
+    missing = [k for k in own if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in own]
+    shapes = [k for k in own if k in state_dict and tuple(own[k].shape) != tuple(state_dict[k].shape)]
+    if missing or unexpected or shapes:
+        parts = [f"{label} {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}"
+                 for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", shapes))
+                 if keys]
+        raise MixzooError(f"{source} does not fit the architecture ({'; '.join(parts)}); check arch and"
+                          " num_classes in the registry entry")
+    network.load_state_dict(state_dict, strict=True)
+
+
+# ----------------------------------------------------------------------------------------- Hugging Face hub
+def hf_cache_location(repo_id: str, filename: str, revision: str | None = None) -> str:
+    """Where huggingface_hub looks for a file: ``{HF_HUB_CACHE}/models--ORG--NAME/snapshots/REV/FILE``."""
+    from huggingface_hub import constants
+
+    folder = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    ref = revision or "main"
+    return f"{folder}/snapshots/<commit>/{filename} (with {folder}/refs/{ref} holding <commit>)"
+
+
+def hub_download(repo_id: str, filename: str, revision: str | None = None) -> Path:
+    """``huggingface_hub.hf_hub_download`` (cached, with its own progress bar) with mixzoo's errors.
+
+    Offline (``HF_HUB_OFFLINE=1`` / ``MIXZOO_OFFLINE=1``) only the cache is consulted. A file neither cached nor
+    downloadable raises :class:`~mixzoo.errors.MissingFileError` saying where to place it; a file the hub says
+    does not exist raises :class:`HubEntryNotFoundError`.
+    """
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{filename!r} of Hugging Face repo {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
+    try:
+        return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=offline()))
+    except LocalEntryNotFoundError:
+        why = "downloads are off (HF_HUB_OFFLINE/MIXZOO_OFFLINE)" if offline() else "the hub is unreachable"
+        raise MissingFileError(
+            f"{where} is not in the local cache and {why}; fetch it where there is network"
+            f" (`huggingface-cli download {repo_id} {filename}`) or place it at"
+            f" {hf_cache_location(repo_id, filename, revision)}"
+        ) from None
+    except GatedRepoError:
+        raise MissingFileError(f"{where} is gated; accept its terms on huggingface.co and log in with"
+                               " `huggingface-cli login`") from None
+    except RepositoryNotFoundError:
+        raise MissingFileError(f"Hugging Face repo {repo_id!r} does not exist (or is private); fix repo in"
+                               " the registry entry") from None
+    except RevisionNotFoundError:
+        raise MissingFileError(f"{where}: revision not found; fix the revision in the registry entry") from None
+    except EntryNotFoundError:
+        raise HubEntryNotFoundError(f"{where} does not exist on the hub; fix filename in the registry"
+                                    " entry") from None
+    except HFValidationError as exc:
+        raise InputError(f"{repo_id!r} is not a valid Hugging Face repo id ({exc})") from None
+
+
+def parse_hf_hub(name: str) -> tuple[str, str | None]:
+    """``hf-hub:ORG/NAME[@REV]`` -> (``ORG/NAME``, ``REV`` or None)."""
+    body = name[len(HF_PREFIX):] if name.startswith(HF_PREFIX) else name
+    repo, _, revision = body.partition("@")
+    if repo.count("/") != 1 or not all(repo.split("/")):
+        raise InputError(f"{name!r} is not of the form hf-hub:ORG/NAME[@REVISION]")
+    return repo, revision or None
+
+
+def hub_weights(repo_id: str, revision: str | None = None) -> Path:
+    """The weight file of a timm hub repo: ``model.safetensors`` if the repo (or cache) has it, else
+    ``pytorch_model.bin``."""
+    try:
+        return hub_download(repo_id, WEIGHT_FILES[0], revision)
+    except HubEntryNotFoundError:
+        return hub_download(repo_id, WEIGHT_FILES[1], revision)
+    except MissingFileError:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(repo_id, WEIGHT_FILES[1], revision=revision)
+        if isinstance(cached, str):
+            return Path(cached)
+        raise
+
+
+# ----------------------------------------------------------------------------------------------------- timm
+def timm_repo(model: str) -> tuple[str, str | None]:
+    """The hub repo of a timm source: ``hf-hub:ORG/NAME[@REV]``, or a timm name with a pretrained tag whose
+    pretrained config points at the hub (``convnextv2_large.fcmae_ft_in22k_in1k`` -> ``timm/...``)."""
+    if model.startswith(HF_PREFIX):
+        return parse_hf_hub(model)
+    from mixzoo.compat import import_timm
+
+    import_timm()
+    from timm.models import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(model, allow_unregistered=False) if "." in model else None
+    if cfg is None or not cfg.hf_hub_id:
+        raise RegistryError(f"timm model {model!r} has no Hugging Face hub weights; use hf-hub:ORG/NAME or a"
+                            " timm name with a pretrained tag (e.g. convnextv2_large.fcmae_ft_in22k_in1k)")
+    return parse_hf_hub(cfg.hf_hub_id)
+
+
+def timm_hub_config(repo_id: str, revision: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(architecture, pretrained_cfg, model_args) from a hub ``config.json``.
+
+    Mirrors ``timm.models._hub.load_model_config_from_hf`` but reads the file through :func:`hub_download`, so
+    offline errors say where the file belongs and nothing in timm touches the network.
+    """
+    hf_config = json.loads(hub_download(repo_id, "config.json", revision).read_text(encoding="utf-8"))
+    if "pretrained_cfg" not in hf_config:  # old form: the pretrained cfg is the whole file
+        pretrained_cfg = dict(hf_config)
+        hf_config = {"architecture": pretrained_cfg.pop("architecture", None)}
+        if "labels" in pretrained_cfg:
+            pretrained_cfg["label_names"] = pretrained_cfg.pop("labels")
+    else:
+        pretrained_cfg = dict(hf_config["pretrained_cfg"])
+    arch = hf_config.get("architecture") or pretrained_cfg.get("architecture")
+    if not arch:
+        raise MixzooError(f"config.json of {repo_id!r} names no timm architecture; is it a timm model repo?")
+    if "num_classes" in hf_config:
+        pretrained_cfg["num_classes"] = hf_config["num_classes"]
+    for key in ("label_names", "label_descriptions"):
+        if key in hf_config:
+            pretrained_cfg[key] = hf_config[key]
+    pretrained_cfg["hf_hub_id"] = f"{repo_id}@{revision}" if revision else repo_id
+    return arch, pretrained_cfg, dict(hf_config.get("model_args", {}))
+
+
+def timm_hub_spec(name: str, plugin: str) -> ModelSpec:
+    """A spec for any ``hf-hub:ORG/NAME`` timm model: accurate role; classes, input size and mean/std from the
+    hub config (dataset ``imagenet`` for 1000 classes, else ``unknown``)."""
+    repo, revision = parse_hf_hub(name)
+    arch, cfg, _ = timm_hub_config(repo, revision)
+    num_classes = int(cfg.get("num_classes", 1000))
+    size = [int(v) for v in cfg.get("input_size", (3, 224, 224))]
+    mean, std = list(cfg.get("mean", (0.485, 0.456, 0.406))), list(cfg.get("std", (0.229, 0.224, 0.225)))
+    return ModelSpec(
+        name=name, role="accurate", dataset="imagenet" if num_classes == 1000 else "unknown",
+        num_classes=num_classes, input_size=tuple(size), source={"kind": "timm", "model": name},
+        mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std),
+        license=str(cfg.get("license") or ""), citation=str(cfg.get("paper_name") or ""),
+        description=f"timm {arch} from the Hugging Face hub ({repo}); input size and normalization from its"
+                    " config.json",
+        plugin=plugin,
+    )
+
+
+def load_timm_hub(spec: ModelSpec, allow_unsafe: bool = False) -> nn.Module:
+    """The timm network of a ``{kind="timm", model=...}`` spec, weights from the hub (or its cache).
+
+    The weight file is checked against ``spec.sha256``, loaded by :func:`load_checkpoint` and handed to timm's
+    pretrained-weight loader (``pretrained_cfg['state_dict']``), which applies the architecture's checkpoint
+    filter exactly as for a hub download. The spec's mean/std must match the hub config's (the wrapper applies
+    the spec's). Returns the bare network taking normalized input.
+    """
+    from mixzoo.compat import import_timm
+
+    timm = import_timm()
+    repo, revision = timm_repo(str(spec.source.get("model", "")))
+    arch, cfg, model_args = timm_hub_config(repo, revision)
+    _check_normalization(spec, cfg)
+    weights = hub_weights(repo, revision)
+    verify_sha256(weights, spec.sha256, spec.name)
+    state_dict = state_dict_from(load_checkpoint(weights, allow_unsafe), str(weights))
+    cfg.update(source="", state_dict=state_dict)  # timm: a state dict in the cfg has top priority
+    try:
+        return timm.create_model(arch, pretrained=True, pretrained_cfg=cfg, **model_args)
+    except RuntimeError as exc:
+        raise MixzooError(f"timm could not build {arch} from {weights}: {str(exc).splitlines()[0]}") from None
+
+
+def _check_normalization(spec: ModelSpec, cfg: Mapping[str, Any]) -> None:
+    for key in ("mean", "std"):
+        want, have = cfg.get(key), getattr(spec, key)
+        if want is None:
+            continue
+        want = [float(v) for v in want]
+        have_full = list(have) * len(want) if len(have) == 1 else list(have)
+        if len(have_full) != len(want) or any(abs(a - b) > 1e-6 for a, b in zip(have_full, want, strict=True)):
+            raise RegistryError(f"registry entry {spec.name!r}: {key} {list(have)} differs from the model's"
+                                f" config.json {want}; set {key} = {want}")
+
+
+# ---------------------------------------------------------------------------------------------- RobustBench
+class NormalizationInside(nn.Module):
+    """Stands where :class:`mixzoo.models.Normalize` would: the network normalizes its [0, 1] input itself."""
+
+    def __init__(self, who: str):
+        super().__init__()
+        self.who = who
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def extra_repr(self) -> str:
+        return f"identity: {self.who} normalizes [0, 1] input inside the network"
+
+
+def robustbench_dir() -> Path:
+    """``$MIXZOO_ROBUSTBENCH_DIR`` or ``~/.cache/mixzoo/robustbench`` (RobustBench's ``model_dir``)."""
+    return Path(os.environ.get(ROBUSTBENCH_DIR_ENV) or ROBUSTBENCH_DEFAULT_DIR).expanduser()
+
+
+def parse_robustbench_name(name: str) -> tuple[str, str, str] | None:
+    """``dataset/threat/Name`` (e.g. ``cifar10/Linf/Ding2020MMA``) -> its parts; None for other names."""
+    parts = name.split("/")
+    if len(parts) == 3 and parts[0] in ROBUSTBENCH_DATASETS and parts[1] in ROBUSTBENCH_THREATS and parts[2]:
+        return parts[0], parts[1], parts[2]
+    return None
+
+
+def robustbench_entry(dataset: str, threat: str, name: str) -> Mapping[str, Any]:
+    """RobustBench's model-zoo entry (``{'model': constructor, 'gdrive_id': ...}``), or UnknownNameError."""
+    from mixzoo.compat import import_robustbench
+
+    import_robustbench()
+    from robustbench.model_zoo import model_dicts
+    from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
+
+    zoo = model_dicts[BenchmarkDataset(dataset)][ThreatModel(threat)]
+    if name not in zoo:
+        raise UnknownNameError(f"RobustBench {dataset}/{threat} model", name, zoo)
+    return zoo[name]
+
+
+def robustbench_files(dataset: str, threat: str, name: str, entry: Mapping[str, Any]) -> list[Path]:
+    """Checkpoint paths RobustBench reads: ``{dir}/{dataset}/{threat}/{name}.pt``, or ``{name}.pt_m{i}.pt`` for
+    each member of an ensemble."""
+    base = robustbench_dir() / dataset / threat / f"{name}.pt"
+    ids = entry.get("gdrive_id")
+    if isinstance(ids, list):
+        return [Path(f"{base}_m{i}.pt") for i in range(len(ids))]
+    return [base]
+
+
+def robustbench_spec(name: str, plugin: str) -> ModelSpec | None:
+    """A robust spec for a RobustBench ``dataset/threat/Name``, eps from RobustBench's defaults; None if the name
+    is not of that form."""
+    parsed = parse_robustbench_name(name)
+    if parsed is None:
+        return None
+    dataset, threat, model = parsed
+    robustbench_entry(dataset, threat, model)  # unknown names fail here, with suggestions
+    classes, size = ROBUSTBENCH_DATASETS[dataset]
+    return ModelSpec(
+        name=name, role="robust", dataset=dataset, num_classes=classes, input_size=size,
+        source={"kind": "robustbench", "name": model, "dataset": dataset, "threat_model": threat},
+        threat_model=threat, epsilon=DEFAULT_EPSILON.get((dataset, threat)),
+        citation=f"RobustBench model {model}", plugin=plugin,
+        description="RobustBench model zoo entry; mean 0 / std 1 because the network normalizes internally",
+    )
+
+
+@contextlib.contextmanager
+def _torch_load_mode(unpickling: bool) -> Iterator[None]:
+    """Make RobustBench's own ``torch.load`` (which passes no ``weights_only``) weights-only, or let it unpickle
+    when the user allowed it, via torch's environment switches; restored afterwards."""
+    keys = ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    old = {k: os.environ.get(k) for k in keys}
+    os.environ.pop(keys[not unpickling], None)  # torch refuses both at once
+    os.environ[keys[unpickling]] = "1"
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _cuda_error(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {exc}".lower()
+    return not torch.cuda.is_available() and ("cuda" in text or "nvidia" in text)
+
+
+def load_robustbench(spec: ModelSpec, allow_unsafe: bool = False) -> BaseClassifier:
+    """A RobustBench model for a ``{kind="robustbench", name, dataset, threat_model}`` spec, wrapped.
+
+    Order of checks: the entry exists; its constructor does not need CUDA (probed on the meta device, so it is
+    cheap); checkpoints are present (else, offline, :class:`MissingFileError` naming the path; online,
+    RobustBench downloads them); each is loadable without unpickling (else :class:`UnsafeCheckpointError`
+    unless ``allow_unsafe``); ``sha256`` matches. RobustBench then builds the network and loads the weights with
+    its per-model key fixes. Returns a :class:`BaseClassifier` whose normalization step is
+    :class:`NormalizationInside`.
+    """
+    src = spec.source
+    try:
+        name, dataset, threat = str(src["name"]), str(src["dataset"]), str(src["threat_model"])
+    except KeyError as exc:
+        raise RegistryError(f"registry entry {spec.name!r}: source needs name, dataset and threat_model"
+                            f" (missing {exc.args[0]!r})") from None
+    if dataset not in ROBUSTBENCH_DATASETS or threat not in ROBUSTBENCH_THREATS:
+        raise RegistryError(f"registry entry {spec.name!r}: source dataset/threat_model must be one of"
+                            f" {sorted(ROBUSTBENCH_DATASETS)} / {ROBUSTBENCH_THREATS}, got {dataset!r}/{threat!r}")
+    if any(v != 0.0 for v in spec.mean) or any(v != 1.0 for v in spec.std):
+        raise RegistryError(f"registry entry {spec.name!r}: RobustBench networks normalize internally; set"
+                            " mean = [0.0] and std = [1.0]")
+    entry = robustbench_entry(dataset, threat, name)
+    if not torch.cuda.is_available():
+        try:
+            with torch.device("meta"):
+                entry["model"]()
+        except Exception as exc:  # noqa: BLE001 - only CUDA needs are reported here; the real build re-raises
+            if _cuda_error(exc):
+                raise MixzooError(f"RobustBench model {dataset}/{threat}/{name} needs a CUDA GPU just to be"
+                                  " constructed (its code calls .cuda()); load it on a machine with a GPU") from None
+    files = robustbench_files(dataset, threat, name, entry)
+    missing = [f for f in files if not f.is_file()]
+    if missing and offline():
+        raise MissingFileError(f"RobustBench checkpoint {missing[0]} is missing and downloads are off"
+                               f" (HF_HUB_OFFLINE/MIXZOO_OFFLINE); place it there (directory set by"
+                               f" ${ROBUSTBENCH_DIR_ENV})")
+    if spec.sha256 is not None and len(files) != 1:
+        raise RegistryError(f"registry entry {spec.name!r}: sha256 is supported for single-file models only")
+    for f in files:
+        if f.is_file():
+            verify_sha256(f, spec.sha256, spec.name)
+    unsafe = _check_files(files, allow_unsafe)
+    network = _robustbench_build(name, dataset, threat, files, unsafe, allow_unsafe)
+    if missing:  # freshly downloaded: check what arrived
+        for f in files:
+            verify_sha256(f, spec.sha256, spec.name)
+    model = BaseClassifier(network, spec)
+    model.normalize = NormalizationInside(f"RobustBench {name}")
+    return model
+
+
+def _robustbench_build(name: str, dataset: str, threat: str, files: list[Path], unsafe: bool,
+                       allow_unsafe: bool) -> nn.Module:
+    """``robustbench.load_model`` with its failures translated into one-line mixzoo errors."""
+    from mixzoo.compat import import_robustbench
+
+    rb = import_robustbench()
+    try:
+        with _torch_load_mode(unpickling=unsafe):
+            return rb.load_model(name, model_dir=str(robustbench_dir()), dataset=dataset, threat_model=threat)
+    except MixzooError:
+        raise
+    except pickle.UnpicklingError:  # a file downloaded just now needs unpickling
+        if not _check_files(files, allow_unsafe):
+            raise
+        with _torch_load_mode(unpickling=True):
+            return rb.load_model(name, model_dir=str(robustbench_dir()), dataset=dataset, threat_model=threat)
+    except Exception as exc:  # noqa: BLE001 - robustbench raises anything; translate to one line
+        if _cuda_error(exc):
+            raise MixzooError(f"RobustBench model {dataset}/{threat}/{name} needs a CUDA GPU; load it on a"
+                              " machine with a GPU") from None
+        still = [f for f in files if not f.is_file()]
+        if still:
+            raise MissingFileError(f"could not download RobustBench checkpoint {still[0]} ({type(exc).__name__});"
+                                   " download it where there is network and place it there") from None
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise MixzooError(f"RobustBench could not load {dataset}/{threat}/{name}: {type(exc).__name__}:"
+                          f" {first}") from None
+
+
+def _check_files(files: list[Path], allow_unsafe: bool) -> bool:
+    """Raise UnsafeCheckpointError for a present file that needs unpickling unless allowed; True if any does."""
+    unsafe = False
+    for f in files:
+        if f.is_file() and needs_unpickling(f):
+            if not allow_unsafe:
+                load_checkpoint(f, allow_unsafe=False, mmap=True)  # raises the one-line error naming the class
+            unsafe = True
+    return unsafe

@@ -1,0 +1,41 @@
+"""WideResNets from RobustBench on CIFAR-10/100: the robust base classifiers of paper 000 on CIFAR (App. C.1,
+Table 2: Peng et al. 2023 RaWideResNet-70-16 on CIFAR-10, Wang et al. 2023 WideResNet-70-16 on CIFAR-100).
+
+Source kind ``robustbench`` for ``dataset = "cifar10" | "cifar100"``:
+``{kind = "robustbench", name = "Wang2023Better_WRN-70-16", dataset = "cifar100", threat_model = "Linf"}``.
+Any CIFAR entry of RobustBench's model zoo loads, WideResNet or not. Checkpoints are read from
+``$MIXZOO_ROBUSTBENCH_DIR/{dataset}/{threat_model}/{name}.pt`` (default ``~/.cache/mixzoo/robustbench``); RobustBench
+downloads missing ones unless offline. The networks normalize internally: specs carry mean 0 / std 1 and the
+wrapper's normalization step says so (:class:`mixzoo_plugins._loading.NormalizationInside`).
+
+Names no registry knows: ``cifar10/Linf/Ding2020MMA``-style ``dataset/threat/Name`` resolve to a robust spec with
+RobustBench's default radius (Linf 8/255, L2 0.5). ImageNet entries are the ``swin`` plugin's.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from mixzoo.plugins import hookimpl
+from mixzoo.registry import ModelSpec
+
+from . import _loading
+
+SOURCE_KINDS = ["robustbench (cifar10, cifar100)"]
+DATASETS = ("cifar10", "cifar100")
+
+
+@hookimpl
+def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
+    """``cifar10|cifar100/THREAT/Name`` -> a robust spec; None for other names."""
+    if name.split("/", 1)[0] not in DATASETS:
+        return None
+    return _loading.robustbench_spec(name, plugin="wideresnet")
+
+
+@hookimpl
+def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Module | None:
+    """Load CIFAR ``robustbench`` sources; None for everything else."""
+    if spec.source.get("kind") != "robustbench" or spec.source.get("dataset") not in DATASETS:
+        return None
+    return _loading.load_robustbench(spec, allow_unsafe)
