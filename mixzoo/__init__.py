@@ -4,12 +4,17 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+# NB: the next line rebinds the attribute ``mixzoo.calibrate`` to the function (Algorithm 1); the module stays
+# importable with ``from mixzoo.calibrate import Grid``.
+from mixzoo.calibrate import calibrate
+from mixzoo.card import MixCard
 from mixzoo.errors import InputError, MixzooError, UnknownNameError
+from mixzoo.mixing import MixedClassifier
 from mixzoo.models import BaseClassifier, load_model
 from mixzoo.plugins import get_plugin_manager, hookimpl
 from mixzoo.registry import ModelSpec, get_spec, list_models
 
 __all__ = [
-    "BaseClassifier", "InputError", "MixzooError", "ModelSpec", "UnknownNameError", "__version__",
-    "get_plugin_manager", "get_spec", "hookimpl", "list_models", "load_model",
+    "BaseClassifier", "InputError", "MixCard", "MixedClassifier", "MixzooError", "ModelSpec", "UnknownNameError",
+    "__version__", "calibrate", "get_plugin_manager", "get_spec", "hookimpl", "list_models", "load_model",
 ]

@@ -89,6 +89,9 @@ def mixzoo_datasets() -> dict[str, Any]:
     """Datasets by name (``--dataset NAME``).
 
     Called once when datasets are first looked up. Each value is a factory
-    ``factory(split: str, root: str | None) -> mixzoo.data.ImageDataset`` with splits ``"calibration"`` and
-    ``"evaluation"`` that never overlap (and ``"train"`` where training data exists).
+    ``factory(split: str, n: int | None, root: str | None, **options) -> mixzoo.data.ImageDataset`` returning
+    the first ``n`` examples (all if ``None``) of split ``"train"``, ``"calibration"`` or ``"evaluation"``;
+    calibration and evaluation never overlap, and models shipped for the dataset are not trained on calibration
+    images. ``root`` is a user-named data directory (or ``None``); ``options`` are dataset-specific (e.g.
+    ``size`` for ``imagenet``). Call it through :func:`mixzoo.data.load_dataset`.
     """

@@ -1,0 +1,23 @@
+"""Attacks: APGD with margin tracking, minimum-margin AutoAttack (MMAA, paper App. B.1), PGD and the robustness
+evaluations ``pgd`` / ``apgd`` / ``autoattack`` / ``adaptive`` (App. B.2) that the attack hook registers."""
+
+from mixzoo.attacks.apgd import apgd_ce, apgd_run, apgd_t
+from mixzoo.attacks.evaluation import (
+    AdaptiveAutoAttack,
+    APGDEnsemble,
+    Attack,
+    AutoAttackEval,
+    Component,
+    PGDAttack,
+    gradient_mode,
+)
+from mixzoo.attacks.margins import MarginRecord, signed_margin
+from mixzoo.attacks.mmaa import MMAAResult, mmaa
+from mixzoo.attacks.pgd import pgd
+from mixzoo.attacks.result import AttackResult, ComponentStat, EvalResult
+
+__all__ = [
+    "APGDEnsemble", "AdaptiveAutoAttack", "Attack", "AttackResult", "AutoAttackEval", "Component", "ComponentStat",
+    "EvalResult", "MMAAResult", "MarginRecord", "PGDAttack", "apgd_ce", "apgd_run", "apgd_t", "gradient_mode", "mmaa",
+    "pgd", "signed_margin",
+]

@@ -1,0 +1,204 @@
+"""Train candidate robust base classifiers (and accurate ones) and measure what selecting an RBC needs.
+
+For each candidate recipe: clean accuracy, PGD-20 accuracy (L-inf 0.1), the median LN-margin of clean mistakes,
+the (1 - beta)-quantiles (beta = 0.985, 0.95) of LN-margins of PGD-attacked examples that stay correct, and the
+share of clean mistakes below those quantiles (see :func:`mixzoo.train.evaluate_model`). Results go to a JSON
+lines file; ``benchmarks/rbc_candidates.md`` holds the recorded table.
+
+With an accurate candidate in the run (``std`` by default, ``--abc``), each robust candidate also gets a
+*MixedNUTS proxy*: a small grid search over the RBC transform M(s, p, c) with the GELU clamp (paper Eq. 4) on
+the PGD-20 (not MMAA) evaluation logits, in-sample, choosing the threshold as the (1 - beta)-quantile of the
+transformed margins of attacked-correct examples (so about (1 - beta) x robust accuracy is given up) and
+reporting the best estimated relative cut of the RBC's clean error by the mixture (fixed RBC mistakes where the
+ABC is right, minus RBC-correct examples broken where the ABC is wrong). It only ranks candidates; the real
+numbers come from ``mixzoo mix`` / ``mixzoo bench``.
+
+    .venv/bin/python benchmarks/rbc_candidates.py --out rbc.jsonl [--device cuda] [--jobs 8] [NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+import torch
+import torch.nn.functional as F
+
+from mixzoo.train import RECIPES, Recipe
+
+_PGD, _TRADES, _STD = RECIPES["fmnist-pgd"], RECIPES["fmnist-trades"], RECIPES["fmnist-std"]
+_WIDE = {"widths": (48, 96), "hidden": 256}
+_BN = {"widths": (32, 64), "hidden": 128, "batch_norm": True}
+
+CANDIDATES: dict[str, Recipe] = {
+    "pgd-s3": _PGD.replace(epochs=3),
+    "pgd-s3-e15": _PGD.replace(train_eps=0.15, epochs=3),
+    "trades-s3-e15": _TRADES.replace(train_eps=0.15, epochs=3),
+    "pgd-s3-e2": _PGD.replace(train_eps=0.2, epochs=3),
+    "trades-s3-e2": _TRADES.replace(train_eps=0.2, epochs=3),
+    "pgd-s6-e15": _PGD.replace(train_eps=0.15, epochs=6),
+    "trades-s6-e15": _TRADES.replace(train_eps=0.15, epochs=6),
+    "trades-w6-e15": _TRADES.replace(train_eps=0.15, epochs=6, arch_kwargs=_WIDE),
+    "trades-s3": _TRADES.replace(epochs=3),
+    "trades-s3-b3": _TRADES.replace(epochs=3, trades_beta=3.0),
+    "trades-s3-b9": _TRADES.replace(epochs=3, trades_beta=9.0),
+    "pgd-s6": _PGD,
+    "trades-s6": _TRADES,
+    "pgd-w3": _PGD.replace(epochs=3, arch_kwargs=_WIDE),
+    "trades-w3": _TRADES.replace(epochs=3, arch_kwargs=_WIDE),
+    "trades-s3-bn": _TRADES.replace(epochs=3, arch_kwargs=_BN),
+    "pgd-s3-bn": _PGD.replace(epochs=3, arch_kwargs=_BN),
+    "trades-s3-noramp": _TRADES.replace(epochs=3, eps_warmup=0.0),
+    "trades-s3-lr2e-3": _TRADES.replace(epochs=3, lr=2e-3),
+    "trades-s3-k10": _TRADES.replace(epochs=3, attack_steps=10),
+    "trades-w6": _TRADES.replace(arch_kwargs=_WIDE, epochs=6),
+    "pgd-w6": _PGD.replace(arch_kwargs=_WIDE, epochs=6),
+    "std": _STD,
+    "std-15": _STD.replace(epochs=15),
+    "std-sgd": _STD.replace(optimizer="sgd", lr=0.05),
+    "std-noaug": _STD.replace(augment=False),
+}
+
+
+def mixednuts_proxy(abc_clean: torch.Tensor, rbc_clean: torch.Tensor, rbc_adv: torch.Tensor,
+                    labels: torch.Tensor, beta: float) -> dict[str, float]:
+    """Best estimated relative clean-error cut over a (s, p, c) grid; see the module docstring."""
+    rbc_right, abc_right = rbc_clean.argmax(1) == labels, abc_clean.argmax(1) == labels
+    adv_right = rbc_adv.argmax(1) == labels
+    fixable, breakable = ~rbc_right & abc_right, rbc_right & ~abc_right
+
+    def ln(z: torch.Tensor) -> torch.Tensor:
+        return (z - z.mean(1, keepdim=True)) / z.std(1, unbiased=False, keepdim=True).clamp_min(1e-12)
+
+    zc, za = ln(rbc_clean), ln(rbc_adv[adv_right])
+    best = {"cut": -1.0}
+    for s in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0):
+        for p in (1.0, 1.5, 2.0, 3.0, 4.0, 6.0):
+            c = torch.linspace(-3, 1, 17).view(-1, 1, 1)
+
+            def margin(z: torch.Tensor, s=s, p=p, c=c) -> torch.Tensor:
+                g = F.gelu(z.unsqueeze(0) + c)
+                top2 = F.softmax(s * g.abs().pow(p) * g.sign(), dim=-1).topk(2, dim=-1).values
+                return top2[..., 0] - top2[..., 1]
+
+            q = torch.quantile(margin(za), 1 - beta, dim=1)  # [C]
+            mc = margin(zc)
+            fixed = (mc[:, fixable] < q[:, None]).sum(1)
+            broken = (mc[:, breakable] < q[:, None]).sum(1)
+            cut = (fixed - broken).float() / max(1, int((~rbc_right).sum()))
+            k = int(cut.argmax())
+            if cut[k] > best["cut"]:
+                best = {"cut": cut[k].item(), "s": s, "p": p, "c": c.flatten()[k].item()}
+    best["mixed_clean"] = (rbc_right.float().mean() + best["cut"] * (~rbc_right).float().mean()).item()
+    best["robust_given_up"] = (1 - beta) * adv_right.float().mean().item()
+    best["beta"] = beta
+    return best
+
+
+def run_one(name: str, device: str) -> dict:
+    import torch
+
+    from mixzoo.train import train_model
+
+    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
+    from mixzoo.plugins import datasets, register_plugin
+
+    if "fashion-mnist" not in datasets():  # running from a checkout that is not pip-installed
+        import mixzoo_plugins.datasets
+
+        register_plugin(mixzoo_plugins.datasets, "datasets")
+    recipe = CANDIDATES[name].replace(name=f"cand-{name}")
+    t0 = time.perf_counter()
+    res = train_model(recipe, save=False, progress=False, device=device)
+    params = sum(v.numel() for k, v in res.state_dict.items() if "running" not in k and "num_batches" not in k)
+    return {"logits": res.logits, "candidate": name, "device": device, "train_seconds": round(res.seconds, 1),
+            "total_seconds": round(time.perf_counter() - t0, 1), "params": params,
+            "recipe": recipe.to_dict(), **res.metrics}
+
+
+def markdown(path: str) -> str:
+    """The Markdown table of a results file (rows sorted: accurate models last, robust by proxy cut)."""
+    rows, proxy = {}, {}
+    for line in open(path):
+        r = json.loads(line)
+        if "proxy" in r:
+            proxy[(r["proxy"]["candidate"], r["proxy"]["beta"])] = r["proxy"]
+        else:
+            rows[r["candidate"]] = r
+
+    def pct(v: float | None, d: int = 2) -> str:
+        return "" if v is None else f"{100 * v:.{d}f}"
+
+    def desc(r: dict) -> str:
+        rc = r["recipe"]
+        k = rc["arch_kwargs"]
+        arch = "-".join(map(str, k["widths"])) + f"/{k['hidden']}" + ("+bn" if k.get("batch_norm") else "")
+        arch += "x2" if k.get("convs_per_stage", 1) == 2 else ""
+        extra = [f"beta {rc['trades_beta']:g}"] if rc["method"] == "trades" else []
+        extra += [f"train eps {rc['train_eps']:g}"] if rc.get("train_eps") else []
+        extra += [f"K={rc['attack_steps']}"] if rc["method"] != "standard" and rc["attack_steps"] != 7 else []
+        extra += [f"lr {rc['lr']:g}"] if rc["lr"] != 1e-3 else []
+        extra += ["no eps ramp"] if rc["method"] != "standard" and not rc["eps_warmup"] else []
+        extra += ["aug"] if rc["augment"] else []
+        extra += [rc["optimizer"]] if rc["optimizer"] != "adam" else []
+        return f"{rc['method']} | {arch} ({r['params'] / 1e6:.2f}M) | {rc['epochs']:g} | {', '.join(extra)}"
+
+    head = ("| candidate | method | arch (params) | epochs | notes | clean % | PGD-20 % | median margin, clean"
+            " mistakes | q1.5% attacked-correct | q5% attacked-correct | mistakes below q1.5% | mistakes below"
+            " q5% | proxy cut, beta .985 | proxy cut, beta .98 | GPU train s |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    robust = sorted((r for r in rows.values() if "pgd" in r),
+                    key=lambda r: -proxy.get((r["candidate"], 0.985), {}).get("cut", -1))
+    accurate = sorted((r for r in rows.values() if "pgd" not in r), key=lambda r: -r["clean"])
+    for r in robust + accurate:
+        p1, p2 = proxy.get((r["candidate"], 0.985), {}), proxy.get((r["candidate"], 0.98), {})
+        q1, q5 = r.get("attacked_correct_margin_q0.015"), r.get("attacked_correct_margin_q0.05")
+        lines.append(
+            f"| {r['candidate']} | {desc(r)} | {pct(r['clean'])} | {pct(r.get('pgd'))} |"
+            f" {r['clean_mistake_margin_median']:.4f} | {'' if q1 is None else f'{q1:.4f}'} |"
+            f" {'' if q5 is None else f'{q5:.4f}'} | {pct(r.get('fixable_mistakes_q0.015'), 1)} |"
+            f" {pct(r.get('fixable_mistakes_q0.05'), 1)} | {pct(p1.get('cut'), 1)} | {pct(p2.get('cut'), 1)} |"
+            f" {r['train_seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*", default=list(CANDIDATES))
+    ap.add_argument("--out")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--abc", default="std")
+    ap.add_argument("--markdown", metavar="JSONL", help="print the Markdown table of a results file and exit")
+    args = ap.parse_args()
+    if args.markdown:
+        print(markdown(args.markdown), end="")
+        return
+    logits = {}
+    ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
+    with open(args.out, "a") as fh, ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
+        futures = {pool.submit(run_one, n, args.device): n for n in args.names}
+        for fut in as_completed(futures):
+            row = fut.result()
+            logits[row["candidate"]] = row.pop("logits")
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+            print(json.dumps({k: v for k, v in row.items() if k != "recipe"}), flush=True)
+        if args.abc in logits:
+            abc = logits[args.abc]["clean"]
+            for name, lg in logits.items():
+                if "pgd" not in lg:
+                    continue
+                for beta in (0.985, 0.98):
+                    row = {"candidate": name, "abc": args.abc,
+                           **mixednuts_proxy(abc, lg["clean"], lg["pgd"], lg["labels"], beta)}
+                    fh.write(json.dumps({"proxy": row}) + "\n")
+                    print(json.dumps({"proxy": row}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""APGD (Croce & Hein 2020) with a pluggable loss and per-iteration margin tracking (paper App. B.1, B.2.1).
+
+One core, :func:`apgd_run`, reproduces ``pyautoattack.autopgd_base.APGDAttack.attack_single_run`` for L-inf and L2:
+random start on the eps-sphere, step size 2 * eps halved at the checkpoints p_j (first after 22% of the iterations,
+then every max(k - 3%, 6%) iterations) when the loss oscillated (rho = 0.75) or stalled, restart from the best-loss
+point, momentum 0.75 (none on the first step). Random starts are drawn on the CPU from a seeded
+:class:`torch.Generator` exactly as AutoAttack draws them from the global generator after ``manual_seed(seed)``, so
+with the same seed our runs follow AutoAttack's trajectories (and are identical on CPU and GPU draws).
+
+The model is any callable returning logits, or a pair ``(judged, loss)`` of logits (e.g. ``forward_pair`` of a
+:class:`mixzoo.mixing.MixedClassifier`: the true MixedNUTS output is judged, the differentiable auxiliary mixture of
+Eq. 8 gives the loss and gradients, App. B.2.1). Every forward pass the attack already makes (including the starting
+point) offers its judged logits to a :class:`~mixzoo.attacks.margins.MarginRecord`; no pass is added for tracking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from mixzoo.attacks.margins import MarginFn, MarginRecord, signed_margin
+from mixzoo.errors import InputError
+
+NORMS = ("Linf", "L2")
+Forward = Callable[[torch.Tensor], "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
+LossFn = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+OnIter = Callable[[int], None]
+_EXTRA_SEED_OFFSET = 0x5EED_0FF5E7  # generator for examples AutoAttack would not attack (MMAA only)
+
+
+def pair(out: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(judged, loss)`` logits from a model output that is one tensor or a pair."""
+    return (out[0], out[1]) if isinstance(out, tuple | list) else (out, out)
+
+
+def ce_loss(logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-example cross-entropy (APGD-CE)."""
+    return F.cross_entropy(logits, labels, reduction="none")
+
+
+def dlr_loss(logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+    """Untargeted difference-of-logits-ratio loss (Croce & Hein 2020, Eq. 6)."""
+    z, _ = logits.sort(dim=1)
+    zy = logits.gather(1, labels[:, None]).squeeze(1)
+    top_is_y = (logits.argmax(dim=1) == labels).to(logits.dtype)
+    return -(zy - z[:, -2] * top_is_y - z[:, -1] * (1.0 - top_is_y)) / (z[:, -1] - z[:, -3] + 1e-12)
+
+
+def dlr_targeted_loss(logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    """Targeted DLR loss of APGD-T: -(z_y - z_t) / (z_pi1 - (z_pi3 + z_pi4) / 2)."""
+    z, _ = logits.sort(dim=1)
+    zy = logits.gather(1, labels[:, None]).squeeze(1)
+    zt = logits.gather(1, target[:, None]).squeeze(1)
+    return -(zy - zt) / (z[:, -1] - 0.5 * (z[:, -3] + z[:, -4]) + 1e-12)
+
+
+LOSSES: dict[str, LossFn] = {"ce": ce_loss, "dlr": dlr_loss, "dlr-targeted": dlr_targeted_loss}
+
+
+def _view(t: torch.Tensor, ndim: int) -> torch.Tensor:
+    return t.view(-1, *([1] * (ndim - 1)))
+
+
+def _normalize(t: torch.Tensor, norm: str) -> torch.Tensor:
+    flat = t.flatten(1)
+    size = flat.abs().max(dim=1).values if norm == "Linf" else (flat ** 2).sum(dim=1).sqrt()
+    return t / (_view(size, t.ndim) + 1e-12)
+
+
+def _l2(t: torch.Tensor) -> torch.Tensor:
+    return _view((t.flatten(1) ** 2).sum(dim=1).sqrt(), t.ndim)
+
+
+def random_start(x: torch.Tensor, eps: float, norm: str, generator: torch.Generator) -> torch.Tensor:
+    """AutoAttack's starting point: x plus eps times a normalised uniform (L-inf) or Gaussian (L2) draw, in [0, 1].
+
+    The draw is made on the CPU (as AutoAttack does) so seeded runs agree across devices.
+    """
+    t = (2 * torch.rand(x.shape, generator=generator) - 1) if norm == "Linf" else torch.randn(x.shape,
+                                                                                                 generator=generator)
+    return (x + eps * _normalize(t.to(device=x.device, dtype=x.dtype), norm)).clamp(0.0, 1.0)
+
+
+def _project_step(x: torch.Tensor, x_adv: torch.Tensor, x_new: torch.Tensor, eps: float, norm: str,
+                  a: float, prev_step: torch.Tensor) -> torch.Tensor:
+    """AutoAttack's projected step with momentum: z = P(x_adv + step); x' = P(x_adv + a (z - x_adv) + (1-a) prev)."""
+    if norm == "Linf":
+        z = torch.clamp(torch.min(torch.max(x_new, x - eps), x + eps), 0.0, 1.0)
+        z = x_adv + (z - x_adv) * a + prev_step * (1 - a)
+        return torch.clamp(torch.min(torch.max(z, x - eps), x + eps), 0.0, 1.0)
+    z = torch.clamp(x + _normalize(x_new - x, "L2") * torch.clamp(_l2(x_new - x), max=eps), 0.0, 1.0)
+    z = x_adv + (z - x_adv) * a + prev_step * (1 - a)
+    return torch.clamp(x + _normalize(z - x, "L2") * torch.clamp(_l2(z - x), max=eps), 0.0, 1.0)
+
+
+def _loss_and_grad(forward: Forward, x_adv: torch.Tensor, labels: torch.Tensor, loss_fn: LossFn,
+                   target: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One forward and one backward pass: judged logits, per-example loss, input gradient (zeros if none flows)."""
+    x_adv = x_adv.detach().requires_grad_(True)
+    with torch.enable_grad():
+        judged, loss_logits = pair(forward(x_adv))
+        loss = loss_fn(loss_logits, labels, target)
+    grad = None
+    if loss.requires_grad:
+        (grad,) = torch.autograd.grad(loss.sum(), x_adv, allow_unused=True)
+    if grad is None:
+        grad = torch.zeros_like(x_adv)
+    return judged.detach(), loss.detach(), grad.detach()
+
+
+def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
+             norm: str = "Linf", n_iter: int = 100, loss: str | LossFn = "ce", target: torch.Tensor | None = None,
+             generator: torch.Generator, rho: float = 0.75, on_iter: OnIter | None = None) -> torch.Tensor:
+    """One APGD run from a random start (``attack_single_run`` of AutoAttack, L-inf / L2).
+
+    Offers the judged logits of all ``n_iter + 1`` visited points to ``record`` (same examples as ``x``) and returns
+    the per-example best loss. ``on_iter(n_examples)`` is called after each iteration.
+    """
+    loss_fn = LOSSES[loss] if isinstance(loss, str) else loss
+    n = x.shape[0]
+    x = x.detach()
+    n_iter_2, n_iter_min, size_decr = max(int(0.22 * n_iter), 1), max(int(0.06 * n_iter), 1), max(int(0.03 * n_iter), 1)
+
+    x_adv = random_start(x, eps, norm, generator)
+    judged, loss_indiv, grad = _loss_and_grad(forward, x_adv, labels, loss_fn, target)
+    record.update(x_adv, judged)
+    record.zero_grad |= grad.flatten(1).abs().sum(dim=1) == 0
+    x_best, grad_best, loss_best = x_adv.clone(), grad.clone(), loss_indiv.clone()
+
+    step_size = _view(torch.full((n,), 2.0 * eps, device=x.device, dtype=x.dtype), x.ndim)
+    x_adv_old = x_adv.clone()
+    loss_steps = torch.zeros(n_iter, n, device=x.device, dtype=loss_indiv.dtype)
+    loss_best_last_check = loss_best.clone()
+    reduced_last_check = torch.ones_like(loss_best)
+    k, counter3 = n_iter_2, 0
+
+    for i in range(n_iter):
+        with torch.no_grad():
+            prev_step = x_adv - x_adv_old
+            x_adv_old = x_adv.clone()
+            a = 0.75 if i > 0 else 1.0
+            direction = grad.sign() if norm == "Linf" else _normalize(grad, "L2")
+            x_adv = _project_step(x, x_adv, x_adv + step_size * direction, eps, norm, a, prev_step)
+
+        judged, loss_indiv, grad = _loss_and_grad(forward, x_adv, labels, loss_fn, target)
+        record.update(x_adv, judged)
+
+        with torch.no_grad():
+            loss_steps[i] = loss_indiv
+            better = loss_indiv > loss_best
+            x_best[better] = x_adv[better]
+            grad_best[better] = grad[better]
+            loss_best = torch.where(better, loss_indiv, loss_best)
+            counter3 += 1
+            if counter3 == k:
+                # oscillation check over the last k steps; index i-k wraps to the (still zero) last row exactly as
+                # AutoAttack's check_oscillation does at the first checkpoint
+                js = torch.arange(i, i - k, -1, device=x.device)
+                increases = (loss_steps[js % n_iter] > loss_steps[(js - 1) % n_iter]).sum(dim=0)
+                fl_osc = (increases <= k * rho).to(loss_best.dtype)
+                fl_no_impr = (1.0 - reduced_last_check) * (loss_best_last_check >= loss_best).to(loss_best.dtype)
+                fl_osc = torch.max(fl_osc, fl_no_impr)
+                reduced_last_check = fl_osc.clone()
+                loss_best_last_check = loss_best.clone()
+                reduce = fl_osc > 0
+                if reduce.any():
+                    step_size[reduce] /= 2.0
+                    x_adv[reduce] = x_best[reduce]
+                    grad[reduce] = grad_best[reduce]
+                k = max(k - size_decr, n_iter_min)
+                counter3 = 0
+        if on_iter is not None:
+            on_iter(n)
+    return loss_best
+
+
+def check_attack_settings(eps: float, norm: str, n_iter: int = 1, n_restarts: int = 1) -> None:
+    """Raise :class:`InputError` for a non-positive eps, an unknown norm or non-positive iteration counts."""
+    if not isinstance(eps, int | float) or not eps > 0:
+        raise InputError(f"epsilon must be positive, got {eps}")
+    if norm not in NORMS:
+        raise InputError(f"unknown norm {norm!r}; use one of {', '.join(NORMS)}")
+    if n_iter < 1:
+        raise InputError(f"n_iter must be at least 1, got {n_iter}")
+    if n_restarts < 1:
+        raise InputError(f"n_restarts must be at least 1, got {n_restarts}")
+
+
+def clean_record(model: Forward, images: torch.Tensor, labels: torch.Tensor,
+                 margin_fn: MarginFn = signed_margin) -> MarginRecord:
+    """A record starting at the clean images (one forward pass, no gradient)."""
+    with torch.no_grad():
+        judged, _ = pair(model(images))
+    return MarginRecord.start(images, judged, labels, margin_fn)
+
+
+def _groups(record: MarginRecord, attack_all: bool) -> list[tuple[torch.Tensor, bool]]:
+    """Index groups to attack: the not-yet-misclassified examples (AutoAttack's set, main generator) and, if
+    ``attack_all``, the misclassified ones as a separate batch (extra generator), so that the first group's runs are
+    exactly AutoAttack's."""
+    broken = record.misclassified
+    groups = [(torch.nonzero(~broken).squeeze(1), True)]
+    if attack_all:
+        groups.append((torch.nonzero(broken).squeeze(1), False))
+    return [(idx, main) for idx, main in groups if idx.numel()]
+
+
+def _generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
+    return torch.Generator().manual_seed(seed), torch.Generator().manual_seed((seed + _EXTRA_SEED_OFFSET) % 2**63)
+
+
+def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
+          norm: str, n_iter: int, loss: str | LossFn, seed: int, attack_all: bool, rho: float,
+          on_iter: OnIter | None, plan: list[torch.Tensor | None]) -> MarginRecord:
+    """Run APGD once per entry of ``plan`` (targets, or None for untargeted), each on the current groups."""
+    main_gen, extra_gen = _generators(seed)
+    for target in plan:
+        for idx, main in _groups(record, attack_all):
+            part = record.subset(idx)
+            apgd_run(model, images[idx], labels[idx], part, eps=eps, norm=norm, n_iter=n_iter, loss=loss,
+                     target=None if target is None else target[idx], generator=main_gen if main else extra_gen,
+                     rho=rho, on_iter=on_iter)
+            record.merge(idx, part)
+    return record
+
+
+def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str = "Linf",
+            n_iter: int = 100, n_restarts: int = 1, seed: int = 0, record: MarginRecord | None = None,
+            attack_all: bool = False, margin_fn: MarginFn = signed_margin, rho: float = 0.75,
+            on_iter: OnIter | None = None) -> MarginRecord:
+    """Untargeted APGD on the cross-entropy (AutoAttack's APGD-CE) with margin tracking.
+
+    ``model(x)`` returns logits or ``(judged, loss)`` logits. With ``attack_all=False`` (AutoAttack) each restart
+    attacks only examples not yet misclassified; with ``attack_all=True`` (MMAA) every example is attacked in every
+    restart, the misclassified ones in a separate batch with their own random stream. Returns the (updated) record:
+    per example the visited point of lowest selection key (:mod:`mixzoo.attacks.margins`).
+    """
+    check_attack_settings(eps, norm, n_iter, n_restarts)
+    record = clean_record(model, images, labels, margin_fn) if record is None else record
+    return _runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss="ce", seed=seed,
+                 attack_all=attack_all, rho=rho, on_iter=on_iter, plan=[None] * n_restarts)
+
+
+def target_classes(loss_logits: torch.Tensor, labels: torch.Tensor, n_target_classes: int) -> torch.Tensor:
+    """``[n, n_target_classes]`` target labels: the highest-scoring classes other than the true one, in order.
+
+    For correctly classified examples this is AutoAttack's choice (2nd, 3rd, ... highest class); for misclassified
+    ones (attacked only by MMAA) it never targets the true class, which would make the targeted loss constant.
+    """
+    masked = loss_logits.detach().float().scatter(1, labels[:, None], float("-inf"))
+    return masked.argsort(dim=1, descending=True, stable=True)[:, :n_target_classes]
+
+
+def effective_n_targets(n_classes: int, n_target_classes: int) -> int:
+    """Targets actually used: at most ``n_classes - 1``; the targeted DLR loss needs 4 classes."""
+    if n_target_classes > 0 and n_classes < 4:
+        raise InputError(f"APGD-T's targeted DLR loss needs at least 4 classes, the model has {n_classes};"
+                         " use n_target_classes=0")
+    return min(n_target_classes, n_classes - 1)
+
+
+def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str = "Linf",
+           n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0,
+           record: MarginRecord | None = None, attack_all: bool = False, margin_fn: MarginFn = signed_margin,
+           rho: float = 0.75, on_iter: OnIter | None = None) -> MarginRecord:
+    """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking.
+
+    Targets come from the clean loss logits (one forward pass for all targets; AutoAttack recomputes them per
+    target), see :func:`target_classes`. Other arguments as in :func:`apgd_ce`.
+    """
+    check_attack_settings(eps, norm, n_iter, n_restarts)
+    if n_target_classes < 0:
+        raise InputError(f"n_target_classes must be non-negative, got {n_target_classes}")
+    with torch.no_grad():
+        judged, loss_logits = pair(model(images))
+    if record is None:
+        record = MarginRecord.start(images, judged, labels, margin_fn)
+    n_targets = effective_n_targets(loss_logits.shape[1], n_target_classes)
+    targets = target_classes(loss_logits, labels, n_targets)
+    plan = [targets[:, j] for j in range(n_targets) for _ in range(n_restarts)]
+    return _runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss="dlr-targeted", seed=seed,
+                 attack_all=attack_all, rho=rho, on_iter=on_iter, plan=plan)

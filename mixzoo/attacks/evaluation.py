@@ -1,0 +1,300 @@
+"""Robustness evaluations by name: ``pgd``, ``apgd``, ``autoattack`` and ``adaptive`` (paper Sec. 5, App. B.2).
+
+Each evaluation is a sequence of components run as AutoAttack runs them: every component attacks only the examples
+still classified correctly, and the per-component count of newly broken examples is reported. A component's output
+counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary output) misclassifies it.
+
+* ``pgd``: plain fixed-step PGD on the cross-entropy (:func:`mixzoo.attacks.pgd.pgd`).
+* ``apgd``: our APGD-CE + APGD-T (targeted DLR, 9 targets) on the model's own output; a
+  :class:`~mixzoo.mixing.MixedClassifier` supplies exact or bypass gradients as its ``gradient`` attribute says.
+* ``autoattack``: standard AutoAttack (APGD-CE, APGD-T, FAB-T, Square) from the installed ``pyautoattack`` package;
+  a model with a ``gradient`` attribute is switched to ``"bypass"`` for the run and restored afterwards (App. B.2.2,
+  how the RobustBench entry was evaluated).
+* ``adaptive``: transfer-based adaptive AutoAttack (App. B.2.1). APGD-CE and APGD-T take loss and gradients from
+  the auxiliary differentiable mixture (second output of ``forward_pair``, Eq. 8) while success and the kept point
+  are judged on the true MixedNUTS output (first output); FAB-T is pyautoattack's, run on the model in bypass mode
+  (its output values are MixedNUTS's, its gradients the auxiliary mixture's: FAB needs one model, and bypass is the
+  single-output form of the same surrogate, App. B.2.2); Square is pyautoattack's, unchanged, on the true output.
+  A model without ``forward_pair`` gets standard AutoAttack.
+
+When the black-box Square breaks examples the gradient components missed, the result carries the warning
+"potentially unreliable: ..." (gradient masking, App. B.2.1); examples with an all-zero loss gradient at an APGD
+starting point, and AutoAttack's own warnings, are reported too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings as pywarnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effective_n_targets
+from mixzoo.attacks.pgd import pgd
+from mixzoo.attacks.result import ComponentStat, EvalResult
+from mixzoo.errors import InputError
+from mixzoo.models import check_images, check_labels
+from mixzoo.progress import progress_bar
+
+AUTOATTACK_COMPONENTS = ("apgd-ce", "apgd-t", "fab-t", "square")
+
+
+@dataclass
+class Component:
+    """One stage of an evaluation: ``fn(x, y)`` returns candidate adversarial images for still-robust examples."""
+
+    name: str
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    gradient: str | None = None  # gradient mode to set on the model while this component runs
+    gradient_based: bool = True
+    zero_grad: list[int] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def gradient_mode(model: nn.Module, mode: str | None) -> Iterator[None]:
+    """Set ``model.gradient = mode`` (if the model has that attribute) for the block, then restore it."""
+    if mode is None or not hasattr(model, "gradient"):
+        yield
+        return
+    old = model.gradient
+    model.gradient = mode
+    try:
+        yield
+    finally:
+        model.gradient = old
+
+
+def _within(adv: torch.Tensor, x: torch.Tensor, eps: float, norm: str) -> torch.Tensor:
+    """Per example: ``adv`` is finite, in [0, 1] and within the eps-ball around ``x`` (float tolerance)."""
+    delta = (adv - x).flatten(1)
+    size = delta.abs().max(dim=1).values if norm == "Linf" else delta.norm(dim=1)
+    flat = adv.flatten(1)
+    return (size <= eps * (1 + 1e-5) + 1e-6) & (flat.min(dim=1).values >= -1e-6) & (flat.max(dim=1).values
+                                                                                     <= 1 + 1e-6) \
+        & torch.isfinite(flat).all(dim=1)
+
+
+def _logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.cat([model(chunk) for chunk in images.split(batch_size)]) if len(images) else torch.empty(0)
+
+
+def _nan_error(count: int, where: str) -> InputError:
+    return InputError(f"model returned NaN logits for {count} examples {where}; fix the model's numerics, NaN"
+                      " outputs cannot be counted as robust")
+
+
+class Attack:
+    """Base class of evaluations: ``Attack(eps, norm, seed, **options).run(model, images, labels)``.
+
+    Subclasses set ``name``, ``defaults`` (every accepted option with its default) and :meth:`components`.
+    """
+
+    name: ClassVar[str] = "attack"
+    defaults: ClassVar[dict[str, Any]] = {"batch_size": 500}
+
+    def __init__(self, eps: float, norm: str = "Linf", seed: int = 0, **options: Any):
+        check_attack_settings(eps, norm)
+        unknown = sorted(set(options) - set(self.defaults))
+        if unknown:
+            raise InputError(f"unknown option(s) {', '.join(unknown)} for attack {self.name!r};"
+                             f" known: {', '.join(sorted(self.defaults))}")
+        self.eps, self.norm, self.seed = float(eps), norm, int(seed)
+        self.options = {**self.defaults, **options}
+        for key in ("n_iter", "n_restarts", "n_queries", "batch_size"):
+            if key in self.options and int(self.options[key]) < 1:
+                raise InputError(f"option {key} must be at least 1, got {self.options[key]}")
+        if int(self.options.get("n_target_classes", 0)) < 0:
+            raise InputError(f"option n_target_classes must be non-negative, got {self.options['n_target_classes']}")
+
+    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
+        raise NotImplementedError
+
+    def run(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor, progress: bool = True) -> EvalResult:
+        """Clean accuracy, then each component on the examples still correct; see the module docstring."""
+        t0 = time.perf_counter()
+        check_images(images)
+        n, bs = images.shape[0], int(self.options["batch_size"])
+        if n == 0:
+            raise InputError("no images to attack; pass at least one example")
+        clean = _logits(model, images, bs)
+        if torch.isnan(clean).any():
+            raise _nan_error(int(torch.isnan(clean).any(dim=1).sum()), "on the clean images")
+        check_labels(labels, n, clean.shape[1])
+        labels = labels.to(images.device)
+        clean_correct = clean.argmax(dim=1) == labels
+        robust, adv = clean_correct.clone(), images.clone()
+        stats: list[ComponentStat] = []
+        notes: list[str] = []
+        with progress_bar(progress) as bar:
+            for comp in self.components(model, clean.shape[1]):
+                todo = torch.nonzero(robust).squeeze(1)
+                task = bar.add_task(f"{self.name}: {comp.name}", total=len(todo))
+                start, newly, outside = time.perf_counter(), 0, 0
+                with pywarnings.catch_warnings(record=True) as caught:
+                    pywarnings.simplefilter("always")
+                    for idx in todo.split(bs):
+                        x, y = images[idx], labels[idx]
+                        with gradient_mode(model, comp.gradient):
+                            cand = comp.fn(x, y).detach()
+                        inside = _within(cand, x, self.eps, self.norm)
+                        with torch.no_grad():
+                            out = model(cand)
+                        if torch.isnan(out[inside]).any():
+                            raise _nan_error(int(torch.isnan(out[inside]).any(dim=1).sum()),
+                                             f"at points found by {comp.name}")
+                        broken = (out.argmax(dim=1) != y) & inside
+                        robust[idx[broken]] = False
+                        adv[idx[broken]] = cand[broken]
+                        newly += int(broken.sum())
+                        outside += int((~inside).sum())
+                        bar.advance(task, len(idx))
+                stats.append(ComponentStat(comp.name, newly, time.perf_counter() - start))
+                notes += [f"{comp.name}: {m}" for m in dict.fromkeys(str(w.message) for w in caught)]
+                if outside:
+                    notes.append(f"{comp.name} returned {outside} points outside the eps-ball or [0, 1];"
+                                 " they were not counted")
+                if sum(comp.zero_grad):
+                    notes.append(f"{comp.name}: {sum(comp.zero_grad)} example runs had an all-zero loss gradient at"
+                                 " the starting point (possible gradient masking)")
+        square = [s for s in stats if s.name == "square"]
+        if square and square[0].newly_broken and len(stats) > 1:
+            notes.append(f"potentially unreliable: Square broke {square[0].newly_broken} examples the gradient"
+                         " attacks missed (possible gradient masking)")
+        return EvalResult(self.name, self.eps, self.norm, n, clean_correct.cpu(), robust.cpu(), adv, stats, notes,
+                          time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------------------------------- components
+
+
+def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: str, seed: int,
+          n_targets: int) -> Component:
+    """Our APGD-CE / APGD-T as a component (AutoAttack's behaviour: only still-robust examples)."""
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        common = dict(eps=eps, norm=norm, n_iter=int(opts["n_iter"]), n_restarts=int(opts["n_restarts"]),
+                      seed=seed)
+        if kind == "apgd-ce":
+            rec = apgd_ce(forward, x, y, **common)
+        else:
+            rec = apgd_t(forward, x, y, n_target_classes=n_targets, **common)
+        rec.check_finite()
+        comp.zero_grad.append(int(rec.zero_grad.sum()))
+        return rec.x
+
+    comp = Component(kind, fn)
+    return comp
+
+
+def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int,
+                  n_targets: int, gradient: str | None) -> Component:
+    """A component of the installed AutoAttack with the settings of its 'standard' version."""
+    from mixzoo.compat import import_autoattack
+
+    aa = import_autoattack()
+    n_iter, n_restarts = int(opts["n_iter"]), int(opts["n_restarts"])
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        dev = x.device
+        if kind == "apgd-ce":
+            attack = aa.autopgd_base.APGDAttack(model, n_restarts=n_restarts, n_iter=n_iter, verbose=False, eps=eps,
+                                                norm=norm, eot_iter=1, rho=0.75, seed=seed, device=dev, loss="ce")
+        elif kind == "apgd-t":
+            attack = aa.autopgd_base.APGDAttack_targeted(model, n_restarts=n_restarts, n_iter=n_iter, verbose=False,
+                                                         eps=eps, norm=norm, eot_iter=1, rho=0.75, seed=seed,
+                                                         device=dev, n_target_classes=n_targets)
+        elif kind == "fab-t":
+            attack = aa.fab_pt.FABAttack_PT(model, n_restarts=1, n_iter=n_iter, eps=eps, seed=seed, norm=norm,
+                                            verbose=False, device=dev, targeted=True, n_target_classes=n_targets)
+        else:
+            attack = aa.square.SquareAttack(model, p_init=0.8, n_queries=int(opts["n_queries"]), eps=eps, norm=norm,
+                                            n_restarts=1, seed=seed, verbose=False, device=dev, resc_schedule=False)
+        with torch.no_grad():
+            return attack.perturb(x.clone(), y.clone())
+
+    return Component(kind, fn, gradient=gradient, gradient_based=kind != "square")
+
+
+def _select(opts: dict[str, Any], available: tuple[str, ...], attack: str) -> list[str]:
+    chosen = opts.get("components") or list(available)
+    unknown = [c for c in chosen if c not in available]
+    if unknown:
+        raise InputError(f"unknown component(s) {', '.join(unknown)} for attack {attack!r};"
+                         f" choose from {', '.join(available)}")
+    return [c for c in available if c in chosen]
+
+
+# ------------------------------------------------------------------------------------------------------- attacks
+
+
+class PGDAttack(Attack):
+    """Plain PGD (fixed step 2.5 * eps / n_iter, cross-entropy, random start), ``n_iter`` steps."""
+
+    name: ClassVar[str] = "pgd"
+    defaults: ClassVar[dict[str, Any]] = {"n_iter": 20, "step_size": None, "batch_size": 500}
+
+    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
+        gen: dict[str, torch.Generator] = {}
+
+        def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            if "g" not in gen:
+                gen["g"] = torch.Generator(device=x.device).manual_seed(self.seed)
+            return pgd(model, x, y, self.eps, steps=int(self.options["n_iter"]), step_size=self.options["step_size"],
+                       norm=self.norm, random_start=True, generator=gen["g"])
+
+        return [Component("pgd", fn)]
+
+
+class APGDEnsemble(Attack):
+    """Our APGD-CE then APGD-T (targeted DLR) on the model's own output (exact or bypass gradients)."""
+
+    name: ClassVar[str] = "apgd"
+    defaults: ClassVar[dict[str, Any]] = {"n_iter": 100, "n_target_classes": 9, "n_restarts": 1, "batch_size": 500,
+                                          "components": None}
+
+    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
+        n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
+        kinds = [k for k in _select(self.options, ("apgd-ce", "apgd-t"), self.name) if k != "apgd-t" or n_targets]
+        return [_ours(k, model, self.options, self.eps, self.norm, self.seed, n_targets) for k in kinds]
+
+
+class AutoAttackEval(Attack):
+    """Standard AutoAttack from ``pyautoattack`` (APGD-CE, APGD-T, FAB-T, Square), run component by component;
+    models with a ``gradient`` attribute are attacked in ``"bypass"`` mode (App. B.2.2)."""
+
+    name: ClassVar[str] = "autoattack"
+    defaults: ClassVar[dict[str, Any]] = {"n_iter": 100, "n_target_classes": 9, "n_restarts": 1, "n_queries": 5000,
+                                          "batch_size": 500, "components": None}
+
+    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
+        n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
+        kinds = [k for k in _select(self.options, AUTOATTACK_COMPONENTS, self.name)
+                 if k not in ("apgd-t", "fab-t") or n_targets]
+        return [_pyautoattack(k, model, self.options, self.eps, self.norm, self.seed, n_targets, "bypass")
+                for k in kinds]
+
+
+class AdaptiveAutoAttack(AutoAttackEval):
+    """Transfer-based adaptive AutoAttack (App. B.2.1); standard AutoAttack for models without ``forward_pair``."""
+
+    name: ClassVar[str] = "adaptive"
+
+    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
+        if not hasattr(model, "forward_pair"):
+            return super().components(model, n_classes)
+        n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
+        out = []
+        for kind in _select(self.options, AUTOATTACK_COMPONENTS, self.name):
+            if kind in ("apgd-t", "fab-t") and not n_targets:
+                continue
+            if kind in ("apgd-ce", "apgd-t"):
+                out.append(_ours(kind, model.forward_pair, self.options, self.eps, self.norm, self.seed, n_targets))
+            else:
+                out.append(_pyautoattack(kind, model, self.options, self.eps, self.norm, self.seed, n_targets,
+                                         "bypass" if kind == "fab-t" else None))
+        return out

@@ -1,0 +1,142 @@
+"""Minimum-margin AutoAttack, MMAA (paper App. B.1): APGD-CE and APGD-T on the layer-normed RBC h^LN that keep,
+per example, the visited perturbation of smallest margin, the record being shared across the two components.
+
+Differences from AutoAttack's APGD-CE + APGD-T, all deliberate:
+
+* every example is attacked by every run (the margins of all examples are returned), not just those still
+  correctly classified (``attack_all=False`` restores AutoAttack's choice, see :func:`mmaa`); the still-correct
+  ones form a batch of their own that uses AutoAttack's random stream, so with the same seed (and ``batch_size``
+  at least the number of images) MMAA visits every point AutoAttack's APGD-CE + APGD-T visit and its margins are
+  never larger than those at AutoAttack's points;
+* the returned point is the one of smallest *signed* margin ``p_y - max_{i != y} p_i`` of softmax(LN(logits)) over all
+  visited points, the clean image included; a misclassified point always beats a correct one
+  (:mod:`mixzoo.attacks.margins`), so ``misclassified`` is exactly "some visited point flips the prediction";
+* targets for APGD-T exclude the true class (:func:`mixzoo.attacks.apgd.target_classes`), which matters only for
+  examples that are already misclassified.
+
+The margins come from logits the attack computes anyway: no forward or backward pass is added for tracking.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effective_n_targets, pair
+from mixzoo.attacks.margins import MarginRecord, ln_signed_margin, signed_margin
+from mixzoo.attacks.margins import layer_norm as ln_logits
+from mixzoo.errors import InputError
+from mixzoo.models import check_images, check_labels
+from mixzoo.progress import progress_bar
+
+MMAA_CODE_VERSION = "mmaa-1"
+
+
+@dataclass
+class MMAAResult:
+    """MMAA output for ALL examples (not only the flipped ones).
+
+    ``logits`` are the model's raw logits at ``adv_images``; ``margins`` the signed probability margin of the
+    layer-normed logits there (Def. 2.1 on correct predictions, negative on misclassified ones); ``misclassified``
+    is ``logits.argmax(1) != labels``.
+    """
+
+    adv_images: torch.Tensor
+    logits: torch.Tensor
+    margins: torch.Tensor
+    misclassified: torch.Tensor
+    clean_logits: torch.Tensor
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def robust_accuracy(self) -> float:
+        """Fraction of examples no visited point flips."""
+        return float((~self.misclassified).float().mean()) if len(self.misclassified) else float("nan")
+
+
+class _LayerNormed(nn.Module):
+    """x -> (raw logits, LN(raw logits)): the raw ones are recorded, the attack loss sees h^LN."""
+
+    def __init__(self, model: nn.Module, top_k: int | None):
+        super().__init__()
+        self.model, self.top_k = model, top_k
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.model(x)
+        return logits, ln_logits(logits, self.top_k)
+
+
+def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str = "Linf",
+         n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0, batch_size: int = 500,
+         layer_norm: bool = True, top_k: int | None = None, progress: bool = True,
+         attack_all: bool = True) -> MMAAResult:
+    """Minimum-margin AutoAttack of ``model`` (images in [0, 1] -> logits) on h^LN (App. B.1).
+
+    Runs APGD-CE (``n_restarts`` runs) then APGD-T (``n_target_classes`` targets x ``n_restarts``) on every example,
+    in batches of ``batch_size``; each batch's components use random streams seeded with ``seed`` as AutoAttack
+    does. ``layer_norm=False`` attacks and measures the raw logits instead; ``top_k`` restricts the LN statistics
+    to the largest logits (App. D.7). See the module docstring for how this differs from AutoAttack.
+
+    ``attack_all=False`` attacks, like AutoAttack, only examples no visited point has flipped yet. The examples
+    that stay correctly classified get exactly the same points and margins either way (their runs are the same
+    batches with the same random stream), and Algorithm 1 uses only those and the misclassified flags
+    (:func:`mixzoo.calibrate.calibrate` keeps attacked examples the RBC still gets right), so calibration is
+    unchanged while the attack costs what AutoAttack's APGD-CE + APGD-T cost; only the margins of flipped
+    examples are less negative.
+    """
+    check_images(images)
+    check_attack_settings(eps, norm, n_iter, n_restarts)
+    if n_target_classes < 0:
+        raise InputError(f"n_target_classes must be non-negative, got {n_target_classes}")
+    if batch_size < 1:
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
+    forward = _LayerNormed(model, top_k) if layer_norm else model
+    margin_fn = ln_signed_margin(top_k) if layer_norm else signed_margin
+    n = images.shape[0]
+    if n == 0:
+        raise InputError("no images to attack; pass at least one example")
+    with torch.no_grad():
+        n_classes = pair(forward(images[:1]))[0].shape[1]
+    check_labels(labels, n, n_classes)
+    labels = labels.to(images.device)
+    n_targets = effective_n_targets(n_classes, n_target_classes)
+    runs_per_batch = n_restarts * (1 + n_targets)
+
+    adv, logits_out, margins, clean_logits = [], [], [], []
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"MMAA {norm} eps={eps:.4g}", total=math.ceil(n / batch_size) * runs_per_batch * n_iter)
+        for batch, start in enumerate(range(0, n, batch_size)):
+            x, y = images[start:start + batch_size], labels[start:start + batch_size]
+            with torch.no_grad():
+                clean, _ = pair(forward(x))
+            record = MarginRecord.start(x, clean, y, margin_fn)
+            size = x.shape[0]
+
+            def advance(k: int, size: int = size) -> None:
+                bar.advance(task, k / size)
+
+            common = dict(eps=eps, norm=norm, n_iter=n_iter, n_restarts=n_restarts, seed=seed, record=record,
+                          attack_all=attack_all, margin_fn=margin_fn, on_iter=advance)
+            apgd_ce(forward, x, y, **common)
+            if n_targets > 0:
+                apgd_t(forward, x, y, n_target_classes=n_targets, **common)
+            record.check_finite()
+            adv.append(record.x)
+            logits_out.append(record.logits)
+            margins.append(record.margin)
+            clean_logits.append(clean.detach())
+            bar.update(task, completed=(batch + 1) * runs_per_batch * n_iter)
+    logits_all = torch.cat(logits_out)
+    settings = {"attack": "mmaa", "eps": float(eps), "norm": norm, "n_iter": n_iter,
+                "n_target_classes": n_targets, "n_restarts": n_restarts, "seed": seed, "batch_size": batch_size,
+                "layer_norm": layer_norm, "top_k": top_k, "attack_all": attack_all, "code": MMAA_CODE_VERSION,
+                "margin": "p_y - max_{i!=y} p_i of softmax(LN(logits)), negative when misclassified"}
+    return MMAAResult(torch.cat(adv), logits_all, torch.cat(margins), logits_all.argmax(dim=1) != labels,
+                      torch.cat(clean_logits), settings)
+
+
+__all__ = ["MMAAResult", "mmaa"]

@@ -1,0 +1,45 @@
+"""What a robustness evaluation returns (the bench consumes these names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class ComponentStat:
+    """One attack component of an ensemble: how many examples it broke that earlier components had not."""
+
+    name: str
+    newly_broken: int
+    seconds: float
+
+
+@dataclass
+class EvalResult:
+    """Clean and robust correctness per example under an attack ensemble (AutoAttack-style, App. B.2)."""
+
+    attack: str
+    eps: float
+    norm: str
+    n: int
+    clean_correct: torch.Tensor  # bool [n]
+    robust_correct: torch.Tensor  # bool [n], correct under every component
+    adv_images: torch.Tensor  # per example the successful adversarial image, else the clean one
+    components: list[ComponentStat] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def clean_accuracy(self) -> float:
+        """Fraction of examples classified correctly without attack."""
+        return float(self.clean_correct.float().mean()) if self.n else float("nan")
+
+    @property
+    def robust_accuracy(self) -> float:
+        """Fraction of examples no component broke."""
+        return float(self.robust_correct.float().mean()) if self.n else float("nan")
+
+
+AttackResult = EvalResult  # the name the hook specification uses

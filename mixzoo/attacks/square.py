@@ -1,0 +1,311 @@
+"""Minimum-margin Square attack: a gradient-free minimum-margin attack for black-box RBCs (paper App. D.5).
+
+Square (Andriushchenko et al. 2020) is a random search: from the current point it proposes a square-shaped change
+(L-inf: a square of +-2 eps per channel, projected back to the eps-ball; L2: a pair of windows whose mass is
+redistributed, with the ``eta`` pattern), queries the model, and keeps the proposal if it lowers the loss. The
+square side shrinks with the ``p`` schedule of the reference implementation (``pyautoattack/square.py``,
+``p_selection``; rescaled to ``n_queries`` as with ``resc_schedule=True``, so short runs pass through the whole
+schedule). App. D.5 turns it into a minimum-margin attack by recording the margin at every query; here the loss
+of the random search IS the recorded quantity, so the current point is always the best point visited:
+
+* the judged margin is the signed margin ``p_y - max_{i != y} p_i`` of softmax(LN(logits)) (as in MMAA,
+  :func:`mixzoo.attacks.margins.ln_signed_margin`; raw logits with ``layer_norm=False``), and a proposal is kept
+  when its :func:`~mixzoo.attacks.margins.selection_key` is lower (misclassified points beat correct ones; ties,
+  e.g. a saturated margin of 1.0 in float32, go to the lower logit margin ``z_y - max_{i != y} z_i``);
+* the returned point of EVERY example is the visited point of smallest signed margin, the clean image included,
+  and the returned ``margins`` are the margins at the returned points (so never above the clean margin);
+* an example stops being queried once a visited point is misclassified (Algorithm 1 only uses the attacked points
+  that stay correct, so further queries would be wasted); the others get all ``n_queries`` proposals;
+* only forward passes are made, under ``torch.no_grad`` (works through :class:`mixzoo.blackbox.BlackBoxModel`).
+
+Queries per example: 1 (clean) + 1 (Square's initial point) + up to ``n_queries - 1`` proposals, i.e. at most
+``n_queries + 1`` (:func:`square_queries_needed`). Randomness comes from a :class:`torch.Generator` seeded with
+``seed + first index of the batch``: positions are shared by the examples of an iteration (as in the reference),
+signs are drawn for the whole batch every iteration, so one example's stream does not depend on which others
+are still being attacked. Deviations from the reference, all deliberate: the square's position ranges over all
+``h - s + 1`` offsets (the reference never picks the last one), L2 initial tiles that overhang the border are
+cropped (the reference needs ``h >= 10``), and nothing is restarted.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from mixzoo.attacks.apgd import check_attack_settings
+from mixzoo.attacks.evaluation import Attack, Component
+from mixzoo.attacks.margins import ln_signed_margin, selection_key, signed_margin
+from mixzoo.attacks.mmaa import MMAAResult
+from mixzoo.errors import InputError
+from mixzoo.models import check_images, check_labels
+from mixzoo.progress import progress_bar
+
+SQUARE_CODE_VERSION = "min-margin-square-1"
+
+
+def square_queries_needed(n_examples: int, n_queries: int) -> int:
+    """Worst-case model queries (examples forwarded) of :func:`min_margin_square`: ``n * (n_queries + 1)``."""
+    return int(n_examples) * (int(n_queries) + 1)
+
+
+def p_selection(p_init: float, it: int, n_queries: int) -> float:
+    """Fraction of pixels a square covers at iteration ``it`` (reference schedule, rescaled to ``n_queries``)."""
+    it = int(it / n_queries * 10000)
+    for bound, div in ((10, 1), (50, 2), (200, 4), (500, 8), (1000, 16), (2000, 32), (4000, 64), (6000, 128),
+                       (8000, 256)):
+        if it <= bound:
+            return p_init / div
+    return p_init / 512
+
+
+# ---------------------------------------------------------------------------------------------- L2 pattern
+@functools.cache
+def _eta_rectangles(x: int, y: int) -> torch.Tensor:
+    """Concentric rectangles with weights 1/(k+1)^2, unit L2 norm (reference ``eta_rectangles``)."""
+    delta = torch.zeros(x, y)
+    if x == 0 or y == 0:
+        return delta
+    c0, c1 = x // 2, y // 2
+    for k in range(max(x // 2 + 1, y // 2 + 1)):
+        delta[max(c0, 0):min(c0 + 2 * k + 1, x), max(c1, 0):min(c1 + 2 * k + 1, y)] += 1.0 / (k + 1) ** 2
+        c0, c1 = c0 - 1, c1 - 1
+    return delta / delta.pow(2).sum().sqrt()
+
+
+@functools.cache
+def _eta_base(s: int) -> torch.Tensor:
+    """The L2 square pattern of side ``s``: upper half positive, lower half negative, unit L2 norm."""
+    delta = torch.zeros(s, s)
+    delta[: s // 2] = _eta_rectangles(s // 2, s)
+    delta[s // 2:] = -_eta_rectangles(s - s // 2, s)
+    return delta / delta.pow(2).sum().sqrt()
+
+
+def _eta(s: int, gen: torch.Generator) -> torch.Tensor:
+    """:func:`_eta_base`, transposed with probability 1/2 (reference ``eta``)."""
+    base = _eta_base(s)
+    return base.t().contiguous() if float(torch.rand(1, generator=gen)) > 0.5 else base
+
+
+# -------------------------------------------------------------------------------------------------- helpers
+def _signs(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    return torch.randint(0, 2, shape, generator=gen).float().mul_(2).sub_(1)
+
+
+def _l2(t: torch.Tensor) -> torch.Tensor:
+    return t.flatten(1).norm(dim=1).view(-1, *([1] * (t.ndim - 1)))
+
+
+def _logit_margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    z = logits.double()
+    zy = z.gather(1, labels[:, None]).squeeze(1)
+    return zy - z.scatter(1, labels[:, None], float("-inf")).max(dim=1).values
+
+
+def _linf_init(x: torch.Tensor, eps: float, gen: torch.Generator) -> torch.Tensor:
+    """Vertical stripes of +-eps (reference L-inf initialisation)."""
+    n, c, _, w = x.shape
+    return (x + eps * _signs((n, c, 1, w), gen).to(x)).clamp(0.0, 1.0)
+
+
+def _l2_init(x: torch.Tensor, eps: float, gen: torch.Generator) -> torch.Tensor:
+    """Tiles of the eta pattern with random signs, scaled to L2 norm eps (reference L2 initialisation)."""
+    n, c, h, w = x.shape
+    s = max(h // 5, 1)
+    start = (h - s * 5) // 2 if h >= 5 else 0
+    delta = torch.zeros_like(x)
+    for vh in range(start, start + (h // s) * s, s):
+        for vw in range(start, start + (w // s) * s, s):
+            if vh >= h or vw >= w:
+                continue
+            pattern = _eta(s, gen).to(x)
+            sign = _signs((n, c, 1, 1), gen).to(x)
+            hh, ww = min(s, h - vh), min(s, w - vw)
+            delta[:, :, vh:vh + hh, vw:vw + ww] += pattern[:hh, :ww] * sign
+    return (x + delta / (_l2(delta) + 1e-12) * eps).clamp(0.0, 1.0)
+
+
+def _linf_step(x: torch.Tensor, x_best: torch.Tensor, eps: float, s: int, vh: int, vw: int,
+               sign: torch.Tensor) -> torch.Tensor:
+    new = x_best.clone()
+    new[:, :, vh:vh + s, vw:vw + s] += 2.0 * eps * sign
+    return torch.minimum(torch.maximum(new, x - eps), x + eps).clamp(0.0, 1.0)
+
+
+def _l2_step(x: torch.Tensor, x_best: torch.Tensor, eps: float, s: int, win1: tuple[int, int],
+             win2: tuple[int, int], pattern: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
+    """The reference L2 proposal: move the mass of window 2 into window 1 along a new eta pattern."""
+    c = x.shape[1]
+    (vh, vw), (vh2, vw2) = win1, win2
+    delta = x_best - x
+    w1 = (slice(None), slice(None), slice(vh, vh + s), slice(vw, vw + s))
+    w2 = (slice(None), slice(None), slice(vh2, vh2 + s), slice(vw2, vw2 + s))
+    norm_w1 = delta[w1].pow(2).sum(dim=(-2, -1), keepdim=True).sqrt()
+    mask = torch.zeros_like(x[:1])
+    mask[w1] = 1.0
+    mask[w2] = 1.0
+    norm_windows = (delta * mask).pow(2).sum(dim=(-2, -1), keepdim=True).sqrt()
+    norm_image = _l2(delta)
+    new = pattern.view(1, 1, s, s) * sign + delta[w1] / (1e-12 + norm_w1)
+    budget = ((eps ** 2 - norm_image ** 2).clamp_min(0.0) / c + norm_windows ** 2).sqrt()
+    new = new / (1e-12 + new.pow(2).sum(dim=(-2, -1), keepdim=True).sqrt()) * budget
+    delta = delta.clone()
+    delta[w2] = 0.0
+    delta[w1] = new
+    return (x + delta / (_l2(delta) + 1e-12) * eps).clamp(0.0, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------------- attack
+def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: float,
+                      norm: str = "Linf", n_queries: int = 5000, p_init: float = 0.8, seed: int = 0,
+                      layer_norm: bool = True, top_k: int | None = None, batch_size: int = 500,
+                      progress: bool = True) -> MMAAResult:
+    """Minimum-margin Square attack of ``model`` (images in [0, 1] -> logits) using forward queries only.
+
+    Returns, for every example, the visited point of smallest signed margin of softmax(LN(logits)) (raw logits
+    with ``layer_norm=False``; ``top_k`` as in :func:`mixzoo.transforms.layer_norm`), the raw logits there and
+    that margin, in the same :class:`~mixzoo.attacks.mmaa.MMAAResult` as :func:`mixzoo.attacks.mmaa` so it can
+    replace MMAA in Algorithm 1 (App. D.5). ``settings["queries"]`` counts the examples forwarded. A
+    :class:`~mixzoo.blackbox.BlackBoxModel` with too small a budget is refused before the first query.
+    See the module docstring for the search and its schedule.
+    """
+    check_images(images)
+    check_attack_settings(eps, norm)
+    if isinstance(n_queries, bool) or int(n_queries) < 1:
+        raise InputError(f"n_queries must be at least 1, got {n_queries}")
+    if not 0.0 < p_init <= 1.0:
+        raise InputError(f"p_init must lie in (0, 1], got {p_init}")
+    if batch_size < 1:
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
+    n = images.shape[0]
+    if n == 0:
+        raise InputError("no images to attack; pass at least one example")
+    n_queries = int(n_queries)
+    check_budget = getattr(model, "check_budget", None)
+    if callable(check_budget):
+        check_budget(square_queries_needed(n, n_queries), f"min-margin Square on {n} images x {n_queries} queries")
+    margin_fn = ln_signed_margin(top_k) if layer_norm else signed_margin
+
+    adv, logits_out, margins, clean_out = [], [], [], []
+    total_queries = 0
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"min-margin Square {norm} eps={eps:.4g}", total=math.ceil(n / batch_size) * n_queries)
+        for start in range(0, n, batch_size):
+            x, y = images[start:start + batch_size], labels[start:start + batch_size]
+            res = _attack_batch(model, x, y, eps=eps, norm=norm, n_queries=n_queries, p_init=p_init,
+                                seed=seed + start, margin_fn=margin_fn, on_iter=lambda k: bar.advance(task, k))
+            adv.append(res[0])
+            logits_out.append(res[1])
+            margins.append(res[2])
+            clean_out.append(res[3])
+            total_queries += res[4]
+    logits_all = torch.cat(logits_out)
+    labels = labels.to(logits_all.device)
+    settings: dict[str, Any] = {
+        "attack": "min-margin-square", "eps": float(eps), "norm": norm, "n_queries": n_queries, "p_init": p_init,
+        "seed": seed, "batch_size": batch_size, "layer_norm": layer_norm, "top_k": top_k,
+        "code": SQUARE_CODE_VERSION, "queries": total_queries, "queries_per_example": total_queries / n,
+        "margin": "p_y - max_{i!=y} p_i of softmax(LN(logits)), negative when misclassified" if layer_norm
+        else "p_y - max_{i!=y} p_i of softmax(logits), negative when misclassified",
+    }
+    return MMAAResult(torch.cat(adv), logits_all, torch.cat(margins), logits_all.argmax(dim=1) != labels,
+                      torch.cat(clean_out), settings)
+
+
+@torch.no_grad()
+def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_queries: int,
+                  p_init: float, seed: int, margin_fn: Any, on_iter: Any) -> tuple[torch.Tensor, ...]:
+    """One batch: returns (adv images, raw logits, margins, clean logits, queries made)."""
+    gen = torch.Generator().manual_seed(int(seed))
+    n, c, h, w = x.shape
+    n_features = c * h * w
+
+    clean = model(x)
+    check_labels(y, n, clean.shape[1])
+    y = y.to(clean.device)
+    if torch.isnan(clean).any():
+        raise InputError(f"model returned NaN logits for {int(torch.isnan(clean).any(1).sum())} clean images;"
+                         " fix the model before attacking it")
+    clean_margin = margin_fn(clean, y)
+    clean_key = selection_key(clean, clean_margin, y)
+    queries = n
+
+    x_best = _linf_init(x, eps, gen) if norm == "Linf" else _l2_init(x, eps, gen)
+    best = model(x_best)
+    queries += n
+    margin_best = margin_fn(best, y)
+    key_best = selection_key(best, margin_best, y)
+    lm_best = _logit_margin(best, y)
+    best = best.clone()
+    on_iter(1)
+
+    done = 1
+    for it in range(1, n_queries):
+        active = torch.nonzero((key_best >= -1.0) & (clean_key >= -1.0)).squeeze(1)  # not yet misclassified
+        if active.numel() == 0:
+            break
+        p = p_selection(p_init, it, n_queries)
+        sign = _signs((n, c, 1, 1), gen)[active.cpu()].to(x)
+        xa, ba = x[active], x_best[active]
+        if norm == "Linf":
+            s = min(max(int(round(math.sqrt(p * n_features / c))), 1), h, w)
+            vh, vw = (int(v) for v in torch.randint(0, h - s + 1, (1,), generator=gen).tolist()
+                      + torch.randint(0, w - s + 1, (1,), generator=gen).tolist())
+            cand = _linf_step(xa, ba, eps, s, vh, vw, sign)
+        else:
+            s = max(int(round(math.sqrt(p * n_features / c))), 3)
+            s = min(s + 1 if s % 2 == 0 else s, h, w)
+            pos = [int(torch.randint(0, lim - s + 1, (1,), generator=gen)) for lim in (h, w, h, w)]
+            cand = _l2_step(xa, ba, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), _eta(s, gen).to(x), sign)
+        out = model(cand)
+        queries += int(active.numel())
+        if torch.isnan(out).any():
+            raise InputError(f"model returned NaN logits for {int(torch.isnan(out).any(1).sum())} images during"
+                             " the Square attack; fix the model's numerics, NaN outputs cannot be counted as robust")
+        m = margin_fn(out, y[active])
+        k = selection_key(out, m, y[active])
+        lm = _logit_margin(out, y[active])
+        kb = key_best[active]
+        better = (k < kb) | ((k == kb) & (lm < lm_best[active]))
+        idx = active[better]
+        x_best[idx] = cand[better]
+        best[idx] = out[better].to(best.dtype)
+        margin_best[idx] = m[better].to(margin_best.dtype)
+        key_best[idx] = k[better].to(key_best.dtype)
+        lm_best[idx] = lm[better]
+        on_iter(1)
+        done += 1
+    on_iter(n_queries - done)
+
+    use_clean = clean_key < key_best  # the clean image is a visited point too
+    adv = torch.where(use_clean.view(-1, 1, 1, 1), x, x_best)
+    logits = torch.where(use_clean.view(-1, 1), clean.to(best.dtype), best)
+    margin = torch.where(use_clean, clean_margin.to(margin_best.dtype), margin_best)
+    return adv, logits.detach(), margin, clean.detach(), queries
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+class MinMarginSquareAttack(Attack):
+    """Min-margin Square as a robustness evaluation (attack hook name ``min-margin-square``): a purely
+    gradient-free check, judged on the model's own output (App. B.2.1 uses Square to detect gradient masking)."""
+
+    name: ClassVar[str] = "min-margin-square"
+    defaults: ClassVar[dict[str, Any]] = {"n_queries": 5000, "p_init": 0.8, "batch_size": 500, "layer_norm": False}
+
+    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
+        opts = self.options
+
+        def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return min_margin_square(model, x, y, eps=self.eps, norm=self.norm, n_queries=int(opts["n_queries"]),
+                                     p_init=float(opts["p_init"]), seed=self.seed,
+                                     layer_norm=bool(opts["layer_norm"]), batch_size=int(opts["batch_size"]),
+                                     progress=False).adv_images
+
+        return [Component("min-margin-square", fn, gradient_based=False)]
+
+
+__all__ = ["MinMarginSquareAttack", "min_margin_square", "p_selection", "square_queries_needed"]

@@ -1,0 +1,428 @@
+"""Training the built-in zoo: standard, PGD adversarial training and TRADES, deterministic on a CPU.
+
+No pretrained weights can be downloaded offline, so mixzoo trains its own small accurate / robust pairs on
+Fashion-MNIST and scikit-learn digits. Everything is seeded: ``torch.manual_seed`` for the initialisation, a
+seeded generator for the data order, augmentation and attack starts, and deterministic algorithms where torch
+has them, so the same recipe on the same machine writes the same bytes.
+
+* PGD adversarial training (Madry et al. 2018): the inner maximisation is :func:`mixzoo.attacks.pgd.pgd`.
+* TRADES (Zhang et al. 2019): ``CE(f(x), y) + beta * KL(f(x) || f(x'))`` with ``x'`` maximising the KL term
+  (:func:`trades_adversary`). TRADES is known to leave larger margins on robust examples, which is what the RBC
+  of a mixed classifier needs (MixedNUTS paper App. D.6, "robust accuracy with margin").
+
+:func:`evaluate_model` measures what the registry records and what choosing an RBC needs: clean and PGD-20
+accuracy, the median confidence margin of clean mistakes, and the (1 - beta)-quantiles of the margins of
+PGD-attacked examples that stay correct (margin = top-1 minus top-2 probability of softmax(LN(logits)), paper
+Sec. 3.1 and App. D.7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mixzoo.attacks.pgd import pgd
+from mixzoo.data import ImageDataset, load_dataset
+from mixzoo.errors import InputError, UnknownNameError
+from mixzoo.models import Normalize
+from mixzoo.progress import progress_bar
+
+METHODS: tuple[str, ...] = ("standard", "pgd", "trades")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that determines a zoo model's weights (with the machine's floating-point behaviour)."""
+
+    name: str
+    dataset: str
+    method: str = "standard"
+    arch: str = "convnet"
+    arch_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    mean: tuple[float, ...] = (0.2860,)
+    std: tuple[float, ...] = (0.3530,)
+    epochs: float = 3.0
+    batch_size: int = 128
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup: float = 0.0
+    augment: bool = False
+    crop_padding: int = 2
+    eps: float = 0.1
+    attack_steps: int = 7
+    eps_warmup: float = 0.0
+    trades_beta: float = 6.0
+    train_eps: float | None = None
+    seed: int = 0
+    train_n: int | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise InputError(f"recipe {self.name!r}: method must be one of {METHODS}, got {self.method!r}")
+        if self.optimizer not in ("adam", "sgd"):
+            raise InputError(f"recipe {self.name!r}: optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.epochs <= 0 or self.batch_size <= 0 or self.lr <= 0:
+            raise InputError(f"recipe {self.name!r}: epochs, batch_size and lr must be positive")
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}.safetensors"
+
+    @property
+    def robust(self) -> bool:
+        return self.method != "standard"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["arch_kwargs"], d["mean"], d["std"] = dict(self.arch_kwargs), list(self.mean), list(self.std)
+        return d
+
+    def replace(self, **changes: Any) -> Recipe:
+        return dataclasses.replace(self, **changes)
+
+
+_FMNIST = {"dataset": "fashion-mnist", "mean": (0.2860,), "std": (0.3530,)}
+_DIGITS = {"dataset": "digits", "mean": (0.3,), "std": (0.4,)}
+_SMALL = {"widths": (32, 64), "hidden": 128}
+_DIGITS_NET = {"widths": (16, 32), "hidden": 64, "input_hw": 8}
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in [
+    Recipe("fmnist-std", **_FMNIST, method="standard",
+           arch_kwargs={"widths": (32, 64, 128), "hidden": 256, "convs_per_stage": 2, "batch_norm": True},
+           epochs=8, batch_size=128, optimizer="adam", lr=2e-3, weight_decay=5e-4, warmup=0.05, augment=True,
+           description="accurate CNN (2x conv per stage, batch norm), random crop + flip, 8 epochs"),
+    Recipe("fmnist-pgd", **_FMNIST, method="pgd", arch_kwargs=_SMALL, epochs=6, optimizer="adam", lr=1e-3,
+           warmup=0.05, eps=0.1, attack_steps=7, eps_warmup=0.2,
+           description="PGD-7 adversarial training, Linf eps 0.1, 6 epochs"),
+    Recipe("fmnist-trades", **_FMNIST, method="trades", arch_kwargs=_SMALL, epochs=6, optimizer="adam", lr=1e-3,
+           warmup=0.05, eps=0.1, attack_steps=7, eps_warmup=0.2, trades_beta=6.0,
+           description="TRADES (beta 6, KL-PGD-7), Linf eps 0.1, 6 epochs"),
+    Recipe("digits-std", **_DIGITS, method="standard", arch_kwargs=_DIGITS_NET, epochs=30, batch_size=64,
+           optimizer="adam", lr=3e-3, description="accurate digits CNN, trains in seconds"),
+    Recipe("digits-pgd", **_DIGITS, method="pgd", arch_kwargs=_DIGITS_NET, epochs=40, batch_size=64,
+           optimizer="adam", lr=3e-3, eps=0.2, attack_steps=5, eps_warmup=0.2,
+           description="PGD-5 adversarial training on digits, Linf eps 0.2 (at 0.1 it is as accurate as digits-std)"),
+]}
+
+
+def get_recipe(name_or_recipe: str | Recipe) -> Recipe:
+    """A recipe by name (unknown names get suggestions), or the recipe itself."""
+    if isinstance(name_or_recipe, Recipe):
+        return name_or_recipe
+    if name_or_recipe not in RECIPES:
+        raise UnknownNameError("recipe", name_or_recipe, RECIPES)
+    return RECIPES[name_or_recipe]
+
+
+def build_network(recipe: Recipe) -> nn.Module:
+    """The bare network (no normalization) of a recipe, via the zoo's architecture table."""
+    from mixzoo_plugins.zoo_arch import build
+
+    return build(recipe.arch, dict(recipe.arch_kwargs))
+
+
+# --------------------------------------------------------------------------------------------- ingredients
+def augment_batch(x: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:
+    """Random crop with zero padding ``padding`` and random horizontal flip, vectorised over the batch."""
+    n, c, h, w = x.shape
+    padded = F.pad(x, (padding,) * 4)
+    dev = x.device
+    dy = torch.randint(0, 2 * padding + 1, (n,), generator=generator).to(dev)
+    dx = torch.randint(0, 2 * padding + 1, (n,), generator=generator).to(dev)
+    rows = (dy[:, None] + torch.arange(h, device=dev))[:, None, :, None]  # n,1,h,1
+    cols = (dx[:, None] + torch.arange(w, device=dev))[:, None, None, :]  # n,1,1,w
+    idx_n, idx_c = torch.arange(n, device=dev)[:, None, None, None], torch.arange(c, device=dev)[None, :, None, None]
+    out = padded[idx_n, idx_c, rows, cols]
+    flip = (torch.rand(n, generator=generator) < 0.5).to(dev)
+    return torch.where(flip[:, None, None, None], out.flip(-1), out)
+
+
+def trades_adversary(model: nn.Module, x: torch.Tensor, eps: float, steps: int,
+                     generator: torch.Generator, step_size: float | None = None) -> torch.Tensor:
+    """TRADES inner maximisation: ``argmax_{||x'-x||_inf <= eps} KL(f(x) || f(x'))`` by sign-gradient ascent
+    from ``x + 0.001 * N(0, I)`` (Zhang et al. 2019, Alg. 1); the result is clipped to [0, 1]."""
+    step_size = 2.5 * eps / steps if step_size is None else step_size
+    with torch.no_grad():
+        p_clean = F.softmax(model(x), dim=1)
+    noise = torch.randn(x.shape, generator=generator, device=generator.device).to(x.device)
+    x_adv = (x + 0.001 * noise).clamp(0, 1)
+    for _ in range(steps):
+        x_adv.requires_grad_(True)
+        loss = F.kl_div(F.log_softmax(model(x_adv), dim=1), p_clean, reduction="sum")
+        (grad,) = torch.autograd.grad(loss, x_adv)
+        with torch.no_grad():
+            x_adv = torch.min(torch.max(x_adv + step_size * grad.sign(), x - eps), x + eps).clamp(0, 1)
+    return x_adv.detach()
+
+
+def _lr_factor(step: int, total: int, warmup: float) -> float:
+    """Linear warm-up over ``warmup * total`` steps, then cosine decay to zero."""
+    w = int(warmup * total)
+    if step < w:
+        return (step + 1) / w
+    return 0.5 * (1 + math.cos(math.pi * (step - w) / max(1, total - w)))
+
+
+def _ln_margin(logits: torch.Tensor) -> torch.Tensor:
+    """Top-1 minus top-2 probability of softmax(LN(logits)) (paper Sec. 3.1, App. D.7)."""
+    z = (logits - logits.mean(dim=1, keepdim=True)) / logits.std(dim=1, unbiased=False, keepdim=True).clamp_min(1e-12)
+    top2 = F.softmax(z, dim=1).topk(2, dim=1).values
+    return top2[:, 0] - top2[:, 1]
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+def model_logits(model: nn.Module, data: ImageDataset, eps: float | None = 0.1, steps: int = 20,
+                 batch_size: int = 500, seed: int = 0, progress: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Clean logits and (``eps`` given) logits of PGD-``steps`` L-inf examples, on the CPU. Eval mode."""
+    model.eval()
+    device = next(iter(model.parameters()), torch.empty(0)).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    clean, adv = [], []
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"evaluate ({'clean' if eps is None else f'PGD-{steps}'})", total=len(data))
+        for start in range(0, len(data), batch_size):
+            x = data.images[start:start + batch_size].to(device)
+            y = data.labels[start:start + batch_size].to(device)
+            with torch.no_grad():
+                clean.append(model(x).cpu())
+            if eps is not None:
+                x_adv = pgd(model, x, y, eps=eps, steps=steps, generator=gen)
+                with torch.no_grad():
+                    adv.append(model(x_adv).cpu())
+            bar.advance(task, len(y))
+    return torch.cat(clean), (torch.cat(adv) if eps is not None else None)
+
+
+def margin_metrics(labels: torch.Tensor, clean_logits: torch.Tensor, adv_logits: torch.Tensor | None = None,
+                   betas: tuple[float, ...] = (0.985, 0.95)) -> dict[str, float]:
+    """Accuracies and the margin statistics that select an RBC, from logits (see :func:`evaluate_model`)."""
+    correct, margin = clean_logits.argmax(1) == labels, _ln_margin(clean_logits)
+    out: dict[str, float] = {"n": float(len(labels)), "clean": correct.float().mean().item()}
+    mistakes = margin[~correct]
+    out["clean_mistake_margin_median"] = mistakes.median().item() if mistakes.numel() else float("nan")
+    if adv_logits is not None:
+        a_correct = adv_logits.argmax(1) == labels
+        out["pgd"] = a_correct.float().mean().item()
+        kept = _ln_margin(adv_logits)[a_correct]
+        for beta in betas:
+            key = f"{1 - beta:.3g}"
+            q = torch.quantile(kept, 1 - beta).item() if kept.numel() else float("nan")
+            out[f"attacked_correct_margin_q{key}"] = q
+            out[f"fixable_mistakes_q{key}"] = (mistakes < q).float().mean().item() if mistakes.numel() else 0.0
+    return out
+
+
+def evaluate_model(model: nn.Module, data: ImageDataset, eps: float | None = 0.1, steps: int = 20,
+                   batch_size: int = 500, seed: int = 0, betas: tuple[float, ...] = (0.985, 0.95),
+                   progress: bool = False) -> dict[str, float]:
+    """Clean and PGD-``steps`` accuracy (L-inf ``eps``) plus the margin statistics that select an RBC.
+
+    Returns ``clean``, ``pgd`` (accuracies in [0, 1]), ``clean_mistake_margin_median``, for each beta
+    ``attacked_correct_margin_q{1-beta}`` (the (1 - beta)-quantile of margins of PGD-attacked examples still
+    classified correctly, paper Sec. 4.3), and ``fixable_mistakes_q{1-beta}``: the share of clean mistakes whose
+    margin is below that quantile, i.e. the mistakes an ABC could overrule without hurting robustness at
+    level beta with the identity transform. ``model`` takes [0, 1] images; it is put in eval mode.
+    """
+    clean, adv = model_logits(model, data, eps, steps, batch_size, seed, progress)
+    return margin_metrics(data.labels, clean, adv, betas)
+
+
+# -------------------------------------------------------------------------------------------------- training
+@dataclass
+class TrainResult:
+    """What :func:`train_model` produced: the weights file, its sha256, timings and measured accuracies."""
+
+    recipe: Recipe
+    path: Path | None
+    sha256: str
+    seconds: float
+    metrics: dict[str, float]
+    metrics_eval500: dict[str, float]
+    state_dict: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
+    logits: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def summary(self) -> str:
+        m = self.metrics
+        robust = f", PGD-20 {100 * m['pgd']:.2f}%" if "pgd" in m else ""
+        return (f"{self.recipe.name}: clean {100 * m.get('clean', float('nan')):.2f}%{robust}"
+                f" on {int(m.get('n', 0))} evaluation images; trained in {self.seconds:.0f} s; sha256 {self.sha256}")
+
+
+def default_weights_dir() -> Path:
+    """``plugins/weights`` (package ``mixzoo_plugins.weights``), where the zoo plugin loads from."""
+    import mixzoo_plugins
+
+    return Path(mixzoo_plugins.__file__).parent / "weights"
+
+
+def _step(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tensor, eps: float,
+          gen: torch.Generator) -> torch.Tensor:
+    """One training loss: standard CE, CE on PGD examples (Madry et al.), or the TRADES objective."""
+    if recipe.method == "standard" or eps <= 0:
+        return F.cross_entropy(model(x), y)
+    model.eval()  # attacks see running statistics, as in the TRADES reference code
+    if recipe.method == "pgd":
+        x_adv = pgd(model, x, y, eps=eps, steps=recipe.attack_steps, generator=gen)
+        model.train()
+        return F.cross_entropy(model(x_adv), y)
+    x_adv = trades_adversary(model, x, eps, recipe.attack_steps, gen)
+    model.train()
+    logits, logits_adv = model(x), model(x_adv)
+    kl = F.kl_div(F.log_softmax(logits_adv, dim=1), F.softmax(logits, dim=1), reduction="batchmean")
+    return F.cross_entropy(logits, y) + recipe.trades_beta * kl
+
+
+def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None, *, save: bool = True,
+                evaluate: bool = True, eval_n: int | None = None, data_root: str | None = None,
+                progress: bool = True, deterministic: bool = True, device: str = "cpu",
+                seed: int | None = None) -> TrainResult:
+    """Train a zoo model from its recipe on the CPU and (``save``) write ``OUT_DIR/NAME.safetensors`` and
+    ``NAME.sha256`` atomically; ``out_dir`` defaults to ``plugins/weights``.
+
+    With ``evaluate`` the clean and PGD-20 accuracy (robust recipes) and the RBC margin statistics of
+    :func:`evaluate_model` are measured on the first ``eval_n`` evaluation images (all if ``None``) and on the
+    first 500 (what the tests re-check). The training split never includes calibration images. ``device``
+    other than ``"cpu"`` is for exploring recipes quickly; the shipped weights are trained on the CPU.
+    ``seed`` overrides the recipe's seed (the weights then differ from the shipped ones).
+    """
+    recipe = get_recipe(name_or_recipe)
+    if seed is not None and seed != recipe.seed:
+        recipe = recipe.replace(seed=seed)
+    train = load_dataset(recipe.dataset, "train", n=recipe.train_n, root=data_root)
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    try:
+        torch.manual_seed(recipe.seed)
+        gen = torch.Generator().manual_seed(recipe.seed)  # data order and augmentation
+        attack_gen = torch.Generator(device=device).manual_seed(recipe.seed + 1)  # attack starts
+        model = nn.Sequential(Normalize(recipe.mean, recipe.std), build_network(recipe)).to(device)
+        images, labels = train.images.to(device), train.labels.to(device)
+        params = model.parameters()
+        if recipe.optimizer == "adam":
+            opt = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+        else:
+            opt = torch.optim.SGD(params, lr=recipe.lr, momentum=0.9, nesterov=True, weight_decay=recipe.weight_decay)
+        n = len(train)
+        per_epoch = math.ceil(n / recipe.batch_size)
+        total = max(1, round(recipe.epochs * per_epoch))
+        t0 = time.perf_counter()
+        with progress_bar(progress) as bar:
+            task = bar.add_task(f"train {recipe.name}", total=total)
+            step, order = 0, torch.empty(0, dtype=torch.long)
+            while step < total:
+                if step % per_epoch == 0:
+                    order = torch.randperm(n, generator=gen)
+                i = step % per_epoch
+                idx = order[i * recipe.batch_size:(i + 1) * recipe.batch_size]
+                idx = idx.to(device)
+                x, y = images[idx], labels[idx]
+                if recipe.augment:
+                    x = augment_batch(x, recipe.crop_padding, gen)
+                ramp = min(1.0, (step + 1) / (recipe.eps_warmup * total)) if recipe.eps_warmup > 0 else 1.0
+                for group in opt.param_groups:
+                    group["lr"] = recipe.lr * _lr_factor(step, total, recipe.warmup)
+                model.train()
+                train_eps = recipe.eps if recipe.train_eps is None else recipe.train_eps
+                loss = _step(model, recipe, x, y, train_eps * ramp, attack_gen)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                step += 1
+                bar.advance(task)
+        seconds = time.perf_counter() - t0
+    finally:
+        torch.use_deterministic_algorithms(prev_det)
+    model.eval()
+    network = model[1]
+    state = {k: v.detach().cpu().contiguous().clone() for k, v in network.state_dict().items()}
+    metrics: dict[str, float] = {}
+    metrics500: dict[str, float] = {}
+    logits: dict[str, torch.Tensor] = {}
+    if evaluate:
+        evaluation = load_dataset(recipe.dataset, "evaluation", n=eval_n, root=data_root)
+        eps = recipe.eps if recipe.robust else None
+        clean_logits, adv_logits = model_logits(model, evaluation, eps=eps, progress=progress)
+        metrics = margin_metrics(evaluation.labels, clean_logits, adv_logits)
+        logits = {"clean": clean_logits, "labels": evaluation.labels}
+        if adv_logits is not None:
+            logits["pgd"] = adv_logits
+        if robust_eps := (recipe.eps if recipe.robust else None):
+            metrics["eps"] = robust_eps
+        metrics500 = evaluate_model(model, evaluation.subset(500), eps=None)
+    path, sha = None, _state_sha256(state, recipe)
+    if save:
+        path, sha = save_weights(state, Path(out_dir) if out_dir is not None else default_weights_dir(), recipe)
+    return TrainResult(recipe, path, sha, seconds, metrics, metrics500, state, logits)
+
+
+def _serialize(state: dict[str, torch.Tensor], recipe: Recipe) -> bytes:
+    from safetensors.torch import save
+
+    # one metadata key only: safetensors writes its metadata map in hash order, which varies between processes
+    return save(state, metadata={"mixzoo_recipe": json.dumps(recipe.to_dict(), sort_keys=True)})
+
+
+def _state_sha256(state: dict[str, torch.Tensor], recipe: Recipe) -> str:
+    return hashlib.sha256(_serialize(state, recipe)).hexdigest()
+
+
+def save_weights(state: dict[str, torch.Tensor], out_dir: Path, recipe: Recipe) -> tuple[Path, str]:
+    """Write ``NAME.safetensors`` (recipe JSON in the metadata) and ``NAME.sha256`` atomically."""
+    from mixzoo.cache import atomic_write_bytes, atomic_write_text
+
+    blob = _serialize(state, recipe)
+    sha = hashlib.sha256(blob).hexdigest()
+    path = atomic_write_bytes(out_dir / recipe.file, blob)
+    atomic_write_text(out_dir / f"{recipe.name}.sha256", f"{sha}  {recipe.file}\n")
+    for written in (path, out_dir / f"{recipe.name}.sha256"):
+        written.chmod(0o644)  # package data, readable by everyone (mkstemp creates 0600)
+    return path, sha
+
+
+def registry_entry(result: TrainResult, command: str, date: str, machine: str = "2-core CPU",
+                   file: str | None = None) -> str:
+    """The ``[models.NAME]`` TOML table for a trained zoo model (paste into the zoo section of registry.toml).
+
+    ``reported`` holds fractions: ``clean`` / ``pgd20`` on the whole evaluation split, ``clean_eval500`` on its
+    first 500 images (what ``tests/test_zoo.py`` re-measures). ``file`` overrides ``source.file`` (default: the
+    recipe's file name, relative to ``plugins/weights``)."""
+    r, m = result.recipe, result.metrics
+    kwargs = ", ".join(f"{k} = {json.dumps(list(v) if isinstance(v, tuple) else v)}" for k, v in r.arch_kwargs.items())
+    lines = [
+        f"[models.{r.name}]",
+        f'role = "{"robust" if r.robust else "accurate"}"',
+        f'dataset = "{r.dataset}"',
+        "num_classes = 10",
+        f"input_size = [1, {r.arch_kwargs.get('input_hw', 28)}, {r.arch_kwargs.get('input_hw', 28)}]",
+        f"mean = {list(r.mean)}",
+        f"std = {list(r.std)}",
+        f'source = {{ kind = "zoo", arch = "{r.arch}", file = "{file or r.file}", kwargs = {{ {kwargs} }} }}',
+        f'sha256 = "{result.sha256}"',
+    ]
+    if r.robust:
+        lines += ['threat_model = "Linf"', f"epsilon = {r.eps}"]
+    rep = [f"clean = {m['clean']:.4f}"]
+    if "pgd" in m:
+        rep.append(f"pgd20 = {m['pgd']:.4f}")
+    rep += [f"clean_eval500 = {result.metrics_eval500['clean']:.4f}", f"n = {int(m['n'])}",
+            f'source = "measured by `{command}` on {date}, {machine}"']
+    lines.append(f"reported = {{ {', '.join(rep)} }}")
+    lines.append(f'description = "{r.description}"')
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,477 @@
+"""Calibrating MixedNUTS when the robust base classifier is a black box (paper App. D.5).
+
+Algorithm 1 (Sec. 4.3) needs minimum-margin perturbations of the RBC, and MMAA (App. B.1) finds them with the RBC's
+gradients. For an RBC that answers queries only (:class:`mixzoo.blackbox.BlackBoxModel`), App. D.5 offers three
+ways out, all in :func:`transfer_params`:
+
+``transfer``
+    s, p, c come from the mix card of a *surrogate*: a white-box robust model of the same task, calibrated with
+    MMAA (App. D.5: "the optimal s, p, c values are similar across similar models", Table 11). The surrogate's MMAA
+    perturbations are transferred to the black box, which is queried there (and at the clean images); per example
+    the point of smaller black-box margin is the attacked point. alpha is then recalibrated for the black box by
+    Algorithm 1 at the fixed (s, p, c): ``alpha = 1 / (1 + q)``, ``q`` the (1 - beta)-quantile of the attacked
+    correct margins of M(s, p, c) (the quantile rule of :mod:`mixzoo.calibrate`, run on a 1 x 1 x 1 grid).
+``square``
+    App. D.5's black-box minimum-margin attack: min-margin Square (:mod:`mixzoo.attacks.square`) on the black box
+    itself replaces MMAA, and Algorithm 1 runs in full (grid of the given card, else the default grid); no
+    surrogate is needed. With a card, the card's (s, p, c) is scored on the same margins too
+    (``data["objective_transferred"]``).
+``both``
+    transfer and Square together: per example the smaller black-box margin wins (a stronger attack than either);
+    s, p, c from the surrogate card, alpha recalibrated.
+``guess``
+    App. D.5's educated guess: s, p, c = :data:`DEFAULT_GUESS` (paper Table 3, CIFAR-10: s = 5, p = 4, c = -1.1;
+    10 classes like the built-in zoo) unless ``guess=(s, p, c)`` is given, and alpha from CLEAN margins only:
+    the same quantile rule with the correctly classified clean examples in place of the attacked ones, i.e. a share
+    beta of the correct clean examples keeps margin >= (1 - alpha) / alpha. Clean margins are larger than attacked
+    ones, so this alpha is smaller than the one an attack would give: robustness is unverified, which is warned
+    about and written into ``card.notes``.
+
+In every case the black box's clean logits give the clean-incorrect set of Algorithm 1 and the card's
+``objective`` is Algorithm 1's objective on the black box's margins. The returned card records ``method``, the
+surrogate (name, weight hash, card path and its s, p, c, alpha), the black box (name, weight hash) and the query
+counts. :func:`transfer_params_by_name` is the same by model and dataset names (``mixzoo transfer-params``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.attacks.margins import ln_signed_margin, selection_key
+from mixzoo.attacks.mmaa import MMAAResult
+from mixzoo.blackbox import BlackBoxModel, as_black_box, spec_is_black_box
+from mixzoo.card import MixCard, provenance
+from mixzoo.errors import InputError
+from mixzoo.models import check_images, check_labels
+
+METHODS: tuple[str, ...] = ("transfer", "square", "both", "guess")
+DEFAULT_GUESS: dict[str, float] = {"s": 5.0, "p": 4.0, "c": -1.1}  # paper Table 3, CIFAR-10
+DEFAULT_BETA = 0.985
+GUESS_WARNING = ("robustness is unverified: method 'guess' sets s, p, c by hand and alpha from clean margins only"
+                 " (paper App. D.5, educated guess); evaluate the mixed classifier with an attack before relying on"
+                 " it")
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+def _forward(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.cat([model(chunk) for chunk in images.split(batch_size)])
+
+
+def _name(model: Any) -> str | None:
+    spec = getattr(model, "spec", None)
+    if spec is not None:
+        return spec.name
+    name = getattr(model, "name", None)
+    return name if isinstance(name, str) else (type(model).__name__ if model is not None else None)
+
+
+def _hash(model: Any) -> str | None:
+    h = getattr(model, "weight_hash", None)
+    if isinstance(h, str):
+        return h
+    if isinstance(model, nn.Module) and not isinstance(model, BlackBoxModel):
+        from mixzoo.models import weight_hash
+
+        return weight_hash(model)
+    return None
+
+
+def _grid_from_card(card: MixCard | None) -> Any:
+    """The card's grid ranges as a :class:`mixzoo.calibrate.Grid` (default grid if it has fewer than 2 points)."""
+    from mixzoo.calibrate import Grid
+
+    g = card.grid if card is not None else {}
+    try:
+        s, p, c = (list(g[f"{a}_values"]) for a in "spc")
+    except (KeyError, TypeError):
+        return Grid()
+    if len(s) * len(p) * len(c) < 2:
+        return Grid()
+    return Grid(s_min=min(s), s_max=max(s), s_n=len(s), p_min=min(p), p_max=max(p), p_n=len(p), c_min=min(c),
+                c_max=max(c), c_n=len(c))
+
+
+def _fixed_grid(s: float, p: float, c: float) -> Any:
+    from mixzoo.calibrate import Grid
+
+    return Grid(s_min=s, s_max=s, s_n=1, p_min=p, p_max=p, p_n=1, c_min=c, c_max=c, c_n=1)
+
+
+def _algorithm1(clean: torch.Tensor, attacked: torch.Tensor, labels: torch.Tensor, *, beta: float, clamp: str,
+                top_k: int | None, grid: Any, progress: bool = False) -> MixCard:
+    from mixzoo.calibrate import calibrate
+
+    return calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=attacked, attacked_labels=labels,
+                     beta=beta, clamp=clamp, top_k=top_k, grid=grid, progress=progress)
+
+
+def _keys(logits: torch.Tensor, labels: torch.Tensor, top_k: int | None) -> torch.Tensor:
+    """Lower is better for the attacker: signed LN margin, -2 where misclassified (as MMAA selects)."""
+    margin = ln_signed_margin(top_k)(logits, labels)
+    return selection_key(logits, margin, labels)
+
+
+def _pick(a: torch.Tensor, b: torch.Tensor, labels: torch.Tensor, top_k: int | None) -> tuple[torch.Tensor,
+                                                                                            torch.Tensor]:
+    """Per example the logits of the better-attacked point (``b`` where its key is strictly smaller)."""
+    use_b = _keys(b, labels, top_k) < _keys(a, labels, top_k)
+    return torch.where(use_b.view(-1, 1), b, a), use_b
+
+
+def _load_card(card: MixCard | str | Path | None) -> tuple[MixCard | None, str | None]:
+    if card is None or isinstance(card, MixCard):
+        return card, None
+    if isinstance(card, str | Path):
+        return MixCard.load(card), str(card)
+    raise InputError(f"card must be a MixCard or the path of a card file, got {type(card).__name__}")
+
+
+def _check_match(card: MixCard | None, bb: BlackBoxModel, n_classes: int, surrogate: Any) -> None:
+    """Dataset and class count of the surrogate card vs the black box: one-line errors naming both."""
+    spec = bb.spec
+    bb_dataset = getattr(spec, "dataset", None)
+    label = f"surrogate card{'' if card is None else ' for ' + repr(card.rbc.get('name', '?'))}"
+    if card is not None and card.dataset and bb_dataset and card.dataset != bb_dataset:
+        raise InputError(f"{label} was calibrated on dataset {card.dataset!r} but black-box model {bb.name!r} is for"
+                         f" {bb_dataset!r}; use a card calibrated on {bb_dataset!r}")
+    sur_spec = getattr(surrogate, "spec", None)
+    sur_classes = getattr(sur_spec, "num_classes", None)
+    if sur_classes is not None and sur_classes != n_classes:
+        raise InputError(f"{label} comes from a {sur_classes}-class model but black-box model {bb.name!r} returns"
+                         f" {n_classes} classes; use a surrogate of the same task")
+    if card is not None and card.top_k is not None and card.top_k > n_classes:
+        raise InputError(f"{label} uses top_k = {card.top_k} but black-box model {bb.name!r} returns {n_classes}"
+                         " classes; use a card of a model with the same classes")
+
+
+def _surrogate_adv(surrogate: Any, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str,
+                   top_k: int | None, n_iter: int, seed: int, batch_size: int, progress: bool,
+                   n_classes: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The surrogate's MMAA perturbations: run MMAA on a white-box model, or take given images / an MMAAResult."""
+    from mixzoo.attacks import mmaa
+
+    if surrogate is None:
+        raise InputError("method 'transfer' needs a surrogate: a white-box robust model (or its MMAA adversarial"
+                         " images); pass surrogate=..., or use method 'square' or 'guess'")
+    if isinstance(surrogate, MMAAResult):
+        adv, info = surrogate.adv_images, {"source": "given MMAAResult", **surrogate.settings}
+    elif isinstance(surrogate, torch.Tensor):
+        adv, info = surrogate, {"source": "given adversarial images"}
+    elif isinstance(surrogate, BlackBoxModel) or spec_is_black_box(getattr(surrogate, "spec", None)):
+        raise InputError(f"the surrogate {_name(surrogate)!r} is itself a black box, so MMAA cannot run on it;"
+                         " use a white-box surrogate or method 'square'")
+    elif callable(surrogate):
+        with torch.no_grad():
+            k = surrogate(images[:1]).shape[-1]
+        if k != n_classes:
+            raise InputError(f"surrogate {_name(surrogate)!r} returns {k} classes but the black box returns"
+                             f" {n_classes}; use a surrogate of the same task")
+        res = mmaa(surrogate, images, labels, eps=eps, norm=norm, n_iter=n_iter, seed=seed, top_k=top_k,
+                   batch_size=batch_size, progress=progress)
+        adv, info = res.adv_images, {"source": "mmaa on the surrogate", **res.settings,
+                                     "surrogate_robust_accuracy": res.robust_accuracy}
+    else:
+        raise InputError(f"surrogate must be a model, adversarial images or an MMAAResult, got"
+                         f" {type(surrogate).__name__}")
+    if not isinstance(adv, torch.Tensor) or adv.shape != images.shape:
+        shape = tuple(adv.shape) if isinstance(adv, torch.Tensor) else type(adv).__name__
+        raise InputError(f"the surrogate's adversarial images have shape {shape} but the calibration images"
+                         f" {tuple(images.shape)}; they must be perturbations of the same images")
+    check_images(adv, what="the surrogate's adversarial images")
+    delta = (adv - images).flatten(1)
+    size = delta.abs().max(dim=1).values if norm == "Linf" else delta.norm(dim=1)
+    if float(size.max()) > eps * (1 + 1e-4) + 1e-6:
+        raise InputError(f"the surrogate's adversarial images are up to {float(size.max()):.4g} away from the"
+                         f" calibration images in {norm}, beyond eps = {eps:.4g}; pass matching eps and norm")
+    return adv, info
+
+
+# ---------------------------------------------------------------------------------------------- public API
+def transfer_params(
+    card: MixCard | str | Path | None,
+    rbc: nn.Module,
+    calib_images: torch.Tensor,
+    calib_labels: torch.Tensor,
+    *,
+    method: str = "transfer",
+    surrogate: nn.Module | torch.Tensor | MMAAResult | None = None,
+    queries: int = 5000,
+    beta: float | None = None,
+    eps: float | None = None,
+    norm: str | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    search: bool | None = None,
+    guess: tuple[float, float, float] | None = None,
+    n_iter: int = 100,
+    batch_size: int = 250,
+    data_info: dict[str, Any] | None = None,
+) -> MixCard:
+    """Mix card for a black-box RBC by one of the routes of App. D.5 (see the module docstring).
+
+    ``card`` is the surrogate's mix card (a :class:`MixCard` or its path; only ``guess`` works without one): it
+    supplies s, p, c (transfer / both), clamp, top_k, temperature, beta, the ABC and the attack radius. ``rbc`` is
+    treated as a black box (wrapped in :class:`~mixzoo.blackbox.BlackBoxModel` unless it is one; its query budget
+    is checked before the first query). ``surrogate`` is the white-box model of the card (MMAA runs on it) or its
+    MMAA adversarial images / :class:`~mixzoo.attacks.mmaa.MMAAResult`. ``queries`` is the Square budget per image.
+    ``beta``, ``eps``, ``norm`` default to the card's (then to the black box's spec). ``search`` runs the full grid
+    search of Algorithm 1 instead of keeping the card's s, p, c (default: only for ``square``).
+    """
+    if method not in METHODS:
+        raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    card, card_path = _load_card(card)
+    if card is None and method != "guess":
+        raise InputError(f"method {method!r} needs the surrogate's mix card (--from CARD); only 'guess' works"
+                         " without one")
+    check_images(calib_images, what="calib_images")
+    n = int(calib_images.shape[0])
+    if n == 0:
+        raise InputError("the calibration set is empty; pass at least a few hundred images")
+    if isinstance(queries, bool) or int(queries) < 1:
+        raise InputError(f"queries must be at least 1, got {queries}")
+    queries = int(queries)
+    bb = as_black_box(rbc)
+    spec = bb.spec
+    beta = float(beta if beta is not None else (card.beta if card is not None and card.beta is not None
+                                                else DEFAULT_BETA))
+    if not 0.0 <= beta <= 1.0:
+        raise InputError(f"beta must lie in [0, 1], got {beta}")
+    attack_rec = card.attack if card is not None else {}
+    eps = eps if eps is not None else attack_rec.get("eps", getattr(spec, "epsilon", None))
+    norm = norm or attack_rec.get("norm") or getattr(spec, "threat_model", None) or "Linf"
+    if method != "guess" and (eps is None or not eps > 0):
+        raise InputError(f"no attack radius: the card records no eps and black-box model {bb.name!r} none either;"
+                         " pass eps=...")
+    clamp = card.clamp if card is not None else "gelu"
+    top_k = card.top_k if card is not None else None
+    if clamp == "linear" or (card is not None and not card.transform):
+        raise InputError("the surrogate card is a linear-mixture card (method 'linear'); transfer needs a MixedNUTS"
+                         " card from `mixzoo mix`")
+
+    # the whole query bill, refused up front if the budget cannot pay it
+    needed = n + (n if method in ("transfer", "both") else 0)
+    if method in ("square", "both"):
+        from mixzoo.attacks.square import square_queries_needed
+
+        needed += square_queries_needed(n, queries)
+    bb.check_budget(needed, f"method {method!r} on {n} images" + (f" x {queries} Square queries"
+                                                                 if method in ("square", "both") else ""))
+    q0 = bb.queries
+
+    clean = _forward(bb, calib_images, batch_size)
+    n_classes = int(clean.shape[1])
+    check_labels(calib_labels, n, n_classes, what="calib_labels")
+    labels = calib_labels.to(clean.device)
+    _check_match(card, bb, n_classes, surrogate if isinstance(surrogate, nn.Module) else None)
+    query_log: dict[str, int] = {"clean": bb.queries - q0}
+    attack: dict[str, Any] = {"name": f"black-box {method}", "method": method}
+    if method != "guess":
+        attack.update({"eps": float(eps), "norm": norm})
+    notes: list[str] = []
+    data: dict[str, Any] = dict(data_info or {})
+
+    # ---------------------------------------------------------------- attacked logits of the black box
+    attacked = None
+    if method in ("transfer", "both"):
+        adv, info = _surrogate_adv(surrogate, calib_images, labels, eps=float(eps), norm=norm, top_k=top_k,
+                                   n_iter=n_iter, seed=seed, batch_size=batch_size, progress=progress,
+                                   n_classes=n_classes)
+        q = bb.queries
+        transferred = _forward(bb, adv, batch_size)
+        query_log["transfer"] = bb.queries - q
+        attacked, used_clean = _pick(transferred, clean, labels, top_k)
+        attack["transfer"] = {k: v for k, v in info.items() if k not in ("margin",)}
+        data["transfer_flipped"] = int((transferred.argmax(1) != labels).sum())
+        data["transfer_kept_clean_point"] = int(used_clean.sum())
+    if method in ("square", "both"):
+        from mixzoo.attacks.square import min_margin_square
+
+        q = bb.queries
+        res = min_margin_square(bb, calib_images, labels, eps=float(eps), norm=norm, n_queries=queries, seed=seed,
+                                top_k=top_k, batch_size=batch_size, progress=progress)
+        query_log["square"] = bb.queries - q
+        attack["square"] = {k: v for k, v in res.settings.items() if k not in ("margin", "eps", "norm")}
+        data["square_flipped"] = int(res.misclassified.sum())
+        if attacked is None:
+            attacked = res.logits
+        else:
+            attacked, used_square = _pick(attacked, res.logits, labels, top_k)
+            data["both_square_won"] = int(used_square.sum())
+    query_log["total"] = bb.queries - q0
+    attack["queries"] = query_log
+
+    # ---------------------------------------------------------------- Algorithm 1 on the black box's margins
+    search = (method == "square") if search is None else bool(search)
+    if method == "guess":
+        s, p, c = guess if guess is not None else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"])
+        result = _algorithm1(clean, clean, labels, beta=beta, clamp=clamp, top_k=top_k, grid=_fixed_grid(s, p, c))
+        notes.append(f"educated guess (App. D.5): s={s:g}, p={p:g}, c={c:g}"
+                     + (" (paper Table 3, CIFAR-10)" if guess is None else " (given)")
+                     + "; alpha chosen so that a share beta of correctly classified clean examples keeps margin"
+                     " >= (1 - alpha) / alpha (clean margins only, no attack)")
+        notes.append(GUESS_WARNING)
+        warnings.warn(GUESS_WARNING, UserWarning, stacklevel=2)
+        data["alpha_from"] = "clean correct margins"
+    else:
+        grid = _grid_from_card(card) if search else _fixed_grid(card.s, card.p, card.c)
+        result = _algorithm1(clean, attacked, labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid,
+                             progress=progress and search)
+        if card is not None:
+            fixed = result if not search else _algorithm1(clean, attacked, labels, beta=beta, clamp=clamp,
+                                                          top_k=top_k, grid=_fixed_grid(card.s, card.p, card.c))
+            data["objective_transferred"] = fixed.objective
+            data["alpha_transferred"] = fixed.alpha
+        route = {"transfer": "the surrogate's MMAA points transferred to the black box",
+                 "square": "min-margin Square on the black box",
+                 "both": "per example the lower margin of the transferred MMAA points and min-margin Square"}[method]
+        if search:
+            notes.append(f"s, p, c and alpha by Algorithm 1 on black-box margins from {route} (App. D.5)")
+        else:
+            notes.append(f"s, p, c transferred from the surrogate card (App. D.5); alpha recalibrated on black-box"
+                         f" margins from {route}")
+    if card is not None:
+        data["surrogate_objective"] = card.objective
+    data.update({k: v for k, v in result.data.items() if k not in data})
+    notes.extend(n_ for n_ in result.notes if n_ not in notes)
+
+    surrogate_info: dict[str, Any] = {}
+    if card is not None:
+        surrogate_info = {"name": card.rbc.get("name"), "weight_hash": card.rbc.get("weight_hash"),
+                          "card": card_path, "method": card.method, "s": card.s, "p": card.p, "c": card.c,
+                          "alpha": card.alpha, "objective": card.objective, "dataset": card.dataset}
+        if isinstance(surrogate, nn.Module):
+            surrogate_info["name"] = _name(surrogate) or surrogate_info["name"]
+            actual = _hash(surrogate)
+            if card.rbc.get("weight_hash") and actual != card.rbc.get("weight_hash"):
+                notes.append(f"the surrogate model's weight hash {actual} differs from the card's"
+                             f" {card.rbc.get('weight_hash')}; its MMAA points are not those the card saw")
+            surrogate_info["weight_hash"] = actual
+    black_box = {"name": bb.name, "weight_hash": bb.weight_hash, "black_box": True}
+    prov = provenance(seed=seed, surrogate={k: v for k, v in surrogate_info.items() if v is not None},
+                      black_box={**black_box, "queries": query_log["total"]},
+                      command="mixzoo.transfer.transfer_params()")
+    if card is not None and card.provenance.get("git_commit"):
+        prov["surrogate_git_commit"] = card.provenance["git_commit"]
+    if card is not None and method != "guess" and attack_rec.get("eps") not in (None, eps):
+        notes.append(f"attack radius {eps:g} differs from the surrogate card's {attack_rec.get('eps'):g}")
+    dataset = (card.dataset if card is not None else None) or getattr(spec, "dataset", None)
+    return MixCard(
+        s=result.s, p=result.p, c=result.c, alpha=result.alpha, beta=beta, clamp=clamp, top_k=top_k,
+        temperature=card.temperature if card is not None else 0.0, alpha_d=result.alpha_d,
+        objective=result.objective, method=method, abc=dict(card.abc) if card is not None else {},
+        rbc=black_box, dataset=dataset, grid=result.grid, data=data, attack=attack, provenance=prov, notes=notes,
+    )
+
+
+def transfer_params_by_name(
+    card_path: str | Path | None,
+    rbc_name: str,
+    *,
+    dataset: str | None = None,
+    n_calib: int = 1000,
+    method: str = "transfer",
+    queries: int = 5000,
+    out: str | Path | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    query_budget: int | None = None,
+    beta: float | None = None,
+    data_dir: str | None = None,
+    cache_dir: str | Path | None = None,
+    device: str = "cpu",
+) -> MixCard:
+    """:func:`transfer_params` by names (``mixzoo transfer-params``): loads the surrogate card, the black-box RBC
+    ``rbc_name`` (always wrapped as a black box, with ``query_budget``), ``n_calib`` calibration images of
+    ``dataset`` (default: the card's, else the model's) and, for ``transfer``/``both``, the surrogate named in the
+    card (its MMAA comes from the cache when ``mixzoo mix`` already ran it on the same images); writes the card to
+    ``out`` atomically."""
+    from mixzoo.blackbox import load_black_box
+    from mixzoo.data import load_dataset
+    from mixzoo.models import load_model
+
+    if method not in METHODS:
+        raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    if out is not None and Path(out).suffix not in (".toml", ".json"):
+        raise InputError(f"card path {out} must end in .toml or .json")
+    if n_calib <= 0:
+        raise InputError(f"--n-calib must be positive, got {n_calib}")
+    card = MixCard.load(card_path) if card_path is not None else None
+    if card is None and method != "guess":
+        raise InputError(f"method {method!r} needs the surrogate's mix card; pass --from CARD")
+    bb = load_black_box(rbc_name, query_budget=query_budget, device=device)
+    spec = bb.spec
+    if card is not None and card.dataset and spec is not None and card.dataset != spec.dataset:
+        raise InputError(f"surrogate card {str(card_path)!r} was calibrated on dataset {card.dataset!r} but black-box"
+                         f" model {bb.name!r} is for {spec.dataset!r}; use a card calibrated on {spec.dataset!r}")
+    dataset = dataset or (card.dataset if card is not None else None) or getattr(spec, "dataset", None)
+    if dataset is None:
+        raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
+    data = load_dataset(dataset, "calibration", n=n_calib, root=data_dir)
+    if spec is not None and tuple(data.images.shape[1:]) != tuple(spec.input_size):
+        raise InputError(f"dataset {dataset!r} gives images of shape {tuple(data.images.shape[1:])} but"
+                         f" {bb.name!r} expects {tuple(spec.input_size)}; choose a matching dataset")
+
+    surrogate: Any = None
+    sur_model: Any = None
+    if method in ("transfer", "both"):
+        sur_name = card.rbc.get("name")
+        if not sur_name:
+            raise InputError(f"card {str(card_path)!r} does not name its RBC (field rbc.name), so there is no"
+                             " surrogate to attack; use --method square or guess")
+        sur_model = load_model(sur_name, device=device)
+        if spec_is_black_box(sur_model.spec):
+            raise InputError(f"the surrogate {sur_name!r} is itself marked black-box, so MMAA cannot run on it;"
+                             " use --method square")
+        if spec is not None and sur_model.spec.num_classes != spec.num_classes:
+            raise InputError(f"surrogate {sur_name!r} has {sur_model.spec.num_classes} classes but black-box model"
+                             f" {bb.name!r} has {spec.num_classes}; use a surrogate of the same task")
+        surrogate = _cached_surrogate_mmaa(sur_model, data, card, cache_dir=cache_dir, seed=seed, device=device,
+                                           progress=progress)
+    result = transfer_params(card, bb, data.images.to(device), data.labels.to(device), method=method,
+                             surrogate=surrogate, queries=queries, beta=beta, seed=seed, progress=progress,
+                             data_info={"split": "calibration", "n": len(data.labels),
+                                        "fingerprint": data.fingerprint, "source": data.source})
+    sur_info = result.provenance.setdefault("surrogate", {})
+    if card_path is not None:
+        sur_info["card"] = str(card_path)
+    if sur_model is not None and not isinstance(surrogate, nn.Module):  # MMAA images came from the cache
+        recorded = card.rbc.get("weight_hash")
+        if recorded and sur_model.weight_hash != recorded:
+            result.notes.append(f"the surrogate model's weight hash {sur_model.weight_hash} differs from the"
+                                f" card's {recorded}; its MMAA points are not those the card saw")
+        sur_info.update({"name": sur_model.spec.name, "weight_hash": sur_model.weight_hash})
+    result.provenance["command"] = "mixzoo.transfer.transfer_params_by_name()"
+    result.provenance["device"] = device
+    if out is not None:
+        result.save(out)
+    return result
+
+
+def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, cache_dir: str | Path | None, seed: int,
+                           device: str, progress: bool) -> Any:
+    """The surrogate's MMAA adversarial images through the pipeline's cache (same settings as the card's run,
+    so a surrogate calibrated by ``mixzoo mix`` on these images is not attacked again); the model itself when
+    the cache does not keep images (large inputs), so that :func:`transfer_params` runs MMAA."""
+    from mixzoo.cache import Cache
+    from mixzoo.pipeline import cached_mmaa
+
+    a = card.attack
+    eps = a.get("eps", getattr(model.spec, "epsilon", None))
+    if eps is None:
+        return model
+    res = cached_mmaa(model, data, eps=float(eps), norm=a.get("norm", "Linf"), cache=Cache(cache_dir),
+                      n_iter=int(a.get("n_iter", 100)), n_target_classes=int(a.get("n_target_classes", 9)),
+                      n_restarts=int(a.get("n_restarts", 1)), seed=int(a.get("seed", seed)), top_k=card.top_k,
+                      device=device, progress=progress)
+    if "adv_images" not in res:
+        return model
+    return res["adv_images"].to(device)
+
+
+__all__ = ["DEFAULT_GUESS", "METHODS", "transfer_params", "transfer_params_by_name"]

@@ -1,0 +1,99 @@
+"""Pure tensor functions of MixedNUTS: layer norm (App. D.7), the RBC transform M(s, p, c) (Eq. 4), ABC temperature
+scaling with the hard-max limit T = 0 (Sec. 3.1), and the confidence margin (Def. 2.1).
+
+Every function works on the last dimension (classes) and broadcasts over leading ones; none has side effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from mixzoo.errors import InputError
+
+ClampFn = Callable[[torch.Tensor], torch.Tensor]
+
+VAR_FLOOR = 1e-12  # rows whose logits are (numerically) constant normalise to 0 instead of NaN
+POW_FLOOR = 1e-30  # |x| is floored here inside |x|^p so that the gradient at x = 0 stays finite for p < 1
+
+
+def layer_norm(logits: torch.Tensor, top_k: int | None = None) -> torch.Tensor:
+    """Standardise each row of ``logits`` to zero mean and unit variance (paper Sec. 4.2, LN).
+
+    With ``top_k``, the mean and (population) variance are those of the ``top_k`` largest logits of the row
+    (App. D.7: ImageNet uses the top 250 of 1000), but the map is applied to all logits. The map is affine with a
+    positive slope per row, so it never changes the predicted class. Constant rows map to zeros.
+    """
+    n_classes = logits.shape[-1]
+    if top_k is not None and top_k < 2:
+        raise InputError(f"top_k must be at least 2 (a variance needs two logits), got {top_k}")
+    ref = logits if top_k is None or top_k >= n_classes else logits.topk(top_k, dim=-1).values
+    mean = ref.mean(dim=-1, keepdim=True)
+    var = ref.var(dim=-1, unbiased=False, keepdim=True)
+    return (logits - mean) / var.clamp_min(VAR_FLOOR).sqrt()
+
+
+def get_clamp(name_or_callable: str | ClampFn) -> ClampFn:
+    """A clamp function by name from the ``mixzoo_clamp_functions`` plugin hook, or the callable itself."""
+    if callable(name_or_callable):
+        return name_or_callable
+    from mixzoo.plugins import lookup
+
+    return lookup("clamp", name_or_callable)
+
+
+def signed_power(x: torch.Tensor, p: float | torch.Tensor) -> torch.Tensor:
+    """``|x|^p * sgn(x)`` with a finite gradient everywhere, also at x = 0 with p < 1 (gradient 0 there)."""
+    return torch.sign(x) * x.abs().clamp_min(POW_FLOOR).pow(p)
+
+
+def _as_tensor(v: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return v.to(like.dtype) if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=like.dtype,
+                                                                                device=like.device)
+
+
+def rbc_transform(logits: torch.Tensor, s: float | torch.Tensor, p: float | torch.Tensor, c: float | torch.Tensor,
+                  clamp: str | ClampFn = "gelu", top_k: int | None = None) -> torch.Tensor:
+    """The nonlinear logit transformation M(s, p, c) of paper Eq. 4:
+    ``s * |Clamp(LN(h) + c)|^p * sgn(Clamp(LN(h) + c))``.
+
+    ``s``, ``p``, ``c`` are numbers or tensors that broadcast against ``logits`` (e.g. ``s`` of shape
+    ``(S, 1, 1)`` with logits ``(N, K)`` gives ``(S, N, K)``). ``s`` and ``p`` must be positive.
+    """
+    s_t, p_t, c_t = (_as_tensor(v, logits) for v in (s, p, c))
+    if (s_t <= 0).any() or (p_t <= 0).any():
+        raise InputError(f"s and p must be positive (paper Eq. 4), got s={s}, p={p}")
+    h = get_clamp(clamp)(layer_norm(logits, top_k) + c_t)
+    return s_t * signed_power(h, p_t)
+
+
+def abc_log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Log-probabilities of the temperature-scaled ABC, ``log_softmax(logits / T)`` (paper Sec. 3.1).
+
+    ``T = 0`` is the hard-max limit: exactly 0 at the (first) argmax and ``-inf`` elsewhere (the log of the one-hot
+    vector of Sec. 2.1). It stays attached to the autograd graph with a zero gradient.
+    """
+    if temperature < 0:
+        raise InputError(f"temperature must be >= 0, got {temperature}")
+    if temperature > 0:
+        return torch.log_softmax(logits / temperature, dim=-1)
+    idx = logits.argmax(dim=-1, keepdim=True)
+    out = torch.full_like(logits, float("-inf")).scatter_(-1, idx, 0.0)
+    if logits.requires_grad:  # keep the graph (zero gradient) so that T = 0 mixtures can be back-propagated
+        out = out + 0.0 * torch.nan_to_num(logits)
+    return out
+
+
+def confidence_margin(logits: torch.Tensor) -> torch.Tensor:
+    """The confidence margin of Def. 2.1 per row: top-1 minus top-2 softmax probability, in [0, 1].
+
+    Computed stably as ``(1 - exp(l2 - l1)) / sum_k exp(l_k - l1)``; rows may contain ``-inf`` (log-probabilities
+    of a hard-max ABC). A single class has margin 1.
+    """
+    if logits.shape[-1] < 2:
+        return torch.ones(logits.shape[:-1], dtype=logits.dtype, device=logits.device)
+    top = logits.topk(2, dim=-1).values
+    l1 = top[..., :1]
+    lse = torch.logsumexp(logits - l1, dim=-1)
+    return -torch.expm1(top[..., 1] - top[..., 0]) * torch.exp(-lse)

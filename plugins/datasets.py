@@ -1,0 +1,277 @@
+"""Built-in datasets: fashion-mnist, digits, cifar10, cifar100, imagenet (hook ``mixzoo_datasets``).
+
+Split rules (calibration and evaluation never overlap; zoo models never see calibration images in training):
+
+* ``fashion-mnist``: train = first 55,000 training images, calibration = last 5,000 training images,
+  evaluation = the 10,000 test images. Files: ``root`` or ``$MIXZOO_DATA_DIR`` if given, else the Debian package
+  ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``), else torchvision's download (unless
+  ``MIXZOO_OFFLINE=1``).
+* ``digits``: scikit-learn's 8x8 digits (values / 16) in a fixed permutation (seed 0): train 1,000,
+  calibration 300, evaluation 497.
+* ``cifar10`` / ``cifar100``: train = the training set; calibration = a seeded (seed 0) half of the test set,
+  evaluation = the other half.
+* ``imagenet``: an ImageFolder ``root/val``, resized to ``size * 256 / 224`` and centre-cropped to ``size``
+  (default 224). Evaluation = RobustBench's 5,000-image subset when robustbench is installed and all of those
+  images are in the folder, calibration = the rest in seeded order; otherwise seeded halves of the folder.
+  Only the first ``n`` images of a split are decoded.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mixzoo.data import ImageDataset, check_split
+from mixzoo.errors import InputError, MissingFileError
+from mixzoo.plugins import hookimpl
+
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+FMNIST_FILES = {("train", "images"): "train-images-idx3-ubyte.gz", ("train", "labels"): "train-labels-idx1-ubyte.gz",
+                ("t10k", "images"): "t10k-images-idx3-ubyte.gz", ("t10k", "labels"): "t10k-labels-idx1-ubyte.gz"}
+FMNIST_TRAIN, FMNIST_CALIBRATION = 55_000, 5_000
+DIGITS_SPLITS = {"train": (0, 1000), "calibration": (1000, 1300), "evaluation": (1300, 1797)}
+SPLIT_SEED = 0
+
+
+def _offline() -> bool:
+    return os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0")
+
+
+def _user_dir(root: str | None) -> Path | None:
+    named = root or os.environ.get("MIXZOO_DATA_DIR")
+    return Path(named).expanduser() if named else None
+
+
+def _seeded_permutation(n: int, seed: int = SPLIT_SEED) -> torch.Tensor:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------------------------- Fashion-MNIST
+def _read_idx(path: Path) -> np.ndarray:
+    """Parse a (gzipped) IDX file: magic (0, 0, dtype 0x08, ndim), big-endian dims, uint8 payload."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        data = fh.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+        raise InputError(f"{path} is not an unsigned-byte IDX file; re-download it")
+    ndim = data[3]
+    dims = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if arr.size != int(np.prod(dims)):
+        raise InputError(f"{path} holds {arr.size} bytes for shape {dims}; the file is truncated, re-download it")
+    return arr.reshape(dims)
+
+
+def _fmnist_dir_has_files(d: Path) -> Path | None:
+    """``d`` or its torchvision layout ``d/FashionMNIST/raw`` if it holds all four IDX files (gzipped or not)."""
+    for cand in (d, d / "FashionMNIST" / "raw", d / "fashion-mnist"):
+        if all((cand / f).exists() or (cand / f[:-3]).exists() for f in FMNIST_FILES.values()):
+            return cand
+    return None
+
+
+def _fmnist_download(target: Path) -> Path:
+    if _offline():
+        raise OSError("MIXZOO_OFFLINE is set")
+    from torchvision.datasets import FashionMNIST
+
+    for train in (True, False):
+        FashionMNIST(str(target), train=train, download=True)
+    return target / "FashionMNIST" / "raw"
+
+
+def find_fashion_mnist(root: str | None = None) -> Path:
+    """The directory holding the Fashion-MNIST IDX files, downloading them as a last resort."""
+    user = _user_dir(root)
+    for cand in ([user] if user is not None else []) + [DEBIAN_FASHION_MNIST]:
+        found = _fmnist_dir_has_files(cand)
+        if found is not None:
+            return found
+    target = user if user is not None else Path.home() / ".cache" / "mixzoo" / "data"
+    try:
+        return _fmnist_download(target)
+    except Exception as exc:  # noqa: BLE001 - any download failure means: not available offline
+        raise MissingFileError(
+            f"Fashion-MNIST not found{f' in {user}' if user else ''} and could not be downloaded"
+            f" ({type(exc).__name__}); run `apt-get install dataset-fashion-mnist` or pass --data-dir DIR"
+            " holding train/t10k-{images-idx3,labels-idx1}-ubyte.gz"
+        ) from exc
+
+
+@functools.cache
+def _fmnist_arrays(directory: str, part: str) -> tuple[torch.Tensor, torch.Tensor]:
+    d = Path(directory)
+
+    def path(kind: str) -> Path:
+        f = d / FMNIST_FILES[(part, kind)]
+        return f if f.exists() else f.with_suffix("")
+
+    images = torch.from_numpy(_read_idx(path("images")).copy())
+    labels = torch.from_numpy(_read_idx(path("labels")).astype(np.int64))
+    return images, labels
+
+
+def fashion_mnist(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
+    """Fashion-MNIST (Xiao et al. 2017), 1x28x28, 10 classes; see the module docstring for the splits."""
+    check_split(split)
+    directory = find_fashion_mnist(root)
+    part = "t10k" if split == "evaluation" else "train"
+    images, labels = _fmnist_arrays(str(directory), part)
+    if split == "train":
+        idx = torch.arange(FMNIST_TRAIN)
+    elif split == "calibration":
+        idx = torch.arange(FMNIST_TRAIN, FMNIST_TRAIN + FMNIST_CALIBRATION)
+    else:
+        idx = torch.arange(images.shape[0])
+    idx = idx[:n] if n is not None else idx
+    return ImageDataset("fashion-mnist", split, images[idx].unsqueeze(1).float().div_(255.0), labels[idx].clone(),
+                        10, idx, f"fashion-mnist/{part}")
+
+
+# ------------------------------------------------------------------------------------------------------ digits
+@functools.cache
+def _digits_arrays() -> tuple[torch.Tensor, torch.Tensor]:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = torch.from_numpy(bunch.images.astype(np.float32) / 16.0).unsqueeze(1)
+    return images, torch.from_numpy(bunch.target.astype(np.int64))
+
+
+def digits(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
+    """scikit-learn digits, 1x8x8 in [0, 1], 10 classes; a fixed seeded permutation split 1000/300/497."""
+    check_split(split)
+    images, labels = _digits_arrays()
+    start, stop = DIGITS_SPLITS[split]
+    idx = _seeded_permutation(images.shape[0])[start:stop]
+    idx = idx[:n] if n is not None else idx
+    return ImageDataset("digits", split, images[idx].clone(), labels[idx].clone(), 10, idx, "sklearn/digits")
+
+
+# ----------------------------------------------------------------------------------------------------- CIFAR
+def _half_split(num: int, split: str) -> torch.Tensor:
+    """Calibration = first half of a seeded permutation of ``num`` test images, evaluation = second half."""
+    perm = _seeded_permutation(num)
+    half = num // 2
+    return perm[:half] if split == "calibration" else perm[half:]
+
+
+def _cifar(name: str, split: str, n: int | None, root: str | None) -> ImageDataset:
+    check_split(split)
+    from torchvision import datasets as tvd
+
+    cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
+    directory = _user_dir(root) or Path.home() / ".cache" / "mixzoo" / "data"
+    train = split == "train"
+    try:
+        ds = cls(str(directory), train=train, download=False)
+    except RuntimeError:
+        try:
+            if _offline():
+                raise OSError("MIXZOO_OFFLINE is set") from None
+            ds = cls(str(directory), train=train, download=True)
+        except Exception as exc:  # noqa: BLE001 - any download failure means: not available offline
+            raise MissingFileError(
+                f"{name} not found in {directory} and could not be downloaded ({type(exc).__name__});"
+                f" pass --data-dir DIR holding torchvision's {cls.base_folder}/"
+            ) from exc
+    data, targets = torch.from_numpy(ds.data), torch.tensor(ds.targets, dtype=torch.int64)
+    idx = torch.arange(data.shape[0]) if train else _half_split(data.shape[0], split)
+    idx = idx[:n] if n is not None else idx
+    images = data[idx].permute(0, 3, 1, 2).float().div_(255.0).contiguous()
+    part = "train" if train else "test"
+    return ImageDataset(name, split, images, targets[idx].clone(), len(ds.classes), idx, f"{name}/{part}")
+
+
+def cifar10(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
+    """CIFAR-10 (torchvision layout under ``root``); calibration/evaluation are seeded halves of the test set."""
+    return _cifar("cifar10", split, n, root)
+
+
+def cifar100(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
+    """CIFAR-100 (torchvision layout under ``root``); calibration/evaluation are seeded halves of the test set."""
+    return _cifar("cifar100", split, n, root)
+
+
+# -------------------------------------------------------------------------------------------------- ImageNet
+def _robustbench_subset() -> tuple[list[str], dict[str, int]] | None:
+    """RobustBench's 5,000 evaluation image ids and its wnid -> class-index map, if robustbench is importable."""
+    try:
+        from mixzoo.compat import import_robustbench
+
+        rb = import_robustbench()
+    except Exception:  # noqa: BLE001 - robustbench is optional here
+        return None
+    helper = Path(rb.__file__).parent / "helper_files"
+    try:
+        ids = [line.strip() for line in (helper / "imagenet_test_image_ids.txt").read_text().splitlines()
+               if line.strip()]
+        wnids = json.loads((helper / "imagenet_class_to_id_map.json").read_text())
+    except OSError:
+        return None
+    return ids, wnids
+
+
+def imagenet(split: str, n: int | None = None, root: str | None = None, size: int = 224) -> ImageDataset:
+    """ImageNet validation images from the ImageFolder ``root/val`` (see the module docstring for the splits)."""
+    check_split(split)
+    if split == "train":
+        raise InputError("imagenet has no train split in mixzoo; use split 'calibration' or 'evaluation'")
+    user = _user_dir(root)
+    val = user / "val" if user is not None else None
+    if val is None or not val.is_dir():
+        raise MissingFileError(f"ImageNet validation folder {val or 'ROOT/val'} not found; pass --data-dir ROOT"
+                               " where ROOT/val/<wnid>/*.JPEG is the ImageNet validation set")
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    files = sorted(str(p.relative_to(val)) for p in val.rglob("*")
+                   if p.is_file() and p.suffix.lower() in IMG_EXTENSIONS and p.parent != val)
+    if not files:
+        raise MissingFileError(f"no images under {val}/<class>/; pass --data-dir ROOT with ROOT/val/<wnid>/*.JPEG")
+    classes = sorted({f.split("/")[0] for f in files})
+    rb = _robustbench_subset()
+    class_index = {c: i for i, c in enumerate(classes)}
+    num_classes = len(classes)
+    if rb is not None and set(classes) <= set(rb[1]):
+        class_index, num_classes = rb[1], len(rb[1])
+    position = {f: i for i, f in enumerate(files)}
+    if rb is not None and all(f in position for f in rb[0]):
+        eval_idx = torch.tensor([position[f] for f in rb[0]])
+        rest = torch.ones(len(files), dtype=torch.bool)
+        rest[eval_idx] = False
+        others = torch.nonzero(rest).flatten()
+        calib_idx = others[_seeded_permutation(others.numel())]
+        idx, source = (eval_idx if split == "evaluation" else calib_idx), "imagenet/val (robustbench 5000 subset)"
+    else:
+        idx, source = _half_split(len(files), split), "imagenet/val"
+    idx = idx[:n] if n is not None else idx
+    images = _decode_images([val / files[i] for i in idx.tolist()], size)
+    labels = torch.tensor([class_index[files[i].split("/")[0]] for i in idx.tolist()], dtype=torch.int64)
+    return ImageDataset("imagenet", split, images, labels, num_classes, idx, source)
+
+
+def _decode_images(paths: list[Path], size: int) -> torch.Tensor:
+    """Resize the short side to ``size * 256 / 224`` and centre-crop ``size`` (RobustBench's Res256Crop224)."""
+    from PIL import Image
+    from torchvision.transforms import functional as TF
+
+    out = torch.empty(len(paths), 3, size, size)
+    resize = round(size * 256 / 224)
+    for i, p in enumerate(paths):
+        with Image.open(p) as im:
+            img = TF.center_crop(TF.resize(im.convert("RGB"), resize), size)
+            out[i] = TF.to_tensor(img)
+    return out
+
+
+@hookimpl
+def mixzoo_datasets() -> dict[str, Any]:
+    return {"fashion-mnist": fashion_mnist, "digits": digits, "cifar10": cifar10, "cifar100": cifar100,
+            "imagenet": imagenet}

@@ -1,0 +1,21 @@
+"""Built-in plugin "black-box transfer calibration" (paper App. D.5).
+
+Calibrating MixedNUTS for a robust model without gradients is library code (:mod:`mixzoo.transfer`,
+:mod:`mixzoo.blackbox`, ``mixzoo transfer-params``); through the plugin hooks this plugin contributes the
+gradient-free evaluation ``min-margin-square`` (:class:`mixzoo.attacks.square.MinMarginSquareAttack`), usable as
+``mixzoo bench --attack min-margin-square`` on any model, black boxes included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mixzoo.plugins import hookimpl
+
+
+@hookimpl
+def mixzoo_attacks() -> dict[str, Any]:
+    """``min-margin-square``: the minimum-margin Square attack as a robustness evaluation (forward queries only)."""
+    from mixzoo.attacks.square import MinMarginSquareAttack
+
+    return {"min-margin-square": MinMarginSquareAttack}

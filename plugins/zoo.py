@@ -1,0 +1,81 @@
+"""The built-in zoo: small Fashion-MNIST and digits models trained by :mod:`mixzoo.train` (hook
+``mixzoo_load_model`` for ``source.kind == "zoo"``).
+
+A registry entry names the architecture (``source.arch``, see :mod:`mixzoo_plugins.zoo_arch`), its keyword
+arguments (``source.kwargs``) and the safetensors file (``source.file``, relative to ``plugins/weights/`` or
+absolute); ``sha256`` is the digest of that file and is verified before the weights are used.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+from torch import nn
+
+from mixzoo.errors import MissingFileError, RegistryError
+from mixzoo.plugins import hookimpl
+from mixzoo.registry import ModelSpec
+
+SOURCE_KINDS = ["zoo"]
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+
+
+@functools.cache
+def _file_sha256(path: str, mtime_ns: int, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 hex digest of a file (cached by path, modification time and size)."""
+    st = Path(path).stat()
+    return _file_sha256(str(path), st.st_mtime_ns, st.st_size)
+
+
+def weights_path(spec: ModelSpec) -> Path:
+    """Where the weights of a zoo entry live; a missing file raises :class:`MissingFileError`."""
+    name = spec.source.get("file")
+    if not isinstance(name, str) or not name:
+        raise RegistryError(f"registry entry {spec.name!r}: field 'source.file' must name the weights file")
+    path = Path(name).expanduser()
+    path = path if path.is_absolute() else WEIGHTS_DIR / path
+    if not path.exists():
+        raise MissingFileError(f"weights of zoo model {spec.name!r} not found at {path};"
+                               f" run `mixzoo train {spec.name}` to train them")
+    return path
+
+
+def load_zoo_network(spec: ModelSpec, device: str = "cpu") -> nn.Module:
+    """Build ``spec.source['arch']`` and load its verified safetensors weights (strict key match)."""
+    from safetensors.torch import load_file
+
+    from mixzoo_plugins.zoo_arch import build
+
+    path = weights_path(spec)
+    if spec.sha256 is not None:
+        digest = file_sha256(path)
+        if digest != spec.sha256:
+            raise RegistryError(f"weights file {path} has sha256 {digest[:12]}..., registry entry {spec.name!r}"
+                                f" expects {spec.sha256[:12]}...; re-train with `mixzoo train {spec.name}` or fix"
+                                " the entry's sha256")
+    network = build(str(spec.source.get("arch")), dict(spec.source.get("kwargs", {})))
+    state = load_file(str(path), device=device)
+    try:
+        network.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+        raise RegistryError(f"weights {path.name} do not fit architecture {spec.source.get('arch')!r} with"
+                            f" kwargs {dict(spec.source.get('kwargs', {}))} ({first}); fix source.kwargs") from exc
+    return network.to(device)
+
+
+@hookimpl
+def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Module | None:
+    if spec.source.get("kind") not in SOURCE_KINDS:
+        return None
+    return load_zoo_network(spec, device)

@@ -1,0 +1,284 @@
+"""APGD core, margin record and MMAA (paper App. B.1), checked against the installed AutoAttack (pyautoattack)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from mixzoo.attacks import MarginRecord, apgd_ce, apgd_run, mmaa, signed_margin
+from mixzoo.attacks.apgd import LOSSES, target_classes
+from mixzoo.attacks.margins import layer_norm, selection_key
+from mixzoo.compat import import_autoattack
+from mixzoo.errors import InputError
+
+N_ITER = 30
+
+
+def train_digits_mlp(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """A small MLP on scikit-learn digits (8x8 in [0, 1]); returns the frozen model and 300 held-out examples."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x = torch.tensor(data.data, dtype=torch.float32).view(-1, 1, 8, 8) / 16
+    y = torch.tensor(data.target)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(300):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x[:1400]), y[:1400]).backward()
+        opt.step()
+    model.eval().requires_grad_(False)
+    return model, x[1400:1700], y[1400:1700]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: one intra-op thread avoids oversubscribing the shared 2-core machine (10x faster here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def digits(one_thread):
+    return train_digits_mlp()
+
+
+class LN(nn.Module):
+    """h^LN as a plain single-output model, for AutoAttack."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return layer_norm(self.model(x))
+
+
+def run_autoattack_apgd(model, x, y, eps, norm, n_iter=N_ITER, seed=0):
+    """pyautoattack's APGD-CE + APGD-T (custom version) with the given iterations."""
+    aa = import_autoattack()
+    attack = aa.AutoAttack(model, eps=eps, norm=norm, seed=seed, version="custom", attacks=["apgd-ce", "apgd-t"])
+    attack.apgd = aa.autopgd_base.APGDAttack(model, n_restarts=1, n_iter=n_iter, eps=eps, norm=norm, seed=seed)
+    attack.apgd_targeted = aa.autopgd_base.APGDAttack_targeted(model, n_restarts=1, n_iter=n_iter, eps=eps, norm=norm,
+                                                               seed=seed, n_target_classes=9)
+    attack.verbose = False
+    x_adv, _ = attack.run_standard_evaluation(x, y, batch_size=1000)
+    return x_adv
+
+
+@pytest.mark.parametrize("norm,eps", [("Linf", 0.1), ("L2", 0.5)])
+def test_apgd_run_follows_autoattack_trajectory(digits, norm, eps):
+    """Same seed, same loss: our single run ends with AutoAttack's best losses (step sizes, checkpoints, momentum)."""
+    model, x, y = digits
+    aa = import_autoattack()
+    for loss in ("ce", "dlr"):
+        ref = aa.autopgd_base.APGDAttack(model, n_iter=N_ITER, eps=eps, norm=norm, loss=loss, seed=0)
+        ref.init_hyperparam(x)
+        torch.manual_seed(3)
+        _, _, ref_best, _ = ref.attack_single_run(x, y)
+        record = MarginRecord.start(x, model(x), y)
+        ours = apgd_run(model, x, y, record, eps=eps, norm=norm, n_iter=N_ITER, loss=loss,
+                        generator=torch.Generator().manual_seed(3))
+        torch.testing.assert_close(ours, ref_best, rtol=1e-5, atol=1e-5)
+
+
+def test_record_is_minimum_over_every_visited_point(digits):
+    model, x, y = digits
+    seen = []
+
+    def forward(inp):
+        out = model(inp)
+        seen.append(out.detach())
+        return out
+
+    record = MarginRecord.start(x, model(x), y)
+    keys = [record.key.clone()]
+    apgd_run(forward, x, y, record, eps=0.08, n_iter=12, loss="dlr", generator=torch.Generator().manual_seed(0))
+    assert len(seen) == 13  # starting point + 12 iterations, no extra pass
+    keys += [selection_key(z, signed_margin(z, y), y) for z in seen]
+    best = torch.stack(keys).min(dim=0).values
+    torch.testing.assert_close(record.key, best)
+    torch.testing.assert_close(signed_margin(model(record.x), y), record.margin, rtol=1e-5, atol=1e-6)
+    assert record.misclassified.any() and not record.misclassified.all()
+
+
+def test_misclassified_points_beat_correct_ones():
+    labels = torch.tensor([0])
+    correct_low_margin = torch.tensor([[1.0, 0.99, -5.0]])  # margin ~ +0.0
+    wrong_small = torch.tensor([[0.99, 1.0, -5.0]])  # margin ~ -0.0 but misclassified
+    rec = MarginRecord.start(torch.zeros(1, 1, 1, 1), correct_low_margin, labels)
+    rec.update(torch.ones(1, 1, 1, 1), wrong_small)
+    assert rec.misclassified.item() and rec.x.item() == 1.0
+    rec.update(torch.full((1, 1, 1, 1), 0.5), correct_low_margin - torch.tensor([[0.0, 0.0, 9.0]]))
+    assert rec.x.item() == 1.0  # a correct point, however low its margin, never replaces a misclassified one
+
+
+def test_mmaa_margins_not_above_autoattack_points(digits):
+    """Per example, MMAA's minimum LN margin <= the LN margin at the point AutoAttack's APGD-CE + APGD-T returns
+    (the clean point where it finds nothing); robust accuracy identical."""
+    model, x, y = digits
+    for norm, eps in (("Linf", 0.1), ("L2", 0.5)):
+        res = mmaa(model, x, y, eps=eps, norm=norm, n_iter=N_ITER, progress=False)
+        x_aa = run_autoattack_apgd(LN(model), x, y, eps, norm)
+        with torch.no_grad():
+            aa_margin = signed_margin(layer_norm(model(x_aa)), y)
+        assert (res.margins <= aa_margin + 1e-5).all()
+        assert (res.margins < aa_margin - 1e-3).float().mean() > 0.3  # and it does keep lower margins
+        assert res.misclassified.sum() == (model(x_aa).argmax(1) != y).sum()
+        assert 0.1 < res.robust_accuracy < 0.6  # eps chosen so that neither 0 nor 100% is robust
+
+
+@pytest.mark.parametrize("norm,eps", [("Linf", 0.12), ("L2", 0.6)])
+def test_mmaa_result_fields_are_consistent(digits, norm, eps):
+    model, x, y = digits
+    x, y = x[:120], y[:120]
+    res = mmaa(model, x, y, eps=eps, norm=norm, n_iter=8, n_target_classes=3, batch_size=50, progress=False)
+    assert res.adv_images.shape == x.shape and res.logits.shape == (120, 10) and res.margins.shape == (120,)
+    delta = (res.adv_images - x).flatten(1)
+    size = delta.abs().max(1).values if norm == "Linf" else delta.norm(dim=1)
+    assert (size <= eps + 1e-5).all() and res.adv_images.min() >= 0 and res.adv_images.max() <= 1
+    with torch.no_grad():
+        logits = model(res.adv_images)
+    torch.testing.assert_close(logits, res.logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(signed_margin(layer_norm(logits), y), res.margins, rtol=1e-4, atol=1e-4)
+    assert torch.equal(res.misclassified, logits.argmax(1) != y)
+    assert ((res.margins < 0) == res.misclassified).all()
+    torch.testing.assert_close(res.clean_logits, model(x))
+    clean_margin = signed_margin(layer_norm(res.clean_logits), y)
+    assert (res.margins <= clean_margin + 1e-6).all()
+    assert res.settings["n_target_classes"] == 3 and res.settings["norm"] == norm
+    # without LN the margins are those of the raw softmax
+    raw = mmaa(model, x, y, eps=eps, norm=norm, n_iter=4, n_target_classes=1, layer_norm=False, progress=False)
+    torch.testing.assert_close(signed_margin(model(raw.adv_images), y), raw.margins, rtol=1e-4, atol=1e-4)
+
+
+def test_mmaa_adds_no_forward_or_backward_pass(digits):
+    model, x, y = digits
+    x, y = x[:40], y[:40]
+    counts = {"grad_examples": 0}
+
+    class Counting(nn.Module):
+        def forward(self, inp):
+            if torch.is_grad_enabled():
+                counts["grad_examples"] += inp.shape[0]
+            return model(inp)
+
+    n_iter, targets, restarts = 5, 3, 2
+    mmaa(Counting(), x, y, eps=0.1, n_iter=n_iter, n_target_classes=targets, n_restarts=restarts, progress=False)
+    # every example, every run: the start point and n_iter steps, one forward+backward each
+    assert counts["grad_examples"] == restarts * (1 + targets) * 40 * (n_iter + 1)
+
+
+def test_mmaa_seeded_runs_reproduce(digits):
+    model, x, y = digits
+    x, y = x[:60], y[:60]
+    kw = dict(eps=0.1, n_iter=6, n_target_classes=2, progress=False)
+    a, b = mmaa(model, x, y, seed=1, **kw), mmaa(model, x, y, seed=1, **kw)
+    c = mmaa(model, x, y, seed=2, **kw)
+    assert torch.equal(a.adv_images, b.adv_images) and torch.equal(a.margins, b.margins)
+    assert not torch.equal(a.adv_images, c.adv_images)
+
+
+def test_mmaa_top_k_layer_norm(digits):
+    model, x, y = digits
+    res = mmaa(model, x[:30], y[:30], eps=0.1, n_iter=3, n_target_classes=1, top_k=4, progress=False)
+    expected = signed_margin(layer_norm(model(res.adv_images), top_k=4), y[:30])
+    torch.testing.assert_close(expected, res.margins, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), eps=st.floats(0.01, 0.5), norm=st.sampled_from(["Linf", "L2"]),
+       loss=st.sampled_from(sorted(LOSSES)))
+def test_apgd_stays_in_ball_and_box(seed, eps, norm, loss):
+    gen = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 6))
+    x = torch.rand(5, 3, 2, 2, generator=gen)
+    y = torch.randint(0, 6, (5,), generator=gen)
+    target = target_classes(model(x), y, 1)[:, 0]
+    record = MarginRecord.start(x, model(x), y)
+    apgd_run(model, x, y, record, eps=eps, norm=norm, n_iter=7, loss=loss, target=target, generator=gen)
+    delta = (record.x - x).flatten(1)
+    size = delta.abs().max(1).values if norm == "Linf" else delta.norm(dim=1)
+    assert (size <= eps * (1 + 1e-5) + 1e-7).all()
+    assert record.x.min() >= 0 and record.x.max() <= 1
+    assert (target != y).all()
+
+
+def test_target_classes_skip_the_true_label():
+    logits = torch.tensor([[5.0, 4.0, 3.0, 2.0, 1.0], [1.0, 5.0, 4.0, 3.0, 2.0]])
+    labels = torch.tensor([0, 2])  # second example is misclassified: top class 1, true class 2
+    assert target_classes(logits, labels, 3).tolist() == [[1, 2, 3], [1, 3, 4]]
+
+
+def test_bad_inputs(digits):
+    model, x, y = digits
+    x, y = x[:10], y[:10]
+    cases = [
+        (dict(images=x * 2), "\\[0, 1\\]"),
+        (dict(images=x[:, 0]), "4 dimensions"),
+        (dict(images=(x * 16).long()), "floating point"),
+        (dict(labels=y[:9]), "9 entries for 10 examples"),
+        (dict(labels=y + 10), "must lie in \\[0, 10\\)"),
+        (dict(eps=0.0), "epsilon must be positive"),
+        (dict(eps=-1.0), "epsilon must be positive"),
+        (dict(norm="L1"), "unknown norm 'L1'"),
+        (dict(n_iter=0), "n_iter"),
+    ]
+    for change, message in cases:
+        kw = dict(images=x, labels=y, eps=0.1, norm="Linf", n_iter=2)
+        kw.update(change)
+        images, labels = kw.pop("images"), kw.pop("labels")
+        with pytest.raises(InputError, match=message) as info:
+            mmaa(model, images, labels, progress=False, **kw)
+        assert "\n" not in str(info.value)
+    with pytest.raises(InputError, match="at least 4 classes"):
+        mmaa(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)), x, y % 3, eps=0.1, n_iter=2, progress=False)
+    res = mmaa(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)), x, y % 3, eps=0.1, n_iter=2, n_target_classes=0,
+               progress=False)
+    assert res.settings["n_target_classes"] == 0
+
+
+class NaNOff(nn.Module):
+    """Finite on the 1/16 grid of the digits images, NaN once an input leaves it by more than ``tol``."""
+
+    def __init__(self, model, tol=0.01, clean_nan=0):
+        super().__init__()
+        self.model, self.tol, self.clean_nan = model, tol, clean_nan
+
+    def forward(self, x):
+        out = self.model(x)
+        off = (x - torch.round(x * 16) / 16).flatten(1).abs().max(1).values > self.tol
+        bad = off.clone()
+        bad[: self.clean_nan] = True
+        return torch.where(bad[:, None], torch.full_like(out, float("nan")), out)
+
+
+def test_nan_model_is_reported(digits):
+    model, x, y = digits
+    x, y = x[:20], y[:20]
+    with pytest.raises(InputError, match="model returned NaN logits for 3 examples"):
+        mmaa(NaNOff(model, clean_nan=3), x, y, eps=0.01, n_iter=2, progress=False)
+    with pytest.raises(InputError, match="NaN logits for 20 examples during the attack"):
+        mmaa(NaNOff(model), x, y, eps=0.2, n_iter=2, n_target_classes=1, progress=False)
+    with pytest.raises(InputError, match="NaN"):
+        apgd_ce(NaNOff(model), x, y, eps=0.2, n_iter=2).check_finite()
+
+
+def test_attack_all_changes_only_flipped_examples(digits):
+    """The still-correct examples get identical points either way; Algorithm 1 only uses those (see mmaa)."""
+    model, x, y = digits
+    kw = dict(eps=0.1, n_iter=10, n_target_classes=3, progress=False)
+    full, lean = mmaa(model, x, y, **kw), mmaa(model, x, y, attack_all=False, **kw)
+    assert torch.equal(full.misclassified, lean.misclassified)
+    kept = ~full.misclassified
+    assert torch.equal(full.adv_images[kept], lean.adv_images[kept])
+    assert torch.equal(full.margins[kept], lean.margins[kept])
+    assert (full.margins[~kept] <= lean.margins[~kept]).all()
+    assert (full.margins[~kept] < lean.margins[~kept]).any()
+    assert lean.settings["attack_all"] is False

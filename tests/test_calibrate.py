@@ -1,0 +1,289 @@
+"""Algorithm 1 (Sec. 4.3): the vectorised search against a plain loop, the active constraint, ties, errors."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from hypothesis import assume, given, note, settings
+from hypothesis import strategies as st
+
+from mixzoo.calibrate import CalibrationProblem, Grid, GridEvaluation, SearchResult, calibrate, grid_search
+from mixzoo.card import MixCard
+from mixzoo.errors import InputError, PluginError, UnknownNameError
+from mixzoo.plugins import hookimpl, lookup, register_plugin, unregister_plugin
+from mixzoo.transforms import confidence_margin, get_clamp, layer_norm, rbc_transform, signed_power
+
+
+def make_logits(n: int, k: int, seed: int, boost: float = 4.0, shift: float = 0.0):
+    """Logits with a random-strength true-class boost: a mix of confident, unsure and wrong predictions."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, k, (n,), generator=g)
+    logits = torch.randn(n, k, generator=g) * 1.5
+    logits[torch.arange(n), labels] += torch.rand(n, generator=g) * boost - shift
+    return logits, labels
+
+
+def calibration_set(n=120, k=10, seed=0):
+    clean, y = make_logits(n, k, seed)
+    attacked = clean.clone()
+    attacked[torch.arange(n), y] -= torch.rand(n, generator=torch.Generator().manual_seed(seed + 1)) * 2.0
+    return dict(clean_logits=clean, clean_labels=y, attacked_logits=attacked, attacked_labels=y)
+
+
+def loop_reference(clean_ln, attacked_ln, s_values, p_values, c_values, beta, clamp, weights=None):
+    """Algorithm 1 as written in the paper: a triple loop, margins from the transformed logits one point at a time.
+
+    Returns the counts, the thresholds, and whether any clean margin lies within 1e-9 (relative) of its threshold
+    (such a margin may fall on either side in another correct implementation, unless both are exactly 0 or 1)."""
+    fn = get_clamp(clamp)
+    n = len(attacked_ln)
+    i = min(int(math.floor((1 - beta) * n + 1e-9)), n - 1)
+    weights = torch.ones(len(clean_ln), dtype=torch.bool) if weights is None else weights
+    counts = torch.zeros(len(s_values), len(p_values), len(c_values), dtype=torch.long)
+    qs, ambiguous = {}, False
+    for (a, s), (b, p), (k, c) in itertools.product(enumerate(s_values), enumerate(p_values), enumerate(c_values)):
+        mc = confidence_margin(s * signed_power(fn(clean_ln + c), p))
+        ma = confidence_margin(s * signed_power(fn(attacked_ln + c), p))
+        q = sorted(ma.tolist())[i]
+        counts[a, b, k] = int(((mc >= q) & weights).sum())
+        near = (mc - q).abs() <= 1e-9 * abs(q)
+        exact = (mc == q) & (q in (0.0, 1.0))  # degenerate rows: 0 (top values tied) or saturated at 1 everywhere
+        ambiguous |= bool((near & ~exact & weights).any())
+        qs[a, b, k] = q
+    return counts, qs, ambiguous
+
+
+def tie_rule_best(counts, s_values, p_values, c_values):
+    keys = {(a, b, k): (int(counts[a, b, k]), p, abs(math.log(s)), abs(c), s, c)
+            for (a, s), (b, p), (k, c) in itertools.product(enumerate(s_values), enumerate(p_values),
+                                                            enumerate(c_values))}
+    return min(keys, key=keys.get)
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10_000), n_clean=st.integers(1, 30), n_att=st.integers(1, 30), k=st.integers(2, 8),
+       beta=st.floats(0.0, 1.0), clamp=st.sampled_from(["gelu", "relu", "elu", "softplus", "linear"]),
+       relaxed=st.booleans())
+def test_vectorised_search_equals_a_plain_loop(seed, n_clean, n_att, k, beta, clamp, relaxed):
+    g = torch.Generator().manual_seed(seed)
+    clean_ln = layer_norm(torch.randn(n_clean, k, generator=g, dtype=torch.float64) * 2)
+    attacked_ln = layer_norm(torch.randn(n_att, k, generator=g, dtype=torch.float64) * 2)
+    weights = torch.rand(n_clean, generator=g) < 0.6 if relaxed else None
+    assume(weights is None or weights.any())
+    grid = Grid(s_min=0.1, s_max=8.0, s_n=3, p_min=0.5, p_max=3.0, p_n=3, c_min=-1.5, c_max=0.5, c_n=3)
+    problem = CalibrationProblem(clean_ln, attacked_ln, beta, clamp=clamp, clean_weights=weights,
+                                 dtype=torch.float64, chunk_size=64)  # tiny chunks: exercise the chunking
+    ev = problem.evaluate(grid.s_values(), grid.p_values(), grid.c_values())
+    sv, pv, cv = grid.s_values().tolist(), grid.p_values().tolist(), grid.c_values().tolist()
+    counts, qs, ambiguous = loop_reference(clean_ln, attacked_ln, sv, pv, cv, beta, clamp, weights)
+    for idx, q in qs.items():
+        assert float(ev.q[idx]) == pytest.approx(q, rel=1e-9, abs=1e-12)
+    assert ev.denominator == (n_clean if weights is None else int(weights.sum()))
+    note(f"ambiguous={ambiguous}")
+    if not ambiguous:  # else a margin equal to its threshold up to rounding may count either way
+        assert torch.equal(ev.counts, counts)
+        assert problem.best_index(ev) == tie_rule_best(counts, sv, pv, cv)
+
+
+@pytest.mark.parametrize("clamp", ["gelu", "relu"])
+def test_vectorised_search_equals_a_plain_loop_on_realistic_logits(clamp):
+    data = calibration_set(160, 10, seed=21)
+    clean_ln, attacked_ln = layer_norm(data["clean_logits"].double()), layer_norm(data["attacked_logits"].double())
+    clean_ln = clean_ln[clean_ln.argmax(1) != data["clean_labels"]]
+    attacked_ln = attacked_ln[attacked_ln.argmax(1) == data["attacked_labels"]]
+    grid = Grid(s_n=4, p_n=4, c_n=4)
+    sv, pv, cv = grid.s_values().tolist(), grid.p_values().tolist(), grid.c_values().tolist()
+    counts, _, ambiguous = loop_reference(clean_ln, attacked_ln, sv, pv, cv, 0.95, clamp)
+    assert not ambiguous  # so the comparison below is exact
+    for dtype in (torch.float64, torch.float32):
+        problem = CalibrationProblem(clean_ln, attacked_ln, 0.95, clamp=clamp, dtype=dtype)
+        ev = problem.evaluate(sv, pv, cv)
+        assert torch.equal(ev.counts, counts)
+        assert problem.best_index(ev) == tie_rule_best(counts, sv, pv, cv)
+
+
+def test_float32_margins_agree_with_float64():
+    data = calibration_set(300, 100, seed=3)
+    ln = layer_norm(data["clean_logits"].double())
+    half = len(ln) // 2
+    grid = Grid()
+    m = {}
+    for dt in (torch.float32, torch.float64):
+        prob = CalibrationProblem(ln[:half], ln[half:], 0.985, dtype=dt)
+        m[dt] = torch.stack([prob.margins(grid.s_values(), grid.p_values(), c) for c in grid.c_values().tolist()])
+    assert (m[torch.float32] - m[torch.float64]).abs().max() < 2e-5
+
+
+def test_returned_alpha_makes_the_robustness_constraint_active():
+    data = calibration_set(400, 10, seed=5)
+    beta = 0.9
+    card = calibrate(**data, beta=beta)
+    # margins of M(s*, p*, c*) on the attacked examples the RBC gets right, computed independently
+    att, y = data["attacked_logits"].double(), data["attacked_labels"]
+    right = att.argmax(1) == y
+    m = confidence_margin(rbc_transform(att[right], card.s, card.p, card.c, clamp=card.clamp))
+    threshold = (1 - card.alpha) / card.alpha
+    assert threshold < 0.999  # not saturated, so "slightly smaller alpha" is meaningful
+    assert float((m >= threshold * (1 - 1e-9)).double().mean()) >= beta
+    assert float((m >= threshold * (1 + 1e-6)).double().mean()) < beta  # a slightly smaller alpha fails
+    # the objective in the card is the share of clean RBC mistakes whose margin reaches the threshold
+    clean, yc = data["clean_logits"].double(), data["clean_labels"]
+    wrong = clean.argmax(1) != yc
+    mc = confidence_margin(rbc_transform(clean[wrong], card.s, card.p, card.c, clamp=card.clamp))
+    assert card.objective == pytest.approx(float((mc >= threshold * (1 - 1e-9)).double().mean()))
+    assert card.data["n_clean_incorrect"] == int(wrong.sum())
+    assert card.data["n_attacked_correct"] == int(right.sum())
+
+
+def test_ties_prefer_modest_parameters():
+    """Clean mistakes with two exactly tied top logits have margin 0 under every M: all objectives are 0, so the
+    rule picks the smallest p, then s closest to 1, then c closest to 0."""
+    k = 6
+    clean = torch.zeros(20, k)
+    clean[:, 1] = clean[:, 2] = 3.0
+    clean_labels = torch.zeros(20, dtype=torch.long)
+    attacked, attacked_labels = torch.zeros(10, k), torch.zeros(10, dtype=torch.long)
+    attacked[:, 0] = 5.0
+    grid = Grid(s_min=0.25, s_max=4.0, s_n=5, p_min=1.0, p_max=3.0, p_n=3, c_min=-1.0, c_max=0.5, c_n=4)
+    card = calibrate(clean_logits=clean, clean_labels=clean_labels, attacked_logits=attacked,
+                     attacked_labels=attacked_labels, beta=0.9, grid=grid)
+    assert card.objective == 0.0
+    assert (card.s, card.p, card.c) == pytest.approx((1.0, 1.0, 0.0))
+
+
+def test_best_index_breaks_ties_in_documented_order():
+    s, p, c = torch.tensor([0.5, 1.5, 3.0]), torch.tensor([1.0, 2.0]), torch.tensor([-1.0, -0.4, 0.5])
+    counts = torch.full((3, 2, 3), 5, dtype=torch.long)
+    counts[2, 1, 0] = counts[0, 1, 2] = counts[1, 1, 1] = 1  # three ties at the minimum, all with p = 2
+    ev = GridEvaluation(s, p, c, counts, 10, torch.zeros(3, 2, 3, dtype=torch.float64))
+    problem = CalibrationProblem(torch.zeros(1, 2), torch.zeros(1, 2), 0.5)
+    # |log 1.5| = 0.405 < |log 0.5| = 0.693 < |log 3| = 1.099
+    assert problem.best_index(ev) == (1, 1, 1)
+    counts[1, 1, 1] = 5
+    assert problem.best_index(ev) == (0, 1, 2)
+
+
+def test_grid_values_and_validation():
+    g = Grid(s_min=0.1, s_max=10, s_n=3, p_min=1, p_max=3, p_n=3, c_min=-1, c_max=0, c_n=2)
+    assert g.s_values().tolist() == pytest.approx([0.1, 1.0, 10.0])
+    assert g.p_values().tolist() == [1.0, 2.0, 3.0] and g.c_values().tolist() == [-1.0, 0.0] and g.size == 18
+    assert Grid(s_n=1).s_values().tolist() == [0.05]
+    d = Grid()
+    assert d.s_min <= 0.05 and d.s_max >= 5 and d.p_min <= 1 and d.p_max >= 4 and d.c_min <= -1.1 and d.c_max >= 0
+    for kwargs, msg in [({"s_n": 0}, "s_n"), ({"p_min": 5.0}, "swap"), ({"s_min": 0.0}, "s_min must be positive"),
+                        ({"p_min": -1.0, "p_max": 1.0}, "p_min must be positive"), ({"c_n": 2.5}, "c_n")]:
+        with pytest.raises(InputError, match=msg):
+            Grid(**kwargs)
+
+
+def test_relaxed_objective_counts_only_abc_correct_mistakes():
+    data = calibration_set(200, 10, seed=7)
+    abc_correct = torch.rand(200, generator=torch.Generator().manual_seed(0)) < 0.7
+    card = calibrate(**data, objective="relaxed", abc_clean_correct=abc_correct)
+    wrong = data["clean_logits"].argmax(1) != data["clean_labels"]
+    sel = abc_correct[wrong]
+    mc = confidence_margin(rbc_transform(data["clean_logits"].double()[wrong], card.s, card.p, card.c))
+    q = (1 - card.alpha) / card.alpha
+    assert card.objective == pytest.approx(float((mc[sel] >= q * (1 - 1e-9)).double().mean()))
+    assert card.data["n_clean_incorrect_abc_correct"] == int(sel.sum())
+    with pytest.raises(InputError, match="abc_clean_correct"):
+        calibrate(**data, objective="relaxed")
+
+
+def test_linear_baseline_and_alpha_d():
+    data = calibration_set(300, 10, seed=11)
+    beta = 0.95
+    card = calibrate(**data, beta=beta, linear=True)
+    assert (card.s, card.p, card.c, card.clamp, card.temperature, card.method) == (1, 1, 0, "linear", 1.0, "linear")
+    att, y = data["attacked_logits"].double(), data["attacked_labels"]
+    right = att.argmax(1) == y
+    for logits, alpha in ((att[right], card.alpha), (layer_norm(att[right]), card.alpha_d)):
+        m = confidence_margin(logits).sort().values
+        q = float(m[int(math.floor((1 - beta) * len(m) + 1e-9))])
+        assert alpha == pytest.approx(1 / (1 + q))
+    mixed = calibrate(**data, beta=beta)
+    assert mixed.alpha_d == pytest.approx(card.alpha_d)  # alpha_d does not depend on the clamp or grid
+
+
+def test_refine_optimizer_is_no_worse_and_card_round_trips(tmp_path):
+    data = calibration_set(200, 10, seed=13)
+    grid = Grid(s_n=4, p_n=4, c_n=4)
+    coarse = calibrate(**data, grid=grid)
+    fine = calibrate(**data, grid=grid, optimizer="refine")
+    assert fine.objective <= coarse.objective
+    assert fine.grid["optimizer"] == "refine" and fine.grid["n_evaluated"] > 64
+    assert any("refined" in n for n in fine.notes)
+    loaded = MixCard.load(fine.save(tmp_path / "card.toml"))
+    assert loaded.to_dict() == fine.to_dict()
+    assert torch.tensor(loaded.grid["objectives"]).shape == (4, 4, 4)
+
+
+class FixedPointOptimizer:
+    """A third-party optimizer: evaluates one point through the public problem API."""
+
+    @hookimpl
+    def mixzoo_calibration_optimizers(self):
+        def fixed(problem, grid):
+            return problem.result(problem.evaluate([2.0], [2.0], [-0.5]), method="fixed")
+
+        def broken(problem, grid):
+            return {"s": 1.0}
+
+        return {"test-fixed": fixed, "test-broken": broken}
+
+
+def test_optimizers_come_from_the_plugin_hook():
+    assert lookup("optimizer", "grid") is grid_search
+    register_plugin(FixedPointOptimizer(), name="test-fixed-optimizer")
+    try:
+        card = calibrate(**calibration_set(100, 10, seed=2), optimizer="test-fixed")
+        assert (card.s, card.p, card.c) == (2.0, 2.0, -0.5)
+        with pytest.raises(PluginError, match="SearchResult"):
+            calibrate(**calibration_set(100, 10, seed=2), optimizer="test-broken")
+    finally:
+        unregister_plugin("test-fixed-optimizer")
+    with pytest.raises(UnknownNameError, match="refine"):
+        calibrate(**calibration_set(100, 10, seed=2), optimizer="refien")
+
+
+def test_bad_inputs_give_clear_errors():
+    data = calibration_set(50, 5, seed=1)
+    perfect = dict(data, clean_logits=torch.nn.functional.one_hot(data["clean_labels"], 5).float() * 5)
+    with pytest.raises(InputError, match="no mistakes on the 50 calibration images; use more images"):
+        calibrate(**perfect)
+    broken = dict(data, attacked_logits=-torch.nn.functional.one_hot(data["attacked_labels"], 5).float() * 5)
+    with pytest.raises(InputError, match="wrong on all 50 attacked"):
+        calibrate(**broken)
+    nan = data["clean_logits"].clone()
+    nan[3, 1] = float("nan")
+    cases = [
+        (dict(data, beta=1.5), "beta must lie in"),
+        (dict(data, clean_logits=nan), "NaN or infinite values in 1 rows"),
+        (dict(data, clean_logits=data["clean_logits"][0]), "2-D float tensor"),
+        (dict(data, clean_labels=data["clean_labels"][:-1]), "49 entries for 50"),
+        (dict(data, attacked_logits=data["attacked_logits"][:, :4]), "5 classes but attacked_logits have 4"),
+        (dict(data, clean_labels=data["clean_labels"].float()), "integer"),
+        (dict(data, objective="best"), "objective"),
+        (dict(data, top_k=1), "top_k"),
+        (dict(data, grid="fine"), "Grid"),
+    ]
+    for kwargs, msg in cases:
+        with pytest.raises(InputError, match=msg):
+            calibrate(**kwargs)
+    with pytest.raises(UnknownNameError, match="gelu"):
+        calibrate(**data, clamp="gelo")
+
+
+def test_search_result_and_edge_notes():
+    data = calibration_set(150, 10, seed=4)
+    grid = Grid(s_min=1.0, s_max=1.0, s_n=1, p_min=1.0, p_max=1.5, p_n=2, c_min=0.0, c_max=0.0, c_n=1)
+    problem = CalibrationProblem(layer_norm(data["clean_logits"].double()), layer_norm(data["attacked_logits"]
+                                                                                       .double()), 0.9)
+    res = grid_search(problem, grid)
+    assert isinstance(res, SearchResult) and res.n_evaluated == 2
+    assert res.alpha == pytest.approx(1 / (1 + res.q)) and 0.5 <= res.alpha <= 1
+    card = calibrate(**data, grid=grid)
+    assert any("edge of the grid" in n and "p =" in n for n in card.notes)

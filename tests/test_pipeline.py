@@ -1,0 +1,143 @@
+"""End to end on the digits zoo: mix (cached MMAA + Algorithm 1), bench, reports, resume, CLI errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from mixzoo.card import MixCard
+from mixzoo.cli import app
+from mixzoo.errors import InputError, UnknownNameError
+from mixzoo.pipeline import mix
+
+FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def test_mix_writes_card_and_reuses_cached_mmaa(tmp_path, shared_cache):
+    first = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
+    card = MixCard.load(tmp_path / "card.toml")
+    assert 0.5 <= card.alpha <= 1.0 and card.beta == 0.985
+    assert card.rbc["name"] == "digits-pgd" and card.abc["name"] == "digits-std"
+    assert card.dataset == "digits" and card.data["n"] == 120 and card.data["split"] == "calibration"
+    assert card.attack["name"] == "mmaa" and card.attack["eps"] == pytest.approx(0.2)
+    assert first.summary["n_clean_incorrect"] > 0 and first.summary["n_attacked_correct"] > 0
+    assert first.cache_hits == {"rbc_logits": False, "mmaa": False}
+
+    second = mix("digits-std", "digits-pgd", beta=0.9, clamp="relu", out=tmp_path / "card2.json",
+                 cache_dir=shared_cache, **FAST)
+    assert second.cache_hits == {"rbc_logits": True, "mmaa": True}
+    card2 = MixCard.load(tmp_path / "card2.json")
+    assert card2.beta == 0.9 and card2.clamp == "relu"
+    # a lower beta never needs a larger alpha (the constraint is looser)
+    assert card2.alpha <= card.alpha + 1e-9 or card2.clamp != card.clamp
+
+
+def test_interrupted_mmaa_resumes_and_writes_no_card(tmp_path, monkeypatch):
+    import mixzoo.attacks as attacks
+
+    real = attacks.mmaa
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attacks, "mmaa", flaky)
+    out = tmp_path / "card.toml"
+    with pytest.raises(KeyboardInterrupt):
+        mix("digits-std", "digits-pgd", out=out, cache_dir=tmp_path / "c", **FAST)
+    assert not out.exists()
+    assert list((tmp_path / "c" / "mmaa").glob("*.partial/*.safetensors")), "first batch kept"
+    calls["n"] = 10
+    mix("digits-std", "digits-pgd", out=out, cache_dir=tmp_path / "c", **FAST)
+    assert calls["n"] == 11  # only the missing batch was attacked
+    assert out.exists() and not list((tmp_path / "c" / "mmaa").glob("*.partial"))
+
+
+def test_mix_bad_input(tmp_path):
+    with pytest.raises(InputError, match="beta"):
+        mix("digits-std", "digits-pgd", beta=1.5, out=tmp_path / "c.toml", cache_dir=tmp_path, **FAST)
+    with pytest.raises(UnknownNameError, match="digits-pgd"):
+        mix("digits-std", "digits-pdg", out=tmp_path / "c.toml", cache_dir=tmp_path, **FAST)
+    with pytest.raises(InputError, match="n-calib"):
+        mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path,
+            **{**FAST, "n_calib": 0})
+    assert not (tmp_path / "c.toml").exists()
+
+
+def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
+    from mixzoo.bench import bench
+
+    res = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
+    report = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench", cache_dir=shared_cache,
+                   attack_options={"n_iter": 5, "n_target_classes": 2}, curve=True, curve_n=30,
+                   curve_options={"n_iter": 3, "n_target_classes": 1}, batch_size=30, progress=False)
+    data = json.loads((tmp_path / "bench" / "report.json").read_text())
+    kinds = [m["kind"] for m in data["models"]]
+    assert sorted(kinds) == ["abc", "linear", "mixednuts", "rbc"]
+    for m in data["models"]:
+        assert 0.0 <= m["robust_accuracy"] <= m["clean_accuracy"] <= 1.0
+        assert m["n"] == 60 and m["attack"] == "apgd" and m["epsilon"] == pytest.approx(0.2)
+    assert data["card"]["alpha"] == pytest.approx(res.card.alpha)
+    assert data["dataset"]["split"] == "evaluation"
+    for name in ("report.md", "tradeoff.png", "margins.png", "objective.png"):
+        assert (tmp_path / "bench" / name).stat().st_size > 0
+    # the ABC alone is not robust; the RBC is; the mixture sits in between on clean accuracy
+    assert report.row("abc").robust_accuracy < report.row("rbc").robust_accuracy
+    assert report.row("mixednuts").clean_accuracy >= report.row("rbc").clean_accuracy - 0.05
+    assert len(data["curve"]["mixednuts"]) >= 5 and len(data["curve"]["linear"]) >= 5
+
+
+def test_cli_mix_json_and_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIXZOO_CACHE", str(tmp_path / "cache"))
+    runner = CliRunner()
+    card = tmp_path / "card.toml"
+    res = runner.invoke(app, ["mix", "--abc", "digits-std", "--rbc", "digits-pgd", "--n-calib", "200", "--n-iter",
+                              "4", "--out", str(card), "--json"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.stdout)
+    assert payload["card"] == str(card) and 0.5 <= payload["alpha"] <= 1
+    bad = runner.invoke(app, ["mix", "--abc", "digits-std", "--rbc", "digits-pgdd", "--out", str(tmp_path / "x.toml")])
+    assert bad.exit_code == 2 and "did you mean 'digits-pgd'" in bad.output
+    assert not (tmp_path / "x.toml").exists()
+    bad = runner.invoke(app, ["mix", "--abc", "digits-std", "--rbc", "digits-pgd", "--grid", "s=1:2",
+                              "--out", str(tmp_path / "y.toml")])
+    assert bad.exit_code == 2 and "--grid" in bad.output
+
+
+def test_cli_list_and_info():
+    runner = CliRunner()
+    res = runner.invoke(app, ["list", "--json", "--dataset", "digits"])
+    assert res.exit_code == 0
+    names = {e["name"] for e in json.loads(res.stdout)}
+    assert {"digits-std", "digits-pgd"} <= names
+    res = runner.invoke(app, ["info", "digits-pgd", "--json"])
+    assert json.loads(res.stdout)["epsilon"] == pytest.approx(0.2)
+    res = runner.invoke(app, ["list", "--role", "robustt"])
+    assert res.exit_code == 2 and "role" in res.output
+
+
+def test_nan_model_is_reported(tmp_path):
+    from mixzoo.models import load_model
+
+    rbc = load_model("digits-pgd")
+
+    class NaNModel(torch.nn.Module):
+        spec = rbc.spec
+
+        def forward(self, x):
+            return rbc(x) * float("nan")
+
+    with pytest.raises(InputError, match="NaN"):
+        mix("digits-std", NaNModel(), out=tmp_path / "c.toml", cache_dir=tmp_path, **FAST)
+    assert not (tmp_path / "c.toml").exists()

@@ -1,0 +1,244 @@
+"""Minimum-margin Square attack (paper App. D.5): forward queries only, min-margin record, eps-ball, seeds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from mixzoo.attacks.margins import ln_signed_margin, signed_margin
+from mixzoo.attacks.mmaa import MMAAResult
+from mixzoo.attacks.result import EvalResult
+from mixzoo.attacks.square import (
+    _eta_base,
+    _l2_init,
+    _l2_step,
+    _linf_init,
+    _linf_step,
+    min_margin_square,
+    p_selection,
+    square_queries_needed,
+)
+from mixzoo.blackbox import BlackBoxModel, QueryBudgetExceeded
+from mixzoo.errors import InputError
+from mixzoo.plugins import lookup
+
+
+def train_digits_mlp(seed: int = 0, steps: int = 200) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """A small standard (non-robust) MLP on scikit-learn digits; returns it and 300 held-out examples."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x = torch.tensor(data.data, dtype=torch.float32).view(-1, 1, 8, 8) / 16
+    y = torch.tensor(data.target)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x[:1400]), y[:1400]).backward()
+        opt.step()
+    model.eval().requires_grad_(False)
+    return model, x[1400:1700], y[1400:1700]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def digits(one_thread):
+    return train_digits_mlp()
+
+
+def _size(delta: torch.Tensor, norm: str) -> torch.Tensor:
+    d = delta.flatten(1)
+    return d.abs().max(dim=1).values if norm == "Linf" else d.norm(dim=1)
+
+
+NORM_EPS = [("Linf", 0.1), ("Linf", 0.3), ("L2", 0.5), ("L2", 1.5)]
+
+
+@pytest.mark.parametrize("norm,eps", NORM_EPS)
+def test_result_is_in_ball_and_box_and_consistent(digits, norm, eps):
+    model, x, y = digits
+    x, y = x[:40], y[:40]
+    res = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=80, progress=False)
+    assert isinstance(res, MMAAResult)
+    assert (_size(res.adv_images - x, norm) <= eps * (1 + 1e-5) + 1e-6).all()
+    assert res.adv_images.min() >= 0 and res.adv_images.max() <= 1
+    with torch.no_grad():
+        at_adv = model(res.adv_images)
+        clean = model(x)
+    # the reported logits and margins are those of the returned point
+    torch.testing.assert_close(res.logits, at_adv)
+    torch.testing.assert_close(res.margins, ln_signed_margin()(at_adv, y))
+    torch.testing.assert_close(res.clean_logits, clean)
+    assert torch.equal(res.misclassified, at_adv.argmax(1) != y)
+    # the clean image is a visited point, so no margin is above the clean one
+    assert (res.margins <= ln_signed_margin()(clean, y) + 1e-6).all()
+    assert res.settings["queries"] <= square_queries_needed(len(y), 80)
+
+
+class Recorder(nn.Module):
+    """Logs the signed LN margin of every example the attack queries (batches of one example)."""
+
+    def __init__(self, model: nn.Module, label: torch.Tensor):
+        super().__init__()
+        self.model, self.label, self.margins = model, label, []
+
+    def forward(self, x):
+        out = self.model(x)
+        self.margins.append(ln_signed_margin()(out, self.label.expand(len(x))))
+        return out
+
+
+@pytest.mark.parametrize("norm,eps", [("Linf", 0.15), ("L2", 0.8)])
+def test_reported_margin_is_the_minimum_over_every_query(digits, norm, eps):
+    model, x, y = digits
+    for i in range(6):
+        rec = Recorder(model, y[i:i + 1])
+        res = min_margin_square(rec, x[i:i + 1], y[i:i + 1], eps=eps, norm=norm, n_queries=60, seed=i,
+                                progress=False)
+        seen = torch.cat(rec.margins)
+        assert len(seen) == res.settings["queries"]
+        assert float(res.margins[0]) == pytest.approx(float(seen.min()), abs=1e-6)
+
+
+def test_breaks_a_weak_model_and_stops_on_misclassified(digits):
+    model, x, y = digits
+    x, y = x[:100], y[:100]
+    with torch.no_grad():
+        clean_acc = float((model(x).argmax(1) == y).float().mean())
+    res = min_margin_square(model, x, y, eps=0.3, norm="Linf", n_queries=300, progress=False)
+    assert clean_acc > 0.85
+    assert res.robust_accuracy < clean_acc - 0.5
+    # broken examples are not queried further: far fewer queries than the worst case
+    assert res.settings["queries"] < 0.8 * square_queries_needed(len(y), 300)
+
+
+def test_margins_decrease_with_more_queries_on_average(digits):
+    model, x, y = digits
+    x, y = x[:60], y[:60]
+    few = min_margin_square(model, x, y, eps=0.1, n_queries=5, progress=False)
+    many = min_margin_square(model, x, y, eps=0.1, n_queries=200, progress=False)
+    assert float(many.margins.mean()) < float(few.margins.mean())
+
+
+@pytest.mark.parametrize("norm", ["Linf", "L2"])
+def test_seeded_runs_reproduce(digits, norm):
+    model, x, y = digits
+    x, y = x[:30], y[:30]
+    eps = 0.1 if norm == "Linf" else 0.6
+    a = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=50, seed=3, progress=False)
+    b = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=50, seed=3, progress=False)
+    c = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=50, seed=4, progress=False)
+    assert torch.equal(a.adv_images, b.adv_images) and torch.equal(a.margins, b.margins)
+    assert not torch.equal(a.adv_images, c.adv_images)
+
+
+def test_batches_are_independent_of_each_other(digits):
+    """Batch k uses seed + its first index: splitting into batches gives the same result as separate calls."""
+    model, x, y = digits
+    whole = min_margin_square(model, x[:20], y[:20], eps=0.1, n_queries=40, seed=0, batch_size=10, progress=False)
+    second = min_margin_square(model, x[10:20], y[10:20], eps=0.1, n_queries=40, seed=10, progress=False)
+    assert torch.equal(whole.adv_images[10:], second.adv_images)
+
+
+@pytest.mark.parametrize("norm,eps", [("Linf", 0.1), ("L2", 0.6)])
+def test_needs_only_forward_queries(digits, norm, eps):
+    model, x, y = digits
+    x, y = x[:25], y[:25]
+    bb = BlackBoxModel(model)
+    with torch.enable_grad():
+        res = min_margin_square(bb, x, y, eps=eps, norm=norm, n_queries=50, progress=False)
+    plain = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=50, progress=False)
+    assert torch.equal(res.adv_images, plain.adv_images)
+    assert bb.queries == res.settings["queries"] <= square_queries_needed(25, 50)
+
+
+def test_budget_too_small_is_refused_before_any_query(digits):
+    model, x, y = digits
+    bb = BlackBoxModel(model, query_budget=1000)
+    with pytest.raises(QueryBudgetExceeded, match=r"needs up to 1020 queries"):
+        min_margin_square(bb, x[:20], y[:20], eps=0.1, n_queries=50, progress=False)
+    assert bb.queries == 0
+
+
+def test_raw_logit_margins_without_layer_norm(digits):
+    model, x, y = digits
+    res = min_margin_square(model, x[:20], y[:20], eps=0.1, n_queries=30, layer_norm=False, progress=False)
+    with torch.no_grad():
+        torch.testing.assert_close(res.margins, signed_margin(model(res.adv_images), y[:20]))
+
+
+def test_bad_arguments(digits):
+    model, x, y = digits
+    for kwargs, match in (({"eps": 0.0}, "epsilon"), ({"eps": 0.1, "norm": "L1"}, "norm"),
+                          ({"eps": 0.1, "n_queries": 0}, "n_queries"), ({"eps": 0.1, "p_init": 0.0}, "p_init")):
+        with pytest.raises(InputError, match=match):
+            min_margin_square(model, x[:3], y[:3], progress=False, **kwargs)
+    with pytest.raises(InputError, match="labels"):
+        min_margin_square(model, x[:3], y[:2], eps=0.1, progress=False)
+
+
+# ------------------------------------------------------------------------------------------ proposal geometry
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.floats(0.01, 0.5), st.integers(1, 3), st.integers(4, 12))
+def test_linf_proposals_stay_in_ball_and_box(seed, eps, c, hw):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(5, c, hw, hw, generator=gen)
+    best = _linf_init(x, eps, gen)
+    for it in range(5):
+        s = max(1, min(hw, int(round(math.sqrt(p_selection(0.8, it, 5) * hw * hw)))))
+        sign = torch.randint(0, 2, (5, c, 1, 1), generator=gen).float() * 2 - 1
+        best = _linf_step(x, best, eps, s, int(torch.randint(0, hw - s + 1, (1,), generator=gen)), 0, sign)
+        assert ((best - x).abs() <= eps + 1e-6).all() and best.min() >= 0 and best.max() <= 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.floats(0.05, 3.0), st.integers(1, 3), st.integers(5, 12))
+def test_l2_proposals_stay_in_ball_and_box(seed, eps, c, hw):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(4, c, hw, hw, generator=gen)
+    best = _l2_init(x, eps, gen)
+    assert (_size(best - x, "L2") <= eps * (1 + 1e-5)).all()
+    for _ in range(5):
+        s = min(hw, 3 + 2 * int(torch.randint(0, 2, (1,), generator=gen)))
+        pos = [int(torch.randint(0, hw - s + 1, (1,), generator=gen)) for _ in range(4)]
+        sign = torch.randint(0, 2, (4, c, 1, 1), generator=gen).float() * 2 - 1
+        best = _l2_step(x, best, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), _eta_base(s), sign)
+        assert (_size(best - x, "L2") <= eps * (1 + 1e-5) + 1e-6).all()
+        assert best.min() >= 0 and best.max() <= 1
+
+
+def test_schedule_and_pattern():
+    assert p_selection(0.8, 0, 1000) == 0.8 and p_selection(0.8, 999, 1000) == pytest.approx(0.8 / 512)
+    ps = [p_selection(0.8, i, 500) for i in range(500)]
+    assert all(a >= b for a, b in zip(ps, ps[1:], strict=False))
+    for s in (1, 3, 5, 7):
+        assert float(_eta_base(s).pow(2).sum()) == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------------ evaluation hook
+def test_attack_hook_entry_evaluates_a_model(digits):
+    model, x, y = digits
+    attack = lookup("attack", "min-margin-square")(eps=0.3, norm="Linf", seed=0, n_queries=100)
+    result = attack.run(model, x[:50], y[:50], progress=False)
+    assert isinstance(result, EvalResult)
+    assert result.robust_accuracy < result.clean_accuracy
+    assert not (result.robust_correct & ~result.clean_correct).any()
+    broken = ~result.robust_correct & result.clean_correct
+    with torch.no_grad():
+        assert (model(result.adv_images[broken]).argmax(1) != y[:50][broken]).all()
+    assert (_size(result.adv_images - x[:50], "Linf") <= 0.3 + 1e-6).all()
+    with pytest.raises(InputError, match="unknown option"):
+        lookup("attack", "min-margin-square")(eps=0.3, n_iter=3)

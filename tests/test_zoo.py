@@ -1,0 +1,147 @@
+"""The built-in zoo: every registry zoo model loads by name, verifies, and matches its recorded accuracy;
+training is deterministic; the training ingredients do what they claim."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+import torch
+
+import mixzoo
+from mixzoo.data import load_dataset
+from mixzoo.errors import MissingFileError, RegistryError
+from mixzoo.registry import list_models, spec_from_dict
+from mixzoo.train import (
+    RECIPES,
+    Recipe,
+    _ln_margin,
+    augment_batch,
+    evaluate_model,
+    registry_entry,
+    trades_adversary,
+    train_model,
+)
+from mixzoo_plugins import zoo
+
+ZOO = [s.name for s in list_models() if s.source.get("kind") == "zoo"]
+
+
+def _tiny(method: str, **kw) -> Recipe:
+    base = RECIPES["digits-pgd" if method != "standard" else "digits-std"]
+    return base.replace(name=f"tiny-{method}", method=method, epochs=1, train_n=192, batch_size=64,
+                        arch_kwargs={"widths": (4,), "hidden": 8, "input_hw": 8}, **kw)
+
+
+def test_registry_has_the_zoo():
+    assert {"digits-std", "digits-pgd"} <= set(ZOO)
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_model_loads_verifies_and_matches_its_recorded_accuracy(name):
+    spec = mixzoo.registry.get_spec(name)
+    assert zoo.file_sha256(zoo.weights_path(spec)) == spec.sha256
+    assert zoo.weights_path(spec).stat().st_size < 5_000_000
+    try:
+        data = load_dataset(spec.dataset, "evaluation", n=500)
+    except MissingFileError as exc:
+        pytest.skip(str(exc))
+    model = mixzoo.models.load_model(name)
+    assert not model.training and not any(p.requires_grad for p in model.parameters())
+    with torch.no_grad():
+        logits = model(data.images)
+    assert logits.shape == (len(data), spec.num_classes)
+    acc = (logits.argmax(1) == data.labels).float().mean().item()
+    assert abs(acc - spec.reported["clean_eval500"]) <= 0.015, (acc, spec.reported)
+    if spec.role == "robust":  # the training trade-off: robust entries are less accurate than their ABC
+        assert spec.threat_model == "Linf" and spec.epsilon > 0
+        accurate = [s for s in list_models("accurate", spec.dataset) if s.source.get("kind") == "zoo"]
+        assert all(s.reported["clean"] > spec.reported["clean"] for s in accurate)
+        assert spec.reported["pgd20"] < spec.reported["clean"]
+
+
+def test_digits_pgd_robust_accuracy_matches_its_record():
+    spec = mixzoo.registry.get_spec("digits-pgd")
+    metrics = evaluate_model(mixzoo.models.load_model(spec), load_dataset("digits", "evaluation"), eps=spec.epsilon)
+    assert abs(metrics["pgd"] - spec.reported["pgd20"]) <= 0.015
+    assert abs(metrics["clean"] - spec.reported["clean"]) <= 0.015
+
+
+def _zoo_spec(**changes):
+    raw = mixzoo.registry.get_spec("digits-std").to_dict()
+    raw.update(changes)
+    for key in ("name", "plugin"):
+        raw.pop(key)
+    return spec_from_dict("tampered", raw)
+
+
+def test_sha256_mismatch_is_a_one_line_error():
+    with pytest.raises(RegistryError, match="has sha256") as err:
+        mixzoo.models.load_model(_zoo_spec(sha256="0" * 64))
+    assert "\n" not in str(err.value) and "mixzoo train" in str(err.value)
+
+
+def test_missing_weights_and_wrong_architecture_are_named():
+    src = dict(mixzoo.registry.get_spec("digits-std").source)
+    with pytest.raises(MissingFileError, match="mixzoo train"):
+        mixzoo.models.load_model(_zoo_spec(source={**src, "file": "nope.safetensors"}, sha256=None))
+    with pytest.raises(RegistryError, match="do not fit"):
+        mixzoo.models.load_model(_zoo_spec(source={**src, "kwargs": {"widths": [8], "input_hw": 8}}))
+
+
+def test_other_source_kinds_are_left_to_other_plugins():
+    spec = _zoo_spec(source={"kind": "timm", "model": "x"})
+    assert zoo.mixzoo_load_model(spec=spec, device="cpu", allow_unsafe=False) is None
+
+
+@pytest.mark.parametrize("method", ["standard", "pgd", "trades"])
+def test_training_is_deterministic(method, tmp_path):
+    a = train_model(_tiny(method), tmp_path / "a", evaluate=False, progress=False)
+    b = train_model(_tiny(method), tmp_path / "b", evaluate=False, progress=False)
+    assert a.sha256 == b.sha256 == (tmp_path / "a" / f"tiny-{method}.sha256").read_text().split()[0]
+    assert (tmp_path / "a" / a.recipe.file).read_bytes() == (tmp_path / "b" / b.recipe.file).read_bytes()
+    c = train_model(_tiny(method), save=False, evaluate=False, progress=False, seed=1)
+    assert c.sha256 != a.sha256
+    assert all(torch.isfinite(v.float()).all() for v in a.state_dict.values())
+
+
+def test_trained_result_gives_a_valid_registry_entry(tmp_path):
+    res = train_model(_tiny("pgd"), tmp_path, eval_n=100, progress=False)
+    assert set(res.metrics) >= {"clean", "pgd", "clean_mistake_margin_median", "attacked_correct_margin_q0.015"}
+    entry = tomllib.loads(registry_entry(res, "cmd", "2026-01-01"))["models"]["tiny-pgd"]
+    entry["source"]["file"] = str(res.path)
+    spec = spec_from_dict("tiny-pgd", entry)
+    model = mixzoo.models.load_model(spec)
+    data = load_dataset("digits", "evaluation", n=100)
+    acc = (model(data.images).argmax(1) == data.labels).float().mean().item()
+    assert acc == pytest.approx(spec.reported["clean"], abs=1e-4)
+
+
+def test_augment_batch_crops_and_flips():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(64, 1, 6, 6)
+    same = augment_batch(x, 0, g)  # no padding: each image is itself or its mirror image
+    assert all(torch.equal(s, o) or torch.equal(s, o.flip(-1)) for s, o in zip(same, x, strict=True))
+    moved = augment_batch(x, 2, g)
+    assert moved.shape == x.shape and not torch.equal(moved, x)
+    assert float(moved.sum()) <= float(x.sum()) + 1e-3  # crops only drop pixels or add zeros
+
+
+def test_trades_adversary_stays_in_the_ball():
+    model = mixzoo.models.load_model("digits-pgd")
+    data = load_dataset("digits", "evaluation", n=64)
+    x_adv = trades_adversary(model, data.images, eps=0.1, steps=5, generator=torch.Generator().manual_seed(0))
+    assert (x_adv - data.images).abs().max() <= 0.1 + 1e-6
+    assert x_adv.min() >= 0 and x_adv.max() <= 1
+    kl = torch.nn.functional.kl_div
+    with torch.no_grad():
+        p = model(data.images).softmax(1)
+        gain = kl(model(x_adv).log_softmax(1), p, reduction="sum")
+    assert gain > kl(model(data.images).log_softmax(1), p, reduction="sum")
+
+
+def test_ln_margin_is_scale_free_and_in_range():
+    logits = torch.randn(100, 10) * 5
+    m = _ln_margin(logits)
+    assert (m >= 0).all() and (m <= 1).all()
+    assert torch.allclose(m, _ln_margin(3 * logits + 7), atol=1e-5)
