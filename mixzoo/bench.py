@@ -108,7 +108,9 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                     part = None
             if part is None:
                 runner = attack_cls(eps=eps, norm=norm, seed=seed + index, **options)
-                res = runner.run(model, images[start:stop], labels[start:stop], progress=False)
+                device = next((p.device for p in model.parameters()), torch.device("cpu"))
+                res = runner.run(model, images[start:stop].to(device), labels[start:stop].to(device),
+                                 progress=False)
                 part = {
                     "clean_correct": res.clean_correct.bool().tolist(),
                     "robust_correct": res.robust_correct.bool().tolist(),

@@ -164,7 +164,7 @@ class CalibrationProblem:
         if self.chunk_size < 1:
             raise InputError(f"chunk_size must be positive, got {self.chunk_size}")
         self._clamp_fn = get_clamp(self.clamp)
-        self._z_sorted = _top_first(torch.cat([self.clean, self.attacked]).to(torch.float64))
+        self._z_top_first = _top_first(torch.cat([self.clean, self.attacked]).to(torch.float64))
 
     @property
     def n_clean(self) -> int:
@@ -189,7 +189,7 @@ class CalibrationProblem:
         shape (S, P, n_clean + n_attacked), clean examples first."""
         s_values, s_order = torch.as_tensor(s_values, dtype=torch.float64).flatten().sort()  # ascending: see below
         p_values = torch.as_tensor(p_values, dtype=torch.float64).flatten()
-        z = self._z_sorted
+        z = self._z_top_first
         n, k = z.shape
         ct = self.dtype
         h = self._clamp_fn(z.to(ct) + float(c_value))
@@ -255,7 +255,7 @@ class CalibrationProblem:
         counts = torch.empty(len(s_values), len(p_values), len(c_values), dtype=torch.int64)
         q = torch.empty(len(s_values), len(p_values), len(c_values), dtype=torch.float64)
         nc, i = self.n_clean, self.quantile_index
-        weights = None if self.clean_weights is None else self.clean_weights.to(self._z_sorted.device, torch.bool)
+        weights = None if self.clean_weights is None else self.clean_weights.to(self._z_top_first.device, torch.bool)
         with progress_bar(self.progress) as bar:
             task = bar.add_task("Algorithm 1 grid search", total=len(c_values))
             for kc, c in enumerate(c_values.tolist()):
@@ -491,8 +491,8 @@ def calibrate(
                          " consider another clamp or grid")
     data.update(data_info or {})
     grid_info = {"optimizer": optimizer_name, "n_evaluated": result.n_evaluated,
-                 "s_values": ev.s_values, "p_values": ev.p_values, "c_values": ev.c_values,
-                 "objectives": ev.objectives, "alphas": ev.alphas}
+                 "s_values": ev.s_values.tolist(), "p_values": ev.p_values.tolist(),
+                 "c_values": ev.c_values.tolist(), "objectives": ev.objectives.tolist(), "alphas": ev.alphas.tolist()}
     return MixCard(
         s=result.s, p=result.p, c=result.c, alpha=result.alpha, beta=float(beta),
         clamp="linear" if linear else clamp, top_k=None if linear else top_k, temperature=1.0 if linear else 0.0,

@@ -22,7 +22,7 @@ from mixzoo.progress import progress_bar
 
 DEFAULT_ABC = "fmnist-std"
 DEFAULT_RBC = "fmnist-trades"
-ATTACK_CODE_VERSION = "mmaa-1"  # bump when MMAA's behaviour changes so stale cache entries are not reused
+ATTACK_CODE_VERSION = "mmaa-2"  # bump when MMAA's behaviour changes so stale cache entries are not reused
 
 
 @dataclass
@@ -109,7 +109,8 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     def compute(a: int, b: int) -> dict[str, torch.Tensor]:
         res = mmaa(rbc, dataset.images[a:b].to(device), dataset.labels[a:b].to(device), eps=eps, norm=norm,
                    n_iter=n_iter, n_target_classes=n_target_classes, n_restarts=n_restarts,
-                   seed=seed + a // batch_size, top_k=top_k, batch_size=batch_size, progress=False)
+                   seed=seed + a // batch_size, top_k=top_k, batch_size=batch_size, progress=False,
+                   attack_all=False)
         out = {"logits": res.logits.float().cpu(), "margins": res.margins.float().cpu()}
         if store_images:
             out["adv_images"] = res.adv_images.cpu()
