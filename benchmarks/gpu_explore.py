@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--betas", default="0.985")
     ap.add_argument("--n-calib", type=int, default=1000)
+    ap.add_argument("--cache-dir", default=None, help="default: OUT/cache")
     ap.add_argument("--smoke", action="store_true", help="a few training steps, to check the script runs")
     args = ap.parse_args()
     from mixzoo.bench import bench
@@ -64,6 +65,7 @@ def main() -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    cache_dir = Path(args.cache_dir) if args.cache_dir else out / "cache"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "candidates": {}}
     t = time.perf_counter()
@@ -81,10 +83,10 @@ def main() -> None:
             rec["train_seconds"] = time.perf_counter() - t
             rbc = as_classifier(res.recipe, res.state_dict, "robust").to(device)
             for beta in (float(b) for b in args.betas.split(",")):
-                m = mix(abc, rbc, beta=beta, n_calib=args.n_calib, device=device, cache_dir=out / "cache",
-                        out=out / f"card-{name}-{beta}.json", progress=False)
+                m = mix(abc, rbc, beta=beta, n_calib=args.n_calib, device=device, cache_dir=cache_dir,
+                        out=out / f"card-{name}-{beta}.json" if len(args.candidates.split(",")) < 7 else None, progress=False)
                 rep = bench(m.card, abc=abc, rbc=rbc, attack=args.attack, n=args.n, curve=False, plots=False,
-                            cache_dir=out / "cache", device=device, progress=False)
+                            cache_dir=cache_dir, device=device, progress=False)
                 rec[f"beta={beta}"] = {
                     "card": {k: getattr(m.card, k) for k in ("s", "p", "c", "alpha", "objective")},
                     "summary": m.summary,

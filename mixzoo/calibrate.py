@@ -54,11 +54,13 @@ U_BATCH = 1 << 22  # float elements of u computed at once
 class Grid:
     """Candidate values of Algorithm 1 (App. C.1): s log-spaced, p and c linearly spaced, ``*_n`` values each.
 
-    The defaults cover the paper's Table 3 ranges (s 0.05-5, p 1-4, c -1.1-0) with 8 values per axis (512 points).
+    The defaults cover the paper's Table 3 ranges (s 0.05-5, p 1-4, c -1.1-0) with 8 values per axis (512 points);
+    s reaches 100 because layer-normed logits of 10-class models are small (unit variance over few classes), and
+    the built-in zoo's optimum sat on an upper edge of 10.
     """
 
     s_min: float = 0.05
-    s_max: float = 10.0
+    s_max: float = 100.0
     s_n: int = 8
     p_min: float = 1.0
     p_max: float = 4.0
@@ -149,6 +151,8 @@ class CalibrationProblem:
     beta: float
     clamp: str = "gelu"
     clean_weights: torch.Tensor | None = None
+    reference: torch.Tensor | None = None
+    max_argmax_change: float | None = None
     chunk_size: int = DEFAULT_CHUNK
     dtype: torch.dtype = torch.float32
     progress: bool = False
@@ -164,6 +168,8 @@ class CalibrationProblem:
         if self.chunk_size < 1:
             raise InputError(f"chunk_size must be positive, got {self.chunk_size}")
         self._clamp_fn = get_clamp(self.clamp)
+        if self.max_argmax_change is not None and not 0.0 <= self.max_argmax_change <= 1.0:
+            raise InputError(f"max_argmax_change must lie in [0, 1], got {self.max_argmax_change}")
         self._z_top_first = _top_first(torch.cat([self.clean, self.attacked]).to(torch.float64))
 
     @property
@@ -182,6 +188,17 @@ class CalibrationProblem:
     @property
     def denominator(self) -> int:
         return self.n_clean if self.clean_weights is None else int(self.clean_weights.sum())
+
+    def argmax_change(self, c_value: float) -> float:
+        """Share of ``reference`` logits whose predicted class Clamp(LN + c) changes (App. D.8.2).
+
+        s > 0 and the sign-preserving power are monotone, so the prediction of M(s, p, c) depends on c (and the
+        clamp) only: one check per c covers the whole (s, p) slice.
+        """
+        if self.reference is None:
+            return 0.0
+        ref = self.reference
+        return float((self._clamp_fn(ref + float(c_value)).argmax(1) != ref.argmax(1)).double().mean())
 
     # -------------------------------------------------------------------------------------------- margins
     def margins(self, s_values: torch.Tensor, p_values: torch.Tensor, c_value: float) -> torch.Tensor:
@@ -259,6 +276,13 @@ class CalibrationProblem:
         with progress_bar(self.progress) as bar:
             task = bar.add_task("Algorithm 1 grid search", total=len(c_values))
             for kc, c in enumerate(c_values.tolist()):
+                if self.max_argmax_change is not None and self.argmax_change(c) > self.max_argmax_change:
+                    # infeasible (App. D.8.2): M would change too many RBC predictions; objective > 1 marks it,
+                    # and alpha = 1 (q = 0: the RBC alone) is the only safe weight there
+                    counts[:, :, kc] = self.denominator + 1
+                    q[:, :, kc] = 0.0
+                    bar.advance(task)
+                    continue
                 m = self.margins(s_values, p_values, c)  # (S, P, N)
                 qq = m[..., nc:].kthvalue(i + 1, dim=-1).values  # (S, P)
                 reach = m[..., :nc] >= qq.unsqueeze(-1)
@@ -386,6 +410,7 @@ def calibrate(
     dataset: str | None = None,
     data_info: dict[str, Any] | None = None,
     attack_info: dict[str, Any] | None = None,
+    max_argmax_change: float | None = 0.005,
     chunk_size: int = DEFAULT_CHUNK,
     dtype: torch.dtype = torch.float32,
     progress: bool = False,
@@ -398,6 +423,11 @@ def calibrate(
     ``linear=True`` calibrates only alpha for the linear baseline (raw logits, s = p = 1, c = 0). Every card also
     gets ``alpha_d`` for the auxiliary mixture of Eq. 8. ``abc``/``rbc`` are ``{name, weight_hash}`` dicts or the
     models themselves; ``data_info``/``attack_info`` are recorded in the card.
+
+    ``max_argmax_change`` (App. D.8.2): grid points whose transform changes the RBC's predicted class on more than
+    this share of the clean and attacked-correct calibration images are infeasible (GELU is not monotone below
+    zero, so a large negative c can flip unconfident predictions and cost both accuracy and robustness);
+    ``None`` disables the check.
     """
     from mixzoo.card import MixCard, provenance
     from mixzoo.plugins import lookup
@@ -460,7 +490,8 @@ def calibrate(
         optimizer_name = "linear"
     else:
         problem = CalibrationProblem(clean_ln[clean_wrong], attacked_ln[attacked_right], clamp=clamp,
-                                     progress=progress, **common)
+                                     progress=progress, reference=torch.cat([clean_ln, attacked_ln[attacked_right]]),
+                                     max_argmax_change=max_argmax_change, **common)
         search = lookup("optimizer", optimizer)
         result = search(problem, grid)
         if not isinstance(result, SearchResult):
@@ -472,6 +503,15 @@ def calibrate(
 
     notes = list(result.notes)
     ev = result.evaluation
+    if not linear and max_argmax_change is not None:
+        excluded = [c for c in ev.c_values.tolist() if problem.argmax_change(c) > max_argmax_change]
+        if len(excluded) == len(ev.c_values):
+            raise InputError(f"every c in the grid changes more than {max_argmax_change:.1%} of the RBC's"
+                             " predictions (App. D.8.2); widen the c range towards 0, use another clamp, or pass"
+                             " max_argmax_change=None")
+        if excluded:
+            notes.append(f"c values {', '.join(f'{c:.3g}' for c in excluded)} excluded: the transform changes more"
+                         f" than {max_argmax_change:.1%} of the RBC's predictions there (App. D.8.2)")
     if not linear:
         for axis, values, v in (("s", ev.s_values, result.s), ("p", ev.p_values, result.p),
                                 ("c", ev.c_values, result.c)):

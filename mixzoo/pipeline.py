@@ -100,12 +100,15 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
 
     settings = {"eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,
                 "n_restarts": n_restarts, "seed": seed, "top_k": top_k, "batch_size": batch_size,
-                "code": ATTACK_CODE_VERSION}
+                "attack_all": False, "code": ATTACK_CODE_VERSION}
     key_parts = {"model": model_hash(rbc), "data": dataset.fingerprint, "attack": settings}
     key = content_key(key_parts)
     n = len(dataset.labels)
     store_images = dataset.images[0].numel() <= 3 * 64 * 64
 
+    # attack_all=False: once a point is misclassified its margin is irrelevant to Algorithm 1 (it is not in the
+    # attacked-correct set), so later components skip it as AutoAttack does; still-correct points get every
+    # component and the same minimum-margin perturbation (benchmarks/mmaa_speed.md: half the passes).
     def compute(a: int, b: int) -> dict[str, torch.Tensor]:
         res = mmaa(rbc, dataset.images[a:b].to(device), dataset.labels[a:b].to(device), eps=eps, norm=norm,
                    n_iter=n_iter, n_target_classes=n_target_classes, n_restarts=n_restarts,

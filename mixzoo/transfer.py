@@ -132,14 +132,21 @@ def _load_card(card: MixCard | str | Path | None) -> tuple[MixCard | None, str |
     raise InputError(f"card must be a MixCard or the path of a card file, got {type(card).__name__}")
 
 
-def _check_match(card: MixCard | None, bb: BlackBoxModel, n_classes: int, surrogate: Any) -> None:
-    """Dataset and class count of the surrogate card vs the black box: one-line errors naming both."""
-    spec = bb.spec
-    bb_dataset = getattr(spec, "dataset", None)
-    label = f"surrogate card{'' if card is None else ' for ' + repr(card.rbc.get('name', '?'))}"
+def _label(card: MixCard | None) -> str:
+    return f"surrogate card{'' if card is None else ' for ' + repr(card.rbc.get('name', '?'))}"
+
+
+def _check_dataset(card: MixCard | None, bb: BlackBoxModel) -> None:
+    """The surrogate card's dataset vs the black box's (from its spec): a one-line error naming both."""
+    bb_dataset = getattr(bb.spec, "dataset", None)
     if card is not None and card.dataset and bb_dataset and card.dataset != bb_dataset:
-        raise InputError(f"{label} was calibrated on dataset {card.dataset!r} but black-box model {bb.name!r} is for"
-                         f" {bb_dataset!r}; use a card calibrated on {bb_dataset!r}")
+        raise InputError(f"{_label(card)} was calibrated on dataset {card.dataset!r} but black-box model {bb.name!r}"
+                         f" is for {bb_dataset!r}; use a card calibrated on {bb_dataset!r}")
+
+
+def _check_classes(card: MixCard | None, bb: BlackBoxModel, n_classes: int, surrogate: Any) -> None:
+    """Class count of the surrogate (and the card's top_k) vs the black box's logits."""
+    label = _label(card)
     sur_spec = getattr(surrogate, "spec", None)
     sur_classes = getattr(sur_spec, "num_classes", None)
     if sur_classes is not None and sur_classes != n_classes:
@@ -238,6 +245,7 @@ def transfer_params(
     queries = int(queries)
     bb = as_black_box(rbc)
     spec = bb.spec
+    _check_dataset(card, bb)
     beta = float(beta if beta is not None else (card.beta if card is not None and card.beta is not None
                                                 else DEFAULT_BETA))
     if not 0.0 <= beta <= 1.0:
@@ -268,7 +276,7 @@ def transfer_params(
     n_classes = int(clean.shape[1])
     check_labels(calib_labels, n, n_classes, what="calib_labels")
     labels = calib_labels.to(clean.device)
-    _check_match(card, bb, n_classes, surrogate if isinstance(surrogate, nn.Module) else None)
+    _check_classes(card, bb, n_classes, surrogate if isinstance(surrogate, nn.Module) else None)
     query_log: dict[str, int] = {"clean": bb.queries - q0}
     attack: dict[str, Any] = {"name": f"black-box {method}", "method": method}
     if method != "guess":

@@ -94,7 +94,7 @@ def test_vectorised_search_equals_a_plain_loop_on_realistic_logits(clamp):
     clean_ln, attacked_ln = layer_norm(data["clean_logits"].double()), layer_norm(data["attacked_logits"].double())
     clean_ln = clean_ln[clean_ln.argmax(1) != data["clean_labels"]]
     attacked_ln = attacked_ln[attacked_ln.argmax(1) == data["attacked_labels"]]
-    grid = Grid(s_n=4, p_n=4, c_n=4)
+    grid = Grid(s_max=10.0, s_n=4, p_n=4, c_n=4)
     sv, pv, cv = grid.s_values().tolist(), grid.p_values().tolist(), grid.c_values().tolist()
     counts, _, ambiguous = loop_reference(clean_ln, attacked_ln, sv, pv, cv, 0.95, clamp)
     assert not ambiguous  # so the comparison below is exact
@@ -210,7 +210,7 @@ def test_linear_baseline_and_alpha_d():
 
 def test_refine_optimizer_is_no_worse_and_card_round_trips(tmp_path):
     data = calibration_set(200, 10, seed=13)
-    grid = Grid(s_n=4, p_n=4, c_n=4)
+    grid = Grid(s_max=10.0, s_n=4, p_n=4, c_n=4)
     coarse = calibrate(**data, grid=grid)
     fine = calibrate(**data, grid=grid, optimizer="refine")
     assert fine.objective <= coarse.objective
@@ -287,3 +287,34 @@ def test_search_result_and_edge_notes():
     assert res.alpha == pytest.approx(1 / (1 + res.q)) and 0.5 <= res.alpha <= 1
     card = calibrate(**data, grid=grid)
     assert any("edge of the grid" in n and "p =" in n for n in card.notes)
+
+
+def test_argmax_change_constraint_excludes_flipping_c_values():
+    """App. D.8.2: GELU is not monotone below 0, so c far below 0 flips unconfident predictions; such c values are
+    infeasible under max_argmax_change and the chosen transform keeps the RBC's predictions."""
+    from mixzoo.transforms import get_clamp, layer_norm
+
+    g = torch.Generator().manual_seed(0)
+    n, k = 400, 10
+    labels = torch.randint(0, k, (n,), generator=g)
+    clean = torch.randn(n, k, generator=g) * 0.6
+    clean[torch.arange(n), labels] += torch.rand(n, generator=g) * 2.0  # mixture of confident and unconfident rows
+    clean[:, 0] -= 4.0  # one very negative class: GELU maps it back towards 0, above moderately negative ones
+    attacked = clean + torch.randn(n, k, generator=g) * 0.3
+    grid = Grid(s_min=0.5, s_max=20, s_n=4, p_min=1, p_max=3, p_n=3, c_min=-3.0, c_max=0.0, c_n=7)
+    kw = dict(clean_logits=clean, clean_labels=labels, attacked_logits=attacked, attacked_labels=labels, beta=0.9,
+              grid=grid)
+    strict = calibrate(**kw, max_argmax_change=0.0)
+    ln = layer_norm(torch.cat([clean, attacked]).double())
+    flips = [float((get_clamp("gelu")(ln + c).argmax(1) != ln.argmax(1)).double().mean())
+             for c in grid.c_values().tolist()]
+    assert max(flips) > 0, "the data must contain c values that flip predictions"
+    assert any("excluded" in note for note in strict.notes)
+    ln_clean = layer_norm(clean.double())
+    assert torch.equal(get_clamp("gelu")(ln_clean + strict.c).argmax(1), ln_clean.argmax(1))
+    objectives = torch.tensor(strict.grid["objectives"])
+    assert (objectives > 1).any() and strict.objective <= 1
+    loose = calibrate(**kw, max_argmax_change=None)
+    assert (torch.tensor(loose.grid["objectives"]) <= 1).all()
+    with pytest.raises(InputError, match="max_argmax_change"):
+        calibrate(**kw, max_argmax_change=1.5)

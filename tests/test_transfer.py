@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -92,7 +93,7 @@ def _alpha_at(card: MixCard, logits: torch.Tensor, labels: torch.Tensor) -> floa
 def test_every_method_gives_a_valid_card(setup, method, tmp_path):
     bb = BlackBoxModel(setup["b"])
     surrogate = setup["a"] if method in ("transfer", "both") else None
-    with pytest.warns(UserWarning, match="unverified") if method == "guess" else _nothing():
+    with pytest.warns(UserWarning, match="unverified") if method == "guess" else contextlib.nullcontext():
         card = transfer_params(setup["card"], bb, setup["x"], setup["y"], method=method, surrogate=surrogate,
                                queries=30, progress=False, n_iter=MMAA_KW["n_iter"])
     assert card.method == method and 0.5 <= card.alpha <= 1 and card.objective is not None
@@ -111,14 +112,6 @@ def test_every_method_gives_a_valid_card(setup, method, tmp_path):
     path = card.save(tmp_path / "card.toml")
     back = MixCard.load(path)
     assert (back.method, back.s, back.p, back.c, back.alpha) == (method, card.s, card.p, card.c, card.alpha)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_transfer_to_the_same_model_reproduces_white_box_calibration(setup):
@@ -177,8 +170,10 @@ def test_guess_alpha_comes_from_clean_margins(setup):
 # ------------------------------------------------------------------------------------------------ bad inputs
 def test_dataset_mismatch(setup):
     other = MixCard.from_dict({**setup["card"].to_dict(), "dataset": "fashion-mnist"})
+    bb = BlackBoxModel(setup["b"])
     with pytest.raises(InputError, match=r"dataset 'fashion-mnist' but black-box model 'tiny-b' is for 'digits'"):
-        transfer_params(other, setup["b"], setup["x"], setup["y"], surrogate=setup["mmaa"], progress=False)
+        transfer_params(other, bb, setup["x"], setup["y"], surrogate=setup["mmaa"], progress=False)
+    assert bb.queries == 0  # refused before the first query
 
 
 def test_class_count_mismatch(setup):
