@@ -84,7 +84,7 @@ def main() -> None:
             rbc = as_classifier(res.recipe, res.state_dict, "robust").to(device)
             for beta in (float(b) for b in args.betas.split(",")):
                 m = mix(abc, rbc, beta=beta, n_calib=args.n_calib, device=device, cache_dir=cache_dir,
-                        out=out / f"card-{name}-{beta}.json" if len(args.candidates.split(",")) < 7 else None, progress=False)
+                        out=out / f"card-{name}-{beta}.json", progress=False)
                 rep = bench(m.card, abc=abc, rbc=rbc, attack=args.attack, n=args.n, curve=False, plots=False,
                             cache_dir=cache_dir, device=device, progress=False)
                 rec[f"beta={beta}"] = {

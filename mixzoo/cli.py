@@ -176,6 +176,8 @@ def mix(
                       f"{_f(sm[stage]['attacked_correct_median_margin'])}")
     table.add_row("seconds (MMAA cached)" if res.cache_hits.get("mmaa") else "seconds", f"{res.seconds['total']:.1f}")
     out_console.print(table)
+    for note in card.notes:
+        out_console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     out_console.print(f"mix card written to {res.path}")
 
 

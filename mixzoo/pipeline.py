@@ -21,7 +21,7 @@ from mixzoo.models import BaseClassifier, load_model, weight_hash
 from mixzoo.progress import progress_bar
 
 DEFAULT_ABC = "fmnist-std"
-DEFAULT_RBC = "fmnist-trades"
+DEFAULT_RBC = "fmnist-pgd"
 ATTACK_CODE_VERSION = "mmaa-2"  # bump when MMAA's behaviour changes so stale cache entries are not reused
 
 

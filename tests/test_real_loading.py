@@ -15,13 +15,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mixzoo_plugins import _loading, bit
-from mixzoo_plugins._loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
 
 import mixzoo
 from mixzoo.compat import import_timm
 from mixzoo.errors import MissingFileError, MixzooError, RegistryError
 from mixzoo.plugins import clear_caches, get_plugin_manager
+from mixzoo_plugins import _loading, bit
+from mixzoo_plugins._loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 ATTO_REPO = "timm/convnextv2_atto.fcmae_ft_in1k"
