@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from mixzoo.errors import MixzooError
 
@@ -53,20 +53,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 def atomic_save_tensors(path: str | os.PathLike[str], tensors: Mapping[str, torch.Tensor],
                         metadata: Mapping[str, str] | None = None) -> Path:
     """Save tensors as safetensors atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tmp,
-                  metadata=dict(metadata or {}))
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    blob = save({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, metadata=dict(metadata or {}))
+    return atomic_write_bytes(path, blob)
 
 
 def content_key(parts: Mapping[str, Any]) -> str:

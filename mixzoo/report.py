@@ -232,7 +232,10 @@ def markdown(report: Any) -> str:
         {k: getattr(c, k) for k in ("s", "p", "c", "alpha", "beta", "clamp", "top_k", "alpha_d", "objective",
                                     "method")}, indent=2), "```"]
     if st.get("linear_alpha_search"):
-        lines += ["", "Linear baseline alpha search (robust accuracy per alpha tried): " + ", ".join(
+        mt = st.get("linear_alpha_match", {})
+        lines += ["", f"Linear baseline alpha: bisection with `{mt.get('attack')}` {mt.get('options')} on "
+                      f"{mt.get('n')} images against MixedNUTS's {100 * mt.get('mixednuts_robust_accuracy', 0):.2f}% "
+                      "under that attack; robust accuracy per alpha tried: " + ", ".join(
             f"{t['alpha']:.2f} -> {100 * t['robust_accuracy']:.2f}%" for t in st["linear_alpha_search"])]
     if report.curve:
         cur = report.curve

@@ -81,7 +81,8 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     res = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
     report = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench", cache_dir=shared_cache,
                    attack_options={"n_iter": 5, "n_target_classes": 2}, curve=True, curve_n=30,
-                   curve_options={"n_iter": 3, "n_target_classes": 1}, batch_size=30, progress=False)
+                   curve_options={"n_iter": 3, "n_target_classes": 1},
+                   match_options={"n_iter": 3, "n_target_classes": 1}, batch_size=30, progress=False)
     data = json.loads((tmp_path / "bench" / "report.json").read_text())
     kinds = [m["kind"] for m in data["models"]]
     assert sorted(kinds) == ["abc", "linear", "mixednuts", "rbc"]
