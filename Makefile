@@ -5,9 +5,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.mixzoo-installed
 OUT    ?= mixzoo-out
+N      ?= 200
+CURVE_N ?= 100
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test lint data clean bench-speed
+.PHONY: demo test lint data clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +24,7 @@ data:
 
 demo: $(STAMP) data
 	$(BIN)/mixzoo mix --out $(OUT)/card.toml
-	$(BIN)/mixzoo bench $(OUT)/card.toml --attack adaptive --n 1000 --out $(OUT)/bench
+	$(BIN)/mixzoo bench $(OUT)/card.toml --attack adaptive --n $(N) --curve-n $(CURVE_N) --out $(OUT)/bench
 
 test: $(STAMP) data
 	$(BIN)/python -m pytest -q

@@ -104,11 +104,16 @@ def _fixed_grid(s: float, p: float, c: float) -> Any:
 
 
 def _algorithm1(clean: torch.Tensor, attacked: torch.Tensor, labels: torch.Tensor, *, beta: float, clamp: str,
-                top_k: int | None, grid: Any, progress: bool = False) -> MixCard:
+                top_k: int | None, grid: Any, progress: bool = False, max_argmax_change: float | None = 0.005
+                ) -> MixCard:
+    """:func:`mixzoo.calibrate.calibrate`; a 1 x 1 x 1 grid (given s, p, c) is exempt from the App. D.8.2 filter
+    on predictions the transform changes (the share is still recorded in ``data`` and noted when large)."""
     from mixzoo.calibrate import calibrate
 
+    fixed = grid.size == 1
     return calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=attacked, attacked_labels=labels,
-                     beta=beta, clamp=clamp, top_k=top_k, grid=grid, progress=progress)
+                     beta=beta, clamp=clamp, top_k=top_k, grid=grid, progress=progress,
+                     max_argmax_change=None if fixed else max_argmax_change)
 
 
 def _keys(logits: torch.Tensor, labels: torch.Tensor, top_k: int | None) -> torch.Tensor:
@@ -219,6 +224,7 @@ def transfer_params(
     n_iter: int = 100,
     batch_size: int = 250,
     data_info: dict[str, Any] | None = None,
+    max_argmax_change: float | None = 0.005,
 ) -> MixCard:
     """Mix card for a black-box RBC by one of the routes of App. D.5 (see the module docstring).
 
@@ -228,7 +234,8 @@ def transfer_params(
     is checked before the first query). ``surrogate`` is the white-box model of the card (MMAA runs on it) or its
     MMAA adversarial images / :class:`~mixzoo.attacks.mmaa.MMAAResult`. ``queries`` is the Square budget per image.
     ``beta``, ``eps``, ``norm`` default to the card's (then to the black box's spec). ``search`` runs the full grid
-    search of Algorithm 1 instead of keeping the card's s, p, c (default: only for ``square``).
+    search of Algorithm 1 instead of keeping the card's s, p, c (default: only for ``square``), with
+    ``max_argmax_change`` as in :func:`mixzoo.calibrate.calibrate`.
     """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
@@ -329,7 +336,7 @@ def transfer_params(
     else:
         grid = _grid_from_card(card) if search else _fixed_grid(card.s, card.p, card.c)
         result = _algorithm1(clean, attacked, labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid,
-                             progress=progress and search)
+                             progress=progress and search, max_argmax_change=max_argmax_change)
         if card is not None:
             fixed = result if not search else _algorithm1(clean, attacked, labels, beta=beta, clamp=clamp,
                                                           top_k=top_k, grid=_fixed_grid(card.s, card.p, card.c))
@@ -454,6 +461,8 @@ def transfer_params_by_name(
             result.notes.append(f"the surrogate model's weight hash {sur_model.weight_hash} differs from the"
                                 f" card's {recorded}; its MMAA points are not those the card saw")
         sur_info.update({"name": sur_model.spec.name, "weight_hash": sur_model.weight_hash})
+        result.attack["transfer"] = {"source": "mmaa on the surrogate (mixzoo.pipeline.cached_mmaa)",
+                                     **{k: v for k, v in card.attack.items() if k not in ("name", "eps", "norm")}}
     result.provenance["command"] = "mixzoo.transfer.transfer_params_by_name()"
     result.provenance["device"] = device
     if out is not None:

@@ -250,6 +250,7 @@ def test_by_name_transfer_reuses_the_surrogates_mmaa(zoo_card, tmp_path):
     assert card.alpha == pytest.approx(white.alpha) and (card.s, card.p, card.c) == (white.s, white.p, white.c)
     assert card.provenance["surrogate"]["card"] == str(path) and card.rbc["black_box"] is True
     assert card.attack["queries"]["total"] == 600
+    assert "cached_mmaa" in card.attack["transfer"]["source"]
 
 
 def test_by_name_errors(zoo_card, tmp_path):
