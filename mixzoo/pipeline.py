@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixzoo.blackbox import is_black_box
 from mixzoo.cache import Cache, batched_cached
 from mixzoo.errors import InputError
 from mixzoo.models import BaseClassifier, load_model, weight_hash
@@ -242,6 +243,10 @@ def mix(
     abc_m = resolve_model(abc if abc is not None else DEFAULT_ABC, device, allow_unsafe)
     rbc_m = resolve_model(rbc if rbc is not None else DEFAULT_RBC, device, allow_unsafe)
     abc_spec, rbc_spec = getattr(abc_m, "spec", None), getattr(rbc_m, "spec", None)
+    if is_black_box(rbc_m):
+        name = rbc_spec.name if rbc_spec is not None else getattr(rbc_m, "name", "the RBC")
+        raise InputError(f"RBC {name!r} is a black box (no gradients for MMAA); calibrate it from a white-box"
+                         f" surrogate with `mixzoo transfer-params --from CARD --rbc {name}` (App. D.5)")
     if abc_spec is not None and rbc_spec is not None:
         if abc_spec.num_classes != rbc_spec.num_classes:
             raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"

@@ -18,5 +18,5 @@ def mixzoo_attacks() -> dict[str, Any]:
         "autoattack": AutoAttackEval,
         "adaptive": AdaptiveAutoAttack,
     }
-    # "square" (min-margin Square, mixzoo.attacks.square) is added here by its author when it lands.
+    # The min-margin Square attack is provided by the transfer plugin (plugins/transfer.py) as "min-margin-square".
     return attacks

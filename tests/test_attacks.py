@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from digits_models import train_digits_mlp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -14,34 +15,9 @@ from mixzoo.attacks.margins import layer_norm, selection_key
 from mixzoo.compat import import_autoattack
 from mixzoo.errors import InputError
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 N_ITER = 30
-
-
-def train_digits_mlp(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """A small MLP on scikit-learn digits (8x8 in [0, 1]); returns the frozen model and 300 held-out examples."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    x = torch.tensor(data.data, dtype=torch.float32).view(-1, 1, 8, 8) / 16
-    y = torch.tensor(data.target)
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(300):
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x[:1400]), y[:1400]).backward()
-        opt.step()
-    model.eval().requires_grad_(False)
-    return model, x[1400:1700], y[1400:1700]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one intra-op thread avoids oversubscribing the shared 2-core machine (10x faster here)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_attacks import NaNOff, run_autoattack_apgd, train_digits_mlp
+from digits_models import train_digits_mlp
+from test_attacks import NaNOff, run_autoattack_apgd
 from torch import nn
 
 from mixzoo.attacks import AdaptiveAutoAttack, APGDEnsemble, AutoAttackEval, EvalResult, PGDAttack
 from mixzoo.errors import InputError, UnknownNameError
 from mixzoo.plugins import lookup
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

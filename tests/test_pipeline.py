@@ -72,6 +72,10 @@ def test_mix_bad_input(tmp_path):
     with pytest.raises(InputError, match="n-calib"):
         mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path,
             **{**FAST, "n_calib": 0})
+    from mixzoo.blackbox import load_black_box
+
+    with pytest.raises(InputError, match="transfer-params"):
+        mix("digits-std", load_black_box("digits-pgd"), out=tmp_path / "c.toml", cache_dir=tmp_path, **FAST)
     assert not (tmp_path / "c.toml").exists()
 
 

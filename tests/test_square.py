@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from digits_models import train_digits_mlp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -27,36 +28,12 @@ from mixzoo.blackbox import BlackBoxModel, QueryBudgetExceeded
 from mixzoo.errors import InputError
 from mixzoo.plugins import lookup
 
-
-def train_digits_mlp(seed: int = 0, steps: int = 200) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """A small standard (non-robust) MLP on scikit-learn digits; returns it and 300 held-out examples."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    x = torch.tensor(data.data, dtype=torch.float32).view(-1, 1, 8, 8) / 16
-    y = torch.tensor(data.target)
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(steps):
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x[:1400]), y[:1400]).backward()
-        opt.step()
-    model.eval().requires_grad_(False)
-    return model, x[1400:1700], y[1400:1700]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def digits(one_thread):
-    return train_digits_mlp()
+    return train_digits_mlp(steps=200)
 
 
 def _size(delta: torch.Tensor, norm: str) -> torch.Tensor:

@@ -21,6 +21,8 @@ from mixzoo.registry import ModelSpec
 from mixzoo.transfer import DEFAULT_GUESS, transfer_params, transfer_params_by_name
 from mixzoo.transforms import confidence_margin, rbc_transform
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 EPS = 0.2
 N_CALIB = 150
 MMAA_KW = {"eps": EPS, "norm": "Linf", "n_iter": 10, "seed": 0}
@@ -51,14 +53,6 @@ def train_robust_mlp(name: str, seed: int, hidden: int, num_classes: int = 10) -
         opt.step()
     net.eval().requires_grad_(False)
     return BaseClassifier(net, _spec(name, num_classes))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
