@@ -170,6 +170,7 @@ class CalibrationProblem:
         self._clamp_fn = get_clamp(self.clamp)
         if self.max_argmax_change is not None and not 0.0 <= self.max_argmax_change <= 1.0:
             raise InputError(f"max_argmax_change must lie in [0, 1], got {self.max_argmax_change}")
+        self._ref_top_first: torch.Tensor | None = None
         self._z_top_first = _top_first(torch.cat([self.clean, self.attacked]).to(torch.float64))
 
     @property
@@ -197,8 +198,17 @@ class CalibrationProblem:
         """
         if self.reference is None:
             return 0.0
-        ref = self.reference
-        return float((self._clamp_fn(ref + float(c_value)).argmax(1) != ref.argmax(1)).double().mean())
+        if self._ref_top_first is None:
+            self._ref_top_first = _top_first(self.reference.to(self.dtype))
+        z = self._ref_top_first
+        if z.shape[1] < 2:
+            return 0.0
+        # the prediction is column 0; it changes when another class overtakes it, or ties with it where it was
+        # strictly ahead before (e.g. ReLU zeroing every logit leaves no prediction). amax is cheaper than argmax.
+        h = self._clamp_fn(z + float(c_value))
+        others = h[:, 1:].amax(dim=1)
+        changed = (others > h[:, 0]) | ((others == h[:, 0]) & (z[:, 1] < z[:, 0]))
+        return float(changed.double().mean())
 
     # -------------------------------------------------------------------------------------------- margins
     def margins(self, s_values: torch.Tensor, p_values: torch.Tensor, c_value: float) -> torch.Tensor:

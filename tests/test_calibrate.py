@@ -318,3 +318,16 @@ def test_argmax_change_constraint_excludes_flipping_c_values():
     assert (torch.tensor(loose.grid["objectives"]) <= 1).all()
     with pytest.raises(InputError, match="max_argmax_change"):
         calibrate(**kw, max_argmax_change=1.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(2, 40), c=st.floats(-4.0, 1.0),
+       clamp=st.sampled_from(["gelu", "relu", "elu", "softplus", "linear"]))
+def test_argmax_change_equals_direct_argmax(seed, k, c, clamp):
+    """The fast D.8.2 check (top-first rows, a max instead of an argmax) is the share of rows whose argmax moves."""
+    z = torch.randn(64, k, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
+    problem = CalibrationProblem(z[:2], z[2:4], 0.5, clamp=clamp, reference=z, dtype=torch.float64)
+    h = get_clamp(clamp)(z + c)
+    top2 = h.topk(2, dim=1).values
+    moved = (h.argmax(1) != z.argmax(1)) | (top2[:, 0] == top2[:, 1])  # a new tie leaves no prediction
+    assert problem.argmax_change(c) == pytest.approx(float(moved.double().mean()))
