@@ -251,6 +251,9 @@ def mix(
         if abc_spec.num_classes != rbc_spec.num_classes:
             raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"
                              f" has {rbc_spec.num_classes}; pick models of the same task")
+        if tuple(abc_spec.input_size) != tuple(rbc_spec.input_size):
+            raise InputError(f"ABC {abc_spec.name!r} takes images of shape {tuple(abc_spec.input_size)} but RBC"
+                             f" {rbc_spec.name!r} takes {tuple(rbc_spec.input_size)}; pick models of the same input")
         if abc_spec.dataset != rbc_spec.dataset and dataset is None:
             raise InputError(f"ABC {abc_spec.name!r} is for {abc_spec.dataset!r} but RBC {rbc_spec.name!r} is for"
                              f" {rbc_spec.dataset!r}; pass --dataset to choose the calibration data")

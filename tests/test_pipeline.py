@@ -72,6 +72,8 @@ def test_mix_bad_input(tmp_path):
     with pytest.raises(InputError, match="n-calib"):
         mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path,
             **{**FAST, "n_calib": 0})
+    with pytest.raises(InputError, match="same input"):
+        mix("digits-std", "fmnist-pgd", dataset="fashion-mnist", out=tmp_path / "c.toml", cache_dir=tmp_path, **FAST)
     from mixzoo.blackbox import load_black_box
 
     with pytest.raises(InputError, match="transfer-params"):

@@ -1,0 +1,100 @@
+"""Speed of the main job on the built-in Fashion-MNIST pair (issue 4 targets), on this machine.
+
+Times :func:`mixzoo.pipeline.mix` on the default pair with 1,000 calibration images and an empty cache (target:
+under 3 minutes), then again with another beta from the cache (target: under 5 seconds). A bench run is expensive,
+so its time is read from a ``report.json`` that ``mixzoo bench`` wrote (per-model seconds; target for
+``--attack adaptive --n 1000``: under 15 minutes), or measured here with ``--bench-n``.
+
+    .venv/bin/python benchmarks/pipeline_speed.py [--bench-report mixzoo-out/bench/report.json] [--bench-n N]
+
+Writes benchmarks/pipeline_speed.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from mixzoo.bench import bench
+from mixzoo.pipeline import mix
+
+OUT = Path(__file__).with_suffix(".md")
+
+
+def time_mix(cache: Path, beta: float) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = mix(beta=beta, n_calib=1000, cache_dir=cache, progress=False)
+    return {"beta": beta, "wall": time.perf_counter() - t0, "cpu": time.process_time() - c0,
+            "stages": {k: round(v, 2) for k, v in res.seconds.items()}, "cache_hits": res.cache_hits,
+            "card": {k: getattr(res.card, k) for k in ("s", "p", "c", "alpha", "objective")}}
+
+
+def bench_summary(report: dict, source: str) -> dict:
+    rows = [{"kind": m["kind"], "name": m["name"], "n": m["n"], "seconds": round(m["seconds"], 1)}
+            for m in report["models"]]
+    total = sum(m["seconds"] for m in report["models"])
+    n = report["models"][0]["n"]
+    return {"source": source, "attack": report["models"][0]["attack"], "n": n, "rows": rows,
+            "model_seconds": total, "per_1000_images": total * 1000 / n}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bench-report", type=Path, help="a report.json written by `mixzoo bench`")
+    ap.add_argument("--bench-n", type=int, help="also run `bench` (adaptive) on this many images and time it")
+    args = ap.parse_args()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        cold = time_mix(Path(tmp), 0.985)
+        warm = time_mix(Path(tmp), 0.97)
+        bench_info = None
+        if args.bench_n:
+            t0 = time.perf_counter()
+            rep = bench(attack="adaptive", n=args.bench_n, cache_dir=tmp, progress=False, plots=False, curve=False)
+            bench_info = bench_summary(rep.to_dict(), f"measured here, n={args.bench_n}")
+            bench_info["wall"] = time.perf_counter() - t0
+    if bench_info is None and args.bench_report:
+        bench_info = bench_summary(json.loads(args.bench_report.read_text()), str(args.bench_report))
+    load_after = os.getloadavg()
+    results = {"machine": f"{os.cpu_count()} CPU cores ({platform.machine()}), no GPU, torch {torch.__version__}",
+               "load_average": [load_before[0], load_after[0]], "mix_cold": cold, "mix_warm": warm,
+               "bench": bench_info}
+    OUT.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = [
+        "# Main-job speed on the built-in Fashion-MNIST pair (fmnist-std + fmnist-pgd)",
+        "",
+        f"Machine: {results['machine']}; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
+        " (2 cores; other processes may share them).",
+        "",
+        "| step | target | measured (wall) | met |",
+        "|---|---|---|---|",
+        f"| `mix`, 1,000 calibration images, empty cache | < 180 s | {cold['wall']:.1f} s (CPU {cold['cpu']:.1f} s)"
+        f" | {'yes' if cold['wall'] < 180 else 'NO'} |",
+        f"| `mix` again with beta 0.97 (cached MMAA) | < 5 s | {warm['wall']:.2f} s | "
+        f"{'yes' if warm['wall'] < 5 else 'NO'} |",
+    ]
+    if bench_info:
+        est = bench_info["per_1000_images"]
+        lines.append(f"| `bench --attack {bench_info['attack']}` (4 models; scaled to 1,000 images from"
+                     f" n={bench_info['n']}) | < 900 s | {est:.0f} s | {'yes' if est < 900 else 'NO'} |")
+    lines += ["", f"Stages of the cold `mix` (s): {cold['stages']}", "",
+              f"Card: {cold['card']}", ""]
+    if bench_info:
+        lines += [f"Bench timings from {bench_info['source']} (attack seconds per model; the linear baseline's"
+                  " alpha matching and the trade-off curve come on top):", "",
+                  "| kind | model | n | seconds |", "|---|---|---|---|"]
+        lines += [f"| {r['kind']} | {r['name']} | {r['n']} | {r['seconds']} |" for r in bench_info["rows"]]
+        lines.append("")
+    OUT.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
