@@ -213,9 +213,9 @@ def bench(
     attack_options: dict[str, Any] | None = None,
     curve: bool = True,
     curve_n: int = 300,
-    curve_attack: str = "apgd",
+    curve_attack: str = "adaptive-apgd",
     curve_options: dict[str, Any] | None = None,
-    match_attack: str = "apgd",
+    match_attack: str = "adaptive-apgd",
     match_n: int = 500,
     match_options: dict[str, Any] | None = None,
     plots: bool = True,
@@ -232,7 +232,7 @@ def bench(
     Fashion-MNIST pair) is calibrated first with :func:`mixzoo.pipeline.mix`. Writes ``report.json``,
     ``report.md`` and plots to ``out`` when given.
 
-    The linear baseline's alpha is found by bisection with ``match_attack`` (default: our APGD-CE + APGD-T with
+    The linear baseline's alpha is found by bisection with ``match_attack`` (default: transfer-based APGD-CE + APGD-T,
     ``match_options``, cheaper than the main attack) on the first ``match_n`` images, against MixedNUTS's robust
     accuracy under that same attack on those images; the chosen alpha is then evaluated with the main attack like
     the other rows. The trade-off curve uses ``curve_attack`` / ``curve_options`` on ``curve_n`` images.

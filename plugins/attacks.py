@@ -9,14 +9,15 @@ from mixzoo.plugins import hookimpl
 
 @hookimpl
 def mixzoo_attacks() -> dict[str, Any]:
-    """``pgd``, ``apgd``, ``autoattack`` and ``adaptive`` (see :mod:`mixzoo.attacks.evaluation`)."""
-    from mixzoo.attacks.evaluation import AdaptiveAutoAttack, APGDEnsemble, AutoAttackEval, PGDAttack
+    """``pgd``, ``apgd``, ``autoattack``, ``adaptive`` and ``adaptive-apgd`` (see :mod:`mixzoo.attacks.evaluation`)."""
+    from mixzoo.attacks.evaluation import AdaptiveAPGD, AdaptiveAutoAttack, APGDEnsemble, AutoAttackEval, PGDAttack
 
     attacks: dict[str, Any] = {
         "pgd": PGDAttack,
         "apgd": APGDEnsemble,
         "autoattack": AutoAttackEval,
         "adaptive": AdaptiveAutoAttack,
+        "adaptive-apgd": AdaptiveAPGD,
     }
     # The min-margin Square attack is provided by the transfer plugin (plugins/transfer.py) as "min-margin-square".
     return attacks

@@ -193,6 +193,10 @@ def test_mixed_classifier_evaluations(digits):
     exact = APGDEnsemble(**opts).run(mix, x, y, progress=False)
     adaptive = AdaptiveAutoAttack(**opts).run(mix, x, y, progress=False)
     bypass = AutoAttackEval(**opts).run(mix, x, y, progress=False)
+    # "adaptive-apgd" is exactly the gradient half of "adaptive"
+    gradient_half = lookup("attack", "adaptive-apgd")(eps=0.1, n_iter=20).run(mix, x, y, progress=False)
+    assert [c.name for c in gradient_half.components] == ["apgd-ce", "apgd-t"]
+    assert torch.equal(gradient_half.adv_images, adaptive.adv_images)
     assert mix.gradient == "exact"
     for res in (exact, adaptive, bypass):
         check_result(res, x, y, mix, 0.1, "Linf")

@@ -3,6 +3,7 @@ evaluations ``pgd`` / ``apgd`` / ``autoattack`` / ``adaptive`` (App. B.2) that t
 
 from mixzoo.attacks.apgd import apgd_ce, apgd_run, apgd_t
 from mixzoo.attacks.evaluation import (
+    AdaptiveAPGD,
     AdaptiveAutoAttack,
     APGDEnsemble,
     Attack,
@@ -17,7 +18,7 @@ from mixzoo.attacks.pgd import pgd
 from mixzoo.attacks.result import AttackResult, ComponentStat, EvalResult
 
 __all__ = [
-    "APGDEnsemble", "AdaptiveAutoAttack", "Attack", "AttackResult", "AutoAttackEval", "Component", "ComponentStat",
-    "EvalResult", "MMAAResult", "MarginRecord", "PGDAttack", "apgd_ce", "apgd_run", "apgd_t", "gradient_mode", "mmaa",
-    "pgd", "signed_margin",
+    "APGDEnsemble", "AdaptiveAPGD", "AdaptiveAutoAttack", "Attack", "AttackResult", "AutoAttackEval", "Component",
+    "ComponentStat", "EvalResult", "MMAAResult", "MarginRecord", "PGDAttack", "apgd_ce", "apgd_run", "apgd_t",
+    "gradient_mode", "mmaa", "pgd", "signed_margin",
 ]
