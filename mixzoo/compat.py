@@ -2,7 +2,8 @@
 
 * PyPI's ``pyautoattack`` installs the AutoAttack code as module ``pyautoattack``, while robustbench 1.1.1 does
   ``import autoattack`` and ``from autoattack.state import EvaluationState``. :func:`import_autoattack` aliases the
-  module (and its submodules) under the name ``autoattack`` before anything imports robustbench.
+  module (and its submodules) under the name ``autoattack`` before anything imports robustbench, and lets its
+  ``AutoAttack`` accept the reference implementation's call that robustbench's ``benchmark()`` makes.
 * robustbench imports ``pkg_resources``, which ships only with ``setuptools<81`` (pinned in pyproject).
 * robustbench pins timm 1.0.9, which imports ``repo_type_and_id_from_hf_id`` from huggingface_hub; hub 1.x/2.x
   dropped it and timm then fails every ``hf-hub:`` name with a misleading message. We pin ``huggingface_hub<1.0``
@@ -35,6 +36,8 @@ def import_autoattack() -> ModuleType:
         except ImportError as exc:
             raise MixzooError("AutoAttack is not installed; run `pip install pyautoattack`") from exc
         return mod
+    if not getattr(mod.AutoAttack, "_mixzoo_compatible", False):
+        mod.AutoAttack = _reference_api(mod.AutoAttack)
     sys.modules["autoattack"] = mod
     for sub in _AUTOATTACK_SUBMODULES:
         try:
@@ -42,6 +45,39 @@ def import_autoattack() -> ModuleType:
         except ImportError:
             continue  # optional pieces (e.g. TF helpers) may be absent
     return mod
+
+
+def _reference_api(base: type) -> type:
+    """``pyautoattack.AutoAttack`` that also accepts the reference (fra31/auto-attack) call robustbench makes.
+
+    robustbench's ``benchmark()`` calls ``AutoAttack(model, norm=, eps=, version=, device=, log_path=)`` and
+    ``run_standard_evaluation(x, y, bs=, state_path=)`` and expects the adversarial images back; pyautoattack has
+    no ``log_path``/``verbose``/``attacks_to_run`` arguments, takes ``batch_size`` and returns ``(x_adv, y_adv)``.
+    A call with ``bs=`` is a reference-style call and gets the reference return value.
+    """
+
+    class AutoAttack(base):  # type: ignore[misc, valid-type]
+        _mixzoo_compatible = True
+
+        def __init__(self, model, *args, log_path=None, verbose=None, attacks_to_run=None, **kwargs):  # noqa: ANN001
+            for name, value in zip(("norm", "eps", "version", "seed"), args, strict=False):
+                kwargs[name] = value  # the reference signature is (model, norm, eps, version, seed, ...)
+            if attacks_to_run:
+                kwargs["attacks"] = list(attacks_to_run)
+            super().__init__(model, **kwargs)
+            if verbose is not None:
+                self.verbose = verbose
+
+        def run_standard_evaluation(self, x_orig, y_orig, *args, bs=None, return_labels=False, **kwargs):  # noqa: ANN001
+            if bs is None:
+                return super().run_standard_evaluation(x_orig, y_orig, *args, **kwargs)
+            x_adv, y_adv = super().run_standard_evaluation(x_orig, y_orig, batch_size=bs, **kwargs)
+            return (x_adv, y_adv) if return_labels else x_adv
+
+    AutoAttack.__qualname__ = AutoAttack.__name__ = base.__name__
+    AutoAttack.__module__ = base.__module__
+    AutoAttack.__doc__ = base.__doc__
+    return AutoAttack
 
 
 def _patch_hf_hub() -> None:

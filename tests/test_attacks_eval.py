@@ -203,3 +203,24 @@ def test_mixed_classifier_evaluations(digits):
         assert 0 < res.robust_accuracy < res.clean_accuracy
     assert adaptive.robust_accuracy <= exact.robust_accuracy + 0.01
     assert bypass.robust_accuracy <= exact.robust_accuracy + 0.01
+
+
+def test_mixed_classifier_is_a_drop_in_model_for_robustbench_benchmark(digits, monkeypatch):
+    """RobustBench's ``benchmark()`` (clean accuracy, then standard AutoAttack) runs on a MixedClassifier in bypass
+    mode. Only its data loader is replaced: CIFAR-10 cannot be downloaded here, so it gets digits images."""
+    from mixzoo.compat import import_robustbench
+    from mixzoo.mixing import MixedClassifier
+
+    import_robustbench()
+    import robustbench.eval as rb_eval
+
+    abc, x, y = digits
+    x, y = x[:24], y[:24]
+    mix = MixedClassifier(abc, train_digits_mlp(seed=1)[0], s=2.0, p=2.0, c=0.0, alpha=0.7, gradient="bypass")
+    monkeypatch.setattr(rb_eval, "load_clean_dataset", lambda *args, **kwargs: (x, y))
+    clean, robust = rb_eval.benchmark(mix, n_examples=len(y), dataset="cifar10", threat_model="Linf", eps=0.1,
+                                      batch_size=len(y))
+    with torch.no_grad():
+        expected = float((mix(x).argmax(1) == y).float().mean())
+    assert clean == pytest.approx(expected)
+    assert 0.0 <= robust < clean
