@@ -148,3 +148,45 @@ def test_nan_model_is_reported(tmp_path):
     with pytest.raises(InputError, match="NaN"):
         mix("digits-std", NaNModel(), out=tmp_path / "c.toml", cache_dir=tmp_path, **FAST)
     assert not (tmp_path / "c.toml").exists()
+
+
+def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_cache):
+    """A plugin adds an attack through the hook; `mixzoo bench --attack NAME` runs it on all four models."""
+    from mixzoo.attacks.evaluation import Attack, Component
+    from mixzoo.plugins import hookimpl, register_plugin, unregister_plugin
+
+    class CornerAttack(Attack):
+        """Every image pushed to a random corner of the eps-ball (a real, weak attack)."""
+
+        name = "test-corner"
+        defaults = {"batch_size": 500}
+
+        def components(self, model, n_classes):
+            gen = torch.Generator().manual_seed(self.seed)
+
+            def fn(x, y):
+                signs = torch.randint(0, 2, x.shape, generator=gen).to(x) * 2 - 1
+                return (x + self.eps * signs).clamp(0, 1)
+
+            return [Component("corner", fn)]
+
+    class AttackPlugin:
+        @hookimpl
+        def mixzoo_attacks(self):
+            return {"test-corner": CornerAttack}
+
+    card = tmp_path / "card.toml"
+    mix("digits-std", "digits-pgd", out=card, cache_dir=shared_cache, **FAST)
+    monkeypatch.setenv("MIXZOO_CACHE", str(shared_cache))
+    register_plugin(AttackPlugin(), name="test-attack-plugin")
+    try:
+        res = CliRunner().invoke(app, ["bench", str(card), "--attack", "test-corner", "--n", "40", "--no-curve",
+                                       "--out", str(tmp_path / "bench"), "--json"])
+    finally:
+        unregister_plugin("test-attack-plugin")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)["models"]
+    assert sorted(r["kind"] for r in rows) == ["abc", "linear", "mixednuts", "rbc"]
+    for r in rows:
+        assert r["attack"] == "test-corner" and [c["name"] for c in r["components"]] == ["corner"]
+        assert 0.0 <= r["robust_accuracy"] <= r["clean_accuracy"]
