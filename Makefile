@@ -10,6 +10,7 @@ CURVE_N ?= 100
 # The gradient half of the adaptive attack (transfer-based APGD-CE + APGD-T) keeps the demo short on a CPU;
 # ATTACK=adaptive adds FAB-T and Square (App. B.2.1; about 12 s per image for a mixed model on 2 CPU cores).
 ATTACK ?= adaptive-apgd
+DEVICE ?= cpu
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
 .PHONY: demo test lint data clean
@@ -26,8 +27,8 @@ data:
 	  || echo "could not install dataset-fashion-mnist (need root): pass --data-dir to mixzoo" >&2
 
 demo: $(STAMP) data
-	$(BIN)/mixzoo mix --out $(OUT)/card.toml
-	$(BIN)/mixzoo bench $(OUT)/card.toml --attack $(ATTACK) --n $(N) --curve-n $(CURVE_N) --out $(OUT)/bench
+	$(BIN)/mixzoo mix --device $(DEVICE) --out $(OUT)/card.toml
+	$(BIN)/mixzoo bench $(OUT)/card.toml --attack $(ATTACK) --n $(N) --curve-n $(CURVE_N) --device $(DEVICE) --out $(OUT)/bench
 
 test: $(STAMP) data
 	$(BIN)/python -m pytest -q
