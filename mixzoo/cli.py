@@ -227,6 +227,7 @@ def transfer_params(
     rbc: Annotated[str, typer.Option(help="the black-box robust model")],
     method: Annotated[str, typer.Option(help="transfer | square | both | guess")] = "transfer",
     queries: Annotated[int, typer.Option(help="Square queries per image")] = 5000,
+    query_budget: Annotated[int | None, typer.Option(help="refuse to start if the method needs more queries")] = None,
     n_calib: int = 1000,
     dataset: str | None = None,
     seed: int = 0,
@@ -237,16 +238,19 @@ def transfer_params(
     from mixzoo.transfer import transfer_params_by_name
 
     card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,
-                                   queries=queries, out=out, seed=seed, progress=not as_json)
+                                   queries=queries, query_budget=query_budget, out=out, seed=seed,
+                                   progress=not as_json)
     summary = {"card": str(out), "method": card.method, "s": card.s, "p": card.p, "c": card.c,
                "alpha": card.alpha, "objective": card.objective}
     if as_json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps({**summary, "notes": card.notes}, indent=2))
         return
     table = Table(title=f"transferred mix card for {rbc} ({card.method})", show_header=False)
     for k, v in summary.items():
         table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     out_console.print(table)
+    for note in card.notes:
+        out_console.print(f"note: {note}")
 
 
 @app.command()

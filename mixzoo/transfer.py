@@ -51,6 +51,7 @@ from mixzoo.models import check_images, check_labels
 
 METHODS: tuple[str, ...] = ("transfer", "square", "both", "guess")
 DEFAULT_GUESS: dict[str, float] = {"s": 5.0, "p": 4.0, "c": -1.1}  # paper Table 3, CIFAR-10
+WEAK_SQUARE_QUERIES = 1000  # below this, min-margin Square is flagged as a weak attack in the card
 DEFAULT_BETA = 0.985
 GUESS_WARNING = ("robustness is unverified: method 'guess' sets s, p, c by hand and alpha from clean margins only"
                  " (paper App. D.5, educated guess); evaluate the mixed classifier with an attack before relying on"
@@ -311,6 +312,9 @@ def transfer_params(
         res = min_margin_square(bb, calib_images, labels, eps=float(eps), norm=norm, n_queries=queries, seed=seed,
                                 top_k=top_k, batch_size=batch_size, progress=progress)
         query_log["square"] = bb.queries - q
+        if queries < WEAK_SQUARE_QUERIES:
+            notes.append(f"min-margin Square ran {queries} queries per image (AutoAttack uses 5000); margins this"
+                         " close to clean ones make alpha too small: robustness unverified")
         attack["square"] = {k: v for k, v in res.settings.items() if k not in ("margin", "eps", "norm")}
         data["square_flipped"] = int(res.misclassified.sum())
         if attacked is None:

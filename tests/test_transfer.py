@@ -258,3 +258,26 @@ def test_by_name_errors(zoo_card, tmp_path):
     with pytest.raises(QueryBudgetExceeded):
         transfer_params_by_name(path, "digits-pgd", n_calib=20, method="square", queries=100, query_budget=50,
                                 cache_dir=cache, progress=False)
+
+
+def test_cli_transfer_params_budget_and_weak_square(zoo_card, tmp_path, monkeypatch):
+    """`mixzoo transfer-params`: a budget too small is refused before any query, a weak Square run is flagged."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mixzoo.cli import app
+
+    path, cache = zoo_card
+    monkeypatch.setenv("MIXZOO_CACHE", str(cache))
+    runner = CliRunner()
+    out = tmp_path / "bb.toml"
+    base = ["transfer-params", "--from", str(path), "--rbc", "digits-pgd", "--method", "square", "--n-calib", "300",
+            "--queries", "20", "--out", str(out)]
+    refused = runner.invoke(app, [*base, "--query-budget", "100"])
+    assert refused.exit_code == 2 and "budget" in refused.output and not out.exists()
+    res = runner.invoke(app, [*base, "--json"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.stdout)
+    assert payload["method"] == "square" and out.exists()
+    assert any("20 queries per image" in n and "robustness unverified" in n for n in payload["notes"])
