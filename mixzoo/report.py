@@ -180,11 +180,17 @@ def plot_objective(card: Any, path: Path) -> None:
     s_vals, p_vals, c_vals = g["s_values"], g["p_values"], g["c_values"]
     cols = min(4, len(p_vals))
     rows = (len(p_vals) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
-    vmin, vmax = np.nanmin(obj), np.nanmax(obj)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.1 * rows), squeeze=False)
+    fig.subplots_adjust(hspace=0.6, wspace=0.35, right=0.85)
+    # objectives above 1 mark grid points excluded by the App. D.8.2 constraint: grey, outside the colour scale
+    infeasible = obj > 1
+    shown = np.where(infeasible, np.nan, obj)
+    vmin, vmax = (np.nanmin(shown), np.nanmax(shown)) if np.isfinite(shown).any() else (0.0, 1.0)
+    cmap = plt.get_cmap("viridis").copy()
+    cmap.set_bad("lightgrey")
     for j, p in enumerate(p_vals):
         ax = axes[j // cols][j % cols]
-        im = ax.imshow(obj[:, j, :], origin="lower", aspect="auto", vmin=vmin, vmax=vmax, cmap="viridis")
+        im = ax.imshow(shown[:, j, :], origin="lower", aspect="auto", vmin=vmin, vmax=vmax, cmap=cmap)
         ax.set_title(f"p = {p:.3g}", fontsize=9)
         ax.set_xticks(range(len(c_vals)), [f"{c:.2g}" for c in c_vals], fontsize=6, rotation=90)
         ax.set_yticks(range(len(s_vals)), [f"{s:.2g}" for s in s_vals], fontsize=6)
@@ -196,8 +202,9 @@ def plot_objective(card: Any, path: Path) -> None:
             ax.plot(ci, si, "r*", markersize=10)
     for k in range(len(p_vals), rows * cols):
         axes[k // cols][k % cols].axis("off")
-    fig.colorbar(im, ax=axes, shrink=0.8, label="objective (share of clean mistakes kept)")
-    fig.suptitle("Algorithm 1 objective over the grid (paper Fig. 9); red star = chosen")
+    fig.colorbar(im, cax=fig.add_axes((0.88, 0.15, 0.015, 0.7)), label="objective (share of clean mistakes kept)")
+    excluded = " grey = excluded by App. D.8.2;" if infeasible.any() else ""
+    fig.suptitle(f"Algorithm 1 objective over the grid (paper Fig. 9);{excluded} red star = chosen")
     _save_png(fig, path)
     plt.close(fig)
 
