@@ -186,8 +186,7 @@ def plot_objective(card: Any, path: Path) -> None:
     infeasible = obj > 1
     shown = np.where(infeasible, np.nan, obj)
     vmin, vmax = (np.nanmin(shown), np.nanmax(shown)) if np.isfinite(shown).any() else (0.0, 1.0)
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("lightgrey")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="lightgrey")
     for j, p in enumerate(p_vals):
         ax = axes[j // cols][j % cols]
         im = ax.imshow(shown[:, j, :], origin="lower", aspect="auto", vmin=vmin, vmax=vmax, cmap=cmap)
