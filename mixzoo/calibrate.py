@@ -171,6 +171,7 @@ class CalibrationProblem:
         if self.max_argmax_change is not None and not 0.0 <= self.max_argmax_change <= 1.0:
             raise InputError(f"max_argmax_change must lie in [0, 1], got {self.max_argmax_change}")
         self._ref_top_first: torch.Tensor | None = None
+        self._argmax_changes: dict[float, float] = {}
         self._z_top_first = _top_first(torch.cat([self.clean, self.attacked]).to(torch.float64))
 
     @property
@@ -198,17 +199,12 @@ class CalibrationProblem:
         """
         if self.reference is None:
             return 0.0
-        if self._ref_top_first is None:
-            self._ref_top_first = _top_first(self.reference.to(self.dtype))
-        z = self._ref_top_first
-        if z.shape[1] < 2:
-            return 0.0
-        # the prediction is column 0; it changes when another class overtakes it, or ties with it where it was
-        # strictly ahead before (e.g. ReLU zeroing every logit leaves no prediction). amax is cheaper than argmax.
-        h = self._clamp_fn(z + float(c_value))
-        others = h[:, 1:].amax(dim=1)
-        changed = (others > h[:, 0]) | ((others == h[:, 0]) & (z[:, 1] < z[:, 0]))
-        return float(changed.double().mean())
+        c_value = float(c_value)
+        if c_value not in self._argmax_changes:  # asked once by the search and again for the card's notes
+            if self._ref_top_first is None:
+                self._ref_top_first = _top_first(self.reference.to(self.dtype))
+            self._argmax_changes[c_value] = prediction_change_share(self._ref_top_first, self._clamp_fn, c_value)
+        return self._argmax_changes[c_value]
 
     # -------------------------------------------------------------------------------------------- margins
     def margins(self, s_values: torch.Tensor, p_values: torch.Tensor, c_value: float) -> torch.Tensor:
@@ -552,12 +548,24 @@ def calibrate(
     )
 
 
+def prediction_change_share(z_top_first: torch.Tensor, clamp_fn: Any, c: float) -> float:
+    """Share of rows whose predicted class Clamp(z + c) changes (App. D.8.2), rows given by :func:`_top_first`.
+
+    s > 0 and the sign-preserving power are monotone, so this is also the share for M(s, p, c) at any s, p. The
+    prediction is column 0; it changes when another class overtakes it, or ties with it where it was strictly ahead
+    before (e.g. ReLU zeroing every logit leaves no prediction). ``amax`` is cheaper than ``argmax``.
+    """
+    if z_top_first.shape[1] < 2:
+        return 0.0
+    h = clamp_fn(z_top_first + float(c))
+    others = h[:, 1:].amax(dim=1)
+    changed = (others > h[:, 0]) | ((others == h[:, 0]) & (z_top_first[:, 1] < z_top_first[:, 0]))
+    return float(changed.double().mean())
+
+
 def _argmax_changed(ln_logits: torch.Tensor, result: SearchResult, clamp: str) -> float:
     """Share of examples whose predicted class M(s*, p*, c*) changes (Assumption 4.2 check, App. D.8.2)."""
-    from mixzoo.transforms import signed_power
-
-    mapped = signed_power(get_clamp(clamp)(ln_logits + result.c), result.p)
-    return float((mapped.argmax(1) != ln_logits.argmax(1)).double().mean())
+    return prediction_change_share(_top_first(ln_logits.float()), get_clamp(clamp), result.c)
 
 
 def calibrate_alpha_linear(**kwargs: Any) -> MixCard:

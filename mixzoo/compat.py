@@ -59,7 +59,7 @@ def _reference_api(base: type) -> type:
     class AutoAttack(base):  # type: ignore[misc, valid-type]
         _mixzoo_compatible = True
 
-        def __init__(self, model, *args, log_path=None, verbose=None, attacks_to_run=None, **kwargs):  # noqa: ANN001
+        def __init__(self, model, *args, log_path=None, verbose=None, attacks_to_run=None, **kwargs):
             for name, value in zip(("norm", "eps", "version", "seed"), args, strict=False):
                 kwargs[name] = value  # the reference signature is (model, norm, eps, version, seed, ...)
             if attacks_to_run:
@@ -68,7 +68,7 @@ def _reference_api(base: type) -> type:
             if verbose is not None:
                 self.verbose = verbose
 
-        def run_standard_evaluation(self, x_orig, y_orig, *args, bs=None, return_labels=False, **kwargs):  # noqa: ANN001
+        def run_standard_evaluation(self, x_orig, y_orig, *args, bs=None, return_labels=False, **kwargs):
             if bs is None:
                 return super().run_standard_evaluation(x_orig, y_orig, *args, **kwargs)
             x_adv, y_adv = super().run_standard_evaluation(x_orig, y_orig, batch_size=bs, **kwargs)
