@@ -206,6 +206,9 @@ def test_linear_baseline_and_alpha_d():
         assert alpha == pytest.approx(1 / (1 + q))
     mixed = calibrate(**data, beta=beta)
     assert mixed.alpha_d == pytest.approx(card.alpha_d)  # alpha_d does not depend on the clamp or grid
+    from mixzoo.calibrate import calibrate_alpha_linear
+
+    assert calibrate_alpha_linear(**data, beta=beta).alpha == pytest.approx(card.alpha)
 
 
 def test_refine_optimizer_is_no_worse_and_card_round_trips(tmp_path):
