@@ -145,3 +145,44 @@ def test_ln_margin_is_scale_free_and_in_range():
     m = _ln_margin(logits)
     assert (m >= 0).all() and (m <= 1).all()
     assert torch.allclose(m, _ln_margin(3 * logits + 7), atol=1e-5)
+
+
+def _plain_forward(network: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The textbook layer order: conv -> batch norm -> ReLU -> ... -> max pool, contiguous NCHW, no folding."""
+    h = x.contiguous()
+    layers = list(network.features)
+    for i, layer in enumerate(layers):
+        if isinstance(layer, torch.nn.MaxPool2d) and isinstance(layers[i + 1], torch.nn.ReLU):
+            continue  # pooled after the ReLU below
+        h = torch.relu(h) if isinstance(layer, torch.nn.ReLU) else layer(h)
+        if isinstance(layer, torch.nn.ReLU) and i > 0 and isinstance(layers[i - 1], torch.nn.MaxPool2d):
+            h = layers[i - 1](h)
+    return network.classifier(h)
+
+
+@pytest.mark.parametrize("batch_norm", [False, True])
+def test_convnet_fast_layout_computes_the_plain_network(batch_norm, one_thread):
+    from mixzoo_plugins.zoo_arch import ConvNet
+
+    torch.manual_seed(0)
+    net = ConvNet(widths=(6, 8), hidden=16, convs_per_stage=2, batch_norm=batch_norm)
+    if batch_norm:  # non-trivial running statistics, as after training
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.data.uniform_(0.5, 1.5)
+                m.bias.data.uniform_(-0.2, 0.2)
+    net.eval()
+    x = torch.randn(5, 1, 28, 28, requires_grad=True)
+    y = net(x)
+    g, = torch.autograd.grad(y.logsumexp(1).sum(), x)
+    x_ref = x.detach().clone().requires_grad_(True)
+    y_ref = _plain_forward(net, x_ref)
+    g_ref, = torch.autograd.grad(y_ref.logsumexp(1).sum(), x_ref)
+    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-4)
+    # checkpoints keep the plain layer indices (conv [bn] relu conv [bn] relu pool, per stage)
+    weights = sorted(k for k in net.state_dict() if k.startswith("features") and k.endswith("weight"))
+    indices = [0, 1, 3, 4, 7, 8, 10, 11] if batch_norm else [0, 2, 5, 7]
+    assert weights == sorted(f"features.{i}.weight" for i in indices)
