@@ -27,6 +27,13 @@ import torch
 from mixzoo.bench import bench
 
 OUT = Path(__file__).with_suffix(".md")
+NOTES_MARKER = "<!-- hand-written notes below: kept when this script rewrites the file -->"
+
+
+def kept_notes(path: Path) -> str:
+    """The hand-written part of an existing report (from NOTES_MARKER on), so a re-run does not erase it."""
+    text = path.read_text() if path.exists() else ""
+    return text[text.index(NOTES_MARKER):] if NOTES_MARKER in text else NOTES_MARKER + "\n"
 
 
 def time_mix(cache: Path, beta: float) -> dict:
@@ -99,7 +106,7 @@ def main() -> None:
                   "| kind | model | n | seconds |", "|---|---|---|---|"]
         lines += [f"| {r['kind']} | {r['name']} | {r['n']} | {r['seconds']} |" for r in bench_info["rows"]]
         lines.append("")
-    OUT.write_text("\n".join(lines) + "\n")
+    OUT.write_text("\n".join(lines) + "\n" + kept_notes(OUT))
     print("\n".join(lines))
 
 
