@@ -8,7 +8,7 @@ OUT    ?= mixzoo-out
 N      ?= 200
 CURVE_N ?= 100
 # The gradient half of the adaptive attack (transfer-based APGD-CE + APGD-T) keeps the demo short on a CPU;
-# ATTACK=adaptive adds FAB-T and Square (App. B.2.1; about 1.8 s per image for a mixed model on 2 CPU cores).
+# ATTACK=adaptive adds FAB-T and Square (App. B.2.1; about 1.9 s per image for a mixed model on 2 CPU cores).
 ATTACK ?= adaptive-apgd
 DEVICE ?= cpu
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
