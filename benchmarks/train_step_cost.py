@@ -25,14 +25,14 @@ def step_seconds(name: str, warmup: int = 3, steps: int = 20) -> float:
     r = get_recipe(name)
     torch.manual_seed(0)
     model = nn.Sequential(Normalize(r.mean, r.std), build_network(r))
-    opt = torch.optim.AdamW(model.parameters(), lr=r.lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=r.lr, weight_decay=r.weight_decay)  # the zoo recipes use Adam
     gen = torch.Generator().manual_seed(1)
     x = torch.rand(r.batch_size, 1, 28, 28)
     y = torch.randint(0, 10, (r.batch_size,))
 
     def one() -> None:
         model.train()
-        loss = _step(model, r, x, y, r.eps or 0.0, gen)
+        loss = _step(model, r, x, y, r.eps if r.train_eps is None else r.train_eps, gen)
         opt.zero_grad()
         loss.backward()
         opt.step()
