@@ -20,10 +20,10 @@ from torch import nn
 
 from mixzoo.cache import Cache, atomic_write_text, content_key
 from mixzoo.errors import InputError
-from mixzoo.pipeline import DEFAULT_ABC, DEFAULT_RBC, _default_attack_setting, model_hash, resolve_model
+from mixzoo.pipeline import DEFAULT_ABC, DEFAULT_RBC, _default_attack_setting, model_device, model_hash, resolve_model
 from mixzoo.progress import console, progress_bar
 
-BENCH_CODE_VERSION = "bench-1"
+BENCH_CODE_VERSION = "bench-2"  # 2: warnings merged across batches with their counts
 
 
 @dataclass
@@ -108,7 +108,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                     part = None
             if part is None:
                 runner = attack_cls(eps=eps, norm=norm, seed=seed + index, **options)
-                device = next((p.device for p in model.parameters()), torch.device("cpu"))
+                device = model_device(model)
                 res = runner.run(model, images[start:stop].to(device), labels[start:stop].to(device),
                                  progress=False)
                 part = {
@@ -127,7 +127,6 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
         "clean_correct": [v for b in batches for v in b["clean_correct"]],
         "robust_correct": [v for b in batches for v in b["robust_correct"]],
         "seconds": sum(b["seconds"] for b in batches),
-        "warnings": sorted({w for b in batches for w in b["warnings"]}),
         "components": [],
     }
     names = [c["name"] for c in batches[0]["components"]]
@@ -137,12 +136,31 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
             "newly_broken": sum(c["newly_broken"] for b in batches for c in b["components"] if c["name"] == name),
             "seconds": sum(c["seconds"] for b in batches for c in b["components"] if c["name"] == name),
         })
+    merged["warnings"] = merge_warnings([b["warnings"] for b in batches], merged["components"])
     if cache.enabled:
         atomic_write_text(final, json.dumps(merged))
         import shutil
 
         shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
     return merged
+
+
+def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]]) -> list[str]:
+    """One list of warnings for a whole evaluation from the per-batch lists.
+
+    The Square gradient-masking warning is recomputed from the summed component counts (per batch it would read
+    "Square broke 1 ..." several times); any other warning seen in several batches says in how many.
+    """
+    from collections import Counter
+
+    from mixzoo.attacks.evaluation import SQUARE_MASKING, square_masking_note
+
+    counts = Counter(w for ws in per_batch for w in ws if not w.startswith(SQUARE_MASKING))
+    out = [w if k == 1 else f"{w} (in {k} of {len(per_batch)} batches)" for w, k in sorted(counts.items())]
+    square = sum(c["newly_broken"] for c in components if c["name"] == "square")
+    if square and len(components) > 1:
+        out.insert(0, square_masking_note(square))
+    return out
 
 
 def _result(name: str, kind: str, ev: dict[str, Any], attack: str, eps: float, norm: str,
@@ -311,7 +329,8 @@ def bench(
 
         report.curve = tradeoff_curve(card, abc_m, rbc_m, data, cache=cache, attack=curve_attack, n=curve_n,
                                       eps=eps, norm=norm, seed=seed, batch_size=batch_size,
-                                      attack_options=curve_options, data_dir=data_dir, progress=progress)
+                                      attack_options=curve_options, data_dir=data_dir, device=device,
+                                      progress=progress)
     report.settings["seconds"] = time.perf_counter() - t0
     if out is not None:
         from mixzoo.report import write_report

@@ -138,6 +138,8 @@ def mix(
     norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the RBC's)")] = None,
     n_iter: Annotated[int, typer.Option(help="APGD iterations in MMAA")] = 100,
     seed: int = 0,
+    batch_size: Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; each batch "
+                                                 "has its own seed, so results depend on it)")] = 250,
     out: Annotated[Path, typer.Option(help="where to write the mix card (.toml or .json)")] = Path("card.toml"),
     data_dir: Annotated[str | None, typer.Option(help="directory holding the data set files")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="cache directory (default ~/.cache/mixzoo)")] = None,
@@ -151,8 +153,9 @@ def mix(
 
     res = run_mix(abc, rbc, dataset=dataset, beta=beta, clamp=clamp, n_calib=n_calib, grid=_parse_grid(grid),
                   objective=objective, optimizer=optimizer, top_k=top_k, eps=eps, norm=norm, n_iter=n_iter,
-                  seed=seed, out=out, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
-                  device=device, allow_unsafe=allow_unsafe, progress=not as_json, command=_command_line())
+                  seed=seed, batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
+                  use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
+                  command=_command_line())
     card = res.card
     if as_json:
         print(json.dumps({"card": str(res.path), "s": card.s, "p": card.p, "c": card.c, "alpha": card.alpha,
@@ -197,6 +200,8 @@ def bench(
     eps: float | None = None,
     norm: str | None = None,
     seed: int = 0,
+    batch_size: Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; each batch "
+                                                 "has its own seed, so results depend on it)")] = 250,
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
     curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
     data_dir: str | None = None,
@@ -211,7 +216,7 @@ def bench(
     from mixzoo.bench import print_report
 
     report = run_bench(card, abc=abc, rbc=rbc, attack=attack, n=n, out=out, eps=eps, norm=norm, seed=seed,
-                       curve=curve, curve_n=curve_n, data_dir=data_dir, cache_dir=cache_dir,
+                       batch_size=batch_size, curve=curve, curve_n=curve_n, data_dir=data_dir, cache_dir=cache_dir,
                        use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))

@@ -63,9 +63,21 @@ def resolve_model(model: str | nn.Module, device: str, allow_unsafe: bool = Fals
     return load_model(model, device=device, allow_unsafe=allow_unsafe) if isinstance(model, str) else model
 
 
+def model_device(model: nn.Module, default: str | torch.device = "cpu") -> torch.device:
+    """Where ``model`` lives (its first parameter or buffer); ``default`` for a model with neither.
+
+    Inputs follow the model rather than a ``device`` argument, so a model loaded elsewhere (a caller's own module,
+    a card's models on CUDA) never meets images on another device.
+    """
+    tensor = next(iter(model.parameters()), None)
+    if tensor is None:
+        tensor = next(iter(model.buffers()), None)
+    return tensor.device if tensor is not None else torch.device(default)
+
+
 @torch.no_grad()
 def _logits(model: nn.Module, images: torch.Tensor, device: str) -> torch.Tensor:
-    out = model(images.to(device)).float().cpu()
+    out = model(images.to(model_device(model, device))).float().cpu()
     if torch.isnan(out).any():
         raise InputError(f"model {model_name(model)!r} returned NaN logits for "
                          f"{int(torch.isnan(out).any(1).sum())} images; check its weights and input range")
@@ -111,7 +123,8 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     # attacked-correct set), so later components skip it as AutoAttack does; still-correct points get every
     # component and the same minimum-margin perturbation (benchmarks/mmaa_speed.md: half the passes).
     def compute(a: int, b: int) -> dict[str, torch.Tensor]:
-        res = mmaa(rbc, dataset.images[a:b].to(device), dataset.labels[a:b].to(device), eps=eps, norm=norm,
+        where = model_device(rbc, device)
+        res = mmaa(rbc, dataset.images[a:b].to(where), dataset.labels[a:b].to(where), eps=eps, norm=norm,
                    n_iter=n_iter, n_target_classes=n_target_classes, n_restarts=n_restarts,
                    seed=seed + a // batch_size, top_k=top_k, batch_size=batch_size, progress=False,
                    attack_all=False)
@@ -164,7 +177,7 @@ def calibration_data(abc: nn.Module | None, rbc: nn.Module, dataset: Any, *, eps
                                    what="ABC clean logits")
     t3 = time.perf_counter()
     attack = {"name": "mmaa", "eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,
-              "n_restarts": n_restarts, "seed": seed, "top_k": top_k}
+              "n_restarts": n_restarts, "seed": seed, "top_k": top_k, "batch_size": batch_size}
     return CalibrationData(clean, dataset.labels, mm["logits"], abc_logits, dataset, attack,
                            seconds={"rbc_logits": t1 - t0, "mmaa": t2 - t1, "abc_logits": t3 - t2},
                            cache_hits=hits)

@@ -43,7 +43,7 @@ def calibration_data_for(card: Any, rbc: nn.Module, *, cache: Cache, data_dir: s
     return calibration_data(None, rbc, data, eps=att["eps"], norm=att["norm"], cache=cache,
                             n_iter=att.get("n_iter", 100), n_target_classes=att.get("n_target_classes", 9),
                             n_restarts=att.get("n_restarts", 1), seed=att.get("seed", 0), top_k=card.top_k,
-                            device=device, progress=progress)
+                            batch_size=att.get("batch_size", 250), device=device, progress=progress)
 
 
 def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cache: Cache, attack: str, n: int,

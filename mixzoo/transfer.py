@@ -489,7 +489,7 @@ def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, cache_
     res = cached_mmaa(model, data, eps=float(eps), norm=a.get("norm", "Linf"), cache=Cache(cache_dir),
                       n_iter=int(a.get("n_iter", 100)), n_target_classes=int(a.get("n_target_classes", 9)),
                       n_restarts=int(a.get("n_restarts", 1)), seed=int(a.get("seed", seed)), top_k=card.top_k,
-                      device=device, progress=progress)
+                      batch_size=int(a.get("batch_size", 250)), device=device, progress=progress)
     if "adv_images" not in res:
         return model
     return res["adv_images"].to(device)

@@ -28,6 +28,7 @@ def test_mix_writes_card_and_reuses_cached_mmaa(tmp_path, shared_cache):
     assert card.rbc["name"] == "digits-pgd" and card.abc["name"] == "digits-std"
     assert card.dataset == "digits" and card.data["n"] == 120 and card.data["split"] == "calibration"
     assert card.attack["name"] == "mmaa" and card.attack["eps"] == pytest.approx(0.2)
+    assert card.attack["batch_size"] == 60  # fixes the per-batch seeds, so the card records it
     assert first.summary["n_clean_incorrect"] > 0 and first.summary["n_attacked_correct"] > 0
     assert first.cache_hits == {"rbc_logits": False, "mmaa": False}
 
@@ -181,12 +182,26 @@ def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_ca
     register_plugin(AttackPlugin(), name="test-attack-plugin")
     try:
         res = CliRunner().invoke(app, ["bench", str(card), "--attack", "test-corner", "--n", "40", "--no-curve",
-                                       "--out", str(tmp_path / "bench"), "--json"])
+                                       "--batch-size", "25", "--out", str(tmp_path / "bench"), "--json"])
     finally:
         unregister_plugin("test-attack-plugin")
     assert res.exit_code == 0, res.output
-    rows = json.loads(res.stdout)["models"]
+    payload = json.loads(res.stdout)
+    assert payload["settings"]["batch_size"] == 25
+    rows = payload["models"]
     assert sorted(r["kind"] for r in rows) == ["abc", "linear", "mixednuts", "rbc"]
     for r in rows:
         assert r["attack"] == "test-corner" and [c["name"] for c in r["components"]] == ["corner"]
         assert 0.0 <= r["robust_accuracy"] <= r["clean_accuracy"]
+
+
+def test_bench_merges_batch_warnings_with_their_counts():
+    """Per-batch Square flags add up (two batches of 'broke 1' are 2 examples, not one deduplicated line)."""
+    from mixzoo.attacks.evaluation import square_masking_note
+    from mixzoo.bench import merge_warnings
+
+    comps = [{"name": "apgd-ce", "newly_broken": 5}, {"name": "square", "newly_broken": 4}]
+    per_batch = [[square_masking_note(1), "fab-t: odd"], [square_masking_note(1)], [square_masking_note(2)], []]
+    assert merge_warnings(per_batch, comps) == [square_masking_note(4), "fab-t: odd"]
+    assert merge_warnings([["fab-t: odd"], ["fab-t: odd"]], comps[:1]) == ["fab-t: odd (in 2 of 2 batches)"]
+    assert merge_warnings([[], []], [{"name": "square", "newly_broken": 3}]) == []  # Square alone: no gradient run

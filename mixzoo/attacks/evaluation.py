@@ -42,6 +42,12 @@ from mixzoo.models import check_images, check_labels
 from mixzoo.progress import progress_bar
 
 AUTOATTACK_COMPONENTS = ("apgd-ce", "apgd-t", "fab-t", "square")
+SQUARE_MASKING = "potentially unreliable: Square broke"
+
+
+def square_masking_note(count: int) -> str:
+    """AutoAttack's gradient-masking flag: the black-box Square attack broke examples the gradient attacks missed."""
+    return f"{SQUARE_MASKING} {count} examples the gradient attacks missed (possible gradient masking)"
 
 
 @dataclass
@@ -164,8 +170,7 @@ class Attack:
                                  " the starting point (possible gradient masking)")
         square = [s for s in stats if s.name == "square"]
         if square and square[0].newly_broken and len(stats) > 1:
-            notes.append(f"potentially unreliable: Square broke {square[0].newly_broken} examples the gradient"
-                         " attacks missed (possible gradient masking)")
+            notes.append(square_masking_note(square[0].newly_broken))
         return EvalResult(self.name, self.eps, self.norm, n, clean_correct.cpu(), robust.cpu(), adv, stats, notes,
                           time.perf_counter() - t0)
 

@@ -1,0 +1,62 @@
+"""CUDA paths of the main job: mix, bench (curve and plots included) and logits with models on the GPU.
+
+CI has no GPU, so these run only where ``torch.cuda.is_available()`` (the lent GPU machine; see
+``benchmarks/pipeline_speed.md`` for the run). ``test_model_device`` runs everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mixzoo.pipeline import cached_logits, mix, model_device
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
+
+
+def test_model_device():
+    assert model_device(torch.nn.Linear(2, 2)) == torch.device("cpu")
+    assert model_device(torch.nn.ReLU(), "meta") == torch.device("meta")  # no parameters: the fallback
+    bn = torch.nn.BatchNorm1d(3, affine=False)  # buffers only
+    assert model_device(bn.to("meta")) == torch.device("meta")
+
+
+@cuda
+def test_logits_follow_the_model_not_the_device_argument(tmp_path):
+    from mixzoo.cache import Cache
+    from mixzoo.data import load_dataset
+    from mixzoo.models import load_model
+
+    data = load_dataset("digits", "evaluation", n=50)
+    gpu = cached_logits(load_model("digits-pgd", device="cuda"), data, cache=Cache(tmp_path / "g"), device="cpu",
+                        progress=False)
+    cpu = cached_logits(load_model("digits-pgd"), data, cache=Cache(tmp_path / "c"), progress=False)
+    assert gpu.device.type == "cpu"
+    torch.testing.assert_close(gpu, cpu, atol=1e-4, rtol=1e-4)
+
+
+@cuda
+def test_mix_and_bench_on_cuda_match_cpu(tmp_path):
+    from mixzoo.bench import bench
+
+    runs = {}
+    for device in ("cpu", "cuda"):
+        card = tmp_path / f"card-{device}.toml"
+        mix("digits-std", "digits-pgd", out=card, cache_dir=tmp_path / device, device=device, **FAST)
+        runs[device] = bench(card, attack="apgd", n=60, out=tmp_path / f"bench-{device}",
+                             cache_dir=tmp_path / device, attack_options={"n_iter": 5, "n_target_classes": 2},
+                             curve=True, curve_n=30, curve_options={"n_iter": 3, "n_target_classes": 1},
+                             match_options={"n_iter": 3, "n_target_classes": 1}, batch_size=30, device=device,
+                             progress=False)
+    data = json.loads((tmp_path / "bench-cuda" / "report.json").read_text())
+    assert data["settings"]["device"] == "cuda"
+    for name in ("report.md", "tradeoff.png", "margins.png", "objective.png"):
+        assert (tmp_path / "bench-cuda" / name).stat().st_size > 0
+    for kind in ("abc", "rbc", "linear", "mixednuts"):
+        cpu, gpu = runs["cpu"].row(kind), runs["cuda"].row(kind)
+        # float order differs between devices: allow two of 60 examples to flip
+        assert abs(cpu.clean_accuracy - gpu.clean_accuracy) <= 2 / 60 + 1e-9
+        assert abs(cpu.robust_accuracy - gpu.robust_accuracy) <= 2 / 60 + 1e-9
