@@ -42,6 +42,8 @@ class ModelResult:
     alpha: float | None = None
     components: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    device: str = ""  # where the attack ran ("cpu", "cuda", "cpu+cuda" for a run resumed elsewhere)
+    cached: bool = False  # True when the row was read from the cache rather than attacked in this run
 
 
 @dataclass
@@ -90,7 +92,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     final = cache.root / "bench" / f"{key}.json"
     if cache.enabled and final.exists():
         try:
-            return json.loads(final.read_text())
+            return {**json.loads(final.read_text()), "cached": True}
         except json.JSONDecodeError:
             final.unlink()
     n = len(labels)
@@ -118,6 +120,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                                    for c in res.components],
                     "warnings": list(res.warnings),
                     "seconds": res.seconds,
+                    "device": device.type,
                 }
                 if cache.enabled:
                     atomic_write_text(part_path, json.dumps(part))
@@ -127,6 +130,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
         "clean_correct": [v for b in batches for v in b["clean_correct"]],
         "robust_correct": [v for b in batches for v in b["robust_correct"]],
         "seconds": sum(b["seconds"] for b in batches),
+        "device": "+".join(sorted({b.get("device", "unknown") for b in batches})),
         "components": [],
     }
     names = [c["name"] for c in batches[0]["components"]]
@@ -170,6 +174,7 @@ def _result(name: str, kind: str, ev: dict[str, Any], attack: str, eps: float, n
         name=name, kind=kind, clean_accuracy=sum(ev["clean_correct"]) / n,
         robust_accuracy=sum(ev["robust_correct"]) / n, attack=attack, epsilon=eps, norm=norm, n=n,
         seconds=ev["seconds"], alpha=alpha, components=ev["components"], warnings=ev["warnings"],
+        device=ev.get("device", "unknown"), cached=bool(ev.get("cached", False)),
     )
 
 
@@ -339,6 +344,12 @@ def bench(
     return report
 
 
+def seconds_cell(m: ModelResult) -> str:
+    """Attack seconds, saying where they were spent and whether this run read them from the cache."""
+    where = m.device or "?"
+    return f"{m.seconds:.0f} ({where}, cached)" if m.cached else f"{m.seconds:.0f} ({where})"
+
+
 def print_report(report: Report) -> None:
     """The bench table in the terminal."""
     from rich.table import Table
@@ -349,7 +360,7 @@ def print_report(report: Report) -> None:
         table.add_column(col, justify="right" if col not in ("model", "kind") else "left")
     for m in report.models:
         table.add_row(m.name, m.kind, "" if m.alpha is None else f"{m.alpha:.3f}", f"{100 * m.clean_accuracy:.2f}",
-                      f"{100 * m.robust_accuracy:.2f}", f"{m.seconds:.0f}")
+                      f"{100 * m.robust_accuracy:.2f}", seconds_cell(m))
     console.print(table)
     for m in report.models:
         for w in m.warnings:

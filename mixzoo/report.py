@@ -211,18 +211,20 @@ def plot_objective(card: Any, path: Path) -> None:
 # ------------------------------------------------------------------------------------------------ files
 def markdown(report: Any) -> str:
     """``report.md``: the table, the card, the data, and any warnings."""
+    from mixzoo.bench import seconds_cell
+
     c, d, st = report.card, report.dataset, report.settings
     lines = [
         "# mixzoo bench report", "",
         f"Evaluation: **{d['name']}** `{d['split']}` split, n = {d['n']} (fingerprint `{d['fingerprint']}`); "
         f"calibration used the disjoint `calibration` split ({(d.get('calibration') or {}).get('n', '?')} images).",
         f"Attack: `{st['attack']}`, {st['norm']}, eps = {st['eps']:.6g}, seed {st['seed']}.", "",
-        "| model | kind | alpha | clean % | robust % | seconds |", "|---|---|---|---|---|---|",
+        "| model | kind | alpha | clean % | robust % | attack seconds (device) |", "|---|---|---|---|---|---|",
     ]
     for m in report.models:
         alpha = "" if m.alpha is None else f"{m.alpha:.4f}"
         lines.append(f"| {m.name} | {m.kind} | {alpha} | {100 * m.clean_accuracy:.2f} | "
-                     f"{100 * m.robust_accuracy:.2f} | {m.seconds:.0f} |")
+                     f"{100 * m.robust_accuracy:.2f} | {seconds_cell(m)} |")
     rbc, nuts = report.row("rbc"), report.row("mixednuts")
     if rbc.clean_accuracy < 1:
         cut = (nuts.clean_accuracy - rbc.clean_accuracy) / (1 - rbc.clean_accuracy)

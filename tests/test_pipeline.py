@@ -104,6 +104,15 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     assert report.row("abc").robust_accuracy < report.row("rbc").robust_accuracy
     assert report.row("mixednuts").clean_accuracy >= report.row("rbc").clean_accuracy - 0.05
     assert len(data["curve"]["mixednuts"]) >= 5 and len(data["curve"]["linear"]) >= 5
+    assert all(m["device"] == "cpu" and not m["cached"] for m in data["models"])
+    assert "(cpu)" in (tmp_path / "bench" / "report.md").read_text()
+    # the same bench again reads every row from the cache, and says so
+    again = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench2", cache_dir=shared_cache,
+                  attack_options={"n_iter": 5, "n_target_classes": 2}, curve=False,
+                  match_options={"n_iter": 3, "n_target_classes": 1}, batch_size=30, progress=False)
+    assert all(m.cached and m.device == "cpu" for m in again.models)
+    assert [m.robust_accuracy for m in again.models] == [m.robust_accuracy for m in report.models]
+    assert "(cpu, cached)" in (tmp_path / "bench2" / "report.md").read_text()
 
 
 def test_cli_mix_json_and_errors(tmp_path, monkeypatch):
