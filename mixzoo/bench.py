@@ -149,6 +149,18 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     return merged
 
 
+def mixed_key_parts(card: Any, abc: nn.Module, rbc: nn.Module, data: Any) -> dict[str, Any]:
+    """Cache key of MixedNUTS's evaluation rows: the data, both models' weights and the card's mixing parameters."""
+    return {"data": data.fingerprint, "abc": model_hash(abc), "rbc": model_hash(rbc),
+            "card": {k: getattr(card, k) for k in ("s", "p", "c", "alpha", "clamp", "top_k", "temperature",
+                                                   "alpha_d")}}
+
+
+def linear_key_parts(abc: nn.Module, rbc: nn.Module, data: Any, alpha: float) -> dict[str, Any]:
+    """Cache key of the linear baseline's evaluation row at ``alpha``."""
+    return {"data": data.fingerprint, "abc": model_hash(abc), "rbc": model_hash(rbc), "linear_alpha": alpha}
+
+
 def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]]) -> list[str]:
     """One list of warnings for a whole evaluation from the per-batch lists.
 
@@ -298,9 +310,7 @@ def bench(
     rows.append(_result(abc_name, "abc", ev, attack, eps, norm))
     ev = evaluate(rbc_m, images, labels, key_parts={**base, "model": model_hash(rbc_m)}, label=rbc_name, **common)
     rows.append(_result(rbc_name, "rbc", ev, attack, eps, norm))
-    mixed_key = {**base, "abc": model_hash(abc_m), "rbc": model_hash(rbc_m),
-                 "card": {k: getattr(card, k) for k in ("s", "p", "c", "alpha", "clamp", "top_k", "temperature",
-                                                        "alpha_d")}}
+    mixed_key = mixed_key_parts(card, abc_m, rbc_m, data)
     ev = evaluate(mixed, images, labels, key_parts=mixed_key, label="MixedNUTS", **common)
     nuts = _result("MixedNUTS", "mixednuts", ev, attack, eps, norm, alpha=card.alpha)
     match = dict(common, attack=match_attack, attack_options=match_options)
@@ -312,8 +322,8 @@ def bench(
         abc_m, rbc_m, m_images, m_labels, target,
         key_parts={**base, "abc": model_hash(abc_m), "rbc": model_hash(rbc_m), "match_n": match_n}, **match)
     ev = evaluate(MixedClassifier.linear(abc_m, rbc_m, alpha=alpha_lin), images, labels,
-                  key_parts={**base, "abc": model_hash(abc_m), "rbc": model_hash(rbc_m), "linear_alpha": alpha_lin},
-                  label=f"linear alpha={alpha_lin}", **common)
+                  key_parts=linear_key_parts(abc_m, rbc_m, data, alpha_lin), label=f"linear alpha={alpha_lin}",
+                  **common)
     rows.append(_result(f"Linear mix (alpha={alpha_lin:.2f})", "linear", ev, attack, eps, norm, alpha=alpha_lin))
     rows.append(nuts)
 

@@ -9,8 +9,16 @@ from mixzoo.plugins import hookimpl
 
 @hookimpl
 def mixzoo_attacks() -> dict[str, Any]:
-    """``pgd``, ``apgd``, ``autoattack``, ``adaptive`` and ``adaptive-apgd`` (see :mod:`mixzoo.attacks.evaluation`)."""
-    from mixzoo.attacks.evaluation import AdaptiveAPGD, AdaptiveAutoAttack, APGDEnsemble, AutoAttackEval, PGDAttack
+    """``pgd``, ``apgd``, ``autoattack``, ``adaptive``, ``adaptive-strong`` and ``adaptive-apgd``
+    (see :mod:`mixzoo.attacks.evaluation`)."""
+    from mixzoo.attacks.evaluation import (
+        AdaptiveAPGD,
+        AdaptiveAutoAttack,
+        AdaptiveStrong,
+        APGDEnsemble,
+        AutoAttackEval,
+        PGDAttack,
+    )
 
     attacks: dict[str, Any] = {
         "pgd": PGDAttack,
@@ -18,6 +26,7 @@ def mixzoo_attacks() -> dict[str, Any]:
         "autoattack": AutoAttackEval,
         "adaptive": AdaptiveAutoAttack,
         "adaptive-apgd": AdaptiveAPGD,
+        "adaptive-strong": AdaptiveStrong,
     }
     # The min-margin Square attack is provided by the transfer plugin (plugins/transfer.py) as "min-margin-square".
     return attacks

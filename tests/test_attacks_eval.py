@@ -224,3 +224,34 @@ def test_mixed_classifier_is_a_drop_in_model_for_robustbench_benchmark(digits, m
         expected = float((mix(x).argmax(1) == y).float().mean())
     assert clean == pytest.approx(expected)
     assert 0.0 <= robust < clean
+
+
+def test_adaptive_strong_adds_gradient_attacks_and_never_reports_more_robustness(digits):
+    """``adaptive-strong`` = the adaptive attack's components, then exact-, bypass- and re-seeded APGD on what is
+    still robust (before FAB-T / Square): its robust set is a subset of ``adaptive``'s with the same seed."""
+    from mixzoo.attacks import AdaptiveStrong
+    from mixzoo.mixing import MixedClassifier
+
+    abc, x, y = digits
+    rbc = train_digits_mlp(seed=1)[0]
+    mix = MixedClassifier(abc, rbc, s=2.0, p=2.0, c=0.0, alpha=0.7, temperature=0.0)
+    opts = dict(eps=0.1, n_iter=10, components=["apgd-ce", "apgd-t", "square"], n_queries=50)
+    adaptive = AdaptiveAutoAttack(**opts).run(mix, x, y, progress=False)
+    strong = lookup("attack", "adaptive-strong")(**opts).run(mix, x, y, progress=False)
+    assert isinstance(strong, EvalResult) and lookup("attack", "adaptive-strong") is AdaptiveStrong
+    assert [c.name for c in strong.components] == [
+        "apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "apgd-ce-bypass", "apgd-t-bypass", "apgd-ce-seed1",
+        "apgd-t-seed1", "square"]
+    check_result(strong, x, y, mix, 0.1, "Linf")
+    assert mix.gradient == "exact"
+    assert not (strong.robust_correct & ~adaptive.robust_correct).any()
+    assert [c.newly_broken for c in strong.components[:2]] == [c.newly_broken for c in adaptive.components[:2]]
+    # the extra components do run in their gradient modes
+    two = TwoOutput(model=abc)
+    AdaptiveStrong(eps=0.1, n_iter=5, components=["apgd-ce"]).run(two, x[:60], y[:60], progress=False)
+    assert two.modes_seen == {"exact", "bypass"} and two.gradient == "exact"
+    # a single model gets re-seeded APGD only
+    plain = AdaptiveStrong(eps=0.1, n_iter=5, extra_seeds=2, components=["apgd-ce", "apgd-t"]).run(
+        abc, x[:60], y[:60], progress=False)
+    assert [c.name for c in plain.components] == ["apgd-ce", "apgd-t", "apgd-ce-seed1", "apgd-t-seed1",
+                                                  "apgd-ce-seed2", "apgd-t-seed2"]

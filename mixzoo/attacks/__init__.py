@@ -5,6 +5,7 @@ from mixzoo.attacks.apgd import apgd_ce, apgd_run, apgd_t
 from mixzoo.attacks.evaluation import (
     AdaptiveAPGD,
     AdaptiveAutoAttack,
+    AdaptiveStrong,
     APGDEnsemble,
     Attack,
     AutoAttackEval,
@@ -18,7 +19,8 @@ from mixzoo.attacks.pgd import pgd
 from mixzoo.attacks.result import AttackResult, ComponentStat, EvalResult
 
 __all__ = [
-    "APGDEnsemble", "AdaptiveAPGD", "AdaptiveAutoAttack", "Attack", "AttackResult", "AutoAttackEval", "Component",
+    "APGDEnsemble", "AdaptiveAPGD", "AdaptiveAutoAttack", "AdaptiveStrong", "Attack", "AttackResult",
+    "AutoAttackEval", "Component",
     "ComponentStat", "EvalResult", "MMAAResult", "MarginRecord", "PGDAttack", "apgd_ce", "apgd_run", "apgd_t",
     "gradient_mode", "mmaa", "pgd", "signed_margin",
 ]
