@@ -194,7 +194,9 @@ def bench(
     card: Annotated[Path | None, typer.Argument(help="mix card; without one the pair is calibrated first")] = None,
     abc: Annotated[str | None, typer.Option()] = None,
     rbc: Annotated[str | None, typer.Option()] = None,
-    attack: Annotated[str, typer.Option(help="apgd | autoattack | adaptive | pgd | a plugin's")] = "adaptive",
+    attack: Annotated[str, typer.Option(help="adaptive (App. B.2.1) | adaptive-strong (+ exact, bypass and "
+                                             "re-seeded APGD) | adaptive-apgd | autoattack | apgd | pgd | a "
+                                             "plugin's")] = "adaptive",
     n: Annotated[int, typer.Option(help="number of evaluation images")] = 1000,
     out: Annotated[Path, typer.Option(help="directory for report.json, report.md and plots")] = Path("bench"),
     eps: float | None = None,
