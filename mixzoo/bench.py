@@ -20,7 +20,15 @@ from torch import nn
 
 from mixzoo.cache import Cache, atomic_write_text, content_key
 from mixzoo.errors import InputError
-from mixzoo.pipeline import DEFAULT_ABC, DEFAULT_RBC, _default_attack_setting, model_device, model_hash, resolve_model
+from mixzoo.pipeline import (
+    DEFAULT_ABC,
+    DEFAULT_RBC,
+    _default_attack_setting,
+    check_device,
+    model_device,
+    model_hash,
+    resolve_model,
+)
 from mixzoo.progress import console, progress_bar
 
 BENCH_CODE_VERSION = "bench-2"  # 2: warnings merged across batches with their counts
@@ -281,6 +289,9 @@ def bench(
 
     if n <= 0:
         raise InputError(f"--n must be positive, got {n}")
+    if batch_size <= 0:
+        raise InputError(f"--batch-size must be positive, got {batch_size}")
+    check_device(device)
     t0 = time.perf_counter()
     if card is None:
         res = mix(abc, rbc, cache_dir=cache_dir, use_cache=use_cache, device=device, data_dir=data_dir,

@@ -63,6 +63,17 @@ def resolve_model(model: str | nn.Module, device: str, allow_unsafe: bool = Fals
     return load_model(model, device=device, allow_unsafe=allow_unsafe) if isinstance(model, str) else model
 
 
+def check_device(device: str | torch.device) -> torch.device:
+    """``device`` as a torch device, or a one-line :class:`InputError` naming the fix (bad name, no CUDA here)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InputError(f"--device {device!r} is not a torch device; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"--device {device}: this machine has no usable CUDA device; use --device cpu")
+    return dev
+
+
 def model_device(model: nn.Module, default: str | torch.device = "cpu") -> torch.device:
     """Where ``model`` lives (its first parameter or buffer); ``default`` for a model with neither.
 
@@ -250,6 +261,9 @@ def mix(
         raise InputError(f"beta must lie in [0, 1], got {beta}")
     if n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {n_calib}")
+    check_device(device)
+    if batch_size <= 0:
+        raise InputError(f"--batch-size must be positive, got {batch_size}")
     if out is not None and Path(out).suffix not in (".toml", ".json"):
         raise InputError(f"card path {out} must end in .toml or .json")
     t0 = time.perf_counter()

@@ -413,7 +413,9 @@ def transfer_params_by_name(
     from mixzoo.blackbox import load_black_box
     from mixzoo.data import load_dataset
     from mixzoo.models import load_model
+    from mixzoo.pipeline import check_device
 
+    check_device(device)
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
     if out is not None and Path(out).suffix not in (".toml", ".json"):

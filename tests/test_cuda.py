@@ -24,6 +24,17 @@ def test_model_device():
     assert model_device(bn.to("meta")) == torch.device("meta")
 
 
+def test_bad_device_is_a_one_line_error(tmp_path):
+    from mixzoo.errors import InputError
+
+    with pytest.raises(InputError, match="not a torch device"):
+        mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path, device="gpu", **FAST)
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no usable CUDA device; use --device cpu"):
+            mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path, device="cuda", **FAST)
+    assert not (tmp_path / "c.toml").exists()
+
+
 @cuda
 def test_logits_follow_the_model_not_the_device_argument(tmp_path):
     from mixzoo.cache import Cache

@@ -73,6 +73,8 @@ def test_mix_bad_input(tmp_path):
     with pytest.raises(InputError, match="n-calib"):
         mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path,
             **{**FAST, "n_calib": 0})
+    with pytest.raises(InputError, match="--batch-size must be positive"):
+        mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path, **{**FAST, "batch_size": 0})
     with pytest.raises(InputError, match="same input"):
         mix("digits-std", "fmnist-pgd", dataset="fashion-mnist", out=tmp_path / "c.toml", cache_dir=tmp_path, **FAST)
     from mixzoo.blackbox import load_black_box
@@ -197,6 +199,10 @@ def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_ca
     assert res.exit_code == 0, res.output
     payload = json.loads(res.stdout)
     assert payload["settings"]["batch_size"] == 25
+    bad = CliRunner().invoke(app, ["bench", str(card), "--n", "40", "--batch-size", "0", "--out",
+                                   str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "--batch-size must be positive" in bad.output
+    assert not (tmp_path / "bad").exists()
     rows = payload["models"]
     assert sorted(r["kind"] for r in rows) == ["abc", "linear", "mixednuts", "rbc"]
     for r in rows:
