@@ -25,8 +25,9 @@ from pathlib import Path
 
 import torch
 
-from mixzoo.attacks import apgd_ce, apgd_t
-from mixzoo.attacks.evaluation import _within
+from mixzoo.attacks import AdaptiveStrong
+from mixzoo.attacks.apgd import effective_n_targets
+from mixzoo.attacks.evaluation import extra_apgd
 from mixzoo.bench import evaluate, linear_key_parts, mixed_key_parts
 from mixzoo.cache import Cache
 from mixzoo.card import MixCard
@@ -35,38 +36,28 @@ from mixzoo.mixing import MixedClassifier
 from mixzoo.models import load_model
 
 
-def forward_for(model: MixedClassifier, variant: str):
-    """The callable APGD differentiates for a variant (a pair means: judge by the first, descend on the second)."""
-    if variant == "exact":
-        model.gradient = "exact"
-        return model, 0
-    if variant == "bypass":
-        model.gradient = "bypass"
-        return model, 0
-    if variant.startswith("transfer-s"):
-        model.gradient = "exact"
-        return model.forward_pair, int(variant.removeprefix("transfer-s"))
-    raise SystemExit(f"unknown variant {variant!r}: use exact, bypass or transfer-sK")
+class ExtraAPGD(AdaptiveStrong):
+    """One variant of the extra gradient attacks (``mixzoo.attacks.evaluation.extra_apgd``) on its own."""
+
+    name = "attack-strength"
+    defaults = {**AdaptiveStrong.defaults, "variant": "exact"}
+
+    def components(self, model, n_classes):
+        n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
+        variant = self.options["variant"]
+        if variant in ("exact", "bypass"):
+            return extra_apgd(model, self.options, self.eps, self.norm, n_targets, modes=(variant,), seed=self.seed)
+        if variant.startswith("transfer-s"):
+            return extra_apgd(model, self.options, self.eps, self.norm, n_targets,
+                              seeds={variant: int(variant.removeprefix("transfer-s"))})
+        raise SystemExit(f"unknown variant {variant!r}: use exact, bypass or transfer-sK")
 
 
 def extra_breaks(model: MixedClassifier, x: torch.Tensor, y: torch.Tensor, variant: str, eps: float, norm: str,
                  batch_size: int) -> torch.Tensor:
-    """Boolean mask over ``x``: broken by the variant's APGD-CE or APGD-T (checked on the model's true output)."""
-    fwd, seed = forward_for(model, variant)
-    out = []
-    for xb, yb in zip(x.split(batch_size), y.split(batch_size), strict=True):
-        broken = torch.zeros(len(yb), dtype=torch.bool, device=yb.device)
-        for attack in (apgd_ce, apgd_t):
-            todo = (~broken).nonzero().squeeze(1)
-            if len(todo) == 0:
-                break
-            rec = attack(fwd, xb[todo], yb[todo], eps=eps, norm=norm, seed=seed)
-            with torch.no_grad():  # judged on the mixture's values (the same in every gradient mode)
-                hit = model(rec.x).argmax(1) != yb[todo]
-            broken[todo[hit & _within(rec.x, xb[todo], eps, norm)]] = True
-        out.append(broken)
-    model.gradient = "exact"
-    return torch.cat(out)
+    """Boolean mask over ``x``: broken by the variant's APGD-CE or APGD-T (judged on the model's true output)."""
+    res = ExtraAPGD(eps=eps, norm=norm, variant=variant, batch_size=batch_size).run(model, x, y, progress=False)
+    return (res.clean_correct & ~res.robust_correct).to(y.device)
 
 
 def main() -> None:

@@ -305,6 +305,27 @@ class AdaptiveAutoAttack(AutoAttackEval):
         return out
 
 
+def extra_apgd(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, n_targets: int, *,
+               modes: tuple[str, ...] = (), seeds: dict[str, int] | None = None, seed: int = 0) -> list[Component]:
+    """APGD-CE (+ APGD-T) on other gradients than the adaptive attack's: for each gradient ``mode`` of a mixed
+    classifier (``exact``, ``bypass``; App. B.2.2) at ``seed``, named ``KIND-MODE``, and with the transfer gradient
+    (the model's own for a single model) for each labelled seed, named ``KIND-LABEL``."""
+    kinds = ["apgd-ce"] + (["apgd-t"] if n_targets else [])
+    out: list[Component] = []
+    for mode in modes:
+        for kind in kinds:
+            comp = _ours(kind, model, opts, eps, norm, seed, n_targets)
+            comp.name, comp.gradient = f"{kind}-{mode}", mode
+            out.append(comp)
+    forward = model.forward_pair if hasattr(model, "forward_pair") else model
+    for label, value in (seeds or {}).items():
+        for kind in kinds:
+            comp = _ours(kind, forward, opts, eps, norm, value, n_targets)
+            comp.name = f"{kind}-{label}"
+            out.append(comp)
+    return out
+
+
 class AdaptiveStrong(AdaptiveAutoAttack):
     """The adaptive attack plus more gradient attacks before FAB-T and Square, for numbers one can lean on.
 
@@ -322,21 +343,11 @@ class AdaptiveStrong(AdaptiveAutoAttack):
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         base = super().components(model, n_classes)
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
-        kinds = ["apgd-ce"] + (["apgd-t"] if n_targets else [])
-        extra: list[Component] = []
-        pair = hasattr(model, "forward_pair")
-        if pair and hasattr(model, "gradient"):
-            for mode in ("exact", "bypass"):
-                for kind in kinds:
-                    comp = _ours(kind, model, self.options, self.eps, self.norm, self.seed, n_targets)
-                    comp.name, comp.gradient = f"{kind}-{mode}", mode
-                    extra.append(comp)
-        for k in range(1, int(self.options["extra_seeds"]) + 1):
-            for kind in kinds:
-                comp = _ours(kind, model.forward_pair if pair else model, self.options, self.eps, self.norm,
-                             self.seed + 1000 * k, n_targets)
-                comp.name = f"{kind}-seed{k}"
-                extra.append(comp)
+        mixed = hasattr(model, "forward_pair") and hasattr(model, "gradient")
+        extra = extra_apgd(model, self.options, self.eps, self.norm, n_targets,
+                           modes=("exact", "bypass") if mixed else (),
+                           seeds={f"seed{k}": self.seed + 1000 * k
+                                  for k in range(1, int(self.options["extra_seeds"]) + 1)})
         at = next((i for i, c in enumerate(base) if c.name in ("fab-t", "square")), len(base))
         return base[:at] + extra + base[at:]
 
