@@ -57,6 +57,11 @@ CANDIDATES: dict[str, Recipe] = {
     "trades-s3-k10": _TRADES.replace(epochs=3, attack_steps=10),
     "trades-w6": _TRADES.replace(arch_kwargs=_WIDE, epochs=6),
     "pgd-w6": _PGD.replace(arch_kwargs=_WIDE, epochs=6),
+    "pgd-s6-aug": _PGD.replace(augment=True),
+    "pgd-s6-ema": _PGD.replace(ema=0.999),
+    "pgd-s6-aug-ema": _PGD.replace(augment=True, ema=0.999),
+    "trades-s6-aug-ema": _TRADES.replace(augment=True, ema=0.999),
+    "pgd-s12-aug-ema": _PGD.replace(augment=True, ema=0.999, epochs=12),
     "std": _STD,
     "std-15": _STD.replace(epochs=15),
     "std-sgd": _STD.replace(optimizer="sgd", lr=0.05),
@@ -120,6 +125,15 @@ def run_one(name: str, device: str) -> dict:
             "recipe": recipe.to_dict(), **res.metrics}
 
 
+def shipped_clean_logits(name: str) -> torch.Tensor:
+    """Clean logits of a registered model on the whole Fashion-MNIST evaluation split (the proxy's ABC)."""
+    from mixzoo.data import load_dataset
+    from mixzoo.models import load_model
+    from mixzoo.train import model_logits
+
+    return model_logits(load_model(name), load_dataset("fashion-mnist", "evaluation"), eps=None)[0]
+
+
 def markdown(path: str) -> str:
     """The Markdown table of a results file (rows sorted: accurate models last, robust by proxy cut)."""
     rows, proxy = {}, {}
@@ -144,12 +158,13 @@ def markdown(path: str) -> str:
         extra += [f"lr {rc['lr']:g}"] if rc["lr"] != 1e-3 else []
         extra += ["no eps ramp"] if rc["method"] != "standard" and not rc["eps_warmup"] else []
         extra += ["aug"] if rc["augment"] else []
+        extra += [f"EMA {rc['ema']:g}"] if rc.get("ema") else []
         extra += [rc["optimizer"]] if rc["optimizer"] != "adam" else []
         return f"{rc['method']} | {arch} ({r['params'] / 1e6:.2f}M) | {rc['epochs']:g} | {', '.join(extra)}"
 
     head = ("| candidate | method | arch (params) | epochs | notes | clean % | PGD-20 % | median margin, clean"
             " mistakes | q1.5% attacked-correct | q5% attacked-correct | mistakes below q1.5% | mistakes below"
-            " q5% | proxy cut, beta .985 | proxy cut, beta .98 | GPU train s |")
+            " q5% | proxy cut, beta .985 | proxy cut, beta .98 | train s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     robust = sorted((r for r in rows.values() if "pgd" in r),
                     key=lambda r: -proxy.get((r["candidate"], 0.985), {}).get("cut", -1))
@@ -162,7 +177,7 @@ def markdown(path: str) -> str:
             f" {r['clean_mistake_margin_median']:.4f} | {'' if q1 is None else f'{q1:.4f}'} |"
             f" {'' if q5 is None else f'{q5:.4f}'} | {pct(r.get('fixable_mistakes_q0.015'), 1)} |"
             f" {pct(r.get('fixable_mistakes_q0.05'), 1)} | {pct(p1.get('cut'), 1)} | {pct(p2.get('cut'), 1)} |"
-            f" {r['train_seconds']:.0f} |")
+            f" {r['train_seconds']:.0f} ({'GPU' if r.get('device', 'cuda') != 'cpu' else 'CPU'}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -178,7 +193,8 @@ def main() -> None:
     if args.markdown:
         print(markdown(args.markdown), end="")
         return
-    logits = {}
+    logits: dict[str, dict[str, torch.Tensor]] = {}
+    abc = None if args.abc in CANDIDATES else shipped_clean_logits(args.abc)  # else: trained in this run
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
     with open(args.out, "a") as fh, ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
         futures = {pool.submit(run_one, n, args.device): n for n in args.names}
@@ -188,17 +204,18 @@ def main() -> None:
             fh.write(json.dumps(row) + "\n")
             fh.flush()
             print(json.dumps({k: v for k, v in row.items() if k != "recipe"}), flush=True)
-        if args.abc in logits:
-            abc = logits[args.abc]["clean"]
-            for name, lg in logits.items():
-                if "pgd" not in lg:
-                    continue
+            if row["candidate"] == args.abc:
+                abc = logits[args.abc]["clean"]
+            if abc is None:
+                continue
+            for name in [n for n, lg in logits.items() if "pgd" in lg]:
+                lg = logits.pop(name)
                 for beta in (0.985, 0.98):
-                    row = {"candidate": name, "abc": args.abc,
-                           **mixednuts_proxy(abc, lg["clean"], lg["pgd"], lg["labels"], beta)}
-                    fh.write(json.dumps({"proxy": row}) + "\n")
-                    print(json.dumps({"proxy": row}), flush=True)
-
+                    proxy = {"candidate": name, "abc": args.abc,
+                             **mixednuts_proxy(abc, lg["clean"], lg["pgd"], lg["labels"], beta)}
+                    fh.write(json.dumps({"proxy": proxy}) + "\n")
+                    fh.flush()
+                    print(json.dumps({"proxy": proxy}), flush=True)
 
 if __name__ == "__main__":
     main()

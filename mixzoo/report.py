@@ -55,7 +55,7 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     Clean accuracy uses every evaluation image (from cached logits); robust accuracy uses the first ``n`` images
     under ``attack`` (a cheaper attack than the main table's by default; the plot says which).
     """
-    from mixzoo.bench import evaluate
+    from mixzoo.bench import evaluate, mixed_key_parts
     from mixzoo.calibrate import calibrate
     from mixzoo.mixing import MixedClassifier, mix_log_probs
     from mixzoo.pipeline import cached_logits, model_hash
@@ -80,7 +80,7 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
                       attacked_labels=cal.labels, beta=beta, clamp=card.clamp, top_k=card.top_k, grid=grid)
         model = MixedClassifier(abc, rbc, s=c.s, p=c.p, c=c.c, alpha=c.alpha, clamp=c.clamp, top_k=c.top_k,
                                 alpha_d=c.alpha_d)
-        ev = evaluate(model, images_r, labels_r, key_parts={**base, "nuts": [c.s, c.p, c.c, c.alpha, c.clamp]},
+        ev = evaluate(model, images_r, labels_r, key_parts={**mixed_key_parts(c, abc, rbc, data), "curve_n": n},
                       label=f"MixedNUTS beta={beta}", **common)
         nuts.append({"beta": beta, "s": c.s, "p": c.p, "c": c.c, "alpha": c.alpha,
                      "clean_accuracy": clean_acc(s=c.s, p=c.p, c=c.c, alpha=c.alpha, clamp=c.clamp, top_k=c.top_k),

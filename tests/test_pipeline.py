@@ -220,3 +220,22 @@ def test_bench_merges_batch_warnings_with_their_counts():
     assert merge_warnings(per_batch, comps) == [square_masking_note(4), "fab-t: odd"]
     assert merge_warnings([["fab-t: odd"], ["fab-t: odd"]], comps[:1]) == ["fab-t: odd (in 2 of 2 batches)"]
     assert merge_warnings([[], []], [{"name": "square", "newly_broken": 3}]) == []  # Square alone: no gradient run
+
+
+def test_mixture_cache_keys_cover_every_parameter_that_changes_the_attacked_model():
+    """A cached MixedNUTS row (main table or trade-off curve) is reused only for the same mixture: ``alpha_d``
+    (the attack's gradient, Eq. 8) and ``top_k`` change the result, so they must change the key."""
+    from dataclasses import replace
+
+    from mixzoo.bench import mixed_key_parts
+    from mixzoo.cache import content_key
+    from mixzoo.data import load_dataset
+    from mixzoo.models import load_model
+
+    abc, rbc = load_model("digits-std"), load_model("digits-pgd")
+    data = load_dataset("digits", "evaluation", n=20)
+    card = MixCard(s=2.0, p=2.0, c=-0.5, alpha=0.9, alpha_d=0.9, beta=0.985)
+    key = content_key(mixed_key_parts(card, abc, rbc, data))
+    for change in ({"alpha_d": 0.95}, {"top_k": 3}, {"alpha": 0.91}, {"clamp": "linear"}, {"s": 2.5}):
+        assert content_key(mixed_key_parts(replace(card, **change), abc, rbc, data)) != key, change
+    assert content_key(mixed_key_parts(replace(card, beta=0.9), abc, rbc, data)) == key  # beta only chose them

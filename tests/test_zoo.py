@@ -186,3 +186,18 @@ def test_convnet_fast_layout_computes_the_plain_network(batch_norm, one_thread):
     weights = sorted(k for k in net.state_dict() if k.startswith("features") and k.endswith("weight"))
     indices = [0, 1, 3, 4, 7, 8, 10, 11] if batch_norm else [0, 2, 5, 7]
     assert weights == sorted(f"features.{i}.weight" for i in indices)
+
+
+def test_weight_average_is_an_ema_of_the_trained_weights():
+    """With ``ema`` the saved weights are the moving average (deterministic, different from the last
+    iterate); without it the recipe metadata has no ``ema`` key, so older weight files keep their bytes."""
+    plain = train_model(_tiny("pgd"), save=False, evaluate=False, progress=False)
+    avg = train_model(_tiny("pgd", ema=0.9), save=False, evaluate=False, progress=False)
+    again = train_model(_tiny("pgd", ema=0.9), save=False, evaluate=False, progress=False)
+    assert avg.sha256 == again.sha256 != plain.sha256
+    assert "ema" not in plain.recipe.to_dict() and avg.recipe.to_dict()["ema"] == 0.9
+    # the average lags the last iterate: every weight tensor differs, none by a non-finite amount
+    for k, v in plain.state_dict.items():
+        assert torch.isfinite(avg.state_dict[k]).all() and not torch.equal(avg.state_dict[k], v)
+    with pytest.raises(mixzoo.errors.InputError, match="ema is a decay"):
+        _tiny("pgd", ema=1.0)
