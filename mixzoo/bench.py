@@ -286,12 +286,16 @@ def bench(
     from mixzoo.data import load_dataset
     from mixzoo.mixing import MixedClassifier
     from mixzoo.pipeline import mix
+    from mixzoo.plugins import lookup
 
     if n <= 0:
         raise InputError(f"--n must be positive, got {n}")
     if batch_size <= 0:
         raise InputError(f"--batch-size must be positive, got {batch_size}")
+    if curve and curve_n <= 0:
+        raise InputError(f"--curve-n must be positive, got {curve_n} (or pass --no-curve)")
     check_device(device)
+    lookup("attack", attack)  # an unknown name fails now, not after calibrating and attacking three models
     t0 = time.perf_counter()
     if card is None:
         res = mix(abc, rbc, cache_dir=cache_dir, use_cache=use_cache, device=device, data_dir=data_dir,

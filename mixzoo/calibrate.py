@@ -397,6 +397,22 @@ def _selection_hash(*masks: torch.Tensor) -> str:
     return h.hexdigest()[:16]
 
 
+def check_settings(*, beta: float, clamp: str, objective: str, optimizer: str, grid: Grid | None) -> None:
+    """One-line :class:`InputError` for a bad Algorithm 1 setting; callers run it before any expensive attack."""
+    from mixzoo.plugins import lookup
+
+    if not isinstance(beta, int | float) or not 0.0 <= beta <= 1.0:
+        raise InputError(f"beta must lie in [0, 1], got {beta}")
+    if objective not in ("standard", "relaxed"):
+        raise InputError(f"objective must be 'standard' or 'relaxed', got {objective!r}")
+    if grid is not None and not isinstance(grid, Grid):
+        raise InputError(f"grid must be a mixzoo.calibrate.Grid, got {type(grid).__name__}")
+    if not isinstance(clamp, str):
+        raise InputError(f"clamp must be a clamp name (it is recorded in the card), got {type(clamp).__name__}")
+    get_clamp(clamp)  # unknown names fail here with suggestions
+    lookup("optimizer", optimizer)
+
+
 def calibrate(
     *,
     clean_logits: torch.Tensor,
@@ -449,16 +465,8 @@ def calibrate(
     _check_labels(attacked_labels, n_a, k, "attacked_labels")
     if n_c == 0 or n_a == 0:
         raise InputError("the calibration set is empty; pass logits of at least a few hundred images")
-    if not isinstance(beta, int | float) or not 0.0 <= beta <= 1.0:
-        raise InputError(f"beta must lie in [0, 1], got {beta}")
-    if objective not in ("standard", "relaxed"):
-        raise InputError(f"objective must be 'standard' or 'relaxed', got {objective!r}")
+    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid)
     grid = Grid() if grid is None else grid
-    if not isinstance(grid, Grid):
-        raise InputError(f"grid must be a mixzoo.calibrate.Grid, got {type(grid).__name__}")
-    if not isinstance(clamp, str):
-        raise InputError(f"clamp must be a clamp name (it is recorded in the card), got {type(clamp).__name__}")
-    get_clamp(clamp)  # unknown names fail here with suggestions
     if top_k is not None and (top_k < 2 or top_k > k):
         raise InputError(f"top_k must lie in [2, {k}] (number of classes), got {top_k}")
 

@@ -254,11 +254,10 @@ def mix(
     With no names, the built-in Fashion-MNIST pair is used. The RBC's clean logits and its MMAA margins are cached,
     so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds.
     """
-    from mixzoo.calibrate import calibrate
+    from mixzoo.calibrate import calibrate, check_settings
     from mixzoo.data import load_dataset
 
-    if not 0.0 <= beta <= 1.0:
-        raise InputError(f"beta must lie in [0, 1], got {beta}")
+    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid)
     if n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {n_calib}")
     check_device(device)

@@ -422,6 +422,10 @@ def transfer_params_by_name(
         raise InputError(f"card path {out} must end in .toml or .json")
     if n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {n_calib}")
+    if queries < 1:
+        raise InputError(f"queries must be at least 1, got {queries}")
+    if beta is not None and not 0.0 <= beta <= 1.0:
+        raise InputError(f"beta must lie in [0, 1], got {beta}")
     card = MixCard.load(card_path) if card_path is not None else None
     if card is None and method != "guess":
         raise InputError(f"method {method!r} needs the surrogate's mix card; pass --from CARD")

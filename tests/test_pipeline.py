@@ -84,6 +84,27 @@ def test_mix_bad_input(tmp_path):
     assert not (tmp_path / "c.toml").exists()
 
 
+@pytest.mark.parametrize("bad", [{"clamp": "gleu"}, {"optimizer": "gird"}, {"objective": "loose"}])
+def test_bad_calibration_settings_fail_before_the_attack(tmp_path, bad):
+    """A misspelt clamp, optimizer or objective is reported before MMAA runs: nothing cached, no card."""
+    with pytest.raises((InputError, UnknownNameError), match=next(iter(bad.values()))):
+        mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path / "cache", **{**FAST, **bad})
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "c.toml").exists()
+
+
+def test_bench_unknown_attack_fails_before_calibrating(tmp_path):
+    from mixzoo.bench import bench
+
+    with pytest.raises(UnknownNameError, match="did you mean 'autoattack'"):
+        bench(None, abc="digits-std", rbc="digits-pgd", attack="autoatack", n=10, out=tmp_path / "b",
+              cache_dir=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "b").exists()
+    with pytest.raises(InputError, match="--curve-n must be positive"):
+        bench(None, abc="digits-std", rbc="digits-pgd", n=10, curve_n=0, out=tmp_path / "b",
+              cache_dir=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "b").exists()
+
+
 def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     from mixzoo.bench import bench
 

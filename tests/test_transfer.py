@@ -258,6 +258,12 @@ def test_by_name_errors(zoo_card, tmp_path):
     with pytest.raises(QueryBudgetExceeded):
         transfer_params_by_name(path, "digits-pgd", n_calib=20, method="square", queries=100, query_budget=50,
                                 cache_dir=cache, progress=False)
+    # settings that would fail after the surrogate's MMAA fail before it: nothing new in a fresh cache
+    for bad, match in (({"queries": 0}, "queries must be at least 1"), ({"beta": 1.5}, "beta must lie")):
+        with pytest.raises(InputError, match=match):
+            transfer_params_by_name(path, "digits-pgd", n_calib=20, cache_dir=tmp_path / "fresh", progress=False,
+                                    **bad)
+        assert not (tmp_path / "fresh").exists()
 
 
 def test_cli_transfer_params_budget_and_weak_square(zoo_card, tmp_path, monkeypatch):
