@@ -5,8 +5,9 @@ the (1 - beta)-quantiles (beta = 0.985, 0.95) of LN-margins of PGD-attacked exam
 share of clean mistakes below those quantiles (see :func:`mixzoo.train.evaluate_model`). Results go to a JSON
 lines file; ``benchmarks/rbc_candidates.md`` holds the recorded table.
 
-With an accurate candidate in the run (``std`` by default, ``--abc``), each robust candidate also gets a
-*MixedNUTS proxy*: a small grid search over the RBC transform M(s, p, c) with the GELU clamp (paper Eq. 4) on
+With an accurate model (``--abc``: a candidate trained in the same run, ``std`` by default, or a shipped model
+such as ``fmnist-std``), each robust candidate also gets a *MixedNUTS proxy*: a small grid search over the RBC
+transform M(s, p, c) with the GELU clamp (paper Eq. 4) on
 the PGD-20 (not MMAA) evaluation logits, in-sample, choosing the threshold as the (1 - beta)-quantile of the
 transformed margins of attacked-correct examples (so about (1 - beta) x robust accuracy is given up) and
 reporting the best estimated relative cut of the RBC's clean error by the mixture (fixed RBC mistakes where the
