@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -318,6 +318,19 @@ class CalibrationProblem:
                             n_evaluated=ev.counts.numel() if n_evaluated is None else n_evaluated,
                             method=method, notes=list(notes or []))
 
+    def exact(self, result: SearchResult) -> SearchResult:
+        """``result`` with q, alpha and the objective recomputed in float64 at its (s, p, c).
+
+        The search may run in float32 (fast); the card's alpha must still make the constraint of Eq. 7 active when
+        the margins are computed exactly, or a float32 rounding of the quantile could leave one attacked example
+        below the threshold (and a robust accuracy below what beta promises)."""
+        if self.dtype == torch.float64:
+            return result
+        point = replace(self, dtype=torch.float64, progress=False, reference=None, max_argmax_change=None)
+        ev = point.evaluate([result.s], [result.p], [result.c])
+        q = float(ev.q[0, 0, 0])
+        return replace(result, q=q, alpha=1.0 / (1.0 + q), objective=float(ev.objectives[0, 0, 0]))
+
 
 def _top_first(z: torch.Tensor, head: int = 8) -> torch.Tensor:
     """Permute each row so its ``head`` largest values come first, in descending order (the rest keep their order).
@@ -495,11 +508,13 @@ def calibrate(
                              " is undefined; use objective='standard' or more images")
 
     common = dict(beta=float(beta), clean_weights=weights, chunk_size=chunk_size, dtype=dtype)
-    aux_problem = CalibrationProblem(clean_ln[clean_wrong], attacked_ln[attacked_right], clamp="linear", **common)
+    one_point = {**common, "dtype": torch.float64}  # a single (s, p, c): exact arithmetic costs nothing
+    aux_problem = CalibrationProblem(clean_ln[clean_wrong], attacked_ln[attacked_right], clamp="linear", **one_point)
     alpha_d = float(aux_problem.evaluate([1.0], [1.0], [0.0]).alphas[0, 0, 0])
     if linear:
         raw = CalibrationProblem(clean_logits.detach().to(torch.float64)[clean_wrong],
-                                 attacked_logits.detach().to(torch.float64)[attacked_right], clamp="linear", **common)
+                                 attacked_logits.detach().to(torch.float64)[attacked_right], clamp="linear",
+                                 **one_point)
         result = raw.result(raw.evaluate([1.0], [1.0], [0.0]), method="linear")
         optimizer_name = "linear"
     else:
@@ -513,6 +528,7 @@ def calibrate(
 
             raise PluginError(f"calibration optimizer {optimizer!r} returned {type(result).__name__}, expected"
                               " mixzoo.calibrate.SearchResult")
+        result = problem.exact(result)
         optimizer_name = optimizer
 
     notes = list(result.notes)
