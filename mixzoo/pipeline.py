@@ -71,6 +71,10 @@ def check_device(device: str | torch.device) -> torch.device:
         raise InputError(f"--device {device!r} is not a torch device; use cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise InputError(f"--device {device}: this machine has no usable CUDA device; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise InputError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1};"
+                         " use --device cuda or one of those")
     return dev
 
 

@@ -35,6 +35,25 @@ def test_bad_device_is_a_one_line_error(tmp_path):
     assert not (tmp_path / "c.toml").exists()
 
 
+def test_cuda_index_past_the_last_device_is_a_one_line_error(tmp_path, monkeypatch):
+    """Where CUDA is usable, cuda:N with N >= the device count must fail up front, not inside the first kernel."""
+    from mixzoo.errors import InputError
+    from mixzoo.pipeline import check_device
+
+    if not torch.cuda.is_available():  # the check after "is CUDA usable" is what this test is for
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    count = torch.cuda.device_count()
+    assert check_device(f"cuda:{count - 1}") == torch.device(f"cuda:{count - 1}")
+    assert check_device("cuda") == torch.device("cuda")
+    with pytest.raises(InputError, match=f"has {count} CUDA device\\(s\\), cuda:0 to cuda:{count - 1}"):
+        check_device(f"cuda:{count}")
+    with pytest.raises(InputError, match="no usable CUDA|CUDA device"):
+        mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path, device=f"cuda:{count + 3}",
+            **FAST)
+    assert not (tmp_path / "c.toml").exists()
+
+
 @cuda
 def test_logits_follow_the_model_not_the_device_argument(tmp_path):
     from mixzoo.cache import Cache
