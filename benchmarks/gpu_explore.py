@@ -1,7 +1,7 @@
 """Explore RBC candidates for the built-in Fashion-MNIST pair on a GPU (paper App. D.6: choose the RBC by robust
 accuracy *with margin*), then calibrate and bench MixedNUTS for each.
 
-    python benchmarks/gpu_explore.py --out DIR [--candidates a,b,c] [--attack apgd] [--n 1000]
+    python benchmarks/gpu_explore.py --out DIR [--candidates a,b,c] [--attack apgd] [--n 1000] [--save-weights DIR]
 
 For each candidate recipe (the shipped zoo recipes and variants of them) this trains on the GPU, calibrates with
 ``mixzoo.pipeline.mix`` (MMAA on 1,000 calibration images, beta 0.985) and evaluates ABC / RBC / linear / MixedNUTS
@@ -17,6 +17,7 @@ import json
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -37,6 +38,16 @@ VARIANTS = {
         name="trades-bn-12ep", arch_kwargs={"widths": (32, 64, 128), "hidden": 256, "convs_per_stage": 2,
                                             "batch_norm": True}, epochs=12),
 }
+# Capacity (session 6): is the small-margin problem of rbc_candidates.md a matter of RBC size? "l" is the ABC's
+# architecture (0.58M parameters, ~7x the FLOPs of the shipped RBC), "xl" doubles its widths (2.3M, ~28x).
+_L = {"widths": (32, 64, 128), "hidden": 256, "convs_per_stage": 2, "batch_norm": True}
+_XL = {"widths": (64, 128, 256), "hidden": 512, "convs_per_stage": 2, "batch_norm": True}
+for _method, _base in (("pgd", RECIPES["fmnist-pgd"]), ("trades", RECIPES["fmnist-trades"])):
+    for _size, _arch in (("l", _L), ("xl", _XL)):
+        _name = f"{_method}-{_size}10"
+        VARIANTS[_name] = _base.replace(name=_name, arch_kwargs=_arch, epochs=10)
+VARIANTS["pgd-l10-aug-ema"] = RECIPES["fmnist-pgd"].replace(name="pgd-l10-aug-ema", arch_kwargs=_L, epochs=10,
+                                                            augment=True, ema=0.999)
 
 
 def as_classifier(recipe, state, role: str) -> BaseClassifier:
@@ -49,6 +60,20 @@ def as_classifier(recipe, state, role: str) -> BaseClassifier:
     return freeze(BaseClassifier(net, spec_from_dict(recipe.name, raw)))
 
 
+def _load_trained(path: Path) -> SimpleNamespace:
+    """A state dict written by ``--save-weights`` (or a shipped zoo file) with the recipe from its metadata."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from mixzoo.train import Recipe
+
+    with safe_open(str(path), "pt") as fh:
+        raw = json.loads(fh.metadata()["mixzoo_recipe"])
+    raw["arch_kwargs"] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw["arch_kwargs"].items()}
+    raw["mean"], raw["std"] = tuple(raw["mean"]), tuple(raw["std"])
+    return SimpleNamespace(recipe=Recipe(**raw), state_dict=load_file(str(path)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -59,6 +84,9 @@ def main() -> None:
     ap.add_argument("--n-calib", type=int, default=1000)
     ap.add_argument("--cache-dir", default=None, help="default: OUT/cache")
     ap.add_argument("--smoke", action="store_true", help="a few training steps, to check the script runs")
+    ap.add_argument("--abc", help="a registered accurate model (e.g. fmnist-std); default: train fmnist-std here")
+    ap.add_argument("--weights", metavar="DIR", help="evaluate DIR/NAME.safetensors (from --save-weights) if present")
+    ap.add_argument("--save-weights", metavar="DIR", help="also write each trained RBC as DIR/NAME.safetensors")
     args = ap.parse_args()
     from mixzoo.bench import bench
     from mixzoo.pipeline import mix
@@ -72,15 +100,32 @@ def main() -> None:
     if args.smoke:
         for key, r in VARIANTS.items():
             VARIANTS[key] = r.replace(epochs=0.01)
-    std = train_model(VARIANTS["fmnist-std"], save=False, evaluate=False, progress=False, device=device)
-    abc = as_classifier(std.recipe, std.state_dict, "accurate").to(device)
+    if args.abc:
+        from mixzoo.models import load_model
+
+        abc = load_model(args.abc).to(device)
+    else:
+        std = train_model(VARIANTS["fmnist-std"], save=False, evaluate=False, progress=False, device=device)
+        abc = as_classifier(std.recipe, std.state_dict, "accurate").to(device)
     results["abc_train_seconds"] = time.perf_counter() - t
     for name in args.candidates.split(","):
         rec: dict = {}
         try:
             t = time.perf_counter()
-            res = train_model(VARIANTS[name], save=False, evaluate=False, progress=False, device=device)
-            rec["train_seconds"] = time.perf_counter() - t
+            trained = Path(args.weights or "") / f"{name}.safetensors"
+            if args.weights and trained.exists():  # trained by an earlier run: evaluate only
+                res = _load_trained(trained)
+                rec["weights"] = str(trained)
+            else:
+                res = train_model(VARIANTS[name], save=False, evaluate=False, progress=False, device=device)
+                rec["train_seconds"] = time.perf_counter() - t
+            if args.save_weights:
+                from safetensors.torch import save_file
+
+                Path(args.save_weights).mkdir(parents=True, exist_ok=True)
+                save_file({k: v.contiguous().cpu() for k, v in res.state_dict.items()},
+                          str(Path(args.save_weights) / res.recipe.file),
+                          metadata={"mixzoo_recipe": json.dumps(res.recipe.to_dict(), sort_keys=True)})
             rbc = as_classifier(res.recipe, res.state_dict, "robust").to(device)
             for beta in (float(b) for b in args.betas.split(",")):
                 m = mix(abc, rbc, beta=beta, n_calib=args.n_calib, device=device, cache_dir=cache_dir,
