@@ -23,7 +23,7 @@ import torch
 
 from mixzoo.models import BaseClassifier, freeze
 from mixzoo.registry import spec_from_dict
-from mixzoo.train import RECIPES, build_network, train_model
+from mixzoo.train import RECIPES, build_network, save_weights, train_model
 
 VARIANTS = {
     "fmnist-std": RECIPES["fmnist-std"],
@@ -120,12 +120,7 @@ def main() -> None:
                 res = train_model(VARIANTS[name], save=False, evaluate=False, progress=False, device=device)
                 rec["train_seconds"] = time.perf_counter() - t
             if args.save_weights:
-                from safetensors.torch import save_file
-
-                Path(args.save_weights).mkdir(parents=True, exist_ok=True)
-                save_file({k: v.contiguous().cpu() for k, v in res.state_dict.items()},
-                          str(Path(args.save_weights) / res.recipe.file),
-                          metadata={"mixzoo_recipe": json.dumps(res.recipe.to_dict(), sort_keys=True)})
+                save_weights({k: v.cpu() for k, v in res.state_dict.items()}, Path(args.save_weights), res.recipe)
             rbc = as_classifier(res.recipe, res.state_dict, "robust").to(device)
             for beta in (float(b) for b in args.betas.split(",")):
                 m = mix(abc, rbc, beta=beta, n_calib=args.n_calib, device=device, cache_dir=cache_dir,

@@ -25,6 +25,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,8 @@ from mixzoo.train import RECIPES, Recipe
 _PGD, _TRADES, _STD = RECIPES["fmnist-pgd"], RECIPES["fmnist-trades"], RECIPES["fmnist-std"]
 _WIDE = {"widths": (48, 96), "hidden": 256}
 _BN = {"widths": (32, 64), "hidden": 128, "batch_norm": True}
+_L = {"widths": (32, 64, 128), "hidden": 256, "convs_per_stage": 2, "batch_norm": True}
+_XL = {"widths": (64, 128, 256), "hidden": 512, "convs_per_stage": 2, "batch_norm": True}
 
 CANDIDATES: dict[str, Recipe] = {
     "pgd-s3": _PGD.replace(epochs=3),
@@ -63,6 +66,11 @@ CANDIDATES: dict[str, Recipe] = {
     "pgd-s6-aug-ema": _PGD.replace(augment=True, ema=0.999),
     "trades-s6-aug-ema": _TRADES.replace(augment=True, ema=0.999),
     "pgd-s12-aug-ema": _PGD.replace(augment=True, ema=0.999, epochs=12),
+    # capacity: "l" is the ABC's architecture (0.58M parameters), "xl" doubles its widths (2.3M)
+    "pgd-l10": _PGD.replace(epochs=10, arch_kwargs=_L),
+    "trades-l10": _TRADES.replace(epochs=10, arch_kwargs=_L),
+    "pgd-xl10": _PGD.replace(epochs=10, arch_kwargs=_XL),
+    "trades-xl10": _TRADES.replace(epochs=10, arch_kwargs=_XL),
     "std": _STD,
     "std-15": _STD.replace(epochs=15),
     "std-sgd": _STD.replace(optimizer="sgd", lr=0.05),
@@ -105,10 +113,10 @@ def mixednuts_proxy(abc_clean: torch.Tensor, rbc_clean: torch.Tensor, rbc_adv: t
     return best
 
 
-def run_one(name: str, device: str) -> dict:
+def run_one(name: str, device: str, save_dir: str | None = None) -> dict:
     import torch
 
-    from mixzoo.train import train_model
+    from mixzoo.train import save_weights, train_model
 
     torch.set_num_threads(int(os.environ.get("THREADS", "2")))
     from mixzoo.plugins import datasets, register_plugin
@@ -120,6 +128,8 @@ def run_one(name: str, device: str) -> dict:
     recipe = CANDIDATES[name].replace(name=f"cand-{name}")
     t0 = time.perf_counter()
     res = train_model(recipe, save=False, progress=False, device=device)
+    if save_dir:  # e.g. to calibrate and bench the candidate with mixzoo later (benchmarks/gpu_explore.py --weights)
+        save_weights({k: v.cpu() for k, v in res.state_dict.items()}, Path(save_dir), recipe)
     params = sum(v.numel() for k, v in res.state_dict.items() if "running" not in k and "num_batches" not in k)
     return {"logits": res.logits, "candidate": name, "device": device, "train_seconds": round(res.seconds, 1),
             "total_seconds": round(time.perf_counter() - t0, 1), "params": params,
@@ -189,6 +199,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--abc", default="std")
+    ap.add_argument("--save-weights", metavar="DIR", help="also write each trained model as DIR/cand-NAME.safetensors")
     ap.add_argument("--markdown", metavar="JSONL", help="print the Markdown table of a results file and exit")
     args = ap.parse_args()
     if args.markdown:
@@ -198,7 +209,7 @@ def main() -> None:
     abc = None if args.abc in CANDIDATES else shipped_clean_logits(args.abc)  # else: trained in this run
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
     with open(args.out, "a") as fh, ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
-        futures = {pool.submit(run_one, n, args.device): n for n in args.names}
+        futures = {pool.submit(run_one, n, args.device, args.save_weights): n for n in args.names}
         for fut in as_completed(futures):
             row = fut.result()
             logits[row["candidate"]] = row.pop("logits")
