@@ -71,6 +71,8 @@ CANDIDATES: dict[str, Recipe] = {
     "trades-l10": _TRADES.replace(epochs=10, arch_kwargs=_L),
     "pgd-xl10": _PGD.replace(epochs=10, arch_kwargs=_XL),
     "trades-xl10": _TRADES.replace(epochs=10, arch_kwargs=_XL),
+    # MART (Wang et al. 2020): boosted CE on PGD examples + KL consistency weighted by clean misclassification
+    "mart-s6": _PGD.replace(method="mart", trades_beta=6.0),
     "std": _STD,
     "std-15": _STD.replace(epochs=15),
     "std-sgd": _STD.replace(optimizer="sgd", lr=0.05),
@@ -164,6 +166,7 @@ def markdown(path: str) -> str:
         arch = "-".join(map(str, k["widths"])) + f"/{k['hidden']}" + ("+bn" if k.get("batch_norm") else "")
         arch += "x2" if k.get("convs_per_stage", 1) == 2 else ""
         extra = [f"beta {rc['trades_beta']:g}"] if rc["method"] == "trades" else []
+        extra += [f"lambda {rc['trades_beta']:g}"] if rc["method"] == "mart" else []
         extra += [f"train eps {rc['train_eps']:g}"] if rc.get("train_eps") else []
         extra += [f"K={rc['attack_steps']}"] if rc["method"] != "standard" and rc["attack_steps"] != 7 else []
         extra += [f"lr {rc['lr']:g}"] if rc["lr"] != 1e-3 else []

@@ -39,7 +39,7 @@ from mixzoo.errors import InputError, UnknownNameError
 from mixzoo.models import Normalize
 from mixzoo.progress import progress_bar
 
-METHODS: tuple[str, ...] = ("standard", "pgd", "trades")
+METHODS: tuple[str, ...] = ("standard", "pgd", "trades", "mart")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Recipe:
     eps: float = 0.1
     attack_steps: int = 7
     eps_warmup: float = 0.0
-    trades_beta: float = 6.0
+    trades_beta: float = 6.0  # the regulariser's weight: beta of TRADES, lambda of MART
     train_eps: float | None = None
     seed: int = 0
     train_n: int | None = None
@@ -280,7 +280,7 @@ def default_weights_dir() -> Path:
 
 def _step(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tensor, eps: float,
           gen: torch.Generator) -> torch.Tensor:
-    """One training loss: standard CE, CE on PGD examples (Madry et al.), or the TRADES objective."""
+    """One training loss: standard CE, CE on PGD examples (Madry et al.), the TRADES objective, or MART."""
     if recipe.method == "standard" or eps <= 0:
         return F.cross_entropy(model(x), y)
     model.eval()  # attacks see running statistics, as in the TRADES reference code
@@ -288,11 +288,27 @@ def _step(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tensor, ep
         x_adv = pgd(model, x, y, eps=eps, steps=recipe.attack_steps, generator=gen)
         model.train()
         return F.cross_entropy(model(x_adv), y)
+    if recipe.method == "mart":
+        x_adv = pgd(model, x, y, eps=eps, steps=recipe.attack_steps, generator=gen)
+        model.train()
+        return mart_loss(model(x), model(x_adv), y, recipe.trades_beta)
     x_adv = trades_adversary(model, x, eps, recipe.attack_steps, gen)
     model.train()
     logits, logits_adv = model(x), model(x_adv)
     kl = F.kl_div(F.log_softmax(logits_adv, dim=1), F.softmax(logits, dim=1), reduction="batchmean")
     return F.cross_entropy(logits, y) + recipe.trades_beta * kl
+
+
+def mart_loss(logits: torch.Tensor, logits_adv: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
+    """MART (Wang et al., ICLR 2020, Eq. 7): a boosted CE on the PGD example, ``-log p_y(x') - log(1 - max_{k!=y}
+    p_k(x'))``, plus ``lam * KL(p(x) || p(x')) * (1 - p_y(x))``, which weighs the clean-adversarial consistency
+    term by how *mis*classified the clean example is."""
+    p_adv = F.softmax(logits_adv, dim=1)
+    top_other = p_adv.scatter(1, y[:, None], 0.0).amax(dim=1)
+    bce = F.cross_entropy(logits_adv, y) - torch.log1p(-top_other.clamp(max=1 - 1e-6)).mean()
+    p = F.softmax(logits, dim=1)
+    kl = (p * (F.log_softmax(logits, dim=1) - F.log_softmax(logits_adv, dim=1))).sum(dim=1)
+    return bce + lam * (kl * (1.0 - p.gather(1, y[:, None]).squeeze(1))).mean()
 
 
 def _weight_average(model: nn.Module, decay: float) -> AveragedModel | None:

@@ -7,6 +7,7 @@ import tomllib
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import mixzoo
 from mixzoo.data import load_dataset
@@ -18,6 +19,7 @@ from mixzoo.train import (
     _ln_margin,
     augment_batch,
     evaluate_model,
+    mart_loss,
     registry_entry,
     trades_adversary,
     train_model,
@@ -94,7 +96,7 @@ def test_other_source_kinds_are_left_to_other_plugins():
     assert zoo.mixzoo_load_model(spec=spec, device="cpu", allow_unsafe=False) is None
 
 
-@pytest.mark.parametrize("method", ["standard", "pgd", "trades"])
+@pytest.mark.parametrize("method", ["standard", "pgd", "trades", "mart"])
 def test_training_is_deterministic(method, tmp_path):
     a = train_model(_tiny(method), tmp_path / "a", evaluate=False, progress=False)
     b = train_model(_tiny(method), tmp_path / "b", evaluate=False, progress=False)
@@ -201,3 +203,25 @@ def test_weight_average_is_an_ema_of_the_trained_weights():
         assert torch.isfinite(avg.state_dict[k]).all() and not torch.equal(avg.state_dict[k], v)
     with pytest.raises(mixzoo.errors.InputError, match="ema is a decay"):
         _tiny("pgd", ema=1.0)
+
+
+def test_mart_loss_matches_the_reference_code():
+    """Against the loss as written in the MART authors' code (Wang et al. 2020; argsort for the best wrong class,
+    their 1e-12 / 1.0001 guards), on random logits."""
+    g = torch.Generator().manual_seed(0)
+    logits, logits_adv = torch.randn(64, 10, generator=g) * 3, torch.randn(64, 10, generator=g) * 3
+    y = torch.randint(0, 10, (64,), generator=g)
+    adv_probs = torch.softmax(logits_adv, dim=1)
+    tmp1 = torch.argsort(adv_probs, dim=1)[:, -2:]
+    new_y = torch.where(tmp1[:, -1] == y, tmp1[:, -2], tmp1[:, -1])
+    loss_adv = F.cross_entropy(logits_adv, y) + F.nll_loss(torch.log(1.0001 - adv_probs + 1e-12), new_y)
+    nat_probs = torch.softmax(logits, dim=1)
+    true_probs = nat_probs.gather(1, y[:, None]).squeeze(1)
+    kl = F.kl_div(torch.log(adv_probs + 1e-12), nat_probs, reduction="none").sum(1)
+    reference = loss_adv + 6.0 * (kl * (1.0000001 - true_probs)).mean()
+    assert float(mart_loss(logits, logits_adv, y, 6.0)) == pytest.approx(float(reference), rel=1e-3)
+    # a clean example classified with certainty contributes no consistency term
+    sure = torch.full((1, 10), -50.0)
+    sure[0, 3] = 50.0
+    assert float(mart_loss(sure, logits_adv[:1], torch.tensor([3]), 6.0)) == pytest.approx(
+        float(mart_loss(sure, logits_adv[:1], torch.tensor([3]), 0.0)), abs=1e-6)
