@@ -20,6 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from rbc_candidates import _L, CANDIDATES  # same folder (scripts run from benchmarks/ on sys.path)
 
 from mixzoo.models import BaseClassifier, freeze
 from mixzoo.registry import spec_from_dict
@@ -38,14 +39,10 @@ VARIANTS = {
         name="trades-bn-12ep", arch_kwargs={"widths": (32, 64, 128), "hidden": 256, "convs_per_stage": 2,
                                             "batch_norm": True}, epochs=12),
 }
-# Capacity (session 6): is the small-margin problem of rbc_candidates.md a matter of RBC size? "l" is the ABC's
-# architecture (0.58M parameters, ~7x the FLOPs of the shipped RBC), "xl" doubles its widths (2.3M, ~28x).
-_L = {"widths": (32, 64, 128), "hidden": 256, "convs_per_stage": 2, "batch_norm": True}
-_XL = {"widths": (64, 128, 256), "hidden": 512, "convs_per_stage": 2, "batch_norm": True}
-for _method, _base in (("pgd", RECIPES["fmnist-pgd"]), ("trades", RECIPES["fmnist-trades"])):
-    for _size, _arch in (("l", _L), ("xl", _XL)):
-        _name = f"{_method}-{_size}10"
-        VARIANTS[_name] = _base.replace(name=_name, arch_kwargs=_arch, epochs=10)
+# Capacity (session 6): is the small-margin problem of rbc_candidates.md a matter of RBC size? The recipes are
+# rbc_candidates.py's ("l": the ABC's architecture, 0.58M parameters; "xl": its widths doubled, 2.3M).
+for _name in ("pgd-l10", "trades-l10", "pgd-xl10", "trades-xl10"):
+    VARIANTS[_name] = CANDIDATES[_name].replace(name=_name)
 VARIANTS["pgd-l10-aug-ema"] = RECIPES["fmnist-pgd"].replace(name="pgd-l10-aug-ema", arch_kwargs=_L, epochs=10,
                                                             augment=True, ema=0.999)
 
