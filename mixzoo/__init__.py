@@ -11,10 +11,11 @@ from mixzoo.card import MixCard
 from mixzoo.errors import InputError, MixzooError, UnknownNameError
 from mixzoo.mixing import MixedClassifier
 from mixzoo.models import BaseClassifier, load_model
+from mixzoo.pipeline import load_mixed
 from mixzoo.plugins import get_plugin_manager, hookimpl
 from mixzoo.registry import ModelSpec, get_spec, list_models
 
 __all__ = [
     "BaseClassifier", "InputError", "MixCard", "MixedClassifier", "MixzooError", "ModelSpec", "UnknownNameError",
-    "__version__", "calibrate", "get_plugin_manager", "get_spec", "hookimpl", "list_models", "load_model",
+    "__version__", "calibrate", "get_plugin_manager", "get_spec", "hookimpl", "list_models", "load_mixed", "load_model",
 ]

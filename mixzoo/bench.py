@@ -20,15 +20,7 @@ from torch import nn
 
 from mixzoo.cache import Cache, atomic_write_text, content_key
 from mixzoo.errors import InputError
-from mixzoo.pipeline import (
-    DEFAULT_ABC,
-    DEFAULT_RBC,
-    _default_attack_setting,
-    check_device,
-    model_device,
-    model_hash,
-    resolve_model,
-)
+from mixzoo.pipeline import _default_attack_setting, card_models, check_device, model_device, model_hash
 from mixzoo.progress import console, progress_bar
 
 BENCH_CODE_VERSION = "bench-2"  # 2: warnings merged across batches with their counts
@@ -66,6 +58,7 @@ class Report:
     calibration: dict[str, Any] | None = None
     out: Path | None = None
     files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def row(self, kind: str) -> ModelResult:
         return next(m for m in self.models if m.kind == kind)
@@ -80,6 +73,7 @@ class Report:
             "settings": self.settings,
             "curve": self.curve,
             "calibration": self.calibration,
+            "notes": self.notes,
         }
 
 
@@ -283,7 +277,7 @@ def bench(
     curve_options = {"n_iter": 25, "n_target_classes": 3} if curve_options is None else curve_options
     match_options = {"n_iter": 25, "n_target_classes": 3} if match_options is None else match_options
     from mixzoo.card import MixCard
-    from mixzoo.data import load_dataset
+    from mixzoo.data import load_dataset, shortfall_note
     from mixzoo.mixing import MixedClassifier
     from mixzoo.pipeline import mix
     from mixzoo.plugins import lookup
@@ -303,8 +297,7 @@ def bench(
         card = res.card
     elif not isinstance(card, MixCard):
         card = MixCard.load(card)
-    abc_m = resolve_model(abc if abc is not None else (card.abc.get("name") or DEFAULT_ABC), device, allow_unsafe)
-    rbc_m = resolve_model(rbc if rbc is not None else (card.rbc.get("name") or DEFAULT_RBC), device, allow_unsafe)
+    abc_m, rbc_m = card_models(card, abc, rbc, device=device, allow_unsafe=allow_unsafe)
     mixed = MixedClassifier.from_card(card, abc_m, rbc_m)
     if eps is None and card.attack:
         eps = card.attack.get("eps")
@@ -354,6 +347,8 @@ def bench(
                   "device": device,
                   "seconds": None},
     )
+    if (note := shortfall_note(data, n, "--n")) is not None:
+        report.notes.append(note)
     if curve:
         from mixzoo.report import tradeoff_curve
 
@@ -365,7 +360,7 @@ def bench(
     if out is not None:
         from mixzoo.report import write_report
 
-        write_report(report, Path(out), plots=plots, cache=cache, data_dir=data_dir, device=device)
+        write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=data_dir, device=device)
     return report
 
 
@@ -390,3 +385,5 @@ def print_report(report: Report) -> None:
     for m in report.models:
         for w in m.warnings:
             console.print(f"[yellow]warning ({m.name}): {w}")
+    for note in report.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)

@@ -93,3 +93,12 @@ def load_dataset(name: str, split: str, n: int | None = None, root: str | None =
         raise InputError(f"n must be a non-negative integer or None, got {n!r}")
     dataset = factory(split, n, root, **options)
     return dataset.subset(n)
+
+
+def shortfall_note(data: ImageDataset, requested: int | None, option: str) -> str | None:
+    """A one-line note when ``requested`` examples were asked for (with ``option``) but the split holds fewer, so
+    a user who asked for 100,000 calibration images learns that every image of the split was used instead."""
+    if requested is None or len(data) >= requested:
+        return None
+    return (f"{option} {requested} asked for more images than the {data.name} {data.split} split holds;"
+            f" all {len(data)} were used")

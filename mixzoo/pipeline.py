@@ -63,6 +63,46 @@ def resolve_model(model: str | nn.Module, device: str, allow_unsafe: bool = Fals
     return load_model(model, device=device, allow_unsafe=allow_unsafe) if isinstance(model, str) else model
 
 
+def card_models(card: Any, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None, *,
+                device: str = "cpu", allow_unsafe: bool = False) -> tuple[nn.Module, nn.Module]:
+    """The ABC and RBC a mix card was calibrated for: ``abc`` / ``rbc`` when given (name or module), else loaded
+    by the names the card recorded. A card made by :func:`mixzoo.calibrate` from bare logits records no names,
+    and one made for unregistered modules records their class names: both need the models passed in."""
+    from mixzoo.errors import UnknownNameError
+
+    loaded = []
+    for role, given, recorded in (("abc", abc, card.abc), ("rbc", rbc, card.rbc)):
+        name = given if given is not None else (recorded or {}).get("name")
+        if name is None:
+            raise InputError(f"the mix card records no {role.upper()} name; pass {role}=<name or model>")
+        try:
+            loaded.append(resolve_model(name, device, allow_unsafe))
+        except UnknownNameError as exc:
+            if given is not None:
+                raise
+            raise InputError(f"the mix card's {role.upper()} {name!r} is not a registry name ({exc}); pass"
+                             f" {role}=<name or model>, or --{role} on the command line") from None
+    return loaded[0], loaded[1]
+
+
+def load_mixed(card: Any, *, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None,
+               device: str = "cpu", gradient: str = "exact", allow_unsafe: bool = False) -> Any:
+    """The deployable MixedNUTS classifier of a mix card (a :class:`~mixzoo.card.MixCard` or its file), with its
+    ABC and RBC loaded by the names the card recorded (see :func:`card_models`), on ``device``, in eval mode.
+
+    Returns a :class:`~mixzoo.mixing.MixedClassifier`: [0, 1] images in, log-probabilities out (paper Eq. 5).
+    Warns when a model's weights differ from those the card was calibrated for.
+    """
+    from mixzoo.card import MixCard
+    from mixzoo.mixing import MixedClassifier
+
+    check_device(device)
+    if not isinstance(card, MixCard):
+        card = MixCard.load(card)
+    abc_m, rbc_m = card_models(card, abc, rbc, device=device, allow_unsafe=allow_unsafe)
+    return MixedClassifier.from_card(card, abc_m, rbc_m, gradient=gradient).eval()
+
+
 def check_device(device: str | torch.device) -> torch.device:
     """``device`` as a torch device, or a one-line :class:`InputError` naming the fix (bad name, no CUDA here)."""
     try:
@@ -259,7 +299,7 @@ def mix(
     so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds.
     """
     from mixzoo.calibrate import calibrate, check_settings
-    from mixzoo.data import load_dataset
+    from mixzoo.data import load_dataset, shortfall_note
 
     check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid)
     if n_calib <= 0:
@@ -287,14 +327,15 @@ def mix(
         if abc_spec.dataset != rbc_spec.dataset and dataset is None:
             raise InputError(f"ABC {abc_spec.name!r} is for {abc_spec.dataset!r} but RBC {rbc_spec.name!r} is for"
                              f" {rbc_spec.dataset!r}; pass --dataset to choose the calibration data")
-    dataset = dataset or (rbc_spec.dataset if rbc_spec is not None else None)
+    known_spec = rbc_spec if rbc_spec is not None else abc_spec  # a plain-module RBC: the registered ABC tells
+    dataset = dataset or (known_spec.dataset if known_spec is not None else None)
     if dataset is None:
         raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
     eps, norm = _default_attack_setting(rbc_m, eps, norm)
     data = load_dataset(dataset, "calibration", n=n_calib, root=data_dir)
-    if rbc_spec is not None and tuple(data.images.shape[1:]) != tuple(rbc_spec.input_size):
+    if known_spec is not None and tuple(data.images.shape[1:]) != tuple(known_spec.input_size):
         raise InputError(f"dataset {dataset!r} gives images of shape {tuple(data.images.shape[1:])} but"
-                         f" {rbc_spec.name!r} expects {tuple(rbc_spec.input_size)}; choose a matching dataset")
+                         f" {known_spec.name!r} expects {tuple(known_spec.input_size)}; choose a matching dataset")
     cache = Cache(cache_dir, enabled=use_cache)
     t1 = time.perf_counter()
     cdata = calibration_data(abc_m if objective == "relaxed" else None, rbc_m, data, eps=eps, norm=norm,
@@ -317,6 +358,8 @@ def mix(
         attack_info=cdata.attack,
     )
     card.provenance.update({"seed": seed, "command": command or "mixzoo.mix()", "device": device})
+    if (note := shortfall_note(data, n_calib, "--n-calib")) is not None:
+        card.notes.append(note)
     t3 = time.perf_counter()
     path = None
     if out is not None:

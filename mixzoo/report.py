@@ -218,7 +218,8 @@ def markdown(report: Any) -> str:
         "# mixzoo bench report", "",
         f"Evaluation: **{d['name']}** `{d['split']}` split, n = {d['n']} (fingerprint `{d['fingerprint']}`); "
         f"calibration used the disjoint `calibration` split ({(d.get('calibration') or {}).get('n', '?')} images).",
-        f"Attack: `{st['attack']}`, {st['norm']}, eps = {st['eps']:.6g}, seed {st['seed']}.", "",
+        f"Attack: `{st['attack']}`, {st['norm']}, eps = {st['eps']:.6g}, seed {st['seed']}.",
+        *(f"Note: {note}." for note in getattr(report, "notes", [])), "",
         "| model | kind | alpha | clean % | robust % | attack seconds (device) |", "|---|---|---|---|---|---|",
     ]
     for m in report.models:
@@ -262,11 +263,10 @@ def markdown(report: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: Any, out: Path, *, plots: bool = True, cache: Cache | None = None,
+def write_report(report: Any, out: Path, *, rbc: nn.Module, plots: bool = True, cache: Cache | None = None,
                  data_dir: str | None = None, device: str = "cpu") -> list[Path]:
-    """Write report.json, report.md and the PNG plots into ``out`` (each file atomically)."""
-    from mixzoo.models import load_model
-
+    """Write report.json, report.md and the PNG plots into ``out`` (each file atomically). ``rbc`` is the RBC
+    the report evaluated (its cached calibration margins feed the Fig. 6 histograms)."""
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     if plots:
@@ -276,7 +276,6 @@ def write_report(report: Any, out: Path, *, plots: bool = True, cache: Cache | N
             plot_tradeoff(report, out / "tradeoff.png")
             written.append(out / "tradeoff.png")
         if cache is not None and report.card.attack:
-            rbc = load_model(report.card.rbc["name"], device=device)
             cal = calibration_data_for(report.card, rbc, cache=cache, data_dir=data_dir, device=device,
                                        progress=False)
             plot_margins(report.card, cal, out / "margins.png")

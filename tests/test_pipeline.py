@@ -260,3 +260,70 @@ def test_mixture_cache_keys_cover_every_parameter_that_changes_the_attacked_mode
     for change in ({"alpha_d": 0.95}, {"top_k": 3}, {"alpha": 0.91}, {"clamp": "linear"}, {"s": 2.5}):
         assert content_key(mixed_key_parts(replace(card, **change), abc, rbc, data)) != key, change
     assert content_key(mixed_key_parts(replace(card, beta=0.9), abc, rbc, data)) == key  # beta only chose them
+
+
+def test_asking_for_more_images_than_the_split_holds_says_so(tmp_path, shared_cache):
+    from mixzoo.bench import bench
+    from mixzoo.data import load_dataset, shortfall_note
+
+    calib = load_dataset("digits", "calibration", n=400)
+    assert len(calib) == 300
+    assert shortfall_note(calib, 300, "--n-calib") is None and shortfall_note(calib, None, "--n-calib") is None
+    assert shortfall_note(calib, 400, "--n-calib") == ("--n-calib 400 asked for more images than the digits"
+                                                       " calibration split holds; all 300 were used")
+
+    res = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache,
+              **{**FAST, "n_calib": 400})
+    card = MixCard.load(tmp_path / "card.toml")
+    assert card.data["n"] == 300 and any("all 300 were used" in note for note in card.notes)
+    assert res.card.notes == card.notes
+    report = bench(tmp_path / "card.toml", attack="apgd", n=10_000, out=tmp_path / "bench", cache_dir=shared_cache,
+                   attack_options={"n_iter": 2, "n_target_classes": 1}, curve=False, plots=False,
+                   match_n=50, match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=250, progress=False)
+    assert report.dataset["n"] == 497
+    assert report.notes == ["--n 10000 asked for more images than the digits evaluation split holds; all 497 were"
+                            " used"]
+    assert json.loads((tmp_path / "bench" / "report.json").read_text())["notes"] == report.notes
+    assert "all 497 were used" in (tmp_path / "bench" / "report.md").read_text()
+
+
+def test_load_mixed_builds_the_cards_classifier_from_the_recorded_names(tmp_path, shared_cache):
+    import mixzoo
+    from mixzoo.calibrate import calibrate
+    from mixzoo.data import load_dataset
+    from mixzoo.mixing import MixedClassifier
+    from mixzoo.models import load_model
+
+    mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
+    model = mixzoo.load_mixed(tmp_path / "card.toml")
+    card = MixCard.load(tmp_path / "card.toml")
+    assert isinstance(model, MixedClassifier) and not model.training
+    assert (model.s, model.p, model.c, model.alpha) == (card.s, card.p, card.c, card.alpha)
+    x = load_dataset("digits", "evaluation", n=50).images
+    reference = MixedClassifier.from_card(card, load_model("digits-std"), load_model("digits-pgd"))
+    torch.testing.assert_close(model(x), reference(x), rtol=0, atol=0)
+    # a given model replaces the recorded one; a card from bare logits names none
+    with pytest.warns(UserWarning, match="calibrated for 'digits-std'"):
+        assert mixzoo.load_mixed(card, abc="digits-pgd").abc.spec.name == "digits-pgd"
+    h = torch.randn(40, 10)
+    bare = calibrate(clean_logits=h, clean_labels=torch.arange(40) % 10, attacked_logits=h,
+                     attacked_labels=h.argmax(1), progress=False)
+    with pytest.raises(InputError, match="records no ABC name; pass abc="):
+        mixzoo.load_mixed(bare)
+
+
+def test_cards_for_unregistered_modules_need_the_modules_and_bench_uses_them(tmp_path, shared_cache):
+    import mixzoo
+    from mixzoo.bench import bench
+    from digits_models import train_digits_mlp
+
+    mlp, _, _ = train_digits_mlp()
+    mix("digits-std", mlp, eps=0.02, out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
+    with pytest.raises(InputError, match="RBC 'Sequential' is not a registry name.*pass rbc="):
+        mixzoo.load_mixed(tmp_path / "card.toml")
+    assert mixzoo.load_mixed(tmp_path / "card.toml", rbc=mlp).rbc is mlp
+    # the margin plot reads the calibration margins of the RBC bench evaluated, not one looked up by name
+    bench(tmp_path / "card.toml", rbc=mlp, attack="apgd", n=30, out=tmp_path / "bench", cache_dir=shared_cache,
+          attack_options={"n_iter": 2, "n_target_classes": 1}, curve=False, match_n=30,
+          match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=30, progress=False)
+    assert (tmp_path / "bench" / "margins.png").stat().st_size > 0
