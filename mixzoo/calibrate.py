@@ -98,6 +98,19 @@ class Grid:
     def size(self) -> int:
         return self.s_n * self.p_n * self.c_n
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any] | None) -> Grid | None:
+        """The grid a mix card's ``grid`` field (``s_values``, ``p_values``, ``c_values``) was searched on, or
+        None when the card records no grid values."""
+        try:
+            s, p, c = (list(record[f"{a}_values"]) for a in "spc")  # type: ignore[index]
+        except (KeyError, TypeError):
+            return None
+        if not (s and p and c):
+            return None
+        return cls(s_min=min(s), s_max=max(s), s_n=len(s), p_min=min(p), p_max=max(p), p_n=len(p), c_min=min(c),
+                   c_max=max(c), c_n=len(c))
+
 
 # ------------------------------------------------------------------------------------------------ results
 @dataclass

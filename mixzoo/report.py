@@ -21,17 +21,6 @@ DEFAULT_BETAS = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.995)
 DEFAULT_LINEAR_ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
 
 
-def _grid_from_card(card: Any):
-    from mixzoo.calibrate import Grid
-
-    g = card.grid or {}
-    if not g.get("s_values"):
-        return None
-    s, p, c = g["s_values"], g["p_values"], g["c_values"]
-    return Grid(s_min=min(s), s_max=max(s), s_n=len(s), p_min=min(p), p_max=max(p), p_n=len(p),
-                c_min=min(c), c_max=max(c), c_n=len(c))
-
-
 def calibration_data_for(card: Any, rbc: nn.Module, *, cache: Cache, data_dir: str | None, device: str,
                          progress: bool):
     """The cached calibration data behind a card (recomputed with the card's settings if the cache is cold)."""
@@ -68,7 +57,9 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     base = {"data": data.fingerprint, "abc": model_hash(abc), "rbc": model_hash(rbc), "curve_n": n}
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                   attack_options=attack_options, progress=progress)
-    grid = _grid_from_card(card)
+    from mixzoo.calibrate import Grid
+
+    grid = Grid.from_record(card.grid)
 
     def clean_acc(**kw: Any) -> float:
         lp = mix_log_probs(abc_logits, rbc_logits, **kw)

@@ -84,18 +84,11 @@ def _hash(model: Any) -> str | None:
 
 
 def _grid_from_card(card: MixCard | None) -> Any:
-    """The card's grid ranges as a :class:`mixzoo.calibrate.Grid` (default grid if it has fewer than 2 points)."""
+    """The card's grid as a :class:`mixzoo.calibrate.Grid` (the default grid if it has fewer than 2 points)."""
     from mixzoo.calibrate import Grid
 
-    g = card.grid if card is not None else {}
-    try:
-        s, p, c = (list(g[f"{a}_values"]) for a in "spc")
-    except (KeyError, TypeError):
-        return Grid()
-    if len(s) * len(p) * len(c) < 2:
-        return Grid()
-    return Grid(s_min=min(s), s_max=max(s), s_n=len(s), p_min=min(p), p_max=max(p), p_n=len(p), c_min=min(c),
-                c_max=max(c), c_n=len(c))
+    grid = Grid.from_record(card.grid if card is not None else None)
+    return grid if grid is not None and grid.size >= 2 else Grid()
 
 
 def _fixed_grid(s: float, p: float, c: float) -> Any:

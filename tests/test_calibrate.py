@@ -225,6 +225,12 @@ def test_refine_optimizer_is_no_worse_and_card_round_trips(tmp_path):
     loaded = MixCard.load(fine.save(tmp_path / "card.toml"))
     assert loaded.to_dict() == fine.to_dict()
     assert torch.tensor(loaded.grid["objectives"]).shape == (4, 4, 4)
+    # the grid a card was searched on comes back from its record (the trade-off curve and transfer re-search it)
+    again = Grid.from_record(coarse.grid)
+    assert (again.s_n, again.p_n, again.c_n) == (4, 4, 4)
+    for axis in "spc":
+        assert getattr(again, f"{axis}_values")().tolist() == pytest.approx(coarse.grid[f"{axis}_values"])
+    assert all(Grid.from_record(r) is None for r in (None, {}, {"s_values": []}))
 
 
 class FixedPointOptimizer:

@@ -313,9 +313,10 @@ def test_load_mixed_builds_the_cards_classifier_from_the_recorded_names(tmp_path
 
 
 def test_cards_for_unregistered_modules_need_the_modules_and_bench_uses_them(tmp_path, shared_cache):
+    from digits_models import train_digits_mlp
+
     import mixzoo
     from mixzoo.bench import bench
-    from digits_models import train_digits_mlp
 
     mlp, _, _ = train_digits_mlp()
     mix("digits-std", mlp, eps=0.02, out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
