@@ -278,7 +278,7 @@ def bench(
     match_options = {"n_iter": 25, "n_target_classes": 3} if match_options is None else match_options
     from mixzoo.card import MixCard
     from mixzoo.data import load_dataset, shortfall_note
-    from mixzoo.mixing import MixedClassifier
+    from mixzoo.mixing import MixedClassifier, weight_mismatches
     from mixzoo.pipeline import mix
     from mixzoo.plugins import lookup
 
@@ -299,6 +299,7 @@ def bench(
         card = MixCard.load(card)
     abc_m, rbc_m = card_models(card, abc, rbc, device=device, allow_unsafe=allow_unsafe)
     mixed = MixedClassifier.from_card(card, abc_m, rbc_m)
+    notes = weight_mismatches(card, abc_m, rbc_m)  # the report must say so, not only the terminal
     if eps is None and card.attack:
         eps = card.attack.get("eps")
     if norm is None and card.attack:
@@ -347,8 +348,7 @@ def bench(
                   "device": device,
                   "seconds": None},
     )
-    if (note := shortfall_note(data, n, "--n")) is not None:
-        report.notes.append(note)
+    report.notes = notes + [note for note in [shortfall_note(data, n, "--n")] if note is not None]
     if curve:
         from mixzoo.report import tradeoff_curve
 

@@ -91,6 +91,21 @@ def _model_hash(model: nn.Module) -> str:
     return h if isinstance(h, str) else weight_hash(model)
 
 
+def weight_mismatches(card: Any, abc: nn.Module | None, rbc: nn.Module | None) -> list[str]:
+    """One message per base model whose weight hash differs from the one the mix card recorded (its s, p, c and
+    alpha were calibrated for other weights)."""
+    messages = []
+    for role, model, recorded in (("ABC", abc, card.abc), ("RBC", rbc, card.rbc)):
+        expected = (recorded or {}).get("weight_hash")
+        if model is not None and expected:
+            actual = _model_hash(model)
+            if actual != expected:
+                messages.append(f"{_model_name(model, role)} has weight hash {actual} but the mix card was"
+                                f" calibrated for {recorded.get('name', '?')!r} with hash {expected}; re-run"
+                                " `mixzoo mix` for these weights")
+    return messages
+
+
 def _model_name(model: nn.Module | None, role: str) -> str:
     spec = getattr(model, "spec", None)
     return f"{role} {spec.name!r}" if spec is not None else f"{role} ({type(model).__name__})"
@@ -166,14 +181,8 @@ class MixedClassifier(nn.Module):
 
         if isinstance(card, str | Path):
             card = MixCard.load(card)
-        for role, model, recorded in (("ABC", abc, card.abc), ("RBC", rbc, card.rbc)):
-            expected = (recorded or {}).get("weight_hash")
-            if model is not None and expected:
-                actual = _model_hash(model)
-                if actual != expected:
-                    warnings.warn(f"{_model_name(model, role)} has weight hash {actual} but the mix card was"
-                                  f" calibrated for {recorded.get('name', '?')!r} with hash {expected};"
-                                  " re-run `mixzoo mix` for these weights", stacklevel=2)
+        for message in weight_mismatches(card, abc, rbc):
+            warnings.warn(message, stacklevel=2)
         return cls(abc, rbc, s=card.s, p=card.p, c=card.c, alpha=card.alpha, clamp=card.clamp,
                    temperature=card.temperature, top_k=card.top_k, gradient=gradient, alpha_d=card.alpha_d,
                    transform=card.transform)

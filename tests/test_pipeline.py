@@ -328,3 +328,16 @@ def test_cards_for_unregistered_modules_need_the_modules_and_bench_uses_them(tmp
           attack_options={"n_iter": 2, "n_target_classes": 1}, curve=False, match_n=30,
           match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=30, progress=False)
     assert (tmp_path / "bench" / "margins.png").stat().st_size > 0
+
+
+def test_bench_records_that_a_base_model_is_not_the_one_the_card_was_calibrated_for(tmp_path, shared_cache):
+    from mixzoo.bench import bench
+
+    mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
+    with pytest.warns(UserWarning, match="calibrated for 'digits-std'"):
+        report = bench(tmp_path / "card.toml", abc="digits-pgd", attack="apgd", n=30, out=tmp_path / "bench",
+                       cache_dir=shared_cache, attack_options={"n_iter": 2, "n_target_classes": 1}, curve=False,
+                       plots=False, match_n=30, match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=30,
+                       progress=False)
+    assert len(report.notes) == 1 and "calibrated for 'digits-std'" in report.notes[0]
+    assert "re-run `mixzoo mix`" in (tmp_path / "bench" / "report.md").read_text()
