@@ -19,6 +19,13 @@ app = typer.Typer(help="Training-free mixed classifiers (MixedNUTS) for any accu
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 out_console = console.__class__()  # stdout
 
+# options several commands share
+DataDir = Annotated[str | None, typer.Option(help="directory holding the data set files")]
+CacheDir = Annotated[Path | None, typer.Option(help="cache directory (default ~/.cache/mixzoo)")]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="neither read nor write the cache")]
+AllowUnsafe = Annotated[bool, typer.Option("--allow-unsafe", help="permit pickled checkpoints")]
+AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
 
 def _errors(fn):
     """Turn mixzoo's own errors into one line on stderr and exit status 2."""
@@ -68,7 +75,7 @@ def _pct(v: Any) -> str:
 
 @app.command()
 @_errors
-def info(name: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def info(name: str, as_json: AsJson = False) -> None:
     """Show one registry entry (name or alias)."""
     from mixzoo.registry import get_spec
 
@@ -84,7 +91,7 @@ def info(name: str, as_json: Annotated[bool, typer.Option("--json")] = False) ->
 
 @app.command()
 @_errors
-def plugins(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def plugins(as_json: AsJson = False) -> None:
     """List loaded plugins, their versions and what each provides; failed plugins show their error."""
     from dataclasses import asdict
 
@@ -141,12 +148,12 @@ def mix(
     batch_size: Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; each batch "
                                                  "has its own seed, so results depend on it)")] = 250,
     out: Annotated[Path, typer.Option(help="where to write the mix card (.toml or .json)")] = Path("card.toml"),
-    data_dir: Annotated[str | None, typer.Option(help="directory holding the data set files")] = None,
-    cache_dir: Annotated[Path | None, typer.Option(help="cache directory (default ~/.cache/mixzoo)")] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache")] = False,
+    data_dir: DataDir = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
     device: str = "cpu",
-    allow_unsafe: Annotated[bool, typer.Option("--allow-unsafe", help="permit pickled checkpoints")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    allow_unsafe: AllowUnsafe = False,
+    as_json: AsJson = False,
 ) -> None:
     """Calibrate MixedNUTS (MMAA + Algorithm 1) for an ABC/RBC pair and write the mix card."""
     from mixzoo.pipeline import mix as run_mix
@@ -206,12 +213,12 @@ def bench(
                                                  "has its own seed, so results depend on it)")] = 250,
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
     curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
-    data_dir: str | None = None,
-    cache_dir: Path | None = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache")] = False,
+    data_dir: DataDir = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
     device: str = "cpu",
-    allow_unsafe: Annotated[bool, typer.Option("--allow-unsafe")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    allow_unsafe: AllowUnsafe = False,
+    as_json: AsJson = False,
 ) -> None:
     """Clean and robust accuracy of ABC, RBC, linear mix and MixedNUTS, with report files and plots."""
     from mixzoo.bench import bench as run_bench
@@ -227,6 +234,48 @@ def bench(
     out_console.print(f"report written to {out}/report.json, report.md and {', '.join(report.files)}")
 
 
+@app.command("check")
+@_errors
+def check(
+    card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`")],
+    rbc: Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")] = None,
+    out: Annotated[Path | None, typer.Option(help="also write the result as JSON here")] = None,
+    data_dir: DataDir = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    device: str = "cpu",
+    allow_unsafe: AllowUnsafe = False,
+    as_json: AsJson = False,
+) -> None:
+    """How well Algorithm 1's surrogate held (App. D.9): MMAA on the transformed RBC, objective and alpha again."""
+    from mixzoo.approximation import check_approximation
+    from mixzoo.cache import atomic_write_text
+
+    res = check_approximation(card, rbc=rbc, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
+                              device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+    text = json.dumps({"card": str(card), **res.to_dict(), "notes": res.notes}, indent=2)
+    if out is not None:
+        atomic_write_text(out, text + "\n")
+    if as_json:
+        print(text)
+        return
+    table = Table(title=f"App. D.9 check of {card} (beta {res.beta:g}, {res.n} calibration images)")
+    for col in ("", "MMAA on h^LN (Algorithm 1's surrogate)", "MMAA on h^M(s*, p*, c*) (App. D.9)",
+                "worst of both, per image"):
+        table.add_column(col, justify="right" if col else "left")
+    table.add_row("objective at (s*, p*, c*): share of clean RBC mistakes kept", f"{res.objective_surrogate:.4f}",
+                  f"{res.objective_check:.4f}", f"{res.objective_worst:.4f}")
+    table.add_row("alpha for beta", f"{res.alpha_surrogate:.4f}", f"{res.alpha_check:.4f}", f"{res.alpha_worst:.4f}")
+    table.add_row("with the card's alpha: share of attacked-correct margins kept (target: beta)",
+                  f"{res.beta_kept_surrogate:.4f}", f"{res.beta_kept_check:.4f}", f"{res.beta_kept_worst:.4f}")
+    table.add_row("RBC robust accuracy under MMAA", f"{100 * res.robust_accuracy_ln:.1f}%",
+                  f"{100 * res.robust_accuracy_m:.1f}%", f"{100 * res.robust_accuracy_worst:.1f}%")
+    out_console.print(table)
+    for note in res.notes:
+        out_console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    out_console.print(f"{res.seconds:.1f} s" + (f"; result written to {out}" if out is not None else ""))
+
+
 @app.command("transfer-params")
 @_errors
 def transfer_params(
@@ -239,7 +288,7 @@ def transfer_params(
     dataset: str | None = None,
     seed: int = 0,
     out: Annotated[Path, typer.Option(help="where to write the new card")] = Path("card-transfer.toml"),
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Calibrate without the RBC's gradients (paper App. D.5): transfer, min-margin Square, or educated guess."""
     from mixzoo.transfer import transfer_params_by_name

@@ -63,26 +63,30 @@ def resolve_model(model: str | nn.Module, device: str, allow_unsafe: bool = Fals
     return load_model(model, device=device, allow_unsafe=allow_unsafe) if isinstance(model, str) else model
 
 
-def card_models(card: Any, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None, *,
-                device: str = "cpu", allow_unsafe: bool = False) -> tuple[nn.Module, nn.Module]:
-    """The ABC and RBC a mix card was calibrated for: ``abc`` / ``rbc`` when given (name or module), else loaded
-    by the names the card recorded. A card made by :func:`mixzoo.calibrate` from bare logits records no names,
-    and one made for unregistered modules records their class names: both need the models passed in."""
+def card_model(card: Any, role: str, given: str | nn.Module | None = None, *, device: str = "cpu",
+               allow_unsafe: bool = False) -> nn.Module:
+    """The ``role`` ("abc" or "rbc") model a mix card was calibrated for: ``given`` when not None (name or module),
+    else loaded by the name the card recorded. A card made by :func:`mixzoo.calibrate` from bare logits records no
+    names, and one made for unregistered modules records their class names: both need the model passed in."""
     from mixzoo.errors import UnknownNameError
 
-    loaded = []
-    for role, given, recorded in (("abc", abc, card.abc), ("rbc", rbc, card.rbc)):
-        name = given if given is not None else (recorded or {}).get("name")
-        if name is None:
-            raise InputError(f"the mix card records no {role.upper()} name; pass {role}=<name or model>")
-        try:
-            loaded.append(resolve_model(name, device, allow_unsafe))
-        except UnknownNameError as exc:
-            if given is not None:
-                raise
-            raise InputError(f"the mix card's {role.upper()} {name!r} is not a registry name ({exc}); pass"
-                             f" {role}=<name or model>, or --{role} on the command line") from None
-    return loaded[0], loaded[1]
+    name = given if given is not None else (getattr(card, role) or {}).get("name")
+    if name is None:
+        raise InputError(f"the mix card records no {role.upper()} name; pass {role}=<name or model>")
+    try:
+        return resolve_model(name, device, allow_unsafe)
+    except UnknownNameError as exc:
+        if given is not None:
+            raise
+        raise InputError(f"the mix card's {role.upper()} {name!r} is not a registry name ({exc}); pass"
+                         f" {role}=<name or model>, or --{role} on the command line") from None
+
+
+def card_models(card: Any, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None, *,
+                device: str = "cpu", allow_unsafe: bool = False) -> tuple[nn.Module, nn.Module]:
+    """The ABC and RBC of a mix card (:func:`card_model` for each)."""
+    return (card_model(card, "abc", abc, device=device, allow_unsafe=allow_unsafe),
+            card_model(card, "rbc", rbc, device=device, allow_unsafe=allow_unsafe))
 
 
 def load_mixed(card: Any, *, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None,
@@ -158,9 +162,13 @@ def cached_logits(model: nn.Module, dataset: Any, *, cache: Cache, batch_size: i
 
 def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: Cache, n_iter: int = 100,
                 n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0, top_k: int | None = None,
-                batch_size: int = 250, device: str = "cpu", progress: bool = True) -> dict[str, torch.Tensor]:
-    """MMAA (App. B.1) on LN(RBC) over ``dataset``, cached per batch; returns ``logits`` and ``margins``.
+                batch_size: int = 250, device: str = "cpu", progress: bool = True,
+                transform: Any = None) -> dict[str, torch.Tensor]:
+    """MMAA (App. B.1) on LN(RBC) over ``dataset``, cached per batch; returns the RBC's raw ``logits`` at the
+    perturbed images and the ``margins`` the attack minimised.
 
+    ``transform`` (a card, or anything with ``s``, ``p``, ``c``, ``clamp``, ``top_k``) attacks the transformed RBC
+    h^M(s, p, c) instead, with margins of its softmax (the App. D.9 check, :mod:`mixzoo.approximation`).
     Each batch uses seed ``seed + batch index`` so an interrupted run resumes with identical results.
     """
     from mixzoo.attacks import mmaa
@@ -169,6 +177,13 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     settings = {"eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,
                 "n_restarts": n_restarts, "seed": seed, "top_k": top_k, "batch_size": batch_size,
                 "attack_all": False, "code": ATTACK_CODE_VERSION}
+    attacked, what = rbc, f"MMAA on LN({model_name(rbc)})"
+    if transform is not None:
+        from mixzoo.approximation import transformed_rbc
+
+        settings["transform"] = {k: getattr(transform, k) for k in ("s", "p", "c", "clamp", "top_k")}
+        attacked = transformed_rbc(rbc, transform)
+        what = f"MMAA on M({model_name(rbc)})"
     key_parts = {"model": model_hash(rbc), "data": dataset.fingerprint, "attack": settings}
     key = content_key(key_parts)
     n = len(dataset.labels)
@@ -179,17 +194,21 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     # component and the same minimum-margin perturbation (benchmarks/mmaa_speed.md: half the passes).
     def compute(a: int, b: int) -> dict[str, torch.Tensor]:
         where = model_device(rbc, device)
-        res = mmaa(rbc, dataset.images[a:b].to(where), dataset.labels[a:b].to(where), eps=eps, norm=norm,
+        res = mmaa(attacked, dataset.images[a:b].to(where), dataset.labels[a:b].to(where), eps=eps, norm=norm,
                    n_iter=n_iter, n_target_classes=n_target_classes, n_restarts=n_restarts,
                    seed=seed + a // batch_size, top_k=top_k, batch_size=batch_size, progress=False,
-                   attack_all=False)
-        out = {"logits": res.logits.float().cpu(), "margins": res.margins.float().cpu()}
+                   attack_all=False, layer_norm=transform is None)
+        logits = res.logits
+        if transform is not None:  # the record holds h^M's log-probabilities; Algorithm 1 takes raw logits
+            with torch.no_grad():
+                logits = rbc(res.adv_images)
+        out = {"logits": logits.float().cpu(), "margins": res.margins.float().cpu()}
         if store_images:
             out["adv_images"] = res.adv_images.cpu()
         return out
 
     with progress_bar(progress) as bar:
-        task = bar.add_task(f"MMAA on LN({model_name(rbc)})", total=n)
+        task = bar.add_task(what, total=n)
         return batched_cached(cache, "mmaa", key, n, batch_size, compute,
                               {**key_parts, "model_name": model_name(rbc), "dataset": dataset.name},
                               progress=lambda k: bar.advance(task, k))

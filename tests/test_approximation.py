@@ -1,0 +1,111 @@
+"""App. D.9 approximation-quality check on the digits zoo: MMAA on the transformed RBC, Algorithm 1 at (s*, p*, c*)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from mixzoo.approximation import check_approximation, transformed_rbc
+from mixzoo.attacks.margins import signed_margin
+from mixzoo.card import MixCard
+from mixzoo.errors import InputError
+from mixzoo.pipeline import mix
+from mixzoo.transforms import rbc_transform
+
+FAST = dict(n_calib=150, n_iter=8, n_target_classes=2, batch_size=75, progress=False)
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("d9")
+    res = mix("digits-std", "digits-pgd", out=root / "card.toml", cache_dir=root / "cache", **FAST)
+    return res, root
+
+
+def test_check_reproduces_the_card_and_attacks_the_transformed_rbc(calibrated):
+    res, root = calibrated
+    first = check_approximation(root / "card.toml", cache_dir=root / "cache", progress=False)
+    # the h^LN side is the card's own computation, read from mix's cache; h^M is attacked afresh
+    assert first.cache_hits == {"mmaa_ln": True, "mmaa_m": False}
+    assert first.objective_surrogate == pytest.approx(res.card.objective, abs=1e-12)
+    assert first.alpha_surrogate == pytest.approx(res.card.alpha, abs=1e-12) and first.alpha_card == res.card.alpha
+    assert not any("re-run `mixzoo mix`" in note for note in first.notes)
+    assert any("keeps" in note for note in first.notes) == (first.beta_kept_worst < first.beta)
+    assert first.n == 150 and first.beta == 0.985
+    for name in ("objective_check", "objective_worst", "alpha_check", "alpha_worst", "beta_kept_check",
+                 "beta_kept_worst"):
+        assert 0.0 <= getattr(first, name) <= 1.0
+    # on its own points the card's alpha keeps at least beta of the attacked-correct margins (Eq. 7 is active)
+    assert first.beta <= first.beta_kept_surrogate < first.beta + 0.02
+    # a larger alpha (less weight on the ABC) is exactly what keeping beta of h^M's own margins would need
+    assert (first.alpha_check > first.alpha_surrogate) == (first.beta_kept_check < first.beta)
+    # a point that flips h^M for either attack flips it in the per-image worst
+    assert first.robust_accuracy_worst <= min(first.robust_accuracy_m, first.robust_accuracy_ln) + 0.01
+    assert first.robust_accuracy_worst <= first.robust_accuracy_m
+    again = check_approximation(root / "card.toml", cache_dir=root / "cache", progress=False)
+    assert again.cache_hits == {"mmaa_ln": True, "mmaa_m": True}
+    assert {k: v for k, v in again.to_dict().items() if k not in ("seconds", "cache_hits")} == \
+        {k: v for k, v in first.to_dict().items() if k not in ("seconds", "cache_hits")}
+
+
+def test_transformed_mmaa_returns_raw_logits_whose_transform_gives_its_margins(calibrated):
+    from mixzoo.cache import Cache
+    from mixzoo.data import load_dataset
+    from mixzoo.models import load_model
+    from mixzoo.pipeline import cached_mmaa
+
+    res, root = calibrated
+    card, rbc = res.card, load_model("digits-pgd")
+    data = load_dataset("digits", "calibration", n=150)
+    settings = dict(eps=0.2, norm="Linf", n_iter=8, n_target_classes=2, batch_size=75, progress=False,
+                    cache=Cache(root / "cache"))
+    direct = cached_mmaa(rbc, data, transform=card, **settings)
+    surrogate = cached_mmaa(rbc, data, **settings)
+    m = rbc_transform(direct["logits"], card.s, card.p, card.c, clamp=card.clamp)
+    correct = m.argmax(1) == data.labels
+    torch.testing.assert_close(signed_margin(m, data.labels)[correct], direct["margins"][correct], atol=1e-5, rtol=0)
+    assert not torch.equal(direct["logits"], surrogate["logits"])  # separate cache entries, separate attacks
+    # h^M as a model is the mixed classifier at alpha = 1: log-softmax of M(s*, p*, c*) of the RBC's logits
+    x = data.images[:20]
+    torch.testing.assert_close(transformed_rbc(rbc, card)(x).softmax(1),
+                               rbc_transform(rbc(x), card.s, card.p, card.c, clamp=card.clamp).softmax(1))
+
+
+def test_a_stale_alpha_is_noted(calibrated):
+    res, root = calibrated
+    card = MixCard.load(root / "card.toml")
+    card.alpha -= 1e-6
+    check = check_approximation(card, cache_dir=root / "cache", progress=False)
+    assert check.alpha_card == card.alpha and check.alpha_surrogate == pytest.approx(res.card.alpha, abs=1e-12)
+    assert any("re-run `mixzoo mix`" in note for note in check.notes)
+
+
+def test_check_refuses_cards_it_cannot_check(calibrated, tmp_path):
+    res, root = calibrated
+    card = MixCard.load(root / "card.toml")
+    card.method = "guess"
+    with pytest.raises(InputError, match="made by `mixzoo mix`"):
+        check_approximation(card, cache_dir=root / "cache", progress=False)
+    card = MixCard.load(root / "card.toml")
+    card.data = {**card.data, "fingerprint": "0000000000000000"}
+    with pytest.raises(InputError, match="not the ones the card was calibrated on"):
+        check_approximation(card, cache_dir=root / "cache", progress=False)
+
+
+def test_cli_check_prints_and_writes_json(calibrated, tmp_path):
+    from mixzoo.cli import app
+
+    _, root = calibrated
+    out = tmp_path / "sub" / "check.json"
+    out.parent.mkdir()
+    result = CliRunner().invoke(app, ["check", str(root / "card.toml"), "--cache-dir", str(root / "cache"),
+                                      "--json", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert json.loads(out.read_text()) == printed
+    assert set(printed) >= {"objective_surrogate", "objective_check", "objective_worst", "alpha_check"}
+    missing = CliRunner().invoke(app, ["check", str(tmp_path / "nope.toml")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
