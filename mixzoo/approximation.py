@@ -114,8 +114,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     direct = cached_mmaa(rbc_m, data, transform=card, **settings)
     hits["mmaa_m"] = len(cache.hits) > hits_before
 
-    point = Grid(s_min=card.s, s_max=card.s, s_n=1, p_min=card.p, p_max=card.p, p_n=1, c_min=card.c, c_max=card.c,
-                 c_n=1)
+    point = Grid.point(card.s, card.p, card.c)
 
     def at_the_card(attacked: torch.Tensor) -> Any:
         return calibrate(clean_logits=clean, clean_labels=data.labels, attacked_logits=attacked,

@@ -99,6 +99,11 @@ class Grid:
         return self.s_n * self.p_n * self.c_n
 
     @classmethod
+    def point(cls, s: float, p: float, c: float) -> Grid:
+        """The one-point grid (s, p, c): Algorithm 1 at given parameters (alpha and objective only)."""
+        return cls(s_min=s, s_max=s, s_n=1, p_min=p, p_max=p, p_n=1, c_min=c, c_max=c, c_n=1)
+
+    @classmethod
     def from_record(cls, record: dict[str, Any] | None) -> Grid | None:
         """The grid a mix card's ``grid`` field (``s_values``, ``p_values``, ``c_values``) was searched on, or
         None when the card records no grid values."""

@@ -45,6 +45,7 @@ from torch import nn
 from mixzoo.attacks.margins import ln_signed_margin, selection_key
 from mixzoo.attacks.mmaa import MMAAResult
 from mixzoo.blackbox import BlackBoxModel, as_black_box, spec_is_black_box
+from mixzoo.calibrate import Grid, calibrate
 from mixzoo.card import MixCard, provenance
 from mixzoo.errors import InputError
 from mixzoo.models import check_images, check_labels
@@ -85,16 +86,8 @@ def _hash(model: Any) -> str | None:
 
 def _grid_from_card(card: MixCard | None) -> Any:
     """The card's grid as a :class:`mixzoo.calibrate.Grid` (the default grid if it has fewer than 2 points)."""
-    from mixzoo.calibrate import Grid
-
     grid = Grid.from_record(card.grid if card is not None else None)
     return grid if grid is not None and grid.size >= 2 else Grid()
-
-
-def _fixed_grid(s: float, p: float, c: float) -> Any:
-    from mixzoo.calibrate import Grid
-
-    return Grid(s_min=s, s_max=s, s_n=1, p_min=p, p_max=p, p_n=1, c_min=c, c_max=c, c_n=1)
 
 
 def _algorithm1(clean: torch.Tensor, attacked: torch.Tensor, labels: torch.Tensor, *, beta: float, clamp: str,
@@ -102,8 +95,6 @@ def _algorithm1(clean: torch.Tensor, attacked: torch.Tensor, labels: torch.Tenso
                 ) -> MixCard:
     """:func:`mixzoo.calibrate.calibrate`; a 1 x 1 x 1 grid (given s, p, c) is exempt from the App. D.8.2 filter
     on predictions the transform changes (the share is still recorded in ``data`` and noted when large)."""
-    from mixzoo.calibrate import calibrate
-
     fixed = grid.size == 1
     return calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=attacked, attacked_labels=labels,
                      beta=beta, clamp=clamp, top_k=top_k, grid=grid, progress=progress,
@@ -322,7 +313,7 @@ def transfer_params(
     search = (method == "square") if search is None else bool(search)
     if method == "guess":
         s, p, c = guess if guess is not None else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"])
-        result = _algorithm1(clean, clean, labels, beta=beta, clamp=clamp, top_k=top_k, grid=_fixed_grid(s, p, c))
+        result = _algorithm1(clean, clean, labels, beta=beta, clamp=clamp, top_k=top_k, grid=Grid.point(s, p, c))
         notes.append(f"educated guess (App. D.5): s={s:g}, p={p:g}, c={c:g}"
                      + (" (paper Table 3, CIFAR-10)" if guess is None else " (given)")
                      + "; alpha chosen so that a share beta of correctly classified clean examples keeps margin"
@@ -331,12 +322,12 @@ def transfer_params(
         warnings.warn(GUESS_WARNING, UserWarning, stacklevel=2)
         data["alpha_from"] = "clean correct margins"
     else:
-        grid = _grid_from_card(card) if search else _fixed_grid(card.s, card.p, card.c)
+        grid = _grid_from_card(card) if search else Grid.point(card.s, card.p, card.c)
         result = _algorithm1(clean, attacked, labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid,
                              progress=progress and search, max_argmax_change=max_argmax_change)
         if card is not None:
             fixed = result if not search else _algorithm1(clean, attacked, labels, beta=beta, clamp=clamp,
-                                                          top_k=top_k, grid=_fixed_grid(card.s, card.p, card.c))
+                                                          top_k=top_k, grid=Grid.point(card.s, card.p, card.c))
             data["objective_transferred"] = fixed.objective
             data["alpha_transferred"] = fixed.alpha
         route = {"transfer": "the surrogate's MMAA points transferred to the black box",
