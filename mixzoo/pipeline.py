@@ -296,6 +296,7 @@ def mix(
     objective: str = "standard",
     optimizer: str = "grid",
     top_k: int | None = None,
+    refit_alpha: bool = False,
     eps: float | None = None,
     norm: str | None = None,
     n_iter: int = 100,
@@ -315,7 +316,8 @@ def mix(
     """Calibrate MixedNUTS for an ABC/RBC pair by name (paper Algorithm 1) and write the mix card.
 
     With no names, the built-in Fashion-MNIST pair is used. The RBC's clean logits and its MMAA margins are cached,
-    so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds.
+    so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds. ``refit_alpha`` adds a second
+    pass that re-chooses alpha on MMAA points of the transformed RBC (:func:`mixzoo.approximation.refit_alpha`).
     """
     from mixzoo.calibrate import calibrate, check_settings
     from mixzoo.data import load_dataset, shortfall_note
@@ -376,6 +378,11 @@ def mix(
                    "source": getattr(data, "source", "")},
         attack_info=cdata.attack,
     )
+    if refit_alpha:
+        from mixzoo.approximation import refit_alpha as second_pass
+
+        card = second_pass(card, rbc_m, cdata, cache=cache, device=device, progress=progress,
+                           abc_clean_correct=abc_correct)
     card.provenance.update({"seed": seed, "command": command or "mixzoo.mix()", "device": device})
     if (note := shortfall_note(data, n_calib, "--n-calib")) is not None:
         card.notes.append(note)

@@ -109,3 +109,19 @@ def test_cli_check_prints_and_writes_json(calibrated, tmp_path):
     assert set(printed) >= {"objective_surrogate", "objective_check", "objective_worst", "alpha_check"}
     missing = CliRunner().invoke(app, ["check", str(tmp_path / "nope.toml")])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_refit_alpha_keeps_beta_on_the_transformed_rbcs_own_points(calibrated, tmp_path):
+    res, root = calibrated
+    refit = mix("digits-std", "digits-pgd", refit_alpha=True, out=tmp_path / "refit.toml", cache_dir=root / "cache",
+                **FAST)
+    first, second = res.card, MixCard.load(tmp_path / "refit.toml")
+    assert (second.s, second.p, second.c) == (first.s, first.p, first.c)  # only alpha is chosen again
+    record = second.data["alpha_refit"]
+    assert record["alpha_first_pass"] == first.alpha
+    assert second.alpha == max(first.alpha, record["alpha_second_pass"])  # beta holds on both sets of points
+    assert any("--refit-alpha" in note for note in second.notes) and refit.card.alpha == second.alpha
+    check = check_approximation(tmp_path / "refit.toml", cache_dir=root / "cache", progress=False)
+    assert check.refit and check.alpha_worst == pytest.approx(record["alpha_second_pass"], abs=1e-12)
+    assert check.beta_kept_surrogate >= check.beta and check.beta_kept_worst >= check.beta and check.notes == []
+    assert check.cache_hits == {"mmaa_ln": True, "mmaa_m": True}  # the second pass cached its attack
