@@ -105,7 +105,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     from mixzoo.calibrate import Grid, calibrate
     from mixzoo.card import MixCard
     from mixzoo.data import load_dataset
-    from mixzoo.pipeline import cached_logits, cached_mmaa, card_model, check_device
+    from mixzoo.pipeline import cached_logits, cached_mmaa, card_model, check_device, check_model_fits
     from mixzoo.transforms import confidence_margin, rbc_transform
 
     t0 = time.perf_counter()
@@ -121,6 +121,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
         raise InputError(f"the {card.dataset} calibration images here (fingerprint {data.fingerprint}) are not the"
                          f" ones the card was calibrated on ({card.data.get('fingerprint')}); pass the same data"
                          " directory (--data-dir) as for `mixzoo mix`")
+    check_model_fits(rbc_m, data, "RBC")
     cache = Cache(cache_dir, enabled=use_cache)
     a = card.attack
     # cards written before batch_size and top_k were recorded used mix's defaults, 250 and None

@@ -20,7 +20,14 @@ from torch import nn
 
 from mixzoo.cache import Cache, atomic_write_text, content_key
 from mixzoo.errors import InputError
-from mixzoo.pipeline import _default_attack_setting, card_models, check_device, model_device, model_hash
+from mixzoo.pipeline import (
+    _default_attack_setting,
+    card_models,
+    check_device,
+    check_model_fits,
+    model_device,
+    model_hash,
+)
 from mixzoo.progress import console, progress_bar
 
 BENCH_CODE_VERSION = "bench-2"  # 2: warnings merged across batches with their counts
@@ -307,6 +314,8 @@ def bench(
     eps, norm = _default_attack_setting(rbc_m, eps, norm)
     dataset_name = card.dataset or getattr(getattr(rbc_m, "spec", None), "dataset", None)
     data = load_dataset(dataset_name, "evaluation", n=n, root=data_dir)
+    check_model_fits(abc_m, data, "ABC")
+    check_model_fits(rbc_m, data, "RBC")
     cache = Cache(cache_dir, enabled=use_cache)
     images, labels = data.images, data.labels
     base = {"data": data.fingerprint}

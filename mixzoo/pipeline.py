@@ -63,6 +63,30 @@ def resolve_model(model: str | nn.Module, device: str, allow_unsafe: bool = Fals
     return load_model(model, device=device, allow_unsafe=allow_unsafe) if isinstance(model, str) else model
 
 
+def check_model_fits(model: nn.Module, data: Any, role: str = "model") -> None:
+    """A one-line error when ``model`` cannot classify ``data``: compares the registry's input size and class
+    count, or for a plain module, what one image through it gives."""
+    name = model_name(model)
+    spec = getattr(model, "spec", None)
+    if spec is not None:
+        size, classes = tuple(spec.input_size), spec.num_classes
+    else:
+        try:
+            with torch.no_grad():
+                out = model(data.images[:1].to(model_device(model)))
+        except RuntimeError as exc:
+            reason = str(exc).splitlines()[0]
+            raise InputError(f"{role} {name!r} cannot take {data.name} images of shape {data.input_size} ({reason});"
+                             " choose a matching dataset or model") from None
+        size, classes = data.input_size, out.shape[-1] if isinstance(out, torch.Tensor) else data.num_classes
+    if tuple(data.input_size) != size:
+        raise InputError(f"dataset {data.name!r} gives images of shape {tuple(data.input_size)} but {role} {name!r}"
+                         f" expects {size}; choose a matching dataset")
+    if classes != data.num_classes:
+        raise InputError(f"{role} {name!r} has {classes} classes but {data.name!r} has {data.num_classes}; choose a"
+                         " matching dataset")
+
+
 def card_model(card: Any, role: str, given: str | nn.Module | None = None, *, device: str = "cpu",
                allow_unsafe: bool = False) -> nn.Module:
     """The ``role`` ("abc" or "rbc") model a mix card was calibrated for: ``given`` when not None (name or module),
@@ -354,9 +378,8 @@ def mix(
         raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
     eps, norm = _default_attack_setting(rbc_m, eps, norm)
     data = load_dataset(dataset, "calibration", n=n_calib, root=data_dir)
-    if known_spec is not None and tuple(data.images.shape[1:]) != tuple(known_spec.input_size):
-        raise InputError(f"dataset {dataset!r} gives images of shape {tuple(data.images.shape[1:])} but"
-                         f" {known_spec.name!r} expects {tuple(known_spec.input_size)}; choose a matching dataset")
+    check_model_fits(rbc_m, data, "RBC")
+    check_model_fits(abc_m, data, "ABC")
     cache = Cache(cache_dir, enabled=use_cache)
     t1 = time.perf_counter()
     cdata = calibration_data(abc_m if objective == "relaxed" else None, rbc_m, data, eps=eps, norm=norm,

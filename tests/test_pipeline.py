@@ -341,3 +341,37 @@ def test_bench_records_that_a_base_model_is_not_the_one_the_card_was_calibrated_
                        progress=False)
     assert len(report.notes) == 1 and "calibrated for 'digits-std'" in report.notes[0]
     assert "re-run `mixzoo mix`" in (tmp_path / "bench" / "report.md").read_text()
+
+
+def test_models_that_cannot_classify_the_data_fail_with_one_line(tmp_path, shared_cache):
+    from digits_models import train_digits_mlp
+
+    from mixzoo.approximation import check_approximation
+    from mixzoo.bench import bench
+    from mixzoo.data import load_dataset
+    from mixzoo.models import load_model
+    from mixzoo.pipeline import check_model_fits
+
+    digits = load_dataset("digits", "calibration", n=5)
+    mlp, _, _ = train_digits_mlp(steps=1)
+    check_model_fits(mlp, digits)
+    check_model_fits(load_model("digits-pgd"), digits)
+    with pytest.raises(InputError, match=r"RBC 'fmnist-pgd' expects \(1, 28, 28\)"):
+        check_model_fits(load_model("fmnist-pgd"), digits, "RBC")
+    with pytest.raises(InputError, match=r"ABC 'Sequential' cannot take fashion-mnist images of shape \(1, 28, 28\)"):
+        check_model_fits(mlp, load_dataset("fashion-mnist", "calibration", n=2), "ABC")
+    five = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 5))
+    with pytest.raises(InputError, match="has 5 classes but 'digits' has 10"):
+        check_model_fits(five, digits)
+    # the commands check before attacking, and write nothing
+    mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
+    with pytest.raises(InputError, match="expects \\(1, 28, 28\\)"):
+        check_approximation(tmp_path / "card.toml", rbc="fmnist-pgd", cache_dir=shared_cache, progress=False)
+    with pytest.raises(InputError, match="expects \\(1, 28, 28\\)"), pytest.warns(UserWarning):
+        bench(tmp_path / "card.toml", rbc="fmnist-pgd", n=10, out=tmp_path / "b", cache_dir=shared_cache,
+              progress=False)
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(InputError, match="cannot take digits images"):
+        mix("digits-std", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10)), eps=0.1,
+            out=tmp_path / "c2.toml", cache_dir=shared_cache, **FAST)
+    assert not (tmp_path / "c2.toml").exists()
