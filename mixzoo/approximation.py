@@ -73,6 +73,15 @@ def transformed_rbc(rbc: nn.Module, card: Any) -> nn.Module:
     return MixedClassifier(None, rbc, s=card.s, p=card.p, c=card.c, alpha=1.0, clamp=card.clamp, top_k=card.top_k)
 
 
+def mmaa_settings(record: dict[str, Any], top_k: int | None = None) -> dict[str, Any]:
+    """The keyword arguments of :func:`mixzoo.pipeline.cached_mmaa` that an attack record (a card's ``attack``)
+    describes; cards written before ``batch_size`` and ``top_k`` were recorded used mix's defaults, 250 and the
+    card's ``top_k``."""
+    keys = ("eps", "norm", "n_iter", "n_target_classes", "n_restarts", "seed")
+    return {**{k: record[k] for k in keys}, "top_k": record.get("top_k", top_k),
+            "batch_size": record.get("batch_size", 250)}
+
+
 def worst_points(card: Any, *raw_logits: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
     """Per image, the RBC logits (one row from one of ``raw_logits``, raw logits at different attack points) at
     which h^M(s*, p*, c*) has the smallest signed margin, a flipped prediction beating any margin.
@@ -123,11 +132,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
                          " directory (--data-dir) as for `mixzoo mix`")
     check_model_fits(rbc_m, data, "RBC")
     cache = Cache(cache_dir, enabled=use_cache)
-    a = card.attack
-    # cards written before batch_size and top_k were recorded used mix's defaults, 250 and None
-    settings = dict(eps=a["eps"], norm=a["norm"], n_iter=a["n_iter"], n_target_classes=a["n_target_classes"],
-                    n_restarts=a["n_restarts"], seed=a["seed"], top_k=a.get("top_k", card.top_k),
-                    batch_size=a.get("batch_size", 250), cache=cache, device=device, progress=progress)
+    settings = dict(mmaa_settings(card.attack, card.top_k), cache=cache, device=device, progress=progress)
     clean = cached_logits(rbc_m, data, cache=cache, device=device, progress=progress, what="RBC clean logits")
     hits_before = len(cache.hits)
     surrogate = cached_mmaa(rbc_m, data, **settings)
@@ -186,11 +191,8 @@ def refit_alpha(card: Any, rbc: nn.Module, cdata: Any, *, cache: Any, device: st
     from mixzoo.calibrate import Grid, calibrate
     from mixzoo.pipeline import cached_mmaa
 
-    a = cdata.attack
-    direct = cached_mmaa(rbc, cdata.dataset, eps=a["eps"], norm=a["norm"], n_iter=a["n_iter"],
-                         n_target_classes=a["n_target_classes"], n_restarts=a["n_restarts"], seed=a["seed"],
-                         top_k=a["top_k"], batch_size=a["batch_size"], cache=cache, device=device, progress=progress,
-                         transform=card)
+    direct = cached_mmaa(rbc, cdata.dataset, **mmaa_settings(cdata.attack, card.top_k), cache=cache, device=device,
+                         progress=progress, transform=card)
     worst = worst_points(card, cdata.attacked_logits, direct["logits"], labels=cdata.labels)
     second = calibrate(clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=worst,
                        attacked_labels=cdata.labels, beta=card.beta, clamp=card.clamp, top_k=card.top_k,
