@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,8 +306,10 @@ def bench(
     elif not isinstance(card, MixCard):
         card = MixCard.load(card)
     abc_m, rbc_m = card_models(card, abc, rbc, device=device, allow_unsafe=allow_unsafe)
-    mixed = MixedClassifier.from_card(card, abc_m, rbc_m)
     notes = weight_mismatches(card, abc_m, rbc_m)  # the report must say so, not only the terminal
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    mixed = MixedClassifier.from_card(card, abc_m, rbc_m, warn=False)
     if eps is None and card.attack:
         eps = card.attack.get("eps")
     if norm is None and card.attack:

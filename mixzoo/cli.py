@@ -279,6 +279,64 @@ def check(
     out_console.print(f"{res.seconds:.1f} s" + (f"; result written to {out}" if out is not None else ""))
 
 
+def _parse_floats(text: str | None, option: str) -> list[float] | None:
+    if not text:
+        return None
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise MixzooError(f"{option} {text!r} is not a comma-separated list of numbers, e.g. 0.1,0.2,0.5") from None
+
+
+@app.command("sanity")
+@_errors
+def sanity(
+    card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`")],
+    eps: Annotated[str | None, typer.Option(help="radii, comma-separated (default: eps, 2 eps, 4 eps and the "
+                                                 "radius where the grey image reaches every example)")] = None,
+    attack: Annotated[str, typer.Option(help="the attack to check (as in bench)")] = "adaptive-apgd",
+    n: Annotated[int, typer.Option(help="number of evaluation images")] = 200,
+    abc: Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")] = None,
+    rbc: Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")] = None,
+    out: Annotated[Path, typer.Option(help="directory for sanity.json, sanity.md and sanity.png")] = Path("sanity"),
+    seed: int = 0,
+    batch_size: Annotated[int, typer.Option(help="images per attack batch (as in bench)")] = 250,
+    strict: Annotated[bool, typer.Option("--strict", help="exit with status 1 when a check finds misses")] = False,
+    data_dir: DataDir = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    device: str = "cpu",
+    allow_unsafe: AllowUnsafe = False,
+    as_json: AsJson = False,
+) -> None:
+    """Does the attack find what there is to find? Robust accuracy over growing eps, checked for monotonicity and
+    against the grey image (Carlini et al. 2019)."""
+    from mixzoo.sanity import eps_sweep
+
+    sweep = eps_sweep(card, abc=abc, rbc=rbc, radii=_parse_floats(eps, "--eps"), attack=attack, n=n, seed=seed,
+                      batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
+                      use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+    if as_json:
+        print(json.dumps(sweep.to_dict(), indent=2))
+    else:
+        table = Table(title=f"robust % under {sweep.attack} over {sweep.norm} eps (n={sweep.n}; nominal eps "
+                            f"{sweep.eps:g}; the grey image reaches every example at {sweep.reach:g})")
+        for col in ("model", "clean %", "class at grey", *(f"eps {r:g}" for r in sweep.radii)):
+            table.add_column(col, justify="left" if col == "model" else "right")
+        for m in sweep.models:
+            cells = [f"{100 * r:.1f}" if not k else f"[red]{100 * r:.1f} -> {100 * c:.1f} ({k} missed)"
+                     for r, c, k in zip(m.robust_accuracy, m.checked_robust_accuracy, m.misses, strict=True)]
+            table.add_row(m.name, f"{100 * m.clean_accuracy:.1f}", str(m.grey_class), *cells)
+        out_console.print(table)
+        for note in sweep.notes:
+            style = "green" if sweep.passed else "yellow"
+            out_console.print(f"[{style}]{'ok' if sweep.passed else 'note'}:[/{style}] {note}", highlight=False)
+        out_console.print(f"{sweep.seconds:.1f} s; written to {out}/sanity.json, sanity.md, "
+                          f"{', '.join(sweep.files)}")
+    if strict and not sweep.passed:
+        raise typer.Exit(1)
+
+
 @app.command("transfer-params")
 @_errors
 def transfer_params(

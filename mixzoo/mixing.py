@@ -171,18 +171,19 @@ class MixedClassifier(nn.Module):
 
     @classmethod
     def from_card(cls, card: Any, abc: nn.Module | None, rbc: nn.Module | None,
-                  gradient: str = "exact") -> MixedClassifier:
+                  gradient: str = "exact", *, warn: bool = True, stacklevel: int = 2) -> MixedClassifier:
         """Build the classifier a :class:`~mixzoo.card.MixCard` (or card file) describes.
 
         Warns when a model's weight hash differs from the one the card recorded (the parameters were calibrated
-        for other weights).
+        for other weights); ``warn=False`` for callers that ran :func:`weight_mismatches` themselves, and
+        ``stacklevel`` for wrappers, so the warning points at the user's line.
         """
         from mixzoo.card import MixCard
 
         if isinstance(card, str | Path):
             card = MixCard.load(card)
-        for message in weight_mismatches(card, abc, rbc):
-            warnings.warn(message, stacklevel=2)
+        for message in weight_mismatches(card, abc, rbc) if warn else ():
+            warnings.warn(message, stacklevel=stacklevel)
         return cls(abc, rbc, s=card.s, p=card.p, c=card.c, alpha=card.alpha, clamp=card.clamp,
                    temperature=card.temperature, top_k=card.top_k, gradient=gradient, alpha_d=card.alpha_d,
                    transform=card.transform)

@@ -128,7 +128,7 @@ def load_mixed(card: Any, *, abc: str | nn.Module | None = None, rbc: str | nn.M
     if not isinstance(card, MixCard):
         card = MixCard.load(card)
     abc_m, rbc_m = card_models(card, abc, rbc, device=device, allow_unsafe=allow_unsafe)
-    return MixedClassifier.from_card(card, abc_m, rbc_m, gradient=gradient).eval()
+    return MixedClassifier.from_card(card, abc_m, rbc_m, gradient=gradient, stacklevel=3).eval()
 
 
 def check_device(device: str | torch.device) -> torch.device:

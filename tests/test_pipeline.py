@@ -303,8 +303,9 @@ def test_load_mixed_builds_the_cards_classifier_from_the_recorded_names(tmp_path
     reference = MixedClassifier.from_card(card, load_model("digits-std"), load_model("digits-pgd"))
     torch.testing.assert_close(model(x), reference(x), rtol=0, atol=0)
     # a given model replaces the recorded one; a card from bare logits names none
-    with pytest.warns(UserWarning, match="calibrated for 'digits-std'"):
+    with pytest.warns(UserWarning, match="calibrated for 'digits-std'") as caught:
         assert mixzoo.load_mixed(card, abc="digits-pgd").abc.spec.name == "digits-pgd"
+    assert [w.filename for w in caught] == [__file__]  # the warning points at the caller's line
     h = torch.randn(40, 10)
     bare = calibrate(clean_logits=h, clean_labels=torch.arange(40) % 10, attacked_logits=h,
                      attacked_labels=h.argmax(1), progress=False)

@@ -1,0 +1,306 @@
+"""Is the attack finding what there is to find? Robust accuracy over growing epsilon, with two checks it must pass.
+
+A robust accuracy measured by an attack is an upper bound on the true one; it can be trusted only as far as the
+attack is strong on the model at hand, which matters most for mixed classifiers, whose gradients an attack must
+work around (paper 000 App. B.2). Carlini et al. (2019, "On Evaluating Adversarial Robustness", Sec. 5) ask every
+evaluation to show that robust accuracy falls as epsilon grows and reaches chance level when the threat model allows
+any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC and MixedNUTS and checks
+two facts that hold for every classifier, example by example:
+
+1. **Monotonicity.** A point inside the eps-ball is inside every larger ball, so an example broken at eps is
+   breakable at every eps' > eps. The attack left it robust at eps' anyway: a miss at eps'.
+2. **The grey image.** Images live in [0, 1], so the constant image x0 = 1/2 lies within r_i = ||x_i - x0|| of
+   example i (r_i <= 1/2 in L-inf). Once eps >= r_i, x0 is a legal adversarial input for example i, and the
+   model's class at x0 is a legal answer: when it differs from the label, the example is breakable. The attack left
+   it robust anyway: a miss. At eps >= max_i r_i this caps any model's robust accuracy at the share of one class.
+
+Misses mean the attack under-explores the model (gradient masking or too weak a configuration): its robust accuracy
+at those radii, and very likely at the nominal one, overstates robustness. Writes ``sanity.json``, ``sanity.md``
+and ``sanity.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.cache import Cache, atomic_write_text
+from mixzoo.errors import InputError
+from mixzoo.pipeline import (
+    _default_attack_setting,
+    card_models,
+    check_device,
+    check_model_fits,
+    model_device,
+    model_hash,
+)
+
+GREY = 0.5
+
+
+def grey_distance(images: torch.Tensor, norm: str) -> torch.Tensor:
+    """Per example, the distance from the image to the constant image 1/2 (the centre of the [0, 1] box)."""
+    delta = (images - GREY).flatten(1)
+    return delta.abs().amax(dim=1) if norm == "Linf" else delta.norm(dim=1)
+
+
+def default_radii(eps: float, images: torch.Tensor, norm: str) -> list[float]:
+    """eps, 2 eps, 4 eps, and the radius at which the grey image reaches every example; none beyond that one."""
+    reach = math.ceil(float(grey_distance(images, norm).max()) * 1e6) / 1e6  # rounded up: it must reach them all
+    return sorted({round(r, 6) for r in (eps, 2 * eps, 4 * eps) if r < reach} | {max(reach, eps)})
+
+
+def checked_robust(robust: torch.Tensor, grey_breakable: torch.Tensor) -> torch.Tensor:
+    """Robust flags that survive both checks, ``robust[e, i]`` for radius ``e`` (ascending) and example ``i``.
+
+    An example counts as robust at radius e only if, at e and at every smaller radius, the attack left it robust
+    and the grey image does not break it (``grey_breakable[e, i]``): whatever breaks it in a smaller ball breaks
+    it in this one.
+    """
+    return monotone_robust(robust & ~grey_breakable)
+
+
+def monotone_robust(robust: torch.Tensor) -> torch.Tensor:
+    """``robust[e, i]`` and robust at every smaller radius (rows ascending in eps)."""
+    return robust.to(torch.uint8).cummin(dim=0).values.bool()
+
+
+@dataclass
+class SweepRow:
+    """One model over the radii: the attack's robust accuracy, what survives the checks, and the misses."""
+
+    name: str
+    kind: str  # abc | rbc | mixednuts
+    clean_accuracy: float
+    robust_accuracy: list[float]  # the attack's, per radius
+    checked_robust_accuracy: list[float]  # after both checks (still an upper bound on the truth)
+    monotone_misses: list[int]  # left robust here, broken at a smaller radius (by the attack or the grey image)
+    grey_misses: list[int]  # left robust here, though the grey image breaks them here
+    grey_class: int  # the model's class at the grey image
+    n: int
+    seconds: list[float]
+    cached: list[bool] = field(default_factory=list)
+
+    @property
+    def misses(self) -> list[int]:
+        """Per radius, the examples the checks removed (the two kinds are disjoint)."""
+        return [a + b for a, b in zip(self.monotone_misses, self.grey_misses, strict=True)]
+
+
+@dataclass
+class EpsSweep:
+    """Everything ``mixzoo sanity`` prints and writes."""
+
+    radii: list[float]
+    models: list[SweepRow]
+    attack: str
+    norm: str
+    eps: float  # the card's (nominal) radius
+    n: int
+    dataset: dict[str, Any]
+    reach: float  # max over the examples of the distance to the grey image
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not any(sum(m.misses) for m in self.models)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for row, model in zip(out["models"], self.models, strict=True):
+            row["misses"] = model.misses
+        return {**out, "passed": self.passed}
+
+
+def _row(name: str, kind: str, model: nn.Module, evs: list[dict[str, Any]], radii: list[float],
+         images: torch.Tensor, labels: torch.Tensor, norm: str) -> SweepRow:
+    robust = torch.tensor([ev["robust_correct"] for ev in evs], dtype=torch.bool)
+    clean = torch.tensor(evs[0]["clean_correct"], dtype=torch.bool)
+    with torch.no_grad():
+        grey_class = int(model(torch.full_like(images[:1], GREY).to(model_device(model))).argmax(dim=1))
+    reach = grey_distance(images, norm)[None, :] <= torch.tensor(radii)[:, None]
+    grey_breakable = reach & (labels.cpu() != grey_class)[None, :]
+    checked = checked_robust(robust, grey_breakable)
+    return SweepRow(
+        name=name, kind=kind, clean_accuracy=float(clean.double().mean()),
+        robust_accuracy=robust.double().mean(dim=1).tolist(),
+        checked_robust_accuracy=checked.double().mean(dim=1).tolist(),
+        monotone_misses=(robust & ~grey_breakable & ~checked).sum(dim=1).tolist(),
+        grey_misses=(robust & grey_breakable).sum(dim=1).tolist(), grey_class=grey_class,
+        n=len(labels), seconds=[float(ev["seconds"]) for ev in evs], cached=[bool(ev.get("cached", False))
+                                                                              for ev in evs])
+
+
+def _name(model: nn.Module, digest: str, recorded: dict[str, Any] | None, role: str) -> str:
+    """The registry name, else the card's name when the weights are the card's, else the module's class."""
+    spec = getattr(model, "spec", None)
+    if spec is not None:
+        return spec.name
+    recorded = recorded or {}
+    if recorded.get("name") and recorded.get("weight_hash") == digest:
+        return recorded["name"]
+    return f"{role} ({type(model).__name__})"
+
+
+def _notes(sweep: EpsSweep) -> list[str]:
+    notes = []
+    for m in sweep.models:
+        for r, mono, grey in zip(sweep.radii, m.monotone_misses, m.grey_misses, strict=True):
+            why = " and ".join(part for part in (
+                f"{mono} examples broken at a smaller eps" if mono else "",
+                f"{grey} examples the grey image breaks" if grey else "") if part)
+            if why:
+                notes.append(f"{m.name} at eps {r:g}: the attack left robust {why}; its robust accuracy there"
+                             " overstates robustness (possible gradient masking or too weak an attack)")
+    if not notes:
+        notes.append(f"no misses: for every model robust accuracy falls with eps and at eps {sweep.radii[-1]:g} is"
+                     " at or below what the grey image allows")
+    return notes
+
+
+def eps_sweep(
+    card: Any,
+    *,
+    abc: str | nn.Module | None = None,
+    rbc: str | nn.Module | None = None,
+    radii: list[float] | None = None,
+    attack: str = "adaptive-apgd",
+    attack_options: dict[str, Any] | None = None,
+    n: int = 200,
+    seed: int = 0,
+    batch_size: int = 250,
+    out: str | Path | None = None,
+    plots: bool = True,
+    data_dir: str | None = None,
+    cache_dir: str | Path | None = None,
+    use_cache: bool = True,
+    device: str = "cpu",
+    allow_unsafe: bool = False,
+    progress: bool = True,
+) -> EpsSweep:
+    """Robust accuracy of the card's ABC, RBC and MixedNUTS at each radius in ``radii`` (default
+    :func:`default_radii`), on the first ``n`` evaluation images, with the monotonicity and grey-image checks of
+    the module docstring. Evaluations share :func:`mixzoo.bench.evaluate`'s cache with ``mixzoo bench``: at the
+    card's eps, with the same attack, ``n`` and batch size, the bench's rows are reused.
+    """
+    from mixzoo.bench import evaluate, mixed_key_parts
+    from mixzoo.card import MixCard
+    from mixzoo.data import load_dataset
+    from mixzoo.mixing import MixedClassifier, weight_mismatches
+    from mixzoo.plugins import lookup
+
+    if n <= 0:
+        raise InputError(f"--n must be positive, got {n}")
+    if batch_size <= 0:
+        raise InputError(f"--batch-size must be positive, got {batch_size}")
+    check_device(device)
+    lookup("attack", attack)
+    t0 = time.perf_counter()
+    if not isinstance(card, MixCard):
+        card = MixCard.load(card)
+    abc_m, rbc_m = card_models(card, abc, rbc, device=device, allow_unsafe=allow_unsafe)
+    notes = weight_mismatches(card, abc_m, rbc_m)
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    mixed = MixedClassifier.from_card(card, abc_m, rbc_m, warn=False)
+    eps, norm = _default_attack_setting(rbc_m, (card.attack or {}).get("eps"), (card.attack or {}).get("norm"))
+    data = load_dataset(card.dataset or getattr(getattr(rbc_m, "spec", None), "dataset", None), "evaluation", n=n,
+                        root=data_dir)
+    check_model_fits(abc_m, data, "ABC")
+    check_model_fits(rbc_m, data, "RBC")
+    images, labels = data.images, data.labels
+    reach = float(grey_distance(images, norm).max())
+    radii = default_radii(eps, images, norm) if radii is None else sorted({float(r) for r in radii})
+    if not radii or radii[0] <= 0:
+        raise InputError(f"--eps values must be positive, got {radii}")
+    cache = Cache(cache_dir, enabled=use_cache)
+    base = {"data": data.fingerprint}
+    abc_hash, rbc_hash = model_hash(abc_m), model_hash(rbc_m)
+    models = [(_name(abc_m, abc_hash, card.abc, "ABC"), "abc", abc_m, {**base, "model": abc_hash}),
+              (_name(rbc_m, rbc_hash, card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": rbc_hash}),
+              ("MixedNUTS", "mixednuts", mixed, mixed_key_parts(card, abc_m, rbc_m, data))]
+    rows = []
+    for name, kind, model, key in models:
+        evs = [evaluate(model, images, labels, attack=attack, eps=r, norm=norm, seed=seed, batch_size=batch_size,
+                        cache=cache, key_parts=key, label=f"{name} at eps {r:g}", attack_options=attack_options,
+                        progress=progress) for r in radii]
+        rows.append(_row(name, kind, model, evs, radii, images, labels, norm))
+    sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),
+                     dataset={"name": card.dataset, "split": "evaluation", "n": len(labels),
+                              "fingerprint": data.fingerprint, "source": getattr(data, "source", "")},
+                     reach=reach, seconds=0.0)
+    sweep.notes = notes + _notes(sweep)
+    if max(radii) < reach:
+        sweep.notes.append(f"the largest eps ({max(radii):g}) is below {reach:g}, where the grey image reaches every"
+                           " example; add it to --eps for the chance-level check")
+    sweep.seconds = time.perf_counter() - t0
+    if out is not None:
+        write_sweep(sweep, Path(out), plots=plots)
+    return sweep
+
+
+def markdown(sweep: EpsSweep) -> str:
+    """``sanity.md``: robust accuracy per model and radius, misses marked, and the notes."""
+    head = " | ".join(f"eps {r:g}" for r in sweep.radii)
+    lines = ["# mixzoo sanity: robust accuracy over eps", "",
+             f"`{sweep.attack}`, {sweep.norm}, nominal eps {sweep.eps:g}, first {sweep.n} images of the "
+             f"{sweep.dataset['name']} evaluation split (fingerprint `{sweep.dataset['fingerprint']}`). Each cell: "
+             "the attack's robust %, then (if the checks remove examples) the checked % and the misses. The grey "
+             f"image reaches every example at eps {sweep.reach:g}.", "",
+             f"| model | clean % | class at grey | {head} |", "|---|---|---|" + "---|" * len(sweep.radii)]
+    for m in sweep.models:
+        cells = [_cell(r, c, k) for r, c, k in zip(m.robust_accuracy, m.checked_robust_accuracy, m.misses,
+                                                    strict=True)]
+        lines.append(f"| {m.name} | {100 * m.clean_accuracy:.1f} | {m.grey_class} | {' | '.join(cells)} |")
+    lines += ["", f"**{'Passed' if sweep.passed else 'FAILED'}.**", ""] + [f"- {note}" for note in sweep.notes]
+    if sweep.files:
+        lines += ["", *(f"![{f}]({f})" for f in sweep.files)]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(robust: float, checked: float, misses: int) -> str:
+    return f"{100 * robust:.1f}" if not misses else f"{100 * robust:.1f} -> {100 * checked:.1f} ({misses} missed)"
+
+
+def plot_sweep(sweep: EpsSweep, path: Path) -> None:
+    """Robust accuracy over eps per model (solid: the attack's; dotted: after the checks, where they differ)."""
+    from mixzoo.report import _figure, _save_png
+
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for m in sweep.models:
+        line, = ax.plot(sweep.radii, [100 * v for v in m.robust_accuracy], marker="o", label=m.name)
+        if any(m.misses):
+            ax.plot(sweep.radii, [100 * v for v in m.checked_robust_accuracy], ls=":", marker="x",
+                    color=line.get_color(), label=f"{m.name}, checked")
+    ax.axvline(sweep.eps, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel(f"{sweep.norm} eps (dashed: nominal)")
+    ax.set_ylabel(f"robust accuracy % ({sweep.attack}, n={sweep.n})")
+    ax.set_ylim(-2, 102)
+    ax.legend(fontsize=8)
+    ax.set_title("robust accuracy must fall to the grey-image bound", fontsize=9)
+    _save_png(fig, path)
+    plt.close(fig)
+
+
+def write_sweep(sweep: EpsSweep, out: Path, *, plots: bool = True) -> list[Path]:
+    """Write ``sanity.json``, ``sanity.md`` and ``sanity.png`` into ``out``, each atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    if plots:
+        plot_sweep(sweep, out / "sanity.png")
+        written.append(out / "sanity.png")
+    sweep.files = [p.name for p in written]
+    atomic_write_text(out / "sanity.json", json.dumps(sweep.to_dict(), indent=2))
+    atomic_write_text(out / "sanity.md", markdown(sweep))
+    return [out / "sanity.json", out / "sanity.md", *written]
