@@ -13,7 +13,7 @@ ATTACK ?= adaptive-apgd
 DEVICE ?= cpu
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test lint data clean
+.PHONY: demo sanity test lint data clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ data:
 demo: $(STAMP) data
 	$(BIN)/mixzoo mix --device $(DEVICE) --out $(OUT)/card.toml
 	$(BIN)/mixzoo bench $(OUT)/card.toml --attack $(ATTACK) --n $(N) --curve-n $(CURVE_N) --device $(DEVICE) --out $(OUT)/bench
+
+# After `make demo`: the same attack over growing eps, checked (reuses the demo's rows at the nominal eps).
+sanity: $(STAMP) data
+	@test -f $(OUT)/card.toml || $(MAKE) demo
+	$(BIN)/mixzoo sanity $(OUT)/card.toml --attack $(ATTACK) --n $(N) --device $(DEVICE) --out $(OUT)/sanity
 
 test: $(STAMP) data
 	$(BIN)/python -m pytest -q

@@ -243,6 +243,59 @@ def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, lab
     return grid[best], [{"alpha": grid[i], "robust_accuracy": r} for i, r in sorted(tried.items())]
 
 
+def check_run_settings(n: int, batch_size: int, device: str, attack: str) -> None:
+    """One-line errors for settings every card evaluation shares, before anything is loaded or attacked."""
+    from mixzoo.plugins import lookup
+
+    if n <= 0:
+        raise InputError(f"--n must be positive, got {n}")
+    if batch_size <= 0:
+        raise InputError(f"--batch-size must be positive, got {batch_size}")
+    check_device(device)
+    lookup("attack", attack)  # an unknown name fails now, not after calibrating and attacking three models
+
+
+@dataclass
+class CardEvaluation:
+    """A mix card ready to evaluate: its models, MixedNUTS, the attack radius and the evaluation images."""
+
+    card: Any
+    abc: nn.Module
+    rbc: nn.Module
+    mixed: nn.Module
+    data: Any
+    eps: float
+    norm: str
+    notes: list[str]  # weight-hash mismatches against the card (also issued as warnings)
+
+
+def card_evaluation(card: Any, *, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None,
+                    eps: float | None = None, norm: str | None = None, n: int = 1000, data_dir: str | None = None,
+                    device: str = "cpu", allow_unsafe: bool = False) -> CardEvaluation:
+    """Load what evaluating ``card`` needs: the ABC and RBC (:func:`~mixzoo.pipeline.card_models`), MixedNUTS, eps
+    and norm (given, else the card's attack, else the RBC's threat model) and the first ``n`` evaluation images,
+    refusing models that cannot classify them."""
+    from mixzoo.card import MixCard
+    from mixzoo.data import load_dataset
+    from mixzoo.mixing import MixedClassifier, weight_mismatches
+
+    if not isinstance(card, MixCard):
+        card = MixCard.load(card)
+    abc_m, rbc_m = card_models(card, abc, rbc, device=device, allow_unsafe=allow_unsafe)
+    notes = weight_mismatches(card, abc_m, rbc_m)
+    for note in notes:
+        warnings.warn(note, stacklevel=3)
+    mixed = MixedClassifier.from_card(card, abc_m, rbc_m, warn=False)
+    attack = card.attack or {}
+    eps, norm = _default_attack_setting(rbc_m, attack.get("eps") if eps is None else eps,
+                                        attack.get("norm") if norm is None else norm)
+    dataset_name = card.dataset or getattr(getattr(rbc_m, "spec", None), "dataset", None)
+    data = load_dataset(dataset_name, "evaluation", n=n, root=data_dir)
+    check_model_fits(abc_m, data, "ABC")
+    check_model_fits(rbc_m, data, "RBC")
+    return CardEvaluation(card, abc_m, rbc_m, mixed, data, eps, norm, notes)
+
+
 def bench(
     card: Any = None,
     *,
@@ -284,41 +337,23 @@ def bench(
     """
     curve_options = {"n_iter": 25, "n_target_classes": 3} if curve_options is None else curve_options
     match_options = {"n_iter": 25, "n_target_classes": 3} if match_options is None else match_options
-    from mixzoo.card import MixCard
-    from mixzoo.data import load_dataset, shortfall_note
-    from mixzoo.mixing import MixedClassifier, weight_mismatches
+    from mixzoo.data import shortfall_note
+    from mixzoo.mixing import MixedClassifier
     from mixzoo.pipeline import mix
-    from mixzoo.plugins import lookup
 
-    if n <= 0:
-        raise InputError(f"--n must be positive, got {n}")
-    if batch_size <= 0:
-        raise InputError(f"--batch-size must be positive, got {batch_size}")
+    check_run_settings(n, batch_size, device, attack)
     if curve and curve_n <= 0:
         raise InputError(f"--curve-n must be positive, got {curve_n} (or pass --no-curve)")
-    check_device(device)
-    lookup("attack", attack)  # an unknown name fails now, not after calibrating and attacking three models
     t0 = time.perf_counter()
     if card is None:
         res = mix(abc, rbc, cache_dir=cache_dir, use_cache=use_cache, device=device, data_dir=data_dir,
                   allow_unsafe=allow_unsafe, progress=progress, eps=eps, norm=norm, seed=seed)
         card = res.card
-    elif not isinstance(card, MixCard):
-        card = MixCard.load(card)
-    abc_m, rbc_m = card_models(card, abc, rbc, device=device, allow_unsafe=allow_unsafe)
-    notes = weight_mismatches(card, abc_m, rbc_m)  # the report must say so, not only the terminal
-    for note in notes:
-        warnings.warn(note, stacklevel=2)
-    mixed = MixedClassifier.from_card(card, abc_m, rbc_m, warn=False)
-    if eps is None and card.attack:
-        eps = card.attack.get("eps")
-    if norm is None and card.attack:
-        norm = card.attack.get("norm")
-    eps, norm = _default_attack_setting(rbc_m, eps, norm)
+    ce = card_evaluation(card, abc=abc, rbc=rbc, eps=eps, norm=norm, n=n, data_dir=data_dir, device=device,
+                         allow_unsafe=allow_unsafe)
+    card, abc_m, rbc_m, mixed, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.mixed, ce.data, ce.eps, ce.norm
+    notes = list(ce.notes)  # the report must say so, not only the terminal
     dataset_name = card.dataset or getattr(getattr(rbc_m, "spec", None), "dataset", None)
-    data = load_dataset(dataset_name, "evaluation", n=n, root=data_dir)
-    check_model_fits(abc_m, data, "ABC")
-    check_model_fits(rbc_m, data, "RBC")
     cache = Cache(cache_dir, enabled=use_cache)
     images, labels = data.images, data.labels
     base = {"data": data.fingerprint}
