@@ -52,6 +52,11 @@ class ModelResult:
     warnings: list[str] = field(default_factory=list)
     device: str = ""  # where the attack ran ("cpu", "cuda", "cpu+cuda" for a run resumed elsewhere)
     cached: bool = False  # True when the row was read from the cache rather than attacked in this run
+    clean_ci: list[float] = field(default_factory=list)  # 95 % Wilson interval (mixzoo.stats)
+    robust_ci: list[float] = field(default_factory=list)
+    # per evaluation image, in order: "1" correct, "0" not; kept so any two rows can be compared example by example
+    clean_outcomes: str = ""
+    robust_outcomes: str = ""
 
 
 @dataclass
@@ -71,6 +76,22 @@ class Report:
     def row(self, kind: str) -> ModelResult:
         return next(m for m in self.models if m.kind == kind)
 
+    def comparisons(self) -> list[dict[str, Any]]:
+        """MixedNUTS against the RBC and against the linear baseline, clean and robust, paired example by example
+        on the same images (:func:`mixzoo.stats.paired_difference`: difference of accuracies, 95 % interval)."""
+        from mixzoo.stats import paired_difference
+
+        out = []
+        nuts = self.row("mixednuts")
+        for other in (m for m in self.models if m.kind in ("rbc", "linear")):
+            entry: dict[str, Any] = {"a": nuts.name, "b": other.name, "b_kind": other.kind}
+            for what in ("clean", "robust"):
+                a, b = getattr(nuts, f"{what}_outcomes"), getattr(other, f"{what}_outcomes")
+                if a and b and len(a) == len(b):
+                    entry[what] = paired_difference([c == "1" for c in a], [c == "1" for c in b]).to_dict()
+            out.append(entry)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
@@ -81,6 +102,7 @@ class Report:
             "settings": self.settings,
             "curve": self.curve,
             "calibration": self.calibration,
+            "comparisons": self.comparisons(),
             "notes": self.notes,
         }
 
@@ -191,12 +213,17 @@ def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]])
 
 def _result(name: str, kind: str, ev: dict[str, Any], attack: str, eps: float, norm: str,
             alpha: float | None = None) -> ModelResult:
+    from mixzoo.stats import wilson_interval
+
     n = len(ev["clean_correct"])
+    clean, robust = sum(ev["clean_correct"]), sum(ev["robust_correct"])
     return ModelResult(
-        name=name, kind=kind, clean_accuracy=sum(ev["clean_correct"]) / n,
-        robust_accuracy=sum(ev["robust_correct"]) / n, attack=attack, epsilon=eps, norm=norm, n=n,
-        seconds=ev["seconds"], alpha=alpha, components=ev["components"], warnings=ev["warnings"],
+        name=name, kind=kind, clean_accuracy=clean / n, robust_accuracy=robust / n, attack=attack, epsilon=eps,
+        norm=norm, n=n, seconds=ev["seconds"], alpha=alpha, components=ev["components"], warnings=ev["warnings"],
         device=ev.get("device", "unknown"), cached=bool(ev.get("cached", False)),
+        clean_ci=list(wilson_interval(clean, n)), robust_ci=list(wilson_interval(robust, n)),
+        clean_outcomes="".join("1" if v else "0" for v in ev["clean_correct"]),
+        robust_outcomes="".join("1" if v else "0" for v in ev["robust_correct"]),
     )
 
 
@@ -417,18 +444,43 @@ def seconds_cell(m: ModelResult) -> str:
     return f"{m.seconds:.0f} ({where}, cached)" if m.cached else f"{m.seconds:.0f} ({where})"
 
 
+def ci_cell(value: float, ci: list[float]) -> str:
+    """``87.00 (84.76-89.00)``: a percentage with its 95 % interval, when the row has one."""
+    return f"{100 * value:.2f}" + (f" ({100 * ci[0]:.1f}-{100 * ci[1]:.1f})" if ci else "")
+
+
+def comparison_lines(report: Report) -> list[str]:
+    """One sentence per paired comparison of :meth:`Report.comparisons`."""
+    lines = []
+    for c in report.comparisons():
+        parts = []
+        for what in ("clean", "robust"):
+            d = c.get(what)
+            if d:
+                parts.append(f"{what} {100 * d['difference']:+.2f} points (95% CI {100 * d['low']:+.2f} to "
+                             f"{100 * d['high']:+.2f}; right only for {c['a']}: {d['a_only']}, only for the "
+                             f"other: {d['b_only']})")
+        if parts:
+            lines.append(f"{c['a']} - {c['b']} ({c['b_kind']}), paired on the same {report.dataset['n']} images: "
+                         + "; ".join(parts))
+    return lines
+
+
 def print_report(report: Report) -> None:
     """The bench table in the terminal."""
     from rich.table import Table
 
     table = Table(title=f"{report.dataset['name']} evaluation split, n={report.dataset['n']}, "
                         f"{report.settings['attack']} {report.settings['norm']} eps={report.settings['eps']:.4g}")
-    for col in ("model", "kind", "alpha", "clean %", "robust %", "seconds"):
+    for col in ("model", "kind", "alpha", "clean % (95% CI)", "robust % (95% CI)", "seconds"):
         table.add_column(col, justify="right" if col not in ("model", "kind") else "left")
     for m in report.models:
-        table.add_row(m.name, m.kind, "" if m.alpha is None else f"{m.alpha:.3f}", f"{100 * m.clean_accuracy:.2f}",
-                      f"{100 * m.robust_accuracy:.2f}", seconds_cell(m))
+        table.add_row(m.name, m.kind, "" if m.alpha is None else f"{m.alpha:.3f}",
+                      ci_cell(m.clean_accuracy, m.clean_ci), ci_cell(m.robust_accuracy, m.robust_ci),
+                      seconds_cell(m))
     console.print(table)
+    for line in comparison_lines(report):
+        console.print(line, highlight=False)
     for m in report.models:
         for w in m.warnings:
             console.print(f"[yellow]warning ({m.name}): {w}")

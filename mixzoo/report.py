@@ -202,7 +202,7 @@ def plot_objective(card: Any, path: Path) -> None:
 # ------------------------------------------------------------------------------------------------ files
 def markdown(report: Any) -> str:
     """``report.md``: the table, the card, the data, and any warnings."""
-    from mixzoo.bench import seconds_cell
+    from mixzoo.bench import ci_cell, comparison_lines, seconds_cell
 
     c, d, st = report.card, report.dataset, report.settings
     lines = [
@@ -211,17 +211,22 @@ def markdown(report: Any) -> str:
         f"calibration used the disjoint `calibration` split ({(d.get('calibration') or {}).get('n', '?')} images).",
         f"Attack: `{st['attack']}`, {st['norm']}, eps = {st['eps']:.6g}, seed {st['seed']}.",
         *(f"Note: {note}." for note in getattr(report, "notes", [])), "",
-        "| model | kind | alpha | clean % | robust % | attack seconds (device) |", "|---|---|---|---|---|---|",
+        "| model | kind | alpha | clean % (95% CI) | robust % (95% CI) | attack seconds (device) |",
+        "|---|---|---|---|---|---|",
     ]
     for m in report.models:
         alpha = "" if m.alpha is None else f"{m.alpha:.4f}"
-        lines.append(f"| {m.name} | {m.kind} | {alpha} | {100 * m.clean_accuracy:.2f} | "
-                     f"{100 * m.robust_accuracy:.2f} | {seconds_cell(m)} |")
+        lines.append(f"| {m.name} | {m.kind} | {alpha} | {ci_cell(m.clean_accuracy, m.clean_ci)} | "
+                     f"{ci_cell(m.robust_accuracy, m.robust_ci)} | {seconds_cell(m)} |")
     rbc, nuts = report.row("rbc"), report.row("mixednuts")
     if rbc.clean_accuracy < 1:
         cut = (nuts.clean_accuracy - rbc.clean_accuracy) / (1 - rbc.clean_accuracy)
         lines += ["", f"MixedNUTS vs RBC: clean error cut by {100 * cut:.1f}% (relative), robust accuracy "
                       f"{100 * (nuts.robust_accuracy - rbc.robust_accuracy):+.2f} points."]
+    comparisons = comparison_lines(report)
+    if comparisons:
+        lines += ["", "Paired comparisons (Newcombe's interval for the difference of two accuracies on the same "
+                      "images; `mixzoo/stats.py`):", ""] + [f"- {line}" for line in comparisons]
     lines += ["", "## Attack components (examples newly broken)", ""]
     for m in report.models:
         comps = ", ".join(f"{x['name']}: {x['newly_broken']}" for x in m.components)

@@ -129,6 +129,20 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     assert len(data["curve"]["mixednuts"]) >= 5 and len(data["curve"]["linear"]) >= 5
     assert all(m["device"] == "cpu" and not m["cached"] for m in data["models"])
     assert "(cpu)" in (tmp_path / "bench" / "report.md").read_text()
+    # per-image outcomes and intervals: the accuracies are their means, the comparisons are paired on them
+    for m in data["models"]:
+        assert len(m["robust_outcomes"]) == 60 and m["robust_outcomes"].count("1") == round(60 * m["robust_accuracy"])
+        assert m["clean_outcomes"].count("1") == round(60 * m["clean_accuracy"])
+        assert m["robust_ci"][0] <= m["robust_accuracy"] <= m["robust_ci"][1]
+    nuts, rbc = report.row("mixednuts"), report.row("rbc")
+    assert all(r == "0" or c == "1" for r, c in zip(nuts.robust_outcomes, nuts.clean_outcomes, strict=True))
+    vs_rbc = next(c for c in data["comparisons"] if c["b_kind"] == "rbc")
+    assert vs_rbc["robust"]["difference"] == pytest.approx(nuts.robust_accuracy - rbc.robust_accuracy)
+    assert vs_rbc["clean"]["a_only"] == sum(a == "1" and b == "0" for a, b in zip(nuts.clean_outcomes,
+                                                                                rbc.clean_outcomes, strict=True))
+    assert vs_rbc["robust"]["low"] <= vs_rbc["robust"]["difference"] <= vs_rbc["robust"]["high"]
+    assert {c["b_kind"] for c in data["comparisons"]} == {"rbc", "linear"}
+    assert "paired on the same 60 images" in (tmp_path / "bench" / "report.md").read_text()
     # the same bench again reads every row from the cache, and says so
     again = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench2", cache_dir=shared_cache,
                   attack_options={"n_iter": 5, "n_target_classes": 2}, curve=False,
