@@ -51,3 +51,17 @@ def test_damaged_entry_is_recomputed(tmp_path):
     cache.path("k", "key").write_bytes(b"garbage")
     out = batched_cached(cache, "k", "key", 4, 4, lambda a, b: {"x": torch.zeros(b - a)}, {})
     assert torch.equal(out["x"], torch.zeros(4))
+
+
+def test_atomic_writes_get_ordinary_file_permissions(tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "report.json", "{}")
+        assert (tmp_path / "report.json").stat().st_mode & 0o777 == 0o644  # mkstemp alone would give 0600
+        os.umask(0o077)
+        atomic_write_text(tmp_path / "private.json", "{}")
+        assert (tmp_path / "private.json").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(mask)
