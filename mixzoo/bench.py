@@ -13,7 +13,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,6 +30,9 @@ from mixzoo.pipeline import (
     model_hash,
 )
 from mixzoo.progress import console, progress_bar
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 BENCH_CODE_VERSION = "bench-2"  # 2: warnings merged across batches with their counts
 
@@ -270,7 +273,8 @@ def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, lab
     return grid[best], [{"alpha": grid[i], "robust_accuracy": r} for i, r in sorted(tried.items())]
 
 
-def check_run_settings(n: int, batch_size: int, device: str, attack: str) -> None:
+def check_run_settings(n: int, batch_size: int, device: str, attack: str,
+                       attack_options: dict[str, Any] | None = None) -> None:
     """One-line errors for settings every card evaluation shares, before anything is loaded or attacked."""
     from mixzoo.plugins import lookup
 
@@ -279,7 +283,11 @@ def check_run_settings(n: int, batch_size: int, device: str, attack: str) -> Non
     if batch_size <= 0:
         raise InputError(f"--batch-size must be positive, got {batch_size}")
     check_device(device)
-    lookup("attack", attack)  # an unknown name fails now, not after calibrating and attacking three models
+    # an unknown name or option fails now, not after calibrating and attacking three models
+    attack_cls = lookup("attack", attack)
+    check_options = getattr(attack_cls, "check_options", None)  # a plugin's attack need not subclass Attack
+    if attack_options and check_options is not None:
+        check_options(dict(attack_options))
 
 
 @dataclass
@@ -368,7 +376,7 @@ def bench(
     from mixzoo.mixing import MixedClassifier
     from mixzoo.pipeline import mix
 
-    check_run_settings(n, batch_size, device, attack)
+    check_run_settings(n, batch_size, device, attack, attack_options)
     if curve and curve_n <= 0:
         raise InputError(f"--curve-n must be positive, got {curve_n} (or pass --no-curve)")
     t0 = time.perf_counter()
@@ -444,9 +452,9 @@ def seconds_cell(m: ModelResult) -> str:
     return f"{m.seconds:.0f} ({where}, cached)" if m.cached else f"{m.seconds:.0f} ({where})"
 
 
-def ci_cell(value: float, ci: list[float]) -> str:
-    """``87.00 (84.76-89.00)``: a percentage with its 95 % interval, when the row has one."""
-    return f"{100 * value:.2f}" + (f" ({100 * ci[0]:.1f}-{100 * ci[1]:.1f})" if ci else "")
+def ci_cell(value: float, ci: list[float], digits: int = 2) -> str:
+    """``87.00 (84.8-89.0)``: a percentage with its 95 % interval, when the row has one."""
+    return f"{100 * value:.{digits}f}" + (f" ({100 * ci[0]:.1f}-{100 * ci[1]:.1f})" if ci else "")
 
 
 def comparison_lines(report: Report) -> list[str]:
@@ -466,23 +474,46 @@ def comparison_lines(report: Report) -> list[str]:
     return lines
 
 
-def print_report(report: Report) -> None:
-    """The bench table in the terminal."""
+def display_name(m: ModelResult) -> str:
+    """The row's name for an 80-column terminal: the base models prefixed with their role, the mixtures with
+    their alpha (the kind and alpha columns of report.md, folded in)."""
+    if m.kind in ("abc", "rbc"):
+        return f"{m.kind.upper()} {m.name}"
+    if m.kind == "linear" and m.alpha is not None:
+        return f"linear mix, α {m.alpha:.2f}"
+    if m.kind == "mixednuts" and m.alpha is not None:
+        return f"{m.name}, α {m.alpha:.3f}"
+    return m.name
+
+
+def terminal_seconds_cell(m: ModelResult, device: str) -> str:
+    """Attack seconds; the device only when it is not the run's, and whether the row came from the cache."""
+    tags = [t for t in (m.device if m.device and m.device != device else "", "cached" if m.cached else "") if t]
+    return f"{m.seconds:.0f}" + (f" ({', '.join(tags)})" if tags else "")
+
+
+def print_report(report: Report, *, to: Console | None = None) -> None:
+    """The bench table in the terminal (or on the console ``to``), fitting 80 columns (report.md has the wide
+    form)."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"{report.dataset['name']} evaluation split, n={report.dataset['n']}, "
-                        f"{report.settings['attack']} {report.settings['norm']} eps={report.settings['eps']:.4g}")
-    for col in ("model", "kind", "alpha", "clean % (95% CI)", "robust % (95% CI)", "seconds"):
-        table.add_column(col, justify="right" if col not in ("model", "kind") else "left")
+    to = to or console
+    settings = report.settings
+    device = settings.get("device", "")
+    table = Table(title=f"{report.dataset['name']} evaluation split, n={report.dataset['n']}, {settings['attack']} "
+                        f"{settings['norm']} eps={settings['eps']:.4g}, on {device}",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("model", "clean % (95% CI)", "robust % (95% CI)", "attack s"):
+        table.add_column(col, justify="left" if col == "model" else "right")
     for m in report.models:
-        table.add_row(m.name, m.kind, "" if m.alpha is None else f"{m.alpha:.3f}",
-                      ci_cell(m.clean_accuracy, m.clean_ci), ci_cell(m.robust_accuracy, m.robust_ci),
-                      seconds_cell(m))
-    console.print(table)
+        table.add_row(display_name(m), ci_cell(m.clean_accuracy, m.clean_ci, digits=1),
+                      ci_cell(m.robust_accuracy, m.robust_ci, digits=1), terminal_seconds_cell(m, device))
+    to.print(table)
     for line in comparison_lines(report):
-        console.print(line, highlight=False)
+        to.print(line, highlight=False)
     for m in report.models:
         for w in m.warnings:
-            console.print(f"[yellow]warning ({m.name}): {w}")
+            to.print(f"[yellow]warning ({m.name}): {w}")
     for note in report.notes:
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        to.print(f"[yellow]note:[/yellow] {note}", highlight=False)

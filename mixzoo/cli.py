@@ -27,6 +27,31 @@ AllowUnsafe = Annotated[bool, typer.Option("--allow-unsafe", help="permit pickle
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
+AttackOptions = Annotated[list[str] | None, typer.Option(
+    "--attack-option", "-O", metavar="KEY=VALUE",
+    help="an option of the attack, repeatable, e.g. -O n_iter=200 -O n_restarts=2 (numbers, true/false, "
+         "comma-separated lists); an unknown key is refused with the attack's known keys")]
+
+
+def parse_attack_options(values: list[str] | None) -> dict[str, Any] | None:
+    """``["n_iter=200", "components=apgd-ce,apgd-t"]`` -> ``{"n_iter": 200, "components": ["apgd-ce", "apgd-t"]}``:
+    JSON values where they parse (numbers, true/false, null), comma-separated text as a list, else the text."""
+    if not values:
+        return None
+    options: dict[str, Any] = {}
+    for item in values:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise MixzooError(f"--attack-option {item!r} is not KEY=VALUE; write e.g. -O n_iter=200")
+        try:
+            value: Any = json.loads(text)
+        except json.JSONDecodeError:
+            value = [v.strip() for v in text.split(",")] if "," in text else text.strip()
+        options[key] = value
+    return options
+
+
 def _errors(fn):
     """Turn mixzoo's own errors into one line on stderr and exit status 2."""
 
@@ -216,6 +241,7 @@ def bench(
                                                  "has its own seed, so results depend on it)")] = 250,
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
     curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
+    attack_option: AttackOptions = None,
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
@@ -228,7 +254,8 @@ def bench(
     from mixzoo.bench import print_report
 
     report = run_bench(card, abc=abc, rbc=rbc, attack=attack, n=n, out=out, eps=eps, norm=norm, seed=seed,
-                       batch_size=batch_size, curve=curve, curve_n=curve_n, data_dir=data_dir, cache_dir=cache_dir,
+                       batch_size=batch_size, attack_options=parse_attack_options(attack_option), curve=curve,
+                       curve_n=curve_n, data_dir=data_dir, cache_dir=cache_dir,
                        use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
@@ -302,6 +329,7 @@ def sanity(
     seed: int = 0,
     batch_size: Annotated[int, typer.Option(help="images per attack batch (as in bench)")] = 250,
     strict: Annotated[bool, typer.Option("--strict", help="exit with status 1 when a check finds misses")] = False,
+    attack_option: AttackOptions = None,
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
@@ -314,7 +342,8 @@ def sanity(
     from mixzoo.sanity import eps_sweep
 
     sweep = eps_sweep(card, abc=abc, rbc=rbc, radii=_parse_floats(eps, "--eps"), attack=attack, n=n, seed=seed,
-                      batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
+                      batch_size=batch_size, attack_options=parse_attack_options(attack_option), out=out,
+                      data_dir=data_dir, cache_dir=cache_dir,
                       use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     if as_json:
         print(json.dumps(sweep.to_dict(), indent=2))

@@ -200,6 +200,11 @@ def plot_objective(card: Any, path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ files
+def options_text(options: dict[str, Any]) -> str:
+    """`` (n_iter=200, n_restarts=2)`` after an attack's name when options were given, else nothing."""
+    return f" ({', '.join(f'{k}={v}' for k, v in options.items())})" if options else ""
+
+
 def markdown(report: Any) -> str:
     """``report.md``: the table, the card, the data, and any warnings."""
     from mixzoo.bench import ci_cell, comparison_lines, seconds_cell
@@ -209,7 +214,8 @@ def markdown(report: Any) -> str:
         "# mixzoo bench report", "",
         f"Evaluation: **{d['name']}** `{d['split']}` split, n = {d['n']} (fingerprint `{d['fingerprint']}`); "
         f"calibration used the disjoint `calibration` split ({(d.get('calibration') or {}).get('n', '?')} images).",
-        f"Attack: `{st['attack']}`, {st['norm']}, eps = {st['eps']:.6g}, seed {st['seed']}.",
+        f"Attack: `{st['attack']}`{options_text(st.get('attack_options') or {})}, {st['norm']}, "
+        f"eps = {st['eps']:.6g}, seed {st['seed']}.",
         *(f"Note: {note}." for note in getattr(report, "notes", [])), "",
         "| model | kind | alpha | clean % (95% CI) | robust % (95% CI) | attack seconds (device) |",
         "|---|---|---|---|---|---|",

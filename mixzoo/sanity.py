@@ -105,6 +105,7 @@ class EpsSweep:
     seconds: float
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    attack_options: dict[str, Any] = field(default_factory=dict)  # as given; the attack's defaults for the rest
 
     @property
     def passed(self) -> bool:
@@ -191,7 +192,7 @@ def eps_sweep(
     from mixzoo.bench import card_evaluation, check_run_settings, evaluate, mixed_key_parts
     from mixzoo.data import shortfall_note
 
-    check_run_settings(n, batch_size, device, attack)
+    check_run_settings(n, batch_size, device, attack, attack_options)
     if radii is not None and (not radii or min(radii) <= 0):
         raise InputError(f"--eps values must be positive, got {radii}")
     t0 = time.perf_counter()
@@ -215,7 +216,7 @@ def eps_sweep(
     sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),
                      dataset={"name": card.dataset, "split": "evaluation", "n": len(labels),
                               "fingerprint": data.fingerprint, "source": getattr(data, "source", "")},
-                     reach=reach, seconds=0.0)
+                     reach=reach, seconds=0.0, attack_options=dict(attack_options or {}))
     sweep.notes = ce.notes + [note for note in [shortfall_note(data, n, "--n")] if note] + _notes(sweep)
     if max(radii) < reach:
         sweep.notes.append(f"the largest eps ({max(radii):g}) is below {reach:g}, where the grey image reaches every"
@@ -228,9 +229,12 @@ def eps_sweep(
 
 def markdown(sweep: EpsSweep) -> str:
     """``sanity.md``: robust accuracy per model and radius, misses marked, and the notes."""
+    from mixzoo.report import options_text
+
     head = " | ".join(f"eps {r:g}" for r in sweep.radii)
     lines = ["# mixzoo sanity: robust accuracy over eps", "",
-             f"`{sweep.attack}`, {sweep.norm}, nominal eps {sweep.eps:g}, first {sweep.n} images of the "
+             f"`{sweep.attack}`{options_text(sweep.attack_options)}, {sweep.norm}, nominal eps {sweep.eps:g}, "
+             f"first {sweep.n} images of the "
              f"{sweep.dataset['name']} evaluation split (fingerprint `{sweep.dataset['fingerprint']}`). Each cell: "
              "the attack's robust %, then (if the checks remove examples) the checked % and the misses. The grey "
              f"image reaches every example at eps {sweep.reach:g}.", "",

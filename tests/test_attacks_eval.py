@@ -255,3 +255,20 @@ def test_adaptive_strong_adds_gradient_attacks_and_never_reports_more_robustness
         abc, x[:60], y[:60], progress=False)
     assert [c.name for c in plain.components] == ["apgd-ce", "apgd-t", "apgd-ce-seed1", "apgd-t-seed1",
                                                   "apgd-ce-seed2", "apgd-t-seed2"]
+
+
+def test_attack_options_are_checked_before_any_attack_with_close_names():
+    from mixzoo.attacks.evaluation import AdaptiveAPGD, PGDAttack
+
+    with pytest.raises(InputError, match="unknown option.*n_iters.*did you mean n_iter\\?"):
+        PGDAttack.check_options({"n_iters": 3})
+    with pytest.raises(InputError, match="must be a number, got 'many'"):
+        AdaptiveAPGD.check_options({"n_iter": "many"})
+    with pytest.raises(InputError, match="must be a number"):
+        AdaptiveAPGD.check_options({"n_iter": True})
+    with pytest.raises(InputError, match="n_iter must be at least 1"):
+        AdaptiveAPGD.check_options({"n_iter": 0})
+    merged = AdaptiveAPGD.check_options({"components": "apgd-ce", "n_iter": 7})
+    assert merged["components"] == ["apgd-ce"] and merged["n_iter"] == 7
+    assert merged["n_target_classes"] == AdaptiveAPGD.defaults["n_target_classes"]
+    assert PGDAttack(eps=0.1, n_iter=3).options["n_iter"] == 3

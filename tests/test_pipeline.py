@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 import torch
+from rich.console import Console
 from typer.testing import CliRunner
 
 from mixzoo.card import MixCard
@@ -106,7 +108,7 @@ def test_bench_unknown_attack_fails_before_calibrating(tmp_path):
 
 
 def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
-    from mixzoo.bench import bench
+    from mixzoo.bench import bench, print_report
 
     res = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
     report = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench", cache_dir=shared_cache,
@@ -143,6 +145,15 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     assert vs_rbc["robust"]["low"] <= vs_rbc["robust"]["difference"] <= vs_rbc["robust"]["high"]
     assert {c["b_kind"] for c in data["comparisons"]} == {"rbc", "linear"}
     assert "paired on the same 60 images" in (tmp_path / "bench" / "report.md").read_text()
+    # the terminal table fits 80 columns, one line per model with its interval
+    term = Console(width=80, record=True, file=io.StringIO())
+    print_report(report, to=term)
+    lines = term.export_text().splitlines()
+    assert max(map(len, lines)) <= 80
+    for m, label in zip(report.models, ("ABC digits-std", "RBC digits-pgd", "linear mix, α", "MixedNUTS, α"),
+                        strict=True):
+        row = next(line for line in lines if line.strip().startswith(label))
+        assert f"{100 * m.robust_accuracy:.1f} ({100 * m.robust_ci[0]:.1f}-{100 * m.robust_ci[1]:.1f})" in row
     # the same bench again reads every row from the cache, and says so
     again = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench2", cache_dir=shared_cache,
                   attack_options={"n_iter": 5, "n_target_classes": 2}, curve=False,
@@ -238,6 +249,10 @@ def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_ca
                                    str(tmp_path / "bad")])
     assert bad.exit_code == 2 and "--batch-size must be positive" in bad.output
     assert not (tmp_path / "bad").exists()
+    typo = CliRunner().invoke(app, ["bench", str(card), "--n", "40", "-O", "n_iters=3", "--out", str(tmp_path / "bad"),
+                                    "--cache-dir", str(tmp_path / "fresh-cache")])
+    assert typo.exit_code == 2 and "did you mean n_iter?" in typo.output and len(typo.output.splitlines()) == 1
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "fresh-cache").exists()
     rows = payload["models"]
     assert sorted(r["kind"] for r in rows) == ["abc", "linear", "mixednuts", "rbc"]
     for r in rows:
@@ -390,3 +405,25 @@ def test_models_that_cannot_classify_the_data_fail_with_one_line(tmp_path, share
         mix("digits-std", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10)), eps=0.1,
             out=tmp_path / "c2.toml", cache_dir=shared_cache, **FAST)
     assert not (tmp_path / "c2.toml").exists()
+
+
+@pytest.mark.parametrize("items, expected", [
+    (["n_iter=200", "n-restarts=2"], {"n_iter": 200, "n_restarts": 2}),
+    (["step_size=1e-3", "extra=true", "x=null"], {"step_size": 1e-3, "extra": True, "x": None}),
+    (["components=apgd-ce,apgd-t"], {"components": ["apgd-ce", "apgd-t"]}),
+    (["components=square"], {"components": "square"}),
+    (["components=[\"fab-t\"]"], {"components": ["fab-t"]}),
+])
+def test_attack_options_from_the_command_line(items, expected):
+    from mixzoo.cli import parse_attack_options
+
+    assert parse_attack_options(items) == expected
+
+
+@pytest.mark.parametrize("item", ["n_iter", "=3", "1x=2", "n iter=2"])
+def test_malformed_attack_options_name_the_fix(item):
+    from mixzoo.cli import parse_attack_options
+    from mixzoo.errors import MixzooError
+
+    with pytest.raises(MixzooError, match="is not KEY=VALUE; write e.g. -O n_iter=200"):
+        parse_attack_options([item])

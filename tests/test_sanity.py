@@ -152,3 +152,12 @@ def test_cli_sanity_strict_exit_status(card, tmp_path):
     weak = runner.invoke(app, [*args, "--attack", "pgd", "--eps", "0.05,0.5", "--out", str(tmp_path / "b")])
     assert (weak.exit_code == 1) == (not json.loads((tmp_path / "b" / "sanity.json").read_text())["passed"])
     assert "class at grey" in weak.output
+    # attack options from the command line: a PGD that barely moves is caught, and --strict says so
+    barely = runner.invoke(app, [*args, "--attack", "pgd", "-O", "n_iter=1", "-O", "step_size=1e-6", "--eps", "0.5",
+                                 "--out", str(tmp_path / "c")])
+    assert barely.exit_code == 1, barely.output
+    written = json.loads((tmp_path / "c" / "sanity.json").read_text())
+    assert written["passed"] is False and written["attack_options"] == {"n_iter": 1, "step_size": 1e-6}
+    typo = runner.invoke(app, [*args, "--attack", "pgd", "-O", "n_iters=1", "--out", str(tmp_path / "d")])
+    assert typo.exit_code == 2 and "did you mean n_iter" in typo.output
+    assert not (tmp_path / "d").exists()

@@ -106,17 +106,35 @@ class Attack:
 
     def __init__(self, eps: float, norm: str = "Linf", seed: int = 0, **options: Any):
         check_attack_settings(eps, norm)
-        unknown = sorted(set(options) - set(self.defaults))
-        if unknown:
-            raise InputError(f"unknown option(s) {', '.join(unknown)} for attack {self.name!r};"
-                             f" known: {', '.join(sorted(self.defaults))}")
         self.eps, self.norm, self.seed = float(eps), norm, int(seed)
-        self.options = {**self.defaults, **options}
+        self.options = self.check_options(options)
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """The options merged over :attr:`defaults`; one-line errors for unknown keys (with close names) and
+        counts out of range, so a run can refuse bad options before it attacks anything."""
+        import difflib
+
+        unknown = sorted(set(options) - set(cls.defaults))
+        if unknown:
+            close = [c for k in unknown for c in difflib.get_close_matches(k, cls.defaults, n=1, cutoff=0.6)]
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise InputError(f"unknown option(s) {', '.join(unknown)} for attack {cls.name!r}; {hint}"
+                             f"known: {', '.join(sorted(cls.defaults))}")
+        if isinstance(options.get("components"), str):
+            options = {**options, "components": [options["components"]]}
+        merged = {**cls.defaults, **options}
+        for key, value in options.items():
+            default = cls.defaults[key]
+            if isinstance(default, int | float) and not isinstance(default, bool) and (
+                    isinstance(value, bool) or not isinstance(value, int | float)):
+                raise InputError(f"option {key} of attack {cls.name!r} must be a number, got {value!r}")
         for key in ("n_iter", "n_restarts", "n_queries", "batch_size"):
-            if key in self.options and int(self.options[key]) < 1:
-                raise InputError(f"option {key} must be at least 1, got {self.options[key]}")
-        if int(self.options.get("n_target_classes", 0)) < 0:
-            raise InputError(f"option n_target_classes must be non-negative, got {self.options['n_target_classes']}")
+            if key in merged and int(merged[key]) < 1:
+                raise InputError(f"option {key} must be at least 1, got {merged[key]}")
+        if int(merged.get("n_target_classes", 0)) < 0:
+            raise InputError(f"option n_target_classes must be non-negative, got {merged['n_target_classes']}")
+        return merged
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         raise NotImplementedError
