@@ -28,7 +28,9 @@ data:
 
 demo: $(STAMP) data
 	$(BIN)/mixzoo mix --device $(DEVICE) --out $(OUT)/card.toml
-	$(BIN)/mixzoo bench $(OUT)/card.toml --attack $(ATTACK) --n $(N) --curve-n $(CURVE_N) --device $(DEVICE) --out $(OUT)/bench
+	$(BIN)/mixzoo bench $(OUT)/card.toml --attack $(ATTACK) --n $(N) --curve-n $(CURVE_N) --device $(DEVICE) \
+	  --save-adversarial --out $(OUT)/bench
+	$(BIN)/mixzoo verify $(OUT)/bench --device $(DEVICE)
 
 # After `make demo`: the same attack over growing eps, checked (reuses the demo's rows at the nominal eps).
 sanity: $(STAMP) data

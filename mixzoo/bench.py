@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 from torch import nn
 
-from mixzoo.cache import Cache, atomic_write_text, content_key
+from mixzoo.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
 from mixzoo.errors import InputError
 from mixzoo.pipeline import (
     _default_attack_setting,
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 BENCH_CODE_VERSION = "bench-2"  # 2: warnings merged across batches with their counts
+ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
+ADVERSARIAL_FILE = "adversarial.safetensors"
 
 
 @dataclass
@@ -75,6 +79,8 @@ class Report:
     out: Path | None = None
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # kind -> {"index", "images"}: the attack's point for every example it broke (``save_adversarial``)
+    adversarial: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
     def row(self, kind: str) -> ModelResult:
         return next(m for m in self.models if m.kind == kind)
@@ -112,11 +118,14 @@ class Report:
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, attack: str, eps: float, norm: str,
              seed: int, batch_size: int, cache: Cache, key_parts: dict[str, Any], label: str,
-             attack_options: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
+             attack_options: dict[str, Any] | None = None, save_adversarial: bool = False,
+             progress: bool = True) -> dict[str, Any]:
     """Attack ``model`` batch by batch, saving each batch's outcome so an interrupted run resumes.
 
     Returns a dict with per-example ``clean_correct`` / ``robust_correct`` lists, per-component broken counts,
     warnings and seconds. The attack object comes from the attack hook (``mixzoo.plugins.lookup``).
+    ``save_adversarial`` adds ``adversarial``: ``{"index", "images"}`` tensors, the point the attack found for each
+    example it broke (kept next to the cached outcome; a cached outcome without them is attacked again).
     """
     from mixzoo.plugins import lookup
 
@@ -125,23 +134,32 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
                        "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION})
     final = cache.root / "bench" / f"{key}.json"
-    if cache.enabled and final.exists():
+    final_adv = final.with_suffix(ADV_SUFFIX)
+    if cache.enabled and final.exists() and (not save_adversarial or final_adv.exists()):
         try:
-            return {**json.loads(final.read_text()), "cached": True}
-        except json.JSONDecodeError:
+            hit = {**json.loads(final.read_text()), "cached": True}
+            if save_adversarial:
+                hit["adversarial"] = load_file(final_adv)
+            return hit
+        except (json.JSONDecodeError, SafetensorError):
             final.unlink()
+            final_adv.unlink(missing_ok=True)
     n = len(labels)
     batches: list[dict[str, Any]] = []
+    points: list[dict[str, torch.Tensor]] = []
     with progress_bar(progress) as bar:
         task = bar.add_task(f"{attack} on {label}", total=n)
         for index, start in enumerate(range(0, n, batch_size)):
             stop = min(n, start + batch_size)
             part_path = cache.root / "bench" / f"{key}.partial" / f"{index:06d}.json"
+            part_adv = part_path.with_suffix(ADV_SUFFIX)
             part = None
-            if cache.enabled and part_path.exists():
+            if cache.enabled and part_path.exists() and (not save_adversarial or part_adv.exists()):
                 try:
                     part = json.loads(part_path.read_text())
-                except json.JSONDecodeError:
+                    if save_adversarial:
+                        points.append(load_file(part_adv))
+                except (json.JSONDecodeError, SafetensorError):
                     part = None
             if part is None:
                 runner = attack_cls(eps=eps, norm=norm, seed=seed + index, **options)
@@ -157,7 +175,13 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                     "seconds": res.seconds,
                     "device": device.type,
                 }
+                if save_adversarial:
+                    broken = torch.nonzero(res.clean_correct.bool() & ~res.robust_correct.bool()).squeeze(1)
+                    found = res.adv_images[broken.to(res.adv_images.device)].cpu()
+                    points.append({"index": broken + start, "images": found})
                 if cache.enabled:
+                    if save_adversarial:  # the points first: a batch counts as done once its outcome is written
+                        atomic_save_tensors(part_adv, points[-1])
                     atomic_write_text(part_path, json.dumps(part))
             batches.append(part)
             bar.advance(task, stop - start)
@@ -176,12 +200,18 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
             "seconds": sum(c["seconds"] for b in batches for c in b["components"] if c["name"] == name),
         })
     merged["warnings"] = merge_warnings([b["warnings"] for b in batches], merged["components"])
+    adversarial = None
+    if save_adversarial:
+        adversarial = {"index": torch.cat([p["index"] for p in points]).long(),
+                       "images": torch.cat([p["images"] for p in points])}
     if cache.enabled:
+        if adversarial is not None:
+            atomic_save_tensors(final_adv, adversarial)
         atomic_write_text(final, json.dumps(merged))
         import shutil
 
         shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
-    return merged
+    return merged if adversarial is None else {**merged, "adversarial": adversarial}
 
 
 def mixed_key_parts(card: Any, abc: nn.Module, rbc: nn.Module, data: Any) -> dict[str, Any]:
@@ -352,6 +382,7 @@ def bench(
     match_n: int = 500,
     match_options: dict[str, Any] | None = None,
     plots: bool = True,
+    save_adversarial: bool = False,
     data_dir: str | None = None,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
@@ -369,6 +400,10 @@ def bench(
     ``match_options``, cheaper than the main attack) on the first ``match_n`` images, against MixedNUTS's robust
     accuracy under that same attack on those images; the chosen alpha is then evaluated with the main attack like
     the other rows. The trade-off curve uses ``curve_attack`` / ``curve_options`` on ``curve_n`` images.
+
+    ``save_adversarial`` keeps, for each of the four rows, the point that broke each broken example and writes them
+    to ``adversarial.safetensors`` next to the report, so anyone can check the robust errors without attacking
+    (:func:`mixzoo.verify.verify_report`, ``mixzoo verify``).
     """
     curve_options = {"n_iter": 25, "n_target_classes": 3} if curve_options is None else curve_options
     match_options = {"n_iter": 25, "n_target_classes": 3} if match_options is None else match_options
@@ -395,15 +430,22 @@ def bench(
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                   attack_options=attack_options, progress=progress)
     abc_name, rbc_name = card.abc.get("name", "ABC"), card.rbc.get("name", "RBC")
+    points: dict[str, dict[str, torch.Tensor]] = {}
+
+    def row(name: str, kind: str, ev: dict[str, Any], alpha: float | None = None) -> ModelResult:
+        if save_adversarial:
+            points[kind] = ev["adversarial"]
+        return _result(name, kind, ev, attack, eps, norm, alpha=alpha)
 
     rows = []
-    ev = evaluate(abc_m, images, labels, key_parts={**base, "model": model_hash(abc_m)}, label=abc_name, **common)
-    rows.append(_result(abc_name, "abc", ev, attack, eps, norm))
-    ev = evaluate(rbc_m, images, labels, key_parts={**base, "model": model_hash(rbc_m)}, label=rbc_name, **common)
-    rows.append(_result(rbc_name, "rbc", ev, attack, eps, norm))
+    main = dict(common, save_adversarial=save_adversarial)
+    ev = evaluate(abc_m, images, labels, key_parts={**base, "model": model_hash(abc_m)}, label=abc_name, **main)
+    rows.append(row(abc_name, "abc", ev))
+    ev = evaluate(rbc_m, images, labels, key_parts={**base, "model": model_hash(rbc_m)}, label=rbc_name, **main)
+    rows.append(row(rbc_name, "rbc", ev))
     mixed_key = mixed_key_parts(card, abc_m, rbc_m, data)
-    ev = evaluate(mixed, images, labels, key_parts=mixed_key, label="MixedNUTS", **common)
-    nuts = _result("MixedNUTS", "mixednuts", ev, attack, eps, norm, alpha=card.alpha)
+    ev = evaluate(mixed, images, labels, key_parts=mixed_key, label="MixedNUTS", **main)
+    nuts = row("MixedNUTS", "mixednuts", ev, alpha=card.alpha)
     match = dict(common, attack=match_attack, attack_options=match_options)
     m_images, m_labels = images[:match_n], labels[:match_n]
     ev_match = evaluate(mixed, m_images, m_labels, key_parts={**mixed_key, "match_n": match_n},
@@ -414,8 +456,8 @@ def bench(
         key_parts={**base, "abc": model_hash(abc_m), "rbc": model_hash(rbc_m), "match_n": match_n}, **match)
     ev = evaluate(MixedClassifier.linear(abc_m, rbc_m, alpha=alpha_lin), images, labels,
                   key_parts=linear_key_parts(abc_m, rbc_m, data, alpha_lin), label=f"linear alpha={alpha_lin}",
-                  **common)
-    rows.append(_result(f"Linear mix (alpha={alpha_lin:.2f})", "linear", ev, attack, eps, norm, alpha=alpha_lin))
+                  **main)
+    rows.append(row(f"Linear mix (alpha={alpha_lin:.2f})", "linear", ev, alpha=alpha_lin))
     rows.append(nuts)
 
     report = Report(
@@ -427,8 +469,9 @@ def bench(
                   "attack_options": attack_options or {}, "linear_alpha_search": tried,
                   "linear_alpha_match": {"attack": match_attack, "options": match_options, "n": len(m_labels),
                                          "mixednuts_robust_accuracy": target},
-                  "device": device,
+                  "device": device, "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None,
                   "seconds": None},
+        adversarial=points,
     )
     report.notes = notes + [note for note in [shortfall_note(data, n, "--n")] if note is not None]
     if curve:

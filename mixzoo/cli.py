@@ -242,6 +242,9 @@ def bench(
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
     curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
     attack_option: AttackOptions = None,
+    save_adversarial: Annotated[bool, typer.Option(
+        "--save-adversarial", help="also write adversarial.safetensors: the point that broke each broken example, "
+                                   "for `mixzoo verify`")] = False,
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
@@ -255,7 +258,7 @@ def bench(
 
     report = run_bench(card, abc=abc, rbc=rbc, attack=attack, n=n, out=out, eps=eps, norm=norm, seed=seed,
                        batch_size=batch_size, attack_options=parse_attack_options(attack_option), curve=curve,
-                       curve_n=curve_n, data_dir=data_dir, cache_dir=cache_dir,
+                       curve_n=curve_n, save_adversarial=save_adversarial, data_dir=data_dir, cache_dir=cache_dir,
                        use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
@@ -363,6 +366,48 @@ def sanity(
         out_console.print(f"{sweep.seconds:.1f} s; written to {out}/sanity.json, sanity.md, "
                           f"{', '.join(sweep.files)}")
     if strict and not sweep.passed:
+        raise typer.Exit(1)
+
+
+@app.command("verify")
+@_errors
+def verify(
+    bench_dir: Annotated[Path, typer.Argument(help="the --out directory of `mixzoo bench --save-adversarial`")],
+    abc: Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")] = None,
+    rbc: Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")] = None,
+    out: Annotated[Path | None, typer.Option(help="also write the result as JSON here")] = None,
+    batch_size: Annotated[int, typer.Option(help="images per forward pass")] = 250,
+    data_dir: DataDir = None,
+    device: str = "cpu",
+    allow_unsafe: AllowUnsafe = False,
+    as_json: AsJson = False,
+) -> None:
+    """Check a bench report's robust errors without attacking: each saved point in the ball and misclassified.
+    Exit status 1 when any check fails."""
+    from mixzoo.verify import verify_report
+
+    res = verify_report(bench_dir, abc=abc, rbc=rbc, data_dir=data_dir, device=device, batch_size=batch_size,
+                        allow_unsafe=allow_unsafe, out=out)
+    if as_json:
+        print(json.dumps(res.to_dict(), indent=2))
+    else:
+        table = Table(title=f"{bench_dir}: saved adversarial points re-checked ({res.norm} eps={res.eps:g}, "
+                            f"n={res.n}, {res.device})")
+        for col in ("model", "broken (report)", "confirmed", "robust % reported", "robust % verified", "problems"):
+            table.add_column(col, justify="left" if col in ("model", "problems") else "right")
+        for r in res.rows:
+            problems = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in (
+                ("outside", r.outside), ("not_misclassified", r.not_misclassified), ("missing", r.missing),
+                ("unexpected", r.unexpected), ("clean_disagrees", r.clean_disagrees)) if v)
+            table.add_row(r.name, str(r.broken_reported), str(r.confirmed), f"{100 * r.reported_robust_accuracy:.1f}",
+                          f"{100 * r.verified_robust_accuracy:.1f}", f"[red]{problems}" if problems else "none")
+        out_console.print(table)
+        for note in res.notes:
+            out_console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        verdict = "[green]verified[/green]: every" if res.passed else "[red]NOT verified[/red]: not every"
+        out_console.print(f"{verdict} reported robust error has a point in the threat model that the model "
+                          f"misclassifies ({res.seconds:.1f} s)", highlight=False)
+    if not res.passed:
         raise typer.Exit(1)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.cache import Cache, atomic_write_bytes, atomic_write_text
+from mixzoo.cache import Cache, atomic_save_tensors, atomic_write_bytes, atomic_write_text
 
 DEFAULT_BETAS = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.995)
 DEFAULT_LINEAR_ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
@@ -282,6 +282,15 @@ def write_report(report: Any, out: Path, *, rbc: nn.Module, plots: bool = True, 
                                        progress=False)
             plot_margins(report.card, cal, out / "margins.png")
             written.append(out / "margins.png")
+    if report.adversarial:
+        from mixzoo.bench import ADVERSARIAL_FILE
+
+        st = report.settings
+        tensors = {f"{kind}.{what}": t for kind, pts in report.adversarial.items() for what, t in pts.items()}
+        atomic_save_tensors(out / ADVERSARIAL_FILE, tensors,
+                            metadata={"eps": repr(st["eps"]), "norm": st["norm"], "attack": st["attack"],
+                                      "data": report.dataset["fingerprint"], "n": str(report.dataset["n"])})
+        written.append(out / ADVERSARIAL_FILE)
     report.files = [p.name for p in written]
     report.out = out
     atomic_write_text(out / "report.json", json.dumps(report.to_dict(), indent=2, default=str))

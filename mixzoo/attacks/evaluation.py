@@ -75,7 +75,7 @@ def gradient_mode(model: nn.Module, mode: str | None) -> Iterator[None]:
         model.gradient = old
 
 
-def _within(adv: torch.Tensor, x: torch.Tensor, eps: float, norm: str) -> torch.Tensor:
+def within_threat_model(adv: torch.Tensor, x: torch.Tensor, eps: float, norm: str) -> torch.Tensor:
     """Per example: ``adv`` is finite, in [0, 1] and within the eps-ball around ``x`` (float tolerance)."""
     delta = (adv - x).flatten(1)
     size = delta.abs().max(dim=1).values if norm == "Linf" else delta.norm(dim=1)
@@ -166,7 +166,7 @@ class Attack:
                         x, y = images[idx], labels[idx]
                         with gradient_mode(model, comp.gradient):
                             cand = comp.fn(x, y).detach()
-                        inside = _within(cand, x, self.eps, self.norm)
+                        inside = within_threat_model(cand, x, self.eps, self.norm)
                         with torch.no_grad():
                             out = model(cand)
                         if torch.isnan(out[inside]).any():

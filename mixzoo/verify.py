@@ -1,0 +1,190 @@
+"""Checking a bench report's robust errors without attacking: ``mixzoo verify BENCH_DIR``.
+
+A robust accuracy is an upper bound whose other side is the attack's successes: every example counted as broken
+must have a point inside the threat model that the model misclassifies. ``mixzoo bench --save-adversarial`` keeps
+those points (``adversarial.safetensors``, one index and one image per broken example and model); this module
+reloads the card's models by name, rebuilds the four classifiers of the report, and checks each point again with
+plain forward passes (the idea behind RobustBench's requirement to publish adversarial examples):
+
+* the point lies in [0, 1] and within eps of its clean image (the same tolerance the attack used);
+* the model misclassifies it (MixedNUTS: the true mixture's output, not the surrogate the attack differentiated);
+* the saved points are exactly the examples the report counts as clean-correct and broken, and the clean
+  predictions recomputed here agree with the report's.
+
+The robust accuracy that survives, (clean-correct - confirmed broken) / n, is what anyone with the card, the
+weights and this file can reproduce; when everything checks out it equals the report's figure.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.errors import InputError
+
+
+@dataclass
+class VerifiedRow:
+    """One model of the report: how many of its reported robust errors the saved points confirm."""
+
+    name: str
+    kind: str  # abc | rbc | linear | mixednuts
+    n: int
+    reported_robust_accuracy: float
+    verified_robust_accuracy: float  # (clean-correct here - confirmed broken) / n
+    broken_reported: int  # clean-correct and not robust in the report
+    points_saved: int
+    confirmed: int  # saved points inside the threat model and misclassified now
+    outside: list[int] = field(default_factory=list)  # example indices whose point is outside the ball or [0, 1]
+    not_misclassified: list[int] = field(default_factory=list)  # point inside, but the model is right there
+    missing: list[int] = field(default_factory=list)  # reported broken, no point saved
+    unexpected: list[int] = field(default_factory=list)  # point saved for an example not reported broken
+    clean_disagrees: list[int] = field(default_factory=list)  # clean prediction differs from the report's
+
+    @property
+    def passed(self) -> bool:
+        return not (self.outside or self.not_misclassified or self.missing or self.unexpected
+                    or self.clean_disagrees)
+
+
+@dataclass
+class Verification:
+    """Everything ``mixzoo verify`` prints and writes."""
+
+    report: str
+    rows: list[VerifiedRow]
+    eps: float
+    norm: str
+    n: int
+    device: str
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        rows = [{**asdict(r), "passed": r.passed} for r in self.rows]
+        return {**asdict(self), "rows": rows, "passed": self.passed}
+
+
+def _predictions(model: nn.Module, images: torch.Tensor, batch_size: int, device: str) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.cat([model(chunk.to(device)).argmax(dim=1).cpu() for chunk in images.split(batch_size)]) \
+            if len(images) else torch.empty(0, dtype=torch.long)
+
+
+def _outcomes(text: str, n: int, what: str, name: str) -> torch.Tensor:
+    if len(text) != n or set(text) - {"0", "1"}:
+        raise InputError(f"report row {name!r} has no per-image {what} outcomes for {n} images; re-run "
+                         "`mixzoo bench --save-adversarial` with this version")
+    return torch.tensor([c == "1" for c in text])
+
+
+def load_points(path: Path) -> dict[str, dict[str, torch.Tensor]]:
+    """``adversarial.safetensors`` as ``{kind: {"index", "images"}}``; a missing or damaged file is one line."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise InputError(f"{path} not found; run `mixzoo bench ... --save-adversarial --out {path.parent}` first")
+    try:
+        flat = load_file(path)
+    except (SafetensorError, OSError) as exc:
+        raise InputError(f"{path} is not a readable safetensors file ({exc}); run the bench again") from None
+    points: dict[str, dict[str, torch.Tensor]] = {}
+    for key, tensor in flat.items():
+        kind, _, what = key.partition(".")
+        points.setdefault(kind, {})[what] = tensor
+    for kind, pts in points.items():
+        if set(pts) != {"index", "images"} or len(pts["index"]) != len(pts["images"]):
+            raise InputError(f"{path}: entry {kind!r} needs matching 'index' and 'images' tensors")
+    return points
+
+
+def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None,
+                  data_dir: str | None = None, device: str = "cpu", batch_size: int = 250,
+                  allow_unsafe: bool = False, out: str | Path | None = None) -> Verification:
+    """Check the saved adversarial points of the bench report in ``report_dir`` (see the module docstring).
+
+    ``abc`` / ``rbc`` replace the models the card names (as in ``mixzoo bench``); ``out`` also writes the result
+    as JSON there. Raises :class:`InputError` when the report, its points or its evaluation images are not there.
+    """
+    from mixzoo.bench import ADVERSARIAL_FILE, card_evaluation, check_run_settings
+    from mixzoo.card import MixCard
+    from mixzoo.mixing import MixedClassifier
+
+    t0 = time.perf_counter()
+    report_dir = Path(report_dir)
+    report_path = report_dir / "report.json"
+    if not report_path.is_file():
+        raise InputError(f"{report_path} not found; pass the --out directory of `mixzoo bench`")
+    try:
+        report = json.loads(report_path.read_text())
+        settings, dataset, models = report["settings"], report["dataset"], report["models"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InputError(f"{report_path} is not a mixzoo bench report ({exc})") from None
+    points = load_points(report_dir / (settings.get("adversarial_file") or ADVERSARIAL_FILE))
+    n = int(dataset["n"])
+    check_run_settings(n, batch_size, device, settings["attack"])
+    card = MixCard.from_dict(report["card"], source=str(report_path))
+    ce = card_evaluation(card, abc=abc, rbc=rbc, eps=settings["eps"], norm=settings["norm"], n=n,
+                         data_dir=data_dir, device=device, allow_unsafe=allow_unsafe)
+    if ce.data.fingerprint != dataset["fingerprint"]:
+        raise InputError(f"the evaluation images here (fingerprint {ce.data.fingerprint}) are not the report's "
+                         f"({dataset['fingerprint']}); pass --data-dir with the data set the report used")
+    images, labels = ce.data.images, ce.data.labels
+    rows = []
+    for m in models:
+        kind = m["kind"]
+        model = {"abc": ce.abc, "rbc": ce.rbc, "mixednuts": ce.mixed}.get(kind)
+        if kind == "linear":
+            model = MixedClassifier.linear(ce.abc, ce.rbc, alpha=float(m["alpha"]))
+        if model is None or kind not in points:
+            raise InputError(f"{report_dir / ADVERSARIAL_FILE} has no points for row {m['name']!r} ({kind})")
+        rows.append(_verify_row(m, model, points[kind], images, labels, ce.eps, ce.norm, batch_size, device))
+    result = Verification(str(report_dir), rows, float(ce.eps), ce.norm, n, device, time.perf_counter() - t0,
+                          notes=list(ce.notes))
+    if out is not None:
+        from mixzoo.cache import atomic_write_text
+
+        atomic_write_text(out, json.dumps(result.to_dict(), indent=2) + "\n")
+    return result
+
+
+def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor], images: torch.Tensor,
+                labels: torch.Tensor, eps: float, norm: str, batch_size: int, device: str) -> VerifiedRow:
+    from mixzoo.attacks.evaluation import within_threat_model
+
+    n = len(labels)
+    clean_reported = _outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])
+    robust_reported = _outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
+    broken_reported = clean_reported & ~robust_reported
+    index = pts["index"].long()
+    if len(index) and (index.min() < 0 or index.max() >= n or len(index.unique()) != len(index)):
+        raise InputError(f"the points of row {m['name']!r} index examples outside 0..{n - 1} or twice")
+    clean_here = _predictions(model, images, batch_size, device) == labels
+    adv = pts["images"].to(images.dtype)
+    inside = within_threat_model(adv, images[index], eps, norm) if len(index) else torch.zeros(0, dtype=torch.bool)
+    wrong = _predictions(model, adv, batch_size, device) != labels[index]
+    confirmed = inside & wrong & clean_here[index]
+    saved = torch.zeros(n, dtype=torch.bool)
+    saved[index] = True
+    as_list = lambda mask: torch.nonzero(mask).squeeze(1).tolist()  # noqa: E731
+    return VerifiedRow(
+        name=m["name"], kind=m["kind"], n=n, reported_robust_accuracy=float(m["robust_accuracy"]),
+        verified_robust_accuracy=(int(clean_here.sum()) - int(confirmed.sum())) / n,
+        broken_reported=int(broken_reported.sum()), points_saved=len(index), confirmed=int(confirmed.sum()),
+        outside=index[~inside].tolist(), not_misclassified=index[inside & ~wrong].tolist(),
+        missing=as_list(broken_reported & ~saved), unexpected=as_list(saved & ~broken_reported),
+        clean_disagrees=as_list(clean_here != clean_reported))
+
+
+__all__ = ["VerifiedRow", "Verification", "load_points", "verify_report"]

@@ -1,0 +1,152 @@
+"""``mixzoo bench --save-adversarial`` and ``mixzoo verify``: the robust errors re-checked from saved points."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from mixzoo.bench import ADVERSARIAL_FILE, bench, evaluate
+from mixzoo.cache import Cache
+from mixzoo.cli import app
+from mixzoo.data import load_dataset
+from mixzoo.errors import InputError
+from mixzoo.models import load_model
+from mixzoo.pipeline import mix
+from mixzoo.verify import verify_report
+
+FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
+N = 60
+BENCH = dict(attack="apgd", n=N, attack_options={"n_iter": 5, "n_target_classes": 2}, curve=False, plots=False,
+             match_options={"n_iter": 3, "n_target_classes": 1}, batch_size=25, progress=False)
+
+
+@pytest.fixture(scope="module")
+def bench_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verify")
+    mix("digits-std", "digits-pgd", out=root / "card.toml", cache_dir=root / "cache", **FAST)
+    report = bench(root / "card.toml", out=root / "bench", cache_dir=root / "cache", save_adversarial=True, **BENCH)
+    return root, report
+
+
+def copy_of(bench_dir, tmp_path):
+    root, _ = bench_dir
+    shutil.copytree(root / "bench", tmp_path / "bench")
+    return tmp_path / "bench"
+
+
+def test_saved_points_confirm_every_reported_robust_error(bench_dir):
+    root, report = bench_dir
+    points = load_file(root / "bench" / ADVERSARIAL_FILE)
+    assert {k.split(".")[0] for k in points} == {"abc", "rbc", "linear", "mixednuts"}
+    res = verify_report(root / "bench")
+    assert res.passed and len(res.rows) == 4
+    for row, m in zip(res.rows, report.models, strict=True):
+        assert row.kind == m.kind and row.verified_robust_accuracy == pytest.approx(m.robust_accuracy)
+        broken = sum(c == "1" and r == "0" for c, r in zip(m.clean_outcomes, m.robust_outcomes, strict=True))
+        assert row.confirmed == row.points_saved == row.broken_reported == broken
+    assert next(r for r in res.rows if r.kind == "abc").confirmed > 0  # the attack broke something to check
+
+
+def test_cached_rows_carry_their_points_and_rows_without_points_are_attacked_again(bench_dir, tmp_path):
+    root, report = bench_dir
+    again = bench(root / "card.toml", out=tmp_path / "again", cache_dir=root / "cache", save_adversarial=True,
+                  **BENCH)
+    assert all(m.cached for m in again.models)
+    first, second = load_file(root / "bench" / ADVERSARIAL_FILE), load_file(tmp_path / "again" / ADVERSARIAL_FILE)
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+    # a cache filled without --save-adversarial has outcomes but no points: those rows are attacked again
+    fresh = tmp_path / "fresh-cache"
+    shutil.copytree(root / "cache" / "mmaa", fresh / "mmaa")
+    plain = bench(root / "card.toml", cache_dir=fresh, **BENCH)
+    assert not plain.adversarial and not any(m.cached for m in plain.models)
+    saved = bench(root / "card.toml", out=tmp_path / "saved", cache_dir=fresh, save_adversarial=True, **BENCH)
+    assert not any(m.cached for m in saved.models)
+    assert [m.robust_outcomes for m in saved.models] == [m.robust_outcomes for m in report.models]
+    assert verify_report(tmp_path / "saved").passed
+
+
+def test_an_interrupted_evaluation_resumes_with_its_points(tmp_path, monkeypatch):
+    rbc = load_model("digits-pgd")
+    data = load_dataset("digits", "evaluation", n=N)
+    kwargs = dict(attack="apgd", eps=0.2, norm="Linf", seed=0, batch_size=20, key_parts={"test": "resume"},
+                  label="rbc", attack_options={"n_iter": 5, "n_target_classes": 2}, save_adversarial=True,
+                  progress=False)
+    whole = evaluate(rbc, data.images, data.labels, cache=Cache(tmp_path / "a"), **kwargs)
+    from mixzoo.attacks.evaluation import APGDEnsemble
+
+    run, calls = APGDEnsemble.run, []
+
+    def flaky(self, *args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # simulated interruption in the second batch
+        return run(self, *args, **kw)
+
+    monkeypatch.setattr(APGDEnsemble, "run", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(rbc, data.images, data.labels, cache=Cache(tmp_path / "b"), **kwargs)
+    resumed = evaluate(rbc, data.images, data.labels, cache=Cache(tmp_path / "b"), **kwargs)
+    assert len(calls) == 4  # batch 0 was read back, with its points; batches 1 and 2 attacked
+    assert resumed["robust_correct"] == whole["robust_correct"]
+    assert torch.equal(resumed["adversarial"]["index"], whole["adversarial"]["index"])
+    assert torch.equal(resumed["adversarial"]["images"], whole["adversarial"]["images"])
+
+
+def test_tampered_points_and_reports_are_caught(bench_dir, tmp_path):
+    out = copy_of(bench_dir, tmp_path)
+    eps = json.loads((out / "report.json").read_text())["settings"]["eps"]
+    points = load_file(out / ADVERSARIAL_FILE)
+    index, images = points["mixednuts.index"], points["mixednuts.images"].clone()
+    clean = load_dataset("digits", "evaluation", n=N).images[index]
+    images[0] = (clean[0] + 3 * eps * torch.sign(images[0] - clean[0] + 1e-9)).clamp(0, 1)  # pushed out of the ball
+    images[1] = clean[1]  # the clean image: classified correctly (the example is clean-correct)
+    save_file({**points, "mixednuts.images": images}, out / ADVERSARIAL_FILE)
+    res = verify_report(out)
+    nuts = next(r for r in res.rows if r.kind == "mixednuts")
+    assert not res.passed and not nuts.passed
+    assert nuts.outside == [int(index[0])] and nuts.not_misclassified == [int(index[1])]
+    assert nuts.verified_robust_accuracy == pytest.approx(nuts.reported_robust_accuracy + 2 / N)
+    assert all(r.passed for r in res.rows if r.kind != "mixednuts")
+    # the report claims one more broken example than there are points for
+    report = json.loads((out / "report.json").read_text())
+    rbc = next(m for m in report["models"] if m["kind"] == "rbc")
+    robust = list(rbc["robust_outcomes"])
+    first = next(i for i, (c, r) in enumerate(zip(rbc["clean_outcomes"], robust, strict=True)) if c == r == "1")
+    robust[first] = "0"
+    rbc["robust_outcomes"] = "".join(robust)
+    (out / "report.json").write_text(json.dumps(report))
+    row = next(r for r in verify_report(out).rows if r.kind == "rbc")
+    assert row.missing == [first] and not row.passed
+
+
+def test_cli_verify_exit_status_and_one_line_errors(bench_dir, tmp_path):
+    root, _ = bench_dir
+    runner = CliRunner()
+    ok = runner.invoke(app, ["verify", str(root / "bench"), "--out", str(tmp_path / "v.json")])
+    assert ok.exit_code == 0, ok.output
+    assert "verified" in ok.output and json.loads((tmp_path / "v.json").read_text())["passed"] is True
+    out = copy_of(bench_dir, tmp_path)
+    points = load_file(out / ADVERSARIAL_FILE)
+    save_file({**points, "abc.images": points["abc.images"] * 0 + 2.0}, out / ADVERSARIAL_FILE)  # outside [0, 1]
+    bad = runner.invoke(app, ["verify", str(out), "--json"])
+    assert bad.exit_code == 1 and json.loads(bad.output)["passed"] is False
+    missing = runner.invoke(app, ["verify", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2 and "report.json not found" in missing.output
+    (out / ADVERSARIAL_FILE).unlink()
+    nopoints = runner.invoke(app, ["verify", str(out)])
+    assert nopoints.exit_code == 2 and "--save-adversarial" in nopoints.output
+    assert len(nopoints.output.strip().splitlines()) == 1
+
+
+def test_points_must_be_for_the_reports_images(bench_dir, tmp_path):
+    out = copy_of(bench_dir, tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    report["dataset"]["fingerprint"] = "0000000000000000"
+    (out / "report.json").write_text(json.dumps(report))
+    with pytest.raises(InputError, match="are not the report's"):
+        verify_report(out)
