@@ -7,6 +7,8 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -427,3 +429,15 @@ def test_malformed_attack_options_name_the_fix(item):
 
     with pytest.raises(MixzooError, match="is not KEY=VALUE; write e.g. -O n_iter=200"):
         parse_attack_options([item])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True),
+                       st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False),
+                                 st.booleans(), st.lists(st.from_regex(r"[a-z][a-z-]{0,6}", fullmatch=True),
+                                                         min_size=2, max_size=4)), min_size=1, max_size=5))
+def test_attack_options_round_trip_through_the_command_line(options):
+    from mixzoo.cli import parse_attack_options
+
+    items = [f"{k}={','.join(v) if isinstance(v, list) else json.dumps(v)}" for k, v in options.items()]
+    assert parse_attack_options(items) == options
