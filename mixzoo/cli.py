@@ -384,7 +384,7 @@ def verify(
 ) -> None:
     """Check a bench report's robust errors without attacking: each saved point in the ball and misclassified.
     Exit status 1 when any check fails."""
-    from mixzoo.verify import verify_report
+    from mixzoo.verify import FRAGILE, verify_report
 
     res = verify_report(bench_dir, abc=abc, rbc=rbc, data_dir=data_dir, device=device, batch_size=batch_size,
                         allow_unsafe=allow_unsafe, out=out)
@@ -402,6 +402,11 @@ def verify(
             table.add_row(r.name, str(r.broken_reported), str(r.confirmed), f"{100 * r.reported_robust_accuracy:.1f}",
                           f"{100 * r.verified_robust_accuracy:.1f}", f"[red]{problems}" if problems else "none")
         out_console.print(table)
+        for r in res.rows:
+            if r.fragile:
+                out_console.print(f"[yellow]note:[/yellow] {r.name}: {r.fragile} confirmed points lie within "
+                                  f"{FRAGILE:g} of the decision boundary (output margin); rounding on another "
+                                  "device may flip them", highlight=False)
         for note in res.notes:
             out_console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
         verdict = "[green]verified[/green]: every" if res.passed else "[red]NOT verified[/red]: not every"

@@ -46,6 +46,10 @@ class VerifiedRow:
     missing: list[int] = field(default_factory=list)  # reported broken, no point saved
     unexpected: list[int] = field(default_factory=list)  # point saved for an example not reported broken
     clean_disagrees: list[int] = field(default_factory=list)  # clean prediction differs from the report's
+    # among confirmed points: the output margin (true class minus best other, < 0) closest to the boundary, and how
+    # many lie within FRAGILE of it (informative only: they count, but another device's rounding might flip them)
+    closest_margin: float | None = None
+    fragile: int = 0
 
     @property
     def passed(self) -> bool:
@@ -75,10 +79,20 @@ class Verification:
         return {**asdict(self), "rows": rows, "passed": self.passed}
 
 
-def _predictions(model: nn.Module, images: torch.Tensor, batch_size: int, device: str) -> torch.Tensor:
+FRAGILE = 1e-4  # a confirmed point this close to the decision boundary may flip under another device's rounding
+
+
+def _outputs(model: nn.Module, images: torch.Tensor, batch_size: int, device: str) -> torch.Tensor:
     with torch.no_grad():
-        return torch.cat([model(chunk.to(device)).argmax(dim=1).cpu() for chunk in images.split(batch_size)]) \
-            if len(images) else torch.empty(0, dtype=torch.long)
+        return torch.cat([model(chunk.to(device)).float().cpu() for chunk in images.split(batch_size)])
+
+
+def _margins(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Output of the true class minus the largest other output: negative exactly when the example is misclassified
+    (ties aside)."""
+    true = outputs.gather(1, labels.view(-1, 1)).squeeze(1)
+    other = outputs.scatter(1, labels.view(-1, 1), float("-inf")).amax(dim=1)
+    return true - other
 
 
 def _outcomes(text: str, n: int, what: str, name: str) -> torch.Tensor:
@@ -170,11 +184,13 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
     index = pts["index"].long()
     if len(index) and (index.min() < 0 or index.max() >= n or len(index.unique()) != len(index)):
         raise InputError(f"the points of row {m['name']!r} index examples outside 0..{n - 1} or twice")
-    clean_here = _predictions(model, images, batch_size, device) == labels
+    clean_here = _outputs(model, images, batch_size, device).argmax(dim=1) == labels
     adv = pts["images"].to(images.dtype)
-    inside = within_threat_model(adv, images[index], eps, norm) if len(index) else torch.zeros(0, dtype=torch.bool)
-    wrong = _predictions(model, adv, batch_size, device) != labels[index]
+    inside = within_threat_model(adv, images[index], eps, norm)
+    out = _outputs(model, adv, batch_size, device) if len(index) else torch.zeros(0, 1)
+    wrong = out.argmax(dim=1) != labels[index]
     confirmed = inside & wrong & clean_here[index]
+    margins = _margins(out, labels[index])[confirmed] if len(index) else torch.zeros(0)
     saved = torch.zeros(n, dtype=torch.bool)
     saved[index] = True
     as_list = lambda mask: torch.nonzero(mask).squeeze(1).tolist()  # noqa: E731
@@ -184,7 +200,9 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
         broken_reported=int(broken_reported.sum()), points_saved=len(index), confirmed=int(confirmed.sum()),
         outside=index[~inside].tolist(), not_misclassified=index[inside & ~wrong].tolist(),
         missing=as_list(broken_reported & ~saved), unexpected=as_list(saved & ~broken_reported),
-        clean_disagrees=as_list(clean_here != clean_reported))
+        clean_disagrees=as_list(clean_here != clean_reported),
+        closest_margin=float(margins.max()) if len(margins) else None,
+        fragile=int((margins > -FRAGILE).sum()))
 
 
 __all__ = ["VerifiedRow", "Verification", "load_points", "verify_report"]

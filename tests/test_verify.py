@@ -49,6 +49,8 @@ def test_saved_points_confirm_every_reported_robust_error(bench_dir):
         assert row.kind == m.kind and row.verified_robust_accuracy == pytest.approx(m.robust_accuracy)
         broken = sum(c == "1" and r == "0" for c, r in zip(m.clean_outcomes, m.robust_outcomes, strict=True))
         assert row.confirmed == row.points_saved == row.broken_reported == broken
+        assert row.fragile <= row.confirmed and (row.closest_margin is None) == (row.confirmed == 0)
+        assert row.closest_margin is None or row.closest_margin < 0
     assert next(r for r in res.rows if r.kind == "abc").confirmed > 0  # the attack broke something to check
 
 
