@@ -517,15 +517,16 @@ def comparison_lines(report: Report) -> list[str]:
     return lines
 
 
-def display_name(m: ModelResult) -> str:
+def display_name(m: Any) -> str:
     """The row's name for an 80-column terminal: the base models prefixed with their role, the mixtures with
     their alpha (the kind and alpha columns of report.md, folded in)."""
     if m.kind in ("abc", "rbc"):
         return f"{m.kind.upper()} {m.name}"
-    if m.kind == "linear" and m.alpha is not None:
-        return f"linear mix, α {m.alpha:.2f}"
-    if m.kind == "mixednuts" and m.alpha is not None:
-        return f"{m.name}, α {m.alpha:.3f}"
+    alpha = getattr(m, "alpha", None)
+    if m.kind == "linear" and alpha is not None:
+        return f"linear mix, α {alpha:.2f}"
+    if m.kind == "mixednuts" and alpha is not None:
+        return f"{m.name}, α {alpha:.3f}"
     return m.name
 
 
@@ -544,8 +545,8 @@ def print_report(report: Report, *, to: Console | None = None) -> None:
     to = to or console
     settings = report.settings
     device = settings.get("device", "")
-    table = Table(title=f"{report.dataset['name']} evaluation split, n={report.dataset['n']}, {settings['attack']} "
-                        f"{settings['norm']} eps={settings['eps']:.4g}, on {device}",
+    table = Table(title=f"{report.dataset['name']} evaluation, n={report.dataset['n']}: {settings['attack']} "
+                        f"{settings['norm']} eps={settings['eps']:.4g} ({device})",
                   box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("model", "clean % (95% CI)", "robust % (95% CI)", "attack s"):
         table.add_column(col, justify="left" if col == "model" else "right")

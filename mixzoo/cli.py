@@ -384,6 +384,9 @@ def verify(
 ) -> None:
     """Check a bench report's robust errors without attacking: each saved point in the ball and misclassified.
     Exit status 1 when any check fails."""
+    from rich import box
+
+    from mixzoo.bench import display_name
     from mixzoo.verify import FRAGILE, verify_report
 
     res = verify_report(bench_dir, abc=abc, rbc=rbc, data_dir=data_dir, device=device, batch_size=batch_size,
@@ -391,16 +394,17 @@ def verify(
     if as_json:
         print(json.dumps(res.to_dict(), indent=2))
     else:
-        table = Table(title=f"{bench_dir}: saved adversarial points re-checked ({res.norm} eps={res.eps:g}, "
-                            f"n={res.n}, {res.device})")
-        for col in ("model", "broken (report)", "confirmed", "robust % reported", "robust % verified", "problems"):
+        table = Table(title=f"adversarial points re-checked: {res.norm} eps={res.eps:g}, n={res.n}, {res.device}",
+                      box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("model", "broken", "confirmed", "robust %", "verified %", "problems"):
             table.add_column(col, justify="left" if col in ("model", "problems") else "right")
         for r in res.rows:
             problems = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in (
                 ("outside", r.outside), ("not_misclassified", r.not_misclassified), ("missing", r.missing),
                 ("unexpected", r.unexpected), ("clean_disagrees", r.clean_disagrees)) if v)
-            table.add_row(r.name, str(r.broken_reported), str(r.confirmed), f"{100 * r.reported_robust_accuracy:.1f}",
-                          f"{100 * r.verified_robust_accuracy:.1f}", f"[red]{problems}" if problems else "none")
+            table.add_row(display_name(r), str(r.broken_reported), str(r.confirmed),
+                          f"{100 * r.reported_robust_accuracy:.1f}", f"{100 * r.verified_robust_accuracy:.1f}",
+                          f"[red]{problems}" if problems else "none")
         out_console.print(table)
         for r in res.rows:
             if r.fragile:

@@ -35,6 +35,7 @@ class VerifiedRow:
 
     name: str
     kind: str  # abc | rbc | linear | mixednuts
+    alpha: float | None  # the mixtures' mixing weight, as in the report
     n: int
     reported_robust_accuracy: float
     verified_robust_accuracy: float  # (clean-correct here - confirmed broken) / n
@@ -195,7 +196,7 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
     saved[index] = True
     as_list = lambda mask: torch.nonzero(mask).squeeze(1).tolist()  # noqa: E731
     return VerifiedRow(
-        name=m["name"], kind=m["kind"], n=n, reported_robust_accuracy=float(m["robust_accuracy"]),
+        name=m["name"], kind=m["kind"], alpha=m.get("alpha"), n=n, reported_robust_accuracy=float(m["robust_accuracy"]),
         verified_robust_accuracy=(int(clean_here.sum()) - int(confirmed.sum())) / n,
         broken_reported=int(broken_reported.sum()), points_saved=len(index), confirmed=int(confirmed.sum()),
         outside=index[~inside].tolist(), not_misclassified=index[inside & ~wrong].tolist(),
