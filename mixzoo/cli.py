@@ -25,6 +25,8 @@ CacheDir = Annotated[Path | None, typer.Option(help="cache directory (default ~/
 NoCache = Annotated[bool, typer.Option("--no-cache", help="neither read nor write the cache")]
 AllowUnsafe = Annotated[bool, typer.Option("--allow-unsafe", help="permit pickled checkpoints")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+CardABC = Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")]
+CardRBC = Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")]
 
 
 AttackOptions = Annotated[list[str] | None, typer.Option(
@@ -271,7 +273,7 @@ def bench(
 @_errors
 def check(
     card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`")],
-    rbc: Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")] = None,
+    rbc: CardRBC = None,
     out: Annotated[Path | None, typer.Option(help="also write the result as JSON here")] = None,
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
@@ -326,8 +328,8 @@ def sanity(
                                                  "radius where the grey image reaches every example)")] = None,
     attack: Annotated[str, typer.Option(help="the attack to check (as in bench)")] = "adaptive-apgd",
     n: Annotated[int, typer.Option(help="number of evaluation images")] = 200,
-    abc: Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")] = None,
-    rbc: Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")] = None,
+    abc: CardABC = None,
+    rbc: CardRBC = None,
     out: Annotated[Path, typer.Option(help="directory for sanity.json, sanity.md and sanity.png")] = Path("sanity"),
     seed: int = 0,
     batch_size: Annotated[int, typer.Option(help="images per attack batch (as in bench)")] = 250,
@@ -373,8 +375,8 @@ def sanity(
 @_errors
 def verify(
     bench_dir: Annotated[Path, typer.Argument(help="the --out directory of `mixzoo bench --save-adversarial`")],
-    abc: Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")] = None,
-    rbc: Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")] = None,
+    abc: CardABC = None,
+    rbc: CardRBC = None,
     out: Annotated[Path | None, typer.Option(help="also write the result as JSON here")] = None,
     batch_size: Annotated[int, typer.Option(help="images per forward pass")] = 250,
     data_dir: DataDir = None,
