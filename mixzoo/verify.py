@@ -132,9 +132,10 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
     ``abc`` / ``rbc`` replace the models the card names (as in ``mixzoo bench``); ``out`` also writes the result
     as JSON there. Raises :class:`InputError` when the report, its points or its evaluation images are not there.
     """
-    from mixzoo.bench import ADVERSARIAL_FILE, card_evaluation, check_run_settings
+    from mixzoo.bench import ADVERSARIAL_FILE, card_evaluation
     from mixzoo.card import MixCard
     from mixzoo.mixing import MixedClassifier
+    from mixzoo.pipeline import check_device
 
     t0 = time.perf_counter()
     report_dir = Path(report_dir)
@@ -148,7 +149,9 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
         raise InputError(f"{report_path} is not a mixzoo bench report ({exc})") from None
     points = load_points(report_dir / (settings.get("adversarial_file") or ADVERSARIAL_FILE))
     n = int(dataset["n"])
-    check_run_settings(n, batch_size, device, settings["attack"])
+    if batch_size <= 0:
+        raise InputError(f"--batch-size must be positive, got {batch_size}")
+    check_device(device)  # not the attack: checking its points needs no attack, nor the plugin that provided it
     card = MixCard.from_dict(report["card"], source=str(report_path))
     ce = card_evaluation(card, abc=abc, rbc=rbc, eps=settings["eps"], norm=settings["norm"], n=n,
                          data_dir=data_dir, device=device, allow_unsafe=allow_unsafe)
@@ -174,6 +177,10 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
     return result
 
 
+def _indices(mask: torch.Tensor) -> list[int]:
+    return torch.nonzero(mask).squeeze(1).tolist()
+
+
 def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor], images: torch.Tensor,
                 labels: torch.Tensor, eps: float, norm: str, batch_size: int, device: str) -> VerifiedRow:
     from mixzoo.attacks.evaluation import within_threat_model
@@ -194,14 +201,13 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
     margins = _margins(out, labels[index])[confirmed] if len(index) else torch.zeros(0)
     saved = torch.zeros(n, dtype=torch.bool)
     saved[index] = True
-    as_list = lambda mask: torch.nonzero(mask).squeeze(1).tolist()  # noqa: E731
     return VerifiedRow(
         name=m["name"], kind=m["kind"], alpha=m.get("alpha"), n=n, reported_robust_accuracy=float(m["robust_accuracy"]),
         verified_robust_accuracy=(int(clean_here.sum()) - int(confirmed.sum())) / n,
         broken_reported=int(broken_reported.sum()), points_saved=len(index), confirmed=int(confirmed.sum()),
         outside=index[~inside].tolist(), not_misclassified=index[inside & ~wrong].tolist(),
-        missing=as_list(broken_reported & ~saved), unexpected=as_list(saved & ~broken_reported),
-        clean_disagrees=as_list(clean_here != clean_reported),
+        missing=_indices(broken_reported & ~saved), unexpected=_indices(saved & ~broken_reported),
+        clean_disagrees=_indices(clean_here != clean_reported),
         closest_margin=float(margins.max()) if len(margins) else None,
         fragile=int((margins > -FRAGILE).sum()))
 

@@ -152,3 +152,12 @@ def test_points_must_be_for_the_reports_images(bench_dir, tmp_path):
     (out / "report.json").write_text(json.dumps(report))
     with pytest.raises(InputError, match="are not the report's"):
         verify_report(out)
+
+
+def test_verifying_needs_no_attack(bench_dir, tmp_path):
+    """The points are checked with forward passes: a report from a plugin's attack verifies without that plugin."""
+    out = copy_of(bench_dir, tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    report["settings"]["attack"] = "some-plugins-attack"
+    (out / "report.json").write_text(json.dumps(report))
+    assert verify_report(out).passed
