@@ -73,6 +73,11 @@ CANDIDATES: dict[str, Recipe] = {
     "trades-xl10": _TRADES.replace(epochs=10, arch_kwargs=_XL),
     # MART (Wang et al. 2020): boosted CE on PGD examples + KL consistency weighted by clean misclassification
     "mart-s6": _PGD.replace(method="mart", trades_beta=6.0),
+    # HAT (Rade & Moosavi-Dezfooli 2022): TRADES + helper examples x + 2(x' - x) labelled by the shipped ABC;
+    # the paper's CIFAR-10 settings beta 2.5, gamma 0.5, h 2
+    "hat-s6": _TRADES.replace(method="hat", trades_beta=2.5, helper="fmnist-std"),
+    # AWP (Wu et al. 2020): adversarial weight perturbation, gamma 0.01 for PGD-AT as in the authors' code
+    "pgd-s6-awp": _PGD.replace(awp=0.01),
     "std": _STD,
     "std-15": _STD.replace(epochs=15),
     "std-sgd": _STD.replace(optimizer="sgd", lr=0.05),
@@ -167,6 +172,9 @@ def markdown(path: str) -> str:
         arch += "x2" if k.get("convs_per_stage", 1) == 2 else ""
         extra = [f"beta {rc['trades_beta']:g}"] if rc["method"] == "trades" else []
         extra += [f"lambda {rc['trades_beta']:g}"] if rc["method"] == "mart" else []
+        extra += [f"beta {rc['trades_beta']:g}, gamma {rc['helper_weight']:g}, h {rc['helper_scale']:g}, helper"
+                  f" {rc['helper']}"] if rc["method"] == "hat" else []
+        extra += [f"AWP {rc['awp']:g}"] if rc.get("awp") else []
         extra += [f"train eps {rc['train_eps']:g}"] if rc.get("train_eps") else []
         extra += [f"K={rc['attack_steps']}"] if rc["method"] != "standard" and rc["attack_steps"] != 7 else []
         extra += [f"lr {rc['lr']:g}"] if rc["lr"] != 1e-3 else []

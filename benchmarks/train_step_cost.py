@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from mixzoo.models import Normalize
-from mixzoo.train import _step, build_network, get_recipe
+from mixzoo.train import _objective, build_network, get_recipe
 
 NAMES = ("fmnist-std", "fmnist-pgd", "fmnist-trades")
 TRAIN_IMAGES = 55_000
@@ -32,7 +32,7 @@ def step_seconds(name: str, warmup: int = 3, steps: int = 20) -> float:
 
     def one() -> None:
         model.train()
-        loss = _step(model, r, x, y, r.eps if r.train_eps is None else r.train_eps, gen)
+        loss = _objective(model, r, x, y, r.eps if r.train_eps is None else r.train_eps, gen)()
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -260,6 +260,10 @@ def _result(name: str, kind: str, ev: dict[str, Any], attack: str, eps: float, n
     )
 
 
+BENCH_MATCH_ATTACK = "adaptive-apgd"  # what matches the linear baseline's alpha: cheaper than the main attack
+BENCH_MATCH_OPTIONS: dict[str, Any] = {"n_iter": 25, "n_target_classes": 3}
+
+
 def linear_alpha_grid(step: float = 0.01) -> list[float]:
     """Candidate constant mixing weights of the linear baseline, 1/2 ... 1 (paper footnote 1: alpha >= 1/2)."""
     return [round(float(a), 6) for a in np.arange(0.5, 1.0 + step / 2, step)]
@@ -301,6 +305,24 @@ def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, lab
             hi = mid
     best = min({lo, hi}, key=lambda i: (abs(robust(i) - target), -i))
     return grid[best], [{"alpha": grid[i], "robust_accuracy": r} for i, r in sorted(tried.items())]
+
+
+def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: float, norm: str, seed: int,
+                         batch_size: int, cache: Cache, attack_options: dict[str, Any] | None, progress: bool = True
+                         ) -> tuple[float, list[dict], float]:
+    """The linear baseline's alpha for a card: MixedNUTS's robust accuracy under ``attack`` on the first
+    ``match_n`` evaluation images, then :func:`match_linear_alpha` against it. Returns the alpha, every alpha tried
+    and the target. ``mixzoo bench`` and ``mixzoo sanity`` share it, and so share its cached evaluations."""
+    images, labels = ce.data.images[:match_n], ce.data.labels[:match_n]
+    common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
+                  attack_options=attack_options, progress=progress)
+    ev = evaluate(ce.mixed, images, labels, key_parts={**mixed_key_parts(ce.card, ce.abc, ce.rbc, ce.data),
+                                                       "match_n": match_n},
+                  label="MixedNUTS (matching attack)", **common)
+    target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
+    key = {"data": ce.data.fingerprint, "abc": model_hash(ce.abc), "rbc": model_hash(ce.rbc), "match_n": match_n}
+    alpha, tried = match_linear_alpha(ce.abc, ce.rbc, images, labels, target, key_parts=key, **common)
+    return alpha, tried, target
 
 
 def check_run_settings(n: int, batch_size: int, device: str, attack: str,
@@ -378,7 +400,7 @@ def bench(
     curve_n: int = 300,
     curve_attack: str = "adaptive-apgd",
     curve_options: dict[str, Any] | None = None,
-    match_attack: str = "adaptive-apgd",
+    match_attack: str = BENCH_MATCH_ATTACK,
     match_n: int = 500,
     match_options: dict[str, Any] | None = None,
     plots: bool = True,
@@ -406,7 +428,7 @@ def bench(
     (:func:`mixzoo.verify.verify_report`, ``mixzoo verify``).
     """
     curve_options = {"n_iter": 25, "n_target_classes": 3} if curve_options is None else curve_options
-    match_options = {"n_iter": 25, "n_target_classes": 3} if match_options is None else match_options
+    match_options = dict(BENCH_MATCH_OPTIONS) if match_options is None else match_options
     from mixzoo.data import shortfall_note
     from mixzoo.mixing import MixedClassifier
     from mixzoo.pipeline import mix
@@ -446,14 +468,8 @@ def bench(
     mixed_key = mixed_key_parts(card, abc_m, rbc_m, data)
     ev = evaluate(mixed, images, labels, key_parts=mixed_key, label="MixedNUTS", **main)
     nuts = row("MixedNUTS", "mixednuts", ev, alpha=card.alpha)
-    match = dict(common, attack=match_attack, attack_options=match_options)
-    m_images, m_labels = images[:match_n], labels[:match_n]
-    ev_match = evaluate(mixed, m_images, m_labels, key_parts={**mixed_key, "match_n": match_n},
-                        label="MixedNUTS (matching attack)", **match)
-    target = sum(ev_match["robust_correct"]) / len(ev_match["robust_correct"])
-    alpha_lin, tried = match_linear_alpha(
-        abc_m, rbc_m, m_images, m_labels, target,
-        key_parts={**base, "abc": model_hash(abc_m), "rbc": model_hash(rbc_m), "match_n": match_n}, **match)
+    alpha_lin, tried, target = matched_linear_alpha(
+        ce, match_n=match_n, **dict(common, attack=match_attack, attack_options=match_options))
     ev = evaluate(MixedClassifier.linear(abc_m, rbc_m, alpha=alpha_lin), images, labels,
                   key_parts=linear_key_parts(abc_m, rbc_m, data, alpha_lin), label=f"linear alpha={alpha_lin}",
                   **main)
@@ -467,7 +483,8 @@ def bench(
                  "calibration": card.data},
         settings={"attack": attack, "eps": eps, "norm": norm, "seed": seed, "batch_size": batch_size,
                   "attack_options": attack_options or {}, "linear_alpha_search": tried,
-                  "linear_alpha_match": {"attack": match_attack, "options": match_options, "n": len(m_labels),
+                  "linear_alpha_match": {"attack": match_attack, "options": match_options,
+                                         "n": min(match_n, len(labels)),
                                          "mixednuts_robust_accuracy": target},
                   "device": device, "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None,
                   "seconds": None},

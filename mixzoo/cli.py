@@ -328,6 +328,9 @@ def sanity(
                                                  "radius where the grey image reaches every example)")] = None,
     attack: Annotated[str, typer.Option(help="the attack to check (as in bench)")] = "adaptive-apgd",
     n: Annotated[int, typer.Option(help="number of evaluation images")] = 200,
+    linear: Annotated[bool, typer.Option(help="also check the linear baseline")] = True,
+    linear_alpha: Annotated[float | None, typer.Option(
+        help="the linear baseline's alpha (default: matched to MixedNUTS as `mixzoo bench` does)")] = None,
     abc: CardABC = None,
     rbc: CardRBC = None,
     out: Annotated[Path, typer.Option(help="directory for sanity.json, sanity.md and sanity.png")] = Path("sanity"),
@@ -347,7 +350,8 @@ def sanity(
     from mixzoo.sanity import eps_sweep
 
     sweep = eps_sweep(card, abc=abc, rbc=rbc, radii=_parse_floats(eps, "--eps"), attack=attack, n=n, seed=seed,
-                      batch_size=batch_size, attack_options=parse_attack_options(attack_option), out=out,
+                      linear=linear, linear_alpha=linear_alpha, batch_size=batch_size,
+                      attack_options=parse_attack_options(attack_option), out=out,
                       data_dir=data_dir, cache_dir=cache_dir,
                       use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     if as_json:

@@ -4,8 +4,8 @@ A robust accuracy measured by an attack is an upper bound on the true one; it ca
 attack is strong on the model at hand, which matters most for mixed classifiers, whose gradients an attack must
 work around (paper 000 App. B.2). Carlini et al. (2019, "On Evaluating Adversarial Robustness", Sec. 5) ask every
 evaluation to show that robust accuracy falls as epsilon grows and reaches chance level when the threat model allows
-any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC and MixedNUTS and checks
-two facts that hold for every classifier, example by example:
+any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC, linear baseline and
+MixedNUTS and checks two facts that hold for every classifier, example by example:
 
 1. **Monotonicity.** A point inside the eps-ball is inside every larger ball, so an example broken at eps is
    breakable at every eps' > eps. The attack left it robust at eps' anyway: a miss at eps'.
@@ -72,7 +72,7 @@ class SweepRow:
     """One model over the radii: the attack's robust accuracy, what survives the checks, and the misses."""
 
     name: str
-    kind: str  # abc | rbc | mixednuts
+    kind: str  # abc | rbc | linear | mixednuts
     clean_accuracy: float
     robust_accuracy: list[float]  # the attack's, per radius
     checked_robust_accuracy: list[float]  # after both checks (still an upper bound on the truth)
@@ -83,6 +83,7 @@ class SweepRow:
     n: int
     seconds: list[float]
     cached: list[bool] = field(default_factory=list)
+    alpha: float | None = None  # the linear baseline's constant mixing weight
 
     @property
     def misses(self) -> list[int]:
@@ -173,6 +174,11 @@ def eps_sweep(
     attack: str = "adaptive-apgd",
     attack_options: dict[str, Any] | None = None,
     n: int = 200,
+    linear: bool = True,
+    linear_alpha: float | None = None,
+    match_attack: str | None = None,
+    match_n: int = 500,
+    match_options: dict[str, Any] | None = None,
     seed: int = 0,
     batch_size: int = 250,
     out: str | Path | None = None,
@@ -184,17 +190,34 @@ def eps_sweep(
     allow_unsafe: bool = False,
     progress: bool = True,
 ) -> EpsSweep:
-    """Robust accuracy of the card's ABC, RBC and MixedNUTS at each radius in ``radii`` (default
-    :func:`default_radii`), on the first ``n`` evaluation images, with the monotonicity and grey-image checks of
-    the module docstring. Evaluations share :func:`mixzoo.bench.evaluate`'s cache with ``mixzoo bench``: at the
-    card's eps, with the same attack, ``n`` and batch size, the bench's rows are reused.
+    """Robust accuracy of the card's ABC, RBC, linear baseline (``linear``) and MixedNUTS at each radius in
+    ``radii`` (default :func:`default_radii`), on the first ``n`` evaluation images, with the monotonicity and
+    grey-image checks of the module docstring. Evaluations share :func:`mixzoo.bench.evaluate`'s cache with
+    ``mixzoo bench``: at the card's eps, with the same attack, ``n`` and batch size, the bench's rows are reused.
+
+    The linear baseline's alpha is ``linear_alpha`` if given, else matched to MixedNUTS's robust accuracy exactly
+    as ``mixzoo bench`` matches it (:func:`mixzoo.bench.matched_linear_alpha`; ``match_attack``, ``match_n`` and
+    ``match_options`` as in :func:`mixzoo.bench.bench`, with its defaults), so after a bench with the same settings
+    it is read from the cache.
     """
-    from mixzoo.bench import card_evaluation, check_run_settings, evaluate, mixed_key_parts
+    from mixzoo.bench import (
+        BENCH_MATCH_ATTACK,
+        BENCH_MATCH_OPTIONS,
+        card_evaluation,
+        check_run_settings,
+        evaluate,
+        linear_key_parts,
+        matched_linear_alpha,
+        mixed_key_parts,
+    )
     from mixzoo.data import shortfall_note
+    from mixzoo.mixing import MixedClassifier
 
     check_run_settings(n, batch_size, device, attack, attack_options)
     if radii is not None and (not radii or min(radii) <= 0):
         raise InputError(f"--eps values must be positive, got {radii}")
+    if linear_alpha is not None and not 0.5 <= linear_alpha <= 1.0:
+        raise InputError(f"--linear-alpha must be in [0.5, 1] (paper footnote 1), got {linear_alpha}")
     t0 = time.perf_counter()
     ce = card_evaluation(card, abc=abc, rbc=rbc, n=n, data_dir=data_dir, device=device, allow_unsafe=allow_unsafe)
     card, abc_m, rbc_m, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
@@ -205,14 +228,24 @@ def eps_sweep(
     base = {"data": data.fingerprint}
     abc_hash, rbc_hash = model_hash(abc_m), model_hash(rbc_m)
     models = [(_name(abc_m, abc_hash, card.abc, "ABC"), "abc", abc_m, {**base, "model": abc_hash}),
-              (_name(rbc_m, rbc_hash, card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": rbc_hash}),
-              ("MixedNUTS", "mixednuts", ce.mixed, mixed_key_parts(card, abc_m, rbc_m, data))]
+              (_name(rbc_m, rbc_hash, card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": rbc_hash})]
+    if linear:
+        if linear_alpha is None:
+            linear_alpha, _, _ = matched_linear_alpha(
+                ce, match_n=match_n, attack=match_attack or BENCH_MATCH_ATTACK, eps=eps, norm=norm, seed=seed,
+                batch_size=batch_size, cache=cache, progress=progress,
+                attack_options=BENCH_MATCH_OPTIONS if match_options is None else match_options)
+        models.append((f"Linear mix (alpha={linear_alpha:.2f})", "linear",
+                       MixedClassifier.linear(abc_m, rbc_m, alpha=linear_alpha),
+                       linear_key_parts(abc_m, rbc_m, data, linear_alpha)))
+    models.append(("MixedNUTS", "mixednuts", ce.mixed, mixed_key_parts(card, abc_m, rbc_m, data)))
     rows = []
     for name, kind, model, key in models:
         evs = [evaluate(model, images, labels, attack=attack, eps=r, norm=norm, seed=seed, batch_size=batch_size,
                         cache=cache, key_parts=key, label=f"{name} at eps {r:g}", attack_options=attack_options,
                         progress=progress) for r in radii]
         rows.append(_row(name, kind, model, evs, radii, images, labels, norm))
+        rows[-1].alpha = linear_alpha if kind == "linear" else None
     sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),
                      dataset={"name": card.dataset, "split": "evaluation", "n": len(labels),
                               "fingerprint": data.fingerprint, "source": getattr(data, "source", "")},

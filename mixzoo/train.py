@@ -9,6 +9,9 @@ has them, so the same recipe on the same machine writes the same bytes.
 * TRADES (Zhang et al. 2019): ``CE(f(x), y) + beta * KL(f(x) || f(x'))`` with ``x'`` maximising the KL term
   (:func:`trades_adversary`). TRADES is known to leave larger margins on robust examples, which is what the RBC
   of a mixed classifier needs (MixedNUTS paper App. D.6, "robust accuracy with margin").
+* MART (Wang et al. 2020, :func:`mart_loss`) and HAT (Rade & Moosavi-Dezfooli 2022, :func:`hat_loss`: TRADES
+  plus helper examples labelled by a standard model), and adversarial weight perturbation on top of any of them
+  (Wu et al. 2020, ``Recipe.awp``): recipes tried for an RBC with benign confidence (benchmarks/rbc_candidates.md).
 
 :func:`evaluate_model` measures what the registry records and what choosing an RBC needs: clean and PGD-20
 accuracy, the median confidence margin of clean mistakes, and the (1 - beta)-quantiles of the margins of
@@ -23,7 +26,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,7 @@ from mixzoo.errors import InputError, UnknownNameError
 from mixzoo.models import Normalize
 from mixzoo.progress import progress_bar
 
-METHODS: tuple[str, ...] = ("standard", "pgd", "trades", "mart")
+METHODS: tuple[str, ...] = ("standard", "pgd", "trades", "mart", "hat")
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,10 @@ class Recipe:
     seed: int = 0
     train_n: int | None = None
     ema: float = 0.0
+    helper: str = ""  # HAT: the registered standard model that labels the helper examples
+    helper_weight: float = 0.5  # HAT: gamma
+    helper_scale: float = 2.0  # HAT: h, the helper example is x + h * (x' - x)
+    awp: float = 0.0  # adversarial weight perturbation size gamma (0 = off)
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -80,6 +87,10 @@ class Recipe:
             raise InputError(f"recipe {self.name!r}: epochs, batch_size and lr must be positive")
         if not 0.0 <= self.ema < 1.0:
             raise InputError(f"recipe {self.name!r}: ema is a decay in [0, 1) (0 = off), got {self.ema!r}")
+        if self.method == "hat" and not self.helper:
+            raise InputError(f"recipe {self.name!r}: method 'hat' needs helper=NAME, a registered standard model")
+        if self.awp < 0:
+            raise InputError(f"recipe {self.name!r}: awp is a perturbation size >= 0 (0 = off), got {self.awp!r}")
 
     @property
     def file(self) -> str:
@@ -92,8 +103,12 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["arch_kwargs"], d["mean"], d["std"] = dict(self.arch_kwargs), list(self.mean), list(self.std)
-        if not d["ema"]:  # keeps the metadata, hence the bytes, of weights trained before the field existed
-            del d["ema"]
+        # fields added after weights were shipped are left out at their defaults, so those files keep their bytes
+        defaults = {f.name: f.default for f in dataclasses.fields(Recipe)}
+        late = ("ema", "awp") + (() if self.method == "hat" else ("helper", "helper_weight", "helper_scale"))
+        for key in late:
+            if d[key] == defaults[key]:
+                del d[key]
         return d
 
     def replace(self, **changes: Any) -> Recipe:
@@ -278,25 +293,66 @@ def default_weights_dir() -> Path:
     return Path(mixzoo_plugins.__file__).parent / "weights"
 
 
-def _step(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tensor, eps: float,
-          gen: torch.Generator) -> torch.Tensor:
-    """One training loss: standard CE, CE on PGD examples (Madry et al.), the TRADES objective, or MART."""
+def _objective(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tensor, eps: float,
+               gen: torch.Generator, helper: nn.Module | None = None) -> Callable[[], torch.Tensor]:
+    """Run a step's inner maximisation now and return its outer loss as a function of the current weights
+    (evaluated once, or twice with adversarial weight perturbation): standard CE, CE on PGD examples (Madry et
+    al.), the TRADES objective, MART or HAT."""
     if recipe.method == "standard" or eps <= 0:
-        return F.cross_entropy(model(x), y)
+        return lambda: F.cross_entropy(model(x), y)
     model.eval()  # attacks see running statistics, as in the TRADES reference code
-    if recipe.method == "pgd":
+    if recipe.method in ("pgd", "mart"):
         x_adv = pgd(model, x, y, eps=eps, steps=recipe.attack_steps, generator=gen)
-        model.train()
-        return F.cross_entropy(model(x_adv), y)
-    if recipe.method == "mart":
-        x_adv = pgd(model, x, y, eps=eps, steps=recipe.attack_steps, generator=gen)
-        model.train()
-        return mart_loss(model(x), model(x_adv), y, recipe.trades_beta)
-    x_adv = trades_adversary(model, x, eps, recipe.attack_steps, gen)
+    else:
+        x_adv = trades_adversary(model, x, eps, recipe.attack_steps, gen)
     model.train()
-    logits, logits_adv = model(x), model(x_adv)
+    if recipe.method == "pgd":
+        return lambda: F.cross_entropy(model(x_adv), y)
+    if recipe.method == "mart":
+        return lambda: mart_loss(model(x), model(x_adv), y, recipe.trades_beta)
+    if recipe.method == "hat":
+        assert helper is not None
+        x_help = x + recipe.helper_scale * (x_adv - x)
+        with torch.no_grad():
+            y_help = helper(x_adv).argmax(1)
+        return lambda: hat_loss(model(x), model(x_adv), model(x_help), y, y_help, recipe.trades_beta,
+                                recipe.helper_weight)
+
+    def trades() -> torch.Tensor:
+        logits, logits_adv = model(x), model(x_adv)
+        kl = F.kl_div(F.log_softmax(logits_adv, dim=1), F.softmax(logits, dim=1), reduction="batchmean")
+        return F.cross_entropy(logits, y) + recipe.trades_beta * kl
+
+    return trades
+
+
+def hat_loss(logits: torch.Tensor, logits_adv: torch.Tensor, logits_help: torch.Tensor, y: torch.Tensor,
+             y_help: torch.Tensor, beta: float, gamma: float) -> torch.Tensor:
+    """HAT (Rade & Moosavi-Dezfooli, ICLR 2022, Eq. 5): the TRADES objective plus ``gamma * CE(f(x_h), y_h)``
+    on a helper example ``x_h = x + h * (x' - x)`` beyond the TRADES example ``x'``, labelled ``y_h`` by a
+    standard model at ``x'``. It penalises the excessive input-space margin that adversarial training builds
+    along adversarial directions, which is what costs clean accuracy."""
     kl = F.kl_div(F.log_softmax(logits_adv, dim=1), F.softmax(logits, dim=1), reduction="batchmean")
-    return F.cross_entropy(logits, y) + recipe.trades_beta * kl
+    return F.cross_entropy(logits, y) + beta * kl + gamma * F.cross_entropy(logits_help, y_help)
+
+
+def weight_perturbation(model: nn.Module, loss: torch.Tensor, gamma: float) -> dict[str, torch.Tensor]:
+    """Adversarial weight perturbation (Wu et al., NeurIPS 2020, Eq. 9 with one ascent step): for every weight
+    matrix / kernel ``w`` (biases and normalisation parameters are left alone), ``v = gamma * ||w|| * g / ||g||``
+    with ``g`` the gradient of ``loss`` (the adversarial loss) at ``w``. Returns ``{name: v}``; see
+    :func:`shift_weights`."""
+    named = [(k, w) for k, w in model.named_parameters() if w.requires_grad and w.dim() > 1]
+    grads = torch.autograd.grad(loss, [w for _, w in named])
+    return {k: gamma * w.detach().norm() * g / g.norm().clamp_min(1e-12)
+            for (k, w), g in zip(named, grads, strict=True)}
+
+
+@torch.no_grad()
+def shift_weights(model: nn.Module, shift: Mapping[str, torch.Tensor], sign: float) -> None:
+    """Add (``sign`` 1) or remove (-1) a weight perturbation in place."""
+    params = dict(model.named_parameters())
+    for k, v in shift.items():
+        params[k].add_(v, alpha=sign)
 
 
 def mart_loss(logits: torch.Tensor, logits_adv: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
@@ -359,6 +415,11 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
         else:
             opt = torch.optim.SGD(params, lr=recipe.lr, momentum=0.9, nesterov=True, weight_decay=recipe.weight_decay)
         averaged = _weight_average(model, recipe.ema)
+        helper = None
+        if recipe.method == "hat":
+            from mixzoo.models import load_model
+
+            helper = load_model(recipe.helper, device=device)
         n = len(train)
         per_epoch = math.ceil(n / recipe.batch_size)
         total = max(1, round(recipe.epochs * per_epoch))
@@ -380,9 +441,14 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
                     group["lr"] = recipe.lr * _lr_factor(step, total, recipe.warmup)
                 model.train()
                 train_eps = recipe.eps if recipe.train_eps is None else recipe.train_eps
-                loss = _step(model, recipe, x, y, train_eps * ramp, attack_gen)
+                objective = _objective(model, recipe, x, y, train_eps * ramp, attack_gen, helper)
+                # AWP: the gradient at the worst nearby weights, applied to the unperturbed ones
+                shift = weight_perturbation(model, objective(), recipe.awp) if recipe.awp > 0 else {}
+                shift_weights(model, shift, 1.0)
+                loss = objective()
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                shift_weights(model, shift, -1.0)
                 opt.step()
                 if averaged is not None:
                     averaged.update_parameters(model)

@@ -68,12 +68,17 @@ def test_sweep_reuses_bench_rows_and_passes_on_the_digits_pair(card, tmp_path):
     from mixzoo.bench import bench
 
     path, cache = card
-    report = bench(path, attack="adaptive-apgd", n=N, batch_size=N, curve=False, match_n=N, cache_dir=cache,
-                   match_options={"n_iter": 4, "n_target_classes": 1}, progress=False)
-    sweep = eps_sweep(path, n=N, batch_size=N, cache_dir=cache, out=tmp_path / "out", progress=False)
+    match = dict(match_n=N, match_options={"n_iter": 4, "n_target_classes": 1})
+    report = bench(path, attack="adaptive-apgd", n=N, batch_size=N, curve=False, cache_dir=cache, progress=False,
+                   **match)
+    sweep = eps_sweep(path, n=N, batch_size=N, cache_dir=cache, out=tmp_path / "out", progress=False, **match)
     assert sweep.radii == [0.2, 0.4, 0.5] and sweep.eps == pytest.approx(0.2) and sweep.reach == 0.5
-    assert [m.kind for m in sweep.models] == ["abc", "rbc", "mixednuts"]
-    assert [m.name for m in sweep.models] == ["digits-std", "digits-pgd", "MixedNUTS"]
+    assert [m.kind for m in sweep.models] == ["abc", "rbc", "linear", "mixednuts"]
+    # the linear baseline gets the alpha bench matched, from the cache
+    alpha = report.row("linear").alpha
+    assert sweep.models[2].alpha == alpha and 0.5 <= alpha <= 1
+    assert [m.name for m in sweep.models] == ["digits-std", "digits-pgd", f"Linear mix (alpha={alpha:.2f})",
+                                              "MixedNUTS"]
     for m in sweep.models:
         assert m.cached[0] and not any(m.cached[1:])  # bench's row at the nominal eps, the rest attacked here
         assert m.robust_accuracy[0] == report.row(m.kind).robust_accuracy
@@ -82,10 +87,11 @@ def test_sweep_reuses_bench_rows_and_passes_on_the_digits_pair(card, tmp_path):
     assert sweep.passed, sweep.notes
     assert sweep.models[1].robust_accuracy[0] > 0.2 and all(m.robust_accuracy[-1] <= 0.15 for m in sweep.models)
     written = json.loads((tmp_path / "out" / "sanity.json").read_text())
-    assert written["passed"] and written["radii"] == sweep.radii and written["models"][2]["misses"] == [0, 0, 0]
+    assert written["passed"] and written["radii"] == sweep.radii
+    assert all(row["misses"] == [0, 0, 0] for row in written["models"]) and written["models"][2]["alpha"] == alpha
     assert (tmp_path / "out" / "sanity.png").stat().st_size > 0
     assert "**Passed.**" in (tmp_path / "out" / "sanity.md").read_text()
-    again = eps_sweep(path, n=N, batch_size=N, cache_dir=cache, progress=False)
+    again = eps_sweep(path, n=N, batch_size=N, cache_dir=cache, progress=False, **match)
     assert all(all(m.cached) for m in again.models)
     assert [m.robust_accuracy for m in again.models] == [m.robust_accuracy for m in sweep.models]
 
@@ -93,7 +99,7 @@ def test_sweep_reuses_bench_rows_and_passes_on_the_digits_pair(card, tmp_path):
 def test_a_weak_attack_is_caught(card):
     path, cache = card
     # PGD that barely moves: its "robust accuracy" at eps 0.5 is far above what any classifier can have
-    sweep = eps_sweep(path, n=N, batch_size=N, cache_dir=cache, attack="pgd",
+    sweep = eps_sweep(path, n=N, batch_size=N, cache_dir=cache, attack="pgd", linear_alpha=0.9,
                       attack_options={"n_iter": 1, "step_size": 1e-6}, progress=False)
     assert not sweep.passed
     labels = load_dataset("digits", "evaluation", n=N).labels
@@ -122,7 +128,8 @@ def test_a_gradient_masked_rbc_is_caught(card):
     path, cache = card
     masked = Quantized(load_model("digits-pgd"))
     with pytest.warns(UserWarning, match="calibrated for 'digits-pgd'"):
-        sweep = eps_sweep(path, rbc=masked, n=N, batch_size=N, cache_dir=cache, radii=[0.2, 0.5], progress=False)
+        sweep = eps_sweep(path, rbc=masked, n=N, batch_size=N, cache_dir=cache, radii=[0.2, 0.5], linear=False,
+                          progress=False)
     rbc = sweep.models[1]
     assert rbc.name == "RBC (Quantized)"
     assert any("calibrated for 'digits-pgd'" in note for note in sweep.notes)
@@ -136,6 +143,8 @@ def test_bad_input_fails_with_one_line(card, tmp_path):
         eps_sweep(path, n=0, cache_dir=cache)
     with pytest.raises(InputError, match="--eps values must be positive"):
         eps_sweep(path, n=N, radii=[-0.1, 0.2], cache_dir=cache)
+    with pytest.raises(InputError, match=r"--linear-alpha must be in \[0.5, 1\]"):
+        eps_sweep(path, n=N, linear_alpha=0.3, cache_dir=cache)
     runner = CliRunner()
     res = runner.invoke(app, ["sanity", str(path), "--eps", "0.2,abc", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "comma-separated list of numbers" in res.output
@@ -146,17 +155,21 @@ def test_cli_sanity_strict_exit_status(card, tmp_path):
     path, cache = card
     runner = CliRunner()
     args = ["sanity", str(path), "--n", str(N), "--batch-size", str(N), "--cache-dir", str(cache), "--strict"]
-    ok = runner.invoke(app, [*args, "--out", str(tmp_path / "a"), "--json"])
+    ok = runner.invoke(app, [*args, "--no-linear", "--out", str(tmp_path / "a"), "--json"])
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.output)["passed"] is True
-    weak = runner.invoke(app, [*args, "--attack", "pgd", "--eps", "0.05,0.5", "--out", str(tmp_path / "b")])
-    assert (weak.exit_code == 1) == (not json.loads((tmp_path / "b" / "sanity.json").read_text())["passed"])
-    assert "class at grey" in weak.output
+    weak = runner.invoke(app, [*args, "--attack", "pgd", "--eps", "0.05,0.5", "--linear-alpha", "0.9",
+                               "--out", str(tmp_path / "b")])
+    written = json.loads((tmp_path / "b" / "sanity.json").read_text())
+    assert (weak.exit_code == 1) == (not written["passed"])
+    assert "class at grey" in weak.output and "Linear mix (alpha=0.90)" in weak.output
+    assert [(m["kind"], m["alpha"]) for m in written["models"]][2:] == [("linear", 0.9), ("mixednuts", None)]
     # attack options from the command line: a PGD that barely moves is caught, and --strict says so
     barely = runner.invoke(app, [*args, "--attack", "pgd", "-O", "n_iter=1", "-O", "step_size=1e-6", "--eps", "0.5",
-                                 "--out", str(tmp_path / "c")])
+                                 "--no-linear", "--out", str(tmp_path / "c")])
     assert barely.exit_code == 1, barely.output
     written = json.loads((tmp_path / "c" / "sanity.json").read_text())
+    assert [m["kind"] for m in written["models"]] == ["abc", "rbc", "mixednuts"]
     assert written["passed"] is False and written["attack_options"] == {"n_iter": 1, "step_size": 1e-6}
     typo = runner.invoke(app, [*args, "--attack", "pgd", "-O", "n_iters=1", "--out", str(tmp_path / "d")])
     assert typo.exit_code == 2 and "did you mean n_iter" in typo.output

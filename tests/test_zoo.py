@@ -19,10 +19,13 @@ from mixzoo.train import (
     _ln_margin,
     augment_batch,
     evaluate_model,
+    hat_loss,
     mart_loss,
     registry_entry,
+    shift_weights,
     trades_adversary,
     train_model,
+    weight_perturbation,
 )
 from mixzoo_plugins import zoo
 
@@ -31,6 +34,8 @@ ZOO = [s.name for s in list_models() if s.source.get("kind") == "zoo"]
 
 def _tiny(method: str, **kw) -> Recipe:
     base = RECIPES["digits-pgd" if method != "standard" else "digits-std"]
+    if method == "hat":
+        kw.setdefault("helper", "digits-std")
     return base.replace(name=f"tiny-{method}", method=method, epochs=1, train_n=192, batch_size=64,
                         arch_kwargs={"widths": (4,), "hidden": 8, "input_hw": 8}, **kw)
 
@@ -96,13 +101,14 @@ def test_other_source_kinds_are_left_to_other_plugins():
     assert zoo.mixzoo_load_model(spec=spec, device="cpu", allow_unsafe=False) is None
 
 
-@pytest.mark.parametrize("method", ["standard", "pgd", "trades", "mart"])
+@pytest.mark.parametrize("method", ["standard", "pgd", "trades", "mart", "hat", "pgd+awp"])
 def test_training_is_deterministic(method, tmp_path):
-    a = train_model(_tiny(method), tmp_path / "a", evaluate=False, progress=False)
-    b = train_model(_tiny(method), tmp_path / "b", evaluate=False, progress=False)
+    method, awp = method.removesuffix("+awp"), 0.01 if method.endswith("+awp") else 0.0
+    a = train_model(_tiny(method, awp=awp), tmp_path / "a", evaluate=False, progress=False)
+    b = train_model(_tiny(method, awp=awp), tmp_path / "b", evaluate=False, progress=False)
     assert a.sha256 == b.sha256 == (tmp_path / "a" / f"tiny-{method}.sha256").read_text().split()[0]
     assert (tmp_path / "a" / a.recipe.file).read_bytes() == (tmp_path / "b" / b.recipe.file).read_bytes()
-    c = train_model(_tiny(method), save=False, evaluate=False, progress=False, seed=1)
+    c = train_model(_tiny(method, awp=awp), save=False, evaluate=False, progress=False, seed=1)
     assert c.sha256 != a.sha256
     assert all(torch.isfinite(v.float()).all() for v in a.state_dict.values())
 
@@ -225,3 +231,47 @@ def test_mart_loss_matches_the_reference_code():
     sure[0, 3] = 50.0
     assert float(mart_loss(sure, logits_adv[:1], torch.tensor([3]), 6.0)) == pytest.approx(
         float(mart_loss(sure, logits_adv[:1], torch.tensor([3]), 0.0)), abs=1e-6)
+
+
+def test_hat_loss_matches_the_reference_code():
+    """Against HAT's loss as written in the authors' code (Rade & Moosavi-Dezfooli 2022: KLDivLoss(sum) / batch
+    for the TRADES term, plain CE on the helper example), on random logits; gamma 0 is the TRADES objective."""
+    g = torch.Generator().manual_seed(0)
+    clean, adv, help_ = (torch.randn(32, 10, generator=g) * 3 for _ in range(3))
+    y, y_help = torch.randint(0, 10, (32,), generator=g), torch.randint(0, 10, (32,), generator=g)
+    kl = torch.nn.KLDivLoss(reduction="sum")(F.log_softmax(adv, dim=1), F.softmax(clean, dim=1)) / 32
+    ref = F.cross_entropy(clean, y) + 2.5 * kl + 0.5 * F.cross_entropy(help_, y_help)
+    torch.testing.assert_close(hat_loss(clean, adv, help_, y, y_help, 2.5, 0.5), ref)
+    torch.testing.assert_close(hat_loss(clean, adv, help_, y, y_help, 2.5, 0.0), F.cross_entropy(clean, y) + 2.5 * kl)
+
+
+def test_hat_needs_a_helper_and_records_it():
+    with pytest.raises(mixzoo.errors.InputError, match="helper=NAME"):
+        _tiny("pgd").replace(method="hat")
+    d = _tiny("hat").to_dict()
+    assert (d["helper"], d["helper_weight"], d["helper_scale"]) == ("digits-std", 0.5, 2.0)
+    # recipes that do not use them keep the metadata (hence the bytes) of weights trained before the fields existed
+    assert not {"helper", "helper_weight", "helper_scale", "awp", "ema"} & set(_tiny("pgd").to_dict())
+    assert _tiny("pgd", awp=0.005).to_dict()["awp"] == 0.005
+    with pytest.raises(mixzoo.errors.InputError, match="awp"):
+        _tiny("pgd", awp=-1.0)
+
+
+def test_weight_perturbation_is_a_layerwise_ascent_step_and_is_undone():
+    """AWP (Wu et al. 2020): each weight tensor moves by gamma times its own norm, along its loss gradient, so
+    the loss goes up; biases stay; removing the shift restores the weights."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+    x, y = torch.randn(128, 1, 8, 8), torch.randint(0, 10, (128,))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    loss = F.cross_entropy(model(x), y)
+    shift = weight_perturbation(model, loss, 0.01)
+    assert set(shift) == {"1.weight", "3.weight"}
+    for k, v in shift.items():
+        assert v.norm().item() == pytest.approx(0.01 * before[k].norm().item(), rel=1e-5)
+    shift_weights(model, shift, 1.0)
+    assert F.cross_entropy(model(x), y).item() > loss.item()
+    assert torch.equal(model.state_dict()["1.bias"], before["1.bias"])
+    shift_weights(model, shift, -1.0)
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, before[k], atol=1e-7, rtol=0)
