@@ -347,6 +347,7 @@ def sanity(
 ) -> None:
     """Does the attack find what there is to find? Robust accuracy over growing eps, checked for monotonicity and
     against the grey image (Carlini et al. 2019)."""
+    from mixzoo.bench import display_name
     from mixzoo.sanity import eps_sweep
 
     sweep = eps_sweep(card, abc=abc, rbc=rbc, radii=_parse_floats(eps, "--eps"), attack=attack, n=n, seed=seed,
@@ -364,7 +365,7 @@ def sanity(
         for m in sweep.models:
             cells = [f"{100 * r:.1f}" if not k else f"[red]{100 * r:.1f} -> {100 * c:.1f} ({k} missed)"
                      for r, c, k in zip(m.robust_accuracy, m.checked_robust_accuracy, m.misses, strict=True)]
-            table.add_row(m.name, f"{100 * m.clean_accuracy:.1f}", str(m.grey_class), *cells)
+            table.add_row(display_name(m), f"{100 * m.clean_accuracy:.1f}", str(m.grey_class), *cells)
         out_console.print(table)
         for note in sweep.notes:
             style = "green" if sweep.passed else "yellow"
