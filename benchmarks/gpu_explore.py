@@ -2,6 +2,7 @@
 accuracy *with margin*), then calibrate and bench MixedNUTS for each.
 
     python benchmarks/gpu_explore.py --out DIR [--candidates a,b,c] [--attack apgd] [--n 1000] [--save-weights DIR]
+                                     [--weights DIR] [--abc fmnist-std] [--no-bench]
 
 For each candidate recipe (the shipped zoo recipes and variants of them) this trains on the GPU, calibrates with
 ``mixzoo.pipeline.mix`` (MMAA on 1,000 calibration images, beta 0.985) and evaluates ABC / RBC / linear / MixedNUTS
@@ -77,6 +78,7 @@ def main() -> None:
     ap.add_argument("--candidates", default="fmnist-pgd,fmnist-trades,trades-b3,trades-wide-12ep,pgd-wide-12ep")
     ap.add_argument("--attack", default="apgd")
     ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--no-bench", action="store_true", help="calibrate only (the card and Algorithm 1's objective)")
     ap.add_argument("--betas", default="0.985")
     ap.add_argument("--n-calib", type=int, default=1000)
     ap.add_argument("--cache-dir", default=None, help="default: OUT/cache")
@@ -122,15 +124,18 @@ def main() -> None:
             for beta in (float(b) for b in args.betas.split(",")):
                 m = mix(abc, rbc, beta=beta, n_calib=args.n_calib, device=device, cache_dir=cache_dir,
                         out=out / f"card-{name}-{beta}.json", progress=False)
-                rep = bench(m.card, abc=abc, rbc=rbc, attack=args.attack, n=args.n, curve=False, plots=False,
-                            cache_dir=cache_dir, device=device, progress=False)
                 rec[f"beta={beta}"] = {
                     "card": {k: getattr(m.card, k) for k in ("s", "p", "c", "alpha", "objective")},
                     "summary": m.summary,
-                    "models": {r.kind: {"clean": r.clean_accuracy, "robust": r.robust_accuracy, "alpha": r.alpha,
-                                        "seconds": r.seconds} for r in rep.models},
                     "mix_seconds": m.seconds,
                 }
+                if args.no_bench:
+                    continue
+                rep = bench(m.card, abc=abc, rbc=rbc, attack=args.attack, n=args.n, curve=False, plots=False,
+                            cache_dir=cache_dir, device=device, progress=False)
+                rec[f"beta={beta}"]["models"] = {
+                    r.kind: {"clean": r.clean_accuracy, "robust": r.robust_accuracy, "alpha": r.alpha,
+                             "seconds": r.seconds} for r in rep.models}
         except Exception:  # noqa: BLE001 - keep exploring the other candidates
             rec["error"] = traceback.format_exc()[-2000:]
         results["candidates"][name] = rec
