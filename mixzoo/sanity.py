@@ -120,7 +120,7 @@ class EpsSweep:
 
 
 def _row(name: str, kind: str, model: nn.Module, evs: list[dict[str, Any]], radii: list[float],
-         images: torch.Tensor, labels: torch.Tensor, norm: str) -> SweepRow:
+         images: torch.Tensor, labels: torch.Tensor, norm: str, alpha: float | None = None) -> SweepRow:
     robust = torch.tensor([ev["robust_correct"] for ev in evs], dtype=torch.bool)
     clean = torch.tensor(evs[0]["clean_correct"], dtype=torch.bool)
     with torch.no_grad():
@@ -135,7 +135,8 @@ def _row(name: str, kind: str, model: nn.Module, evs: list[dict[str, Any]], radi
         monotone_misses=(robust & ~grey_breakable & ~checked).sum(dim=1).tolist(),
         grey_misses=(robust & grey_breakable).sum(dim=1).tolist(), grey_class=grey_class,
         grey_bound=(~grey_breakable).double().mean(dim=1).tolist(), n=len(labels),
-        seconds=[float(ev["seconds"]) for ev in evs], cached=[bool(ev.get("cached", False)) for ev in evs])
+        seconds=[float(ev["seconds"]) for ev in evs], cached=[bool(ev.get("cached", False)) for ev in evs],
+        alpha=alpha)
 
 
 def _name(model: nn.Module, digest: str, recorded: dict[str, Any] | None, role: str) -> str:
@@ -244,8 +245,8 @@ def eps_sweep(
         evs = [evaluate(model, images, labels, attack=attack, eps=r, norm=norm, seed=seed, batch_size=batch_size,
                         cache=cache, key_parts=key, label=f"{name} at eps {r:g}", attack_options=attack_options,
                         progress=progress) for r in radii]
-        rows.append(_row(name, kind, model, evs, radii, images, labels, norm))
-        rows[-1].alpha = linear_alpha if kind == "linear" else None
+        rows.append(_row(name, kind, model, evs, radii, images, labels, norm,
+                         alpha=linear_alpha if kind == "linear" else None))
     sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),
                      dataset={"name": card.dataset, "split": "evaluation", "n": len(labels),
                               "fingerprint": data.fingerprint, "source": getattr(data, "source", "")},

@@ -317,13 +317,13 @@ def _objective(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tenso
             y_help = helper(x_adv).argmax(1)
         return lambda: hat_loss(model(x), model(x_adv), model(x_help), y, y_help, recipe.trades_beta,
                                 recipe.helper_weight)
+    return lambda: trades_loss(model(x), model(x_adv), y, recipe.trades_beta)
 
-    def trades() -> torch.Tensor:
-        logits, logits_adv = model(x), model(x_adv)
-        kl = F.kl_div(F.log_softmax(logits_adv, dim=1), F.softmax(logits, dim=1), reduction="batchmean")
-        return F.cross_entropy(logits, y) + recipe.trades_beta * kl
 
-    return trades
+def trades_loss(logits: torch.Tensor, logits_adv: torch.Tensor, y: torch.Tensor, beta: float) -> torch.Tensor:
+    """TRADES (Zhang et al. 2019, Eq. 5): ``CE(f(x), y) + beta * KL(f(x) || f(x'))``, averaged over the batch."""
+    kl = F.kl_div(F.log_softmax(logits_adv, dim=1), F.softmax(logits, dim=1), reduction="batchmean")
+    return F.cross_entropy(logits, y) + beta * kl
 
 
 def hat_loss(logits: torch.Tensor, logits_adv: torch.Tensor, logits_help: torch.Tensor, y: torch.Tensor,
@@ -332,8 +332,7 @@ def hat_loss(logits: torch.Tensor, logits_adv: torch.Tensor, logits_help: torch.
     on a helper example ``x_h = x + h * (x' - x)`` beyond the TRADES example ``x'``, labelled ``y_h`` by a
     standard model at ``x'``. It penalises the excessive input-space margin that adversarial training builds
     along adversarial directions, which is what costs clean accuracy."""
-    kl = F.kl_div(F.log_softmax(logits_adv, dim=1), F.softmax(logits, dim=1), reduction="batchmean")
-    return F.cross_entropy(logits, y) + beta * kl + gamma * F.cross_entropy(logits_help, y_help)
+    return trades_loss(logits, logits_adv, y, beta) + gamma * F.cross_entropy(logits_help, y_help)
 
 
 def weight_perturbation(model: nn.Module, loss: torch.Tensor, gamma: float) -> dict[str, torch.Tensor]:
