@@ -25,6 +25,8 @@ CacheDir = Annotated[Path | None, typer.Option(help="cache directory (default ~/
 NoCache = Annotated[bool, typer.Option("--no-cache", help="neither read nor write the cache")]
 AllowUnsafe = Annotated[bool, typer.Option("--allow-unsafe", help="permit pickled checkpoints")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+AttackBatch = Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; each batch has its "
+                                               "own seed, so results depend on it)")]
 CardABC = Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")]
 CardRBC = Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")]
 
@@ -174,8 +176,7 @@ def mix(
     norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the RBC's)")] = None,
     n_iter: Annotated[int, typer.Option(help="APGD iterations in MMAA")] = 100,
     seed: int = 0,
-    batch_size: Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; each batch "
-                                                 "has its own seed, so results depend on it)")] = 250,
+    batch_size: AttackBatch = 250,
     out: Annotated[Path, typer.Option(help="where to write the mix card (.toml or .json)")] = Path("card.toml"),
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
@@ -239,8 +240,7 @@ def bench(
     eps: float | None = None,
     norm: str | None = None,
     seed: int = 0,
-    batch_size: Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; each batch "
-                                                 "has its own seed, so results depend on it)")] = 250,
+    batch_size: AttackBatch = 250,
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
     curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
     attack_option: AttackOptions = None,

@@ -65,3 +65,37 @@ def test_atomic_writes_get_ordinary_file_permissions(tmp_path):
         assert (tmp_path / "private.json").stat().st_mode & 0o777 == 0o600
     finally:
         os.umask(mask)
+
+
+@pytest.mark.parametrize("fail_in", ["fsync", "replace"])
+def test_an_interrupted_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, monkeypatch, fail_in):
+    target = tmp_path / "card.toml"
+    atomic_write_text(target, "old")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # e.g. Ctrl-C between writing and renaming
+
+    monkeypatch.setattr(os, fail_in, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(target, "new and longer")
+    monkeypatch.undo()
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["card.toml"]
+
+
+def test_a_damaged_partial_batch_is_recomputed(tmp_path):
+    cache = Cache(tmp_path)
+    calls: list[tuple[int, int]] = []
+
+    def compute(a, b):
+        calls.append((a, b))
+        return {"x": torch.arange(a, b).float()}
+
+    for index, start in enumerate(range(0, 9, 3)):  # three saved batches, as an interrupted run leaves them
+        cache.save_batch("k", "key", index, compute(start, start + 3))
+    (cache.partial_dir("k", "key") / "000001.safetensors").write_bytes(b"garbage")
+    calls.clear()
+    out = batched_cached(cache, "k", "key", 10, 3, compute, {})
+    assert calls == [(3, 6), (9, 10)]  # the damaged batch and the missing one, nothing else
+    assert torch.equal(out["x"], torch.arange(10).float())
+    assert not cache.partial_dir("k", "key").exists()

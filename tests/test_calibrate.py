@@ -220,6 +220,11 @@ def test_refine_optimizer_is_no_worse_and_card_round_trips(tmp_path):
     coarse = calibrate(**data, grid=grid)
     fine = calibrate(**data, grid=grid, optimizer="refine")
     assert fine.objective <= coarse.objective
+    # the card's objective and alpha hold at the refined point, which here lies off the coarse grid (the objectives
+    # tie, and the tie rule of the finer grid picks another point)
+    at_point = calibrate(**data, grid=Grid.point(fine.s, fine.p, fine.c))
+    assert (at_point.objective, at_point.alpha) == (fine.objective, pytest.approx(fine.alpha))
+    assert not any(fine.p == pytest.approx(v) for v in coarse.grid["p_values"])
     assert fine.grid["optimizer"] == "refine" and fine.grid["n_evaluated"] > 64
     assert any("refined" in n for n in fine.notes)
     loaded = MixCard.load(fine.save(tmp_path / "card.toml"))
@@ -326,6 +331,9 @@ def test_argmax_change_constraint_excludes_flipping_c_values():
     assert torch.equal(get_clamp("gelu")(ln_clean + strict.c).argmax(1), ln_clean.argmax(1))
     objectives = torch.tensor(strict.grid["objectives"])
     assert (objectives > 1).any() and strict.objective <= 1
+    alphas = torch.tensor(strict.grid["alphas"])
+    assert (alphas[objectives > 1] == 1.0).all()  # infeasible points record the RBC alone (q = 0)
+    assert (alphas[objectives <= 1] < 1.0).any()
     loose = calibrate(**kw, max_argmax_change=None)
     assert (torch.tensor(loose.grid["objectives"]) <= 1).all()
     with pytest.raises(InputError, match="max_argmax_change"):

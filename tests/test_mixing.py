@@ -207,6 +207,31 @@ def test_from_card_builds_the_card_and_warns_on_hash_mismatch(tmp_path):
                           MixedClassifier.linear(abc, rbc, 0.9)(x))
 
 
+def test_from_card_keeps_the_cards_clamp_and_top_k():
+    """A card calibrated with another clamp or LN over the top-k logits (App. D.7) is served as calibrated."""
+    abc, rbc = Counting(0, 3.0), Counting(1)
+    x = images()
+    g, h = abc(x), rbc(x)
+    for clamp, top_k in (("relu", 3), ("softplus", None), ("gelu", 2)):
+        card = MixCard(s=2.0, p=1.5, c=-0.4, alpha=0.8, beta=0.98, clamp=clamp, top_k=top_k)
+        model = MixedClassifier.from_card(card, abc, rbc, warn=False)
+        ref = mix_log_probs(g, h, s=2.0, p=1.5, c=-0.4, alpha=0.8, clamp=clamp, top_k=top_k)
+        assert torch.allclose(model(x), ref, atol=1e-6)
+        default = mix_log_probs(g, h, s=2.0, p=1.5, c=-0.4, alpha=0.8)
+        assert not torch.allclose(model(x), default, atol=1e-4)  # the settings matter for these logits
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("s", 0.0, "s must be"), ("s", -1.0, "s must be"), ("p", 0.0, "p must be"), ("s", math.nan, "s must be"),
+    ("c", math.nan, "c must be"), ("c", math.inf, "c must be"), ("temperature", -1.0, "temperature"),
+    ("r_d", 1.5, "r_d"), ("r_d", -0.1, "r_d"),
+])
+def test_mixed_classifier_refuses_invalid_parameters(field, value, match):
+    kwargs = {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.9, field: value}
+    with pytest.raises(InputError, match=match):
+        MixedClassifier(Counting(0), Counting(1), **kwargs)
+
+
 def test_attack_through_the_mixed_classifier():
     """Drop-in check: the repository's PGD runs on MixedNUTS in both gradient modes."""
     from mixzoo.attacks.pgd import pgd
@@ -217,3 +242,7 @@ def test_attack_through_the_mixed_classifier():
         model = MixedClassifier(abc, rbc, s=1.5, p=2.0, c=-0.3, alpha=0.9, gradient=mode)
         adv = pgd(model, x, y, eps=0.1, steps=3)
         assert adv.shape == x.shape and (adv - x).abs().max() <= 0.1 + 1e-6
+        with torch.no_grad():  # the attack made progress on the true MixedNUTS output, in either gradient mode
+            before = -model(x).gather(1, y.view(-1, 1)).sum()
+            after = -model(adv).gather(1, y.view(-1, 1)).sum()
+        assert after > before

@@ -97,8 +97,11 @@ def test_rbc_transform_broadcasts_grid_parameters():
     out = rbc_transform(logits, s, p, -0.5)
     assert out.shape == (2, 3, 5, 7)
     assert torch.allclose(out[1, 2], rbc_transform(logits, 2.0, 4.0, -0.5))
-    with pytest.raises(InputError, match="positive"):
-        rbc_transform(logits, 1.0, 0.0, 0.0)
+    for s_bad, p_bad in ((1.0, 0.0), (0.0, 1.0), (-2.0, 1.0), (1.0, -1.0)):
+        with pytest.raises(InputError, match="positive"):
+            rbc_transform(logits, s_bad, p_bad, 0.0)
+    with pytest.raises(InputError, match="positive"):  # one bad grid value among good ones
+        rbc_transform(logits, torch.tensor([0.5, 0.0], dtype=torch.float64).view(2, 1, 1), 1.0, 0.0)
 
 
 def test_clamps_come_from_the_plugin_hook():

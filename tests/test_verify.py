@@ -161,3 +161,103 @@ def test_verifying_needs_no_attack(bench_dir, tmp_path):
     report["settings"]["attack"] = "some-plugins-attack"
     (out / "report.json").write_text(json.dumps(report))
     assert verify_report(out).passed
+
+
+def _row(out, kind):
+    return next(r for r in verify_report(out).rows if r.kind == kind)
+
+
+def _edit_row(out, kind, field, edit):
+    report = json.loads((out / "report.json").read_text())
+    m = next(m for m in report["models"] if m["kind"] == kind)
+    m[field] = edit(m)
+    (out / "report.json").write_text(json.dumps(report))
+
+
+def test_points_for_robust_examples_and_clean_disagreements_are_caught(bench_dir, tmp_path):
+    out = copy_of(bench_dir, tmp_path)
+    points = load_file(out / ADVERSARIAL_FILE)
+    index = points["abc.index"]
+    # the report calls a broken example robust: its saved point is then one it did not claim
+    report = json.loads((out / "report.json").read_text())
+    abc = next(m for m in report["models"] if m["kind"] == "abc")
+    claimed = int(index[0])
+
+    def mark_robust(m):
+        return m["robust_outcomes"][:claimed] + "1" + m["robust_outcomes"][claimed + 1:]
+
+    _edit_row(out, "abc", "robust_outcomes", mark_robust)
+    row = _row(out, "abc")
+    assert row.unexpected == [claimed] and not row.passed and row.missing == []
+    # the report calls a clean-correct example clean-wrong: the clean outcome disagrees, and a point for an example
+    # that is not clean-correct here would not be confirmed
+    shutil.copy(bench_dir[0] / "bench" / "report.json", out / "report.json")
+    wrong = int(index[1])
+
+    def flip_clean(m):
+        return m["clean_outcomes"][:wrong] + "0" + m["clean_outcomes"][wrong + 1:]
+
+    _edit_row(out, "abc", "clean_outcomes", flip_clean)
+    row = _row(out, "abc")
+    assert row.clean_disagrees == [wrong] and not row.passed
+    assert abc["clean_outcomes"][wrong] == "1"
+
+
+def test_a_point_for_a_clean_mistake_is_not_a_confirmed_robust_error(bench_dir, tmp_path):
+    out = copy_of(bench_dir, tmp_path)
+    before = _row(out, "abc")
+    data = load_dataset("digits", "evaluation", n=N)
+    abc = load_model("digits-std")
+    with torch.no_grad():
+        mistakes = torch.nonzero(abc(data.images).argmax(1) != data.labels).squeeze(1)
+    assert len(mistakes) > 0
+    points = load_file(out / ADVERSARIAL_FILE)
+    extra = int(mistakes[0])
+    save_file({**points, "abc.index": torch.cat([points["abc.index"], torch.tensor([extra])]),
+               "abc.images": torch.cat([points["abc.images"], data.images[extra:extra + 1]])}, out / ADVERSARIAL_FILE)
+    row = _row(out, "abc")
+    assert row.confirmed == before.confirmed and row.unexpected == [extra]
+    assert row.verified_robust_accuracy == before.verified_robust_accuracy
+
+
+@pytest.mark.parametrize("bad", ["duplicate", "negative", "beyond"])
+def test_points_indexing_outside_the_images_or_twice_are_refused(bench_dir, tmp_path, bad):
+    out = copy_of(bench_dir, tmp_path)
+    points = load_file(out / ADVERSARIAL_FILE)
+    index = points["rbc.index"].clone()
+    index[-1] = {"duplicate": index[0], "negative": -1, "beyond": N}[bad]
+    save_file({**points, "rbc.index": index}, out / ADVERSARIAL_FILE)
+    with pytest.raises(InputError, match="outside 0..59 or twice"):
+        verify_report(out)
+
+
+def test_points_next_to_the_boundary_are_counted_as_fragile(bench_dir, tmp_path):
+    """A confirmed point whose true-class output is within FRAGILE of the largest other one is reported fragile."""
+    from mixzoo.verify import FRAGILE
+
+    out = copy_of(bench_dir, tmp_path)
+    before = _row(out, "abc")
+    points = load_file(out / ADVERSARIAL_FILE)
+    index, images = points["abc.index"], points["abc.images"].clone()
+    data = load_dataset("digits", "evaluation", n=N)
+    abc = load_model("digits-std")
+    clean, adv, y = data.images[index[0]], images[0], data.labels[index[0]]
+
+    def margin(t: float) -> float:
+        with torch.no_grad():
+            z = abc((clean + t * (adv - clean)).unsqueeze(0))[0]
+        return float(z[y] - torch.cat([z[:y], z[y + 1:]]).max())
+
+    lo, hi = 0.0, 1.0  # margin(lo) > 0 (clean-correct), margin(hi) < 0 (broken): bisect to just past the boundary
+    assert margin(lo) > 0 > margin(hi)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if margin(mid) > 0 else (lo, mid)
+        if -FRAGILE / 2 < margin(hi) < 0:
+            break
+    assert -FRAGILE < margin(hi) < 0
+    images[0] = clean + hi * (adv - clean)
+    save_file({**points, "abc.images": images}, out / ADVERSARIAL_FILE)
+    row = _row(out, "abc")
+    assert row.passed and row.confirmed == before.confirmed
+    assert row.fragile == before.fragile + 1 and -FRAGILE < row.closest_margin < 0
