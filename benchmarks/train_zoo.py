@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from mixzoo.train import RECIPES, registry_entry, train_model
+from mixzoo.train import RECIPES, default_weights_dir, registry_entry, train_model
 
 
 def main() -> None:
@@ -39,7 +39,9 @@ def main() -> None:
         command = f".venv/bin/python benchmarks/train_zoo.py {name}"
         if args.device != "cpu":
             command += f" --device {args.device}"
-        res = train_model(name, args.out_dir, progress=not args.no_progress, device=args.device)
+        # an explicit directory: this script is how the shipped weights are (re)made, so it replaces them on purpose
+        res = train_model(name, args.out_dir or default_weights_dir(), progress=not args.no_progress,
+                          device=args.device)
         entry = registry_entry(res, command, date, machine, file=str(res.path) if args.out_dir else None)
         print(res.summary(), flush=True)
         print(entry, flush=True)

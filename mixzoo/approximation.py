@@ -114,7 +114,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     from mixzoo.calibrate import Grid, calibrate
     from mixzoo.card import MixCard
     from mixzoo.data import load_dataset
-    from mixzoo.pipeline import cached_logits, cached_mmaa, card_model, check_device, check_model_fits
+    from mixzoo.pipeline import cached_logits, cached_mmaa, card_dataset, card_model, check_device, check_model_fits
     from mixzoo.transforms import confidence_margin, rbc_transform
 
     t0 = time.perf_counter()
@@ -125,12 +125,12 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
         raise InputError(f"the App. D.9 check needs a card made by `mixzoo mix` (method 'mmaa', with its attack and"
                          f" data records); this one has method {card.method!r}")
     rbc_m = card_model(card, "rbc", rbc, device=device, allow_unsafe=allow_unsafe)
-    data = load_dataset(card.dataset, "calibration", n=card.data["n"], root=data_dir)
+    data = load_dataset(card_dataset(card, rbc_m), "calibration", n=card.data["n"], root=data_dir)
+    check_model_fits(rbc_m, data, "RBC")
     if data.fingerprint != card.data.get("fingerprint"):
-        raise InputError(f"the {card.dataset} calibration images here (fingerprint {data.fingerprint}) are not the"
+        raise InputError(f"the {data.name} calibration images here (fingerprint {data.fingerprint}) are not the"
                          f" ones the card was calibrated on ({card.data.get('fingerprint')}); pass the same data"
                          " directory (--data-dir) as for `mixzoo mix`")
-    check_model_fits(rbc_m, data, "RBC")
     cache = Cache(cache_dir, enabled=use_cache)
     settings = dict(mmaa_settings(card.attack, card.top_k), cache=cache, device=device, progress=progress)
     clean = cached_logits(rbc_m, data, cache=cache, device=device, progress=progress, what="RBC clean logits")

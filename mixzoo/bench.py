@@ -21,10 +21,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
-from mixzoo.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
+from mixzoo.cache import Cache, atomic_save_tensors, atomic_write_text, check_writable, content_key
 from mixzoo.errors import InputError
 from mixzoo.pipeline import (
     _default_attack_setting,
+    card_dataset,
     card_models,
     check_device,
     check_model_fits,
@@ -326,10 +327,12 @@ def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: 
 
 
 def check_run_settings(n: int, batch_size: int, device: str, attack: str,
-                       attack_options: dict[str, Any] | None = None) -> None:
+                       attack_options: dict[str, Any] | None = None, out: str | Path | None = None) -> None:
     """One-line errors for settings every card evaluation shares, before anything is loaded or attacked."""
     from mixzoo.plugins import lookup
 
+    if out is not None:
+        check_writable(out, directory=True, what="--out directory")
     if n <= 0:
         raise InputError(f"--n must be positive, got {n}")
     if batch_size <= 0:
@@ -376,8 +379,10 @@ def card_evaluation(card: Any, *, abc: str | nn.Module | None = None, rbc: str |
     attack = card.attack or {}
     eps, norm = _default_attack_setting(rbc_m, attack.get("eps") if eps is None else eps,
                                         attack.get("norm") if norm is None else norm)
-    dataset_name = card.dataset or getattr(getattr(rbc_m, "spec", None), "dataset", None)
-    data = load_dataset(dataset_name, "evaluation", n=n, root=data_dir)
+    data = load_dataset(card_dataset(card, rbc_m), "evaluation", n=n, root=data_dir)
+    if card.top_k is not None and card.top_k > data.num_classes:
+        raise InputError(f"the card's top_k ({card.top_k}) exceeds the {data.num_classes} classes of {data.name!r};"
+                         " it was calibrated for another task")
     check_model_fits(abc_m, data, "ABC")
     check_model_fits(rbc_m, data, "RBC")
     return CardEvaluation(card, abc_m, rbc_m, mixed, data, eps, norm, notes)
@@ -433,7 +438,7 @@ def bench(
     from mixzoo.mixing import MixedClassifier
     from mixzoo.pipeline import mix
 
-    check_run_settings(n, batch_size, device, attack, attack_options)
+    check_run_settings(n, batch_size, device, attack, attack_options, out)
     if curve and curve_n <= 0:
         raise InputError(f"--curve-n must be positive, got {curve_n} (or pass --no-curve)")
     t0 = time.perf_counter()
@@ -445,7 +450,7 @@ def bench(
                          allow_unsafe=allow_unsafe)
     card, abc_m, rbc_m, mixed, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.mixed, ce.data, ce.eps, ce.norm
     notes = list(ce.notes)  # the report must say so, not only the terminal
-    dataset_name = card.dataset or getattr(getattr(rbc_m, "spec", None), "dataset", None)
+    dataset_name = data.name
     cache = Cache(cache_dir, enabled=use_cache)
     images, labels = data.images, data.labels
     base = {"data": data.fingerprint}
@@ -557,6 +562,7 @@ def print_report(report: Report, *, to: Console | None = None) -> None:
     """The bench table in the terminal (or on the console ``to``), fitting 80 columns (report.md has the wide
     form)."""
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     to = to or console
@@ -575,6 +581,6 @@ def print_report(report: Report, *, to: Console | None = None) -> None:
         to.print(line, highlight=False)
     for m in report.models:
         for w in m.warnings:
-            to.print(f"[yellow]warning ({m.name}): {w}")
+            to.print(f"[yellow]warning ({escape(m.name)}): {escape(w)}")
     for note in report.notes:
-        to.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        to.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)

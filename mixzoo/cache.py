@@ -13,19 +13,38 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save
 
-from mixzoo.errors import MixzooError
+from mixzoo.errors import InputError, MixzooError
 
 
 def default_cache_dir() -> Path:
     """``$MIXZOO_CACHE`` if set, else ``~/.cache/mixzoo``."""
     return Path(os.environ.get("MIXZOO_CACHE", Path.home() / ".cache" / "mixzoo"))
+
+
+def check_writable(path: str | os.PathLike[str], *, directory: bool = False, what: str = "output") -> Path:
+    """Refuse, before any work is done, a path that cannot be written: one that names a directory where a file is
+    meant (or the reverse), lies below an existing file, or sits in a directory that is not writable. Creates
+    nothing."""
+    path = Path(path)
+    if path.exists() and path.is_dir() != directory:
+        kind, want = ("a file", "directory") if directory else ("a directory", "file")
+        raise InputError(f"{what} {path} is {kind}; pass a {want} path")
+    probe = path if path.exists() and directory else path.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(f"cannot create {what} {path}: {probe} is a file, not a directory; pass another path")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {what} {path}: {probe} is not writable; pass another path")
+    return path
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -45,6 +64,26 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextmanager
+def staged_directory(out: str | os.PathLike[str], names: tuple[str, ...] = ()) -> Iterator[Path]:
+    """A fresh directory next to ``out`` to write a set of files into. When the block completes, each file is
+    renamed into ``out`` and any of ``names`` (the files such a set can hold) it did not write this time is removed
+    from ``out``, so no file of an older run passes for this one's; when the block fails, ``out`` stays as it was."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        yield stage
+        out.mkdir(exist_ok=True)
+        written = {f.name for f in stage.iterdir()}
+        for name in sorted(written):
+            os.replace(stage / name, out / name)
+        for name in set(names) - written:
+            (out / name).unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _umask() -> int:
@@ -77,6 +116,8 @@ class Cache:
     def __init__(self, root: str | os.PathLike[str] | None = None, enabled: bool = True):
         self.root = Path(root) if root is not None else default_cache_dir()
         self.enabled = enabled
+        if enabled:
+            check_writable(self.root, directory=True, what="cache directory (--cache-dir)")
         self.hits: list[str] = []  # "KIND/KEY" of every complete entry served from disk
 
     def path(self, kind: str, key: str) -> Path:

@@ -428,12 +428,15 @@ def _selection_hash(*masks: torch.Tensor) -> str:
     return h.hexdigest()[:16]
 
 
-def check_settings(*, beta: float, clamp: str, objective: str, optimizer: str, grid: Grid | None) -> None:
+def check_settings(*, beta: float, clamp: str, objective: str, optimizer: str, grid: Grid | None,
+                   top_k: int | None = None) -> None:
     """One-line :class:`InputError` for a bad Algorithm 1 setting; callers run it before any expensive attack."""
     from mixzoo.plugins import lookup
 
     if not isinstance(beta, int | float) or not 0.0 <= beta <= 1.0:
         raise InputError(f"beta must lie in [0, 1], got {beta}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 2):
+        raise InputError(f"top_k must be an integer >= 2 (App. D.7: LN over the top-k logits), got {top_k!r}")
     if objective not in ("standard", "relaxed"):
         raise InputError(f"objective must be 'standard' or 'relaxed', got {objective!r}")
     if grid is not None and not isinstance(grid, Grid):
@@ -496,7 +499,7 @@ def calibrate(
     _check_labels(attacked_labels, n_a, k, "attacked_labels")
     if n_c == 0 or n_a == 0:
         raise InputError("the calibration set is empty; pass logits of at least a few hundred images")
-    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid)
+    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k)
     grid = Grid() if grid is None else grid
     if top_k is not None and (top_k < 2 or top_k > k):
         raise InputError(f"top_k must lie in [2, {k}] (number of classes), got {top_k}")

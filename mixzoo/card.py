@@ -116,17 +116,31 @@ class MixCard:
             raise InputError(f"card path {path} must end in .toml or .json")
         return atomic_write_text(path, text)
 
+    @staticmethod
+    def check_path(path: str | Path) -> Path:
+        """Refuse, before any work, a card path :meth:`save` could not write (suffix, directory, permissions)."""
+        from mixzoo.cache import check_writable
+
+        path = Path(path)
+        if path.suffix not in (".toml", ".json"):
+            raise InputError(f"card path {path} must end in .toml or .json")
+        return check_writable(path, what="card")
+
     @classmethod
     def load(cls, path: str | Path) -> MixCard:
         """Read and validate a TOML or JSON card; a bad file is a one-line :class:`InputError` naming it."""
         path = Path(path)
         if path.suffix not in (".toml", ".json"):
             raise InputError(f"card path {path} must end in .toml or .json")
+        if path.is_dir():
+            raise InputError(f"mix card {path} is a directory; pass the card file `mixzoo mix --out` wrote")
         if not path.is_file():
             raise MissingFileError(f"mix card {path} does not exist; create it with `mixzoo mix --out {path}`")
-        text = path.read_text(encoding="utf-8")
         try:
+            text = path.read_text(encoding="utf-8")
             data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not a text file (not UTF-8); pass the card `mixzoo mix --out` wrote") from None
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             kind = "TOML" if path.suffix == ".toml" else "JSON"
             raise InputError(f"{path}: not valid {kind} ({str(exc).splitlines()[0]})") from None
@@ -182,6 +196,69 @@ def _validate(card: MixCard, source: str) -> None:
         raise InputError(f"{source}: field 'dataset' must be a string, got {card.dataset!r}")
     if not isinstance(card.notes, list) or not all(isinstance(n, str) for n in card.notes):
         raise InputError(f"{source}: field 'notes' must be a list of strings")
+    _validate_records(card, source)
+
+
+_MMAA_KEYS = {"eps": "a positive number", "norm": "'Linf' or 'L2'", "n_iter": "a positive integer",
+              "n_target_classes": "an integer >= 0", "n_restarts": "a positive integer", "seed": "an integer"}
+
+
+def _field_error(source: str, name: str, want: str, got: Any) -> InputError:
+    return InputError(f"{source}: field {name!r} must be {want}, got {got!r}; write the card with `mixzoo mix`")
+
+
+def _is_int(v: Any, low: int | None = None) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and (low is None or v >= low)
+
+
+def _validate_records(card: MixCard, source: str) -> None:
+    """The nested tables other commands read (models, the MMAA record, the data record, the grid) are typed here,
+    so that a hand-edited card fails on loading, not after an evaluation."""
+    for role in ("abc", "rbc"):
+        for key in ("name", "weight_hash"):
+            value = getattr(card, role).get(key)
+            if value is not None and not (isinstance(value, str) and value):
+                raise _field_error(source, f"{role}.{key}", "a non-empty string", value)
+    att, data = _plain(card.attack), _plain(card.data)  # an in-memory card may hold tensors or tuples
+    if att.get("name") == "mmaa":  # the record `mixzoo mix` writes; check, bench and sanity re-run it
+        for key, want in _MMAA_KEYS.items():
+            v = att.get(key)
+            ok = {"eps": isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
+                  "norm": v in ("Linf", "L2"), "n_iter": _is_int(v, 1), "n_target_classes": _is_int(v, 0),
+                  "n_restarts": _is_int(v, 1), "seed": _is_int(v)}[key]
+            if not ok:
+                raise _field_error(source, f"attack.{key}", want, v)
+        for key in ("batch_size", "top_k"):
+            if att.get(key) is not None and not _is_int(att[key], 1):
+                raise _field_error(source, f"attack.{key}", "a positive integer", att[key])
+        if not _is_int(data.get("n"), 1):
+            raise _field_error(source, "data.n", "the number of calibration images", data.get("n"))
+    for key in ("n", "n_clean", "n_attacked"):
+        if data.get(key) is not None and not _is_int(data[key], 0):
+            raise _field_error(source, f"data.{key}", "an integer >= 0", data[key])
+    _validate_grid(_plain(card.grid), source)
+
+
+def _validate_grid(grid: dict[str, Any], source: str) -> None:
+    if not grid:
+        return
+    axes = ("s_values", "p_values", "c_values")
+    lengths = []
+    for key in axes:
+        v = grid.get(key)
+        if not (isinstance(v, list) and v and all(isinstance(x, int | float) for x in v)):
+            raise _field_error(source, f"grid.{key}", "a non-empty list of numbers", v)
+        lengths.append(len(v))
+    for key in ("objectives", "alphas"):
+        if key not in grid and key == "alphas":
+            continue
+        try:
+            shape = list(np.shape(np.asarray(grid.get(key), dtype=float)))
+        except (TypeError, ValueError):
+            shape = None
+        if shape != lengths:
+            raise _field_error(source, f"grid.{key}", f"a {'x'.join(map(str, lengths))} nested list of numbers",
+                               "another shape" if shape is not None else grid.get(key))
 
 
 def _plain(v: Any) -> Any:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from mixzoo.errors import MixzooError
@@ -57,15 +59,22 @@ def parse_attack_options(values: list[str] | None) -> dict[str, Any] | None:
 
 
 def _errors(fn):
-    """Turn mixzoo's own errors into one line on stderr and exit status 2."""
+    """Turn mixzoo's own errors, and file-system refusals, into one line on stderr and exit status 2."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except MixzooError as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+            message = str(exc)
+        except BrokenPipeError:  # `mixzoo list | head`: the reader has gone, nothing to say (Python docs' recipe)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1) from None
+        except OSError as exc:  # a file system refusal the up-front checks could not foresee (disk full, ...)
+            where = f": {exc.filename}" if exc.filename else ""
+            message = f"{exc.strerror or exc}{where}"
+        console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
 
     return wrapper
 
@@ -89,13 +98,26 @@ def list_cmd(
         print(json.dumps([s.to_dict() for s in specs], indent=2))
         return
     table = Table(title=f"{len(specs)} models")
-    for col in ("name", "role", "dataset", "threat", "eps", "clean", "robust", "plugin"):
+    table.add_column("name", no_wrap=True)  # names are what users type: never cut or folded
+    for col in ("role", "dataset", "threat", "eps", "clean", "robust", "plugin"):
         table.add_column(col)
     for s in specs:
         rep = s.reported or {}
         table.add_row(s.name, s.role, s.dataset, s.threat_model or "", f"{s.epsilon:.4g}" if s.epsilon else "",
                       _pct(rep.get("clean")), _pct(rep.get("autoattack", rep.get("robust"))), s.plugin)
-    out_console.print(table)
+    _print_whole(table)
+
+
+def _print_whole(table: Table) -> None:
+    """Print a table at its natural width when the terminal (or a pipe's default 80 columns) is narrower, so that
+    no cell is cut short."""
+    from rich.measure import Measurement
+
+    natural = Measurement.get(out_console, out_console.options.update(max_width=1000), table).maximum
+    if natural <= out_console.width:
+        out_console.print(table)
+    else:
+        out_console.__class__(width=natural).print(table)
 
 
 def _pct(v: Any) -> str:
@@ -151,9 +173,12 @@ def _parse_grid(grid: str | None):
             key, rng = part.split("=")
             lo, hi, n = rng.split(":")
             kw.update({f"{key.strip()}_min": float(lo), f"{key.strip()}_max": float(hi), f"{key.strip()}_n": int(n)})
-        return Grid(**kw)
-    except (ValueError, TypeError) as exc:
+    except ValueError as exc:
         raise MixzooError(f"--grid {grid!r} is not of the form s=MIN:MAX:N,p=MIN:MAX:N,c=MIN:MAX:N ({exc})") from exc
+    try:
+        return Grid(**kw)
+    except TypeError:  # a key other than s, p, c
+        raise MixzooError(f"--grid {grid!r}: the axes are s, p and c, e.g. s=0.05:10:8,p=1:4:8,c=-2:0:8") from None
 
 
 @app.command()
@@ -218,7 +243,7 @@ def mix(
     table.add_row("seconds (MMAA cached)" if res.cache_hits.get("mmaa") else "seconds", f"{res.seconds['total']:.1f}")
     out_console.print(table)
     for note in card.notes:
-        out_console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     out_console.print(f"mix card written to {res.path}")
 
 
@@ -284,8 +309,10 @@ def check(
 ) -> None:
     """How well Algorithm 1's surrogate held (App. D.9): MMAA on the transformed RBC, objective and alpha again."""
     from mixzoo.approximation import check_approximation
-    from mixzoo.cache import atomic_write_text
+    from mixzoo.cache import atomic_write_text, check_writable
 
+    if out is not None:
+        check_writable(out, what="--out file")
     res = check_approximation(card, rbc=rbc, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
                               device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     text = json.dumps({"card": str(card), **res.to_dict(), "notes": res.notes}, indent=2)
@@ -307,7 +334,7 @@ def check(
                   f"{100 * res.robust_accuracy_m:.1f}%", f"{100 * res.robust_accuracy_worst:.1f}%")
     out_console.print(table)
     for note in res.notes:
-        out_console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     out_console.print(f"{res.seconds:.1f} s" + (f"; result written to {out}" if out is not None else ""))
 
 
@@ -369,7 +396,8 @@ def sanity(
         out_console.print(table)
         for note in sweep.notes:
             style = "green" if sweep.passed else "yellow"
-            out_console.print(f"[{style}]{'ok' if sweep.passed else 'note'}:[/{style}] {note}", highlight=False)
+            label = "ok" if sweep.passed else "note"
+            out_console.print(f"[{style}]{label}:[/{style}] {escape(note)}", highlight=False)
         out_console.print(f"{sweep.seconds:.1f} s; written to {out}/sanity.json, sanity.md, "
                           f"{', '.join(sweep.files)}")
     if strict and not sweep.passed:
@@ -415,11 +443,11 @@ def verify(
         out_console.print(table)
         for r in res.rows:
             if r.fragile:
-                out_console.print(f"[yellow]note:[/yellow] {r.name}: {r.fragile} confirmed points lie within "
+                out_console.print(f"[yellow]note:[/yellow] {escape(r.name)}: {r.fragile} confirmed points lie within "
                                   f"{FRAGILE:g} of the decision boundary (output margin); rounding on another "
                                   "device may flip them", highlight=False)
         for note in res.notes:
-            out_console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+            out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
         verdict = "[green]verified[/green]: every" if res.passed else "[red]NOT verified[/red]: not every"
         out_console.print(f"{verdict} reported robust error has a point in the threat model that the model "
                           f"misclassifies ({res.seconds:.1f} s)", highlight=False)
@@ -466,15 +494,19 @@ def train(
     name: Annotated[str, typer.Argument(help="zoo recipe name (see `mixzoo train --list`)")] = "",
     list_recipes: Annotated[bool, typer.Option("--list", help="list recipes")] = False,
     seed: int = 0,
+    out: Annotated[Path | None, typer.Option(help="directory for NAME.safetensors and NAME.sha256 (default: "
+                                                  "plugins/weights/, written only when the result reproduces the "
+                                                  "shipped sha256)")] = None,
 ) -> None:
-    """Train a model of the built-in zoo from its deterministic recipe (weights go to plugins/weights/)."""
+    """Train a model of the built-in zoo from its deterministic recipe (weights go to --out, or to plugins/weights/
+    only when they reproduce the shipped file)."""
     from mixzoo import train as training
 
     if list_recipes or not name:
         for recipe in training.RECIPES:
             out_console.print(recipe)
         return
-    result = training.train_model(name, seed=seed)
+    result = training.train_model(name, out, seed=seed)
     out_console.print(result)
 
 

@@ -7,6 +7,7 @@ Every ``mixzoo`` CLI command is a thin layer over a function here or in :mod:`mi
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,15 @@ def card_model(card: Any, role: str, given: str | nn.Module | None = None, *, de
             raise
         raise InputError(f"the mix card's {role.upper()} {name!r} is not a registry name ({exc}); pass"
                          f" {role}=<name or model>, or --{role} on the command line") from None
+
+
+def card_dataset(card: Any, rbc: nn.Module) -> str:
+    """The data set a mix card was calibrated on: the card's record, else the one its RBC's registry entry names."""
+    name = card.dataset or getattr(getattr(rbc, "spec", None), "dataset", None)
+    if not name:
+        raise InputError("the mix card names no dataset and its RBC has no registry entry that does; add"
+                         " dataset = \"NAME\" to the card")
+    return name
 
 
 def card_models(card: Any, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None, *,
@@ -246,8 +256,8 @@ def _default_attack_setting(rbc: nn.Module, eps: float | None, norm: str | None)
         norm = getattr(spec, "threat_model", None) or "Linf"
     if eps is None:
         raise InputError(f"the RBC {model_name(rbc)!r} records no epsilon; pass --eps")
-    if eps <= 0:
-        raise InputError(f"epsilon must be positive, got {eps}")
+    if not (isinstance(eps, int | float) and math.isfinite(eps) and eps > 0):
+        raise InputError(f"epsilon must be a positive finite number, got {eps}")
     return float(eps), norm
 
 
@@ -346,14 +356,16 @@ def mix(
     from mixzoo.calibrate import calibrate, check_settings
     from mixzoo.data import load_dataset, shortfall_note
 
-    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid)
+    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k)
     if n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {n_calib}")
     check_device(device)
     if batch_size <= 0:
         raise InputError(f"--batch-size must be positive, got {batch_size}")
-    if out is not None and Path(out).suffix not in (".toml", ".json"):
-        raise InputError(f"card path {out} must end in .toml or .json")
+    if out is not None:
+        from mixzoo.card import MixCard
+
+        MixCard.check_path(out)
     t0 = time.perf_counter()
     abc_m = resolve_model(abc if abc is not None else DEFAULT_ABC, device, allow_unsafe)
     rbc_m = resolve_model(rbc if rbc is not None else DEFAULT_RBC, device, allow_unsafe)
@@ -362,6 +374,10 @@ def mix(
         name = rbc_spec.name if rbc_spec is not None else getattr(rbc_m, "name", "the RBC")
         raise InputError(f"RBC {name!r} is a black box (no gradients for MMAA); calibrate it from a white-box"
                          f" surrogate with `mixzoo transfer-params --from CARD --rbc {name}` (App. D.5)")
+    if rbc_spec is not None and rbc_spec.role == "accurate":
+        swap = (f"; did you mean --abc {rbc_spec.name} --rbc {abc_spec.name}?"
+                if abc_spec is not None and abc_spec.role == "robust" else "; pass a robust model as --rbc")
+        raise InputError(f"RBC {rbc_spec.name!r} is an accurate (standard) model, not a robust one{swap}")
     if abc_spec is not None and rbc_spec is not None:
         if abc_spec.num_classes != rbc_spec.num_classes:
             raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"
@@ -380,6 +396,8 @@ def mix(
     data = load_dataset(dataset, "calibration", n=n_calib, root=data_dir)
     check_model_fits(rbc_m, data, "RBC")
     check_model_fits(abc_m, data, "ABC")
+    if top_k is not None and top_k > data.num_classes:  # fail now, not after the attack
+        raise InputError(f"top_k must lie in [2, {data.num_classes}] (number of classes), got {top_k}")
     cache = Cache(cache_dir, enabled=use_cache)
     t1 = time.perf_counter()
     cdata = calibration_data(abc_m if objective == "relaxed" else None, rbc_m, data, eps=eps, norm=norm,

@@ -197,4 +197,11 @@ def list_models(role: str | None = None, dataset: str | None = None) -> list[Mod
         from mixzoo.errors import InputError
 
         raise InputError(f"role must be one of {ROLES}, got {role!r}")
-    return sorted(get_registry().specs(role, dataset), key=lambda s: s.name)
+    registry = get_registry()
+    if dataset is not None:
+        known = {s.dataset for s in registry.specs(None, None)}
+        if dataset not in known:
+            from mixzoo.errors import UnknownNameError
+
+            raise UnknownNameError("dataset", dataset, known)
+    return sorted(registry.specs(role, dataset), key=lambda s: s.name)

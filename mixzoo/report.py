@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.cache import Cache, atomic_save_tensors, atomic_write_bytes, atomic_write_text
+from mixzoo.cache import Cache, atomic_save_tensors, atomic_write_bytes, atomic_write_text, staged_directory
 
 DEFAULT_BETAS = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.995)
 DEFAULT_LINEAR_ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
@@ -25,10 +25,10 @@ def calibration_data_for(card: Any, rbc: nn.Module, *, cache: Cache, data_dir: s
                          progress: bool):
     """The cached calibration data behind a card (recomputed with the card's settings if the cache is cold)."""
     from mixzoo.data import load_dataset
-    from mixzoo.pipeline import calibration_data
+    from mixzoo.pipeline import calibration_data, card_dataset
 
     att = card.attack
-    data = load_dataset(card.dataset, "calibration", n=card.data.get("n"), root=data_dir)
+    data = load_dataset(card_dataset(card, rbc), "calibration", n=card.data.get("n"), root=data_dir)
     return calibration_data(None, rbc, data, eps=att["eps"], norm=att["norm"], cache=cache,
                             n_iter=att.get("n_iter", 100), n_target_classes=att.get("n_target_classes", 9),
                             n_restarts=att.get("n_restarts", 1), seed=att.get("seed", 0), top_k=card.top_k,
@@ -267,32 +267,34 @@ def markdown(report: Any) -> str:
 
 def write_report(report: Any, out: Path, *, rbc: nn.Module, plots: bool = True, cache: Cache | None = None,
                  data_dir: str | None = None, device: str = "cpu") -> list[Path]:
-    """Write report.json, report.md and the PNG plots into ``out`` (each file atomically). ``rbc`` is the RBC
-    the report evaluated (its cached calibration margins feed the Fig. 6 histograms)."""
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    if plots:
-        plot_objective(report.card, out / "objective.png")
-        written.append(out / "objective.png")
-        if report.curve:
-            plot_tradeoff(report, out / "tradeoff.png")
-            written.append(out / "tradeoff.png")
-        if cache is not None and report.card.attack:
-            cal = calibration_data_for(report.card, rbc, cache=cache, data_dir=data_dir, device=device,
-                                       progress=False)
-            plot_margins(report.card, cal, out / "margins.png")
-            written.append(out / "margins.png")
-    if report.adversarial:
-        from mixzoo.bench import ADVERSARIAL_FILE
+    """Write report.json, report.md, the PNG plots and the adversarial points into ``out``, all or none
+    (:func:`mixzoo.cache.staged_directory`: files of an earlier report there that this one does not have are
+    removed). ``rbc`` is the RBC the report evaluated (its cached calibration margins feed the Fig. 6 histograms)."""
+    from mixzoo.bench import ADVERSARIAL_FILE
 
-        st = report.settings
-        tensors = {f"{kind}.{what}": t for kind, pts in report.adversarial.items() for what, t in pts.items()}
-        atomic_save_tensors(out / ADVERSARIAL_FILE, tensors,
-                            metadata={"eps": repr(st["eps"]), "norm": st["norm"], "attack": st["attack"],
-                                      "data": report.dataset["fingerprint"], "n": str(report.dataset["n"])})
-        written.append(out / ADVERSARIAL_FILE)
-    report.files = [p.name for p in written]
-    report.out = out
-    atomic_write_text(out / "report.json", json.dumps(report.to_dict(), indent=2, default=str))
-    atomic_write_text(out / "report.md", markdown(report))
-    return [out / "report.json", out / "report.md", *written]
+    names: list[str] = []
+    known = ("report.json", "report.md", "objective.png", "tradeoff.png", "margins.png", ADVERSARIAL_FILE)
+    with staged_directory(out, known) as stage:
+        if plots:
+            plot_objective(report.card, stage / "objective.png")
+            names.append("objective.png")
+            if report.curve:
+                plot_tradeoff(report, stage / "tradeoff.png")
+                names.append("tradeoff.png")
+            if cache is not None and report.card.attack:
+                cal = calibration_data_for(report.card, rbc, cache=cache, data_dir=data_dir, device=device,
+                                           progress=False)
+                plot_margins(report.card, cal, stage / "margins.png")
+                names.append("margins.png")
+        if report.adversarial:
+            st = report.settings
+            tensors = {f"{kind}.{what}": t for kind, pts in report.adversarial.items() for what, t in pts.items()}
+            atomic_save_tensors(stage / ADVERSARIAL_FILE, tensors,
+                                metadata={"eps": repr(st["eps"]), "norm": st["norm"], "attack": st["attack"],
+                                          "data": report.dataset["fingerprint"], "n": str(report.dataset["n"])})
+            names.append(ADVERSARIAL_FILE)
+        report.files = names
+        report.out = out
+        atomic_write_text(stage / "report.json", json.dumps(report.to_dict(), indent=2, default=str))
+        atomic_write_text(stage / "report.md", markdown(report))
+    return [out / name for name in ("report.json", "report.md", *names)]

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.cache import Cache, atomic_write_text
+from mixzoo.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.errors import InputError
 from mixzoo.pipeline import model_device, model_hash
 
@@ -214,7 +214,7 @@ def eps_sweep(
     from mixzoo.data import shortfall_note
     from mixzoo.mixing import MixedClassifier
 
-    check_run_settings(n, batch_size, device, attack, attack_options)
+    check_run_settings(n, batch_size, device, attack, attack_options, out)
     if radii is not None and (not radii or min(radii) <= 0):
         raise InputError(f"--eps values must be positive, got {radii}")
     if linear_alpha is not None and not 0.5 <= linear_alpha <= 1.0:
@@ -317,13 +317,13 @@ def plot_sweep(sweep: EpsSweep, path: Path) -> None:
 
 
 def write_sweep(sweep: EpsSweep, out: Path, *, plots: bool = True) -> list[Path]:
-    """Write ``sanity.json``, ``sanity.md`` and ``sanity.png`` into ``out``, each atomically."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    if plots:
-        plot_sweep(sweep, out / "sanity.png")
-        written.append(out / "sanity.png")
-    sweep.files = [p.name for p in written]
-    atomic_write_text(out / "sanity.json", json.dumps(sweep.to_dict(), indent=2))
-    atomic_write_text(out / "sanity.md", markdown(sweep))
-    return [out / "sanity.json", out / "sanity.md", *written]
+    """Write ``sanity.json``, ``sanity.md`` and ``sanity.png`` into ``out``, all or none
+    (:func:`mixzoo.cache.staged_directory`)."""
+    names = ["sanity.png"] if plots else []
+    with staged_directory(out, ("sanity.json", "sanity.md", "sanity.png")) as stage:
+        if plots:
+            plot_sweep(sweep, stage / "sanity.png")
+        sweep.files = list(names)
+        atomic_write_text(stage / "sanity.json", json.dumps(sweep.to_dict(), indent=2))
+        atomic_write_text(stage / "sanity.md", markdown(sweep))
+    return [out / name for name in ("sanity.json", "sanity.md", *names)]

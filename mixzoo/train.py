@@ -383,6 +383,29 @@ def _weight_average(model: nn.Module, decay: float) -> AveragedModel | None:
     return AveragedModel(model, avg_fn=ema, use_buffers=True)
 
 
+def shipped_sha256(path: Path) -> str | None:
+    """The sha256 a registry zoo entry pins for the weights file ``path`` (a shipped file), or None."""
+    from mixzoo.registry import list_models
+
+    target = path.resolve()
+    for spec in list_models():
+        file = spec.source.get("file")
+        if spec.source.get("kind") != "zoo" or not spec.sha256 or not isinstance(file, str):
+            continue
+        where = Path(file).expanduser()
+        if (where if where.is_absolute() else default_weights_dir() / where).resolve() == target:
+            return spec.sha256
+    return None
+
+
+def _recipe_changes(recipe: Recipe) -> list[str]:
+    """The fields in which ``recipe`` differs from the built-in recipe of the same name (all, if there is none)."""
+    shipped = RECIPES.get(recipe.name)
+    if shipped is None:
+        return ["recipe"]
+    return [f.name for f in dataclasses.fields(Recipe) if getattr(recipe, f.name) != getattr(shipped, f.name)]
+
+
 def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None, *, save: bool = True,
                 evaluate: bool = True, eval_n: int | None = None, data_root: str | None = None,
                 progress: bool = True, deterministic: bool = True, device: str = "cpu",
@@ -395,10 +418,28 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
     first 500 (what the tests re-check). The training split never includes calibration images. ``device``
     other than ``"cpu"`` is for exploring recipes quickly; the shipped weights are trained on the CPU.
     ``seed`` overrides the recipe's seed (the weights then differ from the shipped ones).
+
+    Shipped, sha256-pinned weights are never replaced by different bytes through the default ``out_dir``: a
+    changed recipe or seed is refused before training, and a result whose sha256 differs from the registry's
+    (another machine or torch) is kept under ``~/.cache/mixzoo/trained/`` instead and raises :class:`InputError`.
+    An explicit ``out_dir`` (also ``plugins/weights``) is written as asked.
     """
     recipe = get_recipe(name_or_recipe)
     if seed is not None and seed != recipe.seed:
         recipe = recipe.replace(seed=seed)
+    pinned = None
+    if save:  # refuse before the (long) training what could not be written
+        from mixzoo.cache import check_writable
+
+        check_writable(out_dir or default_weights_dir(), directory=True, what="weights directory")
+    if save and out_dir is None:
+        shipped_path = default_weights_dir() / recipe.file
+        pinned = shipped_sha256(shipped_path)
+        changes = _recipe_changes(recipe) if pinned is not None else []
+        if changes:
+            what = f"seed {recipe.seed}" if changes == ["seed"] else f"changed {', '.join(changes)}"
+            raise InputError(f"{recipe.name} with {what} would not reproduce the shipped weights {shipped_path},"
+                             " which the registry pins by sha256; pass --out DIR (out_dir) to write them elsewhere")
     train = load_dataset(recipe.dataset, "train", n=recipe.train_n, root=data_root)
     prev_det = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
@@ -476,6 +517,14 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
             metrics["eps"] = robust_eps
         metrics500 = evaluate_model(model, evaluation.subset(500), eps=None)
     path, sha = None, _state_sha256(state, recipe)
+    if pinned is not None and sha != pinned:
+        from mixzoo.cache import default_cache_dir
+
+        kept, _ = save_weights(state, default_cache_dir() / "trained" / sha[:12], recipe)
+        raise InputError(f"trained {recipe.name} has sha256 {sha[:12]}..., not the {pinned[:12]}... the registry pins"
+                         f" for the shipped {default_weights_dir() / recipe.file} (this machine, device or torch does"
+                         f" not reproduce it bit for bit), so that file was left alone and the new weights were saved"
+                         f" to {kept}; pass --out DIR (out_dir) to write such weights where you choose")
     if save:
         path, sha = save_weights(state, Path(out_dir) if out_dir is not None else default_weights_dir(), recipe)
     return TrainResult(recipe, path, sha, seconds, metrics, metrics500, state, logits)

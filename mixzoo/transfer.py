@@ -402,8 +402,8 @@ def transfer_params_by_name(
     check_device(device)
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
-    if out is not None and Path(out).suffix not in (".toml", ".json"):
-        raise InputError(f"card path {out} must end in .toml or .json")
+    if out is not None:
+        MixCard.check_path(out)
     if n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {n_calib}")
     if queries < 1:

@@ -138,6 +138,10 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
     from mixzoo.pipeline import check_device
 
     t0 = time.perf_counter()
+    if out is not None:
+        from mixzoo.cache import check_writable
+
+        check_writable(out, what="--out file")
     report_dir = Path(report_dir)
     report_path = report_dir / "report.json"
     if not report_path.is_file():
@@ -147,6 +151,9 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
         settings, dataset, models = report["settings"], report["dataset"], report["models"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise InputError(f"{report_path} is not a mixzoo bench report ({exc})") from None
+    if "adversarial_file" in settings and not settings["adversarial_file"]:
+        raise InputError(f"{report_path} was written without --save-adversarial, so it has no points to check; run "
+                         f"`mixzoo bench ... --save-adversarial --out {report_dir}`")
     points = load_points(report_dir / (settings.get("adversarial_file") or ADVERSARIAL_FILE))
     n = int(dataset["n"])
     if batch_size <= 0:

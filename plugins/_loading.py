@@ -7,7 +7,8 @@ plugins share, one job per function:
 * safe checkpoints: safetensors or ``torch.load(weights_only=True)``; a checkpoint that needs arbitrary unpickling
   is refused (:class:`UnsafeCheckpointError`) unless the user passed ``allow_unsafe`` (``--allow-unsafe``);
 * checksums (:func:`verify_sha256`) where a registry entry has ``sha256``;
-* Hugging Face hub files (:func:`hub_download`) with one-line :class:`~mixzoo.errors.MissingFileError` messages
+* Hugging Face hub files (:func:`hub_download`): the local cache first, the hub only on a miss and only after one
+  quick reachability check (:func:`hub_reachable`), with one-line :class:`~mixzoo.errors.MissingFileError` messages
   naming the cache path when offline (``HF_HUB_OFFLINE=1`` or ``MIXZOO_OFFLINE=1``) or when the hub is unreachable;
 * timm hub models (:func:`timm_hub_spec`, :func:`load_timm_hub`): input size, mean/std and classes come from the
   hub ``config.json``; weights go through the safe loader and then timm's own pretrained-weight adaptation;
@@ -41,6 +42,9 @@ from mixzoo.registry import ModelSpec
 
 HF_PREFIX = "hf-hub:"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # what timm pushes to the hub, safest first
+HUB_PROBE_TIMEOUT = 3.0  # seconds
+HUB_PROBE_TTL = 60.0  # seconds a reachability answer is reused
+_HUB_PROBES: dict[str, tuple[float, bool]] = {}
 ROBUSTBENCH_DIR_ENV = "MIXZOO_ROBUSTBENCH_DIR"
 ROBUSTBENCH_DEFAULT_DIR = "~/.cache/mixzoo/robustbench"
 # RobustBench datasets: classes and the resolution its leaderboard evaluates at.
@@ -206,14 +210,39 @@ def hf_cache_location(repo_id: str, filename: str, revision: str | None = None) 
     return f"{folder}/snapshots/<commit>/{filename} (with {folder}/refs/{ref} holding <commit>)"
 
 
+def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT) -> bool:
+    """Whether the hub endpoint (``HF_ENDPOINT``) answers one quick HEAD request at all (any status counts).
+
+    huggingface_hub retries an unreachable hub five times with back-off (about 25 s of log noise), so a cache
+    miss asks this first; the answer is remembered for :data:`HUB_PROBE_TTL` seconds.
+    """
+    import time
+
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    endpoint, now = constants.ENDPOINT, time.monotonic()
+    known = _HUB_PROBES.get(endpoint)
+    if known is not None and now - known[0] < HUB_PROBE_TTL:
+        return known[1]
+    try:
+        get_session().head(endpoint, timeout=timeout)
+        ok = True
+    except Exception:  # noqa: BLE001 - DNS, proxy, TLS or timeout failures all mean: unreachable
+        ok = False
+    _HUB_PROBES[endpoint] = (now, ok)
+    return ok
+
+
 def hub_download(repo_id: str, filename: str, revision: str | None = None) -> Path:
     """``huggingface_hub.hf_hub_download`` (cached, with its own progress bar) with mixzoo's errors.
 
-    Offline (``HF_HUB_OFFLINE=1`` / ``MIXZOO_OFFLINE=1``) only the cache is consulted. A file neither cached nor
-    downloadable raises :class:`~mixzoo.errors.MissingFileError` saying where to place it; a file the hub says
-    does not exist raises :class:`HubEntryNotFoundError`.
+    The local cache is consulted first; only a file not there is fetched, and only if downloads are on
+    (not ``HF_HUB_OFFLINE=1`` / ``MIXZOO_OFFLINE=1``) and the hub answers :func:`hub_reachable`. A file neither
+    cached nor downloadable raises :class:`~mixzoo.errors.MissingFileError` saying where to place it; a file the
+    hub says does not exist raises :class:`HubEntryNotFoundError`.
     """
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
         GatedRepoError,
@@ -225,13 +254,22 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None) -> Pa
 
     where = f"{filename!r} of Hugging Face repo {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
     try:
-        return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=offline()))
+        try:
+            return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=True))
+        except LocalEntryNotFoundError:
+            if offline() or not hub_reachable():
+                raise
+        return Path(hf_hub_download(repo_id, filename, revision=revision))
     except LocalEntryNotFoundError:
-        why = "downloads are off (HF_HUB_OFFLINE/MIXZOO_OFFLINE)" if offline() else "the hub is unreachable"
+        if offline():
+            why, hint = "downloads are off (HF_HUB_OFFLINE/MIXZOO_OFFLINE)", ""
+        else:
+            why = f"the hub ({constants.ENDPOINT}) is unreachable"
+            hint = "; set MIXZOO_OFFLINE=1 to skip the network check"
         raise MissingFileError(
             f"{where} is not in the local cache and {why}; fetch it where there is network"
-            f" (`huggingface-cli download {repo_id} {filename}`) or place it at"
-            f" {hf_cache_location(repo_id, filename, revision)}"
+            f" (`huggingface-cli download {repo_id} {filename}`) and copy the Hugging Face cache (HF_HOME), or"
+            f" place it at {hf_cache_location(repo_id, filename, revision)}{hint}"
         ) from None
     except GatedRepoError:
         raise MissingFileError(f"{where} is gated; accept its terms on huggingface.co and log in with"

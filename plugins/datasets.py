@@ -1,15 +1,22 @@
 """Built-in datasets: fashion-mnist, digits, cifar10, cifar100, imagenet (hook ``mixzoo_datasets``).
 
+Data directories: a directory the user names (``root``, i.e. ``--data-dir``, or ``$MIXZOO_DATA_DIR``) is the only
+place looked in; one that does not exist or lacks the files raises :class:`~mixzoo.errors.MissingFileError` naming
+the files expected (it is never bypassed for a system copy nor downloaded into). Without one, each set has its
+default below.
+
 Split rules (calibration and evaluation never overlap; zoo models never see calibration images in training):
 
 * ``fashion-mnist``: train = first 55,000 training images, calibration = last 5,000 training images,
-  evaluation = the 10,000 test images. Files: ``root`` or ``$MIXZOO_DATA_DIR`` if given, else the Debian package
-  ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``), else torchvision's download (unless
-  ``MIXZOO_OFFLINE=1``).
+  evaluation = the 10,000 test images. Files: the named directory (flat or torchvision's ``FashionMNIST/raw``),
+  else the Debian package ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``), else torchvision's
+  download to ``~/.cache/mixzoo/data`` (unless ``MIXZOO_OFFLINE=1``).
 * ``digits``: scikit-learn's 8x8 digits (values / 16) in a fixed permutation (seed 0): train 1,000,
-  calibration 300, evaluation 497.
+  calibration 300, evaluation 497. It ships with scikit-learn and reads no files: an explicit ``root`` is refused,
+  ``$MIXZOO_DATA_DIR`` (a default for the other sets) is ignored.
 * ``cifar10`` / ``cifar100``: train = the training set; calibration = a seeded (seed 0) half of the test set,
-  evaluation = the other half.
+  evaluation = the other half. Files: torchvision's layout in the named directory, else ``~/.cache/mixzoo/data``
+  (downloaded there unless ``MIXZOO_OFFLINE=1``).
 * ``imagenet``: an ImageFolder ``root/val``, resized to ``size * 256 / 224`` and centre-cropped to ``size``
   (default 224). Evaluation = RobustBench's 5,000-image subset when robustbench is installed and all of those
   images are in the folder, calibration = the rest in seeded order; otherwise seeded halves of the folder.
@@ -47,6 +54,21 @@ def _offline() -> bool:
 def _user_dir(root: str | None) -> Path | None:
     named = root or os.environ.get("MIXZOO_DATA_DIR")
     return Path(named).expanduser() if named else None
+
+
+def _named_by(root: str | None) -> str:
+    """How the user named the data directory, for error messages."""
+    return "--data-dir" if root else "$MIXZOO_DATA_DIR"
+
+
+def _leave_out(root: str | None) -> str:
+    return "leave out --data-dir" if root else "unset MIXZOO_DATA_DIR"
+
+
+def _dir_problem(directory: Path, root: str | None) -> str:
+    """``data directory D (--data-dir) does not exist`` / ``... is not a directory`` / ``data directory D (...)``."""
+    state = "" if directory.is_dir() else " is not a directory" if directory.exists() else " does not exist"
+    return f"data directory {directory} ({_named_by(root)}){state}"
 
 
 def _seeded_permutation(n: int, seed: int = SPLIT_SEED) -> torch.Tensor:
@@ -88,20 +110,32 @@ def _fmnist_download(target: Path) -> Path:
 
 
 def find_fashion_mnist(root: str | None = None) -> Path:
-    """The directory holding the Fashion-MNIST IDX files, downloading them as a last resort."""
+    """The directory holding the Fashion-MNIST IDX files: the named one (or an error), else the Debian copy,
+    else torchvision's download."""
     user = _user_dir(root)
-    for cand in ([user] if user is not None else []) + [DEBIAN_FASHION_MNIST]:
-        found = _fmnist_dir_has_files(cand)
-        if found is not None:
-            return found
-    target = user if user is not None else Path.home() / ".cache" / "mixzoo" / "data"
+    if user is not None:
+        found = _fmnist_dir_has_files(user) if user.is_dir() else None
+        if found is None:
+            missing = min(([f for f in FMNIST_FILES.values() if not (d / f).exists() and not (d / f[:-3]).exists()]
+                           for d in (user, user / "FashionMNIST" / "raw", user / "fashion-mnist")), key=len)
+            lacks = "" if not user.is_dir() else " holds no Fashion-MNIST files" if len(missing) == len(
+                FMNIST_FILES) else f" lacks {', '.join(missing)}"
+            raise MissingFileError(
+                f"Fashion-MNIST: {_dir_problem(user, root)}{lacks}; put {', '.join(FMNIST_FILES.values())}"
+                f" (gzipped or not) in it or in its FashionMNIST/raw/, or {_leave_out(root)} to use the Debian"
+                " package (apt-get install dataset-fashion-mnist) or torchvision's download"
+            )
+        return found
+    found = _fmnist_dir_has_files(DEBIAN_FASHION_MNIST)
+    if found is not None:
+        return found
     try:
-        return _fmnist_download(target)
+        return _fmnist_download(Path.home() / ".cache" / "mixzoo" / "data")
     except Exception as exc:  # noqa: BLE001 - any download failure means: not available offline
         raise MissingFileError(
-            f"Fashion-MNIST not found{f' in {user}' if user else ''} and could not be downloaded"
-            f" ({type(exc).__name__}); run `apt-get install dataset-fashion-mnist` or pass --data-dir DIR"
-            " holding train/t10k-{images-idx3,labels-idx1}-ubyte.gz"
+            f"Fashion-MNIST not found and could not be downloaded ({type(exc).__name__}); run"
+            " `apt-get install dataset-fashion-mnist` or pass --data-dir DIR holding"
+            " train/t10k-{images-idx3,labels-idx1}-ubyte.gz"
         ) from exc
 
 
@@ -146,8 +180,13 @@ def _digits_arrays() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def digits(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
-    """scikit-learn digits, 1x8x8 in [0, 1], 10 classes; a fixed seeded permutation split 1000/300/497."""
+    """scikit-learn digits, 1x8x8 in [0, 1], 10 classes; a fixed seeded permutation split 1000/300/497.
+
+    It reads no files, so a ``root`` raises :class:`InputError` rather than being ignored."""
     check_split(split)
+    if root:
+        raise InputError(f"digits ships with scikit-learn and reads no data directory, so --data-dir {root} would"
+                         " be ignored; leave out --data-dir")
     images, labels = _digits_arrays()
     start, stop = DIGITS_SPLITS[split]
     idx = _seeded_permutation(images.shape[0])[start:stop]
@@ -168,11 +207,14 @@ def _cifar(name: str, split: str, n: int | None, root: str | None) -> ImageDatas
     from torchvision import datasets as tvd
 
     cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
-    directory = _user_dir(root) or Path.home() / ".cache" / "mixzoo" / "data"
+    user = _user_dir(root)
+    directory = user or Path.home() / ".cache" / "mixzoo" / "data"
     train = split == "train"
     try:
         ds = cls(str(directory), train=train, download=False)
-    except RuntimeError:
+    except RuntimeError:  # torchvision: "Dataset not found or corrupted"
+        if user is not None:
+            raise _cifar_dir_error(name, cls, user, root) from None
         try:
             if _offline():
                 raise OSError("MIXZOO_OFFLINE is set") from None
@@ -188,6 +230,26 @@ def _cifar(name: str, split: str, n: int | None, root: str | None) -> ImageDatas
     images = data[idx].permute(0, 3, 1, 2).float().div_(255.0).contiguous()
     part = "train" if train else "test"
     return ImageDataset(name, split, images, targets[idx].clone(), len(ds.classes), idx, f"{name}/{part}")
+
+
+def _cifar_dir_error(name: str, cls: Any, user: Path, root: str | None) -> MissingFileError:
+    """What a named directory lacks for torchvision's CIFAR loader (files missing, or failing its md5 check)."""
+    folder = user / cls.base_folder
+    expected = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+    missing = [f for f in expected if not (folder / f).is_file()]
+    if not user.is_dir():
+        state = ""
+    elif not folder.is_dir():
+        state = f" has no {cls.base_folder}/"
+    elif missing:
+        state = f" lacks {', '.join(f'{cls.base_folder}/{f}' for f in missing)}"
+    else:
+        state = f" has {cls.base_folder}/ but its files fail torchvision's md5 check (corrupt or partial)"
+    return MissingFileError(
+        f"{name} not found: {_dir_problem(user, root)}{state}; put torchvision's {cls.base_folder}/"
+        f" ({', '.join(expected)}, from {cls.filename}) in it, or {_leave_out(root)} to use (or download to)"
+        " ~/.cache/mixzoo/data"
+    )
 
 
 def cifar10(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
@@ -225,10 +287,14 @@ def imagenet(split: str, n: int | None = None, root: str | None = None, size: in
     if split == "train":
         raise InputError("imagenet has no train split in mixzoo; use split 'calibration' or 'evaluation'")
     user = _user_dir(root)
-    val = user / "val" if user is not None else None
-    if val is None or not val.is_dir():
-        raise MissingFileError(f"ImageNet validation folder {val or 'ROOT/val'} not found; pass --data-dir ROOT"
-                               " where ROOT/val/<wnid>/*.JPEG is the ImageNet validation set")
+    if user is None:
+        raise MissingFileError("ImageNet cannot be downloaded; pass --data-dir ROOT where ROOT/val/<wnid>/*.JPEG is"
+                               " the ImageNet validation set")
+    val = user / "val"
+    if not val.is_dir():
+        where = _dir_problem(user, root) if not user.is_dir() else f"{_dir_problem(user, root)} has no val/"
+        raise MissingFileError(f"ImageNet: {where}; pass --data-dir ROOT where ROOT/val/<wnid>/*.JPEG is the"
+                               " ImageNet validation set")
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
     files = sorted(str(p.relative_to(val)) for p in val.rglob("*")

@@ -18,8 +18,9 @@ def full_card() -> MixCard:
         rbc={"name": "liu2023-swin-l", "weight_hash": "fedcba9876543210"}, dataset="imagenet",
         grid={"s_values": torch.tensor([0.5, 1.0]), "p_values": [1.0, 4.0], "c_values": (-1.0, 0.0),
               "objectives": [[[0.5, 0.25], [0.1, 0.2]], [[0.3, 0.4], [0.6, 0.7]]], "optimizer": "grid"},
-        data={"n_clean": 1000, "n_clean_incorrect": 200, "split": "calibration"},
-        attack={"name": "mmaa", "eps": 4 / 255, "norm": "Linf", "settings": {"n_iter": 100}},
+        data={"n": 1000, "n_clean": 1000, "n_clean_incorrect": 200, "split": "calibration"},
+        attack={"name": "mmaa", "eps": 4 / 255, "norm": "Linf", "n_iter": 100, "n_target_classes": 9,
+                "n_restarts": 1, "seed": 0},
         provenance=provenance(seed=0, command="mixzoo mix"), notes=["a note"],
     )
 

@@ -261,3 +261,34 @@ def test_points_next_to_the_boundary_are_counted_as_fragile(bench_dir, tmp_path)
     row = _row(out, "abc")
     assert row.passed and row.confirmed == before.confirmed
     assert row.fragile == before.fragile + 1 and -FRAGILE < row.closest_margin < 0
+
+
+def test_a_report_without_points_removes_the_old_points_and_verify_says_why(bench_dir, tmp_path):
+    root, _ = bench_dir
+    out = copy_of(bench_dir, tmp_path)
+    assert (out / ADVERSARIAL_FILE).exists()
+    bench(root / "card.toml", out=out, cache_dir=root / "cache", **BENCH)  # the same rows, without --save-adversarial
+    assert not (out / ADVERSARIAL_FILE).exists()  # old points must not pass for this report's
+    with pytest.raises(InputError, match="written without --save-adversarial"):
+        verify_report(out)
+
+
+def test_a_report_that_fails_half_way_leaves_the_directory_as_it_was(bench_dir, tmp_path, monkeypatch):
+    import mixzoo.report
+
+    root, _ = bench_dir
+    out = copy_of(bench_dir, tmp_path)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("plotting failed")
+
+    monkeypatch.setattr(mixzoo.report, "plot_margins", broken)  # after objective.png has been drawn
+    with pytest.raises(RuntimeError, match="plotting failed"):
+        bench(root / "card.toml", out=out, cache_dir=root / "cache", **{**BENCH, "plots": True})
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench"]  # no staging directory left behind
+    fresh = tmp_path / "fresh"
+    with pytest.raises(RuntimeError, match="plotting failed"):
+        bench(root / "card.toml", out=fresh, cache_dir=root / "cache", **{**BENCH, "plots": True})
+    assert not fresh.exists()
