@@ -15,6 +15,18 @@ from mixzoo.pipeline import load_mixed
 from mixzoo.plugins import get_plugin_manager, hookimpl
 from mixzoo.registry import ModelSpec, get_spec, list_models
 
+_SUBMODULES = ("approximation", "attacks", "bench", "blackbox", "cache", "data", "report", "sanity", "stats", "train",
+               "transfer", "transforms", "verify")
+
+
+def __getattr__(name: str):  # `import mixzoo; mixzoo.bench.bench(...)` without importing every module up front
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"mixzoo.{name}")
+    raise AttributeError(f"module 'mixzoo' has no attribute {name!r}")
+
+
 __all__ = [
     "BaseClassifier", "InputError", "MixCard", "MixedClassifier", "MixzooError", "ModelSpec", "UnknownNameError",
     "__version__", "calibrate", "get_plugin_manager", "get_spec", "hookimpl", "list_models", "load_mixed", "load_model",

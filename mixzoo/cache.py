@@ -31,8 +31,8 @@ def default_cache_dir() -> Path:
 
 def check_writable(path: str | os.PathLike[str], *, directory: bool = False, what: str = "output") -> Path:
     """Refuse, before any work is done, a path that cannot be written: one that names a directory where a file is
-    meant (or the reverse), lies below an existing file, or sits in a directory that is not writable. Creates
-    nothing."""
+    meant (or the reverse), lies below an existing file, or sits in a directory that is not writable (tried with
+    a temporary file, removed at once). Creates nothing else."""
     path = Path(path)
     if path.exists() and path.is_dir() != directory:
         kind, want = ("a file", "directory") if directory else ("a directory", "file")
@@ -42,8 +42,13 @@ def check_writable(path: str | os.PathLike[str], *, directory: bool = False, wha
         probe = probe.parent
     if not probe.is_dir():
         raise InputError(f"cannot create {what} {path}: {probe} is a file, not a directory; pass another path")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write {what} {path}: {probe} is not writable; pass another path")
+    try:  # a real write, not os.access: root passes permission bits, and /proc or a read-only mount can look fine
+        fd, tmp = tempfile.mkstemp(prefix=".mixzoo-probe.", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise InputError(f"cannot write {what} {path}: {probe} is not writable ({exc.strerror}); pass another"
+                         " path") from None
     return path
 
 

@@ -23,7 +23,7 @@ out_console = console.__class__()  # stdout
 
 # options several commands share
 DataDir = Annotated[str | None, typer.Option(help="directory holding the data set files")]
-CacheDir = Annotated[Path | None, typer.Option(help="cache directory (default ~/.cache/mixzoo)")]
+CacheDir = Annotated[Path | None, typer.Option(help="cache directory (default $MIXZOO_CACHE, else ~/.cache/mixzoo)")]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="neither read nor write the cache")]
 AllowUnsafe = Annotated[bool, typer.Option("--allow-unsafe", help="permit pickled checkpoints")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
@@ -465,16 +465,23 @@ def transfer_params(
     query_budget: Annotated[int | None, typer.Option(help="refuse to start if the method needs more queries")] = None,
     n_calib: int = 1000,
     dataset: str | None = None,
+    beta: Annotated[float | None, typer.Option(help="the card's beta unless given")] = None,
     seed: int = 0,
     out: Annotated[Path, typer.Option(help="where to write the new card")] = Path("card-transfer.toml"),
+    data_dir: DataDir = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    device: str = "cpu",
+    allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
     """Calibrate without the RBC's gradients (paper App. D.5): transfer, min-margin Square, or educated guess."""
     from mixzoo.transfer import transfer_params_by_name
 
     card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,
-                                   queries=queries, query_budget=query_budget, out=out, seed=seed,
-                                   progress=not as_json)
+                                   queries=queries, query_budget=query_budget, out=out, seed=seed, beta=beta,
+                                   data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache, device=device,
+                                   allow_unsafe=allow_unsafe, progress=not as_json)
     summary = {"card": str(out), "method": card.method, "s": card.s, "p": card.p, "c": card.c,
                "alpha": card.alpha, "objective": card.objective}
     if as_json:
@@ -485,7 +492,7 @@ def transfer_params(
         table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     out_console.print(table)
     for note in card.notes:
-        out_console.print(f"note: {note}")
+        out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
 
 
 @app.command()

@@ -45,6 +45,7 @@ from torch import nn
 from mixzoo.attacks.margins import ln_signed_margin, selection_key
 from mixzoo.attacks.mmaa import MMAAResult
 from mixzoo.blackbox import BlackBoxModel, as_black_box, spec_is_black_box
+from mixzoo.cache import Cache
 from mixzoo.calibrate import Grid, calibrate
 from mixzoo.card import MixCard, provenance
 from mixzoo.errors import InputError
@@ -387,7 +388,9 @@ def transfer_params_by_name(
     beta: float | None = None,
     data_dir: str | None = None,
     cache_dir: str | Path | None = None,
+    use_cache: bool = True,
     device: str = "cpu",
+    allow_unsafe: bool = False,
 ) -> MixCard:
     """:func:`transfer_params` by names (``mixzoo transfer-params``): loads the surrogate card, the black-box RBC
     ``rbc_name`` (always wrapped as a black box, with ``query_budget``), ``n_calib`` calibration images of
@@ -413,7 +416,8 @@ def transfer_params_by_name(
     card = MixCard.load(card_path) if card_path is not None else None
     if card is None and method != "guess":
         raise InputError(f"method {method!r} needs the surrogate's mix card; pass --from CARD")
-    bb = load_black_box(rbc_name, query_budget=query_budget, device=device)
+    cache = Cache(cache_dir, enabled=use_cache) if method in ("transfer", "both") else None
+    bb = load_black_box(rbc_name, query_budget=query_budget, device=device, allow_unsafe=allow_unsafe)
     spec = bb.spec
     if card is not None and card.dataset and spec is not None and card.dataset != spec.dataset:
         raise InputError(f"surrogate card {str(card_path)!r} was calibrated on dataset {card.dataset!r} but black-box"
@@ -433,14 +437,14 @@ def transfer_params_by_name(
         if not sur_name:
             raise InputError(f"card {str(card_path)!r} does not name its RBC (field rbc.name), so there is no"
                              " surrogate to attack; use --method square or guess")
-        sur_model = load_model(sur_name, device=device)
+        sur_model = load_model(sur_name, device=device, allow_unsafe=allow_unsafe)
         if spec_is_black_box(sur_model.spec):
             raise InputError(f"the surrogate {sur_name!r} is itself marked black-box, so MMAA cannot run on it;"
                              " use --method square")
         if spec is not None and sur_model.spec.num_classes != spec.num_classes:
             raise InputError(f"surrogate {sur_name!r} has {sur_model.spec.num_classes} classes but black-box model"
                              f" {bb.name!r} has {spec.num_classes}; use a surrogate of the same task")
-        surrogate = _cached_surrogate_mmaa(sur_model, data, card, cache_dir=cache_dir, seed=seed, device=device,
+        surrogate = _cached_surrogate_mmaa(sur_model, data, card, cache=cache, seed=seed, device=device,
                                            progress=progress)
     result = transfer_params(card, bb, data.images.to(device), data.labels.to(device), method=method,
                              surrogate=surrogate, queries=queries, beta=beta, seed=seed, progress=progress,
@@ -464,19 +468,18 @@ def transfer_params_by_name(
     return result
 
 
-def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, cache_dir: str | Path | None, seed: int,
-                           device: str, progress: bool) -> Any:
+def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, cache: Any, seed: int, device: str,
+                           progress: bool) -> Any:
     """The surrogate's MMAA adversarial images through the pipeline's cache (same settings as the card's run,
     so a surrogate calibrated by ``mixzoo mix`` on these images is not attacked again); the model itself when
     the cache does not keep images (large inputs), so that :func:`transfer_params` runs MMAA."""
-    from mixzoo.cache import Cache
     from mixzoo.pipeline import cached_mmaa
 
     a = card.attack
     eps = a.get("eps", getattr(model.spec, "epsilon", None))
     if eps is None:
         return model
-    res = cached_mmaa(model, data, eps=float(eps), norm=a.get("norm", "Linf"), cache=Cache(cache_dir),
+    res = cached_mmaa(model, data, eps=float(eps), norm=a.get("norm", "Linf"), cache=cache,
                       n_iter=int(a.get("n_iter", 100)), n_target_classes=int(a.get("n_target_classes", 9)),
                       n_restarts=int(a.get("n_restarts", 1)), seed=int(a.get("seed", seed)), top_k=card.top_k,
                       batch_size=int(a.get("batch_size", 250)), device=device, progress=progress)

@@ -177,3 +177,30 @@ def test_a_card_with_more_top_k_than_classes_is_refused_before_the_evaluation():
 def test_cli_train_with_another_seed_needs_out():
     line = one_line_error(CliRunner().invoke(app, ["train", "digits-std", "--seed", "1"]))
     assert "--out" in line
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_check_writable_tries_a_real_write():
+    with pytest.raises(InputError, match="/proc is not writable"):  # os.access says yes to root here
+        check_writable("/proc/mixzoo-bench", directory=True)
+
+
+def test_transfer_params_takes_the_options_of_every_command(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    card = MixCard.from_dict(_mix_card()).save(tmp_path / "card.toml")
+    line = one_line_error(CliRunner().invoke(app, ["transfer-params", "--from", str(card), "--rbc", "digits-pgd",
+                                                   "--cache-dir", str(tmp_path / "afile"), "--n-calib", "20",
+                                                   "--out", str(tmp_path / "bb.toml")]))
+    assert "--cache-dir" in line and not (tmp_path / "bb.toml").exists()
+    result = CliRunner().invoke(app, ["transfer-params", "--help"], terminal_width=200)
+    for option in ("--data-dir", "--cache-dir", "--no-cache", "--device", "--allow-unsafe", "--beta"):
+        assert option in result.output
+
+
+def test_submodules_are_reachable_from_the_package():
+    import mixzoo
+
+    assert callable(mixzoo.bench.bench) and callable(mixzoo.stats.wilson_interval)
+    assert callable(mixzoo.calibrate)  # the function (Algorithm 1), as documented
+    with pytest.raises(AttributeError):
+        mixzoo.not_a_module  # noqa: B018

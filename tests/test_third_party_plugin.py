@@ -63,6 +63,8 @@ def test_installed_plugin_shows_its_clamp_and_version(installed_example):
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = proc.stdout
     assert '"example"' in text and CLAMP in text and MODEL in text and "0.1.0" in text
+    example = next(p for p in json.loads(text) if p["name"] == "example")
+    assert example["provides"]["loads source kinds"] == ["example-digits"]  # its SOURCE_KINDS
 
 
 def test_mix_uses_the_plugin_model_and_clamp(installed_example, tmp_path):

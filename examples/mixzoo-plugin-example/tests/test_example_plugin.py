@@ -1,4 +1,5 @@
-"""How a plugin tests itself: register the module at run time (no install needed) and use mixzoo's public API."""
+"""How a plugin tests itself: register the module at run time (no entry point needed: installed, or with
+``PYTHONPATH=examples/mixzoo-plugin-example/src``) and use mixzoo's public API."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from mixzoo.plugins import hookimpl
 
 __version__ = "0.1.0"
 KIND = "example-digits"
+SOURCE_KINDS = [KIND]  # what `mixzoo plugins` lists under "loads source kinds"
 MODEL_NAME = "example-digits-linear"
 CLAMP_NAME = "tanh-clamp"
 MEAN, STD = 0.3, 0.4  # normalization the network is trained with; the spec says so and the wrapper applies it
