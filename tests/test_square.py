@@ -219,3 +219,31 @@ def test_attack_hook_entry_evaluates_a_model(digits):
     assert (_size(result.adv_images - x[:50], "Linf") <= 0.3 + 1e-6).all()
     with pytest.raises(InputError, match="unknown option"):
         lookup("attack", "min-margin-square")(eps=0.3, n_iter=3)
+
+
+class AwayIsSafer(nn.Module):
+    """True-class logit grows with the distance from the clean images: every query is safer than the clean point."""
+
+    def __init__(self, clean: torch.Tensor, labels: torch.Tensor, k: int = 10):
+        super().__init__()
+        self.clean, self.labels, self.k = clean, labels, k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(len(x), self.k)
+        far = (x - self.clean[: len(x)]).flatten(1).abs().sum(dim=1)
+        rows, labels = torch.arange(len(x)), self.labels[: len(x)]
+        out[rows, labels] = 0.5 + far
+        out[rows, (labels + 1) % self.k] = 0.3  # a runner-up, so that the margin changes under layer norm too
+        return out
+
+
+@pytest.mark.parametrize("norm", ["Linf", "L2"])
+def test_the_clean_point_is_returned_when_no_query_beats_it(norm):
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(4, 1, 6, 6, generator=g) * 0.8 + 0.1
+    y = torch.tensor([0, 3, 5, 9])
+    model = AwayIsSafer(x, y)
+    res = min_margin_square(model, x, y, eps=0.1, norm=norm, n_queries=20, seed=0, progress=False)
+    assert torch.equal(res.adv_images, x)
+    assert torch.equal(res.logits, model(x))
+
