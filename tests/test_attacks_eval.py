@@ -128,6 +128,14 @@ def test_adaptive_attack_uses_the_auxiliary_gradient(digits):
     assert misled.robust_accuracy > adaptive.robust_accuracy + 0.2
 
 
+def test_adaptive_attack_runs_fab_t_in_bypass_mode_and_restores_it(digits):
+    """FAB-T needs one model: the adaptive attack gives it MixedNUTS's outputs with the auxiliary gradient."""
+    model, x, y = digits
+    two = TwoOutput(model)
+    AdaptiveAutoAttack(eps=0.1, n_iter=5, components=["fab-t"]).run(two, x[:40], y[:40], progress=False)
+    assert two.modes_seen == {"bypass"} and two.gradient == "exact"
+
+
 def test_autoattack_runs_in_bypass_mode_and_restores_it(digits):
     model, x, y = digits
     two = TwoOutput(model)
