@@ -247,3 +247,147 @@ def test_the_clean_point_is_returned_when_no_query_beats_it(norm):
     assert torch.equal(res.adv_images, x)
     assert torch.equal(res.logits, model(x))
 
+
+
+# ------------------------------------------------------------------------------------------ survivors of the audit
+def _reference_p_selection(p_init: float, it: int, n_queries: int) -> float:
+    """``p_selection`` of the reference Square attack (Andriushchenko et al. 2020, ``rescale_schedule=True``)."""
+    it = int(it / n_queries * 10000)
+    if 10 < it <= 50:
+        return p_init / 2
+    if 50 < it <= 200:
+        return p_init / 4
+    if 200 < it <= 500:
+        return p_init / 8
+    if 500 < it <= 1000:
+        return p_init / 16
+    if 1000 < it <= 2000:
+        return p_init / 32
+    if 2000 < it <= 4000:
+        return p_init / 64
+    if 4000 < it <= 6000:
+        return p_init / 128
+    if 6000 < it <= 8000:
+        return p_init / 256
+    if 8000 < it:
+        return p_init / 512
+    return p_init
+
+
+@pytest.mark.parametrize("bound", [10, 50, 200, 500, 1000, 2000, 4000, 6000, 8000])
+def test_schedule_boundaries_match_the_reference(bound):
+    """Each stage of the schedule ends AT its bound (``10 < it <= 50`` etc.): the bound itself is still in it."""
+    for it in (bound - 1, bound, bound + 1):
+        assert p_selection(0.8, it, 10_000) == _reference_p_selection(0.8, it, 10_000), it
+    assert p_selection(0.8, bound, 10_000) == 2 * p_selection(0.8, bound + 1, 10_000)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 20_000), st.floats(0.01, 1.0), st.data())
+def test_schedule_matches_the_reference_for_any_budget(n_queries, p_init, data):
+    it = data.draw(st.integers(0, n_queries - 1))
+    assert p_selection(p_init, it, n_queries) == _reference_p_selection(p_init, it, n_queries)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.floats(0.01, 0.4), st.integers(1, 3), st.integers(2, 8), st.data())
+def test_linf_step_moves_the_square_to_a_vertex_of_the_ball(seed, eps, c, hw, data):
+    """The reference L-inf proposal sets the square to x +- eps (clipped to [0, 1]) wherever x_best was in the ball:
+    x_best + 2 eps sign, projected onto [x - eps, x + eps], is the vertex of the ball on that side."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(3, c, hw, hw, generator=gen)
+    best = (x + (torch.rand(x.shape, generator=gen) * 2 - 1) * eps).clamp(0, 1)  # anywhere in ball and box
+    s = data.draw(st.integers(1, hw))
+    vh, vw = data.draw(st.integers(0, hw - s)), data.draw(st.integers(0, hw - s))
+    sign = torch.randint(0, 2, (3, c, 1, 1), generator=gen).float() * 2 - 1
+    new = _linf_step(x, best, eps, s, vh, vw, sign)
+    window = (slice(None), slice(None), slice(vh, vh + s), slice(vw, vw + s))
+    torch.testing.assert_close(new[window], (x + eps * sign).clamp(0, 1)[window], rtol=0, atol=1e-6)
+    outside = torch.ones_like(x, dtype=torch.bool)
+    outside[window] = False
+    assert torch.equal(new[outside], best[outside])
+
+
+class SaturatedScale(nn.Module):
+    """Always right with a raw logit margin of 40 + sum(x) >= 40, so softmax(logits) saturates in float32: every
+    query has signed margin exactly 1.0 (equal selection keys), and only the logit-margin tie-break can guide the
+    search. Logs every output it returns."""
+
+    def __init__(self, labels: torch.Tensor, k: int = 10):
+        super().__init__()
+        self.labels, self.k, self.outputs = labels, k, []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(len(x), self.k)
+        out[torch.arange(len(x)), self.labels[: len(x)]] = 40.0 + x.flatten(1).sum(dim=1)
+        self.outputs.append(out.clone())
+        return out
+
+
+def _raw_logit_margin(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    z = z.double()
+    return z.gather(1, y[:, None]).squeeze(1) - z.scatter(1, y[:, None], float("-inf")).amax(dim=1)
+
+
+@pytest.mark.parametrize("norm,eps", [("Linf", 0.1), ("L2", 0.5)])
+def test_equal_keys_go_to_the_lower_logit_margin(norm, eps):
+    """Ties of the selection key (a margin saturated at 1.0) go to the lower raw logit margin z_y - max_{i!=y} z_i
+    (module docstring): the kept search point is the attack query of smallest logit margin."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(4, 1, 6, 6, generator=g) * 0.6 + 0.2
+    y = torch.tensor([1, 4, 7, 2])
+    model = SaturatedScale(y)
+    res = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=40, seed=0, layer_norm=False,
+                            progress=False)
+    assert (res.margins == 1.0).all()  # the keys really are all equal
+    assert len(model.outputs) == 41  # clean + initial point + 39 proposals, all examples every time (none broken)
+    queried = torch.stack([_raw_logit_margin(out, y) for out in model.outputs[1:]])  # (queries, examples)
+    returned = _raw_logit_margin(res.logits, y)
+    torch.testing.assert_close(returned, queried.min(dim=0).values)
+    assert (returned < queried[0]).all()  # the search did move away from Square's initial point
+    torch.testing.assert_close(res.logits, model(res.adv_images))
+
+
+class WrongOnlyAtClean(nn.Module):
+    """The first ``n_wrong`` examples are misclassified at their clean image only (any move of more than 0.05 in L1
+    makes them right); the others are right everywhere, and safer the farther they move (never broken)."""
+
+    def __init__(self, clean: torch.Tensor, labels: torch.Tensor, n_wrong: int, k: int = 10):
+        super().__init__()
+        self.clean, self.labels, self.n_wrong, self.k = clean, labels, n_wrong, k
+        self.queried = torch.zeros(len(labels), dtype=torch.long)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # identify each row by its nearest clean image (rows are a subset of the batch during the search)
+        rows = torch.cdist(x.flatten(1), self.clean.flatten(1)).argmin(dim=1)
+        self.queried += torch.bincount(rows, minlength=len(self.labels))
+        far = (x - self.clean[rows]).flatten(1).abs().sum(dim=1)
+        labels = self.labels[rows]
+        out = torch.zeros(len(x), self.k)
+        wrong = rows < self.n_wrong
+        out[torch.arange(len(x)), labels] = torch.where(wrong, 10.0 * far, 0.5 + far)
+        out[torch.arange(len(x)), (labels + 1) % self.k] = 0.3
+        return out
+
+
+@pytest.mark.parametrize("norm,eps", [("Linf", 0.1), ("L2", 0.5)])
+def test_clean_misclassified_examples_are_not_queried_further(norm, eps):
+    """The clean image is a visited point: an example misclassified there is done after the clean query and
+    Square's initial point (computed for the whole batch), even when that initial point is classified right."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(6, 1, 8, 8, generator=g) * 0.8 + 0.1
+    y = torch.tensor([0, 3, 5, 9, 2, 7])
+    n_wrong, n_queries = 2, 25
+    reach = eps * 8 if norm == "Linf" else eps  # largest L2 size of a perturbation
+    assert torch.pdist(x.flatten(1)).min() > 2 * reach  # so the model can tell the rows apart
+    model = WrongOnlyAtClean(x, y, n_wrong)
+    with torch.no_grad():
+        assert (model(x).argmax(1) != y).tolist() == [True] * n_wrong + [False] * (6 - n_wrong)
+        model.queried.zero_()
+    bb = BlackBoxModel(model)
+    res = min_margin_square(bb, x, y, eps=eps, norm=norm, n_queries=n_queries, seed=0, progress=False)
+    expected = [2] * n_wrong + [n_queries + 1] * (6 - n_wrong)
+    assert model.queried.tolist() == expected
+    assert res.settings["queries"] == bb.queries == sum(expected)
+    # the misclassified clean point is what is returned for them
+    assert torch.equal(res.adv_images[:n_wrong], x[:n_wrong]) and res.misclassified[:n_wrong].all()

@@ -287,3 +287,95 @@ def test_cli_transfer_params_budget_and_weak_square(zoo_card, tmp_path, monkeypa
     payload = json.loads(res.stdout)
     assert payload["method"] == "square" and out.exists()
     assert any("20 queries per image" in n and "robustness unverified" in n for n in payload["notes"])
+
+
+# ---------------------------------------------------------------------------------------- survivors of the audit
+def _key(logits: torch.Tensor, y: torch.Tensor, top_k: int | None) -> torch.Tensor:
+    """The attacker's key, written out: signed LN margin, minus 2 where misclassified (lower is better)."""
+    return selection_key(logits, ln_signed_margin(top_k)(logits, y), y)
+
+
+class SaferAwayFromClean(nn.Module):
+    """``model`` plus a true-class bonus growing with the L1 distance from the clean image of the same row: the
+    clean images are answered as by ``model``, every moved point (e.g. a transferred MMAA point) is safer."""
+
+    def __init__(self, model: nn.Module, clean: torch.Tensor, labels: torch.Tensor):
+        super().__init__()
+        self.model, self.clean, self.labels = model, clean, labels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        assert len(x) == len(self.clean)  # one chunk: rows are the calibration images in order
+        out = self.model(x).clone()
+        far = (x - self.clean).flatten(1).abs().sum(dim=1)
+        out[torch.arange(len(x)), self.labels] += 5.0 * far
+        return out
+
+
+def test_transfer_keeps_the_clean_point_where_the_transferred_one_is_worse(setup):
+    """Per example the attacked point is the better of (transferred point, clean point) for the attacker: where
+    the transfer only made the black box safer, Algorithm 1 must see the clean logits."""
+    x, y, card = setup["x"], setup["y"], setup["card"]
+    adv = setup["mmaa"].adv_images
+    box = SaferAwayFromClean(setup["b"], x, y)
+    with torch.no_grad():
+        clean, moved = box(x), box(adv)
+    key_clean, key_moved = _key(clean, y, card.top_k), _key(moved, y, card.top_k)
+    keep_clean = key_clean < key_moved
+    assert keep_clean.sum() > N_CALIB // 2  # the case this test is about: mostly worse than clean
+    attacked = torch.where(keep_clean.view(-1, 1), clean, moved)
+    out = transfer_params(card, box, x, y, surrogate=adv, progress=False)
+    assert out.data["transfer_kept_clean_point"] == int(keep_clean.sum())
+    assert out.data["transfer_flipped"] == int((moved.argmax(1) != y).sum())
+    assert out.data["n_attacked_correct"] == int((attacked.argmax(1) == y).sum())
+    assert out.alpha == pytest.approx(_alpha_at(out, attacked, y), rel=1e-6)
+    assert out.alpha != pytest.approx(_alpha_at(out, moved, y), rel=1e-6)  # the transferred points alone differ
+
+
+def test_both_counts_the_images_where_square_won(setup):
+    """method 'both': per image Square's point replaces the (transfer or clean) point only where its key is strictly
+    lower; ``both_square_won`` counts those images, and Algorithm 1 sees the winners."""
+    from mixzoo.attacks.square import min_margin_square
+
+    b, x, y, card = setup["b"], setup["x"], setup["y"], setup["card"]
+    queries = 20
+    half = (torch.arange(len(y)) % 2 == 0).view(-1, 1, 1, 1)
+    adv = torch.where(half, setup["mmaa"].adv_images, x)  # MMAA points for half the images: both attacks win some
+    out = transfer_params(card, BlackBoxModel(b), x, y, method="both", surrogate=adv, queries=queries,
+                          progress=False, search=False)
+    with torch.no_grad():
+        clean, moved = b(x), b(adv)
+    top_k = card.top_k
+    transfer_side = torch.where((_key(clean, y, top_k) < _key(moved, y, top_k)).view(-1, 1), clean, moved)
+    sq = min_margin_square(b, x, y, eps=EPS, norm="Linf", n_queries=queries, seed=0, top_k=top_k, batch_size=250,
+                           progress=False)
+    key_t, key_s = _key(transfer_side, y, top_k), _key(sq.logits, y, top_k)
+    square_won, transfer_won = key_s < key_t, key_t < key_s
+    assert 0 < int(square_won.sum()) != int(transfer_won.sum())  # the two counts tell the roles apart
+    assert out.data["both_square_won"] == int(square_won.sum())
+    attacked = torch.where(square_won.view(-1, 1), sq.logits, transfer_side)
+    assert out.data["n_attacked_correct"] == int((attacked.argmax(1) == y).sum())
+    assert out.alpha == pytest.approx(_alpha_at(out, attacked, y), rel=1e-6)
+
+
+def test_fixed_transferred_point_is_exempt_from_the_argmax_change_filter(setup):
+    """A 1 x 1 x 1 grid (the card's s, p, c kept) is calibrated even when its transform changes far more than 0.5%
+    of the black box's predictions (App. D.8.2 filters grid points of a search, it cannot drop the only one);
+    searching the card's grid does filter that c."""
+    from mixzoo.transforms import get_clamp, layer_norm
+
+    b, x, y = setup["b"], setup["x"], setup["y"]
+    c = -2.0  # GELU is not monotone below 0: a large negative c flips unconfident predictions
+    assert c in setup["card"].grid["c_values"]
+    card = MixCard.from_dict({**setup["card"].to_dict(), "c": c})
+    with torch.no_grad():
+        ln = layer_norm(b(x).double(), card.top_k)
+    changed = float((get_clamp(card.clamp)(ln + c).argmax(1) != ln.argmax(1)).double().mean())
+    assert changed > 0.05  # well beyond the default max_argmax_change = 0.005
+    with pytest.raises(InputError, match="every c in the grid"):  # what the filter would do to a 1-point grid
+        calibrate(clean_logits=b(x), clean_labels=y, attacked_logits=b(setup["mmaa"].adv_images), attacked_labels=y,
+                  beta=card.beta, clamp=card.clamp, grid=Grid.point(card.s, card.p, c))
+    fixed = transfer_params(card, b, x, y, surrogate=setup["mmaa"], progress=False)
+    assert (fixed.s, fixed.p, fixed.c) == (card.s, card.p, c) and 0.5 <= fixed.alpha <= 1
+    assert fixed.data["transform_argmax_changed"] > 0.05
+    searched = transfer_params(card, b, x, y, surrogate=setup["mmaa"], progress=False, search=True)
+    assert searched.c != c and any("excluded" in n and "-2" in n for n in searched.notes)
