@@ -15,8 +15,8 @@ from mixzoo.pipeline import load_mixed
 from mixzoo.plugins import get_plugin_manager, hookimpl
 from mixzoo.registry import ModelSpec, get_spec, list_models
 
-_SUBMODULES = ("approximation", "attacks", "bench", "blackbox", "cache", "data", "report", "sanity", "stats", "train",
-               "transfer", "transforms", "verify")
+_SUBMODULES = ("approximation", "attacks", "bench", "blackbox", "cache", "data", "machine", "report", "sanity", "stats",
+               "train", "transfer", "transforms", "verify")
 
 
 def __getattr__(name: str):  # `import mixzoo; mixzoo.bench.bench(...)` without importing every module up front

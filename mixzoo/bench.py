@@ -23,6 +23,7 @@ from torch import nn
 
 from mixzoo.cache import Cache, atomic_save_tensors, atomic_write_text, check_writable, content_key
 from mixzoo.errors import InputError
+from mixzoo.machine import machine_summary, run_record
 from mixzoo.pipeline import (
     _default_attack_setting,
     card_dataset,
@@ -59,6 +60,9 @@ class ModelResult:
     components: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     device: str = ""  # where the attack ran ("cpu", "cuda", "cpu+cuda" for a run resumed elsewhere)
+    # the hardware of its batches (mixzoo.machine.machine_summary; " + "-joined when a resumed run changed machine,
+    # "unknown" for outcomes cached before it was recorded); a cached row keeps the machine that computed it
+    machine: str = ""
     cached: bool = False  # True when the row was read from the cache rather than attacked in this run
     clean_ci: list[float] = field(default_factory=list)  # 95 % Wilson interval (mixzoo.stats)
     robust_ci: list[float] = field(default_factory=list)
@@ -82,6 +86,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     # kind -> {"index", "images"}: the attack's point for every example it broke (``save_adversarial``)
     adversarial: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    # versions, git commit, machine and finish time of this run (mixzoo.machine.run_record)
+    run: dict[str, Any] = field(default_factory=dict)
 
     def row(self, kind: str) -> ModelResult:
         return next(m for m in self.models if m.kind == kind)
@@ -114,6 +120,7 @@ class Report:
             "calibration": self.calibration,
             "comparisons": self.comparisons(),
             "notes": self.notes,
+            "run": self.run,
         }
 
 
@@ -175,6 +182,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                     "warnings": list(res.warnings),
                     "seconds": res.seconds,
                     "device": device.type,
+                    "machine": machine_summary(device),
                 }
                 if save_adversarial:
                     broken = torch.nonzero(res.clean_correct.bool() & ~res.robust_correct.bool()).squeeze(1)
@@ -191,6 +199,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
         "robust_correct": [v for b in batches for v in b["robust_correct"]],
         "seconds": sum(b["seconds"] for b in batches),
         "device": "+".join(sorted({b.get("device", "unknown") for b in batches})),
+        "machine": " + ".join(dict.fromkeys(b.get("machine", "unknown") for b in batches)),  # in batch order
         "components": [],
     }
     names = [c["name"] for c in batches[0]["components"]]
@@ -254,7 +263,7 @@ def _result(name: str, kind: str, ev: dict[str, Any], attack: str, eps: float, n
     return ModelResult(
         name=name, kind=kind, clean_accuracy=clean / n, robust_accuracy=robust / n, attack=attack, epsilon=eps,
         norm=norm, n=n, seconds=ev["seconds"], alpha=alpha, components=ev["components"], warnings=ev["warnings"],
-        device=ev.get("device", "unknown"), cached=bool(ev.get("cached", False)),
+        device=ev.get("device", "unknown"), machine=ev.get("machine", "unknown"), cached=bool(ev.get("cached", False)),
         clean_ci=list(wilson_interval(clean, n)), robust_ci=list(wilson_interval(robust, n)),
         clean_outcomes="".join("1" if v else "0" for v in ev["clean_correct"]),
         robust_outcomes="".join("1" if v else "0" for v in ev["robust_correct"]),
@@ -504,6 +513,7 @@ def bench(
                                       attack_options=curve_options, data_dir=data_dir, device=device,
                                       progress=progress)
     report.settings["seconds"] = time.perf_counter() - t0
+    report.run = run_record(device)
     if out is not None:
         from mixzoo.report import write_report
 

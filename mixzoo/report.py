@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from mixzoo.cache import Cache, atomic_save_tensors, atomic_write_bytes, atomic_write_text, staged_directory
+from mixzoo.machine import machine_line
 
 DEFAULT_BETAS = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.995)
 DEFAULT_LINEAR_ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
@@ -233,6 +234,12 @@ def markdown(report: Any) -> str:
     if comparisons:
         lines += ["", "Paired comparisons (Newcombe's interval for the difference of two accuracies on the same "
                       "images; `mixzoo/stats.py`):", ""] + [f"- {line}" for line in comparisons]
+    machines = {m.machine or "unknown" for m in report.models}
+    if len(machines) == 1:
+        lines += ["", f"Every row was attacked on: {machines.pop()}."]
+    else:  # rows read from a cache another machine filled, or a run resumed elsewhere
+        lines += ["", "The rows were attacked on different machines: " + "; ".join(
+            f"{m.name}: {m.machine or 'unknown'}" for m in report.models) + "."]
     lines += ["", "## Attack components (examples newly broken)", ""]
     for m in report.models:
         comps = ", ".join(f"{x['name']}: {x['newly_broken']}" for x in m.components)
@@ -261,7 +268,8 @@ def markdown(report: Any) -> str:
         lines += ["", "## Plots", ""] + [f"![{f}]({f})" for f in report.files if f.endswith(".png")]
     prov = getattr(c, "provenance", {}) or {}
     lines += ["", f"Made by mixzoo {prov.get('mixzoo_version', '')} (card created {prov.get('created', '?')}); "
-                  f"bench took {st.get('seconds') or 0:.0f} s on {st.get('device')}."]
+                  f"bench took {st.get('seconds') or 0:.0f} s on {st.get('device')}.",
+              "", f"Run on: {machine_line(getattr(report, 'run', None))}."]
     return "\n".join(lines) + "\n"
 
 

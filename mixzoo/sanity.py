@@ -35,6 +35,7 @@ from torch import nn
 
 from mixzoo.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.errors import InputError
+from mixzoo.machine import machine_line, run_record
 from mixzoo.pipeline import model_device, model_hash
 
 GREY = 0.5
@@ -107,6 +108,7 @@ class EpsSweep:
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     attack_options: dict[str, Any] = field(default_factory=dict)  # as given; the attack's defaults for the rest
+    run: dict[str, Any] = field(default_factory=dict)  # versions, commit, machine, time (mixzoo.machine.run_record)
 
     @property
     def passed(self) -> bool:
@@ -256,6 +258,7 @@ def eps_sweep(
         sweep.notes.append(f"the largest eps ({max(radii):g}) is below {reach:g}, where the grey image reaches every"
                            " example; add it to --eps for the chance-level check")
     sweep.seconds = time.perf_counter() - t0
+    sweep.run = run_record(device)
     if out is not None:
         write_sweep(sweep, Path(out), plots=plots)
     return sweep
@@ -280,6 +283,7 @@ def markdown(sweep: EpsSweep) -> str:
     lines += ["", f"**{'Passed' if sweep.passed else 'FAILED'}.**", ""] + [f"- {note}" for note in sweep.notes]
     if sweep.files:
         lines += ["", *(f"![{f}]({f})" for f in sweep.files)]
+    lines += ["", f"Took {sweep.seconds:.0f} s. Run on: {machine_line(sweep.run)}."]
     return "\n".join(lines) + "\n"
 
 

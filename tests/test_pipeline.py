@@ -133,6 +133,13 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     assert len(data["curve"]["mixednuts"]) >= 5 and len(data["curve"]["linear"]) >= 5
     assert all(m["device"] == "cpu" and not m["cached"] for m in data["models"])
     assert "(cpu)" in (tmp_path / "bench" / "report.md").read_text()
+    # what ran where: the run's record, and the machine of every row
+    from mixzoo.machine import describe_machine, machine_summary
+
+    assert data["run"]["machine"] == describe_machine("cpu") and data["run"]["torch_version"] == torch.__version__
+    assert all(m["machine"] == machine_summary("cpu") for m in data["models"])
+    md = (tmp_path / "bench" / "report.md").read_text()
+    assert f"Every row was attacked on: {machine_summary('cpu')}." in md and "Run on: " in md
     # per-image outcomes and intervals: the accuracies are their means, the comparisons are paired on them
     for m in data["models"]:
         assert len(m["robust_outcomes"]) == 60 and m["robust_outcomes"].count("1") == round(60 * m["robust_accuracy"])

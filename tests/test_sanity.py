@@ -91,6 +91,10 @@ def test_sweep_reuses_bench_rows_and_passes_on_the_digits_pair(card, tmp_path):
     assert all(row["misses"] == [0, 0, 0] for row in written["models"]) and written["models"][2]["alpha"] == alpha
     assert (tmp_path / "out" / "sanity.png").stat().st_size > 0
     assert "**Passed.**" in (tmp_path / "out" / "sanity.md").read_text()
+    from mixzoo.machine import describe_machine, machine_line
+
+    assert written["run"]["machine"] == describe_machine("cpu") and written["run"]["device"] == "cpu"
+    assert f"Run on: {machine_line(written['run'])}." in (tmp_path / "out" / "sanity.md").read_text()
     again = eps_sweep(path, n=N, batch_size=N, cache_dir=cache, progress=False, **match)
     assert all(all(m.cached) for m in again.models)
     assert [m.robust_accuracy for m in again.models] == [m.robust_accuracy for m in sweep.models]
