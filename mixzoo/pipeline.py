@@ -19,6 +19,7 @@ from torch import nn
 from mixzoo.blackbox import is_black_box
 from mixzoo.cache import Cache, batched_cached
 from mixzoo.errors import InputError
+from mixzoo.machine import machine_summary
 from mixzoo.models import BaseClassifier, load_model, weight_hash
 from mixzoo.progress import progress_bar
 
@@ -424,7 +425,9 @@ def mix(
 
         card = second_pass(card, rbc_m, cdata, cache=cache, device=device, progress=progress,
                            abc_clean_correct=abc_correct)
-    card.provenance.update({"seed": seed, "command": command or "mixzoo.mix()", "device": device})
+    # the machine of this run; when MMAA came from the cache, the attack itself may have run elsewhere
+    card.provenance.update({"seed": seed, "command": command or "mixzoo.mix()", "device": device,
+                            "machine": machine_summary(device), "mmaa_from_cache": bool(cdata.cache_hits.get("mmaa"))})
     if (note := shortfall_note(data, n_calib, "--n-calib")) is not None:
         card.notes.append(note)
     t3 = time.perf_counter()

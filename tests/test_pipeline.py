@@ -41,6 +41,10 @@ def test_mix_writes_card_and_reuses_cached_mmaa(tmp_path, shared_cache):
     assert second.cache_hits == {"rbc_logits": True, "mmaa": True}
     card2 = MixCard.load(tmp_path / "card2.json")
     assert card2.beta == 0.9 and card2.clamp == "relu"
+    from mixzoo.machine import machine_summary  # where it ran, and whether MMAA is this run's or the cache's
+
+    assert card.provenance["machine"] == card2.provenance["machine"] == machine_summary("cpu")
+    assert card.provenance["mmaa_from_cache"] is False and card2.provenance["mmaa_from_cache"] is True
     # a lower beta never needs a larger alpha (the constraint is looser)
     assert card2.alpha <= card.alpha + 1e-9 or card2.clamp != card.clamp
 
