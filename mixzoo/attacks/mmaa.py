@@ -41,8 +41,9 @@ class MMAAResult:
     """MMAA output for ALL examples (not only the flipped ones).
 
     ``logits`` are the model's raw logits at ``adv_images``; ``margins`` the signed probability margin of the
-    layer-normed logits there (Def. 2.1 on correct predictions, negative on misclassified ones); ``misclassified``
-    is ``logits.argmax(1) != labels``.
+    layer-normed logits there (Def. 2.1 on correct predictions, negative on misclassified ones, 0 on an argmax tie
+    with the label, misclassified when torch's argmax picks the other class); ``misclassified`` is
+    ``logits.argmax(1) != labels``.
     """
 
     adv_images: torch.Tensor
