@@ -23,7 +23,7 @@ WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 
 @functools.cache
-def _file_sha256(path: str, mtime_ns: int, size: int) -> str:
+def _file_sha256(path: str, mtime_ns: int, size: int, ctime_ns: int, inode: int) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -32,9 +32,10 @@ def _file_sha256(path: str, mtime_ns: int, size: int) -> str:
 
 
 def file_sha256(path: str | Path) -> str:
-    """sha256 hex digest of a file (cached by path, modification time and size)."""
+    """sha256 hex digest of a file (cached by path, modification and change times, size and inode: the change
+    time moves on any write and cannot be set back like the modification time)."""
     st = Path(path).stat()
-    return _file_sha256(str(path), st.st_mtime_ns, st.st_size)
+    return _file_sha256(str(path), st.st_mtime_ns, st.st_size, st.st_ctime_ns, st.st_ino)
 
 
 def weights_path(spec: ModelSpec) -> Path:
