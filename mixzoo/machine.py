@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 
+@functools.cache  # read once: every attacked batch records it
 def cpu_model() -> str:
     """The CPU's marketing name from /proc/cpuinfo (Linux), else :func:`platform.processor`, else the machine."""
     try:
@@ -86,7 +87,8 @@ def run_record(device: str = "cpu", **extra: Any) -> dict[str, Any]:
 
 
 def machine_line(record: dict[str, Any] | None) -> str:
-    """One human-readable line for report.md, e.g. ``AMD EPYC (AVX2), 2 cores, 2 torch threads; torch 2.14.1``."""
+    """One human-readable line for report.md, e.g. ``AMD EPYC (AVX2); 2 CPU cores, 2 torch threads; torch 2.14.1;
+    mixzoo 0.1.0; commit 718cff78a548; finished 2026-11-23T20:43:54+00:00``."""
     if not record:
         return "machine not recorded"
     m = record.get("machine", {}) or {}
