@@ -55,10 +55,15 @@ def machine_summary(device: str | torch.device = "cpu") -> str:
     """A short label of the hardware an attack batch ran on: the GPU's name on ``cuda``, else the CPU model with
     its vector capability and torch's thread count (e.g. ``AMD EPYC (AVX2), 2 threads``)."""
     m = describe_machine(str(device))
+    return _hardware(m) if m.get("gpu") else f"{_hardware(m)}, {m['torch_threads']} threads"
+
+
+def _hardware(m: dict[str, Any]) -> str:
+    """The GPU's name if the run used one, else the CPU model with its vector capability."""
     if m.get("gpu"):
         return str(m["gpu"])
     cap = f" ({m['cpu_capability']})" if m.get("cpu_capability") else ""
-    return f"{m['cpu']}{cap}, {m['torch_threads']} threads"
+    return f"{m.get('cpu') or 'unknown machine'}{cap}"
 
 
 @functools.cache
@@ -92,10 +97,7 @@ def machine_line(record: dict[str, Any] | None) -> str:
     if not record:
         return "machine not recorded"
     m = record.get("machine", {}) or {}
-    where = m.get("gpu") or m.get("cpu") or "unknown machine"
-    if not m.get("gpu") and m.get("cpu_capability"):
-        where += f" ({m['cpu_capability']})"
-    parts = [where, f"{m.get('cpu_count', '?')} CPU cores, {m.get('torch_threads', '?')} torch threads",
+    parts = [_hardware(m), f"{m.get('cpu_count', '?')} CPU cores, {m.get('torch_threads', '?')} torch threads",
              f"torch {record.get('torch_version', '?')}", f"mixzoo {record.get('mixzoo_version', '?')}"]
     if record.get("git_commit"):
         modified = " with uncommitted changes" if record.get("source_modified") else ""
