@@ -500,7 +500,8 @@ def transfer_params(
 def train(
     name: Annotated[str, typer.Argument(help="zoo recipe name (see `mixzoo train --list`)")] = "",
     list_recipes: Annotated[bool, typer.Option("--list", help="list recipes")] = False,
-    seed: int = 0,
+    seed: Annotated[int | None, typer.Option(help="override the recipe's seed (needs --out: the weights then "
+                                                   "differ from the shipped ones)")] = None,
     out: Annotated[Path | None, typer.Option(help="directory for NAME.safetensors and NAME.sha256 (default: "
                                                   "plugins/weights/, written only when the result reproduces the "
                                                   "shipped sha256)")] = None,

@@ -84,10 +84,13 @@ def _read_idx(path: Path) -> np.ndarray:
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
         raise InputError(f"{path} is not an unsigned-byte IDX file; re-download it")
     ndim = data[3]
+    if len(data) < 4 + 4 * ndim:
+        raise InputError(f"{path} ends inside its IDX header; the file is truncated, re-download it")
     dims = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
     arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
     if arr.size != int(np.prod(dims)):
-        raise InputError(f"{path} holds {arr.size} bytes for shape {dims}; the file is truncated, re-download it")
+        what = "truncated" if arr.size < int(np.prod(dims)) else "longer than its header says"
+        raise InputError(f"{path} holds {arr.size} bytes for shape {dims}; the file is {what}, re-download it")
     return arr.reshape(dims)
 
 

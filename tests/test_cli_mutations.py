@@ -1,0 +1,702 @@
+"""Tests written from a mutation audit of the command line (mixzoo/cli.py), the registry (mixzoo/registry.py,
+with the close-name suggestions of mixzoo/errors.py) and the pluggy core (mixzoo/plugins.py).
+
+The CLI is a thin layer over library functions, so most command tests replace the library function by a spy that
+records what it was called with: a command must hand every option it is given to the library, and with no option
+it must hand over the library's own defaults (the help texts promise the same defaults as the Python API). Nothing
+here runs an attack; registry tests use small registry files in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import json
+import shlex
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from mixzoo.calibrate import Grid
+from mixzoo.cli import _parse_floats, _parse_grid, app, parse_attack_options
+from mixzoo.errors import PluginError, RegistryError, UnknownNameError
+from mixzoo.plugins import (
+    clear_caches,
+    collect,
+    collect_named,
+    hookimpl,
+    lookup,
+    plugin_failures,
+    plugin_infos,
+    register_plugin,
+    unregister_plugin,
+)
+from mixzoo.registry import ModelSpec, Registry, get_registry, list_models, load_registry_file, spec_from_dict
+
+ROBUST = {"role": "robust", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
+          "source": {"kind": "zoo"}, "threat_model": "Linf", "epsilon": 0.1}
+ACCURATE = {"role": "accurate", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
+            "source": {"kind": "zoo"}}
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+# --------------------------------------------------------------------------------------------- spies for the CLI
+
+
+class Spy:
+    """Stands in for a library function: records its keyword arguments and returns a canned result."""
+
+    def __init__(self, result):
+        self.result, self.calls = result, []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return self.result
+
+    @property
+    def kwargs(self) -> dict:
+        assert len(self.calls) == 1, self.calls
+        return self.calls[0][1]
+
+
+def _spy(monkeypatch, target: str, result) -> Spy:
+    spy = Spy(result)
+    monkeypatch.setattr(target, spy)
+    return spy
+
+
+def _library_defaults(fn) -> dict:
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def _card(**values):
+    base = dict(s=1.5, p=2.5, c=-0.5, alpha=0.75, beta=0.985, objective=0.125, notes=[], method="transfer",
+                abc={"name": "a"}, rbc={"name": "r"}, dataset="digits", clamp="gelu")
+    return SimpleNamespace(**{**base, **values})
+
+
+def _mix_result(**card_values):
+    stage = {"clean_incorrect_median_margin": 0.5, "attacked_correct_median_margin": None}
+    summary = {"n": 3, "n_clean_incorrect": 1, "n_attacked_correct": 2, "layer_norm": stage, "transformed": stage}
+    return SimpleNamespace(card=_card(**card_values), path=Path("card.toml"), summary=summary, seconds={"total": 1.0},
+                           cache_hits={"mmaa": False})
+
+
+def _dict_result(passed: bool = True, **extra):
+    return SimpleNamespace(to_dict=lambda: {"passed": passed}, passed=passed, notes=[], **extra)
+
+
+# --------------------------------------------------------------------------------------------- parse_attack_options
+
+
+@pytest.mark.parametrize(("items", "expected"), [
+    (["components= apgd-ce , apgd-t "], {"components": ["apgd-ce", "apgd-t"]}),
+    (["components=apgd-ce, apgd-t"], {"components": ["apgd-ce", "apgd-t"]}),
+    (["loss= ce "], {"loss": "ce"}),
+    ([" n-restarts =2"], {"n_restarts": 2}),
+])
+def test_attack_option_text_values_and_list_items_are_stripped(items, expected):
+    assert parse_attack_options(items) == expected
+
+
+def test_no_attack_options_is_none_so_the_attacks_defaults_apply():
+    assert parse_attack_options(None) is None and parse_attack_options([]) is None
+
+
+# --------------------------------------------------------------------------------------------- errors -> one line
+
+
+def test_a_file_system_refusal_is_one_line_naming_the_file(monkeypatch):
+    def full_disk(name):
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/cards/x.toml")
+
+    monkeypatch.setattr("mixzoo.registry.get_spec", full_disk)
+    line = one_line_error(CliRunner().invoke(app, ["info", "digits-pgd"]))
+    assert line == "error: No space left on device: /data/cards/x.toml"
+
+
+def test_an_os_error_without_a_file_name_has_no_dangling_colon(monkeypatch):
+    def refused(name):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr("mixzoo.registry.get_spec", refused)
+    assert one_line_error(CliRunner().invoke(app, ["info", "digits-pgd"])) == "error: Permission denied"
+
+
+def test_unknown_model_exits_2_with_the_suggestion():
+    line = one_line_error(CliRunner().invoke(app, ["info", "digits-pgdd"]))
+    assert "unknown model 'digits-pgdd'" in line and "did you mean 'digits-pgd'" in line
+
+
+# --------------------------------------------------------------------------------------------- registry entries
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"input_size": [1, 0, 8]}, "input_size"),
+    ({"input_size": [1, 8, -8]}, "input_size"),
+    ({"mean": [0.1, 0.2, 0.3]}, "mean"),  # 3 values for a 1-channel input
+    ({"std": [0.1, 0.2, 0.3]}, "std"),
+    ({"aliases": "r1"}, "aliases"),  # a string is not a list of aliases
+    ({"sha256": "ab" * 31}, "sha256"),  # 62 characters
+    ({"sha256": "ab" * 33}, "sha256"),  # 66 characters
+    ({"num_classes": 1}, "num_classes"),
+    ({"threat_model": "corruptions", "epsilon": None}, None),  # accepted: see the next test
+])
+def test_entry_fields_out_of_their_domain_are_refused_by_name(changes, field):
+    raw = {k: v for k, v in {**ROBUST, **changes}.items() if v is not None}
+    if field is None:
+        spec_from_dict("m", raw)
+        return
+    with pytest.raises(RegistryError, match=f"'m' .*field '{field}'"):
+        spec_from_dict("m", raw)
+
+
+def test_entry_boundary_values_are_accepted():
+    two = spec_from_dict("m", {**ACCURATE, "num_classes": 2})
+    assert two.num_classes == 2
+    per_channel = spec_from_dict("m", {**ACCURATE, "input_size": [2, 4, 4], "mean": [0.1, 0.2], "std": [0.3, 0.4]})
+    assert per_channel.mean == (0.1, 0.2) and per_channel.std == (0.3, 0.4)
+    single = spec_from_dict("m", {**ACCURATE, "input_size": [3, 4, 4], "mean": [0.5], "std": [0.25]})
+    assert single.mean == (0.5,) and single.std == (0.25,)
+    assert spec_from_dict("m", {**ACCURATE, "sha256": "0" * 64}).sha256 == "0" * 64
+    corruptions = spec_from_dict("m", {**{k: v for k, v in ROBUST.items() if k != "epsilon"},
+                                       "threat_model": "corruptions"})
+    assert corruptions.threat_model == "corruptions" and corruptions.epsilon is None
+
+
+def test_an_alias_that_clashes_with_another_entrys_name_or_alias_names_both():
+    first = spec_from_dict("fmnist-trades", {**ROBUST, "aliases": ["trades"]}, plugin="plugin-a")
+    for clash in ("fmnist-trades", "trades"):
+        second = spec_from_dict("other", {**ROBUST, "aliases": [clash]}, plugin="plugin-b")
+        with pytest.raises(PluginError) as err:
+            Registry([first, second])
+        assert repr(clash) in str(err.value) and "plugin-a" in str(err.value) and "plugin-b" in str(err.value)
+
+
+def test_unknown_model_names_suggest_aliases_too():
+    reg = Registry([spec_from_dict("fmnist-trades", {**ROBUST, "aliases": ["trades-wide"]})])
+    with pytest.raises(UnknownNameError) as err:
+        reg.get("trades-wid")
+    assert "trades-wide" in err.value.suggestions
+    assert reg.get("trades-wide").name == "fmnist-trades"
+
+
+REGISTRY_FILE = """
+[models.zz-robust]
+role = "robust"
+dataset = "cifar10"
+num_classes = 10
+input_size = [3, 8, 8]
+threat_model = "Linf"
+epsilon = 0.03137
+source = { kind = "zoo" }
+reported = { clean = 0.9, robust = 0.5, autoattack = 0.4 }
+
+[models.aa-accurate]
+role = "accurate"
+dataset = "cifar10"
+num_classes = 10
+input_size = [3, 8, 8]
+source = { kind = "zoo" }
+reported = { clean = 0.95 }
+
+[models.mm-wide]
+role = "robust"
+dataset = "cifar100"
+num_classes = 100
+input_size = [3, 8, 8]
+threat_model = "L2"
+epsilon = 0.5
+source = { kind = "zoo" }
+reported = { clean = 0.8, robust = 0.3 }
+aliases = ["wide"]
+"""
+
+
+@pytest.fixture()
+def my_registry(tmp_path, monkeypatch):
+    """MIXZOO_REGISTRY pointing at REGISTRY_FILE (named my-models.toml); the merged caches are rebuilt around it."""
+    path = tmp_path / "my-models.toml"
+    path.write_text(REGISTRY_FILE)
+    monkeypatch.setenv("MIXZOO_REGISTRY", str(path))
+    clear_caches()
+    yield path
+    monkeypatch.undo()
+    clear_caches()
+
+
+def test_the_registry_file_comes_from_the_environment_and_its_entries_name_the_file(my_registry):
+    specs = list_models()
+    assert [s.name for s in specs] == ["aa-accurate", "mm-wide", "zz-robust"]  # sorted, not file order
+    assert {s.plugin for s in specs} == {"my-models.toml"}
+    assert [s.name for s in load_registry_file(my_registry)] == ["zz-robust", "aa-accurate", "mm-wide"]
+
+
+def test_list_filters_datasets_by_exact_name(my_registry):
+    assert [s.name for s in list_models(dataset="cifar10")] == ["aa-accurate", "zz-robust"]
+    assert [s.name for s in list_models(dataset="cifar100")] == ["mm-wide"]
+    assert [s.name for s in list_models(role="robust", dataset="cifar10")] == ["zz-robust"]
+    with pytest.raises(UnknownNameError, match="unknown dataset 'cifar'"):
+        list_models(dataset="cifar")
+
+
+def test_cli_list_shows_percentages_preferring_autoattack_over_robust(my_registry):
+    result = CliRunner().invoke(app, ["list"], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    rows = {name: next(line for line in result.output.splitlines() if name in line)
+            for name in ("zz-robust", "mm-wide", "aa-accurate")}
+    assert "90.00%" in rows["zz-robust"] and "40.00%" in rows["zz-robust"] and "50.00%" not in rows["zz-robust"]
+    assert "80.00%" in rows["mm-wide"] and "30.00%" in rows["mm-wide"]
+    assert "95.00%" in rows["aa-accurate"] and "my-models.toml" in rows["aa-accurate"]
+    assert "0.03137" in rows["zz-robust"] and "0.5" in rows["mm-wide"]
+
+
+def test_cli_list_json_and_info_by_alias(my_registry):
+    runner = CliRunner()
+    entries = json.loads(runner.invoke(app, ["list", "--json", "--role", "robust"]).stdout)
+    assert [e["name"] for e in entries] == ["mm-wide", "zz-robust"]
+    info = json.loads(runner.invoke(app, ["info", "wide", "--json"]).stdout)
+    assert info["name"] == "mm-wide" and info["aliases"] == ["wide"] and info["plugin"] == "my-models.toml"
+
+
+# --------------------------------------------------------------------------------------------- --grid and --eps
+
+
+def test_grid_option_sets_min_max_and_count_per_axis_and_leaves_the_rest_default():
+    assert _parse_grid("s=0.1:2:3, p=1:2:4 ,c=-1:0:5") == Grid(s_min=0.1, s_max=2.0, s_n=3, p_min=1.0, p_max=2.0,
+                                                               p_n=4, c_min=-1.0, c_max=0.0, c_n=5)
+    assert _parse_grid("p=1:3:2") == Grid(p_min=1.0, p_max=3.0, p_n=2)
+    assert _parse_grid(None) is None and _parse_grid("") is None
+    grid = _parse_grid("s=0.5:0.5:1,p=2:2:1,c=0:0:1")
+    assert grid.s_values().tolist() == [0.5] and grid.p_values().tolist() == [2.0] and grid.c_values().tolist() == [0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.sampled_from("spc"), st.tuples(st.integers(1, 50), st.integers(0, 50), st.integers(1, 9)),
+                       min_size=1))
+def test_grid_option_round_trips(axes):
+    text = ",".join(f"{k}={lo / 10}:{(lo + extra) / 10}:{n}" for k, (lo, extra, n) in axes.items())
+    expected = Grid(**{f"{k}_{part}": value for k, (lo, extra, n) in axes.items()
+                       for part, value in (("min", lo / 10), ("max", (lo + extra) / 10), ("n", n))})
+    assert _parse_grid(text) == expected
+
+
+def test_grid_option_with_an_unknown_axis_names_the_axes():
+    from mixzoo.errors import MixzooError
+
+    with pytest.raises(MixzooError, match="the axes are s, p and c"):
+        _parse_grid("q=1:2:3")
+    with pytest.raises(MixzooError, match="is not of the form"):
+        _parse_grid("s=1:2:3.5")
+
+
+def test_eps_list_keeps_every_radius_in_order():
+    assert _parse_floats("0.1, 0.2,0.5", "--eps") == [0.1, 0.2, 0.5]
+    assert _parse_floats("0.3", "--eps") == [0.3]
+    assert _parse_floats(None, "--eps") is None
+
+
+# --------------------------------------------------------------------------------------------- commands -> library
+
+
+SHARED_DIFFERENCES = {"out", "progress", "command"}  # CLI-only defaults: a file name, and progress bars on
+
+
+def _assert_library_defaults(kwargs: dict, fn, skip=()) -> None:
+    defaults = _library_defaults(fn)
+    for key, value in kwargs.items():
+        if key in defaults and key not in SHARED_DIFFERENCES | set(skip):
+            assert value == defaults[key], f"{key}: the CLI passes {value!r}, the library default is {defaults[key]!r}"
+
+
+def test_mix_without_options_passes_the_library_defaults(monkeypatch):
+    from mixzoo import pipeline
+
+    real = pipeline.mix
+    spy = _spy(monkeypatch, "mixzoo.pipeline.mix", _mix_result())
+    result = CliRunner().invoke(app, ["mix", "--json"])
+    assert result.exit_code == 0, result.output
+    assert spy.calls[0][0] == (None, None)
+    _assert_library_defaults(spy.kwargs, real)
+    assert spy.kwargs["out"] == Path("card.toml") and spy.kwargs["progress"] is False
+
+
+def test_mix_passes_every_option(monkeypatch, tmp_path):
+    spy = _spy(monkeypatch, "mixzoo.pipeline.mix", _mix_result())
+    args = ["mix", "--abc", "my-abc", "--rbc", "my-rbc", "--dataset", "digits", "--beta", "0.9", "--clamp", "relu",
+            "--n-calib", "7", "--grid", "s=0.1:1:2", "--objective", "relaxed", "--optimizer", "my-opt", "--top-k", "3",
+            "--refit-alpha", "--eps", "0.2", "--norm", "L2", "--n-iter", "5", "--seed", "4", "--batch-size", "6",
+            "--out", str(tmp_path / "c.toml"), "--data-dir", "dd", "--cache-dir", str(tmp_path / "cache"),
+            "--no-cache", "--device", "cuda:1", "--allow-unsafe"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert spy.calls[0][0] == ("my-abc", "my-rbc")
+    kw = spy.kwargs
+    assert kw["grid"] == Grid(s_min=0.1, s_max=1.0, s_n=2)
+    assert {k: kw[k] for k in ("dataset", "beta", "clamp", "n_calib", "objective", "optimizer", "top_k",
+                               "refit_alpha", "eps", "norm", "n_iter", "seed", "batch_size", "out", "data_dir",
+                               "cache_dir", "use_cache", "device", "allow_unsafe", "progress")} == dict(
+        dataset="digits", beta=0.9, clamp="relu", n_calib=7, objective="relaxed", optimizer="my-opt", top_k=3,
+        refit_alpha=True, eps=0.2, norm="L2", n_iter=5, seed=4, batch_size=6, out=tmp_path / "c.toml",
+        data_dir="dd", cache_dir=tmp_path / "cache", use_cache=False, device="cuda:1", allow_unsafe=True,
+        progress=True)
+    assert "mix card written to card.toml" in result.output
+
+
+def test_mix_json_reports_each_parameter_under_its_own_key(monkeypatch):
+    _spy(monkeypatch, "mixzoo.pipeline.mix", _mix_result(s=1.5, p=2.5, c=-0.5, alpha=0.75, beta=0.9, objective=0.125))
+    result = CliRunner().invoke(app, ["mix", "--json"])
+    payload = json.loads(result.stdout)
+    assert {k: payload[k] for k in ("card", "s", "p", "c", "alpha", "beta", "objective")} == dict(
+        card="card.toml", s=1.5, p=2.5, c=-0.5, alpha=0.75, beta=0.9, objective=0.125)
+    assert payload["summary"]["n"] == 3 and payload["cache_hits"] == {"mmaa": False}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12), max_size=5))
+def test_the_recorded_command_line_splits_back_into_the_arguments(argv):
+    from unittest import mock
+
+    from mixzoo.cli import _command_line
+
+    with mock.patch.object(sys, "argv", ["/usr/bin/mixzoo", *argv]):
+        assert shlex.split(_command_line()) == ["mixzoo", *argv]
+
+
+def test_mix_records_the_quoted_command_line(monkeypatch, tmp_path):
+    spy = _spy(monkeypatch, "mixzoo.pipeline.mix", _mix_result())
+    argv = ["mix", "--out", str(tmp_path / "my card.toml"), "--json"]
+    monkeypatch.setattr(sys, "argv", ["mixzoo", *argv])
+    assert CliRunner().invoke(app, argv).exit_code == 0
+    assert shlex.split(spy.kwargs["command"]) == ["mixzoo", *argv]
+
+
+def test_bench_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
+    from mixzoo import bench
+
+    real = bench.bench
+    report = SimpleNamespace(to_dict=lambda: {"ok": 1}, files=[])
+    spy = _spy(monkeypatch, "mixzoo.bench.bench", report)
+    result = CliRunner().invoke(app, ["bench", "--json"])
+    assert result.exit_code == 0, result.output
+    assert spy.calls[0][0] == (None,) and json.loads(result.stdout) == {"ok": 1}
+    _assert_library_defaults(spy.kwargs, real)
+    assert spy.kwargs["out"] == Path("bench")
+
+    spy = _spy(monkeypatch, "mixzoo.bench.bench", report)
+    result = CliRunner().invoke(app, [
+        "bench", str(tmp_path / "card.toml"), "--abc", "a", "--rbc", "r", "--attack", "apgd", "--n", "9",
+        "--out", str(tmp_path / "o"), "--eps", "0.3", "--norm", "L2", "--seed", "2", "--batch-size", "8",
+        "--no-curve", "--curve-n", "11", "-O", "n_iter=3", "--attack-option", "loss=ce", "--save-adversarial",
+        "--data-dir", "dd", "--cache-dir", str(tmp_path / "c"), "--no-cache", "--device", "cuda", "--allow-unsafe",
+        "--json"])
+    assert result.exit_code == 0, result.output
+    assert spy.calls[0][0] == (tmp_path / "card.toml",)
+    assert spy.kwargs == dict(
+        abc="a", rbc="r", attack="apgd", n=9, out=tmp_path / "o", eps=0.3, norm="L2", seed=2, batch_size=8,
+        attack_options={"n_iter": 3, "loss": "ce"}, curve=False, curve_n=11, save_adversarial=True, data_dir="dd",
+        cache_dir=tmp_path / "c", use_cache=False, device="cuda", allow_unsafe=True, progress=False)
+
+
+def test_sanity_defaults_options_and_strict_exit_status(monkeypatch, tmp_path):
+    from mixzoo import sanity
+
+    real = sanity.eps_sweep
+    card = tmp_path / "card.toml"
+    spy = _spy(monkeypatch, "mixzoo.sanity.eps_sweep", _dict_result(passed=False))
+    result = CliRunner().invoke(app, ["sanity", str(card), "--json"])
+    assert result.exit_code == 0, result.output  # misses without --strict: reported, status 0
+    assert json.loads(result.stdout) == {"passed": False}
+    _assert_library_defaults(spy.kwargs, real)
+    assert spy.calls[0][0] == (card,) and spy.kwargs["out"] == Path("sanity")
+
+    spy = _spy(monkeypatch, "mixzoo.sanity.eps_sweep", _dict_result(passed=False))
+    args = ["sanity", str(card), "--eps", "0.1,0.25", "--attack", "pgd", "--n", "5", "--no-linear",
+            "--linear-alpha", "0.6", "--abc", "a", "--rbc", "r", "--out", str(tmp_path / "o"), "--seed", "3",
+            "--batch-size", "4", "-O", "n_iter=2", "--data-dir", "dd", "--cache-dir", str(tmp_path / "c"),
+            "--no-cache", "--device", "cuda", "--allow-unsafe", "--json", "--strict"]
+    assert CliRunner().invoke(app, args).exit_code == 1
+    assert spy.kwargs == dict(
+        abc="a", rbc="r", radii=[0.1, 0.25], attack="pgd", n=5, seed=3, linear=False, linear_alpha=0.6,
+        batch_size=4, attack_options={"n_iter": 2}, out=tmp_path / "o", data_dir="dd", cache_dir=tmp_path / "c",
+        use_cache=False, device="cuda", allow_unsafe=True, progress=False)
+
+    _spy(monkeypatch, "mixzoo.sanity.eps_sweep", _dict_result(passed=True))
+    assert CliRunner().invoke(app, ["sanity", str(card), "--json", "--strict"]).exit_code == 0
+
+
+def test_verify_exit_status_follows_the_verdict_and_options_reach_the_library(monkeypatch, tmp_path):
+    from mixzoo import verify
+
+    real = verify.verify_report
+    spy = _spy(monkeypatch, "mixzoo.verify.verify_report", _dict_result(passed=True))
+    result = CliRunner().invoke(app, ["verify", str(tmp_path), "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout) == {"passed": True}
+    _assert_library_defaults(spy.kwargs, real)
+    spy = _spy(monkeypatch, "mixzoo.verify.verify_report", _dict_result(passed=False))
+    result = CliRunner().invoke(app, ["verify", str(tmp_path), "--abc", "a", "--rbc", "r", "--out",
+                                      str(tmp_path / "v.json"), "--batch-size", "3", "--data-dir", "dd",
+                                      "--device", "cuda", "--allow-unsafe", "--json"])
+    assert result.exit_code == 1
+    assert spy.calls[0][0] == (tmp_path,)
+    assert spy.kwargs == dict(abc="a", rbc="r", data_dir="dd", device="cuda", batch_size=3, allow_unsafe=True,
+                              out=tmp_path / "v.json")
+
+
+def test_check_refuses_an_unwritable_out_before_any_work(monkeypatch, tmp_path):
+    spy = _spy(monkeypatch, "mixzoo.approximation.check_approximation", _dict_result())
+    (tmp_path / "afile").write_text("x")
+    line = one_line_error(CliRunner().invoke(app, ["check", str(tmp_path / "card.toml"), "--out",
+                                                   str(tmp_path / "afile" / "r.json")]))
+    assert "--out" in line and spy.calls == []
+
+
+def test_check_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
+    from mixzoo import approximation
+
+    real = approximation.check_approximation
+    spy = _spy(monkeypatch, "mixzoo.approximation.check_approximation", _dict_result())
+    result = CliRunner().invoke(app, ["check", str(tmp_path / "card.toml"), "--json"])
+    assert result.exit_code == 0, result.output
+    _assert_library_defaults(spy.kwargs, real)
+    spy = _spy(monkeypatch, "mixzoo.approximation.check_approximation", _dict_result())
+    result = CliRunner().invoke(app, ["check", str(tmp_path / "card.toml"), "--rbc", "r", "--out",
+                                      str(tmp_path / "r.json"), "--data-dir", "dd", "--cache-dir",
+                                      str(tmp_path / "c"), "--no-cache", "--device", "cuda", "--allow-unsafe",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    assert spy.kwargs == dict(rbc="r", data_dir="dd", cache_dir=tmp_path / "c", use_cache=False, device="cuda",
+                              allow_unsafe=True, progress=False)
+    written = json.loads((tmp_path / "r.json").read_text())
+    assert written == {"card": str(tmp_path / "card.toml"), "passed": True, "notes": []}
+
+
+def test_transfer_params_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
+    from mixzoo import transfer
+
+    real = transfer.transfer_params_by_name
+    card = tmp_path / "card.toml"
+    spy = _spy(monkeypatch, "mixzoo.transfer.transfer_params_by_name", _card())
+    result = CliRunner().invoke(app, ["transfer-params", "--from", str(card), "--rbc", "bb", "--json"])
+    assert result.exit_code == 0, result.output
+    assert spy.calls[0][0] == (card, "bb")
+    _assert_library_defaults(spy.kwargs, real)
+    assert json.loads(result.stdout) == {"card": "card-transfer.toml", "method": "transfer", "s": 1.5, "p": 2.5,
+                                         "c": -0.5, "alpha": 0.75, "objective": 0.125, "notes": []}
+    spy = _spy(monkeypatch, "mixzoo.transfer.transfer_params_by_name", _card())
+    result = CliRunner().invoke(app, [
+        "transfer-params", "--from", str(card), "--rbc", "bb", "--method", "square", "--queries", "50",
+        "--query-budget", "900", "--n-calib", "30", "--dataset", "digits", "--beta", "0.9", "--seed", "5",
+        "--out", str(tmp_path / "t.toml"), "--data-dir", "dd", "--cache-dir", str(tmp_path / "c"), "--no-cache",
+        "--device", "cuda", "--allow-unsafe", "--json"])
+    assert result.exit_code == 0, result.output
+    assert spy.kwargs == dict(dataset="digits", n_calib=30, method="square", queries=50, query_budget=900,
+                              out=tmp_path / "t.toml", seed=5, beta=0.9, data_dir="dd", cache_dir=tmp_path / "c",
+                              use_cache=False, device="cuda", allow_unsafe=True, progress=False)
+
+
+def test_train_without_a_name_lists_the_recipes_and_trains_nothing(monkeypatch, tmp_path):
+    from mixzoo import train
+
+    spy = _spy(monkeypatch, "mixzoo.train.train_model", "trained")
+    for args in (["train"], ["train", "--list"], ["train", "digits-std", "--list"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert result.output.split() == list(train.RECIPES)
+    assert spy.calls == []
+    result = CliRunner().invoke(app, ["train", "digits-std", "--seed", "3", "--out", str(tmp_path)])
+    assert result.exit_code == 0 and result.output.strip() == "trained"
+    assert spy.calls == [(("digits-std", tmp_path), {"seed": 3})]
+    # No --seed means the recipe's own seed (train_model's None), not a fixed 0 that would count as an override
+    # for a recipe seeded otherwise.
+    assert CliRunner().invoke(app, ["train", "digits-std"]).exit_code == 0
+    assert spy.calls[-1] == (("digits-std", None), {"seed": None})
+
+
+# --------------------------------------------------------------------------------------------- close-name suggestions
+
+
+def test_suggestions_are_the_three_closest_names_closest_first():
+    known = ["cifar", "digits-pgd4", "digits-pgd3", "digits-pgd", "digits-pgd2"]
+    err = UnknownNameError("model", "digits-pgd0", known)
+    assert len(err.suggestions) == 3 and err.suggestions[0] == "digits-pgd"
+    assert set(err.suggestions) < {"digits-pgd", "digits-pgd2", "digits-pgd3", "digits-pgd4"}
+    assert str(err).startswith("unknown model 'digits-pgd0'; did you mean 'digits-pgd', ")
+    assert str(err).endswith(" (see `mixzoo list`)")
+
+
+def test_without_close_names_containment_either_way_suggests_up_to_three_ignoring_case():
+    long = "wideresnet-wrn-28-10-with-a-long-name"
+    assert UnknownNameError("model", "WRN", [long, "x"]).suggestions == [long]
+    inside = UnknownNameError("attack", "my-own-pgd-variant-from-a-paper", ["pgd", "fab"])
+    assert inside.suggestions == ["pgd"]
+    many = [f"{p}-wrn-28-10-with-a-long-name" for p in "abcde"]
+    assert UnknownNameError("model", "WRN", many).suggestions == many[:3]
+    assert UnknownNameError("model", "zzz", many).suggestions == []
+    assert "did you mean" not in str(UnknownNameError("model", "zzz", many))
+
+
+def test_non_model_kinds_list_the_first_twelve_known_names_alphabetically():
+    known = [f"c{i:02d}" for i in reversed(range(15))]
+    message = str(UnknownNameError("clamp", "qqqqqq", known))
+    assert message == "unknown clamp 'qqqqqq' (known: " + ", ".join(f"c{i:02d}" for i in range(12)) + ")"
+
+
+# --------------------------------------------------------------------------------------------- the plugin manager
+
+
+@pytest.fixture()
+def plugin():
+    """Register runtime plugins for one test; unregister them and forget their failures afterwards."""
+    from mixzoo import plugins as plugins_module
+
+    pm = plugins_module.get_plugin_manager()
+    names: list[str] = []
+
+    def add(obj, name: str) -> str:
+        names.append(register_plugin(obj, name=name))
+        return names[-1]
+
+    yield add
+    for name in names:
+        if pm.get_plugin(name) is not None:
+            unregister_plugin(name)
+        plugins_module._failures.pop(name, None)
+    clear_caches()
+
+
+class _Clamps:
+    __version__ = "1.2.3"
+
+    def __init__(self, **clamps):
+        self.clamps = clamps
+
+    @hookimpl
+    def mixzoo_clamp_functions(self):
+        return dict(self.clamps)
+
+
+class _Specs:
+    def __init__(self, *entries):
+        self.entries = entries
+
+    @hookimpl
+    def mixzoo_model_specs(self):
+        return list(self.entries)
+
+
+def test_registering_and_unregistering_a_plugin_refreshes_the_cached_tables(plugin):
+    from mixzoo.plugins import clamp_functions
+
+    assert "mut-late-clamp" not in clamp_functions()  # the merged table is now cached
+    name = plugin(_Clamps(**{"mut-late-clamp": abs}), "mut-late")
+    assert lookup("clamp", "mut-late-clamp") is abs
+    unregister_plugin(name)
+    with pytest.raises(UnknownNameError, match="unknown clamp 'mut-late-clamp'"):
+        lookup("clamp", "mut-late-clamp")
+
+
+def test_registering_a_plugin_refreshes_the_cached_registry(plugin):
+    assert "mut-new-model" not in get_registry()
+    plugin(_Specs({"name": "mut-new-model", **ACCURATE}), "mut-specs")
+    assert get_registry().get("mut-new-model").plugin == "mut-specs"
+
+
+def test_a_spec_object_from_a_plugin_is_credited_to_that_plugin(plugin):
+    spec = ModelSpec(name="mut-spec-object", role="accurate", dataset="digits", num_classes=10,
+                     input_size=(1, 8, 8), source={"kind": "zoo"})
+    assert spec.plugin == "registry.toml"
+    plugin(_Specs(spec), "mut-spec-objects")
+    assert get_registry().get("mut-spec-object").plugin == "mut-spec-objects"
+    credited = ModelSpec(**{**spec.__dict__, "name": "mut-spec-credited", "plugin": "upstream"})
+    plugin(_Specs(credited), "mut-spec-credited-by")
+    assert get_registry().get("mut-spec-credited").plugin == "upstream"
+
+
+def test_hooks_answering_none_are_skipped_and_wrong_types_are_recorded(plugin):
+    class Silent:
+        @hookimpl
+        def mixzoo_clamp_functions(self):
+            return None
+
+    class Listy:
+        @hookimpl
+        def mixzoo_attacks(self):
+            return ["not", "a", "dict"]
+
+    plugin(Silent(), "mut-silent")
+    plugin(Listy(), "mut-listy")
+    plugin(_Clamps(**{"mut-ok-clamp": abs}), "mut-ok")
+    assert lookup("clamp", "mut-ok-clamp") is abs
+    assert ("mut-silent", None) not in collect("mixzoo_clamp_functions")
+    assert "mut-ok-clamp" in collect_named("mixzoo_clamp_functions", "clamp")
+    assert lookup("attack", "apgd") is not None
+    failures = plugin_failures()
+    assert "mut-silent" not in failures
+    assert failures["mut-listy"] == "mixzoo_attacks returned list, expected dict"
+
+
+def test_each_kind_is_looked_up_in_its_own_table():
+    assert lookup("optimizer", "grid") is not None and lookup("attack", "apgd") is not None
+    with pytest.raises(UnknownNameError, match="unknown optimizer 'apgd'"):
+        lookup("optimizer", "apgd")
+    with pytest.raises(UnknownNameError, match="unknown attack 'grid'"):
+        lookup("attack", "grid")
+    with pytest.raises(UnknownNameError, match="unknown dataset 'gelu'"):
+        lookup("dataset", "gelu")
+
+
+def test_plugin_infos_are_sorted_and_show_versions_sorted_provisions_and_failures(plugin):
+    class Broken:
+        @hookimpl
+        def mixzoo_calibration_optimizers(self):
+            raise RuntimeError("optimizer import failed")
+
+        @hookimpl
+        def mixzoo_load_model(self, spec, device, allow_unsafe):
+            return None
+
+    class Unversioned:
+        @hookimpl
+        def mixzoo_datasets(self):
+            return {"mut-b-data": abs, "mut-a-data": abs}
+
+    plugin(_Clamps(**{"mut-z-clamp": abs, "mut-a-clamp": abs}), "mut-info-clamps")
+    plugin(Broken(), "mut-info-broken")
+    plugin(Unversioned(), "mut-info-plain")
+    plugin(_Specs({"name": "mut-info-model", **ACCURATE}), "mut-info-specs")
+    infos = plugin_infos()
+    names = [i.name for i in infos]
+    assert names == sorted(names)
+    by_name = {i.name: i for i in infos}
+    clamps = by_name["mut-info-clamps"]
+    assert clamps.version == "1.2.3" and clamps.provides == {"clamps": ["mut-a-clamp", "mut-z-clamp"]}
+    assert clamps.error is None
+    plain = by_name["mut-info-plain"]
+    assert plain.version == "runtime" and plain.provides == {"datasets": ["mut-a-data", "mut-b-data"]}
+    broken = by_name["mut-info-broken"]
+    assert broken.error == "mixzoo_calibration_optimizers: RuntimeError: optimizer import failed"
+    assert broken.provides == {"loads source kinds": ["(unspecified)"]}
+    assert by_name["mut-info-specs"].provides == {"models": ["mut-info-model"]}
+    assert "mut-info-model" not in by_name["zoo"].provides.get("models", [])
+    assert by_name["zoo"].provides["loads source kinds"] == ["zoo"]
+
+
+def test_cli_plugins_json_lists_the_runtime_plugin(plugin):
+    plugin(_Clamps(**{"mut-cli-clamp": abs}), "mut-cli-plugin")
+    result = CliRunner().invoke(app, ["plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    entry = next(p for p in json.loads(result.stdout) if p["name"] == "mut-cli-plugin")
+    assert entry["provides"] == {"clamps": ["mut-cli-clamp"]} and entry["version"] == "1.2.3"
