@@ -1,0 +1,599 @@
+"""Model loading and the bench's own bookkeeping: behaviours a mutation audit found untested.
+
+Loading (``mixzoo_plugins._loading`` and the ``bit`` / ``convnextv2`` / ``swin`` / ``wideresnet`` plugins): checksum
+case, DataParallel prefixes, shape mismatches, the cache path and offline switches of the hub, which weight file a
+timm repo loads, old-form hub configs, normalisation checks, RobustBench ensembles and environment switches, BiT
+checkpoint normalisation and options. Everything runs offline on hand-made caches, tiny timm architectures with
+random weights or RobustBench's own small constructors.
+
+Bench (``mixzoo.bench`` and the trade-off curve of ``mixzoo.report``): per-batch seeds, how per-batch outcomes are
+merged, resume and cleanup of partial results, the Wilson intervals, which images and which accuracy the linear
+baseline is matched on, the linear row itself, and which alpha each curve point uses. Attacks are replaced by
+fakes with known outcomes, so every expected number is computed here from its definition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import mixzoo
+from mixzoo.attacks.result import ComponentStat, EvalResult
+from mixzoo.cache import Cache
+from mixzoo.card import MixCard
+from mixzoo.errors import InputError, MissingFileError, MixzooError, RegistryError
+from mixzoo.registry import ModelSpec
+from mixzoo_plugins import _loading, bit, convnextv2, swin, wideresnet
+
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+# ------------------------------------------------------------------------------------------------- helpers
+@pytest.fixture()
+def hf_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache, offline (huggingface_hub's constants are read at call time)."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+def put_hf_file(cache: Path, repo_id: str, filename: str, data: bytes) -> Path:
+    """One file in the standard cache layout (refs/main -> REV)."""
+    root = cache / f"models--{repo_id.replace('/', '--')}"
+    (root / "snapshots" / REV).mkdir(parents=True, exist_ok=True)
+    (root / "refs").mkdir(exist_ok=True)
+    (root / "refs" / "main").write_text(REV)
+    path = root / "snapshots" / REV / filename
+    path.write_bytes(data)
+    return path
+
+
+@pytest.fixture()
+def rb_dir(tmp_path, monkeypatch):
+    path = tmp_path / "robustbench"
+    monkeypatch.setenv("MIXZOO_ROBUSTBENCH_DIR", str(path))
+    return path
+
+
+def spec(**kw) -> ModelSpec:
+    base = dict(name="t", role="accurate", dataset="cifar10", num_classes=10, input_size=(3, 32, 32), source={})
+    return ModelSpec(**{**base, **kw})
+
+
+# -------------------------------------------------------------------------------------- safe loading, keys
+def test_sha256_check_ignores_the_case_of_the_hex_digest(tmp_path):
+    """A hex digest names the same bytes in upper or lower case; a registry may write either."""
+    import hashlib
+
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"weights")
+    digest = hashlib.sha256(b"weights").hexdigest()
+    _loading.verify_sha256(path, digest.upper(), "entry")
+    _loading.verify_sha256(path, digest, "entry")
+    with pytest.raises(_loading.ChecksumError):
+        _loading.verify_sha256(path, "0" * 64, "entry")
+
+
+def test_module_prefix_is_stripped_only_when_every_key_carries_it():
+    """A network with a submodule named ``module`` is not a DataParallel wrapper: its keys stay as they are."""
+    t = torch.zeros(1)
+    own = {"module.weight": t, "head.bias": t}
+    assert list(_loading.state_dict_from(own, "x")) == ["module.weight", "head.bias"]
+    assert list(_loading.state_dict_from({"module.a.w": t, "module.b": t}, "x")) == ["a.w", "b"]
+
+
+@pytest.mark.parametrize("obj", [{}, {"state_dict": {}}], ids=["empty", "empty-wrapped"])
+def test_an_empty_state_dict_is_refused(obj):
+    with pytest.raises(MixzooError, match="no state dict of tensors"):
+        _loading.state_dict_from(obj, "empty.pt")
+
+
+def test_a_wrong_shape_is_reported_in_one_line_like_missing_keys():
+    net = nn.Linear(3, 2)
+    bad = {"weight": torch.zeros(2, 4), "bias": torch.zeros(2)}
+    with pytest.raises(MixzooError, match=r"does not fit the architecture \(wrong shape weight\)") as err:
+        _loading.load_state_dict_strict(net, bad, "ckpt.pt")
+    assert "\n" not in str(err.value)
+    good = {"weight": torch.ones(2, 3), "bias": torch.zeros(2)}
+    _loading.load_state_dict_strict(net, good, "ckpt.pt")
+    assert torch.equal(net.weight, good["weight"])
+
+
+# ------------------------------------------------------------------------------------------ Hugging Face hub
+def test_cache_location_names_the_requested_revision():
+    from huggingface_hub import constants
+
+    where = _loading.hf_cache_location("org/name", "model.safetensors", "v1.0")
+    folder = Path(constants.HF_HUB_CACHE) / "models--org--name"
+    assert where == f"{folder}/snapshots/<commit>/model.safetensors (with {folder}/refs/v1.0 holding <commit>)"
+    assert "refs/main holding" in _loading.hf_cache_location("org/name", "model.safetensors")
+
+
+def test_mixzoo_offline_never_downloads_even_when_the_hub_answers(tmp_path, monkeypatch):
+    """MIXZOO_OFFLINE=1 turns downloads off on its own (huggingface_hub's own switch left on)."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("MIXZOO_OFFLINE", "1")
+    calls: list[bool] = []
+
+    def fake_download(repo_id, filename, revision=None, local_files_only=False):
+        calls.append(local_files_only)
+        if local_files_only:
+            raise LocalEntryNotFoundError("not cached")
+        return str(tmp_path / "downloaded")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(_loading, "hub_reachable", lambda: True)
+    with pytest.raises(MissingFileError, match="downloads are off"):
+        _loading.hub_download("foo/bar", "config.json")
+    assert calls == [True]
+
+
+@pytest.mark.parametrize("name", ["hf-hub:a/b/c", "hf-hub:abc", "hf-hub:/b", "hf-hub:a/"])
+def test_hub_names_need_exactly_org_and_name(name):
+    with pytest.raises(InputError, match="hf-hub:ORG/NAME"):
+        _loading.parse_hf_hub(name)
+    assert _loading.parse_hf_hub("hf-hub:a/b@v2") == ("a/b", "v2")
+
+
+def test_safetensors_weights_win_over_a_pickle_in_the_same_repo(hf_cache):
+    """timm pushes both; the safe file is the one to load (``model.safetensors`` first)."""
+    put_hf_file(hf_cache, "org/both", "pytorch_model.bin", b"pickle")
+    safe = put_hf_file(hf_cache, "org/both", "model.safetensors", b"safe")
+    assert _loading.hub_weights("org/both") == safe
+    only_bin = put_hf_file(hf_cache, "org/bin", "pytorch_model.bin", b"pickle")
+    assert _loading.hub_weights("org/bin") == only_bin
+
+
+def test_old_form_hub_config_is_read_like_timm_reads_it(hf_cache):
+    """Old timm hub configs are the pretrained cfg itself, architecture and ``labels`` included."""
+    old = {"architecture": "convnextv2_atto", "num_classes": 7, "input_size": [3, 64, 64], "mean": [0.5, 0.5, 0.5],
+           "std": [0.25, 0.25, 0.25], "labels": ["c0", "c1", "c2", "c3", "c4", "c5", "c6"]}
+    put_hf_file(hf_cache, "org/old", "config.json", json.dumps(old).encode())
+    arch, cfg, model_args = _loading.timm_hub_config("org/old")
+    assert arch == "convnextv2_atto" and model_args == {}
+    assert cfg["num_classes"] == 7 and cfg["label_names"] == old["labels"] and "labels" not in cfg
+    assert cfg["input_size"] == [3, 64, 64] and cfg["hf_hub_id"] == "org/old"
+    got = _loading.timm_hub_spec("hf-hub:org/old", plugin="convnextv2")
+    assert (got.num_classes, got.input_size, got.mean, got.std) == (7, (3, 64, 64), (0.5,) * 3, (0.25,) * 3)
+
+
+@pytest.mark.parametrize(("classes", "dataset"), [(1000, "imagenet"), (10, "unknown")])
+def test_hub_spec_calls_only_1000_class_models_imagenet(hf_cache, classes, dataset):
+    config = {"architecture": "convnextv2_atto", "num_classes": classes,
+              "pretrained_cfg": {"input_size": [3, 224, 224], "mean": [0.5] * 3, "std": [0.5] * 3}}
+    put_hf_file(hf_cache, "org/m", "config.json", json.dumps(config).encode())
+    got = _loading.timm_hub_spec("hf-hub:org/m", plugin="convnextv2")
+    assert (got.num_classes, got.dataset) == (classes, dataset)
+
+
+def test_normalization_check_broadcasts_one_value_and_checks_std_too():
+    cfg = {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
+    _loading._check_normalization(spec(mean=(0.5,), std=(0.25,)), cfg)  # one value stands for every channel
+    _loading._check_normalization(spec(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)), cfg)
+    with pytest.raises(RegistryError, match=r"std \[0\.2\] differs"):
+        _loading._check_normalization(spec(mean=(0.5,), std=(0.2,)), cfg)
+    with pytest.raises(RegistryError, match="mean"):
+        _loading._check_normalization(spec(mean=(0.4,), std=(0.25,)), cfg)
+
+
+# ---------------------------------------------------------------------------------------------- RobustBench
+def test_ensemble_checkpoints_are_numbered_from_zero_as_robustbench_reads_them(rb_dir, monkeypatch):
+    """RobustBench's load_model reads member i of an ensemble from ``'{}_m{}.pt'.format(model_path, i)`` with i
+    from ``enumerate`` over its gdrive ids."""
+    entry = _loading.robustbench_entry("cifar10", "Linf", "Chen2020Adversarial")
+    files = _loading.robustbench_files("cifar10", "Linf", "Chen2020Adversarial", entry)
+    base = rb_dir / "cifar10" / "Linf" / "Chen2020Adversarial.pt"
+    assert files == [Path(f"{base}_m{i}.pt") for i, _ in enumerate(entry["gdrive_id"])]
+    monkeypatch.setenv("MIXZOO_OFFLINE", "1")
+    with pytest.raises(MissingFileError, match=r"Chen2020Adversarial\.pt_m0\.pt is missing"):
+        mixzoo.load_model("cifar10/Linf/Chen2020Adversarial")
+
+
+@pytest.mark.parametrize("unpickling", [False, True])
+@pytest.mark.parametrize("before", [None, "1"], ids=["unset", "set"])
+def test_torch_load_switches_are_restored_after_a_robustbench_load(monkeypatch, unpickling, before):
+    keys = ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    for k in keys:
+        monkeypatch.delenv(k, raising=False)
+    if before is not None:
+        monkeypatch.setenv(keys[unpickling], before)
+    with _loading._torch_load_mode(unpickling):
+        assert os.environ.get(keys[unpickling]) == "1" and keys[not unpickling] not in os.environ
+    assert os.environ.get(keys[unpickling]) == before and keys[not unpickling] not in os.environ
+
+
+def test_robustbench_spec_with_a_std_other_than_one_is_refused(rb_dir):
+    base = mixzoo.get_spec("cifar10/Linf/Ding2020MMA")
+    with pytest.raises(RegistryError, match="normalize internally"):
+        mixzoo.load_model(dataclasses.replace(base, std=(0.5,)))
+
+
+def test_a_freshly_downloaded_checkpoint_is_checked_against_the_registry(rb_dir, monkeypatch):
+    """Online, a missing checkpoint is downloaded by RobustBench; what arrives must still match sha256."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("MIXZOO_OFFLINE", raising=False)
+
+    def fake_build(name, dataset, threat, files, unsafe, allow_unsafe):
+        files[0].parent.mkdir(parents=True, exist_ok=True)
+        files[0].write_bytes(b"what the download delivered")
+        return nn.Identity()
+
+    monkeypatch.setattr(_loading, "_robustbench_build", fake_build)
+    wanted = dataclasses.replace(mixzoo.get_spec("cifar10/Linf/Ding2020MMA"), sha256="ab" * 32)
+    with pytest.raises(_loading.ChecksumError, match="expects abababab"):
+        mixzoo.load_model(wanted)
+
+
+def test_robustbench_hooks_take_only_their_own_datasets(rb_dir):
+    cifar = mixzoo.get_spec("cifar10/Linf/Ding2020MMA")
+    assert swin.mixzoo_load_model(cifar, "cpu", False) is None
+    imagenet = mixzoo.get_spec("imagenet/Linf/Liu2023Comprehensive_Swin-L")
+    assert wideresnet.mixzoo_load_model(imagenet, "cpu", False) is None
+    c100 = mixzoo.get_spec("cifar100/Linf/Wang2023Better_WRN-70-16")
+    assert (c100.plugin, c100.num_classes, c100.dataset) == ("wideresnet", 100, "cifar100")
+    assert c100.epsilon == pytest.approx(8 / 255)
+
+
+def test_timm_hook_leaves_other_kinds_alone():
+    for kind in ("bit-hf", "robustbench", "zoo"):
+        assert convnextv2.mixzoo_load_model(spec(source={"kind": kind}), "cpu", False) is None
+    assert bit.mixzoo_load_model(spec(source={"kind": "timm"}), "cpu", False) is None
+
+
+# ------------------------------------------------------------------------------------------------------ BiT
+def test_bit_checkpoint_normalization_compares_each_key_and_broadcasts_one_value():
+    norm = {"mean": torch.full((1, 3, 1, 1), 0.5), "std": torch.full((1, 3, 1, 1), 0.5)}
+    bit._check_checkpoint_normalization(norm, spec(mean=(0.5,), std=(0.5,)), "c.pt")
+    bit._check_checkpoint_normalization(norm, spec(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)), "c.pt")
+    with pytest.raises(RegistryError, match="std"):
+        bit._check_checkpoint_normalization(norm, spec(mean=(0.5,), std=(0.25,)), "c.pt")
+    with pytest.raises(RegistryError, match="mean"):
+        bit._check_checkpoint_normalization(norm, spec(mean=(0.25,), std=(0.5,)), "c.pt")
+
+
+def test_bit_depths_are_the_resnet_stage_counts():
+    """ResNet-50/101/152 (He et al. 2016, Table 1): 3-4-6-3, 3-4-23-3 and 3-8-36-3 bottleneck blocks."""
+    assert bit.bit_layers({"arch": "resnetv2_50x1_bit"}, "t") == ([3, 4, 6, 3], 1)
+    assert bit.bit_layers({"arch": "resnetv2_101x3_bit"}, "t") == ([3, 4, 23, 3], 3)
+    assert bit.bit_layers({"arch": "resnetv2_152x4_bit"}, "t") == ([3, 8, 36, 3], 4)
+
+
+def _tiny_bit_file(tmp_path: Path) -> tuple[Path, nn.Module]:
+    torch.manual_seed(5)
+    net = bit.build_bit([1, 1, 1, 1], 1, num_classes=10).eval()
+    path = tmp_path / "tiny-bit.pt"
+    torch.save(net.state_dict(), path)
+    return path, net
+
+
+def test_bit_local_path_wins_over_the_hub_and_missing_paths_are_named(hf_cache, tmp_path):
+    path, _ = _tiny_bit_file(tmp_path)
+    src = {"kind": "bit-hf", "repo": "Bai-YT/MixedNUTS", "filename": "not-cached.pt", "path": str(path)}
+    assert bit.checkpoint_path(spec(source=src)) == path
+    gone = tmp_path / "gone.pt"
+    with pytest.raises(MissingFileError, match=f"checkpoint {gone} of registry entry 't' does not exist"):
+        bit.checkpoint_path(spec(source={**src, "path": str(gone)}))
+
+
+def test_bit_std_conv_eps_of_the_entry_reaches_every_standardised_conv(tmp_path):
+    from timm.layers import StdConv2d
+
+    path, reference = _tiny_bit_file(tmp_path)
+    src = {"kind": "bit-hf", "path": str(path), "layers": [1, 1, 1, 1], "width_factor": 1, "std_conv_eps": 1e-10}
+    net = bit.load_bit(spec(source=src))
+    convs = [m for m in net.modules() if isinstance(m, StdConv2d)]
+    assert convs and all(m.eps == 1e-10 for m in convs)
+    default = bit.load_bit(spec(source={k: v for k, v in src.items() if k != "std_conv_eps"}))
+    assert all(m.eps == 1e-8 for m in default.modules() if isinstance(m, StdConv2d))
+    x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(default(x), reference(x))
+
+
+# ================================================================================================= bench
+def indexed_images(n: int) -> torch.Tensor:
+    """Image i is constant i / 100, so a fake attack can tell which example it is given."""
+    return (torch.arange(n, dtype=torch.float32) / 100).view(n, 1, 1, 1).expand(n, 1, 2, 2).clone()
+
+
+def example_ids(images: torch.Tensor) -> list[int]:
+    return [round(float(v) * 100) for v in images[:, 0, 0, 0]]
+
+
+def clean_ok(i: int) -> bool:
+    return i % 3 != 0
+
+
+def robust_ok(i: int) -> bool:
+    return i % 3 == 1
+
+
+class Scripted:
+    """A stand-in attack with known outcomes: example i is clean-correct unless i % 3 == 0 and robust only if
+    i % 3 == 1. Each batch reports two components (``apgd-ce`` breaking what it breaks, ``square`` one more) and
+    takes ``len(batch)`` seconds. Records the seed of every batch; ``fail_on`` interrupts that run call."""
+
+    seeds: list[int] = []
+    calls = 0
+    fail_on: int | None = None
+
+    def __init__(self, eps, norm, seed, **options):
+        Scripted.seeds.append(seed)
+
+    def run(self, model, images, labels, progress=False):
+        Scripted.calls += 1
+        if Scripted.calls == Scripted.fail_on:
+            raise KeyboardInterrupt
+        ids = example_ids(images)
+        clean = torch.tensor([clean_ok(i) for i in ids])
+        robust = torch.tensor([robust_ok(i) for i in ids])
+        broken = int((clean & ~robust).sum())
+        return EvalResult("scripted", 0.1, "Linf", len(ids), clean, robust, images + 0.001,
+                          [ComponentStat("apgd-ce", broken, 0.5), ComponentStat("square", 1, 0.25)], [],
+                          float(len(ids)))
+
+
+@pytest.fixture()
+def scripted(monkeypatch):
+    import mixzoo.plugins
+
+    Scripted.seeds, Scripted.calls, Scripted.fail_on = [], 0, None
+    monkeypatch.setattr(mixzoo.plugins, "lookup", lambda kind, name: Scripted)
+    return Scripted
+
+
+def run_evaluate(cache: Cache, n: int = 10, batch_size: int = 4, **kw):
+    from mixzoo.bench import evaluate
+
+    images = indexed_images(n)
+    return evaluate(nn.Identity(), images, torch.zeros(n, dtype=torch.long), attack="scripted", eps=0.1,
+                    norm="Linf", seed=kw.pop("seed", 7), batch_size=batch_size, cache=cache,
+                    key_parts={"test": "merge"}, label="m", progress=False, **kw)
+
+
+def test_evaluate_merges_batches_in_order_with_summed_counts_and_times(scripted, tmp_path):
+    """10 examples in batches of 4, 4, 2: outcomes concatenated in example order, seconds and per-component
+    counts summed over batches, batch k attacked with seed + k (as MMAA's batches, pipeline.py)."""
+    from mixzoo.attacks.evaluation import square_masking_note
+
+    ev = run_evaluate(Cache(tmp_path, enabled=False), seed=7)
+    assert scripted.seeds == [7, 8, 9]
+    assert ev["clean_correct"] == [clean_ok(i) for i in range(10)]
+    assert ev["robust_correct"] == [robust_ok(i) for i in range(10)]
+    assert ev["seconds"] == pytest.approx(4 + 4 + 2)
+    broken = sum(clean_ok(i) and not robust_ok(i) for i in range(10))  # examples 2, 5, 8
+    assert ev["components"] == [{"name": "apgd-ce", "newly_broken": broken, "seconds": pytest.approx(1.5)},
+                                {"name": "square", "newly_broken": 3, "seconds": pytest.approx(0.75)}]
+    assert ev["warnings"] == [square_masking_note(3)]
+
+
+def test_saved_points_are_the_broken_examples_with_their_global_index(scripted, tmp_path):
+    ev = run_evaluate(Cache(tmp_path, enabled=False), save_adversarial=True)
+    want = [i for i in range(10) if clean_ok(i) and not robust_ok(i)]
+    assert ev["adversarial"]["index"].tolist() == want == [2, 5, 8]
+    assert example_ids(ev["adversarial"]["images"] - 0.001) == want
+
+
+def test_an_interrupted_evaluation_reattacks_only_the_missing_batches_then_cleans_up(scripted, tmp_path):
+    cache = Cache(tmp_path / "c")
+    scripted.fail_on = 2  # the second batch is interrupted
+    with pytest.raises(KeyboardInterrupt):
+        run_evaluate(cache, save_adversarial=True)
+    assert len(list((cache.root / "bench").glob("*.partial/*.json"))) == 1
+    scripted.seeds, scripted.calls, scripted.fail_on = [], 0, None
+    resumed = run_evaluate(cache, save_adversarial=True)
+    assert scripted.calls == 2 and scripted.seeds == [8, 9]  # batches 1 and 2, with their own seeds
+    assert resumed["robust_correct"] == [robust_ok(i) for i in range(10)]
+    assert resumed["adversarial"]["index"].tolist() == [2, 5, 8]
+    assert resumed["seconds"] == pytest.approx(10)
+    assert not list((cache.root / "bench").glob("*.partial")), "finished: the per-batch files are gone"
+    again = run_evaluate(cache, save_adversarial=True)
+    assert again["cached"] and scripted.calls == 2
+
+
+def test_a_damaged_finished_outcome_is_attacked_again(scripted, tmp_path):
+    cache = Cache(tmp_path / "c")
+    first = run_evaluate(cache)
+    [final] = (cache.root / "bench").glob("*.json")
+    final.write_text('{"clean_correct": [tru')
+    scripted.calls = 0
+    again = run_evaluate(cache)
+    assert scripted.calls == 3 and not again.get("cached")
+    assert again["robust_correct"] == first["robust_correct"]
+
+
+def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """The Wilson score interval, written out (Wilson 1927)."""
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+def test_each_rows_interval_is_that_of_its_own_accuracy():
+    from mixzoo.bench import _result
+
+    ev = {"clean_correct": [True] * 8 + [False] * 2, "robust_correct": [True] * 3 + [False] * 7, "seconds": 1.0,
+          "components": [], "warnings": []}
+    row = _result("m", "abc", ev, "apgd", 0.1, "Linf")
+    assert (row.clean_accuracy, row.robust_accuracy, row.n) == (0.8, 0.3, 10)
+    assert row.clean_ci == pytest.approx(wilson(8, 10)) and row.robust_ci == pytest.approx(wilson(3, 10))
+    assert (row.clean_outcomes, row.robust_outcomes) == ("1" * 8 + "00", "111" + "0" * 7)
+
+
+def test_terminal_seconds_name_the_device_only_when_it_is_not_the_runs():
+    from mixzoo.bench import ModelResult, terminal_seconds_cell
+
+    row = ModelResult(name="x", kind="abc", clean_accuracy=1.0, robust_accuracy=0.5, attack="apgd", epsilon=0.1,
+                      norm="Linf", n=4, seconds=12.4, device="cpu")
+    assert terminal_seconds_cell(row, "cpu") == "12"
+    assert terminal_seconds_cell(row, "cuda") == "12 (cpu)"
+    assert terminal_seconds_cell(dataclasses.replace(row, cached=True), "cpu") == "12 (cached)"
+
+
+def test_run_settings_refuse_zero_images():
+    from mixzoo.bench import check_run_settings
+
+    with pytest.raises(InputError, match="--n must be positive, got 0"):
+        check_run_settings(0, 10, "cpu", "apgd")
+    check_run_settings(1, 10, "cpu", "apgd")
+
+
+def test_a_card_may_keep_as_many_top_classes_as_the_task_has():
+    from mixzoo.bench import card_evaluation
+
+    assert card_evaluation(digits_card(top_k=10), n=10).data.num_classes == 10
+
+
+def test_linear_cache_key_depends_on_alpha():
+    from mixzoo.bench import linear_key_parts
+    from mixzoo.cache import content_key
+
+    data = types.SimpleNamespace(fingerprint="f")
+    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    assert content_key(linear_key_parts(a, b, data, 0.7)) != content_key(linear_key_parts(a, b, data, 0.8))
+
+
+# -------------------------------------------------------------------------------- matching the linear baseline
+def digits_card(**changes) -> MixCard:
+    return MixCard(**{**dict(s=2.0, p=2.0, c=-0.5, alpha=0.9, beta=0.985, dataset="digits",
+                             abc={"name": "digits-std"}, rbc={"name": "digits-pgd"}), **changes})
+
+
+def linear_robust(alpha: float, n: int) -> list[bool]:
+    """A made-up linear mixture: round(2 (alpha - 1/2) n) of n examples robust, growing with alpha."""
+    k = round(2 * (alpha - 0.5) * n)
+    return [True] * k + [False] * (n - k)
+
+
+def test_linear_baseline_is_matched_on_the_first_images_and_on_robust_accuracy(monkeypatch):
+    """MixedNUTS's robust accuracy on the first match_n = 8 of 20 images is 2/8 (its clean accuracy 1, on all
+    images 2/20): the target is 1/4 and every evaluation sees those 8 images."""
+    import mixzoo.bench as bench_module
+    from mixzoo.bench import CardEvaluation, matched_linear_alpha
+
+    seen = []
+
+    def fake_evaluate(model, images, labels, **kw):
+        seen.append((kw["label"], example_ids(images)))
+        if kw["label"].startswith("MixedNUTS"):
+            return {"clean_correct": [True] * len(images), "robust_correct": [i < 2 for i in example_ids(images)]}
+        return {"clean_correct": [True] * len(images), "robust_correct": linear_robust(model.alpha, len(images))}
+
+    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
+    data = types.SimpleNamespace(images=indexed_images(20), labels=torch.zeros(20, dtype=torch.long),
+                                 fingerprint="f")
+    ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
+    alpha, tried, target = matched_linear_alpha(ce, match_n=8, attack="apgd", eps=0.1, norm="Linf", seed=0,
+                                                batch_size=4, cache=Cache(enabled=False), attack_options=None,
+                                                progress=False)
+    assert target == 2 / 8
+    assert all(ids == list(range(8)) for _, ids in seen)
+    assert sum(linear_robust(alpha, 8)) == 2  # the chosen mixture matches: 2 robust examples of 8
+    assert {"alpha": alpha, "robust_accuracy": 0.25} in tried
+
+
+def test_bench_rows_linear_mixture_and_points_are_each_their_own(monkeypatch):
+    """bench() with the attack replaced: the linear row is Bai et al.'s mixture (1 - a) softmax(g) + a softmax(h)
+    at the matched alpha (not the card's), the matching covers min(match_n, n) images, and every row keeps its own
+    saved points."""
+    import mixzoo.bench as bench_module
+    from mixzoo.bench import bench
+
+    models: dict[str, nn.Module] = {}
+    markers = {"digits-std": 0, "digits-pgd": 1, "MixedNUTS": 2}
+
+    def fake_evaluate(model, images, labels, *, label, save_adversarial=False, **kw):
+        n = len(images)
+        models[label] = model
+        if label.startswith("linear"):
+            robust = linear_robust(model.alpha, n)
+        elif label.startswith("MixedNUTS"):
+            robust = [True] * (n // 4) + [False] * (n - n // 4)  # robust accuracy 1/4
+        else:
+            robust = [True] * n
+        ev = {"clean_correct": [True] * n, "robust_correct": robust, "seconds": 1.0, "components": [],
+              "warnings": [], "device": "cpu", "machine": "m"}
+        if save_adversarial:
+            ev["adversarial"] = {"index": torch.tensor([markers.get(label, 3)]), "images": torch.zeros(1, 1, 8, 8)}
+        return ev
+
+    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
+    report = bench(digits_card(), attack="apgd", n=12, curve=False, plots=False, save_adversarial=True,
+                   use_cache=False, progress=False)
+    linear = report.row("linear")
+    assert sum(linear_robust(linear.alpha, 12)) == 3 and linear.alpha != report.card.alpha
+    assert report.settings["linear_alpha_match"]["n"] == 12
+    assert report.settings["linear_alpha_match"]["mixednuts_robust_accuracy"] == 0.25
+    mixture = models[f"linear alpha={linear.alpha}"]
+    abc, rbc = models["digits-std"], models["digits-pgd"]
+    x = torch.rand(5, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = (1 - linear.alpha) * abc(x).softmax(1) + linear.alpha * rbc(x).softmax(1)
+        torch.testing.assert_close(mixture(x).exp(), expected, rtol=1e-5, atol=1e-6)
+    assert {k: v["index"].tolist() for k, v in report.adversarial.items()} == {
+        "abc": [0], "rbc": [1], "mixednuts": [2], "linear": [3]}
+
+
+# ----------------------------------------------------------------------------------------- trade-off curve
+def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
+    """Fig. 8: MixedNUTS recalibrated at every beta; the point's model and clean accuracy use that calibration's
+    alpha, not the card's."""
+    import importlib
+
+    import mixzoo.pipeline as pipeline
+    import mixzoo.report as report
+    from mixzoo.mixing import mix_log_probs
+
+    g = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
+    h = torch.tensor([[0.0, 1.5, 0.0], [0.0, 0.0, 1.0], [0.5, 1.0, 0.0], [0.0, 2.0, 0.0]])
+    labels = torch.tensor([0, 1, 0, 2])
+    data = types.SimpleNamespace(images=torch.zeros(4, 1, 2, 2), labels=labels, fingerprint="f")
+    cal = types.SimpleNamespace(clean_logits=None, attacked_logits=None, labels=None)  # calibrate is replaced
+    monkeypatch.setattr(report, "calibration_data_for", lambda *a, **k: cal)
+    monkeypatch.setattr(pipeline, "cached_logits", lambda model, d, **k: g if "ABC" in k["what"] else h)
+    calibrated = {0.9: MixCard(s=1.0, p=1.0, c=0.0, alpha=0.55, beta=0.9),
+                  0.99: MixCard(s=1.0, p=1.0, c=0.0, alpha=0.95, beta=0.99)}
+    monkeypatch.setattr(importlib.import_module("mixzoo.calibrate"), "calibrate",
+                        lambda **k: calibrated[k["beta"]])
+    import mixzoo.bench as bench_module
+
+    alphas_attacked = []
+
+    def fake_evaluate(model, images, labels_r, **kw):
+        alphas_attacked.append(model.alpha)
+        return {"robust_correct": [True] * len(images)}
+
+    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
+    card = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.75, beta=0.985)
+    cur = report.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
+                                n=4, eps=0.1, norm="Linf", seed=0, batch_size=4, betas=(0.9, 0.99), alphas=(),
+                                progress=False)
+
+    def clean(alpha: float) -> float:
+        lp = mix_log_probs(g, h, s=1.0, p=1.0, c=0.0, alpha=alpha, clamp="gelu")
+        return float((lp.argmax(1) == labels).float().mean())
+
+    assert clean(0.55) != clean(0.95) and clean(0.55) != clean(0.75)  # the choice of alpha matters here
+    assert alphas_attacked == [0.55, 0.95]
+    assert [(p["beta"], p["alpha"], p["clean_accuracy"]) for p in cur["mixednuts"]] == [
+        (0.9, 0.55, clean(0.55)), (0.99, 0.95, clean(0.95))]
