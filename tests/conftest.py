@@ -26,3 +26,24 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture()
+def hf_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache, offline. huggingface_hub read HF_HUB_CACHE at import, so patch its constants
+    (read at call time by hf_hub_download); test_real_loading's test_hub_cache_patch_takes_effect checks this."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+@pytest.fixture()
+def rb_dir(tmp_path, monkeypatch):
+    """An empty RobustBench model directory, named by MIXZOO_ROBUSTBENCH_DIR."""
+    path = tmp_path / "robustbench"
+    monkeypatch.setenv("MIXZOO_ROBUSTBENCH_DIR", str(path))
+    return path

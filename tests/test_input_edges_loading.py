@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import requests
 import torch
+from hub_cache import put_hf_file
 
 import mixzoo.train as training
 from mixzoo.data import load_dataset
@@ -162,17 +163,6 @@ def online_hf_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("MIXZOO_OFFLINE", raising=False)
     monkeypatch.setattr(_loading, "_HUB_PROBES", {}, raising=False)
     return cache
-
-
-def put_hf_file(cache: Path, repo_id: str, filename: str, data: bytes) -> Path:
-    rev = "0123456789abcdef0123456789abcdef01234567"
-    root = cache / f"models--{repo_id.replace('/', '--')}"
-    (root / "snapshots" / rev).mkdir(parents=True)
-    (root / "refs").mkdir()
-    (root / "refs" / "main").write_text(rev)
-    path = root / "snapshots" / rev / filename
-    path.write_bytes(data)
-    return path
 
 
 def test_cached_hub_file_is_used_without_touching_the_network(online_hf_cache, monkeypatch):

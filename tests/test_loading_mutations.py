@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hub_cache import put_hf_file
 from torch import nn
 
 import mixzoo
@@ -33,40 +34,8 @@ from mixzoo.errors import InputError, MissingFileError, MixzooError, RegistryErr
 from mixzoo.registry import ModelSpec
 from mixzoo_plugins import _loading, bit, convnextv2, swin, wideresnet
 
-REV = "0123456789abcdef0123456789abcdef01234567"
-
 
 # ------------------------------------------------------------------------------------------------- helpers
-@pytest.fixture()
-def hf_cache(tmp_path, monkeypatch):
-    """An empty Hugging Face cache, offline (huggingface_hub's constants are read at call time)."""
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hf"
-    cache.mkdir()
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return cache
-
-
-def put_hf_file(cache: Path, repo_id: str, filename: str, data: bytes) -> Path:
-    """One file in the standard cache layout (refs/main -> REV)."""
-    root = cache / f"models--{repo_id.replace('/', '--')}"
-    (root / "snapshots" / REV).mkdir(parents=True, exist_ok=True)
-    (root / "refs").mkdir(exist_ok=True)
-    (root / "refs" / "main").write_text(REV)
-    path = root / "snapshots" / REV / filename
-    path.write_bytes(data)
-    return path
-
-
-@pytest.fixture()
-def rb_dir(tmp_path, monkeypatch):
-    path = tmp_path / "robustbench"
-    monkeypatch.setenv("MIXZOO_ROBUSTBENCH_DIR", str(path))
-    return path
-
-
 def spec(**kw) -> ModelSpec:
     base = dict(name="t", role="accurate", dataset="cifar10", num_classes=10, input_size=(3, 32, 32), source={})
     return ModelSpec(**{**base, **kw})

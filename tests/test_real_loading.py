@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hub_cache import put_hf_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,6 @@ from mixzoo.plugins import clear_caches, get_plugin_manager
 from mixzoo_plugins import _loading, bit
 from mixzoo_plugins._loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
 
-REV = "0123456789abcdef0123456789abcdef01234567"
 ATTO_REPO = "timm/convnextv2_atto.fcmae_ft_in1k"
 
 
@@ -35,38 +35,6 @@ class NotATensor:
 
 
 # ---------------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture()
-def hf_cache(tmp_path, monkeypatch):
-    """An empty Hugging Face cache, offline. huggingface_hub read HF_HUB_CACHE at import, so patch its constants
-    (read at call time by hf_hub_download); test_hub_cache_patch_takes_effect checks this really works."""
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hf"
-    cache.mkdir()
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return cache
-
-
-def put_hf_file(cache: Path, repo_id: str, filename: str, data: bytes) -> Path:
-    """Write one file into the standard cache layout (plain files, refs/main -> REV)."""
-    root = cache / f"models--{repo_id.replace('/', '--')}"
-    (root / "snapshots" / REV).mkdir(parents=True, exist_ok=True)
-    (root / "refs").mkdir(exist_ok=True)
-    (root / "refs" / "main").write_text(REV)
-    path = root / "snapshots" / REV / filename
-    path.write_bytes(data)
-    return path
-
-
-@pytest.fixture()
-def rb_dir(tmp_path, monkeypatch):
-    """An empty RobustBench model directory, named by MIXZOO_ROBUSTBENCH_DIR."""
-    path = tmp_path / "robustbench"
-    monkeypatch.setenv("MIXZOO_ROBUSTBENCH_DIR", str(path))
-    return path
-
-
 @pytest.fixture()
 def registry_file(tmp_path, monkeypatch):
     """Write a test registry (MIXZOO_REGISTRY) and rebuild the merged registry; restored afterwards."""
