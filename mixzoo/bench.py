@@ -31,7 +31,7 @@ from mixzoo.pipeline import (
     check_device,
     check_model_fits,
     model_device,
-    model_hash,
+    model_key,
 )
 from mixzoo.progress import console, progress_bar
 
@@ -226,14 +226,14 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
 
 def mixed_key_parts(card: Any, abc: nn.Module, rbc: nn.Module, data: Any) -> dict[str, Any]:
     """Cache key of MixedNUTS's evaluation rows: the data, both models' weights and the card's mixing parameters."""
-    return {"data": data.fingerprint, "abc": model_hash(abc), "rbc": model_hash(rbc),
+    return {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc),
             "card": {k: getattr(card, k) for k in ("s", "p", "c", "alpha", "clamp", "top_k", "temperature",
                                                    "alpha_d")}}
 
 
 def linear_key_parts(abc: nn.Module, rbc: nn.Module, data: Any, alpha: float) -> dict[str, Any]:
     """Cache key of the linear baseline's evaluation row at ``alpha``."""
-    return {"data": data.fingerprint, "abc": model_hash(abc), "rbc": model_hash(rbc), "linear_alpha": alpha}
+    return {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc), "linear_alpha": alpha}
 
 
 def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]]) -> list[str]:
@@ -330,7 +330,7 @@ def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: 
                                                        "match_n": match_n},
                   label="MixedNUTS (matching attack)", **common)
     target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
-    key = {"data": ce.data.fingerprint, "abc": model_hash(ce.abc), "rbc": model_hash(ce.rbc), "match_n": match_n}
+    key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
     alpha, tried = match_linear_alpha(ce.abc, ce.rbc, images, labels, target, key_parts=key, **common)
     return alpha, tried, target
 
@@ -475,9 +475,9 @@ def bench(
 
     rows = []
     main = dict(common, save_adversarial=save_adversarial)
-    ev = evaluate(abc_m, images, labels, key_parts={**base, "model": model_hash(abc_m)}, label=abc_name, **main)
+    ev = evaluate(abc_m, images, labels, key_parts={**base, "model": model_key(abc_m)}, label=abc_name, **main)
     rows.append(row(abc_name, "abc", ev))
-    ev = evaluate(rbc_m, images, labels, key_parts={**base, "model": model_hash(rbc_m)}, label=rbc_name, **main)
+    ev = evaluate(rbc_m, images, labels, key_parts={**base, "model": model_key(rbc_m)}, label=rbc_name, **main)
     rows.append(row(rbc_name, "rbc", ev))
     mixed_key = mixed_key_parts(card, abc_m, rbc_m, data)
     ev = evaluate(mixed, images, labels, key_parts=mixed_key, label="MixedNUTS", **main)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save
 
 from mixzoo.errors import InputError, MixzooError
@@ -151,19 +152,35 @@ class Cache:
     def partial_dir(self, kind: str, key: str) -> Path:
         return self.root / kind / f"{key}.partial"
 
-    def load_batch(self, kind: str, key: str, index: int) -> dict[str, torch.Tensor] | None:
+    def load_batch(self, kind: str, key: str, index: int,
+                   rows: tuple[int, int] | None = None) -> dict[str, torch.Tensor] | None:
+        """Saved batch ``index``, or ``None`` when absent, unreadable or not the batch of ``rows`` = (start, stop).
+
+        A batch saved by a run with another batch size has the same index but other rows: it is ignored (and
+        overwritten by the recomputed one) rather than concatenated out of place.
+        """
         path = self.partial_dir(kind, key) / f"{index:06d}.safetensors"
         if not self.enabled or not path.exists():
             return None
         try:
-            return load_file(path)
+            with safe_open(path, "pt") as f:
+                saved_rows = (f.metadata() or {}).get("rows")
+            tensors = load_file(path)
         except Exception:  # noqa: BLE001
             path.unlink(missing_ok=True)
             return None
+        if rows is not None:
+            start, stop = rows
+            if saved_rows not in (None, f"{start}:{stop}") or any(t.shape[0] != stop - start for t in tensors.values()):
+                return None
+        return tensors
 
-    def save_batch(self, kind: str, key: str, index: int, tensors: Mapping[str, torch.Tensor]) -> None:
+    def save_batch(self, kind: str, key: str, index: int, tensors: Mapping[str, torch.Tensor],
+                   rows: tuple[int, int] | None = None) -> None:
+        """Save batch ``index``; ``rows`` = (start, stop) is recorded so that a resume can check it."""
         if self.enabled:
-            atomic_save_tensors(self.partial_dir(kind, key) / f"{index:06d}.safetensors", tensors)
+            metadata = {"rows": f"{rows[0]}:{rows[1]}"} if rows is not None else None
+            atomic_save_tensors(self.partial_dir(kind, key) / f"{index:06d}.safetensors", tensors, metadata)
 
     def drop_partial(self, kind: str, key: str) -> None:
         shutil.rmtree(self.partial_dir(kind, key), ignore_errors=True)
@@ -189,10 +206,10 @@ def batched_cached(cache: Cache, kind: str, key: str, n: int, batch_size: int, c
     parts: list[dict[str, torch.Tensor]] = []
     for index, start in enumerate(range(0, n, batch_size)):
         stop = min(n, start + batch_size)
-        part = cache.load_batch(kind, key, index)
+        part = cache.load_batch(kind, key, index, rows=(start, stop))
         if part is None:
             part = compute(start, stop)
-            cache.save_batch(kind, key, index, part)
+            cache.save_batch(kind, key, index, part, rows=(start, stop))
         parts.append(part)
         if progress is not None:
             progress(stop - start)

@@ -111,6 +111,11 @@ def _model_name(model: nn.Module | None, role: str) -> str:
     return f"{role} {spec.name!r}" if spec is not None else f"{role} ({type(model).__name__})"
 
 
+def _is_number(v: Any) -> bool:
+    """A real number; ``True``/``False`` are ints to Python but never a meant parameter value."""
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 class MixedClassifier(nn.Module):
     """MixedNUTS (Eq. 5) around an accurate (``abc``) and a robust (``rbc``) base classifier.
 
@@ -134,12 +139,14 @@ class MixedClassifier(nn.Module):
         if rbc is None and self.alpha > 0:
             raise InputError(f"rbc is None but alpha = {self.alpha} > 0 gives the RBC weight; pass an RBC or alpha=0")
         for name, v in (("s", s), ("p", p)):
-            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+            if not (_is_number(v) and math.isfinite(v) and v > 0):
                 raise InputError(f"{name} must be a positive number (paper Eq. 4), got {v!r}")
-        if not (isinstance(c, int | float) and math.isfinite(c)):
+        if not (_is_number(c) and math.isfinite(c)):
             raise InputError(f"c must be a finite number, got {c!r}")
-        if not (isinstance(temperature, int | float) and temperature >= 0):
-            raise InputError(f"temperature must be >= 0, got {temperature!r}")
+        if not (_is_number(temperature) and math.isfinite(temperature) and temperature >= 0):
+            raise InputError(f"temperature must be a finite number >= 0, got {temperature!r}")
+        if top_k is not None and not (isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 2):
+            raise InputError(f"top_k must be an integer >= 2 (App. D.7: LN over the top-k logits), got {top_k!r}")
         if gradient not in ("exact", "bypass"):
             raise InputError(f"gradient must be 'exact' or 'bypass' (App. B.2.2), got {gradient!r}")
         if not (isinstance(r_d, int | float) and 0.0 <= r_d <= 1.0):

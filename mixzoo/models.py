@@ -34,7 +34,8 @@ class Normalize(nn.Module):
 class BaseClassifier(nn.Module):
     """A base classifier (ABC or RBC, paper notation g_std / h_rob): [0, 1] images in, logits out.
 
-    ``spec`` says what it is; ``weight_hash`` identifies its weights (recorded in mix cards and cache keys).
+    ``spec`` says what it is; ``weight_hash`` identifies its network's weights (recorded in mix cards; cache keys add
+    the normalisation, see :func:`mixzoo.pipeline.model_key`).
     """
 
     def __init__(self, network: nn.Module, spec: ModelSpec):

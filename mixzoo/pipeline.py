@@ -54,7 +54,20 @@ class MixResult:
 
 
 def model_hash(model: nn.Module) -> str:
+    """The weight hash a mix card records for ``model`` (its network's weights; see :func:`model_key`)."""
     return model.weight_hash if isinstance(model, BaseClassifier) else weight_hash(model)
+
+
+def model_key(model: nn.Module) -> str:
+    """What a cached result of ``model`` depends on: its weights and the normalisation applied before them.
+
+    Two :class:`BaseClassifier` s with one network but another mean/std give other logits, so cache keys (logits,
+    MMAA, evaluations) use this, not :func:`model_hash`, which identifies the weights alone as cards record them.
+    A plain module's state dict already holds any normalisation buffers it has.
+    """
+    if isinstance(model, BaseClassifier):
+        return f"{model.weight_hash}+{weight_hash(model.normalize)}"
+    return weight_hash(model)
 
 
 def model_name(model: nn.Module) -> str:
@@ -182,7 +195,7 @@ def cached_logits(model: nn.Module, dataset: Any, *, cache: Cache, batch_size: i
                   progress: bool = True, what: str = "logits") -> torch.Tensor:
     """The model's logits on every image of ``dataset`` (cached by weight hash and data fingerprint)."""
     n = len(dataset.labels)
-    key_parts = {"model": model_hash(model), "data": dataset.fingerprint, "kind": "logits"}
+    key_parts = {"model": model_key(model), "data": dataset.fingerprint, "kind": "logits"}
     from mixzoo.cache import content_key
 
     key = content_key(key_parts)
@@ -219,7 +232,7 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
         settings["transform"] = {k: getattr(transform, k) for k in ("s", "p", "c", "clamp", "top_k")}
         attacked = transformed_rbc(rbc, transform)
         what = f"MMAA on M({model_name(rbc)})"
-    key_parts = {"model": model_hash(rbc), "data": dataset.fingerprint, "attack": settings}
+    key_parts = {"model": model_key(rbc), "data": dataset.fingerprint, "attack": settings}
     key = content_key(key_parts)
     n = len(dataset.labels)
     store_images = dataset.images[0].numel() <= 3 * 64 * 64

@@ -48,14 +48,14 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     from mixzoo.bench import evaluate, mixed_key_parts
     from mixzoo.calibrate import calibrate
     from mixzoo.mixing import MixedClassifier, mix_log_probs
-    from mixzoo.pipeline import cached_logits, model_hash
+    from mixzoo.pipeline import cached_logits, model_key
 
     cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=progress)
     abc_logits = cached_logits(abc, data, cache=cache, device=device, progress=progress, what="ABC eval logits")
     rbc_logits = cached_logits(rbc, data, cache=cache, device=device, progress=progress, what="RBC eval logits")
     labels = data.labels
     images_r, labels_r = data.images[:n], labels[:n]
-    base = {"data": data.fingerprint, "abc": model_hash(abc), "rbc": model_hash(rbc), "curve_n": n}
+    base = {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc), "curve_n": n}
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                   attack_options=attack_options, progress=progress)
     from mixzoo.calibrate import Grid

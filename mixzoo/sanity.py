@@ -36,7 +36,7 @@ from torch import nn
 from mixzoo.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.errors import InputError
 from mixzoo.machine import machine_line, run_record
-from mixzoo.pipeline import model_device, model_hash
+from mixzoo.pipeline import model_device, model_hash, model_key
 
 GREY = 0.5
 
@@ -229,9 +229,8 @@ def eps_sweep(
     radii = default_radii(eps, images, norm) if radii is None else sorted({float(r) for r in radii})
     cache = Cache(cache_dir, enabled=use_cache)
     base = {"data": data.fingerprint}
-    abc_hash, rbc_hash = model_hash(abc_m), model_hash(rbc_m)
-    models = [(_name(abc_m, abc_hash, card.abc, "ABC"), "abc", abc_m, {**base, "model": abc_hash}),
-              (_name(rbc_m, rbc_hash, card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": rbc_hash})]
+    models = [(_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)}),
+              (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)})]
     if linear:
         if linear_alpha is None:
             linear_alpha, _, _ = matched_linear_alpha(

@@ -99,3 +99,31 @@ def test_a_damaged_partial_batch_is_recomputed(tmp_path):
     assert calls == [(3, 6), (9, 10)]  # the damaged batch and the missing one, nothing else
     assert torch.equal(out["x"], torch.arange(10).float())
     assert not cache.partial_dir("k", "key").exists()
+
+
+@pytest.mark.parametrize(("first_size", "second_size", "n"), [(4, 2, 8), (4, 2, 10), (2, 4, 9), (3, 5, 11)])
+def test_a_resume_with_another_batch_size_never_misaligns_rows(tmp_path, first_size, second_size, n):
+    """Batches saved under one batch size are not concatenated into a run with another: every row of the result
+    is the row ``compute`` gives for that image, whichever saved batch files an interrupted run left."""
+    cache = Cache(tmp_path)
+
+    def interrupted(a, b):
+        if a > 0:
+            raise KeyboardInterrupt
+        return {"x": torch.arange(a, b)}
+
+    with pytest.raises(KeyboardInterrupt):
+        batched_cached(cache, "k", "key", n, first_size, interrupted, {})
+    # the last batch of an interrupted run can have as many rows as another batch size's batch at that index
+    last = (n - 1) // first_size
+    cache.save_batch("k", "key", last, {"x": torch.arange(last * first_size, n)},
+                     rows=(last * first_size, n))
+    out = batched_cached(cache, "k", "key", n, second_size, lambda a, b: {"x": torch.arange(a, b)}, {})
+    assert out["x"].tolist() == list(range(n))
+
+
+def test_saved_batches_from_the_same_batch_size_are_still_reused(tmp_path):
+    cache = Cache(tmp_path)
+    cache.save_batch("k", "key", 1, {"x": torch.tensor([-2, -3])}, rows=(2, 4))
+    out = batched_cached(cache, "k", "key", 5, 2, lambda a, b: {"x": torch.arange(a, b)}, {})
+    assert out["x"].tolist() == [0, 1, -2, -3, 4]

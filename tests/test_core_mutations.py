@@ -184,11 +184,14 @@ def test_quantile_index_at_beta_point_nine_of_ten():
 
 
 def test_a_clean_margin_equal_to_the_threshold_counts_as_reaching_it():
-    """Objective: the share of clean mistakes whose margin is >= q. Margins do not depend on the class order, so a
-    clean row that permutes the attacked rows has exactly the threshold margin, at every grid point."""
-    r = torch.tensor([1.3, 0.4, -0.2, -0.6, -0.9], dtype=torch.float64)
-    attacked = r.repeat(4, 1)
-    clean = r[[3, 0, 4, 1, 2]].unsqueeze(0)
+    """Objective: the share of clean mistakes whose margin is >= q. A clean row equal to the attacked rows has
+    exactly the threshold margin, at every grid point. Eight classes: every row then starts on a SIMD vector
+    boundary, so vectorised exp gives every row the same bits (five classes put rows at different lanes, and on an
+    AMD EPYC the last bit of a margin moved with the row); a permutation of the row would change the order of the
+    denominator's sum."""
+    r = torch.tensor([1.3, 0.4, -0.2, -0.6, -0.9, 0.1, -0.3, 0.2], dtype=torch.float64)
+    attacked = r.repeat(7, 1)
+    clean = r.unsqueeze(0)
     grid = Grid(s_min=0.5, s_max=20.0, s_n=3, p_min=1.0, p_max=3.0, p_n=3, c_min=-1.0, c_max=0.0, c_n=3)
     for dtype in (torch.float32, torch.float64):
         problem = CalibrationProblem(clean, attacked, 0.5, clamp="gelu", dtype=dtype)

@@ -224,7 +224,9 @@ def test_from_card_keeps_the_cards_clamp_and_top_k():
 @pytest.mark.parametrize(("field", "value", "match"), [
     ("s", 0.0, "s must be"), ("s", -1.0, "s must be"), ("p", 0.0, "p must be"), ("s", math.nan, "s must be"),
     ("c", math.nan, "c must be"), ("c", math.inf, "c must be"), ("temperature", -1.0, "temperature"),
-    ("r_d", 1.5, "r_d"), ("r_d", -0.1, "r_d"),
+    ("r_d", 1.5, "r_d"), ("r_d", -0.1, "r_d"), ("s", True, "s must be"), ("c", False, "c must be"),
+    ("temperature", True, "temperature"), ("temperature", math.inf, "temperature"), ("top_k", 1, "top_k"),
+    ("top_k", True, "top_k"), ("top_k", 2.5, "top_k"), ("top_k", "3", "top_k"),
 ])
 def test_mixed_classifier_refuses_invalid_parameters(field, value, match):
     kwargs = {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.9, field: value}

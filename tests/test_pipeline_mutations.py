@@ -403,3 +403,23 @@ def test_refit_alpha_keeps_the_relaxed_objective_of_the_first_pass(tmp_path):
                                    abc_clean_correct=correct).data["alpha_refit"]
     assert passes["relaxed"]["objective_second_pass"] != passes["standard"]["objective_second_pass"]  # it matters
     assert refit.data["alpha_refit"] == pytest.approx(passes["relaxed"])
+
+
+def test_the_same_weights_behind_another_normalisation_get_their_own_cached_logits_and_mmaa(tmp_path, mmaa_calls):
+    """Cache keys cover the preprocessing a BaseClassifier applies, not only its network's weights: the same
+    network behind another mean/std is another function of the image. The card still records the weight hash."""
+    cache = Cache(tmp_path)
+    pgd = load_model("digits-pgd")
+    shifted = BaseClassifier(pgd.network, replace(pgd.spec, mean=(0.5,), std=(0.25,)))
+    data = load_dataset("digits", "calibration", n=12)
+    assert pipeline.model_hash(shifted) == pipeline.model_hash(pgd), "the card's weight hash is the network's"
+    assert pipeline.model_key(shifted) != pipeline.model_key(pgd)
+    with torch.no_grad():
+        first = cached_logits(pgd, data, cache=cache, progress=False)
+        second = cached_logits(shifted, data, cache=cache, progress=False)
+        torch.testing.assert_close(second, shifted(data.images), rtol=0, atol=1e-6)
+    assert not torch.allclose(first, second)
+    cached_mmaa(pgd, data, eps=0.1, norm="Linf", cache=cache, n_iter=2, progress=False)
+    before = len(mmaa_calls)
+    cached_mmaa(shifted, data, eps=0.1, norm="Linf", cache=cache, n_iter=2, progress=False)
+    assert len(mmaa_calls) > before, "the shifted model reused the first model's attack"
