@@ -165,7 +165,7 @@ class Cache:
         try:
             with safe_open(path, "pt") as f:
                 saved_rows = (f.metadata() or {}).get("rows")
-            tensors = load_file(path)
+                tensors = {name: f.get_tensor(name) for name in f.keys()}
         except Exception:  # noqa: BLE001
             path.unlink(missing_ok=True)
             return None
