@@ -492,7 +492,18 @@ def test_newcombe_matches_the_papers_worked_example():
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.integers(0, 40), min_size=4, max_size=4).filter(lambda t: sum(t) > 0))
 def test_newcombe_matches_an_independent_implementation(table):
-    assert newcombe_interval(*table) == pytest.approx(_reference_newcombe(*table), abs=1e-9)
+    # 1e-7, not tighter: the reference's sqrt(dl^2 - 2 phi dl du + du^2) cancels to rounding (~1e-17) where the
+    # exact value is 0 (no discordant pairs, p = 1/2: 39, 0, 0, 39), and its square root is then ~1e-9
+    assert newcombe_interval(*table) == pytest.approx(_reference_newcombe(*table), abs=1e-7)
+
+
+def test_newcombe_without_discordant_pairs_has_zero_width_at_one_half():
+    """Both models right on the same examples, half of them: theta = 0 and, with phi = 1 and symmetric Wilson
+    limits, both half-widths are 0 up to one rounding of a difference (not the ~1e-9 square root of a cancelling
+    radicand)."""
+    for k in (1, 3, 39, 40, 500):
+        theta, low, high = newcombe_interval(k, 0, 0, k)
+        assert theta == 0.0 and abs(low) <= 1e-15 and abs(high) <= 1e-15, (k, low, high)
 
 
 def test_newcombe_with_an_empty_marginal_takes_phi_zero():

@@ -45,6 +45,10 @@ def pgd(
         raise InputError(f"epsilon must be positive, got {eps}")
     if norm not in NORMS:
         raise InputError(f"unknown norm {norm!r}; use one of {NORMS}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InputError(f"steps must be an integer >= 1, got {steps!r}")
+    if step_size is not None and not step_size >= 0:  # 0 keeps the random start (a check of the start itself)
+        raise InputError(f"step_size must be >= 0, got {step_size!r}")
     step_size = 2.5 * eps / steps if step_size is None else step_size
     x0 = images.detach()
     if random_start:

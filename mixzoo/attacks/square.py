@@ -24,7 +24,11 @@ Queries per example: 1 (clean) + 1 (Square's initial point) + up to ``n_queries 
 signs are drawn for the whole batch every iteration, so one example's stream does not depend on which others
 are still being attacked. Deviations from the reference, all deliberate: the square's position ranges over all
 ``h - s + 1`` offsets (the reference never picks the last one), L2 initial tiles that overhang the border are
-cropped (the reference needs ``h >= 10``), and nothing is restarted.
+cropped (the reference needs ``h >= 10``), and nothing is restarted. One more, not chosen but kept so that published
+runs reproduce: proposal ``it`` (1 to ``n_queries - 1``, the initial point being query 0) takes the schedule's value
+at ``it``, where the reference's first proposal takes it at 0. With the default 5,000 queries both give ``p_init``
+(``int(1 / 5000 * 10000) = 2 <= 10``) and every later boundary moves by one query; with fewer than 1,000 queries the
+first square is already smaller than ``p_init`` (n_queries = 10: ``p_init / 16``).
 """
 
 from __future__ import annotations
@@ -217,6 +221,13 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
 
 
 @torch.no_grad()
+def _refuse_nan(logits: torch.Tensor, what: str) -> None:
+    """A NaN key compares False with every other key, so the example would silently stay "robust": refuse it."""
+    if torch.isnan(logits).any():
+        raise InputError(f"model returned NaN logits for {int(torch.isnan(logits).any(1).sum())} {what}; fix the"
+                         " model's numerics, NaN outputs cannot be counted as robust")
+
+
 def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_queries: int,
                   p_init: float, seed: int, margin_fn: Any, on_iter: Any) -> tuple[torch.Tensor, ...]:
     """One batch: returns (adv images, raw logits, margins, clean logits, queries made)."""
@@ -227,9 +238,7 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
     clean = model(x)
     check_labels(y, n, clean.shape[1])
     y = y.to(clean.device)
-    if torch.isnan(clean).any():
-        raise InputError(f"model returned NaN logits for {int(torch.isnan(clean).any(1).sum())} clean images;"
-                         " fix the model before attacking it")
+    _refuse_nan(clean, "clean images")
     clean_margin = margin_fn(clean, y)
     clean_key = selection_key(clean, clean_margin, y)
     queries = n
@@ -237,6 +246,7 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
     x_best = _linf_init(x, eps, gen) if norm == "Linf" else _l2_init(x, eps, gen)
     best = model(x_best)
     queries += n
+    _refuse_nan(best, "images at the Square attack's initial point")
     margin_best = margin_fn(best, y)
     key_best = selection_key(best, margin_best, y)
     lm_best = _logit_margin(best, y)
@@ -263,9 +273,7 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
             cand = _l2_step(xa, ba, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), _eta(s, gen).to(x), sign)
         out = model(cand)
         queries += int(active.numel())
-        if torch.isnan(out).any():
-            raise InputError(f"model returned NaN logits for {int(torch.isnan(out).any(1).sum())} images during"
-                             " the Square attack; fix the model's numerics, NaN outputs cannot be counted as robust")
+        _refuse_nan(out, "images during the Square attack")
         m = margin_fn(out, y[active])
         k = selection_key(out, m, y[active])
         lm = _logit_margin(out, y[active])
