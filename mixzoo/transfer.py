@@ -115,6 +115,15 @@ def _pick(a: torch.Tensor, b: torch.Tensor, labels: torch.Tensor, top_k: int | N
     return torch.where(use_b.view(-1, 1), b, a), use_b
 
 
+def _threat_model(card: MixCard | None, spec: Any, eps: float | None = None,
+                  norm: str | None = None) -> tuple[float | None, str]:
+    """The attack radius and norm: the given ones, else the surrogate card's attack record, else the black box's
+    spec (its threat model is the one being calibrated for)."""
+    record = card.attack if card is not None else {}
+    eps = eps if eps is not None else record.get("eps", getattr(spec, "epsilon", None))
+    return eps, norm or record.get("norm") or getattr(spec, "threat_model", None) or "Linf"
+
+
 def _load_card(card: MixCard | str | Path | None) -> tuple[MixCard | None, str | None]:
     if card is None or isinstance(card, MixCard):
         return card, None
@@ -244,8 +253,7 @@ def transfer_params(
     if not 0.0 <= beta <= 1.0:
         raise InputError(f"beta must lie in [0, 1], got {beta}")
     attack_rec = card.attack if card is not None else {}
-    eps = eps if eps is not None else attack_rec.get("eps", getattr(spec, "epsilon", None))
-    norm = norm or attack_rec.get("norm") or getattr(spec, "threat_model", None) or "Linf"
+    eps, norm = _threat_model(card, spec, eps, norm)
     if method != "guess" and (eps is None or not eps > 0):
         raise InputError(f"no attack radius: the card records no eps and black-box model {bb.name!r} none either;"
                          " pass eps=...")
@@ -444,8 +452,9 @@ def transfer_params_by_name(
         if spec is not None and sur_model.spec.num_classes != spec.num_classes:
             raise InputError(f"surrogate {sur_name!r} has {sur_model.spec.num_classes} classes but black-box model"
                              f" {bb.name!r} has {spec.num_classes}; use a surrogate of the same task")
-        surrogate = _cached_surrogate_mmaa(sur_model, data, card, cache=cache, seed=seed, device=device,
-                                           progress=progress)
+        eps, norm = _threat_model(card, spec)  # the radius transfer_params will check the points against
+        surrogate = _cached_surrogate_mmaa(sur_model, data, card, eps=eps, norm=norm, cache=cache, seed=seed,
+                                           device=device, progress=progress)
     result = transfer_params(card, bb, data.images.to(device), data.labels.to(device), method=method,
                              surrogate=surrogate, queries=queries, beta=beta, seed=seed, progress=progress,
                              data_info={"split": "calibration", "n": len(data.labels),
@@ -468,18 +477,18 @@ def transfer_params_by_name(
     return result
 
 
-def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, cache: Any, seed: int, device: str,
-                           progress: bool) -> Any:
-    """The surrogate's MMAA adversarial images through the pipeline's cache (same settings as the card's run,
-    so a surrogate calibrated by ``mixzoo mix`` on these images is not attacked again); the model itself when
-    the cache does not keep images (large inputs), so that :func:`transfer_params` runs MMAA."""
+def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, eps: float | None, norm: str, cache: Any,
+                           seed: int, device: str, progress: bool) -> Any:
+    """The surrogate's MMAA adversarial images at ``eps``/``norm`` (:func:`_threat_model`) through the pipeline's
+    cache (same settings as the card's run, so a surrogate calibrated by ``mixzoo mix`` on these images is not
+    attacked again); the model itself when there is no radius or the cache does not keep images (large inputs), so
+    that :func:`transfer_params` runs MMAA or names what is missing."""
     from mixzoo.pipeline import cached_mmaa
 
     a = card.attack
-    eps = a.get("eps", getattr(model.spec, "epsilon", None))
     if eps is None:
         return model
-    res = cached_mmaa(model, data, eps=float(eps), norm=a.get("norm", "Linf"), cache=cache,
+    res = cached_mmaa(model, data, eps=float(eps), norm=norm, cache=cache,
                       n_iter=int(a.get("n_iter", 100)), n_target_classes=int(a.get("n_target_classes", 9)),
                       n_restarts=int(a.get("n_restarts", 1)), seed=int(a.get("seed", seed)), top_k=card.top_k,
                       batch_size=int(a.get("batch_size", 250)), device=device, progress=progress)

@@ -588,3 +588,34 @@ def test_the_plugin_registers_min_margin_square():
     from mixzoo.plugins import lookup
 
     assert lookup("attack", "min-margin-square") is MinMarginSquareAttack
+
+
+def test_by_name_without_a_recorded_eps_attacks_the_surrogate_at_the_black_boxs_radius(tmp_path, monkeypatch):
+    """A card with no eps in its attack record: the surrogate's MMAA runs at the radius transfer_params then checks
+    the points against, the black box's (its threat model is the one being calibrated), not at the surrogate's
+    own spec epsilon (digits-pgd: 0.2), which failed with "beyond eps"."""
+    from dataclasses import replace
+
+    import mixzoo.blackbox
+    import mixzoo.pipeline as pipeline
+    from mixzoo.blackbox import as_black_box
+    from mixzoo.models import BaseClassifier, load_model
+
+    path = tmp_path / "sur.toml"
+    _card(rbc={"name": "digits-pgd", "weight_hash": "feed"},
+          attack={"norm": "Linf", "n_iter": 2, "n_target_classes": 2, "n_restarts": 1, "seed": 3,
+                  "batch_size": 10}).save(path)
+    std = load_model("digits-std")
+    black = BaseClassifier(std.network, replace(std.spec, threat_model="Linf", epsilon=EPS))
+    monkeypatch.setattr(mixzoo.blackbox, "load_black_box", lambda name, query_budget=None, **kw: as_black_box(black))
+    calls, real = [], pipeline.cached_mmaa
+
+    def spy(model, data, **kw):
+        calls.append(kw)
+        return real(model, data, **kw)
+
+    monkeypatch.setattr(pipeline, "cached_mmaa", spy)
+    out = transfer_params_by_name(path, "digits-std", n_calib=30, cache_dir=tmp_path / "c", progress=False)
+    assert load_model("digits-pgd").spec.epsilon != EPS
+    assert [(kw["eps"], kw["norm"]) for kw in calls] == [(EPS, "Linf")]
+    assert out.attack["eps"] == EPS
