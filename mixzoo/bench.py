@@ -38,7 +38,7 @@ from mixzoo.progress import console, progress_bar
 if TYPE_CHECKING:
     from rich.console import Console
 
-BENCH_CODE_VERSION = "bench-2"  # 2: warnings merged across batches with their counts
+BENCH_CODE_VERSION = "bench-3"  # 2: warnings merged across batches; 3: adaptive-strong exact/bypass runs at --seed
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 ADVERSARIAL_FILE = "adversarial.safetensors"
 

@@ -363,7 +363,7 @@ class AdaptiveStrong(AdaptiveAutoAttack):
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
         mixed = hasattr(model, "forward_pair") and hasattr(model, "gradient")
         extra = extra_apgd(model, self.options, self.eps, self.norm, n_targets,
-                           modes=("exact", "bypass") if mixed else (),
+                           modes=("exact", "bypass") if mixed else (), seed=self.seed,
                            seeds={f"seed{k}": self.seed + 1000 * k
                                   for k in range(1, int(self.options["extra_seeds"]) + 1)})
         at = next((i for i, c in enumerate(base) if c.name in ("fab-t", "square")), len(base))
