@@ -47,3 +47,37 @@ def rb_dir(tmp_path, monkeypatch):
     path = tmp_path / "robustbench"
     monkeypatch.setenv("MIXZOO_ROBUSTBENCH_DIR", str(path))
     return path
+
+
+class FixedLogitsData:
+    """Stands for a calibration split in :func:`fixed_logits` runs: labels only, fingerprint ``f00d``."""
+
+    name, fingerprint = "toy", "f00d"
+
+    def __init__(self, labels):
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@pytest.fixture()
+def fixed_logits(monkeypatch):
+    """``install(labels, clean, mmaa)``: App. D.9's check (mixzoo.approximation) on hand-chosen logits. The RBC
+    becomes the identity, the split a :class:`FixedLogitsData` of ``labels``, its clean logits ``clean`` and its
+    MMAA the callable ``mmaa(rbc, data, transform=None, **settings) -> {"logits": ...}``; the counting under test
+    is real, only the attacks are replaced by fixed tensors."""
+    from torch import nn
+
+    import mixzoo.data
+    import mixzoo.pipeline
+
+    def install(labels, clean, mmaa) -> None:
+        monkeypatch.setattr(mixzoo.pipeline, "card_model", lambda *a, **kw: nn.Identity())
+        monkeypatch.setattr(mixzoo.pipeline, "card_dataset", lambda *a, **kw: "toy")
+        monkeypatch.setattr(mixzoo.pipeline, "check_model_fits", lambda *a, **kw: None)
+        monkeypatch.setattr(mixzoo.pipeline, "cached_logits", lambda *a, **kw: clean)
+        monkeypatch.setattr(mixzoo.pipeline, "cached_mmaa", mmaa)
+        monkeypatch.setattr(mixzoo.data, "load_dataset", lambda *a, **kw: FixedLogitsData(labels))
+
+    return install

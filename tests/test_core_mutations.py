@@ -389,23 +389,12 @@ def test_worst_points_take_the_smallest_margin_of_the_transformed_rbc():
     assert torch.equal(worst_points(card, b, a, labels=labels), expected)
 
 
-class _Data:
-    name, fingerprint = "toy", "f00d"
 
-    def __init__(self, labels: torch.Tensor):
-        self.labels = labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-
-def test_check_approximation_counts_on_its_own_points(monkeypatch, tmp_path):
+def test_check_approximation_counts_on_its_own_points(fixed_logits, tmp_path):
     """App. D.9 on made-up logits (the attacks replaced by fixed tensors): the kept shares count attacked-correct
     images whose h^M margin reaches the card's threshold q = 1 / alpha - 1, and the worst points flip h^M wherever
     either attack does."""
     import mixzoo.approximation as approximation
-    import mixzoo.data
-    import mixzoo.pipeline
     from mixzoo.card import MixCard
 
     g = torch.Generator().manual_seed(8)
@@ -421,18 +410,13 @@ def test_check_approximation_counts_on_its_own_points(monkeypatch, tmp_path):
     first = calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=surrogate, attacked_labels=labels,
                       beta=beta, grid=Grid.point(3.0, 2.0, -0.4), max_argmax_change=None)
     card = MixCard(s=3.0, p=2.0, c=-0.4, alpha=first.alpha, beta=beta, objective=first.objective, method="mmaa",
-                   data={"n": n, "fingerprint": _Data.fingerprint},
+                   data={"n": n, "fingerprint": "f00d"},
                    attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1, seed=0))
 
     def fake_mmaa(rbc, data, transform=None, **kw):
         return {"logits": direct if transform is not None else surrogate}
 
-    monkeypatch.setattr(mixzoo.pipeline, "card_model", lambda *a, **kw: nn.Identity())
-    monkeypatch.setattr(mixzoo.pipeline, "card_dataset", lambda *a, **kw: "toy")
-    monkeypatch.setattr(mixzoo.pipeline, "check_model_fits", lambda *a, **kw: None)
-    monkeypatch.setattr(mixzoo.pipeline, "cached_logits", lambda *a, **kw: clean)
-    monkeypatch.setattr(mixzoo.pipeline, "cached_mmaa", fake_mmaa)
-    monkeypatch.setattr(mixzoo.data, "load_dataset", lambda *a, **kw: _Data(labels))
+    fixed_logits(labels, clean, fake_mmaa)
     check = approximation.check_approximation(card, cache_dir=tmp_path, progress=False)
 
     def h_m(raw):

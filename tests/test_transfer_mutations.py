@@ -427,15 +427,6 @@ def test_worst_points_use_the_cards_top_k_and_need_logits():
     assert torch.equal(worst_points(card, tie_flip, tie_right, labels=one), tie_flip)
 
 
-class _Data:
-    name, fingerprint = "toy", "f00d"
-
-    def __init__(self, labels):
-        self.labels = labels
-
-    def __len__(self):
-        return len(self.labels)
-
 
 def _d9(seed: int = 4, n: int = 300):
     g = torch.Generator().manual_seed(seed)
@@ -448,14 +439,12 @@ def _d9(seed: int = 4, n: int = 300):
     return y, clean, sur, direct
 
 
-def test_check_approximation_counts_by_algorithm_1s_rules(monkeypatch, tmp_path):
+def test_check_approximation_counts_by_algorithm_1s_rules(fixed_logits, tmp_path):
     """App. D.9 with the attacks replaced by fixed logits: alphas at (s*, p*, c*) with the card's beta and top_k on
     each set of points; robust accuracy of h^LN by the raw argmax and of h^M by its own argmax; the kept shares count,
     among the images whose RBC argmax is right (Algorithm 1's attacked-correct set), those whose h^M margin reaches
     q = 1 / alpha - 1 (Eq. 7 with alpha = 1 / (1 + q))."""
     import mixzoo.approximation as approximation
-    import mixzoo.data
-    import mixzoo.pipeline
 
     y, clean, sur, direct = _d9()
     s, p, c, beta, top_k = 3.0, 2.0, -1.0, 0.8, 4
@@ -469,12 +458,7 @@ def test_check_approximation_counts_by_algorithm_1s_rules(monkeypatch, tmp_path)
         calls.append(kw)
         return {"logits": direct if transform is not None else sur}
 
-    monkeypatch.setattr(mixzoo.pipeline, "card_model", lambda *a, **kw: nn.Identity())
-    monkeypatch.setattr(mixzoo.pipeline, "card_dataset", lambda *a, **kw: "toy")
-    monkeypatch.setattr(mixzoo.pipeline, "check_model_fits", lambda *a, **kw: None)
-    monkeypatch.setattr(mixzoo.pipeline, "cached_logits", lambda *a, **kw: clean)
-    monkeypatch.setattr(mixzoo.pipeline, "cached_mmaa", fake_mmaa)
-    monkeypatch.setattr(mixzoo.data, "load_dataset", lambda *a, **kw: _Data(y))
+    fixed_logits(y, clean, fake_mmaa)
     check = approximation.check_approximation(card, cache_dir=tmp_path, progress=False)
     assert all(kw["top_k"] == top_k for kw in calls)  # the card's top_k, as mix attacked it
 
@@ -507,13 +491,11 @@ def test_check_approximation_counts_by_algorithm_1s_rules(monkeypatch, tmp_path)
     assert check.beta_kept_worst == pytest.approx(kept(worst))
 
 
-def test_check_counts_kept_margins_in_float64_like_algorithm_1(monkeypatch, tmp_path):
+def test_check_counts_kept_margins_in_float64_like_algorithm_1(fixed_logits, tmp_path):
     """Algorithm 1 thresholds float64 margins; the kept share must too. Here most attacked-correct images share one
     row whose float32 margin falls just below its float64 one, so q is that margin and, counted in float64 on the
     card's own points, a share >= beta keeps it (Eq. 7), while a float32 count would lose all the copies."""
     import mixzoo.approximation as approximation
-    import mixzoo.data
-    import mixzoo.pipeline
     from mixzoo.transforms import confidence_margin, rbc_transform
 
     s, p, c, beta = 2.0, 2.0, -0.5, 0.8
@@ -534,12 +516,7 @@ def test_check_counts_kept_margins_in_float64_like_algorithm_1(monkeypatch, tmp_
     assert 1.0 / alpha - 1.0 == pytest.approx(margin(row.double()), rel=1e-9)
     card = _card(s=s, p=p, c=c, alpha=alpha, beta=beta, data={"n": len(y), "fingerprint": "f00d"},
                  attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1, seed=0))
-    monkeypatch.setattr(mixzoo.pipeline, "card_model", lambda *a, **kw: nn.Identity())
-    monkeypatch.setattr(mixzoo.pipeline, "card_dataset", lambda *a, **kw: "toy")
-    monkeypatch.setattr(mixzoo.pipeline, "check_model_fits", lambda *a, **kw: None)
-    monkeypatch.setattr(mixzoo.pipeline, "cached_logits", lambda *a, **kw: sur)
-    monkeypatch.setattr(mixzoo.pipeline, "cached_mmaa", lambda *a, **kw: {"logits": sur})
-    monkeypatch.setattr(mixzoo.data, "load_dataset", lambda *a, **kw: _Data(y))
+    fixed_logits(y, sur, lambda *a, **kw: {"logits": sur})
     check = approximation.check_approximation(card, cache_dir=tmp_path, progress=False)
     assert check.beta_kept_surrogate == 1.0 and check.notes == []
 
