@@ -39,7 +39,7 @@ import torch
 
 from mixzoo.errors import InputError
 from mixzoo.progress import progress_bar
-from mixzoo.transforms import get_clamp, layer_norm
+from mixzoo.transforms import check_top_k, get_clamp, layer_norm
 
 if TYPE_CHECKING:
     from mixzoo.card import MixCard
@@ -435,8 +435,7 @@ def check_settings(*, beta: float, clamp: str, objective: str, optimizer: str, g
 
     if not isinstance(beta, int | float) or not 0.0 <= beta <= 1.0:
         raise InputError(f"beta must lie in [0, 1], got {beta}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 2):
-        raise InputError(f"top_k must be an integer >= 2 (App. D.7: LN over the top-k logits), got {top_k!r}")
+    check_top_k(top_k)
     if objective not in ("standard", "relaxed"):
         raise InputError(f"objective must be 'standard' or 'relaxed', got {objective!r}")
     if grid is not None and not isinstance(grid, Grid):

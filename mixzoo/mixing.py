@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from mixzoo.errors import InputError
-from mixzoo.transforms import ClampFn, abc_log_probs, get_clamp, rbc_transform
+from mixzoo.transforms import ClampFn, abc_log_probs, check_top_k, get_clamp, rbc_transform
 
 
 def _check_alpha(alpha: float, allow_any_alpha: bool = True, what: str = "alpha") -> float:
@@ -145,8 +145,7 @@ class MixedClassifier(nn.Module):
             raise InputError(f"c must be a finite number, got {c!r}")
         if not (_is_number(temperature) and math.isfinite(temperature) and temperature >= 0):
             raise InputError(f"temperature must be a finite number >= 0, got {temperature!r}")
-        if top_k is not None and not (isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 2):
-            raise InputError(f"top_k must be an integer >= 2 (App. D.7: LN over the top-k logits), got {top_k!r}")
+        check_top_k(top_k)
         if gradient not in ("exact", "bypass"):
             raise InputError(f"gradient must be 'exact' or 'bypass' (App. B.2.2), got {gradient!r}")
         if not (isinstance(r_d, int | float) and 0.0 <= r_d <= 1.0):

@@ -18,6 +18,12 @@ VAR_FLOOR = 1e-12  # rows whose logits are (numerically) constant normalise to 0
 POW_FLOOR = 1e-30  # |x| is floored here inside |x|^p so that the gradient at x = 0 stays finite for p < 1
 
 
+def check_top_k(top_k: object) -> None:
+    """Raise :class:`InputError` unless ``top_k`` is None or an integer >= 2 (App. D.7; a variance needs two)."""
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 2):
+        raise InputError(f"top_k must be an integer >= 2 (App. D.7: LN over the top-k logits), got {top_k!r}")
+
+
 def layer_norm(logits: torch.Tensor, top_k: int | None = None) -> torch.Tensor:
     """Standardise each row of ``logits`` to zero mean and unit variance (paper Sec. 4.2, LN).
 

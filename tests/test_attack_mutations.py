@@ -477,7 +477,7 @@ class NaNFromCall(nn.Module):
 def test_square_reports_nan_at_a_proposal():
     """A NaN output at a proposal is an error, never a robust example (NaN compares False with every key)."""
     x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
-    with pytest.raises(InputError, match="NaN logits for 3 images during the Square attack"):
+    with pytest.raises(InputError, match="NaN logits for 3 examples during the Square attack"):
         square.min_margin_square(NaNFromCall(3), x, torch.zeros(3, dtype=torch.long), eps=0.1, n_queries=10,
                                  progress=False)
 
@@ -524,7 +524,7 @@ def test_square_reports_nan_at_its_initial_point():
     """A NaN output at Square's initial point is an error too: before this check the NaN key dropped the examples
     out of the search and they came back with margin NaN, not misclassified, robust accuracy 1.0."""
     x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
-    with pytest.raises(InputError, match="NaN logits for 3 images at the Square attack's initial point"):
+    with pytest.raises(InputError, match="NaN logits for 3 examples at the Square attack's initial point"):
         square.min_margin_square(NaNFromCall(2), x, torch.zeros(3, dtype=torch.long), eps=0.1, n_queries=10,
                                  progress=False)
 

@@ -90,7 +90,8 @@ def _logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Te
         return torch.cat([model(chunk) for chunk in images.split(batch_size)]) if len(images) else torch.empty(0)
 
 
-def _nan_error(count: int, where: str) -> InputError:
+def nan_error(count: int, where: str) -> InputError:
+    """The one-line error for ``count`` examples with NaN logits ``where`` (never counted as robust)."""
     return InputError(f"model returned NaN logits for {count} examples {where}; fix the model's numerics, NaN"
                       " outputs cannot be counted as robust")
 
@@ -148,7 +149,7 @@ class Attack:
             raise InputError("no images to attack; pass at least one example")
         clean = _logits(model, images, bs)
         if torch.isnan(clean).any():
-            raise _nan_error(int(torch.isnan(clean).any(dim=1).sum()), "on the clean images")
+            raise nan_error(int(torch.isnan(clean).any(dim=1).sum()), "on the clean images")
         check_labels(labels, n, clean.shape[1])
         labels = labels.to(images.device)
         clean_correct = clean.argmax(dim=1) == labels
@@ -170,7 +171,7 @@ class Attack:
                         with torch.no_grad():
                             out = model(cand)
                         if torch.isnan(out[inside]).any():
-                            raise _nan_error(int(torch.isnan(out[inside]).any(dim=1).sum()),
+                            raise nan_error(int(torch.isnan(out[inside]).any(dim=1).sum()),
                                              f"at points found by {comp.name}")
                         broken = (out.argmax(dim=1) != y) & inside
                         robust[idx[broken]] = False

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.apgd import check_attack_settings
-from mixzoo.attacks.evaluation import Attack, Component
+from mixzoo.attacks.evaluation import Attack, Component, nan_error
 from mixzoo.attacks.margins import ln_signed_margin, selection_key, signed_margin
 from mixzoo.attacks.mmaa import MMAAResult
 from mixzoo.errors import InputError
@@ -221,11 +221,10 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
 
 
 @torch.no_grad()
-def _refuse_nan(logits: torch.Tensor, what: str) -> None:
+def _refuse_nan(logits: torch.Tensor, where: str) -> None:
     """A NaN key compares False with every other key, so the example would silently stay "robust": refuse it."""
     if torch.isnan(logits).any():
-        raise InputError(f"model returned NaN logits for {int(torch.isnan(logits).any(1).sum())} {what}; fix the"
-                         " model's numerics, NaN outputs cannot be counted as robust")
+        raise nan_error(int(torch.isnan(logits).any(1).sum()), where)
 
 
 def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_queries: int,
@@ -238,7 +237,7 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
     clean = model(x)
     check_labels(y, n, clean.shape[1])
     y = y.to(clean.device)
-    _refuse_nan(clean, "clean images")
+    _refuse_nan(clean, "on the clean images")
     clean_margin = margin_fn(clean, y)
     clean_key = selection_key(clean, clean_margin, y)
     queries = n
@@ -246,7 +245,7 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
     x_best = _linf_init(x, eps, gen) if norm == "Linf" else _l2_init(x, eps, gen)
     best = model(x_best)
     queries += n
-    _refuse_nan(best, "images at the Square attack's initial point")
+    _refuse_nan(best, "at the Square attack's initial point")
     margin_best = margin_fn(best, y)
     key_best = selection_key(best, margin_best, y)
     lm_best = _logit_margin(best, y)
@@ -273,7 +272,7 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
             cand = _l2_step(xa, ba, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), _eta(s, gen).to(x), sign)
         out = model(cand)
         queries += int(active.numel())
-        _refuse_nan(out, "images during the Square attack")
+        _refuse_nan(out, "during the Square attack")
         m = margin_fn(out, y[active])
         k = selection_key(out, m, y[active])
         lm = _logit_margin(out, y[active])
