@@ -466,6 +466,8 @@ def transfer_params(
     n_calib: int = 1000,
     dataset: str | None = None,
     beta: Annotated[float | None, typer.Option(help="the card's beta unless given")] = None,
+    eps: Annotated[float | None, typer.Option(help="attack radius (default: the card's, else the black box's)")] = None,
+    norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the card's, else the black box's)")] = None,
     seed: int = 0,
     out: Annotated[Path, typer.Option(help="where to write the new card")] = Path("card-transfer.toml"),
     data_dir: DataDir = None,
@@ -480,8 +482,8 @@ def transfer_params(
 
     card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,
                                    queries=queries, query_budget=query_budget, out=out, seed=seed, beta=beta,
-                                   data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache, device=device,
-                                   allow_unsafe=allow_unsafe, progress=not as_json)
+                                   eps=eps, norm=norm, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
+                                   device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     summary = {"card": str(out), "method": card.method, "s": card.s, "p": card.p, "c": card.c,
                "alpha": card.alpha, "objective": card.objective}
     if as_json:

@@ -35,6 +35,7 @@ counts. :func:`transfer_params_by_name` is the same by model and dataset names (
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixzoo.attacks.apgd import NORMS
 from mixzoo.attacks.margins import ln_signed_margin, selection_key
 from mixzoo.attacks.mmaa import MMAAResult
 from mixzoo.blackbox import BlackBoxModel, as_black_box, spec_is_black_box
@@ -256,7 +258,7 @@ def transfer_params(
     eps, norm = _threat_model(card, spec, eps, norm)
     if method != "guess" and (eps is None or not eps > 0):
         raise InputError(f"no attack radius: the card records no eps and black-box model {bb.name!r} none either;"
-                         " pass eps=...")
+                         " pass --eps (eps= in Python)")
     clamp = card.clamp if card is not None else "gelu"
     top_k = card.top_k if card is not None else None
     if clamp == "linear" or (card is not None and not card.transform):
@@ -394,6 +396,8 @@ def transfer_params_by_name(
     progress: bool = True,
     query_budget: int | None = None,
     beta: float | None = None,
+    eps: float | None = None,
+    norm: str | None = None,
     data_dir: str | None = None,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
@@ -404,7 +408,8 @@ def transfer_params_by_name(
     ``rbc_name`` (always wrapped as a black box, with ``query_budget``), ``n_calib`` calibration images of
     ``dataset`` (default: the card's, else the model's) and, for ``transfer``/``both``, the surrogate named in the
     card (its MMAA comes from the cache when ``mixzoo mix`` already ran it on the same images); writes the card to
-    ``out`` atomically."""
+    ``out`` atomically. ``eps`` / ``norm`` default to the card's attack record, then to the black box's spec
+    (:func:`_threat_model`); the surrogate's MMAA and the checks of :func:`transfer_params` use the same radius."""
     from mixzoo.blackbox import load_black_box
     from mixzoo.data import load_dataset
     from mixzoo.models import load_model
@@ -421,6 +426,11 @@ def transfer_params_by_name(
         raise InputError(f"queries must be at least 1, got {queries}")
     if beta is not None and not 0.0 <= beta <= 1.0:
         raise InputError(f"beta must lie in [0, 1], got {beta}")
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps)
+                            or eps <= 0):
+        raise InputError(f"--eps must be a positive finite number, got {eps!r}")
+    if norm is not None and norm not in NORMS:
+        raise InputError(f"unknown --norm {norm!r}; use one of {', '.join(NORMS)}")
     card = MixCard.load(card_path) if card_path is not None else None
     if card is None and method != "guess":
         raise InputError(f"method {method!r} needs the surrogate's mix card; pass --from CARD")
@@ -452,11 +462,12 @@ def transfer_params_by_name(
         if spec is not None and sur_model.spec.num_classes != spec.num_classes:
             raise InputError(f"surrogate {sur_name!r} has {sur_model.spec.num_classes} classes but black-box model"
                              f" {bb.name!r} has {spec.num_classes}; use a surrogate of the same task")
-        eps, norm = _threat_model(card, spec)  # the radius transfer_params will check the points against
+        eps, norm = _threat_model(card, spec, eps, norm)  # the radius transfer_params checks the points against
         surrogate = _cached_surrogate_mmaa(sur_model, data, card, eps=eps, norm=norm, cache=cache, seed=seed,
                                            device=device, progress=progress)
     result = transfer_params(card, bb, data.images.to(device), data.labels.to(device), method=method,
-                             surrogate=surrogate, queries=queries, beta=beta, seed=seed, progress=progress,
+                             surrogate=surrogate, queries=queries, beta=beta, eps=eps, norm=norm, seed=seed,
+                             progress=progress,
                              data_info={"split": "calibration", "n": len(data.labels),
                                         "fingerprint": data.fingerprint, "source": data.source})
     sur_info = result.provenance.setdefault("surrogate", {})

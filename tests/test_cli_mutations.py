@@ -498,12 +498,13 @@ def test_transfer_params_defaults_and_options_reach_the_library(monkeypatch, tmp
     spy = _spy(monkeypatch, "mixzoo.transfer.transfer_params_by_name", _card())
     result = CliRunner().invoke(app, [
         "transfer-params", "--from", str(card), "--rbc", "bb", "--method", "square", "--queries", "50",
-        "--query-budget", "900", "--n-calib", "30", "--dataset", "digits", "--beta", "0.9", "--seed", "5",
-        "--out", str(tmp_path / "t.toml"), "--data-dir", "dd", "--cache-dir", str(tmp_path / "c"), "--no-cache",
-        "--device", "cuda", "--allow-unsafe", "--json"])
+        "--query-budget", "900", "--n-calib", "30", "--dataset", "digits", "--beta", "0.9", "--eps", "0.05",
+        "--norm", "L2", "--seed", "5", "--out", str(tmp_path / "t.toml"), "--data-dir", "dd", "--cache-dir",
+        str(tmp_path / "c"), "--no-cache", "--device", "cuda", "--allow-unsafe", "--json"])
     assert result.exit_code == 0, result.output
     assert spy.kwargs == dict(dataset="digits", n_calib=30, method="square", queries=50, query_budget=900,
-                              out=tmp_path / "t.toml", seed=5, beta=0.9, data_dir="dd", cache_dir=tmp_path / "c",
+                              out=tmp_path / "t.toml", seed=5, beta=0.9, eps=0.05, norm="L2", data_dir="dd",
+                              cache_dir=tmp_path / "c",
                               use_cache=False, device="cuda", allow_unsafe=True, progress=False)
 
 

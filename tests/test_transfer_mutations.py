@@ -596,3 +596,40 @@ def test_by_name_without_a_recorded_eps_attacks_the_surrogate_at_the_black_boxs_
     assert load_model("digits-pgd").spec.epsilon != EPS
     assert [(kw["eps"], kw["norm"]) for kw in calls] == [(EPS, "Linf")]
     assert out.attack["eps"] == EPS
+
+
+def test_by_name_takes_eps_and_norm_when_neither_card_nor_black_box_has_a_radius(tmp_path, monkeypatch):
+    """``transfer-params --eps``: with no radius in the card and none in the black box's spec, the error names the
+    option; given, the surrogate's MMAA, the checks and the new card all use it."""
+    from dataclasses import replace
+
+    import mixzoo.blackbox
+    import mixzoo.pipeline as pipeline
+    from mixzoo.blackbox import as_black_box
+    from mixzoo.models import BaseClassifier, load_model
+
+    path = tmp_path / "sur.toml"
+    _card(rbc={"name": "digits-pgd", "weight_hash": "feed"},
+          attack={"n_iter": 2, "n_target_classes": 2, "n_restarts": 1, "seed": 3, "batch_size": 10}).save(path)
+    std = load_model("digits-std")
+    black = BaseClassifier(std.network, replace(std.spec, threat_model=None, epsilon=None))
+    monkeypatch.setattr(mixzoo.blackbox, "load_black_box", lambda name, query_budget=None, **kw: as_black_box(black))
+    calls, real = [], pipeline.cached_mmaa
+
+    def spy(model, data, **kw):
+        calls.append(kw)
+        return real(model, data, **kw)
+
+    monkeypatch.setattr(pipeline, "cached_mmaa", spy)
+    kw = dict(n_calib=30, cache_dir=tmp_path / "c", progress=False)
+    with pytest.raises(InputError, match="pass --eps"):
+        transfer_params_by_name(path, "digits-std", **kw)
+    out = transfer_params_by_name(path, "digits-std", eps=0.05, out=tmp_path / "new.toml", **kw)
+    assert [(c["eps"], c["norm"]) for c in calls] == [(0.05, "Linf")]
+    assert out.attack["eps"] == 0.05 and out.attack["norm"] == "Linf"
+    assert MixCard.load(tmp_path / "new.toml").attack["eps"] == 0.05
+    for bad, match in ((dict(eps=0.0), "--eps must be a positive"), (dict(eps=float("nan")), "--eps must be"),
+                       (dict(eps=True), "--eps must be"), (dict(eps=0.1, norm="L1"), "unknown --norm 'L1'")):
+        with pytest.raises(InputError, match=match):
+            transfer_params_by_name(path, "digits-std", out=tmp_path / "bad.toml", **bad, **kw)
+    assert len(calls) == 1 and not (tmp_path / "bad.toml").exists()
