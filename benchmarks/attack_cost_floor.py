@@ -164,7 +164,8 @@ def markdown(res: dict[str, Any]) -> str:
         f" **{res['total_floor_at_peak_s'] / 60:.1f} min**; at the networks' measured speed"
         f" **{res['total_floor_at_measured_s'] / 60:.1f} min**. "
         + ("The 15-minute target cannot be met in float32 on this machine with AutoAttack's standard budgets and"
-           " a full pass of the networks per step and query, however those passes are implemented. (bfloat16 on AMX would change the arithmetic, but an attack that searches"
+           " a full pass of the networks per step and query, however those passes are implemented. (bfloat16 on"
+           " AMX would change the arithmetic, but an attack that searches"
            " in bfloat16 is not one whose robust accuracy we can vouch for: `pipeline_speed.md`.)"
            if res["total_floor_at_peak_s"] > res["target_s"] else
            "The floor is below the target: the gap is implementation, not arithmetic."),
