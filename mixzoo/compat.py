@@ -4,10 +4,14 @@
   ``import autoattack`` and ``from autoattack.state import EvaluationState``. :func:`import_autoattack` aliases the
   module (and its submodules) under the name ``autoattack`` before anything imports robustbench, and lets its
   ``AutoAttack`` accept the reference implementation's call that robustbench's ``benchmark()`` makes.
-* robustbench imports ``pkg_resources``, which ships only with ``setuptools<81`` (pinned in pyproject).
+* robustbench imports ``pkg_resources``, which ships only with ``setuptools<81`` (pinned in pyproject) and warns
+  on import that it is deprecated: silenced for that import, as it is the pin's own subject.
 * robustbench pins timm 1.0.9, which imports ``repo_type_and_id_from_hf_id`` from huggingface_hub; hub 1.x/2.x
   dropped it and timm then fails every ``hf-hub:`` name with a misleading message. We pin ``huggingface_hub<1.0``
   and, should a newer hub be installed anyway, provide the name before timm is imported.
+* timm 1.0.9 decorates a class with ``torch.jit.interface`` at import time, which torch >= 2.10 answers with a
+  FutureWarning printed above every command that loads a hub model; it says nothing a mixzoo user can act on, so
+  it is silenced for that import only.
 
 Import robustbench, timm and autoattack only through these functions.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from types import ModuleType
 
 from mixzoo.errors import MixzooError
@@ -98,7 +103,9 @@ def _patch_hf_hub() -> None:
 def import_timm() -> ModuleType:
     """Import timm with its hub integration working (see module docstring)."""
     _patch_hf_hub()
-    return importlib.import_module("timm")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.interface` is deprecated", category=FutureWarning)
+        return importlib.import_module("timm")
 
 
 def import_robustbench() -> ModuleType:
@@ -106,7 +113,9 @@ def import_robustbench() -> ModuleType:
     import_autoattack()
     import_timm()
     try:
-        return importlib.import_module("robustbench")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"pkg_resources is deprecated", category=UserWarning)
+            return importlib.import_module("robustbench")
     except ModuleNotFoundError as exc:
         if exc.name == "pkg_resources":
             raise MixzooError("robustbench needs pkg_resources: run `pip install 'setuptools<81'`") from exc

@@ -45,6 +45,23 @@ def test_robustbench_through_compat_gets_pyautoattack_in_a_fresh_process():
                    "load_model": True}
 
 
+def test_importing_timm_and_robustbench_prints_no_warnings_a_user_cannot_act_on():
+    """torch's FutureWarning about timm's ``torch.jit.interface`` and pkg_resources' deprecation UserWarning used to
+    print above every command that loads a hub or RobustBench model; both are silenced for those imports only."""
+    out = run_fresh("""
+        import json, warnings
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", UserWarning)
+        from mixzoo.compat import import_robustbench
+        rb = import_robustbench()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warnings.warn("still shown", FutureWarning)  # the filters are restored after the imports
+        print(json.dumps({"rb": rb.__name__, "after": [str(w.message) for w in caught]}))
+    """)
+    assert out == {"rb": "robustbench", "after": ["still shown"]}
+
+
 def test_import_autoattack_is_idempotent():
     first, second = import_autoattack(), import_autoattack()
     assert first is second and hasattr(first, "AutoAttack")
