@@ -567,10 +567,10 @@ def test_the_plugin_registers_min_margin_square():
     assert lookup("attack", "min-margin-square") is MinMarginSquareAttack
 
 
-def test_by_name_without_a_recorded_eps_attacks_the_surrogate_at_the_black_boxs_radius(tmp_path, monkeypatch):
-    """A card with no eps in its attack record: the surrogate's MMAA runs at the radius transfer_params then checks
-    the points against, the black box's (its threat model is the one being calibrated), not at the surrogate's
-    own spec epsilon (digits-pgd: 0.2), which failed with "beyond eps"."""
+def _by_name_setup(tmp_path, monkeypatch, attack: dict, **black_spec) -> tuple:
+    """A surrogate card for ``digits-pgd`` with ``attack`` as its record, a black box (``digits-std``'s network with
+    ``black_spec`` in its spec) served by ``load_black_box``, and a spy on the pipeline's cached MMAA: (card path,
+    list of the MMAA calls' keyword arguments)."""
     from dataclasses import replace
 
     import mixzoo.blackbox
@@ -580,10 +580,10 @@ def test_by_name_without_a_recorded_eps_attacks_the_surrogate_at_the_black_boxs_
 
     path = tmp_path / "sur.toml"
     _card(rbc={"name": "digits-pgd", "weight_hash": "feed"},
-          attack={"norm": "Linf", "n_iter": 2, "n_target_classes": 2, "n_restarts": 1, "seed": 3,
-                  "batch_size": 10}).save(path)
+          attack={"n_iter": 2, "n_target_classes": 2, "n_restarts": 1, "seed": 3, "batch_size": 10,
+                  **attack}).save(path)
     std = load_model("digits-std")
-    black = BaseClassifier(std.network, replace(std.spec, threat_model="Linf", epsilon=EPS))
+    black = BaseClassifier(std.network, replace(std.spec, **black_spec))
     monkeypatch.setattr(mixzoo.blackbox, "load_black_box", lambda name, query_budget=None, **kw: as_black_box(black))
     calls, real = [], pipeline.cached_mmaa
 
@@ -592,6 +592,16 @@ def test_by_name_without_a_recorded_eps_attacks_the_surrogate_at_the_black_boxs_
         return real(model, data, **kw)
 
     monkeypatch.setattr(pipeline, "cached_mmaa", spy)
+    return path, calls
+
+
+def test_by_name_without_a_recorded_eps_attacks_the_surrogate_at_the_black_boxs_radius(tmp_path, monkeypatch):
+    """A card with no eps in its attack record: the surrogate's MMAA runs at the radius transfer_params then checks
+    the points against, the black box's (its threat model is the one being calibrated), not at the surrogate's
+    own spec epsilon (digits-pgd: 0.2), which failed with "beyond eps"."""
+    from mixzoo.models import load_model
+
+    path, calls = _by_name_setup(tmp_path, monkeypatch, {"norm": "Linf"}, threat_model="Linf", epsilon=EPS)
     out = transfer_params_by_name(path, "digits-std", n_calib=30, cache_dir=tmp_path / "c", progress=False)
     assert load_model("digits-pgd").spec.epsilon != EPS
     assert [(kw["eps"], kw["norm"]) for kw in calls] == [(EPS, "Linf")]
@@ -601,26 +611,7 @@ def test_by_name_without_a_recorded_eps_attacks_the_surrogate_at_the_black_boxs_
 def test_by_name_takes_eps_and_norm_when_neither_card_nor_black_box_has_a_radius(tmp_path, monkeypatch):
     """``transfer-params --eps``: with no radius in the card and none in the black box's spec, the error names the
     option; given, the surrogate's MMAA, the checks and the new card all use it."""
-    from dataclasses import replace
-
-    import mixzoo.blackbox
-    import mixzoo.pipeline as pipeline
-    from mixzoo.blackbox import as_black_box
-    from mixzoo.models import BaseClassifier, load_model
-
-    path = tmp_path / "sur.toml"
-    _card(rbc={"name": "digits-pgd", "weight_hash": "feed"},
-          attack={"n_iter": 2, "n_target_classes": 2, "n_restarts": 1, "seed": 3, "batch_size": 10}).save(path)
-    std = load_model("digits-std")
-    black = BaseClassifier(std.network, replace(std.spec, threat_model=None, epsilon=None))
-    monkeypatch.setattr(mixzoo.blackbox, "load_black_box", lambda name, query_budget=None, **kw: as_black_box(black))
-    calls, real = [], pipeline.cached_mmaa
-
-    def spy(model, data, **kw):
-        calls.append(kw)
-        return real(model, data, **kw)
-
-    monkeypatch.setattr(pipeline, "cached_mmaa", spy)
+    path, calls = _by_name_setup(tmp_path, monkeypatch, {}, threat_model=None, epsilon=None)
     kw = dict(n_calib=30, cache_dir=tmp_path / "c", progress=False)
     with pytest.raises(InputError, match="pass --eps"):
         transfer_params_by_name(path, "digits-std", **kw)
