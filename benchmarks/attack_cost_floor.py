@@ -177,6 +177,8 @@ def main() -> None:
     ap.add_argument("--report", type=Path, default=REPORT)
     ap.add_argument("--out", type=Path, default=HERE / "attack_cost_floor")
     args = ap.parse_args()
+    if not args.report.is_file():
+        ap.error(f"no bench report at {args.report}; pass --report DIR/report.json written by `mixzoo bench`")
     res = floor(args.report)
     args.out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(res))
