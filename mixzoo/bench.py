@@ -1,9 +1,10 @@
-"""Evaluating a mix card: clean and robust accuracy of the ABC, the RBC, the linear baseline and MixedNUTS.
+"""Evaluating mix cards: clean and robust accuracy of the ABC, the RBC and one row per card, any method.
 
-All four are attacked with the same attack (from the attack hook) on the same evaluation images, disjoint from the
-calibration images. The linear "Mixed" baseline of Bai et al. gets the constant alpha that matches MixedNUTS's robust
-accuracy as closely as the alpha grid allows (paper Fig. 5 / Fig. 8 comparison). Each model's evaluation is saved
-per batch and resumes after an interruption; finished evaluations are reused when nothing they depend on changed.
+Every row is attacked with the same attack (from the attack hook) on the same evaluation images, disjoint from the
+calibration images; each card's row also with the extra attacks its method declares, worst case per example.
+With one card, the baseline method (linear, the "Mixed" classifier of Bai et al.) gets the constant alpha that
+matches the card's robust accuracy as closely as its alpha grid allows (paper 000 Fig. 5 / Fig. 8 comparison).
+Each model's evaluation is saved per batch and resumes after an interruption; finished evaluations are reused when nothing they depend on changed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -48,7 +48,7 @@ class ModelResult:
     """One row of the bench table (fractions, not percents)."""
 
     name: str
-    kind: str  # abc | rbc | linear | mixednuts
+    kind: str  # abc | rbc | the mixing method of a card row (a suffix -2, -3, ... when two rows share one)
     clean_accuracy: float
     robust_accuracy: float
     attack: str
@@ -69,6 +69,10 @@ class ModelResult:
     # per evaluation image, in order: "1" correct, "0" not; kept so any two rows can be compared example by example
     clean_outcomes: str = ""
     robust_outcomes: str = ""
+    # the mixing method and card of a mixed row (None for the base models): enough to rebuild its classifier
+    method: str | None = None
+    card: dict[str, Any] | None = None
+    card_path: str | None = None
 
 
 @dataclass
@@ -76,7 +80,7 @@ class Report:
     """Everything ``mixzoo bench`` prints and writes."""
 
     models: list[ModelResult]
-    card: Any
+    card: Any  # the first card (every card: ``cards``)
     dataset: dict[str, Any]
     settings: dict[str, Any]
     curve: dict[str, Any] | None = None
@@ -88,25 +92,39 @@ class Report:
     adversarial: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     # versions, git commit, machine and finish time of this run (mixzoo.machine.run_record)
     run: dict[str, Any] = field(default_factory=dict)
+    cards: list[Any] = field(default_factory=list)
 
     def row(self, kind: str) -> ModelResult:
         return next(m for m in self.models if m.kind == kind)
 
+    def mixed_rows(self) -> list[ModelResult]:
+        """The rows of mixed classifiers (cards and the matched baseline), in table order."""
+        return [m for m in self.models if m.kind not in ("abc", "rbc")]
+
     def comparisons(self) -> list[dict[str, Any]]:
-        """MixedNUTS against the RBC and against the linear baseline, clean and robust, paired example by example
-        on the same images (:func:`mixzoo.stats.paired_difference`: difference of accuracies, 95 % interval)."""
+        """Each card's row against the RBC, the matched baseline and every later card, then the baseline against
+        the RBC; clean and robust, paired example by example on the same images
+        (:func:`mixzoo.stats.paired_difference`: difference of accuracies, 95 % interval)."""
         from mixzoo.stats import paired_difference
 
+        rbc = [m for m in self.models if m.kind == "rbc"]
+        cards = [m for m in self.mixed_rows() if m.card is None or m.name not in self._baseline_names()]
+        baselines = [m for m in self.mixed_rows() if m.name in self._baseline_names()]
+        pairs = [(a, b) for i, a in enumerate(cards) for b in [*rbc, *baselines, *cards[i + 1:]]]
+        pairs += [(a, b) for a in baselines for b in rbc]
         out = []
-        nuts = self.row("mixednuts")
-        for other in (m for m in self.models if m.kind in ("rbc", "linear")):
-            entry: dict[str, Any] = {"a": nuts.name, "b": other.name, "b_kind": other.kind}
+        for a, b in pairs:
+            entry: dict[str, Any] = {"a": a.name, "b": b.name, "b_kind": b.kind}
             for what in ("clean", "robust"):
-                a, b = getattr(nuts, f"{what}_outcomes"), getattr(other, f"{what}_outcomes")
-                if a and b and len(a) == len(b):
-                    entry[what] = paired_difference([c == "1" for c in a], [c == "1" for c in b]).to_dict()
+                x, y = getattr(a, f"{what}_outcomes"), getattr(b, f"{what}_outcomes")
+                if x and y and len(x) == len(y):
+                    entry[what] = paired_difference([c == "1" for c in x], [c == "1" for c in y]).to_dict()
             out.append(entry)
         return out
+
+    def _baseline_names(self) -> set[str]:
+        n_cards = len(self.cards) if self.cards else 1
+        return {m.name for m in self.mixed_rows()[:max(0, len(self.mixed_rows()) - n_cards)]}
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -114,6 +132,7 @@ class Report:
         return {
             "models": [asdict(m) for m in self.models],
             "card": self.card.to_dict() if hasattr(self.card, "to_dict") else self.card,
+            "cards": [c.to_dict() if hasattr(c, "to_dict") else c for c in self.cards],
             "dataset": self.dataset,
             "settings": self.settings,
             "curve": self.curve,
@@ -224,11 +243,16 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     return merged if adversarial is None else {**merged, "adversarial": adversarial}
 
 
-def mixed_key_parts(card: Any, abc: nn.Module, rbc: nn.Module, data: Any) -> dict[str, Any]:
-    """Cache key of MixedNUTS's evaluation rows: the data, both models' weights and the card's mixing parameters."""
+def card_key_parts(card: Any, abc: nn.Module, rbc: nn.Module, data: Any) -> dict[str, Any]:
+    """Cache key of a card's evaluation rows: the data, both models' weights and what the card's method says its
+    classifier depends on (:meth:`mixzoo.methods.MixingMethod.key_parts`)."""
     return {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc),
-            "card": {k: getattr(card, k) for k in ("s", "p", "c", "alpha", "clamp", "top_k", "temperature",
-                                                   "alpha_d")}}
+            **card.mixing_method.key_parts(card)}
+
+
+def mixed_key_parts(card: Any, abc: nn.Module, rbc: nn.Module, data: Any) -> dict[str, Any]:
+    """Cache key of a mix card's evaluation rows (:func:`card_key_parts`; kept for scripts that use the name)."""
+    return card_key_parts(card, abc, rbc, data)
 
 
 def linear_key_parts(abc: nn.Module, rbc: nn.Module, data: Any, alpha: float) -> dict[str, Any]:
@@ -255,7 +279,7 @@ def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]])
 
 
 def _result(name: str, kind: str, ev: dict[str, Any], attack: str, eps: float, norm: str,
-            alpha: float | None = None) -> ModelResult:
+            alpha: float | None = None, card: Any = None) -> ModelResult:
     from mixzoo.stats import wilson_interval
 
     n = len(ev["clean_correct"])
@@ -267,42 +291,27 @@ def _result(name: str, kind: str, ev: dict[str, Any], attack: str, eps: float, n
         clean_ci=list(wilson_interval(clean, n)), robust_ci=list(wilson_interval(robust, n)),
         clean_outcomes="".join("1" if v else "0" for v in ev["clean_correct"]),
         robust_outcomes="".join("1" if v else "0" for v in ev["robust_correct"]),
+        method=None if card is None else card.method,
+        card=None if card is None else card.to_dict(),
+        card_path=None if card is None or card.path is None else str(card.path),
     )
 
 
-BENCH_MATCH_ATTACK = "adaptive-apgd"  # what matches the linear baseline's alpha: cheaper than the main attack
+BENCH_MATCH_ATTACK = "adaptive-apgd"  # what matches the baseline's alpha: cheaper than the main attack
 BENCH_MATCH_OPTIONS: dict[str, Any] = {"n_iter": 25, "n_target_classes": 3}
 
 
 def linear_alpha_grid(step: float = 0.01) -> list[float]:
     """Candidate constant mixing weights of the linear baseline, 1/2 ... 1 (paper footnote 1: alpha >= 1/2)."""
-    return [round(float(a), 6) for a in np.arange(0.5, 1.0 + step / 2, step)]
+    from mixzoo.methods.linear import alpha_grid
+
+    return alpha_grid(step)
 
 
-def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                       target: float, *, attack: str, eps: float, norm: str, seed: int, batch_size: int,
-                       cache: Cache, key_parts: dict[str, Any], attack_options: dict[str, Any] | None,
-                       grid: list[float] | None = None, progress: bool = True) -> tuple[float, list[dict]]:
-    """Bisection over the alpha grid for the linear mixture whose robust accuracy is closest to ``target``.
-
-    Robust accuracy of the linear mixture grows with alpha (more weight on the RBC), so a bisection over the grid
-    needs about log2(51) = 6 evaluations; every evaluation tried is returned so the choice can be audited.
-    """
-    from mixzoo.mixing import MixedClassifier
-
-    grid = grid or linear_alpha_grid()
-    tried: dict[int, float] = {}
-
-    def robust(i: int) -> float:
-        if i not in tried:
-            ev = evaluate(MixedClassifier.linear(abc, rbc, alpha=grid[i]), images, labels, attack=attack, eps=eps,
-                          norm=norm, seed=seed, batch_size=batch_size, cache=cache,
-                          key_parts={**key_parts, "linear_alpha": grid[i]}, label=f"linear alpha={grid[i]}",
-                          attack_options=attack_options, progress=progress)
-            tried[i] = sum(ev["robust_correct"]) / len(ev["robust_correct"])
-        return tried[i]
-
-    lo, hi = 0, len(grid) - 1
+def _bisect(robust: Any, n: int, target: float) -> int:
+    """Index in ``0 .. n-1`` whose ``robust(i)`` is closest to ``target``, for ``robust`` growing with ``i``
+    (about log2(n) calls; ties go to the larger index, the more robust)."""
+    lo, hi = 0, n - 1
     if robust(hi) <= target:
         lo = hi
     elif robust(lo) >= target:
@@ -313,22 +322,73 @@ def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, lab
             lo = mid
         else:
             hi = mid
-    best = min({lo, hi}, key=lambda i: (abs(robust(i) - target), -i))
+    return min({lo, hi}, key=lambda i: (abs(robust(i) - target), -i))
+
+
+def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                       target: float, *, attack: str, eps: float, norm: str, seed: int, batch_size: int,
+                       cache: Cache, key_parts: dict[str, Any], attack_options: dict[str, Any] | None,
+                       grid: list[float] | None = None, progress: bool = True) -> tuple[float, list[dict]]:
+    """Bisection over the baseline method's alpha grid for the mixture whose robust accuracy is closest to
+    ``target``.
+
+    Robust accuracy of the linear mixture grows with alpha (more weight on the RBC), so a bisection over the grid
+    needs about log2(51) = 6 evaluations; every evaluation tried is returned so the choice can be audited.
+    """
+    method = baseline_method()
+    if method is None:
+        raise InputError("no installed mixing method is marked as the bench's baseline; pass baseline=False")
+    grid = grid or method.baseline_grid()
+    tried: dict[int, float] = {}
+
+    def robust(i: int) -> float:
+        if i not in tried:
+            c = method.card_at(grid[i])
+            ev = evaluate(method.build(abc, rbc, c), images, labels, attack=attack, eps=eps, norm=norm, seed=seed,
+                          batch_size=batch_size, cache=cache, key_parts={**key_parts, **method.key_parts(c)},
+                          label=f"{method.name} alpha={grid[i]}", attack_options=attack_options, progress=progress)
+            tried[i] = sum(ev["robust_correct"]) / len(ev["robust_correct"])
+        return tried[i]
+
+    best = _bisect(robust, len(grid), target)
     return grid[best], [{"alpha": grid[i], "robust_accuracy": r} for i, r in sorted(tried.items())]
+
+
+def match_baseline(method: Any, template: Any, abc: nn.Module, rbc: nn.Module, data: Any, target: float, *,
+                   attack: str, eps: float, norm: str, seed: int, batch_size: int, cache: Cache,
+                   attack_options: dict[str, Any] | None, n: int | None = None,
+                   progress: bool = True) -> tuple[Any, list[dict]]:
+    """The card of the baseline method (``baseline = True``) whose robust accuracy under ``attack`` on the first
+    ``n`` images of ``data`` is closest to ``target`` (:func:`match_linear_alpha`), for the pair of ``template``."""
+    images, labels = data.images[:n], data.labels[:n]
+    alpha, tried = match_linear_alpha(abc, rbc, images, labels, target, attack=attack, eps=eps, norm=norm, seed=seed,
+                                      batch_size=batch_size, cache=cache, attack_options=attack_options,
+                                      key_parts={"data": data.fingerprint, "abc": model_key(abc),
+                                                 "rbc": model_key(rbc), "match_n": len(labels)},
+                                      progress=progress)
+    return method.card_at(alpha, template), tried
+
+
+def baseline_method() -> Any | None:
+    """The plugin method marked ``baseline`` (the bench's matched row), if exactly one is."""
+    from mixzoo.plugins import mixing_methods
+
+    found = [m for _, m in sorted(mixing_methods().items()) if getattr(m, "baseline", False)]
+    return found[0] if len(found) == 1 else None
 
 
 def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: float, norm: str, seed: int,
                          batch_size: int, cache: Cache, attack_options: dict[str, Any] | None, progress: bool = True
                          ) -> tuple[float, list[dict], float]:
-    """The linear baseline's alpha for a card: MixedNUTS's robust accuracy under ``attack`` on the first
+    """The linear baseline's alpha for a card: the card's robust accuracy under ``attack`` on the first
     ``match_n`` evaluation images, then :func:`match_linear_alpha` against it. Returns the alpha, every alpha tried
     and the target. ``mixzoo bench`` and ``mixzoo sanity`` share it, and so share its cached evaluations."""
     images, labels = ce.data.images[:match_n], ce.data.labels[:match_n]
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                   attack_options=attack_options, progress=progress)
-    ev = evaluate(ce.mixed, images, labels, key_parts={**mixed_key_parts(ce.card, ce.abc, ce.rbc, ce.data),
+    ev = evaluate(ce.mixed, images, labels, key_parts={**card_key_parts(ce.card, ce.abc, ce.rbc, ce.data),
                                                        "match_n": match_n},
-                  label="MixedNUTS (matching attack)", **common)
+                  label=f"{ce.card.mixing_method.title} (matching attack)", **common)
     target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
     key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
     alpha, tried = match_linear_alpha(ce.abc, ce.rbc, images, labels, target, key_parts=key, **common)
@@ -356,7 +416,8 @@ def check_run_settings(n: int, batch_size: int, device: str, attack: str,
 
 @dataclass
 class CardEvaluation:
-    """A mix card ready to evaluate: its models, MixedNUTS, the attack radius and the evaluation images."""
+    """A mix card ready to evaluate: its models, its mixed classifier, the attack radius and the evaluation
+    images."""
 
     card: Any
     abc: nn.Module
@@ -368,33 +429,95 @@ class CardEvaluation:
     notes: list[str]  # weight-hash mismatches against the card (also issued as warnings)
 
 
+def load_card(card: Any) -> Any:
+    """A :class:`~mixzoo.card.MixCard` from a card, a card file or a published card's name."""
+    from mixzoo.card import MixCard
+
+    return card if isinstance(card, MixCard) else MixCard.load(card)
+
+
 def card_evaluation(card: Any, *, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None,
                     eps: float | None = None, norm: str | None = None, n: int = 1000, data_dir: str | None = None,
                     device: str = "cpu", allow_unsafe: bool = False) -> CardEvaluation:
-    """Load what evaluating ``card`` needs: the ABC and RBC (:func:`~mixzoo.pipeline.card_models`), MixedNUTS, eps
-    and norm (given, else the card's attack, else the RBC's threat model) and the first ``n`` evaluation images,
-    refusing models that cannot classify them."""
-    from mixzoo.card import MixCard
+    """Load what evaluating ``card`` needs: the ABC and RBC (:func:`~mixzoo.pipeline.card_models`), the card's
+    mixed classifier (its method's ``build``), eps and norm (given, else the card's attack, else the RBC's threat
+    model) and the first ``n`` evaluation images, refusing models that cannot classify them."""
     from mixzoo.data import load_dataset
-    from mixzoo.mixing import MixedClassifier, weight_mismatches
+    from mixzoo.mixing import weight_mismatches
 
-    if not isinstance(card, MixCard):
-        card = MixCard.load(card)
+    card = load_card(card)
     abc_m, rbc_m = card_models(card, abc, rbc, device=device, allow_unsafe=allow_unsafe)
     notes = weight_mismatches(card, abc_m, rbc_m)
     for note in notes:
         warnings.warn(note, stacklevel=3)
-    mixed = MixedClassifier.from_card(card, abc_m, rbc_m, warn=False)
+    mixed = card.mixing_method.build(abc_m, rbc_m, card)
     attack = card.attack or {}
     eps, norm = _default_attack_setting(rbc_m, attack.get("eps") if eps is None else eps,
                                         attack.get("norm") if norm is None else norm)
     data = load_dataset(card_dataset(card, rbc_m), "evaluation", n=n, root=data_dir)
-    if card.top_k is not None and card.top_k > data.num_classes:
-        raise InputError(f"the card's top_k ({card.top_k}) exceeds the {data.num_classes} classes of {data.name!r};"
+    top_k = card.params.get("top_k")
+    if top_k is not None and top_k > data.num_classes:
+        raise InputError(f"the card's top_k ({top_k}) exceeds the {data.num_classes} classes of {data.name!r};"
                          " it was calibrated for another task")
     check_model_fits(abc_m, data, "ABC")
     check_model_fits(rbc_m, data, "RBC")
     return CardEvaluation(card, abc_m, rbc_m, mixed, data, eps, norm, notes)
+
+
+def _same_pair(cards: list[Any]) -> None:
+    """Cards benched together must mix the same ABC and RBC (names and weights) on the same dataset."""
+    first = cards[0]
+    for other in cards[1:]:
+        for role in ("abc", "rbc"):
+            a, b = getattr(first, role), getattr(other, role)
+            if (a.get("name"), a.get("weight_hash")) != (b.get("name"), b.get("weight_hash")):
+                raise InputError(f"the cards mix different {role.upper()}s ({a.get('name')!r} and {b.get('name')!r}"
+                                 f" or other weights); bench cards of one pair together, or pass --{role}")
+        if first.dataset != other.dataset:
+            raise InputError(f"the cards are for different datasets ({first.dataset!r}, {other.dataset!r}); bench"
+                             " cards of one pair together")
+
+
+def worst_case(ev: dict[str, Any], extra: dict[str, Any], subset: torch.Tensor, name: str) -> dict[str, Any]:
+    """Merge an extra attack run on the still-robust examples ``subset`` into evaluation ``ev`` example by
+    example: robust only if both attacks failed; the extra attack's breaks are a component named ``name``."""
+    robust = list(ev["robust_correct"])
+    broken = 0
+    for i, ok in zip(subset.tolist(), extra["robust_correct"], strict=True):
+        if robust[i] and not ok:
+            robust[i], broken = False, broken + 1
+    merged = {**ev, "robust_correct": robust, "seconds": ev["seconds"] + extra["seconds"],
+              "components": [*ev["components"], {"name": name, "newly_broken": broken, "seconds": extra["seconds"]}],
+              "warnings": [*ev["warnings"], *(f"{name}: {w}" for w in extra["warnings"])],
+              "cached": bool(ev.get("cached")) and bool(extra.get("cached"))}
+    if "adversarial" in ev:
+        pts = extra["adversarial"]
+        index = subset[pts["index"]] if len(pts["index"]) else pts["index"]
+        merged["adversarial"] = {"index": torch.cat([ev["adversarial"]["index"], index]).long(),
+                                 "images": torch.cat([ev["adversarial"]["images"], pts["images"]])}
+    return merged
+
+
+def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, label: str,
+                  extra_attacks: bool = True, **common: Any) -> dict[str, Any]:
+    """A card's classifier under the shared attack, then under each extra attack its method declares
+    (:meth:`~mixzoo.methods.MixingMethod.extra_attacks`) on the examples still robust, merged per example."""
+    method = card.mixing_method
+    key = card_key_parts(card, abc, rbc, data)
+    ev = evaluate(method.build(abc, rbc, card), data.images, data.labels, key_parts=key, label=label, **common)
+    if not extra_attacks:
+        return ev
+    for extra in method.extra_attacks(card):
+        subset = torch.tensor([i for i, ok in enumerate(ev["robust_correct"]) if ok], dtype=torch.long)
+        if not len(subset):
+            break
+        options = {**common, "attack": extra.attack, "attack_options": dict(extra.options)}
+        sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), data.images[subset],
+                       data.labels[subset], key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
+                                                       "subset": content_key({"rows": subset.tolist()})},
+                       label=f"{label}: {extra.name}", **options)
+        ev = worst_case(ev, sub, subset, extra.name)
+    return ev
 
 
 def bench(
@@ -417,6 +540,8 @@ def bench(
     match_attack: str = BENCH_MATCH_ATTACK,
     match_n: int = 500,
     match_options: dict[str, Any] | None = None,
+    baseline: bool = True,
+    extra_attacks: bool = True,
     plots: bool = True,
     save_adversarial: bool = False,
     data_dir: str | None = None,
@@ -426,52 +551,63 @@ def bench(
     allow_unsafe: bool = False,
     progress: bool = True,
 ) -> Report:
-    """Clean and robust accuracy of ABC, RBC, linear baseline and MixedNUTS on the evaluation split.
+    """Clean and robust accuracy of the ABC, the RBC and one row per mix card on the evaluation split.
 
-    ``card`` is a :class:`~mixzoo.card.MixCard` or a path to one; without a card the pair (default: the built-in
-    Fashion-MNIST pair) is calibrated first with :func:`mixzoo.pipeline.mix`. Writes ``report.json``,
-    ``report.md`` and plots to ``out`` when given.
+    ``card`` is a :class:`~mixzoo.card.MixCard`, a card file, a published card's name, or a list of them (cards
+    of one pair, any methods); without a card the pair (default: the built-in Fashion-MNIST pair) is fitted first
+    with the default method. Every row is attacked with ``attack`` on the same images; each card's row also with
+    the extra attacks its method declares (on the examples still robust; ``extra_attacks=False`` skips them), and
+    reports the worst case per example. Writes ``report.json``, ``report.md`` and plots to ``out`` when given.
 
-    The linear baseline's alpha is found by bisection with ``match_attack`` (default: transfer-based APGD-CE + APGD-T,
-    ``match_options``, cheaper than the main attack) on the first ``match_n`` images, against MixedNUTS's robust
-    accuracy under that same attack on those images; the chosen alpha is then evaluated with the main attack like
-    the other rows. The trade-off curve uses ``curve_attack`` / ``curve_options`` on ``curve_n`` images.
+    With one card whose method is not the baseline method (``baseline = True``: linear), a matched baseline row
+    is added (``baseline``): its alpha is found by bisection with ``match_attack`` (``match_options``, cheaper than
+    the main attack) on the first ``match_n`` images against the card's robust accuracy under that same attack,
+    then evaluated like the other rows. The card's method may add a trade-off curve (``curve_attack`` /
+    ``curve_options`` on ``curve_n`` images) and figures.
 
-    ``save_adversarial`` keeps, for each of the four rows, the point that broke each broken example and writes them
-    to ``adversarial.safetensors`` next to the report, so anyone can check the robust errors without attacking
+    ``save_adversarial`` keeps, for each row, the point that broke each broken example and writes them to
+    ``adversarial.safetensors`` next to the report, so anyone can check the robust errors without attacking
     (:func:`mixzoo.verify.verify_report`, ``mixzoo verify``).
     """
     curve_options = {"n_iter": 25, "n_target_classes": 3} if curve_options is None else curve_options
     match_options = dict(BENCH_MATCH_OPTIONS) if match_options is None else match_options
     from mixzoo.data import shortfall_note
-    from mixzoo.mixing import MixedClassifier
-    from mixzoo.pipeline import mix
 
     check_run_settings(n, batch_size, device, attack, attack_options, out)
     if curve and curve_n <= 0:
         raise InputError(f"--curve-n must be positive, got {curve_n} (or pass --no-curve)")
     t0 = time.perf_counter()
     if card is None:
-        res = mix(abc, rbc, cache_dir=cache_dir, use_cache=use_cache, device=device, data_dir=data_dir,
-                  allow_unsafe=allow_unsafe, progress=progress, eps=eps, norm=norm, seed=seed)
-        card = res.card
-    ce = card_evaluation(card, abc=abc, rbc=rbc, eps=eps, norm=norm, n=n, data_dir=data_dir, device=device,
+        from mixzoo.methods import fit
+
+        card = fit(None, abc, rbc, cache_dir=cache_dir, use_cache=use_cache, device=device, data_dir=data_dir,
+                   allow_unsafe=allow_unsafe, progress=progress, eps=eps, norm=norm, seed=seed).card
+    cards = [load_card(c) for c in (card if isinstance(card, list | tuple) else [card])]
+    if not cards:
+        raise InputError("no mix card to bench; pass one or more cards (files or published names)")
+    if abc is None and rbc is None:
+        _same_pair(cards)
+    ce = card_evaluation(cards[0], abc=abc, rbc=rbc, eps=eps, norm=norm, n=n, data_dir=data_dir, device=device,
                          allow_unsafe=allow_unsafe)
-    card, abc_m, rbc_m, mixed, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.mixed, ce.data, ce.eps, ce.norm
+    abc_m, rbc_m, data, eps, norm = ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
     notes = list(ce.notes)  # the report must say so, not only the terminal
-    dataset_name = data.name
+    from mixzoo.mixing import weight_mismatches
+
+    for other in cards[1:]:
+        notes += weight_mismatches(other, abc_m, rbc_m)
     cache = Cache(cache_dir, enabled=use_cache)
     images, labels = data.images, data.labels
     base = {"data": data.fingerprint}
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                   attack_options=attack_options, progress=progress)
-    abc_name, rbc_name = card.abc.get("name", "ABC"), card.rbc.get("name", "RBC")
+    # rows are labelled with the models actually evaluated (an --abc/--rbc override, not the card's names)
+    abc_name, rbc_name = _evaluated_name(abc_m, cards[0].abc, "ABC"), _evaluated_name(rbc_m, cards[0].rbc, "RBC")
     points: dict[str, dict[str, torch.Tensor]] = {}
 
-    def row(name: str, kind: str, ev: dict[str, Any], alpha: float | None = None) -> ModelResult:
+    def row(name: str, kind: str, ev: dict[str, Any], alpha: float | None = None, c: Any = None) -> ModelResult:
         if save_adversarial:
             points[kind] = ev["adversarial"]
-        return _result(name, kind, ev, attack, eps, norm, alpha=alpha)
+        return _result(name, kind, ev, attack, eps, norm, alpha=alpha, card=c)
 
     rows = []
     main = dict(common, save_adversarial=save_adversarial)
@@ -479,39 +615,45 @@ def bench(
     rows.append(row(abc_name, "abc", ev))
     ev = evaluate(rbc_m, images, labels, key_parts={**base, "model": model_key(rbc_m)}, label=rbc_name, **main)
     rows.append(row(rbc_name, "rbc", ev))
-    mixed_key = mixed_key_parts(card, abc_m, rbc_m, data)
-    ev = evaluate(mixed, images, labels, key_parts=mixed_key, label="MixedNUTS", **main)
-    nuts = row("MixedNUTS", "mixednuts", ev, alpha=card.alpha)
-    alpha_lin, tried, target = matched_linear_alpha(
-        ce, match_n=match_n, **dict(common, attack=match_attack, attack_options=match_options))
-    ev = evaluate(MixedClassifier.linear(abc_m, rbc_m, alpha=alpha_lin), images, labels,
-                  key_parts=linear_key_parts(abc_m, rbc_m, data, alpha_lin), label=f"linear alpha={alpha_lin}",
-                  **main)
-    rows.append(row(f"Linear mix (alpha={alpha_lin:.2f})", "linear", ev, alpha=alpha_lin))
-    rows.append(nuts)
+    card_rows, kinds = [], {"abc", "rbc"}
+    for c in cards:
+        method = c.mixing_method
+        kind = method.name if method.name not in kinds else f"{method.name}-{len(kinds) - 1}"
+        kinds.add(kind)
+        title = method.title or method.name
+        label = title if len(cards) == 1 else f"{title} ({c.path.stem if c.path else kind})"
+        ev = evaluate_card(c, abc_m, rbc_m, data, label=label, extra_attacks=extra_attacks, **main)
+        card_rows.append(row(label, kind, ev, alpha=c.params.get("alpha"), c=c))
+    settings: dict[str, Any] = {"attack": attack, "eps": eps, "norm": norm, "seed": seed, "batch_size": batch_size,
+                                "attack_options": attack_options or {}, "extra_attacks": extra_attacks,
+                                "device": device, "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None,
+                                "seconds": None}
+    lin = baseline_method()
+    if baseline and len(cards) == 1 and lin is not None and cards[0].method != lin.name and lin.name not in kinds:
+        alpha_lin, tried, target = matched_linear_alpha(
+            ce, match_n=match_n, **dict(common, attack=match_attack, attack_options=match_options))
+        lin_card = lin.card_at(alpha_lin, cards[0])
+        ev = evaluate_card(lin_card, abc_m, rbc_m, data, label=f"{lin.title} alpha={alpha_lin}",
+                           extra_attacks=extra_attacks, **main)
+        rows.append(row(f"{lin.title} (alpha={alpha_lin:.2f})", lin.name, ev, alpha=alpha_lin, c=lin_card))
+        settings.update(linear_alpha_search=tried, linear_alpha_match={
+            "attack": match_attack, "options": match_options, "n": min(match_n, len(labels)),
+            "card": card_rows[0].name, "target_robust_accuracy": target})
+    rows += card_rows
 
     report = Report(
-        models=rows, card=card,
-        dataset={"name": dataset_name, "split": "evaluation", "n": len(labels), "fingerprint": data.fingerprint,
-                 "source": getattr(data, "source", ""),
-                 "calibration": card.data},
-        settings={"attack": attack, "eps": eps, "norm": norm, "seed": seed, "batch_size": batch_size,
-                  "attack_options": attack_options or {}, "linear_alpha_search": tried,
-                  "linear_alpha_match": {"attack": match_attack, "options": match_options,
-                                         "n": min(match_n, len(labels)),
-                                         "mixednuts_robust_accuracy": target},
-                  "device": device, "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None,
-                  "seconds": None},
-        adversarial=points,
+        models=rows, card=cards[0], cards=cards,
+        dataset={"name": data.name, "split": "evaluation", "n": len(labels), "fingerprint": data.fingerprint,
+                 "source": getattr(data, "source", ""), "calibration": cards[0].data},
+        settings=settings, adversarial=points,
     )
     report.notes = notes + [note for note in [shortfall_note(data, n, "--n")] if note is not None]
-    if curve:
-        from mixzoo.report import tradeoff_curve
-
-        report.curve = tradeoff_curve(card, abc_m, rbc_m, data, cache=cache, attack=curve_attack, n=curve_n,
-                                      eps=eps, norm=norm, seed=seed, batch_size=batch_size,
-                                      attack_options=curve_options, data_dir=data_dir, device=device,
-                                      progress=progress)
+    make_curve = getattr(cards[0].mixing_method, "tradeoff_curve", None)
+    if curve and make_curve is not None:
+        report.curve = make_curve(cards[0], abc_m, rbc_m, data, cache=cache, attack=curve_attack, n=curve_n,
+                                  eps=eps, norm=norm, seed=seed, batch_size=batch_size,
+                                  attack_options=curve_options, data_dir=data_dir, device=device,
+                                  progress=progress)
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
     if out is not None:
@@ -519,6 +661,12 @@ def bench(
 
         write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=data_dir, device=device)
     return report
+
+
+def _evaluated_name(model: nn.Module, recorded: dict[str, Any], role: str) -> str:
+    """The name of the model a row evaluated: its registry name, else what the card recorded."""
+    spec = getattr(model, "spec", None)
+    return spec.name if spec is not None else recorded.get("name", role)
 
 
 def seconds_cell(m: ModelResult) -> str:
@@ -555,11 +703,7 @@ def display_name(m: Any) -> str:
     if m.kind in ("abc", "rbc"):
         return f"{m.kind.upper()} {m.name}"
     alpha = getattr(m, "alpha", None)
-    if m.kind == "linear" and alpha is not None:
-        return f"linear mix, α {alpha:.2f}"
-    if m.kind == "mixednuts" and alpha is not None:
-        return f"{m.name}, α {alpha:.3f}"
-    return m.name
+    return m.name if alpha is None or "alpha" in m.name else f"{m.name}, α {alpha:.3f}"
 
 
 def terminal_seconds_cell(m: ModelResult, device: str) -> str:

@@ -1,10 +1,14 @@
-"""The mix card: everything needed to rebuild and audit a MixedNUTS classifier (paper Eq. 5 parameters + provenance).
+"""The mix card: everything needed to rebuild and audit a mixed classifier, for any mixing method.
 
-A card is a small TOML (or JSON) file. The top-level fields ``s``, ``p``, ``c``, ``alpha``, ``beta`` and ``clamp``
-are what :class:`mixzoo.mixing.MixedClassifier` needs; the tables record which models (names and weight hashes),
-which data, which attack and which grid produced them, and the Algorithm 1 objective over the grid (Fig. 9).
-Writes are atomic (temporary file in the same directory, fsync, rename). TOML has no null: ``None`` values are
-left out of TOML files and read back as ``None``.
+One format for every method (schema 2): ``method = "NAME"`` (a :mod:`mixing method <mixzoo.methods>` plugin), the
+pair (``[abc]``, ``[rbc]``: names and weight hashes), the threat model and attack record (``[attack]``), the data
+(``[data]``), the method's own section (a table named after the method, e.g. ``[mixednuts]`` with s, p, c, alpha;
+validated by the method), the files of trained methods (``[weights]``: file name -> sha256, next to the card) and
+provenance. A small TOML (or JSON) file, written atomically (temporary file, fsync, rename). TOML has no null:
+``None`` values are left out of TOML files and read back as ``None``.
+
+Cards of schema 1 (mixzoo before the method hook: MixedNUTS parameters at the top level) still load: each method
+plugin may claim a schema-1 card (:meth:`mixzoo.methods.MixingMethod.upgrade_v1`) and say what to re-run.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import math
 import subprocess
 import tomllib
 import warnings
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,78 +29,119 @@ import torch
 
 from mixzoo.errors import InputError, MissingFileError
 
-SCHEMA_VERSION = 1
-METHODS = ("mmaa", "linear", "transfer", "square", "both", "guess")
-REQUIRED = ("schema_version", "s", "p", "c", "alpha", "clamp")
-_ORDER = ("schema_version", "s", "p", "c", "alpha", "beta", "clamp", "top_k", "temperature", "alpha_d", "objective",
-          "method", "dataset", "notes", "abc", "rbc", "data", "attack", "grid", "provenance")
+SCHEMA_VERSION = 2
+_COMMON = ("schema_version", "method", "dataset", "notes", "abc", "rbc", "data", "attack", "weights", "provenance")
+_TABLES = ("abc", "rbc", "data", "attack", "weights", "provenance")
 
 
-@dataclass
+def _method(name: Any, source: str) -> Any:
+    from mixzoo.errors import UnknownNameError
+    from mixzoo.plugins import lookup
+
+    if not isinstance(name, str) or not name:
+        raise InputError(f"{source}: field 'method' must name a mixing method (see `mixzoo plugins`), got {name!r}")
+    try:
+        return lookup("method", name)
+    except UnknownNameError as exc:
+        raise InputError(f"{source}: {exc}") from None
+
+
+@dataclass(init=False)
 class MixCard:
-    """Parameters of a mixed classifier and how they were obtained.
+    """A mixed classifier: its method, its fitted section (``params``), its base models and how it was obtained.
 
-    ``method``: ``"mmaa"`` (Algorithm 1 on MMAA margins), ``"linear"`` (alpha of the linear baseline of Bai et al.:
-    no LN/clamp/power, ABC at T = 1), ``"transfer"``/``"square"``/``"both"``/``"guess"`` (black-box options of
-    App. D.5, :mod:`mixzoo.transfer`).
-    ``alpha_d`` is the auxiliary mixing weight of Eq. 8 (Algorithm 1 with a linear clamp, s = p = 1, c = 0).
-    ``grid`` holds ``s_values``, ``p_values``, ``c_values`` and ``objectives``/``alphas`` as nested lists [s][p][c].
+    ``params`` is the method's section (e.g. MixedNUTS: ``s``, ``p``, ``c``, ``alpha``, ``beta``, ``clamp``,
+    ``top_k``, ``temperature``, ``alpha_d``, ``objective``, ``fit``, ``grid``); its entries also read as
+    attributes (``card.alpha``). The method validates it (one-line errors naming ``SECTION.FIELD``).
+    ``weights``: files of a trained method, by name, with their sha256, stored next to the card (``path``).
+
+    The schema-1 keyword form ``MixCard(s=..., p=..., c=..., alpha=..., beta=..., method="mmaa")`` still works:
+    the method plugins claim it as they claim schema-1 files.
     """
 
-    s: float
-    p: float
-    c: float
-    alpha: float
-    beta: float | None = None
-    clamp: str = "gelu"
-    top_k: int | None = None
-    temperature: float = 0.0
-    alpha_d: float | None = None
-    objective: float | None = None
-    method: str = "mmaa"
-    abc: dict[str, Any] = field(default_factory=dict)
-    rbc: dict[str, Any] = field(default_factory=dict)
-    dataset: str | None = None
-    grid: dict[str, Any] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
-    attack: dict[str, Any] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    schema_version: int = SCHEMA_VERSION
+    method: str
+    params: dict[str, Any]
+    abc: dict[str, Any]
+    rbc: dict[str, Any]
+    dataset: str | None
+    data: dict[str, Any]
+    attack: dict[str, Any]
+    weights: dict[str, str]
+    provenance: dict[str, Any]
+    notes: list[str]
+    schema_version: int
+    path: Path | None = field(default=None, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
+    def __init__(self, method: str | None = None, params: dict[str, Any] | None = None, *,
+                 abc: dict[str, Any] | None = None, rbc: dict[str, Any] | None = None, dataset: str | None = None,
+                 data: dict[str, Any] | None = None, attack: dict[str, Any] | None = None,
+                 weights: dict[str, str] | None = None, provenance: dict[str, Any] | None = None,
+                 notes: list[str] | None = None, schema_version: int = SCHEMA_VERSION, path: Path | None = None,
+                 **v1: Any) -> None:
+        common = dict(abc=abc or {}, rbc=rbc or {}, dataset=dataset, data=data or {}, attack=attack or {},
+                      weights=weights or {}, provenance=provenance or {}, notes=list(notes or []))
+        if v1 or params is None:  # the schema-1 keyword form: top-level parameters, ``method`` = how fitted
+            method, params = _claim_v1({**v1, **({"method": method} if method is not None else {})}, "mix card")
+            schema_version = SCHEMA_VERSION
+        self.method, self.params = method, dict(params)
+        for k, v in common.items():
+            setattr(self, k, v)
+        self.schema_version, self.path = schema_version, path
         _validate(self, "mix card")
 
+    def __getattr__(self, name: str) -> Any:
+        params = self.__dict__.get("params")
+        if params is not None and not name.startswith("_") and name in params:
+            return params[name]
+        if params is not None and name in _V1_OPTIONAL:
+            return None  # a section without the optional schema-1 field
+        raise AttributeError(f"{type(self).__name__} (method {self.__dict__.get('method')!r}) has no field {name!r}")
+
     @property
-    def transform(self) -> bool:
-        """Whether the RBC goes through M(s, p, c) (False for the linear baseline)."""
-        return self.method != "linear"
+    def mixing_method(self) -> Any:
+        """The :class:`~mixzoo.methods.MixingMethod` plugin object this card names."""
+        return _method(self.method, "mix card")
 
     # ------------------------------------------------------------------------------------------ dict / files
     def to_dict(self) -> dict[str, Any]:
-        """Plain Python values (lists, dicts, numbers, strings, None), top-level fields first."""
-        raw = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: _plain(raw[k]) for k in _ORDER}
+        """Plain Python values (lists, dicts, numbers, strings, None): the common fields, then the method's
+        section under the method's name."""
+        out = {k: _plain(getattr(self, k)) for k in _COMMON}
+        out[self.method] = _plain(self.params)
+        return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "mix card") -> MixCard:
+    def from_dict(cls, data: dict[str, Any], source: str = "mix card", path: Path | None = None) -> MixCard:
         """Build and validate a card; errors name ``source`` (e.g. the file) and the field."""
         if not isinstance(data, dict):
             raise InputError(f"{source}: a mix card must be a table of fields, got {type(data).__name__}")
-        for name in REQUIRED:
-            if name not in data:
-                raise InputError(f"{source}: missing field {name!r}; write the card with `mixzoo mix` or add it")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        version = data.get("schema_version")
+        if version == 1:
+            method, params = _claim_v1(data, source)
+            note = getattr(_method(method, source), "v1_note", None)
+            if note:
+                warnings.warn(f"{source}: {note}", stacklevel=2)
+            common = {k: data[k] for k in _COMMON if k in data and k not in ("schema_version", "method")}
+            return cls(method, params, **common, path=path)
+        if version != SCHEMA_VERSION:
+            raise InputError(f"{source}: schema_version {version!r} is not supported (this mixzoo reads 1 and"
+                             f" {SCHEMA_VERSION}); re-create the card with `mixzoo mix`")
+        if "method" not in data:
+            raise InputError(f"{source}: missing field 'method'; write the card with `mixzoo mix` or add it")
+        method = data["method"]
+        _method(method, source)
+        if not isinstance(data.get(method), dict):
+            raise InputError(f"{source}: missing table [{method}] (the method's section); write the card with"
+                             " `mixzoo mix`")
+        unknown = sorted(set(data) - set(_COMMON) - {method})
         if unknown:
             warnings.warn(f"{source}: ignoring unknown fields {', '.join(unknown)}", stacklevel=2)
-        kwargs = {k: v for k, v in data.items() if k in known}
         card = cls.__new__(cls)  # validated below with ``source`` in the messages
-        for f in fields(cls):
-            if f.name in kwargs:
-                setattr(card, f.name, kwargs[f.name])
-            else:
-                setattr(card, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
+        card.method, card.params, card.path = method, dict(data[method]), path
+        for name in _COMMON[2:]:
+            default: Any = [] if name == "notes" else {} if name in _TABLES else None
+            setattr(card, name, data.get(name, default))
+        card.schema_version = SCHEMA_VERSION
         _validate(card, source)
         return card
 
@@ -128,10 +173,12 @@ class MixCard:
 
     @classmethod
     def load(cls, path: str | Path) -> MixCard:
-        """Read and validate a TOML or JSON card; a bad file is a one-line :class:`InputError` naming it."""
-        path = Path(path)
+        """Read and validate a TOML or JSON card, or a published card by name (hook ``mixzoo_cards``); a bad file
+        is a one-line :class:`InputError` naming it."""
+        path = _published(path)
         if path.suffix not in (".toml", ".json"):
-            raise InputError(f"card path {path} must end in .toml or .json")
+            raise InputError(f"card path {path} must end in .toml or .json (or name a published card: see"
+                             " `mixzoo plugins`)")
         if path.is_dir():
             raise InputError(f"mix card {path} is a directory; pass the card file `mixzoo mix --out` wrote")
         if not path.is_file():
@@ -144,58 +191,71 @@ class MixCard:
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             kind = "TOML" if path.suffix == ".toml" else "JSON"
             raise InputError(f"{path}: not valid {kind} ({str(exc).splitlines()[0]})") from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(data, source=str(path), path=path)
+
+    def weight_file(self, name: str) -> Path:
+        """A trained method's file ``name`` (next to the card), checked against the sha256 the card records."""
+        import hashlib
+
+        if name not in self.weights:
+            raise InputError(f"the mix card lists no file {name!r} under [weights]; re-create it with `mixzoo mix`")
+        if self.path is None:
+            raise InputError(f"the mix card was not loaded from a file, so its weight file {name!r} cannot be found;"
+                             " load it with MixCard.load(path)")
+        file = self.path.parent / name
+        if not file.is_file():
+            raise MissingFileError(f"{file} (listed in {self.path}) does not exist; keep it next to the card")
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        if digest != self.weights[name]:
+            raise InputError(f"{file} has sha256 {digest[:12]}... but {self.path} records"
+                             f" {self.weights[name][:12]}...; the file does not belong to this card")
+        return file
 
     def summary(self) -> str:
-        """One line: the parameters."""
-        return (f"s={self.s:.4g} p={self.p:.4g} c={self.c:.4g} alpha={self.alpha:.4g} clamp={self.clamp}"
-                f" beta={self.beta} method={self.method}")
+        """One line: the method and its parameters."""
+        return self.mixing_method.summary_line(self)
+
+
+_V1_OPTIONAL = ("beta", "top_k", "alpha_d", "objective", "grid", "fit", "temperature", "clamp", "s", "p", "c")
+
+
+def _claim_v1(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
+    """The (method, section) of a schema-1 card (or keyword form): the first method plugin that claims it."""
+    from mixzoo.plugins import mixing_methods
+
+    for name, method in sorted(mixing_methods().items()):
+        upgrade = getattr(method, "upgrade_v1", None)
+        params = upgrade(data, source) if upgrade is not None else None
+        if params is not None:
+            return name, params
+    raise InputError(f"{source}: a schema-1 card that no installed mixing method reads; re-create it with"
+                     " `mixzoo mix`")
+
+
+def _published(path: str | Path) -> Path:
+    """A card path, or the file of a published card name (``mixzoo_cards`` hook)."""
+    from mixzoo.plugins import published_cards
+
+    if isinstance(path, str) and path in published_cards():
+        return Path(published_cards()[path])
+    return Path(path)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _number(card: MixCard, name: str, source: str, *, allow_none: bool = False) -> None:
-    v = getattr(card, name)
-    if v is None and allow_none:
-        return
-    if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating) or not math.isfinite(v):
-        raise InputError(f"{source}: field {name!r} must be a finite number, got {v!r}")
-    setattr(card, name, float(v))
-
-
 def _validate(card: MixCard, source: str) -> None:
-    if card.schema_version != SCHEMA_VERSION:
-        raise InputError(f"{source}: schema_version {card.schema_version!r} is not supported (this mixzoo reads"
-                         f" {SCHEMA_VERSION}); re-create the card with this mixzoo version")
-    for name in ("s", "p", "c", "alpha", "temperature"):
-        _number(card, name, source)
-    for name in ("beta", "alpha_d", "objective"):
-        _number(card, name, source, allow_none=True)
-    if card.s <= 0 or card.p <= 0:
-        raise InputError(f"{source}: fields 's' and 'p' must be positive, got s={card.s}, p={card.p}")
-    if not 0.5 <= card.alpha <= 1.0:
-        raise InputError(f"{source}: field 'alpha' must lie in [0.5, 1] (paper Eq. 1), got {card.alpha}")
-    if card.beta is not None and not 0.0 <= card.beta <= 1.0:
-        raise InputError(f"{source}: field 'beta' must lie in [0, 1], got {card.beta}")
-    if card.alpha_d is not None and not 0.0 <= card.alpha_d <= 1.0:
-        raise InputError(f"{source}: field 'alpha_d' must lie in [0, 1], got {card.alpha_d}")
-    if card.temperature < 0:
-        raise InputError(f"{source}: field 'temperature' must be >= 0, got {card.temperature}")
-    if not isinstance(card.clamp, str) or not card.clamp:
-        raise InputError(f"{source}: field 'clamp' must be a clamp name such as 'gelu', got {card.clamp!r}")
-    if card.top_k is not None and (isinstance(card.top_k, bool) or not isinstance(card.top_k, int)
-                                   or card.top_k < 2):
-        raise InputError(f"{source}: field 'top_k' must be an integer >= 2 or absent, got {card.top_k!r}")
-    if card.method not in METHODS:
-        raise InputError(f"{source}: field 'method' must be one of {', '.join(METHODS)}, got {card.method!r}")
-    if card.method in ("mmaa", "linear") and card.beta is None:
-        raise InputError(f"{source}: missing field 'beta' (required for method {card.method!r})")
-    for name in ("abc", "rbc", "grid", "data", "attack", "provenance"):
+    for name in _TABLES:
         if not isinstance(getattr(card, name), dict):
             raise InputError(f"{source}: field {name!r} must be a table, got {type(getattr(card, name)).__name__}")
     if card.dataset is not None and not isinstance(card.dataset, str):
         raise InputError(f"{source}: field 'dataset' must be a string, got {card.dataset!r}")
     if not isinstance(card.notes, list) or not all(isinstance(n, str) for n in card.notes):
         raise InputError(f"{source}: field 'notes' must be a list of strings")
+    for name, digest in card.weights.items():
+        if not (isinstance(digest, str) and len(digest) == 64):
+            raise _field_error(source, f"weights.{name}", "a sha256 hex digest", digest)
+    if not isinstance(card.params, dict):
+        raise InputError(f"{source}: the method's section [{card.method}] must be a table")
+    card.params = _method(card.method, source).validate(dict(card.params), source)
     _validate_records(card, source)
 
 
@@ -236,10 +296,11 @@ def _validate_records(card: MixCard, source: str) -> None:
     for key in ("n", "n_clean", "n_attacked"):
         if data.get(key) is not None and not _is_int(data[key], 0):
             raise _field_error(source, f"data.{key}", "an integer >= 0", data[key])
-    _validate_grid(_plain(card.grid), source)
 
 
-def _validate_grid(grid: dict[str, Any], source: str) -> None:
+def validate_grid(grid: dict[str, Any], source: str, section: str = "grid") -> None:
+    """A search grid record (``s_values``, ``p_values``, ``c_values``, ``objectives`` / ``alphas`` as nested
+    [s][p][c] lists), as Algorithm 1 writes it."""
     if not grid:
         return
     axes = ("s_values", "p_values", "c_values")
@@ -247,7 +308,7 @@ def _validate_grid(grid: dict[str, Any], source: str) -> None:
     for key in axes:
         v = grid.get(key)
         if not (isinstance(v, list) and v and all(isinstance(x, int | float) for x in v)):
-            raise _field_error(source, f"grid.{key}", "a non-empty list of numbers", v)
+            raise _field_error(source, f"{section}.{key}", "a non-empty list of numbers", v)
         lengths.append(len(v))
     for key in ("objectives", "alphas"):
         if key not in grid and key == "alphas":
@@ -257,7 +318,7 @@ def _validate_grid(grid: dict[str, Any], source: str) -> None:
         except (TypeError, ValueError):
             shape = None
         if shape != lengths:
-            raise _field_error(source, f"grid.{key}", f"a {'x'.join(map(str, lengths))} nested list of numbers",
+            raise _field_error(source, f"{section}.{key}", f"a {'x'.join(map(str, lengths))} nested list of numbers",
                                "another shape" if shape is not None else grid.get(key))
 
 
@@ -311,4 +372,4 @@ def provenance(**extra: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["METHODS", "SCHEMA_VERSION", "MixCard", "git_commit", "provenance"]
+__all__ = ["SCHEMA_VERSION", "MixCard", "git_commit", "provenance", "validate_grid"]

@@ -95,3 +95,25 @@ def mixzoo_datasets() -> dict[str, Any]:
     images. ``root`` is a user-named data directory (or ``None``); ``options`` are dataset-specific (e.g.
     ``size`` for ``imagenet``). Call it through :func:`mixzoo.data.load_dataset`.
     """
+
+
+@hookspec
+def mixzoo_mixing_methods() -> dict[str, Any]:
+    """Mixing methods by name (``mixzoo mix --method NAME``; the ``method`` field of a mix card).
+
+    Called once when methods are first looked up. Each value is a :class:`mixzoo.methods.MixingMethod`: it
+    validates its card section, builds the mixed ``nn.Module`` ([0, 1] images -> log-probabilities) from an ABC,
+    an RBC and that section, fits the section from data (training-free calibration or training, saying what that
+    costs), and declares the extra adaptive attacks an honest evaluation of it needs
+    (:meth:`~mixzoo.methods.MixingMethod.extra_attacks`), which ``mixzoo bench`` runs without knowing the method.
+    A method with ``default = True`` is what ``mixzoo mix`` fits when no ``--method`` is given (one at most).
+    """
+
+
+@hookspec
+def mixzoo_cards() -> dict[str, Any]:
+    """Published mix cards by name (``mixzoo bench NAME``, ``mixzoo.load_mixed(NAME)``).
+
+    Called once when cards are first looked up. Each value is the path of a card file (TOML or JSON) shipped with
+    the plugin, e.g. the paper's published MixedNUTS parameters for a pair of published models.
+    """

@@ -178,7 +178,8 @@ class MixedClassifier(nn.Module):
     @classmethod
     def from_card(cls, card: Any, abc: nn.Module | None, rbc: nn.Module | None,
                   gradient: str = "exact", *, warn: bool = True, stacklevel: int = 2) -> MixedClassifier:
-        """Build the classifier a :class:`~mixzoo.card.MixCard` (or card file) describes.
+        """Build the classifier a :class:`~mixzoo.card.MixCard` (or card file) describes, through the card's mixing
+        method (:meth:`mixzoo.methods.MixingMethod.build`; any method's module, not only this class).
 
         Warns when a model's weight hash differs from the one the card recorded (the parameters were calibrated
         for other weights); ``warn=False`` for callers that ran :func:`weight_mismatches` themselves, and
@@ -190,9 +191,7 @@ class MixedClassifier(nn.Module):
             card = MixCard.load(card)
         for message in weight_mismatches(card, abc, rbc) if warn else ():
             warnings.warn(message, stacklevel=stacklevel)
-        return cls(abc, rbc, s=card.s, p=card.p, c=card.c, alpha=card.alpha, clamp=card.clamp,
-                   temperature=card.temperature, top_k=card.top_k, gradient=gradient, alpha_d=card.alpha_d,
-                   transform=card.transform)
+        return card.mixing_method.build(abc, rbc, card, gradient=gradient)
 
     # ------------------------------------------------------------------------------------------- forward
     def _run(self, model: nn.Module | None, role: str, x: torch.Tensor) -> torch.Tensor | None:

@@ -332,6 +332,95 @@ def margin_summary(data: CalibrationData, card: Any) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class Pair:
+    """An ABC/RBC pair checked for fitting a mixing method: both models, the calibration split, the threat model
+    and the cache (:func:`prepare_pair`)."""
+
+    abc: nn.Module
+    rbc: nn.Module
+    dataset: str
+    data: Any
+    eps: float
+    norm: str
+    cache: Cache
+    device: str
+    seed: int = 0
+    batch_size: int = 250
+    progress: bool = True
+
+    def info(self, role: str) -> dict[str, Any]:
+        """The ``[abc]`` / ``[rbc]`` table of a card: name and weight hash."""
+        model = self.abc if role == "abc" else self.rbc
+        return {"name": model_name(model), "weight_hash": model_hash(model)}
+
+    def data_info(self) -> dict[str, Any]:
+        """The ``[data]`` table of a card."""
+        return {"split": "calibration", "n": len(self.data.labels), "fingerprint": self.data.fingerprint,
+                "source": getattr(self.data, "source", "")}
+
+    def calibration_data(self, *, abc: bool = False, n_iter: int = 100, n_target_classes: int = 9,
+                         n_restarts: int = 1, top_k: int | None = None) -> CalibrationData:
+        """RBC clean logits and MMAA margins on the calibration split (cached), and the ABC's logits if asked."""
+        return calibration_data(self.abc if abc else None, self.rbc, self.data, eps=self.eps, norm=self.norm,
+                                cache=self.cache, n_iter=n_iter, n_target_classes=n_target_classes,
+                                n_restarts=n_restarts, seed=self.seed, top_k=top_k, batch_size=self.batch_size,
+                                device=self.device, progress=self.progress)
+
+
+def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
+    """Load and check an ABC/RBC pair for fitting (a :class:`mixzoo.methods.FitRequest`): names or modules
+    (default: the built-in Fashion-MNIST pair), roles, classes, input sizes, a white-box RBC, the calibration
+    split and the threat model (given, else the RBC's); one-line errors before any attack."""
+    from mixzoo.data import load_dataset
+
+    if request.n_calib <= 0:
+        raise InputError(f"--n-calib must be positive, got {request.n_calib}")
+    device = request.device
+    check_device(device)
+    batch_size = 250 if request.batch_size is None else request.batch_size
+    if batch_size <= 0:
+        raise InputError(f"--batch-size must be positive, got {batch_size}")
+    if request.out is not None:
+        from mixzoo.card import MixCard
+
+        MixCard.check_path(request.out)
+    abc_m = resolve_model(request.abc if request.abc is not None else DEFAULT_ABC, device, request.allow_unsafe)
+    rbc_m = resolve_model(request.rbc if request.rbc is not None else DEFAULT_RBC, device, request.allow_unsafe)
+    abc_spec, rbc_spec = getattr(abc_m, "spec", None), getattr(rbc_m, "spec", None)
+    if is_black_box(rbc_m):
+        name = rbc_spec.name if rbc_spec is not None else getattr(rbc_m, "name", "the RBC")
+        raise InputError(f"RBC {name!r} is a black box (no gradients for MMAA); calibrate it from a white-box"
+                         f" surrogate with `mixzoo transfer-params --from CARD --rbc {name}` (App. D.5)")
+    if rbc_spec is not None and rbc_spec.role == "accurate":
+        swap = (f"; did you mean --abc {rbc_spec.name} --rbc {abc_spec.name}?"
+                if abc_spec is not None and abc_spec.role == "robust" else "; pass a robust model as --rbc")
+        raise InputError(f"RBC {rbc_spec.name!r} is an accurate (standard) model, not a robust one{swap}")
+    dataset = request.dataset
+    if abc_spec is not None and rbc_spec is not None:
+        if abc_spec.num_classes != rbc_spec.num_classes:
+            raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"
+                             f" has {rbc_spec.num_classes}; pick models of the same task")
+        if tuple(abc_spec.input_size) != tuple(rbc_spec.input_size):
+            raise InputError(f"ABC {abc_spec.name!r} takes images of shape {tuple(abc_spec.input_size)} but RBC"
+                             f" {rbc_spec.name!r} takes {tuple(rbc_spec.input_size)}; pick models of the same input")
+        if abc_spec.dataset != rbc_spec.dataset and dataset is None:
+            raise InputError(f"ABC {abc_spec.name!r} is for {abc_spec.dataset!r} but RBC {rbc_spec.name!r} is for"
+                             f" {rbc_spec.dataset!r}; pass --dataset to choose the calibration data")
+    known_spec = rbc_spec if rbc_spec is not None else abc_spec  # a plain-module RBC: the registered ABC tells
+    dataset = dataset or (known_spec.dataset if known_spec is not None else None)
+    if dataset is None:
+        raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
+    eps, norm = _default_attack_setting(rbc_m, request.eps, request.norm)
+    data = load_dataset(dataset, "calibration", n=request.n_calib, root=request.data_dir)
+    check_model_fits(rbc_m, data, "RBC")
+    check_model_fits(abc_m, data, "ABC")
+    if top_k is not None and top_k > data.num_classes:  # fail now, not after the attack
+        raise InputError(f"top_k must lie in [2, {data.num_classes}] (number of classes), got {top_k}")
+    return Pair(abc_m, rbc_m, dataset, data, eps, norm, Cache(request.cache_dir, enabled=request.use_cache), device,
+                seed=request.seed, batch_size=batch_size, progress=request.progress)
+
+
 def mix(
     abc: str | nn.Module | None = None,
     rbc: str | nn.Module | None = None,
@@ -368,56 +457,19 @@ def mix(
     pass that re-chooses alpha on MMAA points of the transformed RBC (:func:`mixzoo.approximation.refit_alpha`).
     """
     from mixzoo.calibrate import calibrate, check_settings
-    from mixzoo.data import load_dataset, shortfall_note
+    from mixzoo.data import shortfall_note
+    from mixzoo.methods.base import FitRequest
 
     check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k)
-    if n_calib <= 0:
-        raise InputError(f"--n-calib must be positive, got {n_calib}")
-    check_device(device)
-    if batch_size <= 0:
-        raise InputError(f"--batch-size must be positive, got {batch_size}")
-    if out is not None:
-        from mixzoo.card import MixCard
-
-        MixCard.check_path(out)
     t0 = time.perf_counter()
-    abc_m = resolve_model(abc if abc is not None else DEFAULT_ABC, device, allow_unsafe)
-    rbc_m = resolve_model(rbc if rbc is not None else DEFAULT_RBC, device, allow_unsafe)
-    abc_spec, rbc_spec = getattr(abc_m, "spec", None), getattr(rbc_m, "spec", None)
-    if is_black_box(rbc_m):
-        name = rbc_spec.name if rbc_spec is not None else getattr(rbc_m, "name", "the RBC")
-        raise InputError(f"RBC {name!r} is a black box (no gradients for MMAA); calibrate it from a white-box"
-                         f" surrogate with `mixzoo transfer-params --from CARD --rbc {name}` (App. D.5)")
-    if rbc_spec is not None and rbc_spec.role == "accurate":
-        swap = (f"; did you mean --abc {rbc_spec.name} --rbc {abc_spec.name}?"
-                if abc_spec is not None and abc_spec.role == "robust" else "; pass a robust model as --rbc")
-        raise InputError(f"RBC {rbc_spec.name!r} is an accurate (standard) model, not a robust one{swap}")
-    if abc_spec is not None and rbc_spec is not None:
-        if abc_spec.num_classes != rbc_spec.num_classes:
-            raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"
-                             f" has {rbc_spec.num_classes}; pick models of the same task")
-        if tuple(abc_spec.input_size) != tuple(rbc_spec.input_size):
-            raise InputError(f"ABC {abc_spec.name!r} takes images of shape {tuple(abc_spec.input_size)} but RBC"
-                             f" {rbc_spec.name!r} takes {tuple(rbc_spec.input_size)}; pick models of the same input")
-        if abc_spec.dataset != rbc_spec.dataset and dataset is None:
-            raise InputError(f"ABC {abc_spec.name!r} is for {abc_spec.dataset!r} but RBC {rbc_spec.name!r} is for"
-                             f" {rbc_spec.dataset!r}; pass --dataset to choose the calibration data")
-    known_spec = rbc_spec if rbc_spec is not None else abc_spec  # a plain-module RBC: the registered ABC tells
-    dataset = dataset or (known_spec.dataset if known_spec is not None else None)
-    if dataset is None:
-        raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
-    eps, norm = _default_attack_setting(rbc_m, eps, norm)
-    data = load_dataset(dataset, "calibration", n=n_calib, root=data_dir)
-    check_model_fits(rbc_m, data, "RBC")
-    check_model_fits(abc_m, data, "ABC")
-    if top_k is not None and top_k > data.num_classes:  # fail now, not after the attack
-        raise InputError(f"top_k must lie in [2, {data.num_classes}] (number of classes), got {top_k}")
-    cache = Cache(cache_dir, enabled=use_cache)
+    pair = prepare_pair(FitRequest(abc, rbc, dataset=dataset, n_calib=n_calib, eps=eps, norm=norm, seed=seed,
+                                   batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
+                                   use_cache=use_cache, device=device, allow_unsafe=allow_unsafe,
+                                   progress=progress), top_k=top_k)
+    rbc_m, data, cache, dataset = pair.rbc, pair.data, pair.cache, pair.dataset
     t1 = time.perf_counter()
-    cdata = calibration_data(abc_m if objective == "relaxed" else None, rbc_m, data, eps=eps, norm=norm,
-                             cache=cache, n_iter=n_iter, n_target_classes=n_target_classes,
-                             n_restarts=n_restarts, seed=seed, top_k=top_k, batch_size=batch_size, device=device,
-                             progress=progress)
+    cdata = pair.calibration_data(abc=objective == "relaxed", n_iter=n_iter, n_target_classes=n_target_classes,
+                                  n_restarts=n_restarts, top_k=top_k)
     t2 = time.perf_counter()
     abc_correct = None
     if objective == "relaxed":
@@ -426,11 +478,7 @@ def mix(
         clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=cdata.attacked_logits,
         attacked_labels=cdata.labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid, objective=objective,
         abc_clean_correct=abc_correct, optimizer=optimizer, progress=progress,
-        abc={"name": model_name(abc_m), "weight_hash": model_hash(abc_m)},
-        rbc={"name": model_name(rbc_m), "weight_hash": model_hash(rbc_m)},
-        dataset=dataset,
-        data_info={"split": "calibration", "n": len(data.labels), "fingerprint": data.fingerprint,
-                   "source": getattr(data, "source", "")},
+        abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=dataset, data_info=pair.data_info(),
         attack_info=cdata.attack,
     )
     if refit_alpha:

@@ -154,21 +154,34 @@ def datasets() -> dict[str, Any]:
     return collect_named("mixzoo_datasets", "dataset")
 
 
+@functools.cache
+def mixing_methods() -> dict[str, Any]:
+    """All mixing methods by name (:class:`mixzoo.methods.MixingMethod` objects)."""
+    return collect_named("mixzoo_mixing_methods", "mixing method")
+
+
+@functools.cache
+def published_cards() -> dict[str, Any]:
+    """All published mix cards by name (paths of card files shipped with plugins)."""
+    return collect_named("mixzoo_cards", "card")
+
+
 def _registry_cache() -> None:
     from mixzoo.registry import get_registry
 
     get_registry.cache_clear()
 
 
-_CACHED = [clamp_functions, attacks, calibration_optimizers, datasets]
+_CACHED = [clamp_functions, attacks, calibration_optimizers, datasets, mixing_methods, published_cards]
 
 
 def lookup(kind: str, name: str) -> Any:
-    """Find a clamp / attack / calibration optimizer / dataset by name, suggesting close names if unknown."""
+    """Find a clamp / attack / calibration optimizer / dataset / mixing method / published card by name,
+    suggesting close names if unknown."""
     from mixzoo.errors import UnknownNameError
 
     table = {"clamp": clamp_functions, "attack": attacks, "optimizer": calibration_optimizers,
-             "dataset": datasets}[kind]()
+             "dataset": datasets, "method": mixing_methods, "card": published_cards}[kind]()
     if name not in table:
         raise UnknownNameError(kind, name, table)
     return table[name]
@@ -189,7 +202,8 @@ def plugin_infos() -> list[PluginInfo]:
         if models:
             info.provides["models"] = models
         for hook, label in [("mixzoo_clamp_functions", "clamps"), ("mixzoo_attacks", "attacks"),
-                            ("mixzoo_calibration_optimizers", "optimizers"), ("mixzoo_datasets", "datasets")]:
+                            ("mixzoo_calibration_optimizers", "optimizers"), ("mixzoo_datasets", "datasets"),
+                            ("mixzoo_mixing_methods", "methods"), ("mixzoo_cards", "cards")]:
             impl = getattr(plugin, hook, None)
             if impl is not None:
                 try:

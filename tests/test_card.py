@@ -57,16 +57,18 @@ def _write(tmp_path, data, name="bad.json"):
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda d: d.pop("alpha"), "missing field 'alpha'"),
-    (lambda d: d.pop("s"), "missing field 's'"),
+    (lambda d: d["mixednuts"].pop("alpha"), "missing field 'mixednuts.alpha'"),
+    (lambda d: d["mixednuts"].pop("s"), "missing field 'mixednuts.s'"),
+    (lambda d: d.pop("mixednuts"), "missing table .mixednuts."),
     (lambda d: d.update(schema_version=99), "schema_version 99"),
-    (lambda d: d.update(alpha=1.5), "'alpha' must lie in"),
-    (lambda d: d.update(alpha=0.2), "'alpha' must lie in"),
-    (lambda d: d.update(s="big"), "'s' must be a finite number"),
-    (lambda d: d.update(beta=None), "missing field 'beta'"),
-    (lambda d: d.update(method="magic"), "'method' must be one of"),
-    (lambda d: d.update(top_k=1), "'top_k'"),
-    (lambda d: d.update(grid=[1, 2]), "'grid' must be a table"),
+    (lambda d: d["mixednuts"].update(alpha=1.5), "'mixednuts.alpha' must be in .0.5, 1.0."),
+    (lambda d: d["mixednuts"].update(alpha=0.2), "'mixednuts.alpha' must be in .0.5, 1.0."),
+    (lambda d: d["mixednuts"].update(s="big"), "'mixednuts.s' must be a finite number"),
+    (lambda d: d["mixednuts"].update(beta=None), "missing field 'mixednuts.beta'"),
+    (lambda d: d.update(method="magic"), "unknown method 'magic'"),
+    (lambda d: d["mixednuts"].update(fit="magic"), "'mixednuts.fit' must be one of"),
+    (lambda d: d["mixednuts"].update(top_k=1), "'mixednuts.top_k'"),
+    (lambda d: d["mixednuts"].update(grid=[1, 2]), "'mixednuts.grid' must be a table"),
 ])
 def test_bad_cards_give_one_line_errors_naming_file_and_field(tmp_path, change, message):
     data = full_card().to_dict()

@@ -1,0 +1,37 @@
+"""Mixing methods: the interface (:mod:`mixzoo.methods.base`), the built-in methods (``mixednuts``, ``linear``;
+registered through entry points by :mod:`mixzoo_plugins.methods` like any third party's) and :func:`fit`, which
+fits any of them by name (``mixzoo mix --method NAME``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, default_method
+
+
+def get_method(name: str) -> MixingMethod:
+    """A mixing method by name (close names suggested when unknown)."""
+    from mixzoo.plugins import lookup
+
+    return lookup("method", name)
+
+
+def fit(method: str | None = None, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None, *,
+        options: dict[str, Any] | None = None, out: str | Path | None = None, **request: Any) -> FitResult:
+    """Fit mixing method ``method`` (default: the plugin method marked default, MixedNUTS) for an ABC/RBC pair
+    and write its card to ``out``. ``options`` are the method's own (see ``mixzoo plugins`` or the method's
+    ``options``); ``request`` takes the :class:`FitRequest` fields (dataset, n_calib, eps, norm, seed, ...)."""
+    chosen = get_method(method if method is not None else default_method())
+    options = dict(options or {})
+    chosen.check_options(options)
+    if out is not None:
+        from mixzoo.card import MixCard
+
+        MixCard.check_path(out)
+    return chosen.fit(FitRequest(abc, rbc, options=options, out=out, **request))
+
+
+__all__ = ["ExtraAttack", "FitRequest", "FitResult", "MixingMethod", "default_method", "fit", "get_method"]

@@ -1,0 +1,164 @@
+"""Constant-alpha mixing of probabilities (paper 001 Eq. 3.4; papers 002/004) as a mixing-method plugin.
+
+``log((1 - alpha) softmax(g / T) + alpha softmax(h))`` with one alpha for every input. Fitted from a given alpha,
+by Algorithm 1's margin rule on the raw RBC logits (keep ``beta`` of the attacked-correct margins), or by choosing
+the alpha whose robust accuracy on the calibration split is closest to ``target_robust`` (bisection over the alpha
+grid; robust accuracy grows with alpha). It is also the bench's matched baseline (``baseline = True``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mixzoo.errors import InputError
+from mixzoo.methods.base import FitRequest, FitResult, MixingMethod, number
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.card import MixCard
+
+FITS = ("given", "linear", "matched")
+
+
+def alpha_grid(step: float = 0.01) -> list[float]:
+    """Candidate constant mixing weights 1/2 ... 1 (paper 000 footnote 1, 001 Sec. 3: alpha >= 1/2)."""
+    return [round(float(a), 6) for a in np.arange(0.5, 1.0 + step / 2, step)]
+
+
+class Linear(MixingMethod):
+    """The linear mixture of Bai et al.: constant alpha, raw RBC logits, ABC at temperature T (default 1)."""
+
+    name = "linear"
+    title = "Linear mix"
+    paper = "001 Eq. 3.4, 002/004"
+    fit_cost = "a given alpha is free; beta: MMAA on the calibration images (cached); target_robust: ~6 attacks"
+    baseline = True
+    options = {
+        "alpha": "the RBC's weight, given (in [1/2, 1])",
+        "beta": "choose alpha by Algorithm 1's margin rule on the raw RBC logits (default 0.985)",
+        "target_robust": "choose alpha whose robust accuracy on the calibration split is closest to this",
+        "temperature": "the ABC's softmax temperature (default 1)",
+        "attack": "attack for target_robust (default adaptive-apgd)",
+        "n_iter": "APGD iterations (MMAA for beta; the attack for target_robust)",
+    }
+
+    def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
+        sec = self.name
+        number(params, "alpha", source, sec, low=0.5, high=1.0)
+        number(params, "temperature", source, sec, low=0.0, default=1.0)
+        number(params, "beta", source, sec, low=0.0, high=1.0, default=None, allow_none=True)
+        number(params, "target_robust", source, sec, low=0.0, high=1.0, default=None, allow_none=True)
+        fit = params.setdefault("fit", "given")
+        if fit not in FITS:
+            raise InputError(f"{source}: field '{sec}.fit' must be one of {', '.join(FITS)}, got {fit!r}")
+        return params
+
+    def upgrade_v1(self, data: dict[str, Any], source: str) -> dict[str, Any] | None:
+        if data.get("method") != "linear":
+            return None
+        if "alpha" not in data:
+            raise InputError(f"{source}: missing field 'alpha'; write the card with `mixzoo mix` or add it")
+        params = {k: data[k] for k in ("alpha", "beta", "temperature") if k in data}
+        params["fit"] = "linear"
+        return params
+
+    def summary_line(self, card: MixCard) -> str:
+        return f"linear: alpha={card.alpha:.4g} temperature={card.temperature:g} fit={card.fit}"
+
+    def key_parts(self, card: MixCard) -> dict[str, Any]:
+        out = {"linear_alpha": card.params["alpha"]}
+        if card.params["temperature"] != 1.0:
+            out["temperature"] = card.params["temperature"]
+        return out
+
+    def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
+              gradient: str = "exact") -> nn.Module:
+        from mixzoo.mixing import MixedClassifier
+
+        return MixedClassifier(abc, rbc, alpha=card.params["alpha"], temperature=card.params["temperature"],
+                               transform=False, gradient=gradient)
+
+    def baseline_grid(self) -> list[float]:
+        """The alphas the bench's matched baseline bisects over (robust accuracy grows with alpha)."""
+        return alpha_grid()
+
+    def card_at(self, alpha: float, template: MixCard | None = None, **params: Any) -> MixCard:
+        """A linear card at ``alpha`` for the pair of ``template`` (the bench's matched baseline)."""
+        from mixzoo.card import MixCard
+
+        pair = {} if template is None else {"abc": dict(template.abc), "rbc": dict(template.rbc),
+                                            "dataset": template.dataset}
+        return MixCard(self.name, {"alpha": alpha, "fit": "given", **params}, **pair)
+
+    def fit(self, request: FitRequest) -> FitResult:
+        from mixzoo.card import MixCard, provenance
+        from mixzoo.pipeline import DEFAULT_ABC, DEFAULT_RBC, model_hash, model_name, resolve_model
+
+        opts = dict(request.options)
+        chosen = [k for k in ("alpha", "beta", "target_robust") if opts.get(k) is not None]
+        if len(chosen) > 1:
+            raise InputError(f"mixing method 'linear': give one of alpha, beta, target_robust, not"
+                             f" {' and '.join(chosen)}")
+        if request.out is not None:
+            MixCard.check_path(request.out)
+        t0 = time.perf_counter()
+        temperature = float(opts.get("temperature", 1.0))
+        if opts.get("alpha") is not None:
+            abc = resolve_model(request.abc or DEFAULT_ABC, request.device, request.allow_unsafe)
+            rbc = resolve_model(request.rbc or DEFAULT_RBC, request.device, request.allow_unsafe)
+            card = MixCard(self.name, {"alpha": opts["alpha"], "temperature": temperature, "fit": "given"},
+                           abc={"name": model_name(abc), "weight_hash": model_hash(abc)},
+                           rbc={"name": model_name(rbc), "weight_hash": model_hash(rbc)},
+                           dataset=request.dataset or getattr(getattr(rbc, "spec", None), "dataset", None),
+                           provenance=provenance(command=opts.get("command", "mixzoo.methods.fit()")))
+            summary: dict[str, Any] = {"alpha": card.alpha}
+        elif opts.get("target_robust") is not None:
+            card, summary = self._matched(request, float(opts["target_robust"]), temperature, opts)
+        else:
+            card, summary = self._margin_rule(request, float(opts.get("beta", 0.985)), temperature, opts)
+        path = card.save(request.out) if request.out is not None else None
+        return FitResult(card, path, summary, {"total": time.perf_counter() - t0}, {})
+
+    def _margin_rule(self, request: FitRequest, beta: float, temperature: float,
+                     opts: dict[str, Any]) -> tuple[MixCard, dict[str, Any]]:
+        """Algorithm 1's alpha on the raw RBC logits (no LN, clamp or power), from the cached MMAA of
+        ``mixzoo mix``."""
+        from mixzoo.calibrate import calibrate_alpha_linear
+        from mixzoo.pipeline import prepare_pair
+
+        pair = prepare_pair(request)
+        n_iter = int(opts.get("n_iter", 100))
+        cdata = pair.calibration_data(n_iter=n_iter)
+        card = calibrate_alpha_linear(
+            clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=cdata.attacked_logits,
+            attacked_labels=cdata.labels, beta=beta, abc=pair.info("abc"), rbc=pair.info("rbc"),
+            dataset=pair.dataset, data_info=pair.data_info(), attack_info=cdata.attack)
+        card.params["temperature"] = temperature
+        return card, {"alpha": card.alpha, "beta": beta}
+
+    def _matched(self, request: FitRequest, target: float, temperature: float,
+                 opts: dict[str, Any]) -> tuple[MixCard, dict[str, Any]]:
+        """The alpha whose robust accuracy on the calibration split is closest to ``target``."""
+        from mixzoo.bench import BENCH_MATCH_OPTIONS, match_baseline
+        from mixzoo.card import provenance
+        from mixzoo.pipeline import prepare_pair
+
+        pair = prepare_pair(request)
+        template = self.card_at(1.0, None, temperature=temperature)
+        template.abc, template.rbc, template.dataset = pair.info("abc"), pair.info("rbc"), pair.dataset
+        options = dict(BENCH_MATCH_OPTIONS)
+        if "n_iter" in opts:
+            options["n_iter"] = int(opts["n_iter"])
+        card, tried = match_baseline(self, template, pair.abc, pair.rbc, pair.data, target,
+                                     attack=opts.get("attack", "adaptive-apgd"), attack_options=options,
+                                     eps=pair.eps, norm=pair.norm, seed=request.seed,
+                                     batch_size=request.batch_size or 250, cache=pair.cache,
+                                     progress=request.progress)
+        card.params.update(fit="matched", target_robust=target, temperature=temperature)
+        card.data, card.attack = pair.data_info(), {"eps": pair.eps, "norm": pair.norm, "match": tried}
+        card.provenance = provenance(command=opts.get("command", "mixzoo.methods.fit()"))
+        return card, {"alpha": card.alpha, "target_robust": target, "tried": tried}

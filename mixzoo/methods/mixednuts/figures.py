@@ -1,0 +1,213 @@
+"""MixedNUTS's own figures and report sections (paper 000 Fig. 6, 8, 9), written by the bench through the method.
+
+* ``tradeoff.png`` (Fig. 8): clean vs robust accuracy of MixedNUTS over beta against the linear mixture over alpha.
+* ``margins.png`` (Fig. 6 / Table 6): RBC confidence-margin histograms before and after M(s*, p*, c*), clean vs
+  attacked (MMAA), correct vs incorrect, on the calibration images.
+* ``objective.png`` (Fig. 9): the Algorithm 1 objective as s-c heat maps, one per p.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.cache import Cache
+from mixzoo.report import _figure, _save_png
+
+DEFAULT_BETAS = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.995)
+DEFAULT_LINEAR_ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
+
+
+def calibration_data_for(card: Any, rbc: nn.Module, *, cache: Cache, data_dir: str | None, device: str,
+                         progress: bool):
+    """The cached calibration data behind a card (recomputed with the card's settings if the cache is cold)."""
+    from mixzoo.data import load_dataset
+    from mixzoo.pipeline import calibration_data, card_dataset
+
+    att = card.attack
+    data = load_dataset(card_dataset(card, rbc), "calibration", n=card.data.get("n"), root=data_dir)
+    return calibration_data(None, rbc, data, eps=att["eps"], norm=att["norm"], cache=cache,
+                            n_iter=att.get("n_iter", 100), n_target_classes=att.get("n_target_classes", 9),
+                            n_restarts=att.get("n_restarts", 1), seed=att.get("seed", 0), top_k=card.top_k,
+                            batch_size=att.get("batch_size", 250), device=device, progress=progress)
+
+
+def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cache: Cache, attack: str, n: int,
+                   eps: float, norm: str, seed: int, batch_size: int, attack_options: dict | None = None,
+                   betas: tuple[float, ...] = DEFAULT_BETAS, alphas: tuple[float, ...] = DEFAULT_LINEAR_ALPHAS,
+                   data_dir: str | None = None, device: str = "cpu", progress: bool = True) -> dict[str, Any]:
+    """Fig. 8: MixedNUTS recalibrated at each beta (cached MMAA, so seconds each) vs the linear mixture over alpha.
+
+    Clean accuracy uses every evaluation image (from cached logits); robust accuracy uses the first ``n`` images
+    under ``attack`` (a cheaper attack than the main table's by default; the plot says which).
+    """
+    from mixzoo.bench import evaluate, mixed_key_parts
+    from mixzoo.calibrate import calibrate
+    from mixzoo.mixing import MixedClassifier, mix_log_probs
+    from mixzoo.pipeline import cached_logits, model_key
+
+    cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=progress)
+    abc_logits = cached_logits(abc, data, cache=cache, device=device, progress=progress, what="ABC eval logits")
+    rbc_logits = cached_logits(rbc, data, cache=cache, device=device, progress=progress, what="RBC eval logits")
+    labels = data.labels
+    images_r, labels_r = data.images[:n], labels[:n]
+    base = {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc), "curve_n": n}
+    common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
+                  attack_options=attack_options, progress=progress)
+    from mixzoo.calibrate import Grid
+
+    grid = Grid.from_record(card.grid)
+
+    def clean_acc(**kw: Any) -> float:
+        lp = mix_log_probs(abc_logits, rbc_logits, **kw)
+        return float((lp.argmax(1) == labels).float().mean())
+
+    nuts = []
+    for beta in betas:
+        c = calibrate(clean_logits=cal.clean_logits, clean_labels=cal.labels, attacked_logits=cal.attacked_logits,
+                      attacked_labels=cal.labels, beta=beta, clamp=card.clamp, top_k=card.top_k, grid=grid)
+        model = MixedClassifier(abc, rbc, s=c.s, p=c.p, c=c.c, alpha=c.alpha, clamp=c.clamp, top_k=c.top_k,
+                                alpha_d=c.alpha_d)
+        ev = evaluate(model, images_r, labels_r, key_parts={**mixed_key_parts(c, abc, rbc, data), "curve_n": n},
+                      label=f"MixedNUTS beta={beta}", **common)
+        nuts.append({"beta": beta, "s": c.s, "p": c.p, "c": c.c, "alpha": c.alpha,
+                     "clean_accuracy": clean_acc(s=c.s, p=c.p, c=c.c, alpha=c.alpha, clamp=c.clamp, top_k=c.top_k),
+                     "robust_accuracy": sum(ev["robust_correct"]) / len(ev["robust_correct"])})
+    linear = []
+    for alpha in alphas:
+        ev = evaluate(MixedClassifier.linear(abc, rbc, alpha=alpha), images_r, labels_r,
+                      key_parts={**base, "linear_alpha": alpha}, label=f"linear alpha={alpha}", **common)
+        linear.append({"alpha": alpha,
+                       "clean_accuracy": clean_acc(s=1.0, p=1.0, c=0.0, alpha=alpha, temperature=1.0,
+                                                   transform=False),
+                       "robust_accuracy": sum(ev["robust_correct"]) / len(ev["robust_correct"])})
+    return {"attack": attack, "attack_options": attack_options or {}, "n_robust": len(labels_r),
+            "n_clean": len(labels), "mixednuts": nuts, "linear": linear}
+
+
+def plot_tradeoff(report: Any, path: Path) -> None:
+    plt = _figure()
+    cur = report.curve
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    nuts, lin = cur["mixednuts"], cur["linear"]
+    ax.plot([100 * r["clean_accuracy"] for r in nuts], [100 * r["robust_accuracy"] for r in nuts], "o-",
+            label="MixedNUTS (over beta)")
+    for r in nuts:
+        ax.annotate(f"{r['beta']:g}", (100 * r["clean_accuracy"], 100 * r["robust_accuracy"]), fontsize=7,
+                    textcoords="offset points", xytext=(3, 3))
+    ax.plot([100 * r["clean_accuracy"] for r in lin], [100 * r["robust_accuracy"] for r in lin], "s--",
+            label="linear mix (over alpha)")
+    for m in report.models:
+        if m.kind in ("abc", "rbc"):
+            ax.plot(100 * m.clean_accuracy, 100 * m.robust_accuracy, "k^")
+            ax.annotate(m.kind.upper(), (100 * m.clean_accuracy, 100 * m.robust_accuracy), fontsize=8,
+                        textcoords="offset points", xytext=(3, -10))
+    ax.set_xlabel(f"clean accuracy % (n={cur['n_clean']})")
+    ax.set_ylabel(f"robust accuracy % ({cur['attack']}, n={cur['n_robust']})")
+    ax.set_title("Accuracy-robustness trade-off (paper Fig. 8)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save_png(fig, path)
+    plt.close(fig)
+
+
+def plot_margins(card: Any, cal: Any, path: Path) -> None:
+    from mixzoo.transforms import confidence_margin, layer_norm, rbc_transform
+
+    plt = _figure()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    stages = [("before: LN(h_rob)", lambda z: layer_norm(z, top_k=card.top_k)),
+              (f"after: M(s={card.s:.3g}, p={card.p:.3g}, c={card.c:.3g})",
+               lambda z: rbc_transform(z, card.s, card.p, card.c, clamp=card.clamp, top_k=card.top_k))]
+    bins = torch.linspace(0, 1, 41).numpy()
+    for ax, (title, fn) in zip(axes, stages, strict=True):
+        for logits, what in ((cal.clean_logits, "clean"), (cal.attacked_logits, "attacked")):
+            m = confidence_margin(fn(logits))
+            correct = logits.argmax(1) == cal.labels
+            for mask, ok in ((correct, "correct"), (~correct, "incorrect")):
+                if mask.any():
+                    ax.hist(m[mask].numpy(), bins=bins, histtype="step", density=True, linewidth=1.5,
+                            label=f"{what} {ok} (n={int(mask.sum())})")
+        q = (1 - card.alpha) / card.alpha
+        if title.startswith("after"):
+            ax.axvline(q, color="k", linestyle=":", label=f"(1-alpha)/alpha = {q:.3f}")
+        ax.set_title(title)
+        ax.set_xlabel("confidence margin (top-1 minus top-2 probability)")
+        ax.set_yscale("log")
+    axes[0].set_ylabel("density")
+    axes[1].legend(fontsize=7)
+    fig.suptitle("RBC confidence margins on calibration images (paper Fig. 6)")
+    _save_png(fig, path)
+    plt.close(fig)
+
+
+def plot_objective(card: Any, path: Path) -> None:
+    import numpy as np
+
+    plt = _figure()
+    g = card.grid
+    obj = np.asarray(g["objectives"], dtype=float)  # [s][p][c]
+    s_vals, p_vals, c_vals = g["s_values"], g["p_values"], g["c_values"]
+    cols = min(4, len(p_vals))
+    rows = (len(p_vals) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.1 * rows), squeeze=False)
+    fig.subplots_adjust(hspace=0.6, wspace=0.35, right=0.85)
+    # objectives above 1 mark grid points excluded by the App. D.8.2 constraint: grey, outside the colour scale
+    infeasible = obj > 1
+    shown = np.where(infeasible, np.nan, obj)
+    vmin, vmax = (np.nanmin(shown), np.nanmax(shown)) if np.isfinite(shown).any() else (0.0, 1.0)
+    cmap = plt.get_cmap("viridis").with_extremes(bad="lightgrey")
+    for j, p in enumerate(p_vals):
+        ax = axes[j // cols][j % cols]
+        im = ax.imshow(shown[:, j, :], origin="lower", aspect="auto", vmin=vmin, vmax=vmax, cmap=cmap)
+        ax.set_title(f"p = {p:.3g}", fontsize=9)
+        ax.set_xticks(range(len(c_vals)), [f"{c:.2g}" for c in c_vals], fontsize=6, rotation=90)
+        ax.set_yticks(range(len(s_vals)), [f"{s:.2g}" for s in s_vals], fontsize=6)
+        ax.set_xlabel("c", fontsize=8)
+        ax.set_ylabel("s", fontsize=8)
+        if abs(p - card.p) < 1e-9:
+            si = int(np.argmin(np.abs(np.asarray(s_vals) - card.s)))
+            ci = int(np.argmin(np.abs(np.asarray(c_vals) - card.c)))
+            ax.plot(ci, si, "r*", markersize=10)
+    for k in range(len(p_vals), rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    fig.colorbar(im, cax=fig.add_axes((0.88, 0.15, 0.015, 0.7)), label="objective (share of clean mistakes kept)")
+    excluded = " grey = excluded by App. D.8.2;" if infeasible.any() else ""
+    fig.suptitle(f"Algorithm 1 objective over the grid (paper Fig. 9);{excluded} red star = chosen")
+    _save_png(fig, path)
+    plt.close(fig)
+
+
+def figures(report: Any, card: Any, stage: Path, *, prefix: str = "", rbc: nn.Module, cache: Cache | None,
+            data_dir: str | None, device: str) -> list[str]:
+    """Write this card's figures into ``stage`` (names prefixed by ``prefix``); returns the file names."""
+    names = []
+    if card.grid:
+        plot_objective(card, stage / f"{prefix}objective.png")
+        names.append(f"{prefix}objective.png")
+    if report.curve and not prefix:
+        plot_tradeoff(report, stage / "tradeoff.png")
+        names.append("tradeoff.png")
+    if cache is not None and card.attack and card.attack.get("name") == "mmaa" and card.data.get("n"):
+        cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=False)
+        plot_margins(card, cal, stage / f"{prefix}margins.png")
+        names.append(f"{prefix}margins.png")
+    return names
+
+
+def markdown_lines(report: Any, card: Any) -> list[str]:
+    """The trade-off curve's tables for report.md (when the bench computed one for this card)."""
+    cur = report.curve
+    if not cur or card is not report.card:
+        return []
+    lines = ["", f"## Trade-off curve ({cur['attack']} on {cur['n_robust']} images; clean on {cur['n_clean']})",
+             "", "| MixedNUTS beta | alpha | clean % | robust % |", "|---|---|---|---|"]
+    lines += [f"| {r['beta']} | {r['alpha']:.4f} | {100 * r['clean_accuracy']:.2f} | "
+              f"{100 * r['robust_accuracy']:.2f} |" for r in cur["mixednuts"]]
+    lines += ["", "| linear alpha | clean % | robust % |", "|---|---|---|"]
+    lines += [f"| {r['alpha']} | {100 * r['clean_accuracy']:.2f} | {100 * r['robust_accuracy']:.2f} |"
+              for r in cur["linear"]]
+    return lines

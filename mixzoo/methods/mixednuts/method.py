@@ -1,0 +1,134 @@
+"""MixedNUTS as a mixing-method plugin (paper 000): hard-max ABC mixed with softmax(M(s, p, c)(RBC)), Eq. 5."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mixzoo.errors import InputError
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.card import MixCard
+
+FITS = ("mmaa", "transfer", "square", "both", "guess", "published")
+_V1_KEYS = ("s", "p", "c", "alpha", "beta", "clamp", "top_k", "temperature", "alpha_d", "objective", "grid")
+
+
+class MixedNUTS(MixingMethod):
+    """MixedNUTS (Bai et al., TMLR): training-free; s, p, c and alpha from Algorithm 1 over MMAA margins."""
+
+    name = "mixednuts"
+    title = "MixedNUTS"
+    paper = "000 Eq. 4-5, Algorithm 1"
+    fit_cost = "training-free: MMAA on the calibration images (cached), then Algorithm 1 (seconds)"
+    default = True
+    certificate = ("MixedNUTS's nonlinear transform M(s, p, c) has no certified radius (001 Thm 3.5 covers"
+                   " constant-alpha mixtures of probabilities); certify a linear card instead")
+    v1_note = ("schema-1 card, made before mixzoo's layer norm matched the authors' (unbiased variance + 1e-8);"
+               " its s, p, c, alpha were calibrated for the old one: run `mixzoo mix` again")
+    options = {
+        "beta": "share of the RBC's attacked-correct margins to keep (Algorithm 1; 0.985 CIFAR, 0.99 ImageNet)",
+        "clamp": "clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)",
+        "grid": "search grid (mixzoo.calibrate.Grid or s=MIN:MAX:N,p=...,c=...)",
+        "objective": "standard | relaxed (App. D.8.3)",
+        "optimizer": "calibration optimizer from the plugin hook (grid, refine, ...)",
+        "top_k": "layer-norm statistics over the top-k logits (App. D.7)",
+        "refit_alpha": "second pass: alpha chosen again on MMAA points of h^M (App. D.9)",
+        "n_iter": "APGD iterations in MMAA",
+        "n_target_classes": "APGD-T target classes in MMAA",
+        "n_restarts": "restarts in MMAA",
+        "command": "the command line recorded in the card's provenance",
+    }
+
+    def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
+        sec = self.name
+        for key in ("s", "p"):
+            number(params, key, source, sec, positive=True)
+        number(params, "c", source, sec)
+        number(params, "alpha", source, sec, low=0.5, high=1.0)
+        number(params, "beta", source, sec, low=0.0, high=1.0, default=None, allow_none=True)
+        number(params, "alpha_d", source, sec, low=0.0, high=1.0, default=None, allow_none=True)
+        number(params, "objective", source, sec, default=None, allow_none=True)
+        number(params, "temperature", source, sec, low=0.0, default=0.0)
+        params.setdefault("clamp", "gelu")
+        if not isinstance(params["clamp"], str) or not params["clamp"]:
+            raise InputError(f"{source}: field '{sec}.clamp' must be a clamp name such as 'gelu',"
+                             f" got {params['clamp']!r}")
+        top_k = params.setdefault("top_k", None)
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 2):
+            raise InputError(f"{source}: field '{sec}.top_k' must be an integer >= 2 or absent, got {top_k!r}")
+        fit = params.setdefault("fit", "mmaa")
+        if fit not in FITS:
+            raise InputError(f"{source}: field '{sec}.fit' must be one of {', '.join(FITS)}, got {fit!r}")
+        if fit == "mmaa" and params["beta"] is None:
+            raise InputError(f"{source}: missing field '{sec}.beta' (required for fit 'mmaa')")
+        grid = params.setdefault("grid", {})
+        if not isinstance(grid, dict):
+            raise InputError(f"{source}: field '{sec}.grid' must be a table, got {type(grid).__name__}")
+        from mixzoo.card import _plain, validate_grid
+
+        validate_grid(_plain(grid), source, section=f"{sec}.grid")
+        return params
+
+    def upgrade_v1(self, data: dict[str, Any], source: str) -> dict[str, Any] | None:
+        if data.get("method", "mmaa") == "linear":
+            return None
+        required = ("s", "p", "c", "alpha") + (("clamp",) if "schema_version" in data else ())  # files: all five
+        for key in required:
+            if key not in data:
+                raise InputError(f"{source}: missing field {key!r}; write the card with `mixzoo mix` or add it")
+        params = {k: data[k] for k in _V1_KEYS if k in data}
+        params["fit"] = data.get("method", "mmaa")
+        return params
+
+    def summary_line(self, card: MixCard) -> str:
+        return (f"MixedNUTS: s={card.s:.4g} p={card.p:.4g} c={card.c:.4g} alpha={card.alpha:.4g} clamp={card.clamp}"
+                f" beta={card.beta} fit={card.fit}")
+
+    def key_parts(self, card: MixCard) -> dict[str, Any]:
+        # the fields the classifier's output depends on (not its provenance or search record): shared cache rows
+        return {"card": {k: card.params.get(k) for k in ("s", "p", "c", "alpha", "clamp", "top_k", "temperature",
+                                                          "alpha_d")}}
+
+    def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
+              gradient: str = "exact") -> nn.Module:
+        from mixzoo.mixing import MixedClassifier
+
+        q = card.params
+        return MixedClassifier(abc, rbc, s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"], clamp=q["clamp"],
+                               temperature=q["temperature"], top_k=q["top_k"], gradient=gradient,
+                               alpha_d=q["alpha_d"])
+
+    def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
+        return [ExtraAttack("apgd-bypass", "apgd", gradient="bypass",
+                            why="App. B.2.2: APGD on MixedNUTS's values with the auxiliary mixture's gradient")]
+
+    def fit(self, request: FitRequest) -> FitResult:
+        from mixzoo.pipeline import mix
+
+        opts = dict(request.options)
+        kw = {} if request.batch_size is None else {"batch_size": request.batch_size}
+        res = mix(request.abc, request.rbc, dataset=request.dataset, n_calib=request.n_calib, eps=request.eps,
+                  norm=request.norm, seed=request.seed, out=request.out, data_dir=request.data_dir,
+                  cache_dir=request.cache_dir, use_cache=request.use_cache, device=request.device,
+                  allow_unsafe=request.allow_unsafe, progress=request.progress, **kw, **opts)
+        return FitResult(res.card, res.path, res.summary, res.seconds, res.cache_hits)
+
+    # ---------------------------------------------------------------------------- the bench's extras (Fig. 6, 8, 9)
+    def tradeoff_curve(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, **kw: Any) -> dict[str, Any]:
+        """Fig. 8: MixedNUTS over beta against the linear mixture over alpha (:mod:`.figures`)."""
+        from mixzoo.methods.mixednuts.figures import tradeoff_curve
+
+        return tradeoff_curve(card, abc, rbc, data, **kw)
+
+    def figures(self, report: Any, card: MixCard, stage: Any, **kw: Any) -> list[str]:
+        from mixzoo.methods.mixednuts.figures import figures
+
+        return figures(report, card, stage, **kw)
+
+    def markdown_lines(self, report: Any, card: MixCard) -> list[str]:
+        from mixzoo.methods.mixednuts.figures import markdown_lines
+
+        return markdown_lines(report, card)
