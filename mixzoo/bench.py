@@ -4,7 +4,8 @@ Every row is attacked with the same attack (from the attack hook) on the same ev
 calibration images; each card's row also with the extra attacks its method declares, worst case per example.
 With one card, the baseline method (linear, the "Mixed" classifier of Bai et al.) gets the constant alpha that
 matches the card's robust accuracy as closely as its alpha grid allows (paper 000 Fig. 5 / Fig. 8 comparison).
-Each model's evaluation is saved per batch and resumes after an interruption; finished evaluations are reused when nothing they depend on changed.
+Each model's evaluation is saved per batch and resumes after an interruption; finished evaluations are reused
+when nothing they depend on changed.
 """
 
 from __future__ import annotations

@@ -186,20 +186,28 @@ def _parse_grid(grid: str | None):
 def mix(
     abc: Annotated[str | None, typer.Option(help="accurate base classifier (default: built-in Fashion-MNIST)")] = None,
     rbc: Annotated[str | None, typer.Option(help="robust base classifier")] = None,
+    method: Annotated[str | None, typer.Option(help="mixing method (`mixzoo plugins` lists them; default: the "
+                                                    "one marked default, mixednuts)")] = None,
     dataset: Annotated[str | None, typer.Option(help="calibration data set (default: the RBC's)")] = None,
-    beta: Annotated[float, typer.Option(help="share of the RBC's robustness to keep (paper: 0.985 CIFAR)")] = 0.985,
-    clamp: Annotated[str, typer.Option(help="clamp function: gelu, relu, elu, softplus, linear, or a plugin's")]
-    = "gelu",
+    beta: Annotated[float | None, typer.Option(help="share of the RBC's robustness to keep (mixednuts: 0.985; "
+                                                    "linear: the margin rule)")] = None,
+    clamp: Annotated[str | None, typer.Option(help="mixednuts: clamp function (gelu, relu, elu, softplus, linear, "
+                                                   "or a plugin's)")] = None,
     n_calib: Annotated[int, typer.Option(help="number of calibration images")] = 1000,
-    grid: Annotated[str | None, typer.Option(help="s=MIN:MAX:N,p=MIN:MAX:N,c=MIN:MAX:N")] = None,
-    objective: Annotated[str, typer.Option(help="standard | relaxed (App. D.8.3)")] = "standard",
-    optimizer: Annotated[str, typer.Option(help="calibration optimizer from the plugin hook")] = "grid",
-    top_k: Annotated[int | None, typer.Option(help="layer-norm statistics of the top-k logits (App. D.7)")] = None,
-    refit_alpha: Annotated[bool, typer.Option("--refit-alpha", help="second pass: MMAA on the transformed RBC, "
-                                              "alpha chosen again there (App. D.9)")] = False,
+    grid: Annotated[str | None, typer.Option(help="mixednuts: s=MIN:MAX:N,p=MIN:MAX:N,c=MIN:MAX:N")] = None,
+    objective: Annotated[str | None, typer.Option(help="mixednuts: standard | relaxed (App. D.8.3)")] = None,
+    optimizer: Annotated[str | None, typer.Option(help="mixednuts: calibration optimizer from the plugin hook")]
+    = None,
+    top_k: Annotated[int | None, typer.Option(help="mixednuts: layer-norm statistics of the top-k logits "
+                                                   "(App. D.7)")] = None,
+    refit_alpha: Annotated[bool, typer.Option("--refit-alpha", help="mixednuts: second pass, MMAA on the "
+                                              "transformed RBC, alpha chosen again there (App. D.9)")] = False,
     eps: Annotated[float | None, typer.Option(help="attack radius (default: the RBC's)")] = None,
     norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the RBC's)")] = None,
-    n_iter: Annotated[int, typer.Option(help="APGD iterations in MMAA")] = 100,
+    n_iter: Annotated[int | None, typer.Option(help="APGD iterations in MMAA")] = None,
+    option: Annotated[list[str] | None, typer.Option(
+        "--option", "-O", metavar="KEY=VALUE", help="an option of the method, repeatable (e.g. -O alpha=0.95 for "
+                                                    "linear); `mixzoo plugins --json` lists each method's")] = None,
     seed: int = 0,
     batch_size: AttackBatch = 250,
     out: Annotated[Path, typer.Option(help="where to write the mix card (.toml or .json)")] = Path("card.toml"),
@@ -210,37 +218,43 @@ def mix(
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
-    """Calibrate MixedNUTS (MMAA + Algorithm 1) for an ABC/RBC pair and write the mix card."""
-    from mixzoo.pipeline import mix as run_mix
+    """Fit a mixing method (default MixedNUTS: MMAA + Algorithm 1) for an ABC/RBC pair and write the mix card."""
+    from mixzoo.methods import fit
 
-    res = run_mix(abc, rbc, dataset=dataset, beta=beta, clamp=clamp, n_calib=n_calib, grid=_parse_grid(grid),
-                  objective=objective, optimizer=optimizer, top_k=top_k, refit_alpha=refit_alpha, eps=eps,
-                  norm=norm, n_iter=n_iter,
-                  seed=seed, batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
-                  use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
-                  command=_command_line())
+    given = {"beta": beta, "clamp": clamp, "grid": _parse_grid(grid), "objective": objective,
+             "optimizer": optimizer, "top_k": top_k, "refit_alpha": refit_alpha or None, "n_iter": n_iter}
+    options = {k: v for k, v in given.items() if v is not None}
+    options.update(parse_attack_options(option) or {})
+    options["command"] = _command_line()
+    res = fit(method, abc, rbc, options=options, dataset=dataset, n_calib=n_calib, eps=eps, norm=norm, seed=seed,
+              batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
+              device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     card = res.card
     if as_json:
-        print(json.dumps({"card": str(res.path), "s": card.s, "p": card.p, "c": card.c, "alpha": card.alpha,
-                          "beta": card.beta, "objective": card.objective, "summary": res.summary,
-                          "seconds": res.seconds, "cache_hits": res.cache_hits}, indent=2))
+        print(json.dumps({"card": str(res.path), "method": card.method, **{
+            k: v for k, v in card.params.items() if k != "grid"}, "summary": res.summary, "seconds": res.seconds,
+            "cache_hits": res.cache_hits}, indent=2, default=str))
         return
-    table = Table(title=f"MixedNUTS for {card.abc.get('name')} + {card.rbc.get('name')} on {card.dataset}")
+    title = card.mixing_method.title or card.method
+    table = Table(title=f"{title} for {card.abc.get('name')} + {card.rbc.get('name')} on {card.dataset}")
     table.add_column("")
     table.add_column("value", justify="right")
-    for k in ("s", "p", "c", "alpha", "beta"):
-        table.add_row(k, f"{getattr(card, k):.4g}")
-    table.add_row("clamp", card.clamp)
-    table.add_row("objective (share of clean RBC mistakes kept)", f"{card.objective:.4f}")
+    for k, v in card.params.items():
+        if isinstance(v, float):
+            table.add_row(k, f"{v:.4g}")
+        elif isinstance(v, int | str):
+            table.add_row(k, str(v))
     sm = res.summary
-    table.add_row("calibration images / clean mistakes / attacked correct",
-                  f"{sm['n']} / {sm['n_clean_incorrect']} / {sm['n_attacked_correct']}")
-    for stage in ("layer_norm", "transformed"):
-        label = "before (LN)" if stage == "layer_norm" else "after M(s,p,c)"
-        table.add_row(f"median margin {label}: clean incorrect / attacked correct",
-                      f"{_f(sm[stage]['clean_incorrect_median_margin'])} / "
-                      f"{_f(sm[stage]['attacked_correct_median_margin'])}")
-    table.add_row("seconds (MMAA cached)" if res.cache_hits.get("mmaa") else "seconds", f"{res.seconds['total']:.1f}")
+    if "n_attacked_correct" in sm:  # MixedNUTS's Fig. 6 summary
+        table.add_row("calibration images / clean mistakes / attacked correct",
+                      f"{sm['n']} / {sm['n_clean_incorrect']} / {sm['n_attacked_correct']}")
+        for stage in ("layer_norm", "transformed"):
+            label = "before (LN)" if stage == "layer_norm" else "after M(s,p,c)"
+            table.add_row(f"median margin {label}: clean incorrect / attacked correct",
+                          f"{_f(sm[stage]['clean_incorrect_median_margin'])} / "
+                          f"{_f(sm[stage]['attacked_correct_median_margin'])}")
+    cached = " (MMAA cached)" if res.cache_hits.get("mmaa") else ""
+    table.add_row(f"seconds{cached}", f"{res.seconds['total']:.1f}")
     out_console.print(table)
     for note in card.notes:
         out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
@@ -254,7 +268,9 @@ def _f(v: float | None) -> str:
 @app.command()
 @_errors
 def bench(
-    card: Annotated[Path | None, typer.Argument(help="mix card; without one the pair is calibrated first")] = None,
+    cards: Annotated[list[str] | None, typer.Argument(
+        help="mix cards of one pair (files or published names), any methods; without one the pair is fitted first")]
+    = None,
     abc: Annotated[str | None, typer.Option()] = None,
     rbc: Annotated[str | None, typer.Option()] = None,
     attack: Annotated[str, typer.Option(help="adaptive (App. B.2.1) | adaptive-strong (+ exact, bypass and "
@@ -272,6 +288,8 @@ def bench(
     save_adversarial: Annotated[bool, typer.Option(
         "--save-adversarial", help="also write adversarial.safetensors: the point that broke each broken example, "
                                    "for `mixzoo verify`")] = False,
+    baseline: Annotated[bool, typer.Option(help="with one card: add the matched baseline (linear) row")] = True,
+    extra_attacks: Annotated[bool, typer.Option(help="run the extra attacks each card's method declares")] = True,
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
@@ -279,14 +297,17 @@ def bench(
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
-    """Clean and robust accuracy of ABC, RBC, linear mix and MixedNUTS, with report files and plots."""
+    """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
+    plots."""
     from mixzoo.bench import bench as run_bench
     from mixzoo.bench import print_report
 
+    card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
     report = run_bench(card, abc=abc, rbc=rbc, attack=attack, n=n, out=out, eps=eps, norm=norm, seed=seed,
                        batch_size=batch_size, attack_options=parse_attack_options(attack_option), curve=curve,
                        curve_n=curve_n, save_adversarial=save_adversarial, data_dir=data_dir, cache_dir=cache_dir,
-                       use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+                       use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
+                       baseline=baseline, extra_attacks=extra_attacks)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
         return

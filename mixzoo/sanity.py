@@ -206,15 +206,14 @@ def eps_sweep(
     from mixzoo.bench import (
         BENCH_MATCH_ATTACK,
         BENCH_MATCH_OPTIONS,
+        baseline_method,
         card_evaluation,
+        card_key_parts,
         check_run_settings,
         evaluate,
-        linear_key_parts,
         matched_linear_alpha,
-        mixed_key_parts,
     )
     from mixzoo.data import shortfall_note
-    from mixzoo.mixing import MixedClassifier
 
     check_run_settings(n, batch_size, device, attack, attack_options, out)
     if radii is not None and (not radii or min(radii) <= 0):
@@ -231,23 +230,25 @@ def eps_sweep(
     base = {"data": data.fingerprint}
     models = [(_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)}),
               (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)})]
-    if linear:
+    base_method = baseline_method()
+    if linear and base_method is not None and card.method != base_method.name:
         if linear_alpha is None:
             linear_alpha, _, _ = matched_linear_alpha(
                 ce, match_n=match_n, attack=match_attack or BENCH_MATCH_ATTACK, eps=eps, norm=norm, seed=seed,
                 batch_size=batch_size, cache=cache, progress=progress,
                 attack_options=BENCH_MATCH_OPTIONS if match_options is None else match_options)
-        models.append((f"Linear mix (alpha={linear_alpha:.2f})", "linear",
-                       MixedClassifier.linear(abc_m, rbc_m, alpha=linear_alpha),
-                       linear_key_parts(abc_m, rbc_m, data, linear_alpha)))
-    models.append(("MixedNUTS", "mixednuts", ce.mixed, mixed_key_parts(card, abc_m, rbc_m, data)))
+        base_card = base_method.card_at(linear_alpha, card)
+        models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
+                       base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data)))
+    title = card.mixing_method.title or card.method
+    models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data)))
     rows = []
     for name, kind, model, key in models:
         evs = [evaluate(model, images, labels, attack=attack, eps=r, norm=norm, seed=seed, batch_size=batch_size,
                         cache=cache, key_parts=key, label=f"{name} at eps {r:g}", attack_options=attack_options,
                         progress=progress) for r in radii]
         rows.append(_row(name, kind, model, evs, radii, images, labels, norm,
-                         alpha=linear_alpha if kind == "linear" else None))
+                         alpha=linear_alpha if base_method is not None and kind == base_method.name else None))
     sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),
                      dataset={"name": card.dataset, "split": "evaluation", "n": len(labels),
                               "fingerprint": data.fingerprint, "source": getattr(data, "source", "")},

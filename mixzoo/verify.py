@@ -132,9 +132,8 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
     ``abc`` / ``rbc`` replace the models the card names (as in ``mixzoo bench``); ``out`` also writes the result
     as JSON there. Raises :class:`InputError` when the report, its points or its evaluation images are not there.
     """
-    from mixzoo.bench import ADVERSARIAL_FILE, card_evaluation
+    from mixzoo.bench import ADVERSARIAL_FILE, baseline_method, card_evaluation
     from mixzoo.card import MixCard
-    from mixzoo.mixing import MixedClassifier
     from mixzoo.pipeline import check_device
 
     t0 = time.perf_counter()
@@ -169,9 +168,15 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
     rows = []
     for m in models:
         kind = m["kind"]
-        model = {"abc": ce.abc, "rbc": ce.rbc, "mixednuts": ce.mixed}.get(kind)
-        if kind == "linear":
-            model = MixedClassifier.linear(ce.abc, ce.rbc, alpha=float(m["alpha"]))
+        model = {"abc": ce.abc, "rbc": ce.rbc}.get(kind)
+        if model is None and m.get("card"):  # a mixed row records its card: rebuilt by the card's method
+            row_card = MixCard.from_dict(m["card"], source=f"{report_path} row {m['name']!r}",
+                                         path=Path(m["card_path"]) if m.get("card_path") else None)
+            model = row_card.mixing_method.build(ce.abc, ce.rbc, row_card)
+        elif model is None and kind == card.method:  # reports before rows recorded cards: the report's card
+            model = ce.mixed
+        elif model is None and m.get("alpha") is not None and (base := baseline_method()) is not None:
+            model = base.build(ce.abc, ce.rbc, base.card_at(float(m["alpha"])))  # ... and its matched baseline
         if model is None or kind not in points:
             raise InputError(f"{report_dir / ADVERSARIAL_FILE} has no points for row {m['name']!r} ({kind})")
         rows.append(_verify_row(m, model, points[kind], images, labels, ce.eps, ce.norm, batch_size, device))

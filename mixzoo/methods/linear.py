@@ -44,6 +44,7 @@ class Linear(MixingMethod):
         "temperature": "the ABC's softmax temperature (default 1)",
         "attack": "attack for target_robust (default adaptive-apgd)",
         "n_iter": "APGD iterations (MMAA for beta; the attack for target_robust)",
+        "command": "the command line recorded in the card's provenance",
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:

@@ -5,7 +5,9 @@ calls the hooks below (specified in :mod:`mixzoo.hookspecs`):
 
 * ``mixzoo_model_specs``: one registry entry, ``example-digits-linear`` (robust, digits, Linf 0.1);
 * ``mixzoo_load_model``: builds models of source kind ``example-digits``; returns None for any other kind;
-* ``mixzoo_clamp_functions``: ``tanh-clamp`` for the RBC transform M(s, p, c) (paper 000, Eq. 4).
+* ``mixzoo_clamp_functions``: ``tanh-clamp`` for the RBC transform M(s, p, c) (paper 000, Eq. 4);
+* ``mixzoo_mixing_methods``: ``example-confidence-switch``, a mixing method of its own (:class:`ConfidenceSwitch`):
+  the RBC's prediction where the RBC is confident, the ABC's elsewhere.
 
 The model needs no weight file: :func:`linear_digits_classifier` trains it when it is loaded, deterministically
 (fixed seed, full-batch updates on mixzoo's ``digits`` train split, which never overlaps the calibration split).
@@ -26,6 +28,7 @@ KIND = "example-digits"
 SOURCE_KINDS = [KIND]  # what `mixzoo plugins` lists under "loads source kinds"
 MODEL_NAME = "example-digits-linear"
 CLAMP_NAME = "tanh-clamp"
+METHOD_NAME = "example-confidence-switch"
 MEAN, STD = 0.3, 0.4  # normalization the network is trained with; the spec says so and the wrapper applies it
 
 
@@ -89,3 +92,93 @@ def mixzoo_load_model(spec: Any, device: str, allow_unsafe: bool) -> nn.Module |
 @hookimpl
 def mixzoo_clamp_functions() -> dict[str, Any]:
     return {CLAMP_NAME: tanh_clamp}
+
+
+class SwitchedClassifier(nn.Module):
+    """log softmax(h(x)) where max softmax(h(x)) >= tau, else log softmax(g(x)): a hard switch between two models.
+
+    The switch has no useful gradient, so ``gradient`` says which branch attacks differentiate: ``"exact"`` (the
+    selected branch per input), ``"rbc"`` or ``"abc"`` (the switched values with that model's gradient: a
+    gradient bypass an adversary who knows the rule would try).
+    """
+
+    def __init__(self, abc: nn.Module, rbc: nn.Module, tau: float, gradient: str = "exact"):
+        super().__init__()
+        self.abc, self.rbc, self.tau, self.gradient = abc, rbc, float(tau), gradient
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = torch.log_softmax(self.abc(x), dim=-1)
+        h = torch.log_softmax(self.rbc(x), dim=-1)
+        use_rbc = (h.exp().amax(dim=-1, keepdim=True) >= self.tau).detach()
+        out = torch.where(use_rbc, h, g)
+        if self.gradient in ("rbc", "abc"):
+            branch = h if self.gradient == "rbc" else g
+            return branch + (out - branch).detach()
+        return out
+
+
+class ConfidenceSwitch:
+    """A mixing method a third party could publish: trust the RBC where it is confident (max probability >= tau),
+    the ABC elsewhere. Not from the papers; an honest example of the method hook, with its adaptive attacks."""
+
+    name = METHOD_NAME
+    title = "Confidence switch"
+    paper = "example plugin (not from the papers)"
+    fit_cost = "free: tau is given (option tau, default 0.9)"
+    default = False
+    options = {"tau": "the RBC's confidence above which its prediction is used (in (0, 1])",
+               "command": "the command line recorded in the card's provenance"}
+
+    def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
+        from mixzoo.errors import InputError
+
+        tau = params.get("tau")
+        if isinstance(tau, bool) or not isinstance(tau, int | float) or not 0 < tau <= 1:
+            raise InputError(f"{source}: field '{self.name}.tau' must be a number in (0, 1], got {tau!r}")
+        params["tau"] = float(tau)
+        return params
+
+    def summary_line(self, card: Any) -> str:
+        return f"confidence switch: tau={card.params['tau']:.3g}"
+
+    def key_parts(self, card: Any) -> dict[str, Any]:
+        return {"method": self.name, "tau": card.params["tau"]}
+
+    def build(self, abc: nn.Module, rbc: nn.Module, card: Any, *, gradient: str = "exact") -> nn.Module:
+        return SwitchedClassifier(abc, rbc, card.params["tau"], gradient=gradient)
+
+    def extra_attacks(self, card: Any) -> list[Any]:
+        from mixzoo.methods import ExtraAttack
+
+        return [ExtraAttack("apgd-rbc-gradient", "apgd", gradient="rbc", why="switch bypassed: the RBC's gradient"),
+                ExtraAttack("apgd-abc-gradient", "apgd", gradient="abc", why="switch bypassed: the ABC's gradient"),
+                ExtraAttack("square", "autoattack", {"components": ["square"], "n_queries": 1000},
+                            why="gradient-free: the switch has no gradient")]
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        from mixzoo.errors import InputError
+
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise InputError(f"mixing method {self.name!r} takes no option {unknown[0]!r} (its options: tau)")
+
+    def fit(self, request: Any) -> Any:
+        from mixzoo.card import MixCard, provenance
+        from mixzoo.methods import FitResult
+        from mixzoo.pipeline import prepare_pair
+
+        pair = prepare_pair(request)  # checks and loads the pair and its calibration split
+        card = MixCard(self.name, {"tau": request.options.get("tau", 0.9)}, abc=pair.info("abc"),
+                       rbc=pair.info("rbc"), dataset=pair.dataset, data=pair.data_info(),
+                       attack={"eps": pair.eps, "norm": pair.norm},
+                       provenance=provenance(command=request.options.get("command", "mixzoo.methods.fit()")))
+        with torch.no_grad():
+            model = self.build(pair.abc, pair.rbc, card)
+            accuracy = float((model(pair.data.images).argmax(1) == pair.data.labels).float().mean())
+        path = card.save(request.out) if request.out is not None else None
+        return FitResult(card, path, {"calibration_clean_accuracy": accuracy})
+
+
+@hookimpl
+def mixzoo_mixing_methods() -> dict[str, Any]:
+    return {METHOD_NAME: ConfidenceSwitch()}
