@@ -1,26 +1,33 @@
-"""mixzoo: training-free mixed classifiers (MixedNUTS) for any accurate/robust model pair, by name."""
+"""mixzoo: mixed classifiers (MixedNUTS and its family) for any accurate/robust model pair, by name.
+
+Layout (data flows downwards in this list; nothing imports upwards, ``tests/test_layout.py`` checks it):
+``core`` (errors, hooks, plugin manager, registry, cache, card), ``zoo`` (models, data, pairs), ``attacks``,
+``methods`` (the interface and one module or folder per method), ``evaluation`` (bench, report, verify, sanity,
+statistics), ``cli``. The module names of earlier releases (``mixzoo.pipeline``, ``mixzoo.bench``, ...) still
+import: :mod:`mixzoo._aliases` maps them to their new places.
+"""
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from mixzoo import _aliases
+from mixzoo.core import __version__
+from mixzoo.core.card import MixCard  # noqa: E402
+from mixzoo.core.errors import InputError, MixzooError, UnknownNameError  # noqa: E402
+from mixzoo.core.plugins import get_plugin_manager, hookimpl  # noqa: E402
+from mixzoo.core.registry import ModelSpec, get_spec, list_models  # noqa: E402
+from mixzoo.methods.mixednuts.calibrate import calibrate  # noqa: E402
+from mixzoo.methods.mixednuts.mixing import MixedClassifier  # noqa: E402
+from mixzoo.zoo.models import BaseClassifier, load_model  # noqa: E402
+from mixzoo.zoo.pairs import load_mixed  # noqa: E402
 
-# NB: the next line rebinds the attribute ``mixzoo.calibrate`` to the function (Algorithm 1); the module stays
-# importable with ``from mixzoo.calibrate import Grid``.
-from mixzoo.calibrate import calibrate
-from mixzoo.card import MixCard
-from mixzoo.errors import InputError, MixzooError, UnknownNameError
-from mixzoo.mixing import MixedClassifier
-from mixzoo.models import BaseClassifier, load_model
-from mixzoo.pipeline import load_mixed
-from mixzoo.plugins import get_plugin_manager, hookimpl
-from mixzoo.registry import ModelSpec, get_spec, list_models
-
-_SUBMODULES = ("approximation", "attacks", "bench", "blackbox", "cache", "data", "machine", "report", "sanity", "stats",
-               "train", "transfer", "transforms", "verify")
+# last: the old module names; ``mixzoo.calibrate`` stays the function (Algorithm 1), while ``from mixzoo.calibrate
+# import Grid`` still finds the module
+_aliases.install()
 
 
 def __getattr__(name: str):  # `import mixzoo; mixzoo.bench.bench(...)` without importing every module up front
-    if name in _SUBMODULES:
+    target = _aliases.OLD_MODULES.get(name)
+    if target is not None or name in ("attacks", "core", "zoo", "methods", "evaluation"):
         import importlib
 
         return importlib.import_module(f"mixzoo.{name}")

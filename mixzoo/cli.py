@@ -14,8 +14,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mixzoo.errors import MixzooError
-from mixzoo.progress import console
+from mixzoo.core.errors import MixzooError
+from mixzoo.core.progress import console
 
 app = typer.Typer(help="Training-free mixed classifiers (MixedNUTS) for any accurate/robust model pair, by name.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -91,7 +91,7 @@ def list_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list of entries")] = False,
 ) -> None:
     """List the models that can be mixed, by name."""
-    from mixzoo.registry import list_models
+    from mixzoo.core.registry import list_models
 
     specs = list_models(role=role, dataset=dataset)
     if as_json:
@@ -128,7 +128,7 @@ def _pct(v: Any) -> str:
 @_errors
 def info(name: str, as_json: AsJson = False) -> None:
     """Show one registry entry (name or alias)."""
-    from mixzoo.registry import get_spec
+    from mixzoo.core.registry import get_spec
 
     spec = get_spec(name)
     if as_json:
@@ -146,7 +146,7 @@ def plugins(as_json: AsJson = False) -> None:
     """List loaded plugins, their versions and what each provides; failed plugins show their error."""
     from dataclasses import asdict
 
-    from mixzoo.plugins import plugin_infos
+    from mixzoo.core.plugins import plugin_infos
 
     infos = plugin_infos()
     if as_json:
@@ -165,7 +165,7 @@ def _parse_grid(grid: str | None):
     """``s=0.05:10:8,p=1:4:8,c=-2:0:8`` -> Grid (any subset of s, p, c)."""
     if not grid:
         return None
-    from mixzoo.calibrate import Grid
+    from mixzoo.methods.mixednuts.calibrate import Grid
 
     kw: dict[str, Any] = {}
     try:
@@ -299,8 +299,8 @@ def bench(
 ) -> None:
     """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
     plots."""
-    from mixzoo.bench import bench as run_bench
-    from mixzoo.bench import print_report
+    from mixzoo.evaluation.bench import bench as run_bench
+    from mixzoo.evaluation.report import print_report
 
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
     report = run_bench(card, abc=abc, rbc=rbc, attack=attack, n=n, out=out, eps=eps, norm=norm, seed=seed,
@@ -329,8 +329,8 @@ def check(
     as_json: AsJson = False,
 ) -> None:
     """How well Algorithm 1's surrogate held (App. D.9): MMAA on the transformed RBC, objective and alpha again."""
-    from mixzoo.approximation import check_approximation
-    from mixzoo.cache import atomic_write_text, check_writable
+    from mixzoo.core.cache import atomic_write_text, check_writable
+    from mixzoo.methods.mixednuts.approximation import check_approximation
 
     if out is not None:
         check_writable(out, what="--out file")
@@ -395,8 +395,8 @@ def sanity(
 ) -> None:
     """Does the attack find what there is to find? Robust accuracy over growing eps, checked for monotonicity and
     against the grey image (Carlini et al. 2019)."""
-    from mixzoo.bench import display_name
-    from mixzoo.sanity import eps_sweep
+    from mixzoo.evaluation.bench import display_name
+    from mixzoo.evaluation.sanity import eps_sweep
 
     sweep = eps_sweep(card, abc=abc, rbc=rbc, radii=_parse_floats(eps, "--eps"), attack=attack, n=n, seed=seed,
                       linear=linear, linear_alpha=linear_alpha, batch_size=batch_size,
@@ -442,8 +442,8 @@ def verify(
     Exit status 1 when any check fails."""
     from rich import box
 
-    from mixzoo.bench import display_name
-    from mixzoo.verify import FRAGILE, verify_report
+    from mixzoo.evaluation.bench import display_name
+    from mixzoo.evaluation.verify import FRAGILE, verify_report
 
     res = verify_report(bench_dir, abc=abc, rbc=rbc, data_dir=data_dir, device=device, batch_size=batch_size,
                         allow_unsafe=allow_unsafe, out=out)
@@ -499,7 +499,7 @@ def transfer_params(
     as_json: AsJson = False,
 ) -> None:
     """Calibrate without the RBC's gradients (paper App. D.5): transfer, min-margin Square, or educated guess."""
-    from mixzoo.transfer import transfer_params_by_name
+    from mixzoo.methods.mixednuts.transfer import transfer_params_by_name
 
     card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,
                                    queries=queries, query_budget=query_budget, out=out, seed=seed, beta=beta,
@@ -531,7 +531,7 @@ def train(
 ) -> None:
     """Train a model of the built-in zoo from its deterministic recipe (weights go to --out, or to plugins/weights/
     only when they reproduce the shipped file)."""
-    from mixzoo import train as training
+    from mixzoo.training import train as training
 
     if list_recipes or not name:
         for recipe in training.RECIPES:

@@ -8,7 +8,7 @@ plugins share, one job per function:
   is refused (:class:`UnsafeCheckpointError`) unless the user passed ``allow_unsafe`` (``--allow-unsafe``);
 * checksums (:func:`verify_sha256`) where a registry entry has ``sha256``;
 * Hugging Face hub files (:func:`hub_download`): the local cache first, the hub only on a miss and only after one
-  quick reachability check (:func:`hub_reachable`), with one-line :class:`~mixzoo.errors.MissingFileError` messages
+  quick reachability check (:func:`hub_reachable`), with one-line :class:`~mixzoo.core.errors.MissingFileError` messages
   naming the cache path when offline (``HF_HUB_OFFLINE=1`` or ``MIXZOO_OFFLINE=1``) or when the hub is unreachable;
 * timm hub models (:func:`timm_hub_spec`, :func:`load_timm_hub`): input size, mean/std and classes come from the
   hub ``config.json``; weights go through the safe loader and then timm's own pretrained-weight adaptation;
@@ -17,7 +17,7 @@ plugins share, one job per function:
   the networks normalize internally, so their specs carry mean 0 / std 1 and the wrapper says so
   (:class:`NormalizationInside`).
 
-timm, huggingface_hub and robustbench are imported lazily (through :mod:`mixzoo.compat`), so listing models never
+timm, huggingface_hub and robustbench are imported lazily (through :mod:`mixzoo.core.compat`), so listing models never
 pays for them.
 """
 
@@ -36,9 +36,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.errors import InputError, MissingFileError, MixzooError, RegistryError, UnknownNameError
-from mixzoo.models import BaseClassifier
-from mixzoo.registry import ModelSpec
+from mixzoo.core.errors import InputError, MissingFileError, MixzooError, RegistryError, UnknownNameError
+from mixzoo.core.registry import ModelSpec
+from mixzoo.zoo.models import BaseClassifier
 
 HF_PREFIX = "hf-hub:"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # what timm pushes to the hub, safest first
@@ -239,7 +239,7 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None) -> Pa
 
     The local cache is consulted first; only a file not there is fetched, and only if downloads are on
     (not ``HF_HUB_OFFLINE=1`` / ``MIXZOO_OFFLINE=1``) and the hub answers :func:`hub_reachable`. A file neither
-    cached nor downloadable raises :class:`~mixzoo.errors.MissingFileError` saying where to place it; a file the
+    cached nor downloadable raises :class:`~mixzoo.core.errors.MissingFileError` saying where to place it; a file the
     hub says does not exist raises :class:`HubEntryNotFoundError`.
     """
     from huggingface_hub import constants, hf_hub_download
@@ -317,7 +317,7 @@ def timm_repo(model: str) -> tuple[str, str | None]:
     pretrained config points at the hub (``convnextv2_large.fcmae_ft_in22k_in1k`` -> ``timm/...``)."""
     if model.startswith(HF_PREFIX):
         return parse_hf_hub(model)
-    from mixzoo.compat import import_timm
+    from mixzoo.core.compat import import_timm
 
     import_timm()
     from timm.models import get_pretrained_cfg
@@ -382,7 +382,7 @@ def load_timm_hub(spec: ModelSpec, allow_unsafe: bool = False) -> nn.Module:
     filter exactly as for a hub download. The spec's mean/std must match the hub config's (the wrapper applies
     the spec's). Returns the bare network taking normalized input.
     """
-    from mixzoo.compat import import_timm
+    from mixzoo.core.compat import import_timm
 
     timm = import_timm()
     repo, revision = timm_repo(str(spec.source.get("model", "")))
@@ -412,7 +412,7 @@ def _check_normalization(spec: ModelSpec, cfg: Mapping[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------------------------- RobustBench
 class NormalizationInside(nn.Module):
-    """Stands where :class:`mixzoo.models.Normalize` would: the network normalizes its [0, 1] input itself."""
+    """Stands where :class:`mixzoo.zoo.models.Normalize` would: the network normalizes its [0, 1] input itself."""
 
     def __init__(self, who: str):
         super().__init__()
@@ -440,7 +440,7 @@ def parse_robustbench_name(name: str) -> tuple[str, str, str] | None:
 
 def robustbench_entry(dataset: str, threat: str, name: str) -> Mapping[str, Any]:
     """RobustBench's model-zoo entry (``{'model': constructor, 'gdrive_id': ...}``), or UnknownNameError."""
-    from mixzoo.compat import import_robustbench
+    from mixzoo.core.compat import import_robustbench
 
     import_robustbench()
     from robustbench.model_zoo import model_dicts
@@ -558,7 +558,7 @@ def load_robustbench(spec: ModelSpec, allow_unsafe: bool = False) -> BaseClassif
 def _robustbench_build(name: str, dataset: str, threat: str, files: list[Path], unsafe: bool,
                        allow_unsafe: bool) -> nn.Module:
     """``robustbench.load_model`` with its failures translated into one-line mixzoo errors."""
-    from mixzoo.compat import import_robustbench
+    from mixzoo.core.compat import import_robustbench
 
     rb = import_robustbench()
     try:

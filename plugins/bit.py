@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixzoo.errors import MissingFileError, RegistryError
-from mixzoo.plugins import hookimpl
-from mixzoo.registry import ModelSpec
+from mixzoo.core.errors import MissingFileError, RegistryError
+from mixzoo.core.plugins import hookimpl
+from mixzoo.core.registry import ModelSpec
 
 from . import _loading
 
@@ -87,7 +87,7 @@ def build_bit(layers: Sequence[int], width_factor: int, num_classes: int,
     """timm's BiT ResNetV2 (pre-activation, weight-standardised convs, GroupNorm, fixed-padding stem), built as
     ``timm.models.resnetv2._create_resnetv2_bit`` builds ``resnetv2_152x2_bit`` and friends (``std_conv_eps``
     1e-8 there)."""
-    from mixzoo.compat import import_timm
+    from mixzoo.core.compat import import_timm
 
     import_timm()
     from timm.layers import StdConv2d

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from mixzoo.plugins import hookimpl
+from mixzoo.core.plugins import hookimpl
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:

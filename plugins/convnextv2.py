@@ -7,7 +7,7 @@ name with a pretrained tag whose weights are on the hub). Registry entries using
 
 Names no registry knows: any ``hf-hub:ORG/NAME[@REV]`` resolves to an accurate spec whose classes, input size and
 mean/std come from the repo's ``config.json`` (:func:`mixzoo_plugins._loading.timm_hub_spec`). The loaded network
-takes normalized input; the :class:`mixzoo.models.BaseClassifier` wrapper applies the spec's mean/std, so the
+takes normalized input; the :class:`mixzoo.zoo.models.BaseClassifier` wrapper applies the spec's mean/std, so the
 model takes [0, 1] images at the spec's resolution.
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from mixzoo.plugins import hookimpl
-from mixzoo.registry import ModelSpec
+from mixzoo.core.plugins import hookimpl
+from mixzoo.core.registry import ModelSpec
 
 from . import _loading
 

@@ -1,7 +1,7 @@
 """Built-in datasets: fashion-mnist, digits, cifar10, cifar100, imagenet (hook ``mixzoo_datasets``).
 
 Data directories: a directory the user names (``root``, i.e. ``--data-dir``, or ``$MIXZOO_DATA_DIR``) is the only
-place looked in; one that does not exist or lacks the files raises :class:`~mixzoo.errors.MissingFileError` naming
+place looked in; one that does not exist or lacks the files raises :class:`~mixzoo.core.errors.MissingFileError` naming
 the files expected (it is never bypassed for a system copy nor downloaded into). Without one, each set has its
 default below.
 
@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mixzoo.data import ImageDataset, check_split
-from mixzoo.errors import InputError, MissingFileError
-from mixzoo.plugins import hookimpl
+from mixzoo.core.errors import InputError, MissingFileError
+from mixzoo.core.plugins import hookimpl
+from mixzoo.zoo.data import ImageDataset, check_split
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 FMNIST_FILES = {("train", "images"): "train-images-idx3-ubyte.gz", ("train", "labels"): "train-labels-idx1-ubyte.gz",
@@ -269,7 +269,7 @@ def cifar100(split: str, n: int | None = None, root: str | None = None) -> Image
 def _robustbench_subset() -> tuple[list[str], dict[str, int]] | None:
     """RobustBench's 5,000 evaluation image ids and its wnid -> class-index map, if robustbench is importable."""
     try:
-        from mixzoo.compat import import_robustbench
+        from mixzoo.core.compat import import_robustbench
 
         rb = import_robustbench()
     except Exception:  # noqa: BLE001 - robustbench is optional here

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mixzoo.plugins import hookimpl
+from mixzoo.core.plugins import hookimpl
 
 
 @hookimpl

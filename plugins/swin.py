@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from mixzoo.errors import RegistryError
-from mixzoo.plugins import hookimpl
-from mixzoo.registry import ModelSpec
+from mixzoo.core.errors import RegistryError
+from mixzoo.core.plugins import hookimpl
+from mixzoo.core.registry import ModelSpec
 
 from . import _loading
 

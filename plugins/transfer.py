@@ -1,7 +1,7 @@
 """Built-in plugin "black-box transfer calibration" (paper App. D.5).
 
-Calibrating MixedNUTS for a robust model without gradients is library code (:mod:`mixzoo.transfer`,
-:mod:`mixzoo.blackbox`, ``mixzoo transfer-params``); through the plugin hooks this plugin contributes the
+Calibrating MixedNUTS for a robust model without gradients is library code (:mod:`mixzoo.methods.mixednuts.transfer`,
+:mod:`mixzoo.zoo.blackbox`, ``mixzoo transfer-params``); through the plugin hooks this plugin contributes the
 gradient-free evaluation ``min-margin-square`` (:class:`mixzoo.attacks.square.MinMarginSquareAttack`), usable as
 ``mixzoo bench --attack min-margin-square`` on any model, black boxes included.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mixzoo.plugins import hookimpl
+from mixzoo.core.plugins import hookimpl
 
 
 @hookimpl

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from mixzoo.plugins import hookimpl
-from mixzoo.registry import ModelSpec
+from mixzoo.core.plugins import hookimpl
+from mixzoo.core.registry import ModelSpec
 
 from . import _loading
 

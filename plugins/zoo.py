@@ -1,4 +1,4 @@
-"""The built-in zoo: small Fashion-MNIST and digits models trained by :mod:`mixzoo.train` (hook
+"""The built-in zoo: small Fashion-MNIST and digits models trained by :mod:`mixzoo.training.train` (hook
 ``mixzoo_load_model`` for ``source.kind == "zoo"``).
 
 A registry entry names the architecture (``source.arch``, see :mod:`mixzoo_plugins.zoo_arch`), its keyword
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from torch import nn
 
-from mixzoo.errors import MissingFileError, RegistryError
-from mixzoo.plugins import hookimpl
-from mixzoo.registry import ModelSpec
+from mixzoo.core.errors import MissingFileError, RegistryError
+from mixzoo.core.plugins import hookimpl
+from mixzoo.core.registry import ModelSpec
 
 SOURCE_KINDS = ["zoo"]
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"

@@ -6,7 +6,7 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
 
 * ``pgd``: plain fixed-step PGD on the cross-entropy (:func:`mixzoo.attacks.pgd.pgd`).
 * ``apgd``: our APGD-CE + APGD-T (targeted DLR, 9 targets) on the model's own output; a
-  :class:`~mixzoo.mixing.MixedClassifier` supplies exact or bypass gradients as its ``gradient`` attribute says.
+  :class:`~mixzoo.methods.mixednuts.mixing.MixedClassifier` supplies exact or bypass gradients as its ``gradient`` attribute says.
 * ``autoattack``: standard AutoAttack (APGD-CE, APGD-T, FAB-T, Square) from the installed ``pyautoattack`` package;
   a model with a ``gradient`` attribute is switched to ``"bypass"`` for the run and restored afterwards (App. B.2.2,
   how the RobustBench entry was evaluated).
@@ -37,9 +37,9 @@ from torch import nn
 from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effective_n_targets
 from mixzoo.attacks.pgd import pgd
 from mixzoo.attacks.result import ComponentStat, EvalResult
-from mixzoo.errors import InputError
-from mixzoo.models import check_images, check_labels
-from mixzoo.progress import progress_bar
+from mixzoo.core.errors import InputError
+from mixzoo.core.progress import progress_bar
+from mixzoo.zoo.models import check_images, check_labels
 
 AUTOATTACK_COMPONENTS = ("apgd-ce", "apgd-t", "fab-t", "square")
 SQUARE_MASKING = "potentially unreliable: Square broke"
@@ -218,7 +218,7 @@ def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: 
 def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int,
                   n_targets: int, gradient: str | None) -> Component:
     """A component of the installed AutoAttack with the settings of its 'standard' version."""
-    from mixzoo.compat import import_autoattack
+    from mixzoo.core.compat import import_autoattack
 
     aa = import_autoattack()
     n_iter, n_restarts = int(opts["n_iter"]), int(opts["n_restarts"])

@@ -16,10 +16,32 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mixzoo.errors import InputError
-from mixzoo.transforms import layer_norm
+from mixzoo.core.errors import InputError
 
 MarginFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+VAR_FLOOR = 1e-12  # rows whose logits are (numerically) constant normalise to 0 instead of NaN
+
+
+def check_top_k(top_k: object) -> None:
+    """Raise :class:`InputError` unless ``top_k`` is None or an integer >= 2 (App. D.7; a variance needs two)."""
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 2):
+        raise InputError(f"top_k must be an integer >= 2 (App. D.7: LN over the top-k logits), got {top_k!r}")
+
+
+def layer_norm(logits: torch.Tensor, top_k: int | None = None) -> torch.Tensor:
+    """Standardise each row of ``logits`` to zero mean and unit variance (paper Sec. 4.2, LN).
+
+    With ``top_k``, the mean and (population) variance are those of the ``top_k`` largest logits of the row
+    (App. D.7: ImageNet uses the top 250 of 1000), but the map is applied to all logits. The map is affine with a
+    positive slope per row, so it never changes the predicted class. Constant rows map to zeros.
+    """
+    n_classes = logits.shape[-1]
+    if top_k is not None and top_k < 2:
+        raise InputError(f"top_k must be at least 2 (a variance needs two logits), got {top_k}")
+    ref = logits if top_k is None or top_k >= n_classes else logits.topk(top_k, dim=-1).values
+    mean = ref.mean(dim=-1, keepdim=True)
+    var = ref.var(dim=-1, unbiased=False, keepdim=True)
+    return (logits - mean) / var.clamp_min(VAR_FLOOR).sqrt()
 
 
 def signed_margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -32,7 +54,7 @@ def signed_margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def ln_signed_margin(top_k: int | None = None) -> MarginFn:
     """The margin MMAA tracks: :func:`signed_margin` of the layer-normed logits, h^LN (App. B.1), with LN from
-    :func:`mixzoo.transforms.layer_norm`."""
+    :func:`layer_norm`."""
 
     def fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return signed_margin(layer_norm(logits.float(), top_k), labels)

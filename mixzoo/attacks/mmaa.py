@@ -29,9 +29,9 @@ from torch import nn
 from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effective_n_targets, pair
 from mixzoo.attacks.margins import MarginRecord, ln_signed_margin, signed_margin
 from mixzoo.attacks.margins import layer_norm as ln_logits
-from mixzoo.errors import InputError
-from mixzoo.models import check_images, check_labels
-from mixzoo.progress import progress_bar
+from mixzoo.core.errors import InputError
+from mixzoo.core.progress import progress_bar
+from mixzoo.zoo.models import check_images, check_labels
 
 MMAA_CODE_VERSION = "mmaa-1"
 
@@ -85,7 +85,7 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     ``attack_all=False`` attacks, like AutoAttack, only examples no visited point has flipped yet. The examples
     that stay correctly classified get exactly the same points and margins either way (their runs are the same
     batches with the same random stream), and Algorithm 1 uses only those and the misclassified flags
-    (:func:`mixzoo.calibrate.calibrate` keeps attacked examples the RBC still gets right), so calibration is
+    (:func:`mixzoo.methods.mixednuts.calibrate.calibrate` keeps attacked examples the RBC still gets right), so calibration is
     unchanged while the attack costs what AutoAttack's APGD-CE + APGD-T cost; only the margins of flipped
     examples are less negative.
     """

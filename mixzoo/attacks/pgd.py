@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixzoo.errors import InputError
+from mixzoo.core.errors import InputError
 
 NORMS = ("Linf", "L2")
 

@@ -16,7 +16,7 @@ of the random search IS the recorded quantity, so the current point is always th
   and the returned ``margins`` are the margins at the returned points (so never above the clean margin);
 * an example stops being queried once a visited point is misclassified (Algorithm 1 only uses the attacked points
   that stay correct, so further queries would be wasted); the others get all ``n_queries`` proposals;
-* only forward passes are made, under ``torch.no_grad`` (works through :class:`mixzoo.blackbox.BlackBoxModel`).
+* only forward passes are made, under ``torch.no_grad`` (works through :class:`mixzoo.zoo.blackbox.BlackBoxModel`).
 
 Queries per example: 1 (clean) + 1 (Square's initial point) + up to ``n_queries - 1`` proposals, i.e. at most
 ``n_queries + 1`` (:func:`square_queries_needed`). Randomness comes from a :class:`torch.Generator` seeded with
@@ -44,9 +44,9 @@ from mixzoo.attacks.apgd import check_attack_settings
 from mixzoo.attacks.evaluation import Attack, Component, nan_error
 from mixzoo.attacks.margins import ln_signed_margin, selection_key, signed_margin
 from mixzoo.attacks.mmaa import MMAAResult
-from mixzoo.errors import InputError
-from mixzoo.models import check_images, check_labels
-from mixzoo.progress import progress_bar
+from mixzoo.core.errors import InputError
+from mixzoo.core.progress import progress_bar
+from mixzoo.zoo.models import check_images, check_labels
 
 SQUARE_CODE_VERSION = "min-margin-square-1"
 
@@ -171,10 +171,10 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     """Minimum-margin Square attack of ``model`` (images in [0, 1] -> logits) using forward queries only.
 
     Returns, for every example, the visited point of smallest signed margin of softmax(LN(logits)) (raw logits
-    with ``layer_norm=False``; ``top_k`` as in :func:`mixzoo.transforms.layer_norm`), the raw logits there and
+    with ``layer_norm=False``; ``top_k`` as in :func:`mixzoo.methods.mixednuts.transforms.layer_norm`), the raw logits there and
     that margin, in the same :class:`~mixzoo.attacks.mmaa.MMAAResult` as :func:`mixzoo.attacks.mmaa` so it can
     replace MMAA in Algorithm 1 (App. D.5). ``settings["queries"]`` counts the examples forwarded. A
-    :class:`~mixzoo.blackbox.BlackBoxModel` with too small a budget is refused before the first query.
+    :class:`~mixzoo.zoo.blackbox.BlackBoxModel` with too small a budget is refused before the first query.
     See the module docstring for the search and its schedule.
     """
     check_images(images)

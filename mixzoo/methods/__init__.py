@@ -14,7 +14,7 @@ from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod
 
 def get_method(name: str) -> MixingMethod:
     """A mixing method by name (close names suggested when unknown)."""
-    from mixzoo.plugins import lookup
+    from mixzoo.core.plugins import lookup
 
     return lookup("method", name)
 
@@ -28,7 +28,7 @@ def fit(method: str | None = None, abc: str | nn.Module | None = None, rbc: str 
     options = dict(options or {})
     chosen.check_options(options)
     if out is not None:
-        from mixzoo.card import MixCard
+        from mixzoo.core.card import MixCard
 
         MixCard.check_path(out)
     return chosen.fit(FitRequest(abc, rbc, options=options, out=out, **request))

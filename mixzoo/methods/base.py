@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mixzoo.errors import InputError
+from mixzoo.core.errors import InputError
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from mixzoo.card import MixCard
+    from mixzoo.core.card import MixCard
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class MixingMethod:
     # --------------------------------------------------------------------------------------------- card
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
         """Check (and normalise: defaults, float conversion) the card section; raise a one-line
-        :class:`~mixzoo.errors.InputError` naming ``SECTION.FIELD``."""
+        :class:`~mixzoo.core.errors.InputError` naming ``SECTION.FIELD``."""
         raise NotImplementedError
 
     def upgrade_v1(self, data: dict[str, Any], source: str) -> dict[str, Any] | None:
@@ -108,7 +108,7 @@ class MixingMethod:
 
     def key_parts(self, card: MixCard) -> dict[str, Any]:
         """What a cached evaluation of this card's classifier depends on, besides the models and the data."""
-        from mixzoo.card import _plain
+        from mixzoo.core.card import _plain
 
         return {"method": self.name, "params": _plain(card.params), "weights": dict(card.weights)}
 
@@ -168,8 +168,8 @@ def method_for(card: MixCard) -> MixingMethod:
 
 def default_method() -> str:
     """The method ``mixzoo mix`` fits when none is named: the one plugin method marked ``default``."""
-    from mixzoo.errors import PluginError
-    from mixzoo.plugins import mixing_methods
+    from mixzoo.core.errors import PluginError
+    from mixzoo.core.plugins import mixing_methods
 
     names = sorted(n for n, m in mixing_methods().items() if getattr(m, "default", False))
     if len(names) != 1:

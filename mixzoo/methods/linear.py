@@ -13,15 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mixzoo.errors import InputError
+from mixzoo.core.errors import InputError
 from mixzoo.methods.base import FitRequest, FitResult, MixingMethod, number
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
-    from mixzoo.card import MixCard
+    from mixzoo.core.cache import Cache
+    from mixzoo.core.card import MixCard
 
 FITS = ("given", "linear", "matched")
+MATCH_ATTACK = "adaptive-apgd"  # what target_robust matches alpha with: cheaper than a bench's main attack
+MATCH_OPTIONS: dict[str, Any] = {"n_iter": 25, "n_target_classes": 3}
 
 
 def alpha_grid(step: float = 0.01) -> list[float]:
@@ -78,26 +82,28 @@ class Linear(MixingMethod):
 
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
-        from mixzoo.mixing import MixedClassifier
+        from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
         return MixedClassifier(abc, rbc, alpha=card.params["alpha"], temperature=card.params["temperature"],
                                transform=False, gradient=gradient)
 
-    def baseline_grid(self) -> list[float]:
-        """The alphas the bench's matched baseline bisects over (robust accuracy grows with alpha)."""
-        return alpha_grid()
+    def match(self, abc: nn.Module, rbc: nn.Module, images: Any, labels: Any, target: float,
+              **kw: Any) -> tuple[float, list[dict]]:
+        """The bench's matched baseline: the alpha whose robust accuracy is closest to ``target``
+        (:func:`match_linear_alpha`)."""
+        return match_linear_alpha(abc, rbc, images, labels, target, **kw)
 
     def card_at(self, alpha: float, template: MixCard | None = None, **params: Any) -> MixCard:
         """A linear card at ``alpha`` for the pair of ``template`` (the bench's matched baseline)."""
-        from mixzoo.card import MixCard
+        from mixzoo.core.card import MixCard
 
         pair = {} if template is None else {"abc": dict(template.abc), "rbc": dict(template.rbc),
                                             "dataset": template.dataset}
         return MixCard(self.name, {"alpha": alpha, "fit": "given", **params}, **pair)
 
     def fit(self, request: FitRequest) -> FitResult:
-        from mixzoo.card import MixCard, provenance
-        from mixzoo.pipeline import DEFAULT_ABC, DEFAULT_RBC, model_hash, model_name, resolve_model
+        from mixzoo.core.card import MixCard, provenance
+        from mixzoo.zoo.pairs import DEFAULT_ABC, DEFAULT_RBC, model_hash, model_name, resolve_model
 
         opts = dict(request.options)
         chosen = [k for k in ("alpha", "beta", "target_robust") if opts.get(k) is not None]
@@ -128,12 +134,12 @@ class Linear(MixingMethod):
                      opts: dict[str, Any]) -> tuple[MixCard, dict[str, Any]]:
         """Algorithm 1's alpha on the raw RBC logits (no LN, clamp or power), from the cached MMAA of
         ``mixzoo mix``."""
-        from mixzoo.calibrate import calibrate_alpha_linear
-        from mixzoo.pipeline import prepare_pair
+        from mixzoo.methods.mixednuts.calibrate import calibrate_alpha_linear
+        from mixzoo.methods.mixednuts.calibration_data import pair_calibration_data
+        from mixzoo.zoo.pairs import prepare_pair
 
         pair = prepare_pair(request)
-        n_iter = int(opts.get("n_iter", 100))
-        cdata = pair.calibration_data(n_iter=n_iter)
+        cdata = pair_calibration_data(pair, n_iter=int(opts.get("n_iter", 100)))
         card = calibrate_alpha_linear(
             clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=cdata.attacked_logits,
             attacked_labels=cdata.labels, beta=beta, abc=pair.info("abc"), rbc=pair.info("rbc"),
@@ -144,22 +150,72 @@ class Linear(MixingMethod):
     def _matched(self, request: FitRequest, target: float, temperature: float,
                  opts: dict[str, Any]) -> tuple[MixCard, dict[str, Any]]:
         """The alpha whose robust accuracy on the calibration split is closest to ``target``."""
-        from mixzoo.bench import BENCH_MATCH_OPTIONS, match_baseline
-        from mixzoo.card import provenance
-        from mixzoo.pipeline import prepare_pair
+        from mixzoo.core.card import MixCard, provenance
+        from mixzoo.zoo.pairs import model_key, prepare_pair
 
         pair = prepare_pair(request)
-        template = self.card_at(1.0, None, temperature=temperature)
-        template.abc, template.rbc, template.dataset = pair.info("abc"), pair.info("rbc"), pair.dataset
-        options = dict(BENCH_MATCH_OPTIONS)
+        options = dict(MATCH_OPTIONS)
         if "n_iter" in opts:
             options["n_iter"] = int(opts["n_iter"])
-        card, tried = match_baseline(self, template, pair.abc, pair.rbc, pair.data, target,
-                                     attack=opts.get("attack", "adaptive-apgd"), attack_options=options,
-                                     eps=pair.eps, norm=pair.norm, seed=request.seed,
-                                     batch_size=request.batch_size or 250, cache=pair.cache,
-                                     progress=request.progress)
-        card.params.update(fit="matched", target_robust=target, temperature=temperature)
+        data = pair.data
+        alpha, tried = match_linear_alpha(
+            pair.abc, pair.rbc, data.images, data.labels, target, attack=opts.get("attack", MATCH_ATTACK),
+            attack_options=options, eps=pair.eps, norm=pair.norm, seed=request.seed,
+            batch_size=request.batch_size or 250, cache=pair.cache, progress=request.progress,
+            key_parts={"data": data.fingerprint, "abc": model_key(pair.abc), "rbc": model_key(pair.rbc),
+                       "match_n": len(data.labels)})
+        card = MixCard(self.name, {"alpha": alpha, "fit": "matched", "target_robust": target,
+                                   "temperature": temperature}, abc=pair.info("abc"), rbc=pair.info("rbc"),
+                       dataset=pair.dataset)
         card.data, card.attack = pair.data_info(), {"eps": pair.eps, "norm": pair.norm, "match": tried}
         card.provenance = provenance(command=opts.get("command", "mixzoo.methods.fit()"))
         return card, {"alpha": card.alpha, "target_robust": target, "tried": tried}
+
+
+linear_alpha_grid = alpha_grid  # its name in earlier releases (mixzoo.bench.linear_alpha_grid)
+
+
+def _bisect(robust: Any, n: int, target: float) -> int:
+    """Index in ``0 .. n-1`` whose ``robust(i)`` is closest to ``target``, for ``robust`` growing with ``i``
+    (about log2(n) calls; ties go to the larger index, the more robust)."""
+    lo, hi = 0, n - 1
+    if robust(hi) <= target:
+        lo = hi
+    elif robust(lo) >= target:
+        hi = lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if robust(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return min({lo, hi}, key=lambda i: (abs(robust(i) - target), -i))
+
+
+def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                       target: float, *, attack: str, eps: float, norm: str, seed: int, batch_size: int,
+                       cache: Cache, key_parts: dict[str, Any], attack_options: dict[str, Any] | None,
+                       grid: list[float] | None = None, progress: bool = True) -> tuple[float, list[dict]]:
+    """Bisection over the alpha grid for the linear mixture whose robust accuracy is closest to
+    ``target``.
+
+    Robust accuracy of the linear mixture grows with alpha (more weight on the RBC), so a bisection over the grid
+    needs about log2(51) = 6 evaluations; every evaluation tried is returned so the choice can be audited.
+    """
+    from mixzoo.attacks.runner import evaluate
+
+    method = Linear()
+    grid = grid or alpha_grid()
+    tried: dict[int, float] = {}
+
+    def robust(i: int) -> float:
+        if i not in tried:
+            c = method.card_at(grid[i])
+            ev = evaluate(method.build(abc, rbc, c), images, labels, attack=attack, eps=eps, norm=norm, seed=seed,
+                          batch_size=batch_size, cache=cache, key_parts={**key_parts, **method.key_parts(c)},
+                          label=f"{method.name} alpha={grid[i]}", attack_options=attack_options, progress=progress)
+            tried[i] = sum(ev["robust_correct"]) / len(ev["robust_correct"])
+        return tried[i]
+
+    best = _bisect(robust, len(grid), target)
+    return grid[best], [{"alpha": grid[i], "robust_accuracy": r} for i, r in sorted(tried.items())]

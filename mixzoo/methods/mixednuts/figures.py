@@ -14,8 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.cache import Cache
-from mixzoo.report import _figure, _save_png
+from mixzoo.core.cache import Cache
+from mixzoo.core.figures import figure_module as _figure
+from mixzoo.core.figures import save_png as _save_png
 
 DEFAULT_BETAS = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.995)
 DEFAULT_LINEAR_ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
@@ -24,8 +25,9 @@ DEFAULT_LINEAR_ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
 def calibration_data_for(card: Any, rbc: nn.Module, *, cache: Cache, data_dir: str | None, device: str,
                          progress: bool):
     """The cached calibration data behind a card (recomputed with the card's settings if the cache is cold)."""
-    from mixzoo.data import load_dataset
-    from mixzoo.pipeline import calibration_data, card_dataset
+    from mixzoo.methods.mixednuts.calibration_data import calibration_data
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.pairs import card_dataset
 
     att = card.attack
     data = load_dataset(card_dataset(card, rbc), "calibration", n=card.data.get("n"), root=data_dir)
@@ -44,10 +46,11 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     Clean accuracy uses every evaluation image (from cached logits); robust accuracy uses the first ``n`` images
     under ``attack`` (a cheaper attack than the main table's by default; the plot says which).
     """
-    from mixzoo.bench import evaluate, mixed_key_parts
-    from mixzoo.calibrate import calibrate
-    from mixzoo.mixing import MixedClassifier, mix_log_probs
-    from mixzoo.pipeline import cached_logits, model_key
+    from mixzoo.attacks.runner import evaluate
+    from mixzoo.zoo.pairs import card_key_parts as mixed_key_parts
+    from mixzoo.methods.mixednuts.calibrate import calibrate
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier, mix_log_probs
+    from mixzoo.zoo.pairs import cached_logits, model_key
 
     cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=progress)
     abc_logits = cached_logits(abc, data, cache=cache, device=device, progress=progress, what="ABC eval logits")
@@ -57,7 +60,7 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     base = {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc), "curve_n": n}
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                   attack_options=attack_options, progress=progress)
-    from mixzoo.calibrate import Grid
+    from mixzoo.methods.mixednuts.calibrate import Grid
 
     grid = Grid.from_record(card.grid)
 
@@ -115,7 +118,7 @@ def plot_tradeoff(report: Any, path: Path) -> None:
 
 
 def plot_margins(card: Any, cal: Any, path: Path) -> None:
-    from mixzoo.transforms import confidence_margin, layer_norm, rbc_transform
+    from mixzoo.methods.mixednuts.transforms import confidence_margin, layer_norm, rbc_transform
 
     plt = _figure()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)

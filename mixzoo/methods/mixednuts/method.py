@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mixzoo.errors import InputError
+from mixzoo.core.errors import InputError
 from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from mixzoo.card import MixCard
+    from mixzoo.core.card import MixCard
 
 FITS = ("mmaa", "transfer", "square", "both", "guess", "published")
 _V1_KEYS = ("s", "p", "c", "alpha", "beta", "clamp", "top_k", "temperature", "alpha_d", "objective", "grid")
@@ -31,7 +31,7 @@ class MixedNUTS(MixingMethod):
     options = {
         "beta": "share of the RBC's attacked-correct margins to keep (Algorithm 1; 0.985 CIFAR, 0.99 ImageNet)",
         "clamp": "clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)",
-        "grid": "search grid (mixzoo.calibrate.Grid or s=MIN:MAX:N,p=...,c=...)",
+        "grid": "search grid (mixzoo.methods.mixednuts.calibrate.Grid or s=MIN:MAX:N,p=...,c=...)",
         "objective": "standard | relaxed (App. D.8.3)",
         "optimizer": "calibration optimizer from the plugin hook (grid, refine, ...)",
         "top_k": "layer-norm statistics over the top-k logits (App. D.7)",
@@ -67,7 +67,7 @@ class MixedNUTS(MixingMethod):
         grid = params.setdefault("grid", {})
         if not isinstance(grid, dict):
             raise InputError(f"{source}: field '{sec}.grid' must be a table, got {type(grid).__name__}")
-        from mixzoo.card import _plain, validate_grid
+        from mixzoo.core.card import _plain, validate_grid
 
         validate_grid(_plain(grid), source, section=f"{sec}.grid")
         return params
@@ -94,7 +94,7 @@ class MixedNUTS(MixingMethod):
 
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
-        from mixzoo.mixing import MixedClassifier
+        from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
         q = card.params
         return MixedClassifier(abc, rbc, s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"], clamp=q["clamp"],
@@ -106,7 +106,7 @@ class MixedNUTS(MixingMethod):
                             why="App. B.2.2: APGD on MixedNUTS's values with the auxiliary mixture's gradient")]
 
     def fit(self, request: FitRequest) -> FitResult:
-        from mixzoo.pipeline import mix
+        from mixzoo.methods.mixednuts.fitting import mix
 
         opts = dict(request.options)
         kw = {} if request.batch_size is None else {"batch_size": request.batch_size}

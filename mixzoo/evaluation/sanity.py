@@ -33,10 +33,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.cache import Cache, atomic_write_text, staged_directory
-from mixzoo.errors import InputError
-from mixzoo.machine import machine_line, run_record
-from mixzoo.pipeline import model_device, model_hash, model_key
+from mixzoo.core.cache import Cache, atomic_write_text, staged_directory
+from mixzoo.core.errors import InputError
+from mixzoo.core.machine import machine_line, run_record
+from mixzoo.zoo.pairs import model_device, model_hash, model_key
 
 GREY = 0.5
 
@@ -108,7 +108,7 @@ class EpsSweep:
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     attack_options: dict[str, Any] = field(default_factory=dict)  # as given; the attack's defaults for the rest
-    run: dict[str, Any] = field(default_factory=dict)  # versions, commit, machine, time (mixzoo.machine.run_record)
+    run: dict[str, Any] = field(default_factory=dict)  # versions, commit, machine, time (mixzoo.core.machine.run_record)
 
     @property
     def passed(self) -> bool:
@@ -195,15 +195,15 @@ def eps_sweep(
 ) -> EpsSweep:
     """Robust accuracy of the card's ABC, RBC, linear baseline (``linear``) and MixedNUTS at each radius in
     ``radii`` (default :func:`default_radii`), on the first ``n`` evaluation images, with the monotonicity and
-    grey-image checks of the module docstring. Evaluations share :func:`mixzoo.bench.evaluate`'s cache with
+    grey-image checks of the module docstring. Evaluations share :func:`mixzoo.evaluation.bench.evaluate`'s cache with
     ``mixzoo bench``: at the card's eps, with the same attack, ``n`` and batch size, the bench's rows are reused.
 
     The linear baseline's alpha is ``linear_alpha`` if given, else matched to MixedNUTS's robust accuracy exactly
-    as ``mixzoo bench`` matches it (:func:`mixzoo.bench.matched_linear_alpha`; ``match_attack``, ``match_n`` and
-    ``match_options`` as in :func:`mixzoo.bench.bench`, with its defaults), so after a bench with the same settings
+    as ``mixzoo bench`` matches it (:func:`mixzoo.evaluation.bench.matched_linear_alpha`; ``match_attack``, ``match_n`` and
+    ``match_options`` as in :func:`mixzoo.evaluation.bench.bench`, with its defaults), so after a bench with the same settings
     it is read from the cache.
     """
-    from mixzoo.bench import (
+    from mixzoo.evaluation.bench import (
         BENCH_MATCH_ATTACK,
         BENCH_MATCH_OPTIONS,
         baseline_method,
@@ -213,7 +213,7 @@ def eps_sweep(
         evaluate,
         matched_linear_alpha,
     )
-    from mixzoo.data import shortfall_note
+    from mixzoo.zoo.data import shortfall_note
 
     check_run_settings(n, batch_size, device, attack, attack_options, out)
     if radii is not None and (not radii or min(radii) <= 0):
@@ -266,7 +266,7 @@ def eps_sweep(
 
 def markdown(sweep: EpsSweep) -> str:
     """``sanity.md``: robust accuracy per model and radius, misses marked, and the notes."""
-    from mixzoo.report import options_text
+    from mixzoo.evaluation.report import options_text
 
     head = " | ".join(f"eps {r:g}" for r in sweep.radii)
     lines = ["# mixzoo sanity: robust accuracy over eps", "",
@@ -294,7 +294,8 @@ def _cell(robust: float, checked: float, misses: int) -> str:
 def plot_sweep(sweep: EpsSweep, path: Path) -> None:
     """Robust accuracy over eps per model (solid: the attack's; dotted: after the checks, where they differ;
     dashed: the cap the grey image puts on the model's robust accuracy)."""
-    from mixzoo.report import _figure, _save_png
+    from mixzoo.core.figures import figure_module as _figure
+    from mixzoo.core.figures import save_png as _save_png
 
     plt = _figure()
     fig, ax = plt.subplots(figsize=(5.5, 4))
@@ -322,7 +323,7 @@ def plot_sweep(sweep: EpsSweep, path: Path) -> None:
 
 def write_sweep(sweep: EpsSweep, out: Path, *, plots: bool = True) -> list[Path]:
     """Write ``sanity.json``, ``sanity.md`` and ``sanity.png`` into ``out``, all or none
-    (:func:`mixzoo.cache.staged_directory`)."""
+    (:func:`mixzoo.core.cache.staged_directory`)."""
     names = ["sanity.png"] if plots else []
     with staged_directory(out, ("sanity.json", "sanity.md", "sanity.png")) as stage:
         if plots:

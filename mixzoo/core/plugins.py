@@ -13,8 +13,8 @@ from typing import Any
 
 import pluggy
 
-from mixzoo import hookspecs
-from mixzoo.errors import PluginError
+from mixzoo.core import hookspecs
+from mixzoo.core.errors import PluginError
 
 PROJECT = "mixzoo"
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -167,7 +167,7 @@ def published_cards() -> dict[str, Any]:
 
 
 def _registry_cache() -> None:
-    from mixzoo.registry import get_registry
+    from mixzoo.core.registry import get_registry
 
     get_registry.cache_clear()
 
@@ -178,7 +178,7 @@ _CACHED = [clamp_functions, attacks, calibration_optimizers, datasets, mixing_me
 def lookup(kind: str, name: str) -> Any:
     """Find a clamp / attack / calibration optimizer / dataset / mixing method / published card by name,
     suggesting close names if unknown."""
-    from mixzoo.errors import UnknownNameError
+    from mixzoo.core.errors import UnknownNameError
 
     table = {"clamp": clamp_functions, "attack": attacks, "optimizer": calibration_optimizers,
              "dataset": datasets, "method": mixing_methods, "card": published_cards}[kind]()
@@ -189,7 +189,7 @@ def lookup(kind: str, name: str) -> Any:
 
 def plugin_infos() -> list[PluginInfo]:
     """One :class:`PluginInfo` per loaded or failed plugin, for ``mixzoo plugins``."""
-    from mixzoo.registry import get_registry
+    from mixzoo.core.registry import get_registry
 
     pm = get_plugin_manager()
     registry = get_registry()

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mixzoo.errors import InputError, MissingFileError
+from mixzoo.core.errors import InputError, MissingFileError
 
 SCHEMA_VERSION = 2
 _COMMON = ("schema_version", "method", "dataset", "notes", "abc", "rbc", "data", "attack", "weights", "provenance")
@@ -35,8 +35,8 @@ _TABLES = ("abc", "rbc", "data", "attack", "weights", "provenance")
 
 
 def _method(name: Any, source: str) -> Any:
-    from mixzoo.errors import UnknownNameError
-    from mixzoo.plugins import lookup
+    from mixzoo.core.errors import UnknownNameError
+    from mixzoo.core.plugins import lookup
 
     if not isinstance(name, str) or not name:
         raise InputError(f"{source}: field 'method' must name a mixing method (see `mixzoo plugins`), got {name!r}")
@@ -147,7 +147,7 @@ class MixCard:
 
     def save(self, path: str | Path) -> Path:
         """Write the card atomically as TOML (``.toml``) or JSON (``.json``); returns the path."""
-        from mixzoo.cache import atomic_write_text
+        from mixzoo.core.cache import atomic_write_text
 
         path = Path(path)
         data = self.to_dict()
@@ -164,7 +164,7 @@ class MixCard:
     @staticmethod
     def check_path(path: str | Path) -> Path:
         """Refuse, before any work, a card path :meth:`save` could not write (suffix, directory, permissions)."""
-        from mixzoo.cache import check_writable
+        from mixzoo.core.cache import check_writable
 
         path = Path(path)
         if path.suffix not in (".toml", ".json"):
@@ -221,7 +221,7 @@ _V1_OPTIONAL = ("beta", "top_k", "alpha_d", "objective", "grid", "fit", "tempera
 
 def _claim_v1(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
     """The (method, section) of a schema-1 card (or keyword form): the first method plugin that claims it."""
-    from mixzoo.plugins import mixing_methods
+    from mixzoo.core.plugins import mixing_methods
 
     for name, method in sorted(mixing_methods().items()):
         upgrade = getattr(method, "upgrade_v1", None)
@@ -234,7 +234,7 @@ def _claim_v1(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
 
 def _published(path: str | Path) -> Path:
     """A card path, or the file of a published card name (``mixzoo_cards`` hook)."""
-    from mixzoo.plugins import published_cards
+    from mixzoo.core.plugins import published_cards
 
     if isinstance(path, str) and path in published_cards():
         return Path(published_cards()[path])
@@ -361,7 +361,7 @@ def git_commit() -> str | None:
 
 def provenance(**extra: Any) -> dict[str, Any]:
     """The provenance table of a new card: mixzoo and torch versions, git commit, UTC creation time, ``extra``."""
-    from mixzoo import __version__
+    from mixzoo.core import __version__
 
     out: dict[str, Any] = {"mixzoo_version": __version__, "torch_version": torch.__version__,
                            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}

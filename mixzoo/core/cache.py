@@ -22,7 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-from mixzoo.errors import InputError, MixzooError
+from mixzoo.core.errors import InputError, MixzooError
 
 
 def default_cache_dir() -> Path:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.errors import InputError
+from mixzoo.core.errors import InputError
 
 
 @dataclass
@@ -132,13 +132,13 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
     ``abc`` / ``rbc`` replace the models the card names (as in ``mixzoo bench``); ``out`` also writes the result
     as JSON there. Raises :class:`InputError` when the report, its points or its evaluation images are not there.
     """
-    from mixzoo.bench import ADVERSARIAL_FILE, baseline_method, card_evaluation
-    from mixzoo.card import MixCard
-    from mixzoo.pipeline import check_device
+    from mixzoo.core.card import MixCard
+    from mixzoo.evaluation.bench import ADVERSARIAL_FILE, baseline_method, card_evaluation
+    from mixzoo.zoo.pairs import check_device
 
     t0 = time.perf_counter()
     if out is not None:
-        from mixzoo.cache import check_writable
+        from mixzoo.core.cache import check_writable
 
         check_writable(out, what="--out file")
     report_dir = Path(report_dir)
@@ -183,7 +183,7 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
     result = Verification(str(report_dir), rows, float(ce.eps), ce.norm, n, device, time.perf_counter() - t0,
                           notes=list(ce.notes))
     if out is not None:
-        from mixzoo.cache import atomic_write_text
+        from mixzoo.core.cache import atomic_write_text
 
         atomic_write_text(out, json.dumps(result.to_dict(), indent=2) + "\n")
     return result

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.errors import InputError
+from mixzoo.core.errors import InputError
 
 
 @dataclass
@@ -65,16 +65,8 @@ class ApproximationCheck:
         return out
 
 
-def transformed_rbc(rbc: nn.Module, card: Any) -> nn.Module:
-    """h^M(s*, p*, c*) of a card as a model: [0, 1] images -> log-softmax of the transformed RBC logits (Eq. 4), i.e.
-    the mixed classifier at alpha = 1, whose softmax margins are those Algorithm 1 thresholds."""
-    from mixzoo.mixing import MixedClassifier
-
-    return MixedClassifier(None, rbc, s=card.s, p=card.p, c=card.c, alpha=1.0, clamp=card.clamp, top_k=card.top_k)
-
-
 def mmaa_settings(record: dict[str, Any], top_k: int | None = None) -> dict[str, Any]:
-    """The keyword arguments of :func:`mixzoo.pipeline.cached_mmaa` that an attack record (a card's ``attack``)
+    """The keyword arguments of :func:`~mixzoo.methods.mixednuts.calibration_data.cached_mmaa` that an attack record (a card's ``attack``)
     describes; cards written before ``batch_size`` and ``top_k`` were recorded used mix's defaults, 250 and the
     card's ``top_k``."""
     keys = ("eps", "norm", "n_iter", "n_target_classes", "n_restarts", "seed")
@@ -89,7 +81,7 @@ def worst_points(card: Any, *raw_logits: torch.Tensor, labels: torch.Tensor | No
     All points are valid perturbations, so h^M's minimum margin is at most the smallest of them; taking the worst
     guards against an attack on h^M weakened by the transform's flat regions."""
     from mixzoo.attacks.margins import selection_key, signed_margin
-    from mixzoo.transforms import rbc_transform
+    from mixzoo.methods.mixednuts.transforms import rbc_transform
 
     if labels is None or not raw_logits:
         raise InputError("worst_points needs at least one logits tensor and labels=")
@@ -110,12 +102,13 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     Uses the card's calibration images (same fingerprint) and MMAA settings; both MMAA runs are cached like
     ``mix``'s, so the h^LN one is usually free and a second check costs seconds.
     """
-    from mixzoo.cache import Cache
-    from mixzoo.calibrate import Grid, calibrate
-    from mixzoo.card import MixCard
-    from mixzoo.data import load_dataset
-    from mixzoo.pipeline import cached_logits, cached_mmaa, card_dataset, card_model, check_device, check_model_fits
-    from mixzoo.transforms import confidence_margin, rbc_transform
+    from mixzoo.core.cache import Cache
+    from mixzoo.core.card import MixCard
+    from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+    from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
+    from mixzoo.methods.mixednuts.transforms import confidence_margin, rbc_transform
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.pairs import cached_logits, card_dataset, card_model, check_device, check_model_fits
 
     t0 = time.perf_counter()
     check_device(device)
@@ -186,10 +179,10 @@ def refit_alpha(card: Any, rbc: nn.Module, cdata: Any, *, cache: Any, device: st
     The card gets the larger of the two passes' alphas (and that pass's objective), so the constraint of Eq. 7 holds
     on both sets of points. The second pass alone can give a smaller alpha: images its stronger points flip leave
     the attacked-correct set, and with them small margins. ``cdata`` is the first pass's
-    :class:`mixzoo.pipeline.CalibrationData`. The card's grid heat map stays the first pass's.
+    :class:`mixzoo.zoo.pairs.CalibrationData`. The card's grid heat map stays the first pass's.
     """
-    from mixzoo.calibrate import Grid, calibrate
-    from mixzoo.pipeline import cached_mmaa
+    from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+    from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
 
     direct = cached_mmaa(rbc, cdata.dataset, **mmaa_settings(cdata.attack, card.top_k), cache=cache, device=device,
                          progress=progress, transform=card)

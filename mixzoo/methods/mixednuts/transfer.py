@@ -1,7 +1,7 @@
 """Calibrating MixedNUTS when the robust base classifier is a black box (paper App. D.5).
 
 Algorithm 1 (Sec. 4.3) needs minimum-margin perturbations of the RBC, and MMAA (App. B.1) finds them with the RBC's
-gradients. For an RBC that answers queries only (:class:`mixzoo.blackbox.BlackBoxModel`), App. D.5 offers three
+gradients. For an RBC that answers queries only (:class:`mixzoo.zoo.blackbox.BlackBoxModel`), App. D.5 offers three
 ways out, all in :func:`transfer_params`:
 
 ``transfer``
@@ -10,7 +10,7 @@ ways out, all in :func:`transfer_params`:
     perturbations are transferred to the black box, which is queried there (and at the clean images); per example
     the point of smaller black-box margin is the attacked point. alpha is then recalibrated for the black box by
     Algorithm 1 at the fixed (s, p, c): ``alpha = 1 / (1 + q)``, ``q`` the (1 - beta)-quantile of the attacked
-    correct margins of M(s, p, c) (the quantile rule of :mod:`mixzoo.calibrate`, run on a 1 x 1 x 1 grid).
+    correct margins of M(s, p, c) (the quantile rule of :mod:`mixzoo.methods.mixednuts.calibrate`, run on a 1 x 1 x 1 grid).
 ``square``
     App. D.5's black-box minimum-margin attack: min-margin Square (:mod:`mixzoo.attacks.square`) on the black box
     itself replaces MMAA, and Algorithm 1 runs in full (grid of the given card, else the default grid); no
@@ -46,12 +46,12 @@ from torch import nn
 from mixzoo.attacks.apgd import NORMS
 from mixzoo.attacks.margins import ln_signed_margin, selection_key
 from mixzoo.attacks.mmaa import MMAAResult
-from mixzoo.blackbox import BlackBoxModel, as_black_box, spec_is_black_box
-from mixzoo.cache import Cache
-from mixzoo.calibrate import Grid, calibrate
-from mixzoo.card import MixCard, provenance
-from mixzoo.errors import InputError
-from mixzoo.models import check_images, check_labels
+from mixzoo.core.cache import Cache
+from mixzoo.core.card import MixCard, provenance
+from mixzoo.core.errors import InputError
+from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+from mixzoo.zoo.blackbox import BlackBoxModel, as_black_box, spec_is_black_box
+from mixzoo.zoo.models import check_images, check_labels
 
 METHODS: tuple[str, ...] = ("transfer", "square", "both", "guess")
 DEFAULT_GUESS: dict[str, float] = {"s": 5.0, "p": 4.0, "c": -1.1}  # paper Table 3, CIFAR-10
@@ -81,14 +81,14 @@ def _hash(model: Any) -> str | None:
     if isinstance(h, str):
         return h
     if isinstance(model, nn.Module) and not isinstance(model, BlackBoxModel):
-        from mixzoo.models import weight_hash
+        from mixzoo.zoo.models import weight_hash
 
         return weight_hash(model)
     return None
 
 
 def _grid_from_card(card: MixCard | None) -> Any:
-    """The card's grid as a :class:`mixzoo.calibrate.Grid` (the default grid if it has fewer than 2 points)."""
+    """The card's grid as a :class:`mixzoo.methods.mixednuts.calibrate.Grid` (the default grid if it has fewer than 2 points)."""
     grid = Grid.from_record(card.grid if card is not None else None)
     return grid if grid is not None and grid.size >= 2 else Grid()
 
@@ -96,7 +96,7 @@ def _grid_from_card(card: MixCard | None) -> Any:
 def _algorithm1(clean: torch.Tensor, attacked: torch.Tensor, labels: torch.Tensor, *, beta: float, clamp: str,
                 top_k: int | None, grid: Any, progress: bool = False, max_argmax_change: float | None = 0.005
                 ) -> MixCard:
-    """:func:`mixzoo.calibrate.calibrate`; a 1 x 1 x 1 grid (given s, p, c) is exempt from the App. D.8.2 filter
+    """:func:`mixzoo.methods.mixednuts.calibrate.calibrate`; a 1 x 1 x 1 grid (given s, p, c) is exempt from the App. D.8.2 filter
     on predictions the transform changes (the share is still recorded in ``data`` and noted when large)."""
     fixed = grid.size == 1
     return calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=attacked, attacked_labels=labels,
@@ -227,12 +227,12 @@ def transfer_params(
 
     ``card`` is the surrogate's mix card (a :class:`MixCard` or its path; only ``guess`` works without one): it
     supplies s, p, c (transfer / both), clamp, top_k, temperature, beta, the ABC and the attack radius. ``rbc`` is
-    treated as a black box (wrapped in :class:`~mixzoo.blackbox.BlackBoxModel` unless it is one; its query budget
+    treated as a black box (wrapped in :class:`~mixzoo.zoo.blackbox.BlackBoxModel` unless it is one; its query budget
     is checked before the first query). ``surrogate`` is the white-box model of the card (MMAA runs on it) or its
     MMAA adversarial images / :class:`~mixzoo.attacks.mmaa.MMAAResult`. ``queries`` is the Square budget per image.
     ``beta``, ``eps``, ``norm`` default to the card's (then to the black box's spec). ``search`` runs the full grid
     search of Algorithm 1 instead of keeping the card's s, p, c (default: only for ``square``), with
-    ``max_argmax_change`` as in :func:`mixzoo.calibrate.calibrate`.
+    ``max_argmax_change`` as in :func:`mixzoo.methods.mixednuts.calibrate.calibrate`.
     """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
@@ -369,7 +369,7 @@ def transfer_params(
     black_box = {"name": bb.name, "weight_hash": bb.weight_hash, "black_box": True}
     prov = provenance(seed=seed, surrogate={k: v for k, v in surrogate_info.items() if v is not None},
                       black_box={**black_box, "queries": query_log["total"]},
-                      command="mixzoo.transfer.transfer_params()")
+                      command="mixzoo.methods.mixednuts.transfer.transfer_params()")
     if card is not None and card.provenance.get("git_commit"):
         prov["surrogate_git_commit"] = card.provenance["git_commit"]
     if card is not None and method != "guess" and attack_rec.get("eps") not in (None, eps):
@@ -410,10 +410,10 @@ def transfer_params_by_name(
     card (its MMAA comes from the cache when ``mixzoo mix`` already ran it on the same images); writes the card to
     ``out`` atomically. ``eps`` / ``norm`` default to the card's attack record, then to the black box's spec
     (:func:`_threat_model`); the surrogate's MMAA and the checks of :func:`transfer_params` use the same radius."""
-    from mixzoo.blackbox import load_black_box
-    from mixzoo.data import load_dataset
-    from mixzoo.models import load_model
-    from mixzoo.pipeline import check_device
+    from mixzoo.zoo.blackbox import load_black_box
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.models import load_model
+    from mixzoo.zoo.pairs import check_device
 
     check_device(device)
     if method not in METHODS:
@@ -479,9 +479,9 @@ def transfer_params_by_name(
             result.notes.append(f"the surrogate model's weight hash {sur_model.weight_hash} differs from the"
                                 f" card's {recorded}; its MMAA points are not those the card saw")
         sur_info.update({"name": sur_model.spec.name, "weight_hash": sur_model.weight_hash})
-        result.attack["transfer"] = {"source": "mmaa on the surrogate (mixzoo.pipeline.cached_mmaa)",
+        result.attack["transfer"] = {"source": "mmaa on the surrogate (calibration_data.cached_mmaa)",
                                      **{k: v for k, v in card.attack.items() if k not in ("name", "eps", "norm")}}
-    result.provenance["command"] = "mixzoo.transfer.transfer_params_by_name()"
+    result.provenance["command"] = "mixzoo.methods.mixednuts.transfer.transfer_params_by_name()"
     result.provenance["device"] = device
     if out is not None:
         result.save(out)
@@ -494,7 +494,7 @@ def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, eps: f
     cache (same settings as the card's run, so a surrogate calibrated by ``mixzoo mix`` on these images is not
     attacked again); the model itself when there is no radius or the cache does not keep images (large inputs), so
     that :func:`transfer_params` runs MMAA or names what is missing."""
-    from mixzoo.pipeline import cached_mmaa
+    from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
 
     a = card.attack
     if eps is None:

@@ -10,41 +10,19 @@ from collections.abc import Callable
 
 import torch
 
-from mixzoo.errors import InputError
+from mixzoo.attacks.margins import VAR_FLOOR, check_top_k, layer_norm  # noqa: F401 - LN is also MMAA's (App. B.1)
+from mixzoo.core.errors import InputError
 
 ClampFn = Callable[[torch.Tensor], torch.Tensor]
 
-VAR_FLOOR = 1e-12  # rows whose logits are (numerically) constant normalise to 0 instead of NaN
 POW_FLOOR = 1e-30  # |x| is floored here inside |x|^p so that the gradient at x = 0 stays finite for p < 1
-
-
-def check_top_k(top_k: object) -> None:
-    """Raise :class:`InputError` unless ``top_k`` is None or an integer >= 2 (App. D.7; a variance needs two)."""
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 2):
-        raise InputError(f"top_k must be an integer >= 2 (App. D.7: LN over the top-k logits), got {top_k!r}")
-
-
-def layer_norm(logits: torch.Tensor, top_k: int | None = None) -> torch.Tensor:
-    """Standardise each row of ``logits`` to zero mean and unit variance (paper Sec. 4.2, LN).
-
-    With ``top_k``, the mean and (population) variance are those of the ``top_k`` largest logits of the row
-    (App. D.7: ImageNet uses the top 250 of 1000), but the map is applied to all logits. The map is affine with a
-    positive slope per row, so it never changes the predicted class. Constant rows map to zeros.
-    """
-    n_classes = logits.shape[-1]
-    if top_k is not None and top_k < 2:
-        raise InputError(f"top_k must be at least 2 (a variance needs two logits), got {top_k}")
-    ref = logits if top_k is None or top_k >= n_classes else logits.topk(top_k, dim=-1).values
-    mean = ref.mean(dim=-1, keepdim=True)
-    var = ref.var(dim=-1, unbiased=False, keepdim=True)
-    return (logits - mean) / var.clamp_min(VAR_FLOOR).sqrt()
 
 
 def get_clamp(name_or_callable: str | ClampFn) -> ClampFn:
     """A clamp function by name from the ``mixzoo_clamp_functions`` plugin hook, or the callable itself."""
     if callable(name_or_callable):
         return name_or_callable
-    from mixzoo.plugins import lookup
+    from mixzoo.core.plugins import lookup
 
     return lookup("clamp", name_or_callable)
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from mixzoo.errors import InputError, MixzooError
-from mixzoo.registry import ModelSpec, get_spec
+from mixzoo.core.errors import InputError, MixzooError
+from mixzoo.core.registry import ModelSpec, get_spec
 
 
 class Normalize(nn.Module):
@@ -35,7 +35,7 @@ class BaseClassifier(nn.Module):
     """A base classifier (ABC or RBC, paper notation g_std / h_rob): [0, 1] images in, logits out.
 
     ``spec`` says what it is; ``weight_hash`` identifies its network's weights (recorded in mix cards; cache keys add
-    the normalisation, see :func:`mixzoo.pipeline.model_key`).
+    the normalisation, see :func:`mixzoo.zoo.pairs.model_key`).
     """
 
     def __init__(self, network: nn.Module, spec: ModelSpec):
@@ -91,7 +91,7 @@ def load_model(name: str | ModelSpec, device: str | torch.device = "cpu", allow_
     Returns a frozen eval-mode :class:`BaseClassifier` taking [0, 1] NCHW images and returning logits.
     ``allow_unsafe`` permits checkpoints that need arbitrary unpickling (refused by default).
     """
-    from mixzoo.plugins import get_plugin_manager
+    from mixzoo.core.plugins import get_plugin_manager
 
     spec = name if isinstance(name, ModelSpec) else get_spec(name)
     network = get_plugin_manager().hook.mixzoo_load_model(spec=spec, device=str(device), allow_unsafe=allow_unsafe)

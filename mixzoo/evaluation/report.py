@@ -5,32 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from mixzoo.cache import Cache, atomic_save_tensors, atomic_write_bytes, atomic_write_text, staged_directory
-from mixzoo.machine import machine_line
+from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, staged_directory
+from mixzoo.core.machine import machine_line
+from mixzoo.core.progress import console
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+ADVERSARIAL_FILE = "adversarial.safetensors"
 
 
 # ------------------------------------------------------------------------------------------------ plots
-def _figure():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save_png(fig: Any, path: Path) -> None:
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    atomic_write_bytes(path, buf.getvalue())
-
-
 # ------------------------------------------------------------------------------------------------ files
 def options_text(options: dict[str, Any]) -> str:
     """`` (n_iter=200, n_restarts=2)`` after an attack's name when options were given, else nothing."""
@@ -39,8 +28,6 @@ def options_text(options: dict[str, Any]) -> str:
 
 def markdown(report: Any) -> str:
     """``report.md``: the table, the card, the data, and any warnings."""
-    from mixzoo.bench import ci_cell, comparison_lines, seconds_cell
-
     c, d, st = report.card, report.dataset, report.settings
     lines = [
         "# mixzoo bench report", "",
@@ -105,10 +92,8 @@ def markdown(report: Any) -> str:
 def write_report(report: Any, out: Path, *, rbc: nn.Module, plots: bool = True, cache: Cache | None = None,
                  data_dir: str | None = None, device: str = "cpu") -> list[Path]:
     """Write report.json, report.md, the PNG plots and the adversarial points into ``out``, all or none
-    (:func:`mixzoo.cache.staged_directory`: files of an earlier report there that this one does not have are
+    (:func:`mixzoo.core.cache.staged_directory`: files of an earlier report there that this one does not have are
     removed). ``rbc`` is the RBC the report evaluated (its cached calibration margins feed the Fig. 6 histograms)."""
-    from mixzoo.bench import ADVERSARIAL_FILE
-
     names: list[str] = []
     known = ("report.json", "report.md", "objective.png", "tradeoff.png", "margins.png", ADVERSARIAL_FILE)
     with staged_directory(out, known) as stage:
@@ -129,3 +114,75 @@ def write_report(report: Any, out: Path, *, rbc: nn.Module, plots: bool = True, 
         atomic_write_text(stage / "report.json", json.dumps(report.to_dict(), indent=2, default=str))
         atomic_write_text(stage / "report.md", markdown(report))
     return [out / name for name in ("report.json", "report.md", *names)]
+
+
+# ------------------------------------------------------------------------------------------------ terminal
+def seconds_cell(m: Any) -> str:
+    """Attack seconds, saying where they were spent and whether this run read them from the cache."""
+    where = m.device or "?"
+    return f"{m.seconds:.0f} ({where}, cached)" if m.cached else f"{m.seconds:.0f} ({where})"
+
+
+def ci_cell(value: float, ci: list[float], digits: int = 2) -> str:
+    """``87.00 (84.8-89.0)``: a percentage with its 95 % interval, when the row has one."""
+    return f"{100 * value:.{digits}f}" + (f" ({100 * ci[0]:.1f}-{100 * ci[1]:.1f})" if ci else "")
+
+
+def comparison_lines(report: Any) -> list[str]:
+    """One sentence per paired comparison of :meth:`Report.comparisons`."""
+    lines = []
+    for c in report.comparisons():
+        parts = []
+        for what in ("clean", "robust"):
+            d = c.get(what)
+            if d:
+                parts.append(f"{what} {100 * d['difference']:+.2f} points (95% CI {100 * d['low']:+.2f} to "
+                             f"{100 * d['high']:+.2f}; right only for {c['a']}: {d['a_only']}, only for the "
+                             f"other: {d['b_only']})")
+        if parts:
+            lines.append(f"{c['a']} - {c['b']} ({c['b_kind']}), paired on the same {report.dataset['n']} images: "
+                         + "; ".join(parts))
+    return lines
+
+
+def display_name(m: Any) -> str:
+    """The row's name for an 80-column terminal: the base models prefixed with their role, the mixtures with
+    their alpha (the kind and alpha columns of report.md, folded in)."""
+    if m.kind in ("abc", "rbc"):
+        return f"{m.kind.upper()} {m.name}"
+    alpha = getattr(m, "alpha", None)
+    return m.name if alpha is None or "alpha" in m.name else f"{m.name}, α {alpha:.3f}"
+
+
+def terminal_seconds_cell(m: Any, device: str) -> str:
+    """Attack seconds; the device only when it is not the run's, and whether the row came from the cache."""
+    tags = [t for t in (m.device if m.device and m.device != device else "", "cached" if m.cached else "") if t]
+    return f"{m.seconds:.0f}" + (f" ({', '.join(tags)})" if tags else "")
+
+
+def print_report(report: Any, *, to: Console | None = None) -> None:
+    """The bench table in the terminal (or on the console ``to``), fitting 80 columns (report.md has the wide
+    form)."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    to = to or console
+    settings = report.settings
+    device = settings.get("device", "")
+    table = Table(title=f"{report.dataset['name']} evaluation, n={report.dataset['n']}: {settings['attack']} "
+                        f"{settings['norm']} eps={settings['eps']:.4g} ({device})",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("model", "clean % (95% CI)", "robust % (95% CI)", "attack s"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for m in report.models:
+        table.add_row(display_name(m), ci_cell(m.clean_accuracy, m.clean_ci, digits=1),
+                      ci_cell(m.robust_accuracy, m.robust_ci, digits=1), terminal_seconds_cell(m, device))
+    to.print(table)
+    for line in comparison_lines(report):
+        to.print(line, highlight=False)
+    for m in report.models:
+        for w in m.warnings:
+            to.print(f"[yellow]warning ({escape(m.name)}): {escape(w)}")
+    for note in report.notes:
+        to.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)

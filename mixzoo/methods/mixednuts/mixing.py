@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.errors import InputError
-from mixzoo.transforms import ClampFn, abc_log_probs, check_top_k, get_clamp, rbc_transform
+from mixzoo.core.errors import InputError
+from mixzoo.methods.mixednuts.transforms import ClampFn, abc_log_probs, check_top_k, get_clamp, rbc_transform
+from mixzoo.zoo.pairs import _model_name, weight_mismatches  # noqa: F401 - weight_mismatches: old home
 
 
 def _check_alpha(alpha: float, allow_any_alpha: bool = True, what: str = "alpha") -> float:
@@ -82,33 +83,6 @@ def auxiliary_log_probs(abc_logits: torch.Tensor | None, rbc_logits: torch.Tenso
         terms.append(math.log(alpha_d * (1 - r_d))
                      + rbc_log_probs(rbc_logits, s=s, p=p, c=c, clamp=clamp, top_k=top_k, transform=transform))
     return terms[0] if len(terms) == 1 else torch.logsumexp(torch.stack(terms), dim=0)
-
-
-def _model_hash(model: nn.Module) -> str:
-    from mixzoo.models import weight_hash
-
-    h = getattr(model, "weight_hash", None)
-    return h if isinstance(h, str) else weight_hash(model)
-
-
-def weight_mismatches(card: Any, abc: nn.Module | None, rbc: nn.Module | None) -> list[str]:
-    """One message per base model whose weight hash differs from the one the mix card recorded (its s, p, c and
-    alpha were calibrated for other weights)."""
-    messages = []
-    for role, model, recorded in (("ABC", abc, card.abc), ("RBC", rbc, card.rbc)):
-        expected = (recorded or {}).get("weight_hash")
-        if model is not None and expected:
-            actual = _model_hash(model)
-            if actual != expected:
-                messages.append(f"{_model_name(model, role)} has weight hash {actual} but the mix card was"
-                                f" calibrated for {recorded.get('name', '?')!r} with hash {expected}; re-run"
-                                " `mixzoo mix` for these weights")
-    return messages
-
-
-def _model_name(model: nn.Module | None, role: str) -> str:
-    spec = getattr(model, "spec", None)
-    return f"{role} {spec.name!r}" if spec is not None else f"{role} ({type(model).__name__})"
 
 
 def _is_number(v: Any) -> bool:
@@ -178,14 +152,14 @@ class MixedClassifier(nn.Module):
     @classmethod
     def from_card(cls, card: Any, abc: nn.Module | None, rbc: nn.Module | None,
                   gradient: str = "exact", *, warn: bool = True, stacklevel: int = 2) -> MixedClassifier:
-        """Build the classifier a :class:`~mixzoo.card.MixCard` (or card file) describes, through the card's mixing
+        """Build the classifier a :class:`~mixzoo.core.card.MixCard` (or card file) describes, through the card's mixing
         method (:meth:`mixzoo.methods.MixingMethod.build`; any method's module, not only this class).
 
         Warns when a model's weight hash differs from the one the card recorded (the parameters were calibrated
         for other weights); ``warn=False`` for callers that ran :func:`weight_mismatches` themselves, and
         ``stacklevel`` for wrappers, so the warning points at the user's line.
         """
-        from mixzoo.card import MixCard
+        from mixzoo.core.card import MixCard
 
         if isinstance(card, str | Path):
             card = MixCard.load(card)
@@ -246,3 +220,9 @@ class MixedClassifier(nn.Module):
         return (f"s={self.s:.4g}, p={self.p:.4g}, c={self.c:.4g}, alpha={self.alpha:.4g}, clamp={clamp},"
                 f" temperature={self.temperature:g}, top_k={self.top_k}, transform={self.transform},"
                 f" gradient={self.gradient}, alpha_d={self.alpha_d:.4g}, r_d={self.r_d:g}")
+
+
+def transformed_rbc(rbc: nn.Module, card: Any) -> nn.Module:
+    """h^M(s*, p*, c*) of a card as a model: [0, 1] images -> log-softmax of the transformed RBC logits (Eq. 4), i.e.
+    the mixed classifier at alpha = 1, whose softmax margins are those Algorithm 1 thresholds."""
+    return MixedClassifier(None, rbc, s=card.s, p=card.p, c=card.c, alpha=1.0, clamp=card.clamp, top_k=card.top_k)

@@ -23,7 +23,7 @@ import sys
 import warnings
 from types import ModuleType
 
-from mixzoo.errors import MixzooError
+from mixzoo.core.errors import MixzooError
 
 _AUTOATTACK_SUBMODULES = ("autoattack", "autopgd_base", "fab_pt", "square", "state", "checks", "other_utils",
                           "fab_base", "fab_projections")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from mixzoo.errors import InputError
+from mixzoo.core.errors import InputError
 
 SPLITS: tuple[str, ...] = ("train", "calibration", "evaluation")
 
@@ -82,10 +82,10 @@ def load_dataset(name: str, split: str, n: int | None = None, root: str | None =
     """Load split ``split`` of dataset ``name`` (first ``n`` examples) through the ``mixzoo_datasets`` hook.
 
     ``root`` is a directory holding the data where the plugin needs one; ``options`` go to the factory
-    (e.g. ``size=224`` for ``imagenet``). Unknown names raise :class:`~mixzoo.errors.UnknownNameError` with
+    (e.g. ``size=224`` for ``imagenet``). Unknown names raise :class:`~mixzoo.core.errors.UnknownNameError` with
     suggestions.
     """
-    from mixzoo.plugins import lookup
+    from mixzoo.core.plugins import lookup
 
     factory = lookup("dataset", name)
     check_split(split)

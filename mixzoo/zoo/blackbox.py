@@ -2,7 +2,7 @@
 
 Algorithm 1 needs the RBC's minimum-margin perturbations, and MMAA finds them with the RBC's gradients. A model
 behind an API (or exported without gradients) gives only its outputs. :class:`BlackBoxModel` makes any model
-behave like one, so that every black-box route of App. D.5 (:mod:`mixzoo.transfer`) can be checked honestly:
+behave like one, so that every black-box route of App. D.5 (:mod:`mixzoo.methods.mixednuts.transfer`) can be checked honestly:
 
 * forward passes run under ``torch.no_grad`` on detached inputs; the output is attached to the input's graph
   through :class:`_NoGradient`, whose backward raises :class:`NoGradientError`, so an attack that tries to
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.errors import MixzooError
+from mixzoo.core.errors import MixzooError
 
 GRADIENT_HINT = "use `mixzoo transfer-params --method transfer|square|guess` (paper App. D.5)"
 
@@ -112,7 +112,7 @@ class BlackBoxModel(nn.Module):
         if isinstance(h, str):
             return h
         if isinstance(self._model, nn.Module):
-            from mixzoo.models import weight_hash
+            from mixzoo.zoo.models import weight_hash
 
             return weight_hash(self._model)
         return None
@@ -198,7 +198,7 @@ def is_black_box(model: Any) -> bool:
 def load_black_box(name: str, query_budget: int | None = None, device: str = "cpu",
                    allow_unsafe: bool = False) -> BlackBoxModel:
     """Load a model by registry name and wrap it as a black box (whatever its spec says)."""
-    from mixzoo.models import load_model
+    from mixzoo.zoo.models import load_model
 
     return BlackBoxModel(load_model(name, device=device, allow_unsafe=allow_unsafe), query_budget)
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mixzoo.errors import RegistryError, UnknownNameError
+from mixzoo.core.errors import RegistryError, UnknownNameError
 
 Role = Literal["accurate", "robust"]
 ROLES: tuple[str, ...] = ("accurate", "robust")
@@ -138,7 +138,7 @@ class Registry:
         for key in (spec.name, *spec.aliases):
             if key in self._index:
                 other = self._specs[self._index[key]]
-                from mixzoo.errors import PluginError
+                from mixzoo.core.errors import PluginError
 
                 raise PluginError(
                     f"model name {key!r} is provided by both {other.plugin!r} ({other.name}) and"
@@ -161,7 +161,7 @@ class Registry:
         """The spec for a name or alias; names no registry knows go to the resolve hook (hf-hub:, RobustBench)."""
         if name in self._index:
             return self._specs[self._index[name]]
-        from mixzoo.plugins import get_plugin_manager
+        from mixzoo.core.plugins import get_plugin_manager
 
         spec = get_plugin_manager().hook.mixzoo_resolve_model_name(name=name)
         if spec is not None:
@@ -172,7 +172,7 @@ class Registry:
 @functools.cache
 def get_registry() -> Registry:
     """The merged registry: ``registry.toml`` plus every plugin's ``mixzoo_model_specs``."""
-    from mixzoo.plugins import collect
+    from mixzoo.core.plugins import collect
 
     specs = list(load_registry_file(default_registry_path()))
     for plugin_name, entries in collect("mixzoo_model_specs"):
@@ -194,14 +194,14 @@ def get_spec(name: str) -> ModelSpec:
 def list_models(role: str | None = None, dataset: str | None = None) -> list[ModelSpec]:
     """Specs filtered by role (accurate | robust) and dataset, sorted by name."""
     if role is not None and role not in ROLES:
-        from mixzoo.errors import InputError
+        from mixzoo.core.errors import InputError
 
         raise InputError(f"role must be one of {ROLES}, got {role!r}")
     registry = get_registry()
     if dataset is not None:
         known = {s.dataset for s in registry.specs(None, None)}
         if dataset not in known:
-            from mixzoo.errors import UnknownNameError
+            from mixzoo.core.errors import UnknownNameError
 
             raise UnknownNameError("dataset", dataset, known)
     return sorted(registry.specs(role, dataset), key=lambda s: s.name)

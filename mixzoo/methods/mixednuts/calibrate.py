@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from mixzoo.errors import InputError
-from mixzoo.progress import progress_bar
-from mixzoo.transforms import check_top_k, get_clamp, layer_norm
+from mixzoo.core.errors import InputError
+from mixzoo.core.progress import progress_bar
+from mixzoo.methods.mixednuts.transforms import check_top_k, get_clamp, layer_norm
 
 if TYPE_CHECKING:
-    from mixzoo.card import MixCard
+    from mixzoo.core.card import MixCard
 
 EXP_FLOOR = -80.0
 DEFAULT_CHUNK = 1 << 17  # float elements in the exponent buffer (512 KiB in float32: stays in cache)
@@ -413,7 +413,7 @@ def _model_info(m: Any) -> dict[str, Any]:
         return {}
     if isinstance(m, dict):
         return dict(m)
-    from mixzoo.models import BaseClassifier, weight_hash
+    from mixzoo.zoo.models import BaseClassifier, weight_hash
 
     if isinstance(m, BaseClassifier):
         return {"name": m.name, "weight_hash": m.weight_hash}
@@ -431,7 +431,7 @@ def _selection_hash(*masks: torch.Tensor) -> str:
 def check_settings(*, beta: float, clamp: str, objective: str, optimizer: str, grid: Grid | None,
                    top_k: int | None = None) -> None:
     """One-line :class:`InputError` for a bad Algorithm 1 setting; callers run it before any expensive attack."""
-    from mixzoo.plugins import lookup
+    from mixzoo.core.plugins import lookup
 
     if not isinstance(beta, int | float) or not 0.0 <= beta <= 1.0:
         raise InputError(f"beta must lie in [0, 1], got {beta}")
@@ -439,7 +439,7 @@ def check_settings(*, beta: float, clamp: str, objective: str, optimizer: str, g
     if objective not in ("standard", "relaxed"):
         raise InputError(f"objective must be 'standard' or 'relaxed', got {objective!r}")
     if grid is not None and not isinstance(grid, Grid):
-        raise InputError(f"grid must be a mixzoo.calibrate.Grid, got {type(grid).__name__}")
+        raise InputError(f"grid must be a mixzoo.methods.mixednuts.calibrate.Grid, got {type(grid).__name__}")
     if not isinstance(clamp, str):
         raise InputError(f"clamp must be a clamp name (it is recorded in the card), got {type(clamp).__name__}")
     get_clamp(clamp)  # unknown names fail here with suggestions
@@ -484,8 +484,8 @@ def calibrate(
     zero, so a large negative c can flip unconfident predictions and cost both accuracy and robustness);
     ``None`` disables the check.
     """
-    from mixzoo.card import MixCard, provenance
-    from mixzoo.plugins import lookup
+    from mixzoo.core.card import MixCard, provenance
+    from mixzoo.core.plugins import lookup
 
     _check_logits(clean_logits, "clean_logits")
     _check_logits(attacked_logits, "attacked_logits")
@@ -544,10 +544,10 @@ def calibrate(
         search = lookup("optimizer", optimizer)
         result = search(problem, grid)
         if not isinstance(result, SearchResult):
-            from mixzoo.errors import PluginError
+            from mixzoo.core.errors import PluginError
 
             raise PluginError(f"calibration optimizer {optimizer!r} returned {type(result).__name__}, expected"
-                              " mixzoo.calibrate.SearchResult")
+                              " mixzoo.methods.mixednuts.calibrate.SearchResult")
         result = problem.exact(result)
         optimizer_name = optimizer
 

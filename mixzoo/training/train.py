@@ -37,10 +37,10 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
 from mixzoo.attacks.pgd import pgd
-from mixzoo.data import ImageDataset, load_dataset
-from mixzoo.errors import InputError, UnknownNameError
-from mixzoo.models import Normalize
-from mixzoo.progress import progress_bar
+from mixzoo.core.errors import InputError, UnknownNameError
+from mixzoo.core.progress import progress_bar
+from mixzoo.zoo.data import ImageDataset, load_dataset
+from mixzoo.zoo.models import Normalize
 
 METHODS: tuple[str, ...] = ("standard", "pgd", "trades", "mart", "hat")
 
@@ -385,7 +385,7 @@ def _weight_average(model: nn.Module, decay: float) -> AveragedModel | None:
 
 def shipped_sha256(path: Path) -> str | None:
     """The sha256 a registry zoo entry pins for the weights file ``path`` (a shipped file), or None."""
-    from mixzoo.registry import list_models
+    from mixzoo.core.registry import list_models
 
     target = path.resolve()
     for spec in list_models():
@@ -429,7 +429,7 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
         recipe = recipe.replace(seed=seed)
     pinned = None
     if save:  # refuse before the (long) training what could not be written
-        from mixzoo.cache import check_writable
+        from mixzoo.core.cache import check_writable
 
         check_writable(out_dir or default_weights_dir(), directory=True, what="weights directory")
     if save and out_dir is None:
@@ -457,7 +457,7 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
         averaged = _weight_average(model, recipe.ema)
         helper = None
         if recipe.method == "hat":
-            from mixzoo.models import load_model
+            from mixzoo.zoo.models import load_model
 
             helper = load_model(recipe.helper, device=device)
         n = len(train)
@@ -518,7 +518,7 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
         metrics500 = evaluate_model(model, evaluation.subset(500), eps=None)
     path, sha = None, _state_sha256(state, recipe)
     if pinned is not None and sha != pinned:
-        from mixzoo.cache import default_cache_dir
+        from mixzoo.core.cache import default_cache_dir
 
         kept, _ = save_weights(state, default_cache_dir() / "trained" / sha[:12], recipe)
         raise InputError(f"trained {recipe.name} has sha256 {sha[:12]}..., not the {pinned[:12]}... the registry pins"
@@ -543,7 +543,7 @@ def _state_sha256(state: dict[str, torch.Tensor], recipe: Recipe) -> str:
 
 def save_weights(state: dict[str, torch.Tensor], out_dir: Path, recipe: Recipe) -> tuple[Path, str]:
     """Write ``NAME.safetensors`` (recipe JSON in the metadata) and ``NAME.sha256`` atomically."""
-    from mixzoo.cache import atomic_write_bytes, atomic_write_text
+    from mixzoo.core.cache import atomic_write_bytes, atomic_write_text
 
     blob = _serialize(state, recipe)
     sha = hashlib.sha256(blob).hexdigest()

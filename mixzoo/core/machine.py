@@ -80,9 +80,9 @@ def source_modified() -> bool | None:
 
 
 def run_record(device: str = "cpu", **extra: Any) -> dict[str, Any]:
-    """Provenance of one run (:func:`mixzoo.card.provenance`: versions, git commit, UTC time) plus the Python
+    """Provenance of one run (:func:`mixzoo.core.card.provenance`: versions, git commit, UTC time) plus the Python
     version and :func:`describe_machine`; ``extra`` is added as is."""
-    from mixzoo.card import git_commit, provenance
+    from mixzoo.core.card import git_commit, provenance
 
     record = provenance(python_version=platform.python_version(), python=sys.implementation.name,
                         device=str(device), machine=describe_machine(device), **extra)

@@ -5,7 +5,7 @@ the hooks below, decorated with :data:`mixzoo.hookimpl`. The built-in plugins in
 plugins registered the same way, so each hook here has at least one real implementation in this repository.
 
 Hooks that *collect* (model specs, clamps, attacks, optimizers, datasets) are called on every plugin and their
-results are merged by :mod:`mixzoo.plugins`; a name provided twice is an error naming both plugins. Hooks that
+results are merged by :mod:`mixzoo.core.plugins`; a name provided twice is an error naming both plugins. Hooks that
 *resolve* (loading a model, resolving a name that is not in any registry) are ``firstresult``: plugins answer
 ``None`` for what they do not handle and the first non-``None`` answer wins.
 """
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from mixzoo.registry import ModelSpec
+    from mixzoo.core.registry import ModelSpec
 
 hookspec = pluggy.HookspecMarker("mixzoo")
 
@@ -31,7 +31,7 @@ def mixzoo_model_specs() -> list[ModelSpec | dict[str, Any]]:
     """Registry entries (accurate and robust models) this plugin provides.
 
     Called once when the registry is first built (``mixzoo list``, ``load_model``, ...). Return a list of
-    :class:`~mixzoo.registry.ModelSpec` or plain dicts with the fields of a ``registry.toml`` entry; dicts are
+    :class:`~mixzoo.core.registry.ModelSpec` or plain dicts with the fields of a ``registry.toml`` entry; dicts are
     validated exactly like the file. Each entry's ``source.kind`` must be a kind some plugin can load
     (see :func:`mixzoo_load_model`).
     """
@@ -80,7 +80,7 @@ def mixzoo_calibration_optimizers() -> dict[str, Callable[..., Any]]:
     """Searches that solve the surrogate problem (paper Eq. 7), by name (``calibrate(optimizer=NAME)``).
 
     Called once when optimizers are first looked up. Each value is
-    ``optimizer(problem: mixzoo.calibrate.CalibrationProblem, grid: mixzoo.calibrate.Grid) -> SearchResult``.
+    ``optimizer(problem: mixzoo.methods.mixednuts.calibrate.CalibrationProblem, grid: mixzoo.methods.mixednuts.calibrate.Grid) -> SearchResult``.
     """
 
 
@@ -89,11 +89,11 @@ def mixzoo_datasets() -> dict[str, Any]:
     """Datasets by name (``--dataset NAME``).
 
     Called once when datasets are first looked up. Each value is a factory
-    ``factory(split: str, n: int | None, root: str | None, **options) -> mixzoo.data.ImageDataset`` returning
+    ``factory(split: str, n: int | None, root: str | None, **options) -> mixzoo.zoo.data.ImageDataset`` returning
     the first ``n`` examples (all if ``None``) of split ``"train"``, ``"calibration"`` or ``"evaluation"``;
     calibration and evaluation never overlap, and models shipped for the dataset are not trained on calibration
     images. ``root`` is a user-named data directory (or ``None``); ``options`` are dataset-specific (e.g.
-    ``size`` for ``imagenet``). Call it through :func:`mixzoo.data.load_dataset`.
+    ``size`` for ``imagenet``). Call it through :func:`mixzoo.zoo.data.load_dataset`.
     """
 
 

@@ -1,0 +1,140 @@
+"""Running an attack plugin over a data set, batch by batch, with every batch's outcome cached so an interrupted
+run resumes and a finished one is reused when nothing it depends on changed. Shared by the bench, the eps sweep,
+the methods that fit against an attack (the linear baseline's alpha matching) and MixedNUTS's trade-off curve.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from torch import nn
+
+from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
+from mixzoo.core.machine import machine_summary
+from mixzoo.core.progress import progress_bar
+from mixzoo.zoo.pairs import model_device
+
+BENCH_CODE_VERSION = "bench-3"  # 2: warnings merged across batches; 3: adaptive-strong exact/bypass runs at --seed
+ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
+
+
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, attack: str, eps: float, norm: str,
+             seed: int, batch_size: int, cache: Cache, key_parts: dict[str, Any], label: str,
+             attack_options: dict[str, Any] | None = None, save_adversarial: bool = False,
+             progress: bool = True) -> dict[str, Any]:
+    """Attack ``model`` batch by batch, saving each batch's outcome so an interrupted run resumes.
+
+    Returns a dict with per-example ``clean_correct`` / ``robust_correct`` lists, per-component broken counts,
+    warnings and seconds. The attack object comes from the attack hook (``mixzoo.core.plugins.lookup``).
+    ``save_adversarial`` adds ``adversarial``: ``{"index", "images"}`` tensors, the point the attack found for each
+    example it broke (kept next to the cached outcome; a cached outcome without them is attacked again).
+    """
+    from mixzoo.core.plugins import lookup
+
+    attack_cls = lookup("attack", attack)
+    options = dict(attack_options or {})
+    key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
+                       "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION})
+    final = cache.root / "bench" / f"{key}.json"
+    final_adv = final.with_suffix(ADV_SUFFIX)
+    if cache.enabled and final.exists() and (not save_adversarial or final_adv.exists()):
+        try:
+            hit = {**json.loads(final.read_text()), "cached": True}
+            if save_adversarial:
+                hit["adversarial"] = load_file(final_adv)
+            return hit
+        except (json.JSONDecodeError, SafetensorError):
+            final.unlink()
+            final_adv.unlink(missing_ok=True)
+    n = len(labels)
+    batches: list[dict[str, Any]] = []
+    points: list[dict[str, torch.Tensor]] = []
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"{attack} on {label}", total=n)
+        for index, start in enumerate(range(0, n, batch_size)):
+            stop = min(n, start + batch_size)
+            part_path = cache.root / "bench" / f"{key}.partial" / f"{index:06d}.json"
+            part_adv = part_path.with_suffix(ADV_SUFFIX)
+            part = None
+            if cache.enabled and part_path.exists() and (not save_adversarial or part_adv.exists()):
+                try:
+                    part = json.loads(part_path.read_text())
+                    if save_adversarial:
+                        points.append(load_file(part_adv))
+                except (json.JSONDecodeError, SafetensorError):
+                    part = None
+            if part is None:
+                runner = attack_cls(eps=eps, norm=norm, seed=seed + index, **options)
+                device = model_device(model)
+                res = runner.run(model, images[start:stop].to(device), labels[start:stop].to(device),
+                                 progress=False)
+                part = {
+                    "clean_correct": res.clean_correct.bool().tolist(),
+                    "robust_correct": res.robust_correct.bool().tolist(),
+                    "components": [{"name": c.name, "newly_broken": int(c.newly_broken), "seconds": c.seconds}
+                                   for c in res.components],
+                    "warnings": list(res.warnings),
+                    "seconds": res.seconds,
+                    "device": device.type,
+                    "machine": machine_summary(device),
+                }
+                if save_adversarial:
+                    broken = torch.nonzero(res.clean_correct.bool() & ~res.robust_correct.bool()).squeeze(1)
+                    found = res.adv_images[broken.to(res.adv_images.device)].cpu()
+                    points.append({"index": broken + start, "images": found})
+                if cache.enabled:
+                    if save_adversarial:  # the points first: a batch counts as done once its outcome is written
+                        atomic_save_tensors(part_adv, points[-1])
+                    atomic_write_text(part_path, json.dumps(part))
+            batches.append(part)
+            bar.advance(task, stop - start)
+    merged: dict[str, Any] = {
+        "clean_correct": [v for b in batches for v in b["clean_correct"]],
+        "robust_correct": [v for b in batches for v in b["robust_correct"]],
+        "seconds": sum(b["seconds"] for b in batches),
+        "device": "+".join(sorted({b.get("device", "unknown") for b in batches})),
+        "machine": " + ".join(dict.fromkeys(b.get("machine", "unknown") for b in batches)),  # in batch order
+        "components": [],
+    }
+    names = [c["name"] for c in batches[0]["components"]]
+    for name in names:
+        merged["components"].append({
+            "name": name,
+            "newly_broken": sum(c["newly_broken"] for b in batches for c in b["components"] if c["name"] == name),
+            "seconds": sum(c["seconds"] for b in batches for c in b["components"] if c["name"] == name),
+        })
+    merged["warnings"] = merge_warnings([b["warnings"] for b in batches], merged["components"])
+    adversarial = None
+    if save_adversarial:
+        adversarial = {"index": torch.cat([p["index"] for p in points]).long(),
+                       "images": torch.cat([p["images"] for p in points])}
+    if cache.enabled:
+        if adversarial is not None:
+            atomic_save_tensors(final_adv, adversarial)
+        atomic_write_text(final, json.dumps(merged))
+        import shutil
+
+        shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
+    return merged if adversarial is None else {**merged, "adversarial": adversarial}
+
+
+def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]]) -> list[str]:
+    """One list of warnings for a whole evaluation from the per-batch lists.
+
+    The Square gradient-masking warning is recomputed from the summed component counts (per batch it would read
+    "Square broke 1 ..." several times); any other warning seen in several batches says in how many.
+    """
+    from collections import Counter
+
+    from mixzoo.attacks.evaluation import SQUARE_MASKING, square_masking_note
+
+    counts = Counter(w for ws in per_batch for w in ws if not w.startswith(SQUARE_MASKING))
+    out = [w if k == 1 else f"{w} (in {k} of {len(per_batch)} batches)" for w, k in sorted(counts.items())]
+    square = sum(c["newly_broken"] for c in components if c["name"] == "square")
+    if square and len(components) > 1:
+        out.insert(0, square_masking_note(square))
+    return out

@@ -1,0 +1,130 @@
+"""The data Algorithm 1 consumes, cached: the RBC's clean logits and its minimum-margin AutoAttack (MMAA, paper 000
+App. B.1) logits and margins on the calibration split (per batch, content-addressed, resumable).
+
+The expensive step runs once per (RBC weights, data subset, attack settings); a new beta, clamp or grid reuses it.
+The linear method's margin rule (001 Eq. 3.4 with Algorithm 1's alpha) reads the same data.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.core.cache import Cache, batched_cached
+from mixzoo.core.errors import InputError
+from mixzoo.core.progress import progress_bar
+from mixzoo.zoo.pairs import cached_logits, model_device, model_key, model_name
+
+ATTACK_CODE_VERSION = "mmaa-2"  # bump when MMAA's behaviour changes so stale cache entries are not reused
+
+
+@dataclass
+class CalibrationData:
+    """What Algorithm 1 consumes, plus what the reports plot (Fig. 6)."""
+
+    clean_logits: torch.Tensor
+    labels: torch.Tensor
+    attacked_logits: torch.Tensor
+    abc_clean_logits: torch.Tensor | None
+    dataset: Any
+    attack: dict[str, Any]
+    seconds: dict[str, float] = field(default_factory=dict)
+    cache_hits: dict[str, bool] = field(default_factory=dict)
+
+
+def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: Cache, n_iter: int = 100,
+                n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0, top_k: int | None = None,
+                batch_size: int = 250, device: str = "cpu", progress: bool = True,
+                transform: Any = None) -> dict[str, torch.Tensor]:
+    """MMAA (App. B.1) on LN(RBC) over ``dataset``, cached per batch; returns the RBC's raw ``logits`` at the
+    perturbed images and the ``margins`` the attack minimised.
+
+    ``transform`` (a card, or anything with ``s``, ``p``, ``c``, ``clamp``, ``top_k``) attacks the transformed RBC
+    h^M(s, p, c) instead, with margins of its softmax (the App. D.9 check, :mod:`mixzoo.methods.mixednuts.approximation`).
+    Each batch uses seed ``seed + batch index`` so an interrupted run resumes with identical results.
+    """
+    from mixzoo.attacks import mmaa
+    from mixzoo.core.cache import content_key
+
+    settings = {"eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,
+                "n_restarts": n_restarts, "seed": seed, "top_k": top_k, "batch_size": batch_size,
+                "attack_all": False, "code": ATTACK_CODE_VERSION}
+    attacked, what = rbc, f"MMAA on LN({model_name(rbc)})"
+    if transform is not None:
+        from mixzoo.methods.mixednuts.mixing import transformed_rbc
+
+        settings["transform"] = {k: getattr(transform, k) for k in ("s", "p", "c", "clamp", "top_k")}
+        attacked = transformed_rbc(rbc, transform)
+        what = f"MMAA on M({model_name(rbc)})"
+    key_parts = {"model": model_key(rbc), "data": dataset.fingerprint, "attack": settings}
+    key = content_key(key_parts)
+    n = len(dataset.labels)
+    store_images = dataset.images[0].numel() <= 3 * 64 * 64
+
+    # attack_all=False: once a point is misclassified its margin is irrelevant to Algorithm 1 (it is not in the
+    # attacked-correct set), so later components skip it as AutoAttack does; still-correct points get every
+    # component and the same minimum-margin perturbation (benchmarks/mmaa_speed.md: half the passes).
+    def compute(a: int, b: int) -> dict[str, torch.Tensor]:
+        where = model_device(rbc, device)
+        res = mmaa(attacked, dataset.images[a:b].to(where), dataset.labels[a:b].to(where), eps=eps, norm=norm,
+                   n_iter=n_iter, n_target_classes=n_target_classes, n_restarts=n_restarts,
+                   seed=seed + a // batch_size, top_k=top_k, batch_size=batch_size, progress=False,
+                   attack_all=False, layer_norm=transform is None)
+        logits = res.logits
+        if transform is not None:  # the record holds h^M's log-probabilities; Algorithm 1 takes raw logits
+            with torch.no_grad():
+                logits = rbc(res.adv_images)
+        out = {"logits": logits.float().cpu(), "margins": res.margins.float().cpu()}
+        if store_images:
+            out["adv_images"] = res.adv_images.cpu()
+        return out
+
+    with progress_bar(progress) as bar:
+        task = bar.add_task(what, total=n)
+        return batched_cached(cache, "mmaa", key, n, batch_size, compute,
+                              {**key_parts, "model_name": model_name(rbc), "dataset": dataset.name},
+                              progress=lambda k: bar.advance(task, k))
+
+
+def calibration_data(abc: nn.Module | None, rbc: nn.Module, dataset: Any, *, eps: float, norm: str,
+                     cache: Cache, n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1,
+                     seed: int = 0, top_k: int | None = None, batch_size: int = 250, device: str = "cpu",
+                     progress: bool = True) -> CalibrationData:
+    """RBC clean logits, MMAA attacked logits (and ABC clean logits) on the calibration images, all cached."""
+    if len(dataset.labels) == 0:
+        raise InputError("the calibration set is empty; use --n-calib > 0")
+    t0 = time.perf_counter()
+    n_hits = len(cache.hits)
+    clean = cached_logits(rbc, dataset, cache=cache, device=device, progress=progress, what="RBC clean logits")
+    t1 = time.perf_counter()
+    hits = {"rbc_logits": len(cache.hits) > n_hits}
+    n_hits = len(cache.hits)
+    mm = cached_mmaa(rbc, dataset, eps=eps, norm=norm, cache=cache, n_iter=n_iter,
+                     n_target_classes=n_target_classes, n_restarts=n_restarts, seed=seed, top_k=top_k,
+                     batch_size=batch_size, device=device, progress=progress)
+    t2 = time.perf_counter()
+    hits["mmaa"] = len(cache.hits) > n_hits
+    abc_logits = None
+    if abc is not None:
+        abc_logits = cached_logits(abc, dataset, cache=cache, device=device, progress=progress,
+                                   what="ABC clean logits")
+    t3 = time.perf_counter()
+    attack = {"name": "mmaa", "eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,
+              "n_restarts": n_restarts, "seed": seed, "top_k": top_k, "batch_size": batch_size}
+    return CalibrationData(clean, dataset.labels, mm["logits"], abc_logits, dataset, attack,
+                           seconds={"rbc_logits": t1 - t0, "mmaa": t2 - t1, "abc_logits": t3 - t2},
+                           cache_hits=hits)
+
+
+def pair_calibration_data(pair: Any, *, abc: bool = False, n_iter: int = 100, n_target_classes: int = 9,
+                          n_restarts: int = 1, top_k: int | None = None) -> CalibrationData:
+    """:func:`calibration_data` of a checked pair (:func:`mixzoo.zoo.pairs.prepare_pair`): the RBC's clean logits
+    and MMAA on the calibration split, and the ABC's clean logits when ``abc``."""
+    return calibration_data(pair.abc if abc else None, pair.rbc, pair.data, eps=pair.eps, norm=pair.norm,
+                            cache=pair.cache, n_iter=n_iter, n_target_classes=n_target_classes,
+                            n_restarts=n_restarts, seed=pair.seed, top_k=top_k, batch_size=pair.batch_size,
+                            device=pair.device, progress=pair.progress)

@@ -1,0 +1,1 @@
+"""Training base models for the built-in zoo (standard, adversarial, noise-augmented)."""
