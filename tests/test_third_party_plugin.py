@@ -90,6 +90,39 @@ source = { kind = "example-digits", seed = 1, adv_eps = 0.0, steps = 150 }
     assert CLAMP in text and MODEL in text and "test-digits-accurate" in text
 
 
+def test_the_plugins_own_mixing_method_through_mix_and_bench(installed_example, tmp_path):
+    """The example's method (example-confidence-switch) works by name like a built-in: `mixzoo plugins` lists it,
+    `mixzoo mix --method` fits a card, `mixzoo bench` evaluates it next to a linear card of the same pair and runs
+    the extra attacks the method declares (switch bypassed through each model, and Square)."""
+    env = {"MIXZOO_CACHE": str(tmp_path / "cache")}
+    proc = mixzoo_cli("plugins", "--json")
+    example = next(p for p in json.loads(proc.stdout) if p["name"] == "example")
+    assert example["provides"]["methods"] == ["example-confidence-switch"]
+    card, lin = tmp_path / "switch.toml", tmp_path / "lin.toml"
+    proc = mixzoo_cli("mix", "--method", "example-confidence-switch", "--abc", "digits-std", "--rbc", "digits-pgd",
+                      "-O", "tau=0.8", "--n-calib", "60", "--out", str(card), env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert 'method = "example-confidence-switch"' in card.read_text() and "tau = 0.8" in card.read_text()
+    proc = mixzoo_cli("mix", "--method", "example-confidence-switch", "-O", "tau=2", "--out", str(tmp_path / "x.toml"),
+                      env=env)
+    assert proc.returncode == 2 and "example-confidence-switch.tau" in proc.stderr
+    assert not (tmp_path / "x.toml").exists()
+    proc = mixzoo_cli("mix", "--method", "linear", "--abc", "digits-std", "--rbc", "digits-pgd", "-O", "alpha=0.9",
+                      "--out", str(lin), env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    out = tmp_path / "bench"
+    proc = mixzoo_cli("bench", str(card), str(lin), "--attack", "apgd", "--n", "30", "--no-curve", "-O", "n_iter=5",
+                      "--out", str(out), env=env, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    rows = {m["kind"]: m for m in report["models"]}
+    assert set(rows) == {"abc", "rbc", "example-confidence-switch", "linear"}
+    switch = rows["example-confidence-switch"]
+    assert [c["name"] for c in switch["components"]][-3:] == ["apgd-rbc-gradient", "apgd-abc-gradient", "square"]
+    assert switch["card"]["example-confidence-switch"]["tau"] == 0.8
+    assert switch["robust_accuracy"] <= min(rows["abc"]["clean_accuracy"], 1.0)
+
+
 class _SpecPlugin:
     """A runtime plugin providing one model spec (name clash on purpose)."""
 
