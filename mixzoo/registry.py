@@ -1,4 +1,5 @@
-"""Model names as data: :class:`ModelSpec` entries from ``registry.toml`` and from plugins.
+"""Model names as data: :class:`ModelSpec` entries from ``registry.toml`` (package data, ``mixzoo/registry.toml``)
+and from plugins.
 
 The names users type (``convnextv2-l``, ``liu2023-swin-l``, ``fmnist-trades``) resolve here to a spec that says
 what the model is (role, dataset, classes, input size, normalization, threat model) and where it comes from
@@ -13,6 +14,8 @@ import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -106,19 +109,27 @@ def spec_from_dict(name: str, raw: Mapping[str, Any], plugin: str = "registry.to
     )
 
 
-def default_registry_path() -> Path:
-    """``$MIXZOO_REGISTRY`` if set, else the ``registry.toml`` shipped beside the package."""
+def shipped_registry() -> Traversable:
+    """The ``registry.toml`` shipped inside the package (package data, read through :mod:`importlib.resources`)."""
+    return resources.files("mixzoo") / "registry.toml"
+
+
+def default_registry_path() -> Path | Traversable:
+    """``$MIXZOO_REGISTRY`` if set, else the ``registry.toml`` shipped inside the package."""
     env = os.environ.get("MIXZOO_REGISTRY")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "registry.toml"
+    return Path(env) if env else shipped_registry()
 
 
-def load_registry_file(path: str | os.PathLike[str]) -> list[ModelSpec]:
+def load_registry_file(path: str | os.PathLike[str] | Traversable) -> list[ModelSpec]:
     """Parse and validate a registry file (``[models.NAME]`` tables)."""
-    path = Path(path)
-    if not path.exists():
-        raise RegistryError(f"registry file {path} does not exist; set MIXZOO_REGISTRY or reinstall mixzoo")
+    if not isinstance(path, Traversable):
+        path = Path(path)
+    if not path.is_file():
+        hint = ("set MIXZOO_REGISTRY to an existing file or unset it" if os.environ.get("MIXZOO_REGISTRY")
+                else "reinstall mixzoo (its package data is missing)")
+        raise RegistryError(f"registry file {path} does not exist; {hint}")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"registry file {path} is not valid TOML: {exc}") from exc
     models = data.get("models", {})
