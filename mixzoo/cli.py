@@ -157,7 +157,8 @@ def plugins(as_json: AsJson = False) -> None:
         table.add_column(col)
     for i in infos:
         provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in i.provides.items())
-        table.add_row(i.name, i.version, i.module, provides, f"[red]{i.error}" if i.error else "[green]ok")
+        table.add_row(escape(i.name), i.version, escape(i.module), escape(provides),
+                      f"[red]{escape(i.error)}" if i.error else "[green]ok")
     out_console.print(table)
 
 

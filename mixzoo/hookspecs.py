@@ -5,7 +5,8 @@ the hooks below, decorated with :data:`mixzoo.hookimpl`. The built-in plugins in
 plugins registered the same way, so each hook here has at least one real implementation in this repository.
 
 Hooks that *collect* (model specs, clamps, attacks, optimizers, datasets) are called on every plugin and their
-results are merged by :mod:`mixzoo.plugins`; a name provided twice is an error naming both plugins. Hooks that
+results are merged by :mod:`mixzoo.plugins`; a name provided twice is left out and reported by ``mixzoo plugins``,
+and using it is an error naming both plugins (the other names keep working). Hooks that
 *resolve* (loading a model, resolving a name that is not in any registry) are ``firstresult``: plugins answer
 ``None`` for what they do not handle and the first non-``None`` answer wins.
 """
