@@ -153,6 +153,28 @@ def collect(hook_name: str) -> list[tuple[str, Any]]:
     return out
 
 
+def first_result(hook_name: str, doing: str, **kwargs: Any) -> Any:
+    """Call a ``firstresult`` hook as pluggy would (same order, first non-``None`` answer wins), but knowing which
+    plugin answers: an exception other than a :class:`~mixzoo.errors.MixzooError` (which already reads as one
+    line) becomes a one-line :class:`PluginError` naming the plugin and ``doing`` (e.g. "load model 'x'")."""
+    from mixzoo.errors import MixzooError
+
+    for impl in reversed(getattr(get_plugin_manager().hook, hook_name).get_hookimpls()):
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        try:
+            result = impl.function(*(kwargs[name] for name in impl.argnames))
+        except MixzooError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a third party's bug must not become a traceback
+            text = " ".join(str(exc).split()) or "(no message)"
+            raise PluginError(f"plugin {impl.plugin_name!r} failed to {doing}: {type(exc).__name__}: {text};"
+                              " reinstall the plugin or report it to its author") from exc
+        if result is not None:
+            return result
+    return None
+
+
 def collect_named(hook_name: str, what: str) -> dict[str, Any]:
     """Merge the name -> object dicts returned by a collecting hook.
 

@@ -183,9 +183,9 @@ class Registry:
             return self._specs[self._index[name]]
         if name in self.collisions:
             raise self.collision_error(name)
-        from mixzoo.plugins import get_plugin_manager, plugin_failures
+        from mixzoo.plugins import first_result, plugin_failures
 
-        spec = get_plugin_manager().hook.mixzoo_resolve_model_name(name=name)
+        spec = first_result("mixzoo_resolve_model_name", f"resolve model name {name!r}", name=name)
         if spec is not None:
             return spec
         raise UnknownNameError("model", name, self._index, failed=plugin_failures())

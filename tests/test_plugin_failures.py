@@ -122,3 +122,41 @@ def test_unknown_model_names_the_plugins_that_failed(plugin):
     with pytest.raises(UnknownNameError) as err:
         get_spec("i31-dict")
     assert "plugins that failed to load: i31-broken-specs" in str(err.value) and "mixzoo plugins" in str(err.value)
+
+
+class CorruptLoader:
+    """A plugin whose model's weights file is corrupt: its loader raises safetensors' own error."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    @hookimpl
+    def mixzoo_model_specs(self):
+        return [{"name": "i31-corrupt", **ROBUST, "source": {"kind": "i31-corrupt-kind", "file": self.path}}]
+
+    @hookimpl
+    def mixzoo_load_model(self, spec, device, allow_unsafe):
+        if spec.source["kind"] != "i31-corrupt-kind":
+            return None
+        from safetensors.torch import load_file
+
+        load_file(spec.source["file"])
+        raise AssertionError("unreachable: the file is corrupt")
+
+
+def test_an_exception_in_a_plugin_loader_is_one_line_naming_plugin_and_model(plugin, tmp_path):
+    from mixzoo.models import load_model
+
+    weights = tmp_path / "weights.safetensors"
+    weights.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header....")
+    plugin(CorruptLoader(weights), "i31-corrupt-plugin")
+    with pytest.raises(PluginError) as err:
+        load_model("i31-corrupt")
+    msg = str(err.value)
+    assert "'i31-corrupt-plugin' failed to load model 'i31-corrupt'" in msg and "\n" not in msg
+    assert "SafetensorError" in msg and "reinstall the plugin" in msg
+    assert load_model("digits-std").name == "digits-std"  # other plugins' models still load
+    result = CliRunner().invoke(app, ["mix", "--abc", "digits-std", "--rbc", "i31-corrupt", "--dataset", "digits",
+                                      "--out", str(tmp_path / "card.toml")])
+    assert result.exit_code == 2 and "i31-corrupt-plugin" in one_line(result)
+    assert not (tmp_path / "card.toml").exists()
