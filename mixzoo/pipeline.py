@@ -414,6 +414,9 @@ def mix(
         raise InputError(f"top_k must lie in [2, {data.num_classes}] (number of classes), got {top_k}")
     cache = Cache(cache_dir, enabled=use_cache)
     t1 = time.perf_counter()
+    # the standard objective needs no ABC outputs, but an ABC that returns NaN must not get a card (one-line error
+    # naming it, before the attack); cached, so the relaxed objective reuses them
+    cached_logits(abc_m, data, cache=cache, device=device, progress=progress, what="ABC clean logits")
     cdata = calibration_data(abc_m if objective == "relaxed" else None, rbc_m, data, eps=eps, norm=norm,
                              cache=cache, n_iter=n_iter, n_target_classes=n_target_classes,
                              n_restarts=n_restarts, seed=seed, top_k=top_k, batch_size=batch_size, device=device,
