@@ -61,3 +61,16 @@ def test_wheel_ships_registry_weights_and_every_package(tmp_path):
         assert "mixzoo_plugins/" + init.relative_to(ROOT / "plugins").as_posix() in names
     for weights in (ROOT / "plugins" / "weights").glob("*.safetensors"):
         assert f"mixzoo_plugins/weights/{weights.name}" in names
+
+
+def test_torchvision_is_bounded_by_the_release_paired_with_the_oldest_torch():
+    """Every torchvision release requires one exact torch; unbounded, pip may pick a torchvision that moves torch
+    below mixzoo's floor. torchvision 0.19 is the release paired with torch 2.4."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    deps = {r.name: r for r in map(Requirement, tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+                                   ["dependencies"])}
+    assert str(deps["torch"].specifier) == ">=2.4"
+    assert "0.18.1" not in deps["torchvision"].specifier and "0.19.0" in deps["torchvision"].specifier
