@@ -49,9 +49,12 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
 def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> torch.nn.Module | None:
     """Load the network behind ``spec`` when ``spec.source['kind']`` is a kind this plugin handles.
 
-    Called by :func:`mixzoo.load_model`. Return a module taking images in [0, 1] (NCHW float32 at
-    ``spec.input_size``) and returning logits, with normalization inside it; the caller freezes it and puts it
-    in eval mode. Return ``None`` for source kinds handled elsewhere. ``allow_unsafe`` is the user's explicit
+    Called by :func:`mixzoo.load_model`. Return a plain ``nn.Module`` taking NORMALIZED input (NCHW float32 at
+    ``spec.input_size``) and returning logits: mixzoo wraps it in :class:`mixzoo.models.BaseClassifier`, which
+    applies the spec's ``mean`` / ``std`` to [0, 1] images, freezes it and puts it in eval mode. A network that
+    normalizes internally needs a spec with ``mean = [0.0]``, ``std = [1.0]`` (or return a ready
+    ``BaseClassifier``), else it normalizes twice. Return ``None`` for source kinds handled elsewhere. An exception
+    raised here is reported as a one-line error naming the plugin and the model. ``allow_unsafe`` is the user's explicit
     permission to unpickle arbitrary checkpoint objects; without it only safetensors or
     ``torch.load(weights_only=True)`` may be used. First non-``None`` result wins.
     """
@@ -81,7 +84,9 @@ def mixzoo_calibration_optimizers() -> dict[str, Callable[..., Any]]:
     """Searches that solve the surrogate problem (paper Eq. 7), by name (``calibrate(optimizer=NAME)``).
 
     Called once when optimizers are first looked up. Each value is
-    ``optimizer(problem: mixzoo.calibrate.CalibrationProblem, grid: mixzoo.calibrate.Grid) -> SearchResult``.
+    ``optimizer(problem: mixzoo.calibrate.CalibrationProblem, grid: mixzoo.calibrate.Grid) -> SearchResult``;
+    CONTRIBUTING.md ("Calibration optimizers") documents ``problem.evaluate`` / ``best_index`` / ``result`` and the
+    fields of :class:`~mixzoo.calibrate.SearchResult`.
     """
 
 
