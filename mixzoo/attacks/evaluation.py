@@ -253,6 +253,11 @@ class FiniteGuard(nn.Module):
         super().__init__()
         self.model, self.where = model, where
 
+    @property
+    def gradient(self) -> str | None:
+        """The wrapped model's gradient mode (App. B.2.2), read through."""
+        return getattr(self.model, "gradient", None)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.model(x)
         nan = torch.isnan(out.detach()).flatten(1).any(dim=1) if isinstance(out, torch.Tensor) else None
