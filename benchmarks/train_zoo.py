@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/train_zoo.py [NAME ...] [--out benchmarks/zoo_training.json]
 
 Writes ``plugins/weights/NAME.safetensors`` (+ ``NAME.sha256``) for each recipe, prints the ``[models.NAME]``
-registry table to paste into the zoo section of ``registry.toml``, and merges the results into ``--out``
+registry table to paste into the zoo section of ``mixzoo/registry.toml``, and merges the results into ``--out``
 (``benchmarks/zoo_training.md`` summarises them). Same recipe, same machine -> same bytes.
 """
 

@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -64,7 +65,9 @@ def _errors(fn):
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with warnings.catch_warnings():  # the filters stay the user's; only the printing changes
+                warnings.showwarning = _show_warning
+                return fn(*args, **kwargs)
         except MixzooError as exc:
             message = str(exc)
         except BrokenPipeError:  # `mixzoo list | head`: the reader has gone, nothing to say (Python docs' recipe)
@@ -77,6 +80,13 @@ def _errors(fn):
         raise typer.Exit(2) from None
 
     return wrapper
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """A warning as one line on stderr, ``warning: MESSAGE`` (no file name, no source line)."""
+    text = " ".join(str(message).split())
+    console.print(f"[yellow]warning:[/yellow] {escape(text)}", highlight=False, soft_wrap=True)
 
 
 def _command_line() -> str:
@@ -157,7 +167,8 @@ def plugins(as_json: AsJson = False) -> None:
         table.add_column(col)
     for i in infos:
         provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in i.provides.items())
-        table.add_row(i.name, i.version, i.module, provides, f"[red]{i.error}" if i.error else "[green]ok")
+        table.add_row(escape(i.name), i.version, escape(i.module), escape(provides),
+                      f"[red]{escape(i.error)}" if i.error else "[green]ok")
     out_console.print(table)
 
 

@@ -180,8 +180,9 @@ def test_an_alias_that_clashes_with_another_entrys_name_or_alias_names_both():
     first = spec_from_dict("fmnist-trades", {**ROBUST, "aliases": ["trades"]}, plugin="plugin-a")
     for clash in ("fmnist-trades", "trades"):
         second = spec_from_dict("other", {**ROBUST, "aliases": [clash]}, plugin="plugin-b")
+        registry = Registry([first, second])
         with pytest.raises(PluginError) as err:
-            Registry([first, second])
+            registry.get(clash)
         assert repr(clash) in str(err.value) and "plugin-a" in str(err.value) and "plugin-b" in str(err.value)
 
 

@@ -69,9 +69,11 @@ def test_unknown_name_suggests_close_names():
 def test_duplicate_names_name_both_plugins():
     a = spec_from_dict("same", GOOD, plugin="plugin-a")
     b = spec_from_dict("same", {**GOOD, "aliases": []}, plugin="plugin-b")
+    registry = Registry([a, b])  # building it works: only the colliding name fails
     with pytest.raises(PluginError) as err:
-        Registry([a, b])
+        registry.get("same")
     assert "plugin-a" in str(err.value) and "plugin-b" in str(err.value)
+    assert "same" not in registry and registry.specs() == []
 
 
 def test_shipped_registry_file_is_valid():

@@ -126,6 +126,7 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
     x_adv = random_start(x, eps, norm, generator)
     judged, loss_indiv, grad = _loss_and_grad(forward, x_adv, labels, loss_fn, target)
     record.update(x_adv, judged)
+    record.check_finite()  # NaN at a visited point: stop now, not after the whole attack
     record.zero_grad |= grad.flatten(1).abs().sum(dim=1) == 0
     x_best, grad_best, loss_best = x_adv.clone(), grad.clone(), loss_indiv.clone()
 
@@ -146,6 +147,7 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
 
         judged, loss_indiv, grad = _loss_and_grad(forward, x_adv, labels, loss_fn, target)
         record.update(x_adv, judged)
+        record.check_finite()
 
         with torch.no_grad():
             loss_steps[i] = loss_indiv

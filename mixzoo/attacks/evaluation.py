@@ -222,6 +222,7 @@ def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float,
 
     aa = import_autoattack()
     n_iter, n_restarts = int(opts["n_iter"]), int(opts["n_restarts"])
+    model = FiniteGuard(model, f"at points visited by {kind}")
 
     def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         dev = x.device
@@ -242,6 +243,27 @@ def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float,
             return attack.perturb(x.clone(), y.clone())
 
     return Component(kind, fn, gradient=gradient, gradient_based=kind != "square")
+
+
+class FiniteGuard(nn.Module):
+    """``model`` that raises :func:`nan_error` at its first NaN output, so that an attack we do not control (the
+    installed AutoAttack's components) stops at the first bad step instead of running its whole budget."""
+
+    def __init__(self, model: nn.Module, where: str):
+        super().__init__()
+        self.model, self.where = model, where
+
+    @property
+    def gradient(self) -> str | None:
+        """The wrapped model's gradient mode (App. B.2.2), read through."""
+        return getattr(self.model, "gradient", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.model(x)
+        nan = torch.isnan(out.detach()).flatten(1).any(dim=1) if isinstance(out, torch.Tensor) else None
+        if nan is not None and nan.any():
+            raise nan_error(int(nan.sum()), self.where)
+        return out
 
 
 def _select(opts: dict[str, Any], available: tuple[str, ...], attack: str) -> list[str]:

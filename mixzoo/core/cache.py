@@ -43,6 +43,9 @@ def check_writable(path: str | os.PathLike[str], *, directory: bool = False, wha
         probe = probe.parent
     if not probe.is_dir():
         raise InputError(f"cannot create {what} {path}: {probe} is a file, not a directory; pass another path")
+    if path.is_file() and not os.access(path, os.W_OK):  # it would be replaced, but the user made it read-only
+        raise InputError(f"{what} {path} exists and is not writable; make it writable (chmod u+w) or pass another"
+                         " path")
     try:  # a real write, not os.access: root passes permission bits, and /proc or a read-only mount can look fine
         fd, tmp = tempfile.mkstemp(prefix=".mixzoo-probe.", dir=probe)
         os.close(fd)
@@ -66,6 +69,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # name the file the caller asked for, not the temp file
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

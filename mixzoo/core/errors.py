@@ -13,13 +13,16 @@ class MixzooError(Exception):
 class UnknownNameError(MixzooError, KeyError):
     """A model, dataset, clamp, attack or optimizer name that nothing provides."""
 
-    def __init__(self, kind: str, name: str, known: Iterable[str]):
+    def __init__(self, kind: str, name: str, known: Iterable[str], failed: Iterable[str] = ()):
         known = sorted(set(known))
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         if not close:
             close = [k for k in known if name.lower() in k.lower() or k.lower() in name.lower()][:3]
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         listing = " (see `mixzoo list`)" if kind == "model" else f" (known: {', '.join(known[:12])})"
+        failed = sorted(set(failed))
+        if failed:  # the name may be one a broken plugin would have provided
+            listing += f" (plugins that failed to load: {', '.join(failed)}; see `mixzoo plugins`)"
         super().__init__(f"unknown {kind} {name!r}{hint}{listing}")
         self.name, self.kind, self.suggestions = name, kind, close
 

@@ -4,8 +4,9 @@ A plugin is a module (or object) registered under the entry-point group ``mixzoo
 the hooks below, decorated with :data:`mixzoo.hookimpl`. The built-in plugins in ``plugins/`` are ordinary
 plugins registered the same way, so each hook here has at least one real implementation in this repository.
 
-Hooks that *collect* (model specs, clamps, attacks, optimizers, datasets) are called on every plugin and their
-results are merged by :mod:`mixzoo.core.plugins`; a name provided twice is an error naming both plugins. Hooks that
+Hooks that *collect* (model specs, clamps, attacks, optimizers, datasets, mixing methods, cards) are called on every plugin and their
+results are merged by :mod:`mixzoo.core.plugins`; a name provided twice is left out and reported by ``mixzoo plugins``,
+and using it is an error naming both plugins (the other names keep working). Hooks that
 *resolve* (loading a model, resolving a name that is not in any registry) are ``firstresult``: plugins answer
 ``None`` for what they do not handle and the first non-``None`` answer wins.
 """
@@ -48,9 +49,12 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
 def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> torch.nn.Module | None:
     """Load the network behind ``spec`` when ``spec.source['kind']`` is a kind this plugin handles.
 
-    Called by :func:`mixzoo.load_model`. Return a module taking images in [0, 1] (NCHW float32 at
-    ``spec.input_size``) and returning logits, with normalization inside it; the caller freezes it and puts it
-    in eval mode. Return ``None`` for source kinds handled elsewhere. ``allow_unsafe`` is the user's explicit
+    Called by :func:`mixzoo.load_model`. Return a plain ``nn.Module`` taking NORMALIZED input (NCHW float32 at
+    ``spec.input_size``) and returning logits: mixzoo wraps it in :class:`mixzoo.zoo.models.BaseClassifier`, which
+    applies the spec's ``mean`` / ``std`` to [0, 1] images, freezes it and puts it in eval mode. A network that
+    normalizes internally needs a spec with ``mean = [0.0]``, ``std = [1.0]`` (or return a ready
+    ``BaseClassifier``), else it normalizes twice. Return ``None`` for source kinds handled elsewhere. An exception
+    raised here is reported as a one-line error naming the plugin and the model. ``allow_unsafe`` is the user's explicit
     permission to unpickle arbitrary checkpoint objects; without it only safetensors or
     ``torch.load(weights_only=True)`` may be used. First non-``None`` result wins.
     """
@@ -80,7 +84,9 @@ def mixzoo_calibration_optimizers() -> dict[str, Callable[..., Any]]:
     """Searches that solve the surrogate problem (paper Eq. 7), by name (``calibrate(optimizer=NAME)``).
 
     Called once when optimizers are first looked up. Each value is
-    ``optimizer(problem: mixzoo.methods.mixednuts.calibrate.CalibrationProblem, grid: mixzoo.methods.mixednuts.calibrate.Grid) -> SearchResult``.
+    ``optimizer(problem: mixzoo.methods.mixednuts.calibrate.CalibrationProblem, grid: mixzoo.methods.mixednuts.calibrate.Grid) -> SearchResult``;
+    CONTRIBUTING.md ("Calibration optimizers") documents ``problem.evaluate`` / ``best_index`` / ``result`` and the
+    fields of :class:`~mixzoo.methods.mixednuts.calibrate.SearchResult`.
     """
 
 

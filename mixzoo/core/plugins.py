@@ -31,7 +31,27 @@ class PluginInfo:
     error: str | None = None
 
 
-_failures: dict[str, str] = {}
+_failures: dict[str, str] = {}  # plugin name -> what went wrong ("; "-joined when several things did)
+_reasons: dict[str, list[str]] = {}
+_import_failed: set[str] = set()  # entry points that failed to load: kept for the process
+_collisions: dict[str, dict[str, list[str]]] = {}  # hook name -> name -> the plugins that all provide it
+
+
+def record_failure(plugin_name: str, reason: str) -> None:
+    """Note that ``plugin_name`` failed (entirely or in part); ``mixzoo plugins`` shows every reason."""
+    reasons = _reasons.get(plugin_name, []) if plugin_name in _failures else []
+    if reason not in reasons:
+        reasons = [*reasons, reason]
+    _reasons[plugin_name] = reasons
+    _failures[plugin_name] = "; ".join(reasons)
+
+
+def collision_message(what: str, name: str, plugins: list[str]) -> str:
+    """The one-line error for a name that several plugins provide."""
+    quoted = [repr(p) for p in plugins]
+    both = f"both plugin {quoted[0]} and plugin {quoted[1]}" if len(quoted) == 2 else \
+        f"plugins {', '.join(quoted[:-1])} and {quoted[-1]}"
+    return f"{what} name {name!r} is provided by {both}; uninstall one or rename the {what}"
 
 
 def _dist_version(ep: md.EntryPoint) -> str:
@@ -54,7 +74,8 @@ def get_plugin_manager() -> pluggy.PluginManager:
             plugin = ep.load()
             pm.register(plugin, name=ep.name)
         except Exception as exc:  # noqa: BLE001 - any failure of a third-party import must be contained
-            _failures[ep.name] = f"{type(exc).__name__}: {exc}"
+            _import_failed.add(ep.name)
+            record_failure(ep.name, f"{type(exc).__name__}: {exc}")
             continue
         _versions[ep.name] = _dist_version(ep)
     return pm
@@ -79,15 +100,34 @@ def unregister_plugin(name: str) -> None:
 
 
 def clear_caches() -> None:
-    """Forget merged hook results (registry, clamps, attacks, ...) so they are rebuilt on next use."""
-    for fn in _CACHED:
+    """Forget merged hook results (registry, clamps, attacks, ...) so they are rebuilt on next use; failures found
+    while merging are forgotten with them (import failures stay)."""
+    for fn in _CACHED + _DERIVED:
         fn.cache_clear()
-    _registry_cache()
+    _collisions.clear()
+    for name in [n for n in _failures if n not in _import_failed]:
+        del _failures[name]
+        _reasons.pop(name, None)
+
+
+def _build_tables() -> None:
+    """Merge every collected hook (so that every plugin failure is known); never raises for a plugin's fault."""
+    from mixzoo.core.errors import MixzooError
+
+    for fn in _CACHED:
+        fn()
+    for fn in _DERIVED:
+        try:
+            fn()
+        except MixzooError as exc:  # e.g. the registry file itself (not a plugin); `mixzoo plugins` still answers
+            record_failure(getattr(fn, "derived_name", fn.__name__), str(exc))
 
 
 def plugin_failures() -> dict[str, str]:
-    """Plugins that failed to import or whose hooks raised, with the error text."""
+    """Plugins that failed to import, whose hooks raised or returned the wrong type, or whose entries were left
+    out (invalid, or a name another plugin also provides), with the reasons."""
     get_plugin_manager()
+    _build_tables()
     return dict(_failures)
 
 
@@ -105,28 +145,57 @@ def collect(hook_name: str) -> list[tuple[str, Any]]:
         try:
             result = impl()
         except Exception as exc:  # noqa: BLE001 - contain third-party failures
-            _failures[plugin_name] = f"{hook_name}: {type(exc).__name__}: {exc}"
+            record_failure(plugin_name, f"{hook_name}: {type(exc).__name__}: {exc}")
             continue
         if result is not None:
             out.append((plugin_name, result))
     return out
 
 
+def first_result(hook_name: str, doing: str, **kwargs: Any) -> Any:
+    """Call a ``firstresult`` hook as pluggy would (same order, first non-``None`` answer wins), but knowing which
+    plugin answers: an exception other than a :class:`~mixzoo.core.errors.MixzooError` (which already reads as one
+    line) becomes a one-line :class:`PluginError` naming the plugin and ``doing`` (e.g. "load model 'x'")."""
+    from mixzoo.core.errors import MixzooError
+
+    for impl in reversed(getattr(get_plugin_manager().hook, hook_name).get_hookimpls()):
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        try:
+            result = impl.function(*(kwargs[name] for name in impl.argnames))
+        except MixzooError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a third party's bug must not become a traceback
+            text = " ".join(str(exc).split()) or "(no message)"
+            raise PluginError(f"plugin {impl.plugin_name!r} failed to {doing}: {type(exc).__name__}: {text};"
+                              " reinstall the plugin or report it to its author") from exc
+        if result is not None:
+            return result
+    return None
+
+
 def collect_named(hook_name: str, what: str) -> dict[str, Any]:
-    """Merge the name -> object dicts returned by a collecting hook; a name given by two plugins is an error."""
+    """Merge the name -> object dicts returned by a collecting hook.
+
+    A name given by two plugins is left out of the table and recorded (both plugins show it in ``mixzoo plugins``);
+    only :func:`lookup` of that very name fails, with an error naming both. Every other name keeps working.
+    """
     merged: dict[str, Any] = {}
-    owner: dict[str, str] = {}
+    owners: dict[str, list[str]] = {}
     for plugin_name, result in collect(hook_name):
         if not isinstance(result, dict):
-            _failures[plugin_name] = f"{hook_name} returned {type(result).__name__}, expected dict"
+            record_failure(plugin_name, f"{hook_name} returned {type(result).__name__}, expected dict")
             continue
         for key, value in result.items():
-            if key in merged:
-                raise PluginError(
-                    f"{what} name {key!r} is provided by both plugin {owner[key]!r} and plugin {plugin_name!r};"
-                    f" uninstall one or rename the {what}"
-                )
-            merged[key], owner[key] = value, plugin_name
+            owners.setdefault(key, []).append(plugin_name)
+            merged.setdefault(key, value)
+    clashes = {key: names for key, names in owners.items() if len(names) > 1}
+    for key, names in clashes.items():
+        del merged[key]
+        for plugin_name in names:
+            others = ", ".join(repr(n) for n in names if n != plugin_name)
+            record_failure(plugin_name, f"{what} {key!r} left out: plugin {others} provides it too")
+    _collisions[hook_name] = clashes
     return merged
 
 
@@ -166,50 +235,76 @@ def published_cards() -> dict[str, Any]:
     return collect_named("mixzoo_cards", "card")
 
 
-def _registry_cache() -> None:
-    from mixzoo.core.registry import get_registry
+_DERIVED: list[Any] = []  # cached tables other core modules build from hook results (the registry)
+_ENTRIES: dict[str, Any] = {}  # label -> fn(): {plugin name: [entry names]} for `mixzoo plugins` (the models)
 
-    get_registry.cache_clear()
+
+def register_derived(table: Any, *, name: str, label: str, entries: Any) -> None:
+    """A cached table another module builds from hook results (``functools.cache``: the registry of model
+    specs): cleared with the plugin tables, built by ``mixzoo plugins`` (its errors recorded as ``name``'s), and
+    ``entries()`` -> ``{plugin: [names]}`` shown under ``label``. Keeps this module free of imports of its users."""
+    table.derived_name = name
+    if table not in _DERIVED:
+        _DERIVED.append(table)
+    _ENTRIES[label] = entries
 
 
 _CACHED = [clamp_functions, attacks, calibration_optimizers, datasets, mixing_methods, published_cards]
+_TABLES = {"clamp": (clamp_functions, "mixzoo_clamp_functions", "clamp"),
+           "attack": (attacks, "mixzoo_attacks", "attack"),
+           "optimizer": (calibration_optimizers, "mixzoo_calibration_optimizers", "calibration optimizer"),
+           "dataset": (datasets, "mixzoo_datasets", "dataset"),
+           "method": (mixing_methods, "mixzoo_mixing_methods", "mixing method"),
+           "card": (published_cards, "mixzoo_cards", "card")}
 
 
 def lookup(kind: str, name: str) -> Any:
-    """Find a clamp / attack / calibration optimizer / dataset / mixing method / published card by name,
-    suggesting close names if unknown."""
+    """Find a clamp / attack / calibration optimizer / dataset by name, suggesting close names if unknown."""
     from mixzoo.core.errors import UnknownNameError
 
-    table = {"clamp": clamp_functions, "attack": attacks, "optimizer": calibration_optimizers,
-             "dataset": datasets, "method": mixing_methods, "card": published_cards}[kind]()
+    merge, hook, what = _TABLES[kind]
+    table = merge()
     if name not in table:
-        raise UnknownNameError(kind, name, table)
+        clash = _collisions.get(hook, {}).get(name)
+        if clash:
+            raise PluginError(collision_message(what, name, clash))
+        raise UnknownNameError(kind, name, table, failed=plugin_failures())
     return table[name]
 
 
 def plugin_infos() -> list[PluginInfo]:
-    """One :class:`PluginInfo` per loaded or failed plugin, for ``mixzoo plugins``."""
-    from mixzoo.core.registry import get_registry
+    """One :class:`PluginInfo` per loaded or failed plugin, for ``mixzoo plugins``; never raises for a plugin's fault
+    (a failed plugin, or the entries of one that were left out, show as its ``error``)."""
+    from mixzoo.core.errors import MixzooError
 
     pm = get_plugin_manager()
-    registry = get_registry()
+    _build_tables()
+    entries: dict[str, dict[str, list[str]]] = {}
+    for label, fn in _ENTRIES.items():
+        try:
+            entries[label] = fn()
+        except MixzooError:  # recorded by _build_tables
+            entries[label] = {}
     infos: dict[str, PluginInfo] = {}
     for name, plugin in pm.list_name_plugin():
         if name is None or plugin is None:
             continue
         info = PluginInfo(name, _versions.get(name, "?"), getattr(plugin, "__name__", type(plugin).__name__))
-        models = [s.name for s in registry.specs() if s.plugin == name]
-        if models:
-            info.provides["models"] = models
+        for label, by_plugin in entries.items():
+            if by_plugin.get(name):
+                info.provides[label] = by_plugin[name]
         for hook, label in [("mixzoo_clamp_functions", "clamps"), ("mixzoo_attacks", "attacks"),
                             ("mixzoo_calibration_optimizers", "optimizers"), ("mixzoo_datasets", "datasets"),
                             ("mixzoo_mixing_methods", "methods"), ("mixzoo_cards", "cards")]:
             impl = getattr(plugin, hook, None)
             if impl is not None:
                 try:
-                    info.provides[label] = sorted(impl())
+                    result = impl()
                 except Exception as exc:  # noqa: BLE001
-                    _failures[name] = f"{hook}: {type(exc).__name__}: {exc}"
+                    record_failure(name, f"{hook}: {type(exc).__name__}: {exc}")
+                    continue
+                if isinstance(result, dict):  # anything else is recorded by collect_named
+                    info.provides[label] = sorted(result)
         kinds = getattr(plugin, "SOURCE_KINDS", None)
         if getattr(plugin, "mixzoo_load_model", None) is not None:
             info.provides["loads source kinds"] = sorted(kinds) if kinds else ["(unspecified)"]

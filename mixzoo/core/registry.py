@@ -1,4 +1,5 @@
-"""Model names as data: :class:`ModelSpec` entries from ``registry.toml`` and from plugins.
+"""Model names as data: :class:`ModelSpec` entries from ``registry.toml`` (package data, ``mixzoo/registry.toml``)
+and from plugins.
 
 The names users type (``convnextv2-l``, ``liu2023-swin-l``, ``fmnist-trades``) resolve here to a spec that says
 what the model is (role, dataset, classes, input size, normalization, threat model) and where it comes from
@@ -13,10 +14,12 @@ import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
-from mixzoo.core.errors import RegistryError, UnknownNameError
+from mixzoo.core.errors import PluginError, RegistryError, UnknownNameError
 
 Role = Literal["accurate", "robust"]
 ROLES: tuple[str, ...] = ("accurate", "robust")
@@ -106,19 +109,27 @@ def spec_from_dict(name: str, raw: Mapping[str, Any], plugin: str = "registry.to
     )
 
 
-def default_registry_path() -> Path:
-    """``$MIXZOO_REGISTRY`` if set, else the ``registry.toml`` shipped beside the package."""
+def shipped_registry() -> Traversable:
+    """The ``registry.toml`` shipped inside the package (package data, read through :mod:`importlib.resources`)."""
+    return resources.files("mixzoo") / "registry.toml"
+
+
+def default_registry_path() -> Path | Traversable:
+    """``$MIXZOO_REGISTRY`` if set, else the ``registry.toml`` shipped inside the package."""
     env = os.environ.get("MIXZOO_REGISTRY")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "registry.toml"
+    return Path(env) if env else shipped_registry()
 
 
-def load_registry_file(path: str | os.PathLike[str]) -> list[ModelSpec]:
+def load_registry_file(path: str | os.PathLike[str] | Traversable) -> list[ModelSpec]:
     """Parse and validate a registry file (``[models.NAME]`` tables)."""
-    path = Path(path)
-    if not path.exists():
-        raise RegistryError(f"registry file {path} does not exist; set MIXZOO_REGISTRY or reinstall mixzoo")
+    if not isinstance(path, Traversable):
+        path = Path(path)
+    if not path.is_file():
+        hint = ("set MIXZOO_REGISTRY to an existing file or unset it" if os.environ.get("MIXZOO_REGISTRY")
+                else "reinstall mixzoo (its package data is missing)")
+        raise RegistryError(f"registry file {path} does not exist; {hint}")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"registry file {path} is not valid TOML: {exc}") from exc
     models = data.get("models", {})
@@ -126,26 +137,35 @@ def load_registry_file(path: str | os.PathLike[str]) -> list[ModelSpec]:
 
 
 class Registry:
-    """All known model specs, indexed by name and alias."""
+    """All known model specs, indexed by name and alias.
+
+    A name or alias that two entries claim is left out (an entry whose own name is claimed twice is left out
+    whole); :meth:`get` of that name raises a :class:`PluginError` naming both, every other name keeps working.
+    ``collisions`` maps each such name to the entries that claim it.
+    """
 
     def __init__(self, specs: Iterable[ModelSpec]):
+        specs = list(specs)
+        claims: dict[str, list[ModelSpec]] = {}
+        for spec in specs:
+            for key in dict.fromkeys((spec.name, *spec.aliases)):
+                claims.setdefault(key, []).append(spec)
+        self.collisions: dict[str, list[ModelSpec]] = {k: v for k, v in claims.items() if len(v) > 1}
         self._specs: dict[str, ModelSpec] = {}
         self._index: dict[str, str] = {}
         for spec in specs:
-            self.add(spec)
+            if spec.name in self.collisions:
+                continue
+            self._specs[spec.name] = spec
+            for key in (spec.name, *spec.aliases):
+                if key not in self.collisions:
+                    self._index[key] = spec.name
 
-    def add(self, spec: ModelSpec) -> None:
-        for key in (spec.name, *spec.aliases):
-            if key in self._index:
-                other = self._specs[self._index[key]]
-                from mixzoo.core.errors import PluginError
-
-                raise PluginError(
-                    f"model name {key!r} is provided by both {other.plugin!r} ({other.name}) and"
-                    f" {spec.plugin!r} ({spec.name}); rename one of them"
-                )
-            self._index[key] = spec.name
-        self._specs[spec.name] = spec
+    def collision_error(self, key: str) -> PluginError:
+        """The one-line error for a name several entries claim."""
+        first, second, *_ = self.collisions[key]
+        return PluginError(f"model name {key!r} is provided by both {first.plugin!r} ({first.name}) and"
+                           f" {second.plugin!r} ({second.name}); uninstall one or rename one of them")
 
     def specs(self, role: str | None = None, dataset: str | None = None) -> list[ModelSpec]:
         return [s for s in self._specs.values()
@@ -161,29 +181,71 @@ class Registry:
         """The spec for a name or alias; names no registry knows go to the resolve hook (hf-hub:, RobustBench)."""
         if name in self._index:
             return self._specs[self._index[name]]
-        from mixzoo.core.plugins import get_plugin_manager
+        if name in self.collisions:
+            raise self.collision_error(name)
+        from mixzoo.core.plugins import first_result, plugin_failures
 
-        spec = get_plugin_manager().hook.mixzoo_resolve_model_name(name=name)
+        spec = first_result("mixzoo_resolve_model_name", f"resolve model name {name!r}", name=name)
         if spec is not None:
             return spec
-        raise UnknownNameError("model", name, self._index)
+        raise UnknownNameError("model", name, self._index, failed=plugin_failures())
 
 
 @functools.cache
 def get_registry() -> Registry:
-    """The merged registry: ``registry.toml`` plus every plugin's ``mixzoo_model_specs``."""
-    from mixzoo.core.plugins import collect
+    """The merged registry: ``registry.toml`` plus every plugin's ``mixzoo_model_specs``.
+
+    A plugin's faults cost only its own entries: a hook that does not return a list, an invalid entry, or a name
+    another entry also claims is left out and recorded (``mixzoo plugins`` shows why).
+    """
+    from mixzoo.core.plugins import collect, record_failure
 
     specs = list(load_registry_file(default_registry_path()))
     for plugin_name, entries in collect("mixzoo_model_specs"):
+        if not isinstance(entries, list | tuple):
+            record_failure(plugin_name, f"mixzoo_model_specs returned {type(entries).__name__}, expected a list of"
+                                        " ModelSpecs or dicts; its models are left out")
+            continue
         for entry in entries:
-            if isinstance(entry, ModelSpec):
-                specs.append(entry if entry.plugin != "registry.toml" else
-                             ModelSpec(**{**entry.__dict__, "plugin": plugin_name}))
-            else:
-                entry = dict(entry)
-                specs.append(spec_from_dict(entry.pop("name", "?"), entry, plugin=plugin_name))
-    return Registry(specs)
+            try:
+                specs.append(_plugin_spec(plugin_name, entry))
+            except RegistryError as exc:
+                record_failure(plugin_name, f"{exc}; entry left out")
+    registry = Registry(specs)
+    for key, claimants in registry.collisions.items():
+        for spec in claimants:
+            others = ", ".join(f"{o.plugin!r} ({o.name})" for o in claimants if o is not spec)
+            record_failure(spec.plugin, f"model name {key!r} left out: {others} provides it too")
+    return registry
+
+
+def _models_by_plugin() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for spec in get_registry().specs():
+        out.setdefault(spec.plugin, []).append(spec.name)
+    return out
+
+
+def _register() -> None:
+    from mixzoo.core.plugins import register_derived
+
+    register_derived(get_registry, name="registry", label="models", entries=_models_by_plugin)
+
+
+_register()
+
+
+def _plugin_spec(plugin_name: str, entry: Any) -> ModelSpec:
+    if isinstance(entry, ModelSpec):
+        return entry if entry.plugin != "registry.toml" else ModelSpec(**{**entry.__dict__, "plugin": plugin_name})
+    if not isinstance(entry, Mapping):
+        raise RegistryError(f"registry entry {entry!r} ({plugin_name}) is a {type(entry).__name__}, expected a"
+                            " ModelSpec or a dict")
+    entry = dict(entry)
+    name = entry.pop("name", None)
+    if not isinstance(name, str) or not name:
+        raise RegistryError(f"registry entry {name!r} ({plugin_name}): field 'name' must be a non-empty string")
+    return spec_from_dict(name, entry, plugin=plugin_name)
 
 
 def get_spec(name: str) -> ModelSpec:

@@ -556,7 +556,7 @@ def save_weights(state: dict[str, torch.Tensor], out_dir: Path, recipe: Recipe) 
 
 def registry_entry(result: TrainResult, command: str, date: str, machine: str = "2-core CPU",
                    file: str | None = None) -> str:
-    """The ``[models.NAME]`` TOML table for a trained zoo model (paste into the zoo section of registry.toml).
+    """The ``[models.NAME]`` TOML table for a trained zoo model (paste into the zoo section of mixzoo/registry.toml).
 
     ``reported`` holds fractions: ``clean`` / ``pgd20`` on the whole evaluation split, ``clean_eval500`` on its
     first 500 images (what ``tests/test_zoo.py`` re-measures). ``file`` overrides ``source.file`` (default: the

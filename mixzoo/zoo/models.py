@@ -91,10 +91,12 @@ def load_model(name: str | ModelSpec, device: str | torch.device = "cpu", allow_
     Returns a frozen eval-mode :class:`BaseClassifier` taking [0, 1] NCHW images and returning logits.
     ``allow_unsafe`` permits checkpoints that need arbitrary unpickling (refused by default).
     """
-    from mixzoo.core.plugins import get_plugin_manager
+    from mixzoo.core.plugins import first_result
 
     spec = name if isinstance(name, ModelSpec) else get_spec(name)
-    network = get_plugin_manager().hook.mixzoo_load_model(spec=spec, device=str(device), allow_unsafe=allow_unsafe)
+    # any exception inside a plugin's loader (a corrupt file, a bug) becomes one line naming the plugin and model
+    network = first_result("mixzoo_load_model", f"load model {spec.name!r}", spec=spec, device=str(device),
+                           allow_unsafe=allow_unsafe)
     if network is None:
         raise MixzooError(
             f"no installed plugin loads source kind {spec.source.get('kind')!r} (model {spec.name!r});"

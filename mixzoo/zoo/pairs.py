@@ -299,7 +299,11 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     check_model_fits(abc_m, data, "ABC")
     if top_k is not None and top_k > data.num_classes:  # fail now, not after the attack
         raise InputError(f"top_k must lie in [2, {data.num_classes}] (number of classes), got {top_k}")
-    return Pair(abc_m, rbc_m, dataset, data, eps, norm, Cache(request.cache_dir, enabled=request.use_cache), device,
+    cache = Cache(request.cache_dir, enabled=request.use_cache)
+    # an ABC that returns NaN must not get a card (one-line error naming it, before any attack); cached, so a
+    # method that needs these logits reuses them
+    cached_logits(abc_m, data, cache=cache, device=device, progress=request.progress, what="ABC clean logits")
+    return Pair(abc_m, rbc_m, dataset, data, eps, norm, cache, device,
                 seed=request.seed, batch_size=batch_size, progress=request.progress)
 
 

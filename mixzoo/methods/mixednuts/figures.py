@@ -47,10 +47,10 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     under ``attack`` (a cheaper attack than the main table's by default; the plot says which).
     """
     from mixzoo.attacks.runner import evaluate
-    from mixzoo.zoo.pairs import card_key_parts as mixed_key_parts
     from mixzoo.methods.mixednuts.calibrate import calibrate
     from mixzoo.methods.mixednuts.mixing import MixedClassifier, mix_log_probs
     from mixzoo.zoo.pairs import cached_logits, model_key
+    from mixzoo.zoo.pairs import card_key_parts as mixed_key_parts
 
     cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=progress)
     abc_logits = cached_logits(abc, data, cache=cache, device=device, progress=progress, what="ABC eval logits")

@@ -1,0 +1,34 @@
+"""`bench CARD --rbc OTHER` labels every row, file and comparison with the model actually evaluated (issue 31, 3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mixzoo.bench import bench
+from mixzoo.pipeline import mix
+
+FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
+BENCH = dict(attack="apgd", n=20, attack_options={"n_iter": 3, "n_target_classes": 1}, curve=False, plots=False,
+             match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=20, progress=False)
+
+
+def test_a_substituted_rbc_is_named_in_rows_report_files_and_comparisons(tmp_path):
+    card = tmp_path / "card.toml"
+    mix("digits-std", "digits-pgd", out=card, cache_dir=tmp_path / "cache", **FAST)
+    out = tmp_path / "bench"
+    with pytest.warns(UserWarning, match="calibrated for 'digits-pgd'"):
+        report = bench(card, rbc="digits-std", out=out, cache_dir=tmp_path / "cache", **BENCH)
+    assert report.row("rbc").name == "digits-std"
+    data = json.loads((out / "report.json").read_text())
+    assert [m["name"] for m in data["models"] if m["kind"] == "rbc"] == ["digits-std"]
+    assert all(c["b"] != "digits-pgd" for c in report.comparisons())
+    assert any(c["b"] == "digits-std" and c["b_kind"] == "rbc" for c in report.comparisons())
+    assert "digits-pgd" not in json.dumps(data["models"])  # no row claims the card's RBC
+    assert any("digits-std" in n and "digits-pgd" in n for n in report.notes)
+    md = (out / "report.md").read_text()
+    assert "digits-pgd" not in "\n".join(line for line in md.splitlines() if line.startswith("|"))
+    # without the override the card's RBC is evaluated and named
+    plain = bench(card, out=None, cache_dir=tmp_path / "cache", **BENCH)
+    assert plain.row("rbc").name == "digits-pgd" and not any("in place of" in n for n in plain.notes)
