@@ -31,4 +31,4 @@ def test_a_substituted_rbc_is_named_in_rows_report_files_and_comparisons(tmp_pat
     assert "digits-pgd" not in "\n".join(line for line in md.splitlines() if line.startswith("|"))
     # without the override the card's RBC is evaluated and named
     plain = bench(card, out=None, cache_dir=tmp_path / "cache", **BENCH)
-    assert plain.row("rbc").name == "digits-pgd" and not any("in place of" in n for n in plain.notes)
+    assert plain.row("rbc").name == "digits-pgd" and not any("calibrated for" in n for n in plain.notes)

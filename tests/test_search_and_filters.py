@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-import mixzoo.bench as bench_module
+import mixzoo.attacks.runner as runner_module
 from mixzoo.attacks.apgd import effective_n_targets
 from mixzoo.attacks.evaluation import Attack, Component
 from mixzoo.attacks.pgd import pgd, project
-from mixzoo.bench import linear_alpha_grid, match_linear_alpha
+from mixzoo.methods.linear import linear_alpha_grid, match_linear_alpha
 from mixzoo.cache import Cache
 
 K = 10
@@ -33,7 +33,7 @@ def test_linear_alpha_search_finds_the_closest_grid_point(monkeypatch, tmp_path,
         n = 200
         return {"robust_correct": [True] * round(r * n) + [False] * (n - round(r * n))}
 
-    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
+    monkeypatch.setattr(runner_module, "evaluate", fake_evaluate)
     grid = linear_alpha_grid()
     alpha, tried = match_linear_alpha(nn.Identity(), nn.Identity(), torch.zeros(1), torch.zeros(1), target,
                                       attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=10,

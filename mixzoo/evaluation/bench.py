@@ -411,8 +411,7 @@ def bench(
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                   attack_options=attack_options, progress=progress)
     # rows are labelled with the models actually evaluated (an --abc/--rbc override, not the card's names)
-    abc_name = evaluated_name(cards[0], "abc", abc_m, notes)
-    rbc_name = evaluated_name(cards[0], "rbc", rbc_m, notes)
+    abc_name, rbc_name = evaluated_name(cards[0], "abc", abc_m), evaluated_name(cards[0], "rbc", rbc_m)
     points: dict[str, dict[str, torch.Tensor]] = {}
 
     def row(name: str, kind: str, ev: dict[str, Any], alpha: float | None = None, c: Any = None) -> ModelResult:
@@ -472,14 +471,8 @@ def bench(
     return report
 
 
-def evaluated_name(card: Any, role: str, model: nn.Module, notes: list[str]) -> str:
-    """The name a row is labelled with: the model actually evaluated (``--abc`` / ``--rbc`` replace the card's),
-    with a note in ``notes`` when it is not the one the card records."""
-    recorded = (getattr(card, role) or {}).get("name")
+def evaluated_name(card: Any, role: str, model: nn.Module) -> str:
+    """The name a row is labelled with: the model actually evaluated (``--abc`` / ``--rbc`` replace the card's;
+    :func:`card_evaluation` notes when its weights are not the ones the card was fitted for)."""
     name = getattr(model, "name", None)
-    if not isinstance(name, str) or not name:
-        return recorded or role.upper()
-    if recorded and recorded != name:
-        notes.append(f"the {role.upper()} evaluated is {name!r}, given in place of the card's {recorded!r}"
-                     " (the mixed rows use it with the cards' fitted parameters)")
-    return name
+    return name if isinstance(name, str) and name else (getattr(card, role) or {}).get("name") or role.upper()
