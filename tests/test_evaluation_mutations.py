@@ -303,7 +303,7 @@ def test_extra_components_come_before_fab_t_and_square_and_zero_targets_drop_the
     model = TenClass()
     names = [c.name for c in AdaptiveStrong(eps=0.1).components(model, 10)]
     assert names == ["apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "apgd-ce-bypass", "apgd-t-bypass",
-                     "apgd-ce-seed1", "apgd-t-seed1", "fab-t", "square"]
+                     "apgd-ce-seed1", "apgd-t-seed1", "fab-t", "fab-t-exact", "square", "autoattack-standard"]
     for cls in (AutoAttackEval, AdaptiveAutoAttack):
         for m in (model, TenClass(pair=False)):
             assert [c.name for c in cls(eps=0.1, n_target_classes=0).components(m, 10)] == ["apgd-ce", "square"]
