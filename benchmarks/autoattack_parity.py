@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 import warnings
 from pathlib import Path
@@ -101,7 +102,6 @@ def main() -> None:
     import mixzoo
     from mixzoo.card import MixCard
     from mixzoo.data import load_dataset
-    from mixzoo.machine import describe_machine, machine_summary
     from mixzoo.pipeline import card_dataset, mix
 
     if args.threads:
@@ -120,6 +120,8 @@ def main() -> None:
 
     aa = run_pyautoattack(model, x, y, eps, norm, args.seed, args.batch_size)
     aa_broken = _broken(aa["clean"], aa["robust"])
+    print(json.dumps({"pyautoattack": {"seconds": round(aa["seconds"], 1), "robust": int(aa["robust"].sum()),
+                                       "broken": sorted(aa_broken), "log": aa["log"]}}), flush=True)
     rows = []
     for name in args.attack.split(","):
         mz = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, name)
@@ -133,10 +135,18 @@ def main() -> None:
                            for k, v in mz["components"].items()},
         })
         print(json.dumps(rows[-1]), flush=True)
+        write(args, card_path, eps, norm, aa, rows)
+
+
+def write(args, card_path, eps, norm, aa, rows) -> None:
+    """The .json and .section.md outputs for the rows so far (rewritten after each evaluation)."""
+    from mixzoo.machine import describe_machine, machine_summary
+
     result = {
         "card": str(card_path), "n": args.n, "eps": eps, "norm": norm, "seed": args.seed,
         "batch_size": args.batch_size, "torch_threads": torch.get_num_threads(),
         "machine": machine_summary(args.device), "machine_detail": describe_machine(args.device),
+        "load_average_1_5_15_min": [round(v, 1) for v in os.getloadavg()],
         "pyautoattack": {"seconds": round(aa["seconds"], 1), "robust": int(aa["robust"].sum()),
                          "clean": int(aa["clean"].sum()), "log": aa["log"]},
         "mixzoo": rows,
@@ -144,7 +154,8 @@ def main() -> None:
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     lines = [f"## {card_path.name}, first {args.n} evaluation images, {norm} eps {eps:g}, seed {args.seed}",
-             "", f"Machine: {result['machine']}; torch threads {result['torch_threads']}.", "",
+             "", f"Machine: {result['machine']}; torch threads {result['torch_threads']}; load average at the end"
+             f" {result['load_average_1_5_15_min']} (shared machine: wall times are only comparable within a run).", "",
              f"pyautoattack standard (exact gradients): robust {result['pyautoattack']['robust']} / {args.n}"
              f" (clean {result['pyautoattack']['clean']}), {result['pyautoattack']['seconds']} s; "
              + "; ".join(aa["log"]), "",
@@ -155,7 +166,6 @@ def main() -> None:
         lines.append(f"| `{r['attack']}` | {r['robust']} | {r['only_pyautoattack'] or 'none'} |"
                      f" {r['only_mixzoo'] or 'none'} | {r['seconds']} | {r['ratio_to_pyautoattack']} | {comps} |")
     out.with_suffix(".section.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":
