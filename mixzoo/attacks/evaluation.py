@@ -33,9 +33,9 @@ robust. The factors, varied one at a time on that example alone and with neighbo
 * the seed (0 or 1): no effect. With one restart FAB-T makes no random draw at all (its random start is used only
   from the second restart on), so its outcome per example does not depend on the seed or on which other examples
   share the batch (up to float rounding of batched convolutions).
-* the batch: broken on the exact gradient alone, with its two neighbours, and (issue 30's run, and
-  ``benchmarks/autoattack_parity.md`` on the first 120 images) in AutoAttack's batch of all examples its APGD
-  left robust; never on the bypass gradient.
+* the batch: on the exact gradient broken alone, with its two neighbours (109, 111: not broken either way), and
+  (issue 30's run) in AutoAttack's batch of all examples its APGD left robust; never on the bypass gradient.
+  ``adaptive``'s ``fab-t-exact`` on 109-111 breaks 110 (2 -> 4, L-inf 0.09976), its ``fab-t`` none.
 * float precision: both runs float32 on the CPU; the break lies 2e-4 inside the ball, far from rounding.
 
 FAB linearises the decision boundary from the output's values *and* its gradient; in bypass mode the values are
