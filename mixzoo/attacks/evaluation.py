@@ -440,7 +440,10 @@ class AdaptiveStrong(AdaptiveAutoAttack):
     ~690 examples the adaptive attack left robust, different ones). So after APGD-CE and APGD-T this runs, on what
     is still robust, APGD-CE + APGD-T on the exact gradient of the mixture formula, on the bypass gradient of
     App. B.2.2, and with the transfer gradient again for each of ``extra_seeds`` new seeds; single models get the
-    re-seeded APGD-CE + APGD-T. Costs about 2-4x the gradient part of ``adaptive``.
+    re-seeded APGD-CE + APGD-T. Last, for mixed classifiers, ``autoattack-standard`` (:func:`_standard_exact`): the
+    installed AutoAttack's standard evaluation on the exact classifier from the clean images, so the worst case
+    contains what a user's own AutoAttack run finds on the same batch and seed (issue 30). Costs about 2-4x the
+    gradient part of ``adaptive`` plus one standard AutoAttack run.
     """
 
     name: ClassVar[str] = "adaptive-strong"
