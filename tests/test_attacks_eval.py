@@ -280,3 +280,30 @@ def test_attack_options_are_checked_before_any_attack_with_close_names():
     assert merged["components"] == ["apgd-ce"] and merged["n_iter"] == 7
     assert merged["n_target_classes"] == AdaptiveAPGD.defaults["n_target_classes"]
     assert PGDAttack(eps=0.1, n_iter=3).options["n_iter"] == 3
+
+
+def test_adaptive_strong_breaks_every_example_standard_autoattack_breaks(digits):
+    """Issue 30: standard AutoAttack (pyautoattack, run directly on the exact mixed classifier, same images and
+    seed) must break nothing that ``adaptive-strong`` reports robust. On this digits mixture AutoAttack's own
+    exact-gradient APGD breaks one example (index 66) that every other component misses, so without the
+    ``autoattack-standard`` component this test fails. Square gets 100 queries on both sides, and the bypass FAB-T
+    and Square components of ``adaptive`` are left out, for time."""
+    from mixzoo.compat import import_autoattack
+    from mixzoo.mixing import MixedClassifier
+
+    aa = import_autoattack()
+    abc, x, y = digits
+    mix = MixedClassifier(abc, train_digits_mlp(seed=1)[0], s=2.0, p=2.0, c=0.0, alpha=0.7, temperature=0.0)
+    direct = aa.AutoAttack(mix, norm="Linf", eps=0.1, seed=0, version="standard")
+    direct.verbose, direct.square.n_queries = False, 100
+    with torch.no_grad():
+        adv, _ = direct.run_standard_evaluation(x.clone(), y.clone(), batch_size=len(x))
+        aa_robust = mix(adv).argmax(1) == y
+    res = lookup("attack", "adaptive-strong")(eps=0.1, n_queries=100, components=[
+        "apgd-ce", "apgd-t", "fab-t-exact", "autoattack-standard"]).run(mix, x, y, progress=False)
+    check_result(res, x, y, mix, 0.1, "Linf")
+    only_aa = torch.nonzero(res.robust_correct & ~aa_robust).squeeze(1).tolist()
+    assert only_aa == []
+    counts = {c.name: c.newly_broken for c in res.components}
+    assert counts["autoattack-standard"] >= 1 and "fab-t-exact" in counts
+    assert mix.gradient == "exact"

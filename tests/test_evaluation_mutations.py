@@ -303,7 +303,7 @@ def test_extra_components_come_before_fab_t_and_square_and_zero_targets_drop_the
     model = TenClass()
     names = [c.name for c in AdaptiveStrong(eps=0.1).components(model, 10)]
     assert names == ["apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "apgd-ce-bypass", "apgd-t-bypass",
-                     "apgd-ce-seed1", "apgd-t-seed1", "fab-t", "square"]
+                     "apgd-ce-seed1", "apgd-t-seed1", "fab-t", "fab-t-exact", "square", "autoattack-standard"]
     for cls in (AutoAttackEval, AdaptiveAutoAttack):
         for m in (model, TenClass(pair=False)):
             assert [c.name for c in cls(eps=0.1, n_target_classes=0).components(m, 10)] == ["apgd-ce", "square"]
@@ -393,6 +393,69 @@ def test_adaptive_runs_fab_t_in_bypass_and_square_on_the_true_output(aa_attacks)
     x, y = _images()
     AdaptiveAutoAttack(eps=0.1, components=["fab-t", "square"]).run(model, x, y, progress=False)
     assert [(s[0], s[2]) for s in seen] == [("FABAttack_PT", "bypass"), ("SquareAttack", "exact")]
+
+
+def test_adaptive_runs_fab_t_on_both_gradients_with_the_standard_settings(aa_attacks):
+    """Issue 30: FAB-T on the bypass gradient missed a point standard AutoAttack's FAB-T (exact gradient) finds;
+    ``adaptive`` runs both, bypass first, each with the standard version's settings and the evaluation's seed."""
+    aa, seen = aa_attacks
+    model = TenClass()
+    model.lin.bias.data[:] = torch.arange(10.0) * -10
+    x, y = _images()
+    res = AdaptiveAutoAttack(eps=0.1, seed=3, components=["fab-t", "fab-t-exact"]).run(model, x, y, progress=False)
+    assert [(s[0], s[2]) for s in seen] == [("FABAttack_PT", "bypass"), ("FABAttack_PT", "exact")]
+    assert [c.name for c in res.components] == ["fab-t", "fab-t-exact"]
+    assert _attrs(seen[0][1], FAB_ATTRS) == _attrs(seen[1][1], FAB_ATTRS)
+    assert (seen[1][1].targeted, seen[1][1].n_target_classes, seen[1][1].seed, seen[1][1].n_restarts) == (
+        True, 9, 3, 1)
+    # the default adaptive evaluation of a mixed classifier has both, in AutoAttack's order
+    names = [c.name for c in AdaptiveAutoAttack(eps=0.1).components(model, 10)]
+    assert names == ["apgd-ce", "apgd-t", "fab-t", "fab-t-exact", "square"]
+    # a single model's adaptive evaluation is standard AutoAttack: one FAB-T, on its own gradient
+    plain = TenClass(pair=False)
+    del plain.gradient
+    assert [c.name for c in AdaptiveAutoAttack(eps=0.1).components(plain, 10)] == list(ev.AUTOATTACK_COMPONENTS)
+
+
+def test_autoattack_standard_component_attacks_every_clean_correct_example_on_the_exact_model(monkeypatch):
+    """``autoattack-standard`` (adaptive-strong) is AutoAttack's own standard run on the exact classifier, from the
+    clean images of every clean-correct example (not only the still-robust ones), with the evaluation's seed;
+    only its breaks of still-robust examples count as its own."""
+    from mixzoo.attacks import AdaptiveStrong
+    from mixzoo.compat import import_autoattack
+
+    aa = import_autoattack()
+    calls = []
+
+    def fake(self, x, y, *, batch_size=250, state_path=None):
+        calls.append(dict(n=len(x), seed=self.seed, version=self.version, mode=self.model.gradient,
+                          attacks=list(self.attacks_to_run), fab_restarts=self.fab.n_restarts,
+                          targets=(self.apgd_targeted.n_target_classes, self.fab.n_target_classes),
+                          queries=self.square.n_queries, n_iter=self.apgd.n_iter))
+        adv = x.clone()
+        adv[:, 0, 0, 0] = 1.0  # pretend every example breaks: the model below then predicts class 1
+        return adv, y
+
+    monkeypatch.setattr(aa.AutoAttack, "run_standard_evaluation", fake)
+    monkeypatch.setattr(ev, "extra_apgd", lambda *a, **k: [])  # only the component under test
+    model = TenClass()
+    model.lin.weight.data.zero_()
+    model.lin.weight.data[1, 0] = 100.0
+    model.lin.bias.data[:] = torch.arange(10.0) * -10  # class 0 on the clean images, class 1 at pixel 0 = 1
+    x, y = _images(8)
+    x[:, 0, 0, 0] = 0.0
+    y[6:] = 3  # two clean mistakes
+    res = AdaptiveStrong(eps=1.0, seed=5, components=["autoattack-standard"]).run(model, x, y, progress=False)
+    (call,) = calls
+    assert call == dict(n=6, seed=5, version="standard", mode="exact", attacks=["apgd-ce", "apgd-t", "fab-t", "square"],
+                        fab_restarts=1, targets=(9, 9), queries=5000, n_iter=100)
+    assert [(c.name, c.newly_broken) for c in res.components] == [("autoattack-standard", 6)]
+    assert model.gradient == "exact" and not res.robust_correct.any()
+    # it starts from the clean images of every clean-correct example, also those an earlier component broke
+    calls.clear()
+    res = AdaptiveStrong(eps=1.0, seed=5, components=["fab-t", "autoattack-standard"]).run(model, x, y,
+                                                                                         progress=False)
+    assert calls[0]["n"] == 6
 
 
 def test_pgd_evaluation_passes_steps_step_size_random_start_and_seed(monkeypatch):

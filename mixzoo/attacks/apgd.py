@@ -152,8 +152,8 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
         with torch.no_grad():
             loss_steps[i] = loss_indiv
             better = loss_indiv > loss_best
-            x_best[better] = x_adv[better]
-            grad_best[better] = grad[better]
+            x_best = torch.where(_view(better, x.ndim), x_adv, x_best)  # no host synchronisation per step
+            grad_best = torch.where(_view(better, x.ndim), grad, grad_best)
             loss_best = torch.where(better, loss_indiv, loss_best)
             counter3 += 1
             if counter3 == k:

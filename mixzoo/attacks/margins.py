@@ -116,11 +116,11 @@ class MarginRecord:
         margin = self.margin_fn(logits, self.labels)
         key = selection_key(logits, margin, self.labels)
         better = key < self.key  # False where NaN
-        if better.any():
-            self.x[better] = x.detach()[better]
-            self.logits[better] = logits[better].to(self.logits.dtype)
-            self.margin = torch.where(better, margin, self.margin)
-            self.key = torch.where(better, key, self.key)
+        # torch.where, not ``if better.any()`` and boolean indexing: no host synchronisation per attack step
+        self.x = torch.where(better.view(-1, *([1] * (x.dim() - 1))), x.detach(), self.x)
+        self.logits = torch.where(better[:, None], logits.to(self.logits.dtype), self.logits)
+        self.margin = torch.where(better, margin, self.margin)
+        self.key = torch.where(better, key, self.key)
 
     def subset(self, index: torch.Tensor) -> MarginRecord:
         """A copy restricted to ``index`` (merge it back with :meth:`merge`)."""

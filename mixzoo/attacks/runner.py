@@ -18,7 +18,9 @@ from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.pairs import model_device
 
-BENCH_CODE_VERSION = "bench-3"  # 2: warnings merged across batches; 3: adaptive-strong exact/bypass runs at --seed
+# 2: warnings merged across batches; 3: adaptive-strong exact/bypass runs at --seed; 4: fab-t-exact in adaptive,
+# autoattack-standard in adaptive-strong (issue 30)
+BENCH_CODE_VERSION = "bench-4"
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 
 

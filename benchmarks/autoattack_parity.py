@@ -1,0 +1,172 @@
+"""Does mixzoo's evaluation break everything standard AutoAttack breaks, example by example? (issue 30)
+
+    .venv/bin/python benchmarks/autoattack_parity.py --card benchmarks/results/fmnist_card.toml --n 200
+    .venv/bin/python benchmarks/autoattack_parity.py --pair digits-std,digits-pgd --n 300     # a digits card first
+
+Runs, on the card's MixedNUTS classifier (``mixzoo.load_mixed``, exact gradients) and the first ``n`` evaluation
+images at the card's eps:
+
+* the installed ``pyautoattack`` as an outside user runs it: ``AutoAttack(model, version="standard", seed=SEED)``,
+  ``run_standard_evaluation(x, y, batch_size=BATCH)`` on all n images at once;
+* each mixzoo evaluation of ``--attack`` (default ``adaptive`` and ``adaptive-strong``) as ``mixzoo bench`` runs it:
+  chunks of ``--batch-size`` images, chunk ``i`` attacked with seed ``SEED + i``.
+
+Lists the examples each side breaks that the other does not, per-component counts and wall times of both sides
+and their ratio, and the machine. Writes ``--out``.md / .json (default ``benchmarks/autoattack_parity``).
+With n at most the batch size both sides see the same batch with the same seed, so ``adaptive-strong`` (whose
+``autoattack-standard`` component is that very run) contains every pyautoattack break by construction; for larger
+n pyautoattack's random components draw for other batches and parity of APGD / Square breaks is statistical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+
+def _broken(clean: torch.Tensor, robust: torch.Tensor) -> set[int]:
+    return set(torch.nonzero(clean & ~robust).squeeze(1).tolist())
+
+
+def run_pyautoattack(model, x, y, eps, norm, seed, batch_size) -> dict:
+    from mixzoo.compat import import_autoattack
+
+    aa = import_autoattack()
+    model.gradient = "exact"
+    attack = aa.AutoAttack(model, norm=norm, eps=eps, seed=seed, version="standard", device=x.device)
+    records: list[str] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler = Grab(level=logging.DEBUG)
+    attack.logger.addHandler(handler)
+    old_level = attack.logger.level
+    attack.logger.setLevel(logging.DEBUG)
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            adv, _ = attack.run_standard_evaluation(x.clone(), y.clone(), batch_size=batch_size)
+    finally:
+        attack.logger.removeHandler(handler)
+        attack.logger.setLevel(old_level)
+    seconds = time.perf_counter() - t0
+    with torch.no_grad():
+        clean = model(x).argmax(1) == y
+        robust = (model(adv).argmax(1) == y) & clean
+    return {"seconds": seconds, "clean": clean.cpu(), "robust": robust.cpu(),
+            "log": [r for r in records if "robust accuracy" in r]}
+
+
+def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name) -> dict:
+    from mixzoo.plugins import lookup
+
+    cls = lookup("attack", attack_name)
+    clean, robust, comps, seconds = [], [], {}, 0.0
+    for index, start in enumerate(range(0, len(y), batch_size)):
+        res = cls(eps=eps, norm=norm, seed=seed + index).run(model, x[start:start + batch_size],
+                                                            y[start:start + batch_size], progress=False)
+        clean.append(res.clean_correct.bool())
+        robust.append(res.robust_correct.bool())
+        seconds += res.seconds
+        for c in res.components:
+            prev = comps.setdefault(c.name, {"newly_broken": 0, "seconds": 0.0})
+            prev["newly_broken"] += int(c.newly_broken)
+            prev["seconds"] += c.seconds
+    return {"seconds": seconds, "clean": torch.cat(clean), "robust": torch.cat(robust), "components": comps}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--card", help="a mix card (TOML/JSON)")
+    src.add_argument("--pair", help="ABC,RBC names: calibrate a card with `mixzoo mix` defaults first")
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--attack", default="adaptive,adaptive-strong", help="comma-separated mixzoo evaluations")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=250, help="mixzoo bench's and pyautoattack's default")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
+    ap.add_argument("--out", default="benchmarks/autoattack_parity")
+    args = ap.parse_args()
+
+    import mixzoo
+    from mixzoo.card import MixCard
+    from mixzoo.data import load_dataset
+    from mixzoo.pipeline import card_dataset, mix
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.pair:
+        abc, rbc = args.pair.split(",")
+        card_path = Path(args.out + "_card.toml")
+        mix(abc, rbc, out=card_path, device=args.device, progress=False)
+    else:
+        card_path = Path(args.card)
+    card = MixCard.load(card_path)
+    model = mixzoo.load_mixed(card, device=args.device)
+    eps, norm = float(card.attack["eps"]), str(card.attack.get("norm", "Linf"))
+    data = load_dataset(card_dataset(card, model.rbc), "evaluation", n=args.n)
+    x, y = data.images.to(args.device), data.labels.to(args.device)
+
+    aa = run_pyautoattack(model, x, y, eps, norm, args.seed, args.batch_size)
+    aa_broken = _broken(aa["clean"], aa["robust"])
+    print(json.dumps({"pyautoattack": {"seconds": round(aa["seconds"], 1), "robust": int(aa["robust"].sum()),
+                                       "broken": sorted(aa_broken), "log": aa["log"]}}), flush=True)
+    rows = []
+    for name in args.attack.split(","):
+        mz = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, name)
+        mz_broken = _broken(mz["clean"], mz["robust"])
+        rows.append({
+            "attack": name, "seconds": round(mz["seconds"], 1),
+            "robust": int(mz["robust"].sum()), "clean": int(mz["clean"].sum()),
+            "only_pyautoattack": sorted(aa_broken - mz_broken), "only_mixzoo": sorted(mz_broken - aa_broken),
+            "ratio_to_pyautoattack": round(mz["seconds"] / aa["seconds"], 2),
+            "components": {k: {"newly_broken": v["newly_broken"], "seconds": round(v["seconds"], 1)}
+                           for k, v in mz["components"].items()},
+        })
+        print(json.dumps(rows[-1]), flush=True)
+        write(args, card_path, eps, norm, aa, rows)
+
+
+def write(args, card_path, eps, norm, aa, rows) -> None:
+    """The .json and .section.md outputs for the rows so far (rewritten after each evaluation)."""
+    from mixzoo.machine import describe_machine, machine_summary
+
+    result = {
+        "card": str(card_path), "n": args.n, "eps": eps, "norm": norm, "seed": args.seed,
+        "batch_size": args.batch_size, "torch_threads": torch.get_num_threads(),
+        "machine": machine_summary(args.device), "machine_detail": describe_machine(args.device),
+        "load_average_1_5_15_min": [round(v, 1) for v in os.getloadavg()],
+        "pyautoattack": {"seconds": round(aa["seconds"], 1), "robust": int(aa["robust"].sum()),
+                         "clean": int(aa["clean"].sum()), "log": aa["log"]},
+        "mixzoo": rows,
+    }
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    lines = [f"## {card_path.name}, first {args.n} evaluation images, {norm} eps {eps:g}, seed {args.seed}",
+             "", f"Machine: {result['machine']}; torch threads {result['torch_threads']}; load average at the end"
+             f" {result['load_average_1_5_15_min']} (shared machine: wall times are only comparable within a run).", "",
+             f"pyautoattack standard (exact gradients): robust {result['pyautoattack']['robust']} / {args.n}"
+             f" (clean {result['pyautoattack']['clean']}), {result['pyautoattack']['seconds']} s; "
+             + "; ".join(aa["log"]), "",
+             "| mixzoo evaluation | robust | only pyautoattack breaks | only mixzoo breaks | seconds | ratio to"
+             " pyautoattack | components (newly broken, s) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        comps = ", ".join(f"{k} {v['newly_broken']} ({v['seconds']} s)" for k, v in r["components"].items())
+        lines.append(f"| `{r['attack']}` | {r['robust']} | {r['only_pyautoattack'] or 'none'} |"
+                     f" {r['only_mixzoo'] or 'none'} | {r['seconds']} | {r['ratio_to_pyautoattack']} | {comps} |")
+    out.with_suffix(".section.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
