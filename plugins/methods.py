@@ -1,4 +1,5 @@
-"""Built-in mixing methods, registered through the method hook like any third party's (``mixzoo mix --method``)."""
+"""Built-in mixing methods and published cards, registered through the hooks like any third party's (``mixzoo mix
+--method``, ``mixzoo bench NAME``)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,14 @@ def mixzoo_mixing_methods() -> dict[str, Any]:
     from mixzoo.methods.mixednuts.method import MixedNUTS
 
     return {"mixednuts": MixedNUTS(), "linear": Linear()}
+
+
+@hookimpl
+def mixzoo_cards() -> dict[str, Any]:
+    """The paper's three published MixedNUTS models (000, the authors' configs/optimal_spca.yaml), by file name:
+    ``mixednuts-cifar10``, ``mixednuts-cifar100``, ``mixednuts-imagenet`` (package data in ``cards/``)."""
+    from importlib import resources
+
+    folder = resources.files("mixzoo_plugins") / "cards"
+    return {f.name.removesuffix(".toml"): str(f) for f in folder.iterdir() if f.name.endswith(".toml")} \
+        if folder.is_dir() else {}
