@@ -65,7 +65,8 @@ def synthetic_logits(n: int, k: int, seed: int, error_rate: float = 0.4):
 
 
 def _ln(x: torch.Tensor) -> torch.Tensor:
-    return (x - x.mean(-1, keepdim=True)) / x.var(-1, unbiased=False, keepdim=True).sqrt()
+    """LN as the authors' normalize_topk (and mixzoo.transforms.layer_norm): unbiased variance + 1e-8."""
+    return (x - x.mean(-1, keepdim=True)) / (x.var(-1, unbiased=True, keepdim=True) + 1e-8).sqrt()
 
 
 def loop_search(clean, clean_labels, attacked, attacked_labels, grid: Grid, combos=None, dtype=torch.float32):

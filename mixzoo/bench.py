@@ -38,7 +38,9 @@ from mixzoo.progress import console, progress_bar
 if TYPE_CHECKING:
     from rich.console import Console
 
-BENCH_CODE_VERSION = "bench-3"  # 2: warnings merged across batches; 3: adaptive-strong exact/bypass runs at --seed
+# 2: warnings merged across batches; 3: adaptive-strong exact/bypass runs at --seed; 4: the mixtures' layer norm is
+# the authors' (unbiased variance + 1e-8, mixzoo.transforms.LAYER_NORM_VERSION "ln-2")
+BENCH_CODE_VERSION = "bench-4"
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 ADVERSARIAL_FILE = "adversarial.safetensors"
 

@@ -144,7 +144,9 @@ class MixCard:
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             kind = "TOML" if path.suffix == ".toml" else "JSON"
             raise InputError(f"{path}: not valid {kind} ({str(exc).splitlines()[0]})") from None
-        return cls.from_dict(data, source=str(path))
+        card = cls.from_dict(data, source=str(path))
+        warn_if_old_layer_norm(card, str(path))
+        return card
 
     def summary(self) -> str:
         """One line: the parameters."""
@@ -153,6 +155,22 @@ class MixCard:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+def warn_if_old_layer_norm(card: MixCard, source: str) -> bool:
+    """Warn (one line) when ``card`` was made by a mixzoo whose layer norm differed from the authors' (population
+    variance, before ``provenance.layer_norm`` was recorded): its s, p, c and alpha were fitted for another LN
+    (Sec. 4.2, App. D.7). Cards without a mixzoo provenance (hand-written) are not checked. Returns whether it
+    warned."""
+    from mixzoo.transforms import LAYER_NORM_VERSION
+
+    recorded = card.provenance.get("layer_norm")
+    if "mixzoo_version" not in card.provenance or recorded == LAYER_NORM_VERSION:
+        return False
+    warnings.warn(f"{source}: made with an older layer norm ({recorded or 'ln-1'}: population variance; now"
+                  f" {LAYER_NORM_VERSION}: the authors' unbiased variance + 1e-8), so its s, p, c and alpha do not"
+                  " fit this mixzoo; run `mixzoo mix` again", stacklevel=3)
+    return True
+
+
 def _number(card: MixCard, name: str, source: str, *, allow_none: bool = False) -> None:
     v = getattr(card, name)
     if v is None and allow_none:
@@ -299,10 +317,13 @@ def git_commit() -> str | None:
 
 
 def provenance(**extra: Any) -> dict[str, Any]:
-    """The provenance table of a new card: mixzoo and torch versions, git commit, UTC creation time, ``extra``."""
+    """The provenance table of a new card: mixzoo and torch versions, the layer norm's version
+    (:data:`mixzoo.transforms.LAYER_NORM_VERSION`), git commit, UTC creation time, ``extra``."""
     from mixzoo import __version__
+    from mixzoo.transforms import LAYER_NORM_VERSION
 
     out: dict[str, Any] = {"mixzoo_version": __version__, "torch_version": torch.__version__,
+                           "layer_norm": LAYER_NORM_VERSION,
                            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
     commit = git_commit()
     if commit:

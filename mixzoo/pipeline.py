@@ -25,7 +25,9 @@ from mixzoo.progress import progress_bar
 
 DEFAULT_ABC = "fmnist-std"
 DEFAULT_RBC = "fmnist-pgd"
-ATTACK_CODE_VERSION = "mmaa-2"  # bump when MMAA's behaviour changes so stale cache entries are not reused
+# bump when MMAA's behaviour changes so stale cache entries are not reused; 3: the layer norm MMAA attacks is the
+# authors' (unbiased variance + 1e-8, mixzoo.transforms.LAYER_NORM_VERSION "ln-2")
+ATTACK_CODE_VERSION = "mmaa-3"
 
 
 @dataclass
