@@ -195,6 +195,9 @@ def mix(
     objective: Annotated[str, typer.Option(help="standard | relaxed (App. D.8.3)")] = "standard",
     optimizer: Annotated[str, typer.Option(help="calibration optimizer from the plugin hook")] = "grid",
     top_k: Annotated[int | None, typer.Option(help="layer-norm statistics of the top-k logits (App. D.7)")] = None,
+    search: Annotated[str, typer.Option(help="mixzoo | authors: Algorithm 1 exactly as the authors' code "
+                                        "(percentile threshold, no App. D.8.2 filter; see mixzoo.calibrate)")]
+    = "mixzoo",
     refit_alpha: Annotated[bool, typer.Option("--refit-alpha", help="second pass: MMAA on the transformed RBC, "
                                               "alpha chosen again there (App. D.9)")] = False,
     eps: Annotated[float | None, typer.Option(help="attack radius (default: the RBC's)")] = None,
@@ -214,7 +217,8 @@ def mix(
     from mixzoo.pipeline import mix as run_mix
 
     res = run_mix(abc, rbc, dataset=dataset, beta=beta, clamp=clamp, n_calib=n_calib, grid=_parse_grid(grid),
-                  objective=objective, optimizer=optimizer, top_k=top_k, refit_alpha=refit_alpha, eps=eps,
+                  objective=objective, optimizer=optimizer, top_k=top_k, search=search, refit_alpha=refit_alpha,
+                  eps=eps,
                   norm=norm, n_iter=n_iter,
                   seed=seed, batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
                   use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,

@@ -346,6 +346,7 @@ def mix(
     objective: str = "standard",
     optimizer: str = "grid",
     top_k: int | None = None,
+    search: str = "mixzoo",
     refit_alpha: bool = False,
     eps: float | None = None,
     norm: str | None = None,
@@ -368,11 +369,13 @@ def mix(
     With no names, the built-in Fashion-MNIST pair is used. The RBC's clean logits and its MMAA margins are cached,
     so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds. ``refit_alpha`` adds a second
     pass that re-chooses alpha on MMAA points of the transformed RBC (:func:`mixzoo.approximation.refit_alpha`).
+    ``search="authors"`` runs Algorithm 1 exactly as the authors' code does (see :mod:`mixzoo.calibrate`).
     """
     from mixzoo.calibrate import calibrate, check_settings
     from mixzoo.data import load_dataset, shortfall_note
 
-    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k)
+    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k,
+                   search=search)
     if n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {n_calib}")
     check_device(device)
@@ -427,7 +430,7 @@ def mix(
     card = calibrate(
         clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=cdata.attacked_logits,
         attacked_labels=cdata.labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid, objective=objective,
-        abc_clean_correct=abc_correct, optimizer=optimizer, progress=progress,
+        abc_clean_correct=abc_correct, optimizer=optimizer, progress=progress, search=search,
         abc={"name": model_name(abc_m), "weight_hash": model_hash(abc_m)},
         rbc={"name": model_name(rbc_m), "weight_hash": model_hash(rbc_m)},
         dataset=dataset,
