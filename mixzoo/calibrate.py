@@ -32,8 +32,9 @@ their search exactly:
   predictions; theirs only prints a warning (``authors`` warns once, for the chosen c).
 * (c) saturation: when a threshold reaches 1 in float precision (large s), theirs caps it at ``1 - 1e-9`` for the
   objective (alpha still comes from the uncapped q) and prints a warning; mixzoo does not cap. Both modes warn
-  (``warnings.warn``, one line) when any grid point saturates, and when beta is degenerate (beta = 0, or more than
-  ``max(8, grid size / 20)`` grid points tie at the optimum, saying how many).
+  (``warnings.warn``, one line) when the chosen threshold saturates (``authors``: any grid point's), and when beta
+  is degenerate (beta = 0, or more than ``max(8, grid size / 20)`` grid points tie at the optimum, saying how
+  many).
 * ``authors`` also computes in float64 and, among tied optima, takes the first in their loop order (s, c, p), the
   first line their script prints; their LN is :func:`mixzoo.transforms.layer_norm` in both modes.
 
@@ -683,12 +684,13 @@ def _warn(message: str) -> str:
 
 
 def _search_warnings(result: SearchResult, beta: float, search: str, linear: bool) -> list[str]:
-    """Warn (one line each) when thresholds saturate (q >= 1 - 1e-9 in float precision, difference c) or beta is
-    degenerate (many grid points tie at the optimum); returns the messages for the card's notes."""
+    """Warn (one line each) when thresholds saturate (q >= 1 - 1e-9 in float precision, difference c: at the chosen
+    point, or with ``search="authors"`` at any point, whose objective the cap changes) or beta is degenerate (many
+    grid points tie at the optimum); returns the messages for the card's notes."""
     ev, out = result.evaluation, []
     feasible = ev.counts <= ev.denominator  # infeasible points (App. D.8.2) carry counts denominator + 1
     saturated = int(((ev.q >= SATURATED) & feasible).sum())
-    if saturated or result.q >= SATURATED:
+    if result.q >= SATURATED or (saturated and search == "authors"):
         chosen = " including the chosen one" if result.q >= SATURATED else ""
         how = ("capped at 1 - 1e-9 for the objective, as the authors' code does" if search == "authors" else
                "not capped: the objective there counts clean margins that round to 1")
