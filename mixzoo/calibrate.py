@@ -636,7 +636,7 @@ def calibrate(
         if moved > warn_change:
             notes.append(_warn(f"search='authors' keeps c = {result.c:.4g}, where the transform changes {moved:.1%} of"
                                f" the RBC's calibration predictions (over {warn_change:.1%}; the authors' code only"
-                               " warns, mixzoo's default search drops such c, App. D.8.2)"))
+                               " warns, mixzoo's default search drops such c, App. D.8.2)", stacklevel=3))
     if not linear and max_argmax_change is not None:
         excluded = [c for c in ev.c_values.tolist() if problem.argmax_change(c) > max_argmax_change]
         if len(excluded) == len(ev.c_values):
@@ -678,8 +678,9 @@ def calibrate(
     )
 
 
-def _warn(message: str) -> str:
-    warnings.warn(message, stacklevel=3)
+def _warn(message: str, stacklevel: int = 4) -> str:
+    """Warn with ``message`` pointing at the caller of :func:`calibrate` (from a helper it calls), return it."""
+    warnings.warn(message, stacklevel=stacklevel)
     return message
 
 
