@@ -700,7 +700,8 @@ def _search_warnings(result: SearchResult, beta: float, search: str, linear: boo
     n_tied = int((ev.counts == ev.counts[feasible].min()).sum()) if feasible.any() else 0
     if not linear and (beta == 0.0 or n_tied > max(8, ev.counts.numel() // 20)):
         out.append(_warn(f"Algorithm 1: {n_tied} of {ev.counts.numel()} grid points tie at the best objective with"
-                         f" beta = {beta:g}, so the tie rule, not the data, picks s, p, c; use a beta closer to 1"))
+                         f" beta = {beta:g}, so the tie rule, not the data, picks s, p, c; use more calibration images"
+                         " or a beta closer to 1"))
     return out
 
 
