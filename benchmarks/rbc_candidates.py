@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from mixzoo.train import RECIPES, Recipe
+from mixzoo.transforms import layer_norm
 
 _PGD, _TRADES, _STD = RECIPES["fmnist-pgd"], RECIPES["fmnist-trades"], RECIPES["fmnist-std"]
 _WIDE = {"widths": (48, 96), "hidden": 256}
@@ -92,10 +93,7 @@ def mixednuts_proxy(abc_clean: torch.Tensor, rbc_clean: torch.Tensor, rbc_adv: t
     adv_right = rbc_adv.argmax(1) == labels
     fixable, breakable = ~rbc_right & abc_right, rbc_right & ~abc_right
 
-    def ln(z: torch.Tensor) -> torch.Tensor:
-        return (z - z.mean(1, keepdim=True)) / z.std(1, unbiased=False, keepdim=True).clamp_min(1e-12)
-
-    zc, za = ln(rbc_clean), ln(rbc_adv[adv_right])
+    zc, za = layer_norm(rbc_clean), layer_norm(rbc_adv[adv_right])
     best = {"cut": -1.0}
     for s in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0):
         for p in (1.0, 1.5, 2.0, 3.0, 4.0, 6.0):

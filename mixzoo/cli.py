@@ -211,6 +211,9 @@ def mix(
     = None,
     top_k: Annotated[int | None, typer.Option(help="mixednuts: layer-norm statistics of the top-k logits "
                                                    "(App. D.7)")] = None,
+    search: Annotated[str | None, typer.Option(help="mixednuts: mixzoo | authors: Algorithm 1 exactly as the "
+                                               "authors' code (percentile threshold, no App. D.8.2 filter)")]
+    = None,
     refit_alpha: Annotated[bool, typer.Option("--refit-alpha", help="mixednuts: second pass, MMAA on the "
                                               "transformed RBC, alpha chosen again there (App. D.9)")] = False,
     eps: Annotated[float | None, typer.Option(help="attack radius (default: the RBC's)")] = None,
@@ -233,7 +236,7 @@ def mix(
     from mixzoo.methods import fit
 
     given = {"beta": beta, "clamp": clamp, "grid": _parse_grid(grid), "objective": objective,
-             "optimizer": optimizer, "top_k": top_k, "refit_alpha": refit_alpha or None, "n_iter": n_iter}
+             "optimizer": optimizer, "top_k": top_k, "search": search, "refit_alpha": refit_alpha or None, "n_iter": n_iter}
     options = {k: v for k, v in given.items() if v is not None}
     options.update(parse_attack_options(option) or {})
     options["command"] = _command_line()

@@ -215,7 +215,7 @@ def test_linear_baseline_and_alpha_d():
 
 
 def test_refine_optimizer_is_no_worse_and_card_round_trips(tmp_path):
-    data = calibration_set(200, 10, seed=13)
+    data = calibration_set(200, 10, seed=16)
     grid = Grid(s_max=10.0, s_n=4, p_n=4, c_n=4)
     coarse = calibrate(**data, grid=grid)
     fine = calibrate(**data, grid=grid, optimizer="refine")

@@ -338,7 +338,8 @@ def test_mix_passes_every_option(monkeypatch, tmp_path):
     spy = _spy(monkeypatch, "mixzoo.pipeline.mix", _mix_result())
     args = ["mix", "--abc", "my-abc", "--rbc", "my-rbc", "--dataset", "digits", "--beta", "0.9", "--clamp", "relu",
             "--n-calib", "7", "--grid", "s=0.1:1:2", "--objective", "relaxed", "--optimizer", "my-opt", "--top-k", "3",
-            "--refit-alpha", "--eps", "0.2", "--norm", "L2", "--n-iter", "5", "--seed", "4", "--batch-size", "6",
+            "--search", "authors", "--refit-alpha", "--eps", "0.2", "--norm", "L2", "--n-iter", "5", "--seed", "4",
+            "--batch-size", "6",
             "--out", str(tmp_path / "c.toml"), "--data-dir", "dd", "--cache-dir", str(tmp_path / "cache"),
             "--no-cache", "--device", "cuda:1", "--allow-unsafe"]
     result = CliRunner().invoke(app, args)
@@ -346,11 +347,11 @@ def test_mix_passes_every_option(monkeypatch, tmp_path):
     assert spy.calls[0][0] == ("my-abc", "my-rbc")
     kw = spy.kwargs
     assert kw["grid"] == Grid(s_min=0.1, s_max=1.0, s_n=2)
-    assert {k: kw[k] for k in ("dataset", "beta", "clamp", "n_calib", "objective", "optimizer", "top_k",
+    assert {k: kw[k] for k in ("dataset", "beta", "clamp", "n_calib", "objective", "optimizer", "top_k", "search",
                                "refit_alpha", "eps", "norm", "n_iter", "seed", "batch_size", "out", "data_dir",
                                "cache_dir", "use_cache", "device", "allow_unsafe", "progress")} == dict(
         dataset="digits", beta=0.9, clamp="relu", n_calib=7, objective="relaxed", optimizer="my-opt", top_k=3,
-        refit_alpha=True, eps=0.2, norm="L2", n_iter=5, seed=4, batch_size=6, out=tmp_path / "c.toml",
+        search="authors", refit_alpha=True, eps=0.2, norm="L2", n_iter=5, seed=4, batch_size=6, out=tmp_path / "c.toml",
         data_dir="dd", cache_dir=tmp_path / "cache", use_cache=False, device="cuda:1", allow_unsafe=True,
         progress=True)
     assert "mix card written to card.toml" in result.output

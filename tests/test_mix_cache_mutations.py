@@ -36,10 +36,11 @@ K = 4
 
 # ----------------------------------------------------------------------------------------- independent references
 def hand_transform(h: torch.Tensor, s: float, p: float, c: float) -> torch.Tensor:
-    """Paper Eq. 4 written out: LN over classes (population variance), GELU (erf form) clamp, signed power, scale."""
+    """Paper Eq. 4 written out: LN over classes (unbiased variance + 1e-8, the authors' normalize_topk), GELU (erf
+    form) clamp, signed power, scale."""
     h = h.double()
     mean = h.mean(-1, keepdim=True)
-    std = ((h - mean) ** 2).mean(-1, keepdim=True).sqrt()
+    std = (((h - mean) ** 2).sum(-1, keepdim=True) / (h.shape[-1] - 1) + 1e-8).sqrt()
     u = (h - mean) / std + c
     clamped = 0.5 * u * (1 + torch.erf(u / math.sqrt(2)))
     return s * clamped.abs() ** p * torch.sign(clamped)

@@ -202,8 +202,9 @@ def _margin(z: torch.Tensor) -> torch.Tensor:
 def _ln(z: torch.Tensor, top_k: int | None) -> torch.Tensor:
     """Sec. 4.2 LN (App. D.7: statistics of the top_k largest logits)."""
     ref = z.double() if top_k is None else z.double().sort(1, descending=True).values[:, :top_k]
-    mean, var = ref.mean(1, keepdim=True), ((ref - ref.mean(1, keepdim=True)) ** 2).mean(1, keepdim=True)
-    return (z.double() - mean) / var.sqrt()
+    mean = ref.mean(1, keepdim=True)
+    var = ((ref - mean) ** 2).sum(1, keepdim=True) / (ref.shape[1] - 1)  # unbiased, as the authors' normalize_topk
+    return (z.double() - mean) / (var + 1e-8).sqrt()
 
 
 def _lower_median(v: torch.Tensor) -> float | None:

@@ -12,8 +12,8 @@ import mixzoo.attacks.runner as runner_module
 from mixzoo.attacks.apgd import effective_n_targets
 from mixzoo.attacks.evaluation import Attack, Component
 from mixzoo.attacks.pgd import pgd, project
-from mixzoo.methods.linear import linear_alpha_grid, match_linear_alpha
 from mixzoo.cache import Cache
+from mixzoo.methods.linear import linear_alpha_grid, match_linear_alpha
 
 K = 10
 

@@ -265,8 +265,10 @@ def test_weight_average_is_an_ema_with_a_warmed_up_decay():
 
 # ------------------------------------------------------------------------------------------- evaluation metrics
 def _reference_ln_margin(logits: torch.Tensor) -> np.ndarray:
-    """Top-1 minus top-2 probability of softmax(LN(logits)), LN = layer norm without affine parameters."""
-    z = F.layer_norm(logits.double(), (logits.shape[1],), eps=0.0)
+    """Top-1 minus top-2 probability of softmax(LN(logits)), LN = (z - mean) / sqrt(unbiased var + 1e-8) (the
+    authors' normalize_topk)."""
+    x = logits.double()
+    z = (x - x.mean(1, keepdim=True)) / (x.var(1, unbiased=True, keepdim=True) + 1e-8).sqrt()
     p = np.sort(z.softmax(1).numpy(), axis=1)
     return p[:, -1] - p[:, -2]
 

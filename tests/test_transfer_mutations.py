@@ -35,9 +35,11 @@ N = 40
 
 # ------------------------------------------------------------------------------------ references, by hand
 def _ln(z: torch.Tensor, top_k: int | None = None) -> torch.Tensor:
-    """LN (Sec. 4.2, App. D.7): standardise each row by the mean and population std of its top_k logits."""
+    """LN (Sec. 4.2, App. D.7): standardise each row by the mean and sqrt(unbiased variance + 1e-8) of its top_k
+    logits (the authors' normalize_topk)."""
     ref = z if top_k is None or top_k >= z.shape[1] else z.topk(top_k, dim=1).values
-    return (z - ref.mean(1, keepdim=True)) / ref.var(1, unbiased=False, keepdim=True).sqrt()
+    mean = ref.mean(1, keepdim=True)
+    return (z - mean) / (((ref - mean) ** 2).sum(1, keepdim=True) / (ref.shape[1] - 1) + 1e-8).sqrt()
 
 
 def _signed(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -549,7 +551,8 @@ def test_refit_alpha_takes_the_larger_alpha_of_the_two_passes_on_the_worst_point
     assert second != pytest.approx(_alpha(direct, y, s, p, c, beta, top_k=top_k), rel=1e-6)
     cdata = SimpleNamespace(attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1, seed=0),
                             dataset=None, attacked_logits=sur, clean_logits=clean, labels=y)
-    for first_alpha in (second - 0.01, second + 0.01):
+    assert second < 1
+    for first_alpha in (second - 0.01, (second + 1.0) / 2):  # below and above the second pass's alpha
         card = _card(s=s, p=p, c=c, alpha=first_alpha, beta=beta, top_k=top_k, objective=0.5)
         out = refit_alpha(card, nn.Identity(), cdata, cache=None, progress=False)
         assert calls[-1]["top_k"] == top_k

@@ -34,7 +34,8 @@ def test_three_class_transform_matches_hand_computation():
     h = [2.0, 0.5, -1.0]
     s, p, c = 1.7, 2.5, -0.4
     mean = sum(h) / 3
-    std = math.sqrt(sum((x - mean) ** 2 for x in h) / 3)  # population variance (zero mean, unit variance)
+    # unbiased variance (divide by k - 1) plus 1e-8, as the authors' normalize_topk (Sec. 4.2, App. D.7)
+    std = math.sqrt(sum((x - mean) ** 2 for x in h) / 2 + 1e-8)
     ln = [(x - mean) / std for x in h]
     clamped = [_gelu(x + c) for x in ln]
     expected = [s * abs(v) ** p * math.copysign(1.0, v) for v in clamped]
@@ -58,7 +59,7 @@ def test_layer_norm_changes_margins_as_in_appendix_d7():
 def test_layer_norm_top_k_uses_top_statistics_for_all_logits():
     h = [4.0, 2.0, -5.0, -9.0]
     top = [4.0, 2.0]
-    mean, std = 3.0, math.sqrt(sum((x - 3.0) ** 2 for x in top) / 2)
+    mean, std = 3.0, math.sqrt(sum((x - 3.0) ** 2 for x in top) / (2 - 1) + 1e-8)  # unbiased, + 1e-8
     got = layer_norm(torch.tensor([h], dtype=torch.float64), top_k=2)[0].tolist()
     assert got == pytest.approx([(x - mean) / std for x in h], rel=1e-12)
     assert layer_norm(torch.tensor([h]), top_k=10).tolist() == layer_norm(torch.tensor([h])).tolist()

@@ -19,7 +19,9 @@ import torch
 from mixzoo.core.errors import InputError
 
 MarginFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-VAR_FLOOR = 1e-12  # rows whose logits are (numerically) constant normalise to 0 instead of NaN
+LN_EPS = 1e-8  # added to the variance before the square root, as in the authors' ``normalize_topk``
+LN_CLIP = 1e15  # logits are clipped to [-LN_CLIP, LN_CLIP] first, as in the authors' ``normalize_topk``
+LAYER_NORM_VERSION = "ln-2"  # 1: population variance, floor 1e-12; 2: unbiased variance + 1e-8 (the authors')
 
 
 def check_top_k(top_k: object) -> None:
@@ -29,19 +31,23 @@ def check_top_k(top_k: object) -> None:
 
 
 def layer_norm(logits: torch.Tensor, top_k: int | None = None) -> torch.Tensor:
-    """Standardise each row of ``logits`` to zero mean and unit variance (paper Sec. 4.2, LN).
+    """Standardise each row of ``logits``: ``(h - mean) / sqrt(var + 1e-8)`` (paper Sec. 4.2, LN; App. D.7).
 
-    With ``top_k``, the mean and (population) variance are those of the ``top_k`` largest logits of the row
-    (App. D.7: ImageNet uses the top 250 of 1000), but the map is applied to all logits. The map is affine with a
-    positive slope per row, so it never changes the predicted class. Constant rows map to zeros.
+    This is exactly the authors' ``normalize_topk`` (``models/output_maps.py`` of github.com/Bai-YT/MixedNUTS):
+    logits are clipped to [-1e15, 1e15], ``var`` is the *unbiased* (Bessel-corrected, divide by k - 1) variance and
+    1e-8 is added before the square root. With ``top_k``, the mean and variance are those of the ``top_k`` largest
+    logits of the row (App. D.7: ImageNet uses the top 250 of 1000; ``top_k`` >= the number of classes means all),
+    but the map is applied to all logits. The map is affine with a positive slope per row, so it never changes the
+    predicted class. Constant rows map to zeros.
     """
     n_classes = logits.shape[-1]
     if top_k is not None and top_k < 2:
         raise InputError(f"top_k must be at least 2 (a variance needs two logits), got {top_k}")
+    logits = logits.clamp(-LN_CLIP, LN_CLIP)
     ref = logits if top_k is None or top_k >= n_classes else logits.topk(top_k, dim=-1).values
     mean = ref.mean(dim=-1, keepdim=True)
-    var = ref.var(dim=-1, unbiased=False, keepdim=True)
-    return (logits - mean) / var.clamp_min(VAR_FLOOR).sqrt()
+    var = ref.var(dim=-1, unbiased=True, keepdim=True)
+    return (logits - mean) / (var + LN_EPS).sqrt()
 
 
 def signed_margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -19,8 +19,9 @@ from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.pairs import model_device
 
 # 2: warnings merged across batches; 3: adaptive-strong exact/bypass runs at --seed; 4: fab-t-exact in adaptive,
-# autoattack-standard in adaptive-strong (issue 30)
-BENCH_CODE_VERSION = "bench-4"
+# autoattack-standard in adaptive-strong (issue 30); 5: the mixtures' layer norm is the authors' (unbiased variance
+# + 1e-8, LAYER_NORM_VERSION "ln-2"), and the evaluation of a card's classifier is keyed by its method
+BENCH_CODE_VERSION = "bench-5"
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 
 

@@ -118,7 +118,8 @@ class MixCard:
         version = data.get("schema_version")
         if version == 1:
             method, params = _claim_v1(data, source)
-            note = getattr(_method(method, source), "v1_note", None)
+            check = getattr(_method(method, source), "v1_warning", None)
+            note = check(data) if check is not None else None
             if note:
                 warnings.warn(f"{source}: {note}", stacklevel=2)
             common = {k: data[k] for k in _COMMON if k in data and k not in ("schema_version", "method")}
@@ -360,7 +361,8 @@ def git_commit() -> str | None:
 
 
 def provenance(**extra: Any) -> dict[str, Any]:
-    """The provenance table of a new card: mixzoo and torch versions, git commit, UTC creation time, ``extra``."""
+    """The provenance table of a new card: mixzoo and torch versions, git commit, UTC creation time, ``extra``
+    (e.g. MixedNUTS records its layer norm's version, so that a later change is detected when a card loads)."""
     from mixzoo.core import __version__
 
     out: dict[str, Any] = {"mixzoo_version": __version__, "torch_version": torch.__version__,

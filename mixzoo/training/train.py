@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
+from mixzoo.attacks.margins import layer_norm
 from mixzoo.attacks.pgd import pgd
 from mixzoo.core.errors import InputError, UnknownNameError
 from mixzoo.core.progress import progress_bar
@@ -198,9 +199,9 @@ def _lr_factor(step: int, total: int, warmup: float) -> float:
 
 
 def _ln_margin(logits: torch.Tensor) -> torch.Tensor:
-    """Top-1 minus top-2 probability of softmax(LN(logits)) (paper Sec. 3.1, App. D.7)."""
-    z = (logits - logits.mean(dim=1, keepdim=True)) / logits.std(dim=1, unbiased=False, keepdim=True).clamp_min(1e-12)
-    top2 = F.softmax(z, dim=1).topk(2, dim=1).values
+    """Top-1 minus top-2 probability of softmax(LN(logits)) (paper Sec. 3.1, App. D.7; LN of
+    :func:`mixzoo.attacks.margins.layer_norm`)."""
+    top2 = F.softmax(layer_norm(logits), dim=1).topk(2, dim=1).values
     return top2[:, 0] - top2[:, 1]
 
 

@@ -19,6 +19,25 @@ Definitions used here (the paper leaves them implicit):
   to 1 in log scale, then c closest to 0, then smaller s, then smaller c - the most "modest" transformation
   (App. D.2 prefers modest values for numerical stability).
 
+Differences from the authors' code (``calc_spca.py`` of github.com/Bai-YT/MixedNUTS; found by running both on the
+same logits: the margins agree at every grid point). mixzoo's default (``search="mixzoo"``) keeps the first two
+because they are the closer reading of the paper; ``search="authors"`` (``mixzoo mix --search authors``) reproduces
+their search exactly:
+
+* (a) threshold: mixzoo takes the order statistic above, so at least ``beta * n`` attacked-correct margins reach
+  ``q`` (Eq. 7's constraint holds on the calibration set); theirs is ``np.percentile(m, 100 (1 - beta))`` with
+  linear interpolation, which lies between two order statistics and can keep fewer than ``beta * n`` (718 of 729
+  against mixzoo's 719 on the built-in Fashion-MNIST pair, ``benchmarks/layer_norm_parity.md``).
+* (b) App. D.8.2: mixzoo drops every c whose transform changes more than ``max_argmax_change`` (0.5 %) of the RBC's
+  predictions; theirs only prints a warning (``authors`` warns once, for the chosen c).
+* (c) saturation: when a threshold reaches 1 in float precision (large s), theirs caps it at ``1 - 1e-9`` for the
+  objective (alpha still comes from the uncapped q) and prints a warning; mixzoo does not cap. Both modes warn
+  (``warnings.warn``, one line) when the chosen threshold saturates (``authors``: any grid point's), and when beta
+  is degenerate (beta = 0, or more than ``max(8, grid size / 20)`` grid points tie at the optimum, saying how
+  many).
+* ``authors`` also computes in float64 and, among tied optima, takes the first in their loop order (s, c, p), the
+  first line their script prints; their LN is :func:`mixzoo.transforms.layer_norm` in both modes.
+
 Speed: the work is the exponentials of the softmax denominators. LN, the clamp and the power depend only on
 (p, c), so ``u = sgn * |Clamp(LN + c)|^p`` is computed once per (p, c) (``|.|^p = exp(p log|.|)`` with the log
 shared by all p) and the margins for every s follow from ``d = u_top1 - u``:
@@ -31,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +65,8 @@ if TYPE_CHECKING:
     from mixzoo.core.card import MixCard
 
 EXP_FLOOR = -80.0
+SATURATED = 1.0 - 1e-9  # a threshold q at or above this is saturated; the authors' code caps q here (difference c)
+SEARCHES = ("mixzoo", "authors")
 DEFAULT_CHUNK = 1 << 17  # float elements in the exponent buffer (512 KiB in float32: stays in cache)
 U_BATCH = 1 << 22  # float elements of u computed at once
 
@@ -174,6 +196,7 @@ class CalibrationProblem:
     chunk_size: int = DEFAULT_CHUNK
     dtype: torch.dtype = torch.float32
     progress: bool = False
+    search: str = "mixzoo"
 
     def __post_init__(self) -> None:
         if self.clean.ndim != 2 or self.attacked.ndim != 2 or self.clean.shape[1] != self.attacked.shape[1]:
@@ -185,6 +208,7 @@ class CalibrationProblem:
             raise InputError(f"beta must lie in [0, 1], got {self.beta}")
         if self.chunk_size < 1:
             raise InputError(f"chunk_size must be positive, got {self.chunk_size}")
+        check_search(self.search)
         self._clamp_fn = get_clamp(self.clamp)
         if self.max_argmax_change is not None and not 0.0 <= self.max_argmax_change <= 1.0:
             raise InputError(f"max_argmax_change must lie in [0, 1], got {self.max_argmax_change}")
@@ -203,7 +227,25 @@ class CalibrationProblem:
     @property
     def quantile_index(self) -> int:
         """``floor((1 - beta) * n_attacked)`` (with a 1e-9 guard against 0.1 * 10 = 0.9999...), at most n - 1."""
-        return min(int(math.floor((1.0 - self.beta) * self.n_attacked + 1e-9)), self.n_attacked - 1)
+        return _order_index(self.beta, self.n_attacked)
+
+    def thresholds(self, attacked_margins: torch.Tensor) -> torch.Tensor:
+        """The threshold q over the last dimension of ``attacked_margins`` (..., n_attacked), by the search's rule.
+
+        ``mixzoo``: the order statistic ``m_(i)``, ``i = floor((1 - beta) n)`` (:attr:`quantile_index`).
+        ``authors``: ``np.percentile(m, 100 (1 - beta))`` with numpy's default linear interpolation between the
+        order statistics around ``(1 - beta)(n - 1)`` (``calc_spca.py`` of the authors' code), vectorised.
+        """
+        n = attacked_margins.shape[-1]
+        if self.search == "mixzoo":
+            return attacked_margins.kthvalue(_order_index(self.beta, n) + 1, dim=-1).values
+        pos = (100.0 - 100.0 * self.beta) / 100.0 * (n - 1)
+        lo = min(max(int(math.floor(pos)), 0), n - 1)
+        t = pos - lo
+        a = attacked_margins.kthvalue(lo + 1, dim=-1).values
+        b = attacked_margins.kthvalue(min(lo + 2, n), dim=-1).values if lo + 1 < n else a
+        d = b - a
+        return b - d * (1.0 - t) if t >= 0.5 else a + d * t  # numpy's lerp, the same two branches
 
     @property
     def denominator(self) -> int:
@@ -295,7 +337,7 @@ class CalibrationProblem:
             raise InputError("s and p values must be positive")
         counts = torch.empty(len(s_values), len(p_values), len(c_values), dtype=torch.int64)
         q = torch.empty(len(s_values), len(p_values), len(c_values), dtype=torch.float64)
-        nc, i = self.n_clean, self.quantile_index
+        nc = self.n_clean
         weights = None if self.clean_weights is None else self.clean_weights.to(self._z_top_first.device, torch.bool)
         with progress_bar(self.progress) as bar:
             task = bar.add_task("Algorithm 1 grid search", total=len(c_values))
@@ -308,8 +350,10 @@ class CalibrationProblem:
                     bar.advance(task)
                     continue
                 m = self.margins(s_values, p_values, c)  # (S, P, N)
-                qq = m[..., nc:].kthvalue(i + 1, dim=-1).values  # (S, P)
-                reach = m[..., :nc] >= qq.unsqueeze(-1)
+                qq = self.thresholds(m[..., nc:])  # (S, P)
+                # the authors' code caps a saturated threshold for the objective only (alpha keeps the uncapped q)
+                thr = qq.clamp_max(SATURATED) if self.search == "authors" else qq
+                reach = m[..., :nc] >= thr.unsqueeze(-1)
                 if weights is not None:
                     reach &= weights
                 counts[:, :, kc] = reach.sum(-1).cpu()
@@ -318,8 +362,15 @@ class CalibrationProblem:
         return GridEvaluation(s_values, p_values, c_values, counts, self.denominator, q)
 
     def best_index(self, ev: GridEvaluation) -> tuple[int, int, int]:
-        """The arg-min of the objective with the module's tie-breaking rule (most modest s, p, c)."""
+        """The arg-min of the objective with the module's tie-breaking rule (most modest s, p, c); with
+        ``search="authors"`` the first minimum in the authors' loop order (s, then c, then p: the first line their
+        ``calc_spca.py`` prints)."""
         S, P, C = ev.counts.shape
+        if self.search == "authors":
+            si, pi, ci = torch.meshgrid(torch.arange(S), torch.arange(P), torch.arange(C), indexing="ij")
+            keys = [ev.counts.flatten().numpy(), si.flatten().numpy(), ci.flatten().numpy(), pi.flatten().numpy()]
+            flat = int(np.lexsort(keys[::-1])[0])
+            return flat // (P * C), (flat // C) % P, flat % C
         s, p, c = torch.meshgrid(ev.s_values, ev.p_values, ev.c_values, indexing="ij")
         keys = [ev.counts.flatten().numpy(), p.flatten().numpy(), np.abs(np.log(s.flatten().numpy())),
                 np.abs(c.flatten().numpy()), s.flatten().numpy(), c.flatten().numpy()]
@@ -348,6 +399,11 @@ class CalibrationProblem:
         ev = point.evaluate([result.s], [result.p], [result.c])
         q = float(ev.q[0, 0, 0])
         return replace(result, q=q, alpha=1.0 / (1.0 + q), objective=float(ev.objectives[0, 0, 0]))
+
+
+def _order_index(beta: float, n: int) -> int:
+    """``floor((1 - beta) n)`` with a 1e-9 guard against 0.1 * 10 = 0.9999..., at most ``n - 1``."""
+    return min(int(math.floor((1.0 - beta) * n + 1e-9)), n - 1)
 
 
 def _top_first(z: torch.Tensor, head: int = 8) -> torch.Tensor:
@@ -428,13 +484,23 @@ def _selection_hash(*masks: torch.Tensor) -> str:
     return h.hexdigest()[:16]
 
 
+def check_search(search: object, optimizer: str = "grid") -> None:
+    """Raise :class:`InputError` unless ``search`` is a known search rule usable with ``optimizer``."""
+    if search not in SEARCHES:
+        raise InputError(f"search must be one of {', '.join(map(repr, SEARCHES))} (see mixzoo.calibrate), got"
+                         f" {search!r}")
+    if search == "authors" and optimizer != "grid":
+        raise InputError(f"search='authors' reproduces the authors' grid loop; use optimizer 'grid', not {optimizer!r}")
+
+
 def check_settings(*, beta: float, clamp: str, objective: str, optimizer: str, grid: Grid | None,
-                   top_k: int | None = None) -> None:
+                   top_k: int | None = None, search: str = "mixzoo") -> None:
     """One-line :class:`InputError` for a bad Algorithm 1 setting; callers run it before any expensive attack."""
     from mixzoo.core.plugins import lookup
 
     if not isinstance(beta, int | float) or not 0.0 <= beta <= 1.0:
         raise InputError(f"beta must lie in [0, 1], got {beta}")
+    check_search(search, optimizer)
     check_top_k(top_k)
     if objective not in ("standard", "relaxed"):
         raise InputError(f"objective must be 'standard' or 'relaxed', got {objective!r}")
@@ -469,6 +535,7 @@ def calibrate(
     chunk_size: int = DEFAULT_CHUNK,
     dtype: torch.dtype = torch.float32,
     progress: bool = False,
+    search: str = "mixzoo",
 ) -> MixCard:
     """Algorithm 1 (Sec. 4.3): s, p, c and alpha of MixedNUTS from the RBC's clean and MMAA-attacked logits.
 
@@ -483,6 +550,11 @@ def calibrate(
     this share of the clean and attacked-correct calibration images are infeasible (GELU is not monotone below
     zero, so a large negative c can flip unconfident predictions and cost both accuracy and robustness);
     ``None`` disables the check.
+
+    ``search="authors"`` reproduces the authors' ``calc_spca.py`` loop (module docstring: percentile threshold, no
+    App. D.8.2 filter, saturated thresholds capped for the objective, the first optimum in their loop order, float64
+    throughout); ``max_argmax_change`` then only warns. Warns (one line each) when thresholds saturate and when beta
+    is degenerate (many grid points tie at the optimum).
     """
     from mixzoo.core.card import MixCard, provenance
     from mixzoo.core.plugins import lookup
@@ -498,7 +570,12 @@ def calibrate(
     _check_labels(attacked_labels, n_a, k, "attacked_labels")
     if n_c == 0 or n_a == 0:
         raise InputError("the calibration set is empty; pass logits of at least a few hundred images")
-    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k)
+    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k,
+                   search=search)
+    authors = search == "authors"
+    warn_change = max_argmax_change
+    if authors:  # the authors' code filters nothing (difference b) and computes in float64
+        max_argmax_change, dtype = None, torch.float64
     grid = Grid() if grid is None else grid
     if top_k is not None and (top_k < 2 or top_k > k):
         raise InputError(f"top_k must lie in [2, {k}] (number of classes), got {top_k}")
@@ -527,7 +604,7 @@ def calibrate(
             raise InputError("the ABC is wrong on every clean image the RBC gets wrong, so the relaxed objective"
                              " is undefined; use objective='standard' or more images")
 
-    common = dict(beta=float(beta), clean_weights=weights, chunk_size=chunk_size, dtype=dtype)
+    common = dict(beta=float(beta), clean_weights=weights, chunk_size=chunk_size, dtype=dtype, search=search)
     one_point = {**common, "dtype": torch.float64}  # a single (s, p, c): exact arithmetic costs nothing
     aux_problem = CalibrationProblem(clean_ln[clean_wrong], attacked_ln[attacked_right], clamp="linear", **one_point)
     alpha_d = float(aux_problem.evaluate([1.0], [1.0], [0.0]).alphas[0, 0, 0])
@@ -541,8 +618,8 @@ def calibrate(
         problem = CalibrationProblem(clean_ln[clean_wrong], attacked_ln[attacked_right], clamp=clamp,
                                      progress=progress, reference=torch.cat([clean_ln, attacked_ln[attacked_right]]),
                                      max_argmax_change=max_argmax_change, **common)
-        search = lookup("optimizer", optimizer)
-        result = search(problem, grid)
+        search_fn = lookup("optimizer", optimizer)
+        result = search_fn(problem, grid)
         if not isinstance(result, SearchResult):
             from mixzoo.core.errors import PluginError
 
@@ -553,6 +630,13 @@ def calibrate(
 
     notes = list(result.notes)
     ev = result.evaluation
+    notes += _search_warnings(result, float(beta), search, linear)
+    if authors and not linear and warn_change is not None:
+        moved = problem.argmax_change(result.c)
+        if moved > warn_change:
+            notes.append(_warn(f"search='authors' keeps c = {result.c:.4g}, where the transform changes {moved:.1%} of"
+                               f" the RBC's calibration predictions (over {warn_change:.1%}; the authors' code only"
+                               " warns, mixzoo's default search drops such c, App. D.8.2)", stacklevel=3))
     if not linear and max_argmax_change is not None:
         excluded = [c for c in ev.c_values.tolist() if problem.argmax_change(c) > max_argmax_change]
         if len(excluded) == len(ev.c_values):
@@ -580,6 +664,8 @@ def calibrate(
             notes.append(f"M(s*, p*, c*) changes the RBC's prediction on {moved:.1%} of clean images (App. D.8.2);"
                          " consider another clamp or grid")
     data.update(data_info or {})
+    if authors:
+        data["search"] = "authors"
     grid_info = {"optimizer": optimizer_name, "n_evaluated": result.n_evaluated,
                  "s_values": ev.s_values.tolist(), "p_values": ev.p_values.tolist(),
                  "c_values": ev.c_values.tolist(), "objectives": ev.objectives.tolist(), "alphas": ev.alphas.tolist()}
@@ -588,8 +674,35 @@ def calibrate(
         clamp="linear" if linear else clamp, top_k=None if linear else top_k, temperature=1.0 if linear else 0.0,
         alpha_d=alpha_d, objective=result.objective, method="linear" if linear else "mmaa",
         abc=_model_info(abc), rbc=_model_info(rbc), dataset=dataset, grid=grid_info, data=data,
-        attack=dict(attack_info or {}), provenance=provenance(), notes=notes,
+        attack=dict(attack_info or {}), provenance=provenance(layer_norm=LAYER_NORM_VERSION), notes=notes,
     )
+
+
+def _warn(message: str, stacklevel: int = 4) -> str:
+    """Warn with ``message`` pointing at the caller of :func:`calibrate` (from a helper it calls), return it."""
+    warnings.warn(message, stacklevel=stacklevel)
+    return message
+
+
+def _search_warnings(result: SearchResult, beta: float, search: str, linear: bool) -> list[str]:
+    """Warn (one line each) when thresholds saturate (q >= 1 - 1e-9 in float precision, difference c: at the chosen
+    point, or with ``search="authors"`` at any point, whose objective the cap changes) or beta is degenerate (many
+    grid points tie at the optimum); returns the messages for the card's notes."""
+    ev, out = result.evaluation, []
+    feasible = ev.counts <= ev.denominator  # infeasible points (App. D.8.2) carry counts denominator + 1
+    saturated = int(((ev.q >= SATURATED) & feasible).sum())
+    if result.q >= SATURATED or (saturated and search == "authors"):
+        chosen = " including the chosen one" if result.q >= SATURATED else ""
+        how = ("capped at 1 - 1e-9 for the objective, as the authors' code does" if search == "authors" else
+               "not capped: the objective there counts clean margins that round to 1")
+        out.append(_warn(f"Algorithm 1: the threshold q saturates (>= 1 - 1e-9) at {saturated} of {ev.counts.numel()}"
+                         f" grid points{chosen} ({how}); lower the grid's s_max"))
+    n_tied = int((ev.counts == ev.counts[feasible].min()).sum()) if feasible.any() else 0
+    if not linear and (beta == 0.0 or n_tied > max(8, ev.counts.numel() // 20)):
+        out.append(_warn(f"Algorithm 1: {n_tied} of {ev.counts.numel()} grid points tie at the best objective with"
+                         f" beta = {beta:g}, so the tie rule, not the data, picks s, p, c; use more calibration images"
+                         " or a beta closer to 1"))
+    return out
 
 
 def prediction_change_share(z_top_first: torch.Tensor, clamp_fn: Any, c: float) -> float:

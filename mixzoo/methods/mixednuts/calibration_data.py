@@ -19,7 +19,9 @@ from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.pairs import cached_logits, model_device, model_key, model_name
 
-ATTACK_CODE_VERSION = "mmaa-2"  # bump when MMAA's behaviour changes so stale cache entries are not reused
+# bump when MMAA's behaviour changes so stale cache entries are not reused; 3: the layer norm MMAA attacks is the
+# authors' (unbiased variance + 1e-8, LAYER_NORM_VERSION "ln-2")
+ATTACK_CODE_VERSION = "mmaa-3"
 
 
 @dataclass

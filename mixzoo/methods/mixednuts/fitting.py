@@ -91,6 +91,7 @@ def mix(
     objective: str = "standard",
     optimizer: str = "grid",
     top_k: int | None = None,
+    search: str = "mixzoo",
     refit_alpha: bool = False,
     eps: float | None = None,
     norm: str | None = None,
@@ -112,13 +113,15 @@ def mix(
 
     With no names, the built-in Fashion-MNIST pair is used. The RBC's clean logits and its MMAA margins are cached,
     so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds. ``refit_alpha`` adds a second
-    pass that re-chooses alpha on MMAA points of the transformed RBC (:func:`mixzoo.methods.mixednuts.approximation.refit_alpha`).
+    pass that re-chooses alpha on MMAA points of the transformed RBC (:func:`.approximation.refit_alpha`).
+    ``search="authors"`` runs Algorithm 1 exactly as the authors' code does (see :mod:`.calibrate`).
     """
     from mixzoo.methods.base import FitRequest
     from mixzoo.methods.mixednuts.calibrate import calibrate, check_settings
     from mixzoo.zoo.data import shortfall_note
 
-    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k)
+    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k,
+                   search=search)
     t0 = time.perf_counter()
     pair = prepare_pair(FitRequest(abc, rbc, dataset=dataset, n_calib=n_calib, eps=eps, norm=norm, seed=seed,
                                    batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
@@ -135,7 +138,7 @@ def mix(
     card = calibrate(
         clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=cdata.attacked_logits,
         attacked_labels=cdata.labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid, objective=objective,
-        abc_clean_correct=abc_correct, optimizer=optimizer, progress=progress,
+        abc_clean_correct=abc_correct, optimizer=optimizer, progress=progress, search=search,
         abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=dataset, data_info=pair.data_info(),
         attack_info=cdata.attack,
     )

@@ -26,8 +26,15 @@ class MixedNUTS(MixingMethod):
     default = True
     certificate = ("MixedNUTS's nonlinear transform M(s, p, c) has no certified radius (001 Thm 3.5 covers"
                    " constant-alpha mixtures of probabilities); certify a linear card instead")
-    v1_note = ("schema-1 card, made before mixzoo's layer norm matched the authors' (unbiased variance + 1e-8);"
-               " its s, p, c, alpha were calibrated for the old one: run `mixzoo mix` again")
+    def v1_warning(self, data: dict[str, Any]) -> str | None:
+        """A schema-1 card was made before mixzoo's layer norm matched the authors' (unless its provenance records
+        the current one): its s, p, c and alpha were fitted for the old LN."""
+        from mixzoo.attacks.margins import LAYER_NORM_VERSION
+
+        if (data.get("provenance") or {}).get("layer_norm") == LAYER_NORM_VERSION:
+            return None
+        return ("made with an older layer norm (ln-1: population variance; now the authors' unbiased variance +"
+                " 1e-8), so its s, p, c and alpha do not fit this mixzoo; run `mixzoo mix` again")
     options = {
         "beta": "share of the RBC's attacked-correct margins to keep (Algorithm 1; 0.985 CIFAR, 0.99 ImageNet)",
         "clamp": "clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)",
@@ -35,6 +42,8 @@ class MixedNUTS(MixingMethod):
         "objective": "standard | relaxed (App. D.8.3)",
         "optimizer": "calibration optimizer from the plugin hook (grid, refine, ...)",
         "top_k": "layer-norm statistics over the top-k logits (App. D.7)",
+        "search": "mixzoo | authors: Algorithm 1 exactly as the authors' code (percentile threshold, no App. D.8.2"
+                  " filter; see mixzoo.methods.mixednuts.calibrate)",
         "refit_alpha": "second pass: alpha chosen again on MMAA points of h^M (App. D.9)",
         "n_iter": "APGD iterations in MMAA",
         "n_target_classes": "APGD-T target classes in MMAA",

@@ -367,7 +367,7 @@ def transfer_params(
                              f" {card.rbc.get('weight_hash')}; its MMAA points are not those the card saw")
             surrogate_info["weight_hash"] = actual
     black_box = {"name": bb.name, "weight_hash": bb.weight_hash, "black_box": True}
-    prov = provenance(seed=seed, surrogate={k: v for k, v in surrogate_info.items() if v is not None},
+    prov = provenance(layer_norm=LAYER_NORM_VERSION, seed=seed, surrogate={k: v for k, v in surrogate_info.items() if v is not None},
                       black_box={**black_box, "queries": query_log["total"]},
                       command="mixzoo.methods.mixednuts.transfer.transfer_params()")
     if card is not None and card.provenance.get("git_commit"):

@@ -10,7 +10,13 @@ from collections.abc import Callable
 
 import torch
 
-from mixzoo.attacks.margins import VAR_FLOOR, check_top_k, layer_norm  # noqa: F401 - LN is also MMAA's (App. B.1)
+from mixzoo.attacks.margins import (  # noqa: F401 - LN is also MMAA's (App. B.1)
+    LAYER_NORM_VERSION,
+    LN_CLIP,
+    LN_EPS,
+    check_top_k,
+    layer_norm,
+)
 from mixzoo.core.errors import InputError
 
 ClampFn = Callable[[torch.Tensor], torch.Tensor]
