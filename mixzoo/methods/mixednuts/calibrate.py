@@ -59,7 +59,7 @@ import torch
 
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
-from mixzoo.methods.mixednuts.transforms import check_top_k, get_clamp, layer_norm
+from mixzoo.methods.mixednuts.transforms import LAYER_NORM_VERSION, check_top_k, get_clamp, layer_norm
 
 if TYPE_CHECKING:
     from mixzoo.core.card import MixCard

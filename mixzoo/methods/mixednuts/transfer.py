@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.apgd import NORMS
-from mixzoo.attacks.margins import ln_signed_margin, selection_key
+from mixzoo.attacks.margins import LAYER_NORM_VERSION, ln_signed_margin, selection_key
 from mixzoo.attacks.mmaa import MMAAResult
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard, provenance
