@@ -236,7 +236,8 @@ def mix(
     from mixzoo.methods import fit
 
     given = {"beta": beta, "clamp": clamp, "grid": _parse_grid(grid), "objective": objective,
-             "optimizer": optimizer, "top_k": top_k, "search": search, "refit_alpha": refit_alpha or None, "n_iter": n_iter}
+             "optimizer": optimizer, "top_k": top_k, "search": search, "refit_alpha": refit_alpha or None,
+             "n_iter": n_iter}
     options = {k: v for k, v in given.items() if v is not None}
     options.update(parse_attack_options(option) or {})
     options["command"] = _command_line()
@@ -519,12 +520,12 @@ def transfer_params(
                                    queries=queries, query_budget=query_budget, out=out, seed=seed, beta=beta,
                                    eps=eps, norm=norm, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
                                    device=device, allow_unsafe=allow_unsafe, progress=not as_json)
-    summary = {"card": str(out), "method": card.method, "s": card.s, "p": card.p, "c": card.c,
+    summary = {"card": str(out), "method": card.fit, "s": card.s, "p": card.p, "c": card.c,
                "alpha": card.alpha, "objective": card.objective}
     if as_json:
         print(json.dumps({**summary, "notes": card.notes}, indent=2))
         return
-    table = Table(title=f"transferred mix card for {rbc} ({card.method})", show_header=False)
+    table = Table(title=f"transferred mix card for {rbc} ({card.fit})", show_header=False)
     for k, v in summary.items():
         table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     out_console.print(table)

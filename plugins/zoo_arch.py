@@ -1,7 +1,8 @@
 """Architectures of the built-in zoo, by name (``source.arch`` in ``registry.toml``).
 
 Small VGG-style CNNs sized for Fashion-MNIST (1x28x28) and scikit-learn digits (1x8x8) on a CPU. Weights are
-trained by :mod:`mixzoo.training.train`; the registry entry stores the constructor keyword arguments in ``source.kwargs``.
+trained by :mod:`mixzoo.training.train`; the registry entry stores the constructor keyword arguments in
+``source.kwargs``.
 """
 
 from __future__ import annotations

@@ -284,10 +284,11 @@ def test_attack_options_are_checked_before_any_attack_with_close_names():
 
 def test_adaptive_strong_breaks_every_example_standard_autoattack_breaks(digits):
     """Issue 30: standard AutoAttack (pyautoattack, run directly on the exact mixed classifier, same images and
-    seed) must break nothing that ``adaptive-strong`` reports robust. On this digits mixture AutoAttack's own
-    exact-gradient APGD breaks one example (index 66) that every other component misses, so without the
-    ``autoattack-standard`` component this test fails. Square gets 100 queries on both sides, and the bypass FAB-T
-    and Square components of ``adaptive`` are left out, for time."""
+    seed) must break nothing that ``adaptive-strong`` reports robust. With mixzoo's earlier layer norm AutoAttack's
+    own exact-gradient APGD broke one example (index 66) here that every other component missed; with the authors'
+    layer norm (issue 25) the other components break it too, so the component's own count may be 0 and the test
+    checks the containment itself. Square gets 100 queries on both sides, and the bypass FAB-T and Square components
+    of ``adaptive`` are left out, for time."""
     from mixzoo.compat import import_autoattack
     from mixzoo.mixing import MixedClassifier
 
@@ -305,5 +306,5 @@ def test_adaptive_strong_breaks_every_example_standard_autoattack_breaks(digits)
     only_aa = torch.nonzero(res.robust_correct & ~aa_robust).squeeze(1).tolist()
     assert only_aa == []
     counts = {c.name: c.newly_broken for c in res.components}
-    assert counts["autoattack-standard"] >= 1 and "fab-t-exact" in counts
+    assert "autoattack-standard" in counts and "fab-t-exact" in counts
     assert mix.gradient == "exact"

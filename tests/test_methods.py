@@ -193,3 +193,19 @@ def test_bench_refuses_cards_of_different_pairs(tmp_path):
     b = MixCard("linear", {"alpha": 0.9}, **{**PAIR, "abc": {"name": "fmnist-std"}}).save(tmp_path / "b.toml")
     with pytest.raises(InputError, match="different ABCs"):
         bench([str(a), str(b)], n=10, curve=False, progress=False)
+
+
+def test_published_cards_load_by_name_and_bench_names_missing_weights(tmp_path, hf_cache, rb_dir, monkeypatch):
+    """`mixzoo bench mixednuts-cifar10` finds the card through the mixzoo_cards hook; offline without the authors'
+    weights it stops with the one-line error naming the file to fetch, and writes nothing."""
+    from mixzoo.core.errors import MissingFileError
+    from mixzoo.evaluation.bench import bench
+
+    monkeypatch.setenv("MIXZOO_OFFLINE", "1")
+    assert str(lookup("card", "mixednuts-cifar10")).endswith("mixednuts-cifar10.toml")
+    card = MixCard.load("mixednuts-imagenet")
+    assert (card.method, card.top_k, card.abc["name"], card.rbc["name"]) == ("mixednuts", 250, "convnextv2-l",
+                                                                             "liu2023-swin-l")
+    with pytest.raises(MissingFileError, match="bit-r152x2-cifar10.pt"):
+        bench("mixednuts-cifar10", n=10, out=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()

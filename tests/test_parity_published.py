@@ -1,6 +1,6 @@
 """Issue 25, section 3: the paper's three published MixedNUTS models (``plugins/cards/mixednuts-*.toml``, parameters
-from the authors' ``configs/optimal_spca.yaml``) give, through :func:`mixzoo.mixing.mix_log_probs`, the
-log-probabilities of the authors' formula to 1e-6 on random base logits.
+from the authors' ``configs/optimal_spca.yaml``) give, loaded by name and built by their method (the
+mixed classifier itself), the log-probabilities of the authors' formula to 1e-6 on random base logits.
 
 ``authors_log_probs`` is written here in float64 NumPy from the authors' code (``models/output_maps.py``:
 ``normalize_topk`` with the unbiased variance + 1e-8 over the top ``ln_k`` logits, ``nn.GELU()`` (exact erf form) of
@@ -17,22 +17,32 @@ import numpy as np
 import pytest
 import torch
 from scipy.special import erf
+from torch import nn
 
-from mixzoo.mixing import mix_log_probs
+from mixzoo.core.card import MixCard
 
 CARDS = Path(__file__).resolve().parents[1] / "plugins" / "cards"
 PUBLISHED = {"mixednuts-cifar10": 10, "mixednuts-cifar100": 100, "mixednuts-imagenet": 1000}
 AUTHORS_LN_K = 250  # calc_spca.py / run_robustbench.py default: all logits for CIFAR, the top 250 for ImageNet
 
 
-def load_published(name: str) -> dict:
-    """The mixing parameters of a published card by name, as ``mix_log_probs`` keywords.
+class Fixed(nn.Module):
+    """A base classifier whose logits are given (row i of ``logits`` for input image i)."""
 
-    Reads the TOML directly (schema 2); switch this to the card loader once it reads schema 2 by name."""
-    card = tomllib.loads((CARDS / f"{name}.toml").read_text(encoding="utf-8"))
-    m = card["mixednuts"]
-    return {"s": m["s"], "p": m["p"], "c": m["c"], "alpha": m["alpha"], "clamp": m["clamp"],
-            "temperature": m["temperature"], "top_k": m.get("top_k")}
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.logits[x.flatten(1)[:, 0].long()]
+
+
+def published_classifier(name: str, g: np.ndarray, h: np.ndarray) -> tuple[nn.Module, torch.Tensor]:
+    """The published card loaded by name (``MixCard.load``: the ``mixzoo_cards`` hook) and built by its method,
+    around base models that return ``g`` and ``h``; and the images that select every row."""
+    card = MixCard.load(name)
+    model = card.mixing_method.build(Fixed(torch.from_numpy(g)), Fixed(torch.from_numpy(h)), card)
+    return model, torch.arange(len(g), dtype=torch.float64)[:, None]
 
 
 def authors_log_probs(g: np.ndarray, h: np.ndarray, s: float, p: float, c: float, alpha: float, ln_k: int,
@@ -79,10 +89,12 @@ def test_the_cards_hold_the_authors_published_parameters():
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_published_card_matches_the_authors_formula_to_1e_6(name):
-    params = load_published(name)
     k = PUBLISHED[name]
     g, h = random_logits(300, k, seed=k)
-    got = mix_log_probs(torch.from_numpy(g), torch.from_numpy(h), **params).numpy()
+    model, images = published_classifier(name, g, h)
+    with torch.no_grad():
+        got = model(images).numpy()
+    params = MixCard.load(name).params
     want = authors_log_probs(g, h, params["s"], params["p"], params["c"], params["alpha"], AUTHORS_LN_K)
     assert got.dtype == np.float64 and np.isfinite(want).all()
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)

@@ -8,7 +8,8 @@ point, momentum 0.75 (none on the first step). Random starts are drawn on the CP
 with the same seed our runs follow AutoAttack's trajectories (and are identical on CPU and GPU draws).
 
 The model is any callable returning logits, or a pair ``(judged, loss)`` of logits (e.g. ``forward_pair`` of a
-:class:`mixzoo.methods.mixednuts.mixing.MixedClassifier`: the true MixedNUTS output is judged, the differentiable auxiliary mixture of
+:class:`mixzoo.methods.mixednuts.mixing.MixedClassifier`: the true MixedNUTS output is judged, the differentiable
+auxiliary mixture of
 Eq. 8 gives the loss and gradients, App. B.2.1). Every forward pass the attack already makes (including the starting
 point) offers its judged logits to a :class:`~mixzoo.attacks.margins.MarginRecord`; no pass is added for tracking.
 """

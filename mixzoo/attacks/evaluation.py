@@ -6,7 +6,8 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
 
 * ``pgd``: plain fixed-step PGD on the cross-entropy (:func:`mixzoo.attacks.pgd.pgd`).
 * ``apgd``: our APGD-CE + APGD-T (targeted DLR, 9 targets) on the model's own output; a
-  :class:`~mixzoo.methods.mixednuts.mixing.MixedClassifier` supplies exact or bypass gradients as its ``gradient`` attribute says.
+  :class:`~mixzoo.methods.mixednuts.mixing.MixedClassifier` supplies exact or bypass gradients as its ``gradient``
+  attribute says.
 * ``autoattack``: standard AutoAttack (APGD-CE, APGD-T, FAB-T, Square) from the installed ``pyautoattack`` package;
   a model with a ``gradient`` attribute is switched to ``"bypass"`` for the run and restored afterwards (App. B.2.2,
   how the RobustBench entry was evaluated).
@@ -319,7 +320,7 @@ def _standard_exact(model: nn.Module, opts: dict[str, Any], eps: float, norm: st
     ``AutoAttack(model, version="standard", seed=seed).run_standard_evaluation`` on the same batch finds, example
     by example. The options (``n_iter``, ``n_restarts``, ``n_target_classes``, ``n_queries``) are the standard
     version's by default."""
-    from mixzoo.compat import import_autoattack
+    from mixzoo.core.compat import import_autoattack
 
     aa = import_autoattack()
 

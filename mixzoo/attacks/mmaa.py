@@ -85,7 +85,8 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     ``attack_all=False`` attacks, like AutoAttack, only examples no visited point has flipped yet. The examples
     that stay correctly classified get exactly the same points and margins either way (their runs are the same
     batches with the same random stream), and Algorithm 1 uses only those and the misclassified flags
-    (:func:`mixzoo.methods.mixednuts.calibrate.calibrate` keeps attacked examples the RBC still gets right), so calibration is
+    (:func:`mixzoo.methods.mixednuts.calibrate.calibrate` keeps attacked examples the RBC still gets right), so
+    calibration is
     unchanged while the attack costs what AutoAttack's APGD-CE + APGD-T cost; only the margins of flipped
     examples are less negative.
     """

@@ -171,7 +171,8 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     """Minimum-margin Square attack of ``model`` (images in [0, 1] -> logits) using forward queries only.
 
     Returns, for every example, the visited point of smallest signed margin of softmax(LN(logits)) (raw logits
-    with ``layer_norm=False``; ``top_k`` as in :func:`mixzoo.methods.mixednuts.transforms.layer_norm`), the raw logits there and
+    with ``layer_norm=False``; ``top_k`` as in :func:`mixzoo.methods.mixednuts.transforms.layer_norm`), the raw logits
+    there and
     that margin, in the same :class:`~mixzoo.attacks.mmaa.MMAAResult` as :func:`mixzoo.attacks.mmaa` so it can
     replace MMAA in Algorithm 1 (App. D.5). ``settings["queries"]`` counts the examples forwarded. A
     :class:`~mixzoo.zoo.blackbox.BlackBoxModel` with too small a budget is refused before the first query.

@@ -4,7 +4,8 @@ A plugin is a module (or object) registered under the entry-point group ``mixzoo
 the hooks below, decorated with :data:`mixzoo.hookimpl`. The built-in plugins in ``plugins/`` are ordinary
 plugins registered the same way, so each hook here has at least one real implementation in this repository.
 
-Hooks that *collect* (model specs, clamps, attacks, optimizers, datasets, mixing methods, cards) are called on every plugin and their
+Hooks that *collect* (model specs, clamps, attacks, optimizers, datasets, mixing methods, cards) are called on every
+plugin and their
 results are merged by :mod:`mixzoo.core.plugins`; a name provided twice is left out and reported by ``mixzoo plugins``,
 and using it is an error naming both plugins (the other names keep working). Hooks that
 *resolve* (loading a model, resolving a name that is not in any registry) are ``firstresult``: plugins answer
@@ -84,7 +85,8 @@ def mixzoo_calibration_optimizers() -> dict[str, Callable[..., Any]]:
     """Searches that solve the surrogate problem (paper Eq. 7), by name (``calibrate(optimizer=NAME)``).
 
     Called once when optimizers are first looked up. Each value is
-    ``optimizer(problem: mixzoo.methods.mixednuts.calibrate.CalibrationProblem, grid: mixzoo.methods.mixednuts.calibrate.Grid) -> SearchResult``;
+    ``optimizer(problem: mixzoo.methods.mixednuts.calibrate.CalibrationProblem, grid:
+    mixzoo.methods.mixednuts.calibrate.Grid) -> SearchResult``;
     CONTRIBUTING.md ("Calibration optimizers") documents ``problem.evaluate`` / ``best_index`` / ``result`` and the
     fields of :class:`~mixzoo.methods.mixednuts.calibrate.SearchResult`.
     """

@@ -108,7 +108,8 @@ class EpsSweep:
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     attack_options: dict[str, Any] = field(default_factory=dict)  # as given; the attack's defaults for the rest
-    run: dict[str, Any] = field(default_factory=dict)  # versions, commit, machine, time (mixzoo.core.machine.run_record)
+    # versions, commit, machine, time (mixzoo.core.machine.run_record)
+    run: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -199,8 +200,10 @@ def eps_sweep(
     ``mixzoo bench``: at the card's eps, with the same attack, ``n`` and batch size, the bench's rows are reused.
 
     The linear baseline's alpha is ``linear_alpha`` if given, else matched to MixedNUTS's robust accuracy exactly
-    as ``mixzoo bench`` matches it (:func:`mixzoo.evaluation.bench.matched_linear_alpha`; ``match_attack``, ``match_n`` and
-    ``match_options`` as in :func:`mixzoo.evaluation.bench.bench`, with its defaults), so after a bench with the same settings
+    as ``mixzoo bench`` matches it (:func:`mixzoo.evaluation.bench.matched_linear_alpha`; ``match_attack``,
+    ``match_n`` and
+    ``match_options`` as in :func:`mixzoo.evaluation.bench.bench`, with its defaults), so after a bench with the same
+    settings
     it is read from the cache.
     """
     from mixzoo.evaluation.bench import (

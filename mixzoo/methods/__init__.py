@@ -4,6 +4,7 @@ fits any of them by name (``mixzoo mix --method NAME``)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,10 @@ def fit(method: str | None = None, abc: str | nn.Module | None = None, rbc: str 
         from mixzoo.core.card import MixCard
 
         MixCard.check_path(out)
-    return chosen.fit(FitRequest(abc, rbc, options=options, out=out, **request))
+    t0 = time.perf_counter()
+    result = chosen.fit(FitRequest(abc, rbc, options=options, out=out, **request))
+    result.seconds.setdefault("total", time.perf_counter() - t0)
+    return result
 
 
 __all__ = ["ExtraAttack", "FitRequest", "FitResult", "MixingMethod", "default_method", "fit", "get_method"]

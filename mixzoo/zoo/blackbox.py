@@ -2,7 +2,8 @@
 
 Algorithm 1 needs the RBC's minimum-margin perturbations, and MMAA finds them with the RBC's gradients. A model
 behind an API (or exported without gradients) gives only its outputs. :class:`BlackBoxModel` makes any model
-behave like one, so that every black-box route of App. D.5 (:mod:`mixzoo.methods.mixednuts.transfer`) can be checked honestly:
+behave like one, so that every black-box route of App. D.5 (:mod:`mixzoo.methods.mixednuts.transfer`) can be checked
+honestly:
 
 * forward passes run under ``torch.no_grad`` on detached inputs; the output is attached to the input's graph
   through :class:`_NoGradient`, whose backward raises :class:`NoGradientError`, so an attack that tries to

@@ -83,7 +83,8 @@ def check_model_fits(model: nn.Module, data: Any, role: str = "model") -> None:
 def card_model(card: Any, role: str, given: str | nn.Module | None = None, *, device: str = "cpu",
                allow_unsafe: bool = False) -> nn.Module:
     """The ``role`` ("abc" or "rbc") model a mix card was calibrated for: ``given`` when not None (name or module),
-    else loaded by the name the card recorded. A card made by :func:`mixzoo.methods.mixednuts.calibrate` from bare logits records no
+    else loaded by the name the card recorded. A card made by :func:`mixzoo.methods.mixednuts.calibrate` from bare
+    logits records no
     names, and one made for unregistered modules records their class names: both need the model passed in."""
     from mixzoo.core.errors import UnknownNameError
 

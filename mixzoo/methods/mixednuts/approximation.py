@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from mixzoo.core.errors import InputError
+from mixzoo.methods.mixednuts.mixing import transformed_rbc  # noqa: F401 - its name here before
 
 
 @dataclass
@@ -66,7 +67,8 @@ class ApproximationCheck:
 
 
 def mmaa_settings(record: dict[str, Any], top_k: int | None = None) -> dict[str, Any]:
-    """The keyword arguments of :func:`~mixzoo.methods.mixednuts.calibration_data.cached_mmaa` that an attack record (a card's ``attack``)
+    """The keyword arguments of :func:`~mixzoo.methods.mixednuts.calibration_data.cached_mmaa` that an attack record
+    (a card's ``attack``)
     describes; cards written before ``batch_size`` and ``top_k`` were recorded used mix's defaults, 250 and the
     card's ``top_k``."""
     keys = ("eps", "norm", "n_iter", "n_target_classes", "n_restarts", "seed")
@@ -114,9 +116,10 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     check_device(device)
     if not isinstance(card, MixCard):
         card = MixCard.load(card)
-    if card.method != "mmaa" or not card.attack or not card.data or card.beta is None:
-        raise InputError(f"the App. D.9 check needs a card made by `mixzoo mix` (method 'mmaa', with its attack and"
-                         f" data records); this one has method {card.method!r}")
+    if card.method != "mixednuts" or card.fit != "mmaa" or not card.attack or not card.data or card.beta is None:
+        raise InputError(f"the App. D.9 check needs a card made by `mixzoo mix` (MixedNUTS fitted by MMAA, with its"
+                         f" attack and data records); this one has method {card.method!r},"
+                         f" fit {card.params.get('fit')!r}")
     rbc_m = card_model(card, "rbc", rbc, device=device, allow_unsafe=allow_unsafe)
     data = load_dataset(card_dataset(card, rbc_m), "calibration", n=card.data["n"], root=data_dir)
     check_model_fits(rbc_m, data, "RBC")

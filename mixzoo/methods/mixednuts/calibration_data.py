@@ -17,7 +17,8 @@ from torch import nn
 from mixzoo.core.cache import Cache, batched_cached
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
-from mixzoo.zoo.pairs import cached_logits, model_device, model_key, model_name
+from mixzoo.zoo import pairs
+from mixzoo.zoo.pairs import model_device, model_key, model_name
 
 # bump when MMAA's behaviour changes so stale cache entries are not reused; 3: the layer norm MMAA attacks is the
 # authors' (unbiased variance + 1e-8, LAYER_NORM_VERSION "ln-2")
@@ -46,7 +47,8 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     perturbed images and the ``margins`` the attack minimised.
 
     ``transform`` (a card, or anything with ``s``, ``p``, ``c``, ``clamp``, ``top_k``) attacks the transformed RBC
-    h^M(s, p, c) instead, with margins of its softmax (the App. D.9 check, :mod:`mixzoo.methods.mixednuts.approximation`).
+    h^M(s, p, c) instead, with margins of its softmax (the App. D.9 check,
+    :mod:`mixzoo.methods.mixednuts.approximation`).
     Each batch uses seed ``seed + batch index`` so an interrupted run resumes with identical results.
     """
     from mixzoo.attacks import mmaa
@@ -101,7 +103,7 @@ def calibration_data(abc: nn.Module | None, rbc: nn.Module, dataset: Any, *, eps
         raise InputError("the calibration set is empty; use --n-calib > 0")
     t0 = time.perf_counter()
     n_hits = len(cache.hits)
-    clean = cached_logits(rbc, dataset, cache=cache, device=device, progress=progress, what="RBC clean logits")
+    clean = pairs.cached_logits(rbc, dataset, cache=cache, device=device, progress=progress, what="RBC clean logits")
     t1 = time.perf_counter()
     hits = {"rbc_logits": len(cache.hits) > n_hits}
     n_hits = len(cache.hits)
@@ -112,7 +114,7 @@ def calibration_data(abc: nn.Module | None, rbc: nn.Module, dataset: Any, *, eps
     hits["mmaa"] = len(cache.hits) > n_hits
     abc_logits = None
     if abc is not None:
-        abc_logits = cached_logits(abc, dataset, cache=cache, device=device, progress=progress,
+        abc_logits = pairs.cached_logits(abc, dataset, cache=cache, device=device, progress=progress,
                                    what="ABC clean logits")
     t3 = time.perf_counter()
     attack = {"name": "mmaa", "eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,

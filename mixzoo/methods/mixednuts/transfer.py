@@ -10,7 +10,8 @@ ways out, all in :func:`transfer_params`:
     perturbations are transferred to the black box, which is queried there (and at the clean images); per example
     the point of smaller black-box margin is the attacked point. alpha is then recalibrated for the black box by
     Algorithm 1 at the fixed (s, p, c): ``alpha = 1 / (1 + q)``, ``q`` the (1 - beta)-quantile of the attacked
-    correct margins of M(s, p, c) (the quantile rule of :mod:`mixzoo.methods.mixednuts.calibrate`, run on a 1 x 1 x 1 grid).
+    correct margins of M(s, p, c) (the quantile rule of :mod:`mixzoo.methods.mixednuts.calibrate`, run on a 1 x 1 x 1
+    grid).
 ``square``
     App. D.5's black-box minimum-margin attack: min-margin Square (:mod:`mixzoo.attacks.square`) on the black box
     itself replaces MMAA, and Algorithm 1 runs in full (grid of the given card, else the default grid); no
@@ -88,7 +89,8 @@ def _hash(model: Any) -> str | None:
 
 
 def _grid_from_card(card: MixCard | None) -> Any:
-    """The card's grid as a :class:`mixzoo.methods.mixednuts.calibrate.Grid` (the default grid if it has fewer than 2 points)."""
+    """The card's grid as a :class:`mixzoo.methods.mixednuts.calibrate.Grid` (the default grid if it has fewer than 2
+    points)."""
     grid = Grid.from_record(card.grid if card is not None else None)
     return grid if grid is not None and grid.size >= 2 else Grid()
 
@@ -96,7 +98,8 @@ def _grid_from_card(card: MixCard | None) -> Any:
 def _algorithm1(clean: torch.Tensor, attacked: torch.Tensor, labels: torch.Tensor, *, beta: float, clamp: str,
                 top_k: int | None, grid: Any, progress: bool = False, max_argmax_change: float | None = 0.005
                 ) -> MixCard:
-    """:func:`mixzoo.methods.mixednuts.calibrate.calibrate`; a 1 x 1 x 1 grid (given s, p, c) is exempt from the App. D.8.2 filter
+    """:func:`mixzoo.methods.mixednuts.calibrate.calibrate`; a 1 x 1 x 1 grid (given s, p, c) is exempt from the App.
+    D.8.2 filter
     on predictions the transform changes (the share is still recorded in ``data`` and noted when large)."""
     fixed = grid.size == 1
     return calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=attacked, attacked_labels=labels,
@@ -261,7 +264,7 @@ def transfer_params(
                          " pass --eps (eps= in Python)")
     clamp = card.clamp if card is not None else "gelu"
     top_k = card.top_k if card is not None else None
-    if clamp == "linear" or (card is not None and not card.transform):
+    if clamp == "linear" or (card is not None and card.method != "mixednuts"):
         raise InputError("the surrogate card is a linear-mixture card (method 'linear'); transfer needs a MixedNUTS"
                          " card from `mixzoo mix`")
 
@@ -357,7 +360,7 @@ def transfer_params(
     surrogate_info: dict[str, Any] = {}
     if card is not None:
         surrogate_info = {"name": card.rbc.get("name"), "weight_hash": card.rbc.get("weight_hash"),
-                          "card": card_path, "method": card.method, "s": card.s, "p": card.p, "c": card.c,
+                          "card": card_path, "method": card.fit, "s": card.s, "p": card.p, "c": card.c,
                           "alpha": card.alpha, "objective": card.objective, "dataset": card.dataset}
         if isinstance(surrogate, nn.Module):
             surrogate_info["name"] = _name(surrogate) or surrogate_info["name"]
@@ -367,7 +370,8 @@ def transfer_params(
                              f" {card.rbc.get('weight_hash')}; its MMAA points are not those the card saw")
             surrogate_info["weight_hash"] = actual
     black_box = {"name": bb.name, "weight_hash": bb.weight_hash, "black_box": True}
-    prov = provenance(layer_norm=LAYER_NORM_VERSION, seed=seed, surrogate={k: v for k, v in surrogate_info.items() if v is not None},
+    prov = provenance(layer_norm=LAYER_NORM_VERSION, seed=seed,
+                      surrogate={k: v for k, v in surrogate_info.items() if v is not None},
                       black_box={**black_box, "queries": query_log["total"]},
                       command="mixzoo.methods.mixednuts.transfer.transfer_params()")
     if card is not None and card.provenance.get("git_commit"):
