@@ -82,9 +82,12 @@ def _library_defaults(fn) -> dict:
 
 
 def _card(**values):
+    """A real MixedNUTS card (the schema-1 keyword form: ``method`` is how it was fitted)."""
+    from mixzoo.core.card import MixCard
+
     base = dict(s=1.5, p=2.5, c=-0.5, alpha=0.75, beta=0.985, objective=0.125, notes=[], method="transfer",
                 abc={"name": "a"}, rbc={"name": "r"}, dataset="digits", clamp="gelu")
-    return SimpleNamespace(**{**base, **values})
+    return MixCard(**{**base, **values})
 
 
 def _mix_result(**card_values):
@@ -405,11 +408,12 @@ def test_bench_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
         "--data-dir", "dd", "--cache-dir", str(tmp_path / "c"), "--no-cache", "--device", "cuda", "--allow-unsafe",
         "--json"])
     assert result.exit_code == 0, result.output
-    assert spy.calls[0][0] == (tmp_path / "card.toml",)
+    assert spy.calls[0][0] == (str(tmp_path / "card.toml"),)  # a card file or a published card name
     assert spy.kwargs == dict(
         abc="a", rbc="r", attack="apgd", n=9, out=tmp_path / "o", eps=0.3, norm="L2", seed=2, batch_size=8,
         attack_options={"n_iter": 3, "loss": "ce"}, curve=False, curve_n=11, save_adversarial=True, data_dir="dd",
-        cache_dir=tmp_path / "c", use_cache=False, device="cuda", allow_unsafe=True, progress=False)
+        cache_dir=tmp_path / "c", use_cache=False, device="cuda", allow_unsafe=True, progress=False, baseline=True,
+        extra_attacks=True)
 
 
 def test_sanity_defaults_options_and_strict_exit_status(monkeypatch, tmp_path):

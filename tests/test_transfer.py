@@ -90,7 +90,7 @@ def test_every_method_gives_a_valid_card(setup, method, tmp_path):
     with pytest.warns(UserWarning, match="unverified") if method == "guess" else contextlib.nullcontext():
         card = transfer_params(setup["card"], bb, setup["x"], setup["y"], method=method, surrogate=surrogate,
                                queries=30, progress=False, n_iter=MMAA_KW["n_iter"])
-    assert card.method == method and 0.5 <= card.alpha <= 1 and card.objective is not None
+    assert card.fit == method and 0.5 <= card.alpha <= 1 and card.objective is not None
     assert card.rbc == {"name": "tiny-b", "weight_hash": setup["b"].weight_hash, "black_box": True}
     assert card.abc == setup["card"].abc and card.dataset == "digits" and card.clamp == setup["card"].clamp
     sur = card.provenance["surrogate"]
@@ -105,7 +105,7 @@ def test_every_method_gives_a_valid_card(setup, method, tmp_path):
                                             else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"]))
     path = card.save(tmp_path / "card.toml")
     back = MixCard.load(path)
-    assert (back.method, back.s, back.p, back.c, back.alpha) == (method, card.s, card.p, card.c, card.alpha)
+    assert (back.fit, back.s, back.p, back.c, back.alpha) == (method, card.s, card.p, card.c, card.alpha)
 
 
 def test_transfer_to_the_same_model_reproduces_white_box_calibration(setup):
@@ -239,7 +239,7 @@ def test_by_name_transfer_reuses_the_surrogates_mmaa(zoo_card, tmp_path):
     out = tmp_path / "bb.toml"
     card = transfer_params_by_name(path, "digits-pgd", n_calib=300, method="transfer", out=out, cache_dir=cache,
                                    progress=False)
-    assert out.exists() and MixCard.load(out).method == "transfer"
+    assert out.exists() and MixCard.load(out).fit == "transfer"
     white = MixCard.load(path)
     assert card.alpha == pytest.approx(white.alpha) and (card.s, card.p, card.c) == (white.s, white.p, white.c)
     assert card.provenance["surrogate"]["card"] == str(path) and card.rbc["black_box"] is True

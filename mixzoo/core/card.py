@@ -111,8 +111,10 @@ class MixCard:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "mix card", path: Path | None = None) -> MixCard:
-        """Build and validate a card; errors name ``source`` (e.g. the file) and the field."""
+    def from_dict(cls, data: dict[str, Any], source: str = "mix card", path: Path | None = None,
+                  *, stacklevel: int = 2) -> MixCard:
+        """Build and validate a card; errors name ``source`` (e.g. the file) and the field; warnings point
+        ``stacklevel`` frames up (the caller's line)."""
         if not isinstance(data, dict):
             raise InputError(f"{source}: a mix card must be a table of fields, got {type(data).__name__}")
         version = data.get("schema_version")
@@ -121,7 +123,7 @@ class MixCard:
             check = getattr(_method(method, source), "v1_warning", None)
             note = check(data) if check is not None else None
             if note:
-                warnings.warn(f"{source}: {note}", stacklevel=2)
+                warnings.warn(f"{source}: {note}", stacklevel=stacklevel)
             common = {k: data[k] for k in _COMMON if k in data and k not in ("schema_version", "method")}
             return cls(method, params, **common, path=path)
         if version != SCHEMA_VERSION:
@@ -136,7 +138,7 @@ class MixCard:
                              " `mixzoo mix`")
         unknown = sorted(set(data) - set(_COMMON) - {method})
         if unknown:
-            warnings.warn(f"{source}: ignoring unknown fields {', '.join(unknown)}", stacklevel=2)
+            warnings.warn(f"{source}: ignoring unknown fields {', '.join(unknown)}", stacklevel=stacklevel)
         card = cls.__new__(cls)  # validated below with ``source`` in the messages
         card.method, card.params, card.path = method, dict(data[method]), path
         for name in _COMMON[2:]:
@@ -192,7 +194,7 @@ class MixCard:
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             kind = "TOML" if path.suffix == ".toml" else "JSON"
             raise InputError(f"{path}: not valid {kind} ({str(exc).splitlines()[0]})") from None
-        return cls.from_dict(data, source=str(path), path=path)
+        return cls.from_dict(data, source=str(path), path=path, stacklevel=3)
 
     def weight_file(self, name: str) -> Path:
         """A trained method's file ``name`` (next to the card), checked against the sha256 the card records."""

@@ -60,6 +60,8 @@ class Linear(MixingMethod):
         fit = params.setdefault("fit", "given")
         if fit not in FITS:
             raise InputError(f"{source}: field '{sec}.fit' must be one of {', '.join(FITS)}, got {fit!r}")
+        if fit == "linear" and params["beta"] is None:  # Algorithm 1's margin rule chose alpha at this beta
+            raise InputError(f"{source}: missing field '{sec}.beta' (required for fit 'linear')")
         return params
 
     def upgrade_v1(self, data: dict[str, Any], source: str) -> dict[str, Any] | None:

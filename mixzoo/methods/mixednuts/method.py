@@ -27,12 +27,13 @@ class MixedNUTS(MixingMethod):
     certificate = ("MixedNUTS's nonlinear transform M(s, p, c) has no certified radius (001 Thm 3.5 covers"
                    " constant-alpha mixtures of probabilities); certify a linear card instead")
     def v1_warning(self, data: dict[str, Any]) -> str | None:
-        """A schema-1 card was made before mixzoo's layer norm matched the authors' (unless its provenance records
-        the current one): its s, p, c and alpha were fitted for the old LN."""
+        """A schema-1 card made by mixzoo was made before its layer norm matched the authors' (unless its provenance
+        records the current one): its s, p, c and alpha were fitted for the old LN."""
         from mixzoo.attacks.margins import LAYER_NORM_VERSION
 
-        if (data.get("provenance") or {}).get("layer_norm") == LAYER_NORM_VERSION:
-            return None
+        prov = data.get("provenance") or {}
+        if "mixzoo_version" not in prov or prov.get("layer_norm") == LAYER_NORM_VERSION:
+            return None  # hand-written (no mixzoo provenance) or made with the current layer norm
         return ("made with an older layer norm (ln-1: population variance; now the authors' unbiased variance +"
                 " 1e-8), so its s, p, c and alpha do not fit this mixzoo; run `mixzoo mix` again")
     options = {
