@@ -73,11 +73,11 @@ def fixed_logits(monkeypatch):
     import mixzoo.pipeline
 
     def install(labels, clean, mmaa) -> None:
-        monkeypatch.setattr(mixzoo.pipeline, "card_model", lambda *a, **kw: nn.Identity())
-        monkeypatch.setattr(mixzoo.pipeline, "card_dataset", lambda *a, **kw: "toy")
-        monkeypatch.setattr(mixzoo.pipeline, "check_model_fits", lambda *a, **kw: None)
-        monkeypatch.setattr(mixzoo.pipeline, "cached_logits", lambda *a, **kw: clean)
-        monkeypatch.setattr(mixzoo.pipeline, "cached_mmaa", mmaa)
+        monkeypatch.setattr(mixzoo.zoo.pairs, "card_model", lambda *a, **kw: nn.Identity())
+        monkeypatch.setattr(mixzoo.zoo.pairs, "card_dataset", lambda *a, **kw: "toy")
+        monkeypatch.setattr(mixzoo.zoo.pairs, "check_model_fits", lambda *a, **kw: None)
+        monkeypatch.setattr(mixzoo.zoo.pairs, "cached_logits", lambda *a, **kw: clean)
+        monkeypatch.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa", mmaa)
         monkeypatch.setattr(mixzoo.data, "load_dataset", lambda *a, **kw: FixedLogitsData(labels))
 
     return install

@@ -25,7 +25,9 @@ def test_a_substituted_rbc_is_named_in_rows_report_files_and_comparisons(tmp_pat
     assert [m["name"] for m in data["models"] if m["kind"] == "rbc"] == ["digits-std"]
     assert all(c["b"] != "digits-pgd" for c in report.comparisons())
     assert any(c["b"] == "digits-std" and c["b_kind"] == "rbc" for c in report.comparisons())
-    assert "digits-pgd" not in json.dumps(data["models"])  # no row claims the card's RBC
+    # no row claims the card's RBC; a mixed row's ``card`` is the card file's own record (its calibration RBC)
+    assert "digits-pgd" not in json.dumps([{k: v for k, v in m.items() if k != "card"} for m in data["models"]])
+    assert all(m["card"]["rbc"]["name"] == "digits-pgd" for m in data["models"] if m["card"] is not None)
     assert any("digits-std" in n and "digits-pgd" in n for n in report.notes)
     md = (out / "report.md").read_text()
     assert "digits-pgd" not in "\n".join(line for line in md.splitlines() if line.startswith("|"))

@@ -200,15 +200,19 @@ def test_linear_baseline_and_alpha_d():
     data = calibration_set(300, 10, seed=11)
     beta = 0.95
     card = calibrate(**data, beta=beta, linear=True)
-    assert (card.s, card.p, card.c, card.clamp, card.temperature, card.method) == (1, 1, 0, "linear", 1.0, "linear")
+    # a card of the linear method (raw RBC logits, ABC at T = 1): no s, p, c or clamp; fitted at beta by Algorithm 1
+    assert (card.method, card.fit, card.temperature, card.beta) == ("linear", "linear", 1.0, beta)
+    assert not {"s", "p", "c", "clamp", "top_k"} & set(card.params)
+    mixed = calibrate(**data, beta=beta)
     att, y = data["attacked_logits"].double(), data["attacked_labels"]
     right = att.argmax(1) == y
-    for logits, alpha in ((att[right], card.alpha), (layer_norm(att[right]), card.alpha_d)):
+    for logits, alpha in ((att[right], card.alpha), (layer_norm(att[right]), mixed.alpha_d)):
         m = confidence_margin(logits).sort().values
         q = float(m[int(math.floor((1 - beta) * len(m) + 1e-9))])
         assert alpha == pytest.approx(1 / (1 + q))
-    mixed = calibrate(**data, beta=beta)
-    assert mixed.alpha_d == pytest.approx(card.alpha_d)  # alpha_d does not depend on the clamp or grid
+    other = calibrate(**data, beta=beta, clamp="relu", grid=Grid(s_n=3, p_n=2, c_n=2))
+    assert (other.clamp, len(other.grid["s_values"])) == ("relu", 3) != (mixed.clamp, len(mixed.grid["s_values"]))
+    assert other.alpha_d == pytest.approx(mixed.alpha_d)  # alpha_d does not depend on the clamp or grid
     from mixzoo.calibrate import calibrate_alpha_linear
 
     assert calibrate_alpha_linear(**data, beta=beta).alpha == pytest.approx(card.alpha)

@@ -191,10 +191,12 @@ def _edited_card(digits, tmp_path, **changes):
 
     data = MixCard.load(digits / "card.toml").to_dict()
     for key, value in changes.items():
+        # a common table (attack, data, ...) or a parameter of the method's section (alpha: data["mixednuts"])
+        where = data if key in data else data[data["method"]]
         if isinstance(value, dict):
-            data[key] = {**data[key], **value}
+            where[key] = {**where[key], **value}
         else:
-            data[key] = value
+            where[key] = value
     return MixCard.from_dict(data).save(tmp_path / "edited.toml")
 
 
@@ -205,6 +207,7 @@ def test_the_mixednuts_row_evaluates_the_cards_mixture(digits, tmp_path):
     from mixzoo.mixing import MixedClassifier
 
     card = _edited_card(digits, tmp_path, alpha=0.5)
+    assert MixCard.load(card).alpha == 0.5
     sweep = eps_sweep(card, n=N, batch_size=N, radii=[0.2], attack="pgd", attack_options={"n_iter": 1},
                       linear=False, cache_dir=tmp_path / "cache", progress=False)
     data = load_dataset("digits", "evaluation", n=N)
@@ -327,8 +330,10 @@ def test_a_mixednuts_point_is_judged_by_the_true_mixture(digits, tmp_path):
     out = _copy(digits, tmp_path)
 
     def edit(report):
-        report["card"]["alpha"] = 0.5
         abc_row, nuts = _model_row(report, "abc"), _model_row(report, "mixednuts")
+        # the report's card, its list of cards and the row's own card (the one verify rebuilds the row from)
+        for card in (report["card"], *report["cards"], nuts["card"]):
+            card[card["method"]]["alpha"] = 0.5
         nuts["clean_outcomes"], nuts["robust_outcomes"] = abc_row["clean_outcomes"], abc_row["robust_outcomes"]
 
     _edit_report(out, edit)

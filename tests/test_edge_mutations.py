@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+import mixzoo.zoo.pairs
 from mixzoo.blackbox import BlackBoxModel, BlackBoxOutputError, QueryBudgetExceeded, as_black_box
 from mixzoo.card import MixCard
 from mixzoo.data import ImageDataset, shortfall_note
@@ -31,21 +32,34 @@ def _card(**changes) -> dict:
     return base
 
 
+def _edited(changes: dict) -> dict:
+    """A schema-2 card dict (as loaded from a file) of ``_card()`` with ``changes`` made in the method's section;
+    ``method="linear"`` gives the linear method's section (the schema-1 linear card: fit by the margin rule)."""
+    d = MixCard(**_card()).to_dict()
+    changes = dict(changes)
+    if changes.pop("method", None) == "linear":
+        del d["mixednuts"]
+        d["method"] = "linear"
+        d["linear"] = {"alpha": 0.9, "beta": 0.985, "temperature": 1.0, "fit": "linear"}
+    d[d["method"]].update(changes)
+    return d
+
+
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"s": 0.0}, "'s' and 'p' must be positive"),
-    ({"p": 0.0}, "'s' and 'p' must be positive"),
-    ({"s": -1.0}, "'s' and 'p' must be positive"),
-    ({"beta": 1.5}, "'beta' must lie in"),
-    ({"beta": -0.1}, "'beta' must lie in"),
-    ({"alpha_d": 1.2}, "'alpha_d' must lie in"),
-    ({"alpha_d": -0.5}, "'alpha_d' must lie in"),
-    ({"temperature": -1.0}, "'temperature' must be >= 0"),
-    ({"s": float("nan")}, "'s' must be a finite number"),
-    ({"alpha": float("inf")}, "'alpha' must be a finite number"),
-    ({"beta": float("nan")}, "'beta' must be a finite number"),
-    ({"s": True}, "'s' must be a finite number"),
-    ({"top_k": True}, "'top_k' must be an integer"),
-    ({"method": "linear", "beta": None}, "missing field 'beta'"),
+    ({"s": 0.0}, "'mixednuts.s' must be positive"),
+    ({"p": 0.0}, "'mixednuts.p' must be positive"),
+    ({"s": -1.0}, "'mixednuts.s' must be positive"),
+    ({"beta": 1.5}, r"'mixednuts.beta' must be in \[0.0, 1.0\]"),
+    ({"beta": -0.1}, r"'mixednuts.beta' must be in \[0.0, 1.0\]"),
+    ({"alpha_d": 1.2}, r"'mixednuts.alpha_d' must be in \[0.0, 1.0\]"),
+    ({"alpha_d": -0.5}, r"'mixednuts.alpha_d' must be in \[0.0, 1.0\]"),
+    ({"temperature": -1.0}, r"'mixednuts.temperature' must be in \[0.0, inf\]"),
+    ({"s": float("nan")}, "'mixednuts.s' must be a finite number"),
+    ({"alpha": float("inf")}, "'mixednuts.alpha' must be a finite number"),
+    ({"beta": float("nan")}, "'mixednuts.beta' must be a finite number"),
+    ({"s": True}, "'mixednuts.s' must be a finite number"),
+    ({"top_k": True}, "'mixednuts.top_k' must be an integer"),
+    ({"method": "linear", "beta": None}, "missing field 'linear.beta'"),
 ])
 def test_card_values_outside_their_domain_are_refused(changes, message):
     """Paper Eq. 4/5: s, p > 0; beta, alpha_d are probabilities; a temperature is >= 0; numbers are finite reals
@@ -53,7 +67,7 @@ def test_card_values_outside_their_domain_are_refused(changes, message):
     with pytest.raises(InputError, match=message):
         MixCard(**_card(**changes))
     with pytest.raises(InputError, match=message):
-        MixCard.from_dict({**MixCard(**_card()).to_dict(), **changes}, source="edited.toml")
+        MixCard.from_dict(_edited(changes), source="edited.toml")
 
 
 def test_card_boundary_values_are_accepted():
@@ -65,14 +79,22 @@ def test_card_boundary_values_are_accepted():
 @pytest.mark.parametrize("suffix", [".toml", ".json"])
 def test_every_card_field_survives_a_round_trip(tmp_path, suffix):
     """Each field differs from its default, so a field that to_dict forgets to write comes back changed."""
+    # ``method=`` in the keyword form is the fit (default "mmaa"); "linear" would give a linear card without s, p, c
     card = MixCard(s=1.5, p=3.0, c=-0.25, alpha=0.8, beta=0.95, clamp="relu", top_k=5, temperature=0.7,
-                   alpha_d=0.6, objective=0.3, method="linear", abc={"name": "a"}, rbc={"name": "r"},
+                   alpha_d=0.6, objective=0.3, method="transfer", abc={"name": "a"}, rbc={"name": "r"},
                    dataset="digits", data={"n_clean": 3}, attack={"name": "apgd"}, provenance={"seed": 1},
-                   notes=["x"])
+                   notes=["x"], weights={"w.pt": "0" * 64})
     written = card.to_dict()
-    assert set(written) == {f for f in MixCard.__dataclass_fields__}
+    # schema 2: the common fields, then the method's section under its name (``params``); ``path`` is not written
+    assert set(written) == ({f for f in MixCard.__dataclass_fields__} - {"params", "path"}) | {card.method}
+    assert written[card.method] == card.params
+    assert set(card.params) >= {"s", "p", "c", "alpha", "beta", "clamp", "top_k", "temperature", "alpha_d",
+                                "objective", "fit"}
     loaded = MixCard.load(card.save(tmp_path / f"card{suffix}"))
-    assert loaded == card and loaded.temperature == 0.7
+    assert loaded == card and loaded.temperature == 0.7 and loaded.fit == "transfer"
+    linear = MixCard(alpha=0.8, beta=0.95, temperature=0.7, method="linear", abc={"name": "a"}, dataset="digits")
+    loaded = MixCard.load(linear.save(tmp_path / f"linear{suffix}"))
+    assert loaded == linear and loaded.method == "linear" and loaded.temperature == 0.7 and loaded.beta == 0.95
 
 
 def test_none_inside_grid_arrays_keeps_the_grid_shape_in_toml(tmp_path):
@@ -113,7 +135,7 @@ def test_grid_record_with_wrong_axis_length_is_refused():
     """Same number of axes, one of the wrong length: a 2x1x2 grid with a 2x1x3 objective table."""
     grid = {"s_values": [1.0, 2.0], "p_values": [1.0], "c_values": [0.0, 0.5],
             "objectives": [[[0.5, 0.6, 0.7]], [[0.4, 0.7, 0.1]]]}
-    with pytest.raises(InputError, match="'grid.objectives' must be a 2x1x2"):
+    with pytest.raises(InputError, match="'mixednuts.grid.objectives' must be a 2x1x2"):
         MixCard(**_card(grid=grid))
 
 
@@ -425,11 +447,12 @@ def test_convnet_with_too_many_pooling_stages_is_refused():
 
 
 # ------------------------------------------------------------------------------------------------ report
-def _row(kind: str, clean: float, robust: float, alpha: float | None = None):
+def _row(kind: str, clean: float, robust: float, alpha: float | None = None, card: MixCard | None = None):
     from mixzoo.bench import ModelResult
 
     return ModelResult(name=f"{kind}-model", kind=kind, clean_accuracy=clean, robust_accuracy=robust,
-                       attack="apgd", epsilon=0.2, norm="Linf", n=60, seconds=1.0, alpha=alpha, device="cpu")
+                       attack="apgd", epsilon=0.2, norm="Linf", n=60, seconds=1.0, alpha=alpha, device="cpu",
+                       method=None if card is None else card.method, card=None if card is None else card.to_dict())
 
 
 def _report(rbc_clean: float = 0.8, curve: dict | None = None):
@@ -437,9 +460,10 @@ def _report(rbc_clean: float = 0.8, curve: dict | None = None):
 
     card = MixCard(s=2.0, p=2.0, c=-0.5, alpha=0.9, beta=0.985, top_k=3, objective=0.4,
                    provenance={"mixzoo_version": "9.9", "created": "2026-01-01T00:00:00+00:00"})
-    models = [_row("abc", 0.95, 0.0), _row("rbc", rbc_clean, 0.45), _row("linear", 0.85, 0.40, 0.7),
-              _row("mixednuts", 0.9, 0.40, 0.9)]
-    return Report(models=models, card=card,
+    baseline = MixCard("linear", {"alpha": 0.7, "fit": "matched"})
+    models = [_row("abc", 0.95, 0.0), _row("rbc", rbc_clean, 0.45), _row("linear", 0.85, 0.40, 0.7, baseline),
+              _row("mixednuts", 0.9, 0.40, 0.9, card)]
+    return Report(models=models, card=card, cards=[card],
                   dataset={"name": "digits", "split": "evaluation", "n": 60, "fingerprint": "f" * 16,
                            "calibration": {"n": 120}},
                   settings={"attack": "apgd", "norm": "Linf", "eps": 0.2, "seed": 0, "device": "cpu",
@@ -453,9 +477,14 @@ def test_markdown_states_the_relative_clean_error_cut_and_the_robust_change():
 
     text = markdown(_report())
     assert "clean error cut by 50.0% (relative), robust accuracy -5.00 points." in text
-    card_json = json.loads(text.split("```json\n", 1)[1].split("```", 1)[0])
+    # each mixed row shows its card's section (the method's parameters, without the search grid)
+    section = text.split("## mixednuts-model: mix card (method `mixednuts`)", 1)[1]
+    card_json = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
     assert card_json == {"s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.9, "beta": 0.985, "clamp": "gelu", "top_k": 3,
-                         "alpha_d": None, "objective": 0.4, "method": "mmaa"}
+                         "alpha_d": None, "objective": 0.4, "temperature": 0.0, "fit": "mmaa"}
+    section = text.split("## linear-model: mix card (method `linear`)", 1)[1]
+    assert json.loads(section.split("```json\n", 1)[1].split("```", 1)[0]) == {
+        "alpha": 0.7, "temperature": 1.0, "beta": None, "target_robust": None, "fit": "matched"}
     # an RBC without clean errors has no error to cut: no line, no division by zero
     assert "clean error cut" not in markdown(_report(rbc_clean=1.0))
 
@@ -487,18 +516,20 @@ def test_write_report_files_and_adversarial_metadata(tmp_path):
         assert sorted(fh.keys()) == ["mixednuts.images", "mixednuts.index"]
     assert meta == {"eps": "0.2", "norm": "Linf", "attack": "apgd", "data": "f" * 16, "n": "60"}
     data = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert data["card"]["alpha"] == 0.9 and [m["kind"] for m in data["models"]] == ["abc", "rbc", "linear",
-                                                                                   "mixednuts"]
+    assert data["card"]["method"] == "mixednuts" and data["card"]["mixednuts"]["alpha"] == 0.9
+    assert data["cards"] == [data["card"]]
+    assert [m["kind"] for m in data["models"]] == ["abc", "rbc", "linear", "mixednuts"]
+    assert data["models"][3]["card"] == data["card"] and data["models"][2]["card"]["linear"]["alpha"] == 0.7
 
 
 @pytest.fixture()
 def captured_figures(monkeypatch):
     import matplotlib.pyplot as plt
 
-    import mixzoo.report as report
+    import mixzoo.methods.mixednuts.figures as figures
 
     figs = []
-    monkeypatch.setattr(report, "_save_png", lambda fig, path: figs.append(fig))  # noqa: ARG005
+    monkeypatch.setattr(figures, "_save_png", lambda fig, path: figs.append(fig))  # noqa: ARG005
     yield figs
     for fig in figs:
         plt.close(fig)
@@ -512,7 +543,7 @@ def _grid_card(objectives) -> MixCard:
 
 def test_objective_plot_marks_the_chosen_point_and_greys_only_objectives_above_one(tmp_path, captured_figures):
     """Objectives above 1 mark excluded grid points; 1.0 itself (every clean mistake kept) is a feasible value."""
-    from mixzoo.report import plot_objective
+    from mixzoo.methods.mixednuts.figures import plot_objective
 
     plot_objective(_grid_card([[[0.2, 0.3]], [[1.0, 0.5]], [[0.1, 0.4]]]), tmp_path / "o.png")  # [s][p][c]
     plot_objective(_grid_card([[[0.2, 0.3]], [[1.5, 0.5]], [[0.1, 0.4]]]), tmp_path / "o.png")
@@ -528,7 +559,7 @@ def test_objective_plot_marks_the_chosen_point_and_greys_only_objectives_above_o
 
 def test_margin_plot_draws_the_alpha_threshold(tmp_path, captured_figures):
     """Fig. 6: the mixture follows the RBC once its margin exceeds (1 - alpha) / alpha."""
-    from mixzoo.report import plot_margins
+    from mixzoo.methods.mixednuts.figures import plot_margins
 
     g = torch.Generator().manual_seed(0)
     cal = types.SimpleNamespace(clean_logits=torch.randn(40, 5, generator=g),
@@ -546,9 +577,8 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
     (1 - alpha) softmax(g) + alpha softmax(h) on raw logits (Bai et al.), computed here independently."""
     import importlib
 
-    import mixzoo.bench as bench
-    import mixzoo.pipeline as pipeline
-    import mixzoo.report as report
+    import mixzoo.attacks.runner as runner
+    import mixzoo.methods.mixednuts.figures as figures
     from mixzoo.cache import Cache
 
     n_all, n_robust = 6, 4
@@ -557,8 +587,8 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
     labels = torch.zeros(n_all, dtype=torch.long)
     data = _dataset(split="evaluation", n=n_all, labels=labels, num_classes=4)
     cal = types.SimpleNamespace(clean_logits=None, attacked_logits=None, labels=None)  # calibrate is replaced too
-    monkeypatch.setattr(report, "calibration_data_for", lambda *a, **k: cal)
-    monkeypatch.setattr(pipeline, "cached_logits", lambda model, d, **k: g if "ABC" in k["what"] else h)
+    monkeypatch.setattr(figures, "calibration_data_for", lambda *a, **k: cal)
+    monkeypatch.setattr(mixzoo.zoo.pairs, "cached_logits", lambda model, d, **k: g if "ABC" in k["what"] else h)
     chosen = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.7, beta=0.9)
     monkeypatch.setattr(importlib.import_module("mixzoo.calibrate"), "calibrate", lambda **k: chosen)
     seen = []
@@ -567,9 +597,9 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
         seen.append(len(images))
         return {"robust_correct": [i % 2 == 0 for i in range(len(images))]}
 
-    monkeypatch.setattr(bench, "evaluate", fake_evaluate)
+    monkeypatch.setattr(runner, "evaluate", fake_evaluate)
     card = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.7, beta=0.985)
-    cur = report.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
+    cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
                                 n=n_robust, eps=0.1, norm="Linf", seed=0, batch_size=4, betas=(0.9,),
                                 alphas=(0.5,), progress=False)
     assert seen == [n_robust, n_robust]

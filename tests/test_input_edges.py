@@ -132,10 +132,11 @@ def _mix_card() -> dict:
     (lambda d: d["data"].update(n_clean=-3), "'data.n_clean'"),
     (lambda d: d["abc"].update(name=5), "'abc.name' must be a non-empty string"),
     (lambda d: d["rbc"].update(weight_hash=""), "'rbc.weight_hash'"),
-    (lambda d: d["grid"].pop("objectives"), "'grid.objectives' must be a 2x1x2 nested list"),
-    (lambda d: d["grid"].update(objectives=[[0.5, 0.6]]), "'grid.objectives' must be a 2x1x2"),
-    (lambda d: d["grid"].update(alphas=[[[1.0]]]), "'grid.alphas' must be a 2x1x2"),
-    (lambda d: d["grid"].update(p_values=[]), "'grid.p_values' must be a non-empty list"),
+    # the grid is MixedNUTS's search record, in its section
+    (lambda d: d["mixednuts"]["grid"].pop("objectives"), "'mixednuts.grid.objectives' must be a 2x1x2 nested list"),
+    (lambda d: d["mixednuts"]["grid"].update(objectives=[[0.5, 0.6]]), "'mixednuts.grid.objectives' must be a 2x1x2"),
+    (lambda d: d["mixednuts"]["grid"].update(alphas=[[[1.0]]]), "'mixednuts.grid.alphas' must be a 2x1x2"),
+    (lambda d: d["mixednuts"]["grid"].update(p_values=[]), "'mixednuts.grid.p_values' must be a non-empty list"),
 ])
 def test_hand_edited_card_records_fail_on_loading(tmp_path, edit, match):
     data = _mix_card()
@@ -168,10 +169,16 @@ def test_list_refuses_unknown_datasets_and_prints_whole_names():
 def test_a_card_with_more_top_k_than_classes_is_refused_before_the_evaluation():
     from mixzoo.bench import card_evaluation
 
-    card = MixCard.from_dict({**_mix_card(), "top_k": 50})
+    def with_top_k(k: int) -> MixCard:
+        data = _mix_card()
+        data["mixednuts"]["top_k"] = k  # MixedNUTS's parameters are in its section
+        return MixCard.from_dict(data)
+
+    card = with_top_k(50)
+    assert card.top_k == 50
     with pytest.raises(InputError, match=r"top_k \(50\) exceeds the 10 classes"):
         card_evaluation(card, n=10)
-    assert card_evaluation(MixCard.from_dict({**_mix_card(), "top_k": 5}), n=10).data.num_classes == 10
+    assert card_evaluation(with_top_k(5), n=10).data.num_classes == 10
 
 
 def test_cli_train_with_another_seed_needs_out():

@@ -51,7 +51,7 @@ def test_the_population_variance_is_off_by_sqrt_k_over_k_minus_1():
 def test_an_mmaa_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path, monkeypatch):
     """MMAA attacks LN(RBC); an entry cached under the old code version ("mmaa-2") must be attacked again."""
     import mixzoo.attacks
-    import mixzoo.pipeline
+    import mixzoo.methods.mixednuts.calibration_data as calibration_data
     from mixzoo.data import load_dataset
     from mixzoo.models import load_model
 
@@ -66,16 +66,17 @@ def test_an_mmaa_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path,
     rbc, data, cache = load_model("digits-pgd"), load_dataset("digits", "calibration", n=6), Cache(tmp_path)
     settings = dict(eps=0.1, norm="Linf", cache=cache, n_iter=1, n_target_classes=1, batch_size=6, progress=False)
     with monkeypatch.context() as m:
-        m.setattr(mixzoo.pipeline, "ATTACK_CODE_VERSION", "mmaa-2")  # the version before the fix
-        mixzoo.pipeline.cached_mmaa(rbc, data, **settings)
+        m.setattr(calibration_data, "ATTACK_CODE_VERSION", "mmaa-2")  # the version before the fix
+        calibration_data.cached_mmaa(rbc, data, **settings)
     assert len(calls) == 1
-    mixzoo.pipeline.cached_mmaa(rbc, data, **settings)
+    calibration_data.cached_mmaa(rbc, data, **settings)
     assert len(calls) == 2, "an MMAA result computed with the old layer norm was reused"
-    mixzoo.pipeline.cached_mmaa(rbc, data, **settings)
+    calibration_data.cached_mmaa(rbc, data, **settings)
     assert len(calls) == 2  # the new entry itself is reused
 
 
 def test_a_bench_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path, monkeypatch):
+    import mixzoo.attacks.runner
     import mixzoo.bench
 
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
@@ -88,7 +89,7 @@ def test_a_bench_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path,
                                      attack_options={"n_iter": 1}, progress=False)
 
     with monkeypatch.context() as m:
-        m.setattr(mixzoo.bench, "BENCH_CODE_VERSION", "bench-3")  # the version before the fix
+        m.setattr(mixzoo.attacks.runner, "BENCH_CODE_VERSION", "bench-3")  # the version before the fix
         assert not run().get("cached")
     assert not run().get("cached"), "a benchmark row computed with the old layer norm was reused"
     assert run().get("cached")
@@ -100,15 +101,34 @@ def _saved_card(tmp_path, prov: dict) -> str:
     return str(card.save(tmp_path / "card.toml"))
 
 
+def _saved_schema1_card(tmp_path, prov: dict) -> str:
+    """A card file as a mixzoo before the method plugins wrote it (schema 1: MixedNUTS's fields at the top level,
+    ``method`` = how it was fitted)."""
+    import tomli_w
+
+    text = tomli_w.dumps({"schema_version": 1, "method": "mmaa", "s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.9,
+                          "beta": 0.985, "clamp": "gelu", "temperature": 0.0, "provenance": prov})
+    path = tmp_path / "card-v1.toml"
+    path.write_text(text)
+    return str(path)
+
+
 def test_a_card_made_before_the_fix_loads_with_a_one_line_warning(tmp_path):
     old = provenance()
-    del old["layer_norm"]  # what a mixzoo before the fix wrote
-    path = _saved_card(tmp_path, old)
+    assert "layer_norm" not in old  # MixedNUTS's calibrate adds it, and every mixzoo before the fix left it out
+    path = _saved_schema1_card(tmp_path, old)
     with pytest.warns(UserWarning, match=r"older layer norm .*run `mixzoo mix` again") as rec:
         card = MixCard.load(path)
-    assert card.s == 2.0
+    assert card.s == 2.0 and card.method == "mixednuts" and card.fit == "mmaa"
     assert len(rec) == 1 and "\n" not in str(rec[0].message)
     assert rec[0].filename == __file__  # it points at the caller's line
+    # a schema-1 card that records the current layer norm (made after the fix, before the plugins) loads silently
+    from mixzoo.attacks.margins import LAYER_NORM_VERSION
+
+    path = _saved_schema1_card(tmp_path, {**old, "layer_norm": LAYER_NORM_VERSION})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert MixCard.load(path).alpha == 0.9
 
 
 @pytest.mark.parametrize("prov", [None, {}], ids=["made-now", "hand-written"])
@@ -117,3 +137,12 @@ def test_a_card_made_now_or_by_hand_loads_silently(tmp_path, prov):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         MixCard.load(path)
+
+
+def test_a_hand_written_schema1_card_loads_silently(tmp_path):
+    """A schema-1 file without a mixzoo provenance (written by hand, e.g. published parameters) is not checked:
+    nothing says which layer norm its numbers were fitted for."""
+    path = _saved_schema1_card(tmp_path, {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert MixCard.load(path).s == 2.0

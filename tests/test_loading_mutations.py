@@ -27,6 +27,8 @@ from hub_cache import put_hf_file
 from torch import nn
 
 import mixzoo
+import mixzoo.attacks.runner
+import mixzoo.zoo.pairs
 from mixzoo.attacks.result import ComponentStat, EvalResult
 from mixzoo.cache import Cache
 from mixzoo.card import MixCard
@@ -410,7 +412,8 @@ def test_each_rows_interval_is_that_of_its_own_accuracy():
 
 
 def test_terminal_seconds_name_the_device_only_when_it_is_not_the_runs():
-    from mixzoo.bench import ModelResult, terminal_seconds_cell
+    from mixzoo.bench import ModelResult
+    from mixzoo.evaluation.report import terminal_seconds_cell
 
     row = ModelResult(name="x", kind="abc", clean_accuracy=1.0, robust_accuracy=0.5, attack="apgd", epsilon=0.1,
                       norm="Linf", n=4, seconds=12.4, device="cpu")
@@ -468,7 +471,8 @@ def test_linear_baseline_is_matched_on_the_first_images_and_on_robust_accuracy(m
             return {"clean_correct": [True] * len(images), "robust_correct": [i < 2 for i in example_ids(images)]}
         return {"clean_correct": [True] * len(images), "robust_correct": linear_robust(model.alpha, len(images))}
 
-    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
+    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)  # the card's matching run
+    monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # the linear method's bisection
     data = types.SimpleNamespace(images=indexed_images(20), labels=torch.zeros(20, dtype=torch.long),
                                  fingerprint="f")
     ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
@@ -507,12 +511,13 @@ def test_bench_rows_linear_mixture_and_points_are_each_their_own(monkeypatch):
         return ev
 
     monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
+    monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # the linear method's bisection
     report = bench(digits_card(), attack="apgd", n=12, curve=False, plots=False, save_adversarial=True,
-                   use_cache=False, progress=False)
+                   use_cache=False, progress=False, extra_attacks=False)  # MixedNUTS's own: tests/test_methods.py
     linear = report.row("linear")
     assert sum(linear_robust(linear.alpha, 12)) == 3 and linear.alpha != report.card.alpha
     assert report.settings["linear_alpha_match"]["n"] == 12
-    assert report.settings["linear_alpha_match"]["mixednuts_robust_accuracy"] == 0.25
+    assert report.settings["linear_alpha_match"]["target_robust_accuracy"] == 0.25
     mixture = models[f"linear alpha={linear.alpha}"]
     abc, rbc = models["digits-std"], models["digits-pgd"]
     x = torch.rand(5, 1, 8, 8, generator=torch.Generator().manual_seed(0))
@@ -529,8 +534,6 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
     alpha, not the card's."""
     import importlib
 
-    import mixzoo.pipeline as pipeline
-    import mixzoo.report as report
     from mixzoo.mixing import mix_log_probs
 
     g = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
@@ -538,13 +541,14 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
     labels = torch.tensor([0, 1, 0, 2])
     data = types.SimpleNamespace(images=torch.zeros(4, 1, 2, 2), labels=labels, fingerprint="f")
     cal = types.SimpleNamespace(clean_logits=None, attacked_logits=None, labels=None)  # calibrate is replaced
-    monkeypatch.setattr(report, "calibration_data_for", lambda *a, **k: cal)
-    monkeypatch.setattr(pipeline, "cached_logits", lambda model, d, **k: g if "ABC" in k["what"] else h)
+    import mixzoo.methods.mixednuts.figures as figures
+
+    monkeypatch.setattr(figures, "calibration_data_for", lambda *a, **k: cal)
+    monkeypatch.setattr(mixzoo.zoo.pairs, "cached_logits", lambda model, d, **k: g if "ABC" in k["what"] else h)
     calibrated = {0.9: MixCard(s=1.0, p=1.0, c=0.0, alpha=0.55, beta=0.9),
                   0.99: MixCard(s=1.0, p=1.0, c=0.0, alpha=0.95, beta=0.99)}
     monkeypatch.setattr(importlib.import_module("mixzoo.calibrate"), "calibrate",
                         lambda **k: calibrated[k["beta"]])
-    import mixzoo.bench as bench_module
 
     alphas_attacked = []
 
@@ -552,9 +556,9 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
         alphas_attacked.append(model.alpha)
         return {"robust_correct": [True] * len(images)}
 
-    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
+    monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # the curve runs attacks through it
     card = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.75, beta=0.985)
-    cur = report.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
+    cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
                                 n=4, eps=0.1, norm="Linf", seed=0, batch_size=4, betas=(0.9, 0.99), alphas=(),
                                 progress=False)
 

@@ -127,7 +127,7 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     for m in data["models"]:
         assert 0.0 <= m["robust_accuracy"] <= m["clean_accuracy"] <= 1.0
         assert m["n"] == 60 and m["attack"] == "apgd" and m["epsilon"] == pytest.approx(0.2)
-    assert data["card"]["alpha"] == pytest.approx(res.card.alpha)
+    assert data["card"]["mixednuts"]["alpha"] == pytest.approx(res.card.alpha)
     assert data["dataset"]["split"] == "evaluation"
     for name in ("report.md", "tradeoff.png", "margins.png", "objective.png"):
         assert (tmp_path / "bench" / name).stat().st_size > 0
@@ -163,7 +163,7 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     print_report(report, to=term)
     lines = term.export_text().splitlines()
     assert max(map(len, lines)) <= 80
-    for m, label in zip(report.models, ("ABC digits-std", "RBC digits-pgd", "linear mix, α", "MixedNUTS, α"),
+    for m, label in zip(report.models, ("ABC digits-std", "RBC digits-pgd", "Linear mix (alpha=", "MixedNUTS, α"),
                         strict=True):
         row = next(line for line in lines if line.strip().startswith(label))
         assert f"{100 * m.robust_accuracy:.1f} ({100 * m.robust_ci[0]:.1f}-{100 * m.robust_ci[1]:.1f})" in row
@@ -269,7 +269,8 @@ def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_ca
     rows = payload["models"]
     assert sorted(r["kind"] for r in rows) == ["abc", "linear", "mixednuts", "rbc"]
     for r in rows:
-        assert r["attack"] == "test-corner" and [c["name"] for c in r["components"]] == ["corner"]
+        extra = ["apgd-bypass"] if r["kind"] == "mixednuts" else []  # MixedNUTS's declared attack (App. B.2.2)
+        assert r["attack"] == "test-corner" and [c["name"] for c in r["components"]] == ["corner", *extra]
         assert 0.0 <= r["robust_accuracy"] <= r["clean_accuracy"]
 
 
@@ -288,8 +289,6 @@ def test_bench_merges_batch_warnings_with_their_counts():
 def test_mixture_cache_keys_cover_every_parameter_that_changes_the_attacked_model():
     """A cached MixedNUTS row (main table or trade-off curve) is reused only for the same mixture: ``alpha_d``
     (the attack's gradient, Eq. 8) and ``top_k`` change the result, so they must change the key."""
-    from dataclasses import replace
-
     from mixzoo.bench import mixed_key_parts
     from mixzoo.cache import content_key
     from mixzoo.data import load_dataset
@@ -297,7 +296,12 @@ def test_mixture_cache_keys_cover_every_parameter_that_changes_the_attacked_mode
 
     abc, rbc = load_model("digits-std"), load_model("digits-pgd")
     data = load_dataset("digits", "evaluation", n=20)
-    card = MixCard(s=2.0, p=2.0, c=-0.5, alpha=0.9, alpha_d=0.9, beta=0.985)
+    base = dict(s=2.0, p=2.0, c=-0.5, alpha=0.9, alpha_d=0.9, beta=0.985)
+
+    def replace(_card, **change):
+        return MixCard(**{**base, **change})
+
+    card = replace(None)
     key = content_key(mixed_key_parts(card, abc, rbc, data))
     for change in ({"alpha_d": 0.95}, {"top_k": 3}, {"alpha": 0.91}, {"clamp": "linear"}, {"s": 2.5}):
         assert content_key(mixed_key_parts(replace(card, **change), abc, rbc, data)) != key, change

@@ -16,6 +16,7 @@ from torch import nn
 
 import mixzoo.attacks as attacks
 import mixzoo.pipeline as pipeline
+import mixzoo.zoo.pairs
 from mixzoo.cache import Cache
 from mixzoo.calibrate import Grid, calibrate
 from mixzoo.card import MixCard
@@ -360,7 +361,7 @@ def test_card_models_load_the_recorded_names_with_the_callers_device_and_unsafe_
         seen.append((name, device, allow_unsafe))
         return nn.Identity()
 
-    monkeypatch.setattr(pipeline, "load_model", fake_load)
+    monkeypatch.setattr(mixzoo.zoo.pairs, "load_model", fake_load)
     card_models(_card(), device="meta", allow_unsafe=True)
     assert seen == [("digits-std", "meta", True), ("digits-pgd", "meta", True)]
     seen.clear()

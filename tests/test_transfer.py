@@ -366,7 +366,9 @@ def test_fixed_transferred_point_is_exempt_from_the_argmax_change_filter(setup):
     b, x, y = setup["b"], setup["x"], setup["y"]
     c = -2.0  # GELU is not monotone below 0: a large negative c flips unconfident predictions
     assert c in setup["card"].grid["c_values"]
-    card = MixCard.from_dict({**setup["card"].to_dict(), "c": c})
+    edited = setup["card"].to_dict()
+    edited["mixednuts"]["c"] = c
+    card = MixCard.from_dict(edited)
     with torch.no_grad():
         ln = layer_norm(b(x).double(), card.top_k)
     changed = float((get_clamp(card.clamp)(ln + c).argmax(1) != ln.argmax(1)).double().mean())

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
+import mixzoo.methods.mixednuts.calibration_data
 from mixzoo.blackbox import BlackBoxModel, QueryBudgetExceeded
 from mixzoo.card import MixCard
 from mixzoo.data import load_dataset
@@ -348,7 +349,7 @@ def test_by_name_passes_the_cards_mmaa_settings_and_its_own_options_on(pgd_card,
         calls.append(kw)
         return real(model, data, **kw)
 
-    monkeypatch.setattr(pipeline, "cached_mmaa", spy)
+    monkeypatch.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa", spy)
     out = transfer_params_by_name(path, "digits-std", n_calib=60, beta=0.8, seed=7, cache_dir=tmp_path / "c",
                                   progress=False)
     kw = calls[0]
@@ -381,7 +382,8 @@ def test_by_name_checks_before_loading_or_attacking(pgd_card, tmp_path):
     five = BaseClassifier(nn.Sequential(nn.Flatten(), nn.Linear(64, 5)).eval(), spec)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mixzoo.models, "load_model", lambda name, **kw: five if name == "digits-pgd" else real(name, **kw))
-        mp.setattr(mixzoo.pipeline, "cached_mmaa", lambda *a, **kw: pytest.fail("MMAA ran on a wrong surrogate"))
+        mp.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa",
+                   lambda *a, **kw: pytest.fail("MMAA ran on a wrong surrogate"))
         with pytest.raises(InputError, match="has 5 classes but black-box model 'digits-std' has 10"):
             transfer_params_by_name(path, "digits-std", n_calib=12, cache_dir=tmp_path / "c", progress=False)
     # an explicit dataset wins over the card's, and its images must fit the black box
@@ -538,7 +540,7 @@ def test_refit_alpha_takes_the_larger_alpha_of_the_two_passes_on_the_worst_point
         calls.append(kw)
         return {"logits": direct}
 
-    monkeypatch.setattr(mixzoo.pipeline, "cached_mmaa", fake_mmaa)
+    monkeypatch.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa", fake_mmaa)
 
     def key(z):
         m = _m(z, s, p, c, top_k=top_k)
@@ -594,7 +596,7 @@ def _by_name_setup(tmp_path, monkeypatch, attack: dict, **black_spec) -> tuple:
         calls.append(kw)
         return real(model, data, **kw)
 
-    monkeypatch.setattr(pipeline, "cached_mmaa", spy)
+    monkeypatch.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa", spy)
     return path, calls
 
 

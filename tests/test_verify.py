@@ -274,7 +274,7 @@ def test_a_report_without_points_removes_the_old_points_and_verify_says_why(benc
 
 
 def test_a_report_that_fails_half_way_leaves_the_directory_as_it_was(bench_dir, tmp_path, monkeypatch):
-    import mixzoo.report
+    import mixzoo.methods.mixednuts.figures
 
     root, _ = bench_dir
     out = copy_of(bench_dir, tmp_path)
@@ -283,7 +283,7 @@ def test_a_report_that_fails_half_way_leaves_the_directory_as_it_was(bench_dir, 
     def broken(*args, **kwargs):
         raise RuntimeError("plotting failed")
 
-    monkeypatch.setattr(mixzoo.report, "plot_margins", broken)  # after objective.png has been drawn
+    monkeypatch.setattr(mixzoo.methods.mixednuts.figures, "plot_margins", broken)  # after objective.png has been drawn
     with pytest.raises(RuntimeError, match="plotting failed"):
         bench(root / "card.toml", out=out, cache_dir=root / "cache", **{**BENCH, "plots": True})
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
