@@ -51,6 +51,10 @@ class ConvNet(nn.Module):
 
         self.to(memory_format=torch.channels_last)
 
+    def lipschitz_layers(self) -> list[nn.Module]:
+        """The layers whose composition is :meth:`forward` (for provable Lipschitz bounds, ``mixzoo certify``)."""
+        return [*self.features, *self.classifier]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous(memory_format=torch.channels_last)
         if self.training:

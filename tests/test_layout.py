@@ -2,8 +2,8 @@
 
 Every import between mixzoo modules, at module level or inside a function (``TYPE_CHECKING`` blocks excepted, they
 never run), goes from a higher layer to a lower one or within one layer, and no set of modules imports itself in a
-cycle. Layers, lowest first: core, zoo, attacks, training, methods, evaluation, cli (``mixzoo/__init__`` re-exports,
-on top).
+cycle. Layers, lowest first: core, zoo, attacks, training, methods, certify, evaluation, cli (``mixzoo/__init__``
+re-exports, on top).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "mixzoo"
-LAYERS = ["core", "zoo", "attacks", "training", "methods", "evaluation", "cli"]
+LAYERS = ["core", "zoo", "attacks", "training", "methods", "certify", "evaluation", "cli"]
 
 
 def _module(path: Path) -> str:

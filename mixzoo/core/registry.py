@@ -46,6 +46,7 @@ class ModelSpec:
     license: str = ""
     sha256: str | None = None
     description: str = ""
+    smoothing_sigma: float | None = None  # the base of a Gaussian randomized-smoothing RBC (001 App. A; certify)
     plugin: str = "registry.toml"
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,12 +101,16 @@ def spec_from_dict(name: str, raw: Mapping[str, Any], plugin: str = "registry.to
     sha = raw.get("sha256")
     if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
         raise bad("sha256", "must be a 64-character hex digest")
+    sigma = raw.get("smoothing_sigma")
+    if sigma is not None and (isinstance(sigma, bool) or not isinstance(sigma, int | float) or sigma <= 0):
+        raise bad("smoothing_sigma", f"must be a positive number (the noise std it was trained for), got {sigma!r}")
     return ModelSpec(
         name=name, role=raw["role"], dataset=raw["dataset"], num_classes=raw["num_classes"],
         input_size=tuple(size), source=dict(src), mean=mean, std=std, aliases=tuple(aliases),
         threat_model=threat, epsilon=float(eps) if eps is not None else None,
         reported=dict(raw.get("reported", {})), citation=raw.get("citation", ""), license=raw.get("license", ""),
         sha256=sha, description=raw.get("description", ""), plugin=plugin,
+        smoothing_sigma=float(sigma) if sigma is not None else None,
     )
 
 

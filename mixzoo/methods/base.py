@@ -123,6 +123,15 @@ class MixingMethod:
         """Attacks an adversary who knows this method would add to the bench's shared attack."""
         return []
 
+    def certified_mixture(self, card: MixCard) -> tuple[float, float]:
+        """``(alpha, temperature)`` of a card that mixes the ABC's and the RBC's probabilities with one constant
+        alpha (001 Eq. 3.4), which is what the certified radii of 001 Lemma 3.2 / Thm 3.5 / Thm A.2 need
+        (``mixzoo certify``). A method without that form raises a one-line error saying why (:attr:`certificate`).
+        """
+        why = self.certificate or ("it does not mix probabilities with one constant alpha, which 001 Lemma 3.2"
+                                   " needs; certify a linear card (`mixzoo mix --method linear`) instead")
+        raise InputError(f"{self.title or self.name} cards have no certified radius: {why}")
+
     # --------------------------------------------------------------------------------------------- fitting
     def fit(self, request: FitRequest) -> FitResult:
         """Fit the card section from data (write the card to ``request.out`` when given)."""

@@ -89,6 +89,10 @@ class Linear(MixingMethod):
         return MixedClassifier(abc, rbc, alpha=card.params["alpha"], temperature=card.params["temperature"],
                                transform=False, gradient=gradient)
 
+    def certified_mixture(self, card: MixCard) -> tuple[float, float]:
+        """The card's alpha and ABC temperature: 001 Eq. 3.4 itself, so Lemma 3.2 applies (``mixzoo certify``)."""
+        return card.params["alpha"], card.params["temperature"]
+
     def match(self, abc: nn.Module, rbc: nn.Module, images: Any, labels: Any, target: float,
               **kw: Any) -> tuple[float, list[dict]]:
         """The bench's matched baseline: the alpha whose robust accuracy is closest to ``target``

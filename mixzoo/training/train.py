@@ -43,7 +43,7 @@ from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.data import ImageDataset, load_dataset
 from mixzoo.zoo.models import Normalize
 
-METHODS: tuple[str, ...] = ("standard", "pgd", "trades", "mart", "hat")
+METHODS: tuple[str, ...] = ("standard", "pgd", "trades", "mart", "hat", "gaussian")
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,7 @@ class Recipe:
     helper_weight: float = 0.5  # HAT: gamma
     helper_scale: float = 2.0  # HAT: h, the helper example is x + h * (x' - x)
     awp: float = 0.0  # adversarial weight perturbation size gamma (0 = off)
+    noise_sigma: float = 0.0  # gaussian: std of the N(0, sigma^2 I) noise added to [0, 1] images (Cohen et al.)
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -92,6 +93,9 @@ class Recipe:
             raise InputError(f"recipe {self.name!r}: method 'hat' needs helper=NAME, a registered standard model")
         if self.awp < 0:
             raise InputError(f"recipe {self.name!r}: awp is a perturbation size >= 0 (0 = off), got {self.awp!r}")
+        if (self.method == "gaussian") != (self.noise_sigma > 0):
+            raise InputError(f"recipe {self.name!r}: method 'gaussian' needs noise_sigma > 0, and only it takes one"
+                             f" (got method {self.method!r}, noise_sigma {self.noise_sigma!r})")
 
     @property
     def file(self) -> str:
@@ -99,14 +103,17 @@ class Recipe:
 
     @property
     def robust(self) -> bool:
-        return self.method != "standard"
+        """Adversarially trained (evaluated with PGD at ``eps``); Gaussian-noise training is for randomized
+        smoothing, whose robustness is certified (:mod:`mixzoo.certify`), not attacked."""
+        return self.method not in ("standard", "gaussian")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["arch_kwargs"], d["mean"], d["std"] = dict(self.arch_kwargs), list(self.mean), list(self.std)
         # fields added after weights were shipped are left out at their defaults, so those files keep their bytes
         defaults = {f.name: f.default for f in dataclasses.fields(Recipe)}
-        late = ("ema", "awp") + (() if self.method == "hat" else ("helper", "helper_weight", "helper_scale"))
+        late = ("ema", "awp", "noise_sigma")
+        late += () if self.method == "hat" else ("helper", "helper_weight", "helper_scale")
         for key in late:
             if d[key] == defaults[key]:
                 del d[key]
@@ -137,6 +144,13 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("digits-pgd", **_DIGITS, method="pgd", arch_kwargs=_DIGITS_NET, epochs=40, batch_size=64,
            optimizer="adam", lr=3e-3, eps=0.2, attack_steps=5, eps_warmup=0.2,
            description="PGD-5 adversarial training on digits, Linf eps 0.2 (at 0.1 it is as accurate as digits-std)"),
+    *[Recipe(f"fmnist-rs{round(100 * s):03d}", **_FMNIST, method="gaussian", noise_sigma=s, arch_kwargs=_SMALL,
+             epochs=6, optimizer="adam", lr=1e-3, warmup=0.05,
+             description=f"base of a randomized-smoothing RBC: Gaussian noise augmentation sigma {s}, 6 epochs")
+      for s in (0.25, 0.5, 1.0)],
+    Recipe("digits-rs050", **_DIGITS, method="gaussian", noise_sigma=0.5, arch_kwargs=_DIGITS_NET, epochs=40,
+           batch_size=64, optimizer="adam", lr=3e-3,
+           description="base of a randomized-smoothing RBC on digits: Gaussian noise augmentation sigma 0.5"),
 ]}
 
 
@@ -299,6 +313,10 @@ def _objective(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tenso
     """Run a step's inner maximisation now and return its outer loss as a function of the current weights
     (evaluated once, or twice with adversarial weight perturbation): standard CE, CE on PGD examples (Madry et
     al.), the TRADES objective, MART or HAT."""
+    if recipe.method == "gaussian":  # Cohen et al. 2019: train the base of a smoothed classifier on x + N(0, s^2)
+        noise = torch.randn(x.shape, generator=gen, device=gen.device).to(x.device)
+        x_noisy = x + recipe.noise_sigma * noise
+        return lambda: F.cross_entropy(model(x_noisy), y)
     if recipe.method == "standard" or eps <= 0:
         return lambda: F.cross_entropy(model(x), y)
     model.eval()  # attacks see running statistics, as in the TRADES reference code
@@ -566,7 +584,7 @@ def registry_entry(result: TrainResult, command: str, date: str, machine: str = 
     kwargs = ", ".join(f"{k} = {json.dumps(list(v) if isinstance(v, tuple) else v)}" for k, v in r.arch_kwargs.items())
     lines = [
         f"[models.{r.name}]",
-        f'role = "{"robust" if r.robust else "accurate"}"',
+        f'role = "{"robust" if r.robust or r.noise_sigma > 0 else "accurate"}"',
         f'dataset = "{r.dataset}"',
         "num_classes = 10",
         f"input_size = [1, {r.arch_kwargs.get('input_hw', 28)}, {r.arch_kwargs.get('input_hw', 28)}]",
@@ -577,6 +595,8 @@ def registry_entry(result: TrainResult, command: str, date: str, machine: str = 
     ]
     if r.robust:
         lines += ['threat_model = "Linf"', f"epsilon = {r.eps}"]
+    elif r.noise_sigma > 0:  # robust once smoothed: certified in L2 (epsilon: nominal, the training noise std)
+        lines += ['threat_model = "L2"', f"epsilon = {r.noise_sigma}", f"smoothing_sigma = {r.noise_sigma}"]
     rep = [f"clean = {m['clean']:.4f}"]
     if "pgd" in m:
         rep.append(f"pgd20 = {m['pgd']:.4f}")

@@ -1,0 +1,243 @@
+"""``certify``: certified radii of constant-alpha mixtures on an evaluation split (001 Sec. 3, App. A).
+
+Which certificate applies depends on the RBC:
+
+- a Gaussian randomized-smoothing RBC (registry field ``smoothing_sigma``, or ``sigma=`` given): Monte Carlo with
+  confidence bounds (:mod:`~mixzoo.certify.smoothing`), then Thm 3.5 with the smoothed model's constant
+  sqrt(2 / (pi sigma^2)) and the tighter Thm A.2 (l2 only);
+- any other RBC whose layers are known: Thm 3.5 with the provable bound of :func:`~mixzoo.certify.lipschitz.
+  lipschitz_bound` (l2, or l-inf through sqrt(dim)); optionally, and labelled so, the App. C.3 estimate.
+
+The ABC enters only through the mixture's clean prediction: Lemma 3.2 holds whatever it outputs, so its temperature
+(0, a hard max, as in 001 App. A.2, unless the card says otherwise) does not change any certificate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.certify.lipschitz import estimate_local_lipschitz, lipschitz_bound
+from mixzoo.certify.radii import (
+    certified_accuracy,
+    check_alphas,
+    lipschitz_radius,
+    smoothing_lipschitz_constant,
+    smoothing_radius,
+)
+from mixzoo.certify.report import CertCurve, CertifyResult
+from mixzoo.certify.smoothing import minimum_samples, smoothed_estimate
+from mixzoo.core.errors import InputError
+from mixzoo.core.machine import run_record
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.pairs import check_device, check_model_fits, resolve_model
+
+__all__ = ["certify", "mixture_clean_accuracy"]
+
+
+def mixture_clean_accuracy(abc_probs: torch.Tensor | None, rbc_probs: torch.Tensor, labels: torch.Tensor,
+                           alphas: torch.Tensor) -> torch.Tensor:
+    """``(A,)`` accuracy of ``argmax((1 - alpha) p_g + alpha p_h)`` for every alpha (001 Eq. 3.4 at the clean
+    images), from the two models' (n, c) probabilities; used to match a mixture's clean accuracy (App. A.2)."""
+    a = alphas.to(torch.float64)[:, None, None]
+    mix = a * rbc_probs.to(torch.float64)[None]
+    if abc_probs is not None:
+        mix = mix + (1 - a) * abc_probs.to(torch.float64)[None]
+    return (mix.argmax(2) == labels[None]).to(torch.float64).mean(1)
+
+
+def _abc_probs(abc: nn.Module, images: torch.Tensor, temperature: float, batch_size: int) -> torch.Tensor:
+    with torch.no_grad():
+        logits = torch.cat([abc(images[i:i + batch_size]).float() for i in range(0, len(images), batch_size)])
+    if temperature == 0:  # hard max (000 Sec. 3.1, 001 App. A.2)
+        return nn.functional.one_hot(logits.argmax(1), logits.shape[1]).to(torch.float64)
+    return (logits.double() / temperature).softmax(1)
+
+
+def _grid(radii: list[float] | None, radius: torch.Tensor) -> torch.Tensor:
+    if radii is not None:
+        grid = torch.tensor(sorted(set(float(r) for r in radii)), dtype=torch.float64)
+        if grid.numel() == 0 or bool((grid < 0).any()) or not bool(torch.isfinite(grid).all()):
+            raise InputError("radii must be finite numbers >= 0, e.g. --radii 0,0.25,0.5")
+        return grid
+    finite = radius[torch.isfinite(radius) & (radius > 0)]
+    top = float(finite.max()) if finite.numel() else 0.0
+    return torch.linspace(0.0, top * 1.02, 26, dtype=torch.float64) if top > 0 else torch.zeros(1, dtype=torch.float64)
+
+
+def _label(alpha: float, what: str) -> str:
+    return f"RBC alone ({what})" if alpha == 1.0 else f"mixture alpha={alpha:g} ({what})"
+
+
+def certify(card: Any = None, *, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None,
+            alphas: list[float] | None = None, norm: str = "l2", radii: list[float] | None = None, n: int = 500,
+            dataset: str | None = None, split: str = "evaluation", sigma: float | None = None,
+            samples: int = 10_000, selection_samples: int = 100, confidence: float = 0.999,
+            smoothing: str = "soft", temperature: float | None = None, estimate_eps: list[float] | None = None,
+            estimate_steps: int = 20, batch_size: int = 1000, seed: int = 0, device: str = "cpu",
+            data_dir: str | None = None, out: str | Path | None = None, progress: bool = True,
+            allow_unsafe: bool = False) -> CertifyResult:
+    """Certified accuracy of the RBC alone (alpha = 1) and of each mixture, over a radius grid.
+
+    ``card``: a mix card (file, name or :class:`~mixzoo.core.card.MixCard`) whose method mixes probabilities with a
+    constant alpha (others raise a one-line explanation); its alpha is certified, plus any ``alphas`` given.
+    Without a card, ``rbc`` (and ``abc`` when an alpha < 1 is asked for) name the pair. ``sigma`` overrides the
+    RBC's ``smoothing_sigma``; ``samples`` / ``selection_samples`` / ``confidence`` / ``smoothing`` set the Monte
+    Carlo certification; ``estimate_eps`` adds App. C.3 estimated curves at those radii (labelled "estimated").
+    ``radii`` defaults to 26 points from 0 to the largest certified radius. ``out`` gets certify.json,
+    certify.md, certify.png (and estimated.png).
+    """
+    t0 = time.perf_counter()
+    check_device(device)
+    if norm not in ("l2", "linf"):
+        raise InputError(f"unknown norm {norm!r}; certify takes l2 or linf")
+    if not isinstance(n, int) or n < 1:
+        raise InputError(f"n must be a positive number of images, got {n!r}")
+    wanted = [float(a) for a in (alphas or [])]
+    card_temperature = None
+    if card is not None:
+        from mixzoo.core.card import MixCard
+        from mixzoo.zoo.pairs import card_model
+
+        if not isinstance(card, MixCard):
+            card = MixCard.load(card)
+        card_alpha, card_temperature = card.mixing_method.certified_mixture(card)
+        wanted.append(float(card_alpha))
+        rbc = card_model(card, "rbc", rbc, device=device, allow_unsafe=allow_unsafe)
+        abc = card_model(card, "abc", abc, device=device, allow_unsafe=allow_unsafe)
+    if rbc is None:
+        raise InputError("certify needs a card or --rbc NAME (and --abc NAME with --alpha for a mixture)")
+    alpha_t = check_alphas(sorted(set(wanted) | {1.0}, reverse=True))
+    if abc is None and bool((alpha_t < 1).any()):
+        raise InputError("an alpha below 1 mixes in an ABC; pass --abc NAME (or a card)")
+    rbc_m = resolve_model(rbc, device, allow_unsafe)
+    abc_m = resolve_model(abc, device, allow_unsafe) if abc is not None else None
+    spec = getattr(rbc_m, "spec", None)
+    sigma = sigma if sigma is not None else getattr(spec, "smoothing_sigma", None)
+    mode = "randomized smoothing" if sigma is not None else "Lipschitz"
+    if sigma is not None and norm != "l2":
+        raise InputError("randomized smoothing certifies l2 radii (001 Thm A.2); pass --norm l2")
+    if temperature is None:
+        temperature = card_temperature if card_temperature is not None else 0.0
+    name = dataset or getattr(spec, "dataset", None) or (card.dataset if card is not None else None)
+    if not name:
+        raise InputError("the RBC has no registry entry naming its dataset; pass --dataset NAME")
+    data = load_dataset(name, split, n=n, root=data_dir)
+    check_model_fits(rbc_m, data, "RBC")
+    if abc_m is not None:
+        check_model_fits(abc_m, data, "ABC")
+    images, labels = data.images.to(device), data.labels.to(device)
+    abc_probs = _abc_probs(abc_m, images, temperature, batch_size) if abc_m is not None else None
+    notes: list[str] = []
+    curves_raw: list[tuple[str, float, str, torch.Tensor, torch.Tensor, float]] = []
+    settings: dict[str, Any] = {
+        "rbc": getattr(spec, "name", type(rbc_m).__name__), "abc": getattr(getattr(abc_m, "spec", None), "name", None),
+        "alphas": alpha_t.tolist(), "norm": norm, "mode": mode, "n": len(data), "dataset": name, "split": split,
+        "abc_temperature": temperature, "seed": seed, "card": str(getattr(card, "path", "") or "") or None}
+    if sigma is not None:
+        smallest = float(alpha_t.min())
+        need = minimum_samples(spec.num_classes if spec is not None else 10, confidence, smoothing, smallest)
+        if samples < need:
+            raise InputError(f"{samples} Monte Carlo samples cannot certify anything at confidence {confidence:g}"
+                             f" and alpha {smallest:g} (even a unanimous vote); use --samples {need} or more")
+        est = smoothed_estimate(rbc_m, images, float(sigma), samples=samples, selection_samples=selection_samples,
+                                confidence=confidence, kind=smoothing, seed=seed, batch_size=batch_size,
+                                progress=progress)
+        correct = (est.top == labels) & ~est.abstain
+        lip = smoothing_lipschitz_constant(float(sigma))
+        bounds2 = torch.stack([est.p_top_lower, est.p_other_upper], 1)
+        r_lip = lipschitz_radius(bounds2, lip, alpha_t, top=torch.zeros(len(data), dtype=torch.long))
+        r_rs = smoothing_radius(est.p_top_lower, est.p_other_upper, float(sigma), alpha_t)
+        r_lip[:, est.abstain], r_rs[:, est.abstain] = -math.inf, -math.inf
+        clean = mixture_clean_accuracy(abc_probs, est.mean, labels, alpha_t)
+        for k, a in enumerate(alpha_t.tolist()):
+            curves_raw.append((_label(a, "Thm A.2"), a, "smoothing", r_rs[k], correct, float(clean[k])))
+            curves_raw.append((_label(a, "Thm 3.5"), a, "smoothing-lipschitz", r_lip[k], correct, float(clean[k])))
+        settings.update(sigma=float(sigma), samples=samples, selection_samples=selection_samples,
+                        confidence=confidence, smoothing=smoothing, lipschitz_constant=lip)
+        notes.append(f"randomized smoothing, sigma {sigma:g}, {smoothing} votes: {samples} Monte Carlo samples per"
+                     f" image ({selection_samples} more to choose the class), bounds jointly valid with probability"
+                     f" {confidence:g} per image; the RBC abstains on {int(est.abstain.sum())} of {len(data)} images.")
+        notes.append(f"the clean column of a smoothed classifier is its Monte Carlo mean prediction (an estimate)."
+                     f" Lipschitz constant of each smoothed class probability sqrt(2/(pi sigma^2)) = {lip:.4g}.")
+    else:
+        with torch.no_grad():
+            logits = torch.cat([rbc_m(images[i:i + batch_size]).float() for i in range(0, len(data), batch_size)])
+        probs = logits.double().softmax(1)
+        correct = probs.argmax(1) == labels
+        bound = lipschitz_bound(rbc_m, tuple(data.input_size), norm)
+        radius = lipschitz_radius(probs, bound.probs, alpha_t)
+        clean = mixture_clean_accuracy(abc_probs, probs, labels, alpha_t)
+        for k, a in enumerate(alpha_t.tolist()):
+            curves_raw.append((_label(a, "Thm 3.5, provable bound"), a, "lipschitz", radius[k], correct,
+                               float(clean[k])))
+        settings.update(lipschitz=bound.to_dict())
+        notes += _loose_bound_notes(bound, probs, correct, spec, norm)
+        if estimate_eps:
+            notes.append("estimated curves (App. C.3) use local Lipschitz constants found by PGD within each radius;"
+                         " an attack can miss the maximum, so they are NOT certificates.")
+    grid = _grid(radii, torch.stack([c[3] for c in curves_raw]))
+    curves = [_curve(label, a, kind, r, ok, clean_a, grid) for label, a, kind, r, ok, clean_a in curves_raw]
+    if sigma is None and estimate_eps:
+        curves += _estimated(rbc_m, images, probs, correct, alpha_t, clean, estimate_eps, norm, estimate_steps,
+                             batch_size, seed)
+    settings["seconds"] = time.perf_counter() - t0
+    result = CertifyResult(settings, curves, notes, run_record(device), labels.tolist())
+    if out is not None:
+        result.save(out)
+    return result
+
+
+def _curve(label: str, alpha: float, kind: str, radius: torch.Tensor, correct: torch.Tensor, clean: float,
+           grid: torch.Tensor) -> CertCurve:
+    acc = certified_accuracy(radius[None], correct, grid)[0]
+    per = [float(r) if math.isfinite(r) and r >= 0 and ok else None
+           for r, ok in zip(radius.tolist(), correct.tolist(), strict=True)]
+    return CertCurve(label, alpha, kind, acc.tolist(), clean, per, grid.tolist())
+
+
+def _loose_bound_notes(bound: Any, probs: torch.Tensor, correct: torch.Tensor, spec: Any, norm: str) -> list[str]:
+    """Say with numbers how far a provable bound is from certifying the RBC's own threat model."""
+    top2 = probs.topk(2, dim=1).values
+    gap = (top2[:, 0] - top2[:, 1])[correct]
+    notes = [f"provable bound: Lip_{norm}(softmax(h)_i) <= {bound.probs:.4g} (logits l2 {bound.logits_l2:.4g} ="
+             f" product of {len(bound.layers)} layer norms, x sqrt(2)/4"
+             f"{', x sqrt(dim) for l-inf' if norm == 'linf' else ''})."]
+    eps = getattr(spec, "epsilon", None)
+    threat = getattr(spec, "threat_model", None)
+    if gap.numel() and eps and threat and threat.lower() == norm:
+        median_gap = float(gap.median())
+        need = median_gap / (2 * eps)
+        notes.append(f"at the RBC's own radius {eps:g} ({threat}) the median correct image (top-2 probability gap"
+                     f" {median_gap:.3f}) would need Lip <= {need:.3g}, {bound.probs / need:.3g}x smaller than"
+                     " this bound: a product of layer norms is far too loose to certify it there.")
+    return notes
+
+
+def _estimated(rbc: nn.Module, images: torch.Tensor, probs: torch.Tensor, correct: torch.Tensor,
+               alphas: torch.Tensor, clean: torch.Tensor, eps_list: list[float], norm: str, steps: int,
+               batch_size: int, seed: int) -> list[CertCurve]:
+    """App. C.3: at each eps, "robust within eps" when Eq. 3.5 with the local constants gives r >= eps."""
+    eps_t = torch.tensor(sorted(float(e) for e in eps_list), dtype=torch.float64)
+    if bool((eps_t <= 0).any()):
+        raise InputError("estimate radii must be positive, e.g. --estimate 0.05,0.1")
+    chunk = max(1, batch_size // probs.shape[1])
+    hit = torch.zeros(len(alphas), len(images), len(eps_t), dtype=torch.bool)
+    for k, eps in enumerate(eps_t.tolist()):
+        gen = torch.Generator(device=images.device).manual_seed(seed * 7919 + k)
+        local = torch.cat([estimate_local_lipschitz(rbc, images[i:i + chunk], eps, norm, steps,
+                                                    top=probs[i:i + chunk].argmax(1), generator=gen)
+                           for i in range(0, len(images), chunk)]).double()
+        r = lipschitz_radius(probs, local.cpu(), alphas)
+        hit[:, :, k] = r >= eps
+    at_zero = lipschitz_radius(probs, 1.0, alphas) >= 0  # Lemma 3.2's margin at the clean image itself
+    hit = torch.cat([at_zero[:, :, None], hit], 2) & correct[None, :, None]
+    acc = hit.double().mean(1)  # (A, 1 + len(eps))
+    grid = [0.0] + eps_t.tolist()
+    return [CertCurve(_label(a, "estimated, App. C.3"), a, "estimated", acc[k].tolist(), float(clean[k]), [], grid)
+            for k, a in enumerate(alphas.tolist())]
