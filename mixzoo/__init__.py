@@ -2,8 +2,8 @@
 
 Layout (data flows downwards in this list; nothing imports upwards, ``tests/test_layout.py`` checks it):
 ``core`` (errors, hooks, plugin manager, registry, cache, card), ``zoo`` (models, data, pairs), ``attacks``,
-``methods`` (the interface and one module or folder per method), ``evaluation`` (bench, report, verify, sanity,
-statistics), ``cli``. The module names of earlier releases (``mixzoo.pipeline``, ``mixzoo.bench``, ...) still
+``methods`` (the interface and one module or folder per method), ``certify`` (certified radii of constant-alpha
+mixtures), ``evaluation`` (bench, report, verify, sanity, statistics), ``cli``. The module names of earlier releases (``mixzoo.pipeline``, ``mixzoo.bench``, ...) still
 import: :mod:`mixzoo._aliases` maps them to their new places.
 """
 
@@ -27,7 +27,7 @@ _aliases.install()
 
 def __getattr__(name: str):  # `import mixzoo; mixzoo.bench.bench(...)` without importing every module up front
     target = _aliases.OLD_MODULES.get(name)
-    if target is not None or name in ("attacks", "core", "zoo", "methods", "evaluation"):
+    if target is not None or name in ("attacks", "core", "zoo", "methods", "certify", "evaluation"):
         import importlib
 
         return importlib.import_module(f"mixzoo.{name}")

@@ -119,6 +119,10 @@ class CertifyResult:
         plt = figure_module()
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         curves = self.estimated_curves if estimated else self.certified_curves
+        alphas = sorted({c.alpha for c in curves}, reverse=True)
+        if len(alphas) > 4:  # a readable figure: the RBC alone and three mixtures spread over the alphas
+            keep = {alphas[round(k * (len(alphas) - 1) / 3)] for k in range(4)}
+            curves = [c for c in curves if c.alpha in keep]
         for c in curves:
             style = "--" if c.bound in ("lipschitz", "smoothing-lipschitz") else "-"
             line, = ax.step(c.radii, [100 * a for a in c.accuracy], style, where="post", label=c.label)

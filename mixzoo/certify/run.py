@@ -37,7 +37,7 @@ from mixzoo.core.machine import run_record
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.pairs import check_device, check_model_fits, resolve_model
 
-__all__ = ["certify", "mixture_clean_accuracy"]
+__all__ = ["abc_probabilities", "certify", "mixture_clean_accuracy"]
 
 
 def mixture_clean_accuracy(abc_probs: torch.Tensor | None, rbc_probs: torch.Tensor, labels: torch.Tensor,
@@ -51,7 +51,9 @@ def mixture_clean_accuracy(abc_probs: torch.Tensor | None, rbc_probs: torch.Tens
     return (mix.argmax(2) == labels[None]).to(torch.float64).mean(1)
 
 
-def _abc_probs(abc: nn.Module, images: torch.Tensor, temperature: float, batch_size: int) -> torch.Tensor:
+def abc_probabilities(abc: nn.Module, images: torch.Tensor, temperature: float = 0.0,
+                      batch_size: int = 1000) -> torch.Tensor:
+    """The ABC's (n, c) probabilities at temperature T (0: one-hot of its prediction, the hard max of 001 App. A.2)."""
     with torch.no_grad():
         logits = torch.cat([abc(images[i:i + batch_size]).float() for i in range(0, len(images), batch_size)])
     if temperature == 0:  # hard max (000 Sec. 3.1, 001 App. A.2)
@@ -132,7 +134,7 @@ def certify(card: Any = None, *, abc: str | nn.Module | None = None, rbc: str | 
     if abc_m is not None:
         check_model_fits(abc_m, data, "ABC")
     images, labels = data.images.to(device), data.labels.to(device)
-    abc_probs = _abc_probs(abc_m, images, temperature, batch_size) if abc_m is not None else None
+    abc_probs = abc_probabilities(abc_m, images, temperature, batch_size) if abc_m is not None else None
     notes: list[str] = []
     curves_raw: list[tuple[str, float, str, torch.Tensor, torch.Tensor, float]] = []
     settings: dict[str, Any] = {
