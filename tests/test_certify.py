@@ -230,24 +230,24 @@ def lemma_inputs(draw):
 def test_lemma_3_2_the_mixture_follows_an_rbc_with_margin(inputs):
     alpha, g, h, y = inputs
     mu = (1 - alpha) / alpha
-    assert all(h[y] - h[i] >= mu - 1e-12 for i in range(len(h)) if i != y)
+    margin = min(h[y] - h[i] for i in range(len(h)) if i != y)
+    assert margin >= mu - 1e-12
     for gg in [g, *torch.eye(len(h), dtype=F64)]:  # random ABC, and every one-hot (worst-case) ABC
-        mix = torch.log((1 - alpha) * gg + alpha * h)
+        mix = torch.log((1 - alpha) * gg + alpha * h)  # 001 Eq. 3.4
         assert bool((mix[y] >= mix - 1e-12).all())
-        margin = min(h[y] - h[i] for i in range(len(h)) if i != y)
         if margin > mu + 1e-9:
             assert int(mix.argmax()) == y
 
 
 @FAST
-@given(lemma_inputs(), st.floats(1e-6, 0.5))
-def test_lemma_3_2_is_tight_a_smaller_margin_lets_some_abc_win(inputs, shortfall):
+@given(c=st.integers(2, 8), alpha=st.floats(0.5, 0.999), y=st.integers(0, 7), fraction=st.floats(0.0, 0.999))
+def test_lemma_3_2_is_tight_a_smaller_margin_lets_some_abc_win(c, alpha, y, fraction):
     """001 after Lemma 3.2: with a margin below (1 - alpha) / alpha, an ABC voting for the runner-up flips it."""
-    alpha, _, h, y = inputs
     mu = (1 - alpha) / alpha
-    assume(mu > shortfall)
-    c, i, m = len(h), (y + 1) % len(h), mu - shortfall
-    h2 = torch.zeros(c, dtype=F64)  # margin m = mu - shortfall over class i
+    y = y % c
+    i, m = (y + 1) % c, fraction * mu
+    assume(mu - m > 1e-9)
+    h2 = torch.zeros(c, dtype=F64)  # margin m < mu over class i
     h2[y], h2[i] = (1 + m) / 2, (1 - m) / 2
     gi = torch.nn.functional.one_hot(torch.tensor(i), c).to(F64)
     mix = (1 - alpha) * gi + alpha * h2
@@ -559,6 +559,59 @@ def test_smoothing_certificates_survive_l2_pgd_and_a_wrong_sigma_does_not(monkey
         assert not bool(changed.any()), f"certified images {idx[changed].tolist()} attacked"
     else:
         assert bool(changed.any()), "radii for a sigma 5x too large went unnoticed"
+
+
+def half_space_rbc() -> tuple[nn.Module, torch.Tensor, float]:
+    """A 10-class linear model whose hard prediction is the half-space ``w.x + b > 0`` (class 0, else class 1;
+    the other classes never win): its Gaussian smoothing is known exactly, p_0(x) = Phi((w.x + b) / (sigma ||w||)),
+    and Cohen's / Thm A.2's radius at alpha 1 is then the distance to the hyperplane (tight)."""
+    train = load_dataset("digits", "train")
+    m0 = train.images[train.labels == 0].mean(0).flatten()
+    m1 = train.images[train.labels == 1].mean(0).flatten()
+    w = m0 - m1
+    b = -float(w @ (m0 + m1) / 2)
+    lin = nn.Linear(64, 10)
+    with torch.no_grad():
+        lin.weight.zero_()
+        lin.bias.fill_(-1e4)
+        lin.weight[0], lin.weight[1] = w, -w
+        lin.bias[0], lin.bias[1] = b, -b
+    return nn.Sequential(nn.Flatten(), lin), w, b
+
+
+@pytest.mark.parametrize("sigma_factor", [1.0, 1.1])
+def test_smoothing_radii_against_the_exact_radius_of_a_half_space(monkeypatch, sigma_factor):
+    """Sharp, deterministic soundness check of the whole smoothing pipeline (hard votes, Clopper-Pearson): the
+    certified radius never exceeds the exact one (the distance d to the hyperplane at alpha 1; for the mixture,
+    d - sigma Phi^-1(1 / (2 alpha)), where the smoothed p_0 falls to 1 / (2 alpha) and an ABC voting for class 1
+    wins), and Thm A.2 at alpha 1 reaches over 90% of d with 20,000 samples. A sigma only 10% too large in the
+    radius formula must already be caught."""
+    if sigma_factor != 1.0:
+        monkeypatch.setattr(certify_run, "smoothing_radius",
+                            lambda lo, hi, sigma, alphas: smoothing_radius(lo, hi, sigma * sigma_factor, alphas))
+    model, w, b = half_space_rbc()
+    sigma, n = 1.0, 60
+    images, labels = digits(n)
+    dist = ((images.flatten(1) @ w + b) / w.norm()).double().abs()
+    mc = monte_carlo_probs(model, images[:10], sigma, 20_000, kind="hard", seed=3, progress=False)[:, 0]
+    exact = torch.from_numpy(stats.norm.cdf(((images[:10].flatten(1) @ w + b) / (sigma * w.norm())).numpy()))
+    assert torch.allclose(mc, exact.double(), atol=0.015)  # the smoothed model is what the formulas assume
+    result = certify(rbc=model, abc="digits-std", dataset="digits", sigma=sigma, smoothing="hard", alphas=[0.8], n=n,
+                     samples=20_000, progress=False)
+    over = []
+    for c in result.certified_curves:
+        idx = [j for j, r in enumerate(c.radius) if r is not None]
+        assert len(idx) >= 8 and all(int(labels[j]) in (0, 1) for j in idx)
+        radius = torch.tensor([c.radius[j] for j in idx], dtype=F64)
+        exact_radius = dist[idx] - sigma * stats.norm.ppf(1 / (2 * c.alpha))
+        over += [(c.label, j) for j, r, e in zip(idx, radius.tolist(), exact_radius.tolist(), strict=True)
+                 if r > e * (1 + 1e-9)]
+        if c.alpha == 1.0 and c.bound == "smoothing" and sigma_factor == 1.0:
+            assert float((radius / exact_radius).min()) > 0.9
+    if sigma_factor == 1.0:
+        assert not over, f"certified radii beyond the exact ones: {over}"
+    else:
+        assert over, "radii from a sigma 10% too large went unnoticed"
 
 
 # ================================================================================================ 6. Monte Carlo
