@@ -76,16 +76,26 @@ def _bn_scale(bn: nn.BatchNorm2d | nn.BatchNorm1d) -> torch.Tensor:
 def _pool_factor(pool: nn.MaxPool2d | nn.AvgPool2d) -> float:
     k = pool.kernel_size if isinstance(pool.kernel_size, tuple) else (pool.kernel_size,) * 2
     s = pool.stride if isinstance(pool.stride, tuple) else (pool.stride or pool.kernel_size,) * 2
-    windows = math.ceil(k[0] / s[0]) * math.ceil(k[1] / s[1])  # windows an input pixel can fall in
+    d = getattr(pool, "dilation", 1)
+    d = d if isinstance(d, tuple) else (d,) * 2
+    # windows an input pixel can fall in: at most one per kernel tap, and starts spread over the dilated extent
+    windows = math.prod(min(k[i], math.ceil(((k[i] - 1) * d[i] + 1) / s[i])) for i in (0, 1))
     if isinstance(pool, nn.MaxPool2d):  # |max a - max b| <= ||a - b||_inf per window
+        return math.sqrt(windows)
+    if pool.divisor_override:  # a sum of at most k0*k1 values divided by the override
+        return math.sqrt(windows * k[0] * k[1]) / pool.divisor_override
+    pad = pool.padding if isinstance(pool.padding, tuple) else (pool.padding,) * 2
+    if pool.ceil_mode or (any(pad) and not pool.count_include_pad):  # some windows average fewer values
         return math.sqrt(windows)
     return math.sqrt(windows) / math.sqrt(k[0] * k[1])  # a mean over k0*k1 values has l2 norm 1/sqrt(k0*k1)
 
 
-_ONE: tuple[type, ...] = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.Tanh, nn.Flatten, nn.Dropout, nn.Identity)
+_ONE: tuple[type, ...] = (nn.ReLU, nn.Tanh, nn.Flatten, nn.Dropout, nn.Identity)
 
 LAYER_BOUNDS: dict[type, Callable[[nn.Module], float]] = {
     **{t: (lambda m: 1.0) for t in _ONE},
+    nn.LeakyReLU: lambda m: max(1.0, abs(m.negative_slope)),  # slopes 1 and negative_slope
+    nn.ELU: lambda m: max(1.0, abs(m.alpha)),  # slope alpha e^x below 0
     nn.Linear: lambda m: float(torch.linalg.matrix_norm(m.weight.detach().double(), ord=2)),
     nn.BatchNorm1d: lambda m: float(_bn_scale(m).abs().max()),
     nn.BatchNorm2d: lambda m: float(_bn_scale(m).abs().max()),

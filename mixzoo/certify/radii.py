@@ -71,10 +71,10 @@ def smoothing_radius(p_top_lower: torch.Tensor, p_other_upper: torch.Tensor, sig
     radius grows with the first and shrinks with the second, so bounds give a radius that holds with their
     confidence. At alpha = 1 this is Cohen et al.'s radius for soft smoothing."""
     alphas = check_alphas(alphas)[:, None]
-    normal = torch.distributions.Normal(torch.tensor(0.0, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
     lo = (alphas * p_top_lower.to(torch.float64)[None]).clamp(0.0, 1.0)
-    hi = (alphas * p_other_upper.to(torch.float64)[None] + 1 - alphas).clamp(0.0, 1.0)
-    r = sigma / 2 * (normal.icdf(lo) - normal.icdf(hi))
+    hi = (alphas * p_other_upper.to(torch.float64)[None] + (1 - alphas)).clamp(0.0, 1.0)  # exact p at alpha 1
+    # ndtri, not Normal.icdf (erfinv(2p - 1)): that rounds p < 1e-16 to 0 and returns -inf, an infinite radius
+    r = sigma / 2 * (torch.special.ndtri(lo) - torch.special.ndtri(hi))
     return torch.nan_to_num(r, nan=-math.inf)
 
 
