@@ -2,9 +2,10 @@
 
 Layout (data flows downwards in this list; nothing imports upwards, ``tests/test_layout.py`` checks it):
 ``core`` (errors, hooks, plugin manager, registry, cache, card), ``zoo`` (models, data, pairs), ``attacks``,
-``methods`` (the interface and one module or folder per method), ``certify`` (certified radii of constant-alpha
-mixtures), ``evaluation`` (bench, report, verify, sanity, statistics), ``cli``. The module names of earlier releases (``mixzoo.pipeline``, ``mixzoo.bench``, ...) still
-import: :mod:`mixzoo._aliases` maps them to their new places.
+``training``, ``methods`` (the interface and one module or folder per method), ``certify`` (certified radii of
+constant-alpha mixtures), ``evaluation`` (bench, report, verify, sanity, statistics), ``cli``. The module names of
+earlier releases (``mixzoo.pipeline``, ``mixzoo.bench``, ...) still import: :mod:`mixzoo._aliases` maps them to
+their new places.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def smoothing_radius(p_top_lower: torch.Tensor, p_other_upper: torch.Tensor, sig
     hi = (alphas * p_other_upper.to(torch.float64)[None] + (1 - alphas)).clamp(0.0, 1.0)  # exact p at alpha 1
     # ndtri, not Normal.icdf (erfinv(2p - 1)): that rounds p < 1e-16 to 0 and returns -inf, an infinite radius
     r = sigma / 2 * (torch.special.ndtri(lo) - torch.special.ndtri(hi))
-    return torch.nan_to_num(r, nan=-math.inf)
+    return torch.nan_to_num(r, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
 
 
 def certified_accuracy(radius: torch.Tensor, correct: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
