@@ -60,9 +60,12 @@ def test_zoo_model_loads_verifies_and_matches_its_recorded_accuracy(name):
     assert logits.shape == (len(data), spec.num_classes)
     acc = (logits.argmax(1) == data.labels).float().mean().item()
     assert abs(acc - spec.reported["clean_eval500"]) <= 0.015, (acc, spec.reported)
-    if spec.role == "robust":  # the training trade-off: robust entries are less accurate than their ABC
+    accurate = [s for s in list_models("accurate", spec.dataset) if s.source.get("kind") == "zoo"]
+    if spec.smoothing_sigma is not None:  # the base of a randomized-smoothing RBC: certified (L2), not attacked
+        assert spec.role == "robust" and spec.threat_model == "L2" and spec.epsilon == spec.smoothing_sigma
+        assert all(s.reported["clean"] > spec.reported["clean"] for s in accurate)
+    elif spec.role == "robust":  # the training trade-off: robust entries are less accurate than their ABC
         assert spec.threat_model == "Linf" and spec.epsilon > 0
-        accurate = [s for s in list_models("accurate", spec.dataset) if s.source.get("kind") == "zoo"]
         assert all(s.reported["clean"] > spec.reported["clean"] for s in accurate)
         assert spec.reported["pgd20"] < spec.reported["clean"]
 
