@@ -762,12 +762,23 @@ MIXEDNUTS_CARD = str(Path(__file__).resolve().parents[1] / "benchmarks" / "resul
      f"use --samples {minimum_samples(10, 0.999, 'hard', 1.0)} or more"),
     (["--rbc", "digits-pgd", "--norm", "l1", "--n", "5"], "unknown norm 'l1'"),
     ([MIXEDNUTS_CARD, "--n", "5"], "no certified radius"),
-], ids=["alpha", "sigma0", "sigma-neg", "linf-smoothing", "samples-soft", "samples-hard", "norm", "mixednuts"])
+    (["--rbc", "digits-rs050", "--confidence", "1.5", "--n", "5"], "confidence must be in (0, 1)"),
+    (["--rbc", "digits-rs050", "--abc", "digits-std", "--alpha", "0.5", "--n", "5"], "alpha 0.5 certifies nothing"),
+    (["--rbc", "digits-pgd", "--n", "0"], "n must be a positive number"),
+], ids=["alpha", "sigma0", "sigma-neg", "linf-smoothing", "samples-soft", "samples-hard", "norm", "mixednuts",
+        "confidence", "alpha-half-smoothing", "n0"])
 def test_cli_errors_are_one_line_and_write_nothing(tmp_path, args, expected):
     out = tmp_path / "out"
     message = one_line_error(CliRunner().invoke(app, ["certify", *args, "--out", str(out)]))
     assert expected in message
     assert not out.exists()
+
+
+def test_an_output_path_that_is_a_file_is_refused_before_any_work(tmp_path):
+    target = tmp_path / "taken"
+    target.write_text("keep")
+    message = one_line_error(CliRunner().invoke(app, ["certify", "--rbc", "digits-pgd", "--out", str(target)]))
+    assert "is a file; pass a directory path" in message and target.read_text() == "keep"
 
 
 def test_the_minimum_samples_message_is_exact():

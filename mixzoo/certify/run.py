@@ -31,7 +31,7 @@ from mixzoo.certify.radii import (
     smoothing_radius,
 )
 from mixzoo.certify.report import CertCurve, CertifyResult
-from mixzoo.certify.smoothing import minimum_samples, smoothed_estimate
+from mixzoo.certify.smoothing import check_options, minimum_samples, smoothed_estimate
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import run_record
 from mixzoo.zoo.data import load_dataset
@@ -96,6 +96,10 @@ def certify(card: Any = None, *, abc: str | nn.Module | None = None, rbc: str | 
     """
     t0 = time.perf_counter()
     check_device(device)
+    if out is not None:  # refuse before the (long) Monte Carlo what could not be written
+        from mixzoo.core.cache import check_writable
+
+        check_writable(out, directory=True, what="certify output directory")
     if norm not in ("l2", "linf"):
         raise InputError(f"unknown norm {norm!r}; certify takes l2 or linf")
     if not isinstance(n, int) or n < 1:
@@ -142,6 +146,7 @@ def certify(card: Any = None, *, abc: str | nn.Module | None = None, rbc: str | 
         "alphas": alpha_t.tolist(), "norm": norm, "mode": mode, "n": len(data), "dataset": name, "split": split,
         "abc_temperature": temperature, "seed": seed, "card": str(getattr(card, "path", "") or "") or None}
     if sigma is not None:
+        check_options(sigma, samples, confidence, smoothing)
         smallest = float(alpha_t.min())
         if smallest == 0.5:
             raise InputError("alpha 0.5 certifies nothing with a smoothed RBC (Thm A.2 needs Phi^-1(p/2) >"

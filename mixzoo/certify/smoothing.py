@@ -23,7 +23,8 @@ from torch import nn
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 
-__all__ = ["SmoothedEstimate", "confidence_bounds", "minimum_samples", "monte_carlo_probs", "smoothed_estimate"]
+__all__ = ["SmoothedEstimate", "check_options", "confidence_bounds", "minimum_samples", "monte_carlo_probs",
+           "smoothed_estimate"]
 
 KINDS = ("soft", "hard")
 
@@ -45,7 +46,8 @@ class SmoothedEstimate:
     kind: str
 
 
-def _check(sigma: float, samples: int, confidence: float, kind: str) -> None:
+def check_options(sigma: float, samples: int, confidence: float, kind: str) -> None:
+    """One-line errors for a bad sigma, sample count, confidence level or smoothing kind, before any work."""
     if not (isinstance(sigma, int | float) and math.isfinite(sigma) and sigma > 0):
         raise InputError(f"sigma must be a positive number (the smoothing noise std), got {sigma!r}")
     if not (isinstance(confidence, float) and 0 < confidence < 1):
@@ -72,7 +74,7 @@ def monte_carlo_probs(model: nn.Module, images: torch.Tensor, sigma: float, samp
     one-hot predictions (hard). Example ``first_index + j`` draws its noise from its own generator in blocks of
     :data:`NOISE_BLOCK`; the blocks of consecutive examples are packed into batches of about ``batch_size`` noisy
     images, so the draws do not depend on the batch size (the sums only up to the forward's float rounding)."""
-    _check(sigma, samples, 0.5, kind)
+    check_options(sigma, samples, 0.5, kind)
     n, device = images.shape[0], images.device
     sums: torch.Tensor | None = None
     xs: list[torch.Tensor] = []
@@ -164,7 +166,7 @@ def smoothed_estimate(model: nn.Module, images: torch.Tensor, sigma: float, *, s
                       selection_samples: int = 100, confidence: float = 0.999, kind: str = "soft", seed: int = 0,
                       first_index: int = 0, batch_size: int = 1000, progress: bool = True) -> SmoothedEstimate:
     """Choose each example's top class on ``selection_samples`` draws, then bound it on ``samples`` fresh draws."""
-    _check(sigma, samples, confidence, kind)
+    check_options(sigma, samples, confidence, kind)
     if not isinstance(selection_samples, int) or selection_samples < 1:
         raise InputError(f"selection samples (n0) must be a positive integer, got {selection_samples!r}")
     common = dict(kind=kind, seed=seed, first_index=first_index, batch_size=batch_size, progress=progress)
