@@ -151,7 +151,9 @@ def certify(card: Any = None, *, abc: str | nn.Module | None = None, rbc: str | 
         if smallest == 0.5:
             raise InputError("alpha 0.5 certifies nothing with a smoothed RBC (Thm A.2 needs Phi^-1(p/2) >"
                              " Phi^-1(q/2 + 1/2), impossible for p <= 1); pass alphas above 0.5")
-        need = minimum_samples(spec.num_classes if spec is not None else 10, confidence, smoothing, smallest)
+        with torch.no_grad():
+            classes = int(rbc_m(images[:1]).shape[1])
+        need = minimum_samples(classes, confidence, smoothing, smallest)
         if samples < need:
             raise InputError(f"{samples} Monte Carlo samples cannot certify anything at confidence {confidence:g}"
                              f" and alpha {smallest:g} (even a unanimous vote); use --samples {need} or more")
