@@ -64,12 +64,20 @@ def model_taps(model: nn.Module, role: str = "model") -> Taps:
     missing = [d for d in DEPTHS if d not in declared]
     if missing:
         raise InputError(f"{role} {name!r}: registry field 'taps' lacks {missing[0]!r}; give both early and middle")
+    return check_taps(model, Taps(declared["early"], declared["middle"],
+                                  str(declared.get("nhwc", "")).lower() == "true"), role)
+
+
+def check_taps(model: nn.Module, taps: Taps, role: str = "model") -> Taps:
+    """``taps`` if both name modules of ``model``'s network, else a one-line error naming the tap."""
     modules = dict(_network(model).named_modules())
+    spec = getattr(model, "spec", None)
+    name = spec.name if spec is not None else type(model).__name__
     for depth in DEPTHS:
-        if declared[depth] not in modules:
-            raise InputError(f"{role} {name!r}: taps.{depth} = {declared[depth]!r} is not a module of its network;"
-                             " see `print(model.network)` for the names")
-    return Taps(declared["early"], declared["middle"], str(declared.get("nhwc", "")).lower() == "true")
+        if getattr(taps, depth) not in modules:
+            raise InputError(f"{role} {name!r}: taps.{depth} = {getattr(taps, depth)!r} is not a module of its"
+                             " network; see `print(model.network)` for the names")
+    return taps
 
 
 @contextlib.contextmanager

@@ -93,13 +93,24 @@ class TrainConfig:
             raise bad("pseudo_labels", " or ".join(LABEL_RULES))
         if self.norm not in ("Linf", "L2"):
             raise bad("norm", "Linf or L2")
-        s = self.steps = [self.steps] * 2 if isinstance(self.steps, int) else list(self.steps)
+        s = self.steps = [self.steps] * 2 if isinstance(self.steps, int) else [_parse(v, int) for v in self.steps]
         if len(s) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in s) or not 1 <= s[0] <= s[1]:
             raise bad("steps", "an integer >= 1 or two integers LO,HI with 1 <= LO <= HI")
-        f = self.eps_factor = [self.eps_factor] * 2 if _num(self.eps_factor) else list(self.eps_factor)
+        f = self.eps_factor = [self.eps_factor] * 2 if _num(self.eps_factor) else [_parse(v, float)
+                                                                                     for v in self.eps_factor]
         if len(f) != 2 or not all(_num(v) for v in f) or not 0 < f[0] <= f[1]:
             raise bad("eps_factor", "a positive number or two numbers LO,HI with 0 < LO <= HI")
         return self
+
+
+def _parse(v: Any, kind: type) -> Any:
+    """A list item from the command line (``-O steps=5,15`` gives strings) as a number, else unchanged."""
+    if isinstance(v, str):
+        try:
+            return kind(v)
+        except ValueError:
+            return v
+    return v
 
 
 def _num(v: Any) -> bool:
