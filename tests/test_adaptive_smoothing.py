@@ -318,17 +318,20 @@ def test_alpha_only_attack_lowers_alpha(fitted, pair):
         assert float(model.alpha(adv).mean()) < float(model.alpha(d.images).mean())
 
 
-def test_bench_runs_the_extra_attacks(fitted):
+def test_bench_runs_the_extra_attacks_and_verify_rebuilds_the_card(fitted):
     from mixzoo.evaluation.bench import bench
+    from mixzoo.evaluation.verify import verify_report
 
     _, root = fitted
     rep = bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 4, "n_target_classes": 2}, n=30,
                 eps=EPS, curve=False, baseline=False, cache_dir=root / "cache", progress=False,
-                out=root / "bench")
+                out=root / "bench", save_adversarial=True)
     text = (root / "bench" / "report.md").read_text()
     for name in ("setting-d", "alpha-only", "apgd-gray", "transfer-abc", "transfer-rbc", "square"):
         assert f"{name}:" in text
     assert rep is not None
+    checked = verify_report(root / "bench")  # the card's weight file is found next to its recorded path
+    assert checked.passed and any(r.name == "Adaptive smoothing" for r in checked.rows)
 
 
 def test_mix_by_name_through_the_cli_resumes(tmp_path, monkeypatch):
