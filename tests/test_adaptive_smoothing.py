@@ -353,3 +353,20 @@ def test_mix_by_name_through_the_cli_resumes(tmp_path, monkeypatch):
     assert weights.read_bytes() == before
     bad = CliRunner().invoke(app, [*args[:-3], "-O", "setting=E", "--out", str(tmp_path / "x.toml")])
     assert bad.exit_code == 2 and "option setting" in bad.output
+
+
+def test_ema_is_the_decayed_average_of_the_weights(pair, train_data):
+    """One batch, one step: the EMA weights are 0.8 * initial + 0.2 * trained (App. D.1's decay 0.8)."""
+    from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
+    from mixzoo.methods.adaptive.training import new_network, train
+
+    abc, rbc = pair
+    x, y = train_data[0][:32], train_data[1][:32]
+    live = train(abc, rbc, x, y, _cfg(epochs=1, ema=0.0), progress=False).state
+    avg = train(abc, rbc, x, y, _cfg(epochs=1, ema=0.8), progress=False).state
+    sg, sh = tap_shapes(abc, model_taps(abc), (1, 8, 8)), tap_shapes(rbc, model_taps(rbc), (1, 8, 8))
+    init = new_network([sg["early"][0], sh["early"][0]], [sg["middle"][0], sh["middle"][0]], _cfg()).state_dict()
+    for k, v in live.items():
+        want = 0.8 * init[k] + 0.2 * v if v.is_floating_point() else v
+        assert torch.allclose(avg[k], want, atol=1e-6), k
+    assert not all(torch.equal(avg[k], live[k]) for k in live)
