@@ -370,3 +370,25 @@ def test_ema_is_the_decayed_average_of_the_weights(pair, train_data):
         want = 0.8 * init[k] + 0.2 * v if v.is_floating_point() else v
         assert torch.allclose(avg[k], want, atol=1e-6), k
     assert not all(torch.equal(avg[k], live[k]) for k in live)
+
+
+def test_published_families_have_default_taps_through_wrappers():
+    """timm's BiT ResNetV2 and ConvNeXt (small random ones), wrapped as the loading plugins wrap them."""
+    timm = pytest.importorskip("timm")
+    from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
+
+    class Wrapper(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x)
+
+    torch.manual_seed(0)
+    for arch, early, middle in [("resnetv2_50x1_bit", (64, 8, 8), (512, 4, 4)),
+                                ("convnextv2_atto", (40, 8, 8), (80, 4, 4))]:
+        model = Wrapper(timm.create_model(arch, pretrained=False, num_classes=10)).eval()
+        taps = model_taps(model)
+        assert taps.early.startswith("inner.") and not taps.nhwc
+        assert tap_shapes(model, taps, (3, 32, 32)) == {"early": early, "middle": middle}

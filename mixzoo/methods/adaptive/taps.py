@@ -21,16 +21,19 @@ from mixzoo.core.errors import InputError
 
 DEPTHS = ("early", "middle")
 
-# module names of the published families (timm / RobustBench conventions), by network class name; ``nhwc``: the
-# tapped tensors are channels-last (Swin's stages), permuted to NCHW
-FAMILY_TAPS: dict[str, dict[str, str]] = {
-    "WideResNet": {"early": "conv1", "middle": "block2"},  # RobustBench's classic WRN (block1..3)
-    "DMWideResNet": {"early": "init_conv", "middle": "layer.1"},  # Gowal et al. / Wang et al. (robustbench)
-    "DMPreActResNet": {"early": "conv_2d", "middle": "layer_1"},
-    "ResNetV2": {"early": "stem", "middle": "stages.1"},  # timm BiT
-    "ResNet": {"early": "conv1", "middle": "layer2"},  # torchvision / timm ResNet
-    "ConvNeXt": {"early": "stem", "middle": "stages.1"},  # timm ConvNeXt (V2)
-    "SwinTransformer": {"early": "patch_embed", "middle": "layers.1", "nhwc": "true"},  # timm Swin
+# module names of the published families (timm / RobustBench conventions), by network class name: the first
+# alternative whose modules exist is used (RobustBench has two classes named WideResNet); ``nhwc``: the tapped
+# tensors are channels-last (Swin's stages), permuted to NCHW. Checked against timm's resnetv2_50x1_bit,
+# convnextv2_atto, swin_tiny_patch4_window7_224, resnet18 and robustbench 1.1.1's sources.
+FAMILY_TAPS: dict[str, list[dict[str, str]]] = {
+    "WideResNet": [{"early": "conv1", "middle": "block2"},  # robustbench wide_resnet.py (block1..3)
+                   {"early": "init_conv", "middle": "layer.1"}],  # robustbench dm_rn.py
+    "DMWideResNet": [{"early": "init_conv", "middle": "layer.1"}],  # Gowal et al. / Wang et al.
+    "DMPreActResNet": [{"early": "conv_2d", "middle": "layer_1"}],
+    "ResNetV2": [{"early": "stem", "middle": "stages.1"}],  # timm BiT
+    "ResNet": [{"early": "conv1", "middle": "layer2"}],  # torchvision / timm ResNet
+    "ConvNeXt": [{"early": "stem", "middle": "stages.1"}],  # timm ConvNeXt (V2)
+    "SwinTransformer": [{"early": "patch_embed", "middle": "layers.1", "nhwc": "true"}],  # timm Swin
 }
 
 
@@ -56,7 +59,7 @@ def model_taps(model: nn.Module, role: str = "model") -> Taps:
     spec = getattr(model, "spec", None)
     declared: Mapping[str, str] | None = dict(getattr(spec, "taps", {}) or {}) or getattr(model, "taps", None)
     if not declared:
-        declared = FAMILY_TAPS.get(type(_network(model)).__name__)
+        declared = family_taps(_network(model))
     name = spec.name if spec is not None else type(model).__name__
     if not declared:
         raise InputError(f"{role} {name!r} declares no layer taps for adaptive smoothing; add the registry field"
@@ -78,6 +81,20 @@ def check_taps(model: nn.Module, taps: Taps, role: str = "model") -> Taps:
             raise InputError(f"{role} {name!r}: taps.{depth} = {getattr(taps, depth)!r} is not a module of its"
                              " network; see `print(model.network)` for the names")
     return taps
+
+
+def family_taps(network: nn.Module) -> dict[str, str] | None:
+    """The default taps of the first module of ``network`` (itself included) whose class is a known family
+    (:data:`FAMILY_TAPS`), with that module's path prefixed, so wrappers (input resizing, normalization) are
+    looked through."""
+    for path, module in network.named_modules():
+        names = None
+        for found in FAMILY_TAPS.get(type(module).__name__, []):
+            names = names or dict(module.named_modules())
+            if all(found[d] in names for d in DEPTHS):
+                prefix = f"{path}." if path else ""
+                return {k: (prefix + v if k in DEPTHS else v) for k, v in found.items()}
+    return None
 
 
 @contextlib.contextmanager
