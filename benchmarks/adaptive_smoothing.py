@@ -84,7 +84,8 @@ def train_run(args: argparse.Namespace) -> dict:
                "steps": [args.steps_lo, args.steps_hi], "width": args.width, "blocks": args.blocks,
                "batch_size": args.batch_size, "lr": args.lr, "ema": args.ema,
                "command": "benchmarks/adaptive_smoothing.py train " + " ".join(
-                   f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("what", "out"))}
+                   f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                   if k not in ("what", "out", "n", "repeats", "no_progress"))}
     t0 = time.perf_counter()
     res = fit("adaptive-smoothing", "fmnist-std", "fmnist-pgd", options=options, out=out / "card.toml",
               eps=0.1, seed=args.seed, progress=not args.no_progress)

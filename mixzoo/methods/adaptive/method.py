@@ -65,6 +65,7 @@ class AdaptiveSmoothing(MixingMethod):
         "resume": "resume from the checkpoint next to the card (default true)",
         "eval_n_iter": "iterations of the extra attacks the card declares (default 100)",
         "eval_n_queries": "queries of the extra Square attack (default 5000)",
+        "eval_n_target_classes": "APGD-T targets of the extra attacks (default 9, AutoAttack's)",
         "command": "the command line recorded in the card's provenance",
     }
 
@@ -96,10 +97,11 @@ class AdaptiveSmoothing(MixingMethod):
         if not isinstance(taps, dict) or any(not isinstance(taps.get(r), dict) or not {"early", "middle"} <= set(
                 taps[r]) for r in ("abc", "rbc")):
             raise InputError(f"{source}: field '{sec}.taps' must record abc and rbc taps (early, middle)")
-        for key in ("eval_n_iter", "eval_n_queries"):
-            v = params.setdefault(key, 100 if key == "eval_n_iter" else 5000)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"{source}: field '{sec}.{key}' must be an integer >= 1, got {v!r}")
+        for key, default, low in (("eval_n_iter", 100, 1), ("eval_n_queries", 5000, 1),
+                                  ("eval_n_target_classes", 9, 0)):
+            v = params.setdefault(key, default)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise InputError(f"{source}: field '{sec}.{key}' must be an integer >= {low}, got {v!r}")
         return params
 
     def summary_line(self, card: MixCard) -> str:
@@ -147,7 +149,7 @@ class AdaptiveSmoothing(MixingMethod):
         """Setting D, the mixing network attacked alone, its gradient bypassed, transfer from each base model,
         and Square (gradient-free: the check for masked gradients)."""
         n_iter, queries = int(card.params["eval_n_iter"]), int(card.params["eval_n_queries"])
-        apgd = {"n_iter": n_iter}
+        apgd = {"n_iter": n_iter, "n_target_classes": int(card.params["eval_n_target_classes"])}
         return [
             ExtraAttack("setting-d", "adaptive-smoothing-apgd", {**apgd, "components": ["apgd-ce-alpha",
                                                                                       "apgd-t-alpha"]},
@@ -194,6 +196,7 @@ class AdaptiveSmoothing(MixingMethod):
         n_train = None if n_train is None else _int_option(opts, "n_train", 0, low=n_val + 1)
         eval_n_iter = _int_option(opts, "eval_n_iter", 100, low=1)
         eval_n_queries = _int_option(opts, "eval_n_queries", 5000, low=1)
+        eval_targets = _int_option(opts, "eval_n_target_classes", 9, low=0)
         pair = prepare_pair(request)
         taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
         cfg.eps, cfg.norm = pair.eps, pair.norm
@@ -226,6 +229,7 @@ class AdaptiveSmoothing(MixingMethod):
                   "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()},
                   "training": {k: config[k] for k in (*_TRAIN_KEYS, "eps", "norm", "seed")},
                   "history": res.history, "eval_n_iter": eval_n_iter, "eval_n_queries": eval_n_queries,
+                  "eval_n_target_classes": eval_targets,
                   "epochs": cfg.epochs}
         card = MixCard(self.name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
                        data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
