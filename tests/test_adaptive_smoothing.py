@@ -227,6 +227,8 @@ def test_training_is_deterministic_and_resumes_after_a_kill(pair, train_data, tm
     assert [h["loss"] for h in resumed.history] == [h["loss"] for h in a.history]
     with pytest.raises(InputError, match="other training options"):
         train(abc, rbc, x, y, _cfg(ema=0.8, lr=5e-4), checkpoint=ckpt, progress=False)
+    with pytest.raises(InputError, match="already holds 2 epochs"):
+        train(abc, rbc, x, y, _cfg(ema=0.8, epochs=1), checkpoint=ckpt, progress=False)
 
 
 @pytest.mark.parametrize("setting", ["A", "B"])

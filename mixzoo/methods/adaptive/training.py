@@ -211,6 +211,9 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
         opt.load_state_dict(state["opt"])
         ema = state.get("ema") or ema
         history, start = list(state["history"]), int(state["epoch"])
+        if start > cfg.epochs:
+            raise InputError(f"checkpoint {ckpt} already holds {start} epochs, more than epochs={cfg.epochs}; train"
+                             f" with epochs >= {start}, or delete it (resume=false) to start again")
     n, bs = len(labels), cfg.batch_size
     with progress_bar(progress) as bar:
         for epoch in range(start, cfg.epochs):
