@@ -10,7 +10,8 @@ from mixzoo.core.plugins import hookimpl
 @hookimpl
 def mixzoo_attacks() -> dict[str, Any]:
     """``pgd``, ``apgd``, ``autoattack``, ``adaptive``, ``adaptive-strong`` and ``adaptive-apgd``
-    (see :mod:`mixzoo.attacks.evaluation`)."""
+    (see :mod:`mixzoo.attacks.evaluation`), and ``adaptive-smoothing-apgd`` (setting D and the attack on the mixing
+    network alone, :mod:`mixzoo.methods.adaptive.attacks`)."""
     from mixzoo.attacks.evaluation import (
         AdaptiveAPGD,
         AdaptiveAutoAttack,
@@ -19,6 +20,7 @@ def mixzoo_attacks() -> dict[str, Any]:
         AutoAttackEval,
         PGDAttack,
     )
+    from mixzoo.methods.adaptive.attacks import AlphaAPGD
 
     attacks: dict[str, Any] = {
         "pgd": PGDAttack,
@@ -27,6 +29,7 @@ def mixzoo_attacks() -> dict[str, Any]:
         "adaptive": AdaptiveAutoAttack,
         "adaptive-apgd": AdaptiveAPGD,
         "adaptive-strong": AdaptiveStrong,
+        "adaptive-smoothing-apgd": AlphaAPGD,
     }
     # The min-margin Square attack is provided by the transfer plugin (plugins/transfer.py) as "min-margin-square".
     return attacks

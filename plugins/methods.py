@@ -10,11 +10,13 @@ from mixzoo.core.plugins import hookimpl
 
 @hookimpl
 def mixzoo_mixing_methods() -> dict[str, Any]:
-    """``mixednuts`` (paper 000, the default) and ``linear`` (constant alpha, 001 Eq. 3.4)."""
+    """``mixednuts`` (paper 000, the default), ``linear`` (constant alpha, 001 Eq. 3.4) and
+    ``adaptive-smoothing`` (a trained mixing network alpha_theta(x), 001 Sec. 4-5)."""
+    from mixzoo.methods.adaptive.method import AdaptiveSmoothing
     from mixzoo.methods.linear import Linear
     from mixzoo.methods.mixednuts.method import MixedNUTS
 
-    return {"mixednuts": MixedNUTS(), "linear": Linear()}
+    return {"mixednuts": MixedNUTS(), "linear": Linear(), "adaptive-smoothing": AdaptiveSmoothing()}
 
 
 @hookimpl

@@ -47,13 +47,15 @@ class ModelSpec:
     sha256: str | None = None
     description: str = ""
     smoothing_sigma: float | None = None  # the base of a Gaussian randomized-smoothing RBC (001 App. A; certify)
+    # intermediate features a trained mixing network reads (001 Sec. 4.3, App. D.1): depth -> module name
+    taps: Mapping[str, str] = field(default_factory=dict)
     plugin: str = "registry.toml"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["input_size"] = list(self.input_size)
         d["mean"], d["std"], d["aliases"] = list(self.mean), list(self.std), list(self.aliases)
-        d["source"], d["reported"] = dict(self.source), dict(self.reported)
+        d["source"], d["reported"], d["taps"] = dict(self.source), dict(self.reported), dict(self.taps)
         return d
 
 
@@ -104,13 +106,17 @@ def spec_from_dict(name: str, raw: Mapping[str, Any], plugin: str = "registry.to
     sigma = raw.get("smoothing_sigma")
     if sigma is not None and (isinstance(sigma, bool) or not isinstance(sigma, int | float) or sigma <= 0):
         raise bad("smoothing_sigma", f"must be a positive number (the noise std it was trained for), got {sigma!r}")
+    taps = raw.get("taps", {})
+    if not isinstance(taps, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and v
+                                                for k, v in taps.items()):
+        raise bad("taps", f"must be a table of depth = \"module name\" (e.g. {{early = \"features.2\"}}), got {taps!r}")
     return ModelSpec(
         name=name, role=raw["role"], dataset=raw["dataset"], num_classes=raw["num_classes"],
         input_size=tuple(size), source=dict(src), mean=mean, std=std, aliases=tuple(aliases),
         threat_model=threat, epsilon=float(eps) if eps is not None else None,
         reported=dict(raw.get("reported", {})), citation=raw.get("citation", ""), license=raw.get("license", ""),
         sha256=sha, description=raw.get("description", ""), plugin=plugin,
-        smoothing_sigma=float(sigma) if sigma is not None else None,
+        smoothing_sigma=float(sigma) if sigma is not None else None, taps=dict(taps),
     )
 
 

@@ -158,7 +158,10 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
     if batch_size <= 0:
         raise InputError(f"--batch-size must be positive, got {batch_size}")
     check_device(device)  # not the attack: checking its points needs no attack, nor the plugin that provided it
-    card = MixCard.from_dict(report["card"], source=str(report_path))
+    # a trained method's card finds its weight files next to the card file the report's mixed row records
+    path = next((m["card_path"] for m in models if m.get("card_path") and m.get("kind") == report["card"].get(
+        "method")), None)
+    card = MixCard.from_dict(report["card"], source=str(report_path), path=Path(path) if path else None)
     ce = card_evaluation(card, abc=abc, rbc=rbc, eps=settings["eps"], norm=settings["norm"], n=n,
                          data_dir=data_dir, device=device, allow_unsafe=allow_unsafe)
     if ce.data.fingerprint != dataset["fingerprint"]:

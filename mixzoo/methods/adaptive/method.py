@@ -1,0 +1,254 @@
+"""Adaptive smoothing as a mixing-method plugin (paper 001 Sec. 4-5): ``adaptive-smoothing``.
+
+``fit`` trains the mixing network on the dataset's train split (:mod:`.training`) and writes the card plus the
+network's weights (safetensors, next to the card, sha256 in the card's ``[weights]``); ``build`` rebuilds the
+classifier (:class:`.mixing.AdaptiveClassifier`) from them; ``extra_attacks`` lists what an adversary who knows
+the method runs besides the bench's shared attack (:meth:`AdaptiveSmoothing.extra_attacks`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mixzoo.core.errors import InputError
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.core.card import MixCard
+
+SECTION = "adaptive-smoothing"
+_TRAIN_KEYS = ("setting", "epochs", "batch_size", "lr", "weight_decay", "ema", "c_ce", "c_bce", "c_prod",
+               "clean_weight", "pseudo_labels", "steps", "eps_factor", "alpha_loss_max", "n_target_classes")
+
+
+class AdaptiveSmoothing(MixingMethod):
+    """alpha_theta(x) from a small network on both base models' features (001 Sec. 4.3), trained on clean and
+    attacked train-split images with the composite loss (Eq. 4.2)."""
+
+    name = SECTION
+    title = "Adaptive smoothing"
+    paper = "001 Eq. 3.4, 4.2, Sec. 4-5, App. D.1"
+    fit_cost = ("training: every batch attacked against the current mixture (setting A/B: PGD, C: APGD-CE +"
+                " APGD-T), epochs x n_train images; minutes on a CPU for the Fashion-MNIST zoo")
+    certificate = ("its alpha depends on the input, so 001 Lemma 3.2 / Thm 3.5 (constant alpha) do not apply; with"
+                   " alpha_min > 0 a bound holds only through alpha_min, which mixzoo does not compute")
+    options = {
+        "setting": "training attack (001 Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T (default C)",
+        "epochs": "training epochs (default 5)",
+        "n_train": "train-split images used (default: all; the last n_val of them are held out for validation)",
+        "n_val": "train-split images held out for the per-epoch validation (default 200)",
+        "batch_size": "clean images per batch (default 128; the attacked copies are added)",
+        "lr": "AdamW learning rate (default 1e-4)",
+        "weight_decay": "AdamW weight decay (default 1e-5)",
+        "ema": "EMA decay of the weights, 0 = off (App. D.1: 0.8)",
+        "c_ce": "weight of the cross-entropy in Eq. 4.2 (default 0.5)",
+        "c_bce": "weight of the BCE on alpha in Eq. 4.2 (default 1)",
+        "c_prod": "weight of CE x BCE in Eq. 4.2 (default 0.1)",
+        "clean_weight": "loss weight of clean examples (default 2)",
+        "pseudo_labels": "authors (clean 0, attacked 1) | oracle (flipped where only the other model is right)",
+        "temperature": "the ABC's softmax temperature (default 1; 0 = hard max, as MixedNUTS)",
+        "alpha_min": "evaluation-time lower bound of alpha (App. D.1; default 0)",
+        "alpha_max": "evaluation-time upper bound of alpha (App. D.1; default 1)",
+        "width": "channels of the mixing network (default 32)",
+        "blocks": "residual blocks after the join (default 2)",
+        "steps": "attack steps per batch, drawn uniformly from LO,HI (default 5,15)",
+        "eps_factor": "attack radius factor drawn uniformly from LO,HI (default 0.4,1.1; authors' U(.4, 1.1))",
+        "alpha_loss_max": "the alpha-lowering attack term's weight is drawn from U(0, this) (default 0.5)",
+        "n_target_classes": "APGD-T targets in setting C (default 1)",
+        "resume": "resume from the checkpoint next to the card (default true)",
+        "eval_n_iter": "iterations of the extra attacks the card declares (default 100)",
+        "eval_n_queries": "queries of the extra Square attack (default 5000)",
+        "eval_n_target_classes": "APGD-T targets of the extra attacks (default 9, AutoAttack's)",
+        "command": "the command line recorded in the card's provenance",
+    }
+
+    # ------------------------------------------------------------------------------------------------ card
+    def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
+        from mixzoo.methods.adaptive.mixing import check_bounds
+
+        sec = self.name
+        number(params, "temperature", source, sec, low=0.0, default=1.0)
+        number(params, "alpha_min", source, sec, low=0.0, high=1.0, default=0.0)
+        number(params, "alpha_max", source, sec, low=0.0, high=1.0, default=1.0)
+        try:
+            check_bounds(params["alpha_min"], params["alpha_max"])
+        except InputError:
+            raise InputError(f"{source}: fields '{sec}.alpha_min' < '{sec}.alpha_max' must hold, got"
+                             f" {params['alpha_min']} and {params['alpha_max']}") from None
+        setting = params.get("setting")
+        if setting not in ("A", "B", "C"):
+            raise InputError(f"{source}: field '{sec}.setting' must be A, B or C, got {setting!r}")
+        if not isinstance(params.get("weights_file"), str) or not params["weights_file"]:
+            raise InputError(f"{source}: missing field '{sec}.weights_file'; write the card with `mixzoo mix`")
+        net = params.get("network")
+        keys = ("early_channels", "middle_channels", "width", "blocks")
+        if not isinstance(net, dict) or any(k not in net for k in keys) or not all(
+                isinstance(net[k], list) and len(net[k]) == 2 for k in keys[:2]):
+            raise InputError(f"{source}: field '{sec}.network' must record {', '.join(keys)}; write the card with"
+                             " `mixzoo mix`")
+        taps = params.get("taps")
+        if not isinstance(taps, dict) or any(not isinstance(taps.get(r), dict) or not {"early", "middle"} <= set(
+                taps[r]) for r in ("abc", "rbc")):
+            raise InputError(f"{source}: field '{sec}.taps' must record abc and rbc taps (early, middle)")
+        for key, default, low in (("eval_n_iter", 100, 1), ("eval_n_queries", 5000, 1),
+                                  ("eval_n_target_classes", 9, 0)):
+            v = params.setdefault(key, default)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise InputError(f"{source}: field '{sec}.{key}' must be an integer >= {low}, got {v!r}")
+        return params
+
+    def summary_line(self, card: MixCard) -> str:
+        q = card.params
+        return (f"adaptive smoothing: setting {q['setting']}, alpha in ({q['alpha_min']:g}, {q['alpha_max']:g}),"
+                f" temperature {q['temperature']:g}, epochs {q.get('epochs')}")
+
+    def key_parts(self, card: MixCard) -> dict[str, Any]:
+        q = card.params
+        return {"adaptive": {k: q.get(k) for k in ("temperature", "alpha_min", "alpha_max", "taps", "network")},
+                "weights": dict(card.weights)}
+
+    # ------------------------------------------------------------------------------------------------ model
+    def network(self, card: MixCard) -> Any:
+        """The trained mixing network of a card (its weight file checked against the card's sha256)."""
+        from safetensors.torch import load_file
+
+        from mixzoo.methods.adaptive.network import MixingNetwork
+
+        arch = card.params["network"]
+        net = MixingNetwork(arch["early_channels"], arch["middle_channels"], width=int(arch["width"]),
+                            blocks=int(arch["blocks"]))
+        net.load_state_dict(load_file(card.weight_file(card.params["weights_file"])))
+        return net.eval().requires_grad_(False)
+
+    def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
+              gradient: str = "exact") -> nn.Module:
+        from mixzoo.methods.adaptive.mixing import AdaptiveClassifier
+        from mixzoo.methods.adaptive.taps import Taps, check_taps
+        from mixzoo.zoo.pairs import model_device
+
+        if abc is None or rbc is None:
+            raise InputError("adaptive smoothing needs both base models (its mixing network reads both)")
+        q = card.params
+        taps = []
+        for role, model in (("abc", abc), ("rbc", rbc)):  # the taps the network was trained on, as recorded
+            rec = q["taps"][role]
+            taps.append(check_taps(model, Taps(rec["early"], rec["middle"], bool(rec.get("nhwc", False))),
+                                   role.upper()))
+        net = self.network(card).to(model_device(abc))
+        return AdaptiveClassifier(abc, rbc, net, temperature=q["temperature"], alpha_min=q["alpha_min"],
+                                  alpha_max=q["alpha_max"], gradient=gradient, taps=(taps[0], taps[1])).eval()
+
+    def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
+        """Setting D, the mixing network attacked alone, its gradient bypassed, transfer from each base model,
+        and Square (gradient-free: the check for masked gradients)."""
+        n_iter, queries = int(card.params["eval_n_iter"]), int(card.params["eval_n_queries"])
+        apgd = {"n_iter": n_iter, "n_target_classes": int(card.params["eval_n_target_classes"])}
+        return [
+            ExtraAttack("setting-d", "adaptive-smoothing-apgd", {**apgd, "components": ["apgd-ce-alpha",
+                                                                                      "apgd-t-alpha"]},
+                        why="001 Sec. 4.2 D: APGD whose loss also lowers alpha (toward the ABC)"),
+            ExtraAttack("alpha-only", "adaptive-smoothing-apgd", {**apgd, "components": ["alpha-only"]},
+                        why="the mixing network attacked alone: minimise alpha, the ABC then decides"),
+            ExtraAttack("apgd-gray", "apgd", apgd, gradient="gray",
+                        why="001 Sec. 4.2 A: the mixing network's gradient bypassed (alpha constant backward)"),
+            ExtraAttack("transfer-abc", "apgd", apgd, gradient="transfer-abc",
+                        why="001 Sec. 5.1.1 STD attack: the ABC's gradient, judged on the mixture"),
+            ExtraAttack("transfer-rbc", "apgd", apgd, gradient="transfer-rbc",
+                        why="001 Sec. 5.1.1 ROB attack: the RBC's gradient, judged on the mixture"),
+            ExtraAttack("square", "autoattack", {"components": ["square"], "n_queries": queries},
+                        why="gradient-free: breaks what masked gradients hide (App. B.2.1)"),
+        ]
+
+    # ------------------------------------------------------------------------------------------------ fitting
+    def fit(self, request: FitRequest) -> FitResult:
+        import torch
+        from safetensors.torch import save_file
+
+        from mixzoo.core.card import MixCard, provenance
+        from mixzoo.methods.adaptive.mixing import check_bounds
+        from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
+        from mixzoo.methods.adaptive.training import TrainConfig, train
+        from mixzoo.zoo.data import load_dataset
+        from mixzoo.zoo.pairs import prepare_pair
+
+        opts = dict(request.options)
+        if request.out is None:
+            raise InputError("adaptive-smoothing writes its network's weights next to the card; pass out= (--out)")
+        out = Path(request.out)
+        MixCard.check_path(out)
+        t0 = time.perf_counter()
+        known = {f.name for f in fields(TrainConfig)}
+        cfg_kw = {k: opts[k] for k in _TRAIN_KEYS + ("temperature", "width", "blocks") if k in opts and k in known}
+        cfg = TrainConfig(**cfg_kw, seed=int(request.seed))
+        cfg.eps = 1.0  # placeholder until the pair's threat model is known; checked again below
+        cfg.check()
+        alpha_min, alpha_max = check_bounds(float(opts.get("alpha_min", 0.0)), float(opts.get("alpha_max", 1.0)),
+                                            "options alpha_min, alpha_max")
+        n_val = _int_option(opts, "n_val", 200, low=0)
+        n_train = opts.get("n_train")
+        n_train = None if n_train is None else _int_option(opts, "n_train", 0, low=n_val + 1)
+        eval_n_iter = _int_option(opts, "eval_n_iter", 100, low=1)
+        eval_n_queries = _int_option(opts, "eval_n_queries", 5000, low=1)
+        eval_targets = _int_option(opts, "eval_n_target_classes", 9, low=0)
+        pair = prepare_pair(request)
+        taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
+        cfg.eps, cfg.norm = pair.eps, pair.norm
+        cfg.check()
+        data = load_dataset(pair.dataset, "train", n=n_train, root=request.data_dir)
+        if len(data) <= n_val:
+            raise InputError(f"the {pair.dataset} train split has {len(data)} images, not more than n_val={n_val}")
+        device = torch.device(request.device)
+        images, labels = data.images.to(device), data.labels.to(device)
+        split = len(data) - n_val
+        ckpt = out.with_name(f"{out.stem}.training.pt")
+        if not bool(opts.get("resume", True)):
+            ckpt.unlink(missing_ok=True)
+        res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
+                    val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
+                    progress=request.progress)
+        weights_name = f"{out.stem}.mixing-network.safetensors"
+        weights_path = out.with_name(weights_name)
+        tmp = weights_path.with_name(f".{weights_name}.{os.getpid()}.tmp")
+        save_file({k: v.contiguous().cpu() for k, v in res.state.items()}, str(tmp))
+        os.replace(tmp, weights_path)
+        digest = hashlib.sha256(weights_path.read_bytes()).hexdigest()
+        size = tuple(data.images.shape[1:])
+        sg, sh = tap_shapes(pair.abc, taps["abc"], size), tap_shapes(pair.rbc, taps["rbc"], size)
+        arch = {"early_channels": [sg["early"][0], sh["early"][0]],
+                "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": cfg.width, "blocks": cfg.blocks}
+        config = asdict(cfg)
+        params = {"setting": cfg.setting, "temperature": cfg.temperature, "alpha_min": alpha_min,
+                  "alpha_max": alpha_max, "weights_file": weights_name, "network": arch,
+                  "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()},
+                  "training": {k: config[k] for k in (*_TRAIN_KEYS, "eps", "norm", "seed")},
+                  "history": res.history, "eval_n_iter": eval_n_iter, "eval_n_queries": eval_n_queries,
+                  "eval_n_target_classes": eval_targets,
+                  "epochs": cfg.epochs}
+        card = MixCard(self.name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
+                       data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
+                             "source": getattr(data, "source", "")},
+                       attack={"eps": pair.eps, "norm": pair.norm, "training_setting": cfg.setting},
+                       weights={weights_name: digest},
+                       provenance=provenance(command=opts.get("command", "mixzoo.methods.fit()")))
+        path = card.save(out)
+        card.path = path
+        seconds = time.perf_counter() - t0
+        last = res.history[-1] if res.history else {}
+        summary = {"setting": cfg.setting, "epochs": cfg.epochs, "resumed_epochs": res.resumed_epochs,
+                   **{k: last[k] for k in ("val_clean", "val_attacked", "alpha_clean", "alpha_attacked")
+                      if k in last}}
+        return FitResult(card, path, summary, {"train": seconds}, {"checkpoint": res.resumed_epochs > 0})
+
+
+def _int_option(opts: dict[str, Any], key: str, default: int, low: int) -> int:
+    v = opts.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise InputError(f"option {key} of adaptive-smoothing must be an integer >= {low}, got {v!r}")
+    return v

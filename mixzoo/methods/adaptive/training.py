@@ -1,0 +1,289 @@
+"""Training the mixing network (001 Sec. 4.4, 5.2, App. D.1) on the train split, base models frozen.
+
+Each batch: the clean images and attacks on them regenerated against the current mixed classifier (mixing network
+in eval mode while attacking, as the authors' trainer does), with a per-example radius ``eps * U(0.4, 1.1)``, a
+random number of steps in ``steps`` and a random weight ``w ~ U(0, alpha_loss_max)`` of the term that lowers a(x)
+(:mod:`.attacks`):
+
+* ``A``: gray-box PGD (the mixing network's features detached: no gradient through it);
+* ``B``: white-box PGD, end-to-end;
+* ``C``: white-box APGD-CE + APGD-T (``n_target_classes`` targets), end-to-end (001 Sec. 5.2: FAB and Square left
+  out of training).
+
+Then one AdamW step on the composite loss (Eq. 4.2) over clean and attacked images, with the pseudo-labels of
+:mod:`.loss` and weight ``clean_weight`` on clean images; the range of alpha is the full (0, 1) (App. D.1). An
+optional EMA of the weights (``ema``: decay, 0 = off; 0.8 in App. D.1) gives the final weights.
+
+Determinism and resumption: every random draw of epoch ``e`` (shuffling, radii, steps, weights, random starts)
+comes from a generator seeded by ``(seed, e)``, and a checkpoint (network, optimizer, EMA, history) is written
+atomically after each epoch; a run started again with the same configuration resumes after the last finished
+epoch and ends with the same weights as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.attacks.apgd import target_classes
+from mixzoo.core.errors import InputError
+from mixzoo.core.progress import console, progress_bar
+from mixzoo.methods.adaptive.attacks import alpha_apgd, pgd_alpha
+from mixzoo.methods.adaptive.loss import LABEL_RULES, composite_loss, pseudo_labels
+from mixzoo.methods.adaptive.mixing import AdaptiveClassifier, adaptive_log_probs
+from mixzoo.methods.adaptive.network import MixingNetwork
+
+SETTINGS = ("A", "B", "C")
+
+
+@dataclass
+class TrainConfig:
+    """Training settings (defaults: the authors' CIFAR-10 configuration where it applies, CPU-sized otherwise)."""
+
+    setting: str = "C"
+    epochs: int = 5
+    eps: float = 0.1
+    norm: str = "Linf"
+    batch_size: int = 128
+    lr: float = 1e-4
+    weight_decay: float = 1e-5
+    ema: float = 0.0
+    c_ce: float = 0.5
+    c_bce: float = 1.0
+    c_prod: float = 0.1
+    clean_weight: float = 2.0
+    pseudo_labels: str = "authors"
+    temperature: float = 1.0
+    width: int = 32
+    blocks: int = 2
+    steps: list[int] = field(default_factory=lambda: [5, 15])
+    eps_factor: list[float] = field(default_factory=lambda: [0.4, 1.1])
+    alpha_loss_max: float = 0.5
+    n_target_classes: int = 1
+    seed: int = 0
+
+    def check(self) -> TrainConfig:
+        """One-line errors naming the option, before any work."""
+        def bad(key: str, want: str) -> InputError:
+            return InputError(f"option {key} of adaptive-smoothing must be {want}, got {getattr(self, key)!r}")
+        self.setting = str(self.setting).upper()
+        if self.setting not in SETTINGS:
+            raise bad("setting", "A (gray-box PGD), B (white-box PGD) or C (APGD-CE + APGD-T)")
+        for key, low in (("epochs", 1), ("batch_size", 1), ("width", 1), ("blocks", 0), ("n_target_classes", 0)):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise bad(key, f"an integer >= {low}")
+        for key in ("lr", "eps"):
+            if not _num(getattr(self, key)) or getattr(self, key) <= 0:
+                raise bad(key, "a positive number")
+        for key in ("weight_decay", "c_ce", "c_bce", "c_prod", "clean_weight", "temperature"):
+            if not _num(getattr(self, key)) or getattr(self, key) < 0:
+                raise bad(key, "a number >= 0")
+        for key in ("ema", "alpha_loss_max"):
+            if not _num(getattr(self, key)) or not 0 <= getattr(self, key) < 1 + (key == "alpha_loss_max"):
+                raise bad(key, "a number in [0, 1)" if key == "ema" else "a number in [0, 1]")
+        if self.pseudo_labels not in LABEL_RULES:
+            raise bad("pseudo_labels", " or ".join(LABEL_RULES))
+        if self.norm not in ("Linf", "L2"):
+            raise bad("norm", "Linf or L2")
+        s = self.steps = [self.steps] * 2 if isinstance(self.steps, int) else [_parse(v, int) for v in self.steps]
+        if len(s) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in s) or not 1 <= s[0] <= s[1]:
+            raise bad("steps", "an integer >= 1 or two integers LO,HI with 1 <= LO <= HI")
+        f = self.eps_factor = [self.eps_factor] * 2 if _num(self.eps_factor) else [_parse(v, float)
+                                                                                     for v in self.eps_factor]
+        if len(f) != 2 or not all(_num(v) for v in f) or not 0 < f[0] <= f[1]:
+            raise bad("eps_factor", "a positive number or two numbers LO,HI with 0 < LO <= HI")
+        return self
+
+
+def _parse(v: Any, kind: type) -> Any:
+    """A list item from the command line (``-O steps=5,15`` gives strings) as a number, else unchanged."""
+    if isinstance(v, str):
+        try:
+            return kind(v)
+        except ValueError:
+            return v
+    return v
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """The generator of every random draw of one epoch (so a resumed run repeats the draws of the one it resumes)."""
+    return torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch) + 1)
+
+
+def new_network(early: list[int], middle: list[int], cfg: TrainConfig) -> MixingNetwork:
+    """The mixing network initialised from ``cfg.seed`` (the global generator is left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        return MixingNetwork(early, middle, width=cfg.width, blocks=cfg.blocks)
+
+
+def attack_batch(model: AdaptiveClassifier, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
+                 gen: torch.Generator) -> list[torch.Tensor]:
+    """The setting's attacked images of one batch (a list: one tensor per attack run)."""
+    n = len(x)
+    lo, hi = cfg.steps
+    steps = int(torch.randint(lo, hi + 1, (1,), generator=gen))
+    w = (torch.rand(n, generator=gen) * cfg.alpha_loss_max).to(x)
+    if cfg.setting in ("A", "B"):
+        model.gradient = "gray" if cfg.setting == "A" else "exact"
+        eps = (cfg.eps * (cfg.eps_factor[0] + (cfg.eps_factor[1] - cfg.eps_factor[0])
+                          * torch.rand(n, generator=gen))).to(x)
+        return [pgd_alpha(model, x, y, eps=eps, steps=steps, w=w, generator=gen, norm=cfg.norm)]
+    model.gradient = "exact"
+    out = []
+    runs: list[torch.Tensor | None] = [None]
+    if cfg.n_target_classes and model.rbc is not None:
+        with torch.no_grad():
+            targets = target_classes(model(x), y, min(cfg.n_target_classes, 9))
+        runs += [targets[:, j] for j in range(targets.shape[1])]
+    for target in runs:
+        eps = cfg.eps * float(cfg.eps_factor[0] + (cfg.eps_factor[1] - cfg.eps_factor[0])
+                              * torch.rand(1, generator=gen))
+        out.append(alpha_apgd(model, x, y, eps=eps, norm=cfg.norm, n_iter=steps,
+                              base="ce" if target is None else "dlr-targeted", w=w, generator=gen, target=target))
+    return out
+
+
+def _save(path: Path, state: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _config_key(cfg: TrainConfig) -> dict[str, Any]:
+    return {k: v for k, v in asdict(cfg).items() if k != "epochs"}
+
+
+@dataclass
+class TrainResult:
+    """The trained weights (EMA if enabled), per-epoch history, epochs resumed from a checkpoint."""
+
+    state: dict[str, torch.Tensor]
+    history: list[dict[str, float]]
+    resumed_epochs: int = 0
+
+
+def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig, *,
+          val: tuple[torch.Tensor, torch.Tensor] | None = None, checkpoint: str | Path | None = None,
+          progress: bool = True, on_epoch: Callable[[int], None] | None = None) -> TrainResult:
+    """Train a mixing network for ``abc`` and ``rbc`` on ``images`` / ``labels`` (train split only).
+
+    ``val``: images and labels for the per-epoch clean and attacked accuracy (held out of the train split);
+    ``checkpoint``: a file written after every epoch and resumed from; ``on_epoch(e)``: called after epoch ``e``'s
+    checkpoint is written.
+    """
+    from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
+
+    cfg.check()
+    taps = (model_taps(abc, "ABC"), model_taps(rbc, "RBC"))
+    size = tuple(images.shape[1:])
+    sg, sh = tap_shapes(abc, taps[0], size), tap_shapes(rbc, taps[1], size)
+    net = new_network([sg["early"][0], sh["early"][0]], [sg["middle"][0], sh["middle"][0]], cfg)
+    device = images.device
+    net.to(device)
+    model = AdaptiveClassifier(abc, rbc, net, temperature=cfg.temperature, bounded=False, taps=taps)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    ema = {k: v.detach().clone() for k, v in net.state_dict().items()} if cfg.ema > 0 else None
+    history: list[dict[str, float]] = []
+    start = 0
+    ckpt = Path(checkpoint) if checkpoint is not None else None
+    if ckpt is not None and ckpt.is_file():
+        state = torch.load(ckpt, weights_only=True, map_location=device)
+        if state.get("config") != _config_key(cfg):
+            raise InputError(f"checkpoint {ckpt} was written with other training options; delete it or train with"
+                             " the same options to resume")
+        net.load_state_dict(state["net"])
+        opt.load_state_dict(state["opt"])
+        ema = state.get("ema") or ema
+        history, start = list(state["history"]), int(state["epoch"])
+        if start > cfg.epochs:
+            raise InputError(f"checkpoint {ckpt} already holds {start} epochs, more than epochs={cfg.epochs}; train"
+                             f" with epochs >= {start}, or delete it (resume=false) to start again")
+    n, bs = len(labels), cfg.batch_size
+    with progress_bar(progress) as bar:
+        for epoch in range(start, cfg.epochs):
+            gen = epoch_generator(cfg.seed, epoch)
+            order = torch.randperm(n, generator=gen)
+            task = bar.add_task(f"adaptive smoothing {cfg.setting}: epoch {epoch + 1}/{cfg.epochs}", total=n)
+            sums = {"loss": 0.0, "ce": 0.0, "bce": 0.0}
+            for b, idx in enumerate(order.split(bs)):
+                x, y = images[idx], labels[idx]
+                net.eval()
+                advs = attack_batch(model, x, y, cfg, gen)
+                model.gradient = "exact"
+                net.train()
+                xs = torch.cat([x, *advs])
+                ys = y.repeat(len(advs) + 1)
+                attacked = torch.arange(len(xs), device=device) >= len(x)
+                g, h, gamma = model.parts(xs)
+                out = adaptive_log_probs(g, h, gamma, temperature=cfg.temperature)
+                targets = pseudo_labels(attacked, g.argmax(1) == ys, h.argmax(1) == ys, cfg.pseudo_labels)
+                weights = torch.where(attacked, 1.0, cfg.clean_weight).to(out)
+                loss, parts = composite_loss(out, ys, gamma, targets, weights, c_ce=cfg.c_ce, c_bce=cfg.c_bce,
+                                             c_prod=cfg.c_prod)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                if ema is not None:
+                    with torch.no_grad():
+                        for k, v in net.state_dict().items():
+                            ema[k] = ema[k] * cfg.ema + v.detach() * (1 - cfg.ema) if v.is_floating_point() \
+                                else v.detach().clone()
+                for k in sums:
+                    sums[k] += parts[k]
+                mean = {k: v / (b + 1) for k, v in sums.items()}
+                bar.update(task, advance=len(idx), description=(
+                    f"adaptive smoothing {cfg.setting}: epoch {epoch + 1}/{cfg.epochs} loss {mean['loss']:.3f}"
+                    f" ce {mean['ce']:.3f} bce {mean['bce']:.3f}"))
+            record = {"epoch": epoch + 1, **{k: v / (b + 1) for k, v in sums.items()}}
+            if val is not None:
+                record.update(validate(model, net, ema, val, cfg))
+                if progress:
+                    console.print(f"epoch {epoch + 1}: clean accuracy {record['val_clean']:.4f}, attacked"
+                                  f" {record['val_attacked']:.4f}, mean alpha clean {record['alpha_clean']:.3f}"
+                                  f" attacked {record['alpha_attacked']:.3f}")
+            history.append(record)
+            if ckpt is not None:
+                _save(ckpt, {"epoch": epoch + 1, "net": net.state_dict(), "opt": opt.state_dict(), "ema": ema,
+                             "history": history, "config": _config_key(cfg)})
+            if on_epoch is not None:
+                on_epoch(epoch + 1)
+    final = ema if ema is not None else net.state_dict()
+    return TrainResult({k: v.detach().clone() for k, v in final.items()}, history, start)
+
+
+def validate(model: AdaptiveClassifier, net: MixingNetwork, ema: dict[str, torch.Tensor] | None,
+             val: tuple[torch.Tensor, torch.Tensor], cfg: TrainConfig) -> dict[str, float]:
+    """Clean and attacked accuracy (the setting's attack at the full radius, fixed seed) and mean alpha on ``val``."""
+    live = {k: v.clone() for k, v in net.state_dict().items()} if ema is not None else None
+    if ema is not None:
+        net.load_state_dict(ema)
+    net.eval()
+    x, y = val
+    fixed = TrainConfig(**{**asdict(cfg), "eps_factor": [1.0, 1.0], "steps": [cfg.steps[1]] * 2,
+                           "alpha_loss_max": 0.0, "n_target_classes": 0})
+    advs = attack_batch(model, x, y, fixed, epoch_generator(cfg.seed, -1))
+    model.gradient = "exact"
+    with torch.no_grad():
+        clean_out, clean_la = model.forward_alpha(x)
+        adv_out, adv_la = model.forward_alpha(advs[0])
+    if live is not None:
+        net.load_state_dict(live)
+    return {"val_clean": float((clean_out.argmax(1) == y).float().mean()),
+            "val_attacked": float((adv_out.argmax(1) == y).float().mean()),
+            "alpha_clean": float(clean_la.exp().mean()), "alpha_attacked": float(adv_la.exp().mean())}
