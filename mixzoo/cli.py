@@ -303,6 +303,9 @@ def bench(
     save_adversarial: Annotated[bool, typer.Option(
         "--save-adversarial", help="also write adversarial.safetensors: the point that broke each broken example, "
                                    "for `mixzoo verify`")] = False,
+    per_example_seeds: Annotated[bool, typer.Option(
+        "--per-example-seeds", help="draw APGD's random starts per example index, so results do not depend on "
+                                    "--batch-size (issue 29)")] = False,
     baseline: Annotated[bool, typer.Option(help="with one card: add the matched baseline (linear) row")] = True,
     extra_attacks: Annotated[bool, typer.Option(help="run the extra attacks each card's method declares")] = True,
     data_dir: DataDir = None,
@@ -322,7 +325,7 @@ def bench(
                        batch_size=batch_size, attack_options=parse_attack_options(attack_option), curve=curve,
                        curve_n=curve_n, save_adversarial=save_adversarial, data_dir=data_dir, cache_dir=cache_dir,
                        use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
-                       baseline=baseline, extra_attacks=extra_attacks)
+                       baseline=baseline, extra_attacks=extra_attacks, per_example_seeds=per_example_seeds)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
         return

@@ -5,6 +5,7 @@ the methods that fit against an attack (the linear baseline's alpha matching) an
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
+from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.pairs import model_device
@@ -28,20 +30,29 @@ ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, attack: str, eps: float, norm: str,
              seed: int, batch_size: int, cache: Cache, key_parts: dict[str, Any], label: str,
              attack_options: dict[str, Any] | None = None, save_adversarial: bool = False,
-             progress: bool = True) -> dict[str, Any]:
+             progress: bool = True, per_example_seeds: bool = False,
+             example_index: torch.Tensor | None = None) -> dict[str, Any]:
     """Attack ``model`` batch by batch, saving each batch's outcome so an interrupted run resumes.
 
     Returns a dict with per-example ``clean_correct`` / ``robust_correct`` lists, per-component broken counts,
     warnings and seconds. The attack object comes from the attack hook (``mixzoo.core.plugins.lookup``).
     ``save_adversarial`` adds ``adversarial``: ``{"index", "images"}`` tensors, the point the attack found for each
     example it broke (kept next to the cached outcome; a cached outcome without them is attacked again).
+
+    By default batch ``k`` attacks with seed ``seed + k``, so the batch size changes results. With
+    ``per_example_seeds`` every batch gets ``seed`` and the examples' indices, and the components that support it
+    (:attr:`mixzoo.attacks.evaluation.Component.per_example`: APGD-CE / APGD-T) draw their random starts per example
+    (:mod:`mixzoo.core.rng`): their outcome per example is then the same for any batch size (issue 29; Square's
+    windows and pyautoattack's components still follow their batch's stream). ``example_index`` gives the images'
+    indices in their data set when they are a subset of it (default ``0 .. n-1``).
     """
     from mixzoo.core.plugins import lookup
 
     attack_cls = lookup("attack", attack)
     options = dict(attack_options or {})
     key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
-                       "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION})
+                       "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION,
+                       **({"per_example_seeds": True} if per_example_seeds else {})})
     final = cache.root / "bench" / f"{key}.json"
     final_adv = final.with_suffix(ADV_SUFFIX)
     if cache.enabled and final.exists() and (not save_adversarial or final_adv.exists()):
@@ -71,10 +82,15 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                 except (json.JSONDecodeError, SafetensorError):
                     part = None
             if part is None:
-                runner = attack_cls(eps=eps, norm=norm, seed=seed + index, **options)
+                runner = attack_cls(eps=eps, norm=norm, seed=seed if per_example_seeds else seed + index, **options)
                 device = model_device(model)
+                extra = {"index": torch.arange(start, stop) if example_index is None
+                         else example_index[start:stop].long().cpu()} if per_example_seeds else {}
+                if extra and "index" not in inspect.signature(runner.run).parameters:
+                    raise InputError(f"attack {attack!r} cannot draw its randomness per example (its run() takes no"
+                                     " index); run it without per-example seeds")
                 res = runner.run(model, images[start:stop].to(device), labels[start:stop].to(device),
-                                 progress=False)
+                                 progress=False, **extra)
                 part = {
                     "clean_correct": res.clean_correct.bool().tolist(),
                     "robust_correct": res.robust_correct.bool().tolist(),

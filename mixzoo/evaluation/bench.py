@@ -326,7 +326,7 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, label
         sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), data.images[subset],
                        data.labels[subset], key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
                                                        "subset": content_key({"rows": subset.tolist()})},
-                       label=f"{label}: {extra.name}", **options)
+                       label=f"{label}: {extra.name}", example_index=subset, **options)
         ev = worst_case(ev, sub, subset, extra.name)
     return ev
 
@@ -355,6 +355,7 @@ def bench(
     extra_attacks: bool = True,
     plots: bool = True,
     save_adversarial: bool = False,
+    per_example_seeds: bool = False,
     data_dir: str | None = None,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
@@ -369,6 +370,8 @@ def bench(
     with the default method. Every row is attacked with ``attack`` on the same images; each card's row also with
     the extra attacks its method declares (on the examples still robust; ``extra_attacks=False`` skips them), and
     reports the worst case per example. Writes ``report.json``, ``report.md`` and plots to ``out`` when given.
+    ``per_example_seeds`` draws the APGD components' random starts per example index (issue 29), so their outcome
+    per example does not depend on ``batch_size`` (:func:`mixzoo.attacks.runner.evaluate`).
 
     With one card whose method is not the baseline method (``baseline = True``: linear), a matched baseline row
     is added (``baseline``): its alpha is found by bisection with ``match_attack`` (``match_options``, cheaper than
@@ -409,7 +412,7 @@ def bench(
     images, labels = data.images, data.labels
     base = {"data": data.fingerprint}
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
-                  attack_options=attack_options, progress=progress)
+                  attack_options=attack_options, progress=progress, per_example_seeds=per_example_seeds)
     # rows are labelled with the models actually evaluated (an --abc/--rbc override, not the card's names)
     abc_name, rbc_name = evaluated_name(cards[0], "abc", abc_m), evaluated_name(cards[0], "rbc", rbc_m)
     points: dict[str, dict[str, torch.Tensor]] = {}
@@ -435,6 +438,7 @@ def bench(
         ev = evaluate_card(c, abc_m, rbc_m, data, label=label, extra_attacks=extra_attacks, **main)
         card_rows.append(row(label, kind, ev, alpha=c.params.get("alpha"), c=c))
     settings: dict[str, Any] = {"attack": attack, "eps": eps, "norm": norm, "seed": seed, "batch_size": batch_size,
+                                "per_example_seeds": per_example_seeds,
                                 "attack_options": attack_options or {}, "extra_attacks": extra_attacks,
                                 "device": device, "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None,
                                 "seconds": None}
