@@ -317,6 +317,7 @@ def bench(
 ) -> None:
     """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
     plots."""
+    from mixzoo.core.distributed import world as distributed_world
     from mixzoo.evaluation.bench import bench as run_bench
     from mixzoo.evaluation.report import print_report
 
@@ -326,6 +327,8 @@ def bench(
                        curve_n=curve_n, save_adversarial=save_adversarial, data_dir=data_dir, cache_dir=cache_dir,
                        use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
                        baseline=baseline, extra_attacks=extra_attacks, per_example_seeds=per_example_seeds)
+    if not distributed_world().main:
+        return  # under torchrun only rank 0 prints
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
         return

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, evaluate, merge_warnings  # noqa: F401
+from mixzoo.core import distributed
 from mixzoo.core.cache import Cache, check_writable, content_key
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import run_record
@@ -391,6 +392,9 @@ def bench(
     if curve and curve_n <= 0:
         raise InputError(f"--curve-n must be positive, got {curve_n} (or pass --no-curve)")
     t0 = time.perf_counter()
+    # under torchrun: every rank runs this function; the runner shares the batches out, rank 0 writes the report
+    w = distributed.init(device)
+    device, progress = distributed.rank_device(device), progress and w.main
     if card is None:
         from mixzoo.methods import fit
 
@@ -438,7 +442,7 @@ def bench(
         ev = evaluate_card(c, abc_m, rbc_m, data, label=label, extra_attacks=extra_attacks, **main)
         card_rows.append(row(label, kind, ev, alpha=c.params.get("alpha"), c=c))
     settings: dict[str, Any] = {"attack": attack, "eps": eps, "norm": norm, "seed": seed, "batch_size": batch_size,
-                                "per_example_seeds": per_example_seeds,
+                                "per_example_seeds": per_example_seeds, "world_size": w.size,
                                 "attack_options": attack_options or {}, "extra_attacks": extra_attacks,
                                 "device": device, "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None,
                                 "seconds": None}
@@ -470,7 +474,7 @@ def bench(
                                   progress=progress)
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
-    if out is not None:
+    if out is not None and w.main:
         write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=data_dir, device=device)
     return report
 
