@@ -291,7 +291,8 @@ def bench(
     attack: Annotated[str, typer.Option(help="adaptive (App. B.2.1) | adaptive-strong (+ exact, bypass and "
                                              "re-seeded APGD) | adaptive-apgd | autoattack | apgd | pgd | a "
                                              "plugin's")] = "adaptive",
-    n: Annotated[int, typer.Option(help="number of evaluation images")] = 1000,
+    n: Annotated[int, typer.Option("--n", "--n-images", help="number of evaluation images (--n-images under torchrun,"
+                                                              " whose parser takes --n for its own)")] = 1000,
     out: Annotated[Path, typer.Option(help="directory for report.json, report.md and plots")] = Path("bench"),
     eps: float | None = None,
     norm: str | None = None,

@@ -103,10 +103,11 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                     atomic_write_text(part_path, json.dumps(parts[index]))
             if index in parts:
                 bar.advance(task, stop - start)
-    if w.size > 1:  # every rank gets every batch's outcome (the same merged result everywhere)
-        for other_parts, other_found in gather((parts, found)):
-            parts.update(other_parts)
-            found.update(other_found)
+        if w.size > 1:  # every rank gets every batch's outcome (the same merged result everywhere)
+            for other_parts, other_found in gather((parts, found)):
+                parts.update(other_parts)
+                found.update(other_found)
+            bar.update(task, completed=n)
     batches = [parts[i] for i in range(n_batches)]
     points = [found[i] for i in range(n_batches)] if save_adversarial else []
     merged: dict[str, Any] = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,10 @@ def init(device: str = "cpu") -> World:
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
-    return world()
+    w = world()
+    if not w.main:  # rank 0 says it once; the other ranks show the user nothing
+        warnings.simplefilter("ignore")
+    return w
 
 
 def rank_device(device: str) -> str:
