@@ -245,6 +245,10 @@ def mix(
               batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
               device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     card = res.card
+    from mixzoo.core.distributed import world
+
+    if not world().main:
+        return  # under torchrun only rank 0 prints
     if as_json:
         print(json.dumps({"card": str(res.path), "method": card.method, **{
             k: v for k, v in card.params.items() if k != "grid"}, "summary": res.summary, "seconds": res.seconds,

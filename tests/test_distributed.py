@@ -37,10 +37,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess:
+def torchrun(nproc: int, *args: str, module: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MIXZOO_DIST_TIMEOUT": "120"}
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", str(SCRIPT), *args]
+           f"--master-port={free_port()}", *(["-m", "mixzoo.cli"] if module else [str(SCRIPT)]), *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -88,3 +88,18 @@ def test_one_process_is_a_world_of_one():
     assert distributed.gather({"x": 1}) == [{"x": 1}]
     two = distributed.World(rank=1, size=2)
     assert [two.owns(k) for k in range(4)] == [False, True, False, True] and not two.main
+
+
+def test_mix_under_torchrun_shares_mmaa_out_and_writes_the_one_process_card(card, tmp_path, one_thread):
+    """`mixzoo mix` under torchrun: MMAA's two batches are shared out, rank 0 alone writes the card, and its
+    parameters are those of the one-process fit."""
+    from mixzoo.core.card import MixCard
+
+    args = ["mix", "--abc", "digits-std", "--rbc", "digits-pgd", "--n-calib", "120", "--n-iter", "8", "-O",
+            "n_target_classes=2", "--batch-size", "60"]
+    done = torchrun(2, *args, "--out", str(tmp_path / "two.toml"), "--cache-dir", str(tmp_path / "c2"), module=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("mix card written") == 1  # rank 0 alone prints and writes
+    one = MixCard.load(card)  # the module fixture: the same settings in one process
+    two = MixCard.load(tmp_path / "two.toml")
+    assert {k: one.params[k] for k in ("s", "p", "c", "alpha")} == {k: two.params[k] for k in ("s", "p", "c", "alpha")}
