@@ -245,6 +245,10 @@ def mix(
               batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
               device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     card = res.card
+    from mixzoo.core.distributed import world
+
+    if not world().main:
+        return  # under torchrun only rank 0 prints
     if as_json:
         print(json.dumps({"card": str(res.path), "method": card.method, **{
             k: v for k, v in card.params.items() if k != "grid"}, "summary": res.summary, "seconds": res.seconds,
@@ -291,7 +295,8 @@ def bench(
     attack: Annotated[str, typer.Option(help="adaptive (App. B.2.1) | adaptive-strong (+ exact, bypass and "
                                              "re-seeded APGD) | adaptive-apgd | autoattack | apgd | pgd | a "
                                              "plugin's")] = "adaptive",
-    n: Annotated[int, typer.Option(help="number of evaluation images")] = 1000,
+    n: Annotated[int, typer.Option("--n", "--n-images", help="number of evaluation images (--n-images under torchrun,"
+                                                              " whose parser takes --n for its own)")] = 1000,
     out: Annotated[Path, typer.Option(help="directory for report.json, report.md and plots")] = Path("bench"),
     eps: float | None = None,
     norm: str | None = None,
@@ -303,6 +308,9 @@ def bench(
     save_adversarial: Annotated[bool, typer.Option(
         "--save-adversarial", help="also write adversarial.safetensors: the point that broke each broken example, "
                                    "for `mixzoo verify`")] = False,
+    per_example_seeds: Annotated[bool, typer.Option(
+        "--per-example-seeds", help="draw APGD's random starts per example index, so results do not depend on "
+                                    "--batch-size (issue 29)")] = False,
     baseline: Annotated[bool, typer.Option(help="with one card: add the matched baseline (linear) row")] = True,
     extra_attacks: Annotated[bool, typer.Option(help="run the extra attacks each card's method declares")] = True,
     data_dir: DataDir = None,
@@ -314,6 +322,7 @@ def bench(
 ) -> None:
     """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
     plots."""
+    from mixzoo.core.distributed import world as distributed_world
     from mixzoo.evaluation.bench import bench as run_bench
     from mixzoo.evaluation.report import print_report
 
@@ -322,7 +331,9 @@ def bench(
                        batch_size=batch_size, attack_options=parse_attack_options(attack_option), curve=curve,
                        curve_n=curve_n, save_adversarial=save_adversarial, data_dir=data_dir, cache_dir=cache_dir,
                        use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
-                       baseline=baseline, extra_attacks=extra_attacks)
+                       baseline=baseline, extra_attacks=extra_attacks, per_example_seeds=per_example_seeds)
+    if not distributed_world().main:
+        return  # under torchrun only rank 0 prints
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
         return

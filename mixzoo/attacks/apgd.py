@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from mixzoo.attacks.margins import MarginFn, MarginRecord, signed_margin
+from mixzoo.core import rng
 from mixzoo.core.errors import InputError
 
 NORMS = ("Linf", "L2")
@@ -74,13 +75,24 @@ def _l2(t: torch.Tensor) -> torch.Tensor:
     return _view((t.flatten(1) ** 2).sum(dim=1).sqrt(), t.ndim)
 
 
-def random_start(x: torch.Tensor, eps: float, norm: str, generator: torch.Generator) -> torch.Tensor:
+def random_start(x: torch.Tensor, eps: float, norm: str, generator: torch.Generator | None = None, *,
+                 draw: tuple[int, str, torch.Tensor] | None = None) -> torch.Tensor:
     """AutoAttack's starting point: x plus eps times a normalised uniform (L-inf) or Gaussian (L2) draw, in [0, 1].
 
-    The draw is made on the CPU (as AutoAttack does) so seeded runs agree across devices.
+    With ``generator`` the draw is made on the CPU from it (as AutoAttack does), so seeded runs agree across devices
+    and follow AutoAttack's trajectories for the same batch. With ``draw = (seed, stream, index)`` each example's draw
+    is a function of its index in the whole data set (:mod:`mixzoo.core.rng`), whatever batch it is in (issue 29).
     """
-    t = (2 * torch.rand(x.shape, generator=generator) - 1) if norm == "Linf" else torch.randn(x.shape,
-                                                                                                 generator=generator)
+    if draw is not None:
+        seed, stream, index = draw
+        sample = rng.uniform if norm == "Linf" else rng.normal
+        t = sample(seed, stream, index.cpu(), x.shape[1:])
+        t = 2 * t - 1 if norm == "Linf" else t
+    elif generator is not None:
+        t = (2 * torch.rand(x.shape, generator=generator) - 1) if norm == "Linf" else torch.randn(x.shape,
+                                                                                                     generator=generator)
+    else:
+        raise ValueError("random_start needs a generator or a per-example draw")
     return (x + eps * _normalize(t.to(device=x.device, dtype=x.dtype), norm)).clamp(0.0, 1.0)
 
 
@@ -113,18 +125,20 @@ def _loss_and_grad(forward: Forward, x_adv: torch.Tensor, labels: torch.Tensor, 
 
 def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
              norm: str = "Linf", n_iter: int = 100, loss: str | LossFn = "ce", target: torch.Tensor | None = None,
-             generator: torch.Generator, rho: float = 0.75, on_iter: OnIter | None = None) -> torch.Tensor:
+             generator: torch.Generator | None = None, draw: tuple[int, str, torch.Tensor] | None = None,
+             rho: float = 0.75, on_iter: OnIter | None = None) -> torch.Tensor:
     """One APGD run from a random start (``attack_single_run`` of AutoAttack, L-inf / L2).
 
     Offers the judged logits of all ``n_iter + 1`` visited points to ``record`` (same examples as ``x``) and returns
-    the per-example best loss. ``on_iter(n_examples)`` is called after each iteration.
+    the per-example best loss. ``on_iter(n_examples)`` is called after each iteration. The start comes from
+    ``generator`` or from the per-example ``draw`` (:func:`random_start`).
     """
     loss_fn = LOSSES[loss] if isinstance(loss, str) else loss
     n = x.shape[0]
     x = x.detach()
     n_iter_2, n_iter_min, size_decr = max(int(0.22 * n_iter), 1), max(int(0.06 * n_iter), 1), max(int(0.03 * n_iter), 1)
 
-    x_adv = random_start(x, eps, norm, generator)
+    x_adv = random_start(x, eps, norm, generator, draw=draw)
     judged, loss_indiv, grad = _loss_and_grad(forward, x_adv, labels, loss_fn, target)
     record.update(x_adv, judged)
     record.check_finite()  # NaN at a visited point: stop now, not after the whole attack
@@ -216,15 +230,22 @@ def _generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
 
 def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
           norm: str, n_iter: int, loss: str | LossFn, seed: int, attack_all: bool, rho: float,
-          on_iter: OnIter | None, plan: list[torch.Tensor | None]) -> MarginRecord:
-    """Run APGD once per entry of ``plan`` (targets, or None for untargeted), each on the current groups."""
+          on_iter: OnIter | None, plan: list[torch.Tensor | None],
+          index: torch.Tensor | None = None) -> MarginRecord:
+    """Run APGD once per entry of ``plan`` (targets, or None for untargeted), each on the current groups.
+
+    With ``index`` (each example's index in its whole data set) every run's random start is drawn per example from
+    (seed, loss, run number, index) instead of from the batch's generators, so an example's trajectory does not
+    depend on the batch it is in (issue 29)."""
     main_gen, extra_gen = _generators(seed)
-    for target in plan:
+    name = loss if isinstance(loss, str) else "custom"
+    for run, target in enumerate(plan):
         for idx, main in _groups(record, attack_all):
             part = record.subset(idx)
+            draw = None if index is None else (seed, f"apgd/{name}/run{run}", index[idx.to(index.device)])
             apgd_run(model, images[idx], labels[idx], part, eps=eps, norm=norm, n_iter=n_iter, loss=loss,
                      target=None if target is None else target[idx], generator=main_gen if main else extra_gen,
-                     rho=rho, on_iter=on_iter)
+                     draw=draw, rho=rho, on_iter=on_iter)
             record.merge(idx, part)
     return record
 
@@ -232,18 +253,19 @@ def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: Ma
 def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str = "Linf",
             n_iter: int = 100, n_restarts: int = 1, seed: int = 0, record: MarginRecord | None = None,
             attack_all: bool = False, margin_fn: MarginFn = signed_margin, rho: float = 0.75,
-            on_iter: OnIter | None = None) -> MarginRecord:
+            on_iter: OnIter | None = None, index: torch.Tensor | None = None) -> MarginRecord:
     """Untargeted APGD on the cross-entropy (AutoAttack's APGD-CE) with margin tracking.
 
     ``model(x)`` returns logits or ``(judged, loss)`` logits. With ``attack_all=False`` (AutoAttack) each restart
     attacks only examples not yet misclassified; with ``attack_all=True`` (MMAA) every example is attacked in every
     restart, the misclassified ones in a separate batch with their own random stream. Returns the (updated) record:
-    per example the visited point of lowest selection key (:mod:`mixzoo.attacks.margins`).
+    per example the visited point of lowest selection key (:mod:`mixzoo.attacks.margins`). ``index`` (the examples'
+    indices in their data set) makes the random starts per-example draws (:func:`_runs`).
     """
     check_attack_settings(eps, norm, n_iter, n_restarts)
     record = clean_record(model, images, labels, margin_fn) if record is None else record
     return _runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss="ce", seed=seed,
-                 attack_all=attack_all, rho=rho, on_iter=on_iter, plan=[None] * n_restarts)
+                 attack_all=attack_all, rho=rho, on_iter=on_iter, plan=[None] * n_restarts, index=index)
 
 
 def target_classes(loss_logits: torch.Tensor, labels: torch.Tensor, n_target_classes: int) -> torch.Tensor:
@@ -267,7 +289,7 @@ def effective_n_targets(n_classes: int, n_target_classes: int) -> int:
 def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str = "Linf",
            n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0,
            record: MarginRecord | None = None, attack_all: bool = False, margin_fn: MarginFn = signed_margin,
-           rho: float = 0.75, on_iter: OnIter | None = None) -> MarginRecord:
+           rho: float = 0.75, on_iter: OnIter | None = None, index: torch.Tensor | None = None) -> MarginRecord:
     """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking.
 
     Targets come from the clean loss logits (one forward pass for all targets; AutoAttack recomputes them per
@@ -284,4 +306,4 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     targets = target_classes(loss_logits, labels, n_targets)
     plan = [targets[:, j] for j in range(n_targets) for _ in range(n_restarts)]
     return _runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss="dlr-targeted", seed=seed,
-                 attack_all=attack_all, rho=rho, on_iter=on_iter, plan=plan)
+                 attack_all=attack_all, rho=rho, on_iter=on_iter, plan=plan, index=index)

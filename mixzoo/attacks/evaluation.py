@@ -105,6 +105,9 @@ class Component:
     # "robust": attack the examples still robust (AutoAttack's chaining); "clean": attack every clean-correct example
     # afresh (a whole evaluation reproduced as it runs on its own), only its breaks of still-robust ones are new
     scope: str = "robust"
+    # True: ``fn(x, y, index)`` takes the examples' indices in the whole data set and draws its randomness per
+    # example from them (mixzoo.core.rng), so its outcome per example does not depend on the batch (issue 29)
+    per_example: bool = False
 
 
 @contextlib.contextmanager
@@ -150,6 +153,7 @@ class Attack:
 
     name: ClassVar[str] = "attack"
     defaults: ClassVar[dict[str, Any]] = {"batch_size": 500}
+    per_example: bool = False  # set by run(): the examples' indices were given (per-example randomness wanted)
 
     def __init__(self, eps: float, norm: str = "Linf", seed: int = 0, **options: Any):
         check_attack_settings(eps, norm)
@@ -186,8 +190,12 @@ class Attack:
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         raise NotImplementedError
 
-    def run(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor, progress: bool = True) -> EvalResult:
-        """Clean accuracy, then each component on the examples still correct; see the module docstring."""
+    def run(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor, progress: bool = True,
+            index: torch.Tensor | None = None) -> EvalResult:
+        """Clean accuracy, then each component on the examples still correct; see the module docstring.
+
+        ``index`` (each example's index in its whole data set) is handed to the components that draw their
+        randomness per example (:attr:`Component.per_example`); the others use their batch's stream."""
         t0 = time.perf_counter()
         check_images(images)
         n, bs = images.shape[0], int(self.options["batch_size"])
@@ -202,6 +210,7 @@ class Attack:
         robust, adv = clean_correct.clone(), images.clone()
         stats: list[ComponentStat] = []
         notes: list[str] = []
+        self.per_example = index is not None
         with progress_bar(progress) as bar:
             for comp in self.components(model, clean.shape[1]):
                 todo = torch.nonzero(clean_correct if comp.scope == "clean" else robust).squeeze(1)
@@ -212,7 +221,10 @@ class Attack:
                     for idx in todo.split(bs):
                         x, y = images[idx], labels[idx]
                         with gradient_mode(model, comp.gradient):
-                            cand = comp.fn(x, y).detach()
+                            if comp.per_example and index is not None:
+                                cand = comp.fn(x, y, index[idx.to(index.device)]).detach()
+                            else:
+                                cand = comp.fn(x, y).detach()
                         inside = within_threat_model(cand, x, self.eps, self.norm)
                         with torch.no_grad():
                             out = model(cand)
@@ -245,10 +257,11 @@ class Attack:
 
 def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: str, seed: int,
           n_targets: int) -> Component:
-    """Our APGD-CE / APGD-T as a component (AutoAttack's behaviour: only still-robust examples)."""
-    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Our APGD-CE / APGD-T as a component (AutoAttack's behaviour: only still-robust examples); given the examples'
+    indices, its random starts are drawn per example (:func:`mixzoo.attacks.apgd.apgd_ce`)."""
+    def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         common = dict(eps=eps, norm=norm, n_iter=int(opts["n_iter"]), n_restarts=int(opts["n_restarts"]),
-                      seed=seed)
+                      seed=seed, index=index)
         if kind == "apgd-ce":
             rec = apgd_ce(forward, x, y, **common)
         else:
@@ -257,7 +270,7 @@ def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: 
         comp.zero_grad.append(int(rec.zero_grad.sum()))
         return rec.x
 
-    comp = Component(kind, fn)
+    comp = Component(kind, fn, per_example=True)
     return comp
 
 
@@ -413,8 +426,14 @@ class AdaptiveAutoAttack(AutoAttackEval):
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         chosen = _select(self.options, self.available, self.name)
         if not hasattr(model, "forward_pair"):
-            # a single model: standard AutoAttack, whose FAB-T already has the model's own (exact) gradient
-            return self._standard(model, n_classes, chosen)
+            # a single model: standard AutoAttack, whose FAB-T already has the model's own (exact) gradient; with
+            # per-example randomness our APGD (the same algorithm, AutoAttack's trajectories) replaces its APGD
+            comps = self._standard(model, n_classes, chosen)
+            if self.per_example:
+                n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
+                comps = [_ours(c.name, model, self.options, self.eps, self.norm, self.seed, n_targets)
+                         if c.name in ("apgd-ce", "apgd-t") else c for c in comps]
+            return comps
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
         out = []
         for kind in chosen:

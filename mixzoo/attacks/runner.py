@@ -5,6 +5,7 @@ the methods that fit against an attack (the linear baseline's alpha matching) an
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -14,6 +15,8 @@ from safetensors.torch import load_file
 from torch import nn
 
 from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
+from mixzoo.core.distributed import gather, world
+from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.pairs import model_device
@@ -28,73 +31,85 @@ ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, attack: str, eps: float, norm: str,
              seed: int, batch_size: int, cache: Cache, key_parts: dict[str, Any], label: str,
              attack_options: dict[str, Any] | None = None, save_adversarial: bool = False,
-             progress: bool = True) -> dict[str, Any]:
+             progress: bool = True, per_example_seeds: bool = False,
+             example_index: torch.Tensor | None = None) -> dict[str, Any]:
     """Attack ``model`` batch by batch, saving each batch's outcome so an interrupted run resumes.
 
     Returns a dict with per-example ``clean_correct`` / ``robust_correct`` lists, per-component broken counts,
     warnings and seconds. The attack object comes from the attack hook (``mixzoo.core.plugins.lookup``).
     ``save_adversarial`` adds ``adversarial``: ``{"index", "images"}`` tensors, the point the attack found for each
     example it broke (kept next to the cached outcome; a cached outcome without them is attacked again).
+
+    By default batch ``k`` attacks with seed ``seed + k``, so the batch size changes results. With
+    ``per_example_seeds`` every batch gets ``seed`` and the examples' indices, and the components that support it
+    (:attr:`mixzoo.attacks.evaluation.Component.per_example`: APGD-CE / APGD-T) draw their random starts per example
+    (:mod:`mixzoo.core.rng`): their outcome per example is then the same for any batch size (issue 29; Square's
+    windows and pyautoattack's components still follow their batch's stream). ``example_index`` gives the images'
+    indices in their data set when they are a subset of it (default ``0 .. n-1``).
     """
     from mixzoo.core.plugins import lookup
 
     attack_cls = lookup("attack", attack)
     options = dict(attack_options or {})
     key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
-                       "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION})
+                       "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION,
+                       **({"per_example_seeds": True} if per_example_seeds else {})})
     final = cache.root / "bench" / f"{key}.json"
     final_adv = final.with_suffix(ADV_SUFFIX)
+    hit = None
     if cache.enabled and final.exists() and (not save_adversarial or final_adv.exists()):
         try:
             hit = {**json.loads(final.read_text()), "cached": True}
             if save_adversarial:
                 hit["adversarial"] = load_file(final_adv)
-            return hit
         except (json.JSONDecodeError, SafetensorError):
-            final.unlink()
+            final.unlink(missing_ok=True)
             final_adv.unlink(missing_ok=True)
+    # under torchrun every rank must take the same path (the attack below is collective): the cached result is used
+    # only when every rank has it, e.g. a shared cache directory
+    w = world()
+    if hit is not None and (w.size == 1 or all(gather(True))):
+        return hit
+    if w.size > 1 and hit is None:
+        gather(False)
     n = len(labels)
-    batches: list[dict[str, Any]] = []
-    points: list[dict[str, torch.Tensor]] = []
-    with progress_bar(progress) as bar:
+    parts: dict[int, dict[str, Any]] = {}
+    found: dict[int, dict[str, torch.Tensor]] = {}
+    n_batches = -(-n // batch_size)
+    with progress_bar(progress and w.main) as bar:
         task = bar.add_task(f"{attack} on {label}", total=n)
         for index, start in enumerate(range(0, n, batch_size)):
             stop = min(n, start + batch_size)
             part_path = cache.root / "bench" / f"{key}.partial" / f"{index:06d}.json"
             part_adv = part_path.with_suffix(ADV_SUFFIX)
-            part = None
             if cache.enabled and part_path.exists() and (not save_adversarial or part_adv.exists()):
                 try:
-                    part = json.loads(part_path.read_text())
+                    parts[index] = json.loads(part_path.read_text())
                     if save_adversarial:
-                        points.append(load_file(part_adv))
+                        found[index] = load_file(part_adv)
                 except (json.JSONDecodeError, SafetensorError):
-                    part = None
-            if part is None:
-                runner = attack_cls(eps=eps, norm=norm, seed=seed + index, **options)
-                device = model_device(model)
-                res = runner.run(model, images[start:stop].to(device), labels[start:stop].to(device),
-                                 progress=False)
-                part = {
-                    "clean_correct": res.clean_correct.bool().tolist(),
-                    "robust_correct": res.robust_correct.bool().tolist(),
-                    "components": [{"name": c.name, "newly_broken": int(c.newly_broken), "seconds": c.seconds}
-                                   for c in res.components],
-                    "warnings": list(res.warnings),
-                    "seconds": res.seconds,
-                    "device": device.type,
-                    "machine": machine_summary(device),
-                }
+                    parts.pop(index, None)
+            if index not in parts and w.owns(index):  # under torchrun: batch k is attacked by rank k mod size
+                parts[index], points = _attack_batch(model, images, labels, start, stop, batch_index=index,
+                                                     attack=attack, attack_cls=attack_cls, eps=eps, norm=norm,
+                                                     seed=seed, options=options, save_adversarial=save_adversarial,
+                                                     per_example_seeds=per_example_seeds,
+                                                     example_index=example_index)
                 if save_adversarial:
-                    broken = torch.nonzero(res.clean_correct.bool() & ~res.robust_correct.bool()).squeeze(1)
-                    found = res.adv_images[broken.to(res.adv_images.device)].cpu()
-                    points.append({"index": broken + start, "images": found})
+                    found[index] = points
                 if cache.enabled:
                     if save_adversarial:  # the points first: a batch counts as done once its outcome is written
-                        atomic_save_tensors(part_adv, points[-1])
-                    atomic_write_text(part_path, json.dumps(part))
-            batches.append(part)
-            bar.advance(task, stop - start)
+                        atomic_save_tensors(part_adv, points)
+                    atomic_write_text(part_path, json.dumps(parts[index]))
+            if index in parts:
+                bar.advance(task, stop - start)
+        if w.size > 1:  # every rank gets every batch's outcome (the same merged result everywhere)
+            for other_parts, other_found in gather((parts, found)):
+                parts.update(other_parts)
+                found.update(other_found)
+            bar.update(task, completed=n)
+    batches = [parts[i] for i in range(n_batches)]
+    points = [found[i] for i in range(n_batches)] if save_adversarial else []
     merged: dict[str, Any] = {
         "clean_correct": [v for b in batches for v in b["clean_correct"]],
         "robust_correct": [v for b in batches for v in b["robust_correct"]],
@@ -123,6 +138,37 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
 
         shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
     return merged if adversarial is None else {**merged, "adversarial": adversarial}
+
+
+def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, start: int, stop: int, *,
+                  batch_index: int, attack: str, attack_cls: Any, eps: float, norm: str, seed: int,
+                  options: dict[str, Any], save_adversarial: bool, per_example_seeds: bool,
+                  example_index: torch.Tensor | None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Attack images ``start:stop`` (batch number ``batch_index``): its outcome record and, with
+    ``save_adversarial``, the points that broke its examples (indices into ``images``)."""
+    runner = attack_cls(eps=eps, norm=norm, seed=seed if per_example_seeds else seed + batch_index, **options)
+    device = model_device(model)
+    extra = {"index": torch.arange(start, stop) if example_index is None
+             else example_index[start:stop].long().cpu()} if per_example_seeds else {}
+    if extra and "index" not in inspect.signature(runner.run).parameters:
+        raise InputError(f"attack {attack!r} cannot draw its randomness per example (its run() takes no"
+                         " index); run it without per-example seeds")
+    res = runner.run(model, images[start:stop].to(device), labels[start:stop].to(device), progress=False, **extra)
+    part = {
+        "clean_correct": res.clean_correct.bool().tolist(),
+        "robust_correct": res.robust_correct.bool().tolist(),
+        "components": [{"name": c.name, "newly_broken": int(c.newly_broken), "seconds": c.seconds}
+                       for c in res.components],
+        "warnings": list(res.warnings),
+        "seconds": res.seconds,
+        "device": device.type,
+        "machine": machine_summary(device),
+    }
+    points: dict[str, torch.Tensor] = {}
+    if save_adversarial:
+        broken = torch.nonzero(res.clean_correct.bool() & ~res.robust_correct.bool()).squeeze(1)
+        points = {"index": broken + start, "images": res.adv_images[broken.to(res.adv_images.device)].cpu()}
+    return part, points
 
 
 def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]]) -> list[str]:

@@ -202,23 +202,38 @@ def batched_cached(cache: Cache, kind: str, key: str, n: int, batch_size: int, c
     The concatenated result is cached under ``(kind, key)``; a complete entry is returned without computing.
     ``progress`` is an optional callable ``advance(k)`` called with the number of examples done per batch.
     """
+    from mixzoo.core.distributed import gather, world
+
+    w = world()
     done = cache.load(kind, key)
-    if done is not None:
+    # under torchrun every rank takes the same path (the batches below are shared out and gathered): a complete
+    # entry is used only when every rank has it
+    if done is not None and (w.size == 1 or all(gather(True))):
         if progress is not None:
             progress(n)
         return done
+    if w.size > 1 and done is None:
+        gather(False)
     if n == 0:
         raise MixzooError(f"nothing to compute for {kind}: the data set is empty")
-    parts: list[dict[str, torch.Tensor]] = []
+    found: dict[int, dict[str, torch.Tensor]] = {}
     for index, start in enumerate(range(0, n, batch_size)):
         stop = min(n, start + batch_size)
         part = cache.load_batch(kind, key, index, rows=(start, stop))
-        if part is None:
+        if part is None and w.owns(index):  # batch k is computed by rank k mod size, as in one process
             part = compute(start, stop)
             cache.save_batch(kind, key, index, part, rows=(start, stop))
-        parts.append(part)
-        if progress is not None:
-            progress(stop - start)
+        if part is not None:
+            found[index] = part
+            if progress is not None:
+                progress(stop - start)
+    if w.size > 1:
+        for other in gather(found):
+            for index, part in other.items():
+                if index not in found and progress is not None:
+                    progress(len(next(iter(part.values()))))
+                found.setdefault(index, part)
+    parts = [found[i] for i in range(-(-n // batch_size))]
     result = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     cache.save(kind, key, result, describe)
     cache.drop_partial(kind, key)

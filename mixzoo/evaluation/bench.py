@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, evaluate, merge_warnings  # noqa: F401
+from mixzoo.core import distributed
 from mixzoo.core.cache import Cache, check_writable, content_key
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import run_record
@@ -326,7 +327,7 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, label
         sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), data.images[subset],
                        data.labels[subset], key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
                                                        "subset": content_key({"rows": subset.tolist()})},
-                       label=f"{label}: {extra.name}", **options)
+                       label=f"{label}: {extra.name}", example_index=subset, **options)
         ev = worst_case(ev, sub, subset, extra.name)
     return ev
 
@@ -355,6 +356,7 @@ def bench(
     extra_attacks: bool = True,
     plots: bool = True,
     save_adversarial: bool = False,
+    per_example_seeds: bool = False,
     data_dir: str | None = None,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
@@ -369,6 +371,8 @@ def bench(
     with the default method. Every row is attacked with ``attack`` on the same images; each card's row also with
     the extra attacks its method declares (on the examples still robust; ``extra_attacks=False`` skips them), and
     reports the worst case per example. Writes ``report.json``, ``report.md`` and plots to ``out`` when given.
+    ``per_example_seeds`` draws the APGD components' random starts per example index (issue 29), so their outcome
+    per example does not depend on ``batch_size`` (:func:`mixzoo.attacks.runner.evaluate`).
 
     With one card whose method is not the baseline method (``baseline = True``: linear), a matched baseline row
     is added (``baseline``): its alpha is found by bisection with ``match_attack`` (``match_options``, cheaper than
@@ -388,6 +392,9 @@ def bench(
     if curve and curve_n <= 0:
         raise InputError(f"--curve-n must be positive, got {curve_n} (or pass --no-curve)")
     t0 = time.perf_counter()
+    # under torchrun: every rank runs this function; the runner shares the batches out, rank 0 writes the report
+    w = distributed.init(device)
+    device, progress = distributed.rank_device(device), progress and w.main
     if card is None:
         from mixzoo.methods import fit
 
@@ -409,7 +416,7 @@ def bench(
     images, labels = data.images, data.labels
     base = {"data": data.fingerprint}
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
-                  attack_options=attack_options, progress=progress)
+                  attack_options=attack_options, progress=progress, per_example_seeds=per_example_seeds)
     # rows are labelled with the models actually evaluated (an --abc/--rbc override, not the card's names)
     abc_name, rbc_name = evaluated_name(cards[0], "abc", abc_m), evaluated_name(cards[0], "rbc", rbc_m)
     points: dict[str, dict[str, torch.Tensor]] = {}
@@ -435,6 +442,7 @@ def bench(
         ev = evaluate_card(c, abc_m, rbc_m, data, label=label, extra_attacks=extra_attacks, **main)
         card_rows.append(row(label, kind, ev, alpha=c.params.get("alpha"), c=c))
     settings: dict[str, Any] = {"attack": attack, "eps": eps, "norm": norm, "seed": seed, "batch_size": batch_size,
+                                "per_example_seeds": per_example_seeds, "world_size": w.size,
                                 "attack_options": attack_options or {}, "extra_attacks": extra_attacks,
                                 "device": device, "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None,
                                 "seconds": None}
@@ -466,7 +474,7 @@ def bench(
                                   progress=progress)
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
-    if out is not None:
+    if out is not None and w.main:
         write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=data_dir, device=device)
     return report
 

@@ -19,8 +19,11 @@ if TYPE_CHECKING:
 ADVERSARIAL_FILE = "adversarial.safetensors"
 
 
+PER_EXAMPLE_NOTE = " (per-example random starts: APGD outcomes do not depend on the batch size)"
+
 # ------------------------------------------------------------------------------------------------ plots
 # ------------------------------------------------------------------------------------------------ files
+
 def options_text(options: dict[str, Any]) -> str:
     """`` (n_iter=200, n_restarts=2)`` after an attack's name when options were given, else nothing."""
     return f" ({', '.join(f'{k}={v}' for k, v in options.items())})" if options else ""
@@ -34,7 +37,7 @@ def markdown(report: Any) -> str:
         f"Evaluation: **{d['name']}** `{d['split']}` split, n = {d['n']} (fingerprint `{d['fingerprint']}`); "
         f"calibration used the disjoint `calibration` split ({(d.get('calibration') or {}).get('n', '?')} images).",
         f"Attack: `{st['attack']}`{options_text(st.get('attack_options') or {})}, {st['norm']}, "
-        f"eps = {st['eps']:.6g}, seed {st['seed']}.",
+        f"eps = {st['eps']:.6g}, seed {st['seed']}{PER_EXAMPLE_NOTE if st.get('per_example_seeds') else ''}.",
         *(f"Note: {note}." for note in getattr(report, "notes", [])), "",
         "| model | kind | alpha | clean % (95% CI) | robust % (95% CI) | attack seconds (device) |",
         "|---|---|---|---|---|---|",

@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from mixzoo.core import distributed
 from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, default_method
 
 
@@ -33,6 +34,13 @@ def fit(method: str | None = None, abc: str | nn.Module | None = None, rbc: str 
 
         MixCard.check_path(out)
     t0 = time.perf_counter()
+    # under torchrun every rank fits (the cached batched steps, MMAA among them, share their batches out); only rank
+    # 0 writes the card and shows progress
+    w = distributed.init(str(request.get("device", "cpu")))
+    if w.size > 1:
+        request = {**request, "device": distributed.rank_device(str(request.get("device", "cpu"))),
+                   "progress": bool(request.get("progress", True)) and w.main}
+        out = out if w.main else None
     result = chosen.fit(FitRequest(abc, rbc, options=options, out=out, **request))
     result.seconds.setdefault("total", time.perf_counter() - t0)
     return result

@@ -1,0 +1,105 @@
+"""Issue 29: the bench under ``torchrun`` (gloo, 2 CPU processes) gives exactly the one-process results, writes its
+report only from rank 0, and resumes after a killed rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mixzoo.core import distributed
+from mixzoo.evaluation.bench import bench
+from mixzoo.methods.mixednuts.fitting import mix
+
+SCRIPT = Path(__file__).parent / "scripts" / "torchrun_bench.py"
+FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
+
+
+@pytest.fixture(scope="module")
+def card(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    path = root / "card.toml"
+    mix("digits-std", "digits-pgd", out=path, cache_dir=root / "cache", **FAST)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int, *args: str, module: bool = False) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MIXZOO_DIST_TIMEOUT": "120"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
+           f"--master-port={free_port()}", *(["-m", "mixzoo.cli"] if module else [str(SCRIPT)]), *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def rows(out: Path) -> dict[str, str]:
+    return {m["kind"]: m["robust_outcomes"] for m in json.loads((out / "report.json").read_text())["models"]}
+
+
+def points(out: Path) -> dict[str, torch.Tensor]:
+    t = load_file(out / "adversarial.safetensors")
+    return {k: t[k][t[k.replace("images", "index")].argsort()] if k.endswith(".images") else t[k].sort().values
+            for k in t}
+
+
+def test_two_ranks_give_the_one_process_results_and_resume_after_a_killed_rank(card, tmp_path, one_thread):
+    one = bench(card, attack="adaptive-apgd", n=60, attack_options={"n_iter": 6, "n_target_classes": 2},
+                curve=False, plots=False, baseline=False, progress=False, batch_size=20, out=tmp_path / "one",
+                cache_dir=tmp_path / "cache1", save_adversarial=True)
+    assert one.settings["world_size"] == 1
+    done = torchrun(2, str(card), str(tmp_path / "two"), str(tmp_path / "cache2"), "20")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert rows(tmp_path / "two") == rows(tmp_path / "one")
+    assert json.loads((tmp_path / "two" / "report.json").read_text())["settings"]["world_size"] == 2
+    a, b = points(tmp_path / "one"), points(tmp_path / "two")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any("0" in o for o in rows(tmp_path / "one").values())  # something was broken: the check has content
+    # the batches were shared out (round-robin), not all attacked by every rank
+    counts = {r["rank"]: r["attacked"] for r in map(json.loads, re.findall(r'\{"rank".*?\}', done.stdout))}
+    assert counts[0] > counts[1] > 0, counts
+
+    # rank 1 dies after its first batch: the job fails (no hang), writes no report; a re-run resumes and matches
+    killed = torchrun(2, str(card), str(tmp_path / "three"), str(tmp_path / "cache3"), "20", "1")
+    assert killed.returncode != 0 and re.search(r"exitcode\s*:\s*17", killed.stderr), killed.stderr[-3000:]
+    assert not (tmp_path / "three" / "report.json").exists()
+    partial = list((tmp_path / "cache3" / "bench").glob("*.partial/*.json"))
+    assert partial  # the batches finished before the kill were kept
+    resumed = torchrun(2, str(card), str(tmp_path / "three"), str(tmp_path / "cache3"), "20")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert rows(tmp_path / "three") == rows(tmp_path / "one")
+
+
+def test_one_process_is_a_world_of_one():
+    w = distributed.world()
+    assert (w.rank, w.size, w.main) == (0, 1, True)
+    assert all(w.owns(k) for k in range(5))
+    assert distributed.gather({"x": 1}) == [{"x": 1}]
+    two = distributed.World(rank=1, size=2)
+    assert [two.owns(k) for k in range(4)] == [False, True, False, True] and not two.main
+
+
+def test_mix_under_torchrun_shares_mmaa_out_and_writes_the_one_process_card(card, tmp_path, one_thread):
+    """`mixzoo mix` under torchrun: MMAA's two batches are shared out, rank 0 alone writes the card, and its
+    parameters are those of the one-process fit."""
+    from mixzoo.core.card import MixCard
+
+    args = ["mix", "--abc", "digits-std", "--rbc", "digits-pgd", "--n-calib", "120", "--n-iter", "8", "-O",
+            "n_target_classes=2", "--batch-size", "60"]
+    done = torchrun(2, *args, "--out", str(tmp_path / "two.toml"), "--cache-dir", str(tmp_path / "c2"), module=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("mix card written") == 1  # rank 0 alone prints and writes
+    one = MixCard.load(card)  # the module fixture: the same settings in one process
+    two = MixCard.load(tmp_path / "two.toml")
+    assert {k: one.params[k] for k in ("s", "p", "c", "alpha")} == {k: two.params[k] for k in ("s", "p", "c", "alpha")}
