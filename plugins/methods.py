@@ -10,11 +10,14 @@ from mixzoo.core.plugins import hookimpl
 
 @hookimpl
 def mixzoo_mixing_methods() -> dict[str, Any]:
-    """``mixednuts`` (paper 000, the default) and ``linear`` (constant alpha, 001 Eq. 3.4)."""
+    """``mixednuts`` (paper 000, the default), ``linear`` (constant alpha, 001 Eq. 3.4), ``knn-smoothing`` and
+    ``local-smoothing`` (locally biased smoothing, paper 003)."""
     from mixzoo.methods.linear import Linear
+    from mixzoo.methods.local_smoothing.method import KNNSmoothing, LocalSmoothing
     from mixzoo.methods.mixednuts.method import MixedNUTS
 
-    return {"mixednuts": MixedNUTS(), "linear": Linear()}
+    return {"mixednuts": MixedNUTS(), "linear": Linear(), "knn-smoothing": KNNSmoothing(),
+            "local-smoothing": LocalSmoothing()}
 
 
 @hookimpl

@@ -1,0 +1,73 @@
+"""The K-nearest-neighbour direction oracle of paper 003 Sec. 3: ``h_i(x) = 2 * (share of the K nearest training
+images, in l2, labelled i) - 1``, in [-1, 1].
+
+Neighbours are found over the whole train split with chunked ``torch.cdist`` and ``topk`` (memory bounded by the
+chunk, never a loop over query images). The oracle is piecewise constant in x, so its gradient is zero almost
+everywhere; :meth:`KNNOracle.soft` is a differentiable surrogate (softmax weights over the nearest images) that an
+adversary uses to attack the oracle itself (alpha_t -> infinity, 003 Sec. 4.2).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mixzoo.core.errors import InputError
+
+DEFAULT_CHUNK = 8192  # train images per distance block: 8192 x B floats at a time
+
+
+class KNNOracle(nn.Module):
+    """``h(x)`` of 003 Sec. 3 over ``images`` (N, C, H, W in [0, 1]) with ``labels`` (N,), ``k`` neighbours.
+
+    Distances are l2 on the [0, 1] pixels (003 footnote 2 standardises per channel: on one-channel images that is
+    a scaling, which leaves the neighbours unchanged).
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, k: int, num_classes: int,
+                 chunk: int = DEFAULT_CHUNK):
+        super().__init__()
+        if not 1 <= k <= len(labels):
+            raise InputError(f"K must lie in [1, {len(labels)}] (the train images), got {k}")
+        # not part of state_dict: the card identifies the images by dataset, split, count and fingerprint
+        self.register_buffer("train_images", images.flatten(1).float(), persistent=False)
+        self.register_buffer("train_labels", labels.long(), persistent=False)
+        self.k, self.num_classes, self.chunk = int(k), int(num_classes), int(chunk)
+
+    def neighbours(self, x: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(distances, indices)`` of the ``k`` nearest train images of each query, nearest first: (B, k) each."""
+        k = self.k if k is None else min(int(k), self.train_images.shape[0])
+        q = x.detach().flatten(1).to(self.train_images.dtype)
+        best_d = q.new_empty(q.shape[0], 0)
+        best_i = torch.empty(q.shape[0], 0, dtype=torch.long, device=q.device)
+        for start in range(0, self.train_images.shape[0], self.chunk):  # memory chunks over the train split
+            d = torch.cdist(q, self.train_images[start:start + self.chunk], compute_mode="use_mm_for_euclid_dist")
+            kk = min(k, d.shape[1])
+            d, i = d.topk(kk, dim=1, largest=False)
+            best_d, pos = torch.cat([best_d, d], 1).topk(min(k, best_d.shape[1] + kk), dim=1, largest=False)
+            best_i = torch.cat([best_i, i + start], 1).gather(1, pos)
+        return best_d, best_i
+
+    def votes(self, x: torch.Tensor) -> torch.Tensor:
+        """Share of the K nearest train images labelled ``i``, (B, c)."""
+        _, idx = self.neighbours(x)
+        onehot = nn.functional.one_hot(self.train_labels[idx], self.num_classes).to(x.dtype)
+        return onehot.mean(dim=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``h(x) = 2 * votes - 1`` (003 Sec. 3), no gradient."""
+        return 2.0 * self.votes(x) - 1.0
+
+    def soft(self, x: torch.Tensor, pool: int | None = None) -> torch.Tensor:
+        """A differentiable stand-in for ``h(x)``: ``2 * sum_k w_k onehot(y_k) - 1`` over the ``pool`` nearest
+        images (default 4K) with ``w = softmax(-(d_k^2 - d_1^2) / tau)`` and ``tau = d_K^2 - d_1^2`` (held fixed),
+        so that about the K nearest carry the weight. Its gradient moves x toward other classes' neighbours."""
+        pool = max(4 * self.k, 2) if pool is None else pool
+        _, idx = self.neighbours(x, pool)
+        near = self.train_images[idx].to(x.dtype)  # (B, pool, d)
+        d2 = (x.flatten(1).unsqueeze(1) - near).pow(2).sum(-1)
+        ref = d2.detach()
+        tau = (ref[:, min(self.k, ref.shape[1]) - 1] - ref[:, 0]).clamp_min(1e-12).unsqueeze(1)
+        w = torch.softmax(-(d2 - ref[:, :1]) / tau, dim=1)
+        onehot = nn.functional.one_hot(self.train_labels[idx], self.num_classes).to(x.dtype)
+        return 2.0 * (w.unsqueeze(-1) * onehot).sum(1) - 1.0
