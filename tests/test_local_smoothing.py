@@ -182,7 +182,8 @@ def test_knn_smoothing_matches_eq_2_and_its_limits(models):
 def test_knn_gradients_transfer_and_soft_oracle(models):
     g, h, x = models
     gen = torch.Generator().manual_seed(5)
-    oracle = KNNOracle(torch.rand(100, 1, 4, 4, generator=gen), torch.randint(0, 5, (100,), generator=gen), 3, 5)
+    oracle = KNNOracle(torch.rand(100, 1, 4, 4, generator=gen), torch.randint(0, 5, (100,), generator=gen), 3, 5,
+                        chunk=13)
     y = torch.arange(len(x)) % 5
     values = KNNSmoothingClassifier(g, oracle, alpha=0.5)(x)
     grads = {}
@@ -195,9 +196,15 @@ def test_knn_gradients_transfer_and_soft_oracle(models):
         xr = x.clone().requires_grad_(True)
         (ref,) = torch.autograd.grad(nn.functional.nll_loss(torch.log_softmax(fn(xr), -1), y), xr)
         assert torch.allclose(grads[mode], ref, atol=1e-12), mode
-        assert grads[mode].abs().sum() > 0
+        assert (grads[mode].flatten(1).abs().sum(1) > 0).all(), mode  # a gradient at every example
     soft = oracle.soft(x.float())
     assert torch.all(soft >= -1 - 1e-6) and torch.all(soft <= 1 + 1e-6)
+    idx = oracle.class_neighbours(x, 3)  # class-wise neighbours: right labels, nearest of their class
+    assert torch.equal(oracle.train_labels[idx], torch.arange(5).view(1, 5, 1).expand_as(idx))
+    d = torch.cdist(x.flatten(1).float(), oracle.train_images)
+    for i in range(5):
+        own = torch.where(oracle.train_labels == i, d, torch.inf).sort(1).indices[:, :3]
+        assert torch.equal(idx[:, i].sort(1).values, own.sort(1).values)
 
 
 # ------------------------------------------------------------------------------------------------- cards, errors

@@ -3,8 +3,8 @@ images, in l2, labelled i) - 1``, in [-1, 1].
 
 Neighbours are found over the whole train split with chunked ``torch.cdist`` and ``topk`` (memory bounded by the
 chunk, never a loop over query images). The oracle is piecewise constant in x, so its gradient is zero almost
-everywhere; :meth:`KNNOracle.soft` is a differentiable surrogate (softmax weights over the nearest images) that an
-adversary uses to attack the oracle itself (alpha_t -> infinity, 003 Sec. 4.2).
+everywhere; :meth:`KNNOracle.soft` is a differentiable surrogate (a softmax over each class's mean distance to its K
+nearest train images) that an adversary uses to attack the oracle itself (alpha_t -> infinity, 003 Sec. 4.2).
 """
 
 from __future__ import annotations
@@ -58,16 +58,29 @@ class KNNOracle(nn.Module):
         """``h(x) = 2 * votes - 1`` (003 Sec. 3), no gradient."""
         return 2.0 * self.votes(x) - 1.0
 
-    def soft(self, x: torch.Tensor, pool: int | None = None) -> torch.Tensor:
-        """A differentiable stand-in for ``h(x)``: ``2 * sum_k w_k onehot(y_k) - 1`` over the ``pool`` nearest
-        images (default 4K) with ``w = softmax(-(d_k^2 - d_1^2) / tau)`` and ``tau = d_K^2 - d_1^2`` (held fixed),
-        so that about the K nearest carry the weight. Its gradient moves x toward other classes' neighbours."""
-        pool = max(4 * self.k, 2) if pool is None else pool
-        _, idx = self.neighbours(x, pool)
-        near = self.train_images[idx].to(x.dtype)  # (B, pool, d)
-        d2 = (x.flatten(1).unsqueeze(1) - near).pow(2).sum(-1)
+    def class_neighbours(self, x: torch.Tensor, m: int) -> torch.Tensor:
+        """Indices of the ``m`` nearest train images of every class, (B, c, m) (chunked like :meth:`neighbours`;
+        a class with fewer than ``m`` images repeats its farthest)."""
+        q = x.detach().flatten(1).to(self.train_images.dtype)
+        c = self.num_classes
+        best_d = q.new_empty(q.shape[0], c, 0)
+        best_i = torch.empty(q.shape[0], c, 0, dtype=torch.long, device=q.device)
+        for start in range(0, self.train_images.shape[0], self.chunk):
+            d = torch.cdist(q, self.train_images[start:start + self.chunk], compute_mode="use_mm_for_euclid_dist")
+            own = nn.functional.one_hot(self.train_labels[start:start + self.chunk], c).T.bool()  # (c, chunk)
+            d = torch.where(own.unsqueeze(0), d.unsqueeze(1), torch.inf)  # (B, c, chunk)
+            d, i = d.topk(min(m, d.shape[2]), dim=2, largest=False)
+            best_d, pos = torch.cat([best_d, d], 2).topk(min(m, best_d.shape[2] + d.shape[2]), dim=2, largest=False)
+            best_i = torch.cat([best_i, i + start], 2).gather(2, pos)
+        return best_i
+
+    def soft(self, x: torch.Tensor) -> torch.Tensor:
+        """A differentiable stand-in for ``h(x)`` that an adversary attacks: ``2 softmax_i(-D_i / tau) - 1`` with
+        ``D_i`` the mean squared distance to class i's K nearest train images and ``tau`` the spread of ``D``
+        over classes (held fixed). Unlike the vote it has a gradient everywhere, toward every other class."""
+        idx = self.class_neighbours(x, self.k)  # (B, c, K)
+        near = self.train_images[idx].to(x.dtype)  # (B, c, K, d)
+        d2 = (x.flatten(1)[:, None, None, :] - near).pow(2).sum(-1).mean(-1)  # (B, c)
         ref = d2.detach()
-        tau = (ref[:, min(self.k, ref.shape[1]) - 1] - ref[:, 0]).clamp_min(1e-12).unsqueeze(1)
-        w = torch.softmax(-(d2 - ref[:, :1]) / tau, dim=1)
-        onehot = nn.functional.one_hot(self.train_labels[idx], self.num_classes).to(x.dtype)
-        return 2.0 * (w.unsqueeze(-1) * onehot).sum(1) - 1.0
+        tau = (ref.mean(1, keepdim=True) - ref.min(1, keepdim=True).values).clamp_min(1e-12)
+        return 2.0 * torch.softmax(-d2 / tau, dim=1) - 1.0
