@@ -15,6 +15,7 @@ from torch import nn
 from mixzoo.core.errors import InputError
 
 DEFAULT_CHUNK = 8192  # train images per distance block: 8192 x B floats at a time
+SOFT_MAX_K = 20  # neighbours per class in the soft surrogate: (B, c, 20, d) gathered images
 
 
 class KNNOracle(nn.Module):
@@ -76,9 +77,10 @@ class KNNOracle(nn.Module):
 
     def soft(self, x: torch.Tensor) -> torch.Tensor:
         """A differentiable stand-in for ``h(x)`` that an adversary attacks: ``2 softmax_i(-D_i / tau) - 1`` with
-        ``D_i`` the mean squared distance to class i's K nearest train images and ``tau`` the spread of ``D``
-        over classes (held fixed). Unlike the vote it has a gradient everywhere, toward every other class."""
-        idx = self.class_neighbours(x, self.k)  # (B, c, K)
+        ``D_i`` the mean squared distance to class i's K nearest train images (at most :data:`SOFT_MAX_K`, which
+        bounds memory) and ``tau`` the spread of ``D`` over classes (held fixed). Unlike the vote it has a gradient
+        everywhere, toward every other class."""
+        idx = self.class_neighbours(x, min(self.k, SOFT_MAX_K))  # (B, c, K)
         near = self.train_images[idx].to(x.dtype)  # (B, c, K, d)
         d2 = (x.flatten(1)[:, None, None, :] - near).pow(2).sum(-1).mean(-1)  # (B, c)
         ref = d2.detach()
