@@ -127,6 +127,31 @@ def knn_curves(g, data, train, n_iter: int) -> dict:
     return out
 
 
+def knn_white_box(g, data, train, n_iter: int, n_queries: int, k: int = 5,
+                  alphas: tuple[float, ...] = (0.03, 0.1, 1.0)) -> dict:
+    """White-box and gradient-free attacks on the K-NN smoothed classifier itself at a few alphas (K = 5): APGD-CE
+    through g and ||grad g_i|| with the vote held constant (its true gradient almost everywhere; R held fixed, which
+    for these piecewise-linear nets is the exact gradient), then Square on what is left."""
+    oracle = KNNOracle(train.images, train.labels, k, train.num_classes)
+    out = {"K": k, "n_queries": n_queries, "points": []}
+    for alpha in alphas:
+        t0 = time.perf_counter()
+        model = KNNSmoothingClassifier(g, oracle, alpha=alpha, gradient="fixed-R")
+        res = apgd(model, data.images, data.labels, n_iter)
+        sq = lookup("attack", "autoattack")(EPS, NORM, 0, components=["square"], n_queries=n_queries, batch_size=500)
+        keep = res.robust_correct.nonzero().squeeze(1)
+        robust = res.robust_correct.clone()
+        if len(keep):
+            robust[keep] = sq.run(model, data.images[keep], data.labels[keep], progress=False).robust_correct
+        out["points"].append({"alpha": alpha, "clean": float(res.clean_correct.float().mean()),
+                              "apgd": float(res.robust_correct.float().mean()),
+                              "apgd_then_square": float(robust.float().mean()),
+                              "robust_outcomes": "".join("1" if v else "0" for v in robust.tolist()),
+                              "seconds": time.perf_counter() - t0})
+        print(f"  white-box K={k} alpha={alpha}: {out['points'][-1]}", flush=True)
+    return out
+
+
 class _SoftKNN(torch.nn.Module):
     """The soft K-NN surrogate as a classifier (log-probabilities), for the transfer attack from h."""
 
@@ -197,14 +222,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--n-iter", type=int, default=20)
-    ap.add_argument("--parts", default="speed,knn,r", help="comma-separated: speed, knn, r")
+    ap.add_argument("--parts", default="speed,knn,r", help="comma-separated: speed, knn, knn-white, r; or merge")
+    ap.add_argument("--merge", default="knn.json,knn_white.json,r.json", help="the files --parts merge joins")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--n-queries", type=int, default=100, help="Square's queries in the knn-white part")
     ap.add_argument("--out", default="benchmarks/results/local_smoothing")
     ap.add_argument("--json-name", default="local_smoothing.json", help="separate files let parts run in parallel")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.parts == "merge":  # parts run in parallel into separate files: one JSON and the figures
+        merged: dict = {}
+        for name in args.merge.split(","):
+            part = json.loads((out / name).read_text())
+            merged.setdefault("runs", {})[name] = part.pop("run", None)
+            merged.update(part)
+        atomic_write_text(out / "local_smoothing.json", json.dumps(merged, indent=1, default=str))
+        print("figures:", figures(merged, out))
+        return
     g, h = load_model("fmnist-std"), load_model("fmnist-pgd")
     data = load_dataset("fashion-mnist", "evaluation", n=args.n)
     train = load_dataset("fashion-mnist", "train")
@@ -220,6 +256,9 @@ def main() -> None:
     if "knn" in parts:
         print("K-NN smoothing", flush=True)
         result["knn"] = knn_curves(g, data, train, args.n_iter)
+    if "knn-white" in parts:
+        print("K-NN smoothing, white-box and Square", flush=True)
+        result["knn_white"] = knn_white_box(g, data, train, args.n_iter, args.n_queries)
     if "r" in parts:
         print("R_i options", flush=True)
         result["r_curves"] = r_curves(g, h, data, args.n_iter)

@@ -317,3 +317,21 @@ def test_bench_runs_the_declared_extra_attacks(tmp_path, cache_dir, one_thread):
         ran = [c["name"] for c in rows[kind].components if c["name"] in declared]
         assert ran and ran == declared[:len(ran)], (kind, ran)  # in order; they stop once nothing is robust
         assert rows[kind].robust_accuracy <= rows[kind].clean_accuracy
+
+
+def test_policy_hook_gives_a_per_example_alpha(models):
+    """003 Eq. 7: alpha(x) = exp(beta_theta(x)), cropped to [-14, 14]; the adaptive method plugs its policy here."""
+    g, h, x = models
+
+    class Policy(nn.Module):
+        def forward(self, z):
+            return torch.log(torch.tensor([0.7, 30.0] * 3 + [0.7], dtype=z.dtype)) + 0.0 * z.sum((1, 2, 3))
+
+    got = LocalSmoothingClassifier(g, h, alpha=0.0, r="grad_g", log_alpha=Policy())(x)
+    for i, a in enumerate([0.7, 30.0] * 3 + [0.7]):
+        one = LocalSmoothingClassifier(g, h, alpha=a, r="grad_g")(x[i:i + 1])
+        assert torch.allclose(got[i:i + 1], one, atol=1e-12)
+    huge = LocalSmoothingClassifier(g, h, alpha=0.0, r="one", log_alpha=lambda z: torch.full((len(z),), 50.0,
+                                                                                               dtype=z.dtype))
+    expect = LocalSmoothingClassifier(g, h, alpha=float(torch.exp(torch.tensor(14.0))), r="one")
+    assert torch.allclose(huge(x), expect(x), atol=1e-12)
