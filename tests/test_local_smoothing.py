@@ -301,8 +301,13 @@ def test_mix_cli_writes_both_methods(tmp_path, cache_dir, one_thread):
     assert not (tmp_path / "bad.toml").exists()
 
 
-def test_bench_runs_the_declared_extra_attacks(tmp_path, cache_dir, one_thread):
+def test_bench_runs_the_declared_extra_attacks(tmp_path, cache_dir, one_thread, monkeypatch):
     from mixzoo.bench import bench
+    from mixzoo.methods.local_smoothing import method as ls_method
+
+    # the declared attacks themselves, at a test's budget (their full budgets cost minutes on 2 shared cores)
+    monkeypatch.setattr(ls_method, "EXTRA_APGD", {"n_iter": 10, "n_target_classes": 1})
+    monkeypatch.setattr(ls_method, "EXTRA_SQUARE", {"components": ["square"], "n_queries": 100})
 
     ls = fit("local-smoothing", "digits-std", "digits-pgd", options={"alpha": 1.0, "r": "grad_g"},
              out=tmp_path / "ls.toml", progress=False).path
