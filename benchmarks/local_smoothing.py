@@ -55,11 +55,12 @@ def batched(fn, x, bs: int = 100):
     return torch.cat([fn(x[i:i + bs]) for i in range(0, len(x), bs)])
 
 
-def r_curves(g, h, data, n_iter: int) -> dict:
+def r_curves(g, h, data, n_iter: int, r_options=R_OPTIONS, spaces=SPACES, scales=SCALES,
+             gradient: str = "fixed-R") -> dict:
     out = {}
     x, y = data.images, data.labels
-    for space in SPACES:
-        for r in R_OPTIONS:
+    for space in spaces:
+        for r in r_options:
             probe = LocalSmoothingClassifier(g, h, alpha=1.0, r=r, space=space)
             _, _, rr = probe.parts(x[:100])
             med = float(rr.median())
@@ -73,18 +74,19 @@ def r_curves(g, h, data, n_iter: int) -> dict:
                     grads.append(gr)
                 check = float((grads[0] - grads[1]).abs().max() / grads[0].abs().max().clamp_min(1e-30))
             points = []
-            for c in SCALES:
+            for c in scales:
                 alpha = c / med
                 t0 = time.perf_counter()
-                model = LocalSmoothingClassifier(g, h, alpha=alpha, r=r, space=space, gradient="fixed-R")
+                model = LocalSmoothingClassifier(g, h, alpha=alpha, r=r, space=space, gradient=gradient)
                 res = apgd(model, x, y, n_iter)
                 points.append({"scale": c, "alpha": alpha, "clean": float(res.clean_correct.float().mean()),
                                "attacked": float(res.robust_correct.float().mean()),
                                "seconds": time.perf_counter() - t0})
                 print(f"  {space:13s} {r:8s} alpha={alpha:.4g}: clean {points[-1]['clean']:.3f}"
                       f" attacked {points[-1]['attacked']:.3f} ({points[-1]['seconds']:.0f} s)", flush=True)
-            out[f"{r}/{space}"] = {"r": r, "space": space, "median_R": med, "exact_vs_fixed_R_rel_diff": check,
-                                   "points": points}
+            key = f"{r}/{space}" + ("" if gradient == "fixed-R" else f"/{gradient}")
+            out[key] = {"r": r, "space": space, "gradient": gradient, "median_R": med,
+                        "exact_vs_fixed_R_rel_diff": check, "points": points}
     return out
 
 
@@ -195,6 +197,9 @@ def figures(result: dict, out: Path) -> list[str]:
     fig, ax = plt.subplots(figsize=(6.5, 5))
     styles = {"logits": "--", "probabilities": "-"}
     for key, cur in result["r_curves"].items():
+        if cur.get("exact_vs_fixed_R_rel_diff") and cur["exact_vs_fixed_R_rel_diff"] > 1e-3 and \
+                cur.get("gradient", "fixed-R") == "fixed-R":
+            continue  # fixed-R was not the exact gradient here: only the exact-gradient attack is drawn
         ax.plot([p["clean"] * 100 for p in cur["points"]], [p["attacked"] * 100 for p in cur["points"]],
                 styles[cur["space"]], marker="o", ms=3, label=key)
     ax.set_xlabel("clean accuracy (%)")
@@ -207,6 +212,11 @@ def figures(result: dict, out: Path) -> list[str]:
     for k, cur in result["knn"]["K"].items():
         axes[0].plot(xs, [v * 100 for v in cur["clean"]], marker="o", ms=3, label=f"K={k}")
         axes[1].plot(xs, [v * 100 for v in cur["attacked"]], marker="o", ms=3, label=f"K={k}")
+    white = result.get("knn_white")
+    if white:
+        axes[1].plot([p["alpha"] for p in white["points"]], [p["apgd_then_square"] * 100 for p in white["points"]],
+                     "kx", ms=8, label=f"K={white['K']}: white-box APGD-CE, then Square (separate run)")
+        axes[1].legend(fontsize=7)
     for ax, what in zip(axes, ("clean", "attacked (worst of transfer from g and from soft K-NN)"), strict=True):
         ax.set_xscale("log")
         ax.set_xlabel("alpha (alpha = 0 drawn at the left end)")
@@ -225,6 +235,11 @@ def main() -> None:
     ap.add_argument("--parts", default="speed,knn,r", help="comma-separated: speed, knn, knn-white, r; or merge")
     ap.add_argument("--merge", default="knn.json,knn_white.json,r.json", help="the files --parts merge joins")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--r-options", default=",".join(R_OPTIONS))
+    ap.add_argument("--spaces", default=",".join(SPACES))
+    ap.add_argument("--scales", default=",".join(str(v) for v in SCALES), help="alpha * median R values")
+    ap.add_argument("--gradient", default="fixed-R", help="the attack's gradient: fixed-R (exact for logits of"
+                                                         " piecewise-linear nets) or exact (double backprop)")
     ap.add_argument("--n-queries", type=int, default=100, help="Square's queries in the knn-white part")
     ap.add_argument("--out", default="benchmarks/results/local_smoothing")
     ap.add_argument("--json-name", default="local_smoothing.json", help="separate files let parts run in parallel")
@@ -237,7 +252,10 @@ def main() -> None:
         for name in args.merge.split(","):
             part = json.loads((out / name).read_text())
             merged.setdefault("runs", {})[name] = part.pop("run", None)
+            curves = {**merged.get("r_curves", {}), **part.pop("r_curves", {})}
             merged.update(part)
+            if curves:
+                merged["r_curves"] = curves
         atomic_write_text(out / "local_smoothing.json", json.dumps(merged, indent=1, default=str))
         print("figures:", figures(merged, out))
         return
@@ -261,7 +279,9 @@ def main() -> None:
         result["knn_white"] = knn_white_box(g, data, train, args.n_iter, args.n_queries)
     if "r" in parts:
         print("R_i options", flush=True)
-        result["r_curves"] = r_curves(g, h, data, args.n_iter)
+        result["r_curves"] = r_curves(
+            g, h, data, args.n_iter, r_options=tuple(args.r_options.split(",")), spaces=tuple(args.spaces.split(",")),
+            scales=[float(v) for v in args.scales.split(",")], gradient=args.gradient)
     result["run"] = run_record("cpu")
     atomic_write_text(path, json.dumps(result, indent=1, default=str))
     if "knn" in result and "r_curves" in result:
