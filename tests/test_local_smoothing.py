@@ -340,3 +340,32 @@ def test_policy_hook_gives_a_per_example_alpha(models):
                                                                                                dtype=z.dtype))
     expect = LocalSmoothingClassifier(g, h, alpha=float(torch.exp(torch.tensor(14.0))), r="one")
     assert torch.allclose(huge(x), expect(x), atol=1e-12)
+
+
+@pytest.mark.parametrize(("method", "options"), [("local-smoothing", {"r": "grad_max"}),
+                                                  ("knn-smoothing", {"k": 5, "n_train": 500})])
+def test_target_clean_chooses_the_largest_alpha_keeping_that_accuracy(tmp_path, cache_dir, method, options):
+    from mixzoo.methods.local_smoothing.method import SCALE_GRID
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.pairs import load_mixed
+
+    res = fit(method, "digits-std", "digits-pgd", options={"target_clean": 0.97, **options}, n_calib=200,
+              out=tmp_path / "c.toml", progress=False)
+    card = MixCard.load(tmp_path / "c.toml")
+    q = card.params
+    assert q["fit"] == "target_clean" and q["target_clean"] == 0.97 and card.data["n"] == 200
+    data = load_dataset("digits", "calibration", n=200)
+
+    def clean(alpha):  # the card's own classifier, built and run as a user would
+        c = MixCard.from_dict({**card.to_dict(), method: {**card.to_dict()[method], "alpha": alpha}})
+        with torch.no_grad():
+            return float((load_mixed(c)(data.images).argmax(1) == data.labels).float().mean())
+
+    assert clean(q["alpha"]) == pytest.approx(q["calibration_clean"]) and q["calibration_clean"] >= 0.97
+    # the next alpha of the grid (log-spaced by 10^0.1) falls below the target: the largest that keeps it
+    assert q["alpha"] > 0 and clean(q["alpha"] * SCALE_GRID[1] / SCALE_GRID[0]) < 0.97
+    assert res.card == card
+    with pytest.raises(InputError, match="give one of alpha, target_clean"):
+        fit(method, "digits-std", "digits-pgd", options={"alpha": 1.0, "target_clean": 0.9})
+    with pytest.raises(InputError, match="option target_clean must be a number in"):
+        fit(method, "digits-std", "digits-pgd", options={"target_clean": 2})
