@@ -25,6 +25,7 @@ from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from mixzoo.core.card import MixCard
@@ -51,6 +52,14 @@ def _flag(params: dict[str, Any], key: str, source: str, section: str) -> None:
         raise InputError(f"{source}: field '{section}.{key}' must be true or false, got {value!r}")
 
 
+def _fit_fields(params: dict[str, Any], source: str, section: str) -> None:
+    _choice(params, "fit", FITS, source, section, "given")
+    number(params, "target_clean", source, section, low=0.0, high=1.0, default=None, allow_none=True)
+    number(params, "calibration_clean", source, section, low=0.0, high=1.0, default=None, allow_none=True)
+    if params["fit"] == "target_clean" and params["target_clean"] is None:
+        raise InputError(f"{source}: missing field '{section}.target_clean' (required for fit 'target_clean')")
+
+
 def _threat(request: FitRequest) -> tuple[Any, dict[str, Any]]:
     """The checked pair of a fit request (models, data set, threat model; :func:`~mixzoo.zoo.pairs.prepare_pair`)
     and the card's common tables."""
@@ -67,16 +76,55 @@ def _threat(request: FitRequest) -> tuple[Any, dict[str, Any]]:
     return pair, tables
 
 
-def _given(opts: dict[str, Any], key: str, method: str, example: str) -> Any:
-    if opts.get(key) is None:
-        raise InputError(f"mixing method {method!r} needs -O {key}=VALUE (e.g. -O {key}={example}); it is"
-                         " training-free and does not choose it")
-    return opts[key]
-
-
 def _finish(card: MixCard, request: FitRequest, summary: dict[str, Any]) -> FitResult:
     path = card.save(request.out) if request.out is not None else None
     return FitResult(card, path, summary, {}, {})
+
+
+FITS = ("given", "target_clean")
+SCALE_GRID = [10 ** (k / 10) for k in range(-30, 41)]  # alpha * median R, 1e-3 ... 1e4
+
+
+def _alpha_option(opts: dict[str, Any], method: str) -> tuple[float | None, float | None]:
+    """``(alpha, target_clean)``: exactly one of them given."""
+    alpha, target = opts.get("alpha"), opts.get("target_clean")
+    if alpha is not None and target is not None:
+        raise InputError(f"mixing method {method!r}: give one of alpha, target_clean, not both")
+    if alpha is None and target is None:
+        raise InputError(f"mixing method {method!r} needs -O alpha=VALUE (e.g. -O alpha=1.0) or -O target_clean=0.9"
+                         " (the largest alpha keeping that clean accuracy on the calibration split)")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, int | float)
+                               or not 0.0 <= target <= 1.0):
+        raise InputError(f"option target_clean must be a number in [0, 1], got {target!r}")
+    return alpha, target
+
+
+def choose_alpha(classifier: Any, images: torch.Tensor, labels: torch.Tensor, target: float,
+                 batch_size: int = 250) -> tuple[float, list[dict[str, float]]]:
+    """The largest alpha of a grid (``SCALE_GRID / median R``, and 0) whose clean accuracy on ``images`` is at least
+    ``target``: g, h and R computed once (``classifier.parts``), the formula (003 Eq. 2, 5) per alpha. No attack:
+    clean accuracy falls from g's toward h's as alpha grows, so this is the most robust-leaning alpha the clean
+    budget allows. Returns the alpha and every alpha's accuracy."""
+    import torch
+
+    from mixzoo.methods.local_smoothing.smoothing import smooth
+
+    g, h, r = (torch.cat(t) for t in zip(*(classifier.parts(images[i:i + batch_size])
+                                            for i in range(0, len(images), batch_size)), strict=True))
+    labels = labels.to(g.device)
+    med = float(r.median().clamp_min(1e-30))
+    alphas = [0.0] + [c / med for c in SCALE_GRID]
+    acc = [float((smooth(g, h, r, a).argmax(1) == labels).float().mean()) for a in alphas]
+    ok = [i for i, v in enumerate(acc) if v >= target]
+    best = max(ok) if ok else 0
+    return alphas[best], [{"alpha": a, "clean_accuracy": v} for a, v in zip(alphas, acc, strict=True)]
+
+
+def _fit_alpha(classifier: Any, pair: Any, target: float) -> tuple[float, dict[str, Any]]:
+    alpha, tried = choose_alpha(classifier, pair.data.images.to(pair.device), pair.data.labels, target,
+                                pair.batch_size)
+    clean = next(t["clean_accuracy"] for t in tried if t["alpha"] == alpha)
+    return alpha, {"target_clean": float(target), "calibration_clean": clean}
 
 
 def _extra_apgd(gradient: str, why: str) -> ExtraAttack:
@@ -98,6 +146,8 @@ class LocalSmoothing(MixingMethod):
         "r": f"R_i(x): {', '.join(R_OPTIONS)} (001 App. B.1; default ratio, 003 Eq. 5)",
         "space": "logits | probabilities: what is smoothed (001 Sec. 3; default logits, 003)",
         "accelerated": "true: one gradient per model instead of the Jacobian (003 App. A.1; R_i grad_g or ratio)",
+        "target_clean": "instead of alpha: the largest alpha whose clean accuracy on the calibration split is at"
+                        " least this (no attack)",
         "eps_c": "added to ||grad h_i||_* in R_i = ratio (003 Sec. 4; default 1e-6)",
         "command": "the command line recorded in the card's provenance",
     }
@@ -113,7 +163,7 @@ class LocalSmoothing(MixingMethod):
         if params["accelerated"] and params["r"] not in ("grad_g", "ratio"):
             raise InputError(f"{source}: field '{sec}.accelerated' applies to r = grad_g or ratio (003 App. A.1),"
                              f" not {params['r']!r}; drop it")
-        params.setdefault("fit", "given")
+        _fit_fields(params, source, sec)
         return params
 
     def key_parts(self, card: MixCard) -> dict[str, Any]:
@@ -142,14 +192,24 @@ class LocalSmoothing(MixingMethod):
 
     def fit(self, request: FitRequest) -> FitResult:
         from mixzoo.core.card import MixCard
+        from mixzoo.methods.local_smoothing.smoothing import LocalSmoothingClassifier
 
         opts = dict(request.options)
-        alpha = _given(opts, "alpha", self.name, "1.0")
-        params = {"alpha": alpha, "fit": "given"}
+        alpha, target = _alpha_option(opts, self.name)
+        params = {"alpha": 0.0 if alpha is None else alpha, "fit": "given"}
         params.update({k: opts[k] for k in ("r", "space", "accelerated", "eps_c") if opts.get(k) is not None})
         MixCard(self.name, dict(params, norm=request.norm or "Linf"), dataset="check")  # options, before any work
-        _, tables = _threat(request)
-        card = MixCard(self.name, dict(params, norm=tables["attack"]["norm"]), **tables)
+        pair, tables = _threat(request)
+        params["norm"] = tables["attack"]["norm"]
+        if target is not None:
+            probe = MixCard(self.name, dict(params), **tables).params
+            clf = LocalSmoothingClassifier(pair.abc, pair.rbc, alpha=0.0, r=probe["r"], space=probe["space"],
+                                           norm=probe["norm"], eps_c=probe["eps_c"], accelerated=probe["accelerated"])
+            params["alpha"], extra = _fit_alpha(clf, pair, target)
+            params.update(extra, fit="target_clean")
+        card = MixCard(self.name, params, **tables)
+        if target is not None:
+            card.data = pair.data_info()
         return _finish(card, request, {"alpha": card.params["alpha"], "r": card.params["r"],
                                        "space": card.params["space"]})
 
@@ -168,6 +228,8 @@ class KNNSmoothing(MixingMethod):
         "alpha": "the smoothing strength alpha >= 0 (0: the ABC; large: the K-NN oracle)",
         "k": "K, the neighbours voting (1 <= K <= the train images; default 5)",
         "n_train": "use the first N train images (default: the whole train split)",
+        "target_clean": "instead of alpha: the largest alpha whose clean accuracy on the calibration split is at"
+                        " least this (no attack)",
         "command": "the command line recorded in the card's provenance",
     }
 
@@ -190,7 +252,7 @@ class KNNSmoothing(MixingMethod):
         if k > train["n"]:
             raise InputError(f"{source}: field '{sec}.k' = {k} exceeds the {train['n']} train images of the oracle;"
                              " choose a smaller K")
-        params.setdefault("fit", "given")
+        _fit_fields(params, source, sec)
         return params
 
     def key_parts(self, card: MixCard) -> dict[str, Any]:
@@ -232,9 +294,12 @@ class KNNSmoothing(MixingMethod):
 
     def fit(self, request: FitRequest) -> FitResult:
         from mixzoo.core.card import MixCard
+        from mixzoo.methods.local_smoothing.knn import KNNOracle
+        from mixzoo.methods.local_smoothing.smoothing import KNNSmoothingClassifier
 
         opts = dict(request.options)
-        alpha = _given(opts, "alpha", self.name, "1.0")
+        alpha, target = _alpha_option(opts, self.name)
+        alpha = 0.0 if alpha is None else alpha
         n_train = opts.get("n_train")
         if n_train is not None and (isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1):
             raise InputError(f"option n_train must be a positive integer, got {n_train!r}")
@@ -244,8 +309,17 @@ class KNNSmoothing(MixingMethod):
         data = _train_split(pair.dataset, n_train)
         train = {"dataset": pair.dataset, "split": "train", "n": len(data), "fingerprint": data.fingerprint,
                  "source": getattr(data, "source", "")}
-        card = MixCard(self.name, {"alpha": alpha, "k": opts.get("k", 5), "norm": tables["attack"]["norm"],
-                                   "train": train, "fit": "given"}, **tables)
+        params = {"alpha": alpha, "k": opts.get("k", 5), "norm": tables["attack"]["norm"], "train": train,
+                  "fit": "given"}
+        MixCard(self.name, dict(params), **tables)  # K against the train count, before any work
+        if target is not None:
+            oracle = KNNOracle(data.images, data.labels, params["k"], data.num_classes)
+            clf = KNNSmoothingClassifier(pair.abc, oracle.to(pair.device), alpha=0.0, norm=params["norm"])
+            params["alpha"], extra = _fit_alpha(clf, pair, target)
+            params.update(extra, fit="target_clean")
+        card = MixCard(self.name, params, **tables)
+        if target is not None:
+            card.data = pair.data_info()
         return _finish(card, request, {"alpha": card.params["alpha"], "k": card.params["k"], "train_n": len(data)})
 
 
