@@ -10,13 +10,16 @@ from mixzoo.core.plugins import hookimpl
 
 @hookimpl
 def mixzoo_mixing_methods() -> dict[str, Any]:
-    """``mixednuts`` (paper 000, the default), ``linear`` (constant alpha, 001 Eq. 3.4) and
-    ``adaptive-smoothing`` (a trained mixing network alpha_theta(x), 001 Sec. 4-5)."""
+    """``mixednuts`` (paper 000, the default), ``linear`` (constant alpha, 001 Eq. 3.4), ``adaptive-smoothing`` (a
+    trained mixing network alpha_theta(x), 001 Sec. 4-5), ``knn-smoothing`` and ``local-smoothing`` (locally biased
+    smoothing, paper 003)."""
     from mixzoo.methods.adaptive.method import AdaptiveSmoothing
     from mixzoo.methods.linear import Linear
+    from mixzoo.methods.local_smoothing.method import KNNSmoothing, LocalSmoothing
     from mixzoo.methods.mixednuts.method import MixedNUTS
 
-    return {"mixednuts": MixedNUTS(), "linear": Linear(), "adaptive-smoothing": AdaptiveSmoothing()}
+    return {"mixednuts": MixedNUTS(), "linear": Linear(), "adaptive-smoothing": AdaptiveSmoothing(),
+            "knn-smoothing": KNNSmoothing(), "local-smoothing": LocalSmoothing()}
 
 
 @hookimpl
