@@ -43,14 +43,14 @@ def alpha_loss(base: str, w: torch.Tensor | float) -> Any:
 
 def alpha_apgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_iter: int,
                base: str, w: torch.Tensor | float, generator: torch.Generator | None,
-               target: torch.Tensor | None = None, draw: tuple[int, str, torch.Tensor] | None = None) -> torch.Tensor:
+               target: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
     """One APGD run (:func:`mixzoo.attacks.apgd.apgd_run`) on :func:`alpha_loss`; returns the best point found for
     the judged output (the record's point: misclassified if any visited point was). The random start comes from
-    ``draw`` (per example, :func:`mixzoo.attacks.apgd.random_start`) if given, else from ``generator``."""
+    ``noise`` (:func:`mixzoo.attacks.apgd.random_start`) if given, else from ``generator``."""
     forward = _packed(model)
     record = clean_record(forward, x, y)
     apgd_run(forward, x, y, record, eps=eps, norm=norm, n_iter=n_iter, loss=alpha_loss(base, w), target=target,
-             generator=generator, draw=draw)
+             generator=generator, noise=noise)
     return record.x
 
 

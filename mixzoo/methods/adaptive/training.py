@@ -18,6 +18,20 @@ Determinism and resumption: every random draw of epoch ``e`` (shuffling, radii, 
 comes from a generator seeded by ``(seed, e)``, and a checkpoint (network, optimizer, EMA, history) is written
 atomically after each epoch; a run started again with the same configuration resumes after the last finished
 epoch and ends with the same weights as an uninterrupted run.
+
+Several processes (``torchrun``, issue 29): every rank draws the same epoch permutation and takes a contiguous shard
+of each global batch of ``batch_size`` (:func:`.parallel.shard`); the network is wrapped in DistributedDataParallel
+with its batch norm over the global batch (:class:`.parallel.GlobalBatchNorm2d`), and each shard's loss is weighed
+by its share of the batch, so one step is the one-process step on the global batch. Every random draw (APGD's
+random starts included) is made for the whole batch from the epoch's generator and sliced, so each example gets the
+numbers of its position in the batch, the generator advances as in one process, and one process draws exactly what
+it drew before; the attacks act per example (the network in eval mode), so the union of the ranks' attacked images
+is the one-process batch's. Identical: the order, the shards' draws, the per-batch attack settings and step counts.
+Not bit-identical: the gradient average over the ranks, the batch-norm variance (``E[x^2] - E[x]^2`` of summed
+statistics) and convolutions over smaller batches round differently, and an attack's sign steps can amplify such
+differences; tests/test_adaptive_ddp.py finds the weights within 1e-5 of one process after an epoch. Rank 0 alone
+validates, writes the checkpoint (then a barrier) and the weights; every rank resumes from the same checkpoint.
+Every batch, the last included, needs at least one image per rank.
 """
 
 from __future__ import annotations
@@ -137,8 +151,8 @@ def attack_batch(model: AdaptiveClassifier, x: torch.Tensor, y: torch.Tensor, cf
 
     ``part = (lo, hi, n)``: ``x`` is rows ``lo:hi`` of a global batch of ``n`` (one rank's shard): every draw is made
     for the whole batch from ``gen`` and sliced, so each example gets the numbers of its global position and ``gen``
-    advances as in one process; APGD's random starts are per example (:mod:`mixzoo.core.rng`, keyed by a number
-    drawn from ``gen`` and the position).
+    advances as in one process (APGD's random starts included: drawn here as :func:`mixzoo.attacks.apgd.random_start`
+    draws them).
     """
     lo, hi, n = part if part is not None else (0, len(x), len(x))
     lo_steps, hi_steps = cfg.steps
@@ -151,20 +165,20 @@ def attack_batch(model: AdaptiveClassifier, x: torch.Tensor, y: torch.Tensor, cf
         noise = torch.rand((n, *x.shape[1:]), generator=gen)[lo:hi]
         return [pgd_alpha(model, x, y, eps=eps, steps=steps, w=w, noise=noise, norm=cfg.norm)]
     model.gradient = "exact"
-    key = int(torch.randint(2 ** 62, (1,), generator=gen))
-    position = torch.arange(lo, hi)
     out = []
     runs: list[torch.Tensor | None] = [None]
     if cfg.n_target_classes and model.rbc is not None:
         with torch.no_grad():
             targets = target_classes(model(x), y, min(cfg.n_target_classes, 9))
         runs += [targets[:, j] for j in range(targets.shape[1])]
-    for j, target in enumerate(runs):
+    shape = (n, *x.shape[1:])
+    for target in runs:
         eps = cfg.eps * float(cfg.eps_factor[0] + (cfg.eps_factor[1] - cfg.eps_factor[0])
                               * torch.rand(1, generator=gen))
+        noise = 2 * torch.rand(shape, generator=gen) - 1 if cfg.norm == "Linf" else torch.randn(shape, generator=gen)
         out.append(alpha_apgd(model, x, y, eps=eps, norm=cfg.norm, n_iter=steps,
                               base="ce" if target is None else "dlr-targeted", w=w, generator=None, target=target,
-                              draw=(key, f"adaptive-training/{j}", position)))
+                              noise=noise[lo:hi]))
     return out
 
 
