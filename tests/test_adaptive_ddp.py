@@ -100,3 +100,12 @@ def test_two_ranks_train_the_one_process_network_and_rank_0_alone_writes(setting
         assert load_file(tmp_path / "two" / "card.mixing-network.safetensors").keys() == b.keys()
         assert all(torch.equal(load_file(tmp_path / "two" / "card.mixing-network.safetensors")[k], b[k])
                    for k in b)
+
+
+def test_a_batch_smaller_than_the_world_is_refused_naming_the_option(tmp_path):
+    # 48 training images in batches of 47 leave a last batch of 1 image for 2 ranks
+    args = [*ARGS, "-O", "batch_size=47", "--out", str(tmp_path / "card.toml")]
+    done = torchrun_mix(2, args, tmp_path / "cache")
+    assert done.returncode != 0
+    assert "batch_size=47" in done.stderr + done.stdout and "raise batch_size or n_train" in done.stderr + done.stdout
+    assert not list(tmp_path.glob("card*"))
