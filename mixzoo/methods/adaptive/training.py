@@ -248,7 +248,7 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
         if start > cfg.epochs:
             raise InputError(f"checkpoint {ckpt} already holds {start} epochs, more than epochs={cfg.epochs}; train"
                              f" with epochs >= {start}, or delete it (resume=false) to start again")
-    with progress_bar(progress) as bar:
+    with progress_bar(progress and world.main) as bar:
         for epoch in range(start, cfg.epochs):
             gen = epoch_generator(cfg.seed, epoch)
             order = torch.randperm(n, generator=gen)
