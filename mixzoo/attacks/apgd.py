@@ -76,14 +76,19 @@ def _l2(t: torch.Tensor) -> torch.Tensor:
 
 
 def random_start(x: torch.Tensor, eps: float, norm: str, generator: torch.Generator | None = None, *,
-                 draw: tuple[int, str, torch.Tensor] | None = None) -> torch.Tensor:
+                 draw: tuple[int, str, torch.Tensor] | None = None, noise: torch.Tensor | None = None
+                 ) -> torch.Tensor:
     """AutoAttack's starting point: x plus eps times a normalised uniform (L-inf) or Gaussian (L2) draw, in [0, 1].
 
     With ``generator`` the draw is made on the CPU from it (as AutoAttack does), so seeded runs agree across devices
     and follow AutoAttack's trajectories for the same batch. With ``draw = (seed, stream, index)`` each example's draw
     is a function of its index in the whole data set (:mod:`mixzoo.core.rng`), whatever batch it is in (issue 29).
+    ``noise``: the draw itself (uniform in [-1, 1) for L-inf, standard normal for L2, the shape of ``x``), e.g. one
+    rank's rows of a draw made for a whole batch.
     """
-    if draw is not None:
+    if noise is not None:
+        t = noise
+    elif draw is not None:
         seed, stream, index = draw
         sample = rng.uniform if norm == "Linf" else rng.normal
         t = sample(seed, stream, index.cpu(), x.shape[1:])
@@ -126,19 +131,19 @@ def _loss_and_grad(forward: Forward, x_adv: torch.Tensor, labels: torch.Tensor, 
 def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
              norm: str = "Linf", n_iter: int = 100, loss: str | LossFn = "ce", target: torch.Tensor | None = None,
              generator: torch.Generator | None = None, draw: tuple[int, str, torch.Tensor] | None = None,
-             rho: float = 0.75, on_iter: OnIter | None = None) -> torch.Tensor:
+             rho: float = 0.75, on_iter: OnIter | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
     """One APGD run from a random start (``attack_single_run`` of AutoAttack, L-inf / L2).
 
     Offers the judged logits of all ``n_iter + 1`` visited points to ``record`` (same examples as ``x``) and returns
     the per-example best loss. ``on_iter(n_examples)`` is called after each iteration. The start comes from
-    ``generator`` or from the per-example ``draw`` (:func:`random_start`).
+    ``generator``, from the per-example ``draw`` or from ``noise`` (:func:`random_start`).
     """
     loss_fn = LOSSES[loss] if isinstance(loss, str) else loss
     n = x.shape[0]
     x = x.detach()
     n_iter_2, n_iter_min, size_decr = max(int(0.22 * n_iter), 1), max(int(0.06 * n_iter), 1), max(int(0.03 * n_iter), 1)
 
-    x_adv = random_start(x, eps, norm, generator, draw=draw)
+    x_adv = random_start(x, eps, norm, generator, draw=draw, noise=noise)
     judged, loss_indiv, grad = _loss_and_grad(forward, x_adv, labels, loss_fn, target)
     record.update(x_adv, judged)
     record.check_finite()  # NaN at a visited point: stop now, not after the whole attack

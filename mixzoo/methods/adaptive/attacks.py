@@ -42,23 +42,30 @@ def alpha_loss(base: str, w: torch.Tensor | float) -> Any:
 
 
 def alpha_apgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_iter: int,
-               base: str, w: torch.Tensor | float, generator: torch.Generator, target: torch.Tensor | None = None
-               ) -> torch.Tensor:
+               base: str, w: torch.Tensor | float, generator: torch.Generator | None,
+               target: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
     """One APGD run (:func:`mixzoo.attacks.apgd.apgd_run`) on :func:`alpha_loss`; returns the best point found for
-    the judged output (the record's point: misclassified if any visited point was)."""
+    the judged output (the record's point: misclassified if any visited point was). The random start comes from
+    ``noise`` (:func:`mixzoo.attacks.apgd.random_start`) if given, else from ``generator``."""
     forward = _packed(model)
     record = clean_record(forward, x, y)
     apgd_run(forward, x, y, record, eps=eps, norm=norm, n_iter=n_iter, loss=alpha_loss(base, w), target=target,
-             generator=generator)
+             generator=generator, noise=noise)
     return record.x
 
 
 def pgd_alpha(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, steps: int,
-              w: torch.Tensor, generator: torch.Generator, norm: str = "Linf") -> torch.Tensor:
+              w: torch.Tensor, generator: torch.Generator | None = None, noise: torch.Tensor | None = None,
+              norm: str = "Linf") -> torch.Tensor:
     """PGD with per-example radius ``eps`` ([n]) and alpha-loss weight ``w`` (settings A, B: the gradient variant
-    is the model's), step 2.5 eps / steps, uniform random start (L-inf; L2: a random direction at eps / 2)."""
+    is the model's), step 2.5 eps / steps, uniform random start (L-inf; L2: a random direction at eps / 2) from
+    ``noise`` (uniform [0, 1), the shape of ``x``) if given, else drawn from ``generator``."""
     e = eps.view(-1, *([1] * (x.ndim - 1)))
-    noise = torch.rand(x.shape, generator=generator).to(x) * 2 - 1
+    if noise is None:
+        if generator is None:
+            raise ValueError("pgd_alpha needs a generator or noise")
+        noise = torch.rand(x.shape, generator=generator)
+    noise = noise.to(x) * 2 - 1
     if norm == "Linf":
         delta = noise * e
     else:

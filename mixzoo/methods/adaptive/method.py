@@ -171,6 +171,7 @@ class AdaptiveSmoothing(MixingMethod):
         import torch
         from safetensors.torch import save_file
 
+        from mixzoo.core import distributed
         from mixzoo.core.card import MixCard, provenance
         from mixzoo.methods.adaptive.mixing import check_bounds
         from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
@@ -179,9 +180,13 @@ class AdaptiveSmoothing(MixingMethod):
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = dict(request.options)
-        if request.out is None:
+        world = distributed.world()
+        # under torchrun only rank 0 is handed out=; every rank trains (each on its shard of every batch) and needs the
+        # checkpoint's path to resume from it, but only rank 0 writes
+        given = distributed.gather(None if request.out is None else str(request.out))[0]
+        if given is None:
             raise InputError("adaptive-smoothing writes its network's weights next to the card; pass out= (--out)")
-        out = Path(request.out)
+        out = Path(given)
         MixCard.check_path(out)
         t0 = time.perf_counter()
         known = {f.name for f in fields(TrainConfig)}
@@ -208,13 +213,17 @@ class AdaptiveSmoothing(MixingMethod):
         images, labels = data.images.to(device), data.labels.to(device)
         split = len(data) - n_val
         ckpt = out.with_name(f"{out.stem}.training.pt")
-        if not bool(opts.get("resume", True)):
+        if not bool(opts.get("resume", True)) and world.main:
             ckpt.unlink(missing_ok=True)
+        distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
         res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
                     val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
                     progress=request.progress)
         weights_name = f"{out.stem}.mixing-network.safetensors"
         weights_path = out.with_name(weights_name)
+        if not world.main:  # trained its shards; rank 0 writes the weights and the card
+            return FitResult(None, None, {"setting": cfg.setting, "epochs": cfg.epochs, "rank": world.rank},
+                             {"train": time.perf_counter() - t0})
         tmp = weights_path.with_name(f".{weights_name}.{os.getpid()}.tmp")
         save_file({k: v.contiguous().cpu() for k, v in res.state.items()}, str(tmp))
         os.replace(tmp, weights_path)

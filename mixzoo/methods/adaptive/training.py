@@ -18,6 +18,20 @@ Determinism and resumption: every random draw of epoch ``e`` (shuffling, radii, 
 comes from a generator seeded by ``(seed, e)``, and a checkpoint (network, optimizer, EMA, history) is written
 atomically after each epoch; a run started again with the same configuration resumes after the last finished
 epoch and ends with the same weights as an uninterrupted run.
+
+Several processes (``torchrun``, issue 29): every rank draws the same epoch permutation and takes a contiguous shard
+of each global batch of ``batch_size`` (:func:`.parallel.shard`); the network is wrapped in DistributedDataParallel
+with its batch norm over the global batch (:class:`.parallel.GlobalBatchNorm2d`), and each shard's loss is weighed
+by its share of the batch, so one step is the one-process step on the global batch. Every random draw (APGD's
+random starts included) is made for the whole batch from the epoch's generator and sliced, so each example gets the
+numbers of its position in the batch, the generator advances as in one process, and one process draws exactly what
+it drew before; the attacks act per example (the network in eval mode), so the union of the ranks' attacked images
+is the one-process batch's. Identical: the order, the shards' draws, the per-batch attack settings and step counts.
+Not bit-identical: the gradient average over the ranks, the batch-norm variance (``E[x^2] - E[x]^2`` of summed
+statistics) and convolutions over smaller batches round differently, and an attack's sign steps can amplify such
+differences; tests/test_adaptive_ddp.py finds the weights within 1e-5 of one process after an epoch. Rank 0 alone
+validates, writes the checkpoint (then a barrier) and the weights; every rank resumes from the same checkpoint.
+Every batch, the last included, needs at least one image per rank.
 """
 
 from __future__ import annotations
@@ -33,8 +47,10 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.apgd import target_classes
+from mixzoo.core import distributed
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import console, progress_bar
+from mixzoo.methods.adaptive import parallel
 from mixzoo.methods.adaptive.attacks import alpha_apgd, pgd_alpha
 from mixzoo.methods.adaptive.loss import LABEL_RULES, composite_loss, pseudo_labels
 from mixzoo.methods.adaptive.mixing import AdaptiveClassifier, adaptive_log_probs
@@ -130,17 +146,24 @@ def new_network(early: list[int], middle: list[int], cfg: TrainConfig) -> Mixing
 
 
 def attack_batch(model: AdaptiveClassifier, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
-                 gen: torch.Generator) -> list[torch.Tensor]:
-    """The setting's attacked images of one batch (a list: one tensor per attack run)."""
-    n = len(x)
-    lo, hi = cfg.steps
-    steps = int(torch.randint(lo, hi + 1, (1,), generator=gen))
-    w = (torch.rand(n, generator=gen) * cfg.alpha_loss_max).to(x)
+                 gen: torch.Generator, part: tuple[int, int, int] | None = None) -> list[torch.Tensor]:
+    """The setting's attacked images of one batch (a list: one tensor per attack run).
+
+    ``part = (lo, hi, n)``: ``x`` is rows ``lo:hi`` of a global batch of ``n`` (one rank's shard): every draw is made
+    for the whole batch from ``gen`` and sliced, so each example gets the numbers of its global position and ``gen``
+    advances as in one process (APGD's random starts included: drawn here as :func:`mixzoo.attacks.apgd.random_start`
+    draws them).
+    """
+    lo, hi, n = part if part is not None else (0, len(x), len(x))
+    lo_steps, hi_steps = cfg.steps
+    steps = int(torch.randint(lo_steps, hi_steps + 1, (1,), generator=gen))
+    w = (torch.rand(n, generator=gen)[lo:hi] * cfg.alpha_loss_max).to(x)
     if cfg.setting in ("A", "B"):
         model.gradient = "gray" if cfg.setting == "A" else "exact"
         eps = (cfg.eps * (cfg.eps_factor[0] + (cfg.eps_factor[1] - cfg.eps_factor[0])
-                          * torch.rand(n, generator=gen))).to(x)
-        return [pgd_alpha(model, x, y, eps=eps, steps=steps, w=w, generator=gen, norm=cfg.norm)]
+                          * torch.rand(n, generator=gen)[lo:hi])).to(x)
+        noise = torch.rand((n, *x.shape[1:]), generator=gen)[lo:hi]
+        return [pgd_alpha(model, x, y, eps=eps, steps=steps, w=w, noise=noise, norm=cfg.norm)]
     model.gradient = "exact"
     out = []
     runs: list[torch.Tensor | None] = [None]
@@ -148,11 +171,14 @@ def attack_batch(model: AdaptiveClassifier, x: torch.Tensor, y: torch.Tensor, cf
         with torch.no_grad():
             targets = target_classes(model(x), y, min(cfg.n_target_classes, 9))
         runs += [targets[:, j] for j in range(targets.shape[1])]
+    shape = (n, *x.shape[1:])
     for target in runs:
         eps = cfg.eps * float(cfg.eps_factor[0] + (cfg.eps_factor[1] - cfg.eps_factor[0])
                               * torch.rand(1, generator=gen))
+        noise = 2 * torch.rand(shape, generator=gen) - 1 if cfg.norm == "Linf" else torch.randn(shape, generator=gen)
         out.append(alpha_apgd(model, x, y, eps=eps, norm=cfg.norm, n_iter=steps,
-                              base="ce" if target is None else "dlr-targeted", w=w, generator=gen, target=target))
+                              base="ce" if target is None else "dlr-targeted", w=w, generator=None, target=target,
+                              noise=noise[lo:hi]))
     return out
 
 
@@ -196,7 +222,15 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
     net = new_network([sg["early"][0], sh["early"][0]], [sg["middle"][0], sh["middle"][0]], cfg)
     device = images.device
     net.to(device)
+    world = distributed.world()
+    n, bs = len(labels), cfg.batch_size
+    if world.size > 1 and min(bs, n % bs or bs) < world.size:
+        raise InputError(f"every batch needs at least one image per process: batch_size={bs} over {n} images"
+                         f" leaves a batch smaller than the {world.size} processes; raise batch_size or n_train")
     model = AdaptiveClassifier(abc, rbc, net, temperature=cfg.temperature, bounded=False, taps=taps)
+    # the attacks run the plain network (eval mode, no gradient sync); the training forward runs it through DDP
+    trained = model if world.size == 1 else AdaptiveClassifier(
+        abc, rbc, parallel.wrap(net, torch.device(device)), temperature=cfg.temperature, bounded=False, taps=taps)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     ema = {k: v.detach().clone() for k, v in net.state_dict().items()} if cfg.ema > 0 else None
     history: list[dict[str, float]] = []
@@ -214,44 +248,49 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
         if start > cfg.epochs:
             raise InputError(f"checkpoint {ckpt} already holds {start} epochs, more than epochs={cfg.epochs}; train"
                              f" with epochs >= {start}, or delete it (resume=false) to start again")
-    n, bs = len(labels), cfg.batch_size
-    with progress_bar(progress) as bar:
+    with progress_bar(progress and world.main) as bar:
         for epoch in range(start, cfg.epochs):
             gen = epoch_generator(cfg.seed, epoch)
             order = torch.randperm(n, generator=gen)
             task = bar.add_task(f"adaptive smoothing {cfg.setting}: epoch {epoch + 1}/{cfg.epochs}", total=n)
             sums = {"loss": 0.0, "ce": 0.0, "bce": 0.0}
-            for b, idx in enumerate(order.split(bs)):
+            for b, batch in enumerate(order.split(bs)):
+                lo, hi = parallel.shard(len(batch), world)
+                idx = batch[lo:hi]
                 x, y = images[idx], labels[idx]
                 net.eval()
-                advs = attack_batch(model, x, y, cfg, gen)
+                advs = attack_batch(model, x, y, cfg, gen, part=(lo, hi, len(batch)))
                 model.gradient = "exact"
                 net.train()
                 xs = torch.cat([x, *advs])
                 ys = y.repeat(len(advs) + 1)
                 attacked = torch.arange(len(xs), device=device) >= len(x)
-                g, h, gamma = model.parts(xs)
+                g, h, gamma = trained.parts(xs)
                 out = adaptive_log_probs(g, h, gamma, temperature=cfg.temperature)
                 targets = pseudo_labels(attacked, g.argmax(1) == ys, h.argmax(1) == ys, cfg.pseudo_labels)
                 weights = torch.where(attacked, 1.0, cfg.clean_weight).to(out)
                 loss, parts = composite_loss(out, ys, gamma, targets, weights, c_ce=cfg.c_ce, c_bce=cfg.c_bce,
                                              c_prod=cfg.c_prod)
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                # DDP averages the ranks' gradients: weigh each shard's mean by its share of the global batch so
+                # the average is the gradient of the global batch's mean (factor 1 in one process)
+                (loss * (len(idx) * world.size / len(batch))).backward()
                 opt.step()
                 if ema is not None:
                     with torch.no_grad():
                         for k, v in net.state_dict().items():
                             ema[k] = ema[k] * cfg.ema + v.detach() * (1 - cfg.ema) if v.is_floating_point() \
                                 else v.detach().clone()
+                if world.size > 1:
+                    parts = _global_means(parts, len(idx))
                 for k in sums:
                     sums[k] += parts[k]
                 mean = {k: v / (b + 1) for k, v in sums.items()}
-                bar.update(task, advance=len(idx), description=(
+                bar.update(task, advance=len(batch), description=(
                     f"adaptive smoothing {cfg.setting}: epoch {epoch + 1}/{cfg.epochs} loss {mean['loss']:.3f}"
                     f" ce {mean['ce']:.3f} bce {mean['bce']:.3f}"))
             record = {"epoch": epoch + 1, **{k: v / (b + 1) for k, v in sums.items()}}
-            if val is not None:
+            if val is not None and world.main:  # the other ranks go on to the next epoch's first all-reduce
                 record.update(validate(model, net, ema, val, cfg))
                 if progress:
                     console.print(f"epoch {epoch + 1}: clean accuracy {record['val_clean']:.4f}, attacked"
@@ -259,12 +298,24 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
                                   f" attacked {record['alpha_attacked']:.3f}")
             history.append(record)
             if ckpt is not None:
-                _save(ckpt, {"epoch": epoch + 1, "net": net.state_dict(), "opt": opt.state_dict(), "ema": ema,
-                             "history": history, "config": _config_key(cfg)})
+                if world.main:
+                    _save(ckpt, {"epoch": epoch + 1, "net": net.state_dict(), "opt": opt.state_dict(), "ema": ema,
+                                 "history": history, "config": _config_key(cfg)})
+                distributed.barrier()  # written before any rank may stop and later resume from it
             if on_epoch is not None:
                 on_epoch(epoch + 1)
     final = ema if ema is not None else net.state_dict()
     return TrainResult({k: v.detach().clone() for k, v in final.items()}, history, start)
+
+
+def _global_means(parts: dict[str, float], count: int) -> dict[str, float]:
+    """The global batch's means of the loss parts from each rank's shard means (all examples weigh the same)."""
+    import torch.distributed as dist
+
+    keys = sorted(parts)
+    t = torch.tensor([*(parts[k] * count for k in keys), float(count)], dtype=torch.float64)
+    dist.all_reduce(t)
+    return {k: float(t[i] / t[-1]) for i, k in enumerate(keys)}
 
 
 def validate(model: AdaptiveClassifier, net: MixingNetwork, ema: dict[str, torch.Tensor] | None,
