@@ -81,3 +81,18 @@ def fixed_logits(monkeypatch):
         monkeypatch.setattr(mixzoo.data, "load_dataset", lambda *a, **kw: FixedLogitsData(labels))
 
     return install
+
+
+# a quick digits MixedNUTS fit: 120 calibration images, MMAA with 8 iterations and 2 targets, batches of 60
+FAST_DIGITS_MIX = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
+
+
+@pytest.fixture(scope="session")
+def digits_card(tmp_path_factory):
+    """A MixedNUTS card for digits-std + digits-pgd fitted with :data:`FAST_DIGITS_MIX` (shared, read-only)."""
+    from mixzoo.methods.mixednuts.fitting import mix
+
+    root = tmp_path_factory.mktemp("digits-card")
+    path = root / "card.toml"
+    mix("digits-std", "digits-pgd", out=path, cache_dir=root / "cache", **FAST_DIGITS_MIX)
+    return path

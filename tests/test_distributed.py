@@ -17,18 +17,13 @@ from safetensors.torch import load_file
 
 from mixzoo.core import distributed
 from mixzoo.evaluation.bench import bench
-from mixzoo.methods.mixednuts.fitting import mix
 
 SCRIPT = Path(__file__).parent / "scripts" / "torchrun_bench.py"
-FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 
 
-@pytest.fixture(scope="module")
-def card(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dist")
-    path = root / "card.toml"
-    mix("digits-std", "digits-pgd", out=path, cache_dir=root / "cache", **FAST)
-    return path
+@pytest.fixture()
+def card(digits_card):
+    return digits_card
 
 
 def free_port() -> int:
@@ -100,6 +95,6 @@ def test_mix_under_torchrun_shares_mmaa_out_and_writes_the_one_process_card(card
     done = torchrun(2, *args, "--out", str(tmp_path / "two.toml"), "--cache-dir", str(tmp_path / "c2"), module=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("mix card written") == 1  # rank 0 alone prints and writes
-    one = MixCard.load(card)  # the module fixture: the same settings in one process
+    one = MixCard.load(card)  # conftest.FAST_DIGITS_MIX: the same settings in one process
     two = MixCard.load(tmp_path / "two.toml")
     assert {k: one.params[k] for k in ("s", "p", "c", "alpha")} == {k: two.params[k] for k in ("s", "p", "c", "alpha")}

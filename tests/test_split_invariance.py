@@ -12,19 +12,14 @@ from mixzoo.attacks.evaluation import APGDEnsemble
 from mixzoo.core.errors import InputError
 from mixzoo.core.plugins import hookimpl, register_plugin, unregister_plugin
 from mixzoo.evaluation.bench import bench
-from mixzoo.methods.mixednuts.fitting import mix
 
-FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 BENCH = dict(attack="adaptive-apgd", n=60, attack_options={"n_iter": 6, "n_target_classes": 2, "n_restarts": 2},
              curve=False, plots=False, baseline=False, progress=False)
 
 
-@pytest.fixture(scope="module")
-def card(tmp_path_factory):
-    root = tmp_path_factory.mktemp("split")
-    path = root / "card.toml"
-    mix("digits-std", "digits-pgd", out=path, cache_dir=root / "cache", **FAST)
-    return path
+@pytest.fixture()
+def card(digits_card):
+    return digits_card
 
 
 def points(pts: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
