@@ -78,3 +78,12 @@ def test_an_attack_without_per_example_support_is_refused_in_one_line(card, tmp_
         assert plain.row("rbc").n == 10
     finally:
         unregister_plugin("test-legacy-run-plugin")
+
+
+def test_per_example_seeds_reach_the_matched_baseline(card, tmp_path, one_thread):
+    """The matched linear row's alpha search runs with per-example seeds too (its cached evaluations are keyed so)."""
+    report = bench(card, **{**BENCH, "n": 20, "baseline": True, "match_n": 20,
+                            "match_options": {"n_iter": 3, "n_target_classes": 1}},
+                   batch_size=20, per_example_seeds=True, cache_dir=tmp_path / "cache")
+    assert {r.kind for r in report.models} == {"abc", "rbc", "mixednuts", "linear"}
+    assert report.settings["linear_alpha_search"]

@@ -187,12 +187,13 @@ def baseline_method() -> Any | None:
 
 
 def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: float, norm: str, seed: int,
-                         batch_size: int, cache: Cache, attack_options: dict[str, Any] | None, progress: bool = True
-                         ) -> tuple[float, list[dict], float]:
+                         batch_size: int, cache: Cache, attack_options: dict[str, Any] | None, progress: bool = True,
+                         per_example_seeds: bool = False) -> tuple[float, list[dict], float]:
     """The matched baseline's alpha for a card: the card's robust accuracy under ``attack`` on the first
     ``match_n`` evaluation images, then the baseline method's ``match`` against it (for linear: bisection over
     its alpha grid). Returns the alpha, every alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity``
-    share it, and so share its cached evaluations."""
+    share it, and so share its cached evaluations. With ``per_example_seeds`` both evaluations draw APGD's starts
+    per example (a baseline method's ``match`` then gets ``per_example_seeds=True``)."""
     base = baseline_method()
     if base is None:
         raise InputError("no installed mixing method is marked as the bench's baseline; pass baseline=False")
@@ -201,10 +202,12 @@ def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: 
                   attack_options=attack_options, progress=progress)
     ev = evaluate(ce.mixed, images, labels, key_parts={**card_key_parts(ce.card, ce.abc, ce.rbc, ce.data),
                                                        "match_n": match_n},
-                  label=f"{ce.card.mixing_method.title} (matching attack)", **common)
+                  label=f"{ce.card.mixing_method.title} (matching attack)", per_example_seeds=per_example_seeds,
+                  **common)
     target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
     key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
-    alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, key_parts=key, **common)
+    alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, key_parts=key, **common,
+                              **({"per_example_seeds": True} if per_example_seeds else {}))
     return alpha, tried, target
 
 

@@ -210,9 +210,10 @@ def _bisect(robust: Any, n: int, target: float) -> int:
 def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                        target: float, *, attack: str, eps: float, norm: str, seed: int, batch_size: int,
                        cache: Cache, key_parts: dict[str, Any], attack_options: dict[str, Any] | None,
-                       grid: list[float] | None = None, progress: bool = True) -> tuple[float, list[dict]]:
+                       grid: list[float] | None = None, progress: bool = True,
+                       per_example_seeds: bool = False) -> tuple[float, list[dict]]:
     """Bisection over the alpha grid for the linear mixture whose robust accuracy is closest to
-    ``target``.
+    ``target`` (``per_example_seeds``: see :func:`mixzoo.attacks.runner.evaluate`).
 
     Robust accuracy of the linear mixture grows with alpha (more weight on the RBC), so a bisection over the grid
     needs about log2(51) = 6 evaluations; every evaluation tried is returned so the choice can be audited.
@@ -228,7 +229,8 @@ def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, lab
             c = method.card_at(grid[i])
             ev = evaluate(method.build(abc, rbc, c), images, labels, attack=attack, eps=eps, norm=norm, seed=seed,
                           batch_size=batch_size, cache=cache, key_parts={**key_parts, **method.key_parts(c)},
-                          label=f"{method.name} alpha={grid[i]}", attack_options=attack_options, progress=progress)
+                          label=f"{method.name} alpha={grid[i]}", attack_options=attack_options, progress=progress,
+                          per_example_seeds=per_example_seeds)
             tried[i] = sum(ev["robust_correct"]) / len(ev["robust_correct"])
         return tried[i]
 
