@@ -100,3 +100,15 @@ def test_mix_under_torchrun_shares_mmaa_out_and_writes_the_one_process_card(card
     one = MixCard.load(card)  # conftest.FAST_DIGITS_MIX: the same settings in one process
     two = MixCard.load(tmp_path / "two.toml")
     assert {k: one.params[k] for k in ("s", "p", "c", "alpha")} == {k: two.params[k] for k in ("s", "p", "c", "alpha")}
+
+
+def test_a_hand_set_world_size_without_torchrun_is_one_line(monkeypatch):
+    from mixzoo.core.errors import InputError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    for var in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(InputError, match="launch with torchrun, or unset WORLD_SIZE"):
+        distributed.init("cpu")
+    assert distributed.world().size == 1  # nothing was joined

@@ -68,7 +68,12 @@ def init(device: str = "cpu") -> World:
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
+    try:
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
+    except (ValueError, RuntimeError) as err:  # e.g. WORLD_SIZE set by hand without torchrun's rendezvous variables
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"cannot join the torch.distributed job (WORLD_SIZE={os.environ.get('WORLD_SIZE')}): "
+                         f"{first}; launch with torchrun, or unset WORLD_SIZE for one process") from err
     w = world()
     if not w.main:  # rank 0 says it once; the other ranks show the user nothing
         warnings.simplefilter("ignore")
