@@ -9,13 +9,15 @@ images at the card's eps:
 * the installed ``pyautoattack`` as an outside user runs it: ``AutoAttack(model, version="standard", seed=SEED)``,
   ``run_standard_evaluation(x, y, batch_size=BATCH)`` on all n images at once;
 * each mixzoo evaluation of ``--attack`` (default ``adaptive`` and ``adaptive-strong``) as ``mixzoo bench`` runs it:
-  chunks of ``--batch-size`` images, chunk ``i`` attacked with seed ``SEED + i``.
+  chunks of ``--batch-size`` images with every random draw per example index (bench-6; ``--batch-seeds``: chunk
+  ``i`` attacked with seed ``SEED + i``, as before).
 
 Lists the examples each side breaks that the other does not, per-component counts and wall times of both sides
 and their ratio, and the machine. Writes ``--out``.md / .json (default ``benchmarks/autoattack_parity``).
-With n at most the batch size both sides see the same batch with the same seed, so ``adaptive-strong`` (whose
-``autoattack-standard`` component is that very run) contains every pyautoattack break by construction; for larger
-n pyautoattack's random components draw for other batches and parity of APGD / Square breaks is statistical.
+With n at most the batch size ``adaptive-strong``'s ``autoattack-standard`` component is that very pyautoattack run
+(same batch, same seed), so it contains every pyautoattack break by construction; for larger n pyautoattack's
+random components draw for other batches, and so do mixzoo's per-example draws always: parity of APGD / Square
+breaks is then statistical (FAB-T, which draws nothing, is matched example by example by ``fab-t-exact``).
 """
 
 from __future__ import annotations
@@ -67,14 +69,16 @@ def run_pyautoattack(model, x, y, eps, norm, seed, batch_size) -> dict:
             "log": [r for r in records if "robust accuracy" in r]}
 
 
-def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name) -> dict:
+def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_example: bool = True) -> dict:
     from mixzoo.plugins import lookup
 
     cls = lookup("attack", attack_name)
     clean, robust, comps, seconds = [], [], {}, 0.0
     for index, start in enumerate(range(0, len(y), batch_size)):
-        res = cls(eps=eps, norm=norm, seed=seed + index).run(model, x[start:start + batch_size],
-                                                            y[start:start + batch_size], progress=False)
+        stop = min(len(y), start + batch_size)
+        extra = {"index": torch.arange(start, stop)} if per_example else {}
+        res = cls(eps=eps, norm=norm, seed=seed if per_example else seed + index).run(
+            model, x[start:stop], y[start:stop], progress=False, **extra)
         clean.append(res.clean_correct.bool())
         robust.append(res.robust_correct.bool())
         seconds += res.seconds
@@ -97,6 +101,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=250, help="mixzoo bench's and pyautoattack's default")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     ap.add_argument("--out", default="benchmarks/autoattack_parity")
+    ap.add_argument("--batch-seeds", action="store_true", help="mixzoo side: seed + i for chunk i (before bench-6)")
     args = ap.parse_args()
 
     import mixzoo
@@ -124,7 +129,7 @@ def main() -> None:
                                        "broken": sorted(aa_broken), "log": aa["log"]}}), flush=True)
     rows = []
     for name in args.attack.split(","):
-        mz = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, name)
+        mz = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, name, not args.batch_seeds)
         mz_broken = _broken(mz["clean"], mz["robust"])
         rows.append({
             "attack": name, "seconds": round(mz["seconds"], 1),
@@ -144,7 +149,8 @@ def write(args, card_path, eps, norm, aa, rows) -> None:
 
     result = {
         "card": str(card_path), "n": args.n, "eps": eps, "norm": norm, "seed": args.seed,
-        "batch_size": args.batch_size, "torch_threads": torch.get_num_threads(),
+        "batch_size": args.batch_size, "mixzoo_randomness": "batch" if args.batch_seeds else "per-example",
+        "torch_threads": torch.get_num_threads(),
         "machine": machine_summary(args.device), "machine_detail": describe_machine(args.device),
         "load_average_1_5_15_min": [round(v, 1) for v in os.getloadavg()],
         "pyautoattack": {"seconds": round(aa["seconds"], 1), "robust": int(aa["robust"].sum()),

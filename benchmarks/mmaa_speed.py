@@ -12,7 +12,13 @@ Model: a small CNN on scikit-learn digits upsampled to 28x28, trained for a few 
 * ``ours-eval``: our APGD-CE + APGD-T in AutoAttack mode (``mixzoo.attacks.APGDEnsemble``, still-correct images
   only) vs pyautoattack on the realistic setting: the cost of our implementation itself.
 
-Usage: ``python benchmarks/mmaa_speed.py [--n 500] [--n-iter 25] [--repeats 3] [--device cpu] [--threads 2]``.
+``--model`` picks the network: ``digits-cnn`` (default, above), ``fmnist`` (the built-in zoo's ``fmnist-std``
+on Fashion-MNIST evaluation images), or ``wrn-28-10`` (RobustBench's WideResNet-28-10 with random weights at its
+real input size, 3x32x32, on uniform random images labelled with its own predictions: only the equal-work
+``all-points`` row is meaningful for random weights, so only that row runs).
+
+Usage: ``python benchmarks/mmaa_speed.py [--model digits-cnn] [--n 500] [--n-iter 25] [--repeats 3] [--device cpu]
+[--threads 2]``.
 """
 
 from __future__ import annotations
@@ -78,6 +84,32 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def load_model_and_data(name: str, n: int, device: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The network and ``n`` evaluation images of ``--model`` (see the module docstring)."""
+    if name == "digits-cnn":
+        x, y = digits_28(device)
+        return train(small_cnn().to(device), x[:1297], y[:1297]), x[1297:1297 + n], y[1297:1297 + n]
+    if name == "fmnist":
+        from mixzoo.zoo.data import load_dataset
+        from mixzoo.zoo.models import load_model
+
+        data = load_dataset("fashion-mnist", "evaluation", n=n)
+        return load_model("fmnist-std", device=device).eval(), data.images.to(device), data.labels.to(device)
+    if name == "wrn-28-10":
+        from mixzoo.core.compat import import_robustbench
+
+        import_robustbench()
+        from robustbench.model_zoo.architectures.wide_resnet import WideResNet
+
+        torch.manual_seed(0)
+        model = WideResNet(depth=28, widen_factor=10).to(device).eval().requires_grad_(False)
+        x = torch.rand(n, 3, 32, 32, generator=torch.Generator().manual_seed(0)).to(device)
+        with torch.no_grad():
+            y = model(x).argmax(1)
+        return model, x, y
+    raise SystemExit(f"unknown --model {name!r}; choose digits-cnn, fmnist or wrn-28-10")
+
+
 def run_autoattack(model: nn.Module, x, y, eps: float, n_iter: int, n_targets: int, device: str) -> torch.Tensor:
     aa = import_autoattack()
     attack = aa.AutoAttack(model, attacks=["apgd-ce", "apgd-t"], version="custom", eps=eps, norm="Linf", seed=0,
@@ -128,6 +160,7 @@ def compare(name: str, model: nn.Module, x, y, eps: float, args, ours: str = "mm
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="digits-cnn", help="digits-cnn, fmnist or wrn-28-10")
     parser.add_argument("--n", type=int, default=500)
     parser.add_argument("--n-iter", type=int, default=25)
     parser.add_argument("--targets", type=int, default=9)
@@ -138,19 +171,21 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    x, y = digits_28(args.device)
-    model = train(small_cnn().to(args.device), x[:1297], y[:1297])
-    xe, ye = x[1297:1297 + args.n], y[1297:1297 + args.n]
+    model, xe, ye = load_model_and_data(args.model, args.n, args.device)
     with torch.no_grad():
         correct = model(xe).argmax(1) == ye
     print(f"clean accuracy {correct.float().mean():.3f} on {len(ye)} images; torch {torch.__version__};"
-          f" {platform.processor() or platform.machine()}; threads {torch.get_num_threads()}; device {args.device}")
-    rows = [
-        compare("realistic", model, xe, ye, args.eps, args),
-        compare("realistic", model, xe, ye, args.eps, args, ours="mmaa-lean"),
-        compare("all-points", model, xe[correct], ye[correct], 1e-4, args),
-        compare("ours-eval", model, xe, ye, args.eps, args, ours="apgd"),
-    ]
+          f" {platform.processor() or platform.machine()}; threads {torch.get_num_threads()}; device {args.device};"
+          f" model {args.model}")
+    if args.model == "wrn-28-10":
+        rows = [compare("all-points", model, xe, ye, 1e-4, args)]
+    else:
+        rows = [
+            compare("realistic", model, xe, ye, args.eps, args),
+            compare("realistic", model, xe, ye, args.eps, args, ours="mmaa-lean"),
+            compare("all-points", model, xe[correct], ye[correct], 1e-4, args),
+            compare("ours-eval", model, xe, ye, args.eps, args, ours="apgd"),
+        ]
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"args": vars(args), "rows": rows}, fh, indent=1)

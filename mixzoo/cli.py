@@ -309,8 +309,9 @@ def bench(
         "--save-adversarial", help="also write adversarial.safetensors: the point that broke each broken example, "
                                    "for `mixzoo verify`")] = False,
     per_example_seeds: Annotated[bool, typer.Option(
-        "--per-example-seeds", help="draw APGD's random starts per example index, so results do not depend on "
-                                    "--batch-size (issue 29)")] = False,
+        "--per-example-seeds/--batch-seeds", help="draw every attack's randomness per example index, so results do "
+        "not depend on --batch-size or the number of processes (issue 29); --batch-seeds: seed + k for batch k, "
+        "as before bench-6")] = True,
     baseline: Annotated[bool, typer.Option(help="with one card: add the matched baseline (linear) row")] = True,
     extra_attacks: Annotated[bool, typer.Option(help="run the extra attacks each card's method declares")] = True,
     data_dir: DataDir = None,

@@ -104,7 +104,7 @@ def test_mmaa_runs_apgd_t_with_a_single_target_class(digits):
     model, x, y = digits
     x, y = x[:20], y[:20]
     counting, counts = _count_grad_examples(model)
-    res = mmaa(counting, x, y, eps=0.1, n_iter=3, n_target_classes=1, progress=False)
+    res = mmaa(counting, x, y, eps=0.1, n_iter=3, n_target_classes=1, progress=False, attack_all=True)
     assert res.settings["n_target_classes"] == 1
     assert counts["n"] == (1 + 1) * 20 * (3 + 1)  # APGD-CE and one APGD-T run, start point + 3 steps each
 
@@ -114,7 +114,7 @@ def test_mmaa_attack_loss_sees_the_top_k_layer_norm(digits):
     (raw logits, LN_top_k(raw logits)) with the matching margin."""
     model, x, y = digits
     x, y = x[:40], y[:40]
-    res = mmaa(model, x, y, eps=0.1, n_iter=6, n_target_classes=0, top_k=3, progress=False)
+    res = mmaa(model, x, y, eps=0.1, n_iter=6, n_target_classes=0, top_k=3, progress=False, attack_all=True)
 
     def forward(inp):
         out = model(inp)

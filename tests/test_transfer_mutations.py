@@ -566,7 +566,7 @@ def test_refit_alpha_takes_the_larger_alpha_of_the_two_passes_on_the_worst_point
 
 
 def test_the_plugin_registers_min_margin_square():
-    from mixzoo.attacks.square import MinMarginSquareAttack
+    from mixzoo.attacks.evaluation import MinMarginSquareAttack
     from mixzoo.plugins import lookup
 
     assert lookup("attack", "min-margin-square") is MinMarginSquareAttack

@@ -74,7 +74,8 @@ from torch import nn
 
 from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effective_n_targets
 from mixzoo.attacks.pgd import pgd
-from mixzoo.attacks.result import ComponentStat, EvalResult
+from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
+from mixzoo.attacks.square import min_margin_square
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
@@ -137,12 +138,6 @@ def within_threat_model(adv: torch.Tensor, x: torch.Tensor, eps: float, norm: st
 def _logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
     with torch.no_grad():
         return torch.cat([model(chunk) for chunk in images.split(batch_size)]) if len(images) else torch.empty(0)
-
-
-def nan_error(count: int, where: str) -> InputError:
-    """The one-line error for ``count`` examples with NaN logits ``where`` (never counted as robust)."""
-    return InputError(f"model returned NaN logits for {count} examples {where}; fix the model's numerics, NaN"
-                      " outputs cannot be counted as robust")
 
 
 class Attack:
@@ -218,7 +213,7 @@ class Attack:
                 start, newly, outside = time.perf_counter(), 0, 0
                 with pywarnings.catch_warnings(record=True) as caught:
                     pywarnings.simplefilter("always")
-                    for idx in todo.split(bs):
+                    for idx in todo.split(bs) if len(todo) else ():  # an empty tensor splits into one empty part
                         x, y = images[idx], labels[idx]
                         with gradient_mode(model, comp.gradient):
                             if comp.per_example and index is not None:
@@ -238,6 +233,9 @@ class Attack:
                         outside += int((~inside).sum())
                         bar.advance(task, len(idx))
                 stats.append(ComponentStat(comp.name, newly, time.perf_counter() - start))
+                if index is not None and not comp.per_example and len(todo):
+                    notes.append(f"{comp.name}: draws its randomness per batch, so its outcome can depend on the"
+                                 " batch size and the number of processes")
                 notes += [f"{comp.name}: {m}" for m in dict.fromkeys(str(w.message) for w in caught)]
                 if outside:
                     notes.append(f"{comp.name} returned {outside} points outside the eps-ball or [0, 1];"
@@ -283,7 +281,7 @@ def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float,
     n_iter, n_restarts = int(opts["n_iter"]), int(opts["n_restarts"])
     model = FiniteGuard(model, f"at points visited by {kind}")
 
-    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         dev = x.device
         if kind == "apgd-ce":
             attack = aa.autopgd_base.APGDAttack(model, n_restarts=n_restarts, n_iter=n_iter, verbose=False, eps=eps,
@@ -301,7 +299,21 @@ def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float,
         with torch.no_grad():
             return attack.perturb(x.clone(), y.clone())
 
-    return Component(kind, fn, gradient=gradient, gradient_based=kind != "square")
+    # FAB-T with one restart draws no random number (see the module docstring): its run on an example is the same
+    # in any batch, so it counts as per-example; the index is not needed
+    return Component(kind, fn, gradient=gradient, gradient_based=kind != "square", per_example=kind == "fab-t")
+
+
+def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int) -> Component:
+    """Square on the model's output with every random draw per example (:func:`mixzoo.attacks.square.
+    min_margin_square` with ``loss="logit"``, AutoAttack's margin loss, ``p_init`` 0.8, ``n_queries`` of the
+    options), replacing AutoAttack's batch-seeded Square when the examples' indices are known (issue 29)."""
+    def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        return min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=int(opts["n_queries"]), p_init=0.8,
+                                 seed=seed, layer_norm=False, batch_size=len(x), progress=False, index=index,
+                                 loss="logit").adv_images
+
+    return Component("square", fn, gradient_based=False, per_example=True)
 
 
 class FiniteGuard(nn.Module):
@@ -432,7 +444,9 @@ class AdaptiveAutoAttack(AutoAttackEval):
             if self.per_example:
                 n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
                 comps = [_ours(c.name, model, self.options, self.eps, self.norm, self.seed, n_targets)
-                         if c.name in ("apgd-ce", "apgd-t") else c for c in comps]
+                         if c.name in ("apgd-ce", "apgd-t")
+                         else _square_each(model, self.options, self.eps, self.norm, self.seed)
+                         if c.name == "square" else c for c in comps]
             return comps
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
         out = []
@@ -447,6 +461,8 @@ class AdaptiveAutoAttack(AutoAttackEval):
                 out.append(comp)
             elif kind == "autoattack-standard":
                 out.append(_standard_exact(model, self.options, self.eps, self.norm, self.seed, n_targets))
+            elif kind == "square" and self.per_example:
+                out.append(_square_each(model, self.options, self.eps, self.norm, self.seed))
             else:
                 out.append(_pyautoattack(kind, model, self.options, self.eps, self.norm, self.seed, n_targets,
                                          "bypass" if kind == "fab-t" else None))
@@ -512,3 +528,21 @@ class AdaptiveAPGD(AdaptiveAutoAttack):
     name: ClassVar[str] = "adaptive-apgd"
     defaults: ClassVar[dict[str, Any]] = {**AdaptiveAutoAttack.defaults, "components": ["apgd-ce", "apgd-t"]}
 
+
+class MinMarginSquareAttack(Attack):
+    """Min-margin Square as a robustness evaluation (attack hook name ``min-margin-square``): a purely
+    gradient-free check, judged on the model's own output (App. B.2.1 uses Square to detect gradient masking)."""
+
+    name: ClassVar[str] = "min-margin-square"
+    defaults: ClassVar[dict[str, Any]] = {"n_queries": 5000, "p_init": 0.8, "batch_size": 500, "layer_norm": False}
+
+    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
+        opts = self.options
+
+        def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+            return min_margin_square(model, x, y, eps=self.eps, norm=self.norm, n_queries=int(opts["n_queries"]),
+                                     p_init=float(opts["p_init"]), seed=self.seed,
+                                     layer_norm=bool(opts["layer_norm"]), batch_size=int(opts["batch_size"]),
+                                     progress=False, index=index).adv_images
+
+        return [Component("min-margin-square", fn, gradient_based=False, per_example=True)]

@@ -3,11 +3,14 @@ per example, the visited perturbation of smallest margin, the record being share
 
 Differences from AutoAttack's APGD-CE + APGD-T, all deliberate:
 
-* every example is attacked by every run (the margins of all examples are returned), not just those still
-  correctly classified (``attack_all=False`` restores AutoAttack's choice, see :func:`mmaa`); the still-correct
-  ones form a batch of their own that uses AutoAttack's random stream, so with the same seed (and ``batch_size``
-  at least the number of images) MMAA visits every point AutoAttack's APGD-CE + APGD-T visit and its margins are
-  never larger than those at AutoAttack's points;
+* by default, as AutoAttack, each run attacks only the examples no visited point has flipped yet
+  (``attack_all=False``); ``attack_all=True`` attacks every example in every run, so the margins of flipped
+  examples are driven as low as the attack can (the still-correct ones get the very same points and margins
+  either way, and Algorithm 1 uses only those: the default costs what AutoAttack's APGD-CE + APGD-T cost, while
+  ``attack_all=True`` cost 9.6x that on a non-robust Fashion-MNIST model, ``benchmarks/mmaa_speed.md``). The
+  still-correct examples use AutoAttack's random stream, so with the same seed (and ``batch_size`` at least the
+  number of images) MMAA visits every point AutoAttack's APGD-CE + APGD-T visit and its margins are never larger
+  than those at AutoAttack's points;
 * the returned point is the one of smallest *signed* margin ``p_y - max_{i != y} p_i`` of softmax(LN(logits)) over all
   visited points, the clean image included; a misclassified point always beats a correct one
   (:mod:`mixzoo.attacks.margins`), so ``misclassified`` is exactly "some visited point flips the prediction";
@@ -74,7 +77,7 @@ class _LayerNormed(nn.Module):
 def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str = "Linf",
          n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0, batch_size: int = 500,
          layer_norm: bool = True, top_k: int | None = None, progress: bool = True,
-         attack_all: bool = True) -> MMAAResult:
+         attack_all: bool = False, index: torch.Tensor | None = None) -> MMAAResult:
     """Minimum-margin AutoAttack of ``model`` (images in [0, 1] -> logits) on h^LN (App. B.1).
 
     Runs APGD-CE (``n_restarts`` runs) then APGD-T (``n_target_classes`` targets x ``n_restarts``) on every example,
@@ -82,13 +85,18 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     does. ``layer_norm=False`` attacks and measures the raw logits instead; ``top_k`` restricts the LN statistics
     to the largest logits (App. D.7). See the module docstring for how this differs from AutoAttack.
 
-    ``attack_all=False`` attacks, like AutoAttack, only examples no visited point has flipped yet. The examples
+    ``attack_all=False`` (default) attacks, like AutoAttack, only examples no visited point has flipped yet;
+    ``attack_all=True`` attacks every example in every run. The examples
     that stay correctly classified get exactly the same points and margins either way (their runs are the same
     batches with the same random stream), and Algorithm 1 uses only those and the misclassified flags
     (:func:`mixzoo.methods.mixednuts.calibrate.calibrate` keeps attacked examples the RBC still gets right), so
     calibration is
     unchanged while the attack costs what AutoAttack's APGD-CE + APGD-T cost; only the margins of flipped
     examples are less negative.
+
+    ``index`` (each image's index in its whole data set) draws every random start per example from ``(seed,
+    index)`` (:mod:`mixzoo.core.rng`), so the result per example does not depend on ``batch_size`` or on how the
+    images are split across processes (issue 29); without it, each batch uses AutoAttack's generators.
     """
     check_images(images)
     check_attack_settings(eps, norm, n_iter, n_restarts)
@@ -101,6 +109,8 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     n = images.shape[0]
     if n == 0:
         raise InputError("no images to attack; pass at least one example")
+    if index is not None and len(index) != n:
+        raise InputError(f"index has {len(index)} entries for {n} images; pass one index per image")
     with torch.no_grad():
         n_classes = pair(forward(images[:1]))[0].shape[1]
     check_labels(labels, n, n_classes)
@@ -122,7 +132,8 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: f
                 bar.advance(task, k / size)
 
             common = dict(eps=eps, norm=norm, n_iter=n_iter, n_restarts=n_restarts, seed=seed, record=record,
-                          attack_all=attack_all, margin_fn=margin_fn, on_iter=advance)
+                          attack_all=attack_all, margin_fn=margin_fn, on_iter=advance,
+                          index=None if index is None else index[start:start + batch_size])
             apgd_ce(forward, x, y, **common)
             if n_targets > 0:
                 apgd_t(forward, x, y, n_target_classes=n_targets, **common)
@@ -136,6 +147,7 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     settings = {"attack": "mmaa", "eps": float(eps), "norm": norm, "n_iter": n_iter,
                 "n_target_classes": n_targets, "n_restarts": n_restarts, "seed": seed, "batch_size": batch_size,
                 "layer_norm": layer_norm, "top_k": top_k, "attack_all": attack_all, "code": MMAA_CODE_VERSION,
+                "randomness": "batch" if index is None else "per-example",
                 "margin": "p_y - max_{i!=y} p_i of softmax(LN(logits)), negative when misclassified"}
     return MMAAResult(torch.cat(adv), logits_all, torch.cat(margins), logits_all.argmax(dim=1) != labels,
                       torch.cat(clean_logits), settings)

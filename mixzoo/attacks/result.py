@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mixzoo.core.errors import InputError
+
 
 @dataclass
 class ComponentStat:
@@ -43,3 +45,9 @@ class EvalResult:
 
 
 AttackResult = EvalResult  # the name the hook specification uses
+
+
+def nan_error(count: int, where: str) -> InputError:
+    """The one-line error for ``count`` examples with NaN logits ``where`` (never counted as robust)."""
+    return InputError(f"model returned NaN logits for {count} examples {where}; fix the model's numerics, NaN"
+                      " outputs cannot be counted as robust")

@@ -16,22 +16,22 @@ from torch import nn
 
 from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
 from mixzoo.core.distributed import gather, world
-from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.pairs import model_device
 
 # 2: warnings merged across batches; 3: adaptive-strong exact/bypass runs at --seed; 4: fab-t-exact in adaptive,
 # autoattack-standard in adaptive-strong (issue 30); 5: the mixtures' layer norm is the authors' (unbiased variance
-# + 1e-8, LAYER_NORM_VERSION "ln-2"), and the evaluation of a card's classifier is keyed by its method
-BENCH_CODE_VERSION = "bench-5"
+# + 1e-8, LAYER_NORM_VERSION "ln-2"), and the evaluation of a card's classifier is keyed by its method; 6: per-example
+# randomness is the default, and Square draws its windows per example too (issue 29)
+BENCH_CODE_VERSION = "bench-6"
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, attack: str, eps: float, norm: str,
              seed: int, batch_size: int, cache: Cache, key_parts: dict[str, Any], label: str,
              attack_options: dict[str, Any] | None = None, save_adversarial: bool = False,
-             progress: bool = True, per_example_seeds: bool = False,
+             progress: bool = True, per_example_seeds: bool = True,
              example_index: torch.Tensor | None = None) -> dict[str, Any]:
     """Attack ``model`` batch by batch, saving each batch's outcome so an interrupted run resumes.
 
@@ -40,17 +40,22 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     ``save_adversarial`` adds ``adversarial``: ``{"index", "images"}`` tensors, the point the attack found for each
     example it broke (kept next to the cached outcome; a cached outcome without them is attacked again).
 
-    By default batch ``k`` attacks with seed ``seed + k``, so the batch size changes results. With
-    ``per_example_seeds`` every batch gets ``seed`` and the examples' indices, and the components that support it
-    (:attr:`mixzoo.attacks.evaluation.Component.per_example`: APGD-CE / APGD-T) draw their random starts per example
-    (:mod:`mixzoo.core.rng`): their outcome per example is then the same for any batch size (issue 29; Square's
-    windows and pyautoattack's components still follow their batch's stream). ``example_index`` gives the images'
-    indices in their data set when they are a subset of it (default ``0 .. n-1``).
+    By default (``per_example_seeds``) every batch gets ``seed`` and the examples' indices, and the components that
+    support it (:attr:`mixzoo.attacks.evaluation.Component.per_example`: our APGD-CE / APGD-T, Square, FAB-T with
+    its single restart) draw their randomness per example (:mod:`mixzoo.core.rng`): an example's outcome is then
+    the same for any batch size and any number of processes (issue 29). A component that cannot (pyautoattack's
+    APGD in ``autoattack``, ``autoattack-standard``, PGD) follows its batch's stream and says so in the warnings.
+    ``per_example_seeds=False`` restores the old scheme, batch ``k`` attacked with seed ``seed + k``.
+    ``example_index`` gives the images' indices in their data set when they are a subset of it (default
+    ``0 .. n-1``).
     """
     from mixzoo.core.plugins import lookup
 
     attack_cls = lookup("attack", attack)
     options = dict(attack_options or {})
+    legacy = per_example_seeds and "index" not in inspect.signature(attack_cls.run).parameters
+    if legacy:  # a third-party attack written before issue 29: batch seeds, said in the warnings
+        per_example_seeds = False
     key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
                        "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION,
                        **({"per_example_seeds": True} if per_example_seeds else {})})
@@ -126,6 +131,9 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
             "seconds": sum(c["seconds"] for b in batches for c in b["components"] if c["name"] == name),
         })
     merged["warnings"] = merge_warnings([b["warnings"] for b in batches], merged["components"])
+    if legacy:
+        merged["warnings"].append(f"attack {attack!r} cannot draw its randomness per example (its run() takes no"
+                                  " index): batch k was attacked with seed + k, so results depend on the batch size")
     adversarial = None
     if save_adversarial:
         adversarial = {"index": torch.cat([p["index"] for p in points]).long(),
@@ -150,9 +158,6 @@ def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, 
     device = model_device(model)
     extra = {"index": torch.arange(start, stop) if example_index is None
              else example_index[start:stop].long().cpu()} if per_example_seeds else {}
-    if extra and "index" not in inspect.signature(runner.run).parameters:
-        raise InputError(f"attack {attack!r} cannot draw its randomness per example (its run() takes no"
-                         " index); run it without per-example seeds")
     res = runner.run(model, images[start:stop].to(device), labels[start:stop].to(device), progress=False, **extra)
     part = {
         "clean_correct": res.clean_correct.bool().tolist(),

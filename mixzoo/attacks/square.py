@@ -35,15 +35,16 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 
 from mixzoo.attacks.apgd import check_attack_settings
-from mixzoo.attacks.evaluation import Attack, Component, nan_error
 from mixzoo.attacks.margins import ln_signed_margin, selection_key, signed_margin
 from mixzoo.attacks.mmaa import MMAAResult
+from mixzoo.attacks.result import nan_error
+from mixzoo.core import rng
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
@@ -116,9 +117,12 @@ def _linf_init(x: torch.Tensor, eps: float, gen: torch.Generator) -> torch.Tenso
     return (x + eps * _signs((n, c, 1, w), gen).to(x)).clamp(0.0, 1.0)
 
 
-def _l2_init(x: torch.Tensor, eps: float, gen: torch.Generator) -> torch.Tensor:
-    """Tiles of the eta pattern with random signs, scaled to L2 norm eps (reference L2 initialisation)."""
+def _l2_init(x: torch.Tensor, eps: float, gen: torch.Generator | None,
+             draws: _ExampleDraws | None = None) -> torch.Tensor:
+    """Tiles of the eta pattern with random signs, scaled to L2 norm eps (reference L2 initialisation); with
+    ``draws``, each example has its own patterns and signs."""
     n, c, h, w = x.shape
+    every = torch.arange(n, device=x.device)
     s = max(h // 5, 1)
     start = (h - s * 5) // 2 if h >= 5 else 0
     delta = torch.zeros_like(x)
@@ -126,10 +130,15 @@ def _l2_init(x: torch.Tensor, eps: float, gen: torch.Generator) -> torch.Tensor:
         for vw in range(start, start + (w // s) * s, s):
             if vh >= h or vw >= w:
                 continue
-            pattern = _eta(s, gen).to(x)
-            sign = _signs((n, c, 1, 1), gen).to(x)
+            if draws is None:
+                assert gen is not None
+                pattern = _eta(s, gen).to(x)
+                sign = _signs((n, c, 1, 1), gen).to(x)
+            else:
+                pattern = draws.patterns(f"init-eta/{vh}/{vw}", every, s).to(x)
+                sign = draws.signs(f"init-sign/{vh}/{vw}", every, (c, 1, 1)).to(x)
             hh, ww = min(s, h - vh), min(s, w - vw)
-            delta[:, :, vh:vh + hh, vw:vw + ww] += pattern[:hh, :ww] * sign
+            delta[:, :, vh:vh + hh, vw:vw + ww] += pattern[..., :hh, :ww] * sign
     return (x + delta / (_l2(delta) + 1e-12) * eps).clamp(0.0, 1.0)
 
 
@@ -163,11 +172,87 @@ def _l2_step(x: torch.Tensor, x_best: torch.Tensor, eps: float, s: int, win1: tu
     return (x + delta / (_l2(delta) + 1e-12) * eps).clamp(0.0, 1.0)
 
 
+# ------------------------------------------------------------------------------ per-example windows (issue 29)
+def _rows(v: torch.Tensor, s: int) -> torch.Tensor:
+    """``[n, s]`` pixel offsets ``v[i] .. v[i] + s - 1`` of each example's window along one axis."""
+    return v[:, None] + torch.arange(s, device=v.device)
+
+
+def _window_mask(vh: torch.Tensor, vw: torch.Tensor, s: int, h: int, w: int) -> torch.Tensor:
+    """``[n, 1, h, w]`` boolean mask of each example's ``s x s`` window at ``(vh[i], vw[i])``."""
+    hh, ww = torch.arange(h, device=vh.device), torch.arange(w, device=vw.device)
+    in_h = (hh >= vh[:, None]) & (hh < vh[:, None] + s)
+    in_w = (ww >= vw[:, None]) & (ww < vw[:, None] + s)
+    return (in_h[:, :, None] & in_w[:, None, :])[:, None]
+
+
+def _take(t: torch.Tensor, vh: torch.Tensor, vw: torch.Tensor, s: int) -> torch.Tensor:
+    """Each example's ``s x s`` window of ``t`` (``[n, c, h, w]``) as ``[n, c, s, s]``."""
+    n = torch.arange(t.shape[0], device=t.device)[:, None, None]
+    return t[n, :, _rows(vh, s)[:, :, None], _rows(vw, s)[:, None, :]].permute(0, 3, 1, 2)
+
+
+def _put(t: torch.Tensor, vh: torch.Tensor, vw: torch.Tensor, s: int, values: torch.Tensor) -> None:
+    """Write ``values`` (``[n, c, s, s]``) into each example's window of ``t``, in place."""
+    n = torch.arange(t.shape[0], device=t.device)[:, None, None]
+    t[n, :, _rows(vh, s)[:, :, None], _rows(vw, s)[:, None, :]] = values.permute(0, 2, 3, 1)
+
+
+def _linf_step_each(x: torch.Tensor, x_best: torch.Tensor, eps: float, s: int, vh: torch.Tensor, vw: torch.Tensor,
+                    sign: torch.Tensor) -> torch.Tensor:
+    """:func:`_linf_step` with a window per example (``vh``, ``vw``: ``[n]``); equal to it when all are equal."""
+    mask = _window_mask(vh, vw, s, x.shape[2], x.shape[3]).to(x.dtype)
+    new = x_best + 2.0 * eps * sign * mask
+    return torch.minimum(torch.maximum(new, x - eps), x + eps).clamp(0.0, 1.0)
+
+
+def _l2_step_each(x: torch.Tensor, x_best: torch.Tensor, eps: float, s: int, win1: tuple[torch.Tensor, torch.Tensor],
+                  win2: tuple[torch.Tensor, torch.Tensor], pattern: torch.Tensor,
+                  sign: torch.Tensor) -> torch.Tensor:
+    """:func:`_l2_step` with two windows and an eta pattern (``[n, 1, s, s]``) per example."""
+    c, h, w = x.shape[1:]
+    delta = x_best - x
+    d1 = _take(delta, *win1, s)
+    norm_w1 = d1.pow(2).sum(dim=(-2, -1), keepdim=True).sqrt()
+    in2 = _window_mask(*win2, s, h, w)
+    both = (_window_mask(*win1, s, h, w) | in2).to(x.dtype)
+    norm_windows = (delta * both).pow(2).sum(dim=(-2, -1), keepdim=True).sqrt()
+    norm_image = _l2(delta)
+    new = pattern * sign + d1 / (1e-12 + norm_w1)
+    budget = ((eps ** 2 - norm_image ** 2).clamp_min(0.0) / c + norm_windows ** 2).sqrt()
+    new = new / (1e-12 + new.pow(2).sum(dim=(-2, -1), keepdim=True).sqrt()) * budget
+    delta = delta.masked_fill(in2, 0.0)
+    _put(delta, *win1, s, new)
+    return (x + delta / (_l2(delta) + 1e-12) * eps).clamp(0.0, 1.0)
+
+
+class _ExampleDraws:
+    """Square's random draws as functions of (seed, draw, example index) (:mod:`mixzoo.core.rng`): an example's
+    windows, signs and patterns do not depend on the batch it is in, nor on which others are still attacked."""
+
+    def __init__(self, seed: int, index: torch.Tensor, device: torch.device):
+        self.seed, self.index = int(seed), index.to(device=device, dtype=torch.int64)
+
+    def signs(self, name: str, rows: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        return rng.bernoulli_sign(self.seed, f"square-{name}", self.index[rows], shape)
+
+    def offsets(self, name: str, rows: torch.Tensor, high: int) -> torch.Tensor:
+        return rng.randint(self.seed, f"square-{name}", self.index[rows], (), high)
+
+    def patterns(self, name: str, rows: torch.Tensor, s: int) -> torch.Tensor:
+        """:func:`_eta` per example: ``[n, 1, s, s]``, transposed for about half of them."""
+        base = _eta_base(s)
+        flip = rng.uniform(self.seed, f"square-{name}", self.index[rows], ()) > 0.5
+        base = base.to(flip.device)
+        return torch.where(flip.view(-1, 1, 1, 1), base.t(), base)
+
+
 # ---------------------------------------------------------------------------------------------------- attack
 def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: float,
                       norm: str = "Linf", n_queries: int = 5000, p_init: float = 0.8, seed: int = 0,
                       layer_norm: bool = True, top_k: int | None = None, batch_size: int = 500,
-                      progress: bool = True) -> MMAAResult:
+                      progress: bool = True, index: torch.Tensor | None = None,
+                      loss: str = "probability") -> MMAAResult:
     """Minimum-margin Square attack of ``model`` (images in [0, 1] -> logits) using forward queries only.
 
     Returns, for every example, the visited point of smallest signed margin of softmax(LN(logits)) (raw logits
@@ -177,6 +262,12 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     replace MMAA in Algorithm 1 (App. D.5). ``settings["queries"]`` counts the examples forwarded. A
     :class:`~mixzoo.zoo.blackbox.BlackBoxModel` with too small a budget is refused before the first query.
     See the module docstring for the search and its schedule.
+
+    ``index`` (each example's index in its whole data set) draws every random number per example from
+    ``(seed, index)`` (:mod:`mixzoo.core.rng`), so an example's run does not depend on the batch it is in (issue
+    29); without it each batch has a generator seeded ``seed + first index of the batch``. ``loss="logit"``
+    searches on the logit margin ``z_y - max_{i != y} z_i`` (the loss of AutoAttack's Square) instead of the
+    signed probability margin; the returned ``margins`` are then logit margins.
     """
     check_images(images)
     check_attack_settings(eps, norm)
@@ -193,7 +284,11 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     check_budget = getattr(model, "check_budget", None)
     if callable(check_budget):
         check_budget(square_queries_needed(n, n_queries), f"min-margin Square on {n} images x {n_queries} queries")
-    margin_fn = ln_signed_margin(top_k) if layer_norm else signed_margin
+    if loss not in ("probability", "logit"):
+        raise InputError(f"loss must be 'probability' or 'logit', got {loss!r}")
+    if index is not None and len(index) != n:
+        raise InputError(f"index has {len(index)} entries for {n} images; pass one index per image")
+    margin_fn = _logit_margin if loss == "logit" else ln_signed_margin(top_k) if layer_norm else signed_margin
 
     adv, logits_out, margins, clean_out = [], [], [], []
     total_queries = 0
@@ -202,7 +297,9 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
         for start in range(0, n, batch_size):
             x, y = images[start:start + batch_size], labels[start:start + batch_size]
             res = _attack_batch(model, x, y, eps=eps, norm=norm, n_queries=n_queries, p_init=p_init,
-                                seed=seed + start, margin_fn=margin_fn, on_iter=lambda k: bar.advance(task, k))
+                                seed=seed + start if index is None else seed, margin_fn=margin_fn,
+                                on_iter=lambda k: bar.advance(task, k),
+                                index=None if index is None else index[start:start + batch_size])
             adv.append(res[0])
             logits_out.append(res[1])
             margins.append(res[2])
@@ -214,7 +311,9 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
         "attack": "min-margin-square", "eps": float(eps), "norm": norm, "n_queries": n_queries, "p_init": p_init,
         "seed": seed, "batch_size": batch_size, "layer_norm": layer_norm, "top_k": top_k,
         "code": SQUARE_CODE_VERSION, "queries": total_queries, "queries_per_example": total_queries / n,
-        "margin": "p_y - max_{i!=y} p_i of softmax(LN(logits)), negative when misclassified" if layer_norm
+        "randomness": "batch" if index is None else "per-example", "loss": loss,
+        "margin": "z_y - max_{i!=y} z_i of the logits" if loss == "logit"
+        else "p_y - max_{i!=y} p_i of softmax(LN(logits)), negative when misclassified" if layer_norm
         else "p_y - max_{i!=y} p_i of softmax(logits), negative when misclassified",
     }
     return MMAAResult(torch.cat(adv), logits_all, torch.cat(margins), logits_all.argmax(dim=1) != labels,
@@ -228,10 +327,39 @@ def _refuse_nan(logits: torch.Tensor, where: str) -> None:
         raise nan_error(int(torch.isnan(logits).any(1).sum()), where)
 
 
+def _linf_side(p: float, n_features: int, c: int, h: int, w: int) -> int:
+    """The L-inf square's side for fraction ``p`` (reference: ``sqrt(p * n_features / c)``, at least 1)."""
+    return min(max(int(round(math.sqrt(p * n_features / c))), 1), h, w)
+
+
+def _l2_side(p: float, n_features: int, c: int, h: int, w: int) -> int:
+    """The L2 windows' side for fraction ``p`` (reference: at least 3 and odd)."""
+    s = max(int(round(math.sqrt(p * n_features / c))), 3)
+    return min(s + 1 if s % 2 == 0 else s, h, w)
+
+
+def _proposal_each(draws: _ExampleDraws, active: torch.Tensor, it: int, x: torch.Tensor, x_best: torch.Tensor,
+                   eps: float, norm: str, p: float) -> torch.Tensor:
+    """Proposal ``it`` for the ``active`` examples, windows, signs and patterns drawn per example."""
+    _, c, h, w = x.shape
+    sign = draws.signs(f"sign/{it}", active, (c, 1, 1)).to(x)
+    if norm == "Linf":
+        s = _linf_side(p, c * h * w, c, h, w)
+        vh, vw = (draws.offsets(f"{k}/{it}", active, lim - s + 1) for k, lim in (("vh", h), ("vw", w)))
+        return _linf_step_each(x, x_best, eps, s, vh, vw, sign)
+    s = _l2_side(p, c * h * w, c, h, w)
+    vh, vw, vh2, vw2 = (draws.offsets(f"{k}/{it}", active, lim - s + 1)
+                        for k, lim in (("vh", h), ("vw", w), ("vh2", h), ("vw2", w)))
+    return _l2_step_each(x, x_best, eps, s, (vh, vw), (vh2, vw2), draws.patterns(f"eta/{it}", active, s).to(x), sign)
+
+
 def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_queries: int,
-                  p_init: float, seed: int, margin_fn: Any, on_iter: Any) -> tuple[torch.Tensor, ...]:
-    """One batch: returns (adv images, raw logits, margins, clean logits, queries made)."""
+                  p_init: float, seed: int, margin_fn: Any, on_iter: Any,
+                  index: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """One batch: returns (adv images, raw logits, margins, clean logits, queries made). With ``index`` (the
+    examples' indices in the whole data set) every random draw is per example (:class:`_ExampleDraws`)."""
     gen = torch.Generator().manual_seed(int(seed))
+    draws = None if index is None else _ExampleDraws(seed, index, x.device)
     n, c, h, w = x.shape
     n_features = c * h * w
 
@@ -243,7 +371,10 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
     clean_key = selection_key(clean, clean_margin, y)
     queries = n
 
-    x_best = _linf_init(x, eps, gen) if norm == "Linf" else _l2_init(x, eps, gen)
+    if draws is not None and norm == "Linf":
+        x_best = (x + eps * draws.signs("init", torch.arange(n, device=x.device), (c, 1, w)).to(x)).clamp(0.0, 1.0)
+    else:
+        x_best = _linf_init(x, eps, gen) if norm == "Linf" else _l2_init(x, eps, gen, draws)
     best = model(x_best)
     queries += n
     _refuse_nan(best, "at the Square attack's initial point")
@@ -259,16 +390,18 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
         if active.numel() == 0:
             break
         p = p_selection(p_init, it, n_queries)
-        sign = _signs((n, c, 1, 1), gen)[active.cpu()].to(x)
         xa, ba = x[active], x_best[active]
-        if norm == "Linf":
-            s = min(max(int(round(math.sqrt(p * n_features / c))), 1), h, w)
+        if draws is not None:
+            cand = _proposal_each(draws, active, it, xa, ba, eps, norm, p)
+        elif norm == "Linf":
+            sign = _signs((n, c, 1, 1), gen)[active.cpu()].to(x)
+            s = _linf_side(p, n_features, c, h, w)
             vh, vw = (int(v) for v in torch.randint(0, h - s + 1, (1,), generator=gen).tolist()
                       + torch.randint(0, w - s + 1, (1,), generator=gen).tolist())
             cand = _linf_step(xa, ba, eps, s, vh, vw, sign)
         else:
-            s = max(int(round(math.sqrt(p * n_features / c))), 3)
-            s = min(s + 1 if s % 2 == 0 else s, h, w)
+            sign = _signs((n, c, 1, 1), gen)[active.cpu()].to(x)
+            s = _l2_side(p, n_features, c, h, w)
             pos = [int(torch.randint(0, lim - s + 1, (1,), generator=gen)) for lim in (h, w, h, w)]
             cand = _l2_step(xa, ba, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), _eta(s, gen).to(x), sign)
         out = model(cand)
@@ -296,24 +429,4 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
     return adv, logits.detach(), margin, clean.detach(), queries
 
 
-# ------------------------------------------------------------------------------------------------ evaluation
-class MinMarginSquareAttack(Attack):
-    """Min-margin Square as a robustness evaluation (attack hook name ``min-margin-square``): a purely
-    gradient-free check, judged on the model's own output (App. B.2.1 uses Square to detect gradient masking)."""
-
-    name: ClassVar[str] = "min-margin-square"
-    defaults: ClassVar[dict[str, Any]] = {"n_queries": 5000, "p_init": 0.8, "batch_size": 500, "layer_norm": False}
-
-    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
-        opts = self.options
-
-        def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return min_margin_square(model, x, y, eps=self.eps, norm=self.norm, n_queries=int(opts["n_queries"]),
-                                     p_init=float(opts["p_init"]), seed=self.seed,
-                                     layer_norm=bool(opts["layer_norm"]), batch_size=int(opts["batch_size"]),
-                                     progress=False).adv_images
-
-        return [Component("min-margin-square", fn, gradient_based=False)]
-
-
-__all__ = ["MinMarginSquareAttack", "min_margin_square", "p_selection", "square_queries_needed"]
+__all__ = ["min_margin_square", "p_selection", "square_queries_needed"]

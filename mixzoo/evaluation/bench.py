@@ -188,12 +188,12 @@ def baseline_method() -> Any | None:
 
 def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: float, norm: str, seed: int,
                          batch_size: int, cache: Cache, attack_options: dict[str, Any] | None, progress: bool = True,
-                         per_example_seeds: bool = False) -> tuple[float, list[dict], float]:
+                         per_example_seeds: bool = True) -> tuple[float, list[dict], float]:
     """The matched baseline's alpha for a card: the card's robust accuracy under ``attack`` on the first
     ``match_n`` evaluation images, then the baseline method's ``match`` against it (for linear: bisection over
     its alpha grid). Returns the alpha, every alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity``
-    share it, and so share its cached evaluations. With ``per_example_seeds`` both evaluations draw APGD's starts
-    per example (a baseline method's ``match`` then gets ``per_example_seeds=True``)."""
+    share it, and so share its cached evaluations. ``per_example_seeds`` is passed to both evaluations (and to the
+    baseline method's ``match``)."""
     base = baseline_method()
     if base is None:
         raise InputError("no installed mixing method is marked as the bench's baseline; pass baseline=False")
@@ -207,7 +207,7 @@ def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: 
     target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
     key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
     alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, key_parts=key, **common,
-                              **({"per_example_seeds": True} if per_example_seeds else {}))
+                              per_example_seeds=per_example_seeds)
     return alpha, tried, target
 
 
@@ -359,7 +359,7 @@ def bench(
     extra_attacks: bool = True,
     plots: bool = True,
     save_adversarial: bool = False,
-    per_example_seeds: bool = False,
+    per_example_seeds: bool = True,
     data_dir: str | None = None,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
@@ -374,8 +374,9 @@ def bench(
     with the default method. Every row is attacked with ``attack`` on the same images; each card's row also with
     the extra attacks its method declares (on the examples still robust; ``extra_attacks=False`` skips them), and
     reports the worst case per example. Writes ``report.json``, ``report.md`` and plots to ``out`` when given.
-    ``per_example_seeds`` draws the APGD components' random starts per example index (issue 29), so their outcome
-    per example does not depend on ``batch_size`` (:func:`mixzoo.attacks.runner.evaluate`).
+    ``per_example_seeds`` (the default) draws every attack's randomness per example index (issue 29), so the outcome
+    per example does not depend on ``batch_size`` or on the number of processes (:func:`mixzoo.attacks.runner.
+    evaluate` says which components cannot, and the report's warnings name them).
 
     With one card whose method is not the baseline method (``baseline = True``: linear), a matched baseline row
     is added (``baseline``): its alpha is found by bisection with ``match_attack`` (``match_options``, cheaper than

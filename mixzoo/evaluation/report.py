@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 ADVERSARIAL_FILE = "adversarial.safetensors"
 
 
-PER_EXAMPLE_NOTE = " (per-example random starts: APGD outcomes do not depend on the batch size)"
+PER_EXAMPLE_NOTE = " (per-example randomness: outcomes do not depend on the batch size or the number of processes)"
 
 # ------------------------------------------------------------------------------------------------ plots
 # ------------------------------------------------------------------------------------------------ files

@@ -211,7 +211,7 @@ def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, lab
                        target: float, *, attack: str, eps: float, norm: str, seed: int, batch_size: int,
                        cache: Cache, key_parts: dict[str, Any], attack_options: dict[str, Any] | None,
                        grid: list[float] | None = None, progress: bool = True,
-                       per_example_seeds: bool = False) -> tuple[float, list[dict]]:
+                       per_example_seeds: bool = True) -> tuple[float, list[dict]]:
     """Bisection over the alpha grid for the linear mixture whose robust accuracy is closest to
     ``target`` (``per_example_seeds``: see :func:`mixzoo.attacks.runner.evaluate`).
 

@@ -21,8 +21,8 @@ from mixzoo.zoo import pairs
 from mixzoo.zoo.pairs import model_device, model_key, model_name
 
 # bump when MMAA's behaviour changes so stale cache entries are not reused; 3: the layer norm MMAA attacks is the
-# authors' (unbiased variance + 1e-8, LAYER_NORM_VERSION "ln-2")
-ATTACK_CODE_VERSION = "mmaa-3"
+# authors' (unbiased variance + 1e-8, LAYER_NORM_VERSION "ln-2"); 4: random starts per example (issue 29)
+ATTACK_CODE_VERSION = "mmaa-4"
 
 
 @dataclass
@@ -49,14 +49,16 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     ``transform`` (a card, or anything with ``s``, ``p``, ``c``, ``clamp``, ``top_k``) attacks the transformed RBC
     h^M(s, p, c) instead, with margins of its softmax (the App. D.9 check,
     :mod:`mixzoo.methods.mixednuts.approximation`).
-    Each batch uses seed ``seed + batch index`` so an interrupted run resumes with identical results.
+    Random starts are drawn per example from ``(seed, image index)`` (:mod:`mixzoo.core.rng`), so the margins do
+    not depend on ``batch_size`` or on the number of processes (issue 29), and an interrupted run resumes with
+    identical results.
     """
     from mixzoo.attacks import mmaa
     from mixzoo.core.cache import content_key
 
     settings = {"eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,
                 "n_restarts": n_restarts, "seed": seed, "top_k": top_k, "batch_size": batch_size,
-                "attack_all": False, "code": ATTACK_CODE_VERSION}
+                "attack_all": False, "code": ATTACK_CODE_VERSION, "randomness": "per-example"}
     attacked, what = rbc, f"MMAA on LN({model_name(rbc)})"
     if transform is not None:
         from mixzoo.methods.mixednuts.mixing import transformed_rbc
@@ -76,8 +78,8 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
         where = model_device(rbc, device)
         res = mmaa(attacked, dataset.images[a:b].to(where), dataset.labels[a:b].to(where), eps=eps, norm=norm,
                    n_iter=n_iter, n_target_classes=n_target_classes, n_restarts=n_restarts,
-                   seed=seed + a // batch_size, top_k=top_k, batch_size=batch_size, progress=False,
-                   attack_all=False, layer_norm=transform is None)
+                   seed=seed, top_k=top_k, batch_size=batch_size, progress=False, attack_all=False,
+                   layer_norm=transform is None, index=torch.arange(a, b))
         logits = res.logits
         if transform is not None:  # the record holds h^M's log-probabilities; Algorithm 1 takes raw logits
             with torch.no_grad():

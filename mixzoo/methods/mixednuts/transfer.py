@@ -185,7 +185,8 @@ def _surrogate_adv(surrogate: Any, images: torch.Tensor, labels: torch.Tensor, *
             raise InputError(f"surrogate {_name(surrogate)!r} returns {k} classes but the black box returns"
                              f" {n_classes}; use a surrogate of the same task")
         res = mmaa(surrogate, images, labels, eps=eps, norm=norm, n_iter=n_iter, seed=seed, top_k=top_k,
-                   batch_size=batch_size, progress=progress)
+                   batch_size=batch_size, progress=progress, index=torch.arange(len(labels)),
+                   attack_all=True)  # the lowest surrogate margins transfer best
         adv, info = res.adv_images, {"source": "mmaa on the surrogate", **res.settings,
                                      "surrogate_robust_accuracy": res.robust_accuracy}
     else:
@@ -308,7 +309,8 @@ def transfer_params(
 
         q = bb.queries
         res = min_margin_square(bb, calib_images, labels, eps=float(eps), norm=norm, n_queries=queries, seed=seed,
-                                top_k=top_k, batch_size=batch_size, progress=progress)
+                                top_k=top_k, batch_size=batch_size, progress=progress,
+                                index=torch.arange(len(labels)))
         query_log["square"] = bb.queries - q
         if queries < WEAK_SQUARE_QUERIES:
             notes.append(f"min-margin Square ran {queries} queries per image (AutoAttack uses 5000); margins this"
