@@ -58,6 +58,7 @@ def test_two_ranks_give_the_one_process_results_and_resume_after_a_killed_rank(c
     assert done.returncode == 0, done.stderr[-3000:]
     assert rows(tmp_path / "two") == rows(tmp_path / "one")
     assert json.loads((tmp_path / "two" / "report.json").read_text())["settings"]["world_size"] == 2
+    assert list((tmp_path / "two").glob("*.png"))  # rank 0 drew the figures alone after the others had left
     a, b = points(tmp_path / "one"), points(tmp_path / "two")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert any("0" in o for o in rows(tmp_path / "one").values())  # something was broken: the check has content
@@ -112,3 +113,36 @@ def test_a_hand_set_world_size_without_torchrun_is_one_line(monkeypatch):
     with pytest.raises(InputError, match="launch with torchrun, or unset WORLD_SIZE"):
         distributed.init("cpu")
     assert distributed.world().size == 1  # nothing was joined
+
+
+class _LostBatchOne(distributed.World):
+    """A world of one whose rank does not own batch 1: as if the rank that attacked it never delivered."""
+
+    def owns(self, batch: int) -> bool:
+        return batch != 1
+
+
+def test_the_merge_refuses_a_missing_shard_and_names_it(monkeypatch, tmp_path, one_thread):
+    """Per-shard outcomes are merged only when every batch is there; otherwise a one-line error names the missing
+    batch and its images, and neither the merged outcome nor a cache entry for it is written."""
+    from digits_models import train_digits_mlp
+
+    from mixzoo.attacks import runner
+    from mixzoo.core import cache as cache_mod
+    from mixzoo.core.cache import Cache
+    from mixzoo.core.errors import InputError
+
+    model, x, y = train_digits_mlp(steps=100)
+    monkeypatch.setattr(runner, "world", lambda: _LostBatchOne())
+    store = Cache(tmp_path / "cache")
+    with pytest.raises(InputError, match=r"1 of 3 batches are missing \(1 \(images 10-19\)\)"):
+        runner.evaluate(model, x[:25], y[:25], attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=10,
+                        cache=store, key_parts={"t": 1}, label="digits", attack_options={"n_iter": 2},
+                        progress=False)
+    assert not list((tmp_path / "cache" / "bench").glob("*.json"))  # only the finished batches' partial files
+    assert len(list((tmp_path / "cache" / "bench").glob("*.partial/*.json"))) == 2
+    monkeypatch.undo()
+    monkeypatch.setattr(distributed, "world", lambda: _LostBatchOne())
+    with pytest.raises(InputError, match="batches are missing"):
+        cache_mod.batched_cached(store, "logits", "k", 25, 10, lambda a, b: {"z": torch.zeros(b - a, 2)}, {})
+    assert not (tmp_path / "cache" / "logits" / "k.safetensors").exists()

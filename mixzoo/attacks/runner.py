@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
-from mixzoo.core.distributed import gather, world
+from mixzoo.core.distributed import check_shards, gather, world
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.pairs import model_device
@@ -113,6 +113,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                 parts.update(other_parts)
                 found.update(other_found)
             bar.update(task, completed=n)
+    check_shards(parts, n, batch_size, f"{attack} on {label}")
     batches = [parts[i] for i in range(n_batches)]
     points = [found[i] for i in range(n_batches)] if save_adversarial else []
     merged: dict[str, Any] = {

@@ -202,7 +202,7 @@ def batched_cached(cache: Cache, kind: str, key: str, n: int, batch_size: int, c
     The concatenated result is cached under ``(kind, key)``; a complete entry is returned without computing.
     ``progress`` is an optional callable ``advance(k)`` called with the number of examples done per batch.
     """
-    from mixzoo.core.distributed import gather, world
+    from mixzoo.core.distributed import check_shards, gather, world
 
     w = world()
     done = cache.load(kind, key)
@@ -233,6 +233,7 @@ def batched_cached(cache: Cache, kind: str, key: str, n: int, batch_size: int, c
                 if index not in found and progress is not None:
                     progress(len(next(iter(part.values()))))
                 found.setdefault(index, part)
+    check_shards(found, n, batch_size, f"{kind} {key}")
     parts = [found[i] for i in range(-(-n // batch_size))]
     result = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     cache.save(kind, key, result, describe)

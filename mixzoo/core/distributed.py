@@ -11,9 +11,11 @@ instead of hanging it; a rank that raises ends its process, and torchrun then st
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +50,25 @@ def launched() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+_ALONE = [False]  # inside alone(): this rank works by itself, whatever the process group
+
+
+@contextlib.contextmanager
+def alone() -> Iterator[None]:
+    """Run a block on this rank only, as a world of one: what rank 0 does after the others have finished (writing
+    the report and its figures) must not enter a collective the other ranks will never join."""
+    before, _ALONE[0] = _ALONE[0], True
+    try:
+        yield
+    finally:
+        _ALONE[0] = before
+
+
 def world() -> World:
-    """This process's :class:`World`: from the initialised process group, else a single process."""
+    """This process's :class:`World`: from the initialised process group, else (or inside :func:`alone`) a single
+    process."""
+    if _ALONE[0]:
+        return World()
     if dist.is_available() and dist.is_initialized():
         return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     return World()
@@ -102,3 +121,15 @@ def barrier() -> None:
     """Wait for every rank (nothing in one process)."""
     if world().size > 1:
         dist.barrier()
+
+
+def check_shards(done: set[int] | dict[int, Any], n: int, batch_size: int, what: str) -> None:
+    """Refuse to merge ``what`` while a batch (a shard of the work) is missing, naming the first missing batches
+    and their images; the fix is to run the same command again (finished batches are cached and not redone)."""
+    n_batches = -(-n // batch_size)
+    missing = [i for i in range(n_batches) if i not in done]
+    if missing:
+        shown = ", ".join(f"{i} (images {i * batch_size}-{min(n, (i + 1) * batch_size) - 1})" for i in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise InputError(f"{what}: {len(missing)} of {n_batches} batches are missing ({shown}{more}); nothing was"
+                         " written: run the same command again to compute them (finished batches are cached)")

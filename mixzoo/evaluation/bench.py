@@ -479,7 +479,8 @@ def bench(
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
     if out is not None and w.main:
-        write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=data_dir, device=device)
+        with distributed.alone():  # the other ranks have finished: the figures' cached steps must not wait for them
+            write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=data_dir, device=device)
     return report
 
 
