@@ -1,6 +1,7 @@
 """Issue 29: one process with T threads against ``torchrun`` with R processes of T / R threads, on the same bench.
 
-Runs ``mixzoo bench CARD --attack ATTACK --n-images N --no-curve --no-baseline`` twice from empty caches: once as a
+Runs ``mixzoo bench CARD --attack ATTACK --n-images N --no-curve --no-baseline --no-plots``
+twice from empty caches: once as a
 single process (``--threads`` intra-op threads), once under ``torchrun --nproc-per-node R`` (``--threads / R``
 threads each, or one GPU each with ``--device cuda``). Records both wall times, checks that the two reports agree
 example by example (they must: batch k gets the same seed wherever it runs), and prints one JSON line with the
@@ -57,7 +58,10 @@ def main() -> None:
 
     from mixzoo.core.machine import machine_summary
 
+    # --no-plots: the figures are drawn by rank 0 alone (MixedNUTS's needs MMAA on the calibration set): not the
+    # bench's sharded work
     bench = ["bench", args.card, "--attack", args.attack, "--n-images", str(args.n), "--no-curve", "--no-baseline",
+             "--no-plots",
              "--batch-size", str(args.batch_size), "--device", args.device,
              *[f"-O{o}" for o in args.attack_option]]
     with tempfile.TemporaryDirectory() as tmp:

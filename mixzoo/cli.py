@@ -304,6 +304,9 @@ def bench(
     batch_size: AttackBatch = 250,
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
     curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
+    plots: Annotated[bool, typer.Option(help="draw the PNG figures (each card method's own figures may need its "
+                                             "calibration data, e.g. MixedNUTS's MMAA; rank 0 alone under torchrun)")
+                     ] = True,
     attack_option: AttackOptions = None,
     save_adversarial: Annotated[bool, typer.Option(
         "--save-adversarial", help="also write adversarial.safetensors: the point that broke each broken example, "
@@ -332,7 +335,8 @@ def bench(
                        batch_size=batch_size, attack_options=parse_attack_options(attack_option), curve=curve,
                        curve_n=curve_n, save_adversarial=save_adversarial, data_dir=data_dir, cache_dir=cache_dir,
                        use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
-                       baseline=baseline, extra_attacks=extra_attacks, per_example_seeds=per_example_seeds)
+                       baseline=baseline, extra_attacks=extra_attacks, per_example_seeds=per_example_seeds,
+                       plots=plots)
     if not distributed_world().main:
         return  # under torchrun only rank 0 prints
     if as_json:

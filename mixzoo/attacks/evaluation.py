@@ -17,8 +17,8 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
   (its output values are MixedNUTS's, its gradients the auxiliary mixture's: FAB needs one model, and bypass is the
   single-output form of the same surrogate, App. B.2.2); then ``fab-t-exact``, the same FAB-T on the exact
   gradient of the mixture formula (what standard AutoAttack run on the classifier uses; see "Why fab-t-exact"
-  below); Square is pyautoattack's, unchanged, on the true output. A model without ``forward_pair`` gets standard
-  AutoAttack (its FAB-T already has the model's own gradient).
+  below); then Square on the true output. A model without ``forward_pair`` gets standard AutoAttack (its FAB-T
+  already has the model's own gradient).
 * ``adaptive-strong``: ``adaptive`` plus exact-, bypass- and re-seeded APGD before FAB-T, and last
   ``autoattack-standard``: the installed AutoAttack's whole standard evaluation on the exact classifier, run afresh
   on every clean-correct example of the batch with the evaluation's seed (:class:`AdaptiveStrong`).
@@ -54,6 +54,16 @@ statistically: on the digits MLP mixture of the tests at eps 0.1, 1 of 300 examp
 APGD alone. ``adaptive-strong``'s ``autoattack-standard`` component runs that very evaluation (same batch, same
 seed, exact classifier), so its worst case contains standard AutoAttack's, example by example, whenever a user's
 AutoAttack run sees the same batch and seed (``benchmarks/autoattack_parity.md``).
+
+Per-example randomness (issue 29, the bench's default). Given the examples' indices (``run(..., index=...)``),
+``adaptive`` draws every random number per example: our APGD-CE / APGD-T (AutoAttack's algorithm and trajectories,
+random starts from ``mixzoo.core.rng``) replace pyautoattack's for single models, and Square is
+:func:`mixzoo.attacks.square.min_margin_square` with AutoAttack's margin loss on the logits (``loss="logit"``),
+``p_init`` 0.8 and windows, signs and eta patterns drawn per example (AutoAttack's Square draws one window per
+iteration for the whole batch). FAB-T with one restart draws nothing. So an example's outcome does not depend on
+the batch size or the number of processes. Components that keep their batch's stream (pyautoattack's APGD in
+``autoattack``, ``autoattack-standard``, PGD) say so in the result's warnings. Without indices, pyautoattack's
+Square runs as before.
 
 When the black-box Square breaks examples the gradient components missed, the result carries the warning
 "potentially unreliable: ..." (gradient masking, App. B.2.1); examples with an all-zero loss gradient at an APGD
