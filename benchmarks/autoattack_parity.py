@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/autoattack_parity.py --card benchmarks/results/fmnist_card.toml --n 200
     .venv/bin/python benchmarks/autoattack_parity.py --pair digits-std,digits-pgd --n 300     # a digits card first
+    .venv/bin/python benchmarks/autoattack_parity.py --card benchmarks/results/fmnist_card_v2.toml --n 1000 \
+        --chunk-dir parity_chunks/     # resumable: each finished chunk of --batch-size images is kept
 
 Runs, on the card's MixedNUTS classifier (``mixzoo.load_mixed``, exact gradients) and the first ``n`` evaluation
 images at the card's eps:
@@ -69,14 +71,15 @@ def run_pyautoattack(model, x, y, eps, norm, seed, batch_size) -> dict:
             "log": [r for r in records if "robust accuracy" in r]}
 
 
-def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_example: bool = True) -> dict:
+def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_example: bool = True,
+               first_index: int = 0) -> dict:
     from mixzoo.plugins import lookup
 
     cls = lookup("attack", attack_name)
     clean, robust, comps, seconds = [], [], {}, 0.0
     for index, start in enumerate(range(0, len(y), batch_size)):
         stop = min(len(y), start + batch_size)
-        extra = {"index": torch.arange(start, stop)} if per_example else {}
+        extra = {"index": torch.arange(first_index + start, first_index + stop)} if per_example else {}
         res = cls(eps=eps, norm=norm, seed=seed if per_example else seed + index).run(
             model, x[start:stop], y[start:stop], progress=False, **extra)
         clean.append(res.clean_correct.bool())
@@ -87,6 +90,48 @@ def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_exampl
             prev["newly_broken"] += int(c.newly_broken)
             prev["seconds"] += c.seconds
     return {"seconds": seconds, "clean": torch.cat(clean), "robust": torch.cat(robust), "components": comps}
+
+
+def _plain(res: dict) -> dict:
+    return {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in res.items()}
+
+
+def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]]:
+    """Both sides on chunks of ``--batch-size`` images; each finished chunk is saved under ``--chunk-dir`` (written
+    whole, then renamed) and skipped by a re-run. Returns the merged pyautoattack result and mixzoo's per attack."""
+    chunk_dir = Path(args.chunk_dir)
+    chunk_dir.mkdir(parents=True, exist_ok=True)
+    names = args.attack.split(",")
+    chunks = []
+    for start in range(0, len(y), args.batch_size):
+        stop = min(len(y), start + args.batch_size)
+        path = chunk_dir / f"chunk_{start:06d}_{stop:06d}.json"
+        if not path.exists():
+            aa = run_pyautoattack(model, x[start:stop], y[start:stop], eps, norm, args.seed, args.batch_size)
+            part = {"pyautoattack": _plain(aa), "mixzoo": {}}
+            for name in names:
+                mz = run_mixzoo(model, x[start:stop], y[start:stop], eps, norm, args.seed, args.batch_size, name,
+                                not args.batch_seeds, first_index=start)
+                part["mixzoo"][name] = _plain(mz)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(part))
+            tmp.replace(path)
+            print(json.dumps({"chunk": [start, stop], "pyautoattack_s": round(aa["seconds"], 1)}), flush=True)
+        chunks.append(json.loads(path.read_text()))
+
+    def merge(parts: list[dict]) -> dict:
+        out = {"seconds": sum(p["seconds"] for p in parts),
+               "clean": torch.tensor([v for p in parts for v in p["clean"]]),
+               "robust": torch.tensor([v for p in parts for v in p["robust"]]),
+               "log": [line for p in parts for line in p.get("log", [])], "components": {}}
+        for p in parts:
+            for k, v in p.get("components", {}).items():
+                c = out["components"].setdefault(k, {"newly_broken": 0, "seconds": 0.0})
+                c["newly_broken"] += v["newly_broken"]
+                c["seconds"] += v["seconds"]
+        return out
+
+    return merge([c["pyautoattack"] for c in chunks]), {n: merge([c["mixzoo"][n] for c in chunks]) for n in names}
 
 
 def main() -> None:
@@ -102,6 +147,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     ap.add_argument("--out", default="benchmarks/autoattack_parity")
     ap.add_argument("--batch-seeds", action="store_true", help="mixzoo side: seed + i for chunk i (before bench-6)")
+    ap.add_argument("--chunk-dir", default=None,
+                    help="resumable: run both sides chunk by chunk (--batch-size images each, pyautoattack as a user"
+                         " running each chunk on its own) and keep each finished chunk here; a re-run skips them")
     args = ap.parse_args()
 
     import mixzoo
@@ -123,13 +171,17 @@ def main() -> None:
     data = load_dataset(card_dataset(card, model.rbc), "evaluation", n=args.n)
     x, y = data.images.to(args.device), data.labels.to(args.device)
 
-    aa = run_pyautoattack(model, x, y, eps, norm, args.seed, args.batch_size)
+    if args.chunk_dir:
+        aa, by_attack = run_chunks(model, x, y, eps, norm, args)
+    else:
+        aa, by_attack = run_pyautoattack(model, x, y, eps, norm, args.seed, args.batch_size), None
     aa_broken = _broken(aa["clean"], aa["robust"])
     print(json.dumps({"pyautoattack": {"seconds": round(aa["seconds"], 1), "robust": int(aa["robust"].sum()),
                                        "broken": sorted(aa_broken), "log": aa["log"]}}), flush=True)
     rows = []
     for name in args.attack.split(","):
-        mz = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, name, not args.batch_seeds)
+        mz = by_attack[name] if by_attack is not None else run_mixzoo(model, x, y, eps, norm, args.seed,
+                                                                      args.batch_size, name, not args.batch_seeds)
         mz_broken = _broken(mz["clean"], mz["robust"])
         rows.append({
             "attack": name, "seconds": round(mz["seconds"], 1),

@@ -9,7 +9,15 @@ from digits_models import train_digits_mlp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mixzoo.attacks.square import _eta_base, _l2_step, _l2_step_each, _linf_step, _linf_step_each, min_margin_square
+from mixzoo.attacks.square import (
+    _eta_base,
+    _ExampleDraws,
+    _l2_step,
+    _l2_step_each,
+    _linf_step,
+    _linf_step_each,
+    min_margin_square,
+)
 from mixzoo.errors import InputError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,17 +90,24 @@ def test_an_examples_run_does_not_depend_on_its_batch(digits, norm, eps):
     assert not torch.equal(plain.adv_images, whole.adv_images)
 
 
-def test_the_index_and_the_seed_choose_the_draws(digits):
-    """The same image under two indices (or two seeds) gets different random draws; under the same index the same."""
-    model, x, y = digits
-    x2, y2 = x[:1].repeat(2, 1, 1, 1), y[:1].repeat(2)
-    kw = dict(eps=0.1, n_queries=5, progress=False)
-    same = min_margin_square(model, x2, y2, index=torch.tensor([7, 7]), **kw)
-    assert torch.equal(same.adv_images[0], same.adv_images[1])
-    other = min_margin_square(model, x2, y2, index=torch.tensor([7, 8]), **kw)
-    assert not torch.equal(other.adv_images[0], other.adv_images[1])
-    reseeded = min_margin_square(model, x2, y2, index=torch.tensor([7, 7]), seed=1, **kw)
-    assert not torch.equal(reseeded.adv_images[0], same.adv_images[0])
+def test_the_index_and_the_seed_choose_the_draws():
+    """An example's draws for proposal ``it`` depend on (seed, its index, it) only: not on its row in the batch, on
+    the other examples, or on which block of iterations was drawn before."""
+    index = torch.tensor([7, 7, 8, 500])
+    rows = torch.arange(4)
+    a = _ExampleDraws(0, index, torch.device("cpu"))
+    first = a.step(rows, 130, 8)
+    assert torch.equal(first[0], first[1]) and not torch.equal(first[0], first[2])
+    assert not torch.equal(first[2], first[3])
+    # another batch holding index 8 alone, asked out of order (block 0 first): the same numbers
+    b = _ExampleDraws(0, torch.tensor([8]), torch.device("cpu"))
+    b.step(torch.arange(1), 3, 8)
+    assert torch.equal(b.step(torch.arange(1), 130, 8)[0], first[2])
+    assert not torch.equal(a.step(rows, 131, 8)[0], first[0])  # the next proposal draws afresh
+    assert not torch.equal(_ExampleDraws(1, index, torch.device("cpu")).step(rows, 130, 8)[0], first[0])
+    # the bits are spread: signs (top bit) of many proposals are about half +1
+    signs = torch.stack([a.step(rows, it, 8)[:, :3] >> 31 for it in range(400)]).float()
+    assert 0.45 < signs.mean() < 0.55
 
 
 def test_logit_loss_reports_logit_margins(digits):

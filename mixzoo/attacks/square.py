@@ -228,16 +228,28 @@ def _l2_step_each(x: torch.Tensor, x_best: torch.Tensor, eps: float, s: int, win
 
 class _ExampleDraws:
     """Square's random draws as functions of (seed, draw, example index) (:mod:`mixzoo.core.rng`): an example's
-    windows, signs and patterns do not depend on the batch it is in, nor on which others are still attacked."""
+    windows, signs and patterns do not depend on the batch it is in, nor on which others are still attacked.
+
+    The proposals' draws are hashed for :attr:`BLOCK` iterations at once (one :func:`mixzoo.core.rng.bits` call
+    per block instead of several per iteration, which dominated the cost on small models); iteration ``it`` reads
+    its row ``it % BLOCK`` of block ``it // BLOCK``: the same numbers whatever the batch."""
+
+    BLOCK = 128
 
     def __init__(self, seed: int, index: torch.Tensor, device: torch.device):
         self.seed, self.index = int(seed), index.to(device=device, dtype=torch.int64)
+        self._block: tuple[int, int] | None = None
+        self._bits = torch.empty(0, dtype=torch.int64)
+
+    def step(self, rows: torch.Tensor, it: int, slots: int) -> torch.Tensor:
+        """32 random bits ``[len(rows), slots]`` for proposal ``it`` of the examples ``rows``."""
+        if self._block != (it // self.BLOCK, slots):
+            self._block = (it // self.BLOCK, slots)
+            self._bits = rng.bits(self.seed, f"square-step/{it // self.BLOCK}", self.index, (self.BLOCK, slots))
+        return self._bits[rows, it % self.BLOCK]
 
     def signs(self, name: str, rows: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
         return rng.bernoulli_sign(self.seed, f"square-{name}", self.index[rows], shape)
-
-    def offsets(self, name: str, rows: torch.Tensor, high: int) -> torch.Tensor:
-        return rng.randint(self.seed, f"square-{name}", self.index[rows], (), high)
 
     def patterns(self, name: str, rows: torch.Tensor, s: int) -> torch.Tensor:
         """:func:`_eta` per example: ``[n, 1, s, s]``, transposed for about half of them."""
@@ -342,15 +354,20 @@ def _proposal_each(draws: _ExampleDraws, active: torch.Tensor, it: int, x: torch
                    eps: float, norm: str, p: float) -> torch.Tensor:
     """Proposal ``it`` for the ``active`` examples, windows, signs and patterns drawn per example."""
     _, c, h, w = x.shape
-    sign = draws.signs(f"sign/{it}", active, (c, 1, 1)).to(x)
+    raw = draws.step(active, it, c + 5)  # c signs, then vh, vw, vh2, vw2 and the eta flip
+
+    def offset(j: int, lim: int) -> torch.Tensor:  # multiply-shift to [0, lim - s] (rng.randint's rule)
+        return (raw[:, c + j] * (lim - s + 1)) >> 32
+
+    sign = ((raw[:, :c] >> 31) * 2 - 1).to(x).view(-1, c, 1, 1)
     if norm == "Linf":
         s = _linf_side(p, c * h * w, c, h, w)
-        vh, vw = (draws.offsets(f"{k}/{it}", active, lim - s + 1) for k, lim in (("vh", h), ("vw", w)))
-        return _linf_step_each(x, x_best, eps, s, vh, vw, sign)
+        return _linf_step_each(x, x_best, eps, s, offset(0, h), offset(1, w), sign)
     s = _l2_side(p, c * h * w, c, h, w)
-    vh, vw, vh2, vw2 = (draws.offsets(f"{k}/{it}", active, lim - s + 1)
-                        for k, lim in (("vh", h), ("vw", w), ("vh2", h), ("vw2", w)))
-    return _l2_step_each(x, x_best, eps, s, (vh, vw), (vh2, vw2), draws.patterns(f"eta/{it}", active, s).to(x), sign)
+    base = _eta_base(s).to(x)
+    pattern = torch.where((raw[:, c + 4] >> 31).bool().view(-1, 1, 1, 1), base.t(), base)
+    return _l2_step_each(x, x_best, eps, s, (offset(0, h), offset(1, w)), (offset(2, h), offset(3, w)), pattern,
+                         sign)
 
 
 def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_queries: int,
