@@ -35,6 +35,18 @@ def test_round_trip(tmp_path, suffix):
     assert [p.name for p in tmp_path.iterdir()] == [f"card{suffix}"]  # no temporary files left behind
 
 
+def test_a_parameter_set_as_an_attribute_is_saved(tmp_path):
+    """``card.alpha = a`` updates the method's section (refit_alpha does this): it once made an instance attribute
+    that shadowed ``params`` while save() wrote the old alpha."""
+    card = full_card()
+    card.alpha, card.objective = 0.999, 0.5
+    assert card.params["alpha"] == 0.999 and card.alpha == 0.999
+    loaded = MixCard.load(card.save(tmp_path / "card.toml"))
+    assert (loaded.alpha, loaded.objective) == (0.999, 0.5)
+    card.notes = ["replaced"]  # a card field stays a field
+    assert card.notes == ["replaced"] and "notes" not in card.params
+
+
 @pytest.mark.parametrize("suffix", [".toml", ".json"])
 def test_none_values_round_trip(tmp_path, suffix):
     card = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.6, method="guess")  # beta, top_k, alpha_d, dataset: None

@@ -122,16 +122,18 @@ def test_nan_logits_are_refused_before_they_are_cached(tmp_path):
     assert not list(tmp_path.rglob("*.safetensors"))
 
 
-def test_each_mmaa_batch_gets_its_own_seed_the_given_settings_and_its_own_images(tmp_path, mmaa_calls):
-    """App. B.1 on LN(RBC), batch k with seed + k (so an interrupted run resumes identically); the record holds the
-    RBC's raw logits at the perturbed images, which lie in the eps-ball."""
+def test_each_mmaa_batch_gets_the_seed_its_images_indices_the_given_settings_and_its_own_images(tmp_path, mmaa_calls):
+    """App. B.1 on LN(RBC); every batch gets the seed and its images' indices, so the starts are drawn per image
+    (issue 29: the same margins for any batch size, and an interrupted run resumes identically); the record holds
+    the RBC's raw logits at the perturbed images, which lie in the eps-ball."""
     rbc = load_model("digits-pgd")
     data = load_dataset("digits", "calibration", n=25)
     out = cached_mmaa(rbc, data, eps=0.15, norm="Linf", cache=Cache(tmp_path), n_iter=2, n_target_classes=1,
                       n_restarts=1, seed=7, top_k=3, batch_size=10, progress=False)
-    assert [kw["seed"] for _, _, kw in mmaa_calls] == [7, 8, 9]
+    assert [kw["seed"] for _, _, kw in mmaa_calls] == [7, 7, 7]
     for (images, labels, kw), (a, b) in zip(mmaa_calls, ((0, 10), (10, 20), (20, 25)), strict=True):
         assert torch.equal(images, data.images[a:b]) and torch.equal(labels, data.labels[a:b])
+        assert torch.equal(kw["index"], torch.arange(a, b))
         assert kw["eps"] == 0.15 and kw["norm"] == "Linf" and kw["n_iter"] == 2 and kw["n_target_classes"] == 1
         assert kw["n_restarts"] == 1 and kw["top_k"] == 3 and kw["layer_norm"] is True
     adv = out["adv_images"]
@@ -262,8 +264,8 @@ def test_margin_summary_stages_differ_where_the_transform_matters():
 
 # -------------------------------------------------------------------------------------------------------- mix
 def test_mix_is_algorithm_1_on_the_rbcs_clean_logits_and_its_mmaa_logits(tmp_path):
-    """mix() = clean logits of the RBC + MMAA on LN(RBC) (one batch: seed as given) + Algorithm 1 with every setting
-    passed on; the reference composes mixzoo.attacks.mmaa and mixzoo.calibrate directly."""
+    """mix() = clean logits of the RBC + MMAA on LN(RBC) (seed as given, starts per image index) + Algorithm 1 with
+    every setting passed on; the reference composes mixzoo.attacks.mmaa and mixzoo.calibrate directly."""
     n, seed, grid = 120, 4, Grid(s_n=3, p_n=2, c_n=3, c_min=-1.0)
     abc, rbc = load_model("digits-std"), load_model("digits-pgd")
     data = load_dataset("digits", "calibration", n=n)
@@ -271,7 +273,8 @@ def test_mix_is_algorithm_1_on_the_rbcs_clean_logits_and_its_mmaa_logits(tmp_pat
         clean = rbc(data.images)
         abc_correct = abc(data.images).argmax(1) == data.labels
     adv = attacks.mmaa(rbc, data.images, data.labels, eps=0.2, norm="Linf", n_iter=3, n_target_classes=2,
-                       n_restarts=1, seed=seed, top_k=3, batch_size=n, progress=False, attack_all=False)
+                       n_restarts=1, seed=seed, top_k=3, batch_size=n, progress=False, attack_all=False,
+                       index=torch.arange(n))
     settings_ = dict(beta=0.9, clamp="relu", top_k=3, grid=grid, objective="relaxed", optimizer="refine")
     ref = calibrate(clean_logits=clean, clean_labels=data.labels, attacked_logits=adv.logits,
                     attacked_labels=data.labels, abc_clean_correct=abc_correct, **settings_)

@@ -53,7 +53,9 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
 
     attack_cls = lookup("attack", attack)
     options = dict(attack_options or {})
-    legacy = per_example_seeds and "index" not in inspect.signature(attack_cls.run).parameters
+    params = inspect.signature(attack_cls.run).parameters
+    legacy = per_example_seeds and "index" not in params and not any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if legacy:  # a third-party attack written before issue 29: batch seeds, said in the warnings
         per_example_seeds = False
     key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,

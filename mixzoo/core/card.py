@@ -89,6 +89,15 @@ class MixCard:
         self.schema_version, self.path = schema_version, path
         _validate(self, "mix card")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # a method parameter set as an attribute (``card.alpha = a``) goes into ``params``: otherwise it would shadow
+        # the entry, and save() would write the old value
+        params = self.__dict__.get("params")
+        if params is not None and name in params and name not in type(self).__dataclass_fields__:
+            params[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
     def __getattr__(self, name: str) -> Any:
         params = self.__dict__.get("params")
         if params is not None and not name.startswith("_") and name in params:
