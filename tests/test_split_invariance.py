@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mixzoo.attacks.evaluation import APGDEnsemble
+from mixzoo.core.errors import InputError
 from mixzoo.core.plugins import hookimpl, register_plugin, unregister_plugin
 from mixzoo.evaluation.bench import bench
 
@@ -131,3 +132,5 @@ def test_mmaa_with_indices_is_independent_of_the_batch_size(one_thread):
     assert whole.settings["randomness"] == "per-example"
     batchwise = [mmaa(model, x, y, batch_size=bs, **kw).margins for bs in (36, 8)]
     assert not torch.equal(batchwise[0], batchwise[1])
+    with pytest.raises(InputError, match="one index per image"):
+        mmaa(model, x, y, batch_size=8, index=index[:5], **kw)
