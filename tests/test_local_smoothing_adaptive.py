@@ -189,6 +189,9 @@ def test_crossover_point_interpolates_and_names_the_ends():
     assert crossover_point(a, [0.9] * 5, [0.1] * 5) == (0.0, "below the sweep")  # log 1: the first finite > 0
     assert crossover_point(a, [0.1] * 5, [0.9] * 5) == (pytest.approx(math.log(100)), "above the sweep")
     assert crossover_point(a, [0, 0, 0, 0, 1], [1, 1, 1, 1, 0]) == (pytest.approx(math.log(100)), "above the sweep")
+    # g "reaches" h: a tie at alpha_t = 10 is the crossing itself
+    assert crossover_point([0.0, 1.0, 10.0, math.inf], [0.3, 0.4, 0.5, 0.6], [0.5] * 4) == (
+        pytest.approx(math.log(10)), "interpolated")
     # order of the sweep does not matter
     assert crossover_point(a[::-1], [0.9, 0.9, 0.5, 0.2, 0.1], [0.4, 0.5, 0.6, 0.7, 0.8])[0] == pytest.approx(beta)
     with pytest.raises(InputError, match="finite alpha_t > 0"):
