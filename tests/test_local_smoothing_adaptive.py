@@ -6,6 +6,7 @@ and bad options."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -385,3 +386,37 @@ def test_unknown_option_and_missing_out_are_refused(tmp_path):
         fit("local-smoothing-adaptive", "digits-std", "digits-pgd", options={"alpha": 1.0}, out=tmp_path / "c.toml")
     with pytest.raises(InputError, match="pass out="):
         fit("local-smoothing-adaptive", "digits-std", "digits-pgd", options={}, eps=EPS, progress=False)
+
+
+# ------------------------------------------------------------------------------------------------ 003 Fig. 2-3
+@pytest.mark.parametrize("norm", ["Linf", "L2"])
+def test_gradient_norm_statistics_match_per_class_autograd(models, norm, tmp_path):
+    import numpy as np
+
+    from mixzoo.methods.local_smoothing.gradient_stats import (
+        QUANTILES,
+        gradient_figure_and_record,
+        gradient_norm_summary,
+        gradient_norms,
+    )
+
+    g, h, _ = models
+    x = torch.rand(11, 1, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    gn, hn = gradient_norms(g, h, x, norm=norm, batch_size=4)  # chunks of 4: 4 + 4 + 3
+
+    def direct(model):
+        xr = x.clone().requires_grad_(True)
+        out = model(xr)
+        cols = [torch.autograd.grad(out[:, i].sum(), xr, retain_graph=True)[0].flatten(1).norm(p=DUAL[norm], dim=1)
+                for i in range(out.shape[1])]
+        return torch.stack(cols, 1)
+
+    assert torch.allclose(gn, direct(g), atol=1e-12) and torch.allclose(hn, direct(h), atol=1e-12)
+    s = gradient_norm_summary(gn, hn)
+    both = np.concatenate([gn.numpy(), hn.numpy()], axis=1)
+    assert np.allclose(s["correlation"], np.corrcoef(both, rowvar=False), atol=1e-12)
+    assert np.allclose(s["g"]["quantiles"], np.quantile(gn.numpy(), QUANTILES, axis=0).T, atol=1e-12)
+    assert s["share_g_larger"] == pytest.approx(float(np.mean(gn.numpy() > hn.numpy())))
+    record = gradient_figure_and_record(gn, hn, tmp_path / "norms", title="test")
+    assert (tmp_path / "norms.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "norms.json").read_text())["n"] == 11 == record["n"]
