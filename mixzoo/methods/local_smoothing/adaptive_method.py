@@ -183,6 +183,7 @@ class LocalSmoothingAdaptive(MixingMethod):
     def fit(self, request: FitRequest) -> FitResult:
         import torch
 
+        from mixzoo.core import distributed
         from mixzoo.core.card import MixCard, provenance
         from mixzoo.methods.adaptive.method import save_network
         from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
@@ -193,6 +194,9 @@ class LocalSmoothingAdaptive(MixingMethod):
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = dict(request.options)
+        if distributed.world().size > 1:
+            raise InputError(f"{self.name} trains in one process (its fit does not split the crossover sweep or the"
+                             " card writing over ranks); run it without torchrun")
         if request.out is None:
             raise InputError(f"{self.name} writes its policy's weights next to the card; pass out= (--out)")
         out = Path(request.out)
