@@ -168,7 +168,7 @@ class LocalSmoothingAdaptive(MixingMethod):
 
         known = {f.name for f in fields(PolicyConfig)}
         kw = {k: opts[k] for k in _CONFIG_KEYS if k in opts and k in known}
-        for key in ("c1", "c2", "c3", "lr", "weight_decay", "ema", "clean_weight", "eps_c", "beta0"):
+        for key in ("c1", "c2", "c3", "lr", "weight_decay", "ema", "clean_weight", "eps_c"):
             if isinstance(kw.get(key), str):
                 kw[key] = _float(kw[key])
         for key in ("epochs", "batch_size", "width", "blocks"):
