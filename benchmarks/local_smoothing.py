@@ -16,6 +16,10 @@ and speed.
     case). Square (each query a K-NN search over 55,000 images plus a Jacobian) is left to ``mixzoo bench``.
 (c) speed on this CPU: the base models' forward, each R_i's forward (Jacobians), the accelerated variant (003
     App. A.1) and K-NN queries per second.
+(d) ``--parts gradstats`` (optional): 003 Fig. 2-3 and App. A.4, the per-class l1 norms of the input gradients of
+    g's and h's logits on the clean images and on PGD-10 points aimed at g and at h (eps 0.1): box plots per class,
+    the 2c x 2c correlation matrix, ``gradient_norms_{clean,attack_g,attack_h}.png`` / ``.json``
+    (:mod:`mixzoo.methods.local_smoothing.gradient_stats`).
 
 Writes ``local_smoothing.json`` and ``local_smoothing_r.png`` / ``local_smoothing_knn.png`` into ``--out``.
 """
@@ -192,6 +196,39 @@ def speed(g, h, train, batch: int = 100) -> dict:
     return out
 
 
+def gradient_statistics(g, h, data, out: Path, steps: int = 10, bs: int = 250) -> dict:
+    """(d): 003 Fig. 2-3 on the clean images, Fig. 10 (App. A.4) on PGD points aimed at g (alpha_t = 0) and at h."""
+    from mixzoo.methods.local_smoothing.crossover import attack_at_alpha
+    from mixzoo.methods.local_smoothing.gradient_stats import gradient_figure_and_record, gradient_norms
+
+    clf = LocalSmoothingClassifier(g, h, alpha=0.0, r="one")
+    x, y = data.images, data.labels
+    noise = torch.rand(x.shape, generator=torch.Generator().manual_seed(0))
+    sets = {"clean": x}
+    for name, a in (("attack_g", 0.0), ("attack_h", float("inf"))):
+        sets[name] = torch.cat([attack_at_alpha(clf, x[i:i + bs], y[i:i + bs],
+                                                torch.full((len(x[i:i + bs]),), a, dtype=torch.float64),
+                                                eps=torch.full((len(x[i:i + bs]),), EPS), steps=steps,
+                                                noise=noise[i:i + bs], norm=NORM) for i in range(0, len(x), bs)])
+    records = {}
+    for name, xs in sets.items():
+        t0 = time.perf_counter()
+        gn, hn = gradient_norms(g, h, xs, norm=NORM)
+        with torch.no_grad():
+            acc = {"g": float((g(xs).argmax(1) == y).float().mean()), "h": float((h(xs).argmax(1) == y).float().mean())}
+        rec = gradient_figure_and_record(
+            gn, hn, out / f"gradient_norms_{name}", title=f"fmnist-std (g) / fmnist-pgd (h), {len(xs)} evaluation"
+            f" images, {name.replace('_', ' ')}: per-class ||grad_x logit_i||_1 (003 Fig. 2-3)",
+            extra={"data": name, "accuracy": acc, "pgd_steps": steps if name != "clean" else 0, "eps": EPS,
+                   "seconds": time.perf_counter() - t0})
+        records[name] = {k: rec[k] for k in ("n", "share_g_larger", "mean_corr_g_g", "mean_corr_h_h",
+                                             "mean_corr_g_h", "ratio_cv", "accuracy")}
+        records[name]["median_g"] = [q[3] for q in rec["g"]["quantiles"]]
+        records[name]["median_h"] = [q[3] for q in rec["h"]["quantiles"]]
+        print(name, json.dumps({k: v for k, v in records[name].items() if not isinstance(v, list)}), flush=True)
+    return records
+
+
 def figures(result: dict, out: Path) -> list[str]:
     plt = figure_module()
     fig, ax = plt.subplots(figsize=(6.5, 5))
@@ -232,7 +269,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--n-iter", type=int, default=20)
-    ap.add_argument("--parts", default="speed,knn,r", help="comma-separated: speed, knn, knn-white, r; or merge")
+    ap.add_argument("--parts", default="speed,knn,r", help="comma-separated: speed, knn, knn-white, r, gradstats;"
+                                                         " or merge")
     ap.add_argument("--merge", default="knn.json,knn_white.json,r.json", help="the files --parts merge joins")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--r-options", default=",".join(R_OPTIONS))
@@ -277,6 +315,9 @@ def main() -> None:
     if "knn-white" in parts:
         print("K-NN smoothing, white-box and Square", flush=True)
         result["knn_white"] = knn_white_box(g, data, train, args.n_iter, args.n_queries)
+    if "gradstats" in parts:
+        print("gradient-norm statistics (003 Fig. 2-3)", flush=True)
+        result["gradient_norms"] = gradient_statistics(g, h, data, out)
     if "r" in parts:
         print("R_i options", flush=True)
         result["r_curves"] = r_curves(

@@ -11,15 +11,17 @@ from mixzoo.core.plugins import hookimpl
 @hookimpl
 def mixzoo_mixing_methods() -> dict[str, Any]:
     """``mixednuts`` (paper 000, the default), ``linear`` (constant alpha, 001 Eq. 3.4), ``adaptive-smoothing`` (a
-    trained mixing network alpha_theta(x), 001 Sec. 4-5), ``knn-smoothing`` and ``local-smoothing`` (locally biased
-    smoothing, paper 003)."""
+    trained mixing network alpha_theta(x), 001 Sec. 4-5), ``knn-smoothing``, ``local-smoothing`` and
+    ``local-smoothing-adaptive`` (locally biased smoothing, paper 003; the last with a trained policy, Eq. 7-9)."""
     from mixzoo.methods.adaptive.method import AdaptiveSmoothing
     from mixzoo.methods.linear import Linear
+    from mixzoo.methods.local_smoothing.adaptive_method import LocalSmoothingAdaptive
     from mixzoo.methods.local_smoothing.method import KNNSmoothing, LocalSmoothing
     from mixzoo.methods.mixednuts.method import MixedNUTS
 
     return {"mixednuts": MixedNUTS(), "linear": Linear(), "adaptive-smoothing": AdaptiveSmoothing(),
-            "knn-smoothing": KNNSmoothing(), "local-smoothing": LocalSmoothing()}
+            "knn-smoothing": KNNSmoothing(), "local-smoothing": LocalSmoothing(),
+            "local-smoothing-adaptive": LocalSmoothingAdaptive()}
 
 
 @hookimpl

@@ -28,7 +28,7 @@ def test_builtin_methods_come_from_the_methods_plugin():
     assert default_method() == "mixednuts"
     info = {i.name: i for i in plugin_infos()}
     assert info["methods"].provides["methods"] == ["adaptive-smoothing", "knn-smoothing", "linear",
-                                                   "local-smoothing", "mixednuts"]
+                                                   "local-smoothing", "local-smoothing-adaptive", "mixednuts"]
     assert info["methods"].error is None
     with pytest.raises(Exception, match="linaer"):
         lookup("method", "linaer")

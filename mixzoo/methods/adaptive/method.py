@@ -85,23 +85,7 @@ class AdaptiveSmoothing(MixingMethod):
         setting = params.get("setting")
         if setting not in ("A", "B", "C"):
             raise InputError(f"{source}: field '{sec}.setting' must be A, B or C, got {setting!r}")
-        if not isinstance(params.get("weights_file"), str) or not params["weights_file"]:
-            raise InputError(f"{source}: missing field '{sec}.weights_file'; write the card with `mixzoo mix`")
-        net = params.get("network")
-        keys = ("early_channels", "middle_channels", "width", "blocks")
-        if not isinstance(net, dict) or any(k not in net for k in keys) or not all(
-                isinstance(net[k], list) and len(net[k]) == 2 for k in keys[:2]):
-            raise InputError(f"{source}: field '{sec}.network' must record {', '.join(keys)}; write the card with"
-                             " `mixzoo mix`")
-        taps = params.get("taps")
-        if not isinstance(taps, dict) or any(not isinstance(taps.get(r), dict) or not {"early", "middle"} <= set(
-                taps[r]) for r in ("abc", "rbc")):
-            raise InputError(f"{source}: field '{sec}.taps' must record abc and rbc taps (early, middle)")
-        for key, default, low in (("eval_n_iter", 100, 1), ("eval_n_queries", 5000, 1),
-                                  ("eval_n_target_classes", 9, 0)):
-            v = params.setdefault(key, default)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise InputError(f"{source}: field '{sec}.{key}' must be an integer >= {low}, got {v!r}")
+        check_network_fields(params, source, sec)
         return params
 
     def summary_line(self, card: MixCard) -> str:
@@ -117,33 +101,19 @@ class AdaptiveSmoothing(MixingMethod):
     # ------------------------------------------------------------------------------------------------ model
     def network(self, card: MixCard) -> Any:
         """The trained mixing network of a card (its weight file checked against the card's sha256)."""
-        from safetensors.torch import load_file
-
-        from mixzoo.methods.adaptive.network import MixingNetwork
-
-        arch = card.params["network"]
-        net = MixingNetwork(arch["early_channels"], arch["middle_channels"], width=int(arch["width"]),
-                            blocks=int(arch["blocks"]))
-        net.load_state_dict(load_file(card.weight_file(card.params["weights_file"])))
-        return net.eval().requires_grad_(False)
+        return load_network(card)
 
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
         from mixzoo.methods.adaptive.mixing import AdaptiveClassifier
-        from mixzoo.methods.adaptive.taps import Taps, check_taps
         from mixzoo.zoo.pairs import model_device
 
         if abc is None or rbc is None:
             raise InputError("adaptive smoothing needs both base models (its mixing network reads both)")
         q = card.params
-        taps = []
-        for role, model in (("abc", abc), ("rbc", rbc)):  # the taps the network was trained on, as recorded
-            rec = q["taps"][role]
-            taps.append(check_taps(model, Taps(rec["early"], rec["middle"], bool(rec.get("nhwc", False))),
-                                   role.upper()))
         net = self.network(card).to(model_device(abc))
         return AdaptiveClassifier(abc, rbc, net, temperature=q["temperature"], alpha_min=q["alpha_min"],
-                                  alpha_max=q["alpha_max"], gradient=gradient, taps=(taps[0], taps[1])).eval()
+                                  alpha_max=q["alpha_max"], gradient=gradient, taps=card_taps(abc, rbc, card)).eval()
 
     def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
         """Setting D, the mixing network attacked alone, its gradient bypassed, transfer from each base model,
@@ -169,7 +139,6 @@ class AdaptiveSmoothing(MixingMethod):
     # ------------------------------------------------------------------------------------------------ fitting
     def fit(self, request: FitRequest) -> FitResult:
         import torch
-        from safetensors.torch import save_file
 
         from mixzoo.core import distributed
         from mixzoo.core.card import MixCard, provenance
@@ -219,15 +188,10 @@ class AdaptiveSmoothing(MixingMethod):
         res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
                     val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
                     progress=request.progress)
-        weights_name = f"{out.stem}.mixing-network.safetensors"
-        weights_path = out.with_name(weights_name)
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"setting": cfg.setting, "epochs": cfg.epochs, "rank": world.rank},
                              {"train": time.perf_counter() - t0})
-        tmp = weights_path.with_name(f".{weights_name}.{os.getpid()}.tmp")
-        save_file({k: v.contiguous().cpu() for k, v in res.state.items()}, str(tmp))
-        os.replace(tmp, weights_path)
-        digest = hashlib.sha256(weights_path.read_bytes()).hexdigest()
+        weights_name, digest = save_network(res.state, out)
         size = tuple(data.images.shape[1:])
         sg, sh = tap_shapes(pair.abc, taps["abc"], size), tap_shapes(pair.rbc, taps["rbc"], size)
         arch = {"early_channels": [sg["early"][0], sh["early"][0]],
@@ -261,3 +225,62 @@ def _int_option(opts: dict[str, Any], key: str, default: int, low: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < low:
         raise InputError(f"option {key} of adaptive-smoothing must be an integer >= {low}, got {v!r}")
     return v
+
+
+def check_network_fields(params: dict[str, Any], source: str, sec: str) -> None:
+    """The card fields of a trained mixing network (``weights_file``, ``network``, ``taps``) and the extra attacks'
+    budgets (``eval_n_iter``, ``eval_n_queries``, ``eval_n_target_classes``); one-line errors naming the field."""
+    if not isinstance(params.get("weights_file"), str) or not params["weights_file"]:
+        raise InputError(f"{source}: missing field '{sec}.weights_file'; write the card with `mixzoo mix`")
+    net = params.get("network")
+    keys = ("early_channels", "middle_channels", "width", "blocks")
+    if not isinstance(net, dict) or any(k not in net for k in keys) or not all(
+            isinstance(net[k], list) and len(net[k]) == 2 for k in keys[:2]):
+        raise InputError(f"{source}: field '{sec}.network' must record {', '.join(keys)}; write the card with"
+                         " `mixzoo mix`")
+    taps = params.get("taps")
+    if not isinstance(taps, dict) or any(not isinstance(taps.get(r), dict) or not {"early", "middle"} <= set(
+            taps[r]) for r in ("abc", "rbc")):
+        raise InputError(f"{source}: field '{sec}.taps' must record abc and rbc taps (early, middle)")
+    for key, default, low in (("eval_n_iter", 100, 1), ("eval_n_queries", 5000, 1),
+                              ("eval_n_target_classes", 9, 0)):
+        v = params.setdefault(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise InputError(f"{source}: field '{sec}.{key}' must be an integer >= {low}, got {v!r}")
+
+
+def load_network(card: MixCard) -> Any:
+    """A card's trained mixing network (``network`` architecture, ``weights_file`` checked against its sha256),
+    frozen, in eval mode."""
+    from safetensors.torch import load_file
+
+    from mixzoo.methods.adaptive.network import MixingNetwork
+
+    arch = card.params["network"]
+    net = MixingNetwork(arch["early_channels"], arch["middle_channels"], width=int(arch["width"]),
+                        blocks=int(arch["blocks"]))
+    net.load_state_dict(load_file(card.weight_file(card.params["weights_file"])))
+    return net.eval().requires_grad_(False)
+
+
+def card_taps(abc: nn.Module, rbc: nn.Module, card: MixCard) -> tuple[Any, Any]:
+    """The taps the card's network was trained on, as recorded, checked against the models (one-line errors)."""
+    from mixzoo.methods.adaptive.taps import Taps, check_taps
+
+    out = []
+    for role, model in (("abc", abc), ("rbc", rbc)):
+        rec = card.params["taps"][role]
+        out.append(check_taps(model, Taps(rec["early"], rec["middle"], bool(rec.get("nhwc", False))), role.upper()))
+    return out[0], out[1]
+
+
+def save_network(state: dict[str, Any], out: Path) -> tuple[str, str]:
+    """Write trained weights next to the card ``out`` (safetensors, atomically); (file name, sha256)."""
+    from safetensors.torch import save_file
+
+    name = f"{out.stem}.mixing-network.safetensors"
+    path = out.with_name(name)
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+    save_file({k: v.contiguous().cpu() for k, v in state.items()}, str(tmp))
+    os.replace(tmp, path)
+    return name, hashlib.sha256(path.read_bytes()).hexdigest()

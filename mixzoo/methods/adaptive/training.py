@@ -32,6 +32,10 @@ statistics) and convolutions over smaller batches round differently, and an atta
 differences; tests/test_adaptive_ddp.py finds the weights within 1e-5 of one process after an epoch. Rank 0 alone
 validates, writes the checkpoint (then a barrier) and the weights; every rank resumes from the same checkpoint.
 Every batch, the last included, needs at least one image per rank.
+
+One trainer, several methods: what is attacked, how and with which loss is an :class:`Objective`
+(:class:`AdaptiveObjective`, the default, is the above; ``local-smoothing-adaptive`` passes its own, 003 Eq. 9). The
+loop, the data pipeline, the mixing network and its taps, the seeding, checkpoints, EMA and DDP are shared.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -84,11 +88,12 @@ class TrainConfig:
     alpha_loss_max: float = 0.5
     n_target_classes: int = 1
     seed: int = 0
+    method: ClassVar[str] = "adaptive-smoothing"  # named in the error messages
 
     def check(self) -> TrainConfig:
         """One-line errors naming the option, before any work."""
         def bad(key: str, want: str) -> InputError:
-            return InputError(f"option {key} of adaptive-smoothing must be {want}, got {getattr(self, key)!r}")
+            return InputError(f"option {key} of {self.method} must be {want}, got {getattr(self, key)!r}")
         self.setting = str(self.setting).upper()
         if self.setting not in SETTINGS:
             raise bad("setting", "A (gray-box PGD), B (white-box PGD) or C (APGD-CE + APGD-T)")
@@ -182,6 +187,65 @@ def attack_batch(model: AdaptiveClassifier, x: torch.Tensor, y: torch.Tensor, cf
     return out
 
 
+class Objective:
+    """What the shared loop of :func:`train` trains: the classifier around the network, the attacks of a batch, the
+    loss, the validation. A method with another loss or classifier subclasses it (one trainer, several methods).
+
+    Every random draw of :meth:`attacks` comes from ``gen`` for the whole global batch and is sliced with ``part``
+    (see :func:`attack_batch`), so the draws, and with them a run's weights, depend only on the seed and the epoch.
+    """
+
+    keys: ClassVar[tuple[str, ...]] = ("loss", "ce", "bce")  # the loss parts averaged per epoch (history, progress)
+
+    def label(self, cfg: TrainConfig) -> str:
+        return f"adaptive smoothing {cfg.setting}"
+
+    def classifier(self, abc: nn.Module, rbc: nn.Module, net: nn.Module, taps: tuple[Any, Any],
+                   cfg: TrainConfig) -> nn.Module:
+        """The mixed classifier around ``net`` (attacked, and trained through)."""
+        return AdaptiveClassifier(abc, rbc, net, temperature=cfg.temperature, bounded=False, taps=taps)
+
+    def attacks(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig, gen: torch.Generator,
+                part: tuple[int, int, int]) -> Any:
+        """The batch's attacked images (and whatever :meth:`loss` needs about them), ``model``'s network in eval
+        mode."""
+        return attack_batch(model, x, y, cfg, gen, part=part)
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, attacked: Any,
+             cfg: TrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
+        """(the batch's mean loss, its parts named by :attr:`keys`), ``model``'s network in train mode."""
+        model.gradient = "exact"
+        xs = torch.cat([x, *attacked])
+        ys = y.repeat(len(attacked) + 1)
+        is_adv = torch.arange(len(xs), device=xs.device) >= len(x)
+        g, h, gamma = model.parts(xs)
+        out = adaptive_log_probs(g, h, gamma, temperature=cfg.temperature)
+        targets = pseudo_labels(is_adv, g.argmax(1) == ys, h.argmax(1) == ys, cfg.pseudo_labels)
+        weights = torch.where(is_adv, 1.0, cfg.clean_weight).to(out)
+        return composite_loss(out, ys, gamma, targets, weights, c_ce=cfg.c_ce, c_bce=cfg.c_bce, c_prod=cfg.c_prod)
+
+    def evaluate(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig) -> dict[str, float]:
+        """Clean and attacked accuracy (the setting's attack at the full radius, fixed seed) and mean alpha."""
+        fixed = TrainConfig(**{**asdict(cfg), "eps_factor": [1.0, 1.0], "steps": [cfg.steps[1]] * 2,
+                               "alpha_loss_max": 0.0, "n_target_classes": 0})
+        advs = attack_batch(model, x, y, fixed, epoch_generator(cfg.seed, -1))
+        model.gradient = "exact"
+        with torch.no_grad():
+            clean_out, clean_la = model.forward_alpha(x)
+            adv_out, adv_la = model.forward_alpha(advs[0])
+        return {"val_clean": float((clean_out.argmax(1) == y).float().mean()),
+                "val_attacked": float((adv_out.argmax(1) == y).float().mean()),
+                "alpha_clean": float(clean_la.exp().mean()), "alpha_attacked": float(adv_la.exp().mean())}
+
+    def describe(self, record: dict[str, float]) -> str:
+        """The validation line printed after an epoch."""
+        return (f"clean accuracy {record['val_clean']:.4f}, attacked {record['val_attacked']:.4f}, mean alpha clean"
+                f" {record['alpha_clean']:.3f} attacked {record['alpha_attacked']:.3f}")
+
+
+AdaptiveObjective = Objective  # adaptive smoothing's (001 Eq. 4.2), the default
+
+
 def _save(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
@@ -206,15 +270,17 @@ class TrainResult:
 
 def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig, *,
           val: tuple[torch.Tensor, torch.Tensor] | None = None, checkpoint: str | Path | None = None,
-          progress: bool = True, on_epoch: Callable[[int], None] | None = None) -> TrainResult:
+          progress: bool = True, on_epoch: Callable[[int], None] | None = None,
+          objective: Objective | None = None) -> TrainResult:
     """Train a mixing network for ``abc`` and ``rbc`` on ``images`` / ``labels`` (train split only).
 
     ``val``: images and labels for the per-epoch clean and attacked accuracy (held out of the train split);
     ``checkpoint``: a file written after every epoch and resumed from; ``on_epoch(e)``: called after epoch ``e``'s
-    checkpoint is written.
+    checkpoint is written; ``objective``: what is trained (default :class:`AdaptiveObjective`, 001 Eq. 4.2).
     """
     from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
 
+    objective = objective if objective is not None else AdaptiveObjective()
     cfg.check()
     taps = (model_taps(abc, "ABC"), model_taps(rbc, "RBC"))
     size = tuple(images.shape[1:])
@@ -227,10 +293,10 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
     if world.size > 1 and min(bs, n % bs or bs) < world.size:
         raise InputError(f"every batch needs at least one image per process: batch_size={bs} over {n} images"
                          f" leaves a batch smaller than the {world.size} processes; raise batch_size or n_train")
-    model = AdaptiveClassifier(abc, rbc, net, temperature=cfg.temperature, bounded=False, taps=taps)
+    model = objective.classifier(abc, rbc, net, taps, cfg)
     # the attacks run the plain network (eval mode, no gradient sync); the training forward runs it through DDP
-    trained = model if world.size == 1 else AdaptiveClassifier(
-        abc, rbc, parallel.wrap(net, torch.device(device)), temperature=cfg.temperature, bounded=False, taps=taps)
+    trained = model if world.size == 1 else objective.classifier(abc, rbc, parallel.wrap(net, torch.device(device)),
+                                                                 taps, cfg)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     ema = {k: v.detach().clone() for k, v in net.state_dict().items()} if cfg.ema > 0 else None
     history: list[dict[str, float]] = []
@@ -252,25 +318,17 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
         for epoch in range(start, cfg.epochs):
             gen = epoch_generator(cfg.seed, epoch)
             order = torch.randperm(n, generator=gen)
-            task = bar.add_task(f"adaptive smoothing {cfg.setting}: epoch {epoch + 1}/{cfg.epochs}", total=n)
-            sums = {"loss": 0.0, "ce": 0.0, "bce": 0.0}
+            label = objective.label(cfg)
+            task = bar.add_task(f"{label}: epoch {epoch + 1}/{cfg.epochs}", total=n)
+            sums = dict.fromkeys(objective.keys, 0.0)
             for b, batch in enumerate(order.split(bs)):
                 lo, hi = parallel.shard(len(batch), world)
                 idx = batch[lo:hi]
                 x, y = images[idx], labels[idx]
                 net.eval()
-                advs = attack_batch(model, x, y, cfg, gen, part=(lo, hi, len(batch)))
-                model.gradient = "exact"
+                attacked = objective.attacks(model, x, y, cfg, gen, (lo, hi, len(batch)))
                 net.train()
-                xs = torch.cat([x, *advs])
-                ys = y.repeat(len(advs) + 1)
-                attacked = torch.arange(len(xs), device=device) >= len(x)
-                g, h, gamma = trained.parts(xs)
-                out = adaptive_log_probs(g, h, gamma, temperature=cfg.temperature)
-                targets = pseudo_labels(attacked, g.argmax(1) == ys, h.argmax(1) == ys, cfg.pseudo_labels)
-                weights = torch.where(attacked, 1.0, cfg.clean_weight).to(out)
-                loss, parts = composite_loss(out, ys, gamma, targets, weights, c_ce=cfg.c_ce, c_bce=cfg.c_bce,
-                                             c_prod=cfg.c_prod)
+                loss, parts = objective.loss(trained, x, y, attacked, cfg)
                 opt.zero_grad(set_to_none=True)
                 # DDP averages the ranks' gradients: weigh each shard's mean by its share of the global batch so
                 # the average is the gradient of the global batch's mean (factor 1 in one process)
@@ -286,16 +344,13 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
                 for k in sums:
                     sums[k] += parts[k]
                 mean = {k: v / (b + 1) for k, v in sums.items()}
-                bar.update(task, advance=len(batch), description=(
-                    f"adaptive smoothing {cfg.setting}: epoch {epoch + 1}/{cfg.epochs} loss {mean['loss']:.3f}"
-                    f" ce {mean['ce']:.3f} bce {mean['bce']:.3f}"))
+                shown = " ".join(f"{k} {v:.3f}" for k, v in mean.items())
+                bar.update(task, advance=len(batch), description=f"{label}: epoch {epoch + 1}/{cfg.epochs} {shown}")
             record = {"epoch": epoch + 1, **{k: v / (b + 1) for k, v in sums.items()}}
             if val is not None and world.main:  # the other ranks go on to the next epoch's first all-reduce
-                record.update(validate(model, net, ema, val, cfg))
+                record.update(validate(model, net, ema, val, cfg, objective))
                 if progress:
-                    console.print(f"epoch {epoch + 1}: clean accuracy {record['val_clean']:.4f}, attacked"
-                                  f" {record['val_attacked']:.4f}, mean alpha clean {record['alpha_clean']:.3f}"
-                                  f" attacked {record['alpha_attacked']:.3f}")
+                    console.print(f"epoch {epoch + 1}: {objective.describe(record)}")
             history.append(record)
             if ckpt is not None:
                 if world.main:
@@ -318,23 +373,15 @@ def _global_means(parts: dict[str, float], count: int) -> dict[str, float]:
     return {k: float(t[i] / t[-1]) for i, k in enumerate(keys)}
 
 
-def validate(model: AdaptiveClassifier, net: MixingNetwork, ema: dict[str, torch.Tensor] | None,
-             val: tuple[torch.Tensor, torch.Tensor], cfg: TrainConfig) -> dict[str, float]:
-    """Clean and attacked accuracy (the setting's attack at the full radius, fixed seed) and mean alpha on ``val``."""
+def validate(model: nn.Module, net: MixingNetwork, ema: dict[str, torch.Tensor] | None,
+             val: tuple[torch.Tensor, torch.Tensor], cfg: TrainConfig,
+             objective: Objective | None = None) -> dict[str, float]:
+    """The objective's validation (:meth:`Objective.evaluate`) on ``val`` with the EMA weights if kept."""
     live = {k: v.clone() for k, v in net.state_dict().items()} if ema is not None else None
     if ema is not None:
         net.load_state_dict(ema)
     net.eval()
-    x, y = val
-    fixed = TrainConfig(**{**asdict(cfg), "eps_factor": [1.0, 1.0], "steps": [cfg.steps[1]] * 2,
-                           "alpha_loss_max": 0.0, "n_target_classes": 0})
-    advs = attack_batch(model, x, y, fixed, epoch_generator(cfg.seed, -1))
-    model.gradient = "exact"
-    with torch.no_grad():
-        clean_out, clean_la = model.forward_alpha(x)
-        adv_out, adv_la = model.forward_alpha(advs[0])
+    out = (objective if objective is not None else AdaptiveObjective()).evaluate(model, *val, cfg)
     if live is not None:
         net.load_state_dict(live)
-    return {"val_clean": float((clean_out.argmax(1) == y).float().mean()),
-            "val_attacked": float((adv_out.argmax(1) == y).float().mean()),
-            "alpha_clean": float(clean_la.exp().mean()), "alpha_attacked": float(adv_la.exp().mean())}
+    return out

@@ -1,9 +1,13 @@
-"""Locally biased smoothing (paper 003; 001 Sec. 2.3, 3, App. B): ``knn-smoothing`` and ``local-smoothing``.
+"""Locally biased smoothing (paper 003; 001 Sec. 2.3, 3, App. B): ``knn-smoothing``, ``local-smoothing`` and
+``local-smoothing-adaptive``.
 
 :mod:`.gradients` (per-class input gradients, dual norms), :mod:`.knn` (the K-NN direction oracle),
-:mod:`.smoothing` (the formula, the classifiers and their attack-time gradients), :mod:`.method` (the plugins).
+:mod:`.smoothing` (the formula, the classifiers and their attack-time gradients), :mod:`.method` (the training-free
+plugins), :mod:`.crossover` (beta_0 from 003 Fig. 4's crossover), :mod:`.policy` (the policy beta_theta and 003
+Eq. 9 for the shared adaptive-smoothing trainer), :mod:`.adaptive_method` (the trained plugin).
 """
 
+from mixzoo.methods.local_smoothing.adaptive_method import LocalSmoothingAdaptive
 from mixzoo.methods.local_smoothing.knn import KNNOracle
 from mixzoo.methods.local_smoothing.method import KNNSmoothing, LocalSmoothing
 from mixzoo.methods.local_smoothing.smoothing import (
@@ -16,4 +20,4 @@ from mixzoo.methods.local_smoothing.smoothing import (
 )
 
 __all__ = ["R_OPTIONS", "SPACES", "KNNOracle", "KNNSmoothing", "KNNSmoothingClassifier", "LocalSmoothing",
-           "LocalSmoothingClassifier", "smooth", "to_log_probs"]
+           "LocalSmoothingAdaptive", "LocalSmoothingClassifier", "smooth", "to_log_probs"]

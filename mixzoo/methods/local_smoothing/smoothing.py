@@ -24,7 +24,10 @@ the classifier itself.
 
 The adaptive variant (003 Eq. 7-9) plugs in through ``log_alpha``: a module ``beta_theta`` mapping the images to
 (B,) log-strengths; the classifier then uses ``alpha(x) = exp(clip(beta_theta(x), -14, 14))`` per example (003
-Sec. 6.3 crops the policy output to [-14, 14]) and the gradient of ``"exact"`` flows through the policy.
+Sec. 6.3 crops the policy output to [-14, 14]) and the gradient of ``"exact"`` flows through the policy;
+``"policy-fixed"`` holds both R_i(x) and alpha(x) constant in the backward pass (the policy's gradient bypassed,
+003 Sec. 5.1's "without the gradient through the policy"). :meth:`LocalSmoothingClassifier.forward_alpha` also
+returns ``log alpha(x)``, what the attacks aimed at the policy itself differentiate.
 """
 
 from __future__ import annotations
@@ -40,17 +43,22 @@ from mixzoo.methods.local_smoothing.knn import KNNOracle
 
 R_OPTIONS = ("one", "grad_g", "grad_max", "ratio")  # 001 App. B.1's four R_i(x)
 SPACES = ("logits", "probabilities")  # 001 Sec. 3
-GRADIENTS = ("exact", "fixed-R")  # plus "alpha_t=A" and, for K-NN smoothing, "rbc"
+GRADIENTS = ("exact", "fixed-R")  # plus "alpha_t=A", "policy-fixed" (with a policy) and, for K-NN smoothing, "rbc"
 LOG_ALPHA_CLIP = 14.0  # 003 Sec. 6.3
 
 
 def smooth(g: torch.Tensor, h: torch.Tensor, r: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
     """``(g + alpha R h) / (1 + alpha R)`` elementwise (003 Eq. 2, 5; 001 Eq. 3.3); ``alpha = inf`` gives ``h``.
 
-    ``alpha`` is a number or a (B, 1) tensor (a per-example strength, 003 Eq. 7); ``r`` is (B, c) or (B, 1).
+    ``alpha`` is a number or a (B, 1) tensor (a per-example strength, 003 Eq. 7, or a per-example attack-time
+    alpha_t, any of them ``inf``); ``r`` is (B, c) or (B, 1).
     """
     if isinstance(alpha, float | int) and math.isinf(alpha):
         return h + 0.0 * (g + r)  # the limit, keeping every input in the graph
+    if isinstance(alpha, torch.Tensor) and bool(torch.isinf(alpha).any()):
+        inf = torch.isinf(alpha)
+        w = torch.where(inf, 0.0, alpha) * r  # finite in both branches: no NaN reaches the backward pass
+        return torch.where(inf, h + 0.0 * (g + r), (g + w * h) / (1.0 + w))
     w = alpha * r
     return (g + w * h) / (1.0 + w)
 
@@ -109,7 +117,8 @@ class LocalSmoothingClassifier(nn.Module):
         self.abc, self.rbc, self.log_alpha = abc, rbc, log_alpha
         self.alpha, self.r, self.space, self.norm = float(alpha), r, space, norm
         self.eps_c, self.accelerated = float(eps_c), bool(accelerated)
-        self.mode, self.alpha_t = parse_gradient(gradient, GRADIENTS)
+        self.mode, self.alpha_t = parse_gradient(gradient, GRADIENTS if log_alpha is None
+                                                 else (*GRADIENTS, "policy-fixed"))
         self.smoothing_gradient = gradient  # not "gradient": the shared attacks switch a "gradient" attribute
 
     def _fn(self, model: nn.Module):
@@ -143,13 +152,20 @@ class LocalSmoothingClassifier(nn.Module):
         h, jac_h = class_gradients(fh, x, create_graph=create_graph)
         return g, h, r / (dual_norm(jac_h, self.norm).T + self.eps_c)
 
+    def log_strength(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``beta_theta(x)`` cropped to [-14, 14], shape (B,), when a policy is plugged in (003 Eq. 7), else None."""
+        if self.log_alpha is None:
+            return None
+        beta = self.log_alpha(x).reshape(-1).clamp(-LOG_ALPHA_CLIP, LOG_ALPHA_CLIP)
+        return beta.detach() if self.mode == "policy-fixed" else beta
+
     def strength(self, x: torch.Tensor) -> float | torch.Tensor:
         """alpha, or ``exp(beta_theta(x))`` per example (B, 1) when a policy is plugged in (003 Eq. 7)."""
-        if self.log_alpha is None:
-            return self.alpha
-        return torch.exp(self.log_alpha(x).reshape(-1, 1).clamp(-LOG_ALPHA_CLIP, LOG_ALPHA_CLIP))
+        beta = self.log_strength(x)
+        return self.alpha if beta is None else torch.exp(beta).unsqueeze(1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_alpha(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probabilities, log alpha per example, (B,)); a constant alpha gives ``log alpha`` for every row."""
         grad = _wants_grad(x)
         exact = self.mode == "exact" and grad
         g, h, r = self.parts(x, create_graph=exact)
@@ -157,10 +173,18 @@ class LocalSmoothingClassifier(nn.Module):
             r = r.detach()
             if not grad:
                 g, h = g.detach(), h.detach()
-        out = to_log_probs(smooth(g, h, r, self.strength(x)), self.space)
+        beta = self.log_strength(x)
+        alpha = self.alpha if beta is None else torch.exp(beta).unsqueeze(1)
+        if beta is None:
+            beta = torch.full((len(x),), math.log(self.alpha) if self.alpha > 0 else -math.inf, dtype=g.dtype,
+                              device=g.device)
+        out = to_log_probs(smooth(g, h, r, alpha), self.space)
         if not grad or self.mode != "alpha_t":
-            return out
-        return _straight_through(out, to_log_probs(smooth(g, h, r, self.alpha_t), self.space))
+            return out, beta
+        return _straight_through(out, to_log_probs(smooth(g, h, r, self.alpha_t), self.space)), beta
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_alpha(x)[0]
 
 
 class KNNSmoothingClassifier(nn.Module):

@@ -1,0 +1,285 @@
+"""``local-smoothing-adaptive`` (paper 003 Eq. 7-9): locally biased smoothing with a trained per-input strength.
+
+``fit`` measures beta_0 on the pair (003 Fig. 4's crossover, :mod:`.crossover`, on the first ``n_crossover``
+calibration images; or takes ``beta0`` as given), trains the policy beta_theta on the train split with the shared
+adaptive-smoothing trainer and 003 Eq. 9 (:mod:`.policy`), and writes the card, the crossover curves and the
+policy's weights (safetensors next to the card, sha256 in the card's ``[weights]``). ``build`` is
+:class:`~.smoothing.LocalSmoothingClassifier` with the policy as its ``log_alpha``. ``extra_attacks`` are the attacks
+of 003 Sec. 4.2 and 5.1 an adversary who knows the method runs (:meth:`LocalSmoothingAdaptive.extra_attacks`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mixzoo.core.errors import InputError
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number
+from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
+from mixzoo.methods.local_smoothing.method import _choice, _flag
+from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.core.card import MixCard
+
+SECTION = "local-smoothing-adaptive"
+_CONFIG_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "ema", "clean_weight", "steps", "eps_factor", "c1",
+                "c2", "c3", "alpha_ts", "r", "space", "accelerated", "eps_c", "width", "blocks")
+
+
+def _int_option(opts: dict[str, Any], key: str, default: int, low: int) -> int:
+    v = opts.get(key, default)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise InputError(f"option {key} of {SECTION} must be an integer >= {low}, got {v!r}")
+    return v
+
+
+class LocalSmoothingAdaptive(MixingMethod):
+    """003 Eq. 7: ``(g_i + exp(beta_theta(x)) R_i h_i) / (1 + exp(beta_theta(x)) R_i)``, beta_theta a policy network
+    on both base models' features trained with Eq. 9 around the measured crossover beta_0."""
+
+    name = SECTION
+    title = "Local smoothing, adaptive"
+    paper = "003 Eq. 7-9, Fig. 4, Sec. 5-6.3"
+    fit_cost = ("a PGD sweep over alpha_t on n_crossover calibration images (beta_0), then training: every batch"
+                " attacked at a random alpha_t and through the policy, epochs x n_train images; minutes on a CPU for"
+                " the digits zoo, longer with R_i = ratio (a Jacobian per attack step)")
+    certificate = ("its strength exp(beta_theta(x)) R_i(x) depends on the input through a network, which 003 Thm 2"
+                   " (fixed alpha) does not cover")
+    options = {
+        "beta0": "log alpha_0, Eq. 9's threshold, given (default: measured, the crossover of 003 Fig. 4)",
+        "n_crossover": "calibration images of the crossover sweep (default 200; at most --n-calib)",
+        "crossover_steps": "PGD steps of the crossover sweep (default 10, as 003's PGD-10)",
+        "crossover_alpha_ts": "attack-time alphas of the sweep (default: alpha_ts)",
+        "alpha_ts": "attack-time alphas of the training attacks (default 003 Sec. 6.3's 0,0.316,...,3162,inf)",
+        "r": f"R_i(x): {', '.join(R_OPTIONS)} (001 App. B.1; default ratio, 003 Eq. 7)",
+        "space": "logits | probabilities (default logits, 003)",
+        "accelerated": "true: 003 App. A.1's one gradient per model instead of the Jacobian (r grad_g or ratio)",
+        "eps_c": "added to ||grad h_i||_* in R_i = ratio (default 1e-6)",
+        "c1": "Eq. 9's c1 (default 0.5, 003 Sec. 6.3)", "c2": "Eq. 9's c2 (default 0.8)",
+        "c3": "Eq. 9's c3 (default 3.2)",
+        "epochs": "training epochs (default 5)",
+        "n_train": "train-split images used (default: all; the last n_val of them are held out for validation)",
+        "n_val": "train-split images held out for the per-epoch validation (default 200)",
+        "batch_size": "clean images per batch (default 128; two attacked copies are added)",
+        "lr": "AdamW learning rate (default 1e-4; 003 uses Adam)", "weight_decay": "AdamW weight decay (1e-5)",
+        "ema": "EMA decay of the weights, 0 = off (default 0)",
+        "clean_weight": "loss weight of clean images (default 1)",
+        "steps": "PGD steps through the policy, drawn from LO,HI per batch; the alpha_t attacks use HI (default 5,10)",
+        "eps_factor": "attack radius factor drawn from LO,HI per example (default 1,1: the full radius)",
+        "width": "channels of the policy network (default 32)", "blocks": "residual blocks (default 2)",
+        "resume": "resume from the checkpoint next to the card (default true)",
+        "eval_n_iter": "iterations of the extra APGD attacks (default 100)",
+        "eval_n_queries": "queries of the extra Square attack (default 5000)",
+        "eval_n_target_classes": "APGD-T targets of the extra attacks (default 3: each step costs a Jacobian)",
+        "command": "the command line recorded in the card's provenance",
+    }
+
+    # ------------------------------------------------------------------------------------------------ card
+    def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
+        from mixzoo.methods.adaptive.method import check_network_fields
+
+        sec = self.name
+        _choice(params, "r", R_OPTIONS, source, sec, "ratio")
+        _choice(params, "space", SPACES, source, sec, "logits")
+        _choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
+        _flag(params, "accelerated", source, sec)
+        number(params, "eps_c", source, sec, positive=True, default=1e-6)
+        number(params, "beta0", source, sec)
+        if not math.isfinite(params["beta0"]):
+            raise InputError(f"{source}: field '{sec}.beta0' must be finite, got {params['beta0']}")
+        if params["accelerated"] and params["r"] not in ("grad_g", "ratio"):
+            raise InputError(f"{source}: field '{sec}.accelerated' applies to r = grad_g or ratio (003 App. A.1),"
+                             f" not {params['r']!r}; drop it")
+        params.setdefault("eval_n_target_classes", 3)
+        check_network_fields(params, source, sec)
+        return params
+
+    def summary_line(self, card: MixCard) -> str:
+        q = card.params
+        return (f"adaptive local smoothing: R_i {q['r']} on {q['space']}, beta_0 {q['beta0']:.3g}"
+                f" (alpha_0 {math.exp(q['beta0']):.3g}), epochs {q.get('epochs')}")
+
+    def key_parts(self, card: MixCard) -> dict[str, Any]:
+        q = card.params
+        return {"method": self.name, "card": {k: q.get(k) for k in ("r", "space", "norm", "accelerated", "eps_c",
+                                                                     "taps", "network")},
+                "weights": dict(card.weights)}
+
+    # ------------------------------------------------------------------------------------------------ model
+    def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
+              gradient: str = "exact") -> nn.Module:
+        from mixzoo.methods.adaptive.method import card_taps, load_network
+        from mixzoo.methods.local_smoothing.policy import Policy
+        from mixzoo.methods.local_smoothing.smoothing import LocalSmoothingClassifier
+        from mixzoo.zoo.pairs import model_device
+
+        if abc is None or rbc is None:
+            raise InputError(f"{self.name} needs both base models (its policy reads both)")
+        q = card.params
+        policy = Policy(abc, rbc, load_network(card).to(model_device(abc)), card_taps(abc, rbc, card))
+        return LocalSmoothingClassifier(abc, rbc, alpha=0.0, r=q["r"], space=q["space"], norm=q["norm"],
+                                        eps_c=q["eps_c"], accelerated=q["accelerated"], gradient=gradient,
+                                        log_alpha=policy).eval()
+
+    def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
+        """003 Sec. 5.1: through the policy with R_i held fixed and with the policy's gradient bypassed; Eq. 6 at
+        fixed alpha_t = 0 (transfer from g), inf (transfer from h) and alpha_0 (the crossover); the policy attacked
+        toward g (APGD whose loss also lowers beta, and beta alone); Square (gradient-free)."""
+        q = card.params
+        apgd = {"n_iter": int(q["eval_n_iter"]), "n_target_classes": int(q["eval_n_target_classes"])}
+        alpha0 = math.exp(q["beta0"])
+        out = []
+        if q["r"] != "one":
+            out.append(ExtraAttack("apgd-fixed-R", "apgd", dict(apgd), gradient="fixed-R",
+                                   why="through the policy, R_i(x) held constant (003 Sec. 4.2: R_i is an extra"
+                                       " gradient path that can mislead)"))
+        out += [
+            ExtraAttack("apgd-policy-fixed", "apgd", dict(apgd), gradient="policy-fixed",
+                        why="003 Sec. 5.1: the adversary without the gradient through the policy"),
+            ExtraAttack("apgd-alpha_t=0", "apgd", dict(apgd), gradient="alpha_t=0",
+                        why="003 Eq. 6 at alpha_t = 0: transfer from g, judged on the adaptive classifier"),
+            ExtraAttack("apgd-alpha_t=inf", "apgd", dict(apgd), gradient="alpha_t=inf",
+                        why="003 Eq. 6 at alpha_t = inf: transfer from h"),
+            ExtraAttack("apgd-alpha_t=alpha0", "apgd", dict(apgd), gradient=f"alpha_t={alpha0:.6g}",
+                        why="003 Eq. 6 at the crossover alpha_0 (003 Fig. 7: a fixed intermediate alpha_t was the"
+                            " strongest attack)"),
+            ExtraAttack("policy-d", "adaptive-smoothing-apgd", {**apgd, "components": ["apgd-ce-alpha",
+                                                                                     "apgd-t-alpha"]},
+                        why="APGD whose loss also lowers beta_theta (toward the non-robust g; 001 Sec. 4.2 D)"),
+            ExtraAttack("policy-only", "adaptive-smoothing-apgd", {**apgd, "components": ["alpha-only"]},
+                        why="the policy attacked alone: minimise beta_theta, g then decides"),
+            ExtraAttack("square", "autoattack", {"components": ["square"], "n_queries": int(q["eval_n_queries"])},
+                        why="gradient-free: input gradients inside R_i and the policy may mask the loss's"),
+        ]
+        return out
+
+    # ------------------------------------------------------------------------------------------------ fitting
+    def config(self, opts: dict[str, Any], seed: int) -> Any:
+        """The :class:`~.policy.PolicyConfig` of the fit options (checked, eps a placeholder)."""
+        from mixzoo.methods.local_smoothing.policy import PolicyConfig
+
+        known = {f.name for f in fields(PolicyConfig)}
+        kw = {k: opts[k] for k in _CONFIG_KEYS if k in opts and k in known}
+        for key in ("c1", "c2", "c3", "lr", "weight_decay", "ema", "clean_weight", "eps_c"):
+            if isinstance(kw.get(key), str):
+                kw[key] = _float(kw[key])
+        for key in ("epochs", "batch_size", "width", "blocks"):
+            if isinstance(kw.get(key), str) and kw[key].isdigit():
+                kw[key] = int(kw[key])
+        cfg = PolicyConfig(**kw, seed=int(seed))
+        if "beta0" in opts:
+            cfg.beta0 = _float(opts["beta0"])
+        cfg.eps = 1.0
+        return cfg.check()
+
+    def fit(self, request: FitRequest) -> FitResult:
+        import torch
+
+        from mixzoo.core import distributed
+        from mixzoo.core.card import MixCard, provenance
+        from mixzoo.methods.adaptive.method import save_network
+        from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
+        from mixzoo.methods.adaptive.training import train
+        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts, measure_crossover
+        from mixzoo.methods.local_smoothing.policy import PolicyObjective, smoothing_classifier
+        from mixzoo.zoo.data import load_dataset
+        from mixzoo.zoo.pairs import prepare_pair
+
+        opts = dict(request.options)
+        if distributed.world().size > 1:
+            raise InputError(f"{self.name} trains in one process (its fit does not split the crossover sweep or the"
+                             " card writing over ranks); run it without torchrun")
+        if request.out is None:
+            raise InputError(f"{self.name} writes its policy's weights next to the card; pass out= (--out)")
+        out = Path(request.out)
+        MixCard.check_path(out)
+        cfg = self.config(opts, request.seed)
+        given_beta0 = "beta0" in opts
+        sweep = check_alpha_ts(opts["crossover_alpha_ts"], "crossover_alpha_ts") \
+            if "crossover_alpha_ts" in opts else list(cfg.alpha_ts)
+        n_cross = _int_option(opts, "n_crossover", 200, low=1)
+        cross_steps = _int_option(opts, "crossover_steps", 10, low=1)
+        n_val = _int_option(opts, "n_val", 200, low=0)
+        n_train = None if opts.get("n_train") is None else _int_option(opts, "n_train", 0, low=n_val + 1)
+        evals = {k: _int_option(opts, k, d, low=lo) for k, d, lo in (("eval_n_iter", 100, 1),
+                                                                     ("eval_n_queries", 5000, 1),
+                                                                     ("eval_n_target_classes", 3, 0))}
+        pair = prepare_pair(request)
+        if pair.norm not in DUAL_ORDER:
+            raise InputError(f"--norm must be one of {', '.join(DUAL_ORDER)} for {self.name}, got {pair.norm!r}")
+        cfg.eps, cfg.norm = pair.eps, pair.norm
+        cfg.check()
+        data = load_dataset(pair.dataset, "train", n=n_train, root=request.data_dir)
+        if len(data) <= n_val:
+            raise InputError(f"the {pair.dataset} train split has {len(data)} images, not more than n_val={n_val}")
+        seconds: dict[str, float] = {}
+        crossover = None
+        if not given_beta0:
+            t1 = time.perf_counter()
+            calib = pair.data
+            k = min(n_cross, len(calib.labels))
+            clf = smoothing_classifier(pair.abc, pair.rbc, cfg)
+            crossover = measure_crossover(clf, calib.images[:k].to(pair.device), calib.labels[:k], sweep,
+                                          eps=pair.eps, norm=pair.norm, steps=cross_steps, seed=request.seed,
+                                          batch_size=pair.batch_size)
+            cfg.beta0 = crossover.beta0
+            seconds["crossover"] = time.perf_counter() - t1
+        device = torch.device(request.device)
+        images, labels = data.images.to(device), data.labels.to(device)
+        split = len(data) - n_val
+        ckpt = out.with_name(f"{out.stem}.training.pt")
+        if not bool(opts.get("resume", True)):
+            ckpt.unlink(missing_ok=True)
+        t1 = time.perf_counter()
+        res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
+                    val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
+                    progress=request.progress, objective=PolicyObjective())
+        seconds["train"] = time.perf_counter() - t1
+        weights_name, digest = save_network(res.state, out)
+        taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
+        size = tuple(data.images.shape[1:])
+        sg, sh = tap_shapes(pair.abc, taps["abc"], size), tap_shapes(pair.rbc, taps["rbc"], size)
+        config = asdict(cfg)
+        config["alpha_ts"] = [a if math.isfinite(a) else "inf" for a in cfg.alpha_ts]
+        params = {"r": cfg.r, "space": cfg.space, "norm": cfg.norm, "accelerated": cfg.accelerated,
+                  "eps_c": cfg.eps_c, "beta0": cfg.beta0, "beta0_source": "given" if given_beta0 else "measured",
+                  "weights_file": weights_name,
+                  "network": {"early_channels": [sg["early"][0], sh["early"][0]],
+                              "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": cfg.width,
+                              "blocks": cfg.blocks},
+                  "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()},
+                  "training": {k: config[k] for k in (*_CONFIG_KEYS, "eps", "norm", "seed") if k in config},
+                  "history": res.history, **evals, "epochs": cfg.epochs}
+        if crossover is not None:
+            params["crossover"] = {**crossover.record(), "split": "calibration",
+                                   "fingerprint": getattr(pair.data, "fingerprint", "")}
+        card = MixCard(self.name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
+                       data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
+                             "source": getattr(data, "source", "")},
+                       attack={"eps": pair.eps, "norm": pair.norm},
+                       weights={weights_name: digest},
+                       provenance=provenance(command=opts.get("command", "mixzoo.methods.fit()")))
+        path = card.save(out)
+        card.path = path
+        last = res.history[-1] if res.history else {}
+        summary = {"beta0": cfg.beta0, "beta0_source": params["beta0_source"], "epochs": cfg.epochs,
+                   "resumed_epochs": res.resumed_epochs,
+                   **{k: v for k, v in last.items() if k.startswith(("val_", "beta_"))}}
+        if crossover is not None:
+            summary["crossover"] = crossover.where
+        return FitResult(card, path, summary, seconds, {"checkpoint": res.resumed_epochs > 0})
+
+
+def _float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
