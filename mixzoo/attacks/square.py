@@ -24,7 +24,8 @@ bench passes since issue 29): every example draws its own initial stripes or til
 patterns from ``(seed, index, iteration)`` (:class:`_ExampleDraws`, :mod:`mixzoo.core.rng`), so its run does not
 depend on the batch it is in. Without indices: a :class:`torch.Generator` seeded with ``seed + first index of the
 batch``; positions are shared by the examples of an iteration (as in the reference), signs are drawn for the whole
-batch every iteration, so one example's stream does not depend on which others are still being attacked. Deviations from the reference, all deliberate: the square's position ranges over all
+batch every iteration, so one example's stream does not depend on which others are still being attacked.
+Deviations from the reference, all deliberate: the square's position ranges over all
 ``h - s + 1`` offsets (the reference never picks the last one), L2 initial tiles that overhang the border are
 cropped (the reference needs ``h >= 10``), and nothing is restarted. One more, not chosen but kept so that published
 runs reproduce: proposal ``it`` (1 to ``n_queries - 1``, the initial point being query 0) takes the schedule's value
