@@ -406,14 +406,14 @@ def test_bench_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
         "--out", str(tmp_path / "o"), "--eps", "0.3", "--norm", "L2", "--seed", "2", "--batch-size", "8",
         "--no-curve", "--curve-n", "11", "-O", "n_iter=3", "--attack-option", "loss=ce", "--save-adversarial",
         "--data-dir", "dd", "--cache-dir", str(tmp_path / "c"), "--no-cache", "--device", "cuda", "--allow-unsafe",
-        "--per-example-seeds", "--json"])
+        "--batch-seeds", "--no-plots", "--json"])
     assert result.exit_code == 0, result.output
     assert spy.calls[0][0] == (str(tmp_path / "card.toml"),)  # a card file or a published card name
     assert spy.kwargs == dict(
         abc="a", rbc="r", attack="apgd", n=9, out=tmp_path / "o", eps=0.3, norm="L2", seed=2, batch_size=8,
         attack_options={"n_iter": 3, "loss": "ce"}, curve=False, curve_n=11, save_adversarial=True, data_dir="dd",
         cache_dir=tmp_path / "c", use_cache=False, device="cuda", allow_unsafe=True, progress=False, baseline=True,
-        extra_attacks=True, per_example_seeds=True)
+        extra_attacks=True, per_example_seeds=False, plots=False)
 
 
 def test_sanity_defaults_options_and_strict_exit_status(monkeypatch, tmp_path):

@@ -62,7 +62,8 @@ def setup(one_thread):
     b = train_robust_mlp("tiny-b", seed=1, hidden=48)
     data = load_dataset("digits", "calibration", n=N_CALIB)
     x, y = data.images, data.labels
-    res = mmaa(a, x, y, progress=False, **MMAA_KW)
+    # what transfer_params runs on a surrogate model: starts per image index, every image attacked (lowest margins)
+    res = mmaa(a, x, y, progress=False, index=torch.arange(len(y)), attack_all=True, **MMAA_KW)
     with torch.no_grad():
         clean = a(x)
     card = calibrate(clean_logits=clean, clean_labels=y, attacked_logits=res.logits, attacked_labels=y, beta=0.95,
@@ -347,7 +348,7 @@ def test_both_counts_the_images_where_square_won(setup):
     top_k = card.top_k
     transfer_side = torch.where((_key(clean, y, top_k) < _key(moved, y, top_k)).view(-1, 1), clean, moved)
     sq = min_margin_square(b, x, y, eps=EPS, norm="Linf", n_queries=queries, seed=0, top_k=top_k, batch_size=250,
-                           progress=False)
+                           progress=False, index=torch.arange(len(y)))
     key_t, key_s = _key(transfer_side, y, top_k), _key(sq.logits, y, top_k)
     square_won, transfer_won = key_s < key_t, key_t < key_s
     assert 0 < int(square_won.sum()) != int(transfer_won.sum())  # the two counts tell the roles apart
