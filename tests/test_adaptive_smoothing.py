@@ -231,6 +231,46 @@ def test_training_is_deterministic_and_resumes_after_a_kill(pair, train_data, tm
         train(abc, rbc, x, y, _cfg(ema=0.8, epochs=1), checkpoint=ckpt, progress=False)
 
 
+def test_training_resumes_inside_an_epoch(pair, train_data, tmp_path):
+    """A kill between mid-epoch checkpoints loses only the batches since the last one; the resumed run ends with the
+    uninterrupted run's weights and loss history (an epoch of the whole train split is long on a CPU)."""
+    from mixzoo.methods.adaptive.training import train
+
+    abc, rbc = pair
+    x, y = train_data[0][:96], train_data[1][:96]  # 6 batches of 16 per epoch
+    cfg = dict(ema=0.8, batch_size=16)
+    a = train(abc, rbc, x, y, _cfg(**cfg), progress=False)
+
+    class Killed(Exception):
+        pass
+
+    seen = []
+
+    def kill(epoch, b):
+        seen.append((epoch, b))
+        if (epoch, b) == (1, 5):  # after the checkpoint at batch 4 of the second epoch, before its end
+            raise Killed
+
+    ckpt = tmp_path / "run.training.pt"
+    with pytest.raises(Killed):
+        train(abc, rbc, x, y, _cfg(**cfg), checkpoint=ckpt, progress=False, checkpoint_every=2, on_batch=kill)
+    assert torch.load(ckpt, weights_only=True)["mid"]["batch"] == 4
+    redone = []
+    resumed = train(abc, rbc, x, y, _cfg(**cfg), checkpoint=ckpt, progress=False, checkpoint_every=2,
+                    on_batch=lambda e, b: redone.append((e, b)))
+    assert (resumed.resumed_epochs, resumed.resumed_batches) == (1, 4)
+    assert redone == [(1, 5), (1, 6)]
+    assert all(torch.equal(a.state[k], resumed.state[k]) for k in a.state)
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in a.history]
+    with pytest.raises(Killed):
+        train(abc, rbc, x, y, _cfg(**cfg, epochs=3), checkpoint=ckpt, progress=False, checkpoint_every=4,
+              on_batch=lambda e, b: (_ for _ in ()).throw(Killed()) if b == 5 else None)
+    with pytest.raises(InputError, match="2 epochs and part of the next.*epochs >= 3"):
+        train(abc, rbc, x, y, _cfg(**cfg), checkpoint=ckpt, progress=False)
+    with pytest.raises(InputError, match="checkpoint_every"):
+        train(abc, rbc, x, y, _cfg(**cfg), progress=False, checkpoint_every=-1)
+
+
 @pytest.mark.parametrize("setting", ["A", "B"])
 def test_training_learns_to_raise_alpha_on_attacked_inputs(pair, train_data, setting):
     from mixzoo.methods.adaptive.training import train

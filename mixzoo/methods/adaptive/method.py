@@ -63,6 +63,7 @@ class AdaptiveSmoothing(MixingMethod):
         "alpha_loss_max": "the alpha-lowering attack term's weight is drawn from U(0, this) (default 0.5)",
         "n_target_classes": "APGD-T targets in setting C (default 1)",
         "resume": "resume from the checkpoint next to the card (default true)",
+        "checkpoint_every": "batches between mid-epoch checkpoints (default 50; 0 = after each epoch only)",
         "eval_n_iter": "iterations of the extra attacks the card declares (default 100)",
         "eval_n_queries": "queries of the extra Square attack (default 5000)",
         "eval_n_target_classes": "APGD-T targets of the extra attacks (default 9, AutoAttack's)",
@@ -187,7 +188,7 @@ class AdaptiveSmoothing(MixingMethod):
         distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
         res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
                     val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
-                    progress=request.progress)
+                    progress=request.progress, checkpoint_every=opts.get("checkpoint_every", 50))
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"setting": cfg.setting, "epochs": cfg.epochs, "rank": world.rank},
                              {"train": time.perf_counter() - t0})

@@ -16,8 +16,10 @@ optional EMA of the weights (``ema``: decay, 0 = off; 0.8 in App. D.1) gives the
 
 Determinism and resumption: every random draw of epoch ``e`` (shuffling, radii, steps, weights, random starts)
 comes from a generator seeded by ``(seed, e)``, and a checkpoint (network, optimizer, EMA, history) is written
-atomically after each epoch; a run started again with the same configuration resumes after the last finished
-epoch and ends with the same weights as an uninterrupted run.
+atomically after each epoch, and within an epoch every ``checkpoint_every`` batches (then with the epoch generator's
+state and the loss sums so far, so that an epoch of the whole train split, tens of minutes on a CPU, is not lost to a
+kill); a run started again with the same configuration resumes after the last batch saved and ends with the same
+weights as an uninterrupted run.
 
 Several processes (``torchrun``, issue 29): every rank draws the same epoch permutation and takes a contiguous shard
 of each global batch of ``batch_size`` (:func:`.parallel.shard`); the network is wrapped in DistributedDataParallel
@@ -266,17 +268,22 @@ class TrainResult:
     state: dict[str, torch.Tensor]
     history: list[dict[str, float]]
     resumed_epochs: int = 0
+    resumed_batches: int = 0  # batches of the then unfinished epoch restored from a mid-epoch checkpoint
 
 
 def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig, *,
           val: tuple[torch.Tensor, torch.Tensor] | None = None, checkpoint: str | Path | None = None,
           progress: bool = True, on_epoch: Callable[[int], None] | None = None,
-          objective: Objective | None = None) -> TrainResult:
+          objective: Objective | None = None, checkpoint_every: int = 50,
+          on_batch: Callable[[int, int], None] | None = None) -> TrainResult:
     """Train a mixing network for ``abc`` and ``rbc`` on ``images`` / ``labels`` (train split only).
 
     ``val``: images and labels for the per-epoch clean and attacked accuracy (held out of the train split);
     ``checkpoint``: a file written after every epoch and resumed from; ``on_epoch(e)``: called after epoch ``e``'s
-    checkpoint is written; ``objective``: what is trained (default :class:`AdaptiveObjective`, 001 Eq. 4.2).
+    checkpoint is written; ``objective``: what is trained (default :class:`AdaptiveObjective`, 001 Eq. 4.2);
+    ``checkpoint_every``: batches between mid-epoch checkpoints (0 = only after each epoch; it does not change the
+    result); ``on_batch(epoch, b)``: called after batch ``b`` (1-based) of epoch ``epoch`` (0-based) and its
+    checkpoint, if any.
     """
     from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
 
@@ -299,8 +306,12 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
                                                                  taps, cfg)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     ema = {k: v.detach().clone() for k, v in net.state_dict().items()} if cfg.ema > 0 else None
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+        raise InputError(f"checkpoint_every must be an integer >= 0 (0: after each epoch only), got"
+                         f" {checkpoint_every!r}")
     history: list[dict[str, float]] = []
     start = 0
+    mid: dict[str, Any] | None = None  # the unfinished epoch's saved position
     ckpt = Path(checkpoint) if checkpoint is not None else None
     if ckpt is not None and ckpt.is_file():
         state = torch.load(ckpt, weights_only=True, map_location=device)
@@ -311,17 +322,38 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
         opt.load_state_dict(state["opt"])
         ema = state.get("ema") or ema
         history, start = list(state["history"]), int(state["epoch"])
-        if start > cfg.epochs:
-            raise InputError(f"checkpoint {ckpt} already holds {start} epochs, more than epochs={cfg.epochs}; train"
-                             f" with epochs >= {start}, or delete it (resume=false) to start again")
+        mid = state.get("mid")
+        if start > cfg.epochs or (start == cfg.epochs and mid is not None):
+            held = f"{start} epochs" + (" and part of the next" if mid is not None else "")
+            need = start + (mid is not None)
+            raise InputError(f"checkpoint {ckpt} already holds {held}, more than epochs={cfg.epochs}; train with"
+                             f" epochs >= {need}, or delete it (resume=false) to start again")
+    def save(epoch: int, position: dict[str, Any] | None) -> None:
+        if ckpt is None:
+            return
+        if world.main:
+            _save(ckpt, {"epoch": epoch, "net": net.state_dict(), "opt": opt.state_dict(), "ema": ema,
+                         "history": history, "config": _config_key(cfg), "mid": position})
+        distributed.barrier()  # written before any rank may stop and later resume from it
+
+    resumed_batches = 0
     with progress_bar(progress and world.main) as bar:
         for epoch in range(start, cfg.epochs):
             gen = epoch_generator(cfg.seed, epoch)
             order = torch.randperm(n, generator=gen)
+            batches = order.split(bs)
             label = objective.label(cfg)
-            task = bar.add_task(f"{label}: epoch {epoch + 1}/{cfg.epochs}", total=n)
             sums = dict.fromkeys(objective.keys, 0.0)
-            for b, batch in enumerate(order.split(bs)):
+            first = 0
+            if mid is not None and epoch == start:
+                # the generator's state after the saved batch: the rest of the epoch draws what it would have drawn
+                gen.set_state(mid["gen"])
+                first = resumed_batches = int(mid["batch"])
+                sums.update(mid["sums"])
+            task = bar.add_task(f"{label}: epoch {epoch + 1}/{cfg.epochs}", total=n,
+                                completed=sum(len(c) for c in batches[:first]))
+            for b in range(first, len(batches)):
+                batch = batches[b]
                 lo, hi = parallel.shard(len(batch), world)
                 idx = batch[lo:hi]
                 x, y = images[idx], labels[idx]
@@ -346,21 +378,21 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
                 mean = {k: v / (b + 1) for k, v in sums.items()}
                 shown = " ".join(f"{k} {v:.3f}" for k, v in mean.items())
                 bar.update(task, advance=len(batch), description=f"{label}: epoch {epoch + 1}/{cfg.epochs} {shown}")
+                if checkpoint_every and (b + 1) % checkpoint_every == 0 and b + 1 < len(batches):
+                    save(epoch, {"batch": b + 1, "gen": gen.get_state(), "sums": dict(sums)})
+                if on_batch is not None:
+                    on_batch(epoch, b + 1)
             record = {"epoch": epoch + 1, **{k: v / (b + 1) for k, v in sums.items()}}
             if val is not None and world.main:  # the other ranks go on to the next epoch's first all-reduce
                 record.update(validate(model, net, ema, val, cfg, objective))
                 if progress:
                     console.print(f"epoch {epoch + 1}: {objective.describe(record)}")
             history.append(record)
-            if ckpt is not None:
-                if world.main:
-                    _save(ckpt, {"epoch": epoch + 1, "net": net.state_dict(), "opt": opt.state_dict(), "ema": ema,
-                                 "history": history, "config": _config_key(cfg)})
-                distributed.barrier()  # written before any rank may stop and later resume from it
+            save(epoch + 1, None)
             if on_epoch is not None:
                 on_epoch(epoch + 1)
     final = ema if ema is not None else net.state_dict()
-    return TrainResult({k: v.detach().clone() for k, v in final.items()}, history, start)
+    return TrainResult({k: v.detach().clone() for k, v in final.items()}, history, start, resumed_batches)
 
 
 def _global_means(parts: dict[str, float], count: int) -> dict[str, float]:

@@ -76,6 +76,7 @@ class LocalSmoothingAdaptive(MixingMethod):
         "eps_factor": "attack radius factor drawn from LO,HI per example (default 1,1: the full radius)",
         "width": "channels of the policy network (default 32)", "blocks": "residual blocks (default 2)",
         "resume": "resume from the checkpoint next to the card (default true)",
+        "checkpoint_every": "batches between mid-epoch checkpoints (default 50; 0 = after each epoch only)",
         "eval_n_iter": "iterations of the extra APGD attacks (default 100)",
         "eval_n_queries": "queries of the extra Square attack (default 5000)",
         "eval_n_target_classes": "APGD-T targets of the extra attacks (default 3: each step costs a Jacobian)",
@@ -241,7 +242,8 @@ class LocalSmoothingAdaptive(MixingMethod):
         t1 = time.perf_counter()
         res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
                     val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
-                    progress=request.progress, objective=PolicyObjective())
+                    progress=request.progress, objective=PolicyObjective(),
+                    checkpoint_every=opts.get("checkpoint_every", 50))
         seconds["train"] = time.perf_counter() - t1
         weights_name, digest = save_network(res.state, out)
         taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
