@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from mixzoo.core.errors import InputError, RegistryError
@@ -289,7 +291,9 @@ def test_bad_options_are_refused_before_work(tmp_path):
 
     for opts, match in [({"setting": "Z"}, "option setting"), ({"epochs": 0}, "option epochs"),
                         ({"steps": [5, 2]}, "option steps"), ({"alpha_min": 0.9, "alpha_max": 0.5}, "alpha_min"),
-                        ({"pseudo_labels": "x"}, "pseudo_labels"), ({"ema": 1.5}, "option ema")]:
+                        ({"pseudo_labels": "x"}, "pseudo_labels"), ({"ema": 1.5}, "option ema"),
+                        ({"alpha_min": "serch"}, "alpha_min .* a number or 'search'"),
+                        ({"alpha_min": "search", "robust_drop": -1}, "robust_drop")]:
         with pytest.raises(InputError, match=match):
             fit("adaptive-smoothing", "digits-std", "digits-pgd", options=opts, out=tmp_path / "c.toml",
                 eps=EPS, progress=False)
@@ -434,3 +438,48 @@ def test_published_families_have_default_taps_through_wrappers():
         taps = model_taps(model)
         assert taps.early.startswith("inner.") and not taps.nhwc
         assert tap_shapes(model, taps, (3, 32, 32)) == {"early": early, "middle": middle}
+
+
+# ------------------------------------------------------------------------------------------------ alpha_min search
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=40), st.floats(-0.1, 1.1))
+@settings(max_examples=200, deadline=None)
+def test_first_reaching_finds_the_first_index_of_a_monotone_sequence(values, target):
+    from mixzoo.methods.adaptive.bounds import first_reaching
+
+    values = sorted(values)
+    calls = []
+
+    def robust(i):
+        calls.append(i)
+        return values[i]
+
+    got = first_reaching(robust, len(values), target)
+    reaching = [i for i, v in enumerate(values) if v >= target]
+    assert got == (reaching[0] if reaching else len(values) - 1)
+    assert len(set(calls)) <= math.ceil(math.log2(len(values))) + 2
+
+
+def test_alpha_min_search_picks_the_smallest_bound_within_the_drop(tmp_path, one_thread):
+    """alpha_min=search on the calibration split: the card records every candidate, the chosen one reaches the RBC's
+    robust accuracy minus robust_drop and the next smaller candidate tried does not; the RBC's own figure is the
+    same attack's."""
+    from mixzoo.core.card import MixCard
+    from mixzoo.methods import fit
+
+    opts = {**FIT_OPTIONS, "epochs": 1, "alpha_min": "search", "robust_drop": 5.0}
+    res = fit("adaptive-smoothing", "digits-std", "digits-pgd", options=opts, out=tmp_path / "card.toml", eps=EPS,
+              n_calib=60, seed=0, cache_dir=tmp_path / "cache", progress=False)
+    card = MixCard.load(res.path)
+    rec = card.params["alpha_min_search"]
+    tried = {t["alpha_min"]: t["robust_accuracy"] for t in rec["tried"]}
+    chosen = card.params["alpha_min"]
+    assert res.summary["alpha_min"] == chosen and chosen in tried
+    assert rec["target_robust"] == pytest.approx(rec["rbc_robust"] - 0.05)
+    assert rec["n"] == 60 and rec["split"] == "calibration"
+    smaller = [a for a in tried if a < chosen]
+    if rec["met"]:
+        assert tried[chosen] >= rec["target_robust"]
+        assert not smaller or tried[max(smaller)] < rec["target_robust"]
+    else:
+        assert chosen == max(tried) and tried[chosen] < rec["target_robust"]
+    assert 2 <= len(tried) <= 6  # a bisection, not the whole grid of 13

@@ -54,7 +54,10 @@ class AdaptiveSmoothing(MixingMethod):
         "clean_weight": "loss weight of clean examples (default 2)",
         "pseudo_labels": "authors (clean 0, attacked 1) | oracle (flipped where only the other model is right)",
         "temperature": "the ABC's softmax temperature (default 1; 0 = hard max, as MixedNUTS)",
-        "alpha_min": "evaluation-time lower bound of alpha (App. D.1; default 0)",
+        "alpha_min": "evaluation-time lower bound of alpha (App. D.1; default 0), or 'search': the smallest of a grid"
+                     " whose robust accuracy on the calibration split (--n-calib images, APGD and setting D) is within"
+                     " robust_drop points of the RBC's",
+        "robust_drop": "points of robust accuracy alpha_min=search may give up against the RBC (default 1.5)",
         "alpha_max": "evaluation-time upper bound of alpha (App. D.1; default 1)",
         "width": "channels of the mixing network (default 32)",
         "blocks": "residual blocks after the join (default 2)",
@@ -164,8 +167,15 @@ class AdaptiveSmoothing(MixingMethod):
         cfg = TrainConfig(**cfg_kw, seed=int(request.seed))
         cfg.eps = 1.0  # placeholder until the pair's threat model is known; checked again below
         cfg.check()
-        alpha_min, alpha_max = check_bounds(float(opts.get("alpha_min", 0.0)), float(opts.get("alpha_max", 1.0)),
-                                            "options alpha_min, alpha_max")
+        search = opts.get("alpha_min") == "search"
+        if isinstance(opts.get("alpha_min"), str) and not search:
+            raise InputError(f"option alpha_min of adaptive-smoothing must be a number or 'search', got"
+                             f" {opts['alpha_min']!r}")
+        alpha_min, alpha_max = check_bounds(0.0 if search else _float_option(opts, "alpha_min", 0.0),
+                                            _float_option(opts, "alpha_max", 1.0), "options alpha_min, alpha_max")
+        robust_drop = _float_option(opts, "robust_drop", 1.5)
+        if not 0 <= robust_drop <= 100:
+            raise InputError(f"option robust_drop of adaptive-smoothing must be in [0, 100] points, got {robust_drop}")
         n_val = _int_option(opts, "n_val", 200, low=0)
         n_train = opts.get("n_train")
         n_train = None if n_train is None else _int_option(opts, "n_train", 0, low=n_val + 1)
@@ -205,6 +215,10 @@ class AdaptiveSmoothing(MixingMethod):
                   "history": res.history, "eval_n_iter": eval_n_iter, "eval_n_queries": eval_n_queries,
                   "eval_n_target_classes": eval_targets,
                   "epochs": cfg.epochs}
+        if search:  # rank 0 alone under torchrun: the other ranks have finished
+            with distributed.alone():
+                params["alpha_min"], params["alpha_min_search"] = self._search_alpha_min(
+                    pair, params, weights_name, out, robust_drop, request)
         card = MixCard(self.name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
                        data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
                              "source": getattr(data, "source", "")},
@@ -216,9 +230,44 @@ class AdaptiveSmoothing(MixingMethod):
         seconds = time.perf_counter() - t0
         last = res.history[-1] if res.history else {}
         summary = {"setting": cfg.setting, "epochs": cfg.epochs, "resumed_epochs": res.resumed_epochs,
+                   "alpha_min": params["alpha_min"],
                    **{k: last[k] for k in ("val_clean", "val_attacked", "alpha_clean", "alpha_attacked")
                       if k in last}}
         return FitResult(card, path, summary, {"train": seconds}, {"checkpoint": res.resumed_epochs > 0})
+
+
+    def _search_alpha_min(self, pair: Any, params: dict[str, Any], weights_name: str, out: Path,
+                          robust_drop: float, request: FitRequest) -> tuple[float, dict[str, Any]]:
+        """alpha_min=search (:func:`.bounds.search_alpha_min`) on the pair's calibration images."""
+        from mixzoo.core.card import MixCard
+        from mixzoo.methods.adaptive.bounds import ALPHA_MIN_GRID, search_alpha_min
+        from mixzoo.zoo.pairs import model_key
+
+        # a card next to the weights just written, only to build each candidate from (never saved)
+        probe = MixCard(self.name, dict(params), abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
+                        weights={weights_name: hashlib.sha256(out.with_name(weights_name).read_bytes()).hexdigest()})
+        probe.path = out
+        base = {"data": pair.data.fingerprint, "n": len(pair.data.labels), "abc": model_key(pair.abc),
+                "rbc": model_key(pair.rbc), "purpose": "alpha_min search"}
+
+        def at(alpha_min: float) -> MixCard:
+            probe.params["alpha_min"] = alpha_min
+            return probe
+
+        grid = tuple(a for a in ALPHA_MIN_GRID if a < params["alpha_max"])
+        return search_alpha_min(
+            lambda a: self.build(pair.abc, pair.rbc, at(a)), pair.rbc, pair.data.images, pair.data.labels,
+            robust_drop=robust_drop, grid=grid, rbc_key={**base, "model": "rbc"},
+            key_parts=lambda a: {**base, **self.key_parts(at(a))},
+            evaluate_kw={"eps": pair.eps, "norm": pair.norm, "seed": request.seed, "cache": pair.cache,
+                         "batch_size": request.batch_size or 250, "progress": request.progress})
+
+
+def _float_option(opts: dict[str, Any], key: str, default: float) -> float:
+    v = opts.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise InputError(f"option {key} of adaptive-smoothing must be a number, got {v!r}")
+    return float(v)
 
 
 def _int_option(opts: dict[str, Any], key: str, default: int, low: int) -> int:
