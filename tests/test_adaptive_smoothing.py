@@ -337,6 +337,30 @@ def test_card_round_trip_and_weight_hash(fitted, pair):
         MixCard.from_dict(data)
 
 
+def test_save_as_carries_the_weights_under_the_new_name(fitted, pair, tmp_path):
+    """A trained card copied under another name (how the zoo publishes cards) brings its weight file, renamed and
+    still hashed; an altered weight file stops the copy before anything is written."""
+    from mixzoo.core.card import MixCard
+
+    _, root = fitted
+    card = MixCard.load(root / "card.toml")
+    dest = tmp_path / "zoo" / "digits-as-c.toml"
+    card.save_as(dest)
+    copy = MixCard.load(dest)
+    assert copy.weights_file == "digits-as-c.mixing-network.safetensors"
+    assert list(copy.weights) == [copy.weights_file] and list(copy.weights.values()) == list(card.weights.values())
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["digits-as-c.mixing-network.safetensors",
+                                                              "digits-as-c.toml"]
+    abc, rbc = pair
+    x = torch.rand(4, 1, 8, 8)
+    with torch.no_grad():
+        assert torch.equal(card.mixing_method.build(abc, rbc, card)(x), copy.mixing_method.build(abc, rbc, copy)(x))
+    (dest.parent / copy.weights_file).write_bytes(b"not the weights")
+    with pytest.raises(InputError, match="does not belong to this card"):
+        copy.save_as(tmp_path / "again" / "x.toml")
+    assert not (tmp_path / "again").exists()
+
+
 def test_bounds_from_the_card_apply_at_evaluation(fitted, pair):
     from mixzoo.core.card import MixCard
 

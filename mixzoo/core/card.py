@@ -17,6 +17,7 @@ import datetime as _dt
 import functools
 import json
 import math
+import os
 import subprocess
 import tomllib
 import warnings
@@ -172,6 +173,33 @@ class MixCard:
         else:
             raise InputError(f"card path {path} must end in .toml or .json")
         return atomic_write_text(path, text)
+
+    def save_as(self, path: str | Path) -> Path:
+        """Write the card to ``path`` with copies of its weight files (each checked against its sha256), renamed to
+        the new card's stem (``card.x.safetensors`` -> ``NAME.x.safetensors``), so that several trained cards can
+        share a folder, e.g. a plugin's published cards; parameters naming a file follow the rename. Returns the
+        new card's path; nothing is written when a weight file is missing or altered."""
+        import shutil
+
+        from mixzoo.core.cache import check_writable
+
+        path = check_writable(Path(path), what="card")
+        if path.suffix not in (".toml", ".json"):
+            raise InputError(f"card path {path} must end in .toml or .json")
+        old_stem = self.path.stem if self.path is not None else None
+        sources = {name: self.weight_file(name) for name in self.weights}  # checked before anything is written
+        renamed = {name: (f"{path.stem}{name[len(old_stem):]}" if old_stem and name.startswith(f"{old_stem}.")
+                          else name) for name in sources}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for name, src in sources.items():
+            dst = path.with_name(renamed[name])
+            tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        copy = MixCard.from_dict(self.to_dict(), source=str(path))
+        copy.weights = {renamed[k]: v for k, v in self.weights.items()}
+        copy.params = {k: renamed.get(v, v) if isinstance(v, str) else v for k, v in copy.params.items()}
+        return copy.save(path)
 
     @staticmethod
     def check_path(path: str | Path) -> Path:
