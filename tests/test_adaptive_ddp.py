@@ -109,3 +109,37 @@ def test_a_batch_smaller_than_the_world_is_refused_naming_the_option(tmp_path):
     assert done.returncode != 0
     assert "batch_size=47" in done.stderr + done.stdout and "raise batch_size or n_train" in done.stderr + done.stdout
     assert not list(tmp_path.glob("card*"))
+
+
+LSA_ARGS = ["mix", "--method", "local-smoothing-adaptive", "--abc", "digits-std", "--rbc", "digits-pgd", "--eps",
+            "0.1", "--n-calib", "50", "-O", "r=one", "-O", "n_crossover=20", "-O", "crossover_steps=2", "-O",
+            "epochs=1", "-O", "n_train=60", "-O", "n_val=12", "-O", "batch_size=15", "-O", "steps=2,3", "-O",
+            "width=8", "-O", "blocks=1", "-O", "lr=1e-3", "--json"]
+
+
+def test_local_smoothing_adaptive_trains_under_torchrun_like_one_process(tmp_path, monkeypatch, one_thread):
+    """The shared trainer serves 003's policy too: rank 0 measures the crossover and hands beta_0 to the other rank,
+    both train their shards, rank 0 alone writes; the weights are the one-process weights to float rounding."""
+    from typer.testing import CliRunner
+
+    from mixzoo.cli import app
+    from mixzoo.core.card import MixCard
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    monkeypatch.setenv("MIXZOO_CACHE", str(tmp_path / "cache1"))
+    one = CliRunner().invoke(app, [*LSA_ARGS, "--out", str(tmp_path / "one" / "card.toml")])
+    assert one.exit_code == 0, one.output
+    done = torchrun_mix(2, [*LSA_ARGS, "--out", str(tmp_path / "two" / "card.toml")], tmp_path / "cache2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count('"card"') == 1
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [
+        "card.mixing-network.safetensors", "card.toml", "card.training.pt"]
+    card_one, card_two = MixCard.load(tmp_path / "one" / "card.toml"), MixCard.load(tmp_path / "two" / "card.toml")
+    assert card_two.params["beta0"] == card_one.params["beta0"]
+    assert card_two.params["crossover"] == card_one.params["crossover"]
+    a = load_file(tmp_path / "one" / "card.mixing-network.safetensors")
+    b = load_file(tmp_path / "two" / "card.mixing-network.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=0, atol=ATOL), (k, float((a[k] - b[k]).abs().max()))

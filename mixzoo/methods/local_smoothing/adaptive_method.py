@@ -195,12 +195,12 @@ class LocalSmoothingAdaptive(MixingMethod):
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = dict(request.options)
-        if distributed.world().size > 1:
-            raise InputError(f"{self.name} trains in one process (its fit does not split the crossover sweep or the"
-                             " card writing over ranks); run it without torchrun")
-        if request.out is None:
+        world = distributed.world()
+        # under torchrun only rank 0 is handed out=; every rank trains its shards and resumes from the checkpoint
+        given = distributed.gather(None if request.out is None else str(request.out))[0]
+        if given is None:
             raise InputError(f"{self.name} writes its policy's weights next to the card; pass out= (--out)")
-        out = Path(request.out)
+        out = Path(given)
         MixCard.check_path(out)
         cfg = self.config(opts, request.seed)
         given_beta0 = "beta0" in opts
@@ -228,23 +228,28 @@ class LocalSmoothingAdaptive(MixingMethod):
             calib = pair.data
             k = min(n_cross, len(calib.labels))
             clf = smoothing_classifier(pair.abc, pair.rbc, cfg)
-            crossover = measure_crossover(clf, calib.images[:k].to(pair.device), calib.labels[:k], sweep,
-                                          eps=pair.eps, norm=pair.norm, steps=cross_steps, seed=request.seed,
-                                          batch_size=pair.batch_size)
-            cfg.beta0 = crossover.beta0
+            if world.main:  # rank 0 measures, the others take its beta_0
+                with distributed.alone():
+                    crossover = measure_crossover(clf, calib.images[:k].to(pair.device), calib.labels[:k], sweep,
+                                                  eps=pair.eps, norm=pair.norm, steps=cross_steps,
+                                                  seed=request.seed, batch_size=pair.batch_size)
+            cfg.beta0 = distributed.gather(None if crossover is None else crossover.beta0)[0]
             seconds["crossover"] = time.perf_counter() - t1
         device = torch.device(request.device)
         images, labels = data.images.to(device), data.labels.to(device)
         split = len(data) - n_val
         ckpt = out.with_name(f"{out.stem}.training.pt")
-        if not bool(opts.get("resume", True)):
+        if not bool(opts.get("resume", True)) and world.main:
             ckpt.unlink(missing_ok=True)
+        distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
         t1 = time.perf_counter()
         res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
                     val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
                     progress=request.progress, objective=PolicyObjective(),
                     checkpoint_every=opts.get("checkpoint_every", 50))
         seconds["train"] = time.perf_counter() - t1
+        if not world.main:  # trained its shards; rank 0 writes the weights and the card
+            return FitResult(None, None, {"beta0": cfg.beta0, "epochs": cfg.epochs, "rank": world.rank}, seconds)
         weights_name, digest = save_network(res.state, out)
         taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
         size = tuple(data.images.shape[1:])
