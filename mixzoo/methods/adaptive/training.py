@@ -328,6 +328,7 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
             need = start + (mid is not None)
             raise InputError(f"checkpoint {ckpt} already holds {held}, more than epochs={cfg.epochs}; train with"
                              f" epochs >= {need}, or delete it (resume=false) to start again")
+
     def save(epoch: int, position: dict[str, Any] | None) -> None:
         if ckpt is None:
             return
@@ -347,7 +348,7 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
             first = 0
             if mid is not None and epoch == start:
                 # the generator's state after the saved batch: the rest of the epoch draws what it would have drawn
-                gen.set_state(mid["gen"])
+                gen.set_state(mid["gen"].cpu())
                 first = resumed_batches = int(mid["batch"])
                 sums.update(mid["sums"])
             task = bar.add_task(f"{label}: epoch {epoch + 1}/{cfg.epochs}", total=n,
