@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -53,36 +54,42 @@ def test_shards_partition_the_batch_in_rank_order(n, size):
     assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
 
 
-@pytest.mark.parametrize("setting", ["C", "B"])
-def test_two_ranks_train_the_one_process_network_and_rank_0_alone_writes(setting, tmp_path, monkeypatch,
-                                                                        one_thread):
+def one_and_two_ranks(args: list[str], tmp_path: Path, monkeypatch) -> tuple[subprocess.CompletedProcess, Any, Any,
+                                                                              dict, dict]:
+    """``mixzoo mix ARGS`` in one process and under torchrun with 2 ranks: (the torchrun run, both cards, both
+    weight files), after checking that rank 0 alone printed and wrote the card, its weights and the checkpoint
+    (no leftover temporary file of another rank) and that the weights agree to float rounding."""
     from typer.testing import CliRunner
 
     from mixzoo.cli import app
     from mixzoo.core.card import MixCard
-    from mixzoo.methods.adaptive.training import TrainConfig, new_network
 
-    args = [*ARGS, "-O", f"setting={setting}"]
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
     monkeypatch.setenv("MIXZOO_CACHE", str(tmp_path / "cache1"))
     one = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one" / "card.toml")])
     assert one.exit_code == 0, one.output
-
     done = torchrun_mix(2, [*args, "--out", str(tmp_path / "two" / "card.toml")], tmp_path / "cache2")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count('"card"') == 1  # rank 0 alone prints
-    assert json.loads(done.stdout)["summary"]["resumed_epochs"] == 0
-    # rank 0 alone wrote: the card, its weights, the checkpoint, and no leftover temporary file of another rank
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [
         "card.mixing-network.safetensors", "card.toml", "card.training.pt"]
-
     a = load_file(tmp_path / "one" / "card.mixing-network.safetensors")
     b = load_file(tmp_path / "two" / "card.mixing-network.safetensors")
     assert a.keys() == b.keys()
     for k in a:
         assert torch.allclose(a[k], b[k], rtol=0, atol=ATOL), (k, float((a[k] - b[k]).abs().max()))
-    card_one, card_two = MixCard.load(tmp_path / "one" / "card.toml"), MixCard.load(tmp_path / "two" / "card.toml")
+    return done, MixCard.load(tmp_path / "one" / "card.toml"), MixCard.load(tmp_path / "two" / "card.toml"), a, b
+
+
+@pytest.mark.parametrize("setting", ["C", "B"])
+def test_two_ranks_train_the_one_process_network_and_rank_0_alone_writes(setting, tmp_path, monkeypatch,
+                                                                        one_thread):
+    from mixzoo.methods.adaptive.training import TrainConfig, new_network
+
+    args = [*ARGS, "-O", f"setting={setting}"]
+    done, card_one, card_two, a, b = one_and_two_ranks(args, tmp_path, monkeypatch)
+    assert json.loads(done.stdout)["summary"]["resumed_epochs"] == 0
     # the check has content: one epoch moved the weights far beyond the tolerance
     arch = card_one.params["network"]
     init = new_network(arch["early_channels"], arch["middle_channels"],
@@ -120,26 +127,6 @@ LSA_ARGS = ["mix", "--method", "local-smoothing-adaptive", "--abc", "digits-std"
 def test_local_smoothing_adaptive_trains_under_torchrun_like_one_process(tmp_path, monkeypatch, one_thread):
     """The shared trainer serves 003's policy too: rank 0 measures the crossover and hands beta_0 to the other rank,
     both train their shards, rank 0 alone writes; the weights are the one-process weights to float rounding."""
-    from typer.testing import CliRunner
-
-    from mixzoo.cli import app
-    from mixzoo.core.card import MixCard
-
-    (tmp_path / "one").mkdir()
-    (tmp_path / "two").mkdir()
-    monkeypatch.setenv("MIXZOO_CACHE", str(tmp_path / "cache1"))
-    one = CliRunner().invoke(app, [*LSA_ARGS, "--out", str(tmp_path / "one" / "card.toml")])
-    assert one.exit_code == 0, one.output
-    done = torchrun_mix(2, [*LSA_ARGS, "--out", str(tmp_path / "two" / "card.toml")], tmp_path / "cache2")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count('"card"') == 1
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [
-        "card.mixing-network.safetensors", "card.toml", "card.training.pt"]
-    card_one, card_two = MixCard.load(tmp_path / "one" / "card.toml"), MixCard.load(tmp_path / "two" / "card.toml")
+    _, card_one, card_two, _, _ = one_and_two_ranks(LSA_ARGS, tmp_path, monkeypatch)
     assert card_two.params["beta0"] == card_one.params["beta0"]
     assert card_two.params["crossover"] == card_one.params["crossover"]
-    a = load_file(tmp_path / "one" / "card.mixing-network.safetensors")
-    b = load_file(tmp_path / "two" / "card.mixing-network.safetensors")
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.allclose(a[k], b[k], rtol=0, atol=ATOL), (k, float((a[k] - b[k]).abs().max()))
