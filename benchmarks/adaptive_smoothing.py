@@ -85,7 +85,7 @@ def train_run(args: argparse.Namespace) -> dict:
                "batch_size": args.batch_size, "lr": args.lr, "ema": args.ema,
                "command": "benchmarks/adaptive_smoothing.py train " + " ".join(
                    f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                   if k not in ("what", "out", "n", "repeats", "no_progress"))}
+                   if k not in ("what", "out", "n", "repeats", "no_progress", "threads"))}
     t0 = time.perf_counter()
     res = fit("adaptive-smoothing", "fmnist-std", "fmnist-pgd", options=options, out=out / "card.toml",
               eps=0.1, seed=args.seed, progress=not args.no_progress)
@@ -114,8 +114,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results/adaptive_smoothing")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     result = forward_cost(args.n, args.repeats, args.width, args.blocks) if args.what == "forward" \
         else train_run(args)
     result.update(date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), machine=machine())

@@ -253,7 +253,7 @@ def test_training_resumes_inside_an_epoch(pair, train_data, tmp_path):
         if (epoch, b) == (1, 5):  # after the checkpoint at batch 4 of the second epoch, before its end
             raise Killed
 
-    ckpt = tmp_path / "run.training.pt"
+    ckpt = tmp_path / "not" / "made" / "yet" / "run.training.pt"  # `mix --out` may name a new folder
     with pytest.raises(Killed):
         train(abc, rbc, x, y, _cfg(**cfg), checkpoint=ckpt, progress=False, checkpoint_every=2, on_batch=kill)
     assert torch.load(ckpt, weights_only=True)["mid"]["batch"] == 4

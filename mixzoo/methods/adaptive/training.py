@@ -249,6 +249,7 @@ AdaptiveObjective = Objective  # adaptive smoothing's (001 Eq. 4.2), the default
 
 
 def _save(path: Path, state: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)  # the card's folder: `mix --out` may name one not made yet
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
         torch.save(state, fh)
