@@ -507,3 +507,27 @@ def test_alpha_min_search_picks_the_smallest_bound_within_the_drop(tmp_path, one
     else:
         assert chosen == max(tried) and tried[chosen] < rec["target_robust"]
     assert 2 <= len(tried) <= 6  # a bisection, not the whole grid of 13
+
+
+# ------------------------------------------------------------------------------------------------ the zoo's cards
+@pytest.mark.parametrize("setting", ["A", "B", "C"])
+def test_published_fashion_mnist_cards_build_by_name(setting, one_thread):
+    """The networks trained on the whole Fashion-MNIST train split (benchmarks/adaptive_smoothing.md) ship as
+    published cards: `mixzoo bench fmnist-adaptive-smoothing-c` finds them by name, their weights match the hash,
+    and the classifier's alpha stays inside the card's bounds."""
+    from mixzoo.core.card import MixCard
+    from mixzoo.core.plugins import published_cards
+    from mixzoo.zoo.models import load_model
+
+    name = f"fmnist-adaptive-smoothing-{setting.lower()}"
+    assert name in published_cards()
+    card = MixCard.load(name)
+    assert card.method == "adaptive-smoothing" and card.setting == setting and card.data["split"] == "train"
+    abc, rbc = load_model(card.abc["name"]), load_model(card.rbc["name"])
+    model = card.mixing_method.build(abc, rbc, card)
+    x = torch.rand(6, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out, log_a = model.forward_alpha(x)
+    assert out.shape == (6, 10) and torch.isfinite(out).all()
+    a = log_a.exp()
+    assert ((a >= card.params["alpha_min"] - 1e-6) & (a <= card.params["alpha_max"] + 1e-6)).all()
