@@ -31,15 +31,20 @@ def outcomes(report) -> dict[str, str]:
     return {r.kind: r.robust_outcomes for r in report.models}
 
 
+def assert_same_runs(one, other) -> None:
+    """The same outcome per example, and the same adversarial point for every broken example."""
+    assert outcomes(one) == outcomes(other)
+    for kind, pts in one.adversarial.items():
+        a, b = points(pts), points(other.adversarial[kind])
+        assert torch.equal(a[0], b[0])
+        torch.testing.assert_close(a[1], b[1], rtol=0, atol=1e-4)
+
+
 def test_per_example_seeds_make_the_bench_independent_of_the_batch_size(card, tmp_path, one_thread):
     runs = {bs: bench(card, batch_size=bs, per_example_seeds=True, out=tmp_path / f"b{bs}", save_adversarial=True,
                       cache_dir=tmp_path / "cache", **BENCH) for bs in (60, 17)}
-    assert outcomes(runs[60]) == outcomes(runs[17])
     # not only the outcomes: every broken example's adversarial point is the same (APGD's trajectories are)
-    for kind, pts in runs[60].adversarial.items():
-        a, b = points(pts), points(runs[17].adversarial[kind])
-        assert torch.equal(a[0], b[0])
-        torch.testing.assert_close(a[1], b[1], rtol=0, atol=1e-4)
+    assert_same_runs(runs[60], runs[17])
     assert set(outcomes(runs[60])) == {"abc", "rbc", "mixednuts"}
     # the attack broke something on every row and the card's extra attack ran: the comparison has content
     assert all("0" in o for o in outcomes(runs[60]).values())
@@ -101,11 +106,7 @@ def test_adaptive_with_square_and_fab_is_independent_of_the_batch_size(card, tmp
               extra_attacks=False)
     runs = {bs: bench(card, batch_size=bs, out=tmp_path / f"b{bs}", save_adversarial=True,
                       cache_dir=tmp_path / "cache", **kw) for bs in (24, 7)}
-    assert outcomes(runs[24]) == outcomes(runs[7])
-    for kind, pts in runs[24].adversarial.items():
-        a, b = points(pts), points(runs[7].adversarial[kind])
-        assert torch.equal(a[0], b[0])
-        torch.testing.assert_close(a[1], b[1], rtol=0, atol=1e-4)
+    assert_same_runs(runs[24], runs[7])
     mixed = runs[7].row("mixednuts")
     assert [c["name"] for c in mixed.components] == ["apgd-ce", "apgd-t", "fab-t", "fab-t-exact", "square"]
     assert not any("per batch" in w for r in runs[7].models for w in r.warnings)
