@@ -404,6 +404,56 @@ def test_bench_runs_the_extra_attacks_and_verify_rebuilds_the_card(fitted):
     assert checked.passed and any(r.name == "Adaptive smoothing" for r in checked.rows)
 
 
+def test_alpha_apgd_draws_its_random_starts_per_example(fitted, pair, one_thread):
+    """``adaptive-smoothing-apgd`` given the examples' indices: the same point for every example whatever the batch
+    size and order (issue 29); without indices its draws follow the batch."""
+    from mixzoo.core.card import MixCard
+    from mixzoo.core.plugins import lookup
+    from mixzoo.zoo.data import load_dataset
+
+    _, root = fitted
+    card = MixCard.load(root / "card.toml")
+    model = card.mixing_method.build(*pair, card)
+    d = load_dataset("digits", "evaluation", n=24)
+    index = torch.arange(100, 124)
+    cls = lookup("attack", "adaptive-smoothing-apgd")
+
+    def run(bs: int, order: torch.Tensor, with_index: bool = True) -> torch.Tensor:
+        attack = cls(eps=0.3, norm="Linf", seed=3, n_iter=3, n_target_classes=1, batch_size=bs)
+        res = attack.run(model, d.images[order], d.labels[order], progress=False,
+                         index=index[order] if with_index else None)
+        out = torch.empty_like(res.adv_images)
+        out[order] = res.adv_images
+        return out
+
+    ident, perm = torch.arange(24), torch.randperm(24, generator=torch.Generator().manual_seed(0))
+    whole = run(24, ident)
+    assert (whole != d.images).flatten(1).any(dim=1).sum() >= 12  # most examples broken: their points are compared
+    torch.testing.assert_close(run(7, perm), whole, rtol=0, atol=1e-6)
+    assert not torch.allclose(run(7, perm, with_index=False), whole, rtol=0, atol=1e-6)
+
+
+def test_extra_attacks_are_independent_of_the_batch_size(fitted, one_thread):
+    """Setting D and the attack on the mixing network alone draw their random starts per example (issue 29), like
+    every other component: two batch sizes give the same outcome and the same point for every example."""
+    from mixzoo.evaluation.bench import bench
+
+    _, root = fitted
+    runs = {bs: bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 3, "n_target_classes": 1},
+                      n=24, eps=EPS, curve=False, baseline=False, cache_dir=root / f"cache-bs{bs}", progress=False,
+                      batch_size=bs, save_adversarial=True) for bs in (24, 7)}
+    mixed = {bs: r.row("adaptive-smoothing") for bs, r in runs.items()}
+    assert mixed[24].robust_outcomes == mixed[7].robust_outcomes
+    assert "1" in mixed[24].robust_outcomes and "0" in mixed[24].robust_outcomes  # the comparison has content
+    a, b = (runs[bs].adversarial["adaptive-smoothing"] for bs in (24, 7))
+    order_a, order_b = a["index"].argsort(), b["index"].argsort()
+    assert torch.equal(a["index"][order_a], b["index"][order_b])
+    torch.testing.assert_close(a["images"][order_a], b["images"][order_b], rtol=0, atol=1e-5)
+    by_name = {c["name"]: c for c in mixed[7].components}
+    assert {"setting-d", "alpha-only"} <= set(by_name)
+    assert not any("per batch" in w for w in mixed[7].warnings), mixed[7].warnings
+
+
 def test_mix_by_name_through_the_cli_resumes(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

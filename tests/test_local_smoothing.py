@@ -307,7 +307,7 @@ def test_bench_runs_the_declared_extra_attacks(tmp_path, cache_dir, one_thread, 
 
     # the declared attacks themselves, at a test's budget (their full budgets cost minutes on 2 shared cores)
     monkeypatch.setattr(ls_method, "EXTRA_APGD", {"n_iter": 10, "n_target_classes": 1})
-    monkeypatch.setattr(ls_method, "EXTRA_SQUARE", {"components": ["square"], "n_queries": 100})
+    monkeypatch.setattr(ls_method, "EXTRA_SQUARE_QUERIES", 100)
 
     ls = fit("local-smoothing", "digits-std", "digits-pgd", options={"alpha": 1.0, "r": "grad_g"},
              out=tmp_path / "ls.toml", progress=False).path

@@ -135,3 +135,17 @@ def test_mmaa_with_indices_is_independent_of_the_batch_size(one_thread):
     assert not torch.equal(batchwise[0], batchwise[1])
     with pytest.raises(InputError, match="one index per image"):
         mmaa(model, x, y, batch_size=8, index=index[:5], **kw)
+
+
+def test_an_attacks_code_version_keys_its_cached_outcomes(card, tmp_path, monkeypatch, one_thread):
+    """An attack whose outcomes changed sets ``code_version``: outcomes cached by the older code are attacked again,
+    and the new ones are reused."""
+    from mixzoo.core.plugins import lookup
+
+    kw = dict(BENCH, attack="apgd", n=6, attack_options={"n_iter": 2, "n_target_classes": 1}, extra_attacks=False,
+              cache_dir=tmp_path / "cache")
+    bench(card, **kw)
+    assert all(r.cached for r in bench(card, **kw).models)
+    monkeypatch.setattr(lookup("attack", "apgd"), "code_version", "test-2")
+    assert not any(r.cached for r in bench(card, **kw).models)
+    assert all(r.cached for r in bench(card, **kw).models)

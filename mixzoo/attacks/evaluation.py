@@ -158,6 +158,9 @@ class Attack:
 
     name: ClassVar[str] = "attack"
     defaults: ClassVar[dict[str, Any]] = {"batch_size": 500}
+    # a subclass changes it when its outcomes change for the same options: the bench's cache key includes it, so
+    # outcomes cached by the older code are attacked again (and no other attack's cache is touched)
+    code_version: ClassVar[str | None] = None
     per_example: bool = False  # set by run(): the examples' indices were given (per-example randomness wanted)
 
     def __init__(self, eps: float, norm: str = "Linf", seed: int = 0, **options: Any):

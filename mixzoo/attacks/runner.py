@@ -60,7 +60,9 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
         per_example_seeds = False
     key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
                        "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION,
-                       **({"per_example_seeds": True} if per_example_seeds else {})})
+                       **({"per_example_seeds": True} if per_example_seeds else {}),
+                       **({"attack_code": attack_cls.code_version} if getattr(attack_cls, "code_version", None)
+                          else {})})
     final = cache.root / "bench" / f"{key}.json"
     final_adv = final.with_suffix(ADV_SUFFIX)
     hit = None

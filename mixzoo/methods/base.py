@@ -44,6 +44,14 @@ class ExtraAttack:
     why: str = ""
 
 
+def square_extra(n_queries: int, why: str = "gradient-free: breaks what masked gradients hide (App. B.2.1)"
+                 ) -> ExtraAttack:
+    """The gradient-free check every gradient-based method declares: Square with ``n_queries`` on the model's
+    output, run through the ``adaptive`` attack, whose Square draws its windows per example (issue 29; AutoAttack's
+    own Square draws per batch, so its outcomes would depend on the batch size)."""
+    return ExtraAttack("square", "adaptive", {"components": ["square"], "n_queries": int(n_queries)}, why=why)
+
+
 @dataclass
 class FitRequest:
     """Everything a method's :meth:`~MixingMethod.fit` may use. ``options`` are the method's own (``mixzoo mix

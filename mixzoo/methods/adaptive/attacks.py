@@ -43,14 +43,16 @@ def alpha_loss(base: str, w: torch.Tensor | float) -> Any:
 
 def alpha_apgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_iter: int,
                base: str, w: torch.Tensor | float, generator: torch.Generator | None,
-               target: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
+               target: torch.Tensor | None = None, noise: torch.Tensor | None = None,
+               draw: tuple[int, str, torch.Tensor] | None = None) -> torch.Tensor:
     """One APGD run (:func:`mixzoo.attacks.apgd.apgd_run`) on :func:`alpha_loss`; returns the best point found for
     the judged output (the record's point: misclassified if any visited point was). The random start comes from
-    ``noise`` (:func:`mixzoo.attacks.apgd.random_start`) if given, else from ``generator``."""
+    ``noise`` or the per-example ``draw`` (:func:`mixzoo.attacks.apgd.random_start`) if given, else from
+    ``generator``."""
     forward = _packed(model)
     record = clean_record(forward, x, y)
     apgd_run(forward, x, y, record, eps=eps, norm=norm, n_iter=n_iter, loss=alpha_loss(base, w), target=target,
-             generator=generator, noise=noise)
+             generator=generator, noise=noise, draw=draw)
     return record.x
 
 
@@ -93,9 +95,14 @@ def pgd_alpha(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: torch.
 class AlphaAPGD(Attack):
     """``adaptive-smoothing-apgd``: APGD-CE and APGD-T whose loss also lowers a(x) (001 Sec. 4.2 setting D; weight
     ``alpha_weight``), and ``alpha-only``: APGD on -log a(x) alone (the mixing network attacked by itself: the
-    ABC then decides). Needs a classifier with ``forward_alpha`` (an adaptive-smoothing card's)."""
+    ABC then decides). Needs a classifier with ``forward_alpha`` (an adaptive-smoothing card's).
+
+    Given the examples' indices (the bench's default), every run's random start is drawn per example from (seed,
+    component, run number, index), so an example's outcome does not depend on the batch size or the number of
+    processes (issue 29); without them the runs draw from one generator seeded with ``seed``."""
 
     name: ClassVar[str] = "adaptive-smoothing-apgd"
+    code_version: ClassVar[str] = "per-example-2"  # part of the bench's cache key: older outcomes drew per batch
     defaults: ClassVar[dict[str, Any]] = {"n_iter": 100, "n_target_classes": 9, "n_restarts": 1, "batch_size": 500,
                                           "components": None, "alpha_weight": 0.5}
 
@@ -112,7 +119,7 @@ class AlphaAPGD(Attack):
         gen = torch.Generator().manual_seed(self.seed)
 
         def make(kind: str) -> Component:
-            def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
                 best = x.clone()
                 broken = torch.zeros(len(x), dtype=torch.bool, device=x.device)
                 if kind == "apgd-t-alpha":
@@ -122,13 +129,14 @@ class AlphaAPGD(Attack):
                 else:
                     plan = [None] * restarts
                 base = {"apgd-ce-alpha": "ce", "apgd-t-alpha": "dlr-targeted", "alpha-only": "none"}[kind]
-                for target in plan:
+                for run, target in enumerate(plan):
+                    draw = None if index is None else (self.seed, f"{kind}/run{run}", index.cpu())
                     adv = alpha_apgd(model, x, y, eps=self.eps, norm=self.norm, n_iter=n_iter, base=base, w=w,
-                                     generator=gen, target=target)
+                                     generator=gen, target=target, draw=draw)
                     with torch.no_grad():
                         now = (model(adv).argmax(1) != y) & ~broken
                     best[now], broken = adv[now], broken | now
                 return best
-            return Component(kind, fn)
+            return Component(kind, fn, per_example=True)
 
         return [make(k) for k in chosen]

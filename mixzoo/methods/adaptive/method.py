@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra
 
 if TYPE_CHECKING:
     from torch import nn
@@ -136,8 +136,7 @@ class AdaptiveSmoothing(MixingMethod):
                         why="001 Sec. 5.1.1 STD attack: the ABC's gradient, judged on the mixture"),
             ExtraAttack("transfer-rbc", "apgd", apgd, gradient="transfer-rbc",
                         why="001 Sec. 5.1.1 ROB attack: the RBC's gradient, judged on the mixture"),
-            ExtraAttack("square", "autoattack", {"components": ["square"], "n_queries": queries},
-                        why="gradient-free: breaks what masked gradients hide (App. B.2.1)"),
+            square_extra(queries),
         ]
 
     # ------------------------------------------------------------------------------------------------ fitting

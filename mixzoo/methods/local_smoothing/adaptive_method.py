@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.method import _choice, _flag
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
@@ -157,8 +157,8 @@ class LocalSmoothingAdaptive(MixingMethod):
                         why="APGD whose loss also lowers beta_theta (toward the non-robust g; 001 Sec. 4.2 D)"),
             ExtraAttack("policy-only", "adaptive-smoothing-apgd", {**apgd, "components": ["alpha-only"]},
                         why="the policy attacked alone: minimise beta_theta, g then decides"),
-            ExtraAttack("square", "autoattack", {"components": ["square"], "n_queries": int(q["eval_n_queries"])},
-                        why="gradient-free: input gradients inside R_i and the policy may mask the loss's"),
+            square_extra(int(q["eval_n_queries"]),
+                         why="gradient-free: input gradients inside R_i and the policy may mask the loss's"),
         ]
         return out
 

@@ -20,7 +20,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # what the declared APGD extras run with: each step costs a Jacobian (c backward passes), so fewer targets than
 # the shared attack's 9; iterations as AutoAttack's
 EXTRA_APGD: dict[str, Any] = {"n_iter": 100, "n_target_classes": 3}
-EXTRA_SQUARE: dict[str, Any] = {"components": ["square"], "n_queries": 1000}
+EXTRA_SQUARE_QUERIES = 1000
 _TRAIN_CACHE: dict[tuple[str, int], Any] = {}
 
 
@@ -185,9 +185,8 @@ class LocalSmoothing(MixingMethod):
         if card.params["r"] != "one":
             out.insert(0, _extra_apgd("fixed-R", "003 Sec. 4.2: R_i(x) is an extra gradient path; APGD with R_i"
                                                  " held constant"))
-        out.append(ExtraAttack("square", "autoattack", dict(EXTRA_SQUARE), why="gradient-free: input gradients"
-                                                                                " inside R_i may mask the loss gradient"
-                                                                                " (001 App. B.2)"))
+        out.append(square_extra(EXTRA_SQUARE_QUERIES, why="gradient-free: input gradients inside R_i may mask the"
+                                                          " loss gradient (001 App. B.2)"))
         return out
 
     def fit(self, request: FitRequest) -> FitResult:
@@ -288,8 +287,7 @@ class KNNSmoothing(MixingMethod):
                                        " surrogate gives the gradient (alpha_t = inf)"),
             _extra_apgd(own, "the smoothed classifier with the soft K-NN surrogate in place of the vote (003 Eq. 6)"),
             _extra_apgd("rbc", "transfer from the pair's robust network (a differentiable stand-in for the oracle)"),
-            ExtraAttack("square", "autoattack", dict(EXTRA_SQUARE), why="gradient-free: the K-NN oracle has no"
-                                                                        " gradient (003 Sec. 4.2)"),
+            square_extra(EXTRA_SQUARE_QUERIES, why="gradient-free: the K-NN oracle has no gradient (003 Sec. 4.2)"),
         ]
 
     def fit(self, request: FitRequest) -> FitResult:
