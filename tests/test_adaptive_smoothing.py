@@ -307,6 +307,7 @@ def test_bad_options_are_refused_before_work(tmp_path):
 # ------------------------------------------------------------------------------------------------ the card
 def test_card_round_trip_and_weight_hash(fitted, pair):
     import hashlib
+    import os
     import shutil
 
     from mixzoo.core.card import MixCard
@@ -316,6 +317,10 @@ def test_card_round_trip_and_weight_hash(fitted, pair):
     assert card.method == "adaptive-smoothing" and card.setting == "C"
     name = card.weights_file
     assert card.weights[name] == hashlib.sha256((root / name).read_bytes()).hexdigest()
+    umask = os.umask(0)
+    os.umask(umask)
+    # an ordinary file's permissions: others can read the weights they are given with the card
+    assert (root / name).stat().st_mode & 0o777 == 0o666 & ~umask == (root / "card.toml").stat().st_mode & 0o777
     assert card.data["split"] == "train"
     abc, rbc = pair
     x = torch.rand(5, 1, 8, 8)

@@ -9,7 +9,6 @@ the method runs besides the bench's shared attack (:meth:`AdaptiveSmoothing.extr
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -324,12 +323,10 @@ def card_taps(abc: nn.Module, rbc: nn.Module, card: MixCard) -> tuple[Any, Any]:
 
 
 def save_network(state: dict[str, Any], out: Path) -> tuple[str, str]:
-    """Write trained weights next to the card ``out`` (safetensors, atomically); (file name, sha256)."""
-    from safetensors.torch import save_file
+    """Write trained weights next to the card ``out`` (safetensors, atomically, with an ordinary file's permissions);
+    (file name, sha256)."""
+    from mixzoo.core.cache import atomic_save_tensors
 
     name = f"{out.stem}.mixing-network.safetensors"
-    path = out.with_name(name)
-    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
-    save_file({k: v.contiguous().cpu() for k, v in state.items()}, str(tmp))
-    os.replace(tmp, path)
+    path = atomic_save_tensors(out.with_name(name), state)
     return name, hashlib.sha256(path.read_bytes()).hexdigest()
