@@ -28,6 +28,23 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="module")
+def pair(one_thread):
+    """The built-in digits pair (ABC digits-std, RBC digits-pgd), for the trained methods' tests."""
+    from mixzoo.zoo.models import load_model
+
+    return load_model("digits-std"), load_model("digits-pgd")
+
+
+@pytest.fixture(scope="module")
+def train_data():
+    """200 images of the digits train split (the trained methods' training data)."""
+    from mixzoo.zoo.data import load_dataset
+
+    d = load_dataset("digits", "train", n=200)
+    return d.images, d.labels
+
+
 @pytest.fixture()
 def hf_cache(tmp_path, monkeypatch):
     """An empty Hugging Face cache, offline. huggingface_hub read HF_HUB_CACHE at import, so patch its constants

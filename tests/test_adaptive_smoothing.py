@@ -20,21 +20,6 @@ FIT_OPTIONS = {"setting": "C", "epochs": 2, "n_train": 200, "n_val": 40, "batch_
 
 
 @pytest.fixture(scope="module")
-def pair(one_thread):
-    from mixzoo.zoo.models import load_model
-
-    return load_model("digits-std"), load_model("digits-pgd")
-
-
-@pytest.fixture(scope="module")
-def train_data():
-    from mixzoo.zoo.data import load_dataset
-
-    d = load_dataset("digits", "train", n=200)
-    return d.images, d.labels
-
-
-@pytest.fixture(scope="module")
 def fitted(tmp_path_factory, one_thread):
     """One card fitted through the library, shared by the card, build and bench tests."""
     from mixzoo.methods import fit

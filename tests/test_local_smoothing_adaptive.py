@@ -55,21 +55,6 @@ def models():
 
 
 @pytest.fixture(scope="module")
-def pair(one_thread):
-    from mixzoo.zoo.models import load_model
-
-    return load_model("digits-std"), load_model("digits-pgd")
-
-
-@pytest.fixture(scope="module")
-def train_data():
-    from mixzoo.zoo.data import load_dataset
-
-    d = load_dataset("digits", "train", n=200)
-    return d.images, d.labels
-
-
-@pytest.fixture(scope="module")
 def fitted(tmp_path_factory, one_thread):
     """One card fitted through the library (beta_0 measured), shared by the card and bench tests."""
     root = tmp_path_factory.mktemp("ls-adaptive")
