@@ -278,7 +278,8 @@ def test_bad_options_are_refused_before_work(tmp_path):
                         ({"steps": [5, 2]}, "option steps"), ({"alpha_min": 0.9, "alpha_max": 0.5}, "alpha_min"),
                         ({"pseudo_labels": "x"}, "pseudo_labels"), ({"ema": 1.5}, "option ema"),
                         ({"alpha_min": "serch"}, "alpha_min .* a number or 'search'"),
-                        ({"alpha_min": "search", "robust_drop": -1}, "robust_drop")]:
+                        ({"alpha_min": "search", "robust_drop": -1}, "robust_drop"),
+                        ({"checkpoint_every": -1}, "option checkpoint_every")]:
         with pytest.raises(InputError, match=match):
             fit("adaptive-smoothing", "digits-std", "digits-pgd", options=opts, out=tmp_path / "c.toml",
                 eps=EPS, progress=False)

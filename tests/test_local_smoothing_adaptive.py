@@ -357,6 +357,7 @@ def test_mix_by_name_through_the_cli_with_a_given_beta0(tmp_path, monkeypatch, o
     ({"epochs": 0}, "option epochs of local-smoothing-adaptive"),
     ({"eps_c": 0}, "option eps_c"),
     ({"steps": [5, 2]}, "option steps"),
+    ({"checkpoint_every": -1}, "option checkpoint_every"),
 ])
 def test_bad_options_are_one_line_errors_before_any_work(tmp_path, options, match):
     with pytest.raises(InputError, match=match) as err:

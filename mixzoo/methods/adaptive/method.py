@@ -180,6 +180,7 @@ class AdaptiveSmoothing(MixingMethod):
         eval_n_iter = _int_option(opts, "eval_n_iter", 100, low=1)
         eval_n_queries = _int_option(opts, "eval_n_queries", 5000, low=1)
         eval_targets = _int_option(opts, "eval_n_target_classes", 9, low=0)
+        checkpoint_every = _int_option(opts, "checkpoint_every", 50, low=0)
         pair = prepare_pair(request)
         taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
         cfg.eps, cfg.norm = pair.eps, pair.norm
@@ -196,7 +197,7 @@ class AdaptiveSmoothing(MixingMethod):
         distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
         res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
                     val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
-                    progress=request.progress, checkpoint_every=opts.get("checkpoint_every", 50))
+                    progress=request.progress, checkpoint_every=checkpoint_every)
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"setting": cfg.setting, "epochs": cfg.epochs, "rank": world.rank},
                              {"train": time.perf_counter() - t0})

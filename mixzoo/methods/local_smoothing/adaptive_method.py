@@ -208,6 +208,7 @@ class LocalSmoothingAdaptive(MixingMethod):
             if "crossover_alpha_ts" in opts else list(cfg.alpha_ts)
         n_cross = _int_option(opts, "n_crossover", 200, low=1)
         cross_steps = _int_option(opts, "crossover_steps", 10, low=1)
+        checkpoint_every = _int_option(opts, "checkpoint_every", 50, low=0)
         n_val = _int_option(opts, "n_val", 200, low=0)
         n_train = None if opts.get("n_train") is None else _int_option(opts, "n_train", 0, low=n_val + 1)
         evals = {k: _int_option(opts, k, d, low=lo) for k, d, lo in (("eval_n_iter", 100, 1),
@@ -246,7 +247,7 @@ class LocalSmoothingAdaptive(MixingMethod):
         res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
                     val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
                     progress=request.progress, objective=PolicyObjective(),
-                    checkpoint_every=opts.get("checkpoint_every", 50))
+                    checkpoint_every=checkpoint_every)
         seconds["train"] = time.perf_counter() - t1
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"beta0": cfg.beta0, "epochs": cfg.epochs, "rank": world.rank}, seconds)
