@@ -346,6 +346,8 @@ def test_save_as_carries_the_weights_under_the_new_name(fitted, pair, tmp_path):
     x = torch.rand(4, 1, 8, 8)
     with torch.no_grad():
         assert torch.equal(card.mixing_method.build(abc, rbc, card)(x), copy.mixing_method.build(abc, rbc, copy)(x))
+    # the same classifier, so the same cache key: the copy reuses the evaluations cached for the original
+    assert copy.mixing_method.key_parts(copy) == card.mixing_method.key_parts(card)
     (dest.parent / copy.weights_file).write_bytes(b"not the weights")
     with pytest.raises(InputError, match="does not belong to this card"):
         copy.save_as(tmp_path / "again" / "x.toml")

@@ -44,6 +44,12 @@ class ExtraAttack:
     why: str = ""
 
 
+def weight_hashes(card: MixCard) -> list[str]:
+    """The sha256 of a card's weight files, for cache keys: the contents, not the file names, so that a copy saved
+    under another name (:meth:`MixCard.save_as`, a published card) finds the evaluations cached for the original."""
+    return sorted(card.weights.values())
+
+
 def square_extra(n_queries: int, why: str = "gradient-free: breaks what masked gradients hide (App. B.2.1)"
                  ) -> ExtraAttack:
     """The gradient-free check every gradient-based method declares: Square with ``n_queries`` on the model's
@@ -118,7 +124,7 @@ class MixingMethod:
         """What a cached evaluation of this card's classifier depends on, besides the models and the data."""
         from mixzoo.core.card import _plain
 
-        return {"method": self.name, "params": _plain(card.params), "weights": dict(card.weights)}
+        return {"method": self.name, "params": _plain(card.params), "weights": weight_hashes(card)}
 
     # --------------------------------------------------------------------------------------------- model
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra, weight_hashes
 
 if TYPE_CHECKING:
     from torch import nn
@@ -99,7 +99,7 @@ class AdaptiveSmoothing(MixingMethod):
     def key_parts(self, card: MixCard) -> dict[str, Any]:
         q = card.params
         return {"adaptive": {k: q.get(k) for k in ("temperature", "alpha_min", "alpha_max", "taps", "network")},
-                "weights": dict(card.weights)}
+                "weights": weight_hashes(card)}
 
     # ------------------------------------------------------------------------------------------------ model
     def network(self, card: MixCard) -> Any:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra, weight_hashes
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.method import _choice, _flag
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
@@ -112,7 +112,7 @@ class LocalSmoothingAdaptive(MixingMethod):
         q = card.params
         return {"method": self.name, "card": {k: q.get(k) for k in ("r", "space", "norm", "accelerated", "eps_c",
                                                                      "taps", "network")},
-                "weights": dict(card.weights)}
+                "weights": weight_hashes(card)}
 
     # ------------------------------------------------------------------------------------------------ model
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
