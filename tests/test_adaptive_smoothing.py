@@ -447,6 +447,46 @@ def test_extra_attacks_are_independent_of_the_batch_size(fitted, one_thread):
     assert not any("per batch" in w for w in mixed[7].warnings), mixed[7].warnings
 
 
+def test_the_extra_square_is_a_second_restart_not_a_replay(fitted, pair, monkeypatch, one_thread):
+    """Square's draws are functions of (seed, example index): at the bench's seed the declared extra Square would
+    replay the shared attack's Square point for point and could never break anything new. It runs at seed + 1,
+    every other extra attack at the bench's seed."""
+    from mixzoo.attacks.square import min_margin_square
+    from mixzoo.core.card import MixCard
+    from mixzoo.evaluation import bench as bench_module
+    from mixzoo.zoo.data import load_dataset
+
+    _, root = fitted
+    card = MixCard.load(root / "card.toml")
+    model = card.mixing_method.build(*pair, card)
+    d = load_dataset("digits", "evaluation", n=16)
+    index = torch.arange(16)
+
+    def square(seed: int) -> torch.Tensor:  # the extra's search (mixzoo.attacks.evaluation._square_each)
+        return min_margin_square(model, d.images, d.labels, eps=EPS, n_queries=8, p_init=0.8, seed=seed,
+                                 layer_norm=False, progress=False, index=index, loss="logit").adv_images
+
+    torch.testing.assert_close(square(5), square(5), rtol=0, atol=0)  # the replay the offset avoids
+    assert not torch.allclose(square(5), square(6))
+
+    seeds: dict[str, int] = {}
+    real = bench_module.evaluate
+
+    def recording(*args, **kw):
+        seeds[kw["label"]] = kw["seed"]
+        return real(*args, **kw)
+
+    monkeypatch.setattr(bench_module, "evaluate", recording)
+    bench_module.bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 2, "n_target_classes": 1},
+                       n=12, eps=EPS, seed=5, curve=False, baseline=False, cache_dir=root / "cache-seeds",
+                       progress=False, plots=False)
+    extras = {label.split(": ", 1)[1]: seed for label, seed in seeds.items() if ": " in label}
+    assert "square" in extras and len(extras) >= 3, seeds  # the comparison below has content
+    assert extras.pop("square") == 6
+    assert set(extras.values()) == {5}
+    assert seeds["Adaptive smoothing"] == 5
+
+
 def test_mix_by_name_through_the_cli_resumes(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

@@ -326,7 +326,8 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, label
         subset = torch.tensor([i for i, ok in enumerate(ev["robust_correct"]) if ok], dtype=torch.long)
         if not len(subset):
             break
-        options = {**common, "attack": extra.attack, "attack_options": dict(extra.options)}
+        options = {**common, "attack": extra.attack, "attack_options": dict(extra.options),
+                   "seed": common["seed"] + extra.seed_offset}
         sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), data.images[subset],
                        data.labels[subset], key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
                                                        "subset": content_key({"rows": subset.tolist()})},

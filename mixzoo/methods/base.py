@@ -34,7 +34,10 @@ class ExtraAttack:
 
     ``attack`` names an attack plugin (``mixzoo bench --attack`` names), run with ``options`` on the module
     ``build(abc, rbc, card, gradient=gradient)``; ``name`` is how the report labels its breaks; ``why`` cites the
-    paper's reason in one line. Breaks are merged example by example into the row's worst case.
+    paper's reason in one line. Breaks are merged example by example into the row's worst case. ``seed_offset`` is
+    added to the bench's seed: random draws are functions of (seed, example index), so an extra attack that repeats
+    a component of the shared attack on the same output (Square) must draw at another seed, or it replays the
+    shared run example by example and cannot break anything new.
     """
 
     name: str
@@ -42,6 +45,7 @@ class ExtraAttack:
     options: dict[str, Any] = field(default_factory=dict)
     gradient: str = "exact"
     why: str = ""
+    seed_offset: int = 0
 
 
 def weight_hashes(card: MixCard) -> list[str]:
@@ -52,10 +56,12 @@ def weight_hashes(card: MixCard) -> list[str]:
 
 def square_extra(n_queries: int, why: str = "gradient-free: breaks what masked gradients hide (App. B.2.1)"
                  ) -> ExtraAttack:
-    """The gradient-free check every gradient-based method declares: Square with ``n_queries`` on the model's
-    output, run through the ``adaptive`` attack, whose Square draws its windows per example (issue 29; AutoAttack's
-    own Square draws per batch, so its outcomes would depend on the batch size)."""
-    return ExtraAttack("square", "adaptive", {"components": ["square"], "n_queries": int(n_queries)}, why=why)
+    """The gradient-free check every gradient-based method declares: a second Square run (a restart at the bench's
+    seed + 1) with ``n_queries`` on the model's output, through the ``adaptive`` attack, whose Square draws its
+    windows per example (issue 29; AutoAttack's own Square draws per batch, so its outcomes would depend on the
+    batch size). At the bench's own seed it would replay the shared attack's Square exactly."""
+    return ExtraAttack("square", "adaptive", {"components": ["square"], "n_queries": int(n_queries)}, why=why,
+                       seed_offset=1)
 
 
 @dataclass
