@@ -349,7 +349,7 @@ def bench(
 @app.command("check")
 @_errors
 def check(
-    card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`")],
+    card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name")],
     rbc: CardRBC = None,
     out: Annotated[Path | None, typer.Option(help="also write the result as JSON here")] = None,
     data_dir: DataDir = None,
@@ -402,7 +402,7 @@ def _parse_floats(text: str | None, option: str) -> list[float] | None:
 @app.command("sanity")
 @_errors
 def sanity(
-    card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`")],
+    card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name")],
     eps: Annotated[str | None, typer.Option(help="radii, comma-separated (default: eps, 2 eps, 4 eps and the "
                                                  "radius where the grey image reaches every example)")] = None,
     attack: Annotated[str, typer.Option(help="the attack to check (as in bench)")] = "adaptive-apgd",

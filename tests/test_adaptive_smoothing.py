@@ -5,6 +5,7 @@ mix` by name and a bench run with the extra attacks, all on the built-in digits 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -606,6 +607,8 @@ def test_published_fashion_mnist_cards_build_by_name(setting, one_thread):
     assert name in published_cards()
     card = MixCard.load(name)
     assert card.method == "adaptive-smoothing" and card.setting == setting and card.data["split"] == "train"
+    # `mixzoo sanity` and `mixzoo check` type their card argument as a path: the name must resolve there too
+    assert MixCard.load(Path(name)).to_dict() == card.to_dict()
     abc, rbc = load_model(card.abc["name"]), load_model(card.rbc["name"])
     model = card.mixing_method.build(abc, rbc, card)
     x = torch.rand(6, 1, 28, 28, generator=torch.Generator().manual_seed(0))

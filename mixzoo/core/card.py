@@ -273,12 +273,13 @@ def _claim_v1(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
 
 
 def _published(path: str | Path) -> Path:
-    """A card path, or the file of a published card name (``mixzoo_cards`` hook)."""
+    """A card path, or the file of a published card name (``mixzoo_cards`` hook), given as a string or as the
+    ``Path`` a CLI argument typed as a path makes of it (a name has no .toml / .json suffix, so no card file is
+    shadowed)."""
     from mixzoo.core.plugins import published_cards
 
-    if isinstance(path, str) and path in published_cards():
-        return Path(published_cards()[path])
-    return Path(path)
+    cards = published_cards()
+    return Path(cards[str(path)]) if str(path) in cards else Path(path)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
