@@ -96,9 +96,17 @@ def _plain(res: dict) -> dict:
     return {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in res.items()}
 
 
+def _save(path: Path, part: dict) -> None:
+    """Written whole, then renamed: a kill never leaves half a chunk."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(part))
+    tmp.replace(path)
+
+
 def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]]:
-    """Both sides on chunks of ``--batch-size`` images; each finished chunk is saved under ``--chunk-dir`` (written
-    whole, then renamed) and skipped by a re-run. Returns the merged pyautoattack result and mixzoo's per attack."""
+    """Both sides on chunks of ``--batch-size`` images; each finished side of a chunk is saved under ``--chunk-dir``
+    and skipped by a re-run, which also adds to a kept chunk any evaluation of ``--attack`` it lacks. Returns the
+    merged pyautoattack result and mixzoo's per attack."""
     chunk_dir = Path(args.chunk_dir)
     chunk_dir.mkdir(parents=True, exist_ok=True)
     names = args.attack.split(",")
@@ -106,18 +114,21 @@ def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]]:
     for start in range(0, len(y), args.batch_size):
         stop = min(len(y), start + args.batch_size)
         path = chunk_dir / f"chunk_{start:06d}_{stop:06d}.json"
-        if not path.exists():
+        part = json.loads(path.read_text()) if path.exists() else None
+        if part is None:
             aa = run_pyautoattack(model, x[start:stop], y[start:stop], eps, norm, args.seed, args.batch_size)
             part = {"pyautoattack": _plain(aa), "mixzoo": {}}
-            for name in names:
+            _save(path, part)
+            print(json.dumps({"chunk": [start, stop], "pyautoattack_s": round(aa["seconds"], 1)}), flush=True)
+        for name in names:
+            # a chunk kept by an earlier run with other --attack names gets only the evaluations it lacks
+            if name not in part["mixzoo"]:
                 mz = run_mixzoo(model, x[start:stop], y[start:stop], eps, norm, args.seed, args.batch_size, name,
                                 not args.batch_seeds, first_index=start)
                 part["mixzoo"][name] = _plain(mz)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(part))
-            tmp.replace(path)
-            print(json.dumps({"chunk": [start, stop], "pyautoattack_s": round(aa["seconds"], 1)}), flush=True)
-        chunks.append(json.loads(path.read_text()))
+                _save(path, part)
+                print(json.dumps({"chunk": [start, stop], name + "_s": round(mz["seconds"], 1)}), flush=True)
+        chunks.append(part)
 
     def merge(parts: list[dict]) -> dict:
         out = {"seconds": sum(p["seconds"] for p in parts),
