@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/autoattack_parity.py --pair digits-std,digits-pgd --n 300     # a digits card first
     .venv/bin/python benchmarks/autoattack_parity.py --card benchmarks/results/fmnist_card_v2.toml --n 1000 \
         --chunk-dir parity_chunks/     # resumable: each finished chunk of --batch-size images is kept
+    # one process per core: add --chunks 0,1 to one and --chunks 2,3 to the other; a last run writes the report
 
 Runs, on the card's MixedNUTS classifier (``mixzoo.load_mixed``, exact gradients) and the first ``n`` evaluation
 images at the card's eps:
@@ -103,18 +104,26 @@ def _save(path: Path, part: dict) -> None:
     tmp.replace(path)
 
 
-def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]]:
+def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]] | None:
     """Both sides on chunks of ``--batch-size`` images; each finished side of a chunk is saved under ``--chunk-dir``
     and skipped by a re-run, which also adds to a kept chunk any evaluation of ``--attack`` it lacks. Returns the
-    merged pyautoattack result and mixzoo's per attack."""
+    merged pyautoattack result and mixzoo's per attack, or None while a chunk left to another process (``--chunks``)
+    is not finished."""
     chunk_dir = Path(args.chunk_dir)
     chunk_dir.mkdir(parents=True, exist_ok=True)
     names = args.attack.split(",")
-    chunks = []
-    for start in range(0, len(y), args.batch_size):
+    chunks, missing = [], []
+    mine = {int(c) for c in args.chunks.split(",")} if args.chunks else None
+    for number, start in enumerate(range(0, len(y), args.batch_size)):
         stop = min(len(y), start + args.batch_size)
         path = chunk_dir / f"chunk_{start:06d}_{stop:06d}.json"
         part = json.loads(path.read_text()) if path.exists() else None
+        if mine is not None and number not in mine:
+            if part is None or any(name not in part["mixzoo"] for name in names):
+                missing.append(number)
+            else:
+                chunks.append(part)
+            continue
         if part is None:
             aa = run_pyautoattack(model, x[start:stop], y[start:stop], eps, norm, args.seed, args.batch_size)
             part = {"pyautoattack": _plain(aa), "mixzoo": {}}
@@ -142,6 +151,8 @@ def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]]:
                 c["seconds"] += v["seconds"]
         return out
 
+    if missing:
+        return None
     return merge([c["pyautoattack"] for c in chunks]), {n: merge([c["mixzoo"][n] for c in chunks]) for n in names}
 
 
@@ -161,6 +172,10 @@ def main() -> None:
     ap.add_argument("--chunk-dir", default=None,
                     help="resumable: run both sides chunk by chunk (--batch-size images each, pyautoattack as a user"
                          " running each chunk on its own) and keep each finished chunk here; a re-run skips them")
+    ap.add_argument("--chunks", default=None,
+                    help="comma-separated chunk numbers (0-based) this process computes, e.g. one process per core"
+                         " with disjoint sets on one --chunk-dir; the report is written by the run that finds every"
+                         " chunk done")
     args = ap.parse_args()
 
     import mixzoo
@@ -182,8 +197,14 @@ def main() -> None:
     data = load_dataset(card_dataset(card, model.rbc), "evaluation", n=args.n)
     x, y = data.images.to(args.device), data.labels.to(args.device)
 
+    if args.chunks and not args.chunk_dir:
+        ap.error("--chunks needs --chunk-dir (the folder the processes share)")
     if args.chunk_dir:
-        aa, by_attack = run_chunks(model, x, y, eps, norm, args)
+        merged = run_chunks(model, x, y, eps, norm, args)
+        if merged is None:
+            print(json.dumps({"done": args.chunks, "report": "when every chunk is in " + args.chunk_dir}), flush=True)
+            return
+        aa, by_attack = merged
     else:
         aa, by_attack = run_pyautoattack(model, x, y, eps, norm, args.seed, args.batch_size), None
     aa_broken = _broken(aa["clean"], aa["robust"])
