@@ -97,6 +97,16 @@ def _plain(res: dict) -> dict:
     return {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in res.items()}
 
 
+def _chunk_numbers(text: str) -> list[int]:
+    try:
+        numbers = [int(c) for c in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give chunk numbers like 0,1") from None
+    if any(n < 0 for n in numbers):
+        raise argparse.ArgumentTypeError(f"{text!r}: chunk numbers start at 0")
+    return numbers
+
+
 def _save(path: Path, part: dict) -> None:
     """Written whole, then renamed: a kill never leaves half a chunk."""
     tmp = path.with_suffix(".tmp")
@@ -113,7 +123,7 @@ def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]] | N
     chunk_dir.mkdir(parents=True, exist_ok=True)
     names = args.attack.split(",")
     chunks, missing = [], []
-    mine = {int(c) for c in args.chunks.split(",")} if args.chunks else None
+    mine = set(args.chunks) if args.chunks else None
     for number, start in enumerate(range(0, len(y), args.batch_size)):
         stop = min(len(y), start + args.batch_size)
         path = chunk_dir / f"chunk_{start:06d}_{stop:06d}.json"
@@ -172,11 +182,13 @@ def main() -> None:
     ap.add_argument("--chunk-dir", default=None,
                     help="resumable: run both sides chunk by chunk (--batch-size images each, pyautoattack as a user"
                          " running each chunk on its own) and keep each finished chunk here; a re-run skips them")
-    ap.add_argument("--chunks", default=None,
+    ap.add_argument("--chunks", default=None, type=_chunk_numbers,
                     help="comma-separated chunk numbers (0-based) this process computes, e.g. one process per core"
                          " with disjoint sets on one --chunk-dir; the report is written by the run that finds every"
                          " chunk done")
     args = ap.parse_args()
+    if args.chunks and not args.chunk_dir:
+        ap.error("--chunks needs --chunk-dir (the folder the processes share)")
 
     import mixzoo
     from mixzoo.card import MixCard
@@ -197,12 +209,11 @@ def main() -> None:
     data = load_dataset(card_dataset(card, model.rbc), "evaluation", n=args.n)
     x, y = data.images.to(args.device), data.labels.to(args.device)
 
-    if args.chunks and not args.chunk_dir:
-        ap.error("--chunks needs --chunk-dir (the folder the processes share)")
     if args.chunk_dir:
         merged = run_chunks(model, x, y, eps, norm, args)
         if merged is None:
-            print(json.dumps({"done": args.chunks, "report": "when every chunk is in " + args.chunk_dir}), flush=True)
+            waiting = {"done": sorted(set(args.chunks)), "report": "when every chunk is in " + args.chunk_dir}
+            print(json.dumps(waiting), flush=True)
             return
         aa, by_attack = merged
     else:
