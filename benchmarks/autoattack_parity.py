@@ -114,6 +114,15 @@ def _save(path: Path, part: dict) -> None:
     tmp.replace(path)
 
 
+def _key(name: str) -> str:
+    """A chunk file's name for mixzoo's evaluation ``name``: with the attack's code version when it has one, so
+    outcomes of older code stay in the file, under their own key, and are not taken for the current code's."""
+    from mixzoo.plugins import lookup
+
+    version = getattr(lookup("attack", name), "code_version", None)
+    return f"{name}@{version}" if version else name
+
+
 def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]] | None:
     """Both sides on chunks of ``--batch-size`` images; each finished side of a chunk is saved under ``--chunk-dir``
     and skipped by a re-run, which also adds to a kept chunk any evaluation of ``--attack`` it lacks. Returns the
@@ -129,7 +138,7 @@ def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]] | N
         path = chunk_dir / f"chunk_{start:06d}_{stop:06d}.json"
         part = json.loads(path.read_text()) if path.exists() else None
         if mine is not None and number not in mine:
-            if part is None or any(name not in part["mixzoo"] for name in names):
+            if part is None or any(_key(name) not in part["mixzoo"] for name in names):
                 missing.append(number)
             else:
                 chunks.append(part)
@@ -141,12 +150,12 @@ def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]] | N
             print(json.dumps({"chunk": [start, stop], "pyautoattack_s": round(aa["seconds"], 1)}), flush=True)
         for name in names:
             # a chunk kept by an earlier run with other --attack names gets only the evaluations it lacks
-            if name not in part["mixzoo"]:
+            if _key(name) not in part["mixzoo"]:
                 mz = run_mixzoo(model, x[start:stop], y[start:stop], eps, norm, args.seed, args.batch_size, name,
                                 not args.batch_seeds, first_index=start)
-                part["mixzoo"][name] = _plain(mz)
+                part["mixzoo"][_key(name)] = _plain(mz)
                 _save(path, part)
-                print(json.dumps({"chunk": [start, stop], name + "_s": round(mz["seconds"], 1)}), flush=True)
+                print(json.dumps({"chunk": [start, stop], _key(name) + "_s": round(mz["seconds"], 1)}), flush=True)
         chunks.append(part)
 
     def merge(parts: list[dict]) -> dict:
@@ -163,7 +172,7 @@ def run_chunks(model, x, y, eps, norm, args) -> tuple[dict, dict[str, dict]] | N
 
     if missing:
         return None
-    return merge([c["pyautoattack"] for c in chunks]), {n: merge([c["mixzoo"][n] for c in chunks]) for n in names}
+    return merge([c["pyautoattack"] for c in chunks]), {n: merge([c["mixzoo"][_key(n)] for c in chunks]) for n in names}
 
 
 def main() -> None:
@@ -227,7 +236,7 @@ def main() -> None:
                                                                       args.batch_size, name, not args.batch_seeds)
         mz_broken = _broken(mz["clean"], mz["robust"])
         rows.append({
-            "attack": name, "seconds": round(mz["seconds"], 1),
+            "attack": _key(name), "seconds": round(mz["seconds"], 1),
             "robust": int(mz["robust"].sum()), "clean": int(mz["clean"].sum()),
             "only_pyautoattack": sorted(aa_broken - mz_broken), "only_mixzoo": sorted(mz_broken - aa_broken),
             "ratio_to_pyautoattack": round(mz["seconds"] / aa["seconds"], 2),

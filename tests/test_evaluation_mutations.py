@@ -267,6 +267,28 @@ def test_apgd_components_get_the_evaluations_iterations_restarts_seed_and_target
     assert any(w.startswith("apgd-ce: 6 example runs had an all-zero loss gradient") for w in masked.warnings)
 
 
+def test_adaptive_runs_autoattacks_apgd_on_the_exact_gradient_after_the_transfer_apgd(apgd_calls):
+    """Issue 30, example 96: the transfer APGD (forward_pair) missed what AutoAttack's APGD-CE on the exact gradient
+    broke, so adaptive runs both: transfer first, then the model itself in exact mode, same seed and settings."""
+    calls, holder = apgd_calls
+    model = TenClass()
+    holder.append(model)
+    model.lin.bias.data[:] = torch.arange(10.0) * -10
+    x, y = _images()
+    model.gradient = "bypass"  # the exact components must switch it, and restore it afterwards
+    res = AdaptiveAutoAttack(eps=0.1, seed=4, n_restarts=2, n_iter=7, components=[
+        "apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact"]).run(model, x, y, progress=False)
+    assert [c.name for c in res.components] == ["apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact"]
+    assert [(c["kind"], c["forward"] == model.forward_pair, c["mode"]) for c in calls] == [
+        ("ce", True, "bypass"), ("t", True, "bypass"), ("ce", False, "exact"), ("t", False, "exact")]
+    assert calls[2]["forward"] is model and calls[3]["forward"] is model
+    assert all((c["seed"], c["n_restarts"], c["n_iter"]) == (4, 2, 7) for c in calls)
+    assert calls[3]["n_target_classes"] == 9 and model.gradient == "bypass"
+    # a single model has one gradient: its adaptive evaluation is standard AutoAttack, no "-exact" APGD
+    single = [c.name for c in AdaptiveAutoAttack(eps=0.1).components(TenClass(pair=False), 10)]
+    assert not [n for n in single if n.endswith("-exact")]
+
+
 def test_adaptive_strong_extra_runs_use_their_gradients_and_fresh_distinct_seeds(apgd_calls):
     """App. B.2.1 transfer APGD takes the auxiliary output (forward_pair); the extra exact/bypass runs take the
     model itself in that gradient mode (App. B.2.2); re-seeded runs use seeds other than the base seed."""
@@ -306,7 +328,9 @@ def test_extra_components_come_before_fab_t_and_square_and_zero_targets_drop_the
                      "apgd-ce-seed1", "apgd-t-seed1", "fab-t", "fab-t-exact", "square", "autoattack-standard"]
     for cls in (AutoAttackEval, AdaptiveAutoAttack):
         for m in (model, TenClass(pair=False)):
-            assert [c.name for c in cls(eps=0.1, n_target_classes=0).components(m, 10)] == ["apgd-ce", "square"]
+            exact = ["apgd-ce-exact"] if cls is AdaptiveAutoAttack and m is model else []
+            assert [c.name for c in cls(eps=0.1, n_target_classes=0).components(m, 10)] == ["apgd-ce", *exact,
+                                                                                             "square"]
     assert [c.name for c in APGDEnsemble(eps=0.1, n_target_classes=0).components(model, 10)] == ["apgd-ce"]
     # components run in AutoAttack's order whatever order they were asked in
     picked = AutoAttackEval(eps=0.1, components=["square", "apgd-ce"]).components(model, 10)
@@ -410,7 +434,7 @@ def test_adaptive_runs_fab_t_on_both_gradients_with_the_standard_settings(aa_att
         True, 9, 3, 1)
     # the default adaptive evaluation of a mixed classifier has both, in AutoAttack's order
     names = [c.name for c in AdaptiveAutoAttack(eps=0.1).components(model, 10)]
-    assert names == ["apgd-ce", "apgd-t", "fab-t", "fab-t-exact", "square"]
+    assert names == ["apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "fab-t", "fab-t-exact", "square"]
     # a single model's adaptive evaluation is standard AutoAttack: one FAB-T, on its own gradient
     plain = TenClass(pair=False)
     del plain.gradient

@@ -108,7 +108,8 @@ def test_adaptive_with_square_and_fab_is_independent_of_the_batch_size(card, tmp
                       cache_dir=tmp_path / "cache", **kw) for bs in (24, 7)}
     assert_same_runs(runs[24], runs[7])
     mixed = runs[7].row("mixednuts")
-    assert [c["name"] for c in mixed.components] == ["apgd-ce", "apgd-t", "fab-t", "fab-t-exact", "square"]
+    assert [c["name"] for c in mixed.components] == ["apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "fab-t",
+                                                     "fab-t-exact", "square"]
     assert not any("per batch" in w for r in runs[7].models for w in r.warnings)
 
 

@@ -13,13 +13,14 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
   how the RobustBench entry was evaluated).
 * ``adaptive``: transfer-based adaptive AutoAttack (App. B.2.1). APGD-CE and APGD-T take loss and gradients from
   the auxiliary differentiable mixture (second output of ``forward_pair``, Eq. 8) while success and the kept point
-  are judged on the true MixedNUTS output (first output); FAB-T is pyautoattack's, run on the model in bypass mode
+  are judged on the true MixedNUTS output (first output); then ``apgd-ce-exact`` and ``apgd-t-exact``, the same
+  APGD-CE and APGD-T on the exact gradient of the mixture formula (what standard AutoAttack run on the classifier
+  uses; see "Why the exact APGD" below); FAB-T is pyautoattack's, run on the model in bypass mode
   (its output values are MixedNUTS's, its gradients the auxiliary mixture's: FAB needs one model, and bypass is the
   single-output form of the same surrogate, App. B.2.2); then ``fab-t-exact``, the same FAB-T on the exact
-  gradient of the mixture formula (what standard AutoAttack run on the classifier uses; see "Why fab-t-exact"
-  below); then Square on the true output. A model without ``forward_pair`` gets standard AutoAttack (its FAB-T
-  already has the model's own gradient).
-* ``adaptive-strong``: ``adaptive`` plus exact-, bypass- and re-seeded APGD before FAB-T, and last
+  gradient (see "Why fab-t-exact" below); then Square on the true output. A model without ``forward_pair`` gets
+  standard AutoAttack (its APGD and FAB-T already have the model's own gradient).
+* ``adaptive-strong``: ``adaptive`` plus bypass- and re-seeded APGD before FAB-T, and last
   ``autoattack-standard``: the installed AutoAttack's whole standard evaluation on the exact classifier, run afresh
   on every clean-correct example of the batch with the evaluation's seed (:class:`AdaptiveStrong`).
 
@@ -54,6 +55,28 @@ statistically: on the digits MLP mixture of the tests at eps 0.1, 1 of 300 examp
 APGD alone. ``adaptive-strong``'s ``autoattack-standard`` component runs that very evaluation (same batch, same
 seed, exact classifier), so its worst case contains standard AutoAttack's, example by example, whenever a user's
 AutoAttack run sees the same batch and seed (``benchmarks/autoattack_parity.md``).
+
+Why the exact APGD (issue 30, code version ``exact-apgd-1``). On the first 250 Fashion-MNIST evaluation images
+(``benchmarks/results/fmnist_card_v2.toml``, eps 0.1) standard AutoAttack broke example 96 (label 0 -> 6) that
+``adaptive`` left robust, and it did so with its first component, APGD-CE on the exact gradient (AutoAttack run
+with only ``apgd-ce``, seed 0, the same batch: broken). Our APGD-CE started from AutoAttack's own starting point
+for that example (its row of AutoAttack's draw for the batch) breaks it too on the exact gradient and not on
+App. B.2.1's transfer gradient, so the algorithms agree and the gradient decides. From 64 other random starts
+(``benchmarks/results/autoattack_parity_fmnist_n1000/example96.json``): APGD-CE on the exact gradient breaks it
+8 times (23 with 500 iterations instead of 100), on the transfer gradient 0 times; untargeted DLR and targeted
+DLR towards class 6 on the exact gradient, and targeted DLR on the transfer gradient, 0 times. App. B.2.1's
+surrogate is the stronger gradient for most examples (on that chunk it broke 47 examples where AutoAttack's exact
+APGD-CE broke 39), but not for every one. So ``adaptive`` now also runs AutoAttack's APGD-CE and APGD-T on the
+exact gradient, on what the transfer APGD left robust, each reported by name.
+
+What that buys: every component of standard AutoAttack now runs in ``adaptive`` on the same classifier output,
+with the same algorithm, loss, gradient and settings (APGD-CE, APGD-T and FAB-T on the exact gradient, Square on
+the output), with random draws of the same distribution but independent of AutoAttack's. For each example, the
+probability that ``adaptive`` breaks it is therefore at least the probability that a standard AutoAttack run
+breaks it; it is not a promise that ``adaptive`` breaks every example one particular AutoAttack run broke: an
+example AutoAttack breaks from one start in eight (as 96) is missed by one run of ours seven times in eight, just
+as AutoAttack itself misses it with other seeds or batches. ``n_restarts`` raises every APGD component's restarts;
+``adaptive-strong`` ends with AutoAttack's own run on the bench's batch (see below).
 
 Per-example randomness (issue 29, the bench's default). Given the examples' indices (``run(..., index=...)``),
 ``adaptive`` draws every random number per example: our APGD-CE / APGD-T (AutoAttack's algorithm and trajectories,
@@ -91,9 +114,11 @@ from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
 
 AUTOATTACK_COMPONENTS = ("apgd-ce", "apgd-t", "fab-t", "square")
-# the adaptive attack's components, in order: "fab-t" is App. B.2.1's (bypass gradient), "fab-t-exact" the same
-# FAB-T on the exact gradient (what standard AutoAttack runs on the classifier, see the module docstring)
-ADAPTIVE_COMPONENTS = ("apgd-ce", "apgd-t", "fab-t", "fab-t-exact", "square")
+# the adaptive attack's components, in order: "apgd-ce" / "apgd-t" are App. B.2.1's transfer APGD, "-exact" the same
+# APGD on the exact gradient of the mixture formula (what standard AutoAttack runs on the classifier, see the module
+# docstring), "fab-t" App. B.2.1's FAB-T (bypass gradient), "fab-t-exact" the same FAB-T on the exact gradient
+ADAPTIVE_COMPONENTS = ("apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "fab-t", "fab-t-exact", "square")
+EXACT_APGD = ("apgd-ce-exact", "apgd-t-exact")
 # adaptive-strong adds, last, the whole standard AutoAttack on the exact classifier from the clean images
 STRONG_COMPONENTS = (*ADAPTIVE_COMPONENTS, "autoattack-standard")
 SQUARE_MASKING = "potentially unreliable: Square broke"
@@ -442,11 +467,13 @@ class AutoAttackEval(Attack):
 
 
 class AdaptiveAutoAttack(AutoAttackEval):
-    """Transfer-based adaptive AutoAttack (App. B.2.1) plus FAB-T on the exact gradient (``fab-t-exact``);
-    standard AutoAttack for models without ``forward_pair``."""
+    """Transfer-based adaptive AutoAttack (App. B.2.1) plus AutoAttack's own APGD-CE, APGD-T and FAB-T on the exact
+    gradient (``apgd-ce-exact``, ``apgd-t-exact``, ``fab-t-exact``); standard AutoAttack for models without
+    ``forward_pair``."""
 
     name: ClassVar[str] = "adaptive"
     available: ClassVar[tuple[str, ...]] = ADAPTIVE_COMPONENTS
+    code_version: ClassVar[str | None] = "exact-apgd-1"  # apgd-ce-exact and apgd-t-exact joined the default
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         chosen = _select(self.options, self.available, self.name)
@@ -464,10 +491,15 @@ class AdaptiveAutoAttack(AutoAttackEval):
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
         out = []
         for kind in chosen:
-            if kind in ("apgd-t", "fab-t", "fab-t-exact") and not n_targets:
+            if kind in ("apgd-t", "apgd-t-exact", "fab-t", "fab-t-exact") and not n_targets:
                 continue
             if kind in ("apgd-ce", "apgd-t"):
                 out.append(_ours(kind, model.forward_pair, self.options, self.eps, self.norm, self.seed, n_targets))
+            elif kind in EXACT_APGD:
+                comp = _ours(kind.removesuffix("-exact"), model, self.options, self.eps, self.norm, self.seed,
+                             n_targets)
+                comp.name, comp.gradient = kind, "exact"
+                out.append(comp)
             elif kind == "fab-t-exact":
                 comp = _pyautoattack("fab-t", model, self.options, self.eps, self.norm, self.seed, n_targets, "exact")
                 comp.name = kind
@@ -518,6 +550,8 @@ class AdaptiveStrong(AdaptiveAutoAttack):
     """
 
     name: ClassVar[str] = "adaptive-strong"
+    # the same components in the same order as before the exact APGD moved into adaptive: outcomes unchanged
+    code_version: ClassVar[str | None] = None
     available: ClassVar[tuple[str, ...]] = STRONG_COMPONENTS
     defaults: ClassVar[dict[str, Any]] = {**AdaptiveAutoAttack.defaults, "extra_seeds": 1}
 
@@ -529,7 +563,10 @@ class AdaptiveStrong(AdaptiveAutoAttack):
                            modes=("exact", "bypass") if mixed else (), seed=self.seed,
                            seeds={f"seed{k}": self.seed + 1000 * k
                                   for k in range(1, int(self.options["extra_seeds"]) + 1)})
-        at = next((i for i, c in enumerate(base) if c.name in STRONG_COMPONENTS[2:]), len(base))
+        have = {c.name for c in base}
+        extra = [c for c in extra if c.name not in have]  # the exact APGD is already adaptive's, unless deselected
+        at = next((i for i, c in enumerate(base) if c.name in ("fab-t", "fab-t-exact", "square",
+                                                                "autoattack-standard")), len(base))
         return base[:at] + extra + base[at:]
 
 
@@ -540,6 +577,7 @@ class AdaptiveAPGD(AdaptiveAutoAttack):
 
     name: ClassVar[str] = "adaptive-apgd"
     defaults: ClassVar[dict[str, Any]] = {**AdaptiveAutoAttack.defaults, "components": ["apgd-ce", "apgd-t"]}
+    code_version: ClassVar[str | None] = None  # its components did not change with adaptive's exact-apgd-1
 
 
 class MinMarginSquareAttack(Attack):
