@@ -286,7 +286,21 @@ def test_adaptive_runs_autoattacks_apgd_on_the_exact_gradient_after_the_transfer
     assert calls[3]["n_target_classes"] == 9 and model.gradient == "bypass"
     # a single model has one gradient: its adaptive evaluation is standard AutoAttack, no "-exact" APGD
     single = [c.name for c in AdaptiveAutoAttack(eps=0.1).components(TenClass(pair=False), 10)]
-    assert not [n for n in single if n.endswith("-exact")]
+    assert single == ["apgd-ce", "apgd-t", "fab-t", "square"]
+    # ... so asking it for an exact component gets that component on the model's own gradient, not nothing
+    only = AdaptiveAutoAttack(eps=0.1, components=["apgd-ce-exact"]).components(TenClass(pair=False), 10)
+    assert [c.name for c in only] == ["apgd-ce"]
+
+
+def test_an_evaluation_with_no_component_to_run_is_refused(apgd_calls):
+    """Robust accuracy would equal clean accuracy without a word: APGD-T alone with no target classes."""
+    model = TenClass()
+    apgd_calls[1].append(model)
+    model.lin.bias.data[:] = torch.arange(10.0) * -10
+    x, y = _images()
+    with pytest.raises(InputError, match="no component to run.*choose components"):
+        AdaptiveAutoAttack(eps=0.1, n_target_classes=0, components=["apgd-t"]).run(model, x, y, progress=False)
+    assert apgd_calls[0] == []
 
 
 def test_adaptive_strong_extra_runs_use_their_gradients_and_fresh_distinct_seeds(apgd_calls):

@@ -246,8 +246,13 @@ class Attack:
         stats: list[ComponentStat] = []
         notes: list[str] = []
         self.per_example = index is not None
+        comps = self.components(model, clean.shape[1])
+        if not comps:  # robust accuracy would silently equal clean accuracy
+            raise InputError(f"attack {self.name!r} has no component to run on this model with components="
+                             f"{self.options.get('components')} and n_target_classes="
+                             f"{self.options.get('n_target_classes')}; choose components the model has")
         with progress_bar(progress) as bar:
-            for comp in self.components(model, clean.shape[1]):
+            for comp in comps:
                 todo = torch.nonzero(clean_correct if comp.scope == "clean" else robust).squeeze(1)
                 task = bar.add_task(f"{self.name}: {comp.name}", total=len(todo))
                 start, newly, outside = time.perf_counter(), 0, 0
@@ -480,8 +485,10 @@ class AdaptiveAutoAttack(AutoAttackEval):
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         chosen = _select(self.options, self.available, self.name)
         if not hasattr(model, "forward_pair"):
-            # a single model: standard AutoAttack, whose FAB-T already has the model's own (exact) gradient; with
-            # per-example randomness our APGD (the same algorithm, AutoAttack's trajectories) replaces its APGD
+            # a single model: standard AutoAttack, whose components already have the model's own (exact) gradient,
+            # so "apgd-ce-exact" asks for "apgd-ce"; with per-example randomness our APGD (the same algorithm,
+            # AutoAttack's trajectories) replaces its APGD
+            chosen = list(dict.fromkeys(k.removesuffix("-exact") for k in chosen))
             comps = self._standard(model, n_classes, chosen)
             if self.per_example:
                 n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
