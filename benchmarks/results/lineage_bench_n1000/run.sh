@@ -2,6 +2,14 @@
 # The lineage bench of issues 26 and 27: every method on the built-in Fashion-MNIST pair, first 1,000 evaluation
 # images, full adaptive attack plus each method's extra attacks, two ranks with one thread each on the 2-core CPU.
 # Resumable: finished batches are kept in cache/bench (committed), so a later session re-runs this and goes on.
+# Every cached outcome here was attacked with `adaptive` before its code version exact-apgd-1 (commit 34e8c08 and
+# earlier); the current `adaptive` (with AutoAttack's APGD on the exact gradient) has another cache key, so with
+# the current code this script attacks everything again (many CPU-days; hours on a GPU). To finish the run with
+# the code it was measured with, in a separate checkout with its own environment:
+#   git worktree add ../mixzoo-lineage 34e8c08 && cd ../mixzoo-lineage && make .venv/.mixzoo-installed data
+#   rm -r benchmarks/results/lineage_bench_n1000/cache
+#   ln -s /path/to/this/checkout/benchmarks/results/lineage_bench_n1000/cache benchmarks/results/lineage_bench_n1000/
+#   bash benchmarks/results/lineage_bench_n1000/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 D=benchmarks/results/lineage_bench_n1000
