@@ -279,4 +279,9 @@ def write(args, card_path, eps, norm, aa, rows) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from mixzoo.core.errors import MixzooError
+
+    try:
+        main()
+    except MixzooError as err:  # bad input: one line, as the CLI prints it
+        raise SystemExit(f"error: {err}") from None
