@@ -549,9 +549,10 @@ class AdaptiveStrong(AdaptiveAutoAttack):
 
     App. B.2.1's transfer-based APGD leaves examples that other gradients break (``benchmarks/attack_strength.py``:
     on the Fashion-MNIST pair, exact-gradient, bypass-gradient and re-seeded transfer APGD each broke 1-2 of the
-    ~690 examples the adaptive attack left robust, different ones). So after APGD-CE and APGD-T this runs, on what
-    is still robust, APGD-CE + APGD-T on the exact gradient of the mixture formula, on the bypass gradient of
-    App. B.2.2, and with the transfer gradient again for each of ``extra_seeds`` new seeds; single models get the
+    ~690 examples the adaptive attack then left robust, different ones; the exact-gradient APGD has since joined
+    ``adaptive``). So after the transfer and exact APGD-CE and APGD-T this runs, on what is still robust, APGD-CE +
+    APGD-T on the bypass gradient of App. B.2.2, and with the transfer gradient again for each of ``extra_seeds``
+    new seeds (and the exact APGD here if it was left out of ``components``); single models get the
     re-seeded APGD-CE + APGD-T. Last, for mixed classifiers, ``autoattack-standard`` (:func:`_standard_exact`): the
     installed AutoAttack's standard evaluation on the exact classifier from the clean images, so the worst case
     contains what a user's own AutoAttack run finds on the same batch and seed (issue 30). Costs about 2-4x the
