@@ -149,9 +149,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from mixzoo.core.errors import MixzooError
+    from mixzoo.core.errors import run_script
 
-    try:
-        main()
-    except MixzooError as err:  # bad input: one line, as the CLI prints it
-        raise SystemExit(f"error: {err}") from None
+    run_script(main)

@@ -211,3 +211,21 @@ def test_submodules_are_reachable_from_the_package():
     assert callable(mixzoo.calibrate)  # the function (Algorithm 1), as documented
     with pytest.raises(AttributeError):
         mixzoo.not_a_module  # noqa: B018
+
+
+def test_a_benchmark_scripts_bad_input_is_one_line_and_exit_status_2(capsys):
+    from mixzoo.core.errors import InputError, run_script
+
+    def bad():
+        raise InputError("no images to attack; pass at least one example")
+
+    with pytest.raises(SystemExit) as info:
+        run_script(bad)
+    assert info.value.code == 2
+    assert capsys.readouterr().err == "error: no images to attack; pass at least one example\n"
+
+    def bug():
+        raise RuntimeError("a bug, not bad input")
+
+    with pytest.raises(RuntimeError, match="a bug"):  # only mixzoo's own errors are turned into a line
+        run_script(bug)

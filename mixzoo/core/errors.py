@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 
 
 class MixzooError(Exception):
@@ -44,3 +45,13 @@ class PluginError(MixzooError):
 
 class MissingFileError(MixzooError, FileNotFoundError):
     """A file that is needed offline and is not where it should be; the message says where to put it."""
+
+
+def run_script(main: Callable[[], object]) -> None:
+    """Run a benchmark script's ``main``: mixzoo's own errors end it with their one line on stderr and exit
+    status 2, as the CLI does."""
+    try:
+        main()
+    except MixzooError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
