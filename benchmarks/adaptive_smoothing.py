@@ -36,7 +36,8 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{os.cpu_count()}-core {cpu}, torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
+    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    return f"{os.cpu_count()}-core {cpu}{gpu}, torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
 
 
 def forward_cost(n: int, repeats: int, width: int, blocks: int) -> dict:
@@ -88,7 +89,7 @@ def train_run(args: argparse.Namespace) -> dict:
                    if k not in ("what", "out", "n", "repeats", "no_progress", "threads"))}
     t0 = time.perf_counter()
     res = fit("adaptive-smoothing", "fmnist-std", "fmnist-pgd", options=options, out=out / "card.toml",
-              eps=0.1, seed=args.seed, progress=not args.no_progress)
+              eps=0.1, seed=args.seed, progress=not args.no_progress, device=args.device)
     seconds = time.perf_counter() - t0
     return {"kind": "train", "setting": args.setting, "options": options, "seconds": seconds,
             "resumed_epochs": res.summary.get("resumed_epochs"), "history": res.card.params.get("history"),
@@ -115,6 +116,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/adaptive_smoothing")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument("--device", default="cpu", help="train on this torch device (e.g. cuda)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     result = forward_cost(args.n, args.repeats, args.width, args.blocks) if args.what == "forward" \

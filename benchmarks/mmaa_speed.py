@@ -15,7 +15,8 @@ Model: a small CNN on scikit-learn digits upsampled to 28x28, trained for a few 
 ``--model`` picks the network: ``digits-cnn`` (default, above), ``fmnist`` (the built-in zoo's ``fmnist-std``
 on Fashion-MNIST evaluation images), or ``wrn-28-10`` (RobustBench's WideResNet-28-10 with random weights at its
 real input size, 3x32x32, on uniform random images labelled with its own predictions: only the equal-work
-``all-points`` row is meaningful for random weights, so only that row runs).
+``all-points`` row is meaningful for random weights, so only that row runs), or ``convnext-t`` (timm's
+ConvNeXt-Tiny, random weights, 3x224x224, the same way: ``all-points`` only).
 
 Usage: ``python benchmarks/mmaa_speed.py [--model digits-cnn] [--n 500] [--n-iter 25] [--repeats 3] [--device cpu]
 [--threads 2]``.
@@ -107,7 +108,16 @@ def load_model_and_data(name: str, n: int, device: str) -> tuple[nn.Module, torc
         with torch.no_grad():
             y = model(x).argmax(1)
         return model, x, y
-    raise SystemExit(f"unknown --model {name!r}; choose digits-cnn, fmnist or wrn-28-10")
+    if name == "convnext-t":
+        from mixzoo.core.compat import import_timm
+
+        torch.manual_seed(0)
+        model = import_timm().create_model("convnext_tiny", pretrained=False).to(device).eval().requires_grad_(False)
+        x = torch.rand(n, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
+        with torch.no_grad():
+            y = model(x).argmax(1)
+        return model, x, y
+    raise SystemExit(f"unknown --model {name!r}; choose digits-cnn, fmnist, wrn-28-10 or convnext-t")
 
 
 def run_autoattack(model: nn.Module, x, y, eps: float, n_iter: int, n_targets: int, device: str) -> torch.Tensor:
@@ -160,7 +170,7 @@ def compare(name: str, model: nn.Module, x, y, eps: float, args, ours: str = "mm
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="digits-cnn", help="digits-cnn, fmnist or wrn-28-10")
+    parser.add_argument("--model", default="digits-cnn", help="digits-cnn, fmnist, wrn-28-10 or convnext-t")
     parser.add_argument("--n", type=int, default=500)
     parser.add_argument("--n-iter", type=int, default=25)
     parser.add_argument("--targets", type=int, default=9)
@@ -177,7 +187,7 @@ def main() -> None:
     print(f"clean accuracy {correct.float().mean():.3f} on {len(ye)} images; torch {torch.__version__};"
           f" {platform.processor() or platform.machine()}; threads {torch.get_num_threads()}; device {args.device};"
           f" model {args.model}")
-    if args.model == "wrn-28-10":
+    if args.model in ("wrn-28-10", "convnext-t"):
         rows = [compare("all-points", model, xe, ye, 1e-4, args)]
     else:
         rows = [
