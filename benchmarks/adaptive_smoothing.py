@@ -78,7 +78,9 @@ def forward_cost(n: int, repeats: int, width: int, blocks: int) -> dict:
 
 def train_run(args: argparse.Namespace) -> dict:
     from mixzoo.methods import fit
+    from mixzoo.zoo.pairs import check_device
 
+    check_device(args.device)  # a bad --device is a one-line error before the output folder exists
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     options = {"setting": args.setting, "epochs": args.epochs, "n_train": args.n_train, "n_val": args.n_val,
@@ -128,4 +130,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from mixzoo.core.errors import run_script
+
+    run_script(main)
