@@ -85,6 +85,16 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _self_labelled(model: nn.Module, n: int, size: int, device: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """A randomly initialised network on ``n`` uniform random 3 x size x size images labelled with its own
+    predictions (only equal-work timings mean anything for it)."""
+    model = model.to(device).eval().requires_grad_(False)
+    x = torch.rand(n, 3, size, size, generator=torch.Generator().manual_seed(0)).to(device)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    return model, x, y
+
+
 def load_model_and_data(name: str, n: int, device: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     """The network and ``n`` evaluation images of ``--model`` (see the module docstring)."""
     if name == "digits-cnn":
@@ -103,20 +113,12 @@ def load_model_and_data(name: str, n: int, device: str) -> tuple[nn.Module, torc
         from robustbench.model_zoo.architectures.wide_resnet import WideResNet
 
         torch.manual_seed(0)
-        model = WideResNet(depth=28, widen_factor=10).to(device).eval().requires_grad_(False)
-        x = torch.rand(n, 3, 32, 32, generator=torch.Generator().manual_seed(0)).to(device)
-        with torch.no_grad():
-            y = model(x).argmax(1)
-        return model, x, y
+        return _self_labelled(WideResNet(depth=28, widen_factor=10), n, 32, device)
     if name == "convnext-t":
         from mixzoo.core.compat import import_timm
 
         torch.manual_seed(0)
-        model = import_timm().create_model("convnext_tiny", pretrained=False).to(device).eval().requires_grad_(False)
-        x = torch.rand(n, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
-        with torch.no_grad():
-            y = model(x).argmax(1)
-        return model, x, y
+        return _self_labelled(import_timm().create_model("convnext_tiny", pretrained=False), n, 224, device)
     raise SystemExit(f"unknown --model {name!r}; choose digits-cnn, fmnist, wrn-28-10 or convnext-t")
 
 
