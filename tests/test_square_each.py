@@ -63,7 +63,8 @@ def test_l2_step_each_is_the_reference_step_row_by_row(seed, eps, c, s, data):
     for i in range(n):
         want = _l2_step(x[i:i + 1], x_best[i:i + 1], eps, s, (int(win[0][i]), int(win[1][i])),
                         (int(win[2][i]), int(win[3][i])), pattern[i, 0], sign[i:i + 1])
-        torch.testing.assert_close(got[i:i + 1], want, rtol=1e-6, atol=1e-7)
+        # the batched norms reduce in another order than one row's: a few float32 ulps (2 seen at 0.69, seed 1456)
+        torch.testing.assert_close(got[i:i + 1], want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("norm,eps", [("Linf", 0.15), ("L2", 1.0)])
