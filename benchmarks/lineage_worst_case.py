@@ -41,6 +41,17 @@ def parity_outcomes(run_dir: Path, attack: str) -> tuple[str, list[bool]]:
     return summary["card"], robust
 
 
+def read_report(path: Path) -> dict:
+    """A bench report.json with per-example outcomes, or a one-line error."""
+    try:
+        report = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not JSON ({exc}); give the report.json that `mixzoo bench` wrote") from None
+    if not isinstance(report, dict) or not isinstance(report.get("models"), list):
+        raise InputError(f"{path} has no 'models' list; give the report.json that `mixzoo bench` wrote")
+    return report
+
+
 def worst_case(report: dict, card: str, other: list[bool]) -> dict:
     """The report's row for ``card`` with its robust outcomes AND-ed with ``other`` (same images, same order)."""
     rows = [m for m in report["models"] if m.get("card_path") == card]
@@ -70,7 +81,7 @@ def main() -> None:
         if not path.is_file():
             raise InputError(f"{path} does not exist; give a bench report.json and a parity run's folder")
     card, other = parity_outcomes(args.parity_run, args.attack)
-    print(json.dumps(worst_case(json.loads(args.report.read_text()), card, other), indent=1))
+    print(json.dumps(worst_case(read_report(args.report), card, other), indent=1))
 
 
 if __name__ == "__main__":

@@ -57,3 +57,12 @@ def test_mismatched_runs_are_one_line_errors(script, tmp_path):
     (run / "parity.json").write_text(json.dumps({"card": "card.toml", "n": 3}))
     with pytest.raises(InputError, match="n = 3"):
         script.parity_outcomes(run, "adaptive@exact-apgd-1")
+
+
+def test_a_file_that_is_not_a_bench_report_is_refused(script, tmp_path):
+    (tmp_path / "a.json").write_text("nope")
+    (tmp_path / "b.json").write_text('{"x": 1}')
+    with pytest.raises(InputError, match="not JSON"):
+        script.read_report(tmp_path / "a.json")
+    with pytest.raises(InputError, match="no 'models' list"):
+        script.read_report(tmp_path / "b.json")
