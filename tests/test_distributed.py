@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from mixzoo.core import distributed
+from mixzoo.core.errors import InputError
 from mixzoo.evaluation.bench import bench
 
 SCRIPT = Path(__file__).parent / "scripts" / "torchrun_bench.py"
@@ -146,3 +147,29 @@ def test_the_merge_refuses_a_missing_shard_and_names_it(monkeypatch, tmp_path, o
     with pytest.raises(InputError, match="batches are missing"):
         cache_mod.batched_cached(store, "logits", "k", 25, 10, lambda a, b: {"z": torch.zeros(b - a, 2)}, {})
     assert not (tmp_path / "cache" / "logits" / "k.safetensors").exists()
+
+
+def test_a_collective_that_times_out_is_a_one_line_error_naming_the_variable(tmp_path):
+    script = Path(__file__).parent / "scripts" / "torchrun_slow_rank.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MIXZOO_DIST_TIMEOUT": "3"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+           f"--master-port={free_port()}", str(script), "30"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    one_line = r"error: rank 0 waited more than 3 s for the other ranks .*set MIXZOO_DIST_TIMEOUT"
+    assert re.search(one_line, done.stderr), done.stderr[-3000:]
+    # with time enough, the same ranks gather
+    ok = subprocess.run(cmd[:-1] + ["1"], env={**env, "MIXZOO_DIST_TIMEOUT": "120"}, capture_output=True, text=True,
+                        timeout=300)
+    assert ok.returncode == 0 and "[0, 1]" in ok.stdout, ok.stderr[-3000:]
+
+
+def test_timeout_defaults_per_backend_and_a_bad_value_is_refused(monkeypatch):
+    monkeypatch.delenv("MIXZOO_DIST_TIMEOUT", raising=False)
+    assert distributed.timeout_s("gloo") == 86400 and distributed.timeout_s("nccl") == 1800
+    monkeypatch.setenv("MIXZOO_DIST_TIMEOUT", "90")
+    assert distributed.timeout_s("gloo") == 90 == distributed.timeout_s("nccl")
+    for bad in ("soon", "0", "-5", "nan"):
+        monkeypatch.setenv("MIXZOO_DIST_TIMEOUT", bad)
+        with pytest.raises(InputError, match="MIXZOO_DIST_TIMEOUT=.*positive number of seconds"):
+            distributed.timeout_s("gloo")

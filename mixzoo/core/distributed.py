@@ -5,8 +5,11 @@ rendezvous endpoint, or ``srun torchrun``), no scheduler of its own. The runner 
 (batch ``k`` to rank ``k mod world_size``), every rank gathers every batch's outcome, and only rank 0 writes what the
 user sees. Batch ``k`` is attacked exactly as in one process (same images, same seed), so the results do not
 depend on the number of processes. Backend: NCCL when the device is CUDA (one GPU per rank from ``LOCAL_RANK``),
-gloo otherwise. Collectives time out (``MIXZOO_DIST_TIMEOUT`` seconds, default 1800) so a lost rank fails the job
-instead of hanging it; a rank that raises ends its process, and torchrun then stops the others.
+gloo otherwise. Collectives time out (``MIXZOO_DIST_TIMEOUT`` seconds; default 1800 with NCCL, 86400 with gloo) so a
+hung rank fails the job instead of hanging it; a rank that raises ends its process, and torchrun then stops the
+others. The gloo default is long because a rank that has finished its batches waits in the gather for the slowest
+rank's last batch, and one batch of an attack on CPU can take more than an hour (a dead rank is noticed by torchrun
+at once, whatever the timeout). A timed-out collective is a one-line error naming the variable to raise.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch.distributed as dist
 
 from mixzoo.core.errors import InputError
 
-DEFAULT_TIMEOUT_S = 1800
+DEFAULT_TIMEOUT_S = {"nccl": 1800, "gloo": 86400}
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,21 @@ def world() -> World:
     return World()
 
 
+def timeout_s(backend: str) -> float:
+    """Seconds a collective of ``backend`` waits for the other ranks: ``MIXZOO_DIST_TIMEOUT`` if set, else
+    :data:`DEFAULT_TIMEOUT_S`."""
+    raw = os.environ.get("MIXZOO_DIST_TIMEOUT")
+    if raw is None:
+        return float(DEFAULT_TIMEOUT_S[backend])
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise InputError(f"MIXZOO_DIST_TIMEOUT={raw!r} is not a positive number of seconds; set it to e.g. 86400")
+    return value
+
+
 def init(device: str = "cpu") -> World:
     """Join the torchrun job if this process is part of one (idempotent); returns :func:`world`.
 
@@ -83,12 +101,13 @@ def init(device: str = "cpu") -> World:
         return world()
     if not dist.is_available():
         raise InputError("this torch build has no torch.distributed; run mixzoo without torchrun")
-    timeout = datetime.timedelta(seconds=float(os.environ.get("MIXZOO_DIST_TIMEOUT", DEFAULT_TIMEOUT_S)))
     cuda = device.startswith("cuda")
+    backend = "nccl" if cuda else "gloo"
+    timeout = datetime.timedelta(seconds=timeout_s(backend))
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     try:
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
+        dist.init_process_group(backend, timeout=timeout)
     except (ValueError, RuntimeError) as err:  # e.g. WORLD_SIZE set by hand without torchrun's rendezvous variables
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"cannot join the torch.distributed job (WORLD_SIZE={os.environ.get('WORLD_SIZE')}): "
@@ -113,14 +132,31 @@ def gather(obj: Any) -> list[Any]:
     if w.size == 1:
         return [obj]
     out: list[Any] = [None] * w.size
-    dist.all_gather_object(out, obj)
+    with _timeout_as_input_error():
+        dist.all_gather_object(out, obj)
     return out
 
 
 def barrier() -> None:
     """Wait for every rank (nothing in one process)."""
     if world().size > 1:
-        dist.barrier()
+        with _timeout_as_input_error():
+            dist.barrier()
+
+
+@contextlib.contextmanager
+def _timeout_as_input_error() -> Iterator[None]:
+    """A collective that timed out (gloo and NCCL raise RuntimeError subclasses saying so) becomes the one-line
+    error that names the fix; anything else propagates unchanged."""
+    try:
+        yield
+    except RuntimeError as err:
+        if "timed out" not in str(err).lower() and "timeout" not in str(err).lower():
+            raise
+        backend = dist.get_backend() if dist.is_initialized() else "gloo"
+        raise InputError(f"rank {world().rank} waited more than {timeout_s(backend):.0f} s for the other ranks (one"
+                         " rank's batches took that much longer); set MIXZOO_DIST_TIMEOUT to more seconds and run the"
+                         " same command again (finished batches are cached)") from None
 
 
 def check_shards(done: set[int] | dict[int, Any], n: int, batch_size: int, what: str) -> None:
