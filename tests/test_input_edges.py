@@ -229,3 +229,16 @@ def test_a_benchmark_scripts_bad_input_is_one_line_and_exit_status_2(capsys):
 
     with pytest.raises(RuntimeError, match="a bug"):  # only mixzoo's own errors are turned into a line
         run_script(bug)
+
+
+def test_a_benchmark_script_piped_into_head_ends_quietly():
+    import subprocess
+    import sys
+
+    code = ("from mixzoo.core.errors import run_script\n"
+            "def main():\n    for i in range(200000):\n        print('row', i)\n"
+            "run_script(main)\n")
+    done = subprocess.run(f"{sys.executable} -c \"{code}\" | head -n 2", shell=True, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout == "row 0\nrow 1\n"
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from collections.abc import Callable, Iterable
 
@@ -49,9 +50,12 @@ class MissingFileError(MixzooError, FileNotFoundError):
 
 def run_script(main: Callable[[], object]) -> None:
     """Run a benchmark script's ``main``: mixzoo's own errors end it with their one line on stderr and exit
-    status 2, as the CLI does."""
+    status 2, as the CLI does; a reader that has gone (``script | head``) ends it quietly with status 1."""
     try:
         main()
     except MixzooError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except BrokenPipeError:  # Python docs' recipe: silence the flush at exit too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
