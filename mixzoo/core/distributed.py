@@ -8,8 +8,9 @@ depend on the number of processes. Backend: NCCL when the device is CUDA (one GP
 gloo otherwise. Collectives time out (``MIXZOO_DIST_TIMEOUT`` seconds; default 1800 with NCCL, 86400 with gloo) so a
 hung rank fails the job instead of hanging it; a rank that raises ends its process, and torchrun then stops the
 others. The gloo default is long because a rank that has finished its batches waits in the gather for the slowest
-rank's last batch, and one batch of an attack on CPU can take more than an hour (a dead rank is noticed by torchrun
-at once, whatever the timeout). A timed-out collective is a one-line error naming the variable to raise.
+rank's last batch, and one batch of an attack on CPU can take longer than 30 minutes (35 min measured for a batch
+of 100 of Square on an adaptive smoothing card, benchmarks/lineage_bench.md; a dead rank is noticed by torchrun at
+once, whatever the timeout). A timed-out collective is a one-line error naming the variable to raise.
 """
 
 from __future__ import annotations
