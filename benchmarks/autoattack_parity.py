@@ -1,8 +1,8 @@
 """Does mixzoo's evaluation break everything standard AutoAttack breaks, example by example? (issue 30)
 
-    .venv/bin/python benchmarks/autoattack_parity.py --card benchmarks/results/fmnist_card.toml --n 200
+    .venv/bin/python benchmarks/autoattack_parity.py --card benchmarks/results/cards/fmnist_mixednuts_population_ln.toml --n 200
     .venv/bin/python benchmarks/autoattack_parity.py --pair digits-std,digits-pgd --n 300     # a digits card first
-    .venv/bin/python benchmarks/autoattack_parity.py --card benchmarks/results/fmnist_card_v2.toml --n 1000 \
+    .venv/bin/python benchmarks/autoattack_parity.py --card benchmarks/results/cards/fmnist_mixednuts.toml --n 1000 \
         --chunk-dir parity_chunks/     # resumable: each finished chunk of --batch-size images is kept
     # one process per core: add --chunks 0,1 to one and --chunks 2,3 to the other; a last run writes the report
 

@@ -46,7 +46,7 @@ def outcomes(out: Path) -> dict[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--card", default=str(ROOT / "benchmarks/results/fmnist_card_v2.toml"))
+    ap.add_argument("--card", default=str(ROOT / "benchmarks/results/cards/fmnist_mixednuts.toml"))
     ap.add_argument("--attack", default="adaptive-apgd")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--batch-size", type=int, default=50)

@@ -68,14 +68,14 @@ mkdir -p "$RES/parity/chunks"
 [ -d .devdata/chunks ] && cp .devdata/chunks/*.json "$RES/parity/chunks/"
 [[ $STEPS == *1* ]] && {
 for k in 0 1 2 3; do
-  timeout -k 5 "$T_PARITY" $PY benchmarks/autoattack_parity.py --card benchmarks/results/fmnist_card_v2.toml --n $N \
+  timeout -k 5 "$T_PARITY" $PY benchmarks/autoattack_parity.py --card benchmarks/results/cards/fmnist_mixednuts.toml --n $N \
     --batch-size $BS --attack adaptive --device $DEV --threads 2 --chunk-dir "$RES/parity/chunks" --chunks $k \
     --out "$RES/parity/parity" >"$RES/parity/chunk$k.log" 2>&1 &
 done
 wait
 # the report only from four finished chunks (without them this run would attack the missing ones itself)
 if [ "$(grep -l 'adaptive@' "$RES"/parity/chunks/*.json 2>/dev/null | wc -l)" = 4 ]; then
-  timeout -k 5 60 $PY benchmarks/autoattack_parity.py --card benchmarks/results/fmnist_card_v2.toml --n $N \
+  timeout -k 5 60 $PY benchmarks/autoattack_parity.py --card benchmarks/results/cards/fmnist_mixednuts.toml --n $N \
     --batch-size $BS --attack adaptive --device $DEV --chunk-dir "$RES/parity/chunks" --out "$RES/parity/parity" \
     >"$RES/parity/report.log" 2>&1
 fi

@@ -1,7 +1,7 @@
 """Locally biased smoothing on the built-in Fashion-MNIST pair (issue 26): 001 Fig. 1 / 8 and 003 Fig. 5 analogues,
 and speed.
 
-    .venv/bin/python benchmarks/local_smoothing.py [--n 100] [--n-iter 20] [--out benchmarks/results/local_smoothing]
+    .venv/bin/python benchmarks/local_smoothing.py [--n 100] [--n-iter 20] [--out benchmarks/results/local_smoothing_fmnist/options_n100]
 
 (a) ``local-smoothing`` (003 Eq. 5 / 001 Eq. 3.3), ABC fmnist-std, RBC fmnist-pgd: clean accuracy and accuracy under
     APGD-CE at eps 0.1 L-inf against the smoothed classifier itself, as alpha sweeps, one curve per R_i option
@@ -279,7 +279,7 @@ def main() -> None:
     ap.add_argument("--gradient", default="fixed-R", help="the attack's gradient: fixed-R (exact for logits of"
                                                          " piecewise-linear nets) or exact (double backprop)")
     ap.add_argument("--n-queries", type=int, default=100, help="Square's queries in the knn-white part")
-    ap.add_argument("--out", default="benchmarks/results/local_smoothing")
+    ap.add_argument("--out", default="benchmarks/results/local_smoothing_fmnist/options_n100")
     ap.add_argument("--json-name", default="local_smoothing.json", help="separate files let parts run in parallel")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

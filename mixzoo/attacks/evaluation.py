@@ -25,7 +25,7 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
   on every clean-correct example of the batch with the evaluation's seed (:class:`AdaptiveStrong`).
 
 Why ``fab-t-exact`` (issue 30). Standard AutoAttack (pyautoattack 0.2.0, ``version="standard"``, seed 0) run
-directly on the Fashion-MNIST card's MixedNUTS classifier (``benchmarks/results/fmnist_card.toml``, exact
+directly on the Fashion-MNIST card's MixedNUTS classifier (``benchmarks/results/cards/fmnist_mixednuts_population_ln.toml``, exact
 gradients) broke evaluation example 110 (label 2 -> 4 at L-inf 0.0998) with FAB-T, while ``adaptive`` left it
 robust. The factors, varied one at a time on that example alone and with neighbours 109 and 111 (pyautoattack's
 ``FABAttack_PT``, targeted, 9 targets, 100 iterations, 1 restart, as AutoAttack's standard version sets it):
@@ -57,12 +57,12 @@ seed, exact classifier), so its worst case contains standard AutoAttack's, examp
 AutoAttack run sees the same batch and seed (``benchmarks/autoattack_parity.md``).
 
 Why the exact APGD (issue 30, code version ``exact-apgd-1``). On the first 250 Fashion-MNIST evaluation images
-(``benchmarks/results/fmnist_card_v2.toml``, eps 0.1) standard AutoAttack broke example 96 (label 0 -> 6) that
+(``benchmarks/results/cards/fmnist_mixednuts.toml``, eps 0.1) standard AutoAttack broke example 96 (label 0 -> 6) that
 ``adaptive`` left robust, and it did so with its first component, APGD-CE on the exact gradient (AutoAttack run
 with only ``apgd-ce``, seed 0, the same batch: broken). Our APGD-CE started from AutoAttack's own starting point
 for that example (its row of AutoAttack's draw for the batch) breaks it too on the exact gradient and not on
 App. B.2.1's transfer gradient, so the algorithms agree and the gradient decides. From 64 other random starts
-(``benchmarks/results/autoattack_parity_fmnist_n1000/example96.json``): APGD-CE on the exact gradient breaks it
+(``benchmarks/results/autoattack_parity/fmnist_n1000_cpu/example96.json``): APGD-CE on the exact gradient breaks it
 8 times (21 with 500 iterations instead of 100), on the transfer gradient 0 times; untargeted DLR and targeted
 DLR towards class 6 on the exact gradient, and targeted DLR on the transfer gradient, 0 times. App. B.2.1's
 surrogate is the stronger gradient for most examples (on that chunk it broke 47 examples where AutoAttack's exact

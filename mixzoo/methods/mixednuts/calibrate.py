@@ -27,7 +27,7 @@ their search exactly:
 * (a) threshold: mixzoo takes the order statistic above, so at least ``beta * n`` attacked-correct margins reach
   ``q`` (Eq. 7's constraint holds on the calibration set); theirs is ``np.percentile(m, 100 (1 - beta))`` with
   linear interpolation, which lies between two order statistics and can keep fewer than ``beta * n`` (718 of 729
-  against mixzoo's 719 on the built-in Fashion-MNIST pair, ``benchmarks/layer_norm_parity.md``).
+  against mixzoo's 719 on the built-in Fashion-MNIST pair, ``benchmarks/investigations/layer_norm_parity.md``).
 * (b) App. D.8.2: mixzoo drops every c whose transform changes more than ``max_argmax_change`` (0.5 %) of the RBC's
   predictions; theirs only prints a warning (``authors`` warns once, for the chosen c).
 * (c) saturation: when a threshold reaches 1 in float precision (large s), theirs caps it at ``1 - 1e-9`` for the

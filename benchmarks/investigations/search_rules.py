@@ -1,0 +1,35 @@
+"""Algorithm 1 on the built-in Fashion-MNIST pair with both searches (mixzoo, authors): the chosen point, alpha, and
+how many attacked-correct margins reach the threshold (issue 25, difference (a)). Reuses the cache of `mixzoo mix`
+(set MIXZOO_CACHE as for that run); writes nothing.
+
+    MIXZOO_CACHE=... .venv/bin/python benchmarks/investigations/search_rules.py
+"""
+import warnings
+
+import torch
+
+from mixzoo.cache import Cache
+from mixzoo.calibrate import CalibrationProblem, calibrate
+from mixzoo.data import load_dataset
+from mixzoo.models import load_model
+from mixzoo.pipeline import _default_attack_setting, calibration_data
+from mixzoo.transforms import layer_norm
+
+rbc = load_model("fmnist-pgd")
+data = load_dataset("fashion-mnist", "calibration", n=1000)
+eps, norm = _default_attack_setting(rbc, None, None)
+cd = calibration_data(None, rbc, data, eps=eps, norm=norm, cache=Cache(), progress=False)
+print("cache hits", cd.cache_hits)
+kw = dict(clean_logits=cd.clean_logits, clean_labels=cd.labels, attacked_logits=cd.attacked_logits,
+          attacked_labels=cd.labels, beta=0.985)
+att = layer_norm(cd.attacked_logits.double())
+right = att.argmax(1) == cd.labels
+for search in ("mixzoo", "authors"):
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        card = calibrate(**kw, search=search)
+    prob = CalibrationProblem(att[right][:1], att[right], 0.985, clamp="gelu", dtype=torch.float64)
+    m = prob.margins(torch.tensor([card.s]), torch.tensor([card.p]), card.c)[0, 0, 1:]
+    q = 1 / card.alpha - 1
+    print(search, dict(s=card.s, p=card.p, c=card.c, alpha=card.alpha, objective=card.objective),
+          "kept", int((m >= q * (1 - 1e-12)).sum()), "of", int(right.sum()), [str(w.message) for w in rec])
