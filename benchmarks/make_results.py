@@ -1,0 +1,415 @@
+"""Build the results page and every result block the README and the docs quote, from committed bench reports.
+
+    make results                                   # = .venv/bin/python benchmarks/make_results.py
+    .venv/bin/python benchmarks/make_results.py --check    # exit 1 when a generated file differs from the disk
+
+Nothing here is typed in by hand: every accuracy is read from a ``report.json`` under ``benchmarks/results/`` and
+printed beside that report's path, the commit it was measured at and the machine it ran on. The headline reports
+are the ``TABLES`` below (one table per question, one column per attack where two reports of the same models give
+two numbers). Where several reports measure the same card, the table's first source is the headline: the most
+complete attack that was run on it.
+
+Outputs:
+
+* ``docs/results.md``: the results page (written whole);
+* ``docs/assets/tradeoff.png``: a copy of ``FIGURE`` for the site;
+* marked blocks in ``README.md`` and ``docs/**/*.md``: the text between ``<!-- results:NAME -->`` and
+  ``<!-- /results:NAME -->`` is replaced by ``SNIPPETS[NAME]``. An unknown NAME is an error.
+
+Running it twice gives the same bytes (``tests/test_results_page.py`` checks the committed files against it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = "benchmarks/results"
+PAGE = "docs/results.md"
+FIGURE = f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_n1000_cpu/tradeoff.png"
+FIGURE_COPY = "docs/assets/tradeoff.png"
+Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile (as mixzoo.evaluation.stats)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One report: a column of a table."""
+
+    path: str  # report.json, relative to the repository root
+    column: str  # what the column measured, for its header
+    machine: str = ""  # for reports without a run record only: where the run was recorded, and on what
+
+
+@dataclass(frozen=True)
+class Table:
+    key: str
+    title: str
+    about: str  # one line: what the table answers
+    sources: tuple[Source, ...]  # the first is the headline
+
+
+# The headline reports. Each line says what the report is; the first source of a table is its headline.
+TABLES: tuple[Table, ...] = (
+    Table(
+        "every-method",
+        "Every method of the family on the built-in Fashion-MNIST pair",
+        "ABC `fmnist-std`, RBC `fmnist-pgd`, the first 1,000 evaluation images, L-inf eps 0.1: one report with a "
+        "row per method, the full adaptive AutoAttack plus each card's declared attacks, worst case per example, "
+        "every reported robust error confirmed by `mixzoo verify`.",
+        (
+            Source(f"{RESULTS}/every_method_fmnist_n1000/report/report.json",
+                   "adaptive + declared attacks"),
+            Source(f"{RESULTS}/mixednuts_fmnist/adaptive_apgd_n1000/report.json",
+                   "adaptive-apgd"),
+        ),
+    ),
+    Table(
+        "population-ln",
+        "MixedNUTS with the population-variance layer norm, on GPU and CPU",
+        "The same pair and images, a MixedNUTS card calibrated with the population-variance layer norm "
+        "(`benchmarks/results/cards/fmnist_mixednuts_population_ln.toml`; current cards use the authors' unbiased "
+        "one). `adaptive-strong` adds exact, bypass and re-seeded APGD before FAB-T and Square.",
+        (
+            Source(f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_strong_n1000_h100/report.json",
+                   "adaptive-strong, H100",
+                   machine="one NVIDIA H100 (recorded in benchmarks/fmnist_results.md)"),
+            Source(f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_n1000_h100/report.json",
+                   "adaptive, H100",
+                   machine="one NVIDIA H100 (recorded in benchmarks/fmnist_results.md)"),
+            Source(f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_n1000_cpu/report.json",
+                   "adaptive, CPU",
+                   machine="2-core x86_64 CPU, no GPU (recorded in benchmarks/fmnist_results.md)"),
+        ),
+    ),
+    Table(
+        "demo",
+        "`make demo`",
+        "The built-in Fashion-MNIST pair, the first 200 evaluation images, the gradient half of the adaptive "
+        "attack (`adaptive-apgd`), as `make demo` runs it.",
+        (Source(f"{RESULTS}/mixednuts_fmnist/demo_adaptive_apgd_n200/report.json", "adaptive-apgd"),),
+    ),
+    Table(
+        "quickstart",
+        "Quick start: the digits pair",
+        "`digits-std` + `digits-pgd` (scikit-learn digits, L-inf eps 0.2), MixedNUTS with default settings, the "
+        "first 200 evaluation images, `adaptive-apgd`: the README's one-minute quick start.",
+        (Source(f"{RESULTS}/quickstart_digits/bench/report.json", "adaptive-apgd"),),
+    ),
+)
+
+
+# ------------------------------------------------------------------------------------------------ reading reports
+
+def load(path: str) -> dict:
+    return json.loads((ROOT / path).read_text())
+
+
+def wilson(k: int, n: int) -> tuple[float, float]:
+    p, z2 = k / n, Z95 * Z95
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return (0.0 if k == 0 else max(0.0, centre - half)), (1.0 if k == n else min(1.0, centre + half))
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def with_interval(acc: float, n: int) -> str:
+    lo, hi = wilson(round(acc * n), n)
+    return f"{pct(acc)} ({pct(lo)}-{pct(hi)})"
+
+
+def method_of(model: dict) -> str:
+    return model.get("method") or re.sub(r"-\d+$", "", model["kind"])
+
+
+def row_label(model: dict) -> str:
+    """The same model in two reports gets the same label (the table's row)."""
+    kind = model["kind"]
+    if kind == "abc":
+        return f"ABC `{model['name']}`"
+    if kind == "rbc":
+        return f"RBC `{model['name']}`"
+    method = method_of(model)
+    if method == "mixednuts":
+        return f"MixedNUTS, alpha {model['alpha']:.4f}"
+    if method == "linear":
+        return f"linear mix, alpha {model['alpha']:.2f}"
+    return model["name"]
+
+
+ROW_ORDER = {"abc": 0, "rbc": 1, "linear": 2, "mixednuts": 3}
+
+
+def short_commit(report: dict) -> str:
+    run = report.get("run") or {}
+    commit = run.get("git_commit")
+    if not commit:
+        return "commit not recorded"
+    return f"commit `{commit[:7]}`" + (" with local changes" if run.get("source_modified") else "")
+
+
+def machine(report: dict, source: Source) -> str:
+    run = report.get("run") or {}
+    m = run.get("machine")
+    if m:
+        parts = [f"{m.get('cpu', 'CPU')} ({m['cpu_capability']})" if m.get("cpu_capability") else m.get("cpu", "CPU"),
+                 f"{m['cpu_count']} cores" if m.get("cpu_count") else "",
+                 f"{m['torch_threads']} torch thread{'s' if m.get('torch_threads') != 1 else ''}"
+                 if m.get("torch_threads") else "",
+                 m.get("gpu") or ""]
+        world = report["settings"].get("world_size")
+        if world and world > 1:
+            parts.append(f"{world} processes")
+        return ", ".join(p for p in parts if p)
+    return source.machine or f"device `{report['settings'].get('device', '?')}`, machine not recorded"
+
+
+def created(report: dict) -> str:
+    run = report.get("run") or {}
+    return run.get("created", "")[:10]
+
+
+def describe(report: dict, source: Source) -> str:
+    s, d = report["settings"], report["dataset"]
+    bits = [f"`{source.path}`", f"attack `{s['attack']}`" + (" with each card's declared attacks"
+                                                             if s.get("extra_attacks") else ""),
+            f"{d['n']:,} {d['name']} {d['split']} images", f"{s['norm'].replace('inf', '-inf')} eps {s['eps']:g}",
+            short_commit(report), machine(report, source)]
+    when = created(report)
+    if when:
+        bits.append(when)
+    return "; ".join(bits)
+
+
+# ------------------------------------------------------------------------------------------------ building tables
+
+@dataclass
+class Built:
+    table: Table
+    reports: list[dict]
+    rows: list[tuple[str, list[dict | None]]]  # label, the model of each source (None: not in that report)
+
+
+def build_table(table: Table) -> Built:
+    reports = [load(s.path) for s in table.sources]
+    labels: dict[str, tuple[int, int]] = {}
+    for j, rep in enumerate(reports):
+        for i, m in enumerate(rep["models"]):
+            labels.setdefault(row_label(m), (ROW_ORDER.get(method_of(m) if m["kind"] not in ("abc", "rbc")
+                                                          else m["kind"], 4), j * 100 + i))
+    rows = []
+    for label in sorted(labels, key=labels.get):
+        cells = [next((m for m in rep["models"] if row_label(m) == label), None) for rep in reports]
+        rows.append((label, cells))
+    return Built(table, reports, rows)
+
+
+def markdown_table(b: Built, *, sources: bool = True) -> str:
+    cols = [f"robust %, {s.column} [{i + 1}]" for i, s in enumerate(b.table.sources)]
+    lines = ["| model | clean % [1] | " + " | ".join(cols) + " |", "|---" * (2 + len(cols)) + "|"]
+    for label, cells in b.rows:
+        first = next(c for c in cells if c is not None)
+        head = cells[0] if cells[0] is not None else first
+        clean = with_interval(head["clean_accuracy"], head["n"]) if cells[0] is not None else "-"
+        robust = [with_interval(c["robust_accuracy"], c["n"]) if c is not None else "-" for c in cells]
+        if cells[0] is not None:
+            robust[0] = f"**{robust[0]}**"
+        lines.append(f"| {label} | {clean} | " + " | ".join(robust) + " |")
+    out = "\n".join(lines) + "\n"
+    if sources:
+        out += "\n" + "\n".join(f"[{i + 1}] {describe(r, s)}." for i, (r, s) in
+                                enumerate(zip(b.reports, b.table.sources, strict=True))) + "\n"
+    return out
+
+
+def paired(b: Built) -> str:
+    rep = b.reports[0]
+    comps = [c for c in rep.get("comparisons") or [] if c.get("b_kind") == "rbc"]
+    if not comps:
+        return ""
+    by_name = {m["name"]: m for m in rep["models"]}
+    lines = ["Paired against the RBC on the same images (difference in points, Newcombe's 95 % interval; "
+             "from [1]):", ""]
+    for c in comps:
+        label = row_label(by_name[c["a"]]) if c["a"] in by_name else c["a"]
+        parts = []
+        for what in ("clean", "robust"):
+            d = c[what]
+            parts.append(f"{what} {100 * d['difference']:+.1f} ({100 * d['low']:+.1f} to {100 * d['high']:+.1f})")
+        lines.append(f"- {label}: " + ", ".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+def warnings(b: Built) -> str:
+    rep = b.reports[0]
+    lines = [f"- {row_label(m)}: {w}" for m in rep["models"] for w in m.get("warnings") or []]
+    if not lines:
+        return ""
+    return "Warnings the report [1] carries:\n\n" + "\n".join(lines) + "\n"
+
+
+def seconds(report: dict) -> float:
+    return float(report["settings"]["seconds"])
+
+
+def duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+
+def results_page(built: dict[str, Built]) -> str:
+    parts = [
+        "# Results",
+        "",
+        "<!-- Generated by `make results` (benchmarks/make_results.py) from the reports named below; "
+        "do not edit by hand. -->",
+        "",
+        "Every number on this page is read from a committed `report.json`; the reference under each table gives "
+        "its path, the commit it was measured at and the machine. Accuracies are percentages with a 95 % Wilson "
+        "interval from the counts; the robust accuracy of a headline report is in **bold**. Robust accuracies are "
+        "upper bounds: an attack failed, nothing more. A report from an older commit reads the same with the "
+        "current code (`mixzoo verify` re-checks its saved adversarial points); how each table was chosen is in "
+        "`benchmarks/make_results.py`.",
+        "",
+        "![Clean against robust accuracy of MixedNUTS and the linear mix on the built-in pair](assets/tradeoff.png)",
+        "",
+        f"Trade-off curve (MixedNUTS over beta, the linear mix over alpha) from `{FIGURE}`.",
+        "",
+    ]
+    for b in built.values():
+        parts += [f"## {b.table.title}", "", b.table.about, "", markdown_table(b).rstrip("\n"), ""]
+        for extra in (paired(b), warnings(b)):
+            if extra:
+                parts += [extra.rstrip("\n"), ""]
+    parts += ["## Other measurements", "",
+              "Speed, parity with AutoAttack, certified radii, the choice of the RBC and the other investigations "
+              "have their own notes, listed in `benchmarks/README.md`.", ""]
+    return "\n".join(parts)
+
+
+def model_row(b: Built, method: str) -> list[dict]:
+    return [m for m in b.reports[0]["models"] if m["kind"] not in ("abc", "rbc") and method_of(m) == method]
+
+
+def method_snippet(method: str) -> Callable[[dict[str, Built]], str]:
+    def make(built: dict[str, Built]) -> str:
+        lines = ["| table | row | clean % | robust % | attack | images | report |", "|---|---|---|---|---|---|---|"]
+        for b in built.values():
+            for j, (rep, src) in enumerate(zip(b.reports, b.table.sources, strict=True)):
+                for m in rep["models"]:
+                    if m["kind"] in ("abc", "rbc") or method_of(m) != method:
+                        continue
+                    rbc = next(x for x in rep["models"] if x["kind"] == "rbc")
+                    lines.append(
+                        f"| [{b.table.title}](../results.md) | {row_label(m)} | {with_interval(m['clean_accuracy'], m['n'])}"
+                        f" | {with_interval(m['robust_accuracy'], m['n'])} | {src.column} | {m['n']:,} | "
+                        f"`{src.path}` ({short_commit(rep)}) |")
+                    lines.append(
+                        f"| | {row_label(rbc)} (same report) | {with_interval(rbc['clean_accuracy'], rbc['n'])} | "
+                        f"{with_interval(rbc['robust_accuracy'], rbc['n'])} | | | |")
+        return "\n".join(lines) + "\n"
+    return make
+
+
+def readme_headline(built: dict[str, Built]) -> str:
+    b = built["every-method"]
+    rep, src = b.reports[0], b.table.sources[0]
+    rows = [m for m in rep["models"] if m["kind"] in ("abc", "rbc") or method_of(m) in ("mixednuts", "linear")]
+    lines = ["| model | clean % | robust % |", "|---|---|---|"]
+    for m in rows:
+        lines.append(f"| {row_label(m)} | {pct(m['clean_accuracy'])} | {pct(m['robust_accuracy'])} |")
+    return "\n".join(lines) + f"\n\nFrom {describe(rep, src)}.\n"
+
+
+def readme_quickstart(built: dict[str, Built]) -> str:
+    b = built["quickstart"]
+    rep, src = b.reports[0], b.table.sources[0]
+    lines = ["| model | clean % | robust % (adaptive-apgd) |", "|---|---|---|"]
+    for m in rep["models"]:
+        lines.append(f"| {row_label(m)} | {pct(m['clean_accuracy'])} | {pct(m['robust_accuracy'])} |")
+    return "\n".join(lines) + f"\n\nFrom {describe(rep, src)}; bench time {duration(seconds(rep))}.\n"
+
+
+def readme_cost(built: dict[str, Built]) -> str:
+    b = built["population-ln"]
+    gpu_rep, gpu_src = b.reports[1], b.table.sources[1]
+    cpu_rep, cpu_src = b.reports[2], b.table.sources[2]
+    return (f"`mixzoo bench --attack adaptive` on 1,000 Fashion-MNIST images (ABC, RBC, MixedNUTS and the "
+            f"linear mix) took {duration(seconds(gpu_rep))} on {machine(gpu_rep, gpu_src)} "
+            f"(`{gpu_src.path}`) and {duration(seconds(cpu_rep))} on a {machine(cpu_rep, cpu_src)} "
+            f"(`{cpu_src.path}`).\n")
+
+
+SNIPPETS: dict[str, Callable[[dict[str, Built]], str]] = {
+    "readme-headline": readme_headline,
+    "readme-quickstart": readme_quickstart,
+    "readme-cost": readme_cost,
+    "method-mixednuts": method_snippet("mixednuts"),
+    "method-linear": method_snippet("linear"),
+    "method-adaptive-smoothing": method_snippet("adaptive-smoothing"),
+    "method-local-smoothing": method_snippet("local-smoothing-adaptive"),
+}
+
+BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)
+
+
+def fill_blocks(text: str, built: dict[str, Built], where: str) -> str:
+    def sub(match: re.Match) -> str:
+        name = match["name"]
+        if name not in SNIPPETS:
+            raise SystemExit(f"{where}: unknown results block {name!r} (known: {', '.join(SNIPPETS)})")
+        return match.group(1) + SNIPPETS[name](built) + match.group(4)
+    return BLOCK.sub(sub, text)
+
+
+def outputs() -> dict[str, bytes]:
+    """Every generated file: path relative to the repository root -> its bytes."""
+    built = {t.key: build_table(t) for t in TABLES}
+    out: dict[str, bytes] = {PAGE: results_page(built).encode(), FIGURE_COPY: (ROOT / FIGURE).read_bytes()}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == PAGE:
+            continue
+        text = path.read_text()
+        if "<!-- results:" in text:
+            out[rel] = fill_blocks(text, built, rel).encode()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare with the files on disk; exit 1 on a difference")
+    args = ap.parse_args(argv)
+    stale = []
+    for rel, data in outputs().items():
+        path = ROOT / rel
+        if path.exists() and path.read_bytes() == data:
+            continue
+        if args.check:
+            stale.append(rel)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            print(f"wrote {rel}")
+    if stale:
+        print("out of date (run `make results`): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""MkDocs hook: the CLI reference page is generated from the typer app at build time.
+
+``docs/reference/cli.md`` holds the marker ``<!-- cli-reference -->``; this hook replaces it with one section per
+command of the click command tree (``typer.main.get_command(mixzoo.cli.app)``): the command's help, its usage line
+and a table of its arguments and options with their help and defaults. Commands that plugins add appear as they
+load, so the page always matches the installed CLI.
+"""
+
+from __future__ import annotations
+
+import click
+
+MARKER = "<!-- cli-reference -->"
+PAGE = "reference/cli.md"
+
+
+def command_tree() -> click.Command:
+    import typer.main
+
+    import mixzoo.cli
+
+    return typer.main.get_command(mixzoo.cli.app)
+
+
+def _cell(text: str | None) -> str:
+    return " ".join((text or "").split()).replace("|", "\\|")
+
+
+def _default(param: click.Parameter) -> str:
+    if isinstance(param, click.Option) and isinstance(param.default, bool) and not param.secondary_opts:
+        return ""  # a plain flag: off unless given
+    default = param.default
+    if default is None or callable(default) or default == () or default == []:
+        return ""
+    if isinstance(default, bool) and isinstance(param, click.Option) and param.secondary_opts:
+        return f"`{(param.opts if default else param.secondary_opts)[0]}`"
+    return f"`{default}`"
+
+
+def _names(param: click.Parameter) -> str:
+    if isinstance(param, click.Argument):
+        return f"`{param.human_readable_name}`" + (" ..." if param.nargs == -1 else "")
+    names = " / ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
+    return names
+
+
+def command_markdown(name: str, cmd: click.Command, ctx: click.Context) -> str:
+    help_text = (cmd.help or "").strip()
+    usage = " ".join(cmd.collect_usage_pieces(ctx))
+    lines = [f"## `mixzoo {name}`", "", help_text, "", "```", f"mixzoo {name} {usage}".rstrip(), "```", ""]
+    params = [p for p in cmd.params if not (isinstance(p, click.Option) and p.name == "help")]
+    if params:
+        lines += ["| argument / option | meaning | default |", "|---|---|---|"]
+        for p in params:
+            helptext = getattr(p, "help", None) or ""
+            lines.append(f"| {_names(p)} | {_cell(helptext)} | {_default(p)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def cli_markdown() -> str:
+    root = command_tree()
+    ctx = click.Context(root, info_name="mixzoo")
+    parts = []
+    commands = getattr(root, "commands", {})
+    for name in commands:  # the order the app declares them in, as `mixzoo --help` shows them
+        cmd = commands[name]
+        if getattr(cmd, "hidden", False):
+            continue
+        parts.append(command_markdown(name, cmd, click.Context(cmd, info_name=name, parent=ctx)))
+    return "\n".join(parts)
+
+
+def on_page_markdown(markdown: str, page, **kwargs) -> str:  # noqa: ANN001 - MkDocs hook signature
+    if page.file.src_uri == PAGE and MARKER in markdown:
+        return markdown.replace(MARKER, cli_markdown())
+    return markdown
