@@ -44,7 +44,8 @@ class Source:
 
     path: str  # report.json, relative to the repository root
     column: str  # what the column measured, for its header
-    machine: str = ""  # for reports without a run record only: where the run was recorded, and on what
+    machine: str = ""  # for reports without a run record only: the machine, as the note below recorded it
+    recorded_in: str = ""  # that note
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,13 @@ TABLES: tuple[Table, ...] = (
         (
             Source(f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_strong_n1000_h100/report.json",
                    "adaptive-strong, H100",
-                   machine="one NVIDIA H100 (recorded in benchmarks/fmnist_results.md)"),
+                   machine="one NVIDIA H100", recorded_in="benchmarks/fmnist_results.md"),
             Source(f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_n1000_h100/report.json",
                    "adaptive, H100",
-                   machine="one NVIDIA H100 (recorded in benchmarks/fmnist_results.md)"),
+                   machine="one NVIDIA H100", recorded_in="benchmarks/fmnist_results.md"),
             Source(f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_n1000_cpu/report.json",
                    "adaptive, CPU",
-                   machine="2-core x86_64 CPU, no GPU (recorded in benchmarks/fmnist_results.md)"),
+                   machine="2-core x86_64 CPU, no GPU", recorded_in="benchmarks/fmnist_results.md"),
         ),
     ),
     Table(
@@ -98,8 +99,8 @@ TABLES: tuple[Table, ...] = (
     Table(
         "quickstart",
         "Quick start: the digits pair",
-        "`digits-std` + `digits-pgd` (scikit-learn digits, L-inf eps 0.2), MixedNUTS with default settings, the "
-        "first 200 evaluation images, `adaptive-apgd`: the README's one-minute quick start.",
+        "`digits-std` + `digits-pgd` (scikit-learn digits, L-inf eps 0.2), MixedNUTS at beta 0.95, the "
+        "first 200 evaluation images, `adaptive-apgd`: the README's quick start.",
         (Source(f"{RESULTS}/quickstart_digits/bench/report.json", "adaptive-apgd"),),
     ),
 )
@@ -173,6 +174,12 @@ def machine(report: dict, source: Source) -> str:
     return source.machine or f"device `{report['settings'].get('device', '?')}`, machine not recorded"
 
 
+def machine_source(report: dict, source: Source) -> str:
+    if not (report.get("run") or {}).get("machine") and source.recorded_in:
+        return f"{machine(report, source)} (machine recorded in `{source.recorded_in}`)"
+    return machine(report, source)
+
+
 def created(report: dict) -> str:
     run = report.get("run") or {}
     return run.get("created", "")[:10]
@@ -183,7 +190,7 @@ def describe(report: dict, source: Source) -> str:
     bits = [f"`{source.path}`", f"attack `{s['attack']}`" + (" with each card's declared attacks"
                                                              if s.get("extra_attacks") else ""),
             f"{d['n']:,} {d['name']} {d['split']} images", f"{s['norm'].replace('inf', '-inf')} eps {s['eps']:g}",
-            short_commit(report), machine(report, source)]
+            short_commit(report), machine_source(report, source)]
     when = created(report)
     if when:
         bits.append(when)
@@ -306,22 +313,20 @@ def model_row(b: Built, method: str) -> list[dict]:
 
 
 def method_snippet(method: str) -> Callable[[dict[str, Built]], str]:
+    """Every row of ``method`` in the headline reports, each beside its report's RBC row."""
     def make(built: dict[str, Built]) -> str:
-        lines = ["| table | row | clean % | robust % | attack | images | report |", "|---|---|---|---|---|---|---|"]
+        lines = ["| row | clean % | robust % | attack | images | report |", "|---|---|---|---|---|---|"]
         for b in built.values():
-            for j, (rep, src) in enumerate(zip(b.reports, b.table.sources, strict=True)):
+            for rep, src in zip(b.reports, b.table.sources, strict=True):
+                rbc = next(x for x in rep["models"] if x["kind"] == "rbc")
                 for m in rep["models"]:
                     if m["kind"] in ("abc", "rbc") or method_of(m) != method:
                         continue
-                    rbc = next(x for x in rep["models"] if x["kind"] == "rbc")
-                    lines.append(
-                        f"| [{b.table.title}](../results.md) | {row_label(m)} | {with_interval(m['clean_accuracy'], m['n'])}"
-                        f" | {with_interval(m['robust_accuracy'], m['n'])} | {src.column} | {m['n']:,} | "
-                        f"`{src.path}` ({short_commit(rep)}) |")
-                    lines.append(
-                        f"| | {row_label(rbc)} (same report) | {with_interval(rbc['clean_accuracy'], rbc['n'])} | "
-                        f"{with_interval(rbc['robust_accuracy'], rbc['n'])} | | | |")
-        return "\n".join(lines) + "\n"
+                    for row, label in ((m, row_label(m)), (rbc, f"{row_label(rbc)}, same report")):
+                        lines.append(f"| {label} | {with_interval(row['clean_accuracy'], row['n'])} | "
+                                     f"{with_interval(row['robust_accuracy'], row['n'])} | {src.column} | "
+                                     f"{row['n']:,} | `{src.path}` ({short_commit(rep)}) |")
+        return "\n".join(lines) + "\n\nMachines and commits: [Results](../results.md).\n"
     return make
 
 
@@ -341,17 +346,17 @@ def readme_quickstart(built: dict[str, Built]) -> str:
     lines = ["| model | clean % | robust % (adaptive-apgd) |", "|---|---|---|"]
     for m in rep["models"]:
         lines.append(f"| {row_label(m)} | {pct(m['clean_accuracy'])} | {pct(m['robust_accuracy'])} |")
-    return "\n".join(lines) + f"\n\nFrom {describe(rep, src)}; bench time {duration(seconds(rep))}.\n"
+    return "\n".join(lines) + f"\n\nFrom {describe(rep, src)}.\n"
 
 
 def readme_cost(built: dict[str, Built]) -> str:
     b = built["population-ln"]
     gpu_rep, gpu_src = b.reports[1], b.table.sources[1]
     cpu_rep, cpu_src = b.reports[2], b.table.sources[2]
-    return (f"`mixzoo bench --attack adaptive` on 1,000 Fashion-MNIST images (ABC, RBC, MixedNUTS and the "
-            f"linear mix) took {duration(seconds(gpu_rep))} on {machine(gpu_rep, gpu_src)} "
-            f"(`{gpu_src.path}`) and {duration(seconds(cpu_rep))} on a {machine(cpu_rep, cpu_src)} "
-            f"(`{cpu_src.path}`).\n")
+    return (f"`mixzoo bench --attack adaptive` on 1,000 Fashion-MNIST images (the four rows and the trade-off "
+            f"curve) took {duration(seconds(gpu_rep))} on {machine(gpu_rep, gpu_src)} (`{gpu_src.path}`) and "
+            f"{duration(seconds(cpu_rep))} on a {machine(cpu_rep, cpu_src)} (`{cpu_src.path}`; machines as "
+            f"recorded in `{cpu_src.recorded_in}`).\n")
 
 
 SNIPPETS: dict[str, Callable[[dict[str, Built]], str]] = {
