@@ -13,13 +13,13 @@ ATTACK ?= adaptive-apgd
 DEVICE ?= cpu
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo sanity test lint data clean
+.PHONY: demo sanity test lint data clean results docs
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,docs]'
 	@touch $(STAMP)
 
 data:
@@ -40,8 +40,16 @@ sanity: $(STAMP) data
 test: $(STAMP) data
 	$(BIN)/python -m pytest -q
 
+# docs/results.md and the result blocks of README.md and docs/, from the committed reports (benchmarks/make_results.py)
+results: $(STAMP)
+	$(BIN)/python benchmarks/make_results.py
+
+# the documentation site in site/ (strict: a broken link or reference fails)
+docs: $(STAMP)
+	$(BIN)/python -m mkdocs build --strict
+
 lint: $(STAMP)
 	$(BIN)/ruff check mixzoo plugins tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(OUT) .pytest_cache site

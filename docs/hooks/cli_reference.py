@@ -1,12 +1,17 @@
-"""MkDocs hook: the CLI reference page is generated from the typer app at build time.
+"""MkDocs hook: the CLI reference and the methods' option tables are generated from the code at build time.
 
 ``docs/reference/cli.md`` holds the marker ``<!-- cli-reference -->``; this hook replaces it with one section per
 command of the click command tree (``typer.main.get_command(mixzoo.cli.app)``): the command's help, its usage line
 and a table of its arguments and options with their help and defaults. Commands that plugins add appear as they
 load, so the page always matches the installed CLI.
+
+A method page's marker ``<!-- method-options:NAME -->`` becomes a table of the mixing method NAME's fit options
+(``MixingMethod.options``, given as ``-O KEY=VALUE`` to ``mixzoo mix``) and its ``fit_cost`` line.
 """
 
 from __future__ import annotations
+
+import re
 
 import click
 
@@ -71,7 +76,21 @@ def cli_markdown() -> str:
     return "\n".join(parts)
 
 
+METHOD_MARKER = re.compile(r"<!-- method-options:([\w-]+) -->")
+
+
+def method_options_markdown(name: str) -> str:
+    from mixzoo.core.plugins import lookup
+
+    method = lookup("method", name)
+    lines = [f"Fit cost: {getattr(method, 'fit_cost', '') or 'not stated'}.", "",
+             "| option (`-O KEY=VALUE`) | meaning |", "|---|---|"]
+    for key, meaning in (getattr(method, "options", None) or {}).items():
+        lines.append(f"| `{key}` | {_cell(str(meaning))} |")
+    return "\n".join(lines) + "\n"
+
+
 def on_page_markdown(markdown: str, page, **kwargs) -> str:  # noqa: ANN001 - MkDocs hook signature
     if page.file.src_uri == PAGE and MARKER in markdown:
-        return markdown.replace(MARKER, cli_markdown())
-    return markdown
+        markdown = markdown.replace(MARKER, cli_markdown())
+    return METHOD_MARKER.sub(lambda m: method_options_markdown(m.group(1)), markdown)
