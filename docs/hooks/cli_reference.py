@@ -12,14 +12,18 @@ A method page's marker ``<!-- method-options:NAME -->`` becomes a table of the m
 from __future__ import annotations
 
 import re
+from typing import Any
 
-import click
+try:  # typer >= 0.25 carries its own copy of click
+    from typer._click.core import Context
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import Context
 
 MARKER = "<!-- cli-reference -->"
 PAGE = "reference/cli.md"
 
 
-def command_tree() -> click.Command:
+def command_tree() -> Any:
     import typer.main
 
     import mixzoo.cli
@@ -31,29 +35,32 @@ def _cell(text: str | None) -> str:
     return " ".join((text or "").split()).replace("|", "\\|")
 
 
-def _default(param: click.Parameter) -> str:
-    if isinstance(param, click.Option) and isinstance(param.default, bool) and not param.secondary_opts:
-        return ""  # a plain flag: off unless given
+def _is_option(param: Any) -> bool:
+    return getattr(param, "param_type_name", "") == "option"
+
+
+def _default(param: Any) -> str:
     default = param.default
+    if isinstance(default, bool) and not getattr(param, "secondary_opts", None):
+        return ""  # a plain flag: off unless given
     if default is None or callable(default) or default == () or default == []:
         return ""
-    if isinstance(default, bool) and isinstance(param, click.Option) and param.secondary_opts:
+    if isinstance(default, bool):
         return f"`{(param.opts if default else param.secondary_opts)[0]}`"
     return f"`{default}`"
 
 
-def _names(param: click.Parameter) -> str:
-    if isinstance(param, click.Argument):
+def _names(param: Any) -> str:
+    if not _is_option(param):
         return f"`{param.human_readable_name}`" + (" ..." if param.nargs == -1 else "")
-    names = " / ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
-    return names
+    return " / ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
 
 
-def command_markdown(name: str, cmd: click.Command, ctx: click.Context) -> str:
+def command_markdown(name: str, cmd: Any, ctx: Any) -> str:
     help_text = (cmd.help or "").strip()
     usage = " ".join(cmd.collect_usage_pieces(ctx))
     lines = [f"## `mixzoo {name}`", "", help_text, "", "```", f"mixzoo {name} {usage}".rstrip(), "```", ""]
-    params = [p for p in cmd.params if not (isinstance(p, click.Option) and p.name == "help")]
+    params = [p for p in cmd.params if not (_is_option(p) and p.name == "help")]
     if params:
         lines += ["| argument / option | meaning | default |", "|---|---|---|"]
         for p in params:
@@ -65,14 +72,14 @@ def command_markdown(name: str, cmd: click.Command, ctx: click.Context) -> str:
 
 def cli_markdown() -> str:
     root = command_tree()
-    ctx = click.Context(root, info_name="mixzoo")
+    ctx = Context(root, info_name="mixzoo")
     parts = []
     commands = getattr(root, "commands", {})
     for name in commands:  # the order the app declares them in, as `mixzoo --help` shows them
         cmd = commands[name]
         if getattr(cmd, "hidden", False):
             continue
-        parts.append(command_markdown(name, cmd, click.Context(cmd, info_name=name, parent=ctx)))
+        parts.append(command_markdown(name, cmd, Context(cmd, info_name=name, parent=ctx)))
     return "\n".join(parts)
 
 
