@@ -82,7 +82,7 @@ def random_start(x: torch.Tensor, eps: float, norm: str, generator: torch.Genera
 
     With ``generator`` the draw is made on the CPU from it (as AutoAttack does), so seeded runs agree across devices
     and follow AutoAttack's trajectories for the same batch. With ``draw = (seed, stream, index)`` each example's draw
-    is a function of its index in the whole data set (:mod:`mixzoo.core.rng`), whatever batch it is in (issue 29).
+    is a function of its index in the whole data set (:mod:`mixzoo.core.rng`), whatever batch it is in.
     ``noise``: the draw itself (uniform in [-1, 1) for L-inf, standard normal for L2, the shape of ``x``), e.g. one
     rank's rows of a draw made for a whole batch.
     """
@@ -241,7 +241,7 @@ def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: Ma
 
     With ``index`` (each example's index in its whole data set) every run's random start is drawn per example from
     (seed, loss, run number, index) instead of from the batch's generators, so an example's trajectory does not
-    depend on the batch it is in (issue 29)."""
+    depend on the batch it is in."""
     main_gen, extra_gen = _generators(seed)
     name = loss if isinstance(loss, str) else "custom"
     for run, target in enumerate(plan):

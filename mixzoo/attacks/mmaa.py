@@ -96,7 +96,7 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: f
 
     ``index`` (each image's index in its whole data set) draws every random start per example from ``(seed,
     index)`` (:mod:`mixzoo.core.rng`), so the result per example does not depend on ``batch_size`` or on how the
-    images are split across processes (issue 29); without it, each batch uses AutoAttack's generators.
+    images are split across processes; without it, each batch uses AutoAttack's generators.
     """
     check_images(images)
     check_attack_settings(eps, norm, n_iter, n_restarts)

@@ -20,10 +20,8 @@ from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.pairs import model_device
 
-# 2: warnings merged across batches; 3: adaptive-strong exact/bypass runs at --seed; 4: fab-t-exact in adaptive,
-# autoattack-standard in adaptive-strong (issue 30); 5: the mixtures' layer norm is the authors' (unbiased variance
-# + 1e-8, LAYER_NORM_VERSION "ln-2"), and the evaluation of a card's classifier is keyed by its method; 6: per-example
-# randomness is the default, and Square draws its windows per example too (issue 29)
+# Part of every cached outcome's key: it changes whenever the bench would compute other outcomes for the same
+# models, data and attack (components, layer norm, how random numbers are drawn), so older outcomes are not reused.
 BENCH_CODE_VERSION = "bench-6"
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 
@@ -43,7 +41,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     By default (``per_example_seeds``) every batch gets ``seed`` and the examples' indices, and the components that
     support it (:attr:`mixzoo.attacks.evaluation.Component.per_example`: our APGD-CE / APGD-T, Square, FAB-T with
     its single restart) draw their randomness per example (:mod:`mixzoo.core.rng`): an example's outcome is then
-    the same for any batch size and any number of processes (issue 29). A component that cannot (pyautoattack's
+    the same for any batch size and any number of processes. A component that cannot (pyautoattack's
     APGD in ``autoattack``, ``autoattack-standard``, PGD) follows its batch's stream and says so in the warnings.
     ``per_example_seeds=False`` restores the old scheme, batch ``k`` attacked with seed ``seed + k``.
     ``example_index`` gives the images' indices in their data set when they are a subset of it (default
@@ -56,7 +54,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     params = inspect.signature(attack_cls.run).parameters
     legacy = per_example_seeds and "index" not in params and not any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    if legacy:  # a third-party attack written before issue 29: batch seeds, said in the warnings
+    if legacy:  # an attack whose run() takes no index: batch seeds, said in the warnings
         per_example_seeds = False
     key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
                        "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION,

@@ -20,7 +20,7 @@ of the random search IS the recorded quantity, so the current point is always th
 
 Queries per example: 1 (clean) + 1 (Square's initial point) + up to ``n_queries - 1`` proposals, i.e. at most
 ``n_queries + 1`` (:func:`square_queries_needed`). Randomness, given the examples' indices (``index``, what the
-bench passes since issue 29): every example draws its own initial stripes or tiles, windows, signs and eta
+bench passes): every example draws its own initial stripes or tiles, windows, signs and eta
 patterns from ``(seed, index, iteration)`` (:class:`_ExampleDraws`, :mod:`mixzoo.core.rng`), so its run does not
 depend on the batch it is in. Without indices: a :class:`torch.Generator` seeded with ``seed + first index of the
 batch``; positions are shared by the examples of an iteration (as in the reference), signs are drawn for the whole
@@ -175,7 +175,7 @@ def _l2_step(x: torch.Tensor, x_best: torch.Tensor, eps: float, s: int, win1: tu
     return (x + delta / (_l2(delta) + 1e-12) * eps).clamp(0.0, 1.0)
 
 
-# ------------------------------------------------------------------------------ per-example windows (issue 29)
+# ------------------------------------------------------------------------------ per-example windows
 def _rows(v: torch.Tensor, s: int) -> torch.Tensor:
     """``[n, s]`` pixel offsets ``v[i] .. v[i] + s - 1`` of each example's window along one axis."""
     return v[:, None] + torch.arange(s, device=v.device)

@@ -1,4 +1,4 @@
-"""Running under ``torchrun``: which process this is, and the few collectives the evaluation needs (issue 29).
+"""Running under ``torchrun``: which process this is, and the few collectives the evaluation needs.
 
 mixzoo uses torch.distributed as PyTorch users launch it (``torchrun --nproc-per-node N``, ``--nnodes`` with a
 rendezvous endpoint, or ``srun torchrun``), no scheduler of its own. The runner hands out whole batches round-robin

@@ -1,6 +1,6 @@
 """Counter-based random numbers: every value is a pure function of (seed, stream, example index, element index).
 
-Why (issue 29): results must not depend on how the examples are split into batches, processes or GPUs. A
+Why: results must not depend on how the examples are split into batches, processes or GPUs. A
 :class:`torch.Generator` hands out numbers in draw order, so example i's random start depends on how many numbers
 were drawn before it, that is on the batch it falls in. Here each number is a hash of its coordinates, a
 counter-based generator in the sense of Salmon et al. (SC 2011, "Parallel random numbers: as easy as 1, 2, 3"),
