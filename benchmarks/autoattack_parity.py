@@ -1,6 +1,7 @@
-"""Does mixzoo's evaluation break everything standard AutoAttack breaks, example by example? (issue 30)
+"""Does mixzoo's evaluation break everything standard AutoAttack breaks, example by example?
 
-    .venv/bin/python benchmarks/autoattack_parity.py --card benchmarks/results/cards/fmnist_mixednuts_population_ln.toml --n 200
+    .venv/bin/python benchmarks/autoattack_parity.py \
+        --card benchmarks/results/cards/fmnist_mixednuts_population_ln.toml --n 200
     .venv/bin/python benchmarks/autoattack_parity.py --pair digits-std,digits-pgd --n 300     # a digits card first
     .venv/bin/python benchmarks/autoattack_parity.py --card benchmarks/results/cards/fmnist_mixednuts.toml --n 1000 \
         --chunk-dir parity_chunks/     # resumable: each finished chunk of --batch-size images is kept

@@ -1,11 +1,12 @@
-"""Issue 29: one process with T threads against ``torchrun`` with R processes of T / R threads, on the same bench.
+"""Distributed evaluation: one process with T threads against ``torchrun`` with R processes of T / R threads, on the
+same bench.
 
 Runs ``mixzoo bench CARD --attack ATTACK --n-images N --no-curve --no-baseline --no-plots``
 twice from empty caches: once as a
 single process (``--threads`` intra-op threads), once under ``torchrun --nproc-per-node R`` (``--threads / R``
 threads each, or one GPU each with ``--device cuda``). Records both wall times, checks that the two reports agree
 example by example (they must: every random draw comes from the example's index), and prints one JSON line with the
-machine (``mixzoo.core.machine.machine_summary``). Target (issue 29): 2 ranks x 1 thread no slower than 1 rank x
+machine (``mixzoo.core.machine.machine_summary``). Target: 2 ranks x 1 thread no slower than 1 rank x
 2 threads on the 2-core CPU.
 
     python benchmarks/distributed_speed.py --n 200 --ranks 2 --threads 2            # CPU

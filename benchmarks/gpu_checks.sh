@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The GPU checks of issues 30 and 27, as one command on a lent GPU machine (the `device` tool, session 27):
+# The GPU checks (parity with AutoAttack, adaptive smoothing's training time), as one command on a lent GPU machine (the `device` tool):
 #
-#   1. issue 30: benchmarks/autoattack_parity.py on the first 1,000 Fashion-MNIST evaluation images, pyautoattack's
+#   1. parity with AutoAttack: benchmarks/autoattack_parity.py on the first 1,000 Fashion-MNIST evaluation images, pyautoattack's
 #      standard evaluation against mixzoo's `adaptive`, both on the GPU; one process per 250-image chunk (4 at once);
-#   2. issue 27: the adaptive-smoothing setting-C training time on the GPU (100 batches of 128 train-split images, the
+#   2. adaptive smoothing: the adaptive-smoothing setting-C training time on the GPU (100 batches of 128 train-split images, the
 #      CPU figure's configuration; an epoch of 428 batches is scaled from it);
-#   3. issue 30: MMAA vs pyautoattack at equal work on a large network on the GPU (timm ConvNeXt-Tiny, random
+#   3. parity with AutoAttack: MMAA vs pyautoattack at equal work on a large network on the GPU (timm ConvNeXt-Tiny, random
 #      weights, 224x224).
 #
 # The machine has no network: the caller carries `.devdata/` (this repo's ignored folder) holding the Fashion-MNIST

@@ -1,8 +1,8 @@
-"""Worst case per example over two evaluations of the same card on the same images (issue 27's lineage bench).
+"""Worst case per example over two evaluations of the same card on the same images (the lineage bench).
 
-The lineage bench (``benchmarks/results/every_method_fmnist_n1000/``) attacked every row with ``adaptive`` as it was before
-its code version ``exact-apgd-1`` (issue 30 added AutoAttack's APGD-CE and APGD-T on the exact gradient for mixed
-classifiers with ``forward_pair``). The parity run of issue 30 (``benchmarks/autoattack_parity.py``) attacked the
+The lineage bench (``benchmarks/results/every_method_fmnist_n1000/``) attacked every row with ``adaptive`` as it was
+before its code version ``exact-apgd-1`` (which added AutoAttack's APGD-CE and APGD-T on the exact gradient for mixed
+classifiers with ``forward_pair``). The parity run (``benchmarks/autoattack_parity.py``) attacked the
 MixedNUTS card ``cards/fmnist_mixednuts.toml`` on the same 1,000 images with the current ``adaptive`` and kept each
 example's outcome. An example is robust under the union of both attacks only if it is robust in both runs; this
 script prints that worst case, and the paired differences (Newcombe) against the report's RBC row::

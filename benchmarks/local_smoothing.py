@@ -1,7 +1,8 @@
-"""Locally biased smoothing on the built-in Fashion-MNIST pair (issue 26): 001 Fig. 1 / 8 and 003 Fig. 5 analogues,
+"""Locally biased smoothing on the built-in Fashion-MNIST pair: 001 Fig. 1 / 8 and 003 Fig. 5 analogues,
 and speed.
 
-    .venv/bin/python benchmarks/local_smoothing.py [--n 100] [--n-iter 20] [--out benchmarks/results/local_smoothing_fmnist/options_n100]
+    .venv/bin/python benchmarks/local_smoothing.py [--n 100] [--n-iter 20] \
+        [--out benchmarks/results/local_smoothing_fmnist/options_n100]
 
 (a) ``local-smoothing`` (003 Eq. 5 / 001 Eq. 3.3), ABC fmnist-std, RBC fmnist-pgd: clean accuracy and accuracy under
     APGD-CE at eps 0.1 L-inf against the smoothed classifier itself, as alpha sweeps, one curve per R_i option

@@ -1,4 +1,4 @@
-"""Speed of the main job on the built-in Fashion-MNIST pair (issue 4 targets), on this machine.
+"""Speed of the main job on the built-in Fashion-MNIST pair (the project's targets), on this machine.
 
 Times ``mixzoo mix`` (a fresh process, as a user runs it) on the default pair with 1,000 calibration images and an
 empty cache (target: under 3 minutes), then again with another beta from the cache (target: under 5 seconds).

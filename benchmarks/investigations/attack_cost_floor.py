@@ -16,7 +16,7 @@ bench report, multiplies by the arithmetic one forward and one forward + input g
 Everything the floor leaves out (examples broken along the way, clean mistakes, the linear baseline's alpha matching,
 the trade-off curve, FAB-T's extra forward passes) only adds time, so the measured bench must take longer.
 
-    .venv/bin/python benchmarks/investigations/attack_cost_floor.py            # writes benchmarks/investigations/attack_cost_floor.{md,json}
+    .venv/bin/python benchmarks/investigations/attack_cost_floor.py   # writes attack_cost_floor.{md,json} next to it
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ h^LN) and with two (alpha chosen again on MMAA points of the transformed RBC h^M
 RBC and both MixedNUTS classifiers on the first N evaluation images with the same attack (default: the gradient
 half of the adaptive AutoAttack, as ``make demo``; every row through the cache that ``mixzoo bench`` uses).
 
-    .venv/bin/python benchmarks/investigations/refit_alpha.py [--n 1000] [--attack adaptive-apgd] [--out benchmarks/results/...]
+    .venv/bin/python benchmarks/investigations/refit_alpha.py [--n 1000] [--attack adaptive-apgd] [--out FILE.json]
 
 Writes a JSON file with the cards, per-row clean / robust accuracy and seconds, and the machine.
 """
@@ -33,7 +33,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--attack", default="adaptive-apgd")
     ap.add_argument("--beta", type=float, default=0.985)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/mixednuts_fmnist/population_ln/refit_alpha.json"))
+    ap.add_argument("--out", type=Path,
+                    default=Path("benchmarks/results/mixednuts_fmnist/population_ln/refit_alpha.json"))
     args = ap.parse_args()
 
     cache = Cache(None)

@@ -1,5 +1,5 @@
 """Algorithm 1 on the built-in Fashion-MNIST pair with both searches (mixzoo, authors): the chosen point, alpha, and
-how many attacked-correct margins reach the threshold (issue 25, difference (a)). Reuses the cache of `mixzoo mix`
+how many attacked-correct margins reach the threshold (difference (a)). Reuses the cache of `mixzoo mix`
 (set MIXZOO_CACHE as for that run); writes nothing.
 
     MIXZOO_CACHE=... .venv/bin/python benchmarks/investigations/search_rules.py

@@ -1,6 +1,7 @@
-"""How much does one example's break depend on APGD's random start, loss and gradient? (issue 30, example 96)
+"""How much does one example's break depend on APGD's random start, loss and gradient? (example 96)
 
-    .venv/bin/python benchmarks/investigations/start_sensitivity.py --card benchmarks/results/cards/fmnist_mixednuts.toml --index 96 \
+    .venv/bin/python benchmarks/investigations/start_sensitivity.py \
+        --card benchmarks/results/cards/fmnist_mixednuts.toml --index 96 \
         --batch 250 --k 64 --out benchmarks/results/autoattack_parity/fmnist_n1000_cpu/example96
 
 1. Runs the installed AutoAttack's APGD-CE alone (``version="standard"`` settings, ``--seed``) on the first

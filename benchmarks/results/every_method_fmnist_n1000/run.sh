@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The lineage bench of issues 26 and 27: every method on the built-in Fashion-MNIST pair, first 1,000 evaluation
+# The lineage bench: every method on the built-in Fashion-MNIST pair, first 1,000 evaluation
 # images, full adaptive attack plus each method's extra attacks, two ranks with one thread each on the 2-core CPU.
 # Resumable: finished batches are kept in cache/bench (committed), so a later session re-runs this and goes on.
-# Finished in session 29 (2026-11-26): report/ is its output (verify.txt: `mixzoo verify` on it); with the code
+# Finished (2026-11-26): report/ is its output (verify.txt: `mixzoo verify` on it); with the code
 # below (34e8c08) and this cache, re-running it only reloads the cached rows and writes the same report.
 # Every cached outcome here was attacked with `adaptive` before its code version exact-apgd-1 (commit 34e8c08 and
 # earlier); the current `adaptive` (with AutoAttack's APGD on the exact gradient) has another cache key, so with
