@@ -233,7 +233,7 @@ def markdown_table(b: Built, *, sources: bool = True) -> str:
         lines.append(f"| {label} | {clean} | " + " | ".join(robust) + " |")
     out = "\n".join(lines) + "\n"
     if sources:
-        out += "\n" + "\n".join(f"[{i + 1}] {describe(r, s)}." for i, (r, s) in
+        out += "\n" + "\n".join(f"- [{i + 1}] {describe(r, s)}." for i, (r, s) in
                                 enumerate(zip(b.reports, b.table.sources, strict=True))) + "\n"
     return out
 
@@ -288,13 +288,13 @@ def results_page(built: dict[str, Built]) -> str:
         "Every number on this page is read from a committed `report.json`; the reference under each table gives "
         "its path, the commit it was measured at and the machine. Accuracies are percentages with a 95 % Wilson "
         "interval from the counts; the robust accuracy of a headline report is in **bold**. Robust accuracies are "
-        "upper bounds: an attack failed, nothing more. A report from an older commit reads the same with the "
-        "current code (`mixzoo verify` re-checks its saved adversarial points); how each table was chosen is in "
-        "`benchmarks/make_results.py`.",
+        "upper bounds: an attack failed, nothing more. `mixzoo verify` re-checks a report's saved adversarial "
+        "points with the code you have; how each table was chosen is in `benchmarks/make_results.py`.",
         "",
         "![Clean against robust accuracy of MixedNUTS and the linear mix on the built-in pair](assets/tradeoff.png)",
         "",
-        f"Trade-off curve (MixedNUTS over beta, the linear mix over alpha) from `{FIGURE}`.",
+        f"Trade-off curve (MixedNUTS over beta, the linear mix over alpha; the card calibrated with the "
+        f"population-variance layer norm, 1,000 images) from `{FIGURE}`.",
         "",
     ]
     for b in built.values():

@@ -52,7 +52,7 @@ def _default(param: Any) -> str:
 
 def _names(param: Any) -> str:
     if not _is_option(param):
-        return f"`{param.human_readable_name}`" + (" ..." if param.nargs == -1 else "")
+        return f"`{param.name}`" + (" ..." if param.nargs == -1 else "")
     return " / ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
 
 
@@ -91,7 +91,8 @@ def method_options_markdown(name: str) -> str:
 
     method = lookup("method", name)
     lines = [f"Fit cost: {getattr(method, 'fit_cost', '') or 'not stated'}.", "",
-             "| option (`-O KEY=VALUE`) | meaning |", "|---|---|"]
+             "Options are given to `mixzoo mix --method " + name + "` as `-O KEY=VALUE`:", "",
+             "| option | meaning |", "|---|---|"]
     for key, meaning in (getattr(method, "options", None) or {}).items():
         lines.append(f"| `{key}` | {_cell(str(meaning))} |")
     return "\n".join(lines) + "\n"
