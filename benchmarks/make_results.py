@@ -313,11 +313,11 @@ def model_row(b: Built, method: str) -> list[dict]:
 
 
 def method_snippet(method: str) -> Callable[[dict[str, Built]], str]:
-    """Every row of ``method`` in the headline reports, each beside its report's RBC row."""
+    """Every row of ``method`` in each table's headline report, each beside that report's RBC row."""
     def make(built: dict[str, Built]) -> str:
         lines = ["| row | clean % | robust % | attack | images | report |", "|---|---|---|---|---|---|"]
         for b in built.values():
-            for rep, src in zip(b.reports, b.table.sources, strict=True):
+            for rep, src in [(b.reports[0], b.table.sources[0])]:
                 rbc = next(x for x in rep["models"] if x["kind"] == "rbc")
                 for m in rep["models"]:
                     if m["kind"] in ("abc", "rbc") or method_of(m) != method:
