@@ -255,7 +255,7 @@ class Attack:
             for comp in comps:
                 todo = torch.nonzero(clean_correct if comp.scope == "clean" else robust).squeeze(1)
                 task = bar.add_task(f"{self.name}: {comp.name}", total=len(todo))
-                start, newly, outside = time.perf_counter(), 0, 0
+                start, newly, outside, own = time.perf_counter(), 0, 0, 0
                 with pywarnings.catch_warnings(record=True) as caught:
                     pywarnings.simplefilter("always")
                     for idx in todo.split(bs) if len(todo) else ():  # an empty tensor splits into one empty part
@@ -275,9 +275,11 @@ class Attack:
                         robust[idx[broken]] = False
                         adv[idx[broken]] = cand[broken]
                         newly += int(broken.sum())
+                        own += int(((out.argmax(dim=1) != y) & inside).sum())
                         outside += int((~inside).sum())
                         bar.advance(task, len(idx))
-                stats.append(ComponentStat(comp.name, newly, time.perf_counter() - start))
+                stats.append(ComponentStat(comp.name, newly, time.perf_counter() - start,
+                                           own if comp.scope == "clean" else None))
                 if index is not None and not comp.per_example and len(todo):
                     notes.append(f"{comp.name}: draws its randomness per batch, so its outcome can depend on the"
                                  " batch size and the number of processes")
