@@ -498,6 +498,9 @@ class AdaptiveAutoAttack(AutoAttackEval):
                          if c.name in ("apgd-ce", "apgd-t")
                          else _square_each(model, self.options, self.eps, self.norm, self.seed)
                          if c.name == "square" else c for c in comps]
+            if "autoattack-standard" in chosen and hasattr(model, "gradient"):  # a mixed classifier without Eq. 8
+                n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
+                comps.append(_standard_exact(model, self.options, self.eps, self.norm, self.seed, n_targets))
             return comps
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
         out = []
@@ -562,8 +565,9 @@ class AdaptiveStrong(AdaptiveAutoAttack):
     """
 
     name: ClassVar[str] = "adaptive-strong"
-    # the same components in the same order as before the exact APGD moved into adaptive: outcomes unchanged
-    code_version: ClassVar[str | None] = None
+    # autoattack-standard records its stand-alone breaks and runs on every mixed classifier (those without
+    # forward_pair too, e.g. adaptive smoothing): outcomes cached before are attacked again
+    code_version: ClassVar[str | None] = "aa-standard-2"
     available: ClassVar[tuple[str, ...]] = STRONG_COMPONENTS
     defaults: ClassVar[dict[str, Any]] = {**AdaptiveAutoAttack.defaults, "extra_seeds": 1}
 
