@@ -107,7 +107,8 @@ def test_push_dry_run_writes_a_hub_folder_with_model_card(digits_card, strong_re
             assert "file" not in refs[role] and not (folder / f"{role}.safetensors").exists()
     meta = metadata_load(folder / "README.md")  # huggingface_hub's own parser of the YAML header
     assert meta["library_name"] == "mixzoo" and meta["datasets"] == ["digits"]
-    assert meta["base_model"] == ["digits-std", "digits-pgd"] and "mixednuts" in meta["tags"]
+    assert meta["mixzoo"] == {"method": "mixednuts", "abc": "digits-std", "rbc": "digits-pgd", "card": "card.toml"}
+    assert "base_model" not in meta and "mixednuts" in meta["tags"]  # the zoo's models are not Hub repositories
     assert meta["metrics"] == ["accuracy"]
     report = json.loads((strong_report / "report.json").read_text())
     row = next(m for m in report["models"] if m["kind"] == "mixednuts")
@@ -119,6 +120,16 @@ def test_push_dry_run_writes_a_hub_folder_with_model_card(digits_card, strong_re
     assert "bench/report.json" in text and f"{100 * row['robust_accuracy']:.2f}" in text
     assert json.loads((folder / "bench" / "report.json").read_text()) == report
     assert (folder / "bench" / "report.md").is_file()
+
+
+def test_model_card_names_hub_hosted_base_models_as_base_model(digits_card):
+    from huggingface_hub.repocard import ModelCard
+
+    card = MixCard.load(digits_card)
+    atto = "timm/convnextv2_atto.fcmae_ft_in1k"
+    refs = {"abc": {"name": f"hf-hub:{atto}", "hub_id": atto}, "rbc": {"name": "digits-pgd", "hub_id": None}}
+    meta = ModelCard(share_push.model_card(card, REPO, refs, None, None)).data.to_dict()
+    assert meta["base_model"] == [atto] and meta["mixzoo"]["abc"] == f"hf-hub:{atto}"
 
 
 def test_push_finds_the_latest_report_of_the_card_and_ignores_others(digits_card, strong_report, tmp_path):

@@ -134,10 +134,11 @@ def bench_figures(report: dict[str, Any], card: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------- base models
 def base_model_reference(card: Any, role: str, folder: Path | None = None) -> dict[str, Any]:
-    """``{"name", "weight_hash", "file_sha256", "source"}`` of the card's ``role`` model (the registry's record,
-    where the name is a registry name); with ``folder``, its network's weights are also written there as
+    """``{"name", "weight_hash", "file_sha256", "source", "hub_id"}`` of the card's ``role`` model (the registry's
+    record, where the name is a registry name; ``hub_id`` when its weights live in a Hugging Face repository, from an
+    ``hf-hub:`` name or source); with ``folder``, its network's weights are also written there as
     ``ROLE.safetensors`` (after checking they are the weights the card was fitted for) and named with their sha256."""
-    from mixzoo.core.errors import UnknownNameError
+    from mixzoo.core.errors import MissingFileError, UnknownNameError
     from mixzoo.core.registry import get_spec
 
     recorded = getattr(card, role) or {}
@@ -149,8 +150,10 @@ def base_model_reference(card: Any, role: str, folder: Path | None = None) -> di
         spec = get_spec(name)
         entry.update(file_sha256=spec.sha256, source=json.loads(json.dumps(dict(spec.source), default=str)),
                      dataset=spec.dataset, role=spec.role)
-    except UnknownNameError:
+    except (UnknownNameError, MissingFileError):  # not registered, or an hf-hub: name whose config is not cached
         entry.update(file_sha256=None, source=None)
+    hub = next((str(v) for v in (name, (entry["source"] or {}).get("model")) if str(v).startswith(HUB_PREFIX)), None)
+    entry["hub_id"] = hub.removeprefix(HUB_PREFIX).partition("@")[0] if hub else None
     if folder is not None:
         entry.update(_bundle(card, role, name, folder))
     return entry
@@ -188,19 +191,24 @@ def _eps_text(eps: float | None) -> str:
 def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: dict[str, Any] | None,
                report_file: str | None) -> str:
     """``README.md``: YAML metadata (library_name, tags, datasets, base_model, metrics, model-index when bench
-    figures exist), then what the classifier is, how to load it, its figures with their report and its files."""
+    figures exist, and ``mixzoo``: method and base-model names), then what the classifier is, how to load it, its
+    figures with their report and its files. ``base_model`` lists the base models hosted on the Hub (the Hub accepts
+    only repository ids there); registry names are under ``mixzoo``."""
     method = card.mixing_method
     title = method.title or method.name
     attack = card.attack or {}
     abc, rbc = refs["abc"]["name"], refs["rbc"]["name"]
-    hub_bases = [n.removeprefix(HUB_PREFIX) for n in (abc, rbc) if n.startswith(HUB_PREFIX)]
+    hub_bases = [r["hub_id"] for r in (refs["abc"], refs["rbc"]) if r.get("hub_id")]
     meta: dict[str, Any] = {
         "library_name": "mixzoo",
         "tags": ["mixzoo", "mixed-classifier", "adversarial-robustness", "image-classification", card.method],
         "datasets": [card.dataset] if card.dataset else [],
-        "base_model": hub_bases or [abc, rbc],
+        "base_model": hub_bases,
         "metrics": ["accuracy"],
+        "mixzoo": {"method": card.method, "abc": abc, "rbc": rbc, "card": CARD_FILE},
     }
+    if not hub_bases:
+        del meta["base_model"]
     if figures:
         row = next(r for r in figures["rows"] if r["name"] == figures["card_row"])
         task = {"type": "image-classification", "name": "Image Classification"}
