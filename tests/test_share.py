@@ -314,6 +314,22 @@ def test_export_refuses_what_cannot_be_one_artifact(tmp_path, digits_card):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_classifier_that_does_not_trace_is_refused_in_one_line(tmp_path, threads):
+    card = MixCard("local-smoothing", {"alpha": 2.0, "r": "one"}, abc={"name": "digits-std"},
+                   rbc={"name": "digits-pgd"}, dataset="digits").save(tmp_path / "ls.toml")
+    for fmt in ("torch-export", "onnx") if _has_onnxruntime() else ("torch-export",):
+        with pytest.raises(MixzooError, match="batch size") as err:
+            share_export.export(card, fmt, tmp_path / "out")
+        assert "\n" not in str(err.value) and "\x1b" not in str(err.value)
+    assert not any((tmp_path / "out").iterdir())
+
+
+def _has_onnxruntime() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
 def test_max_abs_diff_matches_infinities_exactly():
     inf = float("inf")
 

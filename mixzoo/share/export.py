@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from mixzoo.core.errors import InputError, MixzooError
 
 FORMATS = {"onnx": ".onnx", "torch-export": ".pt2"}
 INPUT_NAME, OUTPUT_NAME = "images", "log_probs"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TOLERANCE = 1e-5
 CHECK_N = 100
 
@@ -135,6 +137,9 @@ def _save_onnx(model: Any, example: Any, path: Path, metadata: dict[str, Any]) -
                           dynamic_shapes=({0: batch},), dynamo=True, external_data=False, verbose=False,
                           custom_translation_table={torch.ops.aten.log_sigmoid.default: _log_sigmoid})
     proto = onnx.load(str(path))
+    if not proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param:
+        raise MixzooError("the ONNX exporter fixed the batch size at the example's; the classifier's module"
+                          " specializes on the batch size (torch.export: 'Constraints violated (batch)')")
     for key, value in metadata.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = f"mixzoo.{key}", json.dumps(value) if not isinstance(value, str) else value
@@ -191,10 +196,16 @@ def export(card: Any, format: str = "onnx", out: str | Path = ".", *, abc: Any =
         except MixzooError:
             raise
         except Exception as exc:  # noqa: BLE001 - a tracer's failure on a plugin's module becomes one line
-            first = " ".join(str(exc).split())[:240] or type(exc).__name__
-            raise MixzooError(f"{format} could not trace the {card.method} classifier ({type(exc).__name__}: {first});"
-                              " its module must avoid data-dependent Python control flow in forward") from None
-        outputs = [(run_artifact(tmp, images), reference), (run_artifact(tmp, images[:1]), reference[:1])]
+            first = " ".join(_ANSI.sub("", str(exc)).split())[:240] or type(exc).__name__
+            raise MixzooError(f"{format} could not trace the {card.method} classifier with a free batch size"
+                              f" ({type(exc).__name__}: {first})") from None
+        try:
+            outputs = [(run_artifact(tmp, images), reference), (run_artifact(tmp, images[:1]), reference[:1])]
+        except Exception as exc:  # noqa: BLE001 - the runtime's refusal of its own artifact, in one line
+            first = " ".join(_ANSI.sub("", str(exc)).split())[:240] or type(exc).__name__
+            raise MixzooError(f"the {format} artifact of the {card.method} classifier does not run on"
+                              f" {len(images)} and 1 images ({type(exc).__name__}: {first}); nothing was written")\
+                from None
         diff = max(max_abs_diff(a, b) for a, b in outputs)
         scaled = max(max_abs_diff(a, b, scaled=True) for a, b in outputs)
         if not scaled <= tolerance:
