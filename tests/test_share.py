@@ -167,7 +167,40 @@ def test_push_refuses_bad_targets_and_leaves_nothing(digits_card, tmp_path):
     assert share_push.hub_folder(digits_card, REPO, first.path).files == first.files
 
 
-def test_upload_fails_in_one_line_offline_and_without_network(digits_card, tmp_path, monkeypatch):
+class _RefusingHub:
+    """A local HTTP server standing for a Hub that answers but refuses the upload (401 on every POST)."""
+
+    def __enter__(self) -> str:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_HEAD(self):  # noqa: N802 - http.server's names
+                self.send_response(200)
+                self.end_headers()
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = b'{"error": "Invalid credentials in Authorization header"}'
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_upload_fails_in_one_line_offline_unreachable_or_refused(digits_card, tmp_path, monkeypatch, hf_cache):
     from huggingface_hub import constants
 
     folder = share_push.hub_folder(digits_card, REPO, tmp_path / "hub")
@@ -177,9 +210,15 @@ def test_upload_fails_in_one_line_offline_and_without_network(digits_card, tmp_p
     assert str(folder.path) in str(err.value) and "\n" not in str(err.value)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.delenv("MIXZOO_OFFLINE", raising=False)
-    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the real client fails
-    with pytest.raises(MixzooError, match="upload of .* to someone/mixed failed") as err:
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(MixzooError, match="127.0.0.1:9 is unreachable") as err:
         share_push.upload(folder, token="hf_x")
+    with pytest.raises(MissingFileError, match="unreachable"):
+        mixzoo.load_mixed("hf-hub:someone/elsewhere")
+    with _RefusingHub() as endpoint:  # the real client talks to a server that says no
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        with pytest.raises(MixzooError, match="upload of .* to someone/mixed failed.*401") as err:
+            share_push.upload(folder, token="hf_x")
     assert "\n" not in str(err.value)
 
 

@@ -40,9 +40,23 @@ def offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE) or os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0")
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hub endpoint (``HF_ENDPOINT``) answers one HEAD request at all; asked before any download or
+    upload, because huggingface_hub retries an unreachable Hub five times with back-off (about 25 s)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+    except OSError:  # requests' connection errors and timeouts
+        return False
+    return True
+
+
 def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
-    """One file of a Hub repository: from the local cache, else downloaded when downloads are on; a file neither
-    cached nor downloadable is a one-line :class:`MissingFileError` naming where it belongs."""
+    """One file of a Hub repository: from the local cache, else downloaded when downloads are on and the Hub
+    answers; a file neither cached nor downloadable is a one-line :class:`MissingFileError` naming where it
+    belongs."""
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError
 
@@ -51,14 +65,16 @@ def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
         try:
             return Path(hf_hub_download(repo, filename, revision=revision, local_files_only=True))
         except LocalEntryNotFoundError:
-            if offline():
+            if offline() or not hub_reachable():
                 raise
         return Path(hf_hub_download(repo, filename, revision=revision))
-    except LocalEntryNotFoundError:
+    except LocalEntryNotFoundError:  # (a subclass of EntryNotFoundError: caught first)
         folder = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}"
-        raise MissingFileError(f"{where} is not in the Hugging Face cache and downloads are off (HF_HUB_OFFLINE or"
-                               f" MIXZOO_OFFLINE); run `huggingface-cli download {repo}` where there is network and"
-                               f" copy the cache, or place it in {folder}/snapshots/<commit>/") from None
+        why = ("downloads are off (HF_HUB_OFFLINE or MIXZOO_OFFLINE)" if offline()
+               else f"the Hub ({constants.ENDPOINT}) is unreachable")
+        raise MissingFileError(f"{where} is not in the Hugging Face cache and {why}; run `huggingface-cli download"
+                               f" {repo}` where there is network and copy the cache, or place it in"
+                               f" {folder}/snapshots/<commit>/") from None
     except EntryNotFoundError:
         raise MissingFileError(f"{where} does not exist; is {repo!r} a repository written by `mixzoo push`?") from None
     except HFValidationError as exc:
@@ -101,5 +117,5 @@ def base_models(ref: str) -> dict[str, dict[str, Any]]:
     return {r: data[r] for r in ("abc", "rbc")}
 
 
-__all__ = ["BASE_MODELS_FILE", "CARD_FILE", "HUB_PREFIX", "base_models", "hub_file", "offline", "parse_hub_id",
-           "resolve_card"]
+__all__ = ["BASE_MODELS_FILE", "CARD_FILE", "HUB_PREFIX", "base_models", "hub_file", "hub_reachable", "offline",
+           "parse_hub_id", "resolve_card"]

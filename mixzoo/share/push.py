@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mixzoo.core.errors import InputError, MixzooError
-from mixzoo.share.hub import BASE_MODELS_FILE, CARD_FILE, HUB_PREFIX, offline, parse_hub_id
+from mixzoo.share.hub import BASE_MODELS_FILE, CARD_FILE, HUB_PREFIX, hub_reachable, offline, parse_hub_id
 
 REPORT_DIR = "bench"
 MARKER = BASE_MODELS_FILE  # a folder holding it was written by hub_folder and may be replaced by the next push
@@ -305,8 +305,11 @@ def upload(folder: HubFolder, *, token: str | None = None, private: bool = False
         raise MixzooError(f"cannot upload to the Hugging Face Hub: HF_HUB_OFFLINE or MIXZOO_OFFLINE is set; the"
                           f" folder is ready in {folder.path}: upload it where there is network (unset it and run"
                           " `mixzoo push` again, or `huggingface-cli upload`)")
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, constants
 
+    if not hub_reachable():
+        raise MixzooError(f"cannot upload to the Hugging Face Hub: {constants.ENDPOINT} is unreachable; the folder is"
+                          f" ready in {folder.path}: upload it where there is network, or pass --dry-run")
     api = HfApi(token=token)
     try:
         api.create_repo(folder.repo, private=private, exist_ok=True)
