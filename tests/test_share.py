@@ -118,6 +118,7 @@ def test_push_dry_run_writes_a_hub_folder_with_model_card(digits_card, strong_re
         "robust accuracy (adaptive-strong, Linf eps 51/255)": round(100 * row["robust_accuracy"], 2)}
     text = (folder / "README.md").read_text()
     assert "bench/report.json" in text and f"{100 * row['robust_accuracy']:.2f}" in text
+    assert "the extra attacks the method declares were not run" in text  # the bench ran with extra_attacks=False
     assert json.loads((folder / "bench" / "report.json").read_text()) == report
     assert (folder / "bench" / "report.md").is_file()
 

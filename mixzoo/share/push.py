@@ -126,6 +126,7 @@ def bench_figures(report: dict[str, Any], card: Any) -> dict[str, Any]:
     return {"attack": st.get("attack"), "eps": st.get("eps"), "norm": st.get("norm"), "seed": st.get("seed"),
             "dataset": (report.get("dataset") or {}).get("name"), "split": (report.get("dataset") or {}).get("split"),
             "n": row.get("n"), "created": (report.get("run") or {}).get("created"),
+            "extra_attacks": st.get("extra_attacks", True),
             "rows": [{"name": m["name"], "kind": m["kind"], "clean_accuracy": m["clean_accuracy"],
                       "robust_accuracy": m["robust_accuracy"], "clean_ci": m.get("clean_ci"),
                       "robust_ci": m.get("robust_ci")} for m in rows],
@@ -237,8 +238,10 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
         lines += [f"## Evaluation ({report_file})", "",
                   f"`mixzoo bench --attack {figures['attack']}`, {figures['norm']} eps {_eps_text(figures['eps'])},"
                   f" {figures['n']} images of the `{figures['split']}` split of {figures['dataset']}, seed"
-                  f" {figures['seed']} ({figures['created']}). Robust accuracy is the worst case over every attack"
-                  " the method needs, example by example.", "",
+                  f" {figures['seed']} ({figures['created']}). Robust accuracy is the worst case, example by"
+                  " example, over the attack's components"
+                  + (" and the extra attacks the method declares." if figures["extra_attacks"]
+                     else "; the extra attacks the method declares were not run."), "",
                   "| model | clean % (95% CI) | robust % (95% CI) |", "|---|---|---|"]
         for r in figures["rows"]:
             ci = {k: r.get(f"{k}_ci") or [None, None] for k in ("clean", "robust")}
