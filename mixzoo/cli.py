@@ -634,6 +634,11 @@ def train(
     out_console.print(result)
 
 
+from mixzoo.share.cli import register as _share_commands  # noqa: E402 - push, export, report
+
+_share_commands(app, _errors)
+
+
 def main() -> None:
     app()
 

@@ -2,7 +2,7 @@
 
 Every import between mixzoo modules, at module level or inside a function (``TYPE_CHECKING`` blocks excepted, they
 never run), goes from a higher layer to a lower one or within one layer, and no set of modules imports itself in a
-cycle. Layers, lowest first: core, zoo, attacks, training, methods, certify, evaluation, cli (``mixzoo/__init__``
+cycle. Layers, lowest first: core, zoo, attacks, training, methods, certify, evaluation, share, cli (``mixzoo/__init__``
 re-exports, on top).
 """
 
@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "mixzoo"
-LAYERS = ["core", "zoo", "attacks", "training", "methods", "certify", "evaluation", "cli"]
+LAYERS = ["core", "zoo", "attacks", "training", "methods", "certify", "evaluation", "share", "cli"]
 
 
 def _module(path: Path) -> str:

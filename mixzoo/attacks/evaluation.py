@@ -205,7 +205,7 @@ class Attack:
             for comp in comps:
                 todo = torch.nonzero(clean_correct if comp.scope == "clean" else robust).squeeze(1)
                 task = bar.add_task(f"{self.name}: {comp.name}", total=len(todo))
-                start, newly, outside = time.perf_counter(), 0, 0
+                start, newly, outside, own = time.perf_counter(), 0, 0, 0
                 with pywarnings.catch_warnings(record=True) as caught:
                     pywarnings.simplefilter("always")
                     for idx in todo.split(bs) if len(todo) else ():  # an empty tensor splits into one empty part
@@ -225,9 +225,11 @@ class Attack:
                         robust[idx[broken]] = False
                         adv[idx[broken]] = cand[broken]
                         newly += int(broken.sum())
+                        own += int(((out.argmax(dim=1) != y) & inside).sum())
                         outside += int((~inside).sum())
                         bar.advance(task, len(idx))
-                stats.append(ComponentStat(comp.name, newly, time.perf_counter() - start))
+                stats.append(ComponentStat(comp.name, newly, time.perf_counter() - start,
+                                           own if comp.scope == "clean" else None))
                 if index is not None and not comp.per_example and len(todo):
                     notes.append(f"{comp.name}: draws its randomness per batch, so its outcome can depend on the"
                                  " batch size and the number of processes")
@@ -446,6 +448,9 @@ class AdaptiveAutoAttack(AutoAttackEval):
                          if c.name in ("apgd-ce", "apgd-t")
                          else _square_each(model, self.options, self.eps, self.norm, self.seed)
                          if c.name == "square" else c for c in comps]
+            if "autoattack-standard" in chosen and hasattr(model, "gradient"):  # a mixed classifier without Eq. 8
+                n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
+                comps.append(_standard_exact(model, self.options, self.eps, self.norm, self.seed, n_targets))
             return comps
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
         out = []
@@ -510,8 +515,9 @@ class AdaptiveStrong(AdaptiveAutoAttack):
     """
 
     name: ClassVar[str] = "adaptive-strong"
-    # its own component list, unaffected by adaptive's code_version
-    code_version: ClassVar[str | None] = None
+    # autoattack-standard records its stand-alone breaks and runs on every mixed classifier (those without
+    # forward_pair too, e.g. adaptive smoothing): outcomes cached before are attacked again
+    code_version: ClassVar[str | None] = "aa-standard-2"
     available: ClassVar[tuple[str, ...]] = STRONG_COMPONENTS
     defaults: ClassVar[dict[str, Any]] = {**AdaptiveAutoAttack.defaults, "extra_seeds": 1}
 

@@ -16,6 +16,9 @@ class ComponentStat:
     name: str
     newly_broken: int
     seconds: float
+    # a component that attacks every clean-correct example afresh (``scope="clean"``): how many it broke on its own,
+    # earlier components' breaks included (its result as a stand-alone evaluation); None for the others
+    own_broken: int | None = None
 
 
 @dataclass

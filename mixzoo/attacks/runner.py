@@ -128,10 +128,13 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     }
     names = [c["name"] for c in batches[0]["components"]]
     for name in names:
+        parts = [c for b in batches for c in b["components"] if c["name"] == name]
         merged["components"].append({
             "name": name,
-            "newly_broken": sum(c["newly_broken"] for b in batches for c in b["components"] if c["name"] == name),
-            "seconds": sum(c["seconds"] for b in batches for c in b["components"] if c["name"] == name),
+            "newly_broken": sum(c["newly_broken"] for c in parts),
+            "seconds": sum(c["seconds"] for c in parts),
+            # a clean-scope component's own breaks (its stand-alone result), when every batch recorded them
+            **({"own_broken": sum(c["own_broken"] for c in parts)} if all("own_broken" in c for c in parts) else {}),
         })
     merged["warnings"] = merge_warnings([b["warnings"] for b in batches], merged["components"])
     if legacy:
@@ -165,7 +168,8 @@ def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, 
     part = {
         "clean_correct": res.clean_correct.bool().tolist(),
         "robust_correct": res.robust_correct.bool().tolist(),
-        "components": [{"name": c.name, "newly_broken": int(c.newly_broken), "seconds": c.seconds}
+        "components": [{"name": c.name, "newly_broken": int(c.newly_broken), "seconds": c.seconds,
+                        **({} if c.own_broken is None else {"own_broken": int(c.own_broken)})}
                        for c in res.components],
         "warnings": list(res.warnings),
         "seconds": res.seconds,

@@ -273,13 +273,21 @@ def _claim_v1(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
 
 
 def _published(path: str | Path) -> Path:
-    """A card path, or the file of a published card name (``mixzoo_cards`` hook), given as a string or as the
-    ``Path`` a CLI argument typed as a path makes of it (a name has no .toml / .json suffix, so no card file is
-    shadowed)."""
+    """A card path, the file of a published card name (``mixzoo_cards`` hook) or of a reference a plugin resolves
+    (``mixzoo_resolve_card`` hook, e.g. ``hf-hub:ORG/NAME``), given as a string or as the ``Path`` a CLI argument
+    typed as a path makes of it (a name has no .toml / .json suffix, so no card file is shadowed)."""
     from mixzoo.core.plugins import published_cards
 
     cards = published_cards()
-    return Path(cards[str(path)]) if str(path) in cards else Path(path)
+    if str(path) in cards:
+        return Path(cards[str(path)])
+    if ":" in str(path) and not Path(path).exists():  # a reference a plugin resolves, e.g. hf-hub:ORG/NAME
+        from mixzoo.core.plugins import first_result
+
+        found = first_result("mixzoo_resolve_card", f"find mix card {str(path)!r}", name=str(path))
+        if found is not None:
+            return Path(found)
+    return Path(path)
 
 
 # ------------------------------------------------------------------------------------------------ helpers

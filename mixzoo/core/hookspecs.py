@@ -125,3 +125,13 @@ def mixzoo_cards() -> dict[str, Any]:
     Called once when cards are first looked up. Each value is the path of a card file (TOML or JSON) shipped with
     the plugin, e.g. the paper's published MixedNUTS parameters for a pair of published models.
     """
+
+
+@hookspec(firstresult=True)
+def mixzoo_resolve_card(name: str) -> str | None:
+    """The local file of a mix card named by a reference that is neither a file nor a published card's name (e.g.
+    ``hf-hub:ORG/NAME``), or ``None`` for references the plugin does not handle.
+
+    :meth:`mixzoo.core.card.MixCard.load` asks it, so every command and function that takes a card accepts such
+    references. The card's weight files must lie next to the returned file.
+    """

@@ -110,6 +110,7 @@ class MixingMethod:
     options: dict[str, str] = {}  # fit options and what each means (``mixzoo mix -O key=value``)
     default: bool = False  # fitted by ``mixzoo mix`` when no --method is given (one method at most)
     certificate: str | None = None  # why no certified radius exists, when none does (``mixzoo certify``)
+    not_exportable: str | None = None  # why its classifier cannot be one deployable artifact (``mixzoo export``)
 
     # --------------------------------------------------------------------------------------------- card
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:

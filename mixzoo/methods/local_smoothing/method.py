@@ -223,6 +223,7 @@ class KNNSmoothing(MixingMethod):
     fit_cost = "training-free: writes the card from K and alpha (the train split is only fingerprinted)"
     certificate = ("its oracle is a K-NN vote and its weight alpha ||grad g_i(x)||_* depends on x; 003 Thm 1's"
                    " radius needs Lipschitz constants of grad g that mixzoo does not bound")
+    not_exportable = "its K-NN oracle searches the train split at every prediction, so the artifact would need it"
     options = {
         "alpha": "the smoothing strength alpha >= 0 (0: the ABC; large: the K-NN oracle)",
         "k": "K, the neighbours voting (1 <= K <= the train images; default 5)",

@@ -1,0 +1,121 @@
+"""A mix card on the Hugging Face Hub, by ``hf-hub:ORG/NAME[@REVISION]`` (the id timm and huggingface_hub use).
+
+A repository written by :func:`mixzoo.share.push.push` holds the card (:data:`CARD_FILE`), its method's weight files
+next to it, the base-model references (:data:`BASE_MODELS_FILE`) and a model card. :func:`resolve_card` finds the
+card and its weight files in the local Hugging Face cache (``HF_HUB_CACHE``) and downloads only what is missing,
+only when downloads are on: with ``HF_HUB_OFFLINE=1`` (or ``MIXZOO_OFFLINE=1``) a missing file is a one-line error
+saying where it belongs. ``mixzoo.load_mixed``, ``mixzoo bench`` and ``mixzoo certify`` reach it through the
+``mixzoo_resolve_card`` hook (built-in plugin ``share``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from mixzoo.core.errors import InputError, MissingFileError
+
+HUB_PREFIX = "hf-hub:"
+CARD_FILE = "card.toml"
+BASE_MODELS_FILE = "base_models.json"
+
+
+def parse_hub_id(ref: str) -> tuple[str, str | None]:
+    """``hf-hub:ORG/NAME[@REVISION]`` -> (``ORG/NAME``, ``REVISION`` or None); a one-line error otherwise."""
+    body = ref[len(HUB_PREFIX):] if ref.startswith(HUB_PREFIX) else ref
+    repo, _, revision = body.partition("@")
+    parts = repo.split("/")
+    if len(parts) != 2 or not all(parts) or any(c.isspace() for c in repo):
+        raise InputError(f"{ref!r} is not a Hugging Face repository id; write hf-hub:ORG/NAME[@REVISION]")
+    return repo, revision or None
+
+
+def offline() -> bool:
+    """Downloads (and uploads) are off: ``HF_HUB_OFFLINE`` as huggingface_hub read it, or ``MIXZOO_OFFLINE=1``."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hub endpoint (``HF_ENDPOINT``) answers one HEAD request at all; asked before any download or
+    upload, because huggingface_hub retries an unreachable Hub five times with back-off (about 25 s)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+    except OSError:  # requests' connection errors and timeouts
+        return False
+    return True
+
+
+def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
+    """One file of a Hub repository: from the local cache, else downloaded when downloads are on and the Hub
+    answers; a file neither cached nor downloadable is a one-line :class:`MissingFileError` naming where it
+    belongs."""
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError
+
+    where = f"{filename!r} of Hugging Face repository {repo!r}" + (f" at revision {revision!r}" if revision else "")
+    try:
+        try:
+            return Path(hf_hub_download(repo, filename, revision=revision, local_files_only=True))
+        except LocalEntryNotFoundError:
+            if offline() or not hub_reachable():
+                raise
+        return Path(hf_hub_download(repo, filename, revision=revision))
+    except LocalEntryNotFoundError:  # (a subclass of EntryNotFoundError: caught first)
+        folder = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}"
+        why = ("downloads are off (HF_HUB_OFFLINE or MIXZOO_OFFLINE)" if offline()
+               else f"the Hub ({constants.ENDPOINT}) is unreachable")
+        raise MissingFileError(f"{where} is not in the Hugging Face cache and {why}; run `huggingface-cli download"
+                               f" {repo}` where there is network and copy the cache, or place it in"
+                               f" {folder}/snapshots/<commit>/") from None
+    except EntryNotFoundError:
+        raise MissingFileError(f"{where} does not exist; is {repo!r} a repository written by `mixzoo push`?") from None
+    except HFValidationError as exc:
+        raise InputError(f"{repo!r} is not a valid Hugging Face repository id ({exc})") from None
+    except OSError as exc:  # network refused, DNS, timeouts (requests' errors are OSErrors)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise MissingFileError(f"could not download {where} ({first[:200]}); set HF_HUB_OFFLINE=1 to use the cache"
+                               " only") from None
+
+
+def resolve_card(ref: str) -> Path:
+    """The local card file of ``hf-hub:ORG/NAME[@REVISION]``, with its weight files (the card's ``[weights]``) and
+    any bundled base-model weights (:data:`BASE_MODELS_FILE`) beside it in the same cache snapshot."""
+    repo, revision = parse_hub_id(ref)
+    card = hub_file(repo, CARD_FILE, revision)
+    try:
+        data = tomllib.loads(card.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{ref}: {CARD_FILE} is not a valid TOML card ({str(exc).splitlines()[0]})") from None
+    weights = data.get("weights") or {}
+    for name in weights if isinstance(weights, dict) else ():
+        hub_file(repo, str(name), revision)
+    for ref_entry in base_models(ref).values():
+        if ref_entry.get("file"):
+            hub_file(repo, str(ref_entry["file"]), revision)
+    return card
+
+
+def base_models(ref: str) -> dict[str, dict[str, Any]]:
+    """The base-model references of a pushed repository: ``{"abc": {...}, "rbc": {...}}`` with each model's name,
+    the weight hash the card records, the registry's weight-file sha256 and, when bundled, the file and its sha256."""
+    repo, revision = parse_hub_id(ref)
+    path = hub_file(repo, BASE_MODELS_FILE, revision)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{ref}: {BASE_MODELS_FILE} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(data.get(r), dict) for r in ("abc", "rbc")):
+        raise InputError(f"{ref}: {BASE_MODELS_FILE} must hold the tables abc and rbc; push the card again")
+    return {r: data[r] for r in ("abc", "rbc")}
+
+
+__all__ = ["BASE_MODELS_FILE", "CARD_FILE", "HUB_PREFIX", "base_models", "hub_file", "hub_reachable", "offline",
+           "parse_hub_id", "resolve_card"]

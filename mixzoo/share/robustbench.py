@@ -1,0 +1,171 @@
+"""RobustBench's ``model_info`` JSON for a mixed classifier's bench report.
+
+RobustBench's leaderboard reads one JSON file per model, ``model_info/{dataset}/{threat_model}/{Name}.json`` in its
+repository, with the fields :data:`MODEL_INFO_FIELDS` (``external`` when a stronger evaluation than AutoAttack
+exists). :func:`model_info` fills them from a ``mixzoo bench`` report:
+
+- ``autoattack_acc``: standard AutoAttack on the exact classifier, the report's ``autoattack-standard`` component
+  (``mixzoo bench --attack adaptive-strong``) as a stand-alone evaluation: the clean-correct examples minus those it
+  broke on its own. A report without that component is refused, naming the attack to run.
+- ``external`` (and ``reported``): the adaptive worst case, the row's robust accuracy (every component of the attack
+  and every extra attack the method declares, per example), never above ``autoattack_acc``.
+- ``clean_acc``; ``eps`` as RobustBench writes it (``8/255``); ``dataset``; ``number_forward_passes`` 2 (one per
+  base model); ``architecture`` from the pair's registry entries; ``additional_data`` false unless given.
+- ``link``, ``name``, ``authors``, ``venue``, ``footnote``: the paper's, from ``fields``; the footnote says how many
+  images were attacked (RobustBench's own figures use the whole test set).
+
+Accuracies are percent strings with two decimals, as in RobustBench's files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from mixzoo.core.errors import InputError
+
+# the fields of RobustBench's model_info/*/Linf|L2/*.json files (RobustBench/robustbench, model_info/)
+MODEL_INFO_FIELDS = ("link", "name", "authors", "additional_data", "number_forward_passes", "dataset", "venue",
+                     "architecture", "eps", "clean_acc", "reported", "autoattack_acc", "external", "footnote",
+                     "unreliable")
+STANDARD_COMPONENT = "autoattack-standard"
+STRONG_ATTACK = "adaptive-strong"
+USER_FIELDS = ("link", "name", "authors", "venue", "footnote", "additional_data", "architecture", "unreliable")
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.2f}"
+
+
+def eps_text(eps: float) -> str:
+    """RobustBench's way of writing a radius: ``8/255`` when it is k/255, else the number (``0.5``)."""
+    k = eps * 255
+    return f"{round(k)}/255" if round(k) and abs(k - round(k)) < 1e-6 else f"{eps:g}"
+
+
+def read_report(bench_dir: str | Path) -> dict[str, Any]:
+    """A bench ``report.json`` (the directory ``mixzoo bench --out`` wrote, or the file)."""
+    path = Path(bench_dir)
+    file = path / "report.json" if path.is_dir() else path
+    if not file.is_file():
+        raise InputError(f"{path} holds no report.json; pass the --out directory of `mixzoo bench`")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{file} is not a bench report.json ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("models"), list) or not isinstance(
+            data.get("settings"), dict):
+        raise InputError(f"{file} is not a bench report.json; pass the --out directory of `mixzoo bench`")
+    return data
+
+
+def card_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of mix cards (not the base models, not the matched baseline, which has no card file)."""
+    return [m for m in report["models"] if m.get("kind") not in ("abc", "rbc") and m.get("card")
+            and m.get("card_path")] or [m for m in report["models"] if m.get("kind") not in ("abc", "rbc")
+                                        and m.get("card")]
+
+
+def pick_row(report: dict[str, Any], card_name: str | None = None) -> dict[str, Any]:
+    """The card row to submit: the only one, or the one named ``card_name`` (row name, card file stem or path)."""
+    rows = card_rows(report)
+    if not rows:
+        raise InputError("the bench report has no mixed classifier row; bench a mix card first")
+    if card_name is not None:
+        hits = [m for m in rows if card_name in (m["name"], m.get("card_path"), Path(m.get("card_path") or "").stem)]
+        if not hits:
+            raise InputError(f"--card-name {card_name!r} names no row of the report; its card rows are "
+                             + ", ".join(repr(m["name"]) for m in rows))
+        return hits[0]
+    if len(rows) > 1:
+        raise InputError("the bench report has several card rows; pass --card-name with one of "
+                         + ", ".join(repr(m["name"]) for m in rows))
+    return rows[0]
+
+
+def autoattack_accuracy(row: dict[str, Any]) -> float:
+    """Standard AutoAttack's robust accuracy on the row's classifier, from its ``autoattack-standard`` component
+    (clean-correct examples minus the ones that component broke on its own), or a one-line refusal naming the
+    attack to run."""
+    comp = next((c for c in row.get("components", []) if c.get("name") == STANDARD_COMPONENT), None)
+    if comp is None:
+        raise InputError(f"the report's row {row['name']!r} has no {STANDARD_COMPONENT} component, so there is no"
+                         f" standard AutoAttack figure; run `mixzoo bench CARD --attack {STRONG_ATTACK}`")
+    if "own_broken" not in comp:
+        raise InputError(f"the report's {STANDARD_COMPONENT} component records only the breaks new to it (an older"
+                         f" mixzoo or its cache); run `mixzoo bench CARD --attack {STRONG_ATTACK} --no-cache`")
+    n = int(row["n"])
+    clean = round(row["clean_accuracy"] * n)
+    return (clean - int(comp["own_broken"])) / n
+
+
+def _architecture(row: dict[str, Any]) -> str:
+    from mixzoo.core.errors import UnknownNameError
+    from mixzoo.core.registry import get_spec
+
+    card = row["card"]
+    names = []
+    for role in ("abc", "rbc"):
+        name = (card.get(role) or {}).get("name") or role.upper()
+        try:
+            source = get_spec(name).source
+            names.append(str(source.get("arch") or source.get("model") or source.get("name") or name))
+        except UnknownNameError:
+            names.append(name)
+    trained = " + mixing network" if card.get("weights") else ""
+    return f"{names[0]} + {names[1]}{trained}"
+
+
+def model_info(bench_dir: str | Path, *, card_name: str | None = None,
+               fields: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(model_info, where)`` for the card row of a bench report: the JSON object (keys in
+    :data:`MODEL_INFO_FIELDS` order) and ``{"dataset", "threat_model"}``, the folder RobustBench files it under.
+    ``fields`` sets the paper's fields (``link``, ``name``, ``authors``, ``venue``, ``footnote``) and overrides
+    ``additional_data``, ``architecture`` or ``unreliable``; see the module docstring for the rest."""
+    fields = dict(fields or {})
+    unknown = sorted(set(fields) - set(USER_FIELDS))
+    if unknown:
+        raise InputError(f"model_info field {unknown[0]!r} cannot be set (the figures come from the report); settable:"
+                         f" {', '.join(USER_FIELDS)}")
+    report = read_report(bench_dir)
+    row = pick_row(report, card_name)
+    st, ds = report["settings"], report.get("dataset") or {}
+    if st.get("attack") != STRONG_ATTACK:
+        raise InputError(f"the report was attacked with {st.get('attack')!r}, which has no standard AutoAttack"
+                         f" figure; run `mixzoo bench CARD --attack {STRONG_ATTACK}`")
+    aa = autoattack_accuracy(row)
+    worst = float(row["robust_accuracy"])
+    method = row.get("method") or row["kind"]
+    footnote = (f"A mixed classifier ({method}) of two base classifiers, one forward pass each. Evaluated by mixzoo"
+                f" `mixzoo bench --attack {STRONG_ATTACK}` on the first {row['n']} images of the {ds.get('name')}"
+                f" {ds.get('split')} split (seed {st.get('seed')}); external: the adaptive worst case per example.")
+    info: dict[str, Any] = {
+        "link": "", "name": row["name"], "authors": "", "additional_data": False, "number_forward_passes": 2,
+        "dataset": ds.get("name"), "venue": "", "architecture": _architecture(row), "eps": eps_text(st["eps"]),
+        "clean_acc": _pct(row["clean_accuracy"]), "reported": _pct(worst), "autoattack_acc": _pct(aa),
+        "external": _pct(worst), "footnote": footnote, "unreliable": False,
+    }
+    info.update(fields)
+    return info, {"dataset": str(ds.get("name")), "threat_model": str(st.get("norm"))}
+
+
+def write_model_info(bench_dir: str | Path, out: str | Path, *, card_name: str | None = None,
+                     fields: dict[str, Any] | None = None, file_name: str | None = None) -> Path:
+    """Write :func:`model_info` where RobustBench keeps it: ``out/{dataset}/{threat_model}/{file_name}.json``
+    (default file name: the card's file stem); returns the path."""
+    from mixzoo.core.cache import atomic_write_text
+
+    info, where = model_info(bench_dir, card_name=card_name, fields=fields)
+    row = pick_row(read_report(bench_dir), card_name)
+    stem = file_name or Path(row.get("card_path") or row["kind"]).stem
+    if not stem or os.sep in stem or stem.startswith("."):
+        raise InputError(f"--file-name {stem!r} must be a plain file name, e.g. Bai2024MixedNUTS")
+    path = Path(out) / where["dataset"] / where["threat_model"] / f"{stem}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, json.dumps(info, indent=2) + "\n")
+
+
+__all__ = ["MODEL_INFO_FIELDS", "autoattack_accuracy", "eps_text", "model_info", "pick_row", "read_report",
+           "write_model_info"]
