@@ -44,6 +44,10 @@ class PluginError(MixzooError):
     """A plugin that misbehaves (name collisions, hooks returning the wrong type)."""
 
 
+class PluginWarning(UserWarning):
+    """A plugin entry left out for a reason that does not stop the command (a name a built-in plugin provides)."""
+
+
 class MissingFileError(MixzooError, FileNotFoundError):
     """A file that is needed offline and is not where it should be; the message says where to put it."""
 
