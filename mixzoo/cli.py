@@ -70,6 +70,9 @@ def _errors(fn):
                 return fn(*args, **kwargs)
         except MixzooError as exc:
             message = str(exc)
+        except KeyboardInterrupt:  # Ctrl-C: finished batches are in the cache, a re-run starts from them
+            console.print(interrupted_message(kwargs), highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
         except BrokenPipeError:  # `mixzoo list | head`: the reader has gone, nothing to say (Python docs' recipe)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(1) from None
@@ -80,6 +83,15 @@ def _errors(fn):
         raise typer.Exit(2) from None
 
     return wrapper
+
+
+def interrupted_message(kwargs: dict[str, Any]) -> str:
+    """What Ctrl-C prints: for a command that caches its work, that the same command resumes from the cache."""
+    if "no_cache" not in kwargs:
+        return "interrupted"
+    if kwargs["no_cache"]:
+        return "interrupted; nothing was cached (--no-cache): a re-run starts from the beginning"
+    return "interrupted; finished work is in the cache: run the same command again to resume from it"
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -343,7 +355,9 @@ def bench(
         print(json.dumps(report.to_dict(), indent=2, default=str))
         return
     print_report(report)
-    out_console.print(f"report written to {out}/report.json, report.md and {', '.join(report.files)}")
+    from mixzoo.core.checks import listing
+
+    out_console.print(f"report written to {out}/{listing(['report.json', 'report.md', *report.files])}")
 
 
 @app.command("check")
