@@ -357,7 +357,8 @@ def bench(
     print_report(report)
     from mixzoo.core.checks import listing
 
-    out_console.print(f"report written to {out}/{listing(['report.json', 'report.md', *report.files])}")
+    out_console.print(f"report written to {out}/{listing(['report.json', 'report.md', *report.files])}",
+                      soft_wrap=True)
 
 
 @app.command("check")

@@ -210,8 +210,9 @@ class MixCard:
         path = Path(path)
         if path.suffix not in (".toml", ".json"):
             raise InputError(f"card path {path} must end in .toml or .json")
+        check_writable(path, what="card")
         refuse_foreign_file(path)  # never replace a file that is not a card (e.g. --out pyproject.toml)
-        return check_writable(path, what="card")
+        return path
 
     @classmethod
     def load(cls, path: str | Path) -> MixCard:
