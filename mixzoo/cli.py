@@ -18,8 +18,34 @@ from rich.table import Table
 from mixzoo.core.errors import MixzooError
 from mixzoo.core.progress import console
 
+
+class _OneLineUsageErrors(typer.core.TyperGroup):
+    """Usage errors (an option's value of the wrong type, a missing argument, an unknown command) as one line on
+    stderr naming the fix, exit status 2, like every other refusal (``error: ...``), not a usage box."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except NoArgsIsHelpError as exc:  # plain `mixzoo`: the help, as before
+            exc.show()
+            sys.exit(exc.exit_code)
+        except ClickException as exc:
+            where = getattr(getattr(exc, "ctx", None), "command_path", None) or "mixzoo"
+            where = "mixzoo" + where[where.index(" "):] if " " in where else "mixzoo"
+            text = " ".join(exc.format_message().split()).rstrip(".")
+            console.print(f"[red]error:[/red] {escape(text)}; see `{where} --help`", highlight=False,
+                          soft_wrap=True)
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(help="Training-free mixed classifiers (MixedNUTS) for any accurate/robust model pair, by name.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  cls=_OneLineUsageErrors)
 out_console = console.__class__()  # stdout
 
 # options several commands share
