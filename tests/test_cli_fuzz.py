@@ -27,7 +27,8 @@ from typer.testing import CliRunner
 from mixzoo.cli import app
 
 CASES = {"options": 0, "cards": 0, "subprocess": 0}
-OPTION_CASES, CARD_CASES = 420, 100
+OUTCOMES: dict[str, int] = {}  # "cards: exit 0" -> count
+OPTION_CASES, CARD_CASES = 405, 100
 FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
@@ -160,6 +161,8 @@ def check_outcome(result, root: Path, before: dict, args: list[str]) -> None:
                                           set(snapshot(root)) ^ set(before))
     else:
         restore(root, before)
+    key = f"{args[0] if args[0] != 'bench' or '--no-extra-attacks' not in args else 'cards'}: exit {result.exit_code}"
+    OUTCOMES[key] = OUTCOMES.get(key, 0) + 1
 
 
 # ---------------------------------------------------------------------------------------------- option values
@@ -317,6 +320,6 @@ def test_the_installed_command_fails_in_one_line(workdir, args):
 def test_enough_cases_ran():
     """At least 500 generated cases in all (run with ``-s`` to see the count)."""
     total = sum(CASES.values())
-    print(f"\nCLI fuzz cases: {CASES} = {total}")
+    print(f"\nCLI fuzz cases: {CASES} = {total}; in-process outcomes: {OUTCOMES}")
     if CASES["options"] and CASES["cards"]:  # the whole file ran (not a -k selection)
         assert total >= 500, CASES

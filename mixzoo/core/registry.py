@@ -207,7 +207,8 @@ def get_registry() -> Registry:
     """The merged registry: ``registry.toml`` plus every plugin's ``mixzoo_model_specs``.
 
     A plugin's faults cost only its own entries: a hook that does not return a list, an invalid entry, or a name
-    another entry also claims is left out and recorded (``mixzoo plugins`` shows why).
+    another entry also claims is left out and recorded (``mixzoo plugins`` shows why); a name a built-in entry
+    claims stays the built-in's (the third party's entry is left out, with a warning).
     """
     from mixzoo.core.plugins import collect, record_failure
 
