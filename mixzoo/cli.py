@@ -26,14 +26,20 @@ class _OneLineUsageErrors(typer.core.TyperGroup):
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
-        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+        try:
+            from typer._click import exceptions as click_errors  # typer's own copy of click
+        except ImportError:  # a typer built on click itself
+            from click import exceptions as click_errors
 
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
-        except NoArgsIsHelpError as exc:  # plain `mixzoo`: the help, as before
+        except typer.Abort:  # Ctrl-C (or the end of input) outside a command's own handling
+            console.print("interrupted", highlight=False)
+            sys.exit(130)
+        except getattr(click_errors, "NoArgsIsHelpError", ()) as exc:  # plain `mixzoo`: the help, as before
             exc.show()
             sys.exit(exc.exit_code)
-        except ClickException as exc:
+        except click_errors.ClickException as exc:
             where = getattr(getattr(exc, "ctx", None), "command_path", None) or "mixzoo"
             where = "mixzoo" + where[where.index(" "):] if " " in where else "mixzoo"
             text = " ".join(exc.format_message().split()).rstrip(".")
