@@ -18,8 +18,40 @@ from rich.table import Table
 from mixzoo.core.errors import MixzooError
 from mixzoo.core.progress import console
 
+
+class _OneLineUsageErrors(typer.core.TyperGroup):
+    """Usage errors (an option's value of the wrong type, a missing argument, an unknown command) as one line on
+    stderr naming the fix, exit status 2, like every other refusal (``error: ...``), not a usage box."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            from typer._click import exceptions as click_errors  # typer's own copy of click
+        except ImportError:  # a typer built on click itself
+            from click import exceptions as click_errors
+
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.Abort:  # Ctrl-C (or the end of input) outside a command's own handling
+            console.print("interrupted", highlight=False)
+            sys.exit(130)
+        except getattr(click_errors, "NoArgsIsHelpError", ()) as exc:  # plain `mixzoo`: the help, as before
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click_errors.ClickException as exc:
+            where = getattr(getattr(exc, "ctx", None), "command_path", None) or "mixzoo"
+            where = "mixzoo" + where[where.index(" "):] if " " in where else "mixzoo"
+            text = " ".join(exc.format_message().split()).rstrip(".")
+            console.print(f"[red]error:[/red] {escape(text)}; see `{where} --help`", highlight=False,
+                          soft_wrap=True)
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(help="Training-free mixed classifiers (MixedNUTS) for any accurate/robust model pair, by name.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  cls=_OneLineUsageErrors)
 out_console = console.__class__()  # stdout
 
 # options several commands share
@@ -70,6 +102,9 @@ def _errors(fn):
                 return fn(*args, **kwargs)
         except MixzooError as exc:
             message = str(exc)
+        except KeyboardInterrupt:  # Ctrl-C: finished batches are in the cache, a re-run starts from them
+            console.print(interrupted_message(kwargs), highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
         except BrokenPipeError:  # `mixzoo list | head`: the reader has gone, nothing to say (Python docs' recipe)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(1) from None
@@ -80,6 +115,15 @@ def _errors(fn):
         raise typer.Exit(2) from None
 
     return wrapper
+
+
+def interrupted_message(kwargs: dict[str, Any]) -> str:
+    """What Ctrl-C prints: for a command that caches its work, that the same command resumes from the cache."""
+    if "no_cache" not in kwargs:
+        return "interrupted"
+    if kwargs["no_cache"]:
+        return "interrupted; nothing was cached (--no-cache): a re-run starts from the beginning"
+    return "interrupted; finished work is in the cache: run the same command again to resume from it"
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -343,7 +387,10 @@ def bench(
         print(json.dumps(report.to_dict(), indent=2, default=str))
         return
     print_report(report)
-    out_console.print(f"report written to {out}/report.json, report.md and {', '.join(report.files)}")
+    from mixzoo.core.checks import listing
+
+    out_console.print(f"report written to {out}/{listing(['report.json', 'report.md', *report.files])}",
+                      soft_wrap=True)
 
 
 @app.command("check")

@@ -29,6 +29,7 @@ import functools
 import gzip
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,14 @@ def _seeded_permutation(n: int, seed: int = SPLIT_SEED) -> torch.Tensor:
 def _read_idx(path: Path) -> np.ndarray:
     """Parse a (gzipped) IDX file: magic (0, 0, dtype 0x08, ndim), big-endian dims, uint8 payload."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        data = fh.read()
+    try:
+        with opener(path, "rb") as fh:
+            data = fh.read()
+    except EOFError:
+        raise InputError(f"{path} ends inside its gzip stream: the file is truncated; re-download it") from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(f"{path} is not a valid gzip file ({exc}); re-download it, or gunzip it and drop the .gz"
+                         " suffix if it is a plain IDX file") from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
         raise InputError(f"{path} is not an unsigned-byte IDX file; re-download it")
     ndim = data[3]

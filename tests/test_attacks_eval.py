@@ -270,9 +270,9 @@ def test_attack_options_are_checked_before_any_attack_with_close_names():
 
     with pytest.raises(InputError, match="unknown option.*n_iters.*did you mean n_iter\\?"):
         PGDAttack.check_options({"n_iters": 3})
-    with pytest.raises(InputError, match="must be a number, got 'many'"):
+    with pytest.raises(InputError, match="must be an integer, got 'many'"):
         AdaptiveAPGD.check_options({"n_iter": "many"})
-    with pytest.raises(InputError, match="must be a number"):
+    with pytest.raises(InputError, match="must be an integer, got True"):
         AdaptiveAPGD.check_options({"n_iter": True})
     with pytest.raises(InputError, match="n_iter must be at least 1"):
         AdaptiveAPGD.check_options({"n_iter": 0})

@@ -61,6 +61,7 @@ from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effectiv
 from mixzoo.attacks.pgd import pgd
 from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
 from mixzoo.attacks.square import min_margin_square
+from mixzoo.core.checks import check_typed_options
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
@@ -135,6 +136,8 @@ class Attack:
 
     name: ClassVar[str] = "attack"
     defaults: ClassVar[dict[str, Any]] = {"batch_size": 500}
+    # each option's type where its default does not say it (a default None); the others have their default's type
+    option_types: ClassVar[dict[str, type]] = {"step_size": float, "components": list}
     # a subclass changes it when its outcomes change for the same options: the bench's cache key includes it, so
     # outcomes cached by the older code are attacked again (and no other attack's cache is touched)
     code_version: ClassVar[str | None] = None
@@ -160,11 +163,7 @@ class Attack:
         if isinstance(options.get("components"), str):
             options = {**options, "components": [options["components"]]}
         merged = {**cls.defaults, **options}
-        for key, value in options.items():
-            default = cls.defaults[key]
-            if isinstance(default, int | float) and not isinstance(default, bool) and (
-                    isinstance(value, bool) or not isinstance(value, int | float)):
-                raise InputError(f"option {key} of attack {cls.name!r} must be a number, got {value!r}")
+        check_typed_options(f"attack {cls.name!r}", options, cls.defaults, cls.option_types)
         for key in ("n_iter", "n_restarts", "n_queries", "batch_size"):
             if key in merged and int(merged[key]) < 1:
                 raise InputError(f"option {key} must be at least 1, got {merged[key]}")

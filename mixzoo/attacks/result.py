@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mixzoo.core.errors import InputError
+from mixzoo.core.errors import InputError, NaNLogitsError
 
 
 @dataclass
@@ -52,5 +52,4 @@ AttackResult = EvalResult  # the name the hook specification uses
 
 def nan_error(count: int, where: str) -> InputError:
     """The one-line error for ``count`` examples with NaN logits ``where`` (never counted as robust)."""
-    return InputError(f"model returned NaN logits for {count} examples {where}; fix the model's numerics, NaN"
-                      " outputs cannot be counted as robust")
+    return NaNLogitsError(count, where)

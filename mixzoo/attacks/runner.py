@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
+from mixzoo.core.checks import naming_model
 from mixzoo.core.distributed import check_shards, gather, world
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
@@ -97,11 +98,12 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                 except (json.JSONDecodeError, SafetensorError):
                     parts.pop(index, None)
             if index not in parts and w.owns(index):  # under torchrun: batch k is attacked by rank k mod size
-                parts[index], points = _attack_batch(model, images, labels, start, stop, batch_index=index,
-                                                     attack=attack, attack_cls=attack_cls, eps=eps, norm=norm,
-                                                     seed=seed, options=options, save_adversarial=save_adversarial,
-                                                     per_example_seeds=per_example_seeds,
-                                                     example_index=example_index)
+                attack_batch = naming_model(label, _attack_batch)  # a NaN-logits error names the model
+                parts[index], points = attack_batch(model, images, labels, start, stop, batch_index=index,
+                                                    attack=attack, attack_cls=attack_cls, eps=eps, norm=norm,
+                                                    seed=seed, options=options, save_adversarial=save_adversarial,
+                                                    per_example_seeds=per_example_seeds,
+                                                    example_index=example_index)
                 if save_adversarial:
                     found[index] = points
                 if cache.enabled:

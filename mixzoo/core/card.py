@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mixzoo.core.checks import refuse_foreign_file
 from mixzoo.core.errors import InputError, MissingFileError
 
 SCHEMA_VERSION = 2
@@ -209,7 +210,9 @@ class MixCard:
         path = Path(path)
         if path.suffix not in (".toml", ".json"):
             raise InputError(f"card path {path} must end in .toml or .json")
-        return check_writable(path, what="card")
+        check_writable(path, what="card")
+        refuse_foreign_file(path)  # never replace a file that is not a card (e.g. --out pyproject.toml)
+        return path
 
     @classmethod
     def load(cls, path: str | Path) -> MixCard:
@@ -248,7 +251,8 @@ class MixCard:
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
         if digest != self.weights[name]:
             raise InputError(f"{file} has sha256 {digest[:12]}... but {self.path} records"
-                             f" {self.weights[name][:12]}...; the file does not belong to this card")
+                             f" {self.weights[name][:12]}...; the file does not belong to this card: restore the"
+                             " file written with the card, or fit the card again with `mixzoo mix`")
         return file
 
     def summary(self) -> str:

@@ -36,12 +36,26 @@ class InputError(MixzooError, ValueError):
     """Bad tensors or settings handed to a public function (shapes, ranges, NaN, empty sets)."""
 
 
+class NaNLogitsError(InputError):
+    """A model returned NaN logits during an evaluation (never counted as robust); names the model when known."""
+
+    def __init__(self, count: int, where: str, model: str | None = None):
+        who = f"model {model!r}" if model else "model"
+        super().__init__(f"{who} returned NaN logits for {count} examples {where}; fix the model's numerics, NaN"
+                         " outputs cannot be counted as robust")
+        self.count, self.where, self.model = count, where, model
+
+
 class RegistryError(MixzooError, ValueError):
     """A registry entry that is malformed; the message names the entry and the field."""
 
 
 class PluginError(MixzooError):
     """A plugin that misbehaves (name collisions, hooks returning the wrong type)."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin entry left out for a reason that does not stop the command (a name a built-in plugin provides)."""
 
 
 class MissingFileError(MixzooError, FileNotFoundError):

@@ -207,7 +207,8 @@ def get_registry() -> Registry:
     """The merged registry: ``registry.toml`` plus every plugin's ``mixzoo_model_specs``.
 
     A plugin's faults cost only its own entries: a hook that does not return a list, an invalid entry, or a name
-    another entry also claims is left out and recorded (``mixzoo plugins`` shows why).
+    another entry also claims is left out and recorded (``mixzoo plugins`` shows why); a name a built-in entry
+    claims stays the built-in's (the third party's entry is left out, with a warning).
     """
     from mixzoo.core.plugins import collect, record_failure
 
@@ -222,12 +223,25 @@ def get_registry() -> Registry:
                 specs.append(_plugin_spec(plugin_name, entry))
             except RegistryError as exc:
                 record_failure(plugin_name, f"{exc}; entry left out")
-    registry = Registry(specs)
+    registry = Registry(_builtin_wins(specs, file_plugin=Path(str(default_registry_path())).name))
     for key, claimants in registry.collisions.items():
         for spec in claimants:
             others = ", ".join(f"{o.plugin!r} ({o.name})" for o in claimants if o is not spec)
             record_failure(spec.plugin, f"model name {key!r} left out: {others} provides it too")
     return registry
+
+
+def _builtin_wins(specs: list[ModelSpec], file_plugin: str) -> list[ModelSpec]:
+    """Leave out a third party's entry whose name or alias a built-in entry (the registry file's, or a built-in
+    plugin's) also claims, with a warning naming both (:func:`mixzoo.core.plugins.builtin_wins`)."""
+    from mixzoo.core.plugins import builtin_wins
+
+    claims: dict[str, list[str]] = {}
+    for spec in specs:
+        for key in dict.fromkeys((spec.name, *spec.aliases)):
+            claims.setdefault(key, []).append(spec.plugin)
+    winners = builtin_wins("model", claims, builtin={file_plugin})
+    return [s for s in specs if all(winners.get(k, s.plugin) == s.plugin for k in (s.name, *s.aliases))]
 
 
 def _models_by_plugin() -> dict[str, list[str]]:

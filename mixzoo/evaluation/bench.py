@@ -22,6 +22,7 @@ from torch import nn
 from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, evaluate, merge_warnings  # noqa: F401
 from mixzoo.core import distributed
 from mixzoo.core.cache import Cache, check_writable, content_key
+from mixzoo.core.checks import distinct_row_names, reach_note
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import run_record
 from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cells: their names here before
@@ -414,6 +415,7 @@ def bench(
                          allow_unsafe=allow_unsafe)
     abc_m, rbc_m, data, eps, norm = ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
     notes = list(ce.notes)  # the report must say so, not only the terminal
+    notes += [note for note in [reach_note(eps, norm, data.input_size)] if note]  # eps beyond every image: said
 
     for other in cards[1:]:
         notes += weight_mismatches(other, abc_m, rbc_m)
@@ -446,6 +448,7 @@ def bench(
         label = title if len(cards) == 1 else f"{title} ({c.path.stem if c.path else kind})"
         ev = evaluate_card(c, abc_m, rbc_m, data, label=label, extra_attacks=extra_attacks, **main)
         card_rows.append(row(label, kind, ev, alpha=c.params.get("alpha"), c=c))
+    distinct_row_names(card_rows, [c.path for c in cards])  # two cards with one file stem: rows told apart
     settings: dict[str, Any] = {"attack": attack, "eps": eps, "norm": norm, "seed": seed, "batch_size": batch_size,
                                 "per_example_seeds": per_example_seeds, "world_size": w.size,
                                 "attack_options": attack_options or {}, "extra_attacks": extra_attacks,

@@ -106,7 +106,31 @@ def load_model(name: str | ModelSpec, device: str | torch.device = "cpu", allow_
         model = network
     else:
         model = BaseClassifier(network, spec)
-    return freeze(model.to(device))
+    model = freeze(model.to(device))
+    check_declared_shape(model, spec, device)
+    return model
+
+
+def check_declared_shape(model: nn.Module, spec: ModelSpec, device: str | torch.device = "cpu") -> None:
+    """One forward pass on a grey image of the declared ``input_size``: the network must take it and return
+    ``num_classes`` logits, else a one-line :class:`InputError` naming the model, what its entry declares and what
+    the network did (so a wrong entry fails when the model is loaded, not in a later bench's label check)."""
+    where = f"model {spec.name!r} ({spec.plugin})"
+    size = list(spec.input_size)
+    try:
+        with torch.no_grad():
+            out = model(torch.full((1, *size), 0.5, device=device))
+    except Exception as exc:  # noqa: BLE001 - whatever the network raises on that shape, said in one line
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise InputError(f"{where} declares input_size {size} but its network cannot take an image of that size"
+                         f" ({type(exc).__name__}: {text}); fix input_size in its registry entry") from None
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 1:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise InputError(f"{where} returns {got} for one image of its input_size {size}, expected logits of shape"
+                         f" (1, {spec.num_classes}); its network must return one row of logits per image")
+    if out.shape[1] != spec.num_classes:
+        raise InputError(f"{where} declares num_classes {spec.num_classes} but its network returns {out.shape[1]}"
+                         " logits per image; fix num_classes in its registry entry")
 
 
 def check_images(images: torch.Tensor, input_size: Sequence[int] | None = None, what: str = "images") -> None:

@@ -169,6 +169,16 @@ def check_device(device: str | torch.device) -> torch.device:
         count = torch.cuda.device_count()
         raise InputError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1};"
                          " use --device cuda or one of those")
+    if dev.type not in ("cpu", "cuda", "meta"):  # mps, xpu, ...: usable only where this torch build supports them
+        backend = getattr(torch.backends, dev.type, None)
+        try:
+            usable = bool(backend.is_available()) if hasattr(backend, "is_available") else bool(
+                torch.empty(1, device=dev).numel())
+        except (RuntimeError, AssertionError, AttributeError):
+            usable = False
+        if not usable:
+            raise InputError(f"--device {device}: this PyTorch build or machine has no {dev.type} support; use"
+                             f" --device cpu{' or cuda' if torch.cuda.is_available() else ''}")
     return dev
 
 

@@ -1,0 +1,138 @@
+"""Small checks of user input that several commands share, each a one-line error, warning or text.
+
+* :func:`refuse_foreign_file`: an output path that holds a file mixzoo did not write (``--out pyproject.toml``).
+* :func:`reach_note`: an attack radius at which every image in [0, 1] lies in every example's ball.
+* :func:`distinct_row_names`: bench rows of cards whose file names are alike.
+* :func:`listing`: ``a, b and c`` for the files a command wrote.
+* :func:`naming_model`: a NaN-logits error that says which model returned them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import tomllib
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mixzoo.core.errors import InputError, NaNLogitsError
+
+T = TypeVar("T")
+
+_CARD_KEYS = ("schema_version", "method")
+
+
+def _is_card(path: Path) -> bool:
+    """Whether ``path`` parses as a mix card's TOML or JSON (a table with ``method`` / ``schema_version``, or the
+    ``abc`` and ``rbc`` tables every card has)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and (any(k in data for k in _CARD_KEYS) or
+                                       (isinstance(data.get("abc"), dict) and isinstance(data.get("rbc"), dict)))
+
+
+def refuse_foreign_file(path: str | Path, option: str = "--out") -> None:
+    """Refuse to overwrite an existing, non-empty file that is not a mix card (a project's ``pyproject.toml``, a
+    JSON file of results): a one-line :class:`InputError` naming the file and the fix. A card is replaced as
+    before (fitting again overwrites the old card)."""
+    path = Path(path)
+    if path.is_file() and path.stat().st_size > 0 and not _is_card(path):
+        raise InputError(f"{option} {path} exists and is not a mix card; pass another {option} (a new file or an"
+                         " old card), or move that file away")
+
+
+def reach_note(eps: float, norm: str, input_size: Sequence[int]) -> str | None:
+    """A one-line note, also issued as a warning, when radius ``eps`` reaches every image of [0, 1]^d from every
+    example (L-inf: eps >= 1; L2: eps >= sqrt(d), the cube's diagonal): every non-constant classifier then has
+    0 % robust accuracy, which says nothing about it. ``None`` for a radius below that."""
+    d = math.prod(int(v) for v in input_size)
+    if norm == "Linf":
+        reach, what = 1.0, "1 (the whole [0, 1] range)"
+    elif norm == "L2":
+        reach, what = math.sqrt(d), f"{math.sqrt(d):.4g} (the diagonal of the [0, 1] image cube, sqrt({d}))"
+    else:
+        return None
+    if eps < reach:
+        return None
+    note = (f"eps {eps:g} ({norm}) is at least {what}: every image lies in every example's ball, so every"
+            " non-constant model has 0 % robust accuracy; use the threat model's eps (e.g. 0.1 L-inf)")
+    warnings.warn(note, stacklevel=2)
+    return note
+
+
+def distinct_row_names(rows: Sequence[Any], paths: Sequence[Path | None]) -> None:
+    """Give bench rows that share a ``name`` (two cards with the same file stem) distinct names in place: the
+    stem's parent folders are added until the names differ, else a number (``MixedNUTS (run1/card)``)."""
+    names = [r.name for r in rows]
+    for name in {n for n in names if names.count(n) > 1}:
+        idx = [i for i, n in enumerate(names) if n == name]
+        found = None
+        for depth in range(2, 6):
+            tails = ["/".join(Path(paths[i]).with_suffix("").parts[-depth:]) if paths[i] else None for i in idx]
+            if None not in tails and len(set(tails)) == len(tails):
+                found = tails
+                break
+        for k, i in enumerate(idx):
+            stem = Path(paths[i]).stem if paths[i] else ""
+            if found is not None and stem and f"({stem})" in name:
+                rows[i].name = name.replace(f"({stem})", f"({found[k]})")
+            else:
+                rows[i].name = f"{name} #{k + 1}"
+
+
+def listing(items: Iterable[str]) -> str:
+    """``["a", "b", "c"]`` -> ``"a, b and c"``; ``["a"]`` -> ``"a"``; empty -> ``""``."""
+    items = [str(i) for i in items if str(i)]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}" if items else ""
+
+
+def naming_model(label: str, fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` whose NaN-logits error (:class:`~mixzoo.core.errors.NaNLogitsError`) names the model ``label``."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except NaNLogitsError as exc:
+            if exc.model is not None:
+                raise
+            raise NaNLogitsError(exc.count, exc.where, model=label) from None
+
+    return call
+
+
+TYPE_NAMES: dict[type, str] = {int: "an integer", float: "a number", bool: "true or false", str: "text",
+                               list: "a comma-separated list of names"}
+_EXAMPLES: dict[type, str] = {int: "200", float: "0.5", bool: "true", str: "NAME", list: "a,b"}
+
+
+def check_typed_options(owner: str, options: dict[str, Any], defaults: dict[str, Any],
+                        declared: dict[str, type] | None = None) -> None:
+    """Each option's value must have its type: ``declared[key]`` if given, else the type of ``defaults[key]``
+    (an option whose default is ``None`` and that declares no type takes anything; with a declared type it also
+    takes ``None``). One-line :class:`InputError` naming the option, its owner and its type, e.g.
+    ``option n_iter of attack 'adaptive' must be an integer, got 2.5 (-O n_iter=200)``."""
+    declared = declared or {}
+    for key, value in options.items():
+        default = defaults.get(key)
+        kind = declared.get(key) or (type(default) if default is not None else None)
+        if kind is None or (value is None and default is None):
+            continue
+        if kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        elif kind in (list, tuple):
+            kind = list
+            ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            raise InputError(f"option {key} of {owner} must be {TYPE_NAMES.get(kind, kind.__name__)}, got"
+                             f" {value!r} (e.g. -O {key}={_EXAMPLES.get(kind, '...')})")

@@ -1,0 +1,325 @@
+"""CLI fuzz: generated command lines (every command's options, read from the CLI itself) and generated mix cards
+(fields of the wrong type, out of range, missing, extra; odd paths). Every case must end in success or in exit
+status 2 with exactly one line on stderr (``error: ...``), no traceback, and nothing written on failure.
+
+Cases stay cheap: a command that would fit or attack is given one option that is refused before any work (the
+poison), and generated cards are benched on the digits pair with a handful of images and a 1-step attack. The
+number of cases run is counted (``CASES``) and checked by the last test."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import warnings
+from pathlib import Path
+
+import pytest
+import tomli_w
+import typer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from mixzoo.cli import app
+
+CASES = {"options": 0, "cards": 0, "subprocess": 0}
+OUTCOMES: dict[str, int] = {}  # "cards: exit 0" -> count
+OPTION_CASES, CARD_CASES = 405, 100
+FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None,
+                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+MODELS = ["digits-std", "digits-pgd", "fmnist-std", "no-such-model", "digits", "", "hf-hub:nobody/nothing",
+          "cifar10/Linf/NoSuchModel"]
+NAMES = {
+    "abc": MODELS, "rbc": MODELS, "name": MODELS,
+    "method": ["mixednuts", "linear", "adaptive-smoothing", "local-smoothing", "no-such-method", "transfer", "guess"],
+    "dataset": ["digits", "fashion-mnist", "cifar10", "imagenet", "no-such-data"],
+    "attack": ["apgd", "pgd", "adaptive", "autoattack", "min-margin-square", "no-such-attack"],
+    "clamp": ["gelu", "relu", "nope"], "objective": ["standard", "relaxed", "other"],
+    "search": ["mixzoo", "authors", "x"], "optimizer": ["grid", "nope"],
+    "norm": ["Linf", "L2", "l2", "linf", "L1", "corruptions"], "role": ["accurate", "robust", "other"],
+    "smoothing": ["soft", "hard", "medium"], "split": ["evaluation", "calibration", "train", "test"],
+    "device": ["cpu", "mps", "cuda:7", "tpu", "cpu:0"],
+    "grid": ["s=0.05:10:8,p=1:4:8,c=-2:0:8", "s=1:2", "q=1:2:3", "s=a:b:c"],
+    "eps": ["0.1,0.2", "x", "0.1,,0.2", "-1"], "radii": ["0.1,0.5", "a,b"], "estimate": ["0.1", "nan"],
+}
+OPTION_KEYS = ["n_iter", "n_restarts", "n_target_classes", "components", "batch_size", "alpha", "beta",
+               "target_robust", "step_size", "layer_norm", "n_queries", "p_init", "tau", "no_such_key", "", "1x"]
+JUNK = ["", " ", "abc", "1.5", "-1", "0", "nan", "inf", "-inf", "1e309", "0x10", "null", "true", "[1, 2]",
+        "{\"a\": 1}", "é∂ü", "a=b", "--json", "-", "\\", "1,2,3", "999999999999999999999"]
+ODD_PATHS = ["afile.txt/inner.toml", "adir", "adir/", "missing/deep/x.toml", "empty.toml", "binary.toml",
+             "notcard.toml", "pyproject.toml", "card.yaml", "", ".", "/", "/proc/mixzoo.toml", "/dev/null",
+             "spaced name/ü card.toml", "x" * 300 + ".toml", "card.json", "results.json"]
+# per command that would fit, attack or train: options refused before any work (one is always given)
+POISON = {
+    "mix": [["--device", "mps"], ["--out", "adir"], ["--out", "afile.txt/x.toml"], ["--out", "card.yaml"],
+            ["--abc", "no-such-model"], ["--out", "notcard.toml"]],
+    "bench": [["--n", "0"], ["--batch-size", "0"], ["--attack", "no-such-attack"], ["--device", "mps"],
+              ["--out", "afile.txt/b"], ["--attack-option", "n_iter=2.5"]],
+    "sanity": [["--device", "mps"]], "check": [["--device", "mps"]], "certify": [["--device", "mps"]],
+    "transfer-params": [["--device", "mps"]], "verify": [["--device", "mps"]],
+}
+ARGUMENT_PATHS = {"bench": ["notcard.toml", "missing.toml", "adir", "empty.toml", "binary.toml", "no-such-card",
+                            "mixednuts-cifar10"]}
+BUILT_IN_PLUGINS = ("zoo", "datasets", "clamps", "attacks", "optimizers", "bit", "convnextv2", "swin",
+                    "wideresnet", "transfer", "methods")
+
+
+def _recipes() -> set[str]:
+    from mixzoo.training.train import RECIPES
+
+    return set(RECIPES)
+
+
+RECIPES = _recipes()
+
+
+def _commands() -> dict[str, list]:
+    group = typer.main.get_command(app)
+    return {name: list(cmd.params) for name, cmd in group.commands.items()}
+
+
+COMMANDS = _commands()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A working directory with odd files in it, a cache, a linear card and a MixedNUTS card on the digits
+    pair; the tests run in it."""
+    root = tmp_path_factory.mktemp("fuzz")
+    old_cwd, old_cache = os.getcwd(), os.environ.get("MIXZOO_CACHE")
+    os.chdir(root)
+    os.environ["MIXZOO_CACHE"] = str(root / ".cache")
+    (root / "afile.txt").write_text("a file\n")
+    (root / "adir").mkdir()
+    (root / "empty.toml").write_text("")
+    (root / "binary.toml").write_bytes(b"\xff\xfe\x00binary")
+    (root / "notcard.toml").write_text('[tool]\nname = "x"\n')
+    (root / "pyproject.toml").write_text('[project]\nname = "mine"\n')
+    (root / "results.json").write_text('{"accuracy": 0.5}')
+    runner = CliRunner()
+    cards = root / ".cards"
+    made = [runner.invoke(app, ["mix", "--method", "linear", "--abc", "digits-std", "--rbc", "digits-pgd", "-O",
+                                "alpha=0.9", "--json", "--out", str(cards / "linear.toml")]),
+            runner.invoke(app, ["mix", "--abc", "digits-std", "--rbc", "digits-pgd", "--n-calib", "300", "--n-iter",
+                                "2", "--json", "--out", str(cards / "mixednuts.toml")])]
+    assert all(r.exit_code == 0 for r in made), [r.output for r in made]
+    yield root
+    os.chdir(old_cwd)
+    if old_cache is None:
+        os.environ.pop("MIXZOO_CACHE", None)
+    else:
+        os.environ["MIXZOO_CACHE"] = old_cache
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under ``root`` but the cache and the base cards: path -> (size, mtime)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".cache", ".cards")]
+        for name in [*filenames, *dirnames]:
+            p = Path(dirpath) / name
+            st_ = p.lstat()
+            out[str(p.relative_to(root))] = (st_.st_size if p.is_file() else -1, st_.st_mtime_ns)
+    return out
+
+
+def restore(root: Path, before: dict[str, tuple[int, int]]) -> None:
+    """Remove what a successful case wrote (so that cases stay independent)."""
+    for rel in sorted(set(snapshot(root)) - set(before), key=len):
+        p = root / rel
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.exists():
+            p.unlink()
+
+
+def invoke(args: list[str]):
+    """The command in-process, under Python's default warning filters (library deprecations hidden), as a user's
+    shell runs it; pytest's own filters would show them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        return CliRunner().invoke(app, args)
+
+
+def check_outcome(result, root: Path, before: dict, args: list[str]) -> None:
+    """Success, or exit status 2 with one line on stderr naming the error, no traceback, nothing written."""
+    where = f"mixzoo {' '.join(args)!r}"
+    assert result.exit_code in (0, 2), (where, result.exit_code, result.output[-2000:], repr(result.exception))
+    assert "Traceback" not in result.output, (where, result.output[-2000:])
+    if result.exit_code == 2:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: "), (where, result.stderr[-2000:])
+        built_in_fault = [p for p in BUILT_IN_PLUGINS if f"plugin '{p}' failed to" in lines[0]]
+        assert not built_in_fault, (where, lines[0])  # a built-in's exception: a bug, not bad input
+        assert snapshot(root) == before, (where, "wrote files although it failed",
+                                          set(snapshot(root)) ^ set(before))
+    else:
+        restore(root, before)
+    key = f"{args[0] if args[0] != 'bench' or '--no-extra-attacks' not in args else 'cards'}: exit {result.exit_code}"
+    OUTCOMES[key] = OUTCOMES.get(key, 0) + 1
+
+
+# ---------------------------------------------------------------------------------------------- option values
+def _value(param) -> st.SearchStrategy[str]:
+    kind, name = param.bare_type(), param.name
+    junk = st.one_of(st.sampled_from(JUNK), st.text(st.characters(blacklist_categories=("Cs",),
+                                                                  blacklist_characters="\x00"), max_size=8))
+    if kind == "int":
+        return st.one_of(st.integers(-3, 5).map(str), st.integers(-10**13, 10**13).map(str), junk)
+    if kind in ("float", "list[float]"):
+        return st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr),
+                         st.sampled_from(["0", "-1", "0.1", "1", "1e9", "nan", "inf", "0.5"]), junk)
+    if kind == "Path":
+        return st.one_of(st.sampled_from(ODD_PATHS), junk)
+    if name in ("option", "attack_option"):
+        return st.builds(lambda k, v: f"{k}={v}", st.sampled_from(OPTION_KEYS), st.sampled_from(JUNK + ["1", "2"]))
+    pool = NAMES.get(name) or NAMES.get(name.split("_")[-1])
+    if name in ("data_dir",):
+        pool = ODD_PATHS
+    return st.one_of(st.sampled_from(pool), junk) if pool else junk
+
+
+@st.composite
+def command_lines(draw) -> list[str]:
+    command = draw(st.sampled_from(sorted(COMMANDS)))
+    poison = draw(st.sampled_from(POISON[command])) if command in POISON else []
+    params = [p for p in COMMANDS[command] if not poison or poison[0] not in p.opts]
+    args: list[list[str]] = [poison] if poison else []
+    for p in draw(st.lists(st.sampled_from(params), max_size=6, unique_by=lambda p: p.name)):
+        if p.param_type_name == "argument":
+            if command == "train":  # never a recipe's name: training one is not a cheap case
+                value = draw(st.one_of(st.sampled_from(["no-such-recipe", "digits", ""]), st.text(max_size=4)))
+                args.append(["no-such-recipe" if value in RECIPES else value])
+            elif command in ARGUMENT_PATHS:
+                args.append(draw(st.lists(st.sampled_from(ARGUMENT_PATHS[command]), min_size=1, max_size=2)))
+            elif command == "info":
+                args.append([draw(st.sampled_from(MODELS))])
+            else:
+                args.append([draw(st.sampled_from(ODD_PATHS))])
+        elif p.is_flag:
+            args.append([draw(st.sampled_from([*p.opts, *p.secondary_opts]))])
+        else:
+            count = draw(st.integers(1, 2)) if p.multiple else 1
+            for _ in range(count):
+                args.append([draw(st.sampled_from(p.opts)), draw(_value(p))])
+    order = draw(st.permutations(range(len(args))))
+    return [command, *(a for i in order for a in args[i])]
+
+
+@settings(max_examples=OPTION_CASES, **FUZZ_SETTINGS)
+@given(args=command_lines())
+def test_generated_command_lines_succeed_or_fail_in_one_line(workdir, args):
+    CASES["options"] += 1
+    before = snapshot(workdir)
+    check_outcome(invoke(args), workdir, before, args)
+
+
+# ------------------------------------------------------------------------------------------------ card fields
+VALUES = st.one_of(
+    st.integers(-10, 10), st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(), st.text(max_size=6), st.sampled_from(["gelu", "linear", "mixednuts", "digits-std", "fmnist-std",
+                                                         "Linf", "L2", "mmaa", "given", "standard"]),
+    st.lists(st.integers(-2, 2), max_size=3), st.dictionaries(st.sampled_from(["a", "s", "name"]),
+                                                              st.integers(0, 3), max_size=2))
+
+
+def _fields(card: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in card.items():
+        out.append(prefix + k)
+        if isinstance(v, dict):
+            out += _fields(v, prefix + k + ".")
+    return out
+
+
+def _set(card: dict, path: str, value, delete: bool = False) -> None:
+    *parents, last = path.split(".")
+    for k in parents:
+        card = card.setdefault(k, {}) if isinstance(card.get(k, {}), dict) else {}
+    if delete:
+        card.pop(last, None)
+    else:
+        card[last] = value
+
+
+def _toml_safe(v) -> bool:
+    if isinstance(v, dict):
+        return all(_toml_safe(x) for x in v.values())
+    if isinstance(v, list):
+        return all(_toml_safe(x) for x in v) and len({type(x) for x in v}) <= 1
+    return v is not None and not (isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63)
+
+
+@st.composite
+def mutated_cards(draw, bases: dict[str, dict]) -> tuple[str, dict]:
+    base = draw(st.sampled_from(sorted(bases)))
+    card = json.loads(json.dumps(bases[base]))
+    fields = _fields(card)
+    for _ in range(draw(st.integers(1, 3))):
+        action = draw(st.sampled_from(["set", "set", "delete", "extra"]))
+        if action == "extra":
+            path = draw(st.sampled_from([*fields, ""])).rsplit(".", 1)[0]
+            path = f"{path}.{draw(st.sampled_from(['zz_extra', 'unknown', 'alpha2']))}".lstrip(".")
+            _set(card, path, draw(VALUES))
+        else:
+            _set(card, draw(st.sampled_from(fields)), draw(VALUES), delete=action == "delete")
+    fmt = draw(st.sampled_from(["toml", "json"]))
+    if fmt == "toml" and not _toml_safe(card):
+        fmt = "json"
+    return fmt, card
+
+
+BENCH = ["--n", "3", "--attack", "apgd", "-O", "n_iter=1", "-O", "n_target_classes=1", "--no-curve", "--no-plots",
+         "--no-baseline", "--no-extra-attacks", "--json", "--out", "bench-out"]
+
+
+@pytest.fixture(scope="module")
+def base_cards(workdir):
+    return {p.stem: tomllib.loads(p.read_text()) for p in (workdir / ".cards").glob("*.toml")}
+
+
+def test_generated_cards_bench_or_fail_in_one_line(workdir, base_cards):
+    @settings(max_examples=CARD_CASES, **FUZZ_SETTINGS)
+    @given(case=mutated_cards(base_cards))
+    def bench_card(case):
+        CASES["cards"] += 1
+        fmt, card = case
+        path = workdir / ".cards" / f"fuzzed.{fmt}"
+        text = tomli_w.dumps(card) if fmt == "toml" else json.dumps(card, allow_nan=True)
+        path.write_text(text)
+        before = snapshot(workdir)
+        args = ["bench", str(path), *BENCH]
+        check_outcome(invoke(args), workdir, before, [*args, f"(card: {text[-600:]})"])
+
+    bench_card()
+
+
+# ------------------------------------------------------------------------------------------------ subprocesses
+@pytest.mark.parametrize("args", [
+    ["bench", "--n", "abc"],
+    ["mix", "--out", "notcard.toml", "--abc", "digits-std", "--rbc", "digits-pgd"],
+    ["bench", ".cards/linear.toml", "--attack-option", "n_iter=2.5", "--out", "b"],
+])
+def test_the_installed_command_fails_in_one_line(workdir, args):
+    """The real entry point in its own process (the in-process runner shares state between cases)."""
+    CASES["subprocess"] += 1
+    before = snapshot(workdir)
+    proc = subprocess.run([sys.executable, "-m", "mixzoo.cli", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert snapshot(workdir) == before
+
+
+def test_enough_cases_ran():
+    """At least 500 generated cases in all (run with ``-s`` to see the count)."""
+    total = sum(CASES.values())
+    print(f"\nCLI fuzz cases: {CASES} = {total}; in-process outcomes: {OUTCOMES}")
+    if CASES["options"] and CASES["cards"]:  # the whole file ran (not a -k selection)
+        assert total >= 500, CASES
