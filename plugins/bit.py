@@ -40,8 +40,7 @@ from torch import nn
 from mixzoo.core.errors import MissingFileError, RegistryError
 from mixzoo.core.plugins import hookimpl
 from mixzoo.core.registry import ModelSpec
-
-from . import _loading
+from mixzoo.zoo import loading
 
 SOURCE_KINDS = ["bit-hf"]
 BIT_DEPTHS: dict[int, list[int]] = {50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
@@ -146,20 +145,20 @@ def checkpoint_path(spec: ModelSpec) -> Path:
         return path
     if "repo" not in src or "filename" not in src:
         raise RegistryError(f"registry entry {spec.name!r}: a bit-hf source needs repo and filename (or path)")
-    return _loading.hub_download(str(src["repo"]), str(src["filename"]), src.get("revision"))
+    return loading.hub_download(str(src["repo"]), str(src["filename"]), src.get("revision"))
 
 
 def load_bit(spec: ModelSpec, allow_unsafe: bool = False) -> nn.Module:
     """The network of a ``bit-hf`` spec (normalized input at the spec's size -> logits)."""
     layers, width = bit_layers(spec.source, spec.name)
     path = checkpoint_path(spec)
-    _loading.verify_sha256(path, spec.sha256, spec.name)
-    state_dict = _loading.state_dict_from(_loading.load_checkpoint(path, allow_unsafe), str(path))
+    loading.verify_sha256(path, spec.sha256, spec.name)
+    state_dict = loading.state_dict_from(loading.load_checkpoint(path, allow_unsafe), str(path))
     state_dict, norm = bit_to_timm(state_dict)
     _check_checkpoint_normalization(norm, spec, str(path))
     network = build_bit(layers, width, int(spec.source.get("num_classes", spec.num_classes)),
                         float(spec.source.get("std_conv_eps", 1e-8)))
-    _loading.load_state_dict_strict(network, state_dict, str(path))
+    loading.load_state_dict_strict(network, state_dict, str(path))
     resize = spec.source.get("resize")
     return nn.Sequential(InputResize(int(resize)), network) if resize else network
 

@@ -19,7 +19,7 @@ import mixzoo.train as training
 from mixzoo.data import load_dataset
 from mixzoo.errors import InputError, MissingFileError
 from mixzoo.plugins import clear_caches
-from mixzoo_plugins import _loading
+from mixzoo.zoo import loading as _loading
 from mixzoo_plugins import datasets as ds
 
 

@@ -1,6 +1,6 @@
 """Model loading and the bench's own bookkeeping: behaviours a mutation audit found untested.
 
-Loading (``mixzoo_plugins._loading`` and the ``bit`` / ``convnextv2`` / ``swin`` / ``wideresnet`` plugins): checksum
+Loading (``mixzoo.zoo.loading`` and the ``bit`` / ``convnextv2`` / ``swin`` / ``wideresnet`` plugins): checksum
 case, DataParallel prefixes, shape mismatches, the cache path and offline switches of the hub, which weight file a
 timm repo loads, old-form hub configs, normalisation checks, RobustBench ensembles and environment switches, BiT
 checkpoint normalisation and options. Everything runs offline on hand-made caches, tiny timm architectures with
@@ -34,7 +34,8 @@ from mixzoo.cache import Cache
 from mixzoo.card import MixCard
 from mixzoo.errors import InputError, MissingFileError, MixzooError, RegistryError
 from mixzoo.registry import ModelSpec
-from mixzoo_plugins import _loading, bit, convnextv2, swin, wideresnet
+from mixzoo.zoo import loading as _loading
+from mixzoo_plugins import bit, convnextv2, swin, wideresnet
 
 
 # ------------------------------------------------------------------------------------------------- helpers

@@ -21,8 +21,9 @@ import mixzoo
 from mixzoo.compat import import_timm
 from mixzoo.errors import MissingFileError, MixzooError, RegistryError
 from mixzoo.plugins import clear_caches, get_plugin_manager
-from mixzoo_plugins import _loading, bit
-from mixzoo_plugins._loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
+from mixzoo.zoo import loading as _loading
+from mixzoo.zoo.loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
+from mixzoo_plugins import bit
 
 ATTO_REPO = "timm/convnextv2_atto.fcmae_ft_in1k"
 
