@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mixzoo
-from mixzoo.compat import import_timm
-from mixzoo.errors import MissingFileError, MixzooError, RegistryError
-from mixzoo.plugins import clear_caches, get_plugin_manager
+from mixzoo.core.compat import import_timm
+from mixzoo.core.errors import MissingFileError, MixzooError, RegistryError
+from mixzoo.core.plugins import clear_caches, get_plugin_manager
 from mixzoo.zoo import loading as _loading
 from mixzoo.zoo.loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
 from mixzoo_plugins import bit
@@ -204,7 +204,7 @@ def test_published_bit_entry_offline_says_which_file(hf_cache):
 def _tiny_authors_bit(num_classes: int = 10) -> torch.nn.Module:
     """The MixedNUTS authors' BiT architecture (RobustBench's bit_rn_v2: Google BiT layout, resize to 128 and
     (x - 0.5) / 0.5 inside), with one unit per stage."""
-    from mixzoo.compat import import_robustbench
+    from mixzoo.core.compat import import_robustbench
 
     import_robustbench()
     from robustbench.model_zoo.architectures.bit_rn_v2 import ResNetV2
