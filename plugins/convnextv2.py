@@ -13,11 +13,14 @@ model takes [0, 1] images at the spec's resolution.
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
 from mixzoo.core.plugins import hookimpl
-from mixzoo.core.registry import ModelSpec
-from mixzoo.zoo import loading
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.core.registry import ModelSpec
 
 SOURCE_KINDS = ["timm"]
 
@@ -25,8 +28,10 @@ SOURCE_KINDS = ["timm"]
 @hookimpl
 def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
     """``hf-hub:ORG/NAME[@REV]`` -> a spec from the hub config; None for other names."""
-    if not name.startswith(loading.HF_PREFIX):
+    if not name.startswith("hf-hub:"):  # mixzoo.zoo.loading.HF_PREFIX, checked before loading imports torch
         return None
+    from mixzoo.zoo import loading
+
     return loading.timm_hub_spec(name, plugin="convnextv2")
 
 
@@ -35,4 +40,6 @@ def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Mo
     """Load ``timm`` sources (weights from the hub or its cache); None for every other kind."""
     if spec.source.get("kind") != "timm":
         return None
+    from mixzoo.zoo import loading
+
     return loading.load_timm_hub(spec, allow_unsafe)

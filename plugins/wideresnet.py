@@ -14,11 +14,14 @@ RobustBench's default radius (Linf 8/255, L2 0.5). ImageNet entries are the ``sw
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
 from mixzoo.core.plugins import hookimpl
-from mixzoo.core.registry import ModelSpec
-from mixzoo.zoo import loading
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.core.registry import ModelSpec
 
 SOURCE_KINDS = ["robustbench (cifar10, cifar100)"]
 DATASETS = ("cifar10", "cifar100")
@@ -29,6 +32,8 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
     """``cifar10|cifar100/THREAT/Name`` -> a robust spec; None for other names."""
     if name.split("/", 1)[0] not in DATASETS:
         return None
+    from mixzoo.zoo import loading
+
     return loading.robustbench_spec(name, plugin="wideresnet")
 
 
@@ -37,4 +42,6 @@ def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Mo
     """Load CIFAR ``robustbench`` sources; None for everything else."""
     if spec.source.get("kind") != "robustbench" or spec.source.get("dataset") not in DATASETS:
         return None
+    from mixzoo.zoo import loading
+
     return loading.load_robustbench(spec, allow_unsafe)

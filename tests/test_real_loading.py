@@ -245,7 +245,7 @@ def test_bit_hf_checkpoint_in_authors_layout_loads_and_matches(hf_cache, registr
     registry_file(BIT_ENTRY.format(m=0.5))
     model = mixzoo.load_model("tiny-bit")
     resize, network = model.network
-    assert isinstance(resize, bit.InputResize) and resize.size == 128
+    assert isinstance(resize, _loading.InputResize) and resize.size == 128
     converted, norm = bit.bit_to_timm(authors.state_dict())
     assert set(norm) == {"mean", "std"}
     assert_same_weights(network, converted)

@@ -25,7 +25,8 @@ bare library exception:
 * RobustBench: :func:`robustbench_spec` and :func:`load_robustbench` (a :class:`~mixzoo.zoo.models.BaseClassifier`);
   checkpoints live in ``$MIXZOO_ROBUSTBENCH_DIR/{dataset}/{threat_model}/{name}.pt`` (default
   ``~/.cache/mixzoo/robustbench``, :func:`robustbench_dir`); the networks normalize internally, so their specs carry
-  mean 0 / std 1 and the wrapper says so (:class:`NormalizationInside`).
+  mean 0 / std 1 and the wrapper says so (:class:`NormalizationInside`);
+* :class:`InputResize`: a first layer that resizes the input to the resolution a network was fine-tuned at.
 
 timm, huggingface_hub and robustbench are imported inside the functions that use them (through
 :mod:`mixzoo.core.compat`); torch is imported with this module, so a plugin imports it inside its hooks and listing
@@ -434,6 +435,20 @@ class NormalizationInside(nn.Module):
 
     def extra_repr(self) -> str:
         return f"identity: {self.who} normalizes [0, 1] input inside the network"
+
+
+class InputResize(nn.Module):
+    """Bilinear resize of the (normalized) input to the resolution the network was fine-tuned at."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = int(size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False)
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, mode=bilinear"
 
 
 def robustbench_dir() -> Path:
