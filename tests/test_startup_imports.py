@@ -1,6 +1,6 @@
 """The CLI answers without torch: ``import mixzoo``, ``import mixzoo.cli``, ``mixzoo --help``, ``mixzoo list`` and
-``mixzoo info NAME`` import neither torch nor a mixing method, and every built-in plugin module imports without
-torch (a plugin module is imported whenever the plugins load, so its import must be cheap).
+``mixzoo info NAME`` (a known name or a typo) import neither torch nor a mixing method, and every built-in plugin
+module imports without torch (a plugin module is imported whenever the plugins load, so its import must be cheap).
 
 Each case runs in a fresh interpreter and reads ``sys.modules`` at its end; the timings are
 ``benchmarks/startup_speed.py``'s job.
@@ -28,7 +28,7 @@ try:
         try:
             main()
         except SystemExit as exc:
-            assert exc.code in (0, None), f"exit status {exc.code}"
+            print(f"\\nEXIT {exc.code or 0}")
 finally:
     sys.stdout.flush()
     mods = sorted(sys.modules)
@@ -37,17 +37,21 @@ finally:
 """
 
 
-def probe(*args: str) -> dict:
+def probe(*args: str, status: int = 0) -> dict:
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    exits = [int(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("EXIT ")]
+    assert exits in ([], [status]), (exits, proc.stdout[-2000:], proc.stderr[-2000:])
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")][-1]
     return json.loads(line[len("PROBE "):])
 
 
-@pytest.mark.parametrize("args", [("--import", "mixzoo"), ("--import", "mixzoo.cli"), ("--help",), ("list",),
-                                  ("list", "--json"), ("info", "digits-pgd")], ids=" ".join)
-def test_command_imports_neither_torch_nor_a_method(args):
-    seen = probe(*args)
+@pytest.mark.parametrize(("args", "status"), [
+    (("--import", "mixzoo"), 0), (("--import", "mixzoo.cli"), 0), (("--help",), 0), (("list",), 0),
+    (("list", "--json"), 0), (("info", "digits-pgd"), 0), (("info", "no-such-model"), 2)],
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else str(v))
+def test_command_imports_neither_torch_nor_a_method(args, status):
+    seen = probe(*args, status=status)
     assert seen == {"torch": False, "methods": []}, f"{' '.join(args)} imported {seen}"
 
 

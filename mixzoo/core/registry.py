@@ -160,12 +160,12 @@ class Registry:
             return self._specs[self._index[name]]
         if name in self.collisions:
             raise self.collision_error(name)
-        from mixzoo.core.plugins import first_result, plugin_failures
+        from mixzoo.core.plugins import failures_so_far, first_result
 
         spec = first_result("mixzoo_resolve_model_name", f"resolve model name {name!r}", name=name)
         if spec is not None:
             return spec
-        raise UnknownNameError("model", name, self._index, failed=plugin_failures())
+        raise UnknownNameError("model", name, self._index, failed=failures_so_far())
 
 
 @functools.cache
