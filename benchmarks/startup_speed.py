@@ -13,10 +13,11 @@ after one untimed warm-up run, and three figures are recorded for each, with the
   command (the time spent importing modules, interpreter start-up and the command itself excluded). Wall-clock
   time too, but of the imports only, so it shows what lazy imports save.
 
-A separate run of each command records how many modules it imported, whether torch was one of them, and which
-mixing-method modules (``mixzoo.methods.<name>``) it imported. The machine (CPU model, vector flags, cores) and the
-load average before and after go with the figures; the file says "shared with other jobs" when the 1-minute load
-average exceeded 0.5.
+Every run starts in a temporary directory, so the installed package is what runs, never a copy that happens to
+sit in the current directory. A separate run of each command records how many modules it imported, whether torch
+was one of them, and which mixing-method modules (``mixzoo.methods.<name>``) it imported. The machine (CPU model,
+vector flags, cores) and the load average before and after go with the figures; the file says "shared with other
+jobs" when the 1-minute load average exceeded 0.5.
 
     .venv/bin/python benchmarks/startup_speed.py              # writes benchmarks/startup_speed.json
 """
@@ -93,7 +94,7 @@ def timed_run(cmd: list[str]) -> tuple[float, float]:
     """(wall seconds, user + system CPU seconds) of one child process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, cwd=tempfile.gettempdir())
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -103,7 +104,7 @@ def import_seconds(args: list[str]) -> float:
     """Sum of the top-level cumulative import times ``-X importtime`` reports for one run of the command."""
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run([sys.executable, "-X", "importtime", "-c", PROBE, str(Path(tmp) / "p.json"), *args],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False, cwd=tmp)
     total_us = 0
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
@@ -118,7 +119,7 @@ def imported(args: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "probe.json"
         subprocess.run([sys.executable, "-c", PROBE, str(out), *args], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False)
+                       stderr=subprocess.DEVNULL, check=False, cwd=tmp)
         return json.loads(out.read_text())
 
 
