@@ -2,7 +2,8 @@
 
 The loop is written the way the reference code does it: for every (s, p, c) it transforms the clean and attacked
 logits (LN, clamp, power, scale), takes softmax margins, the (1 - beta) order statistic of the attacked margins
-and the share of clean mistakes above it. mixzoo's :func:`mixzoo.calibrate.calibrate` is timed end to end (input
+and the share of clean mistakes above it. mixzoo's :func:`mixzoo.methods.mixednuts.calibrate.calibrate` is timed end
+to end (input
 checks, LN, the search, alpha_d, the card). Both run on the same synthetic but realistic logits: per-example noise
 scale, a uniformly random true-class boost tuned so ~40% of clean predictions are wrong, and "attacked" logits
 that move mass from the true class to a runner-up (as MMAA does), so margins are spread out.
@@ -28,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mixzoo.calibrate import Grid, calibrate
+from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
 
 OUT = Path(__file__).with_suffix(".md")
 BETA = 0.985
@@ -65,7 +66,8 @@ def synthetic_logits(n: int, k: int, seed: int, error_rate: float = 0.4):
 
 
 def _ln(x: torch.Tensor) -> torch.Tensor:
-    """LN as the authors' normalize_topk (and mixzoo.transforms.layer_norm): unbiased variance + 1e-8."""
+    """LN as the authors' normalize_topk (and mixzoo.methods.mixednuts.transforms.layer_norm): unbiased variance
+    + 1e-8."""
     return (x - x.mean(-1, keepdim=True)) / (x.var(-1, unbiased=True, keepdim=True) + 1e-8).sqrt()
 
 

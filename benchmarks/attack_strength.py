@@ -28,12 +28,12 @@ import torch
 from mixzoo.attacks import AdaptiveStrong
 from mixzoo.attacks.apgd import effective_n_targets
 from mixzoo.attacks.evaluation import extra_apgd
-from mixzoo.bench import evaluate, linear_key_parts, mixed_key_parts
-from mixzoo.cache import Cache
-from mixzoo.card import MixCard
-from mixzoo.data import load_dataset
-from mixzoo.mixing import MixedClassifier
-from mixzoo.models import load_model
+from mixzoo.core.cache import Cache
+from mixzoo.core.card import MixCard
+from mixzoo.evaluation.bench import evaluate, linear_key_parts, mixed_key_parts
+from mixzoo.methods.mixednuts.mixing import MixedClassifier
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.models import load_model
 
 
 class ExtraAPGD(AdaptiveStrong):

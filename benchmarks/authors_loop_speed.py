@@ -4,7 +4,8 @@ The loop follows ``calc_spca.py`` of github.com/Bai-YT/MixedNUTS: for every (s, 
 clean-incorrect and attacked-correct RBC logits through ``LNClampPowerScaleMap`` (float64: ``normalize_topk``, GELU,
 power, scale, softmax), takes top-2 margins, ``np.percentile`` of the attacked ones, and the share of clean margins
 above it. It is written here (the authors' script needs their margin files); its arithmetic is theirs. mixzoo is
-timed end to end (:func:`mixzoo.calibrate.calibrate`, default search and ``search="authors"``). Times are CPU
+timed end to end (:func:`mixzoo.methods.mixednuts.calibrate.calibrate`, default search and ``search="authors"``).
+Times are CPU
 seconds (``time.process_time``, median of repeats): the machine is shared, so wall times are not reliable.
 
     nice .venv/bin/python benchmarks/authors_loop_speed.py     # writes benchmarks/authors_loop_speed.md
@@ -24,7 +25,7 @@ import torch
 from algorithm1_speed import synthetic_logits  # run as a script: benchmarks/ is on sys.path
 from torch import nn
 
-from mixzoo.calibrate import Grid, calibrate
+from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
 
 OUT = Path(__file__).with_suffix(".md")
 BETA = 0.985

@@ -42,7 +42,7 @@ def _broken(clean: torch.Tensor, robust: torch.Tensor) -> set[int]:
 
 
 def run_pyautoattack(model, x, y, eps, norm, seed, batch_size) -> dict:
-    from mixzoo.compat import import_autoattack
+    from mixzoo.core.compat import import_autoattack
 
     aa = import_autoattack()
     model.gradient = "exact"
@@ -75,7 +75,7 @@ def run_pyautoattack(model, x, y, eps, norm, seed, batch_size) -> dict:
 
 def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_example: bool = True,
                first_index: int = 0) -> dict:
-    from mixzoo.plugins import lookup
+    from mixzoo.core.plugins import lookup
 
     cls = lookup("attack", attack_name)
     clean, robust, comps, seconds = [], [], {}, 0.0
@@ -118,7 +118,7 @@ def _save(path: Path, part: dict) -> None:
 def _key(name: str) -> str:
     """A chunk file's name for mixzoo's evaluation ``name``: with the attack's code version when it has one, so
     outcomes of older code stay in the file, under their own key, and are not taken for the current code's."""
-    from mixzoo.plugins import lookup
+    from mixzoo.core.plugins import lookup
 
     version = getattr(lookup("attack", name), "code_version", None)
     return f"{name}@{version}" if version else name
@@ -201,9 +201,9 @@ def main() -> None:
         ap.error("--chunks needs --chunk-dir (the folder the processes share)")
 
     import mixzoo
-    from mixzoo.card import MixCard
-    from mixzoo.data import load_dataset
-    from mixzoo.pipeline import card_dataset, mix
+    from mixzoo.core.card import MixCard
+    from mixzoo.methods.mixednuts.fitting import card_dataset, mix
+    from mixzoo.zoo.data import load_dataset
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -250,7 +250,7 @@ def main() -> None:
 
 def write(args, card_path, eps, norm, aa, rows) -> None:
     """The .json and .section.md outputs for the rows so far (rewritten after each evaluation)."""
-    from mixzoo.machine import describe_machine, machine_summary
+    from mixzoo.core.machine import describe_machine, machine_summary
 
     result = {
         "card": str(card_path), "n": args.n, "eps": eps, "norm": norm, "seed": args.seed,

@@ -5,8 +5,9 @@ accuracy *with margin*), then calibrate and bench MixedNUTS for each.
                                      [--weights DIR] [--abc fmnist-std] [--no-bench]
 
 For each candidate recipe (the shipped zoo recipes and variants of them) this trains on the GPU, calibrates with
-``mixzoo.pipeline.mix`` (MMAA on 1,000 calibration images, beta 0.985) and evaluates ABC / RBC / linear / MixedNUTS
-with ``mixzoo.bench.bench`` on the evaluation split. GPU-trained weights differ from the CPU-trained shipped ones
+``mixzoo.methods.mixednuts.fitting.mix`` (MMAA on 1,000 calibration images, beta 0.985) and evaluates ABC / RBC /
+linear / MixedNUTS with ``mixzoo.evaluation.bench.bench`` on the evaluation split. GPU-trained weights differ from
+the CPU-trained shipped ones
 (floating point order), so these numbers inform the choice of recipe; the shipped figures are re-measured on CPU.
 Results are appended to ``OUT/explore.json`` after every candidate.
 """
@@ -23,9 +24,9 @@ from types import SimpleNamespace
 import torch
 from rbc_candidates import _L, CANDIDATES  # same folder (scripts run from benchmarks/ on sys.path)
 
-from mixzoo.models import BaseClassifier, freeze
-from mixzoo.registry import spec_from_dict
-from mixzoo.train import RECIPES, build_network, save_weights, train_model
+from mixzoo.core.registry import spec_from_dict
+from mixzoo.training.train import RECIPES, build_network, save_weights, train_model
+from mixzoo.zoo.models import BaseClassifier, freeze
 
 VARIANTS = {
     "fmnist-std": RECIPES["fmnist-std"],
@@ -63,7 +64,7 @@ def _load_trained(path: Path) -> SimpleNamespace:
     from safetensors import safe_open
     from safetensors.torch import load_file
 
-    from mixzoo.train import Recipe
+    from mixzoo.training.train import Recipe
 
     with safe_open(str(path), "pt") as fh:
         raw = json.loads(fh.metadata()["mixzoo_recipe"])
@@ -87,8 +88,8 @@ def main() -> None:
     ap.add_argument("--weights", metavar="DIR", help="evaluate DIR/NAME.safetensors (from --save-weights) if present")
     ap.add_argument("--save-weights", metavar="DIR", help="also write each trained RBC as DIR/NAME.safetensors")
     args = ap.parse_args()
-    from mixzoo.bench import bench
-    from mixzoo.pipeline import mix
+    from mixzoo.evaluation.bench import bench
+    from mixzoo.methods.mixednuts.fitting import mix
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +101,7 @@ def main() -> None:
         for key, r in VARIANTS.items():
             VARIANTS[key] = r.replace(epochs=0.01)
     if args.abc:
-        from mixzoo.models import load_model
+        from mixzoo.zoo.models import load_model
 
         abc = load_model(args.abc).to(device)
     else:

@@ -36,7 +36,7 @@ from torch import nn
 
 from mixzoo.attacks import APGDEnsemble, mmaa
 from mixzoo.attacks.margins import layer_norm
-from mixzoo.compat import import_autoattack
+from mixzoo.core.compat import import_autoattack
 
 
 def digits_28(device: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from mixzoo.bench import bench
+from mixzoo.evaluation.bench import bench
 
 OUT = Path(__file__).with_suffix(".md")
 NOTES_MARKER = "<!-- hand-written notes below: kept when this script rewrites the file -->"

@@ -2,7 +2,7 @@
 
 For each candidate recipe: clean accuracy, PGD-20 accuracy (L-inf 0.1), the median LN-margin of clean mistakes,
 the (1 - beta)-quantiles (beta = 0.985, 0.95) of LN-margins of PGD-attacked examples that stay correct, and the
-share of clean mistakes below those quantiles (see :func:`mixzoo.train.evaluate_model`). Results go to a JSON
+share of clean mistakes below those quantiles (see :func:`mixzoo.training.train.evaluate_model`). Results go to a JSON
 lines file; ``benchmarks/rbc_candidates.md`` holds the recorded table.
 
 With an accurate model (``--abc``: a candidate trained in the same run, ``std`` by default, or a shipped model
@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mixzoo.train import RECIPES, Recipe
-from mixzoo.transforms import layer_norm
+from mixzoo.methods.mixednuts.transforms import layer_norm
+from mixzoo.training.train import RECIPES, Recipe
 
 _PGD, _TRADES, _STD = RECIPES["fmnist-pgd"], RECIPES["fmnist-trades"], RECIPES["fmnist-std"]
 _WIDE = {"widths": (48, 96), "hidden": 256}
@@ -121,10 +121,10 @@ def mixednuts_proxy(abc_clean: torch.Tensor, rbc_clean: torch.Tensor, rbc_adv: t
 def run_one(name: str, device: str, save_dir: str | None = None) -> dict:
     import torch
 
-    from mixzoo.train import save_weights, train_model
+    from mixzoo.training.train import save_weights, train_model
 
     torch.set_num_threads(int(os.environ.get("THREADS", "2")))
-    from mixzoo.plugins import datasets, register_plugin
+    from mixzoo.core.plugins import datasets, register_plugin
 
     if "fashion-mnist" not in datasets():  # running from a checkout that is not pip-installed
         import mixzoo_plugins.datasets
@@ -143,9 +143,9 @@ def run_one(name: str, device: str, save_dir: str | None = None) -> dict:
 
 def shipped_clean_logits(name: str) -> torch.Tensor:
     """Clean logits of a registered model on the whole Fashion-MNIST evaluation split (the proxy's ABC)."""
-    from mixzoo.data import load_dataset
-    from mixzoo.models import load_model
-    from mixzoo.train import model_logits
+    from mixzoo.training.train import model_logits
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.models import load_model
 
     return model_logits(load_model(name), load_dataset("fashion-mnist", "evaluation"), eps=None)[0]
 

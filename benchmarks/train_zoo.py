@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from mixzoo.train import RECIPES, default_weights_dir, registry_entry, train_model
+from mixzoo.training.train import RECIPES, default_weights_dir, registry_entry, train_model
 
 
 def main() -> None:

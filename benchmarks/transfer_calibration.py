@@ -36,14 +36,14 @@ from typing import Any
 import torch
 
 from mixzoo.attacks import mmaa
-from mixzoo.blackbox import BlackBoxModel
-from mixzoo.calibrate import Grid, calibrate
-from mixzoo.data import load_dataset
-from mixzoo.errors import MissingFileError, MixzooError
-from mixzoo.mixing import MixedClassifier
-from mixzoo.models import BaseClassifier, load_model
-from mixzoo.plugins import lookup
-from mixzoo.transfer import transfer_params
+from mixzoo.core.errors import MissingFileError, MixzooError
+from mixzoo.core.plugins import lookup
+from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+from mixzoo.methods.mixednuts.mixing import MixedClassifier
+from mixzoo.methods.mixednuts.transfer import transfer_params
+from mixzoo.zoo.blackbox import BlackBoxModel
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.models import BaseClassifier, load_model
 
 PAIRS = {"fashion-mnist": ("fmnist-std", "fmnist-pgd", "fmnist-trades"),
          "digits": ("digits-std", "digits-pgd", "digits-trades*")}
@@ -54,9 +54,9 @@ def digits_trades(epochs: int = 30, seed: int = 1) -> BaseClassifier:
     Linf 0.2, Adam 3e-3, batch 64) for ``epochs`` epochs on the digits training split (seconds; not registered)."""
     import torch.nn.functional as F
 
-    from mixzoo.models import Normalize
-    from mixzoo.registry import ModelSpec
-    from mixzoo.train import trades_adversary
+    from mixzoo.core.registry import ModelSpec
+    from mixzoo.training.train import trades_adversary
+    from mixzoo.zoo.models import Normalize
     from mixzoo_plugins.zoo_arch import build
 
     base = load_model("digits-pgd").spec

@@ -16,9 +16,9 @@ import time
 
 import torch
 
-import mixzoo
-from mixzoo.compat import import_autoattack
-from mixzoo.data import load_dataset
+import mixzoo.zoo.models
+from mixzoo.core.compat import import_autoattack
+from mixzoo.zoo.data import load_dataset
 
 
 def main() -> None:
@@ -32,16 +32,16 @@ def main() -> None:
     args = ap.parse_args()
     aa = import_autoattack()
     for name in args.names:
-        model = mixzoo.models.load_model(name, device=args.device)
+        model = mixzoo.zoo.models.load_model(name, device=args.device)
         spec = model.spec
         data = load_dataset(spec.dataset, "evaluation", n=args.n)
         x, y = data.images.to(args.device), data.labels.to(args.device)
         if args.proxy_abc:
             from rbc_candidates import mixednuts_proxy
 
-            from mixzoo.train import margin_metrics, model_logits
+            from mixzoo.training.train import margin_metrics, model_logits
 
-            abc = mixzoo.models.load_model(args.proxy_abc, device=args.device)
+            abc = mixzoo.zoo.models.load_model(args.proxy_abc, device=args.device)
             abc_logits, _ = model_logits(abc, data, eps=None)
             clean_logits, adv_logits = model_logits(model, data, eps=spec.epsilon)
             row = {"model": name, "abc": args.proxy_abc, **margin_metrics(data.labels, clean_logits, adv_logits)}

@@ -1,38 +1,58 @@
 """mixzoo: mixed classifiers (MixedNUTS and its family) for any accurate/robust model pair, by name.
 
-Layout (data flows downwards in this list; nothing imports upwards, ``tests/test_layout.py`` checks it):
-``core`` (errors, hooks, plugin manager, registry, cache, card), ``zoo`` (models, data, pairs), ``attacks``,
-``training``, ``methods`` (the interface and one module or folder per method), ``certify`` (certified radii of
-constant-alpha mixtures), ``evaluation`` (bench, report, verify, sanity, statistics), ``cli``. The module names of
-earlier releases (``mixzoo.pipeline``, ``mixzoo.bench``, ...) still import: :mod:`mixzoo._aliases` maps them to
-their new places.
+Layout (data flows downwards in this list; ``tests/test_layout.py`` checks it from the imports): ``core`` (errors,
+hooks, plugin manager, registry, cache, card), ``zoo`` (models, data, pairs, loading published weights),
+``attacks``, ``training``, ``methods`` (the interface and one module or folder per method), ``certify`` (certified
+radii of constant-alpha mixtures), ``evaluation`` (bench, report, verify, sanity, statistics), ``cli``.
+
+The public names below are imported on first use (PEP 562), so ``import mixzoo`` loads neither torch nor a mixing
+method until one of them is asked for.
 """
 
 from __future__ import annotations
 
-from mixzoo import _aliases
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from mixzoo.core import __version__
-from mixzoo.core.card import MixCard  # noqa: E402
-from mixzoo.core.errors import InputError, MixzooError, UnknownNameError  # noqa: E402
-from mixzoo.core.plugins import get_plugin_manager, hookimpl  # noqa: E402
-from mixzoo.core.registry import ModelSpec, get_spec, list_models  # noqa: E402
-from mixzoo.methods.mixednuts.calibrate import calibrate  # noqa: E402
-from mixzoo.methods.mixednuts.mixing import MixedClassifier  # noqa: E402
-from mixzoo.zoo.models import BaseClassifier, load_model  # noqa: E402
-from mixzoo.zoo.pairs import load_mixed  # noqa: E402
 
-# last: the old module names; ``mixzoo.calibrate`` stays the function (Algorithm 1), while ``from mixzoo.calibrate
-# import Grid`` still finds the module
-_aliases.install()
+# public name -> the module that defines it
+_PUBLIC = {
+    "BaseClassifier": "mixzoo.zoo.models", "InputError": "mixzoo.core.errors", "MixCard": "mixzoo.core.card",
+    "MixedClassifier": "mixzoo.methods.mixednuts.mixing", "MixzooError": "mixzoo.core.errors",
+    "ModelSpec": "mixzoo.core.registry", "UnknownNameError": "mixzoo.core.errors",
+    "calibrate": "mixzoo.methods.mixednuts.calibrate", "get_plugin_manager": "mixzoo.core.plugins",
+    "get_spec": "mixzoo.core.registry", "hookimpl": "mixzoo.core.plugins", "list_models": "mixzoo.core.registry",
+    "load_mixed": "mixzoo.zoo.pairs", "load_model": "mixzoo.zoo.models",
+}
+_SUBPACKAGES = ("attacks", "certify", "core", "evaluation", "methods", "training", "zoo")
+
+if TYPE_CHECKING:
+    from mixzoo.core.card import MixCard
+    from mixzoo.core.errors import InputError, MixzooError, UnknownNameError
+    from mixzoo.core.plugins import get_plugin_manager, hookimpl
+    from mixzoo.core.registry import ModelSpec, get_spec, list_models
+    from mixzoo.methods.mixednuts.calibrate import calibrate
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier
+    from mixzoo.zoo.models import BaseClassifier, load_model
+    from mixzoo.zoo.pairs import load_mixed
 
 
-def __getattr__(name: str):  # `import mixzoo; mixzoo.bench.bench(...)` without importing every module up front
-    target = _aliases.OLD_MODULES.get(name)
-    if target is not None or name in ("attacks", "core", "zoo", "methods", "certify", "evaluation"):
-        import importlib
+def __getattr__(name: str) -> Any:
+    """``mixzoo.MixCard``, ``mixzoo.load_mixed(...)``, ``mixzoo.evaluation.bench``: imported when first asked for
+    and then kept as an ordinary attribute."""
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"mixzoo.{name}")
+    else:
+        raise AttributeError(f"module 'mixzoo' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
-        return importlib.import_module(f"mixzoo.{name}")
-    raise AttributeError(f"module 'mixzoo' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC, *_SUBPACKAGES})
 
 
 __all__ = [

@@ -13,10 +13,10 @@ Hugging Face hub with ``hf_hub_download(repo, filename)`` (or a local ``path``),
   ``mean``/``std``; the layout of the authors' files and of RobustBench's ``bit_rn_v2``) are converted to timm's
   names; checkpoints already in timm's layout load as they are.
 * ``resize``: the authors' CIFAR models upsample their 32x32 input to 128x128 (bilinear) before the network;
-  :class:`InputResize` does the same. Their normalization (x - 0.5) / 0.5 goes in the spec's mean/std, which the
-  wrapper applies before the resize: a per-channel affine map commutes with bilinear interpolation, so the
-  result equals the original's (up to its 1e-8 added to std). A ``mean``/``std`` stored in the checkpoint must
-  agree with the spec's.
+  :class:`mixzoo.zoo.loading.InputResize` does the same. Their normalization (x - 0.5) / 0.5 goes in the spec's
+  mean/std, which the wrapper applies before the resize: a per-channel affine map commutes with bilinear
+  interpolation, so the result equals the original's (up to its 1e-8 added to std). A ``mean``/``std`` stored in the
+  checkpoint must agree with the spec's.
 * ``std_conv_eps``: the epsilon of the weight standardisation, sqrt(var + eps); timm's BiT uses 1e-8 (the
   default), the Google BiT PyTorch code of the authors' checkpoints 1e-10.
 * Optional: ``revision``, ``num_classes`` (default: the spec's), ``path`` (a local file instead of the hub).
@@ -31,17 +31,16 @@ import re
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
-
-import torch
-import torch.nn.functional as F
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import MissingFileError, RegistryError
 from mixzoo.core.plugins import hookimpl
-from mixzoo.core.registry import ModelSpec
 
-from . import _loading
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from mixzoo.core.registry import ModelSpec
 
 SOURCE_KINDS = ["bit-hf"]
 BIT_DEPTHS: dict[int, list[int]] = {50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
@@ -51,20 +50,6 @@ _UNIT_PARTS = {"gn1": "norm1", "gn2": "norm2", "gn3": "norm3", "conv1": "conv1",
                "conv3": "conv3", "downsample": "downsample.conv"}
 _TOP_LEVEL = {"root.conv.weight": "stem.conv.weight", "head.gn.weight": "norm.weight", "head.gn.bias": "norm.bias",
               "head.conv.weight": "head.fc.weight", "head.conv.bias": "head.fc.bias"}
-
-
-class InputResize(nn.Module):
-    """Bilinear resize of the (normalized) input to the resolution the network was fine-tuned at."""
-
-    def __init__(self, size: int):
-        super().__init__()
-        self.size = int(size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False)
-
-    def extra_repr(self) -> str:
-        return f"size={self.size}, mode=bilinear"
 
 
 def bit_layers(source: Mapping[str, Any], entry: str) -> tuple[list[int], int]:
@@ -125,6 +110,8 @@ def bit_to_timm(state_dict: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch
 
 
 def _check_checkpoint_normalization(norm: Mapping[str, torch.Tensor], spec: ModelSpec, source: str) -> None:
+    import torch
+
     for key, stored in norm.items():
         want = torch.tensor(list(getattr(spec, key)), dtype=torch.float32).flatten()
         have = stored.detach().float().flatten()
@@ -146,22 +133,28 @@ def checkpoint_path(spec: ModelSpec) -> Path:
         return path
     if "repo" not in src or "filename" not in src:
         raise RegistryError(f"registry entry {spec.name!r}: a bit-hf source needs repo and filename (or path)")
-    return _loading.hub_download(str(src["repo"]), str(src["filename"]), src.get("revision"))
+    from mixzoo.zoo import loading
+
+    return loading.hub_download(str(src["repo"]), str(src["filename"]), src.get("revision"))
 
 
 def load_bit(spec: ModelSpec, allow_unsafe: bool = False) -> nn.Module:
     """The network of a ``bit-hf`` spec (normalized input at the spec's size -> logits)."""
+    from torch import nn
+
+    from mixzoo.zoo import loading
+
     layers, width = bit_layers(spec.source, spec.name)
     path = checkpoint_path(spec)
-    _loading.verify_sha256(path, spec.sha256, spec.name)
-    state_dict = _loading.state_dict_from(_loading.load_checkpoint(path, allow_unsafe), str(path))
+    loading.verify_sha256(path, spec.sha256, spec.name)
+    state_dict = loading.state_dict_from(loading.load_checkpoint(path, allow_unsafe), str(path))
     state_dict, norm = bit_to_timm(state_dict)
     _check_checkpoint_normalization(norm, spec, str(path))
     network = build_bit(layers, width, int(spec.source.get("num_classes", spec.num_classes)),
                         float(spec.source.get("std_conv_eps", 1e-8)))
-    _loading.load_state_dict_strict(network, state_dict, str(path))
+    loading.load_state_dict_strict(network, state_dict, str(path))
     resize = spec.source.get("resize")
-    return nn.Sequential(InputResize(int(resize)), network) if resize else network
+    return nn.Sequential(loading.InputResize(int(resize)), network) if resize else network
 
 
 @hookimpl

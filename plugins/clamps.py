@@ -9,30 +9,39 @@ class (Assumption 4.2). GELU dips to about -0.17 around -0.75 and can swap class
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from mixzoo.core.plugins import hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
     """GELU, x * Phi(x) (exact, not the tanh approximation)."""
+    import torch.nn.functional as F
+
     return F.gelu(x)
 
 
 def relu(x: torch.Tensor) -> torch.Tensor:
     """max(x, 0)."""
+    import torch.nn.functional as F
+
     return F.relu(x)
 
 
 def elu(x: torch.Tensor) -> torch.Tensor:
     """x for x > 0, exp(x) - 1 otherwise."""
+    import torch.nn.functional as F
+
     return F.elu(x)
 
 
 def softplus(x: torch.Tensor) -> torch.Tensor:
     """log(1 + exp(x))."""
+    import torch.nn.functional as F
+
     return F.softplus(x)
 
 

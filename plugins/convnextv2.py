@@ -6,19 +6,21 @@ name with a pretrained tag whose weights are on the hub). Registry entries using
 ``convnextv2-l-384``, ``swin-l`` (timm's Swin-L, accurate) and ``bit-r152x2-imagenet``.
 
 Names no registry knows: any ``hf-hub:ORG/NAME[@REV]`` resolves to an accurate spec whose classes, input size and
-mean/std come from the repo's ``config.json`` (:func:`mixzoo_plugins._loading.timm_hub_spec`). The loaded network
+mean/std come from the repo's ``config.json`` (:func:`mixzoo.zoo.loading.timm_hub_spec`). The loaded network
 takes normalized input; the :class:`mixzoo.zoo.models.BaseClassifier` wrapper applies the spec's mean/std, so the
 model takes [0, 1] images at the spec's resolution.
 """
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
 from mixzoo.core.plugins import hookimpl
-from mixzoo.core.registry import ModelSpec
 
-from . import _loading
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.core.registry import ModelSpec
 
 SOURCE_KINDS = ["timm"]
 
@@ -26,9 +28,11 @@ SOURCE_KINDS = ["timm"]
 @hookimpl
 def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
     """``hf-hub:ORG/NAME[@REV]`` -> a spec from the hub config; None for other names."""
-    if not name.startswith(_loading.HF_PREFIX):
+    if not name.startswith("hf-hub:"):  # mixzoo.zoo.loading.HF_PREFIX, checked before loading imports torch
         return None
-    return _loading.timm_hub_spec(name, plugin="convnextv2")
+    from mixzoo.zoo import loading
+
+    return loading.timm_hub_spec(name, plugin="convnextv2")
 
 
 @hookimpl
@@ -36,4 +40,6 @@ def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Mo
     """Load ``timm`` sources (weights from the hub or its cache); None for every other kind."""
     if spec.source.get("kind") != "timm":
         return None
-    return _loading.load_timm_hub(spec, allow_unsafe)
+    from mixzoo.zoo import loading
+
+    return loading.load_timm_hub(spec, allow_unsafe)

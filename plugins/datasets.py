@@ -31,14 +31,16 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError, MissingFileError
 from mixzoo.core.plugins import hookimpl
-from mixzoo.zoo.data import ImageDataset, check_split
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from mixzoo.zoo.data import ImageDataset
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 FMNIST_FILES = {("train", "images"): "train-images-idx3-ubyte.gz", ("train", "labels"): "train-labels-idx1-ubyte.gz",
@@ -73,12 +75,16 @@ def _dir_problem(directory: Path, root: str | None) -> str:
 
 
 def _seeded_permutation(n: int, seed: int = SPLIT_SEED) -> torch.Tensor:
+    import torch
+
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
 
 
 # ----------------------------------------------------------------------------------------------- Fashion-MNIST
 def _read_idx(path: Path) -> np.ndarray:
     """Parse a (gzipped) IDX file: magic (0, 0, dtype 0x08, ndim), big-endian dims, uint8 payload."""
+    import numpy as np
+
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as fh:
@@ -151,6 +157,9 @@ def find_fashion_mnist(root: str | None = None) -> Path:
 
 @functools.cache
 def _fmnist_arrays(directory: str, part: str) -> tuple[torch.Tensor, torch.Tensor]:
+    import numpy as np
+    import torch
+
     d = Path(directory)
 
     def path(kind: str) -> Path:
@@ -164,6 +173,10 @@ def _fmnist_arrays(directory: str, part: str) -> tuple[torch.Tensor, torch.Tenso
 
 def fashion_mnist(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
     """Fashion-MNIST (Xiao et al. 2017), 1x28x28, 10 classes; see the module docstring for the splits."""
+    import torch
+
+    from mixzoo.zoo.data import ImageDataset, check_split
+
     check_split(split)
     directory = find_fashion_mnist(root)
     part = "t10k" if split == "evaluation" else "train"
@@ -182,6 +195,8 @@ def fashion_mnist(split: str, n: int | None = None, root: str | None = None) -> 
 # ------------------------------------------------------------------------------------------------------ digits
 @functools.cache
 def _digits_arrays() -> tuple[torch.Tensor, torch.Tensor]:
+    import numpy as np
+    import torch
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -193,6 +208,8 @@ def digits(split: str, n: int | None = None, root: str | None = None) -> ImageDa
     """scikit-learn digits, 1x8x8 in [0, 1], 10 classes; a fixed seeded permutation split 1000/300/497.
 
     It reads no files, so a ``root`` raises :class:`InputError` rather than being ignored."""
+    from mixzoo.zoo.data import ImageDataset, check_split
+
     check_split(split)
     if root:
         raise InputError(f"digits ships with scikit-learn and reads no data directory, so --data-dir {root} would"
@@ -213,6 +230,10 @@ def _half_split(num: int, split: str) -> torch.Tensor:
 
 
 def _cifar(name: str, split: str, n: int | None, root: str | None) -> ImageDataset:
+    import torch
+
+    from mixzoo.zoo.data import ImageDataset, check_split
+
     check_split(split)
     from torchvision import datasets as tvd
 
@@ -293,6 +314,10 @@ def _robustbench_subset() -> tuple[list[str], dict[str, int]] | None:
 
 def imagenet(split: str, n: int | None = None, root: str | None = None, size: int = 224) -> ImageDataset:
     """ImageNet validation images from the ImageFolder ``root/val`` (see the module docstring for the splits)."""
+    import torch
+
+    from mixzoo.zoo.data import ImageDataset, check_split
+
     check_split(split)
     if split == "train":
         raise InputError("imagenet has no train split in mixzoo; use split 'calibration' or 'evaluation'")
@@ -335,6 +360,7 @@ def imagenet(split: str, n: int | None = None, root: str | None = None, size: in
 
 def _decode_images(paths: list[Path], size: int) -> torch.Tensor:
     """Resize the short side to ``size * 256 / 224`` and centre-crop ``size`` (RobustBench's Res256Crop224)."""
+    import torch
     from PIL import Image
     from torchvision.transforms import functional as TF
 

@@ -12,15 +12,20 @@ optimizer would.
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import torch
+from typing import TYPE_CHECKING
 
 from mixzoo.core.plugins import hookimpl
-from mixzoo.methods.mixednuts.calibrate import CalibrationProblem, Grid, SearchResult, grid_search
+
+if TYPE_CHECKING:
+    import torch
+
+    from mixzoo.methods.mixednuts.calibrate import CalibrationProblem, Grid, SearchResult
 
 
 def _around(values: torch.Tensor, i: int, n: int, log: bool) -> torch.Tensor:
     """``n`` values spanning the neighbours of ``values[i]`` (plus that value itself)."""
+    import torch
+
     if len(values) == 1 or n == 1:
         return values[i:i + 1]
     lo, hi = float(values[max(i - 1, 0)]), float(values[min(i + 1, len(values) - 1)])
@@ -31,6 +36,8 @@ def _around(values: torch.Tensor, i: int, n: int, log: bool) -> torch.Tensor:
 
 def refine(problem: CalibrationProblem, grid: Grid) -> SearchResult:
     """Coarse grid, then a grid of the same shape around its optimum; the better (same tie rule) wins."""
+    from mixzoo.methods.mixednuts.calibrate import SearchResult, grid_search
+
     coarse = grid_search(problem, grid)
     ev = coarse.evaluation
     i, j, k = problem.best_index(ev)
@@ -46,4 +53,6 @@ def refine(problem: CalibrationProblem, grid: Grid) -> SearchResult:
 
 @hookimpl
 def mixzoo_calibration_optimizers() -> dict[str, Callable[[CalibrationProblem, Grid], SearchResult]]:
+    from mixzoo.methods.mixednuts.calibrate import grid_search
+
     return {"grid": grid_search, "refine": refine}

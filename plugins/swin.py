@@ -13,13 +13,15 @@ RobustBench evaluates ImageNet at 224x224 (and Swin's 7x7 windows need exactly t
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
 from mixzoo.core.errors import RegistryError
 from mixzoo.core.plugins import hookimpl
-from mixzoo.core.registry import ModelSpec
 
-from . import _loading
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.core.registry import ModelSpec
 
 SOURCE_KINDS = ["robustbench (imagenet)"]
 DATASET = "imagenet"
@@ -31,7 +33,9 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
     """``imagenet/THREAT/Name`` -> a robust spec; None for other names."""
     if name.split("/", 1)[0] != DATASET:
         return None
-    return _loading.robustbench_spec(name, plugin="swin")
+    from mixzoo.zoo import loading
+
+    return loading.robustbench_spec(name, plugin="swin")
 
 
 @hookimpl
@@ -42,4 +46,6 @@ def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Mo
     if tuple(spec.input_size) != INPUT_SIZE:
         raise RegistryError(f"registry entry {spec.name!r}: RobustBench ImageNet models take 224x224 input; set"
                             " input_size = [3, 224, 224]")
-    return _loading.load_robustbench(spec, allow_unsafe)
+    from mixzoo.zoo import loading
+
+    return loading.load_robustbench(spec, allow_unsafe)

@@ -6,7 +6,7 @@ Source kind ``robustbench`` for ``dataset = "cifar10" | "cifar100"``:
 Any CIFAR entry of RobustBench's model zoo loads, WideResNet or not. Checkpoints are read from
 ``$MIXZOO_ROBUSTBENCH_DIR/{dataset}/{threat_model}/{name}.pt`` (default ``~/.cache/mixzoo/robustbench``); RobustBench
 downloads missing ones unless offline. The networks normalize internally: specs carry mean 0 / std 1 and the
-wrapper's normalization step says so (:class:`mixzoo_plugins._loading.NormalizationInside`).
+wrapper's normalization step says so (:class:`mixzoo.zoo.loading.NormalizationInside`).
 
 Names no registry knows: ``cifar10/Linf/Ding2020MMA``-style ``dataset/threat/Name`` resolve to a robust spec with
 RobustBench's default radius (Linf 8/255, L2 0.5). ImageNet entries are the ``swin`` plugin's.
@@ -14,12 +14,14 @@ RobustBench's default radius (Linf 8/255, L2 0.5). ImageNet entries are the ``sw
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
 from mixzoo.core.plugins import hookimpl
-from mixzoo.core.registry import ModelSpec
 
-from . import _loading
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.core.registry import ModelSpec
 
 SOURCE_KINDS = ["robustbench (cifar10, cifar100)"]
 DATASETS = ("cifar10", "cifar100")
@@ -30,7 +32,9 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
     """``cifar10|cifar100/THREAT/Name`` -> a robust spec; None for other names."""
     if name.split("/", 1)[0] not in DATASETS:
         return None
-    return _loading.robustbench_spec(name, plugin="wideresnet")
+    from mixzoo.zoo import loading
+
+    return loading.robustbench_spec(name, plugin="wideresnet")
 
 
 @hookimpl
@@ -38,4 +42,6 @@ def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Mo
     """Load CIFAR ``robustbench`` sources; None for everything else."""
     if spec.source.get("kind") != "robustbench" or spec.source.get("dataset") not in DATASETS:
         return None
-    return _loading.load_robustbench(spec, allow_unsafe)
+    from mixzoo.zoo import loading
+
+    return loading.load_robustbench(spec, allow_unsafe)

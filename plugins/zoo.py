@@ -11,12 +11,15 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import MissingFileError, RegistryError
 from mixzoo.core.plugins import hookimpl
-from mixzoo.core.registry import ModelSpec
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.core.registry import ModelSpec
 
 SOURCE_KINDS = ["zoo"]
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -73,6 +76,20 @@ def load_zoo_network(spec: ModelSpec, device: str = "cpu") -> nn.Module:
         raise RegistryError(f"weights {path.name} do not fit architecture {spec.source.get('arch')!r} with"
                             f" kwargs {dict(spec.source.get('kwargs', {}))} ({first}); fix source.kwargs") from exc
     return network.to(device)
+
+
+@hookimpl
+def mixzoo_architectures() -> dict[str, Any]:
+    """The zoo's architectures (:data:`mixzoo_plugins.zoo_arch.ARCHS`), for training recipes."""
+    from mixzoo_plugins.zoo_arch import ARCHS
+
+    return dict(ARCHS)
+
+
+@hookimpl
+def mixzoo_weights_dir(kind: str) -> Path | None:
+    """``plugins/weights`` (package data) for ``zoo`` sources."""
+    return WEIGHTS_DIR if kind in SOURCE_KINDS else None
 
 
 @hookimpl

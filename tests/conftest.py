@@ -80,14 +80,15 @@ class FixedLogitsData:
 
 @pytest.fixture()
 def fixed_logits(monkeypatch):
-    """``install(labels, clean, mmaa)``: App. D.9's check (mixzoo.approximation) on hand-chosen logits. The RBC
-    becomes the identity, the split a :class:`FixedLogitsData` of ``labels``, its clean logits ``clean`` and its
-    MMAA the callable ``mmaa(rbc, data, transform=None, **settings) -> {"logits": ...}``; the counting under test
-    is real, only the attacks are replaced by fixed tensors."""
+    """``install(labels, clean, mmaa)``: App. D.9's check (mixzoo.methods.mixednuts.approximation) on hand-chosen
+    logits. The RBC becomes the identity, the split a :class:`FixedLogitsData` of ``labels``, its clean logits
+    ``clean`` and its MMAA the callable ``mmaa(rbc, data, transform=None, **settings) -> {"logits": ...}``; the
+    counting under test is real, only the attacks are replaced by fixed tensors."""
     from torch import nn
 
-    import mixzoo.data
-    import mixzoo.pipeline
+    import mixzoo.methods.mixednuts.fitting
+    import mixzoo.zoo.data
+    import mixzoo.zoo.pairs
 
     def install(labels, clean, mmaa) -> None:
         monkeypatch.setattr(mixzoo.zoo.pairs, "card_model", lambda *a, **kw: nn.Identity())
@@ -95,7 +96,7 @@ def fixed_logits(monkeypatch):
         monkeypatch.setattr(mixzoo.zoo.pairs, "check_model_fits", lambda *a, **kw: None)
         monkeypatch.setattr(mixzoo.zoo.pairs, "cached_logits", lambda *a, **kw: clean)
         monkeypatch.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa", mmaa)
-        monkeypatch.setattr(mixzoo.data, "load_dataset", lambda *a, **kw: FixedLogitsData(labels))
+        monkeypatch.setattr(mixzoo.zoo.data, "load_dataset", lambda *a, **kw: FixedLogitsData(labels))
 
     return install
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from mixzoo.approximation import check_approximation, transformed_rbc
 from mixzoo.attacks.margins import signed_margin
-from mixzoo.card import MixCard
-from mixzoo.errors import InputError
-from mixzoo.pipeline import mix
-from mixzoo.transforms import rbc_transform
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError
+from mixzoo.methods.mixednuts.approximation import check_approximation, transformed_rbc
+from mixzoo.methods.mixednuts.fitting import mix
+from mixzoo.methods.mixednuts.transforms import rbc_transform
 
 FAST = dict(n_calib=150, n_iter=8, n_target_classes=2, batch_size=75, progress=False)
 
@@ -52,10 +52,10 @@ def test_check_reproduces_the_card_and_attacks_the_transformed_rbc(calibrated):
 
 
 def test_transformed_mmaa_returns_raw_logits_whose_transform_gives_its_margins(calibrated):
-    from mixzoo.cache import Cache
-    from mixzoo.data import load_dataset
-    from mixzoo.models import load_model
-    from mixzoo.pipeline import cached_mmaa
+    from mixzoo.core.cache import Cache
+    from mixzoo.methods.mixednuts.fitting import cached_mmaa
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.models import load_model
 
     res, root = calibrated
     card, rbc = res.card, load_model("digits-pgd")

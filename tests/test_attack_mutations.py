@@ -20,11 +20,11 @@ import mixzoo.attacks.square as square
 from mixzoo.attacks.apgd import apgd_ce, apgd_run, apgd_t, clean_record
 from mixzoo.attacks.margins import ln_signed_margin, signed_margin
 from mixzoo.attacks.pgd import pgd
-from mixzoo.compat import import_autoattack
-from mixzoo.data import load_dataset
-from mixzoo.errors import InputError
-from mixzoo.models import load_model
-from mixzoo.plugins import lookup
+from mixzoo.core.compat import import_autoattack
+from mixzoo.core.errors import InputError
+from mixzoo.core.plugins import lookup
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.models import load_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -12,8 +12,8 @@ from torch import nn
 from mixzoo.attacks import MarginRecord, apgd_ce, apgd_run, mmaa, signed_margin
 from mixzoo.attacks.apgd import LOSSES, target_classes
 from mixzoo.attacks.margins import layer_norm, selection_key
-from mixzoo.compat import import_autoattack
-from mixzoo.errors import InputError
+from mixzoo.core.compat import import_autoattack
+from mixzoo.core.errors import InputError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

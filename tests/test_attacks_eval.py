@@ -9,8 +9,8 @@ from test_attacks import NaNOff, run_autoattack_apgd
 from torch import nn
 
 from mixzoo.attacks import AdaptiveAutoAttack, APGDEnsemble, AutoAttackEval, EvalResult, PGDAttack
-from mixzoo.errors import InputError, UnknownNameError
-from mixzoo.plugins import lookup
+from mixzoo.core.errors import InputError, UnknownNameError
+from mixzoo.core.plugins import lookup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -192,7 +192,7 @@ def test_bad_input_and_nan(digits):
 def test_mixed_classifier_evaluations(digits):
     """On a real MixedClassifier (T = 0 ABC, no ABC gradient in exact mode): the transfer-based and bypass
     evaluations are at least as strong as attacking the exact gradient, and the gradient mode is restored."""
-    from mixzoo.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     abc, x, y = digits
     rbc = train_digits_mlp(seed=1)[0]
@@ -216,8 +216,8 @@ def test_mixed_classifier_evaluations(digits):
 def test_mixed_classifier_is_a_drop_in_model_for_robustbench_benchmark(digits, monkeypatch):
     """RobustBench's ``benchmark()`` (clean accuracy, then standard AutoAttack) runs on a MixedClassifier in bypass
     mode. Only its data loader is replaced: CIFAR-10 cannot be downloaded here, so it gets digits images."""
-    from mixzoo.compat import import_robustbench
-    from mixzoo.mixing import MixedClassifier
+    from mixzoo.core.compat import import_robustbench
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     import_robustbench()
     import robustbench.eval as rb_eval
@@ -238,7 +238,7 @@ def test_adaptive_strong_adds_gradient_attacks_and_never_reports_more_robustness
     """``adaptive-strong`` = the adaptive attack's components, then exact-, bypass- and re-seeded APGD on what is
     still robust (before FAB-T / Square): its robust set is a subset of ``adaptive``'s with the same seed."""
     from mixzoo.attacks import AdaptiveStrong
-    from mixzoo.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     abc, x, y = digits
     rbc = train_digits_mlp(seed=1)[0]
@@ -289,8 +289,8 @@ def test_adaptive_strong_breaks_every_example_standard_autoattack_breaks(digits)
     layer norm (issue 25) the other components break it too, so the component's own count may be 0 and the test
     checks the containment itself. Square gets 100 queries on both sides, and the bypass FAB-T and Square components
     of ``adaptive`` are left out, for time."""
-    from mixzoo.compat import import_autoattack
-    from mixzoo.mixing import MixedClassifier
+    from mixzoo.core.compat import import_autoattack
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     aa = import_autoattack()
     abc, x, y = digits

@@ -15,8 +15,8 @@ import pytest
 import torch
 from scipy.special import erf
 
-from mixzoo.calibrate import CalibrationProblem, Grid, calibrate
-from mixzoo.errors import InputError
+from mixzoo.core.errors import InputError
+from mixzoo.methods.mixednuts.calibrate import CalibrationProblem, Grid, calibrate
 
 
 # -------------------------------------------------------------------------------------- the authors' loop, by hand

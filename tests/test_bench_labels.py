@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from mixzoo.bench import bench
-from mixzoo.pipeline import mix
+from mixzoo.evaluation.bench import bench
+from mixzoo.methods.mixednuts.fitting import mix
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 BENCH = dict(attack="apgd", n=20, attack_options={"n_iter": 3, "n_target_classes": 1}, curve=False, plots=False,

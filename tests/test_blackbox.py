@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 from mixzoo.attacks import mmaa
-from mixzoo.blackbox import (
+from mixzoo.core.errors import MixzooError
+from mixzoo.core.registry import ModelSpec
+from mixzoo.zoo.blackbox import (
     BlackBoxModel,
     BlackBoxOutputError,
     NoGradientError,
@@ -18,9 +20,7 @@ from mixzoo.blackbox import (
     is_black_box,
     spec_is_black_box,
 )
-from mixzoo.errors import MixzooError
-from mixzoo.models import BaseClassifier, weight_hash
-from mixzoo.registry import ModelSpec
+from mixzoo.zoo.models import BaseClassifier, weight_hash
 
 
 def _spec(name: str = "tiny", black_box: bool = False, num_classes: int = 10) -> ModelSpec:

@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from mixzoo.cache import Cache, atomic_write_text, batched_cached, content_key
+from mixzoo.core.cache import Cache, atomic_write_text, batched_cached, content_key
 
 
 def test_content_key_is_order_independent_and_sensitive():

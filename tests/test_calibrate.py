@@ -10,11 +10,18 @@ import torch
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
-from mixzoo.calibrate import CalibrationProblem, Grid, GridEvaluation, SearchResult, calibrate, grid_search
-from mixzoo.card import MixCard
-from mixzoo.errors import InputError, PluginError, UnknownNameError
-from mixzoo.plugins import hookimpl, lookup, register_plugin, unregister_plugin
-from mixzoo.transforms import confidence_margin, get_clamp, layer_norm, rbc_transform, signed_power
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError, PluginError, UnknownNameError
+from mixzoo.core.plugins import hookimpl, lookup, register_plugin, unregister_plugin
+from mixzoo.methods.mixednuts.calibrate import (
+    CalibrationProblem,
+    Grid,
+    GridEvaluation,
+    SearchResult,
+    calibrate,
+    grid_search,
+)
+from mixzoo.methods.mixednuts.transforms import confidence_margin, get_clamp, layer_norm, rbc_transform, signed_power
 
 
 def make_logits(n: int, k: int, seed: int, boost: float = 4.0, shift: float = 0.0):
@@ -213,7 +220,7 @@ def test_linear_baseline_and_alpha_d():
     other = calibrate(**data, beta=beta, clamp="relu", grid=Grid(s_n=3, p_n=2, c_n=2))
     assert (other.clamp, len(other.grid["s_values"])) == ("relu", 3) != (mixed.clamp, len(mixed.grid["s_values"]))
     assert other.alpha_d == pytest.approx(mixed.alpha_d)  # alpha_d does not depend on the clamp or grid
-    from mixzoo.calibrate import calibrate_alpha_linear
+    from mixzoo.methods.mixednuts.calibrate import calibrate_alpha_linear
 
     assert calibrate_alpha_linear(**data, beta=beta).alpha == pytest.approx(card.alpha)
 
@@ -313,7 +320,7 @@ def test_search_result_and_edge_notes():
 def test_argmax_change_constraint_excludes_flipping_c_values():
     """App. D.8.2: GELU is not monotone below 0, so c far below 0 flips unconfident predictions; such c values are
     infeasible under max_argmax_change and the chosen transform keeps the RBC's predictions."""
-    from mixzoo.transforms import get_clamp, layer_norm
+    from mixzoo.methods.mixednuts.transforms import get_clamp, layer_norm
 
     g = torch.Generator().manual_seed(0)
     n, k = 400, 10

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from mixzoo.card import SCHEMA_VERSION, MixCard, provenance
-from mixzoo.errors import InputError, MissingFileError
+from mixzoo.core.card import SCHEMA_VERSION, MixCard, provenance
+from mixzoo.core.errors import InputError, MissingFileError
 
 
 def full_card() -> MixCard:

@@ -17,14 +17,14 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from typer.testing import CliRunner
 
-from mixzoo.bench import ADVERSARIAL_FILE, bench
 from mixzoo.cli import app
-from mixzoo.data import load_dataset
-from mixzoo.errors import InputError, MixzooError
-from mixzoo.models import load_model
-from mixzoo.pipeline import mix
-from mixzoo.sanity import EpsSweep, SweepRow, _row, default_radii, eps_sweep, markdown
-from mixzoo.verify import _margins, _verify_row, verify_report
+from mixzoo.core.errors import InputError, MixzooError
+from mixzoo.evaluation.bench import ADVERSARIAL_FILE, bench
+from mixzoo.evaluation.sanity import EpsSweep, SweepRow, _row, default_radii, eps_sweep, markdown
+from mixzoo.evaluation.verify import _margins, _verify_row, verify_report
+from mixzoo.methods.mixednuts.fitting import mix
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.models import load_model
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 N = 20
@@ -158,7 +158,7 @@ def test_sweep_input_checks_before_any_work(tmp_path):
 
 
 def test_sweep_sorts_radii_and_evaluates_the_models_it_names(digits, tmp_path):
-    from mixzoo.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     sweep = eps_sweep(digits / "card.toml", n=N, batch_size=N, radii=[0.5, 0.2], attack="pgd",
                       attack_options={"n_iter": 1}, linear_alpha=1.0, cache_dir=tmp_path / "cache", progress=False)
@@ -187,7 +187,7 @@ def test_sweep_sorts_radii_and_evaluates_the_models_it_names(digits, tmp_path):
 
 
 def _edited_card(digits, tmp_path, **changes):
-    from mixzoo.card import MixCard
+    from mixzoo.core.card import MixCard
 
     data = MixCard.load(digits / "card.toml").to_dict()
     for key, value in changes.items():
@@ -203,8 +203,8 @@ def _edited_card(digits, tmp_path, **changes):
 def test_the_mixednuts_row_evaluates_the_cards_mixture(digits, tmp_path):
     """At alpha = 1/2 with T = 0 the mixture answers the ABC's class (the ABC's one-hot weighs 1/2, paper Eq. 5),
     so its row differs from the RBC's: clean accuracy and class at the grey image are the mixture's."""
-    from mixzoo.card import MixCard
-    from mixzoo.mixing import MixedClassifier
+    from mixzoo.core.card import MixCard
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     card = _edited_card(digits, tmp_path, alpha=0.5)
     assert MixCard.load(card).alpha == 0.5
@@ -274,7 +274,7 @@ def test_margins_of_log_probabilities():
 
 def test_closest_margin_is_the_true_class_minus_the_best_other_output(digits):
     res = verify_report(digits / "bench")
-    from mixzoo.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     abc, rbc = load_model("digits-std"), load_model("digits-pgd")
     mixed = MixedClassifier.from_card(digits / "card.toml", abc, rbc)
@@ -324,8 +324,8 @@ def test_a_mixednuts_point_is_judged_by_the_true_mixture(digits, tmp_path):
     """With the card's alpha at 1/2 and T = 0 the mixture answers the ABC's class (paper Eq. 5: the ABC's one-hot
     weighs 1/2), so the ABC's broken points, given as MixedNUTS's, are all confirmed; the RBC (or the auxiliary
     mixture of Eq. 8, alpha_d near 1) is right on some of them."""
-    from mixzoo.card import MixCard
-    from mixzoo.mixing import MixedClassifier
+    from mixzoo.core.card import MixCard
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     out = _copy(digits, tmp_path)
 

@@ -22,10 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from mixzoo.calibrate import Grid
 from mixzoo.cli import _parse_floats, _parse_grid, app, parse_attack_options
-from mixzoo.errors import PluginError, RegistryError, UnknownNameError
-from mixzoo.plugins import (
+from mixzoo.core.errors import PluginError, RegistryError, UnknownNameError
+from mixzoo.core.plugins import (
     clear_caches,
     collect,
     collect_named,
@@ -36,7 +35,8 @@ from mixzoo.plugins import (
     register_plugin,
     unregister_plugin,
 )
-from mixzoo.registry import ModelSpec, Registry, get_registry, list_models, load_registry_file, spec_from_dict
+from mixzoo.core.registry import ModelSpec, Registry, get_registry, list_models, load_registry_file, spec_from_dict
+from mixzoo.methods.mixednuts.calibrate import Grid
 
 ROBUST = {"role": "robust", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
           "source": {"kind": "zoo"}, "threat_model": "Linf", "epsilon": 0.1}
@@ -125,7 +125,7 @@ def test_a_file_system_refusal_is_one_line_naming_the_file(monkeypatch):
     def full_disk(name):
         raise OSError(errno.ENOSPC, "No space left on device", "/data/cards/x.toml")
 
-    monkeypatch.setattr("mixzoo.registry.get_spec", full_disk)
+    monkeypatch.setattr("mixzoo.core.registry.get_spec", full_disk)
     line = one_line_error(CliRunner().invoke(app, ["info", "digits-pgd"]))
     assert line == "error: No space left on device: /data/cards/x.toml"
 
@@ -134,7 +134,7 @@ def test_an_os_error_without_a_file_name_has_no_dangling_colon(monkeypatch):
     def refused(name):
         raise OSError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr("mixzoo.registry.get_spec", refused)
+    monkeypatch.setattr("mixzoo.core.registry.get_spec", refused)
     assert one_line_error(CliRunner().invoke(app, ["info", "digits-pgd"])) == "error: Permission denied"
 
 
@@ -298,7 +298,7 @@ def test_grid_option_round_trips(axes):
 
 
 def test_grid_option_with_an_unknown_axis_names_the_axes():
-    from mixzoo.errors import MixzooError
+    from mixzoo.core.errors import MixzooError
 
     with pytest.raises(MixzooError, match="the axes are s, p and c"):
         _parse_grid("q=1:2:3")
@@ -326,10 +326,10 @@ def _assert_library_defaults(kwargs: dict, fn, skip=()) -> None:
 
 
 def test_mix_without_options_passes_the_library_defaults(monkeypatch):
-    from mixzoo import pipeline
+    from mixzoo.methods.mixednuts import fitting as pipeline
 
     real = pipeline.mix
-    spy = _spy(monkeypatch, "mixzoo.pipeline.mix", _mix_result())
+    spy = _spy(monkeypatch, "mixzoo.methods.mixednuts.fitting.mix", _mix_result())
     result = CliRunner().invoke(app, ["mix", "--json"])
     assert result.exit_code == 0, result.output
     assert spy.calls[0][0] == (None, None)
@@ -338,7 +338,7 @@ def test_mix_without_options_passes_the_library_defaults(monkeypatch):
 
 
 def test_mix_passes_every_option(monkeypatch, tmp_path):
-    spy = _spy(monkeypatch, "mixzoo.pipeline.mix", _mix_result())
+    spy = _spy(monkeypatch, "mixzoo.methods.mixednuts.fitting.mix", _mix_result())
     args = ["mix", "--abc", "my-abc", "--rbc", "my-rbc", "--dataset", "digits", "--beta", "0.9", "--clamp", "relu",
             "--n-calib", "7", "--grid", "s=0.1:1:2", "--objective", "relaxed", "--optimizer", "my-opt", "--top-k", "3",
             "--search", "authors", "--refit-alpha", "--eps", "0.2", "--norm", "L2", "--n-iter", "5", "--seed", "4",
@@ -361,7 +361,8 @@ def test_mix_passes_every_option(monkeypatch, tmp_path):
 
 
 def test_mix_json_reports_each_parameter_under_its_own_key(monkeypatch):
-    _spy(monkeypatch, "mixzoo.pipeline.mix", _mix_result(s=1.5, p=2.5, c=-0.5, alpha=0.75, beta=0.9, objective=0.125))
+    _spy(monkeypatch, "mixzoo.methods.mixednuts.fitting.mix",
+         _mix_result(s=1.5, p=2.5, c=-0.5, alpha=0.75, beta=0.9, objective=0.125))
     result = CliRunner().invoke(app, ["mix", "--json"])
     payload = json.loads(result.stdout)
     assert {k: payload[k] for k in ("card", "s", "p", "c", "alpha", "beta", "objective")} == dict(
@@ -381,7 +382,7 @@ def test_the_recorded_command_line_splits_back_into_the_arguments(argv):
 
 
 def test_mix_records_the_quoted_command_line(monkeypatch, tmp_path):
-    spy = _spy(monkeypatch, "mixzoo.pipeline.mix", _mix_result())
+    spy = _spy(monkeypatch, "mixzoo.methods.mixednuts.fitting.mix", _mix_result())
     argv = ["mix", "--out", str(tmp_path / "my card.toml"), "--json"]
     monkeypatch.setattr(sys, "argv", ["mixzoo", *argv])
     assert CliRunner().invoke(app, argv).exit_code == 0
@@ -389,18 +390,18 @@ def test_mix_records_the_quoted_command_line(monkeypatch, tmp_path):
 
 
 def test_bench_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
-    from mixzoo import bench
+    from mixzoo.evaluation import bench
 
     real = bench.bench
     report = SimpleNamespace(to_dict=lambda: {"ok": 1}, files=[])
-    spy = _spy(monkeypatch, "mixzoo.bench.bench", report)
+    spy = _spy(monkeypatch, "mixzoo.evaluation.bench.bench", report)
     result = CliRunner().invoke(app, ["bench", "--json"])
     assert result.exit_code == 0, result.output
     assert spy.calls[0][0] == (None,) and json.loads(result.stdout) == {"ok": 1}
     _assert_library_defaults(spy.kwargs, real)
     assert spy.kwargs["out"] == Path("bench")
 
-    spy = _spy(monkeypatch, "mixzoo.bench.bench", report)
+    spy = _spy(monkeypatch, "mixzoo.evaluation.bench.bench", report)
     result = CliRunner().invoke(app, [
         "bench", str(tmp_path / "card.toml"), "--abc", "a", "--rbc", "r", "--attack", "apgd", "--n", "9",
         "--out", str(tmp_path / "o"), "--eps", "0.3", "--norm", "L2", "--seed", "2", "--batch-size", "8",
@@ -417,18 +418,18 @@ def test_bench_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
 
 
 def test_sanity_defaults_options_and_strict_exit_status(monkeypatch, tmp_path):
-    from mixzoo import sanity
+    from mixzoo.evaluation import sanity
 
     real = sanity.eps_sweep
     card = tmp_path / "card.toml"
-    spy = _spy(monkeypatch, "mixzoo.sanity.eps_sweep", _dict_result(passed=False))
+    spy = _spy(monkeypatch, "mixzoo.evaluation.sanity.eps_sweep", _dict_result(passed=False))
     result = CliRunner().invoke(app, ["sanity", str(card), "--json"])
     assert result.exit_code == 0, result.output  # misses without --strict: reported, status 0
     assert json.loads(result.stdout) == {"passed": False}
     _assert_library_defaults(spy.kwargs, real)
     assert spy.calls[0][0] == (card,) and spy.kwargs["out"] == Path("sanity")
 
-    spy = _spy(monkeypatch, "mixzoo.sanity.eps_sweep", _dict_result(passed=False))
+    spy = _spy(monkeypatch, "mixzoo.evaluation.sanity.eps_sweep", _dict_result(passed=False))
     args = ["sanity", str(card), "--eps", "0.1,0.25", "--attack", "pgd", "--n", "5", "--no-linear",
             "--linear-alpha", "0.6", "--abc", "a", "--rbc", "r", "--out", str(tmp_path / "o"), "--seed", "3",
             "--batch-size", "4", "-O", "n_iter=2", "--data-dir", "dd", "--cache-dir", str(tmp_path / "c"),
@@ -439,19 +440,19 @@ def test_sanity_defaults_options_and_strict_exit_status(monkeypatch, tmp_path):
         batch_size=4, attack_options={"n_iter": 2}, out=tmp_path / "o", data_dir="dd", cache_dir=tmp_path / "c",
         use_cache=False, device="cuda", allow_unsafe=True, progress=False)
 
-    _spy(monkeypatch, "mixzoo.sanity.eps_sweep", _dict_result(passed=True))
+    _spy(monkeypatch, "mixzoo.evaluation.sanity.eps_sweep", _dict_result(passed=True))
     assert CliRunner().invoke(app, ["sanity", str(card), "--json", "--strict"]).exit_code == 0
 
 
 def test_verify_exit_status_follows_the_verdict_and_options_reach_the_library(monkeypatch, tmp_path):
-    from mixzoo import verify
+    from mixzoo.evaluation import verify
 
     real = verify.verify_report
-    spy = _spy(monkeypatch, "mixzoo.verify.verify_report", _dict_result(passed=True))
+    spy = _spy(monkeypatch, "mixzoo.evaluation.verify.verify_report", _dict_result(passed=True))
     result = CliRunner().invoke(app, ["verify", str(tmp_path), "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout) == {"passed": True}
     _assert_library_defaults(spy.kwargs, real)
-    spy = _spy(monkeypatch, "mixzoo.verify.verify_report", _dict_result(passed=False))
+    spy = _spy(monkeypatch, "mixzoo.evaluation.verify.verify_report", _dict_result(passed=False))
     result = CliRunner().invoke(app, ["verify", str(tmp_path), "--abc", "a", "--rbc", "r", "--out",
                                       str(tmp_path / "v.json"), "--batch-size", "3", "--data-dir", "dd",
                                       "--device", "cuda", "--allow-unsafe", "--json"])
@@ -462,7 +463,7 @@ def test_verify_exit_status_follows_the_verdict_and_options_reach_the_library(mo
 
 
 def test_check_refuses_an_unwritable_out_before_any_work(monkeypatch, tmp_path):
-    spy = _spy(monkeypatch, "mixzoo.approximation.check_approximation", _dict_result())
+    spy = _spy(monkeypatch, "mixzoo.methods.mixednuts.approximation.check_approximation", _dict_result())
     (tmp_path / "afile").write_text("x")
     line = one_line_error(CliRunner().invoke(app, ["check", str(tmp_path / "card.toml"), "--out",
                                                    str(tmp_path / "afile" / "r.json")]))
@@ -470,14 +471,14 @@ def test_check_refuses_an_unwritable_out_before_any_work(monkeypatch, tmp_path):
 
 
 def test_check_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
-    from mixzoo import approximation
+    from mixzoo.methods.mixednuts import approximation
 
     real = approximation.check_approximation
-    spy = _spy(monkeypatch, "mixzoo.approximation.check_approximation", _dict_result())
+    spy = _spy(monkeypatch, "mixzoo.methods.mixednuts.approximation.check_approximation", _dict_result())
     result = CliRunner().invoke(app, ["check", str(tmp_path / "card.toml"), "--json"])
     assert result.exit_code == 0, result.output
     _assert_library_defaults(spy.kwargs, real)
-    spy = _spy(monkeypatch, "mixzoo.approximation.check_approximation", _dict_result())
+    spy = _spy(monkeypatch, "mixzoo.methods.mixednuts.approximation.check_approximation", _dict_result())
     result = CliRunner().invoke(app, ["check", str(tmp_path / "card.toml"), "--rbc", "r", "--out",
                                       str(tmp_path / "r.json"), "--data-dir", "dd", "--cache-dir",
                                       str(tmp_path / "c"), "--no-cache", "--device", "cuda", "--allow-unsafe",
@@ -490,18 +491,18 @@ def test_check_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
 
 
 def test_transfer_params_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
-    from mixzoo import transfer
+    from mixzoo.methods.mixednuts import transfer
 
     real = transfer.transfer_params_by_name
     card = tmp_path / "card.toml"
-    spy = _spy(monkeypatch, "mixzoo.transfer.transfer_params_by_name", _card())
+    spy = _spy(monkeypatch, "mixzoo.methods.mixednuts.transfer.transfer_params_by_name", _card())
     result = CliRunner().invoke(app, ["transfer-params", "--from", str(card), "--rbc", "bb", "--json"])
     assert result.exit_code == 0, result.output
     assert spy.calls[0][0] == (card, "bb")
     _assert_library_defaults(spy.kwargs, real)
     assert json.loads(result.stdout) == {"card": "card-transfer.toml", "method": "transfer", "s": 1.5, "p": 2.5,
                                          "c": -0.5, "alpha": 0.75, "objective": 0.125, "notes": []}
-    spy = _spy(monkeypatch, "mixzoo.transfer.transfer_params_by_name", _card())
+    spy = _spy(monkeypatch, "mixzoo.methods.mixednuts.transfer.transfer_params_by_name", _card())
     result = CliRunner().invoke(app, [
         "transfer-params", "--from", str(card), "--rbc", "bb", "--method", "square", "--queries", "50",
         "--query-budget", "900", "--n-calib", "30", "--dataset", "digits", "--beta", "0.9", "--eps", "0.05",
@@ -515,9 +516,9 @@ def test_transfer_params_defaults_and_options_reach_the_library(monkeypatch, tmp
 
 
 def test_train_without_a_name_lists_the_recipes_and_trains_nothing(monkeypatch, tmp_path):
-    from mixzoo import train
+    from mixzoo.training import train
 
-    spy = _spy(monkeypatch, "mixzoo.train.train_model", "trained")
+    spy = _spy(monkeypatch, "mixzoo.training.train.train_model", "trained")
     for args in (["train"], ["train", "--list"], ["train", "digits-std", "--list"]):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
@@ -567,7 +568,7 @@ def test_non_model_kinds_list_the_first_twelve_known_names_alphabetically():
 @pytest.fixture()
 def plugin():
     """Register runtime plugins for one test; unregister them and forget their failures afterwards."""
-    from mixzoo import plugins as plugins_module
+    from mixzoo.core import plugins as plugins_module
 
     pm = plugins_module.get_plugin_manager()
     names: list[str] = []
@@ -605,7 +606,7 @@ class _Specs:
 
 
 def test_registering_and_unregistering_a_plugin_refreshes_the_cached_tables(plugin):
-    from mixzoo.plugins import clamp_functions
+    from mixzoo.core.plugins import clamp_functions
 
     assert "mut-late-clamp" not in clamp_functions()  # the merged table is now cached
     name = plugin(_Clamps(**{"mut-late-clamp": abs}), "mut-late")

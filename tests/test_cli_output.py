@@ -9,9 +9,9 @@ import warnings
 import pytest
 from typer.testing import CliRunner
 
-from mixzoo.cache import atomic_write_text
 from mixzoo.cli import app
-from mixzoo.plugins import clear_caches, hookimpl, register_plugin, unregister_plugin
+from mixzoo.core.cache import atomic_write_text
+from mixzoo.core.plugins import clear_caches, hookimpl, register_plugin, unregister_plugin
 
 
 class Warner:

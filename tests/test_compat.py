@@ -1,4 +1,4 @@
-"""mixzoo.compat: robustbench, timm and AutoAttack import and work together, in fresh interpreters.
+"""mixzoo.core.compat: robustbench, timm and AutoAttack import and work together, in fresh interpreters.
 
 Each check runs in a subprocess so that ``sys.modules`` starts clean (the quirks are about import order), with the
 Hugging Face hub offline and pointed at a cache built here.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from mixzoo.compat import import_autoattack, import_timm
+from mixzoo.core.compat import import_autoattack, import_timm
 
 REV = "fedcba9876543210fedcba9876543210fedcba98"
 
@@ -32,7 +32,7 @@ def test_robustbench_through_compat_gets_pyautoattack_in_a_fresh_process():
     out = run_fresh("""
         import json, sys
         assert "autoattack" not in sys.modules and "robustbench" not in sys.modules
-        from mixzoo.compat import import_robustbench
+        from mixzoo.core.compat import import_robustbench
         rb = import_robustbench()
         import autoattack
         from autoattack.state import EvaluationState
@@ -52,7 +52,7 @@ def test_importing_timm_and_robustbench_prints_no_warnings_a_user_cannot_act_on(
         import json, warnings
         warnings.simplefilter("error", FutureWarning)
         warnings.simplefilter("error", UserWarning)
-        from mixzoo.compat import import_robustbench
+        from mixzoo.core.compat import import_robustbench
         rb = import_robustbench()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -94,14 +94,14 @@ def _write_hub_cache(cache: Path) -> dict[str, torch.Tensor]:
 
 def test_timm_own_hf_hub_path_works_offline_in_a_fresh_process(tmp_path):
     """timm 1.0.9 turns a broken huggingface_hub import into 'Hugging Face hub model specified but package not
-    installed'; through mixzoo.compat, timm's own ``create_model('hf-hub:...', pretrained=True)`` must load the
+    installed'; through mixzoo.core.compat, timm's own ``create_model('hf-hub:...', pretrained=True)`` must load the
     cached weights with HF_HUB_OFFLINE=1 and HF_HUB_CACHE set before import."""
     weights = _write_hub_cache(tmp_path / "hf")
     out = run_fresh("""
         import json
-        from mixzoo.compat import import_timm
+        from mixzoo.core.compat import import_timm
         timm = import_timm()
-        from mixzoo.models import weight_hash
+        from mixzoo.zoo.models import weight_hash
         m = timm.create_model("hf-hub:timm/convnextv2_atto.fcmae_ft_in1k", pretrained=True)
         print(json.dumps({"hash": weight_hash(m), "classes": m.num_classes}))
     """, env={"HF_HUB_CACHE": str(tmp_path / "hf")})
@@ -110,7 +110,7 @@ def test_timm_own_hf_hub_path_works_offline_in_a_fresh_process(tmp_path):
 
 def _hash_of(state_dict: dict[str, torch.Tensor]) -> str:
     """weight_hash of a module whose state dict is exactly ``state_dict`` (same keys, same order)."""
-    from mixzoo.models import weight_hash
+    from mixzoo.zoo.models import weight_hash
 
     class Holder(torch.nn.Module):
         def state_dict(self, *args, **kwargs):  # noqa: ARG002 - mirrors nn.Module.state_dict
@@ -125,7 +125,7 @@ def test_mixzoo_loads_hf_hub_name_with_env_offline_in_a_fresh_process(tmp_path):
     weights = _write_hub_cache(tmp_path / "hf")
     out = run_fresh("""
         import json, mixzoo
-        from mixzoo.errors import MissingFileError
+        from mixzoo.core.errors import MissingFileError
         m = mixzoo.load_model("hf-hub:timm/convnextv2_atto.fcmae_ft_in1k")
         try:
             mixzoo.load_model("hf-hub:timm/convnextv2_femto.fcmae_ft_in1k")

@@ -15,13 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from mixzoo.approximation import ApproximationCheck, mmaa_settings, worst_points
 from mixzoo.attacks import MarginRecord, mmaa, signed_margin
 from mixzoo.attacks.apgd import apgd_ce
 from mixzoo.attacks.margins import ln_signed_margin, selection_key
-from mixzoo.calibrate import CalibrationProblem, Grid, calibrate, prediction_change_share
-from mixzoo.errors import InputError
-from mixzoo.transforms import confidence_margin, get_clamp, layer_norm, rbc_transform, signed_power
+from mixzoo.core.errors import InputError
+from mixzoo.methods.mixednuts.approximation import ApproximationCheck, mmaa_settings, worst_points
+from mixzoo.methods.mixednuts.calibrate import CalibrationProblem, Grid, calibrate, prediction_change_share
+from mixzoo.methods.mixednuts.transforms import confidence_margin, get_clamp, layer_norm, rbc_transform, signed_power
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +213,7 @@ def test_grid_alphas_make_the_threshold_q():
 def test_ties_prefer_the_smaller_p_before_the_s_closer_to_one():
     """Documented tie order: smallest objective, then smallest p, then s closest to 1 (log scale), then c closest to
     0, then smaller s, then smaller c."""
-    from mixzoo.calibrate import GridEvaluation
+    from mixzoo.methods.mixednuts.calibrate import GridEvaluation
 
     s, p, c = (torch.tensor(v, dtype=torch.float64) for v in ([1.0, 4.0], [1.0, 2.0], [-0.5, 0.0]))
     counts = torch.full((2, 2, 2), 7, dtype=torch.long)
@@ -394,8 +394,8 @@ def test_check_approximation_counts_on_its_own_points(fixed_logits, tmp_path):
     """App. D.9 on made-up logits (the attacks replaced by fixed tensors): the kept shares count attacked-correct
     images whose h^M margin reaches the card's threshold q = 1 / alpha - 1, and the worst points flip h^M wherever
     either attack does."""
-    import mixzoo.approximation as approximation
-    from mixzoo.card import MixCard
+    import mixzoo.methods.mixednuts.approximation as approximation
+    from mixzoo.core.card import MixCard
 
     g = torch.Generator().manual_seed(8)
     n, k = 200, 6

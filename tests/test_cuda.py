@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from mixzoo.pipeline import cached_logits, mix, model_device
+from mixzoo.methods.mixednuts.fitting import cached_logits, mix, model_device
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
@@ -25,7 +25,7 @@ def test_model_device():
 
 
 def test_bad_device_is_a_one_line_error(tmp_path):
-    from mixzoo.errors import InputError
+    from mixzoo.core.errors import InputError
 
     with pytest.raises(InputError, match="not a torch device"):
         mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path, device="gpu", **FAST)
@@ -37,8 +37,8 @@ def test_bad_device_is_a_one_line_error(tmp_path):
 
 def test_cuda_index_past_the_last_device_is_a_one_line_error(tmp_path, monkeypatch):
     """Where CUDA is usable, cuda:N with N >= the device count must fail up front, not inside the first kernel."""
-    from mixzoo.errors import InputError
-    from mixzoo.pipeline import check_device
+    from mixzoo.core.errors import InputError
+    from mixzoo.methods.mixednuts.fitting import check_device
 
     if not torch.cuda.is_available():  # the check after "is CUDA usable" is what this test is for
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -56,9 +56,9 @@ def test_cuda_index_past_the_last_device_is_a_one_line_error(tmp_path, monkeypat
 
 @cuda
 def test_logits_follow_the_model_not_the_device_argument(tmp_path):
-    from mixzoo.cache import Cache
-    from mixzoo.data import load_dataset
-    from mixzoo.models import load_model
+    from mixzoo.core.cache import Cache
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.models import load_model
 
     data = load_dataset("digits", "evaluation", n=50)
     gpu = cached_logits(load_model("digits-pgd", device="cuda"), data, cache=Cache(tmp_path / "g"), device="cpu",
@@ -70,7 +70,7 @@ def test_logits_follow_the_model_not_the_device_argument(tmp_path):
 
 @cuda
 def test_mix_and_bench_on_cuda_match_cpu(tmp_path):
-    from mixzoo.bench import bench
+    from mixzoo.evaluation.bench import bench
 
     runs = {}
     for device in ("cpu", "cuda"):

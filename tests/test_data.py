@@ -1,4 +1,4 @@
-"""mixzoo.data and the built-in dataset plugin: splits, disjointness, determinism, offline errors."""
+"""mixzoo.zoo.data and the built-in dataset plugin: splits, disjointness, determinism, offline errors."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mixzoo.data import ImageDataset, load_dataset
-from mixzoo.errors import InputError, MissingFileError, UnknownNameError
+from mixzoo.core.errors import InputError, MissingFileError, UnknownNameError
+from mixzoo.zoo.data import ImageDataset, load_dataset
 from mixzoo_plugins import datasets as ds
 
 HAVE_FMNIST = ds._fmnist_dir_has_files(ds.DEBIAN_FASHION_MNIST) is not None

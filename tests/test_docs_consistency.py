@@ -6,8 +6,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-from mixzoo import hookspecs
-from mixzoo.calibrate import CalibrationProblem, SearchResult
+from mixzoo.core import hookspecs
+from mixzoo.methods.mixednuts.calibrate import CalibrationProblem, SearchResult
 
 CONTRIBUTING = (Path(__file__).resolve().parent.parent / "CONTRIBUTING.md").read_text()
 

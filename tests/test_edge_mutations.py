@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mixzoo.zoo.pairs
-from mixzoo.blackbox import BlackBoxModel, BlackBoxOutputError, QueryBudgetExceeded, as_black_box
-from mixzoo.card import MixCard
-from mixzoo.data import ImageDataset, shortfall_note
-from mixzoo.errors import InputError, RegistryError
-from mixzoo.models import Normalize, check_images, check_labels, weight_hash
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError, RegistryError
+from mixzoo.zoo.blackbox import BlackBoxModel, BlackBoxOutputError, QueryBudgetExceeded, as_black_box
+from mixzoo.zoo.data import ImageDataset, shortfall_note
+from mixzoo.zoo.models import Normalize, check_images, check_labels, weight_hash
 
 
 # ------------------------------------------------------------------------------------------------ mix card
@@ -313,7 +313,7 @@ class _FakeAutoAttack:
 
 
 def test_reference_api_maps_the_reference_call():
-    from mixzoo.compat import _reference_api
+    from mixzoo.core.compat import _reference_api
 
     cls = _reference_api(_FakeAutoAttack)
     aa = cls("model", "Linf", 0.03, "standard", log_path="log.txt", verbose=False, attacks_to_run=("apgd-ce",))
@@ -329,7 +329,7 @@ def test_reference_api_maps_the_reference_call():
 
 
 def test_import_autoattack_replaces_a_stub_module_named_autoattack(monkeypatch):
-    from mixzoo.compat import import_autoattack
+    from mixzoo.core.compat import import_autoattack
 
     monkeypatch.setitem(sys.modules, "autoattack", types.ModuleType("autoattack"))  # e.g. an unrelated package
     mod = import_autoattack()
@@ -340,7 +340,7 @@ def test_import_autoattack_replaces_a_stub_module_named_autoattack(monkeypatch):
 def test_builtin_clamps_match_their_definitions_in_float64():
     """Eq. 4 clamps: GELU is the exact x * Phi(x) (not the tanh approximation); softplus is log(1 + e^x)
     everywhere, including x well above 1."""
-    from mixzoo.transforms import get_clamp
+    from mixzoo.methods.mixednuts.transforms import get_clamp
 
     xs = [-4.0, -2.0, -0.75, -0.1, 0.0, 0.3, 1.0, 2.5, 6.0, 15.0]
     x = torch.tensor(xs, dtype=torch.float64)
@@ -391,7 +391,7 @@ def test_file_sha256_hashes_every_block(tmp_path):
 
 
 def _tiny_zoo_spec(path, arch_kwargs):
-    from mixzoo.registry import ModelSpec
+    from mixzoo.core.registry import ModelSpec
 
     return ModelSpec(name="tiny-zoo", role="robust", dataset="digits", num_classes=10, input_size=(1, 8, 8),
                      source={"kind": "zoo", "arch": "convnet", "file": str(path), "kwargs": arch_kwargs})
@@ -400,7 +400,7 @@ def _tiny_zoo_spec(path, arch_kwargs):
 def test_zoo_weights_missing_or_extra_keys_are_refused(tmp_path):
     from safetensors.torch import save_file
 
-    from mixzoo.models import load_model
+    from mixzoo.zoo.models import load_model
     from mixzoo_plugins.zoo_arch import ConvNet
 
     kwargs = {"widths": [4], "hidden": 8, "input_hw": 8}
@@ -448,7 +448,7 @@ def test_convnet_with_too_many_pooling_stages_is_refused():
 
 # ------------------------------------------------------------------------------------------------ report
 def _row(kind: str, clean: float, robust: float, alpha: float | None = None, card: MixCard | None = None):
-    from mixzoo.bench import ModelResult
+    from mixzoo.evaluation.bench import ModelResult
 
     return ModelResult(name=f"{kind}-model", kind=kind, clean_accuracy=clean, robust_accuracy=robust,
                        attack="apgd", epsilon=0.2, norm="Linf", n=60, seconds=1.0, alpha=alpha, device="cpu",
@@ -456,7 +456,7 @@ def _row(kind: str, clean: float, robust: float, alpha: float | None = None, car
 
 
 def _report(rbc_clean: float = 0.8, curve: dict | None = None):
-    from mixzoo.bench import Report
+    from mixzoo.evaluation.bench import Report
 
     card = MixCard(s=2.0, p=2.0, c=-0.5, alpha=0.9, beta=0.985, top_k=3, objective=0.4,
                    provenance={"mixzoo_version": "9.9", "created": "2026-01-01T00:00:00+00:00"})
@@ -473,7 +473,7 @@ def _report(rbc_clean: float = 0.8, curve: dict | None = None):
 
 def test_markdown_states_the_relative_clean_error_cut_and_the_robust_change():
     """RBC error 20 %, MixedNUTS error 10 %: half the RBC's clean errors are gone; robust 40 % vs 45 %."""
-    from mixzoo.report import markdown
+    from mixzoo.evaluation.report import markdown
 
     text = markdown(_report())
     assert "clean error cut by 50.0% (relative), robust accuracy -5.00 points." in text
@@ -490,7 +490,7 @@ def test_markdown_states_the_relative_clean_error_cut_and_the_robust_change():
 
 
 def test_markdown_trade_off_table_shows_each_points_own_numbers():
-    from mixzoo.report import markdown
+    from mixzoo.evaluation.report import markdown
 
     curve = {"attack": "apgd", "n_robust": 30, "n_clean": 60,
              "mixednuts": [{"beta": 0.95, "alpha": 0.875, "clean_accuracy": 0.9, "robust_accuracy": 0.3}],
@@ -504,8 +504,8 @@ def test_markdown_trade_off_table_shows_each_points_own_numbers():
 def test_write_report_files_and_adversarial_metadata(tmp_path):
     from safetensors import safe_open
 
-    from mixzoo.bench import ADVERSARIAL_FILE
-    from mixzoo.report import write_report
+    from mixzoo.evaluation.bench import ADVERSARIAL_FILE
+    from mixzoo.evaluation.report import write_report
 
     report = _report()
     report.adversarial = {"mixednuts": {"index": torch.tensor([3, 7]), "images": torch.zeros(2, 1, 8, 8)}}
@@ -579,7 +579,7 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
 
     import mixzoo.attacks.runner as runner
     import mixzoo.methods.mixednuts.figures as figures
-    from mixzoo.cache import Cache
+    from mixzoo.core.cache import Cache
 
     n_all, n_robust = 6, 4
     g = torch.tensor([[3.0, 0.0, 0.0, 0.0]] * n_all)  # the ABC: class 0, moderately sure
@@ -590,7 +590,7 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
     monkeypatch.setattr(figures, "calibration_data_for", lambda *a, **k: cal)
     monkeypatch.setattr(mixzoo.zoo.pairs, "cached_logits", lambda model, d, **k: g if "ABC" in k["what"] else h)
     chosen = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.7, beta=0.9)
-    monkeypatch.setattr(importlib.import_module("mixzoo.calibrate"), "calibrate", lambda **k: chosen)
+    monkeypatch.setattr(importlib.import_module("mixzoo.methods.mixednuts.calibrate"), "calibrate", lambda **k: chosen)
     seen = []
 
     def fake_evaluate(model, images, labels_r, **kw):

@@ -29,7 +29,7 @@ from mixzoo.attacks.evaluation import (
     within_threat_model,
 )
 from mixzoo.attacks.result import EvalResult
-from mixzoo.errors import InputError
+from mixzoo.core.errors import InputError
 
 EPS = 0.1
 
@@ -363,7 +363,7 @@ def test_option_counts_are_checked():
 def aa_attacks(monkeypatch):
     """pyautoattack's attack classes with ``perturb`` replaced by a recorder of the attack object and the model's
     gradient mode at the call."""
-    from mixzoo.compat import import_autoattack
+    from mixzoo.core.compat import import_autoattack
 
     aa = import_autoattack()
     seen = []
@@ -460,7 +460,7 @@ def test_autoattack_standard_component_attacks_every_clean_correct_example_on_th
     clean images of every clean-correct example (not only the still-robust ones), with the evaluation's seed;
     only its breaks of still-robust examples count as its own."""
     from mixzoo.attacks import AdaptiveStrong
-    from mixzoo.compat import import_autoattack
+    from mixzoo.core.compat import import_autoattack
 
     aa = import_autoattack()
     calls = []
@@ -544,7 +544,7 @@ def test_mmaa_records_the_settings_it_ran_with_and_the_clean_logits():
 
 def test_each_registered_attack_is_the_class_of_that_name():
     """``mixzoo bench --attack NAME`` runs the evaluation named NAME (plugins/attacks.py)."""
-    from mixzoo.plugins import lookup
+    from mixzoo.core.plugins import lookup
 
     names = ["pgd", "apgd", "autoattack", "adaptive", "adaptive-apgd", "adaptive-strong"]
     assert [lookup("attack", n).name for n in names] == names

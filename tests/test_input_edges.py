@@ -9,12 +9,12 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from mixzoo.cache import check_writable
-from mixzoo.card import MixCard
 from mixzoo.cli import _parse_grid, app
-from mixzoo.errors import InputError, MixzooError, UnknownNameError
-from mixzoo.pipeline import card_dataset, mix
-from mixzoo.registry import list_models
+from mixzoo.core.cache import check_writable
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError, MixzooError, UnknownNameError
+from mixzoo.core.registry import list_models
+from mixzoo.methods.mixednuts.fitting import card_dataset, mix
 
 FAST = dict(abc="digits-std", rbc="digits-pgd", n_calib=40, n_iter=2, n_target_classes=1, progress=False)
 
@@ -149,7 +149,7 @@ def test_hand_edited_card_records_fail_on_loading(tmp_path, edit, match):
 
 
 def test_a_card_without_a_dataset_takes_its_rbcs():
-    from mixzoo.models import load_model
+    from mixzoo.zoo.models import load_model
 
     card = MixCard.from_dict({**_mix_card(), "dataset": None})
     assert card_dataset(card, load_model("digits-pgd")) == "digits"
@@ -167,7 +167,7 @@ def test_list_refuses_unknown_datasets_and_prints_whole_names():
 
 
 def test_a_card_with_more_top_k_than_classes_is_refused_before_the_evaluation():
-    from mixzoo.bench import card_evaluation
+    from mixzoo.evaluation.bench import card_evaluation
 
     def with_top_k(k: int) -> MixCard:
         data = _mix_card()
@@ -204,11 +204,12 @@ def test_transfer_params_takes_the_options_of_every_command(tmp_path):
         assert option in result.output
 
 
-def test_submodules_are_reachable_from_the_package():
+def test_public_names_and_subpackages_are_reachable_from_the_package():
     import mixzoo
 
-    assert callable(mixzoo.bench.bench) and callable(mixzoo.stats.wilson_interval)
+    assert all(getattr(mixzoo, name) is not None for name in mixzoo.__all__)
     assert callable(mixzoo.calibrate)  # the function (Algorithm 1), as documented
+    assert mixzoo.evaluation.__name__ == "mixzoo.evaluation" and mixzoo.zoo.__name__ == "mixzoo.zoo"
     with pytest.raises(AttributeError):
         mixzoo.not_a_module  # noqa: B018
 

@@ -15,11 +15,11 @@ import requests
 import torch
 from hub_cache import put_hf_file
 
-import mixzoo.train as training
-from mixzoo.data import load_dataset
-from mixzoo.errors import InputError, MissingFileError
-from mixzoo.plugins import clear_caches
-from mixzoo_plugins import _loading
+import mixzoo.training.train as training
+from mixzoo.core.errors import InputError, MissingFileError
+from mixzoo.core.plugins import clear_caches
+from mixzoo.zoo import loading as _loading
+from mixzoo.zoo.data import load_dataset
 from mixzoo_plugins import datasets as ds
 
 

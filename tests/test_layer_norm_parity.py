@@ -3,7 +3,8 @@ nothing computed with the old one (population variance) is reused silently: cach
 benchmark are keyed by a new code version, and a card made before the fix loads with a one-line warning.
 
 The expected values are written out here in float64 NumPy from the definition in the authors' code
-(``models/output_maps.py`` of github.com/Bai-YT/MixedNUTS), independently of :mod:`mixzoo.transforms`."""
+(``models/output_maps.py`` of github.com/Bai-YT/MixedNUTS), independently of
+:mod:`mixzoo.methods.mixednuts.transforms`."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from mixzoo.cache import Cache
-from mixzoo.card import MixCard, provenance
-from mixzoo.transforms import layer_norm
+from mixzoo.core.cache import Cache
+from mixzoo.core.card import MixCard, provenance
+from mixzoo.methods.mixednuts.transforms import layer_norm
 
 
 def authors_normalize_topk(z: np.ndarray, k: int | None = None) -> np.ndarray:
@@ -52,8 +53,8 @@ def test_an_mmaa_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path,
     """MMAA attacks LN(RBC); an entry cached under the old code version ("mmaa-2") must be attacked again."""
     import mixzoo.attacks
     import mixzoo.methods.mixednuts.calibration_data as calibration_data
-    from mixzoo.data import load_dataset
-    from mixzoo.models import load_model
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.models import load_model
 
     calls = []
     real = mixzoo.attacks.mmaa
@@ -77,14 +78,14 @@ def test_an_mmaa_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path,
 
 def test_a_bench_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path, monkeypatch):
     import mixzoo.attacks.runner
-    import mixzoo.bench
+    import mixzoo.evaluation.bench
 
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
     images = torch.rand(5, 3, 2, 2, generator=torch.Generator().manual_seed(0))
     labels = torch.tensor([0, 1, 2, 0, 1])
 
     def run() -> dict:
-        return mixzoo.bench.evaluate(model, images, labels, attack="pgd", eps=0.05, norm="Linf", seed=0,
+        return mixzoo.evaluation.bench.evaluate(model, images, labels, attack="pgd", eps=0.05, norm="Linf", seed=0,
                                      batch_size=5, cache=Cache(tmp_path), key_parts={"model": "m"}, label="m",
                                      attack_options={"n_iter": 1}, progress=False)
 

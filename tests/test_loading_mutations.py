@@ -1,15 +1,15 @@
 """Model loading and the bench's own bookkeeping: behaviours a mutation audit found untested.
 
-Loading (``mixzoo_plugins._loading`` and the ``bit`` / ``convnextv2`` / ``swin`` / ``wideresnet`` plugins): checksum
+Loading (``mixzoo.zoo.loading`` and the ``bit`` / ``convnextv2`` / ``swin`` / ``wideresnet`` plugins): checksum
 case, DataParallel prefixes, shape mismatches, the cache path and offline switches of the hub, which weight file a
 timm repo loads, old-form hub configs, normalisation checks, RobustBench ensembles and environment switches, BiT
 checkpoint normalisation and options. Everything runs offline on hand-made caches, tiny timm architectures with
 random weights or RobustBench's own small constructors.
 
-Bench (``mixzoo.bench`` and the trade-off curve of ``mixzoo.report``): per-batch seeds, how per-batch outcomes are
-merged, resume and cleanup of partial results, the Wilson intervals, which images and which accuracy the linear
-baseline is matched on, the linear row itself, and which alpha each curve point uses. Attacks are replaced by
-fakes with known outcomes, so every expected number is computed here from its definition.
+Bench (``mixzoo.evaluation.bench`` and the trade-off curve of ``mixzoo.evaluation.report``): per-batch seeds, how
+per-batch outcomes are merged, resume and cleanup of partial results, the Wilson intervals, which images and which
+accuracy the linear baseline is matched on, the linear row itself, and which alpha each curve point uses. Attacks
+are replaced by fakes with known outcomes, so every expected number is computed here from its definition.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ import mixzoo
 import mixzoo.attacks.runner
 import mixzoo.zoo.pairs
 from mixzoo.attacks.result import ComponentStat, EvalResult
-from mixzoo.cache import Cache
-from mixzoo.card import MixCard
-from mixzoo.errors import InputError, MissingFileError, MixzooError, RegistryError
-from mixzoo.registry import ModelSpec
-from mixzoo_plugins import _loading, bit, convnextv2, swin, wideresnet
+from mixzoo.core.cache import Cache
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError, MissingFileError, MixzooError, RegistryError
+from mixzoo.core.registry import ModelSpec
+from mixzoo.zoo import loading as _loading
+from mixzoo_plugins import bit, convnextv2, swin, wideresnet
 
 
 # ------------------------------------------------------------------------------------------------- helpers
@@ -325,15 +326,15 @@ class Scripted:
 
 @pytest.fixture()
 def scripted(monkeypatch):
-    import mixzoo.plugins
+    import mixzoo.core.plugins
 
     Scripted.seeds, Scripted.calls, Scripted.fail_on = [], 0, None
-    monkeypatch.setattr(mixzoo.plugins, "lookup", lambda kind, name: Scripted)
+    monkeypatch.setattr(mixzoo.core.plugins, "lookup", lambda kind, name: Scripted)
     return Scripted
 
 
 def run_evaluate(cache: Cache, n: int = 10, batch_size: int = 4, **kw):
-    from mixzoo.bench import evaluate
+    from mixzoo.evaluation.bench import evaluate
 
     images = indexed_images(n)
     return evaluate(nn.Identity(), images, torch.zeros(n, dtype=torch.long), attack="scripted", eps=0.1,
@@ -403,7 +404,7 @@ def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
 
 
 def test_each_rows_interval_is_that_of_its_own_accuracy():
-    from mixzoo.bench import _result
+    from mixzoo.evaluation.bench import _result
 
     ev = {"clean_correct": [True] * 8 + [False] * 2, "robust_correct": [True] * 3 + [False] * 7, "seconds": 1.0,
           "components": [], "warnings": []}
@@ -414,7 +415,7 @@ def test_each_rows_interval_is_that_of_its_own_accuracy():
 
 
 def test_terminal_seconds_name_the_device_only_when_it_is_not_the_runs():
-    from mixzoo.bench import ModelResult
+    from mixzoo.evaluation.bench import ModelResult
     from mixzoo.evaluation.report import terminal_seconds_cell
 
     row = ModelResult(name="x", kind="abc", clean_accuracy=1.0, robust_accuracy=0.5, attack="apgd", epsilon=0.1,
@@ -425,7 +426,7 @@ def test_terminal_seconds_name_the_device_only_when_it_is_not_the_runs():
 
 
 def test_run_settings_refuse_zero_images():
-    from mixzoo.bench import check_run_settings
+    from mixzoo.evaluation.bench import check_run_settings
 
     with pytest.raises(InputError, match="--n must be positive, got 0"):
         check_run_settings(0, 10, "cpu", "apgd")
@@ -433,14 +434,14 @@ def test_run_settings_refuse_zero_images():
 
 
 def test_a_card_may_keep_as_many_top_classes_as_the_task_has():
-    from mixzoo.bench import card_evaluation
+    from mixzoo.evaluation.bench import card_evaluation
 
     assert card_evaluation(digits_card(top_k=10), n=10).data.num_classes == 10
 
 
 def test_linear_cache_key_depends_on_alpha():
-    from mixzoo.bench import linear_key_parts
-    from mixzoo.cache import content_key
+    from mixzoo.core.cache import content_key
+    from mixzoo.evaluation.bench import linear_key_parts
 
     data = types.SimpleNamespace(fingerprint="f")
     a, b = nn.Linear(2, 2), nn.Linear(2, 2)
@@ -462,8 +463,8 @@ def linear_robust(alpha: float, n: int) -> list[bool]:
 def test_linear_baseline_is_matched_on_the_first_images_and_on_robust_accuracy(monkeypatch):
     """MixedNUTS's robust accuracy on the first match_n = 8 of 20 images is 2/8 (its clean accuracy 1, on all
     images 2/20): the target is 1/4 and every evaluation sees those 8 images."""
-    import mixzoo.bench as bench_module
-    from mixzoo.bench import CardEvaluation, matched_linear_alpha
+    import mixzoo.evaluation.bench as bench_module
+    from mixzoo.evaluation.bench import CardEvaluation, matched_linear_alpha
 
     seen = []
 
@@ -491,8 +492,8 @@ def test_bench_rows_linear_mixture_and_points_are_each_their_own(monkeypatch):
     """bench() with the attack replaced: the linear row is Bai et al.'s mixture (1 - a) softmax(g) + a softmax(h)
     at the matched alpha (not the card's), the matching covers min(match_n, n) images, and every row keeps its own
     saved points."""
-    import mixzoo.bench as bench_module
-    from mixzoo.bench import bench
+    import mixzoo.evaluation.bench as bench_module
+    from mixzoo.evaluation.bench import bench
 
     models: dict[str, nn.Module] = {}
     markers = {"digits-std": 0, "digits-pgd": 1, "MixedNUTS": 2}
@@ -536,7 +537,7 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
     alpha, not the card's."""
     import importlib
 
-    from mixzoo.mixing import mix_log_probs
+    from mixzoo.methods.mixednuts.mixing import mix_log_probs
 
     g = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
     h = torch.tensor([[0.0, 1.5, 0.0], [0.0, 0.0, 1.0], [0.5, 1.0, 0.0], [0.0, 2.0, 0.0]])
@@ -549,7 +550,7 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
     monkeypatch.setattr(mixzoo.zoo.pairs, "cached_logits", lambda model, d, **k: g if "ABC" in k["what"] else h)
     calibrated = {0.9: MixCard(s=1.0, p=1.0, c=0.0, alpha=0.55, beta=0.9),
                   0.99: MixCard(s=1.0, p=1.0, c=0.0, alpha=0.95, beta=0.99)}
-    monkeypatch.setattr(importlib.import_module("mixzoo.calibrate"), "calibrate",
+    monkeypatch.setattr(importlib.import_module("mixzoo.methods.mixednuts.calibrate"), "calibrate",
                         lambda **k: calibrated[k["beta"]])
 
     alphas_attacked = []

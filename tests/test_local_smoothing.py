@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from mixzoo.card import MixCard
-from mixzoo.errors import InputError
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError
 from mixzoo.methods import fit, get_method
 from mixzoo.methods.local_smoothing import KNNOracle, KNNSmoothingClassifier, LocalSmoothingClassifier
 
@@ -302,7 +302,7 @@ def test_mix_cli_writes_both_methods(tmp_path, cache_dir, one_thread):
 
 
 def test_bench_runs_the_declared_extra_attacks(tmp_path, cache_dir, one_thread, monkeypatch):
-    from mixzoo.bench import bench
+    from mixzoo.evaluation.bench import bench
     from mixzoo.methods.local_smoothing import method as ls_method
 
     # the declared attacks themselves, at a test's budget (their full budgets cost minutes on 2 shared cores)

@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from mixzoo.card import MixCard
-from mixzoo.errors import InputError
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError
 from mixzoo.methods import fit, get_method
 from mixzoo.methods.local_smoothing import LocalSmoothingClassifier, smooth
 from mixzoo.methods.local_smoothing.crossover import crossover_point, measure_crossover
@@ -301,7 +301,7 @@ def test_card_records_beta0_and_weights_and_rebuilds_the_classifier(fitted, pair
 
 
 def test_bench_by_name_runs_the_declared_extra_attacks(fitted):
-    from mixzoo.bench import bench
+    from mixzoo.evaluation.bench import bench
     from mixzoo.evaluation.verify import verify_report
 
     _, root = fitted

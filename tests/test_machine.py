@@ -9,11 +9,11 @@ import platform
 import pytest
 import torch
 
-from mixzoo.bench import evaluate
-from mixzoo.cache import Cache
-from mixzoo.data import load_dataset
-from mixzoo.machine import describe_machine, machine_line, machine_summary, run_record
-from mixzoo.models import load_model
+from mixzoo.core.cache import Cache
+from mixzoo.core.machine import describe_machine, machine_line, machine_summary, run_record
+from mixzoo.evaluation.bench import evaluate
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.models import load_model
 
 
 def test_describe_machine_reports_this_cpu():
@@ -89,9 +89,9 @@ def test_a_resumed_evaluation_names_both_machines(tmp_path):
 def test_report_md_names_the_machines(machines):
     from dataclasses import replace
 
-    from mixzoo.bench import ModelResult, Report
-    from mixzoo.card import MixCard
-    from mixzoo.report import markdown
+    from mixzoo.core.card import MixCard
+    from mixzoo.evaluation.bench import ModelResult, Report
+    from mixzoo.evaluation.report import markdown
 
     base = ModelResult(name="x", kind="abc", clean_accuracy=0.9, robust_accuracy=0.5, attack="apgd", epsilon=0.1,
                        norm="Linf", n=10, seconds=1.0)

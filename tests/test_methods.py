@@ -13,10 +13,10 @@ import pytest
 import torch
 from torch import nn
 
-from mixzoo.card import MixCard
-from mixzoo.errors import InputError, MixzooError
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError, MixzooError
+from mixzoo.core.plugins import hookimpl, lookup, mixing_methods, plugin_infos, register_plugin, unregister_plugin
 from mixzoo.methods import ExtraAttack, MixingMethod, default_method, fit, get_method
-from mixzoo.plugins import hookimpl, lookup, mixing_methods, plugin_infos, register_plugin, unregister_plugin
 
 ROOT = Path(__file__).resolve().parent.parent
 PAIR = {"abc": {"name": "digits-std"}, "rbc": {"name": "digits-pgd"}, "dataset": "digits"}
@@ -124,7 +124,7 @@ def test_linear_fit_by_target_robust_accuracy(tmp_path, cache_dir, one_thread):
 
 
 def test_worst_case_merges_extra_attack_example_by_example():
-    from mixzoo.bench import worst_case
+    from mixzoo.evaluation.bench import worst_case
 
     ev = {"clean_correct": [True] * 5, "robust_correct": [True, False, True, True, False], "seconds": 1.0,
           "components": [{"name": "apgd-ce", "newly_broken": 2, "seconds": 1.0}], "warnings": [],
@@ -168,7 +168,7 @@ def test_bench_runs_cards_of_several_methods_and_their_declared_attacks(tmp_path
     try:
         lin = MixCard("linear", {"alpha": 0.9}, **PAIR).save(tmp_path / "lin.toml")
         rec = MixCard("test-recorder", {}, **PAIR).save(tmp_path / "rec.toml")
-        from mixzoo.bench import bench
+        from mixzoo.evaluation.bench import bench
 
         report = bench([str(lin), str(rec)], attack="pgd", attack_options={"n_iter": 3}, n=40, curve=False,
                        out=tmp_path / "out", progress=False, save_adversarial=True)
@@ -189,7 +189,7 @@ def test_bench_runs_cards_of_several_methods_and_their_declared_attacks(tmp_path
 
 
 def test_bench_refuses_cards_of_different_pairs(tmp_path):
-    from mixzoo.bench import bench
+    from mixzoo.evaluation.bench import bench
 
     a = MixCard("linear", {"alpha": 0.9}, **PAIR).save(tmp_path / "a.toml")
     b = MixCard("linear", {"alpha": 0.9}, **{**PAIR, "abc": {"name": "fmnist-std"}}).save(tmp_path / "b.toml")

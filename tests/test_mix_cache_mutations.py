@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from mixzoo.cache import (
+from mixzoo.core.cache import (
     Cache,
     atomic_write_text,
     batched_cached,
@@ -26,10 +26,10 @@ from mixzoo.cache import (
     default_cache_dir,
     staged_directory,
 )
-from mixzoo.card import MixCard
-from mixzoo.errors import InputError, MixzooError
-from mixzoo.mixing import MixedClassifier, auxiliary_log_probs, mix_log_probs, weight_mismatches
-from mixzoo.models import weight_hash
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError, MixzooError
+from mixzoo.methods.mixednuts.mixing import MixedClassifier, auxiliary_log_probs, mix_log_probs, weight_mismatches
+from mixzoo.zoo.models import weight_hash
 
 K = 4
 

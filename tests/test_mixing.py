@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from mixzoo.card import MixCard
-from mixzoo.errors import InputError
-from mixzoo.mixing import MixedClassifier, auxiliary_log_probs, mix_log_probs
-from mixzoo.models import weight_hash
-from mixzoo.transforms import rbc_transform
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError
+from mixzoo.methods.mixednuts.mixing import MixedClassifier, auxiliary_log_probs, mix_log_probs
+from mixzoo.methods.mixednuts.transforms import rbc_transform
+from mixzoo.zoo.models import weight_hash
 
 K = 5
 

@@ -8,11 +8,11 @@ import torch
 from torch import nn
 
 from mixzoo.attacks import mmaa
-from mixzoo.data import load_dataset
-from mixzoo.errors import InputError
-from mixzoo.models import load_model
-from mixzoo.pipeline import mix
-from mixzoo.plugins import lookup
+from mixzoo.core.errors import InputError
+from mixzoo.core.plugins import lookup
+from mixzoo.methods.mixednuts.fitting import mix
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.models import load_model
 
 
 class NaNABC(nn.Module):

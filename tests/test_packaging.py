@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import mixzoo
-from mixzoo.errors import RegistryError
-from mixzoo.registry import default_registry_path, load_registry_file
+from mixzoo.core.errors import RegistryError
+from mixzoo.core.registry import default_registry_path, load_registry_file
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner
 
-from mixzoo.card import MixCard
 from mixzoo.cli import app
-from mixzoo.errors import InputError, UnknownNameError
-from mixzoo.pipeline import mix
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError, UnknownNameError
+from mixzoo.methods.mixednuts.fitting import mix
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 
@@ -41,7 +41,7 @@ def test_mix_writes_card_and_reuses_cached_mmaa(tmp_path, shared_cache):
     assert second.cache_hits == {"rbc_logits": True, "mmaa": True}
     card2 = MixCard.load(tmp_path / "card2.json")
     assert card2.beta == 0.9 and card2.clamp == "relu"
-    from mixzoo.machine import machine_summary  # where it ran, and whether MMAA is this run's or the cache's
+    from mixzoo.core.machine import machine_summary  # where it ran, and whether MMAA is this run's or the cache's
 
     assert card.provenance["machine"] == card2.provenance["machine"] == machine_summary("cpu")
     assert card.provenance["mmaa_from_cache"] is False and card2.provenance["mmaa_from_cache"] is True
@@ -85,7 +85,7 @@ def test_mix_bad_input(tmp_path):
         mix("digits-std", "digits-pgd", out=tmp_path / "c.toml", cache_dir=tmp_path, **{**FAST, "batch_size": 0})
     with pytest.raises(InputError, match="same input"):
         mix("digits-std", "fmnist-pgd", dataset="fashion-mnist", out=tmp_path / "c.toml", cache_dir=tmp_path, **FAST)
-    from mixzoo.blackbox import load_black_box
+    from mixzoo.zoo.blackbox import load_black_box
 
     with pytest.raises(InputError, match="transfer-params"):
         mix("digits-std", load_black_box("digits-pgd"), out=tmp_path / "c.toml", cache_dir=tmp_path, **FAST)
@@ -101,7 +101,7 @@ def test_bad_calibration_settings_fail_before_the_attack(tmp_path, bad):
 
 
 def test_bench_unknown_attack_fails_before_calibrating(tmp_path):
-    from mixzoo.bench import bench
+    from mixzoo.evaluation.bench import bench
 
     with pytest.raises(UnknownNameError, match="did you mean 'autoattack'"):
         bench(None, abc="digits-std", rbc="digits-pgd", attack="autoatack", n=10, out=tmp_path / "b",
@@ -114,7 +114,7 @@ def test_bench_unknown_attack_fails_before_calibrating(tmp_path):
 
 
 def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
-    from mixzoo.bench import bench, print_report
+    from mixzoo.evaluation.bench import bench, print_report
 
     res = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
     report = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench", cache_dir=shared_cache,
@@ -138,7 +138,7 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     assert all(m["device"] == "cpu" and not m["cached"] for m in data["models"])
     assert "(cpu)" in (tmp_path / "bench" / "report.md").read_text()
     # what ran where: the run's record, and the machine of every row
-    from mixzoo.machine import describe_machine, machine_summary
+    from mixzoo.core.machine import describe_machine, machine_summary
 
     assert data["run"]["machine"] == describe_machine("cpu") and data["run"]["torch_version"] == torch.__version__
     assert all(m["machine"] == machine_summary("cpu") for m in data["models"])
@@ -206,7 +206,7 @@ def test_cli_list_and_info():
 
 
 def test_nan_model_is_reported(tmp_path):
-    from mixzoo.models import load_model
+    from mixzoo.zoo.models import load_model
 
     rbc = load_model("digits-pgd")
 
@@ -224,7 +224,7 @@ def test_nan_model_is_reported(tmp_path):
 def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_cache):
     """A plugin adds an attack through the hook; `mixzoo bench --attack NAME` runs it on all four models."""
     from mixzoo.attacks.evaluation import Attack, Component
-    from mixzoo.plugins import hookimpl, register_plugin, unregister_plugin
+    from mixzoo.core.plugins import hookimpl, register_plugin, unregister_plugin
 
     class CornerAttack(Attack):
         """Every image pushed to a random corner of the eps-ball (a real, weak attack)."""
@@ -277,7 +277,7 @@ def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_ca
 def test_bench_merges_batch_warnings_with_their_counts():
     """Per-batch Square flags add up (two batches of 'broke 1' are 2 examples, not one deduplicated line)."""
     from mixzoo.attacks.evaluation import square_masking_note
-    from mixzoo.bench import merge_warnings
+    from mixzoo.evaluation.bench import merge_warnings
 
     comps = [{"name": "apgd-ce", "newly_broken": 5}, {"name": "square", "newly_broken": 4}]
     per_batch = [[square_masking_note(1), "fab-t: odd"], [square_masking_note(1)], [square_masking_note(2)], []]
@@ -289,10 +289,10 @@ def test_bench_merges_batch_warnings_with_their_counts():
 def test_mixture_cache_keys_cover_every_parameter_that_changes_the_attacked_model():
     """A cached MixedNUTS row (main table or trade-off curve) is reused only for the same mixture: ``alpha_d``
     (the attack's gradient, Eq. 8) and ``top_k`` change the result, so they must change the key."""
-    from mixzoo.bench import mixed_key_parts
-    from mixzoo.cache import content_key
-    from mixzoo.data import load_dataset
-    from mixzoo.models import load_model
+    from mixzoo.core.cache import content_key
+    from mixzoo.evaluation.bench import mixed_key_parts
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.models import load_model
 
     abc, rbc = load_model("digits-std"), load_model("digits-pgd")
     data = load_dataset("digits", "evaluation", n=20)
@@ -309,8 +309,8 @@ def test_mixture_cache_keys_cover_every_parameter_that_changes_the_attacked_mode
 
 
 def test_asking_for_more_images_than_the_split_holds_says_so(tmp_path, shared_cache):
-    from mixzoo.bench import bench
-    from mixzoo.data import load_dataset, shortfall_note
+    from mixzoo.evaluation.bench import bench
+    from mixzoo.zoo.data import load_dataset, shortfall_note
 
     calib = load_dataset("digits", "calibration", n=400)
     assert len(calib) == 300
@@ -335,10 +335,10 @@ def test_asking_for_more_images_than_the_split_holds_says_so(tmp_path, shared_ca
 
 def test_load_mixed_builds_the_cards_classifier_from_the_recorded_names(tmp_path, shared_cache):
     import mixzoo
-    from mixzoo.calibrate import calibrate
-    from mixzoo.data import load_dataset
-    from mixzoo.mixing import MixedClassifier
-    from mixzoo.models import load_model
+    from mixzoo.methods.mixednuts.calibrate import calibrate
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.models import load_model
 
     mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
     model = mixzoo.load_mixed(tmp_path / "card.toml")
@@ -363,7 +363,7 @@ def test_cards_for_unregistered_modules_need_the_modules_and_bench_uses_them(tmp
     from digits_models import train_digits_mlp
 
     import mixzoo
-    from mixzoo.bench import bench
+    from mixzoo.evaluation.bench import bench
 
     mlp, _, _ = train_digits_mlp()
     mix("digits-std", mlp, eps=0.02, out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
@@ -378,7 +378,7 @@ def test_cards_for_unregistered_modules_need_the_modules_and_bench_uses_them(tmp
 
 
 def test_bench_records_that_a_base_model_is_not_the_one_the_card_was_calibrated_for(tmp_path, shared_cache):
-    from mixzoo.bench import bench
+    from mixzoo.evaluation.bench import bench
 
     mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
     with pytest.warns(UserWarning, match="calibrated for 'digits-std'"):
@@ -393,11 +393,11 @@ def test_bench_records_that_a_base_model_is_not_the_one_the_card_was_calibrated_
 def test_models_that_cannot_classify_the_data_fail_with_one_line(tmp_path, shared_cache):
     from digits_models import train_digits_mlp
 
-    from mixzoo.approximation import check_approximation
-    from mixzoo.bench import bench
-    from mixzoo.data import load_dataset
-    from mixzoo.models import load_model
-    from mixzoo.pipeline import check_model_fits
+    from mixzoo.evaluation.bench import bench
+    from mixzoo.methods.mixednuts.approximation import check_approximation
+    from mixzoo.methods.mixednuts.fitting import check_model_fits
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.models import load_model
 
     digits = load_dataset("digits", "calibration", n=5)
     mlp, _, _ = train_digits_mlp(steps=1)
@@ -440,7 +440,7 @@ def test_attack_options_from_the_command_line(items, expected):
 @pytest.mark.parametrize("item", ["n_iter", "=3", "1x=2", "n iter=2"])
 def test_malformed_attack_options_name_the_fix(item):
     from mixzoo.cli import parse_attack_options
-    from mixzoo.errors import MixzooError
+    from mixzoo.core.errors import MixzooError
 
     with pytest.raises(MixzooError, match="is not KEY=VALUE; write e.g. -O n_iter=200"):
         parse_attack_options([item])

@@ -15,15 +15,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mixzoo.attacks as attacks
-import mixzoo.pipeline as pipeline
+import mixzoo.methods.mixednuts.fitting as pipeline
 import mixzoo.zoo.pairs
-from mixzoo.cache import Cache
-from mixzoo.calibrate import Grid, calibrate
-from mixzoo.card import MixCard
-from mixzoo.data import load_dataset
-from mixzoo.errors import InputError, UnknownNameError
-from mixzoo.models import BaseClassifier, load_model
-from mixzoo.pipeline import (
+from mixzoo.core.cache import Cache
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError, UnknownNameError
+from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+from mixzoo.methods.mixednuts.fitting import (
     CalibrationData,
     _default_attack_setting,
     cached_logits,
@@ -35,7 +33,9 @@ from mixzoo.pipeline import (
     margin_summary,
     mix,
 )
-from mixzoo.transforms import rbc_transform
+from mixzoo.methods.mixednuts.transforms import rbc_transform
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.models import BaseClassifier, load_model
 
 FAST = dict(n_calib=120, n_iter=2, n_target_classes=1, batch_size=120, progress=False)
 
@@ -265,7 +265,8 @@ def test_margin_summary_stages_differ_where_the_transform_matters():
 # -------------------------------------------------------------------------------------------------------- mix
 def test_mix_is_algorithm_1_on_the_rbcs_clean_logits_and_its_mmaa_logits(tmp_path):
     """mix() = clean logits of the RBC + MMAA on LN(RBC) (seed as given, starts per image index) + Algorithm 1 with
-    every setting passed on; the reference composes mixzoo.attacks.mmaa and mixzoo.calibrate directly."""
+    every setting passed on; the reference composes mixzoo.attacks.mmaa and mixzoo.methods.mixednuts.calibrate
+    directly."""
     n, seed, grid = 120, 4, Grid(s_n=3, p_n=2, c_n=3, c_min=-1.0)
     abc, rbc = load_model("digits-std"), load_model("digits-pgd")
     data = load_dataset("digits", "calibration", n=n)
@@ -390,7 +391,7 @@ def test_the_cards_dataset_wins_over_the_rbcs():
 def test_refit_alpha_keeps_the_relaxed_objective_of_the_first_pass(tmp_path):
     """--refit-alpha with --objective relaxed: the second pass of Algorithm 1 counts, like the first, only the RBC's
     clean mistakes that the ABC gets right (the reference runs the second pass directly on the same pieces)."""
-    from mixzoo.approximation import refit_alpha
+    from mixzoo.methods.mixednuts.approximation import refit_alpha
 
     abc, rbc = load_model("digits-std"), load_model("digits-pgd")
     settings_ = dict(objective="relaxed", beta=0.9, cache_dir=tmp_path, **FAST)  # an objective strictly in (0, 1)

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from mixzoo.cli import app
-from mixzoo.errors import PluginError, UnknownNameError
-from mixzoo.plugins import clear_caches, hookimpl, lookup, plugin_failures, plugin_infos, register_plugin
-from mixzoo.plugins import unregister_plugin as _unregister
-from mixzoo.registry import get_registry, get_spec, list_models
+from mixzoo.core.errors import PluginError, UnknownNameError
+from mixzoo.core.plugins import clear_caches, hookimpl, lookup, plugin_failures, plugin_infos, register_plugin
+from mixzoo.core.plugins import unregister_plugin as _unregister
+from mixzoo.core.registry import get_registry, get_spec, list_models
 
 ROBUST = {"role": "robust", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
           "source": {"kind": "zoo"}, "threat_model": "Linf", "epsilon": 0.1}
@@ -145,7 +145,7 @@ class CorruptLoader:
 
 
 def test_an_exception_in_a_plugin_loader_is_one_line_naming_plugin_and_model(plugin, tmp_path):
-    from mixzoo.models import load_model
+    from mixzoo.zoo.models import load_model
 
     weights = tmp_path / "weights.safetensors"
     weights.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header....")

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from mixzoo.errors import PluginError, UnknownNameError
-from mixzoo.plugins import clear_caches, hookimpl, lookup, plugin_failures, register_plugin, unregister_plugin
+from mixzoo.core.errors import PluginError, UnknownNameError
+from mixzoo.core.plugins import clear_caches, hookimpl, lookup, plugin_failures, register_plugin, unregister_plugin
 
 
 class ClampPlugin:
@@ -60,7 +60,7 @@ def test_plugin_that_fails_to_import_is_reported_and_others_work(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     code = textwrap.dedent("""
         import json
-        from mixzoo.plugins import plugin_failures, get_plugin_manager
+        from mixzoo.core.plugins import plugin_failures, get_plugin_manager
         pm = get_plugin_manager()
         print(json.dumps({"failures": plugin_failures(), "loaded": [n for n, _ in pm.list_name_plugin()]}))
     """)

@@ -18,11 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mixzoo
-from mixzoo.compat import import_timm
-from mixzoo.errors import MissingFileError, MixzooError, RegistryError
-from mixzoo.plugins import clear_caches, get_plugin_manager
-from mixzoo_plugins import _loading, bit
-from mixzoo_plugins._loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
+from mixzoo.core.compat import import_timm
+from mixzoo.core.errors import MissingFileError, MixzooError, RegistryError
+from mixzoo.core.plugins import clear_caches, get_plugin_manager
+from mixzoo.zoo import loading as _loading
+from mixzoo.zoo.loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
+from mixzoo_plugins import bit
 
 ATTO_REPO = "timm/convnextv2_atto.fcmae_ft_in1k"
 
@@ -203,7 +204,7 @@ def test_published_bit_entry_offline_says_which_file(hf_cache):
 def _tiny_authors_bit(num_classes: int = 10) -> torch.nn.Module:
     """The MixedNUTS authors' BiT architecture (RobustBench's bit_rn_v2: Google BiT layout, resize to 128 and
     (x - 0.5) / 0.5 inside), with one unit per stage."""
-    from mixzoo.compat import import_robustbench
+    from mixzoo.core.compat import import_robustbench
 
     import_robustbench()
     from robustbench.model_zoo.architectures.bit_rn_v2 import ResNetV2
@@ -244,7 +245,7 @@ def test_bit_hf_checkpoint_in_authors_layout_loads_and_matches(hf_cache, registr
     registry_file(BIT_ENTRY.format(m=0.5))
     model = mixzoo.load_model("tiny-bit")
     resize, network = model.network
-    assert isinstance(resize, bit.InputResize) and resize.size == 128
+    assert isinstance(resize, _loading.InputResize) and resize.size == 128
     converted, norm = bit.bit_to_timm(authors.state_dict())
     assert set(norm) == {"mean", "std"}
     assert_same_weights(network, converted)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from mixzoo.errors import PluginError, RegistryError, UnknownNameError
-from mixzoo.registry import Registry, load_registry_file, spec_from_dict
+from mixzoo.core.errors import PluginError, RegistryError, UnknownNameError
+from mixzoo.core.registry import Registry, load_registry_file, spec_from_dict
 
 GOOD = {
     "role": "robust", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
@@ -77,7 +77,7 @@ def test_duplicate_names_name_both_plugins():
 
 
 def test_shipped_registry_file_is_valid():
-    from mixzoo.registry import default_registry_path
+    from mixzoo.core.registry import default_registry_path
 
     specs = load_registry_file(default_registry_path())
     names = {s.name for s in specs}

@@ -12,10 +12,10 @@ from torch import nn
 from typer.testing import CliRunner
 
 from mixzoo.cli import app
-from mixzoo.data import load_dataset
-from mixzoo.errors import InputError
-from mixzoo.pipeline import mix
-from mixzoo.sanity import checked_robust, default_radii, eps_sweep, grey_distance
+from mixzoo.core.errors import InputError
+from mixzoo.evaluation.sanity import checked_robust, default_radii, eps_sweep, grey_distance
+from mixzoo.methods.mixednuts.fitting import mix
+from mixzoo.zoo.data import load_dataset
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 N = 60
@@ -65,7 +65,7 @@ def test_grey_distance_and_default_radii():
 
 
 def test_sweep_reuses_bench_rows_and_passes_on_the_digits_pair(card, tmp_path):
-    from mixzoo.bench import bench
+    from mixzoo.evaluation.bench import bench
 
     path, cache = card
     match = dict(match_n=N, match_options={"n_iter": 4, "n_target_classes": 1})
@@ -91,7 +91,7 @@ def test_sweep_reuses_bench_rows_and_passes_on_the_digits_pair(card, tmp_path):
     assert all(row["misses"] == [0, 0, 0] for row in written["models"]) and written["models"][2]["alpha"] == alpha
     assert (tmp_path / "out" / "sanity.png").stat().st_size > 0
     assert "**Passed.**" in (tmp_path / "out" / "sanity.md").read_text()
-    from mixzoo.machine import describe_machine, machine_line
+    from mixzoo.core.machine import describe_machine, machine_line
 
     assert written["run"]["machine"] == describe_machine("cpu") and written["run"]["device"] == "cpu"
     assert f"Run on: {machine_line(written['run'])}." in (tmp_path / "out" / "sanity.md").read_text()
@@ -127,7 +127,7 @@ class Quantized(nn.Module):
 
 
 def test_a_gradient_masked_rbc_is_caught(card):
-    from mixzoo.models import load_model
+    from mixzoo.zoo.models import load_model
 
     path, cache = card
     masked = Quantized(load_model("digits-pgd"))

@@ -12,7 +12,7 @@ import mixzoo.attacks.runner as runner_module
 from mixzoo.attacks.apgd import effective_n_targets
 from mixzoo.attacks.evaluation import Attack, Component
 from mixzoo.attacks.pgd import pgd, project
-from mixzoo.cache import Cache
+from mixzoo.core.cache import Cache
 from mixzoo.methods.linear import linear_alpha_grid, match_linear_alpha
 
 K = 10
@@ -107,7 +107,7 @@ def test_apgd_t_never_targets_the_true_class():
 
 def test_eps_sweep_counts_each_miss_once():
     """A robust example the grey image would break is a grey miss, not also a monotonicity miss."""
-    from mixzoo.sanity import _row
+    from mixzoo.evaluation.sanity import _row
 
     class Grey(nn.Module):  # the grey image is classified 0
         def forward(self, x):

@@ -24,9 +24,9 @@ from mixzoo.attacks.square import (
     p_selection,
     square_queries_needed,
 )
-from mixzoo.blackbox import BlackBoxModel, QueryBudgetExceeded
-from mixzoo.errors import InputError
-from mixzoo.plugins import lookup
+from mixzoo.core.errors import InputError
+from mixzoo.core.plugins import lookup
+from mixzoo.zoo.blackbox import BlackBoxModel, QueryBudgetExceeded
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -18,7 +18,7 @@ from mixzoo.attacks.square import (
     _linf_step_each,
     min_margin_square,
 )
-from mixzoo.errors import InputError
+from mixzoo.core.errors import InputError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import binomtest
 
-from mixzoo.stats import newcombe_interval, paired_difference, wilson_interval
+from mixzoo.evaluation.stats import newcombe_interval, paired_difference, wilson_interval
 
 
 @settings(max_examples=80, deadline=None)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mixzoo.errors import PluginError
-from mixzoo.plugins import clear_caches, hookimpl, register_plugin, unregister_plugin
-from mixzoo.registry import get_registry
+from mixzoo.core.errors import PluginError
+from mixzoo.core.plugins import clear_caches, hookimpl, register_plugin, unregister_plugin
+from mixzoo.core.registry import get_registry
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mixzoo-plugin-example"
 MODEL, CLAMP, DIST = "example-digits-linear", "tanh-clamp", "mixzoo-plugin-example"

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from scipy.stats import binomtest
 from torch import nn
 
-import mixzoo.train as training
+import mixzoo.training.train as training
 from mixzoo.attacks.pgd import pgd
-from mixzoo.data import load_dataset
-from mixzoo.errors import InputError
-from mixzoo.stats import newcombe_interval, paired_difference, wilson_interval
+from mixzoo.core.errors import InputError
+from mixzoo.evaluation.stats import newcombe_interval, paired_difference, wilson_interval
+from mixzoo.zoo.data import load_dataset
 from mixzoo_plugins import datasets as ds
 
 

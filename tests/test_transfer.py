@@ -11,15 +11,15 @@ from torch import nn
 
 from mixzoo.attacks import mmaa
 from mixzoo.attacks.margins import ln_signed_margin, selection_key
-from mixzoo.blackbox import BlackBoxModel, BlackBoxOutputError, QueryBudgetExceeded
-from mixzoo.calibrate import Grid, calibrate
-from mixzoo.card import MixCard
-from mixzoo.data import load_dataset
-from mixzoo.errors import InputError, MissingFileError
-from mixzoo.models import BaseClassifier
-from mixzoo.registry import ModelSpec
-from mixzoo.transfer import DEFAULT_GUESS, transfer_params, transfer_params_by_name
-from mixzoo.transforms import confidence_margin, rbc_transform
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError, MissingFileError
+from mixzoo.core.registry import ModelSpec
+from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+from mixzoo.methods.mixednuts.transfer import DEFAULT_GUESS, transfer_params, transfer_params_by_name
+from mixzoo.methods.mixednuts.transforms import confidence_margin, rbc_transform
+from mixzoo.zoo.blackbox import BlackBoxModel, BlackBoxOutputError, QueryBudgetExceeded
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.models import BaseClassifier
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -73,7 +73,8 @@ def setup(one_thread):
 
 
 def _q(margins: torch.Tensor, beta: float) -> float:
-    """The quantile rule of mixzoo.calibrate, written out: sorted margins, index floor((1 - beta) n)."""
+    """The quantile rule of mixzoo.methods.mixednuts.calibrate, written out: sorted margins, index
+    floor((1 - beta) n)."""
     m = margins.sort().values
     return float(m[min(int(math.floor((1 - beta) * len(m) + 1e-9)), len(m) - 1)])
 
@@ -221,8 +222,8 @@ def test_other_bad_inputs(setup):
 # ------------------------------------------------------------------------------------------------ by name
 @pytest.fixture(scope="module")
 def zoo_card(tmp_path_factory, one_thread):
-    from mixzoo.models import load_model
-    from mixzoo.pipeline import mix
+    from mixzoo.methods.mixednuts.fitting import mix
+    from mixzoo.zoo.models import load_model
 
     try:
         load_model("digits-pgd")
@@ -362,7 +363,7 @@ def test_fixed_transferred_point_is_exempt_from_the_argmax_change_filter(setup):
     """A 1 x 1 x 1 grid (the card's s, p, c kept) is calibrated even when its transform changes far more than 0.5%
     of the black box's predictions (App. D.8.2 filters grid points of a search, it cannot drop the only one);
     searching the card's grid does filter that c."""
-    from mixzoo.transforms import get_clamp, layer_norm
+    from mixzoo.methods.mixednuts.transforms import get_clamp, layer_norm
 
     b, x, y = setup["b"], setup["x"], setup["y"]
     c = -2.0  # GELU is not monotone below 0: a large negative c flips unconfident predictions

@@ -21,11 +21,11 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
 import mixzoo.methods.mixednuts.calibration_data
-from mixzoo.blackbox import BlackBoxModel, QueryBudgetExceeded
-from mixzoo.card import MixCard
-from mixzoo.data import load_dataset
-from mixzoo.errors import InputError
-from mixzoo.transfer import WEAK_SQUARE_QUERIES, transfer_params, transfer_params_by_name
+from mixzoo.core.card import MixCard
+from mixzoo.core.errors import InputError
+from mixzoo.methods.mixednuts.transfer import WEAK_SQUARE_QUERIES, transfer_params, transfer_params_by_name
+from mixzoo.zoo.blackbox import BlackBoxModel, QueryBudgetExceeded
+from mixzoo.zoo.data import load_dataset
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -308,7 +308,7 @@ class Linear6(nn.Module):
 def test_a_surrogate_model_is_attacked_with_the_given_settings_and_recorded(table):
     """MMAA on the surrogate gets eps, norm, n_iter, seed and the card's top_k; the card records the surrogate's
     own name and weight hash and notes when the hash differs from the surrogate card's."""
-    from mixzoo.models import weight_hash
+    from mixzoo.zoo.models import weight_hash
 
     t = table
     sur = Linear6().eval().requires_grad_(False)
@@ -330,7 +330,7 @@ def test_a_surrogate_model_is_attacked_with_the_given_settings_and_recorded(tabl
 # ------------------------------------------------------------------------------------ transfer by name
 @pytest.fixture()
 def pgd_card(tmp_path):
-    from mixzoo.models import load_model
+    from mixzoo.zoo.models import load_model
 
     path = tmp_path / "sur.toml"
     _card(top_k=5, rbc={"name": "digits-pgd", "weight_hash": "feed"},
@@ -340,7 +340,7 @@ def pgd_card(tmp_path):
 
 
 def test_by_name_passes_the_cards_mmaa_settings_and_its_own_options_on(pgd_card, tmp_path, monkeypatch):
-    import mixzoo.pipeline as pipeline
+    import mixzoo.methods.mixednuts.fitting as pipeline
 
     path, _ = pgd_card
     calls, real = [], pipeline.cached_mmaa
@@ -371,17 +371,18 @@ def test_by_name_checks_before_loading_or_attacking(pgd_card, tmp_path):
     with pytest.raises(InputError, match=re.escape(f"surrogate card {str(other)!r} was calibrated on dataset")):
         transfer_params_by_name(other, "digits-std", n_calib=12, cache_dir=tmp_path / "c", progress=False)
     # a surrogate of another task is refused before its MMAA (the cached MMAA images carry no class count)
-    import mixzoo.models
-    import mixzoo.pipeline
-    from mixzoo.models import BaseClassifier
-    from mixzoo.registry import ModelSpec
+    import mixzoo.methods.mixednuts.fitting
+    import mixzoo.zoo.models
+    from mixzoo.core.registry import ModelSpec
+    from mixzoo.zoo.models import BaseClassifier
 
-    real = mixzoo.models.load_model
+    real = mixzoo.zoo.models.load_model
     spec = ModelSpec(name="digits-pgd", role="robust", dataset="digits", num_classes=5, input_size=(1, 8, 8),
                      source={"kind": "test"}, threat_model="Linf", epsilon=EPS)
     five = BaseClassifier(nn.Sequential(nn.Flatten(), nn.Linear(64, 5)).eval(), spec)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mixzoo.models, "load_model", lambda name, **kw: five if name == "digits-pgd" else real(name, **kw))
+        mp.setattr(mixzoo.zoo.models, "load_model",
+                   lambda name, **kw: five if name == "digits-pgd" else real(name, **kw))
         mp.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa",
                    lambda *a, **kw: pytest.fail("MMAA ran on a wrong surrogate"))
         with pytest.raises(InputError, match="has 5 classes but black-box model 'digits-std' has 10"):
@@ -394,7 +395,7 @@ def test_by_name_checks_before_loading_or_attacking(pgd_card, tmp_path):
 
 # ------------------------------------------------------------------------------------ approximation (App. D.9)
 def test_transformed_rbc_uses_the_cards_clamp_and_top_k():
-    from mixzoo.approximation import transformed_rbc
+    from mixzoo.methods.mixednuts.approximation import transformed_rbc
 
     net = Linear6().eval()
     card = _card(clamp="softplus", top_k=3)
@@ -406,7 +407,7 @@ def test_transformed_rbc_uses_the_cards_clamp_and_top_k():
 
 
 def test_worst_points_use_the_cards_top_k_and_need_logits():
-    from mixzoo.approximation import worst_points
+    from mixzoo.methods.mixednuts.approximation import worst_points
 
     g = torch.Generator().manual_seed(1)
     y = torch.randint(0, K, (60,), generator=g)
@@ -448,7 +449,7 @@ def test_check_approximation_counts_by_algorithm_1s_rules(fixed_logits, tmp_path
     each set of points; robust accuracy of h^LN by the raw argmax and of h^M by its own argmax; the kept shares count,
     among the images whose RBC argmax is right (Algorithm 1's attacked-correct set), those whose h^M margin reaches
     q = 1 / alpha - 1 (Eq. 7 with alpha = 1 / (1 + q))."""
-    import mixzoo.approximation as approximation
+    import mixzoo.methods.mixednuts.approximation as approximation
 
     y, clean, sur, direct = _d9()
     s, p, c, beta, top_k = 3.0, 2.0, -1.0, 0.8, 4
@@ -499,8 +500,8 @@ def test_check_counts_kept_margins_in_float64_like_algorithm_1(fixed_logits, tmp
     """Algorithm 1 thresholds float64 margins; the kept share must too. Here most attacked-correct images share one
     row whose float32 margin falls just below its float64 one, so q is that margin and, counted in float64 on the
     card's own points, a share >= beta keeps it (Eq. 7), while a float32 count would lose all the copies."""
-    import mixzoo.approximation as approximation
-    from mixzoo.transforms import confidence_margin, rbc_transform
+    import mixzoo.methods.mixednuts.approximation as approximation
+    from mixzoo.methods.mixednuts.transforms import confidence_margin, rbc_transform
 
     s, p, c, beta = 2.0, 2.0, -0.5, 0.8
     g = torch.Generator().manual_seed(11)
@@ -529,8 +530,8 @@ def test_refit_alpha_takes_the_larger_alpha_of_the_two_passes_on_the_worst_point
     """Second pass (App. D.9, --refit-alpha): alpha by Algorithm 1 at (s*, p*, c*) on the per-image worst of the
     first pass's points and MMAA(h^M)'s; the card keeps the larger alpha with that pass's objective; a 1-point grid
     is never filtered by App. D.8.2 (c = -1 changes many predictions)."""
-    import mixzoo.pipeline
-    from mixzoo.approximation import refit_alpha
+    import mixzoo.methods.mixednuts.fitting
+    from mixzoo.methods.mixednuts.approximation import refit_alpha
 
     y, clean, sur, direct = _d9(seed=6)
     s, p, c, beta, top_k = 3.0, 2.0, -1.0, 0.8, 4
@@ -567,7 +568,7 @@ def test_refit_alpha_takes_the_larger_alpha_of_the_two_passes_on_the_worst_point
 
 def test_the_plugin_registers_min_margin_square():
     from mixzoo.attacks.evaluation import MinMarginSquareAttack
-    from mixzoo.plugins import lookup
+    from mixzoo.core.plugins import lookup
 
     assert lookup("attack", "min-margin-square") is MinMarginSquareAttack
 
@@ -578,10 +579,10 @@ def _by_name_setup(tmp_path, monkeypatch, attack: dict, **black_spec) -> tuple:
     list of the MMAA calls' keyword arguments)."""
     from dataclasses import replace
 
-    import mixzoo.blackbox
-    import mixzoo.pipeline as pipeline
-    from mixzoo.blackbox import as_black_box
-    from mixzoo.models import BaseClassifier, load_model
+    import mixzoo.methods.mixednuts.fitting as pipeline
+    import mixzoo.zoo.blackbox
+    from mixzoo.zoo.blackbox import as_black_box
+    from mixzoo.zoo.models import BaseClassifier, load_model
 
     path = tmp_path / "sur.toml"
     _card(rbc={"name": "digits-pgd", "weight_hash": "feed"},
@@ -589,7 +590,8 @@ def _by_name_setup(tmp_path, monkeypatch, attack: dict, **black_spec) -> tuple:
                   **attack}).save(path)
     std = load_model("digits-std")
     black = BaseClassifier(std.network, replace(std.spec, **black_spec))
-    monkeypatch.setattr(mixzoo.blackbox, "load_black_box", lambda name, query_budget=None, **kw: as_black_box(black))
+    monkeypatch.setattr(mixzoo.zoo.blackbox, "load_black_box",
+                        lambda name, query_budget=None, **kw: as_black_box(black))
     calls, real = [], pipeline.cached_mmaa
 
     def spy(model, data, **kw):
@@ -604,7 +606,7 @@ def test_by_name_without_a_recorded_eps_attacks_the_surrogate_at_the_black_boxs_
     """A card with no eps in its attack record: the surrogate's MMAA runs at the radius transfer_params then checks
     the points against, the black box's (its threat model is the one being calibrated), not at the surrogate's
     own spec epsilon (digits-pgd: 0.2), which failed with "beyond eps"."""
-    from mixzoo.models import load_model
+    from mixzoo.zoo.models import load_model
 
     path, calls = _by_name_setup(tmp_path, monkeypatch, {"norm": "Linf"}, threat_model="Linf", epsilon=EPS)
     out = transfer_params_by_name(path, "digits-std", n_calib=30, cache_dir=tmp_path / "c", progress=False)

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mixzoo.errors import InputError, UnknownNameError
-from mixzoo.transforms import (
+from mixzoo.core.errors import InputError, UnknownNameError
+from mixzoo.methods.mixednuts.transforms import (
     abc_log_probs,
     confidence_margin,
     get_clamp,

@@ -10,14 +10,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from mixzoo.bench import ADVERSARIAL_FILE, bench, evaluate
-from mixzoo.cache import Cache
 from mixzoo.cli import app
-from mixzoo.data import load_dataset
-from mixzoo.errors import InputError
-from mixzoo.models import load_model
-from mixzoo.pipeline import mix
-from mixzoo.verify import verify_report
+from mixzoo.core.cache import Cache
+from mixzoo.core.errors import InputError
+from mixzoo.evaluation.bench import ADVERSARIAL_FILE, bench, evaluate
+from mixzoo.evaluation.verify import verify_report
+from mixzoo.methods.mixednuts.fitting import mix
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.models import load_model
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 N = 60
@@ -233,7 +233,7 @@ def test_points_indexing_outside_the_images_or_twice_are_refused(bench_dir, tmp_
 
 def test_points_next_to_the_boundary_are_counted_as_fragile(bench_dir, tmp_path):
     """A confirmed point whose true-class output is within FRAGILE of the largest other one is reported fragile."""
-    from mixzoo.verify import FRAGILE
+    from mixzoo.evaluation.verify import FRAGILE
 
     out = copy_of(bench_dir, tmp_path)
     before = _row(out, "abc")

@@ -9,11 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import mixzoo
-from mixzoo.data import load_dataset
-from mixzoo.errors import MissingFileError, RegistryError
-from mixzoo.registry import list_models, spec_from_dict
-from mixzoo.train import (
+import mixzoo.zoo.models
+from mixzoo.core.errors import MissingFileError, RegistryError
+from mixzoo.core.registry import list_models, spec_from_dict
+from mixzoo.training.train import (
     RECIPES,
     Recipe,
     _ln_margin,
@@ -27,6 +26,7 @@ from mixzoo.train import (
     train_model,
     weight_perturbation,
 )
+from mixzoo.zoo.data import load_dataset
 from mixzoo_plugins import zoo
 
 ZOO = [s.name for s in list_models() if s.source.get("kind") == "zoo"]
@@ -46,14 +46,14 @@ def test_registry_has_the_zoo():
 
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_model_loads_verifies_and_matches_its_recorded_accuracy(name):
-    spec = mixzoo.registry.get_spec(name)
+    spec = mixzoo.core.registry.get_spec(name)
     assert zoo.file_sha256(zoo.weights_path(spec)) == spec.sha256
     assert zoo.weights_path(spec).stat().st_size < 5_000_000
     try:
         data = load_dataset(spec.dataset, "evaluation", n=500)
     except MissingFileError as exc:
         pytest.skip(str(exc))
-    model = mixzoo.models.load_model(name)
+    model = mixzoo.zoo.models.load_model(name)
     assert not model.training and not any(p.requires_grad for p in model.parameters())
     with torch.no_grad():
         logits = model(data.images)
@@ -71,14 +71,14 @@ def test_zoo_model_loads_verifies_and_matches_its_recorded_accuracy(name):
 
 
 def test_digits_pgd_robust_accuracy_matches_its_record():
-    spec = mixzoo.registry.get_spec("digits-pgd")
-    metrics = evaluate_model(mixzoo.models.load_model(spec), load_dataset("digits", "evaluation"), eps=spec.epsilon)
+    spec = mixzoo.core.registry.get_spec("digits-pgd")
+    metrics = evaluate_model(mixzoo.zoo.models.load_model(spec), load_dataset("digits", "evaluation"), eps=spec.epsilon)
     assert abs(metrics["pgd"] - spec.reported["pgd20"]) <= 0.015
     assert abs(metrics["clean"] - spec.reported["clean"]) <= 0.015
 
 
 def _zoo_spec(**changes):
-    raw = mixzoo.registry.get_spec("digits-std").to_dict()
+    raw = mixzoo.core.registry.get_spec("digits-std").to_dict()
     raw.update(changes)
     for key in ("name", "plugin"):
         raw.pop(key)
@@ -87,16 +87,16 @@ def _zoo_spec(**changes):
 
 def test_sha256_mismatch_is_a_one_line_error():
     with pytest.raises(RegistryError, match="has sha256") as err:
-        mixzoo.models.load_model(_zoo_spec(sha256="0" * 64))
+        mixzoo.zoo.models.load_model(_zoo_spec(sha256="0" * 64))
     assert "\n" not in str(err.value) and "mixzoo train" in str(err.value)
 
 
 def test_missing_weights_and_wrong_architecture_are_named():
-    src = dict(mixzoo.registry.get_spec("digits-std").source)
+    src = dict(mixzoo.core.registry.get_spec("digits-std").source)
     with pytest.raises(MissingFileError, match="mixzoo train"):
-        mixzoo.models.load_model(_zoo_spec(source={**src, "file": "nope.safetensors"}, sha256=None))
+        mixzoo.zoo.models.load_model(_zoo_spec(source={**src, "file": "nope.safetensors"}, sha256=None))
     with pytest.raises(RegistryError, match="do not fit"):
-        mixzoo.models.load_model(_zoo_spec(source={**src, "kwargs": {"widths": [8], "input_hw": 8}}))
+        mixzoo.zoo.models.load_model(_zoo_spec(source={**src, "kwargs": {"widths": [8], "input_hw": 8}}))
 
 
 def test_other_source_kinds_are_left_to_other_plugins():
@@ -122,7 +122,7 @@ def test_trained_result_gives_a_valid_registry_entry(tmp_path):
     entry = tomllib.loads(registry_entry(res, "cmd", "2026-01-01"))["models"]["tiny-pgd"]
     entry["source"]["file"] = str(res.path)
     spec = spec_from_dict("tiny-pgd", entry)
-    model = mixzoo.models.load_model(spec)
+    model = mixzoo.zoo.models.load_model(spec)
     data = load_dataset("digits", "evaluation", n=100)
     acc = (model(data.images).argmax(1) == data.labels).float().mean().item()
     assert acc == pytest.approx(spec.reported["clean"], abs=1e-4)
@@ -139,7 +139,7 @@ def test_augment_batch_crops_and_flips():
 
 
 def test_trades_adversary_stays_in_the_ball():
-    model = mixzoo.models.load_model("digits-pgd")
+    model = mixzoo.zoo.models.load_model("digits-pgd")
     data = load_dataset("digits", "evaluation", n=64)
     x_adv = trades_adversary(model, data.images, eps=0.1, steps=5, generator=torch.Generator().manual_seed(0))
     assert (x_adv - data.images).abs().max() <= 0.1 + 1e-6
@@ -210,7 +210,7 @@ def test_weight_average_is_an_ema_of_the_trained_weights():
     # the average lags the last iterate: every weight tensor differs, none by a non-finite amount
     for k, v in plain.state_dict.items():
         assert torch.isfinite(avg.state_dict[k]).all() and not torch.equal(avg.state_dict[k], v)
-    with pytest.raises(mixzoo.errors.InputError, match="ema is a decay"):
+    with pytest.raises(mixzoo.core.errors.InputError, match="ema is a decay"):
         _tiny("pgd", ema=1.0)
 
 
@@ -249,14 +249,14 @@ def test_hat_loss_matches_the_reference_code():
 
 
 def test_hat_needs_a_helper_and_records_it():
-    with pytest.raises(mixzoo.errors.InputError, match="helper=NAME"):
+    with pytest.raises(mixzoo.core.errors.InputError, match="helper=NAME"):
         _tiny("pgd").replace(method="hat")
     d = _tiny("hat").to_dict()
     assert (d["helper"], d["helper_weight"], d["helper_scale"]) == ("digits-std", 0.5, 2.0)
     # recipes that do not use them keep the metadata (hence the bytes) of weights trained before the fields existed
     assert not {"helper", "helper_weight", "helper_scale", "awp", "ema"} & set(_tiny("pgd").to_dict())
     assert _tiny("pgd", awp=0.005).to_dict()["awp"] == 0.005
-    with pytest.raises(mixzoo.errors.InputError, match="awp"):
+    with pytest.raises(mixzoo.core.errors.InputError, match="awp"):
         _tiny("pgd", awp=-1.0)
 
 

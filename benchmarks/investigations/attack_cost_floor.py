@@ -31,10 +31,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mixzoo.attacks.evaluation import AdaptiveAutoAttack
-from mixzoo.card import MixCard
-from mixzoo.machine import machine_summary
-from mixzoo.mixing import MixedClassifier
-from mixzoo.models import load_model
+from mixzoo.core.card import MixCard
+from mixzoo.core.machine import machine_summary
+from mixzoo.methods.mixednuts.mixing import MixedClassifier
+from mixzoo.zoo.models import load_model
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parent

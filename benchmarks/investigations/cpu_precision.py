@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from mixzoo.models import load_model
+from mixzoo.zoo.models import load_model
 
 
 def per_image_us(fn, batch: int, repeat: int = 10) -> float:

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from mixzoo.bench import evaluate, mixed_key_parts
-from mixzoo.cache import Cache
-from mixzoo.data import load_dataset
-from mixzoo.mixing import MixedClassifier
-from mixzoo.pipeline import card_models, mix, model_hash
+from mixzoo.core.cache import Cache
+from mixzoo.evaluation.bench import evaluate, mixed_key_parts
+from mixzoo.methods.mixednuts.fitting import card_models, mix, model_hash
+from mixzoo.methods.mixednuts.mixing import MixedClassifier
+from mixzoo.zoo.data import load_dataset
 
 
 def main() -> None:

@@ -8,12 +8,12 @@ import warnings
 
 import torch
 
-from mixzoo.cache import Cache
-from mixzoo.calibrate import CalibrationProblem, calibrate
-from mixzoo.data import load_dataset
-from mixzoo.models import load_model
-from mixzoo.pipeline import _default_attack_setting, calibration_data
-from mixzoo.transforms import layer_norm
+from mixzoo.core.cache import Cache
+from mixzoo.methods.mixednuts.calibrate import CalibrationProblem, calibrate
+from mixzoo.methods.mixednuts.fitting import _default_attack_setting, calibration_data
+from mixzoo.methods.mixednuts.transforms import layer_norm
+from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.models import load_model
 
 rbc = load_model("fmnist-pgd")
 data = load_dataset("fashion-mnist", "calibration", n=1000)

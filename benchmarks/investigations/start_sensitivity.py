@@ -100,10 +100,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     import mixzoo
-    from mixzoo.card import MixCard
-    from mixzoo.data import load_dataset
-    from mixzoo.machine import machine_summary
-    from mixzoo.pipeline import card_dataset
+    from mixzoo.core.card import MixCard
+    from mixzoo.core.machine import machine_summary
+    from mixzoo.methods.mixednuts.fitting import card_dataset
+    from mixzoo.zoo.data import load_dataset
 
     card = MixCard.load(Path(args.card))
     model = mixzoo.load_mixed(card)

@@ -14,8 +14,8 @@ import time
 import torch
 from torch import nn
 
-from mixzoo.models import Normalize
-from mixzoo.train import _objective, build_network, get_recipe
+from mixzoo.training.train import _objective, build_network, get_recipe
+from mixzoo.zoo.models import Normalize
 
 NAMES = ("fmnist-std", "fmnist-pgd", "fmnist-trades")
 TRAIN_IMAGES = 55_000

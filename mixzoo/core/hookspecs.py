@@ -20,10 +20,11 @@ import pluggy
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     import torch
 
-    from mixzoo.core.registry import ModelSpec
+    from mixzoo.core.model_spec import ModelSpec
 
 hookspec = pluggy.HookspecMarker("mixzoo")
 
@@ -58,6 +59,24 @@ def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> torch
     raised here is reported as a one-line error naming the plugin and the model. ``allow_unsafe`` is the user's explicit
     permission to unpickle arbitrary checkpoint objects; without it only safetensors or
     ``torch.load(weights_only=True)`` may be used. First non-``None`` result wins.
+    """
+
+
+@hookspec
+def mixzoo_architectures() -> dict[str, Callable[..., torch.nn.Module]]:
+    """Network architectures by name (``source.arch`` of a registry entry, ``arch`` of a training recipe).
+
+    Called when :mod:`mixzoo.training` builds a recipe's network. Each value is a constructor
+    ``builder(**kwargs) -> nn.Module`` returning a freshly initialised network that takes NORMALIZED input and
+    returns logits (as :func:`mixzoo_load_model` returns).
+    """
+
+
+@hookspec(firstresult=True)
+def mixzoo_weights_dir(kind: str) -> Path | None:
+    """The directory that relative weight files (``source.file``) of source kind ``kind`` are read from, or
+    ``None`` for kinds this plugin does not load. ``mixzoo train`` writes re-trained weights there when they
+    reproduce the registry's ``sha256``. First non-``None`` result wins.
     """
 
 

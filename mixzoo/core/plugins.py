@@ -161,6 +161,13 @@ def plugin_failures() -> dict[str, str]:
     return dict(_failures)
 
 
+def failures_so_far() -> dict[str, str]:
+    """The failures recorded until now (plugins that failed to import, and faults found in the tables built so
+    far), without building the other tables: what a name lookup that has just built its own table may report."""
+    get_plugin_manager()
+    return dict(_failures)
+
+
 def collect(hook_name: str) -> list[tuple[str, Any]]:
     """Call a collecting hook on every plugin separately; return ``(plugin_name, result)`` pairs.
 

@@ -13,50 +13,16 @@ import functools
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from mixzoo.core.errors import PluginError, RegistryError, UnknownNameError
+from mixzoo.core.model_spec import ModelSpec
 
-Role = Literal["accurate", "robust"]
 ROLES: tuple[str, ...] = ("accurate", "robust")
 THREAT_MODELS: tuple[str, ...] = ("Linf", "L2", "corruptions")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One registry entry: everything needed to load a base classifier and describe it honestly."""
-
-    name: str
-    role: Role
-    dataset: str
-    num_classes: int
-    input_size: tuple[int, int, int]
-    source: Mapping[str, Any]
-    mean: tuple[float, ...] = (0.0,)
-    std: tuple[float, ...] = (1.0,)
-    aliases: tuple[str, ...] = ()
-    threat_model: str | None = None
-    epsilon: float | None = None
-    reported: Mapping[str, Any] = field(default_factory=dict)
-    citation: str = ""
-    license: str = ""
-    sha256: str | None = None
-    description: str = ""
-    smoothing_sigma: float | None = None  # the base of a Gaussian randomized-smoothing RBC (001 App. A; certify)
-    # intermediate features a trained mixing network reads (001 Sec. 4.3, App. D.1): depth -> module name
-    taps: Mapping[str, str] = field(default_factory=dict)
-    plugin: str = "registry.toml"
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["input_size"] = list(self.input_size)
-        d["mean"], d["std"], d["aliases"] = list(self.mean), list(self.std), list(self.aliases)
-        d["source"], d["reported"], d["taps"] = dict(self.source), dict(self.reported), dict(self.taps)
-        return d
 
 
 _REQUIRED = ("role", "dataset", "num_classes", "input_size", "source")
@@ -194,12 +160,12 @@ class Registry:
             return self._specs[self._index[name]]
         if name in self.collisions:
             raise self.collision_error(name)
-        from mixzoo.core.plugins import first_result, plugin_failures
+        from mixzoo.core.plugins import failures_so_far, first_result
 
         spec = first_result("mixzoo_resolve_model_name", f"resolve model name {name!r}", name=name)
         if spec is not None:
             return spec
-        raise UnknownNameError("model", name, self._index, failed=plugin_failures())
+        raise UnknownNameError("model", name, self._index, failed=failures_so_far())
 
 
 @functools.cache

@@ -164,10 +164,14 @@ def get_recipe(name_or_recipe: str | Recipe) -> Recipe:
 
 
 def build_network(recipe: Recipe) -> nn.Module:
-    """The bare network (no normalization) of a recipe, via the zoo's architecture table."""
-    from mixzoo_plugins.zoo_arch import build
+    """The bare network (no normalization) of a recipe, from the architectures plugins provide (hook
+    ``mixzoo_architectures``; the built-in zoo's are in ``plugins/zoo_arch.py``)."""
+    from mixzoo.core.plugins import collect_named
 
-    return build(recipe.arch, dict(recipe.arch_kwargs))
+    architectures = collect_named("mixzoo_architectures", "architecture")
+    if recipe.arch not in architectures:
+        raise UnknownNameError("architecture", recipe.arch, architectures)
+    return architectures[recipe.arch](**dict(recipe.arch_kwargs))
 
 
 # --------------------------------------------------------------------------------------------- ingredients
@@ -302,10 +306,16 @@ class TrainResult:
 
 
 def default_weights_dir() -> Path:
-    """``plugins/weights`` (package ``mixzoo_plugins.weights``), where the zoo plugin loads from."""
-    import mixzoo_plugins
+    """Where the plugin that loads ``zoo`` sources reads relative weight files from (hook ``mixzoo_weights_dir``;
+    the built-in zoo's is ``plugins/weights``)."""
+    from mixzoo.core.errors import PluginError
+    from mixzoo.core.plugins import first_result
 
-    return Path(mixzoo_plugins.__file__).parent / "weights"
+    directory = first_result("mixzoo_weights_dir", "name its weights directory", kind="zoo")
+    if directory is None:
+        raise PluginError("no plugin loads source kind 'zoo' (mixzoo's built-in plugin 'zoo' does); reinstall mixzoo"
+                          " or pass --out DIR")
+    return Path(directory)
 
 
 def _objective(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tensor, eps: float,

@@ -1,7 +1,7 @@
 """mixzoo-plugin-example: a third-party mixzoo plugin, complete and small.
 
 Registered through the entry point ``[project.entry-points.mixzoo] example = "mixzoo_plugin_example"``; mixzoo
-calls the hooks below (specified in :mod:`mixzoo.hookspecs`):
+calls the hooks below (specified in :mod:`mixzoo.core.hookspecs`):
 
 * ``mixzoo_model_specs``: one registry entry, ``example-digits-linear`` (robust, digits, Linf 0.1);
 * ``mixzoo_load_model``: builds models of source kind ``example-digits``; returns None for any other kind;
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixzoo.plugins import hookimpl
+from mixzoo.core.plugins import hookimpl
 
 __version__ = "0.1.0"
 KIND = "example-digits"
@@ -35,7 +35,7 @@ MEAN, STD = 0.3, 0.4  # normalization the network is trained with; the spec says
 def linear_digits_classifier(seed: int = 0, adv_eps: float = 0.1, steps: int = 150, lr: float = 0.5) -> nn.Module:
     """A linear classifier on 8x8 digits (64 -> 10), trained with full-batch SGD, FGSM examples when
     ``adv_eps > 0``. Returns a network taking NORMALIZED input ((x - MEAN) / STD)."""
-    from mixzoo.data import load_dataset
+    from mixzoo.zoo.data import load_dataset
 
     data = load_dataset("digits", "train")
     images, labels = data.images, data.labels
@@ -130,7 +130,7 @@ class ConfidenceSwitch:
                "command": "the command line recorded in the card's provenance"}
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
-        from mixzoo.errors import InputError
+        from mixzoo.core.errors import InputError
 
         tau = params.get("tau")
         if isinstance(tau, bool) or not isinstance(tau, int | float) or not 0 < tau <= 1:
@@ -156,16 +156,16 @@ class ConfidenceSwitch:
                             why="gradient-free: the switch has no gradient")]
 
     def check_options(self, options: dict[str, Any]) -> None:
-        from mixzoo.errors import InputError
+        from mixzoo.core.errors import InputError
 
         unknown = sorted(set(options) - set(self.options))
         if unknown:
             raise InputError(f"mixing method {self.name!r} takes no option {unknown[0]!r} (its options: tau)")
 
     def fit(self, request: Any) -> Any:
-        from mixzoo.card import MixCard, provenance
+        from mixzoo.core.card import MixCard, provenance
         from mixzoo.methods import FitResult
-        from mixzoo.pipeline import prepare_pair
+        from mixzoo.methods.mixednuts.fitting import prepare_pair
 
         pair = prepare_pair(request)  # checks and loads the pair and its calibration split
         card = MixCard(self.name, {"tau": request.options.get("tau", 0.9)}, abc=pair.info("abc"),

@@ -1,24 +1,36 @@
-"""Shared loading code of the published-model plugins (``bit``, ``convnextv2``, ``swin``, ``wideresnet``).
+"""Loading published models for model plugins: safe checkpoints, checksums, Hugging Face hub files, timm hub models
+and RobustBench checkpoints.
 
-Paper 000, App. C.1 (Table 2) mixes published models: BiT ResNet-152 and ConvNeXt V2-L as accurate base classifiers,
-RaWideResNet-70-16, WideResNet-70-16 and Swin-L from RobustBench as robust ones. This module holds everything those
-plugins share, one job per function:
+A plugin that implements ``mixzoo_load_model`` or ``mixzoo_resolve_model_name`` for published weights imports
+these helpers (``from mixzoo.zoo import loading``) rather than copying them; the built-in ``bit``, ``convnextv2``,
+``swin`` and ``wideresnet`` plugins do. The public names below are the contract (names starting with ``_`` are
+not); each raises a :class:`~mixzoo.core.errors.MixzooError` subclass with a one-line message naming the fix, never a
+bare library exception:
 
-* safe checkpoints: safetensors or ``torch.load(weights_only=True)``; a checkpoint that needs arbitrary unpickling
-  is refused (:class:`UnsafeCheckpointError`) unless the user passed ``allow_unsafe`` (``--allow-unsafe``);
-* checksums (:func:`verify_sha256`) where a registry entry has ``sha256``;
-* Hugging Face hub files (:func:`hub_download`): the local cache first, the hub only on a miss and only after one
-  quick reachability check (:func:`hub_reachable`), with one-line :class:`~mixzoo.core.errors.MissingFileError` messages
-  naming the cache path when offline (``HF_HUB_OFFLINE=1`` or ``MIXZOO_OFFLINE=1``) or when the hub is unreachable;
-* timm hub models (:func:`timm_hub_spec`, :func:`load_timm_hub`): input size, mean/std and classes come from the
-  hub ``config.json``; weights go through the safe loader and then timm's own pretrained-weight adaptation;
-* RobustBench (:func:`robustbench_spec`, :func:`load_robustbench`): checkpoints live in
-  ``$MIXZOO_ROBUSTBENCH_DIR/{dataset}/{threat_model}/{name}.pt`` (default ``~/.cache/mixzoo/robustbench``);
-  the networks normalize internally, so their specs carry mean 0 / std 1 and the wrapper says so
-  (:class:`NormalizationInside`).
+* safe checkpoints: :func:`load_checkpoint` reads safetensors, or ``torch.load(weights_only=True)``; a checkpoint
+  that needs arbitrary unpickling is refused (:class:`UnsafeCheckpointError`) unless the user passed
+  ``allow_unsafe`` (``--allow-unsafe``); :func:`needs_unpickling` says which ones would be;
+  :func:`state_dict_from` unwraps ``state_dict`` / ``model`` / ``net`` wrappers and ``module.`` prefixes;
+  :func:`load_state_dict_strict` loads with a strict key match and names the missing and unexpected keys;
+* checksums: :func:`sha256_file`, :func:`verify_sha256` (:class:`ChecksumError`) where a registry entry has
+  ``sha256``;
+* Hugging Face hub files: :func:`hub_download` reads the local cache first and asks the hub only on a miss and only
+  after one quick reachability check (:func:`hub_reachable`); offline (:func:`offline`: ``HF_HUB_OFFLINE=1`` or
+  ``MIXZOO_OFFLINE=1``) or unreachable, it raises :class:`~mixzoo.core.errors.MissingFileError` naming the cache path
+  (:func:`hf_cache_location`); :func:`parse_hf_hub` splits ``hf-hub:ORG/NAME[@REV]`` (:data:`HF_PREFIX`) and
+  :func:`hub_weights` finds a repository's weight file (:data:`WEIGHT_FILES`, safest first);
+* timm hub models: :func:`timm_hub_spec` builds a :class:`~mixzoo.core.registry.ModelSpec` whose input size,
+  mean/std and classes come from the hub ``config.json``; :func:`load_timm_hub` loads the weights through the safe
+  loader and then timm's own pretrained-weight adaptation;
+* RobustBench: :func:`robustbench_spec` and :func:`load_robustbench` (a :class:`~mixzoo.zoo.models.BaseClassifier`);
+  checkpoints live in ``$MIXZOO_ROBUSTBENCH_DIR/{dataset}/{threat_model}/{name}.pt`` (default
+  ``~/.cache/mixzoo/robustbench``, :func:`robustbench_dir`); the networks normalize internally, so their specs carry
+  mean 0 / std 1 and the wrapper says so (:class:`NormalizationInside`);
+* :class:`InputResize`: a first layer that resizes the input to the resolution a network was fine-tuned at.
 
-timm, huggingface_hub and robustbench are imported lazily (through :mod:`mixzoo.core.compat`), so listing models never
-pays for them.
+timm, huggingface_hub and robustbench are imported inside the functions that use them (through
+:mod:`mixzoo.core.compat`); torch is imported with this module, so a plugin imports it inside its hooks and listing
+models never pays for it.
 """
 
 from __future__ import annotations
@@ -423,6 +435,20 @@ class NormalizationInside(nn.Module):
 
     def extra_repr(self) -> str:
         return f"identity: {self.who} normalizes [0, 1] input inside the network"
+
+
+class InputResize(nn.Module):
+    """Bilinear resize of the (normalized) input to the resolution the network was fine-tuned at."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = int(size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False)
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, mode=bilinear"
 
 
 def robustbench_dir() -> Path:
