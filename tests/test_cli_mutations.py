@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from mixzoo.calibrate import Grid
-from mixzoo.cli import _parse_floats, _parse_grid, app, parse_attack_options
+from mixzoo.cli import _parse_floats, app, parse_attack_options
 from mixzoo.errors import PluginError, RegistryError, UnknownNameError
 from mixzoo.plugins import (
     clear_caches,
@@ -42,6 +42,14 @@ ROBUST = {"role": "robust", "dataset": "digits", "num_classes": 10, "input_size"
           "source": {"kind": "zoo"}, "threat_model": "Linf", "epsilon": 0.1}
 ACCURATE = {"role": "accurate", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
             "source": {"kind": "zoo"}}
+
+
+def _parse_grid(text):
+    """The ``grid`` option of MixedNUTS as ``mixzoo mix --grid TEXT`` reads it (None or empty: no grid)."""
+    from mixzoo.methods.mixednuts.method import MixedNUTS
+
+    return MixedNUTS().check_options({"grid": text})["grid"] if text else None
+
 
 
 def one_line_error(result) -> str:
@@ -374,10 +382,10 @@ def test_mix_json_reports_each_parameter_under_its_own_key(monkeypatch):
 def test_the_recorded_command_line_splits_back_into_the_arguments(argv):
     from unittest import mock
 
-    from mixzoo.cli import _command_line
+    from mixzoo.core.commands import command_line
 
     with mock.patch.object(sys, "argv", ["/usr/bin/mixzoo", *argv]):
-        assert shlex.split(_command_line()) == ["mixzoo", *argv]
+        assert shlex.split(command_line()) == ["mixzoo", *argv]
 
 
 def test_mix_records_the_quoted_command_line(monkeypatch, tmp_path):

@@ -11,12 +11,20 @@ from typer.testing import CliRunner
 
 from mixzoo.cache import check_writable
 from mixzoo.card import MixCard
-from mixzoo.cli import _parse_grid, app
+from mixzoo.cli import app
 from mixzoo.errors import InputError, MixzooError, UnknownNameError
 from mixzoo.pipeline import card_dataset, mix
 from mixzoo.registry import list_models
 
 FAST = dict(abc="digits-std", rbc="digits-pgd", n_calib=40, n_iter=2, n_target_classes=1, progress=False)
+
+
+def _parse_grid(text):
+    """The ``grid`` option of MixedNUTS as ``mixzoo mix --grid TEXT`` reads it (None or empty: no grid)."""
+    from mixzoo.methods.mixednuts.method import MixedNUTS
+
+    return MixedNUTS().check_options({"grid": text})["grid"] if text else None
+
 
 
 def one_line_error(result) -> str:

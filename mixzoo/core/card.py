@@ -130,8 +130,7 @@ class MixCard:
         version = data.get("schema_version")
         if version == 1:
             method, params = _claim_v1(data, source)
-            check = getattr(_method(method, source), "v1_warning", None)
-            note = check(data) if check is not None else None
+            note = _method(method, source).v1_warning(data)
             if note:
                 warnings.warn(f"{source}: {note}", stacklevel=stacklevel)
             common = {k: data[k] for k in _COMMON if k in data and k not in ("schema_version", "method")}
@@ -264,8 +263,7 @@ def _claim_v1(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
     from mixzoo.core.plugins import mixing_methods
 
     for name, method in sorted(mixing_methods().items()):
-        upgrade = getattr(method, "upgrade_v1", None)
-        params = upgrade(data, source) if upgrade is not None else None
+        params = method.upgrade_v1(data, source)
         if params is not None:
             return name, params
     raise InputError(f"{source}: a schema-1 card that no installed mixing method reads; re-create it with"

@@ -33,6 +33,7 @@ from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cell
     seconds_cell,
     write_report,
 )
+from mixzoo.methods.base import baseline_method
 from mixzoo.zoo.pairs import (  # noqa: F401 - mixed_key_parts: the name scripts used
     _default_attack_setting,
     card_dataset,
@@ -178,32 +179,24 @@ BENCH_MATCH_ATTACK = "adaptive-apgd"  # what matches the baseline's alpha: cheap
 BENCH_MATCH_OPTIONS: dict[str, Any] = {"n_iter": 25, "n_target_classes": 3}
 
 
-def baseline_method() -> Any | None:
-    """The plugin method marked ``baseline`` (the bench's matched row), if exactly one is."""
-    from mixzoo.core.plugins import mixing_methods
-
-    found = [m for _, m in sorted(mixing_methods().items()) if getattr(m, "baseline", False)]
-    return found[0] if len(found) == 1 else None
-
-
 def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: float, norm: str, seed: int,
                          batch_size: int, cache: Cache, attack_options: dict[str, Any] | None, progress: bool = True,
                          per_example_seeds: bool = True) -> tuple[float, list[dict], float]:
-    """The matched baseline's alpha for a card: the card's robust accuracy under ``attack`` on the first
-    ``match_n`` evaluation images, then the baseline method's ``match`` against it (for linear: bisection over
-    its alpha grid). Returns the alpha, every alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity``
-    share it, and so share its cached evaluations. ``per_example_seeds`` is passed to both evaluations (and to the
-    baseline method's ``match``)."""
+    """The matched baseline's alpha for a card: the card's worst-case robust accuracy on the first ``match_n``
+    evaluation images under ``attack`` and the extra attacks its method declares (:func:`evaluate_card`), then the
+    baseline method's ``match`` against it (for linear: bisection over its alpha grid). Returns the alpha, every
+    alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity`` share it, and so share its cached
+    evaluations. ``per_example_seeds`` is passed to every evaluation (and to the baseline method's ``match``)."""
     base = baseline_method()
     if base is None:
         raise InputError("no installed mixing method is marked as the bench's baseline; pass baseline=False")
     images, labels = ce.data.images[:match_n], ce.data.labels[:match_n]
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                   attack_options=attack_options, progress=progress)
-    ev = evaluate(ce.mixed, images, labels, key_parts={**card_key_parts(ce.card, ce.abc, ce.rbc, ce.data),
-                                                       "match_n": match_n},
-                  label=f"{ce.card.mixing_method.title} (matching attack)", per_example_seeds=per_example_seeds,
-                  **common)
+    ev = evaluate_card(ce.card, ce.abc, ce.rbc, images, labels,
+                       key={**card_key_parts(ce.card, ce.abc, ce.rbc, ce.data), "match_n": match_n},
+                       label=f"{ce.card.mixing_method.title or ce.card.method} (matching attack)",
+                       per_example_seeds=per_example_seeds, **common)
     target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
     key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
     alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, key_parts=key, **common,
@@ -313,13 +306,15 @@ def worst_case(ev: dict[str, Any], extra: dict[str, Any], subset: torch.Tensor, 
     return merged
 
 
-def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, label: str,
-                  extra_attacks: bool = True, **common: Any) -> dict[str, Any]:
-    """A card's classifier under the shared attack, then under each extra attack its method declares
-    (:meth:`~mixzoo.methods.MixingMethod.extra_attacks`) on the examples still robust, merged per example."""
+def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
+                  key: dict[str, Any], label: str, extra_attacks: bool = True, **common: Any) -> dict[str, Any]:
+    """A card's classifier under the shared attack (``common``: :func:`~mixzoo.attacks.runner.evaluate`'s
+    settings), then under each extra attack its method declares (:meth:`~mixzoo.methods.MixingMethod.
+    extra_attacks`) on the examples still robust, merged per example: the card's worst case, which every
+    evaluation of a card reports (bench rows, the matched baseline's target, sanity's sweep). ``key`` is the cache
+    key of the shared run (:func:`card_key_parts`); each extra's adds its name, gradient and subset."""
     method = card.mixing_method
-    key = card_key_parts(card, abc, rbc, data)
-    ev = evaluate(method.build(abc, rbc, card), data.images, data.labels, key_parts=key, label=label, **common)
+    ev = evaluate(method.build(abc, rbc, card), images, labels, key_parts=key, label=label, **common)
     if not extra_attacks:
         return ev
     for extra in method.extra_attacks(card):
@@ -328,9 +323,9 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, label
             break
         options = {**common, "attack": extra.attack, "attack_options": dict(extra.options),
                    "seed": common["seed"] + extra.seed_offset}
-        sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), data.images[subset],
-                       data.labels[subset], key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
-                                                       "subset": content_key({"rows": subset.tolist()})},
+        sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), images[subset], labels[subset],
+                       key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
+                                  "subset": content_key({"rows": subset.tolist()})},
                        label=f"{label}: {extra.name}", example_index=subset, **options)
         ev = worst_case(ev, sub, subset, extra.name)
     return ev
@@ -444,7 +439,8 @@ def bench(
         kinds.add(kind)
         title = method.title or method.name
         label = title if len(cards) == 1 else f"{title} ({c.path.stem if c.path else kind})"
-        ev = evaluate_card(c, abc_m, rbc_m, data, label=label, extra_attacks=extra_attacks, **main)
+        ev = evaluate_card(c, abc_m, rbc_m, images, labels, key=card_key_parts(c, abc_m, rbc_m, data), label=label,
+                           extra_attacks=extra_attacks, **main)
         card_rows.append(row(label, kind, ev, alpha=c.params.get("alpha"), c=c))
     settings: dict[str, Any] = {"attack": attack, "eps": eps, "norm": norm, "seed": seed, "batch_size": batch_size,
                                 "per_example_seeds": per_example_seeds, "world_size": w.size,
@@ -456,8 +452,8 @@ def bench(
         alpha_lin, tried, target = matched_linear_alpha(
             ce, match_n=match_n, **dict(common, attack=match_attack, attack_options=match_options))
         lin_card = lin.card_at(alpha_lin, cards[0])
-        ev = evaluate_card(lin_card, abc_m, rbc_m, data, label=f"{lin.title} alpha={alpha_lin}",
-                           extra_attacks=extra_attacks, **main)
+        ev = evaluate_card(lin_card, abc_m, rbc_m, images, labels, key=card_key_parts(lin_card, abc_m, rbc_m, data),
+                           label=f"{lin.title} alpha={alpha_lin}", extra_attacks=extra_attacks, **main)
         rows.append(row(f"{lin.title} (alpha={alpha_lin:.2f})", lin.name, ev, alpha=alpha_lin, c=lin_card))
         settings.update(linear_alpha_search=tried, linear_alpha_match={
             "attack": match_attack, "options": match_options, "n": min(match_n, len(labels)),
@@ -471,12 +467,10 @@ def bench(
         settings=settings, adversarial=points,
     )
     report.notes = notes + [note for note in [shortfall_note(data, n, "--n")] if note is not None]
-    make_curve = getattr(cards[0].mixing_method, "tradeoff_curve", None)
-    if curve and make_curve is not None:
-        report.curve = make_curve(cards[0], abc_m, rbc_m, data, cache=cache, attack=curve_attack, n=curve_n,
-                                  eps=eps, norm=norm, seed=seed, batch_size=batch_size,
-                                  attack_options=curve_options, data_dir=data_dir, device=device,
-                                  progress=progress)
+    if curve:
+        report.curve = cards[0].mixing_method.tradeoff_curve(
+            cards[0], abc_m, rbc_m, data, cache=cache, attack=curve_attack, n=curve_n, eps=eps, norm=norm, seed=seed,
+            batch_size=batch_size, attack_options=curve_options, data_dir=data_dir, device=device, progress=progress)
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
     if out is not None and w.main:

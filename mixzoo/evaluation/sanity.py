@@ -4,8 +4,9 @@ A robust accuracy measured by an attack is an upper bound on the true one; it ca
 attack is strong on the model at hand, which matters most for mixed classifiers, whose gradients an attack must
 work around (paper 000 App. B.2). Carlini et al. (2019, "On Evaluating Adversarial Robustness", Sec. 5) ask every
 evaluation to show that robust accuracy falls as epsilon grows and reaches chance level when the threat model allows
-any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC, linear baseline and
-MixedNUTS and checks two facts that hold for every classifier, example by example:
+any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC, matched baseline and
+the card's own classifier (each mixture's row its worst case over the attack and the extra attacks its method
+declares, as in ``mixzoo bench``) and checks two facts that hold for every classifier, example by example:
 
 1. **Monotonicity.** A point inside the eps-ball is inside every larger ball, so an example broken at eps is
    breakable at every eps' > eps. The attack left it robust at eps' anyway: a miss at eps'.
@@ -214,6 +215,7 @@ def eps_sweep(
         card_key_parts,
         check_run_settings,
         evaluate,
+        evaluate_card,
         matched_linear_alpha,
     )
     from mixzoo.zoo.data import shortfall_note
@@ -231,8 +233,11 @@ def eps_sweep(
     radii = default_radii(eps, images, norm) if radii is None else sorted({float(r) for r in radii})
     cache = Cache(cache_dir, enabled=use_cache)
     base = {"data": data.fingerprint}
-    models = [(_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)}),
-              (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)})]
+    # (name, kind, classifier, cache key, card: its worst case over the shared attack and its method's extras)
+    models = [(_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)},
+               None),
+              (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)},
+               None)]
     base_method = baseline_method()
     if linear and base_method is not None and card.method != base_method.name:
         if linear_alpha is None:
@@ -242,14 +247,18 @@ def eps_sweep(
                 attack_options=BENCH_MATCH_OPTIONS if match_options is None else match_options)
         base_card = base_method.card_at(linear_alpha, card)
         models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
-                       base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data)))
+                       base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data),
+                       base_card))
     title = card.mixing_method.title or card.method
-    models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data)))
+    models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card))
     rows = []
-    for name, kind, model, key in models:
-        evs = [evaluate(model, images, labels, attack=attack, eps=r, norm=norm, seed=seed, batch_size=batch_size,
-                        cache=cache, key_parts=key, label=f"{name} at eps {r:g}", attack_options=attack_options,
-                        progress=progress) for r in radii]
+    for name, kind, model, key, row_card in models:
+        run = dict(attack=attack, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
+                   attack_options=attack_options, progress=progress)
+        evs = [evaluate(model, images, labels, eps=r, key_parts=key, label=f"{name} at eps {r:g}", **run)
+               if row_card is None else
+               evaluate_card(row_card, abc_m, rbc_m, images, labels, key=key, label=f"{name} at eps {r:g}", eps=r,
+                             **run) for r in radii]
         rows.append(_row(name, kind, model, evs, radii, images, labels, norm,
                          alpha=linear_alpha if base_method is not None and kind == base_method.name else None))
     sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),

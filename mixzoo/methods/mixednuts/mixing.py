@@ -8,6 +8,7 @@ gradients.
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from pathlib import Path
@@ -166,6 +167,18 @@ class MixedClassifier(nn.Module):
         for message in weight_mismatches(card, abc, rbc) if warn else ():
             warnings.warn(message, stacklevel=stacklevel)
         return card.mixing_method.build(abc, rbc, card, gradient=gradient)
+
+    def gradient_variant(self, name: str) -> MixedClassifier | None:
+        """This classifier with gradient ``name`` (``exact`` or ``bypass``), sharing its base models
+        (:class:`mixzoo.attacks.variants.GradientVariants`); ``None`` for another name."""
+        if name not in ("exact", "bypass"):
+            return None
+        if name == self.gradient:
+            return self
+        other = copy.copy(self)
+        other._modules = dict(self._modules)  # the same base models, its own table of them
+        other.gradient = name
+        return other
 
     # ------------------------------------------------------------------------------------------- forward
     def _run(self, model: nn.Module | None, role: str, x: torch.Tensor) -> torch.Tensor | None:
