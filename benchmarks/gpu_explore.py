@@ -40,7 +40,7 @@ VARIANTS = {
         name="trades-bn-12ep", arch_kwargs={"widths": (32, 64, 128), "hidden": 256, "convs_per_stage": 2,
                                             "batch_norm": True}, epochs=12),
 }
-# Capacity (session 6): is the small-margin problem of rbc_candidates.md a matter of RBC size? The recipes are
+# Capacity: is the small-margin problem of rbc_candidates.md a matter of RBC size? The recipes are
 # rbc_candidates.py's ("l": the ABC's architecture, 0.58M parameters; "xl": its widths doubled, 2.3M).
 for _name in ("pgd-l10", "trades-l10", "pgd-xl10", "trades-xl10"):
     VARIANTS[_name] = CANDIDATES[_name].replace(name=_name)
@@ -131,7 +131,7 @@ def main() -> None:
                 }
                 if args.no_bench:
                     continue
-                rep = bench(m.card, abc=abc, rbc=rbc, attack=args.attack, n=args.n, curve=False, plots=False,
+                rep = bench(m.card, abc=abc, rbc=rbc, attack=args.attack, n=args.n, curve=None, plots=False,
                             cache_dir=cache_dir, device=device, progress=False)
                 rec[f"beta={beta}"]["models"] = {
                     r.kind: {"clean": r.clean_accuracy, "robust": r.robust_accuracy, "alpha": r.alpha,

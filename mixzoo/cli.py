@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -249,8 +250,7 @@ def bench(
                                    "for `mixzoo verify`")] = False,
     per_example_seeds: Annotated[bool, typer.Option(
         "--per-example-seeds/--batch-seeds", help="draw every attack's randomness per example index, so results do "
-        "not depend on --batch-size or the number of processes (issue 29); --batch-seeds: seed + k for batch k, "
-        "as before bench-6")] = True,
+        "not depend on --batch-size or the number of processes; --batch-seeds: seed + k for batch k")] = True,
     baseline: Annotated[bool, typer.Option(help="with one card: add the matched baseline (linear) row")] = True,
     extra_attacks: Annotated[bool, typer.Option(help="run the extra attacks each card's method declares")] = True,
     data_dir: DataDir = None,
@@ -263,16 +263,20 @@ def bench(
     """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
     plots."""
     from mixzoo.core.distributed import world as distributed_world
+    from mixzoo.core.settings import RunSettings
+    from mixzoo.evaluation.bench import CURVE, MATCH
     from mixzoo.evaluation.bench import bench as run_bench
     from mixzoo.evaluation.report import print_report
 
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
-    report = run_bench(card, abc=abc, rbc=rbc, attack=attack, n=n, out=out, eps=eps, norm=norm, seed=seed,
-                       batch_size=batch_size, attack_options=parse_attack_options(attack_option), curve=curve,
-                       curve_n=curve_n, save_adversarial=save_adversarial, data_dir=data_dir, cache_dir=cache_dir,
-                       use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
-                       baseline=baseline, extra_attacks=extra_attacks, per_example_seeds=per_example_seeds,
-                       plots=plots)
+    settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, eps=eps,
+                           norm=norm, n=n, batch_size=batch_size, seed=seed, per_example_seeds=per_example_seeds,
+                           extra_attacks=extra_attacks, abc=abc, rbc=rbc, device=device, data_dir=data_dir,
+                           cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
+                           progress=not as_json)
+    report = run_bench(card, settings, out=out, baseline=MATCH if baseline else None,
+                       curve=replace(CURVE, n=curve_n) if curve else None, plots=plots,
+                       save_adversarial=save_adversarial)
     if not distributed_world().main:
         return  # under torchrun only rank 0 prints
     if as_json:
@@ -301,7 +305,8 @@ def sanity(
     n: Annotated[int, typer.Option(help="number of evaluation images")] = 200,
     linear: Annotated[bool, typer.Option(help="also check the linear baseline")] = True,
     linear_alpha: Annotated[float | None, typer.Option(
-        help="the linear baseline's alpha (default: matched to MixedNUTS as `mixzoo bench` does)")] = None,
+        help="the linear baseline's alpha (default: matched to the card's worst case as `mixzoo bench` does)")]
+    = None,
     abc: CardABC = None,
     rbc: CardRBC = None,
     out: Annotated[Path, typer.Option(help="directory for sanity.json, sanity.md and sanity.png")] = Path("sanity"),
@@ -318,14 +323,16 @@ def sanity(
 ) -> None:
     """Does the attack find what there is to find? Robust accuracy over growing eps, checked for monotonicity and
     against the grey image (Carlini et al. 2019)."""
-    from mixzoo.evaluation.bench import display_name
+    from mixzoo.core.settings import RunSettings
+    from mixzoo.evaluation.bench import MATCH, display_name
     from mixzoo.evaluation.sanity import eps_sweep
 
-    sweep = eps_sweep(card, abc=abc, rbc=rbc, radii=_parse_floats(eps, "--eps"), attack=attack, n=n, seed=seed,
-                      linear=linear, linear_alpha=linear_alpha, batch_size=batch_size,
-                      attack_options=parse_attack_options(attack_option), out=out,
-                      data_dir=data_dir, cache_dir=cache_dir,
-                      use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+    settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, n=n,
+                           batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device, data_dir=data_dir,
+                           cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
+                           progress=not as_json)
+    baseline = None if not linear else linear_alpha if linear_alpha is not None else MATCH
+    sweep = eps_sweep(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, out=out)
     if as_json:
         print(json.dumps(sweep.to_dict(), indent=2))
     else:
@@ -383,13 +390,15 @@ def certify_cmd(
 ) -> None:
     """Certified robust radii of the RBC and of constant-alpha mixtures (001 Lemma 3.2, Thm 3.5, Thm A.2):
     certified accuracy per radius, for Lipschitz-bounded and randomized-smoothing RBCs."""
-    from mixzoo.certify import certify
+    from mixzoo.certify import SmoothingSettings, certify
+    from mixzoo.core.settings import RunSettings
 
-    result = certify(card, abc=abc, rbc=rbc, alphas=alpha, norm=norm, radii=_parse_floats(radii, "--radii"), n=n,
-                     dataset=dataset, split=split, sigma=sigma, samples=samples, selection_samples=n0,
-                     confidence=confidence, smoothing=smoothing, estimate_eps=_parse_floats(estimate, "--estimate"),
-                     batch_size=batch_size, seed=seed, device=device, data_dir=data_dir, out=out,
-                     progress=not as_json, allow_unsafe=allow_unsafe)
+    settings = RunSettings(norm=norm, n=n, batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device,
+                           data_dir=data_dir, allow_unsafe=allow_unsafe, progress=not as_json)
+    result = certify(card, settings, alphas=alpha, radii=_parse_floats(radii, "--radii"), dataset=dataset,
+                     split=split, smoothing=SmoothingSettings(sigma=sigma, samples=samples, selection_samples=n0,
+                                                              confidence=confidence, kind=smoothing),
+                     estimate_eps=_parse_floats(estimate, "--estimate"), out=out)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return
@@ -427,11 +436,12 @@ def verify(
     Exit status 1 when any check fails."""
     from rich import box
 
+    from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation.bench import display_name
     from mixzoo.evaluation.verify import FRAGILE, verify_report
 
-    res = verify_report(bench_dir, abc=abc, rbc=rbc, data_dir=data_dir, device=device, batch_size=batch_size,
-                        allow_unsafe=allow_unsafe, out=out)
+    res = verify_report(bench_dir, RunSettings(abc=abc, rbc=rbc, data_dir=data_dir, device=device,
+                                               batch_size=batch_size, allow_unsafe=allow_unsafe), out=out)
     if as_json:
         print(json.dumps(res.to_dict(), indent=2))
     else:

@@ -388,7 +388,7 @@ def test_bench_runs_the_extra_attacks_and_verify_rebuilds_the_card(fitted):
 
     _, root = fitted
     rep = bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 4, "n_target_classes": 2}, n=30,
-                eps=EPS, curve=False, baseline=False, cache_dir=root / "cache", progress=False,
+                eps=EPS, curve=None, baseline=None, cache_dir=root / "cache", progress=False,
                 out=root / "bench", save_adversarial=True)
     text = (root / "bench" / "report.md").read_text()
     for name in ("setting-d", "alpha-only", "apgd-gray", "transfer-abc", "transfer-rbc", "square"):
@@ -434,7 +434,7 @@ def test_extra_attacks_are_independent_of_the_batch_size(fitted, one_thread):
 
     _, root = fitted
     runs = {bs: bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 3, "n_target_classes": 1},
-                      n=24, eps=EPS, curve=False, baseline=False, cache_dir=root / f"cache-bs{bs}", progress=False,
+                      n=24, eps=EPS, curve=None, baseline=None, cache_dir=root / f"cache-bs{bs}", progress=False,
                       batch_size=bs, save_adversarial=True) for bs in (24, 7)}
     mixed = {bs: r.row("adaptive-smoothing") for bs, r in runs.items()}
     assert mixed[24].robust_outcomes == mixed[7].robust_outcomes
@@ -479,7 +479,7 @@ def test_the_extra_square_is_a_second_restart_not_a_replay(fitted, pair, monkeyp
 
     monkeypatch.setattr(bench_module, "evaluate", recording)
     bench_module.bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 2, "n_target_classes": 1},
-                       n=12, eps=EPS, seed=5, curve=False, baseline=False, cache_dir=root / "cache-seeds",
+                       n=12, eps=EPS, seed=5, curve=None, baseline=None, cache_dir=root / "cache-seeds",
                        progress=False, plots=False)
     extras = {label.split(": ", 1)[1]: seed for label, seed in seeds.items() if ": " in label}
     assert "square" in extras and len(extras) >= 3, seeds  # the comparison below has content

@@ -120,13 +120,35 @@ def test_card_files_that_are_not_cards(tmp_path):
 
 
 def _mix_card() -> dict:
-    return MixCard(s=2.0, p=2.0, c=-0.5, alpha=0.9, beta=0.985, dataset="digits",
-                   abc={"name": "digits-std"}, rbc={"name": "digits-pgd"},
-                   data={"n": 100, "fingerprint": "0"},
-                   attack={"name": "mmaa", "eps": 0.2, "norm": "Linf", "n_iter": 10, "n_target_classes": 9,
-                           "n_restarts": 1, "seed": 0},
-                   grid={"s_values": [1.0, 2.0], "p_values": [2.0], "c_values": [-0.5, 0.0],
-                         "objectives": [[[0.5, 0.6]], [[0.4, 0.7]]]}).to_dict()
+    return MixCard(
+        "mixednuts",
+        {
+            "s": 2.0,
+            "p": 2.0,
+            "c": -0.5,
+            "alpha": 0.9,
+            "beta": 0.985,
+            "grid": {
+                "s_values": [1.0, 2.0],
+                "p_values": [2.0],
+                "c_values": [-0.5, 0.0],
+                "objectives": [[[0.5, 0.6]], [[0.4, 0.7]]],
+            },
+        },
+        dataset="digits",
+        abc={"name": "digits-std"},
+        rbc={"name": "digits-pgd"},
+        data={"n": 100, "fingerprint": "0"},
+        attack={
+            "name": "mmaa",
+            "eps": 0.2,
+            "norm": "Linf",
+            "n_iter": 10,
+            "n_target_classes": 9,
+            "n_restarts": 1,
+            "seed": 0,
+        },
+    ).to_dict()
 
 
 @pytest.mark.parametrize(("edit", "match"), [
@@ -183,7 +205,7 @@ def test_a_card_with_more_top_k_than_classes_is_refused_before_the_evaluation():
         return MixCard.from_dict(data)
 
     card = with_top_k(50)
-    assert card.top_k == 50
+    assert card.params["top_k"] == 50
     with pytest.raises(InputError, match=r"top_k \(50\) exceeds the 10 classes"):
         card_evaluation(card, n=10)
     assert card_evaluation(with_top_k(5), n=10).data.num_classes == 10

@@ -313,7 +313,7 @@ def test_bench_runs_the_declared_extra_attacks(tmp_path, cache_dir, one_thread, 
              out=tmp_path / "ls.toml", progress=False).path
     knn = fit("knn-smoothing", "digits-std", "digits-pgd", options={"alpha": 1.0, "k": 5}, out=tmp_path / "knn.toml",
               progress=False).path
-    report = bench([str(ls), str(knn)], attack="pgd", attack_options={"n_iter": 3}, eps=0.05, n=12, curve=False,
+    report = bench([str(ls), str(knn)], attack="pgd", attack_options={"n_iter": 3}, eps=0.05, n=12, curve=None,
                    progress=False)
     rows = {m.kind: m for m in report.models}
     assert set(rows) == {"abc", "rbc", "local-smoothing", "knn-smoothing"}

@@ -310,7 +310,7 @@ def test_bench_by_name_runs_the_declared_extra_attacks(fitted):
     assert declared[:5] == ["apgd-fixed-R", "apgd-policy-fixed", "apgd-alpha_t=0", "apgd-alpha_t=inf",
                             "apgd-alpha_t=alpha0"] and {"policy-d", "policy-only", "square"} <= set(declared)
     report = bench(str(root / "card.toml"), attack="pgd", attack_options={"n_iter": 2}, eps=0.05, n=16,
-                   curve=False, baseline=False, cache_dir=root / "cache", progress=False, out=root / "bench",
+                   curve=None, baseline=None, cache_dir=root / "cache", progress=False, out=root / "bench",
                    save_adversarial=True)
     rows = {m.kind: m for m in report.models}
     assert set(rows) == {"abc", "rbc", "local-smoothing-adaptive"}

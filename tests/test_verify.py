@@ -15,14 +15,15 @@ from mixzoo.cache import Cache
 from mixzoo.cli import app
 from mixzoo.data import load_dataset
 from mixzoo.errors import InputError
+from mixzoo.evaluation.bench import MatchSettings
 from mixzoo.models import load_model
 from mixzoo.pipeline import mix
 from mixzoo.verify import verify_report
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 N = 60
-BENCH = dict(attack="apgd", n=N, attack_options={"n_iter": 5, "n_target_classes": 2}, curve=False, plots=False,
-             match_options={"n_iter": 3, "n_target_classes": 1}, batch_size=25, progress=False)
+BENCH = dict(attack="apgd", n=N, attack_options={"n_iter": 5, "n_target_classes": 2}, curve=None, plots=False,
+             baseline=MatchSettings(options={"n_iter": 3, "n_target_classes": 1}), batch_size=25, progress=False)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from torch import nn
 
 from mixzoo.core.card import MixCard
 from mixzoo.core.plugins import hookimpl, register_plugin, unregister_plugin
-from mixzoo.evaluation.bench import bench
+from mixzoo.evaluation.bench import MatchSettings, bench
 from mixzoo.evaluation.sanity import eps_sweep
 from mixzoo.evaluation.verify import verify_report
 from mixzoo.methods import ExtraAttack, FitRequest, FitResult, MixingMethod
@@ -25,7 +25,7 @@ N = 40
 EPS = 0.1
 ATTACK = {"n_iter": 5, "n_target_classes": 1}
 COMMON = dict(attack="apgd", attack_options=ATTACK, n=N, batch_size=N, progress=False)
-MATCH = dict(match_attack="apgd", match_options=ATTACK, match_n=N)
+MATCH = dict(baseline=MatchSettings(attack="apgd", options=ATTACK, n=N))
 
 
 class MaskedRBC(nn.Module):

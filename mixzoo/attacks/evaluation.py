@@ -23,7 +23,7 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
   ``autoattack-standard``: the installed AutoAttack's whole standard evaluation on the exact classifier, run afresh
   on every clean-correct example of the batch with the evaluation's seed (:class:`AdaptiveStrong`).
 
-Why ``fab-t-exact`` (issue 30). Standard AutoAttack (pyautoattack 0.2.0, ``version="standard"``, seed 0) run
+Why ``fab-t-exact``. Standard AutoAttack (pyautoattack 0.2.0, ``version="standard"``, seed 0) run
 directly on the Fashion-MNIST card's MixedNUTS classifier (``benchmarks/results/fmnist_card.toml``, exact
 gradients) broke evaluation example 110 (label 2 -> 4 at L-inf 0.0998) with FAB-T, while ``adaptive`` left it
 robust. The factors, varied one at a time on that example alone and with neighbours 109 and 111 (pyautoattack's
@@ -35,7 +35,7 @@ robust. The factors, varied one at a time on that example alone and with neighbo
   from the second restart on), so its outcome per example does not depend on the seed or on which other examples
   share the batch (up to float rounding of batched convolutions).
 * the batch: on the exact gradient broken alone, with its two neighbours (109, 111: not broken either way), and
-  (issue 30's run) in AutoAttack's batch of all examples its APGD left robust; never on the bypass gradient.
+  in AutoAttack's batch of all examples its APGD left robust; never on the bypass gradient.
   ``adaptive``'s ``fab-t-exact`` on 109-111 breaks 110 (2 -> 4, L-inf 0.09976), its ``fab-t`` none.
 * float precision: both runs float32 on the CPU; the break lies 2e-4 inside the ball, far from rounding.
 
@@ -44,7 +44,7 @@ MixedNUTS's but the gradient is the auxiliary mixture's, so FAB's projection aim
 boundary and can miss a point the exact linearisation reaches. Bypass is App. B.2.2's surrogate for APGD, where
 only the gradient's direction matters; for FAB the exact gradient (the RBC branch through the clamp and power;
 the hard-max ABC contributes none) is the better model of MixedNUTS's own boundary, at least near this example.
-So ``adaptive`` now runs FAB-T on both gradients; each one's breaks are reported by name.
+So ``adaptive`` runs FAB-T on both gradients; each one's breaks are reported by name.
 
 What ``fab-t-exact`` guarantees and what it does not: FAB-T being deterministic per example, every example
 standard AutoAttack's FAB-T breaks that ``adaptive`` still holds robust when ``fab-t-exact`` runs is broken by it.
@@ -55,7 +55,7 @@ APGD alone. ``adaptive-strong``'s ``autoattack-standard`` component runs that ve
 seed, exact classifier), so its worst case contains standard AutoAttack's, example by example, whenever a user's
 AutoAttack run sees the same batch and seed (``benchmarks/autoattack_parity.md``).
 
-Why the exact APGD (issue 30, code version ``exact-apgd-1``). On the first 250 Fashion-MNIST evaluation images
+Why the exact APGD (code version ``exact-apgd-1``). On the first 250 Fashion-MNIST evaluation images
 (``benchmarks/results/fmnist_card_v2.toml``, eps 0.1) standard AutoAttack broke example 96 (label 0 -> 6) that
 ``adaptive`` left robust, and it did so with its first component, APGD-CE on the exact gradient (AutoAttack run
 with only ``apgd-ce``, seed 0, the same batch: broken). Our APGD-CE started from AutoAttack's own starting point
@@ -67,10 +67,10 @@ DLR towards class 6 on the exact gradient, and targeted DLR on the transfer grad
 surrogate is the stronger gradient for most examples (on that chunk it broke 47 examples where AutoAttack's exact
 APGD-CE broke 39), but not for every one; on the 175 examples ``adaptive`` left robust there, five exact-gradient
 APGD-CE runs (independent starts) and one exact APGD-T (9 targets) broke none, 96 included, so such breaks are
-rare and their starts lucky. ``adaptive`` now also runs AutoAttack's APGD-CE and APGD-T on the exact gradient, on
+rare and their starts lucky. ``adaptive`` also runs AutoAttack's APGD-CE and APGD-T on the exact gradient, on
 what the transfer APGD left robust, each reported by name.
 
-What that buys: every component of standard AutoAttack now runs in ``adaptive`` on the same classifier output,
+What that buys: every component of standard AutoAttack runs in ``adaptive`` on the same classifier output,
 with the same algorithm, loss, gradient and settings (APGD-CE, APGD-T and FAB-T on the exact gradient, Square on
 the output), with random draws of the same distribution but independent of AutoAttack's. For each example, the
 probability that ``adaptive`` breaks it is therefore at least the probability that a standard AutoAttack run
@@ -79,7 +79,7 @@ example AutoAttack breaks from one start in eight (as 96) is missed by one run o
 as AutoAttack itself misses it with other seeds or batches. ``n_restarts`` raises every APGD component's restarts;
 ``adaptive-strong`` ends with AutoAttack's own run on the bench's batch (see below).
 
-Per-example randomness (issue 29, the bench's default). Given the examples' indices (``run(..., index=...)``),
+Per-example randomness (the bench's default). Given the examples' indices (``run(..., index=...)``),
 ``adaptive`` draws every random number per example: our APGD-CE / APGD-T (AutoAttack's algorithm and trajectories,
 random starts from ``mixzoo.core.rng``) replace pyautoattack's for single models, and Square is
 :func:`mixzoo.attacks.square.min_margin_square` with AutoAttack's margin loss on the logits (``loss="logit"``),
@@ -87,7 +87,7 @@ random starts from ``mixzoo.core.rng``) replace pyautoattack's for single models
 iteration for the whole batch). FAB-T with one restart draws nothing. So an example's outcome does not depend on
 the batch size or the number of processes. Components that keep their batch's stream (pyautoattack's APGD in
 ``autoattack``, ``autoattack-standard``, PGD) say so in the result's warnings. Without indices, pyautoattack's
-Square runs as before.
+Square runs with its batch's random stream.
 
 When the black-box Square breaks examples the gradient components missed, the result carries the warning
 "potentially unreliable: ..." (gradient masking, App. B.2.1); examples with an all-zero loss gradient at an APGD
@@ -142,7 +142,7 @@ class Component:
     # afresh (a whole evaluation reproduced as it runs on its own), only its breaks of still-robust ones are new
     scope: str = "robust"
     # True: ``fn(x, y, index)`` takes the examples' indices in the whole data set and draws its randomness per
-    # example from them (mixzoo.core.rng), so its outcome per example does not depend on the batch (issue 29)
+    # example from them (mixzoo.core.rng), so its outcome per example does not depend on the batch
     per_example: bool = False
 
 
@@ -336,7 +336,7 @@ def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float,
 def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int) -> Component:
     """Square on the model's output with every random draw per example (:func:`mixzoo.attacks.square.
     min_margin_square` with ``loss="logit"``, AutoAttack's margin loss, ``p_init`` 0.8, ``n_queries`` of the
-    options), replacing AutoAttack's batch-seeded Square when the examples' indices are known (issue 29)."""
+    options), replacing AutoAttack's batch-seeded Square when the examples' indices are known."""
     def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         return min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=int(opts["n_queries"]), p_init=0.8,
                                  seed=seed, layer_norm=False, batch_size=len(x), progress=False, index=index,
@@ -529,18 +529,18 @@ class AdaptiveStrong(AdaptiveAutoAttack):
 
     App. B.2.1's transfer-based APGD leaves examples that other gradients break (``benchmarks/attack_strength.py``:
     on the Fashion-MNIST pair, exact-gradient, bypass-gradient and re-seeded transfer APGD each broke 1-2 of the
-    ~690 examples the adaptive attack then left robust, different ones; the exact-gradient APGD has since joined
+    ~690 examples the adaptive attack then left robust, different ones; the exact-gradient APGD is part of
     ``adaptive``). So after the transfer and exact APGD-CE and APGD-T this runs, on what is still robust, APGD-CE +
     APGD-T on the bypass gradient of App. B.2.2, and with the transfer gradient again for each of ``extra_seeds``
     new seeds (and the exact APGD here if it was left out of ``components``); single models get the
     re-seeded APGD-CE + APGD-T. Last, for mixed classifiers, ``autoattack-standard`` (:func:`_standard_exact`): the
     installed AutoAttack's standard evaluation on the exact classifier from the clean images, so the worst case
-    contains what a user's own AutoAttack run finds on the same batch and seed (issue 30). Costs about 2-4x the
+    contains what a user's own AutoAttack run finds on the same batch and seed. Costs about 2-4x the
     gradient part of ``adaptive`` plus one standard AutoAttack run.
     """
 
     name: ClassVar[str] = "adaptive-strong"
-    # the same components in the same order as before the exact APGD moved into adaptive: outcomes unchanged
+    # its components and their order give the outcomes computed under this (absent) code version
     code_version: ClassVar[str | None] = None
     available: ClassVar[tuple[str, ...]] = STRONG_COMPONENTS
     defaults: ClassVar[dict[str, Any]] = {**AdaptiveAutoAttack.defaults, "extra_seeds": 1}

@@ -75,7 +75,8 @@ class Linear(MixingMethod):
         return params
 
     def summary_line(self, card: MixCard) -> str:
-        return f"linear: alpha={card.alpha:.4g} temperature={card.temperature:g} fit={card.fit}"
+        q = card.params
+        return f"linear: alpha={q['alpha']:.4g} temperature={q['temperature']:g} fit={q['fit']}"
 
     def key_parts(self, card: MixCard) -> dict[str, Any]:
         out = {"linear_alpha": card.params["alpha"]}
@@ -133,7 +134,7 @@ class Linear(MixingMethod):
                            rbc={"name": model_name(rbc), "weight_hash": model_hash(rbc)},
                            dataset=request.dataset or getattr(getattr(rbc, "spec", None), "dataset", None),
                            provenance=provenance(command=request.provenance_command))
-            summary: dict[str, Any] = {"alpha": card.alpha}
+            summary: dict[str, Any] = {"alpha": card.params["alpha"]}
         elif opts.get("target_robust") is not None:
             card, summary = self._matched(request, float(opts["target_robust"]), temperature, opts)
         else:
@@ -156,7 +157,7 @@ class Linear(MixingMethod):
             attacked_labels=cdata.labels, beta=beta, abc=pair.info("abc"), rbc=pair.info("rbc"),
             dataset=pair.dataset, data_info=pair.data_info(), attack_info=cdata.attack)
         card.params["temperature"] = temperature
-        return card, {"alpha": card.alpha, "beta": beta}
+        return card, {"alpha": card.params["alpha"], "beta": beta}
 
     def _matched(self, request: FitRequest, target: float, temperature: float,
                  opts: dict[str, Any]) -> tuple[MixCard, dict[str, Any]]:
@@ -180,7 +181,7 @@ class Linear(MixingMethod):
                        dataset=pair.dataset)
         card.data, card.attack = pair.data_info(), {"eps": pair.eps, "norm": pair.norm, "match": tried}
         card.provenance = provenance(command=request.provenance_command)
-        return card, {"alpha": card.alpha, "target_robust": target, "tried": tried}
+        return card, {"alpha": card.params["alpha"], "target_robust": target, "tried": tried}
 
 
 linear_alpha_grid = alpha_grid  # the same grid, named for the matched baseline

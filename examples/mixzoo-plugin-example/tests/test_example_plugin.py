@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mixzoo
-from mixzoo.plugins import get_plugin_manager, lookup, register_plugin, unregister_plugin
+from mixzoo.core.plugins import get_plugin_manager, lookup, register_plugin, unregister_plugin
 
 
 @pytest.fixture()
@@ -22,7 +22,7 @@ def registered():
 
 
 def test_model_loads_by_name_and_classifies_digits(registered):
-    from mixzoo.data import load_dataset
+    from mixzoo.zoo.data import load_dataset
 
     model = mixzoo.load_model(plugin.MODEL_NAME)
     data = load_dataset("digits", "evaluation")

@@ -89,12 +89,13 @@ def transfer_params(
                                    queries=queries, query_budget=query_budget, out=out, seed=seed, beta=beta,
                                    eps=eps, norm=norm, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
                                    device=device, allow_unsafe=allow_unsafe, progress=not as_json)
-    summary = {"card": str(out), "method": card.fit, "s": card.s, "p": card.p, "c": card.c,
-               "alpha": card.alpha, "objective": card.objective}
+    q = card.params
+    summary = {"card": str(out), "method": q["fit"], "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],
+               "objective": q["objective"]}
     if as_json:
         print(json.dumps({**summary, "notes": card.notes}, indent=2))
         return
-    table = Table(title=f"transferred mix card for {rbc} ({card.fit})", show_header=False)
+    table = Table(title=f"transferred mix card for {rbc} ({card.params['fit']})", show_header=False)
     for k, v in summary.items():
         table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     out_console.print(table)

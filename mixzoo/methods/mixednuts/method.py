@@ -123,8 +123,9 @@ class MixedNUTS(MixingMethod):
         return params
 
     def summary_line(self, card: MixCard) -> str:
-        return (f"MixedNUTS: s={card.s:.4g} p={card.p:.4g} c={card.c:.4g} alpha={card.alpha:.4g} clamp={card.clamp}"
-                f" beta={card.beta} fit={card.fit}")
+        q = card.params
+        return (f"MixedNUTS: s={q['s']:.4g} p={q['p']:.4g} c={q['c']:.4g} alpha={q['alpha']:.4g} clamp={q['clamp']}"
+                f" beta={q['beta']} fit={q['fit']}")
 
     def key_parts(self, card: MixCard) -> dict[str, Any]:
         # the fields the classifier's output depends on (not its provenance or search record): shared cache rows

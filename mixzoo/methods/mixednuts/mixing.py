@@ -18,8 +18,15 @@ import torch
 from torch import nn
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.mixednuts.transforms import ClampFn, abc_log_probs, check_top_k, get_clamp, rbc_transform
-from mixzoo.zoo.pairs import _model_name, weight_mismatches  # noqa: F401 - weight_mismatches: old home
+from mixzoo.methods.mixednuts.transforms import (
+    ClampFn,
+    abc_log_probs,
+    check_top_k,
+    get_clamp,
+    rbc_transform,
+    transform_of,
+)
+from mixzoo.zoo.pairs import _model_name, weight_mismatches  # noqa: F401 - weight_mismatches: importable from here too
 
 
 def _check_alpha(alpha: float, allow_any_alpha: bool = True, what: str = "alpha") -> float:
@@ -238,4 +245,4 @@ class MixedClassifier(nn.Module):
 def transformed_rbc(rbc: nn.Module, card: Any) -> nn.Module:
     """h^M(s*, p*, c*) of a card as a model: [0, 1] images -> log-softmax of the transformed RBC logits (Eq. 4), i.e.
     the mixed classifier at alpha = 1, whose softmax margins are those Algorithm 1 thresholds."""
-    return MixedClassifier(None, rbc, s=card.s, p=card.p, c=card.c, alpha=1.0, clamp=card.clamp, top_k=card.top_k)
+    return MixedClassifier(None, rbc, alpha=1.0, **transform_of(card.params))
