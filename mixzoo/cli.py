@@ -51,6 +51,7 @@ def plugin_commands() -> dict[str, click.Command]:
         group.command(name)(fn)
     return dict(typer.main.get_group(group).commands) if found else {}
 
+
 app = typer.Typer(cls=PluginCommands, help="Mixed classifiers for any accurate/robust model pair, by name.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -176,8 +177,9 @@ def mix(
     norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the RBC's)")] = None,
     option: Annotated[list[str] | None, typer.Option(
         "--option", "-O", metavar="KEY=VALUE", help="an option of the method, repeatable (e.g. -O alpha=0.95 for "
-                                                    "linear); also --KEY VALUE. `mixzoo plugins --json` lists each "
-                                                    "method's options with their types")] = None,
+                                                    "linear); also --KEY VALUE. --show-options lists them")] = None,
+    show_options: Annotated[bool, typer.Option("--show-options", help="print the method's options (type, default, "
+                                                                      "meaning) and exit")] = False,
     seed: int = 0,
     batch_size: AttackBatch = 250,
     out: Annotated[Path, typer.Option(help="where to write the mix card (.toml or .json)")] = Path("card.toml"),
@@ -193,6 +195,15 @@ def mix(
     from mixzoo.methods import default_method, fit, get_method
 
     chosen = get_method(method if method is not None else default_method())
+    if show_options:
+        table = Table(title=f"options of mixing method {chosen.name} (--KEY VALUE or -O KEY=VALUE)")
+        for col in ("option", "type", "default", "meaning"):
+            table.add_column(col)
+        for key, spec in sorted(chosen.option_specs().items()):
+            table.add_row(f"--{key.replace('_', '-')}", spec.type_name, "" if spec.default is None else
+                          str(spec.default), escape(spec.help))
+        out_console.print(table)
+        return
     options = chosen.options_from_args(ctx.args)
     options.update(parse_attack_options(option) or {})
     res = fit(chosen.name, abc, rbc, options=options, dataset=dataset, n_calib=n_calib, eps=eps, norm=norm,

@@ -640,7 +640,8 @@ def test_monte_carlo_does_not_depend_on_batch_size_or_on_the_other_images(kind):
 
 
 def test_certify_gives_each_image_the_same_radius_whatever_n_and_batch_size():
-    common = dict(rbc="digits-rs050", abc="digits-std", alphas=[0.8], samples=300, selection_samples=30,
+    common = dict(rbc="digits-rs050", abc="digits-std", alphas=[0.8],
+                  smoothing=SmoothingSettings(samples=300, selection_samples=30),
                   progress=False)
     ten = certify(n=10, batch_size=64, **common)
     twenty = certify(n=20, batch_size=1000, **common)

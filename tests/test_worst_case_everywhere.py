@@ -81,7 +81,7 @@ def masked_card(tmp_path_factory):
 @pytest.fixture(scope="module")
 def report(masked_card):
     path, cache, root = masked_card
-    return bench(path, curve=False, plots=False, cache_dir=cache, out=root / "bench", save_adversarial=True,
+    return bench(path, curve=None, plots=False, cache_dir=cache, out=root / "bench", save_adversarial=True,
                  **COMMON, **MATCH)
 
 

@@ -123,10 +123,10 @@ class MethodOption:
         try:
             return _convert(t, value)
         except (TypeError, ValueError) as exc:
-            want = _TYPE_NAMES.get(t) or f"a valid {self.type_name}"
-            why = f" ({exc})" if t not in _TYPE_NAMES and str(exc) else ""
-            raise InputError(f"option {key} of mixing method {method!r} must be {want}, got {value!r}{why};"
-                             f" {key}: {self.help}") from None
+            flag = f"option {key} (--{key.replace('_', '-')}) of mixing method {method!r}"
+            if t in _TYPE_NAMES:
+                raise InputError(f"{flag} must be {_TYPE_NAMES[t]}, got {value!r}; {key}: {self.help}") from None
+            raise InputError(f"{flag}: {exc}" if str(exc) else f"{flag} is not valid, got {value!r}") from None
 
 
 def _convert(t: Any, value: Any) -> Any:

@@ -265,11 +265,11 @@ def transfer_params(
     if method != "guess" and (eps is None or not eps > 0):
         raise InputError(f"no attack radius: the card records no eps and black-box model {bb.name!r} none either;"
                          " pass --eps (eps= in Python)")
-    clamp = card.params["clamp"] if card is not None else "gelu"
-    top_k = card.params["top_k"] if card is not None else None
-    if clamp == "linear" or (card is not None and card.method != "mixednuts"):
+    if card is not None and (card.method != "mixednuts" or card.params["clamp"] == "linear"):
         raise InputError("the surrogate card is a linear-mixture card (method 'linear'); transfer needs a MixedNUTS"
                          " card from `mixzoo mix`")
+    clamp = card.params["clamp"] if card is not None else "gelu"
+    top_k = card.params["top_k"] if card is not None else None
 
     # the whole query bill, refused up front if the budget cannot pay it
     needed = n + (n if method in ("transfer", "both") else 0)
