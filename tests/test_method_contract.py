@@ -112,7 +112,8 @@ def test_typed_option_refused_in_one_line_naming_it_and_its_type(tmp_path):
     assert "n_iter" in line and "an integer" in line and "'abc'" in line and not out.exists()
     result = CliRunner().invoke(app, ["mix", "--n-iter", "abc", "--out", str(out)])
     assert result.exit_code == 2 and "an integer" in " ".join(result.output.split())
-    with pytest.raises(InputError, match=r"option refit_alpha \(--refit-alpha\) of mixing method 'mixednuts' must be true or false"):
+    with pytest.raises(InputError, match=r"option refit_alpha \(--refit-alpha\) of mixing method 'mixednuts' must"
+                                         r" be true or false"):
         mixing_methods()["mixednuts"].check_options({"refit_alpha": "maybe"})
     assert mixing_methods()["mixednuts"].check_options({"n_iter": "7", "beta": 1}) == {"n_iter": 7, "beta": 1.0}
     shown = CliRunner().invoke(app, ["mix", "--method", "linear", "--show-options"])
