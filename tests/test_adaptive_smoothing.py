@@ -400,7 +400,7 @@ def test_bench_runs_the_extra_attacks_and_verify_rebuilds_the_card(fitted):
 
 def test_alpha_apgd_draws_its_random_starts_per_example(fitted, pair, one_thread):
     """``adaptive-smoothing-apgd`` given the examples' indices: the same point for every example whatever the batch
-    size and order (issue 29); without indices its draws follow the batch."""
+    size and order; without indices its draws follow the batch."""
     from mixzoo.core.card import MixCard
     from mixzoo.core.plugins import lookup
     from mixzoo.zoo.data import load_dataset
@@ -428,7 +428,7 @@ def test_alpha_apgd_draws_its_random_starts_per_example(fitted, pair, one_thread
 
 
 def test_extra_attacks_are_independent_of_the_batch_size(fitted, one_thread):
-    """Setting D and the attack on the mixing network alone draw their random starts per example (issue 29), like
+    """Setting D and the attack on the mixing network alone draw their random starts per example, like
     every other component: two batch sizes give the same outcome and the same point for every example."""
     from mixzoo.evaluation.bench import bench
 

@@ -297,7 +297,7 @@ def test_adaptive_strong_breaks_every_example_standard_autoattack_breaks(digits)
     """Issue 30: standard AutoAttack (pyautoattack, run directly on the exact mixed classifier, same images and
     seed) must break nothing that ``adaptive-strong`` reports robust. With mixzoo's earlier layer norm AutoAttack's
     own exact-gradient APGD broke one example (index 66) here that every other component missed; with the authors'
-    layer norm (issue 25) the other components break it too, so the component's own count may be 0 and the test
+    layer norm the other components break it too, so the component's own count may be 0 and the test
     checks the containment itself. Square gets 100 queries on both sides, and the bypass FAB-T and Square components
     of ``adaptive`` are left out, for time."""
     from mixzoo.compat import import_autoattack

@@ -1,4 +1,4 @@
-"""`bench CARD --rbc OTHER` labels every row, file and comparison with the model actually evaluated (issue 31, 3)."""
+"""`bench CARD --rbc OTHER` labels every row, file and comparison with the model actually evaluated."""
 
 from __future__ import annotations
 

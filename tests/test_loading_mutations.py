@@ -344,7 +344,7 @@ def run_evaluate(cache: Cache, n: int = 10, batch_size: int = 4, **kw):
 
 def test_evaluate_merges_batches_in_order_with_summed_counts_and_times(scripted, tmp_path):
     """10 examples in batches of 4, 4, 2: outcomes concatenated in example order, seconds and per-component
-    counts summed over batches; the scripted attack's run() takes no index (written before issue 29), so batch k is
+    counts summed over batches; the scripted attack's run() takes no index (no per-example seeds), so batch k is
     attacked with seed + k and the warnings say that results depend on the batch size."""
     from mixzoo.attacks.evaluation import square_masking_note
 

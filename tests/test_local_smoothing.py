@@ -1,4 +1,4 @@
-"""Locally biased smoothing (issue 26; paper 003 Eq. 1-2, 5, 10; 001 Eq. 3.3, App. B.1): the formulas against
+"""Locally biased smoothing (paper 003 Eq. 1-2, 5, 10; 001 Eq. 3.3, App. B.1): the formulas against
 direct per-class float64 computations (autograd one class at a time), the limits alpha = 0 -> g and
 alpha -> infinity -> h, the K-NN oracle against brute force, the attack-time gradients, the cards, the CLI and a
 small bench with the declared extra attacks."""

@@ -1,4 +1,4 @@
-"""Adaptive locally biased smoothing (issue 26; paper 003 Eq. 7-9, Fig. 4): the formula with a per-input alpha
+"""Adaptive locally biased smoothing (paper 003 Eq. 7-9, Fig. 4): the formula with a per-input alpha
 against a direct per-class float64 computation, the limits alpha -> 0 (g) and alpha -> inf (h), the crossover
 beta_0 on a constructed pair whose answer is known, the composite loss of Eq. 9, training through the shared
 trainer (determinism, what it learns), the card with its hashed weights, mix and bench by name on the digits zoo,

@@ -1,4 +1,4 @@
-"""Mixing methods are plugins (issue 25): the hook, the built-in methods, cards of any method, the bench over
+"""Mixing methods are plugins: the hook, the built-in methods, cards of any method, the bench over
 several cards with each method's declared attacks, and the rule that the core never names a method."""
 
 from __future__ import annotations

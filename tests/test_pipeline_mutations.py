@@ -125,7 +125,7 @@ def test_nan_logits_are_refused_before_they_are_cached(tmp_path):
 
 def test_each_mmaa_batch_gets_the_seed_its_images_indices_the_given_settings_and_its_own_images(tmp_path, mmaa_calls):
     """App. B.1 on LN(RBC); every batch gets the seed and its images' indices, so the starts are drawn per image
-    (issue 29: the same margins for any batch size, and an interrupted run resumes identically); the record holds
+    (the same margins for any batch size, and an interrupted run resumes identically); the record holds
     the RBC's raw logits at the perturbed images, which lie in the eps-ball."""
     rbc = load_model("digits-pgd")
     data = load_dataset("digits", "calibration", n=25)
