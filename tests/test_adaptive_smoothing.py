@@ -301,8 +301,8 @@ def test_card_round_trip_and_weight_hash(fitted, pair):
 
     res, root = fitted
     card = MixCard.load(root / "card.toml")
-    assert card.method == "adaptive-smoothing" and card.setting == "C"
-    name = card.weights_file
+    assert card.method == "adaptive-smoothing" and card.params["setting"] == "C"
+    name = card.params["weights_file"]
     assert card.weights[name] == hashlib.sha256((root / name).read_bytes()).hexdigest()
     umask = os.umask(0)
     os.umask(umask)
@@ -339,8 +339,10 @@ def test_save_as_carries_the_weights_under_the_new_name(fitted, pair, tmp_path):
     dest = tmp_path / "zoo" / "digits-as-c.toml"
     card.save_as(dest)
     copy = MixCard.load(dest)
-    assert copy.weights_file == "digits-as-c.mixing-network.safetensors"
-    assert list(copy.weights) == [copy.weights_file] and list(copy.weights.values()) == list(card.weights.values())
+    assert copy.params["weights_file"] == "digits-as-c.mixing-network.safetensors"
+    assert list(copy.weights) == [copy.params["weights_file"]] and list(copy.weights.values()) == list(
+        card.weights.values()
+    )
     assert sorted(p.name for p in dest.parent.iterdir()) == ["digits-as-c.mixing-network.safetensors",
                                                               "digits-as-c.toml"]
     abc, rbc = pair
@@ -349,7 +351,7 @@ def test_save_as_carries_the_weights_under_the_new_name(fitted, pair, tmp_path):
         assert torch.equal(card.mixing_method.build(abc, rbc, card)(x), copy.mixing_method.build(abc, rbc, copy)(x))
     # the same classifier, so the same cache key: the copy reuses the evaluations cached for the original
     assert copy.mixing_method.key_parts(copy) == card.mixing_method.key_parts(card)
-    (dest.parent / copy.weights_file).write_bytes(b"not the weights")
+    (dest.parent / copy.params["weights_file"]).write_bytes(b"not the weights")
     with pytest.raises(InputError, match="does not belong to this card"):
         copy.save_as(tmp_path / "again" / "x.toml")
     assert not (tmp_path / "again").exists()
@@ -606,7 +608,7 @@ def test_published_fashion_mnist_cards_build_by_name(setting, one_thread):
     name = f"fmnist-adaptive-smoothing-{setting.lower()}"
     assert name in published_cards()
     card = MixCard.load(name)
-    assert card.method == "adaptive-smoothing" and card.setting == setting and card.data["split"] == "train"
+    assert card.method == "adaptive-smoothing" and card.params["setting"] == setting and card.data["split"] == "train"
     # `mixzoo sanity` and `mixzoo check` type their card argument as a path: the name must resolve there too
     assert MixCard.load(Path(name)).to_dict() == card.to_dict()
     abc, rbc = load_model(card.abc["name"]), load_model(card.rbc["name"])

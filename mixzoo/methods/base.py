@@ -91,7 +91,7 @@ def square_extra(n_queries: int, why: str = "gradient-free: breaks what masked g
 
 
 # ------------------------------------------------------------------------------------------------ options
-_TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
+_TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", list: "a list"}
 
 
 @dataclass(frozen=True)
