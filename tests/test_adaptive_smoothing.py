@@ -314,7 +314,7 @@ def test_card_round_trip_and_weight_hash(fitted, pair):
     built, again = card.mixing_method.build(abc, rbc, card), res.card.mixing_method.build(abc, rbc, res.card)
     with torch.no_grad():
         assert torch.equal(built(x), again(x))
-    assert len(res.card.history) == FIT_OPTIONS["epochs"]
+    assert len(res.card.params["history"]) == FIT_OPTIONS["epochs"]
     bad = root / "tampered"
     bad.mkdir()
     shutil.copy(root / "card.toml", bad / "card.toml")

@@ -67,7 +67,7 @@ def test_schema1_linear_card_is_claimed_by_linear(tmp_path):
     card = MixCard.load(path)  # schema 1 is upgraded by MixCard.load only
     with pytest.raises(InputError, match="schema-1 card; read it from its file with MixCard.load"):
         MixCard.from_dict(json.loads(path.read_text()))
-    assert card.method == "linear" and card.alpha == 0.93 and card.temperature == 1.0
+    assert card.method == "linear" and card.params["alpha"] == 0.93 and card.params["temperature"] == 1.0
 
 
 def _pair_models():
