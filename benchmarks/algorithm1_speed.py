@@ -125,8 +125,12 @@ def run_case(name, n, k, grid, threads, repeats, loop_sample=None):
         # the optimum is checked against the loop in float64: float32 softmax saturates at large s (margins of
         # exactly 1.0) and its counts then depend on rounding
         counts, best = loop_search(clean, yc, attacked, ya, grid, dtype=torch.float64)
-        ours = (int((sv - card.s).abs().argmin()), int((pv - card.p).abs().argmin()), int((cv - card.c).abs().argmin()))
-        vec_counts = torch.as_tensor(card.grid["objectives"]) * card.data["n_clean_incorrect"]
+        ours = (
+            int((sv - card.params["s"]).abs().argmin()),
+            int((pv - card.params["p"]).abs().argmin()),
+            int((cv - card.params["c"]).abs().argmin()),
+        )
+        vec_counts = torch.as_tensor(card.params["grid"]["objectives"]) * card.data["n_clean_incorrect"]
         differ = sum(int(round(float(vec_counts[ijk]))) != v for ijk, v in counts.items())
         res.update(loop_wall=w_loop, loop_cpu=c_loop, same_optimum=best == ours, loop_optimum=best, optimum=ours,
                    differing_grid_entries=differ, extrapolated=False)
@@ -139,7 +143,7 @@ def run_case(name, n, k, grid, threads, repeats, loop_sample=None):
                    extrapolated=True, loop_sample=loop_sample)
     res["speedup_wall"] = res["loop_wall"] / res["vec_wall"]
     res["speedup_cpu"] = res["loop_cpu"] / res["vec_cpu"]
-    res["card"] = (card.s, card.p, card.c, card.alpha, card.objective)
+    res["card"] = (card.params["s"], card.params["p"], card.params["c"], card.params["alpha"], card.params["objective"])
     return res
 
 

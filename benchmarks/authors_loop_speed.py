@@ -80,7 +80,10 @@ def main() -> None:
         t_loop, theirs = cpu_time(partial(authors_loop, clean, yc, attacked, ya, GRID), 1 if k == 1000 else 2)
         t_ours, _ = cpu_time(partial(calibrate, **args), 5)
         t_auth, card = cpu_time(partial(calibrate, **args, search="authors", max_argmax_change=None), 3)
-        same = np.allclose((card.s, card.p, card.c), theirs[:3], rtol=1e-12) and abs(card.alpha / theirs[3] - 1) < 1e-9
+        same = (
+            np.allclose((card.params["s"], card.params["p"], card.params["c"]), theirs[:3], rtol=1e-12)
+            and abs(card.params["alpha"] / theirs[3] - 1) < 1e-9
+        )
         rows.append((k, t_loop, t_ours, t_auth, same))
         print(rows[-1], flush=True)
     model = subprocess.run(["lscpu"], capture_output=True, text=True).stdout

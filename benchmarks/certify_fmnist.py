@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from mixzoo.certify import certify, mixture_clean_accuracy, pareto_frontier, smoothed_estimate
+from mixzoo.certify import SmoothingSettings, certify, mixture_clean_accuracy, pareto_frontier, smoothed_estimate
 from mixzoo.certify.run import abc_probabilities
 from mixzoo.core.cache import atomic_write_text
 from mixzoo.core.figures import figure_module, save_png
@@ -60,7 +60,8 @@ def main() -> None:
     results, seconds = {}, {}
     for sigma, name in SIGMAS.items():
         t0 = time.perf_counter()
-        results[sigma] = certify(rbc=name, abc=args.abc, alphas=ALPHAS, radii=radii, n=args.n, samples=args.samples,
+        results[sigma] = certify(rbc=name, abc=args.abc, alphas=ALPHAS, radii=radii, n=args.n,
+                                 smoothing=SmoothingSettings(samples=args.samples),
                                  seed=args.seed, out=out / name)
         seconds[sigma] = time.perf_counter() - t0
         print(f"{name}: {seconds[sigma]:.0f} s")

@@ -132,7 +132,7 @@ def main() -> None:
                 }
                 if args.no_bench:
                     continue
-                rep = bench(m.card, abc=abc, rbc=rbc, attack=args.attack, n=args.n, curve=False, plots=False,
+                rep = bench(m.card, abc=abc, rbc=rbc, attack=args.attack, n=args.n, curve=None, plots=False,
                             cache_dir=cache_dir, device=device, progress=False)
                 rec[f"beta={beta}"]["models"] = {
                     r.kind: {"clean": r.clean_accuracy, "robust": r.robust_accuracy, "alpha": r.alpha,

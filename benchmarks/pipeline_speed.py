@@ -1,4 +1,4 @@
-"""Speed of the main job on the built-in Fashion-MNIST pair (the project's targets), on this machine.
+"""Speed of the main job on the built-in Fashion-MNIST pair, against its targets, on this machine.
 
 Times ``mixzoo mix`` (a fresh process, as a user runs it) on the default pair with 1,000 calibration images and an
 empty cache (target: under 3 minutes), then again with another beta from the cache (target: under 5 seconds).
@@ -71,7 +71,7 @@ def main() -> None:
         bench_info = None
         if args.bench_n:
             t0 = time.perf_counter()
-            rep = bench(attack="adaptive", n=args.bench_n, cache_dir=tmp, progress=False, plots=False, curve=False)
+            rep = bench(attack="adaptive", n=args.bench_n, cache_dir=tmp, progress=False, plots=False, curve=None)
             bench_info = bench_summary(rep.to_dict(), f"measured here, n={args.bench_n}")
             bench_info["wall"] = time.perf_counter() - t0
     if bench_info is None and args.bench_report:

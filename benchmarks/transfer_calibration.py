@@ -110,10 +110,28 @@ def evaluate(card: Any, abc: torch.nn.Module, rbc: torch.nn.Module, x: torch.Ten
 
 def objective_at(card: Any, clean: torch.Tensor, attacked: torch.Tensor, y: torch.Tensor) -> float:
     """Algorithm 1's objective of the card's (s, p, c) on white-box MMAA margins (alpha recalibrated there)."""
-    grid = Grid(s_min=card.s, s_max=card.s, s_n=1, p_min=card.p, p_max=card.p, p_n=1, c_min=card.c, c_max=card.c,
-                c_n=1)
-    ref = calibrate(clean_logits=clean, clean_labels=y, attacked_logits=attacked, attacked_labels=y,
-                    beta=card.beta, clamp=card.clamp, top_k=card.top_k, grid=grid, max_argmax_change=None)
+    grid = Grid(
+        s_min=card.params["s"],
+        s_max=card.params["s"],
+        s_n=1,
+        p_min=card.params["p"],
+        p_max=card.params["p"],
+        p_n=1,
+        c_min=card.params["c"],
+        c_max=card.params["c"],
+        c_n=1,
+    )
+    ref = calibrate(
+        clean_logits=clean,
+        clean_labels=y,
+        attacked_logits=attacked,
+        attacked_labels=y,
+        beta=card.params["beta"],
+        clamp=card.params["clamp"],
+        top_k=card.params["top_k"],
+        grid=grid,
+        max_argmax_change=None,
+    )
     return ref.objective
 
 
@@ -169,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                          abc={"name": abc_name, "weight_hash": abc.weight_hash}, dataset=dataset,
                          attack_info={"name": "mmaa", "eps": args.eps, "norm": "Linf", "n_iter": args.mmaa_iter})
         white[name] = {"card": card, "mmaa": res, "clean": clean, "seconds": time.perf_counter() - t}
-        print(f"  white-box {name}: {card.summary()} objective {card.objective:.3f}", file=sys.stderr)
+        print(f"  white-box {name}: {card.summary()} objective {card.params['objective']:.3f}", file=sys.stderr)
 
     rows: list[dict[str, Any]] = []
     for target, other in ((r1, r2), (r2, r1)):
@@ -190,11 +208,19 @@ def main(argv: list[str] | None = None) -> int:
         rr = eval_attack(args).run(rsp["rbc only"], ev.images, ev.labels, progress=False)
         rows.append({"rbc": target, "route": "RBC alone", "clean": rr.clean_accuracy, "robust": rr.robust_accuracy})
         for route, card, secs, queries in routes:
-            row = {"rbc": target, "route": route, "from": other if route not in ("white-box (MMAA)", "guess",
-                                                                                  "square") else "",
-                   "s": card.s, "p": card.p, "c": card.c, "alpha": card.alpha, "objective": card.objective,
-                   "objective_at_mmaa": objective_at(card, ref["clean"], ref["mmaa"].logits, cal.labels),
-                   "queries": queries, "calib_seconds": secs}
+            row = {
+                "rbc": target,
+                "route": route,
+                "from": other if route not in ("white-box (MMAA)", "guess", "square") else "",
+                "s": card.params["s"],
+                "p": card.params["p"],
+                "c": card.params["c"],
+                "alpha": card.params["alpha"],
+                "objective": card.params["objective"],
+                "objective_at_mmaa": objective_at(card, ref["clean"], ref["mmaa"].logits, cal.labels),
+                "queries": queries,
+                "calib_seconds": secs,
+            }
             row.update(evaluate(card, abc, m, ev.images, ev.labels, args))
             rows.append(row)
             print(f"  {target} {route}: {json.dumps({k: v for k, v in row.items() if k != 'rbc'}, default=str)}",

@@ -2,24 +2,60 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import shlex
 import sys
-import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
+from mixzoo.core.commands import (
+    AllowUnsafe,
+    AsJson,
+    CacheDir,
+    CardABC,
+    CardRBC,
+    DataDir,
+    NoCache,
+    command,
+    command_line,
+    out_console,
+)
 from mixzoo.core.errors import MixzooError
 from mixzoo.core.progress import console
 
 
-class _OneLineUsageErrors(typer.core.TyperGroup):
+class PluginCommands(TyperGroup):
+    """The core's commands, then those plugins add through the hook ``mixzoo_cli_commands`` (loaded only when
+    the command list is shown or a name is not the core's; a core name always wins)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        core = super().list_commands(ctx)
+        return core + sorted(set(plugin_commands()) - set(core))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        return found if found is not None else plugin_commands().get(cmd_name)
+
+
+def plugin_commands() -> dict[str, click.Command]:
+    """The commands plugins contribute (hook ``mixzoo_cli_commands``), as click commands by name."""
+    from mixzoo.core.plugins import collect_named
+
+    group = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    found = collect_named("mixzoo_cli_commands", "CLI command")
+    for name, fn in sorted(found.items()):
+        group.command(name)(fn)
+    return dict(typer.main.get_group(group).commands) if found else {}
+
+
+
+class OneLineUsageErrors(PluginCommands):
     """Usage errors (an option's value of the wrong type, a missing argument, an unknown command) as one line on
     stderr naming the fix, exit status 2, like every other refusal (``error: ...``), not a usage box."""
 
@@ -49,21 +85,11 @@ class _OneLineUsageErrors(typer.core.TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-app = typer.Typer(help="Training-free mixed classifiers (MixedNUTS) for any accurate/robust model pair, by name.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  cls=_OneLineUsageErrors)
-out_console = console.__class__()  # stdout
+app = typer.Typer(cls=OneLineUsageErrors, help="Mixed classifiers for any accurate/robust model pair, by name.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
-# options several commands share
-DataDir = Annotated[str | None, typer.Option(help="directory holding the data set files")]
-CacheDir = Annotated[Path | None, typer.Option(help="cache directory (default $MIXZOO_CACHE, else ~/.cache/mixzoo)")]
-NoCache = Annotated[bool, typer.Option("--no-cache", help="neither read nor write the cache")]
-AllowUnsafe = Annotated[bool, typer.Option("--allow-unsafe", help="permit pickled checkpoints")]
-AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 AttackBatch = Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; each batch has its "
                                                "own seed, so results depend on it)")]
-CardABC = Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")]
-CardRBC = Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")]
 
 
 AttackOptions = Annotated[list[str] | None, typer.Option(
@@ -91,54 +117,8 @@ def parse_attack_options(values: list[str] | None) -> dict[str, Any] | None:
     return options
 
 
-def _errors(fn):
-    """Turn mixzoo's own errors, and file-system refusals, into one line on stderr and exit status 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            with warnings.catch_warnings():  # the filters stay the user's; only the printing changes
-                warnings.showwarning = _show_warning
-                return fn(*args, **kwargs)
-        except MixzooError as exc:
-            message = str(exc)
-        except KeyboardInterrupt:  # Ctrl-C: finished batches are in the cache, a re-run starts from them
-            console.print(interrupted_message(kwargs), highlight=False, soft_wrap=True)
-            raise typer.Exit(130) from None
-        except BrokenPipeError:  # `mixzoo list | head`: the reader has gone, nothing to say (Python docs' recipe)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise typer.Exit(1) from None
-        except OSError as exc:  # a file system refusal the up-front checks could not foresee (disk full, ...)
-            where = f": {exc.filename}" if exc.filename else ""
-            message = f"{exc.strerror or exc}{where}"
-        console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-
-    return wrapper
-
-
-def interrupted_message(kwargs: dict[str, Any]) -> str:
-    """What Ctrl-C prints: for a command that caches its work, that the same command resumes from the cache."""
-    if "no_cache" not in kwargs:
-        return "interrupted"
-    if kwargs["no_cache"]:
-        return "interrupted; nothing was cached (--no-cache): a re-run starts from the beginning"
-    return "interrupted; finished work is in the cache: run the same command again to resume from it"
-
-
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: Any = None, line: str | None = None) -> None:
-    """A warning as one line on stderr, ``warning: MESSAGE`` (no file name, no source line)."""
-    text = " ".join(str(message).split())
-    console.print(f"[yellow]warning:[/yellow] {escape(text)}", highlight=False, soft_wrap=True)
-
-
-def _command_line() -> str:
-    return "mixzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-
-
 @app.command("list")
-@_errors
+@command
 def list_cmd(
     role: Annotated[str | None, typer.Option(help="accurate | robust")] = None,
     dataset: Annotated[str | None, typer.Option(help="e.g. fashion-mnist, cifar10, imagenet")] = None,
@@ -179,7 +159,7 @@ def _pct(v: Any) -> str:
 
 
 @app.command()
-@_errors
+@command
 def info(name: str, as_json: AsJson = False) -> None:
     """Show one registry entry (name or alias)."""
     from mixzoo.core.registry import get_spec
@@ -195,7 +175,7 @@ def info(name: str, as_json: AsJson = False) -> None:
 
 
 @app.command()
-@_errors
+@command
 def plugins(as_json: AsJson = False) -> None:
     """List loaded plugins, their versions and what each provides; failed plugins show their error."""
     from dataclasses import asdict
@@ -216,56 +196,23 @@ def plugins(as_json: AsJson = False) -> None:
     out_console.print(table)
 
 
-def _parse_grid(grid: str | None):
-    """``s=0.05:10:8,p=1:4:8,c=-2:0:8`` -> Grid (any subset of s, p, c)."""
-    if not grid:
-        return None
-    from mixzoo.methods.mixednuts.calibrate import Grid
-
-    kw: dict[str, Any] = {}
-    try:
-        for part in grid.split(","):
-            key, rng = part.split("=")
-            lo, hi, n = rng.split(":")
-            kw.update({f"{key.strip()}_min": float(lo), f"{key.strip()}_max": float(hi), f"{key.strip()}_n": int(n)})
-    except ValueError as exc:
-        raise MixzooError(f"--grid {grid!r} is not of the form s=MIN:MAX:N,p=MIN:MAX:N,c=MIN:MAX:N ({exc})") from exc
-    try:
-        return Grid(**kw)
-    except TypeError:  # a key other than s, p, c
-        raise MixzooError(f"--grid {grid!r}: the axes are s, p and c, e.g. s=0.05:10:8,p=1:4:8,c=-2:0:8") from None
-
-
-@app.command()
-@_errors
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@command
 def mix(
+    ctx: typer.Context,
     abc: Annotated[str | None, typer.Option(help="accurate base classifier (default: built-in Fashion-MNIST)")] = None,
     rbc: Annotated[str | None, typer.Option(help="robust base classifier")] = None,
     method: Annotated[str | None, typer.Option(help="mixing method (`mixzoo plugins` lists them; default: the "
-                                                    "one marked default, mixednuts)")] = None,
+                                                    "one marked default)")] = None,
     dataset: Annotated[str | None, typer.Option(help="calibration data set (default: the RBC's)")] = None,
-    beta: Annotated[float | None, typer.Option(help="share of the RBC's robustness to keep (mixednuts: 0.985; "
-                                                    "linear: the margin rule)")] = None,
-    clamp: Annotated[str | None, typer.Option(help="mixednuts: clamp function (gelu, relu, elu, softplus, linear, "
-                                                   "or a plugin's)")] = None,
     n_calib: Annotated[int, typer.Option(help="number of calibration images")] = 1000,
-    grid: Annotated[str | None, typer.Option(help="mixednuts: s=MIN:MAX:N,p=MIN:MAX:N,c=MIN:MAX:N")] = None,
-    objective: Annotated[str | None, typer.Option(help="mixednuts: standard | relaxed (App. D.8.3)")] = None,
-    optimizer: Annotated[str | None, typer.Option(help="mixednuts: calibration optimizer from the plugin hook")]
-    = None,
-    top_k: Annotated[int | None, typer.Option(help="mixednuts: layer-norm statistics of the top-k logits "
-                                                   "(App. D.7)")] = None,
-    search: Annotated[str | None, typer.Option(help="mixednuts: mixzoo | authors: Algorithm 1 exactly as the "
-                                               "authors' code (percentile threshold, no App. D.8.2 filter)")]
-    = None,
-    refit_alpha: Annotated[bool, typer.Option("--refit-alpha", help="mixednuts: second pass, MMAA on the "
-                                              "transformed RBC, alpha chosen again there (App. D.9)")] = False,
     eps: Annotated[float | None, typer.Option(help="attack radius (default: the RBC's)")] = None,
     norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the RBC's)")] = None,
-    n_iter: Annotated[int | None, typer.Option(help="APGD iterations in MMAA")] = None,
     option: Annotated[list[str] | None, typer.Option(
         "--option", "-O", metavar="KEY=VALUE", help="an option of the method, repeatable (e.g. -O alpha=0.95 for "
-                                                    "linear); `mixzoo plugins --json` lists each method's")] = None,
+                                                    "linear); also --KEY VALUE. --show-options lists them")] = None,
+    show_options: Annotated[bool, typer.Option("--show-options", help="print the method's options (type, default, "
+                                                                      "meaning) and exit")] = False,
     seed: int = 0,
     batch_size: AttackBatch = 250,
     out: Annotated[Path, typer.Option(help="where to write the mix card (.toml or .json)")] = Path("card.toml"),
@@ -276,18 +223,26 @@ def mix(
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
-    """Fit a mixing method (default MixedNUTS: MMAA + Algorithm 1) for an ABC/RBC pair and write the mix card."""
-    from mixzoo.methods import fit
+    """Fit a mixing method for an ABC/RBC pair and write the mix card. The method's own options are given as
+    --KEY VALUE (--FLAG / --no-FLAG for true/false ones) or -O KEY=VALUE."""
+    from mixzoo.methods import default_method, fit, get_method
 
-    given = {"beta": beta, "clamp": clamp, "grid": _parse_grid(grid), "objective": objective,
-             "optimizer": optimizer, "top_k": top_k, "search": search, "refit_alpha": refit_alpha or None,
-             "n_iter": n_iter}
-    options = {k: v for k, v in given.items() if v is not None}
+    chosen = get_method(method if method is not None else default_method())
+    if show_options:
+        table = Table(title=f"options of mixing method {chosen.name} (--KEY VALUE or -O KEY=VALUE)")
+        for col in ("option", "type", "default", "meaning"):
+            table.add_column(col)
+        for key, spec in sorted(chosen.option_specs().items()):
+            table.add_row(f"--{key.replace('_', '-')}", spec.type_name, "" if spec.default is None else
+                          str(spec.default), escape(spec.help))
+        out_console.print(table)
+        return
+    options = chosen.options_from_args(ctx.args)
     options.update(parse_attack_options(option) or {})
-    options["command"] = _command_line()
-    res = fit(method, abc, rbc, options=options, dataset=dataset, n_calib=n_calib, eps=eps, norm=norm, seed=seed,
-              batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
-              device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+    res = fit(chosen.name, abc, rbc, options=options, dataset=dataset, n_calib=n_calib, eps=eps, norm=norm,
+              seed=seed, batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
+              use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
+              command=command_line())
     card = res.card
     from mixzoo.core.distributed import world
 
@@ -298,38 +253,20 @@ def mix(
             k: v for k, v in card.params.items() if k != "grid"}, "summary": res.summary, "seconds": res.seconds,
             "cache_hits": res.cache_hits}, indent=2, default=str))
         return
-    title = card.mixing_method.title or card.method
+    title = chosen.title or card.method
     table = Table(title=f"{title} for {card.abc.get('name')} + {card.rbc.get('name')} on {card.dataset}")
     table.add_column("")
     table.add_column("value", justify="right")
-    for k, v in card.params.items():
-        if isinstance(v, float):
-            table.add_row(k, f"{v:.4g}")
-        elif isinstance(v, int | str):
-            table.add_row(k, str(v))
-    sm = res.summary
-    if "n_attacked_correct" in sm:  # MixedNUTS's Fig. 6 summary
-        table.add_row("calibration images / clean mistakes / attacked correct",
-                      f"{sm['n']} / {sm['n_clean_incorrect']} / {sm['n_attacked_correct']}")
-        for stage in ("layer_norm", "transformed"):
-            label = "before (LN)" if stage == "layer_norm" else "after M(s,p,c)"
-            table.add_row(f"median margin {label}: clean incorrect / attacked correct",
-                          f"{_f(sm[stage]['clean_incorrect_median_margin'])} / "
-                          f"{_f(sm[stage]['attacked_correct_median_margin'])}")
-    cached = " (MMAA cached)" if res.cache_hits.get("mmaa") else ""
-    table.add_row(f"seconds{cached}", f"{res.seconds['total']:.1f}")
+    for label, value in chosen.fit_summary(res):
+        table.add_row(label, value)
     out_console.print(table)
     for note in card.notes:
         out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     out_console.print(f"mix card written to {res.path}")
 
 
-def _f(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.4f}"
-
-
 @app.command()
-@_errors
+@command
 def bench(
     cards: Annotated[list[str] | None, typer.Argument(
         help="mix cards of one pair (files or published names), any methods; without one the pair is fitted first")]
@@ -357,8 +294,7 @@ def bench(
                                    "for `mixzoo verify`")] = False,
     per_example_seeds: Annotated[bool, typer.Option(
         "--per-example-seeds/--batch-seeds", help="draw every attack's randomness per example index, so results do "
-        "not depend on --batch-size or the number of processes (issue 29); --batch-seeds: seed + k for batch k, "
-        "as before bench-6")] = True,
+        "not depend on --batch-size or the number of processes; --batch-seeds: seed + k for batch k")] = True,
     baseline: Annotated[bool, typer.Option(help="with one card: add the matched baseline (linear) row")] = True,
     extra_attacks: Annotated[bool, typer.Option(help="run the extra attacks each card's method declares")] = True,
     data_dir: DataDir = None,
@@ -371,16 +307,20 @@ def bench(
     """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
     plots."""
     from mixzoo.core.distributed import world as distributed_world
+    from mixzoo.core.settings import RunSettings
+    from mixzoo.evaluation.bench import CURVE, MATCH
     from mixzoo.evaluation.bench import bench as run_bench
     from mixzoo.evaluation.report import print_report
 
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
-    report = run_bench(card, abc=abc, rbc=rbc, attack=attack, n=n, out=out, eps=eps, norm=norm, seed=seed,
-                       batch_size=batch_size, attack_options=parse_attack_options(attack_option), curve=curve,
-                       curve_n=curve_n, save_adversarial=save_adversarial, data_dir=data_dir, cache_dir=cache_dir,
-                       use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
-                       baseline=baseline, extra_attacks=extra_attacks, per_example_seeds=per_example_seeds,
-                       plots=plots)
+    settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, eps=eps,
+                           norm=norm, n=n, batch_size=batch_size, seed=seed, per_example_seeds=per_example_seeds,
+                           extra_attacks=extra_attacks, abc=abc, rbc=rbc, device=device, data_dir=data_dir,
+                           cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
+                           progress=not as_json)
+    report = run_bench(card, settings, out=out, baseline=MATCH if baseline else None,
+                       curve=replace(CURVE, n=curve_n) if curve else None, plots=plots,
+                       save_adversarial=save_adversarial)
     if not distributed_world().main:
         return  # under torchrun only rank 0 prints
     if as_json:
@@ -393,50 +333,6 @@ def bench(
                       soft_wrap=True)
 
 
-@app.command("check")
-@_errors
-def check(
-    card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name")],
-    rbc: CardRBC = None,
-    out: Annotated[Path | None, typer.Option(help="also write the result as JSON here")] = None,
-    data_dir: DataDir = None,
-    cache_dir: CacheDir = None,
-    no_cache: NoCache = False,
-    device: str = "cpu",
-    allow_unsafe: AllowUnsafe = False,
-    as_json: AsJson = False,
-) -> None:
-    """How well Algorithm 1's surrogate held (App. D.9): MMAA on the transformed RBC, objective and alpha again."""
-    from mixzoo.core.cache import atomic_write_text, check_writable
-    from mixzoo.methods.mixednuts.approximation import check_approximation
-
-    if out is not None:
-        check_writable(out, what="--out file")
-    res = check_approximation(card, rbc=rbc, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
-                              device=device, allow_unsafe=allow_unsafe, progress=not as_json)
-    text = json.dumps({"card": str(card), **res.to_dict(), "notes": res.notes}, indent=2)
-    if out is not None:
-        atomic_write_text(out, text + "\n")
-    if as_json:
-        print(text)
-        return
-    table = Table(title=f"App. D.9 check of {card} (beta {res.beta:g}, {res.n} calibration images)")
-    for col in ("", "MMAA on h^LN (Algorithm 1's surrogate)", "MMAA on h^M(s*, p*, c*) (App. D.9)",
-                "worst of both, per image"):
-        table.add_column(col, justify="right" if col else "left")
-    table.add_row("objective at (s*, p*, c*): share of clean RBC mistakes kept", f"{res.objective_surrogate:.4f}",
-                  f"{res.objective_check:.4f}", f"{res.objective_worst:.4f}")
-    table.add_row("alpha for beta", f"{res.alpha_surrogate:.4f}", f"{res.alpha_check:.4f}", f"{res.alpha_worst:.4f}")
-    table.add_row("with the card's alpha: share of attacked-correct margins kept (target: beta)",
-                  f"{res.beta_kept_surrogate:.4f}", f"{res.beta_kept_check:.4f}", f"{res.beta_kept_worst:.4f}")
-    table.add_row("RBC robust accuracy under MMAA", f"{100 * res.robust_accuracy_ln:.1f}%",
-                  f"{100 * res.robust_accuracy_m:.1f}%", f"{100 * res.robust_accuracy_worst:.1f}%")
-    out_console.print(table)
-    for note in res.notes:
-        out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
-    out_console.print(f"{res.seconds:.1f} s" + (f"; result written to {out}" if out is not None else ""))
-
-
 def _parse_floats(text: str | None, option: str) -> list[float] | None:
     if not text:
         return None
@@ -447,7 +343,7 @@ def _parse_floats(text: str | None, option: str) -> list[float] | None:
 
 
 @app.command("sanity")
-@_errors
+@command
 def sanity(
     card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name")],
     eps: Annotated[str | None, typer.Option(help="radii, comma-separated (default: eps, 2 eps, 4 eps and the "
@@ -456,7 +352,8 @@ def sanity(
     n: Annotated[int, typer.Option(help="number of evaluation images")] = 200,
     linear: Annotated[bool, typer.Option(help="also check the linear baseline")] = True,
     linear_alpha: Annotated[float | None, typer.Option(
-        help="the linear baseline's alpha (default: matched to MixedNUTS as `mixzoo bench` does)")] = None,
+        help="the linear baseline's alpha (default: matched to the card's worst case as `mixzoo bench` does)")]
+    = None,
     abc: CardABC = None,
     rbc: CardRBC = None,
     out: Annotated[Path, typer.Option(help="directory for sanity.json, sanity.md and sanity.png")] = Path("sanity"),
@@ -473,14 +370,16 @@ def sanity(
 ) -> None:
     """Does the attack find what there is to find? Robust accuracy over growing eps, checked for monotonicity and
     against the grey image (Carlini et al. 2019)."""
-    from mixzoo.evaluation.bench import display_name
+    from mixzoo.core.settings import RunSettings
+    from mixzoo.evaluation.bench import MATCH, display_name
     from mixzoo.evaluation.sanity import eps_sweep
 
-    sweep = eps_sweep(card, abc=abc, rbc=rbc, radii=_parse_floats(eps, "--eps"), attack=attack, n=n, seed=seed,
-                      linear=linear, linear_alpha=linear_alpha, batch_size=batch_size,
-                      attack_options=parse_attack_options(attack_option), out=out,
-                      data_dir=data_dir, cache_dir=cache_dir,
-                      use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+    settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, n=n,
+                           batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device, data_dir=data_dir,
+                           cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
+                           progress=not as_json)
+    baseline = None if not linear else linear_alpha if linear_alpha is not None else MATCH
+    sweep = eps_sweep(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, out=out)
     if as_json:
         print(json.dumps(sweep.to_dict(), indent=2))
     else:
@@ -504,7 +403,7 @@ def sanity(
 
 
 @app.command("certify")
-@_errors
+@command
 def certify_cmd(
     card: Annotated[str | None, typer.Argument(help="a mix card whose method mixes probabilities with a constant "
                                                     "alpha (linear); or name the pair with --rbc / --abc")] = None,
@@ -538,13 +437,15 @@ def certify_cmd(
 ) -> None:
     """Certified robust radii of the RBC and of constant-alpha mixtures (001 Lemma 3.2, Thm 3.5, Thm A.2):
     certified accuracy per radius, for Lipschitz-bounded and randomized-smoothing RBCs."""
-    from mixzoo.certify import certify
+    from mixzoo.certify import SmoothingSettings, certify
+    from mixzoo.core.settings import RunSettings
 
-    result = certify(card, abc=abc, rbc=rbc, alphas=alpha, norm=norm, radii=_parse_floats(radii, "--radii"), n=n,
-                     dataset=dataset, split=split, sigma=sigma, samples=samples, selection_samples=n0,
-                     confidence=confidence, smoothing=smoothing, estimate_eps=_parse_floats(estimate, "--estimate"),
-                     batch_size=batch_size, seed=seed, device=device, data_dir=data_dir, out=out,
-                     progress=not as_json, allow_unsafe=allow_unsafe)
+    settings = RunSettings(norm=norm, n=n, batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device,
+                           data_dir=data_dir, allow_unsafe=allow_unsafe, progress=not as_json)
+    result = certify(card, settings, alphas=alpha, radii=_parse_floats(radii, "--radii"), dataset=dataset,
+                     split=split, smoothing=SmoothingSettings(sigma=sigma, samples=samples, selection_samples=n0,
+                                                              confidence=confidence, kind=smoothing),
+                     estimate_eps=_parse_floats(estimate, "--estimate"), out=out)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return
@@ -566,7 +467,7 @@ def certify_cmd(
 
 
 @app.command("verify")
-@_errors
+@command
 def verify(
     bench_dir: Annotated[Path, typer.Argument(help="the --out directory of `mixzoo bench --save-adversarial`")],
     abc: CardABC = None,
@@ -582,11 +483,12 @@ def verify(
     Exit status 1 when any check fails."""
     from rich import box
 
+    from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation.bench import display_name
     from mixzoo.evaluation.verify import FRAGILE, verify_report
 
-    res = verify_report(bench_dir, abc=abc, rbc=rbc, data_dir=data_dir, device=device, batch_size=batch_size,
-                        allow_unsafe=allow_unsafe, out=out)
+    res = verify_report(bench_dir, RunSettings(abc=abc, rbc=rbc, data_dir=data_dir, device=device,
+                                               batch_size=batch_size, allow_unsafe=allow_unsafe), out=out)
     if as_json:
         print(json.dumps(res.to_dict(), indent=2))
     else:
@@ -616,50 +518,8 @@ def verify(
         raise typer.Exit(1)
 
 
-@app.command("transfer-params")
-@_errors
-def transfer_params(
-    from_card: Annotated[Path, typer.Option("--from", help="the white-box surrogate's mix card")],
-    rbc: Annotated[str, typer.Option(help="the black-box robust model")],
-    method: Annotated[str, typer.Option(help="transfer | square | both | guess")] = "transfer",
-    queries: Annotated[int, typer.Option(help="Square queries per image")] = 5000,
-    query_budget: Annotated[int | None, typer.Option(help="refuse to start if the method needs more queries")] = None,
-    n_calib: int = 1000,
-    dataset: str | None = None,
-    beta: Annotated[float | None, typer.Option(help="the card's beta unless given")] = None,
-    eps: Annotated[float | None, typer.Option(help="attack radius (default: the card's, else the black box's)")] = None,
-    norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the card's, else the black box's)")] = None,
-    seed: int = 0,
-    out: Annotated[Path, typer.Option(help="where to write the new card")] = Path("card-transfer.toml"),
-    data_dir: DataDir = None,
-    cache_dir: CacheDir = None,
-    no_cache: NoCache = False,
-    device: str = "cpu",
-    allow_unsafe: AllowUnsafe = False,
-    as_json: AsJson = False,
-) -> None:
-    """Calibrate without the RBC's gradients (paper App. D.5): transfer, min-margin Square, or educated guess."""
-    from mixzoo.methods.mixednuts.transfer import transfer_params_by_name
-
-    card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,
-                                   queries=queries, query_budget=query_budget, out=out, seed=seed, beta=beta,
-                                   eps=eps, norm=norm, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
-                                   device=device, allow_unsafe=allow_unsafe, progress=not as_json)
-    summary = {"card": str(out), "method": card.fit, "s": card.s, "p": card.p, "c": card.c,
-               "alpha": card.alpha, "objective": card.objective}
-    if as_json:
-        print(json.dumps({**summary, "notes": card.notes}, indent=2))
-        return
-    table = Table(title=f"transferred mix card for {rbc} ({card.fit})", show_header=False)
-    for k, v in summary.items():
-        table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
-    out_console.print(table)
-    for note in card.notes:
-        out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
-
-
 @app.command()
-@_errors
+@command
 def train(
     name: Annotated[str, typer.Argument(help="zoo recipe name (see `mixzoo train --list`)")] = "",
     list_recipes: Annotated[bool, typer.Option("--list", help="list recipes")] = False,
@@ -683,7 +543,7 @@ def train(
 
 from mixzoo.share.cli import register as _share_commands  # noqa: E402 - push, export, report
 
-_share_commands(app, _errors)
+_share_commands(app)
 
 
 def main() -> None:

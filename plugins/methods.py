@@ -1,5 +1,5 @@
-"""Built-in mixing methods and published cards, registered through the hooks like any third party's (``mixzoo mix
---method``, ``mixzoo bench NAME``)."""
+"""Built-in mixing methods, their commands and published cards, registered through the hooks like any third party's
+(``mixzoo mix --method``, ``mixzoo check``, ``mixzoo bench NAME``)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ def mixzoo_mixing_methods() -> dict[str, Any]:
     return {"mixednuts": MixedNUTS(), "linear": Linear(), "adaptive-smoothing": AdaptiveSmoothing(),
             "knn-smoothing": KNNSmoothing(), "local-smoothing": LocalSmoothing(),
             "local-smoothing-adaptive": LocalSmoothingAdaptive()}
+
+
+@hookimpl
+def mixzoo_cli_commands() -> dict[str, Any]:
+    """MixedNUTS's ``mixzoo check`` (000 App. D.9) and ``mixzoo transfer-params`` (000 App. D.5)."""
+    from mixzoo.methods.mixednuts.commands import check, transfer_params
+
+    return {"check": check, "transfer-params": transfer_params}
 
 
 @hookimpl

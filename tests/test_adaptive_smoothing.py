@@ -301,8 +301,8 @@ def test_card_round_trip_and_weight_hash(fitted, pair):
 
     res, root = fitted
     card = MixCard.load(root / "card.toml")
-    assert card.method == "adaptive-smoothing" and card.setting == "C"
-    name = card.weights_file
+    assert card.method == "adaptive-smoothing" and card.params["setting"] == "C"
+    name = card.params["weights_file"]
     assert card.weights[name] == hashlib.sha256((root / name).read_bytes()).hexdigest()
     umask = os.umask(0)
     os.umask(umask)
@@ -314,7 +314,7 @@ def test_card_round_trip_and_weight_hash(fitted, pair):
     built, again = card.mixing_method.build(abc, rbc, card), res.card.mixing_method.build(abc, rbc, res.card)
     with torch.no_grad():
         assert torch.equal(built(x), again(x))
-    assert len(res.card.history) == FIT_OPTIONS["epochs"]
+    assert len(res.card.params["history"]) == FIT_OPTIONS["epochs"]
     bad = root / "tampered"
     bad.mkdir()
     shutil.copy(root / "card.toml", bad / "card.toml")
@@ -339,8 +339,10 @@ def test_save_as_carries_the_weights_under_the_new_name(fitted, pair, tmp_path):
     dest = tmp_path / "zoo" / "digits-as-c.toml"
     card.save_as(dest)
     copy = MixCard.load(dest)
-    assert copy.weights_file == "digits-as-c.mixing-network.safetensors"
-    assert list(copy.weights) == [copy.weights_file] and list(copy.weights.values()) == list(card.weights.values())
+    assert copy.params["weights_file"] == "digits-as-c.mixing-network.safetensors"
+    assert list(copy.weights) == [copy.params["weights_file"]] and list(copy.weights.values()) == list(
+        card.weights.values()
+    )
     assert sorted(p.name for p in dest.parent.iterdir()) == ["digits-as-c.mixing-network.safetensors",
                                                               "digits-as-c.toml"]
     abc, rbc = pair
@@ -349,7 +351,7 @@ def test_save_as_carries_the_weights_under_the_new_name(fitted, pair, tmp_path):
         assert torch.equal(card.mixing_method.build(abc, rbc, card)(x), copy.mixing_method.build(abc, rbc, copy)(x))
     # the same classifier, so the same cache key: the copy reuses the evaluations cached for the original
     assert copy.mixing_method.key_parts(copy) == card.mixing_method.key_parts(card)
-    (dest.parent / copy.weights_file).write_bytes(b"not the weights")
+    (dest.parent / copy.params["weights_file"]).write_bytes(b"not the weights")
     with pytest.raises(InputError, match="does not belong to this card"):
         copy.save_as(tmp_path / "again" / "x.toml")
     assert not (tmp_path / "again").exists()
@@ -388,7 +390,7 @@ def test_bench_runs_the_extra_attacks_and_verify_rebuilds_the_card(fitted):
 
     _, root = fitted
     rep = bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 4, "n_target_classes": 2}, n=30,
-                eps=EPS, curve=False, baseline=False, cache_dir=root / "cache", progress=False,
+                eps=EPS, curve=None, baseline=None, cache_dir=root / "cache", progress=False,
                 out=root / "bench", save_adversarial=True)
     text = (root / "bench" / "report.md").read_text()
     for name in ("setting-d", "alpha-only", "apgd-gray", "transfer-abc", "transfer-rbc", "square"):
@@ -400,7 +402,7 @@ def test_bench_runs_the_extra_attacks_and_verify_rebuilds_the_card(fitted):
 
 def test_alpha_apgd_draws_its_random_starts_per_example(fitted, pair, one_thread):
     """``adaptive-smoothing-apgd`` given the examples' indices: the same point for every example whatever the batch
-    size and order (issue 29); without indices its draws follow the batch."""
+    size and order; without indices its draws follow the batch."""
     from mixzoo.core.card import MixCard
     from mixzoo.core.plugins import lookup
     from mixzoo.zoo.data import load_dataset
@@ -428,13 +430,13 @@ def test_alpha_apgd_draws_its_random_starts_per_example(fitted, pair, one_thread
 
 
 def test_extra_attacks_are_independent_of_the_batch_size(fitted, one_thread):
-    """Setting D and the attack on the mixing network alone draw their random starts per example (issue 29), like
+    """Setting D and the attack on the mixing network alone draw their random starts per example, like
     every other component: two batch sizes give the same outcome and the same point for every example."""
     from mixzoo.evaluation.bench import bench
 
     _, root = fitted
     runs = {bs: bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 3, "n_target_classes": 1},
-                      n=24, eps=EPS, curve=False, baseline=False, cache_dir=root / f"cache-bs{bs}", progress=False,
+                      n=24, eps=EPS, curve=None, baseline=None, cache_dir=root / f"cache-bs{bs}", progress=False,
                       batch_size=bs, save_adversarial=True) for bs in (24, 7)}
     mixed = {bs: r.row("adaptive-smoothing") for bs, r in runs.items()}
     assert mixed[24].robust_outcomes == mixed[7].robust_outcomes
@@ -479,7 +481,7 @@ def test_the_extra_square_is_a_second_restart_not_a_replay(fitted, pair, monkeyp
 
     monkeypatch.setattr(bench_module, "evaluate", recording)
     bench_module.bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 2, "n_target_classes": 1},
-                       n=12, eps=EPS, seed=5, curve=False, baseline=False, cache_dir=root / "cache-seeds",
+                       n=12, eps=EPS, seed=5, curve=None, baseline=None, cache_dir=root / "cache-seeds",
                        progress=False, plots=False)
     extras = {label.split(": ", 1)[1]: seed for label, seed in seeds.items() if ": " in label}
     assert "square" in extras and len(extras) >= 3, seeds  # the comparison below has content
@@ -606,7 +608,7 @@ def test_published_fashion_mnist_cards_build_by_name(setting, one_thread):
     name = f"fmnist-adaptive-smoothing-{setting.lower()}"
     assert name in published_cards()
     card = MixCard.load(name)
-    assert card.method == "adaptive-smoothing" and card.setting == setting and card.data["split"] == "train"
+    assert card.method == "adaptive-smoothing" and card.params["setting"] == setting and card.data["split"] == "train"
     # `mixzoo sanity` and `mixzoo check` type their card argument as a path: the name must resolve there too
     assert MixCard.load(Path(name)).to_dict() == card.to_dict()
     abc, rbc = load_model(card.abc["name"]), load_model(card.rbc["name"])

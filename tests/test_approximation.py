@@ -30,8 +30,11 @@ def test_check_reproduces_the_card_and_attacks_the_transformed_rbc(calibrated):
     first = check_approximation(root / "card.toml", cache_dir=root / "cache", progress=False)
     # the h^LN side is the card's own computation, read from mix's cache; h^M is attacked afresh
     assert first.cache_hits == {"mmaa_ln": True, "mmaa_m": False}
-    assert first.objective_surrogate == pytest.approx(res.card.objective, abs=1e-12)
-    assert first.alpha_surrogate == pytest.approx(res.card.alpha, abs=1e-12) and first.alpha_card == res.card.alpha
+    assert first.objective_surrogate == pytest.approx(res.card.params["objective"], abs=1e-12)
+    assert (
+        first.alpha_surrogate == pytest.approx(res.card.params["alpha"], abs=1e-12)
+        and first.alpha_card == res.card.params["alpha"]
+    )
     assert not any("re-run `mixzoo mix`" in note for note in first.notes)
     assert any("keeps" in note for note in first.notes) == (first.beta_kept_worst < first.beta)
     assert first.n == 150 and first.beta == 0.985
@@ -64,22 +67,30 @@ def test_transformed_mmaa_returns_raw_logits_whose_transform_gives_its_margins(c
                     cache=Cache(root / "cache"))
     direct = cached_mmaa(rbc, data, transform=card, **settings)
     surrogate = cached_mmaa(rbc, data, **settings)
-    m = rbc_transform(direct["logits"], card.s, card.p, card.c, clamp=card.clamp)
+    m = rbc_transform(
+        direct["logits"], card.params["s"], card.params["p"], card.params["c"], clamp=card.params["clamp"]
+    )
     correct = m.argmax(1) == data.labels
     torch.testing.assert_close(signed_margin(m, data.labels)[correct], direct["margins"][correct], atol=1e-5, rtol=0)
     assert not torch.equal(direct["logits"], surrogate["logits"])  # separate cache entries, separate attacks
     # h^M as a model is the mixed classifier at alpha = 1: log-softmax of M(s*, p*, c*) of the RBC's logits
     x = data.images[:20]
-    torch.testing.assert_close(transformed_rbc(rbc, card)(x).softmax(1),
-                               rbc_transform(rbc(x), card.s, card.p, card.c, clamp=card.clamp).softmax(1))
+    torch.testing.assert_close(
+        transformed_rbc(rbc, card)(x).softmax(1),
+        rbc_transform(rbc(x), card.params["s"], card.params["p"], card.params["c"], clamp=card.params["clamp"]).softmax(
+            1
+        ),
+    )
 
 
 def test_a_stale_alpha_is_noted(calibrated):
     res, root = calibrated
     card = MixCard.load(root / "card.toml")
-    card.alpha -= 1e-6
+    card.params["alpha"] -= 1e-6
     check = check_approximation(card, cache_dir=root / "cache", progress=False)
-    assert check.alpha_card == card.alpha and check.alpha_surrogate == pytest.approx(res.card.alpha, abs=1e-12)
+    assert check.alpha_card == card.params["alpha"] and check.alpha_surrogate == pytest.approx(
+        res.card.params["alpha"], abs=1e-12
+    )
     assert any("re-run `mixzoo mix`" in note for note in check.notes)
 
 
@@ -116,11 +127,19 @@ def test_refit_alpha_keeps_beta_on_the_transformed_rbcs_own_points(calibrated, t
     refit = mix("digits-std", "digits-pgd", refit_alpha=True, out=tmp_path / "refit.toml", cache_dir=root / "cache",
                 **FAST)
     first, second = res.card, MixCard.load(tmp_path / "refit.toml")
-    assert (second.s, second.p, second.c) == (first.s, first.p, first.c)  # only alpha is chosen again
+    assert (second.params["s"], second.params["p"], second.params["c"]) == (
+        first.params["s"],
+        first.params["p"],
+        first.params["c"],
+    )  # only alpha is chosen again
     record = second.data["alpha_refit"]
-    assert record["alpha_first_pass"] == first.alpha
-    assert second.alpha == max(first.alpha, record["alpha_second_pass"])  # beta holds on both sets of points
-    assert any("--refit-alpha" in note for note in second.notes) and refit.card.alpha == second.alpha
+    assert record["alpha_first_pass"] == first.params["alpha"]
+    assert second.params["alpha"] == max(
+        first.params["alpha"], record["alpha_second_pass"]
+    )  # beta holds on both sets of points
+    assert (
+        any("--refit-alpha" in note for note in second.notes) and refit.card.params["alpha"] == second.params["alpha"]
+    )
     check = check_approximation(tmp_path / "refit.toml", cache_dir=root / "cache", progress=False)
     assert check.refit and check.alpha_worst == pytest.approx(record["alpha_second_pass"], abs=1e-12)
     assert check.beta_kept_surrogate >= check.beta and check.beta_kept_worst >= check.beta and check.notes == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from digits_models import train_digits_mlp
@@ -37,11 +39,20 @@ class Rounded(nn.Module):
 
 class TwoOutput(nn.Module):
     """MixedClassifier-like: the true output (rounded inputs, zero gradient) and an auxiliary differentiable one;
-    ``gradient = "bypass"`` routes the true output's gradient through the auxiliary one (App. B.2.2)."""
+    its ``bypass`` variant routes the true output's gradient through the auxiliary one (App. B.2.2)."""
 
     def __init__(self, model, aux_sign: float = 1.0):
         super().__init__()
         self.model, self.gradient, self.modes_seen, self.aux_sign = model, "exact", set(), aux_sign
+
+    def gradient_variant(self, name):
+        """The same model with gradient ``name`` (mixzoo.attacks.variants.GradientVariants), sharing the record."""
+        if name not in ("exact", "bypass"):
+            return None
+        other = copy.copy(self)
+        other._modules = dict(self._modules)
+        other.gradient = name
+        return other
 
     def forward_pair(self, x):
         return self.model(grid(x)), self.aux_sign * self.model(x)
@@ -286,7 +297,7 @@ def test_adaptive_strong_breaks_every_example_standard_autoattack_breaks(digits)
     """Issue 30: standard AutoAttack (pyautoattack, run directly on the exact mixed classifier, same images and
     seed) must break nothing that ``adaptive-strong`` reports robust. With mixzoo's earlier layer norm AutoAttack's
     own exact-gradient APGD broke one example (index 66) here that every other component missed; with the authors'
-    layer norm (issue 25) the other components break it too, so the component's own count may be 0 and the test
+    layer norm the other components break it too, so the component's own count may be 0 and the test
     checks the containment itself. Square gets 100 queries on both sides, and the bypass FAB-T and Square components
     of ``adaptive`` are left out, for time."""
     from mixzoo.core.compat import import_autoattack

@@ -84,13 +84,18 @@ def test_authors_search_picks_the_authors_point_and_alpha(n, k, seed, s_max, bet
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # saturation and App. D.8.2 warnings are tested below
         card = _mixzoo(clean, cy, attacked, ay, beta=beta, grid=grid, search="authors")
-    assert (card.s, card.p, card.c) == (pytest.approx(want["s"], rel=1e-12), pytest.approx(want["p"], rel=1e-12),
-                                        pytest.approx(want["c"], rel=1e-12, abs=1e-12))
-    assert card.alpha == pytest.approx(want["alpha"], rel=1e-9)
-    assert card.objective == pytest.approx(want["objective"], rel=1e-12)
+    assert (card.params["s"], card.params["p"], card.params["c"]) == (
+        pytest.approx(want["s"], rel=1e-12),
+        pytest.approx(want["p"], rel=1e-12),
+        pytest.approx(want["c"], rel=1e-12, abs=1e-12),
+    )
+    assert card.params["alpha"] == pytest.approx(want["alpha"], rel=1e-9)
+    assert card.params["objective"] == pytest.approx(want["objective"], rel=1e-12)
     # the whole grid, not only the optimum: objectives [s][p][c] against theirs [s][c][p]
-    np.testing.assert_allclose(np.asarray(card.grid["objectives"]), want["obj"].transpose(0, 2, 1) / 100, rtol=1e-12)
-    np.testing.assert_allclose(1 / np.asarray(card.grid["alphas"]) - 1, want["cutoffs"].transpose(0, 2, 1),
+    np.testing.assert_allclose(
+        np.asarray(card.params["grid"]["objectives"]), want["obj"].transpose(0, 2, 1) / 100, rtol=1e-12
+    )
+    np.testing.assert_allclose(1 / np.asarray(card.params["grid"]["alphas"]) - 1, want["cutoffs"].transpose(0, 2, 1),
                                rtol=1e-9, atol=1e-12)
     assert card.data["search"] == "authors"
 
@@ -134,14 +139,14 @@ def test_b_the_default_drops_c_that_changes_predictions_the_authors_only_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ours = _mixzoo(clean, cy, attacked, ay, beta=0.9, grid=grid)
-    objectives = np.asarray(ours.grid["objectives"])
+    objectives = np.asarray(ours.params["grid"]["objectives"])
     assert (objectives[:, :, 0] > 1).all()  # c = -2 infeasible in the default search
     assert any("excluded" in n for n in ours.notes)
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         theirs = _mixzoo(clean, cy, attacked, ay, beta=0.9, grid=grid, search="authors")
-    assert (np.asarray(theirs.grid["objectives"]) <= 1).all()  # nothing dropped
-    if theirs.c == -2.0:
+    assert (np.asarray(theirs.params["grid"]["objectives"]) <= 1).all()  # nothing dropped
+    if theirs.params["c"] == -2.0:
         assert any("only warns" in str(w.message) for w in rec)
 
 
@@ -154,8 +159,10 @@ def test_c_and_saturation_warn_in_the_default_search_without_a_cap():
     with pytest.warns(UserWarning, match="capped at 1 - 1e-9"):
         theirs = _mixzoo(clean, cy, attacked, ay, beta=0.985, grid=point, search="authors")
     # ours counts clean margins >= q = 1 exactly; theirs >= 1 - 1e-9, never fewer
-    assert ours.objective <= theirs.objective
-    assert ours.alpha == pytest.approx(0.5) and theirs.alpha == pytest.approx(0.5)  # alpha from the uncapped q
+    assert ours.params["objective"] <= theirs.params["objective"]
+    assert ours.params["alpha"] == pytest.approx(0.5) and theirs.params["alpha"] == pytest.approx(
+        0.5
+    )  # alpha from the uncapped q
 
 
 @pytest.mark.parametrize("search", ["mixzoo", "authors"])

@@ -1,4 +1,4 @@
-"""`bench CARD --rbc OTHER` labels every row, file and comparison with the model actually evaluated (issue 31, 3)."""
+"""`bench CARD --rbc OTHER` labels every row, file and comparison with the model actually evaluated."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from mixzoo.evaluation.bench import bench
+from mixzoo.evaluation.bench import MatchSettings, bench
 from mixzoo.methods.mixednuts.fitting import mix
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
-BENCH = dict(attack="apgd", n=20, attack_options={"n_iter": 3, "n_target_classes": 1}, curve=False, plots=False,
-             match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=20, progress=False)
+BENCH = dict(attack="apgd", n=20, attack_options={"n_iter": 3, "n_target_classes": 1}, curve=None, plots=False,
+             baseline=MatchSettings(options={"n_iter": 2, "n_target_classes": 1}), batch_size=20, progress=False)
 
 
 def test_a_substituted_rbc_is_named_in_rows_report_files_and_comparisons(tmp_path):

@@ -134,16 +134,20 @@ def test_returned_alpha_makes_the_robustness_constraint_active():
     # margins of M(s*, p*, c*) on the attacked examples the RBC gets right, computed independently
     att, y = data["attacked_logits"].double(), data["attacked_labels"]
     right = att.argmax(1) == y
-    m = confidence_margin(rbc_transform(att[right], card.s, card.p, card.c, clamp=card.clamp))
-    threshold = (1 - card.alpha) / card.alpha
+    m = confidence_margin(
+        rbc_transform(att[right], card.params["s"], card.params["p"], card.params["c"], clamp=card.params["clamp"])
+    )
+    threshold = (1 - card.params["alpha"]) / card.params["alpha"]
     assert threshold < 0.999  # not saturated, so "slightly smaller alpha" is meaningful
     assert float((m >= threshold * (1 - 1e-9)).double().mean()) >= beta
     assert float((m >= threshold * (1 + 1e-6)).double().mean()) < beta  # a slightly smaller alpha fails
     # the objective in the card is the share of clean RBC mistakes whose margin reaches the threshold
     clean, yc = data["clean_logits"].double(), data["clean_labels"]
     wrong = clean.argmax(1) != yc
-    mc = confidence_margin(rbc_transform(clean[wrong], card.s, card.p, card.c, clamp=card.clamp))
-    assert card.objective == pytest.approx(float((mc >= threshold * (1 - 1e-9)).double().mean()))
+    mc = confidence_margin(
+        rbc_transform(clean[wrong], card.params["s"], card.params["p"], card.params["c"], clamp=card.params["clamp"])
+    )
+    assert card.params["objective"] == pytest.approx(float((mc >= threshold * (1 - 1e-9)).double().mean()))
     assert card.data["n_clean_incorrect"] == int(wrong.sum())
     assert card.data["n_attacked_correct"] == int(right.sum())
 
@@ -160,8 +164,8 @@ def test_ties_prefer_modest_parameters():
     grid = Grid(s_min=0.25, s_max=4.0, s_n=5, p_min=1.0, p_max=3.0, p_n=3, c_min=-1.0, c_max=0.5, c_n=4)
     card = calibrate(clean_logits=clean, clean_labels=clean_labels, attacked_logits=attacked,
                      attacked_labels=attacked_labels, beta=0.9, grid=grid)
-    assert card.objective == 0.0
-    assert (card.s, card.p, card.c) == pytest.approx((1.0, 1.0, 0.0))
+    assert card.params["objective"] == 0.0
+    assert (card.params["s"], card.params["p"], card.params["c"]) == pytest.approx((1.0, 1.0, 0.0))
 
 
 def test_best_index_breaks_ties_in_documented_order():
@@ -195,9 +199,11 @@ def test_relaxed_objective_counts_only_abc_correct_mistakes():
     card = calibrate(**data, objective="relaxed", abc_clean_correct=abc_correct)
     wrong = data["clean_logits"].argmax(1) != data["clean_labels"]
     sel = abc_correct[wrong]
-    mc = confidence_margin(rbc_transform(data["clean_logits"].double()[wrong], card.s, card.p, card.c))
-    q = (1 - card.alpha) / card.alpha
-    assert card.objective == pytest.approx(float((mc[sel] >= q * (1 - 1e-9)).double().mean()))
+    mc = confidence_margin(
+        rbc_transform(data["clean_logits"].double()[wrong], card.params["s"], card.params["p"], card.params["c"])
+    )
+    q = (1 - card.params["alpha"]) / card.params["alpha"]
+    assert card.params["objective"] == pytest.approx(float((mc[sel] >= q * (1 - 1e-9)).double().mean()))
     assert card.data["n_clean_incorrect_abc_correct"] == int(sel.sum())
     with pytest.raises(InputError, match="abc_clean_correct"):
         calibrate(**data, objective="relaxed")
@@ -208,21 +214,32 @@ def test_linear_baseline_and_alpha_d():
     beta = 0.95
     card = calibrate(**data, beta=beta, linear=True)
     # a card of the linear method (raw RBC logits, ABC at T = 1): no s, p, c or clamp; fitted at beta by Algorithm 1
-    assert (card.method, card.fit, card.temperature, card.beta) == ("linear", "linear", 1.0, beta)
+    assert (card.method, card.params["fit"], card.params["temperature"], card.params["beta"]) == (
+        "linear",
+        "linear",
+        1.0,
+        beta,
+    )
     assert not {"s", "p", "c", "clamp", "top_k"} & set(card.params)
     mixed = calibrate(**data, beta=beta)
     att, y = data["attacked_logits"].double(), data["attacked_labels"]
     right = att.argmax(1) == y
-    for logits, alpha in ((att[right], card.alpha), (layer_norm(att[right]), mixed.alpha_d)):
+    for logits, alpha in ((att[right], card.params["alpha"]), (layer_norm(att[right]), mixed.params["alpha_d"])):
         m = confidence_margin(logits).sort().values
         q = float(m[int(math.floor((1 - beta) * len(m) + 1e-9))])
         assert alpha == pytest.approx(1 / (1 + q))
     other = calibrate(**data, beta=beta, clamp="relu", grid=Grid(s_n=3, p_n=2, c_n=2))
-    assert (other.clamp, len(other.grid["s_values"])) == ("relu", 3) != (mixed.clamp, len(mixed.grid["s_values"]))
-    assert other.alpha_d == pytest.approx(mixed.alpha_d)  # alpha_d does not depend on the clamp or grid
+    assert (
+        (other.params["clamp"], len(other.params["grid"]["s_values"]))
+        == ("relu", 3)
+        != (mixed.params["clamp"], len(mixed.params["grid"]["s_values"]))
+    )
+    assert other.params["alpha_d"] == pytest.approx(
+        mixed.params["alpha_d"]
+    )  # alpha_d does not depend on the clamp or grid
     from mixzoo.methods.mixednuts.calibrate import calibrate_alpha_linear
 
-    assert calibrate_alpha_linear(**data, beta=beta).alpha == pytest.approx(card.alpha)
+    assert calibrate_alpha_linear(**data, beta=beta).params["alpha"] == pytest.approx(card.params["alpha"])
 
 
 def test_refine_optimizer_is_no_worse_and_card_round_trips(tmp_path):
@@ -230,22 +247,25 @@ def test_refine_optimizer_is_no_worse_and_card_round_trips(tmp_path):
     grid = Grid(s_max=10.0, s_n=4, p_n=4, c_n=4)
     coarse = calibrate(**data, grid=grid)
     fine = calibrate(**data, grid=grid, optimizer="refine")
-    assert fine.objective <= coarse.objective
+    assert fine.params["objective"] <= coarse.params["objective"]
     # the card's objective and alpha hold at the refined point, which here lies off the coarse grid (the objectives
     # tie, and the tie rule of the finer grid picks another point)
-    at_point = calibrate(**data, grid=Grid.point(fine.s, fine.p, fine.c))
-    assert (at_point.objective, at_point.alpha) == (fine.objective, pytest.approx(fine.alpha))
-    assert not any(fine.p == pytest.approx(v) for v in coarse.grid["p_values"])
-    assert fine.grid["optimizer"] == "refine" and fine.grid["n_evaluated"] > 64
+    at_point = calibrate(**data, grid=Grid.point(fine.params["s"], fine.params["p"], fine.params["c"]))
+    assert (at_point.params["objective"], at_point.params["alpha"]) == (
+        fine.params["objective"],
+        pytest.approx(fine.params["alpha"]),
+    )
+    assert not any(fine.params["p"] == pytest.approx(v) for v in coarse.params["grid"]["p_values"])
+    assert fine.params["grid"]["optimizer"] == "refine" and fine.params["grid"]["n_evaluated"] > 64
     assert any("refined" in n for n in fine.notes)
     loaded = MixCard.load(fine.save(tmp_path / "card.toml"))
     assert loaded.to_dict() == fine.to_dict()
-    assert torch.tensor(loaded.grid["objectives"]).shape == (4, 4, 4)
+    assert torch.tensor(loaded.params["grid"]["objectives"]).shape == (4, 4, 4)
     # the grid a card was searched on comes back from its record (the trade-off curve and transfer re-search it)
-    again = Grid.from_record(coarse.grid)
+    again = Grid.from_record(coarse.params["grid"])
     assert (again.s_n, again.p_n, again.c_n) == (4, 4, 4)
     for axis in "spc":
-        assert getattr(again, f"{axis}_values")().tolist() == pytest.approx(coarse.grid[f"{axis}_values"])
+        assert getattr(again, f"{axis}_values")().tolist() == pytest.approx(coarse.params['grid'][f"{axis}_values"])
     assert all(Grid.from_record(r) is None for r in (None, {}, {"s_values": []}))
 
 
@@ -268,7 +288,7 @@ def test_optimizers_come_from_the_plugin_hook():
     register_plugin(FixedPointOptimizer(), name="test-fixed-optimizer")
     try:
         card = calibrate(**calibration_set(100, 10, seed=2), optimizer="test-fixed")
-        assert (card.s, card.p, card.c) == (2.0, 2.0, -0.5)
+        assert (card.params["s"], card.params["p"], card.params["c"]) == (2.0, 2.0, -0.5)
         with pytest.raises(PluginError, match="SearchResult"):
             calibrate(**calibration_set(100, 10, seed=2), optimizer="test-broken")
     finally:
@@ -339,14 +359,14 @@ def test_argmax_change_constraint_excludes_flipping_c_values():
     assert max(flips) > 0, "the data must contain c values that flip predictions"
     assert any("excluded" in note for note in strict.notes)
     ln_clean = layer_norm(clean.double())
-    assert torch.equal(get_clamp("gelu")(ln_clean + strict.c).argmax(1), ln_clean.argmax(1))
-    objectives = torch.tensor(strict.grid["objectives"])
-    assert (objectives > 1).any() and strict.objective <= 1
-    alphas = torch.tensor(strict.grid["alphas"])
+    assert torch.equal(get_clamp("gelu")(ln_clean + strict.params["c"]).argmax(1), ln_clean.argmax(1))
+    objectives = torch.tensor(strict.params["grid"]["objectives"])
+    assert (objectives > 1).any() and strict.params["objective"] <= 1
+    alphas = torch.tensor(strict.params["grid"]["alphas"])
     assert (alphas[objectives > 1] == 1.0).all()  # infeasible points record the RBC alone (q = 0)
     assert (alphas[objectives <= 1] < 1.0).any()
     loose = calibrate(**kw, max_argmax_change=None)
-    assert (torch.tensor(loose.grid["objectives"]) <= 1).all()
+    assert (torch.tensor(loose.params["grid"]["objectives"]) <= 1).all()
     with pytest.raises(InputError, match="max_argmax_change"):
         calibrate(**kw, max_argmax_change=1.5)
 

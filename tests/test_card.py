@@ -13,15 +13,42 @@ from mixzoo.core.errors import InputError, MissingFileError
 
 def full_card() -> MixCard:
     return MixCard(
-        s=2.59, p=4.0, c=-0.75, alpha=0.997, beta=0.985, clamp="gelu", top_k=250, temperature=0.0, alpha_d=0.96,
-        objective=0.671, method="mmaa", abc={"name": "convnextv2-l", "weight_hash": "0123456789abcdef"},
-        rbc={"name": "liu2023-swin-l", "weight_hash": "fedcba9876543210"}, dataset="imagenet",
-        grid={"s_values": torch.tensor([0.5, 1.0]), "p_values": [1.0, 4.0], "c_values": (-1.0, 0.0),
-              "objectives": [[[0.5, 0.25], [0.1, 0.2]], [[0.3, 0.4], [0.6, 0.7]]], "optimizer": "grid"},
+        "mixednuts",
+        {
+            "s": 2.59,
+            "p": 4.0,
+            "c": -0.75,
+            "alpha": 0.997,
+            "beta": 0.985,
+            "clamp": "gelu",
+            "top_k": 250,
+            "temperature": 0.0,
+            "alpha_d": 0.96,
+            "objective": 0.671,
+            "grid": {
+                "s_values": torch.tensor([0.5, 1.0]),
+                "p_values": [1.0, 4.0],
+                "c_values": (-1.0, 0.0),
+                "objectives": [[[0.5, 0.25], [0.1, 0.2]], [[0.3, 0.4], [0.6, 0.7]]],
+                "optimizer": "grid",
+            },
+            "fit": "mmaa",
+        },
+        abc={"name": "convnextv2-l", "weight_hash": "0123456789abcdef"},
+        rbc={"name": "liu2023-swin-l", "weight_hash": "fedcba9876543210"},
+        dataset="imagenet",
         data={"n": 1000, "n_clean": 1000, "n_clean_incorrect": 200, "split": "calibration"},
-        attack={"name": "mmaa", "eps": 4 / 255, "norm": "Linf", "n_iter": 100, "n_target_classes": 9,
-                "n_restarts": 1, "seed": 0},
-        provenance=provenance(seed=0, command="mixzoo mix"), notes=["a note"],
+        attack={
+            "name": "mmaa",
+            "eps": 4 / 255,
+            "norm": "Linf",
+            "n_iter": 100,
+            "n_target_classes": 9,
+            "n_restarts": 1,
+            "seed": 0,
+        },
+        provenance=provenance(seed=0, command="mixzoo mix"),
+        notes=["a note"],
     )
 
 
@@ -31,7 +58,7 @@ def test_round_trip(tmp_path, suffix):
     path = card.save(tmp_path / f"card{suffix}")
     loaded = MixCard.load(path)
     assert loaded.to_dict() == card.to_dict()
-    assert loaded.grid["s_values"] == [0.5, 1.0] and loaded.top_k == 250
+    assert loaded.params["grid"]["s_values"] == [0.5, 1.0] and loaded.params["top_k"] == 250
     assert [p.name for p in tmp_path.iterdir()] == [f"card{suffix}"]  # no temporary files left behind
 
 
@@ -39,20 +66,22 @@ def test_a_parameter_set_as_an_attribute_is_saved(tmp_path):
     """``card.alpha = a`` updates the method's section (refit_alpha does this): it once made an instance attribute
     that shadowed ``params`` while save() wrote the old alpha."""
     card = full_card()
-    card.alpha, card.objective = 0.999, 0.5
-    assert card.params["alpha"] == 0.999 and card.alpha == 0.999
+    card.params["alpha"], card.params["objective"] = 0.999, 0.5
+    assert card.params["alpha"] == 0.999 and card.params["alpha"] == 0.999
     loaded = MixCard.load(card.save(tmp_path / "card.toml"))
-    assert (loaded.alpha, loaded.objective) == (0.999, 0.5)
+    assert (loaded.params["alpha"], loaded.params["objective"]) == (0.999, 0.5)
     card.notes = ["replaced"]  # a card field stays a field
     assert card.notes == ["replaced"] and "notes" not in card.params
 
 
 @pytest.mark.parametrize("suffix", [".toml", ".json"])
 def test_none_values_round_trip(tmp_path, suffix):
-    card = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.6, method="guess")  # beta, top_k, alpha_d, dataset: None
+    card = MixCard(
+        "mixednuts", {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.6, "fit": "guess"}
+    )  # beta, top_k, alpha_d, dataset: None
     loaded = MixCard.load(card.save(tmp_path / f"c{suffix}"))
     assert loaded == card
-    assert loaded.beta is None and loaded.top_k is None
+    assert loaded.params["beta"] is None and loaded.params["top_k"] is None
 
 
 def test_top_level_fields_are_plain_toml(tmp_path):
@@ -107,14 +136,14 @@ def test_unknown_fields_warn_and_are_ignored(tmp_path):
     data["future_field"] = 3
     with pytest.warns(UserWarning, match="future_field"):
         card = MixCard.load(_write(tmp_path, data))
-    assert card.alpha == 0.997
+    assert card.params["alpha"] == 0.997
 
 
 def test_save_replaces_an_existing_card(tmp_path):
     path = tmp_path / "c.toml"
     full_card().save(path)
-    MixCard(s=1.0, p=2.0, c=0.0, alpha=0.7, beta=0.9).save(path)
-    assert MixCard.load(path).p == 2.0
+    MixCard("mixednuts", {"s": 1.0, "p": 2.0, "c": 0.0, "alpha": 0.7, "beta": 0.9}).save(path)
+    assert MixCard.load(path).params["p"] == 2.0
 
 
 def test_provenance_records_version_and_time():

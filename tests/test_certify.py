@@ -33,7 +33,7 @@ from scipy import stats
 from torch import nn
 from typer.testing import CliRunner
 
-from mixzoo.certify import certify
+from mixzoo.certify import SmoothingSettings, certify
 from mixzoo.certify import run as certify_run
 from mixzoo.certify.lipschitz import LAYER_BOUNDS, SOFTMAX_CLASS_LIPSCHITZ, conv2d_operator_norm, lipschitz_bound
 from mixzoo.certify.radii import (
@@ -535,7 +535,8 @@ def test_smoothing_certificates_survive_l2_pgd_and_a_wrong_sigma_does_not(monkey
                             lambda lo, hi, sigma, alphas: smoothing_radius(lo, hi, sigma * sigma_factor, alphas))
     alpha, sigma, n = 0.8, 0.5, 10
     images, labels = digits(n)
-    result = certify(rbc="digits-rs050", abc="digits-std", alphas=[alpha], n=n, samples=2000, selection_samples=100,
+    result = certify(rbc="digits-rs050", abc="digits-std", alphas=[alpha], n=n,
+                     smoothing=SmoothingSettings(samples=2000, selection_samples=100),
                      progress=False)
     assert result.settings["sigma"] == sigma
     idx, radius = certified_points(result, alpha, ("smoothing", "smoothing-lipschitz"))
@@ -596,8 +597,9 @@ def test_smoothing_radii_against_the_exact_radius_of_a_half_space(monkeypatch, s
     mc = monte_carlo_probs(model, images[:10], sigma, 20_000, kind="hard", seed=3, progress=False)[:, 0]
     exact = torch.from_numpy(stats.norm.cdf(((images[:10].flatten(1) @ w + b) / (sigma * w.norm())).numpy()))
     assert torch.allclose(mc, exact.double(), atol=0.015)  # the smoothed model is what the formulas assume
-    result = certify(rbc=model, abc="digits-std", dataset="digits", sigma=sigma, smoothing="hard", alphas=[0.8], n=n,
-                     samples=20_000, progress=False)
+    result = certify(rbc=model, abc="digits-std", dataset="digits",
+                     smoothing=SmoothingSettings(sigma=sigma, samples=20_000, kind="hard"), alphas=[0.8], n=n,
+                     progress=False)
     over = []
     for c in result.certified_curves:
         idx = [j for j, r in enumerate(c.radius) if r is not None]
@@ -638,7 +640,8 @@ def test_monte_carlo_does_not_depend_on_batch_size_or_on_the_other_images(kind):
 
 
 def test_certify_gives_each_image_the_same_radius_whatever_n_and_batch_size():
-    common = dict(rbc="digits-rs050", abc="digits-std", alphas=[0.8], samples=300, selection_samples=30,
+    common = dict(rbc="digits-rs050", abc="digits-std", alphas=[0.8],
+                  smoothing=SmoothingSettings(samples=300, selection_samples=30),
                   progress=False)
     ten = certify(n=10, batch_size=64, **common)
     twenty = certify(n=20, batch_size=1000, **common)
@@ -786,9 +789,9 @@ def test_the_minimum_samples_message_is_exact():
     need = minimum_samples(10, 0.999, "soft", 0.8)
     assert need == 28
     common = dict(rbc="digits-rs050", abc="digits-std", alphas=[0.8], n=2, progress=False)
-    certify(samples=need, **common)
+    certify(smoothing=SmoothingSettings(samples=need), **common)
     with pytest.raises(InputError, match=f"--samples {need} or more"):
-        certify(samples=need - 1, **common)
+        certify(smoothing=SmoothingSettings(samples=need - 1), **common)
 
 
 class ChainLiar(nn.Module):

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from mixzoo.cli import app
 from mixzoo.core.errors import InputError, MixzooError
-from mixzoo.evaluation.bench import ADVERSARIAL_FILE, bench
+from mixzoo.evaluation.bench import ADVERSARIAL_FILE, MatchSettings, bench
 from mixzoo.evaluation.sanity import EpsSweep, SweepRow, _row, default_radii, eps_sweep, markdown
 from mixzoo.evaluation.verify import _margins, _verify_row, verify_report
 from mixzoo.methods.mixednuts.fitting import mix
@@ -28,8 +28,8 @@ from mixzoo.zoo.models import load_model
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 N = 20
-BENCH = dict(attack="apgd", n=N, attack_options={"n_iter": 5, "n_target_classes": 2}, curve=False, plots=False,
-             match_options={"n_iter": 3, "n_target_classes": 1}, batch_size=25, progress=False)
+BENCH = dict(attack="apgd", n=N, attack_options={"n_iter": 5, "n_target_classes": 2}, curve=None, plots=False,
+             baseline=MatchSettings(options={"n_iter": 3, "n_target_classes": 1}), batch_size=25, progress=False)
 K = 3
 
 
@@ -150,10 +150,10 @@ def test_sweep_input_checks_before_any_work(tmp_path):
     with pytest.raises(InputError, match="--eps values must be positive"):
         eps_sweep(missing, radii=[0.0, 0.2], n=4, cache_dir=tmp_path)
     with pytest.raises(InputError, match=r"--linear-alpha must be in \[0.5, 1\]"):
-        eps_sweep(missing, linear_alpha=1.01, n=4, cache_dir=tmp_path)
+        eps_sweep(missing, baseline=1.01, n=4, cache_dir=tmp_path)
     for alpha in (0.5, 1.0):  # the ends of [1/2, 1] are legal: the next complaint is the missing card
         with pytest.raises(MixzooError) as err:
-            eps_sweep(missing, linear_alpha=alpha, n=4, cache_dir=tmp_path)
+            eps_sweep(missing, baseline=alpha, n=4, cache_dir=tmp_path)
         assert "--linear-alpha" not in str(err.value) and "no-card.toml" in str(err.value)
 
 
@@ -161,7 +161,7 @@ def test_sweep_sorts_radii_and_evaluates_the_models_it_names(digits, tmp_path):
     from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     sweep = eps_sweep(digits / "card.toml", n=N, batch_size=N, radii=[0.5, 0.2], attack="pgd",
-                      attack_options={"n_iter": 1}, linear_alpha=1.0, cache_dir=tmp_path / "cache", progress=False)
+                      attack_options={"n_iter": 1}, baseline=1.0, cache_dir=tmp_path / "cache", progress=False)
     assert sweep.radii == [0.2, 0.5] and sweep.reach == 0.5
     # the largest radius reaches every example (the digits all have a 0 pixel): no "add it to --eps" note
     assert not any("is below" in note for note in sweep.notes)
@@ -207,9 +207,9 @@ def test_the_mixednuts_row_evaluates_the_cards_mixture(digits, tmp_path):
     from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     card = _edited_card(digits, tmp_path, alpha=0.5)
-    assert MixCard.load(card).alpha == 0.5
+    assert MixCard.load(card).params["alpha"] == 0.5
     sweep = eps_sweep(card, n=N, batch_size=N, radii=[0.2], attack="pgd", attack_options={"n_iter": 1},
-                      linear=False, cache_dir=tmp_path / "cache", progress=False)
+                      baseline=None, cache_dir=tmp_path / "cache", progress=False)
     data = load_dataset("digits", "evaluation", n=N)
     abc, rbc = load_model("digits-std"), load_model("digits-pgd")
     mixed = MixedClassifier.from_card(MixCard.load(card), abc, rbc)
@@ -225,7 +225,7 @@ def test_the_mixednuts_row_evaluates_the_cards_mixture(digits, tmp_path):
 def test_an_l2_sweep_reaches_the_farthest_example(digits, tmp_path):
     card = _edited_card(digits, tmp_path, attack={"norm": "L2", "eps": 1.0})
     sweep = eps_sweep(card, n=N, batch_size=N, radii=[1.0], attack="pgd", attack_options={"n_iter": 1},
-                      linear=False, cache_dir=tmp_path / "cache", progress=False)
+                      baseline=None, cache_dir=tmp_path / "cache", progress=False)
     images = load_dataset("digits", "evaluation", n=N).images
     dist = (images - 0.5).flatten(1).norm(dim=1)
     assert dist.min() < dist.max() - 0.1  # premise: in L2 the examples lie at different distances from grey
@@ -234,7 +234,7 @@ def test_an_l2_sweep_reaches_the_farthest_example(digits, tmp_path):
 
 
 def test_sweep_notes_a_largest_radius_below_the_grey_reach(digits, tmp_path):
-    sweep = eps_sweep(digits / "card.toml", n=N, batch_size=N, radii=[0.2], attack="pgd", linear=False,
+    sweep = eps_sweep(digits / "card.toml", n=N, batch_size=N, radii=[0.2], attack="pgd", baseline=None,
                       attack_options={"n_iter": 1}, cache_dir=tmp_path / "cache", progress=False)
     assert any("is below 0.5" in note for note in sweep.notes)
 
@@ -360,7 +360,7 @@ def test_a_linear_point_is_judged_by_the_linear_mixture_at_the_rows_alpha(digits
 
     def edit(report):
         rbc_row, lin = _model_row(report, "rbc"), _model_row(report, "linear")
-        lin["alpha"] = 1.0
+        lin["alpha"] = lin["card"]["linear"]["alpha"] = 1.0  # verify rebuilds the row from the card it records
         lin["clean_outcomes"], lin["robust_outcomes"] = rbc_row["clean_outcomes"], rbc_row["robust_outcomes"]
 
     _edit_report(out, edit)

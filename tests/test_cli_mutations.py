@@ -18,11 +18,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from card_fields import nuts_card
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from mixzoo.cli import _parse_floats, _parse_grid, app, parse_attack_options
+from mixzoo.cli import _parse_floats, app, parse_attack_options
 from mixzoo.core.errors import PluginError, RegistryError, UnknownNameError
 from mixzoo.core.plugins import (
     clear_caches,
@@ -42,6 +43,14 @@ ROBUST = {"role": "robust", "dataset": "digits", "num_classes": 10, "input_size"
           "source": {"kind": "zoo"}, "threat_model": "Linf", "epsilon": 0.1}
 ACCURATE = {"role": "accurate", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
             "source": {"kind": "zoo"}}
+
+
+def _parse_grid(text):
+    """The ``grid`` option of MixedNUTS as ``mixzoo mix --grid TEXT`` reads it (None or empty: no grid)."""
+    from mixzoo.methods.mixednuts.method import MixedNUTS
+
+    return MixedNUTS().check_options({"grid": text})["grid"] if text else None
+
 
 
 def one_line_error(result) -> str:
@@ -83,11 +92,10 @@ def _library_defaults(fn) -> dict:
 
 def _card(**values):
     """A real MixedNUTS card (the schema-1 keyword form: ``method`` is how it was fitted)."""
-    from mixzoo.core.card import MixCard
 
     base = dict(s=1.5, p=2.5, c=-0.5, alpha=0.75, beta=0.985, objective=0.125, notes=[], method="transfer",
                 abc={"name": "a"}, rbc={"name": "r"}, dataset="digits", clamp="gelu")
-    return MixCard(**{**base, **values})
+    return nuts_card(**{**base, **values})
 
 
 def _mix_result(**card_values):
@@ -375,10 +383,10 @@ def test_mix_json_reports_each_parameter_under_its_own_key(monkeypatch):
 def test_the_recorded_command_line_splits_back_into_the_arguments(argv):
     from unittest import mock
 
-    from mixzoo.cli import _command_line
+    from mixzoo.core.commands import command_line
 
     with mock.patch.object(sys, "argv", ["/usr/bin/mixzoo", *argv]):
-        assert shlex.split(_command_line()) == ["mixzoo", *argv]
+        assert shlex.split(command_line()) == ["mixzoo", *argv]
 
 
 def test_mix_records_the_quoted_command_line(monkeypatch, tmp_path):
@@ -389,7 +397,18 @@ def test_mix_records_the_quoted_command_line(monkeypatch, tmp_path):
     assert shlex.split(spy.kwargs["command"]) == ["mixzoo", *argv]
 
 
+def _settings_defaults(settings, **library) -> None:
+    """The CLI's settings equal the library's defaults (``RunSettings()`` changed by ``library``), progress aside."""
+    from dataclasses import replace
+
+    from mixzoo.core.settings import RunSettings
+
+    expected = RunSettings().changed(**library)
+    assert replace(settings, progress=True) == replace(expected, progress=True)
+
+
 def test_bench_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
+    from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation import bench
 
     real = bench.bench
@@ -397,9 +416,11 @@ def test_bench_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
     spy = _spy(monkeypatch, "mixzoo.evaluation.bench.bench", report)
     result = CliRunner().invoke(app, ["bench", "--json"])
     assert result.exit_code == 0, result.output
-    assert spy.calls[0][0] == (None,) and json.loads(result.stdout) == {"ok": 1}
-    _assert_library_defaults(spy.kwargs, real)
-    assert spy.kwargs["out"] == Path("bench")
+    (card, settings), kw = spy.calls[0]
+    assert card is None and json.loads(result.stdout) == {"ok": 1}
+    _settings_defaults(settings)
+    _assert_library_defaults(kw, real)
+    assert kw["out"] == Path("bench")
 
     spy = _spy(monkeypatch, "mixzoo.evaluation.bench.bench", report)
     result = CliRunner().invoke(app, [
@@ -407,18 +428,23 @@ def test_bench_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
         "--out", str(tmp_path / "o"), "--eps", "0.3", "--norm", "L2", "--seed", "2", "--batch-size", "8",
         "--no-curve", "--curve-n", "11", "-O", "n_iter=3", "--attack-option", "loss=ce", "--save-adversarial",
         "--data-dir", "dd", "--cache-dir", str(tmp_path / "c"), "--no-cache", "--device", "cuda", "--allow-unsafe",
-        "--batch-seeds", "--no-plots", "--json"])
+        "--batch-seeds", "--no-plots", "--no-baseline", "--json"])
     assert result.exit_code == 0, result.output
-    assert spy.calls[0][0] == (str(tmp_path / "card.toml"),)  # a card file or a published card name
-    assert spy.kwargs == dict(
-        abc="a", rbc="r", attack="apgd", n=9, out=tmp_path / "o", eps=0.3, norm="L2", seed=2, batch_size=8,
-        attack_options={"n_iter": 3, "loss": "ce"}, curve=False, curve_n=11, save_adversarial=True, data_dir="dd",
-        cache_dir=tmp_path / "c", use_cache=False, device="cuda", allow_unsafe=True, progress=False, baseline=True,
-        extra_attacks=True, per_example_seeds=False, plots=False)
+    (card, settings), kw = spy.calls[0]
+    assert card == str(tmp_path / "card.toml")  # a card file or a published card name
+    assert settings == RunSettings(
+        abc="a", rbc="r", attack="apgd", n=9, eps=0.3, norm="L2", seed=2, batch_size=8,
+        attack_options={"n_iter": 3, "loss": "ce"}, data_dir="dd", cache_dir=tmp_path / "c", use_cache=False,
+        device="cuda", allow_unsafe=True, progress=False, extra_attacks=True, per_example_seeds=False)
+    assert kw == dict(out=tmp_path / "o", baseline=None, curve=None, plots=False, save_adversarial=True)
+    spy = _spy(monkeypatch, "mixzoo.evaluation.bench.bench", report)
+    assert CliRunner().invoke(app, ["bench", "--curve-n", "11", "--json"]).exit_code == 0
+    assert spy.kwargs["curve"].n == 11 and spy.kwargs["baseline"] == bench.MATCH
 
 
 def test_sanity_defaults_options_and_strict_exit_status(monkeypatch, tmp_path):
-    from mixzoo.evaluation import sanity
+    from mixzoo.core.settings import RunSettings
+    from mixzoo.evaluation import bench, sanity
 
     real = sanity.eps_sweep
     card = tmp_path / "card.toml"
@@ -426,40 +452,48 @@ def test_sanity_defaults_options_and_strict_exit_status(monkeypatch, tmp_path):
     result = CliRunner().invoke(app, ["sanity", str(card), "--json"])
     assert result.exit_code == 0, result.output  # misses without --strict: reported, status 0
     assert json.loads(result.stdout) == {"passed": False}
-    _assert_library_defaults(spy.kwargs, real)
-    assert spy.calls[0][0] == (card,) and spy.kwargs["out"] == Path("sanity")
+    (given, settings), kw = spy.calls[0]
+    _settings_defaults(settings, attack="adaptive-apgd", n=200)  # eps_sweep's own defaults
+    _assert_library_defaults(kw, real)
+    assert given == card and kw["out"] == Path("sanity") and kw["baseline"] == bench.MATCH
 
     spy = _spy(monkeypatch, "mixzoo.evaluation.sanity.eps_sweep", _dict_result(passed=False))
-    args = ["sanity", str(card), "--eps", "0.1,0.25", "--attack", "pgd", "--n", "5", "--no-linear",
+    args = ["sanity", str(card), "--eps", "0.1,0.25", "--attack", "pgd", "--n", "5",
             "--linear-alpha", "0.6", "--abc", "a", "--rbc", "r", "--out", str(tmp_path / "o"), "--seed", "3",
             "--batch-size", "4", "-O", "n_iter=2", "--data-dir", "dd", "--cache-dir", str(tmp_path / "c"),
             "--no-cache", "--device", "cuda", "--allow-unsafe", "--json", "--strict"]
     assert CliRunner().invoke(app, args).exit_code == 1
-    assert spy.kwargs == dict(
-        abc="a", rbc="r", radii=[0.1, 0.25], attack="pgd", n=5, seed=3, linear=False, linear_alpha=0.6,
-        batch_size=4, attack_options={"n_iter": 2}, out=tmp_path / "o", data_dir="dd", cache_dir=tmp_path / "c",
-        use_cache=False, device="cuda", allow_unsafe=True, progress=False)
+    (given, settings), kw = spy.calls[0]
+    assert settings == RunSettings(
+        abc="a", rbc="r", attack="pgd", n=5, seed=3, batch_size=4, attack_options={"n_iter": 2}, data_dir="dd",
+        cache_dir=tmp_path / "c", use_cache=False, device="cuda", allow_unsafe=True, progress=False)
+    assert kw == dict(radii=[0.1, 0.25], baseline=0.6, out=tmp_path / "o")
+    spy = _spy(monkeypatch, "mixzoo.evaluation.sanity.eps_sweep", _dict_result(passed=False))
+    assert CliRunner().invoke(app, [*args, "--no-linear"]).exit_code == 1
+    assert spy.kwargs["baseline"] is None
 
     _spy(monkeypatch, "mixzoo.evaluation.sanity.eps_sweep", _dict_result(passed=True))
     assert CliRunner().invoke(app, ["sanity", str(card), "--json", "--strict"]).exit_code == 0
 
 
 def test_verify_exit_status_follows_the_verdict_and_options_reach_the_library(monkeypatch, tmp_path):
+    from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation import verify
 
     real = verify.verify_report
     spy = _spy(monkeypatch, "mixzoo.evaluation.verify.verify_report", _dict_result(passed=True))
     result = CliRunner().invoke(app, ["verify", str(tmp_path), "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout) == {"passed": True}
+    _settings_defaults(spy.calls[0][0][1])
     _assert_library_defaults(spy.kwargs, real)
     spy = _spy(monkeypatch, "mixzoo.evaluation.verify.verify_report", _dict_result(passed=False))
     result = CliRunner().invoke(app, ["verify", str(tmp_path), "--abc", "a", "--rbc", "r", "--out",
                                       str(tmp_path / "v.json"), "--batch-size", "3", "--data-dir", "dd",
                                       "--device", "cuda", "--allow-unsafe", "--json"])
     assert result.exit_code == 1
-    assert spy.calls[0][0] == (tmp_path,)
-    assert spy.kwargs == dict(abc="a", rbc="r", data_dir="dd", device="cuda", batch_size=3, allow_unsafe=True,
-                              out=tmp_path / "v.json")
+    (given, settings), kw = spy.calls[0]
+    assert given == tmp_path and kw == dict(out=tmp_path / "v.json")
+    assert settings == RunSettings(abc="a", rbc="r", data_dir="dd", device="cuda", batch_size=3, allow_unsafe=True)
 
 
 def test_check_refuses_an_unwritable_out_before_any_work(monkeypatch, tmp_path):

@@ -300,10 +300,10 @@ def test_argmax_filter_counts_the_attacked_correct_images():
     assert not _gelu_moved(data["clean_logits"], -1.5).any()
     assert _gelu_moved(data["attacked_logits"], -1.5).all() and not _gelu_moved(data["attacked_logits"], 0.0).any()
     card = calibrate(**data, beta=0.9, grid=grid, max_argmax_change=0.0)
-    objectives = torch.tensor(card.grid["objectives"])
+    objectives = torch.tensor(card.params["grid"]["objectives"])
     assert (objectives[:, :, 0] > 1).all()  # c = -1.5 changes 30 of 70 predictions: infeasible
     assert (objectives[:, :, 1] <= 1).all()  # c = 0 changes none: feasible, even with a zero tolerance
-    assert card.c == 0.0 and card.objective <= 1
+    assert card.params["c"] == 0.0 and card.params["objective"] <= 1
     assert any("c values -1.5 excluded" in n for n in card.notes)
 
 
@@ -337,9 +337,15 @@ def test_card_alpha_is_exact_after_a_float32_search():
                      beta=beta, grid=grid, dtype=torch.float32, max_argmax_change=None)
     att = attacked.double()
     right = layer_norm(att).argmax(1) == labels
-    m = confidence_margin(rbc_transform(att[right], card.s, card.p, card.c, clamp=card.clamp)).sort().values
+    m = (
+        confidence_margin(
+            rbc_transform(att[right], card.params["s"], card.params["p"], card.params["c"], clamp=card.params["clamp"])
+        )
+        .sort()
+        .values
+    )
     q = float(m[min(int(math.floor((1 - beta) * len(m) + 1e-9)), len(m) - 1)])
-    assert card.alpha == pytest.approx(1 / (1 + q), rel=1e-10, abs=0)
+    assert card.params["alpha"] == pytest.approx(1 / (1 + q), rel=1e-10, abs=0)
 
 
 # ---------------------------------------------------------------------------------------- App. D.9 helpers
@@ -369,7 +375,7 @@ def test_mmaa_settings_defaults_for_old_cards():
 def test_worst_points_take_the_smallest_margin_of_the_transformed_rbc():
     """Per image, the point where h^M = M(s, p, c)(RBC) has the smaller signed margin, a flip beating any margin.
     With the linear clamp, s = p = 1, c = 0, h^M is the layer-normed RBC; its margins are computed here by hand."""
-    card = SimpleNamespace(s=1.0, p=1.0, c=0.0, clamp="linear", top_k=None)
+    card = SimpleNamespace(params={"s": 1.0, "p": 1.0, "c": 0.0, "clamp": "linear", "top_k": None})
     a = torch.tensor([[1.0, 0.0, 0.0], [4.0, 3.0, 0.0], [0.0, 2.0, 0.0], [5.0, 4.9, 0.0]])
     b = torch.tensor([[10.0, 9.0, 0.0], [3.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
     labels = torch.zeros(4, dtype=torch.long)
@@ -409,9 +415,20 @@ def test_check_approximation_counts_on_its_own_points(fixed_logits, tmp_path):
     beta = 0.8
     first = calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=surrogate, attacked_labels=labels,
                       beta=beta, grid=Grid.point(3.0, 2.0, -0.4), max_argmax_change=None)
-    card = MixCard(s=3.0, p=2.0, c=-0.4, alpha=first.alpha, beta=beta, objective=first.objective, method="mmaa",
-                   data={"n": n, "fingerprint": "f00d"},
-                   attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1, seed=0))
+    card = MixCard(
+        "mixednuts",
+        {
+            "s": 3.0,
+            "p": 2.0,
+            "c": -0.4,
+            "alpha": first.params["alpha"],
+            "beta": beta,
+            "objective": first.params["objective"],
+            "fit": "mmaa",
+        },
+        data={"n": n, "fingerprint": "f00d"},
+        attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1, seed=0),
+    )
 
     def fake_mmaa(rbc, data, transform=None, **kw):
         return {"logits": direct if transform is not None else surrogate}
@@ -420,9 +437,11 @@ def test_check_approximation_counts_on_its_own_points(fixed_logits, tmp_path):
     check = approximation.check_approximation(card, cache_dir=tmp_path, progress=False)
 
     def h_m(raw):
-        return rbc_transform(raw.double(), card.s, card.p, card.c, clamp=card.clamp)
+        return rbc_transform(
+            raw.double(), card.params["s"], card.params["p"], card.params["c"], clamp=card.params["clamp"]
+        )
 
-    threshold = 1 / card.alpha - 1
+    threshold = 1 / card.params["alpha"] - 1
 
     def kept(raw):
         right = raw.argmax(1) == labels
@@ -431,7 +450,7 @@ def test_check_approximation_counts_on_its_own_points(fixed_logits, tmp_path):
     def flipped(raw):
         return h_m(raw).argmax(1) != labels
 
-    assert check.alpha_surrogate == pytest.approx(card.alpha, rel=1e-12)
+    assert check.alpha_surrogate == pytest.approx(card.params["alpha"], rel=1e-12)
     assert check.beta_kept_surrogate == pytest.approx(kept(surrogate)) and check.beta_kept_surrogate >= beta
     assert check.beta_kept_check == pytest.approx(kept(direct))
     worst_flipped = flipped(surrogate) | flipped(direct)

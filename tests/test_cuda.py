@@ -11,6 +11,7 @@ import json
 import pytest
 import torch
 
+from mixzoo.evaluation.bench import CurveSettings, MatchSettings
 from mixzoo.methods.mixednuts.fitting import cached_logits, mix, model_device
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -76,11 +77,11 @@ def test_mix_and_bench_on_cuda_match_cpu(tmp_path):
     for device in ("cpu", "cuda"):
         card = tmp_path / f"card-{device}.toml"
         mix("digits-std", "digits-pgd", out=card, cache_dir=tmp_path / device, device=device, **FAST)
-        runs[device] = bench(card, attack="apgd", n=60, out=tmp_path / f"bench-{device}",
-                             cache_dir=tmp_path / device, attack_options={"n_iter": 5, "n_target_classes": 2},
-                             curve=True, curve_n=30, curve_options={"n_iter": 3, "n_target_classes": 1},
-                             match_options={"n_iter": 3, "n_target_classes": 1}, batch_size=30, device=device,
-                             progress=False)
+        runs[device] = bench(card, attack="apgd", n=60, out=tmp_path / f"bench-{device}", cache_dir=tmp_path / device,
+             attack_options={"n_iter": 5, "n_target_classes": 2},
+             curve=CurveSettings(n=30, options={"n_iter": 3, "n_target_classes": 1}),
+             baseline=MatchSettings(options={"n_iter": 3, "n_target_classes": 1}), batch_size=30, device=device,
+             progress=False)
     data = json.loads((tmp_path / "bench-cuda" / "report.json").read_text())
     assert data["settings"]["device"] == "cuda"
     for name in ("report.md", "tradeoff.png", "margins.png", "objective.png"):

@@ -52,7 +52,7 @@ def points(out: Path) -> dict[str, torch.Tensor]:
 
 def test_two_ranks_give_the_one_process_results_and_resume_after_a_killed_rank(card, tmp_path, one_thread):
     one = bench(card, attack="adaptive-apgd", n=60, attack_options={"n_iter": 6, "n_target_classes": 2},
-                curve=False, plots=False, baseline=False, progress=False, batch_size=20, out=tmp_path / "one",
+                curve=None, baseline=None, plots=False, progress=False, batch_size=20, out=tmp_path / "one",
                 cache_dir=tmp_path / "cache1", save_adversarial=True)
     assert one.settings["world_size"] == 1
     done = torchrun(2, str(card), str(tmp_path / "two"), str(tmp_path / "cache2"), "20")

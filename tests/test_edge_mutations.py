@@ -13,6 +13,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from card_fields import nuts_card
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -35,7 +36,7 @@ def _card(**changes) -> dict:
 def _edited(changes: dict) -> dict:
     """A schema-2 card dict (as loaded from a file) of ``_card()`` with ``changes`` made in the method's section;
     ``method="linear"`` gives the linear method's section (the schema-1 linear card: fit by the margin rule)."""
-    d = MixCard(**_card()).to_dict()
+    d = nuts_card(**_card()).to_dict()
     changes = dict(changes)
     if changes.pop("method", None) == "linear":
         del d["mixednuts"]
@@ -65,7 +66,7 @@ def test_card_values_outside_their_domain_are_refused(changes, message):
     """Paper Eq. 4/5: s, p > 0; beta, alpha_d are probabilities; a temperature is >= 0; numbers are finite reals
     (a bool is not one); the MMAA and linear methods are calibrated at a beta, so their cards must record it."""
     with pytest.raises(InputError, match=message):
-        MixCard(**_card(**changes))
+        nuts_card(**_card(**changes))
     with pytest.raises(InputError, match=message):
         MixCard.from_dict(_edited(changes), source="edited.toml")
 
@@ -73,17 +74,37 @@ def test_card_values_outside_their_domain_are_refused(changes, message):
 def test_card_boundary_values_are_accepted():
     for changes in ({"beta": 0.0}, {"beta": 1.0}, {"alpha_d": 0.0}, {"alpha_d": 1.0}, {"alpha": 0.5},
                     {"alpha": 1.0}, {"temperature": 0.0}, {"top_k": 2}, {"method": "guess", "beta": None}):
-        MixCard(**_card(**changes))
+        nuts_card(**_card(**changes))
 
 
 @pytest.mark.parametrize("suffix", [".toml", ".json"])
 def test_every_card_field_survives_a_round_trip(tmp_path, suffix):
     """Each field differs from its default, so a field that to_dict forgets to write comes back changed."""
     # ``method=`` in the keyword form is the fit (default "mmaa"); "linear" would give a linear card without s, p, c
-    card = MixCard(s=1.5, p=3.0, c=-0.25, alpha=0.8, beta=0.95, clamp="relu", top_k=5, temperature=0.7,
-                   alpha_d=0.6, objective=0.3, method="transfer", abc={"name": "a"}, rbc={"name": "r"},
-                   dataset="digits", data={"n_clean": 3}, attack={"name": "apgd"}, provenance={"seed": 1},
-                   notes=["x"], weights={"w.pt": "0" * 64})
+    card = MixCard(
+        "mixednuts",
+        {
+            "s": 1.5,
+            "p": 3.0,
+            "c": -0.25,
+            "alpha": 0.8,
+            "beta": 0.95,
+            "clamp": "relu",
+            "top_k": 5,
+            "temperature": 0.7,
+            "alpha_d": 0.6,
+            "objective": 0.3,
+            "fit": "transfer",
+        },
+        abc={"name": "a"},
+        rbc={"name": "r"},
+        dataset="digits",
+        data={"n_clean": 3},
+        attack={"name": "apgd"},
+        provenance={"seed": 1},
+        notes=["x"],
+        weights={"w.pt": "0" * 64},
+    )
     written = card.to_dict()
     # schema 2: the common fields, then the method's section under its name (``params``); ``path`` is not written
     assert set(written) == ({f for f in MixCard.__dataclass_fields__} - {"params", "path"}) | {card.method}
@@ -91,19 +112,26 @@ def test_every_card_field_survives_a_round_trip(tmp_path, suffix):
     assert set(card.params) >= {"s", "p", "c", "alpha", "beta", "clamp", "top_k", "temperature", "alpha_d",
                                 "objective", "fit"}
     loaded = MixCard.load(card.save(tmp_path / f"card{suffix}"))
-    assert loaded == card and loaded.temperature == 0.7 and loaded.fit == "transfer"
-    linear = MixCard(alpha=0.8, beta=0.95, temperature=0.7, method="linear", abc={"name": "a"}, dataset="digits")
+    assert loaded == card and loaded.params["temperature"] == 0.7 and loaded.params["fit"] == "transfer"
+    linear = MixCard(
+        "linear", {"alpha": 0.8, "beta": 0.95, "temperature": 0.7, "fit": "linear"}, abc={"name": "a"}, dataset="digits"
+    )
     loaded = MixCard.load(linear.save(tmp_path / f"linear{suffix}"))
-    assert loaded == linear and loaded.method == "linear" and loaded.temperature == 0.7 and loaded.beta == 0.95
+    assert (
+        loaded == linear
+        and loaded.method == "linear"
+        and loaded.params["temperature"] == 0.7
+        and loaded.params["beta"] == 0.95
+    )
 
 
 def test_none_inside_grid_arrays_keeps_the_grid_shape_in_toml(tmp_path):
     """TOML has no null: a ``None`` inside an array becomes nan, so the [s][p][c] shape survives the file."""
     grid = {"s_values": [1.0, 2.0], "p_values": [1.0], "c_values": [0.0, 0.5],
             "objectives": [[[0.5, None]], [[0.25, 0.75]]]}
-    card = MixCard(**_card(grid=grid))
+    card = nuts_card(**_card(grid=grid))
     loaded = MixCard.load(card.save(tmp_path / "card.toml"))
-    obj = np.asarray(loaded.grid["objectives"], dtype=float)
+    obj = np.asarray(loaded.params["grid"]["objectives"], dtype=float)
     assert obj.shape == (2, 1, 2) and math.isnan(obj[0, 0, 1]) and obj[1, 0, 1] == 0.75
 
 
@@ -117,10 +145,10 @@ def _mmaa_card(**attack_changes) -> dict:
 def test_mmaa_record_accepts_zero_target_classes_and_zero_counts():
     """MMAA with ``n_target_classes = 0`` (no targeted runs, e.g. fewer than 4 classes) is a valid record, and a
     calibration set can have no clean mistakes: 0 counts are integers >= 0."""
-    MixCard(**_mmaa_card(n_target_classes=0))
+    nuts_card(**_mmaa_card(n_target_classes=0))
     card = _mmaa_card()
     card["data"] = {"n": 100, "n_clean": 0, "n_attacked": 0}
-    MixCard(**card)
+    nuts_card(**card)
 
 
 @pytest.mark.parametrize(("changes", "field"), [({"n_iter": True}, "attack.n_iter"),
@@ -128,7 +156,7 @@ def test_mmaa_record_accepts_zero_target_classes_and_zero_counts():
                                                 ({"seed": True}, "attack.seed")])
 def test_mmaa_record_refuses_booleans_as_integers(changes, field):
     with pytest.raises(InputError, match=field):
-        MixCard(**_mmaa_card(**changes))
+        nuts_card(**_mmaa_card(**changes))
 
 
 def test_grid_record_with_wrong_axis_length_is_refused():
@@ -136,12 +164,12 @@ def test_grid_record_with_wrong_axis_length_is_refused():
     grid = {"s_values": [1.0, 2.0], "p_values": [1.0], "c_values": [0.0, 0.5],
             "objectives": [[[0.5, 0.6, 0.7]], [[0.4, 0.7, 0.1]]]}
     with pytest.raises(InputError, match="'mixednuts.grid.objectives' must be a 2x1x2"):
-        MixCard(**_card(grid=grid))
+        nuts_card(**_card(grid=grid))
 
 
 @pytest.mark.parametrize("suffix", [".toml", ".json"])
 def test_numpy_scalars_in_tables_are_written_as_plain_numbers(tmp_path, suffix):
-    card = MixCard(**_card(provenance={"seed": np.int64(3), "share": np.float32(0.5)}))
+    card = nuts_card(**_card(provenance={"seed": np.int64(3), "share": np.float32(0.5)}))
     loaded = MixCard.load(card.save(tmp_path / f"card{suffix}"))
     assert loaded.provenance == {"seed": 3, "share": 0.5} and type(loaded.provenance["seed"]) is int
 
@@ -458,8 +486,11 @@ def _row(kind: str, clean: float, robust: float, alpha: float | None = None, car
 def _report(rbc_clean: float = 0.8, curve: dict | None = None):
     from mixzoo.evaluation.bench import Report
 
-    card = MixCard(s=2.0, p=2.0, c=-0.5, alpha=0.9, beta=0.985, top_k=3, objective=0.4,
-                   provenance={"mixzoo_version": "9.9", "created": "2026-01-01T00:00:00+00:00"})
+    card = MixCard(
+        "mixednuts",
+        {"s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.9, "beta": 0.985, "top_k": 3, "objective": 0.4},
+        provenance={"mixzoo_version": "9.9", "created": "2026-01-01T00:00:00+00:00"},
+    )
     baseline = MixCard("linear", {"alpha": 0.7, "fit": "matched"})
     models = [_row("abc", 0.95, 0.0), _row("rbc", rbc_clean, 0.45), _row("linear", 0.85, 0.40, 0.7, baseline),
               _row("mixednuts", 0.9, 0.40, 0.9, card)]
@@ -538,7 +569,7 @@ def captured_figures(monkeypatch):
 def _grid_card(objectives) -> MixCard:
     grid = {"s_values": [0.5, 1.0, 2.0], "p_values": [2.0], "c_values": [-1.0, 0.0],
             "objectives": objectives}
-    return MixCard(s=2.0, p=2.0, c=-1.0, alpha=0.9, beta=0.985, grid=grid)
+    return MixCard("mixednuts", {"s": 2.0, "p": 2.0, "c": -1.0, "alpha": 0.9, "beta": 0.985, "grid": grid})
 
 
 def test_objective_plot_marks_the_chosen_point_and_greys_only_objectives_above_one(tmp_path, captured_figures):
@@ -565,7 +596,7 @@ def test_margin_plot_draws_the_alpha_threshold(tmp_path, captured_figures):
     cal = types.SimpleNamespace(clean_logits=torch.randn(40, 5, generator=g),
                                 attacked_logits=torch.randn(40, 5, generator=g),
                                 labels=torch.randint(0, 5, (40,), generator=g))
-    card = MixCard(s=2.0, p=2.0, c=-0.5, alpha=0.8, beta=0.985)
+    card = MixCard("mixednuts", {"s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.8, "beta": 0.985})
     plot_margins(card, cal, tmp_path / "m.png")
     (fig,) = captured_figures
     lines = [line for line in fig.axes[1].lines if str(line.get_label()).startswith("(1-alpha)/alpha")]
@@ -589,7 +620,7 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
     cal = types.SimpleNamespace(clean_logits=None, attacked_logits=None, labels=None)  # calibrate is replaced too
     monkeypatch.setattr(figures, "calibration_data_for", lambda *a, **k: cal)
     monkeypatch.setattr(mixzoo.zoo.pairs, "cached_logits", lambda model, d, **k: g if "ABC" in k["what"] else h)
-    chosen = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.7, beta=0.9)
+    chosen = MixCard("mixednuts", {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.7, "beta": 0.9})
     monkeypatch.setattr(importlib.import_module("mixzoo.methods.mixednuts.calibrate"), "calibrate", lambda **k: chosen)
     seen = []
 
@@ -598,7 +629,7 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
         return {"robust_correct": [i % 2 == 0 for i in range(len(images))]}
 
     monkeypatch.setattr(runner, "evaluate", fake_evaluate)
-    card = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.7, beta=0.985)
+    card = MixCard("mixednuts", {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.7, "beta": 0.985})
     cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
                                 n=n_robust, eps=0.1, norm="Linf", seed=0, batch_size=4, betas=(0.9,),
                                 alphas=(0.5,), progress=False)

@@ -9,7 +9,7 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from mixzoo.cli import _parse_grid, app
+from mixzoo.cli import app
 from mixzoo.core.cache import check_writable
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, MixzooError, UnknownNameError
@@ -17,6 +17,14 @@ from mixzoo.core.registry import list_models
 from mixzoo.methods.mixednuts.fitting import card_dataset, mix
 
 FAST = dict(abc="digits-std", rbc="digits-pgd", n_calib=40, n_iter=2, n_target_classes=1, progress=False)
+
+
+def _parse_grid(text):
+    """The ``grid`` option of MixedNUTS as ``mixzoo mix --grid TEXT`` reads it (None or empty: no grid)."""
+    from mixzoo.methods.mixednuts.method import MixedNUTS
+
+    return MixedNUTS().check_options({"grid": text})["grid"] if text else None
+
 
 
 def one_line_error(result) -> str:
@@ -112,13 +120,35 @@ def test_card_files_that_are_not_cards(tmp_path):
 
 
 def _mix_card() -> dict:
-    return MixCard(s=2.0, p=2.0, c=-0.5, alpha=0.9, beta=0.985, dataset="digits",
-                   abc={"name": "digits-std"}, rbc={"name": "digits-pgd"},
-                   data={"n": 100, "fingerprint": "0"},
-                   attack={"name": "mmaa", "eps": 0.2, "norm": "Linf", "n_iter": 10, "n_target_classes": 9,
-                           "n_restarts": 1, "seed": 0},
-                   grid={"s_values": [1.0, 2.0], "p_values": [2.0], "c_values": [-0.5, 0.0],
-                         "objectives": [[[0.5, 0.6]], [[0.4, 0.7]]]}).to_dict()
+    return MixCard(
+        "mixednuts",
+        {
+            "s": 2.0,
+            "p": 2.0,
+            "c": -0.5,
+            "alpha": 0.9,
+            "beta": 0.985,
+            "grid": {
+                "s_values": [1.0, 2.0],
+                "p_values": [2.0],
+                "c_values": [-0.5, 0.0],
+                "objectives": [[[0.5, 0.6]], [[0.4, 0.7]]],
+            },
+        },
+        dataset="digits",
+        abc={"name": "digits-std"},
+        rbc={"name": "digits-pgd"},
+        data={"n": 100, "fingerprint": "0"},
+        attack={
+            "name": "mmaa",
+            "eps": 0.2,
+            "norm": "Linf",
+            "n_iter": 10,
+            "n_target_classes": 9,
+            "n_restarts": 1,
+            "seed": 0,
+        },
+    ).to_dict()
 
 
 @pytest.mark.parametrize(("edit", "match"), [
@@ -175,7 +205,7 @@ def test_a_card_with_more_top_k_than_classes_is_refused_before_the_evaluation():
         return MixCard.from_dict(data)
 
     card = with_top_k(50)
-    assert card.top_k == 50
+    assert card.params["top_k"] == 50
     with pytest.raises(InputError, match=r"top_k \(50\) exceeds the 10 classes"):
         card_evaluation(card, n=10)
     assert card_evaluation(with_top_k(5), n=10).data.num_classes == 10

@@ -98,7 +98,7 @@ def test_a_bench_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path,
 
 # --------------------------------------------------------------------------------------------------------- cards
 def _saved_card(tmp_path, prov: dict) -> str:
-    card = MixCard(s=2.0, p=2.0, c=-0.5, alpha=0.9, beta=0.985, provenance=prov)
+    card = MixCard("mixednuts", {"s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.9, "beta": 0.985}, provenance=prov)
     return str(card.save(tmp_path / "card.toml"))
 
 
@@ -120,7 +120,7 @@ def test_a_card_made_before_the_fix_loads_with_a_one_line_warning(tmp_path):
     path = _saved_schema1_card(tmp_path, old)
     with pytest.warns(UserWarning, match=r"older layer norm .*run `mixzoo mix` again") as rec:
         card = MixCard.load(path)
-    assert card.s == 2.0 and card.method == "mixednuts" and card.fit == "mmaa"
+    assert card.params["s"] == 2.0 and card.method == "mixednuts" and card.params["fit"] == "mmaa"
     assert len(rec) == 1 and "\n" not in str(rec[0].message)
     assert rec[0].filename == __file__  # it points at the caller's line
     # a schema-1 card that records the current layer norm (made after the fix, before the plugins) loads silently
@@ -129,7 +129,7 @@ def test_a_card_made_before_the_fix_loads_with_a_one_line_warning(tmp_path):
     path = _saved_schema1_card(tmp_path, {**old, "layer_norm": LAYER_NORM_VERSION})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert MixCard.load(path).alpha == 0.9
+        assert MixCard.load(path).params["alpha"] == 0.9
 
 
 @pytest.mark.parametrize("prov", [None, {}], ids=["made-now", "hand-written"])
@@ -146,4 +146,4 @@ def test_a_hand_written_schema1_card_loads_silently(tmp_path):
     path = _saved_schema1_card(tmp_path, {})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert MixCard.load(path).s == 2.0
+        assert MixCard.load(path).params["s"] == 2.0

@@ -9,8 +9,8 @@ dependency, only a later one) and under ``if TYPE_CHECKING`` (a type a module na
    ``mixzoo.methods.base``, is allowed), no plugin module (``mixzoo_plugins.*``, which holds the built-in model
    families, datasets and methods' registration) and no third-party model family (a network definition module such
    as ``timm.models.resnetv2``). Methods, models and datasets reach the library through plugin hooks only.
-2. Layers, lowest first: core, zoo, attacks, training, methods, certify, evaluation, share, cli; no import goes up a layer,
-   so the packages form a DAG (``mixzoo/__init__`` re-exports on top and ``mixzoo_plugins`` sits above all).
+2. Layers, lowest first: core, zoo, attacks, training, methods, certify, evaluation, share, cli; no import goes
+   up a layer, so the packages form a DAG (``mixzoo/__init__`` re-exports on top and ``mixzoo_plugins`` sits above all).
 3. No import cycle among modules, at module level: the graph whose nodes are the modules of ``mixzoo`` and
    ``mixzoo_plugins`` and whose edges are the imports above is acyclic. This is stricter than 2 (a cycle inside a
    package passes 2) and it holds: every module can be read, imported and tested after the modules it imports.

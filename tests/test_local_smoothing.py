@@ -1,4 +1,4 @@
-"""Locally biased smoothing (issue 26; paper 003 Eq. 1-2, 5, 10; 001 Eq. 3.3, App. B.1): the formulas against
+"""Locally biased smoothing (paper 003 Eq. 1-2, 5, 10; 001 Eq. 3.3, App. B.1): the formulas against
 direct per-class float64 computations (autograd one class at a time), the limits alpha = 0 -> g and
 alpha -> infinity -> h, the K-NN oracle against brute force, the attack-time gradients, the cards, the CLI and a
 small bench with the declared extra attacks."""
@@ -313,7 +313,7 @@ def test_bench_runs_the_declared_extra_attacks(tmp_path, cache_dir, one_thread, 
              out=tmp_path / "ls.toml", progress=False).path
     knn = fit("knn-smoothing", "digits-std", "digits-pgd", options={"alpha": 1.0, "k": 5}, out=tmp_path / "knn.toml",
               progress=False).path
-    report = bench([str(ls), str(knn)], attack="pgd", attack_options={"n_iter": 3}, eps=0.05, n=12, curve=False,
+    report = bench([str(ls), str(knn)], attack="pgd", attack_options={"n_iter": 3}, eps=0.05, n=12, curve=None,
                    progress=False)
     rows = {m.kind: m for m in report.models}
     assert set(rows) == {"abc", "rbc", "local-smoothing", "knn-smoothing"}

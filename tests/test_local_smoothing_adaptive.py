@@ -1,4 +1,4 @@
-"""Adaptive locally biased smoothing (issue 26; paper 003 Eq. 7-9, Fig. 4): the formula with a per-input alpha
+"""Adaptive locally biased smoothing (paper 003 Eq. 7-9, Fig. 4): the formula with a per-input alpha
 against a direct per-class float64 computation, the limits alpha -> 0 (g) and alpha -> inf (h), the crossover
 beta_0 on a constructed pair whose answer is known, the composite loss of Eq. 9, training through the shared
 trainer (determinism, what it learns), the card with its hashed weights, mix and bench by name on the digits zoo,
@@ -310,7 +310,7 @@ def test_bench_by_name_runs_the_declared_extra_attacks(fitted):
     assert declared[:5] == ["apgd-fixed-R", "apgd-policy-fixed", "apgd-alpha_t=0", "apgd-alpha_t=inf",
                             "apgd-alpha_t=alpha0"] and {"policy-d", "policy-only", "square"} <= set(declared)
     report = bench(str(root / "card.toml"), attack="pgd", attack_options={"n_iter": 2}, eps=0.05, n=16,
-                   curve=False, baseline=False, cache_dir=root / "cache", progress=False, out=root / "bench",
+                   curve=None, baseline=None, cache_dir=root / "cache", progress=False, out=root / "bench",
                    save_adversarial=True)
     rows = {m.kind: m for m in report.models}
     assert set(rows) == {"abc", "rbc", "local-smoothing-adaptive"}

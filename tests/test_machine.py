@@ -97,7 +97,7 @@ def test_report_md_names_the_machines(machines):
                        norm="Linf", n=10, seconds=1.0)
     rows = [replace(base, name=k.upper(), kind=k, machine=m)
             for k, m in zip(("abc", "rbc", "linear", "mixednuts"), machines, strict=True)]
-    card = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.9, beta=0.985, clamp="gelu")
+    card = MixCard("mixednuts", {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.9, "beta": 0.985, "clamp": "gelu"})
     report = Report(models=rows, card=card, settings={"attack": "apgd", "norm": "Linf", "eps": 0.1, "seed": 0},
                     dataset={"name": "digits", "split": "evaluation", "n": 10, "fingerprint": "f"},
                     run=run_record("cpu"))

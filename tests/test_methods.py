@@ -1,4 +1,4 @@
-"""Mixing methods are plugins (issue 25): the hook, the built-in methods, cards of any method, the bench over
+"""Mixing methods are plugins: the hook, the built-in methods, cards of any method, the bench over
 several cards with each method's declared attacks, and the rule that the core never names a method."""
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def test_core_bench_and_cli_name_no_method():
 
 def test_schema1_card_loads_with_warning_and_same_classifier(tmp_path):
     with pytest.warns(UserWarning, match="run `mixzoo mix` again"):
-        old = MixCard.load(ROOT / "benchmarks" / "results" / "cards" / "fmnist_mixednuts_population_ln.toml")
-    assert old.method == "mixednuts" and old.fit == "mmaa" and old.schema_version == 2
+        old = MixCard.load(ROOT / "benchmarks" / "results" / "fmnist_card.toml")
+    assert old.method == "mixednuts" and old.params["fit"] == "mmaa" and old.schema_version == 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a schema-2 file loads silently
         new = MixCard.load(old.save(tmp_path / "v2.toml"))
@@ -60,10 +60,14 @@ def test_schema1_card_loads_with_warning_and_same_classifier(tmp_path):
     assert 'method = "mixednuts"' in text and "[mixednuts]" in text and "\ns = " in text
 
 
-def test_schema1_linear_card_is_claimed_by_linear():
-    card = MixCard.from_dict({"schema_version": 1, "s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.93, "clamp": "linear",
-                              "beta": 0.985, "temperature": 1.0, "method": "linear"})
-    assert card.method == "linear" and card.alpha == 0.93 and card.temperature == 1.0
+def test_schema1_linear_card_is_claimed_by_linear(tmp_path):
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps({"schema_version": 1, "s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.93, "clamp": "linear",
+                                "beta": 0.985, "temperature": 1.0, "method": "linear"}))
+    card = MixCard.load(path)  # schema 1 is upgraded by MixCard.load only
+    with pytest.raises(InputError, match="schema-1 card; read it from its file with MixCard.load"):
+        MixCard.from_dict(json.loads(path.read_text()))
+    assert card.method == "linear" and card.params["alpha"] == 0.93 and card.params["temperature"] == 1.0
 
 
 def _pair_models():
@@ -109,7 +113,12 @@ def test_fit_refuses_unknown_and_conflicting_options(tmp_path):
 def test_linear_fit_given_alpha_writes_a_card(tmp_path, cache_dir):
     res = fit("linear", "digits-std", "digits-pgd", options={"alpha": 0.9}, out=tmp_path / "lin.toml")
     card = MixCard.load(res.path)
-    assert (card.method, card.alpha, card.fit, card.abc["name"]) == ("linear", 0.9, "given", "digits-std")
+    assert (card.method, card.params["alpha"], card.params["fit"], card.abc["name"]) == (
+        "linear",
+        0.9,
+        "given",
+        "digits-std",
+    )
     assert len(card.abc["weight_hash"]) == 16
 
 
@@ -120,7 +129,11 @@ def test_linear_fit_by_target_robust_accuracy(tmp_path, cache_dir, one_thread):
               out=tmp_path / "lin.toml")
     tried = res.summary["tried"]
     gap = {t["alpha"]: abs(t["robust_accuracy"] - 0.3) for t in tried}
-    assert gap[res.card.alpha] == min(gap.values()) and res.card.fit == "matched" and 3 <= len(tried) <= 8
+    assert (
+        gap[res.card.params["alpha"]] == min(gap.values())
+        and res.card.params["fit"] == "matched"
+        and 3 <= len(tried) <= 8
+    )
 
 
 def test_worst_case_merges_extra_attack_example_by_example():
@@ -170,7 +183,7 @@ def test_bench_runs_cards_of_several_methods_and_their_declared_attacks(tmp_path
         rec = MixCard("test-recorder", {}, **PAIR).save(tmp_path / "rec.toml")
         from mixzoo.evaluation.bench import bench
 
-        report = bench([str(lin), str(rec)], attack="pgd", attack_options={"n_iter": 3}, n=40, curve=False,
+        report = bench([str(lin), str(rec)], attack="pgd", attack_options={"n_iter": 3}, n=40, curve=None,
                        out=tmp_path / "out", progress=False, save_adversarial=True)
     finally:
         unregister_plugin(name)
@@ -194,7 +207,7 @@ def test_bench_refuses_cards_of_different_pairs(tmp_path):
     a = MixCard("linear", {"alpha": 0.9}, **PAIR).save(tmp_path / "a.toml")
     b = MixCard("linear", {"alpha": 0.9}, **{**PAIR, "abc": {"name": "fmnist-std"}}).save(tmp_path / "b.toml")
     with pytest.raises(InputError, match="different ABCs"):
-        bench([str(a), str(b)], n=10, curve=False, progress=False)
+        bench([str(a), str(b)], n=10, curve=None, progress=False)
 
 
 def test_published_cards_load_by_name_and_bench_names_missing_weights(tmp_path, hf_cache, rb_dir, monkeypatch):
@@ -206,7 +219,7 @@ def test_published_cards_load_by_name_and_bench_names_missing_weights(tmp_path, 
     monkeypatch.setenv("MIXZOO_OFFLINE", "1")
     assert str(lookup("card", "mixednuts-cifar10")).endswith("mixednuts-cifar10.toml")
     card = MixCard.load("mixednuts-imagenet")
-    assert (card.method, card.top_k, card.abc["name"], card.rbc["name"]) == ("mixednuts", 250, "convnextv2-l",
+    assert (card.method, card.params["top_k"], card.abc["name"], card.rbc["name"]) == ("mixednuts", 250, "convnextv2-l",
                                                                              "liu2023-swin-l")
     with pytest.raises(MissingFileError, match="bit-r152x2-cifar10.pt"):
         bench("mixednuts-cifar10", n=10, out=tmp_path / "out", progress=False)

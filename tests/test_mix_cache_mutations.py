@@ -227,9 +227,12 @@ def test_non_finite_logits_are_counted_per_image():
 
 
 def card_for(abc_hash: str | None, rbc_hash: str | None) -> MixCard:
-    return MixCard(s=1.5, p=2.0, c=-0.3, alpha=0.9, beta=0.98,
-                   abc={"name": "a", "weight_hash": abc_hash} if abc_hash else {},
-                   rbc={"name": "r", "weight_hash": rbc_hash} if rbc_hash else {})
+    return MixCard(
+        "mixednuts",
+        {"s": 1.5, "p": 2.0, "c": -0.3, "alpha": 0.9, "beta": 0.98},
+        abc={"name": "a", "weight_hash": abc_hash} if abc_hash else {},
+        rbc={"name": "r", "weight_hash": rbc_hash} if rbc_hash else {},
+    )
 
 
 def test_weight_mismatch_message_names_the_right_model_and_both_hashes():
@@ -248,8 +251,12 @@ def test_a_missing_model_is_not_checked_against_the_card():
     rbc = Net(1)
     card = card_for(weight_hash(Net(0)), weight_hash(rbc))
     assert weight_mismatches(card, None, rbc) == []
-    rbc_alone = MixCard(s=1.5, p=2.0, c=-0.3, alpha=1.0, beta=0.98, abc={"name": "a", "weight_hash": "0" * 16},
-                        rbc={"name": "r", "weight_hash": weight_hash(rbc)})
+    rbc_alone = MixCard(
+        "mixednuts",
+        {"s": 1.5, "p": 2.0, "c": -0.3, "alpha": 1.0, "beta": 0.98},
+        abc={"name": "a", "weight_hash": "0" * 16},
+        rbc={"name": "r", "weight_hash": weight_hash(rbc)},
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model = MixedClassifier.from_card(rbc_alone, None, rbc)

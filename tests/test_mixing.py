@@ -188,9 +188,12 @@ def test_baseline_constructors():
 
 def test_from_card_builds_the_card_and_warns_on_hash_mismatch(tmp_path):
     abc, rbc = Counting(0, 3.0), Counting(1)
-    card = MixCard(s=2.0, p=3.0, c=-0.5, alpha=0.85, beta=0.98, alpha_d=0.75,
-                   abc={"name": "a", "weight_hash": weight_hash(abc)},
-                   rbc={"name": "r", "weight_hash": weight_hash(rbc)})
+    card = MixCard(
+        "mixednuts",
+        {"s": 2.0, "p": 3.0, "c": -0.5, "alpha": 0.85, "beta": 0.98, "alpha_d": 0.75},
+        abc={"name": "a", "weight_hash": weight_hash(abc)},
+        rbc={"name": "r", "weight_hash": weight_hash(rbc)},
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model = MixedClassifier.from_card(card, abc, rbc)
@@ -200,8 +203,7 @@ def test_from_card_builds_the_card_and_warns_on_hash_mismatch(tmp_path):
     other = Counting(7)
     with pytest.warns(UserWarning, match="weight hash"):
         MixedClassifier.from_card(path, abc, other)
-    linear_card = MixCard(s=1.0, p=1.0, c=0.0, alpha=0.9, beta=0.98, clamp="linear", temperature=1.0,
-                          method="linear")
+    linear_card = MixCard("linear", {"alpha": 0.9, "beta": 0.98, "temperature": 1.0, "fit": "linear"})
     x = images()
     assert torch.allclose(MixedClassifier.from_card(linear_card, abc, rbc)(x),
                           MixedClassifier.linear(abc, rbc, 0.9)(x))
@@ -213,7 +215,9 @@ def test_from_card_keeps_the_cards_clamp_and_top_k():
     x = images()
     g, h = abc(x), rbc(x)
     for clamp, top_k in (("relu", 3), ("softplus", None), ("gelu", 2)):
-        card = MixCard(s=2.0, p=1.5, c=-0.4, alpha=0.8, beta=0.98, clamp=clamp, top_k=top_k)
+        card = MixCard(
+            "mixednuts", {"s": 2.0, "p": 1.5, "c": -0.4, "alpha": 0.8, "beta": 0.98, "clamp": clamp, "top_k": top_k}
+        )
         model = MixedClassifier.from_card(card, abc, rbc, warn=False)
         ref = mix_log_probs(g, h, s=2.0, p=1.5, c=-0.4, alpha=0.8, clamp=clamp, top_k=top_k)
         assert torch.allclose(model(x), ref, atol=1e-6)

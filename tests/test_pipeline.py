@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from card_fields import nuts_card
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from mixzoo.cli import app
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, UnknownNameError
+from mixzoo.evaluation.bench import CurveSettings, MatchSettings
 from mixzoo.methods.mixednuts.fitting import mix
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
@@ -28,7 +30,7 @@ def shared_cache(tmp_path_factory):
 def test_mix_writes_card_and_reuses_cached_mmaa(tmp_path, shared_cache):
     first = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
     card = MixCard.load(tmp_path / "card.toml")
-    assert 0.5 <= card.alpha <= 1.0 and card.beta == 0.985
+    assert 0.5 <= card.params["alpha"] <= 1.0 and card.params["beta"] == 0.985
     assert card.rbc["name"] == "digits-pgd" and card.abc["name"] == "digits-std"
     assert card.dataset == "digits" and card.data["n"] == 120 and card.data["split"] == "calibration"
     assert card.attack["name"] == "mmaa" and card.attack["eps"] == pytest.approx(0.2)
@@ -40,13 +42,13 @@ def test_mix_writes_card_and_reuses_cached_mmaa(tmp_path, shared_cache):
                  cache_dir=shared_cache, **FAST)
     assert second.cache_hits == {"rbc_logits": True, "mmaa": True}
     card2 = MixCard.load(tmp_path / "card2.json")
-    assert card2.beta == 0.9 and card2.clamp == "relu"
+    assert card2.params["beta"] == 0.9 and card2.params["clamp"] == "relu"
     from mixzoo.core.machine import machine_summary  # where it ran, and whether MMAA is this run's or the cache's
 
     assert card.provenance["machine"] == card2.provenance["machine"] == machine_summary("cpu")
     assert card.provenance["mmaa_from_cache"] is False and card2.provenance["mmaa_from_cache"] is True
     # a lower beta never needs a larger alpha (the constraint is looser)
-    assert card2.alpha <= card.alpha + 1e-9 or card2.clamp != card.clamp
+    assert card2.params["alpha"] <= card.params["alpha"] + 1e-9 or card2.params["clamp"] != card.params["clamp"]
 
 
 def test_interrupted_mmaa_resumes_and_writes_no_card(tmp_path, monkeypatch):
@@ -108,7 +110,7 @@ def test_bench_unknown_attack_fails_before_calibrating(tmp_path):
               cache_dir=tmp_path / "cache", progress=False)
     assert not (tmp_path / "cache").exists() and not (tmp_path / "b").exists()
     with pytest.raises(InputError, match="--curve-n must be positive"):
-        bench(None, abc="digits-std", rbc="digits-pgd", n=10, curve_n=0, out=tmp_path / "b",
+        bench(None, abc="digits-std", rbc="digits-pgd", n=10, curve=CurveSettings(n=0), out=tmp_path / "b",
               cache_dir=tmp_path / "cache", progress=False)
     assert not (tmp_path / "cache").exists() and not (tmp_path / "b").exists()
 
@@ -118,16 +120,16 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
 
     res = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
     report = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench", cache_dir=shared_cache,
-                   attack_options={"n_iter": 5, "n_target_classes": 2}, curve=True, curve_n=30,
-                   curve_options={"n_iter": 3, "n_target_classes": 1},
-                   match_options={"n_iter": 3, "n_target_classes": 1}, batch_size=30, progress=False)
+                   attack_options={"n_iter": 5, "n_target_classes": 2},
+                   curve=CurveSettings(n=30, options={"n_iter": 3, "n_target_classes": 1}),
+                   baseline=MatchSettings(options={"n_iter": 3, "n_target_classes": 1}), batch_size=30, progress=False)
     data = json.loads((tmp_path / "bench" / "report.json").read_text())
     kinds = [m["kind"] for m in data["models"]]
     assert sorted(kinds) == ["abc", "linear", "mixednuts", "rbc"]
     for m in data["models"]:
         assert 0.0 <= m["robust_accuracy"] <= m["clean_accuracy"] <= 1.0
         assert m["n"] == 60 and m["attack"] == "apgd" and m["epsilon"] == pytest.approx(0.2)
-    assert data["card"]["mixednuts"]["alpha"] == pytest.approx(res.card.alpha)
+    assert data["card"]["mixednuts"]["alpha"] == pytest.approx(res.card.params["alpha"])
     assert data["dataset"]["split"] == "evaluation"
     for name in ("report.md", "tradeoff.png", "margins.png", "objective.png"):
         assert (tmp_path / "bench" / name).stat().st_size > 0
@@ -169,8 +171,8 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
         assert f"{100 * m.robust_accuracy:.1f} ({100 * m.robust_ci[0]:.1f}-{100 * m.robust_ci[1]:.1f})" in row
     # the same bench again reads every row from the cache, and says so
     again = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench2", cache_dir=shared_cache,
-                  attack_options={"n_iter": 5, "n_target_classes": 2}, curve=False,
-                  match_options={"n_iter": 3, "n_target_classes": 1}, batch_size=30, progress=False)
+                  attack_options={"n_iter": 5, "n_target_classes": 2}, curve=None,
+                  baseline=MatchSettings(options={"n_iter": 3, "n_target_classes": 1}), batch_size=30, progress=False)
     assert all(m.cached and m.device == "cpu" for m in again.models)
     assert [m.robust_accuracy for m in again.models] == [m.robust_accuracy for m in report.models]
     assert "(cpu, cached)" in (tmp_path / "bench2" / "report.md").read_text()
@@ -299,7 +301,7 @@ def test_mixture_cache_keys_cover_every_parameter_that_changes_the_attacked_mode
     base = dict(s=2.0, p=2.0, c=-0.5, alpha=0.9, alpha_d=0.9, beta=0.985)
 
     def replace(_card, **change):
-        return MixCard(**{**base, **change})
+        return nuts_card(**{**base, **change})
 
     card = replace(None)
     key = content_key(mixed_key_parts(card, abc, rbc, data))
@@ -324,8 +326,9 @@ def test_asking_for_more_images_than_the_split_holds_says_so(tmp_path, shared_ca
     assert card.data["n"] == 300 and any("all 300 were used" in note for note in card.notes)
     assert res.card.notes == card.notes
     report = bench(tmp_path / "card.toml", attack="apgd", n=10_000, out=tmp_path / "bench", cache_dir=shared_cache,
-                   attack_options={"n_iter": 2, "n_target_classes": 1}, curve=False, plots=False,
-                   match_n=50, match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=250, progress=False)
+                   attack_options={"n_iter": 2, "n_target_classes": 1}, curve=None,
+                   baseline=MatchSettings(n=50, options={"n_iter": 2, "n_target_classes": 1}), plots=False,
+                   batch_size=250, progress=False)
     assert report.dataset["n"] == 497
     assert report.notes == ["--n 10000 asked for more images than the digits evaluation split holds; all 497 were"
                             " used"]
@@ -344,7 +347,12 @@ def test_load_mixed_builds_the_cards_classifier_from_the_recorded_names(tmp_path
     model = mixzoo.load_mixed(tmp_path / "card.toml")
     card = MixCard.load(tmp_path / "card.toml")
     assert isinstance(model, MixedClassifier) and not model.training
-    assert (model.s, model.p, model.c, model.alpha) == (card.s, card.p, card.c, card.alpha)
+    assert (model.s, model.p, model.c, model.alpha) == (
+        card.params["s"],
+        card.params["p"],
+        card.params["c"],
+        card.params["alpha"],
+    )
     x = load_dataset("digits", "evaluation", n=50).images
     reference = MixedClassifier.from_card(card, load_model("digits-std"), load_model("digits-pgd"))
     torch.testing.assert_close(model(x), reference(x), rtol=0, atol=0)
@@ -372,8 +380,8 @@ def test_cards_for_unregistered_modules_need_the_modules_and_bench_uses_them(tmp
     assert mixzoo.load_mixed(tmp_path / "card.toml", rbc=mlp).rbc is mlp
     # the margin plot reads the calibration margins of the RBC bench evaluated, not one looked up by name
     bench(tmp_path / "card.toml", rbc=mlp, attack="apgd", n=30, out=tmp_path / "bench", cache_dir=shared_cache,
-          attack_options={"n_iter": 2, "n_target_classes": 1}, curve=False, match_n=30,
-          match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=30, progress=False)
+          attack_options={"n_iter": 2, "n_target_classes": 1}, curve=None,
+          baseline=MatchSettings(n=30, options={"n_iter": 2, "n_target_classes": 1}), batch_size=30, progress=False)
     assert (tmp_path / "bench" / "margins.png").stat().st_size > 0
 
 
@@ -383,9 +391,9 @@ def test_bench_records_that_a_base_model_is_not_the_one_the_card_was_calibrated_
     mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
     with pytest.warns(UserWarning, match="calibrated for 'digits-std'"):
         report = bench(tmp_path / "card.toml", abc="digits-pgd", attack="apgd", n=30, out=tmp_path / "bench",
-                       cache_dir=shared_cache, attack_options={"n_iter": 2, "n_target_classes": 1}, curve=False,
-                       plots=False, match_n=30, match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=30,
-                       progress=False)
+                       cache_dir=shared_cache, attack_options={"n_iter": 2, "n_target_classes": 1}, curve=None,
+                       baseline=MatchSettings(n=30, options={"n_iter": 2, "n_target_classes": 1}), plots=False,
+                       batch_size=30, progress=False)
     assert len(report.notes) == 1 and "calibrated for 'digits-std'" in report.notes[0]
     assert "re-run `mixzoo mix`" in (tmp_path / "bench" / "report.md").read_text()
 

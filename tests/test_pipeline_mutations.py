@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from card_fields import nuts_card
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -62,7 +63,7 @@ def mmaa_calls(monkeypatch):
 def _card(**changes) -> MixCard:
     fields = dict(s=2.0, p=2.0, c=-0.5, alpha=0.9, beta=0.985, dataset="digits", abc={"name": "digits-std"},
                   rbc={"name": "digits-pgd"})
-    return MixCard(**{**fields, **changes})
+    return nuts_card(**{**fields, **changes})
 
 
 # ----------------------------------------------------------------------------------------------------- the cache
@@ -124,7 +125,7 @@ def test_nan_logits_are_refused_before_they_are_cached(tmp_path):
 
 def test_each_mmaa_batch_gets_the_seed_its_images_indices_the_given_settings_and_its_own_images(tmp_path, mmaa_calls):
     """App. B.1 on LN(RBC); every batch gets the seed and its images' indices, so the starts are drawn per image
-    (issue 29: the same margins for any batch size, and an interrupted run resumes identically); the record holds
+    (the same margins for any batch size, and an interrupted run resumes identically); the record holds
     the RBC's raw logits at the perturbed images, which lie in the eps-ball."""
     rbc = load_model("digits-pgd")
     data = load_dataset("digits", "calibration", n=25)
@@ -223,7 +224,9 @@ def test_margin_summary_is_fig6s_medians_over_the_right_sets_and_stages(seed, n,
     clean = torch.randn(n, 6, generator=gen) * 3
     attacked = torch.randn(n, 6, generator=gen) * 3
     labels = torch.randint(0, 6, (n,), generator=gen)
-    card = MixCard(s=1.7, p=2.5, c=-0.4, alpha=0.9, beta=0.985, clamp="relu", top_k=top_k)
+    card = MixCard(
+        "mixednuts", {"s": 1.7, "p": 2.5, "c": -0.4, "alpha": 0.9, "beta": 0.985, "clamp": "relu", "top_k": top_k}
+    )
     data = CalibrationData(clean, labels, attacked, None, None, {})
     got = margin_summary(data, card)
 
@@ -253,9 +256,17 @@ def test_margin_summary_stages_differ_where_the_transform_matters():
     labels = attacked.argmax(1)
     labels[:4] = (clean[:4].argmax(1) + 1) % 6  # four clean mistakes, and those four attacked-incorrect
     data = CalibrationData(clean, labels, attacked, None, None, {})
-    got = margin_summary(data, MixCard(s=1.7, p=2.5, c=-0.4, alpha=0.9, beta=0.985, clamp="relu", top_k=3))
-    gelu = margin_summary(data, MixCard(s=1.7, p=2.5, c=-0.4, alpha=0.9, beta=0.985, clamp="gelu", top_k=3))
-    all_k = margin_summary(data, MixCard(s=1.7, p=2.5, c=-0.4, alpha=0.9, beta=0.985, clamp="relu"))
+    got = margin_summary(
+        data,
+        MixCard("mixednuts", {"s": 1.7, "p": 2.5, "c": -0.4, "alpha": 0.9, "beta": 0.985, "clamp": "relu", "top_k": 3}),
+    )
+    gelu = margin_summary(
+        data,
+        MixCard("mixednuts", {"s": 1.7, "p": 2.5, "c": -0.4, "alpha": 0.9, "beta": 0.985, "clamp": "gelu", "top_k": 3}),
+    )
+    all_k = margin_summary(
+        data, MixCard("mixednuts", {"s": 1.7, "p": 2.5, "c": -0.4, "alpha": 0.9, "beta": 0.985, "clamp": "relu"})
+    )
     key = "clean_incorrect_median_margin"
     assert len({got["raw"][key], got["layer_norm"][key], got["transformed"][key]}) == 3
     assert got["transformed"][key] != pytest.approx(gelu["transformed"][key], abs=1e-4)
@@ -282,11 +293,17 @@ def test_mix_is_algorithm_1_on_the_rbcs_clean_logits_and_its_mmaa_logits(tmp_pat
     res = mix("digits-std", "digits-pgd", n_calib=n, n_iter=3, n_target_classes=2, seed=seed, batch_size=n,
               cache_dir=tmp_path, progress=False, **settings_)
     card = res.card
-    assert (card.s, card.p, card.c) == pytest.approx((ref.s, ref.p, ref.c))
-    assert card.alpha == pytest.approx(ref.alpha) and card.objective == pytest.approx(ref.objective)
-    assert (card.beta, card.clamp, card.top_k) == (0.9, "relu", 3)
-    assert card.grid["optimizer"] == "refine" and card.grid["s_values"] == pytest.approx(ref.grid["s_values"])
-    assert len(card.grid["c_values"]) == 3 and card.data["objective_kind"] == "relaxed"
+    assert (card.params["s"], card.params["p"], card.params["c"]) == pytest.approx(
+        (ref.params["s"], ref.params["p"], ref.params["c"])
+    )
+    assert card.params["alpha"] == pytest.approx(ref.params["alpha"]) and card.params["objective"] == pytest.approx(
+        ref.params["objective"]
+    )
+    assert (card.params["beta"], card.params["clamp"], card.params["top_k"]) == (0.9, "relu", 3)
+    assert card.params["grid"]["optimizer"] == "refine" and card.params["grid"]["s_values"] == pytest.approx(
+        ref.params["grid"]["s_values"]
+    )
+    assert len(card.params["grid"]["c_values"]) == 3 and card.data["objective_kind"] == "relaxed"
     assert card.data["n_clean_incorrect_abc_correct"] == ref.data["n_clean_incorrect_abc_correct"] > 0
     assert card.attack == {"name": "mmaa", "eps": 0.2, "norm": "Linf", "n_iter": 3, "n_target_classes": 2,
                            "n_restarts": 1, "seed": seed, "top_k": 3, "batch_size": n}
@@ -320,7 +337,7 @@ def test_mix_without_the_cache_writes_nothing_there(tmp_path):
 
 
 def test_top_k_equal_to_the_class_count_is_allowed(tmp_path):
-    assert mix("digits-std", "digits-pgd", top_k=10, cache_dir=tmp_path, **FAST).card.top_k == 10
+    assert mix("digits-std", "digits-pgd", top_k=10, cache_dir=tmp_path, **FAST).card.params["top_k"] == 10
 
 
 def _relabelled(name: str, **spec_changes) -> BaseClassifier:

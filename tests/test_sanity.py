@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from mixzoo.cli import app
 from mixzoo.core.errors import InputError
+from mixzoo.evaluation.bench import MatchSettings
 from mixzoo.evaluation.sanity import checked_robust, default_radii, eps_sweep, grey_distance
 from mixzoo.methods.mixednuts.fitting import mix
 from mixzoo.zoo.data import load_dataset
@@ -68,8 +69,8 @@ def test_sweep_reuses_bench_rows_and_passes_on_the_digits_pair(card, tmp_path):
     from mixzoo.evaluation.bench import bench
 
     path, cache = card
-    match = dict(match_n=N, match_options={"n_iter": 4, "n_target_classes": 1})
-    report = bench(path, attack="adaptive-apgd", n=N, batch_size=N, curve=False, cache_dir=cache, progress=False,
+    match = dict(baseline=MatchSettings(n=N, options={"n_iter": 4, "n_target_classes": 1}))
+    report = bench(path, attack="adaptive-apgd", n=N, batch_size=N, curve=None, cache_dir=cache, progress=False,
                    **match)
     sweep = eps_sweep(path, n=N, batch_size=N, cache_dir=cache, out=tmp_path / "out", progress=False, **match)
     assert sweep.radii == [0.2, 0.4, 0.5] and sweep.eps == pytest.approx(0.2) and sweep.reach == 0.5
@@ -102,8 +103,9 @@ def test_sweep_reuses_bench_rows_and_passes_on_the_digits_pair(card, tmp_path):
 
 def test_a_weak_attack_is_caught(card):
     path, cache = card
-    # PGD that barely moves: its "robust accuracy" at eps 0.5 is far above what any classifier can have
-    sweep = eps_sweep(path, n=N, batch_size=N, cache_dir=cache, attack="pgd", linear_alpha=0.9,
+    # PGD that barely moves: its "robust accuracy" at eps 0.5 is far above what any classifier can have (alone: the
+    # method's extra attacks would break what it misses)
+    sweep = eps_sweep(path, n=N, batch_size=N, cache_dir=cache, attack="pgd", baseline=0.9, extra_attacks=False,
                       attack_options={"n_iter": 1, "step_size": 1e-6}, progress=False)
     assert not sweep.passed
     labels = load_dataset("digits", "evaluation", n=N).labels
@@ -132,7 +134,7 @@ def test_a_gradient_masked_rbc_is_caught(card):
     path, cache = card
     masked = Quantized(load_model("digits-pgd"))
     with pytest.warns(UserWarning, match="calibrated for 'digits-pgd'"):
-        sweep = eps_sweep(path, rbc=masked, n=N, batch_size=N, cache_dir=cache, radii=[0.2, 0.5], linear=False,
+        sweep = eps_sweep(path, rbc=masked, n=N, batch_size=N, cache_dir=cache, radii=[0.2, 0.5], baseline=None,
                           progress=False)
     rbc = sweep.models[1]
     assert rbc.name == "RBC (Quantized)"
@@ -148,7 +150,7 @@ def test_bad_input_fails_with_one_line(card, tmp_path):
     with pytest.raises(InputError, match="--eps values must be positive"):
         eps_sweep(path, n=N, radii=[-0.1, 0.2], cache_dir=cache)
     with pytest.raises(InputError, match=r"--linear-alpha must be in \[0.5, 1\]"):
-        eps_sweep(path, n=N, linear_alpha=0.3, cache_dir=cache)
+        eps_sweep(path, n=N, baseline=0.3, cache_dir=cache)
     runner = CliRunner()
     res = runner.invoke(app, ["sanity", str(path), "--eps", "0.2,abc", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "comma-separated list of numbers" in res.output

@@ -11,10 +11,10 @@ import torch
 from mixzoo.attacks.evaluation import APGDEnsemble
 from mixzoo.core.errors import InputError
 from mixzoo.core.plugins import hookimpl, register_plugin, unregister_plugin
-from mixzoo.evaluation.bench import bench
+from mixzoo.evaluation.bench import MatchSettings, bench
 
 BENCH = dict(attack="adaptive-apgd", n=60, attack_options={"n_iter": 6, "n_target_classes": 2, "n_restarts": 2},
-             curve=False, plots=False, baseline=False, progress=False)
+             curve=None, plots=False, baseline=None, progress=False)
 
 
 @pytest.fixture()
@@ -59,7 +59,7 @@ def test_per_example_seeds_make_the_bench_independent_of_the_batch_size(card, tm
 
 
 class LegacyAttackPlugin:
-    """A third-party attack written before issue 29: its run() takes no index."""
+    """A third-party attack whose run() takes no index."""
 
     @hookimpl
     def mixzoo_attacks(self):
@@ -73,8 +73,8 @@ class LegacyAttackPlugin:
 
 
 def test_an_attack_without_per_example_support_runs_with_batch_seeds_and_says_so(card, tmp_path, one_thread):
-    """A third-party attack whose run() takes no index still runs by default: batch k at seed + k, as before
-    bench-6, the same outcome as an explicit batch-seeded run, with a warning that results depend on the batch."""
+    """A third-party attack whose run() takes no index still runs by default: batch k at seed + k,
+    the same outcome as an explicit batch-seeded run, with a warning that results depend on the batch."""
     register_plugin(LegacyAttackPlugin(), name="test-legacy-run-plugin")
     try:
         kw = dict(BENCH, attack="test-legacy-run", n=10)
@@ -91,15 +91,15 @@ def test_an_attack_without_per_example_support_runs_with_batch_seeds_and_says_so
 
 def test_per_example_seeds_reach_the_matched_baseline(card, tmp_path, one_thread):
     """The matched linear row's alpha search runs with per-example seeds too (its cached evaluations are keyed so)."""
-    report = bench(card, **{**BENCH, "n": 20, "baseline": True, "match_n": 20,
-                            "match_options": {"n_iter": 3, "n_target_classes": 1}},
+    report = bench(card, **{**BENCH, "n": 20,
+                            "baseline": MatchSettings(n=20, options={"n_iter": 3, "n_target_classes": 1})},
                    batch_size=20, per_example_seeds=True, cache_dir=tmp_path / "cache")
     assert {r.kind for r in report.models} == {"abc", "rbc", "mixednuts", "linear"}
     assert report.settings["linear_alpha_search"]
 
 
 def test_adaptive_with_square_and_fab_is_independent_of_the_batch_size(card, tmp_path, one_thread):
-    """The default evaluation's every component draws per example (issue 29): transfer APGD, FAB-T (one restart,
+    """The default evaluation's every component draws per example: transfer APGD, FAB-T (one restart,
     no random draw) on both gradients, and Square (windows per example). Two batch sizes, the same outcome and the
     same adversarial point for every example."""
     kw = dict(BENCH, attack="adaptive", n=24, attack_options={"n_iter": 3, "n_target_classes": 1, "n_queries": 30},

@@ -1,13 +1,14 @@
 """A third-party plugin package, really installed: examples/mixzoo-plugin-example.
 
-The fixture pip-installs a copy of the example into this environment (``--no-deps --no-build-isolation``) and
-uninstalls it afterwards. mixzoo's plugin manager is cached per process, so every check of the installed plugin runs
-the CLI in a fresh interpreter, exactly as a user would.
+The fixture builds wheels of mixzoo and of a copy of the example and installs both into a THROWAWAY virtual
+environment (``python -m venv --without-pip``, the running environment's site-packages added by a ``.pth`` file for
+the dependencies, ``pip --python VENV install --no-deps``, as ``.ci/wheel-check`` does); the running environment is
+never changed. mixzoo's plugin manager is built once per process, so every check runs the installed ``mixzoo``
+command in a fresh process from a directory outside the checkout, as a user would.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -21,55 +22,82 @@ from mixzoo.core.errors import PluginError
 from mixzoo.core.plugins import clear_caches, hookimpl, register_plugin, unregister_plugin
 from mixzoo.core.registry import get_registry
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mixzoo-plugin-example"
-MODEL, CLAMP, DIST = "example-digits-linear", "tanh-clamp", "mixzoo-plugin-example"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "mixzoo-plugin-example"
+MODEL, CLAMP, METHOD = "example-digits-linear", "tanh-clamp", "example-confidence-switch"
 PIP = [sys.executable, "-m", "pip"]
 
 
-def mixzoo_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mixzoo.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+def _run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
+         timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+
+
+def _wheel(source: Path, out: Path) -> Path:
+    """A wheel of the project at ``source`` (copied first: setuptools writes build files into the source tree)."""
+    proc = _run([*PIP, "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out), str(source)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return next(out.glob(f"{source.name.replace('-', '_')}-*.whl"))
 
 
 @pytest.fixture(scope="module")
-def installed_example(tmp_path_factory):
-    """pip install a copy of the example (the build writes into its source tree), uninstall at teardown."""
-    src = tmp_path_factory.mktemp("example") / DIST
-    shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    proc = subprocess.run([*PIP, "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", str(src)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    importlib.invalidate_caches()
-    try:
-        yield src
-    finally:
-        subprocess.run([*PIP, "uninstall", "-y", "-q", DIST], capture_output=True, timeout=120)
-        importlib.invalidate_caches()
+def venv(tmp_path_factory) -> Path:
+    """A throwaway venv holding a mixzoo wheel and the example's wheel; dependencies from this environment."""
+    root = tmp_path_factory.mktemp("third-party")
+    mixzoo_src = root / "src" / "mixzoo"
+    mixzoo_src.mkdir(parents=True)
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, mixzoo_src / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.training.pt")
+    for name in ("mixzoo", "plugins"):
+        shutil.copytree(ROOT / name, mixzoo_src / name, ignore=ignore)
+    example_src = root / "src" / "mixzoo-plugin-example"
+    shutil.copytree(EXAMPLE, example_src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    wheels = [_wheel(mixzoo_src, root / "dist"), _wheel(example_src, root / "dist")]
+
+    env_dir = root / "venv"
+    assert _run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)]).returncode == 0
+    python = env_dir / "bin" / "python"
+    site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    (Path(site) / "deps.pth").write_text("\n".join(deps) + "\n")
+    proc = _run([*PIP, "--python", str(python), "install", "-q", "--no-deps", "--no-index", *map(str, wheels)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where = _run([str(python), "-c", "import mixzoo, mixzoo_plugin_example as e; print(mixzoo.__file__, e.__file__)"],
+                 cwd=root)
+    assert where.returncode == 0 and all(f.startswith(str(env_dir)) for f in where.stdout.split()), where
+    return env_dir
 
 
-def test_installed_plugin_model_is_listed(installed_example):
-    proc = mixzoo_cli("list", "--json")
+def mixzoo_cli(venv: Path, *args: str, cwd: Path, env: dict[str, str] | None = None,
+               timeout: int = 600) -> subprocess.CompletedProcess:
+    """The installed ``mixzoo`` command, run from ``cwd`` (outside the checkout)."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MIXZOO_REGISTRY")}
+    return _run([str(venv / "bin" / "mixzoo"), *args], cwd=cwd, env={**clean, **(env or {})}, timeout=timeout)
+
+
+@pytest.mark.subprocess
+def test_installed_plugin_model_clamp_and_method_are_listed(venv, tmp_path):
+    proc = mixzoo_cli(venv, "list", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     entries = {e["name"]: e for e in json.loads(proc.stdout)}
-    assert MODEL in entries
     entry = entries[MODEL]
     assert (entry["plugin"], entry["dataset"], entry["role"], entry["num_classes"]) == ("example", "digits",
                                                                                          "robust", 10)
     assert entry["input_size"] == [1, 8, 8] and entry["threat_model"] == "Linf"
-
-
-def test_installed_plugin_shows_its_clamp_and_version(installed_example):
-    proc = mixzoo_cli("plugins", "--json")
+    proc = mixzoo_cli(venv, "plugins", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    text = proc.stdout
-    assert '"example"' in text and CLAMP in text and MODEL in text and "0.1.0" in text
-    example = next(p for p in json.loads(text) if p["name"] == "example")
-    assert example["provides"]["loads source kinds"] == ["example-digits"]  # its SOURCE_KINDS
+    plugins = {p["name"]: p for p in json.loads(proc.stdout)}
+    assert not {n: p["error"] for n, p in plugins.items() if p["error"]}
+    example = plugins["example"]
+    assert example["version"] == "0.1.0" and example["provides"]["loads source kinds"] == ["example-digits"]
+    assert CLAMP in example["provides"]["clamps"] and example["provides"]["methods"] == [METHOD]
 
 
-def test_mix_uses_the_plugin_model_and_clamp(installed_example, tmp_path):
-    """`mixzoo mix` calibrates a pair whose RBC and clamp come from the plugin; the ABC is a second entry of the
-    plugin's source kind, declared in a registry file (MIXZOO_REGISTRY)."""
+@pytest.mark.subprocess
+def test_mix_uses_the_plugin_model_and_clamp(venv, tmp_path):
+    """`mixzoo mix` calibrates MixedNUTS for a pair whose RBC and clamp come from the plugin; the ABC is a second
+    entry of the plugin's source kind, declared in a registry file (MIXZOO_REGISTRY)."""
     registry = tmp_path / "registry.toml"
     registry.write_text("""
 [models.test-digits-accurate]
@@ -82,45 +110,65 @@ std = [0.4]
 source = { kind = "example-digits", seed = 1, adv_eps = 0.0, steps = 150 }
 """)
     card = tmp_path / "card.toml"
-    proc = mixzoo_cli("mix", "--abc", "test-digits-accurate", "--rbc", MODEL, "--dataset", "digits", "--clamp", CLAMP,
-                      "--n-calib", "60", "--out", str(card),
+    proc = mixzoo_cli(venv, "mix", "--abc", "test-digits-accurate", "--rbc", MODEL, "--dataset", "digits", "--clamp",
+                      CLAMP, "--n-calib", "60", "--n-iter", "5", "--out", str(card), cwd=tmp_path,
                       env={"MIXZOO_REGISTRY": str(registry), "MIXZOO_CACHE": str(tmp_path / "cache")})
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     text = card.read_text()
     assert CLAMP in text and MODEL in text and "test-digits-accurate" in text
 
 
-def test_the_plugins_own_mixing_method_through_mix_and_bench(installed_example, tmp_path):
-    """The example's method (example-confidence-switch) works by name like a built-in: `mixzoo plugins` lists it,
-    `mixzoo mix --method` fits a card, `mixzoo bench` evaluates it next to a linear card of the same pair and runs
-    the extra attacks the method declares (switch bypassed through each model, and Square)."""
+@pytest.mark.subprocess
+def test_the_plugins_method_through_mix_bench_sanity_and_verify(venv, tmp_path):
+    """The example's method, written from CONTRIBUTING alone, works by name like a built-in one: `mixzoo mix
+    --method` fits a card (its typed option checked), `mixzoo bench` runs the extra attacks it declares and matches
+    the linear baseline to the card's worst case, `mixzoo sanity` sweeps that worst case and `mixzoo verify`
+    confirms every reported robust error."""
     env = {"MIXZOO_CACHE": str(tmp_path / "cache")}
-    proc = mixzoo_cli("plugins", "--json")
-    example = next(p for p in json.loads(proc.stdout) if p["name"] == "example")
-    assert example["provides"]["methods"] == ["example-confidence-switch"]
-    card, lin = tmp_path / "switch.toml", tmp_path / "lin.toml"
-    proc = mixzoo_cli("mix", "--method", "example-confidence-switch", "--abc", "digits-std", "--rbc", "digits-pgd",
-                      "-O", "tau=0.8", "--n-calib", "60", "--out", str(card), env=env)
+    card = tmp_path / "switch.toml"
+    proc = mixzoo_cli(venv, "mix", "--method", METHOD, "--abc", "digits-std", "--rbc", "digits-pgd", "--tau", "0.8",
+                      "--n-calib", "60", "--out", str(card), cwd=tmp_path, env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    assert 'method = "example-confidence-switch"' in card.read_text() and "tau = 0.8" in card.read_text()
-    proc = mixzoo_cli("mix", "--method", "example-confidence-switch", "-O", "tau=2", "--out", str(tmp_path / "x.toml"),
-                      env=env)
-    assert proc.returncode == 2 and "example-confidence-switch.tau" in proc.stderr
-    assert not (tmp_path / "x.toml").exists()
-    proc = mixzoo_cli("mix", "--method", "linear", "--abc", "digits-std", "--rbc", "digits-pgd", "-O", "alpha=0.9",
-                      "--out", str(lin), env=env)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    text = card.read_text()
+    assert f'method = "{METHOD}"' in text and "tau = 0.8" in text and 'command = "mixzoo mix --method' in text
+    bad = tmp_path / "x.toml"
+    proc = mixzoo_cli(venv, "mix", "--method", METHOD, "-O", "tau=abc", "--out", str(bad), cwd=tmp_path, env=env)
+    assert (
+        proc.returncode == 2
+        and "option tau (--tau) of mixing method" in proc.stderr
+        and "a finite number" in proc.stderr
+    )
+    proc = mixzoo_cli(venv, "mix", "--method", METHOD, "-O", "tau=2", "--out", str(bad), cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and f"{METHOD}.tau" in proc.stderr and not bad.exists()
+
     out = tmp_path / "bench"
-    proc = mixzoo_cli("bench", str(card), str(lin), "--attack", "apgd", "--n", "30", "--no-curve", "-O", "n_iter=5",
-                      "--out", str(out), env=env, timeout=600)
+    attack = ["--attack", "apgd", "-O", "n_iter=5", "-O", "n_target_classes=2", "--n", "30", "--batch-size", "30"]
+    proc = mixzoo_cli(venv, "bench", str(card), *attack, "--no-curve", "--save-adversarial", "--out", str(out),
+                      cwd=tmp_path, env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     report = json.loads((out / "report.json").read_text())
     rows = {m["kind"]: m for m in report["models"]}
-    assert set(rows) == {"abc", "rbc", "example-confidence-switch", "linear"}
-    switch = rows["example-confidence-switch"]
+    assert set(rows) == {"abc", "rbc", "linear", METHOD}
+    switch = rows[METHOD]
     assert [c["name"] for c in switch["components"]][-3:] == ["apgd-rbc-gradient", "apgd-abc-gradient", "square"]
-    assert switch["card"]["example-confidence-switch"]["tau"] == 0.8
-    assert switch["robust_accuracy"] <= min(rows["abc"]["clean_accuracy"], 1.0)
+    assert switch["card"][METHOD]["tau"] == 0.8 and switch["robust_accuracy"] <= switch["clean_accuracy"]
+    match = report["settings"]["linear_alpha_match"]
+    assert match["card"] == switch["name"] and 0.0 <= match["target_robust_accuracy"] <= 1.0
+
+    eps = report["settings"]["eps"]  # the card's, from the RBC's registry entry
+    proc = mixzoo_cli(venv, "sanity", str(card), "--attack", "apgd", "-O", "n_iter=5", "-O", "n_target_classes=2",
+                      "--n", "30", "--batch-size", "30", "--eps", f"{eps},0.5", "--no-linear", "--out",
+                      str(tmp_path / "sanity"), "--json", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    sweep = json.loads(proc.stdout)
+    mixed = next(m for m in sweep["models"] if m["kind"] == METHOD)
+    assert sweep["radii"] == [eps, 0.5] and mixed["robust_accuracy"][0] == pytest.approx(switch["robust_accuracy"])
+
+    proc = mixzoo_cli(venv, "verify", str(out), "--json", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    verified = json.loads(proc.stdout)
+    row = next(r for r in verified["rows"] if r["kind"] == METHOD)
+    assert verified["passed"] and row["confirmed"] == row["broken_reported"]
 
 
 class _SpecPlugin:

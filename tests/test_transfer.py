@@ -80,9 +80,11 @@ def _q(margins: torch.Tensor, beta: float) -> float:
 
 
 def _alpha_at(card: MixCard, logits: torch.Tensor, labels: torch.Tensor) -> float:
-    mapped = rbc_transform(logits.double(), card.s, card.p, card.c, clamp=card.clamp)
+    mapped = rbc_transform(
+        logits.double(), card.params["s"], card.params["p"], card.params["c"], clamp=card.params["clamp"]
+    )
     right = logits.argmax(1) == labels
-    return 1.0 / (1.0 + _q(confidence_margin(mapped)[right], card.beta))
+    return 1.0 / (1.0 + _q(confidence_margin(mapped)[right], card.params["beta"]))
 
 
 @pytest.mark.parametrize("method", ["transfer", "square", "both", "guess"])
@@ -92,9 +94,13 @@ def test_every_method_gives_a_valid_card(setup, method, tmp_path):
     with pytest.warns(UserWarning, match="unverified") if method == "guess" else contextlib.nullcontext():
         card = transfer_params(setup["card"], bb, setup["x"], setup["y"], method=method, surrogate=surrogate,
                                queries=30, progress=False, n_iter=MMAA_KW["n_iter"])
-    assert card.fit == method and 0.5 <= card.alpha <= 1 and card.objective is not None
+    assert card.params["fit"] == method and 0.5 <= card.params["alpha"] <= 1 and card.params["objective"] is not None
     assert card.rbc == {"name": "tiny-b", "weight_hash": setup["b"].weight_hash, "black_box": True}
-    assert card.abc == setup["card"].abc and card.dataset == "digits" and card.clamp == setup["card"].clamp
+    assert (
+        card.abc == setup["card"].abc
+        and card.dataset == "digits"
+        and card.params["clamp"] == setup["card"].params["clamp"]
+    )
     sur = card.provenance["surrogate"]
     assert (sur["name"], sur["weight_hash"]) == ("tiny-a", setup["a"].weight_hash)
     q = card.attack["queries"]
@@ -103,11 +109,20 @@ def test_every_method_gives_a_valid_card(setup, method, tmp_path):
     if method in ("square", "both"):
         assert 2 * N_CALIB <= q["square"] <= N_CALIB * 31
     if method in ("transfer", "both", "guess"):
-        assert (card.s, card.p, card.c) == ((setup["card"].s, setup["card"].p, setup["card"].c) if method != "guess"
-                                            else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"]))
+        assert (card.params["s"], card.params["p"], card.params["c"]) == (
+            (setup["card"].params["s"], setup["card"].params["p"], setup["card"].params["c"])
+            if method != "guess"
+            else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"])
+        )
     path = card.save(tmp_path / "card.toml")
     back = MixCard.load(path)
-    assert (back.fit, back.s, back.p, back.c, back.alpha) == (method, card.s, card.p, card.c, card.alpha)
+    assert (back.params["fit"], back.params["s"], back.params["p"], back.params["c"], back.params["alpha"]) == (
+        method,
+        card.params["s"],
+        card.params["p"],
+        card.params["c"],
+        card.params["alpha"],
+    )
 
 
 def test_transfer_to_the_same_model_reproduces_white_box_calibration(setup):
@@ -115,9 +130,9 @@ def test_transfer_to_the_same_model_reproduces_white_box_calibration(setup):
     for surrogate in (setup["mmaa"], setup["a"], setup["mmaa"].adv_images):
         card = transfer_params(setup["card"], setup["a"], setup["x"], setup["y"], surrogate=surrogate,
                                progress=False, n_iter=MMAA_KW["n_iter"])
-        assert card.alpha == pytest.approx(setup["card"].alpha, abs=1e-12)
-        assert card.objective == pytest.approx(setup["card"].objective)
-        assert card.data["objective_transferred"] == pytest.approx(setup["card"].objective)
+        assert card.params["alpha"] == pytest.approx(setup["card"].params["alpha"], abs=1e-12)
+        assert card.params["objective"] == pytest.approx(setup["card"].params["objective"])
+        assert card.data["objective_transferred"] == pytest.approx(setup["card"].params["objective"])
 
 
 def test_transfer_alpha_follows_algorithm_1_on_black_box_margins(setup):
@@ -127,7 +142,7 @@ def test_transfer_alpha_follows_algorithm_1_on_black_box_margins(setup):
         clean, moved = b(x), b(setup["mmaa"].adv_images)
     key = [selection_key(z, ln_signed_margin()(z, y), y) for z in (clean, moved)]
     attacked = torch.where((key[0] < key[1]).view(-1, 1), clean, moved)  # the clean image is a visited point
-    assert card.alpha == pytest.approx(_alpha_at(card, attacked, y), rel=1e-6)
+    assert card.params["alpha"] == pytest.approx(_alpha_at(card, attacked, y), rel=1e-6)
     assert card.data["n_attacked_correct"] == int((attacked.argmax(1) == y).sum())
     assert card.data["n_clean_incorrect"] == int((clean.argmax(1) != y).sum())
 
@@ -144,10 +159,12 @@ def test_both_is_at_least_as_strong_as_each_attack(setup):
 def test_square_runs_algorithm_1_on_the_cards_grid(setup):
     card = transfer_params(setup["card"], BlackBoxModel(setup["b"]), setup["x"], setup["y"], method="square",
                            queries=30, progress=False)
-    assert len(card.grid["s_values"]) == 4 and len(card.grid["p_values"]) == 4
-    objectives = torch.as_tensor(card.grid["objectives"])
-    assert card.objective == pytest.approx(float(objectives.min()))
-    assert card.data["objective_transferred"] >= card.objective - 1e-12  # the card's point is one of the grid's
+    assert len(card.params["grid"]["s_values"]) == 4 and len(card.params["grid"]["p_values"]) == 4
+    objectives = torch.as_tensor(card.params["grid"]["objectives"])
+    assert card.params["objective"] == pytest.approx(float(objectives.min()))
+    assert (
+        card.data["objective_transferred"] >= card.params["objective"] - 1e-12
+    )  # the card's point is one of the grid's
 
 
 def test_guess_alpha_comes_from_clean_margins(setup):
@@ -156,11 +173,11 @@ def test_guess_alpha_comes_from_clean_margins(setup):
         card = transfer_params(setup["card"], b, x, y, method="guess", progress=False)
     with torch.no_grad():
         clean = b(x)
-    assert card.alpha == pytest.approx(_alpha_at(card, clean, y), rel=1e-6)
+    assert card.params["alpha"] == pytest.approx(_alpha_at(card, clean, y), rel=1e-6)
     assert any("unverified" in n for n in card.notes)
     with pytest.warns(UserWarning):
         free = transfer_params(None, b, x, y, method="guess", guess=(1.0, 2.0, -0.5), progress=False)
-    assert (free.s, free.p, free.c, free.beta) == (1.0, 2.0, -0.5, 0.985)
+    assert (free.params["s"], free.params["p"], free.params["c"], free.params["beta"]) == (1.0, 2.0, -0.5, 0.985)
 
 
 # ------------------------------------------------------------------------------------------------ bad inputs
@@ -241,9 +258,13 @@ def test_by_name_transfer_reuses_the_surrogates_mmaa(zoo_card, tmp_path):
     out = tmp_path / "bb.toml"
     card = transfer_params_by_name(path, "digits-pgd", n_calib=300, method="transfer", out=out, cache_dir=cache,
                                    progress=False)
-    assert out.exists() and MixCard.load(out).fit == "transfer"
+    assert out.exists() and MixCard.load(out).params["fit"] == "transfer"
     white = MixCard.load(path)
-    assert card.alpha == pytest.approx(white.alpha) and (card.s, card.p, card.c) == (white.s, white.p, white.c)
+    assert card.params["alpha"] == pytest.approx(white.params["alpha"]) and (
+        card.params["s"],
+        card.params["p"],
+        card.params["c"],
+    ) == (white.params["s"], white.params["p"], white.params["c"])
     assert card.provenance["surrogate"]["card"] == str(path) and card.rbc["black_box"] is True
     assert card.attack["queries"]["total"] == 600
     assert "cached_mmaa" in card.attack["transfer"]["source"]
@@ -321,7 +342,7 @@ def test_transfer_keeps_the_clean_point_where_the_transferred_one_is_worse(setup
     box = SaferAwayFromClean(setup["b"], x, y)
     with torch.no_grad():
         clean, moved = box(x), box(adv)
-    key_clean, key_moved = _key(clean, y, card.top_k), _key(moved, y, card.top_k)
+    key_clean, key_moved = _key(clean, y, card.params["top_k"]), _key(moved, y, card.params["top_k"])
     keep_clean = key_clean < key_moved
     assert keep_clean.sum() > N_CALIB // 2  # the case this test is about: mostly worse than clean
     attacked = torch.where(keep_clean.view(-1, 1), clean, moved)
@@ -329,8 +350,10 @@ def test_transfer_keeps_the_clean_point_where_the_transferred_one_is_worse(setup
     assert out.data["transfer_kept_clean_point"] == int(keep_clean.sum())
     assert out.data["transfer_flipped"] == int((moved.argmax(1) != y).sum())
     assert out.data["n_attacked_correct"] == int((attacked.argmax(1) == y).sum())
-    assert out.alpha == pytest.approx(_alpha_at(out, attacked, y), rel=1e-6)
-    assert out.alpha != pytest.approx(_alpha_at(out, moved, y), rel=1e-6)  # the transferred points alone differ
+    assert out.params["alpha"] == pytest.approx(_alpha_at(out, attacked, y), rel=1e-6)
+    assert out.params["alpha"] != pytest.approx(
+        _alpha_at(out, moved, y), rel=1e-6
+    )  # the transferred points alone differ
 
 
 def test_both_counts_the_images_where_square_won(setup):
@@ -346,7 +369,7 @@ def test_both_counts_the_images_where_square_won(setup):
                           progress=False, search=False)
     with torch.no_grad():
         clean, moved = b(x), b(adv)
-    top_k = card.top_k
+    top_k = card.params["top_k"]
     transfer_side = torch.where((_key(clean, y, top_k) < _key(moved, y, top_k)).view(-1, 1), clean, moved)
     sq = min_margin_square(b, x, y, eps=EPS, norm="Linf", n_queries=queries, seed=0, top_k=top_k, batch_size=250,
                            progress=False, index=torch.arange(len(y)))
@@ -356,7 +379,7 @@ def test_both_counts_the_images_where_square_won(setup):
     assert out.data["both_square_won"] == int(square_won.sum())
     attacked = torch.where(square_won.view(-1, 1), sq.logits, transfer_side)
     assert out.data["n_attacked_correct"] == int((attacked.argmax(1) == y).sum())
-    assert out.alpha == pytest.approx(_alpha_at(out, attacked, y), rel=1e-6)
+    assert out.params["alpha"] == pytest.approx(_alpha_at(out, attacked, y), rel=1e-6)
 
 
 def test_fixed_transferred_point_is_exempt_from_the_argmax_change_filter(setup):
@@ -367,19 +390,30 @@ def test_fixed_transferred_point_is_exempt_from_the_argmax_change_filter(setup):
 
     b, x, y = setup["b"], setup["x"], setup["y"]
     c = -2.0  # GELU is not monotone below 0: a large negative c flips unconfident predictions
-    assert c in setup["card"].grid["c_values"]
+    assert c in setup["card"].params["grid"]["c_values"]
     edited = setup["card"].to_dict()
     edited["mixednuts"]["c"] = c
     card = MixCard.from_dict(edited)
     with torch.no_grad():
-        ln = layer_norm(b(x).double(), card.top_k)
-    changed = float((get_clamp(card.clamp)(ln + c).argmax(1) != ln.argmax(1)).double().mean())
+        ln = layer_norm(b(x).double(), card.params["top_k"])
+    changed = float((get_clamp(card.params["clamp"])(ln + c).argmax(1) != ln.argmax(1)).double().mean())
     assert changed > 0.05  # well beyond the default max_argmax_change = 0.005
     with pytest.raises(InputError, match="every c in the grid"):  # what the filter would do to a 1-point grid
-        calibrate(clean_logits=b(x), clean_labels=y, attacked_logits=b(setup["mmaa"].adv_images), attacked_labels=y,
-                  beta=card.beta, clamp=card.clamp, grid=Grid.point(card.s, card.p, c))
+        calibrate(
+            clean_logits=b(x),
+            clean_labels=y,
+            attacked_logits=b(setup["mmaa"].adv_images),
+            attacked_labels=y,
+            beta=card.params["beta"],
+            clamp=card.params["clamp"],
+            grid=Grid.point(card.params["s"], card.params["p"], c),
+        )
     fixed = transfer_params(card, b, x, y, surrogate=setup["mmaa"], progress=False)
-    assert (fixed.s, fixed.p, fixed.c) == (card.s, card.p, c) and 0.5 <= fixed.alpha <= 1
+    assert (fixed.params["s"], fixed.params["p"], fixed.params["c"]) == (
+        card.params["s"],
+        card.params["p"],
+        c,
+    ) and 0.5 <= fixed.params["alpha"] <= 1
     assert fixed.data["transform_argmax_changed"] > 0.05
     searched = transfer_params(card, b, x, y, surrogate=setup["mmaa"], progress=False, search=True)
-    assert searched.c != c and any("excluded" in n and "-2" in n for n in searched.notes)
+    assert searched.params["c"] != c and any("excluded" in n and "-2" in n for n in searched.notes)

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from card_fields import nuts_card
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
@@ -115,7 +116,7 @@ def _card(**kw) -> MixCard:
     base = dict(s=2.0, p=2.0, c=-0.5, alpha=0.8, beta=0.9, clamp="gelu", top_k=None, temperature=0.5, objective=0.25,
                 method="mmaa", dataset="digits", rbc={"name": "surrogate", "weight_hash": "feed"},
                 abc={"name": "digits-std"}, attack={"eps": EPS, "norm": "Linf"})
-    return MixCard(**{**base, **kw})
+    return nuts_card(**{**base, **kw})
 
 
 def _run(t, card: MixCard, **kw) -> MixCard:
@@ -132,9 +133,9 @@ def test_transferred_points_are_chosen_and_calibrated_with_the_cards_top_k(table
     attacked, used_clean = _pick(t.moved, t.clean, t.y, top_k)
     assert (used_clean != _pick(t.moved, t.clean, t.y, None)[1]).any()  # top_k matters for this table
     out = _run(t, card)
-    assert out.top_k == top_k
+    assert out.params["top_k"] == top_k
     assert out.data["transfer_kept_clean_point"] == int(used_clean.sum())
-    assert out.alpha == pytest.approx(_alpha(attacked, t.y, 2.0, 2.0, -0.5, 0.9, top_k=top_k), rel=1e-6)
+    assert out.params["alpha"] == pytest.approx(_alpha(attacked, t.y, 2.0, 2.0, -0.5, 0.9, top_k=top_k), rel=1e-6)
 
 
 def test_an_argmax_tie_counts_as_a_flip_when_choosing_the_attacked_point(table):
@@ -161,13 +162,18 @@ def test_transfer_card_records_the_surrogate_and_the_black_box_faithfully(table)
     card = _card(clamp="softplus")
     out = _run(t, card)
     attacked, _ = _pick(t.moved, t.clean, t.y, None)
-    assert out.alpha == pytest.approx(_alpha(attacked, t.y, 2.0, 2.0, -0.5, 0.9, clamp="softplus"), rel=1e-6)
-    assert out.clamp == "softplus" and out.temperature == 0.5 and out.beta == 0.9 and out.abc == card.abc
-    assert out.objective != pytest.approx(0.25) and out.data["surrogate_objective"] == 0.25
+    assert out.params["alpha"] == pytest.approx(_alpha(attacked, t.y, 2.0, 2.0, -0.5, 0.9, clamp="softplus"), rel=1e-6)
+    assert (
+        out.params["clamp"] == "softplus"
+        and out.params["temperature"] == 0.5
+        and out.params["beta"] == 0.9
+        and out.abc == card.abc
+    )
+    assert out.params["objective"] != pytest.approx(0.25) and out.data["surrogate_objective"] == 0.25
     right = attacked.argmax(1) == t.y
     m = _conf(_ln(attacked[right].double())).sort().values
     alpha_d = 1.0 / (1.0 + float(m[int(math.floor(0.1 * len(m) + 1e-9))]))
-    assert out.alpha_d == pytest.approx(alpha_d, rel=1e-6)
+    assert out.params["alpha_d"] == pytest.approx(alpha_d, rel=1e-6)
     assert out.provenance["black_box"]["queries"] == 2 * N == out.attack["queries"]["total"]
     assert out.attack["queries"] == {"clean": N, "transfer": N, "total": 2 * N}
 
@@ -176,13 +182,15 @@ def test_a_given_beta_overrides_the_cards(table):
     t = table
     out = _run(t, _card(), beta=0.75)
     attacked, _ = _pick(t.moved, t.clean, t.y, None)
-    assert out.beta == 0.75
-    assert out.alpha == pytest.approx(_alpha(attacked, t.y, 2.0, 2.0, -0.5, 0.75), rel=1e-6)
+    assert out.params["beta"] == 0.75
+    assert out.params["alpha"] == pytest.approx(_alpha(attacked, t.y, 2.0, 2.0, -0.5, 0.75), rel=1e-6)
     with pytest.warns(UserWarning, match="unverified"):
         guess = transfer_params(None, t.box, t.x, t.y, method="guess", beta=0.8, progress=False)
-    assert _run(t, _card(), beta=1.0).beta == 1.0  # beta = 1 is allowed: every attacked-correct margin kept
-    assert guess.beta == 0.8  # educated guess (App. D.5): Table 3's CIFAR-10 s, p, c, alpha from clean margins
-    assert guess.alpha == pytest.approx(_alpha(t.clean, t.y, 5.0, 4.0, -1.1, 0.8), rel=1e-6)
+    assert _run(t, _card(), beta=1.0).params["beta"] == 1.0  # beta = 1 is allowed: every attacked-correct margin kept
+    assert (
+        guess.params["beta"] == 0.8
+    )  # educated guess (App. D.5): Table 3's CIFAR-10 s, p, c, alpha from clean margins
+    assert guess.params["alpha"] == pytest.approx(_alpha(t.clean, t.y, 5.0, 4.0, -1.1, 0.8), rel=1e-6)
 
 
 def test_given_eps_and_norm_override_the_cards_and_bound_the_transferred_points(table):
@@ -222,13 +230,13 @@ def test_the_whole_query_bill_is_refused_up_front(table, method, extra):
     assert bb.queries == 0
     if method == "transfer":
         ok = BlackBoxModel(t.box, query_budget=needed)
-        assert transfer_params(_card(), ok, t.x, t.y, surrogate=t.adv, progress=False).alpha > 0
+        assert transfer_params(_card(), ok, t.x, t.y, surrogate=t.adv, progress=False).params["alpha"] > 0
         assert ok.queries == needed
 
 
 def test_class_and_top_k_checks_against_the_black_box(table):
     t = table
-    assert _run(t, _card(top_k=K)).top_k == K  # top_k equal to the number of classes is plain LN
+    assert _run(t, _card(top_k=K)).params["top_k"] == K  # top_k equal to the number of classes is plain LN
     with pytest.raises(InputError, match=f"top_k = {K + 1}"):
         _run(t, _card(top_k=K + 1))
     five = nn.Sequential(nn.Flatten(), nn.Linear(64, 5))
@@ -238,7 +246,7 @@ def test_class_and_top_k_checks_against_the_black_box(table):
         _run(t, _card(method="linear", clamp="linear"))
     with pytest.raises(InputError, match="empty"):
         transfer_params(_card(), t.box, t.x[:0], t.y[:0], surrogate=t.adv[:0], progress=False)
-    assert _run(t, _card(), queries=1).alpha > 0  # one Square query per image is a valid (if useless) setting
+    assert _run(t, _card(), queries=1).params["alpha"] > 0  # one Square query per image is a valid (if useless) setting
 
 
 def _fake_square(t, calls):
@@ -273,9 +281,13 @@ def test_search_uses_the_cards_grid_and_max_argmax_change_and_scores_the_cards_p
     grid = {"s_values": [0.5, 1.0], "p_values": [1.0], "c_values": [0.0], "objectives": [[[0.0]], [[0.0]]],
             "alphas": [[[0.5]], [[0.5]]]}
     out = _run(t, _card(grid=grid), search=True)
-    assert out.grid["s_values"] == [0.5, 1.0] and out.grid["p_values"] == [1.0] and out.grid["c_values"] == [0.0]
+    assert (
+        out.params["grid"]["s_values"] == [0.5, 1.0]
+        and out.params["grid"]["p_values"] == [1.0]
+        and out.params["grid"]["c_values"] == [0.0]
+    )
     at_card = _alpha(attacked, t.y, 2.0, 2.0, -0.5, 0.9)
-    assert out.alpha != pytest.approx(at_card, rel=1e-6)
+    assert out.params["alpha"] != pytest.approx(at_card, rel=1e-6)
     assert out.data["alpha_transferred"] == pytest.approx(at_card, rel=1e-6)
     # c = -2 flips many predictions of GELU(LN + c) (GELU is not monotone below 0)
     ln = _ln(t.clean.double())
@@ -356,7 +368,7 @@ def test_by_name_passes_the_cards_mmaa_settings_and_its_own_options_on(pgd_card,
     # the card's eps (0.1) and not digits-pgd's spec epsilon (0.2); the card's top_k
     assert (kw["eps"], kw["norm"], kw["n_iter"], kw["n_target_classes"], kw["seed"], kw["top_k"]) == \
         (EPS, "Linf", 2, 2, 3, 5)
-    assert out.beta == 0.8 and out.provenance["seed"] == 7
+    assert out.params["beta"] == 0.8 and out.provenance["seed"] == 7
     assert any("differs from the card's feed" in n for n in out.notes)
     assert "cached_mmaa" in out.attack["transfer"]["source"]
     assert not {"name", "eps", "norm"} & set(out.attack["transfer"])
@@ -412,7 +424,7 @@ def test_worst_points_use_the_cards_top_k_and_need_logits():
     g = torch.Generator().manual_seed(1)
     y = torch.randint(0, K, (60,), generator=g)
     a, b = (torch.randn(60, K, generator=g) + 3 * F.one_hot(y, K) for _ in range(2))
-    card = SimpleNamespace(s=1.0, p=1.0, c=0.0, clamp="softplus", top_k=3)
+    card = SimpleNamespace(params={"s": 1.0, "p": 1.0, "c": 0.0, "clamp": "softplus", "top_k": 3})
 
     def key(z, top_k):
         m = _m(z, 1.0, 1.0, 0.0, "softplus", top_k)
@@ -561,8 +573,8 @@ def test_refit_alpha_takes_the_larger_alpha_of_the_two_passes_on_the_worst_point
         assert calls[-1]["top_k"] == top_k
         rec = out.data["alpha_refit"]
         assert rec["alpha_second_pass"] == pytest.approx(second, rel=1e-9)
-        assert out.alpha == pytest.approx(max(first_alpha, second), rel=1e-9)
-        assert out.objective == (rec["objective_second_pass"] if second > first_alpha else 0.5)
+        assert out.params["alpha"] == pytest.approx(max(first_alpha, second), rel=1e-9)
+        assert out.params["objective"] == (rec["objective_second_pass"] if second > first_alpha else 0.5)
     assert rec["objective_second_pass"] != 0.5
 
 

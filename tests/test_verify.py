@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from mixzoo.cli import app
 from mixzoo.core.cache import Cache
 from mixzoo.core.errors import InputError
-from mixzoo.evaluation.bench import ADVERSARIAL_FILE, bench, evaluate
+from mixzoo.evaluation.bench import ADVERSARIAL_FILE, MatchSettings, bench, evaluate
 from mixzoo.evaluation.verify import verify_report
 from mixzoo.methods.mixednuts.fitting import mix
 from mixzoo.zoo.data import load_dataset
@@ -21,8 +21,8 @@ from mixzoo.zoo.models import load_model
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 N = 60
-BENCH = dict(attack="apgd", n=N, attack_options={"n_iter": 5, "n_target_classes": 2}, curve=False, plots=False,
-             match_options={"n_iter": 3, "n_target_classes": 1}, batch_size=25, progress=False)
+BENCH = dict(attack="apgd", n=N, attack_options={"n_iter": 5, "n_target_classes": 2}, curve=None, plots=False,
+             baseline=MatchSettings(options={"n_iter": 3, "n_target_classes": 1}), batch_size=25, progress=False)
 
 
 @pytest.fixture(scope="module")

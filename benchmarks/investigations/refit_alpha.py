@@ -54,8 +54,15 @@ def main() -> None:
         model = MixedClassifier.from_card(card, abc, rbc)
         ev = evaluate(model, data.images, data.labels, key_parts=mixed_key_parts(card, abc, rbc, data),
                       label=f"MixedNUTS, {label}", **common)
-        rows.append({"model": f"MixedNUTS, {label}", "alpha": card.alpha, "objective": card.objective,
-                     "mix_seconds": seconds, **_row(ev)})
+        rows.append(
+            {
+                "model": f"MixedNUTS, {label}",
+                "alpha": card.params["alpha"],
+                "objective": card.params["objective"],
+                "mix_seconds": seconds,
+                **_row(ev),
+            }
+        )
     out = {"attack": args.attack, "n": len(data), "beta": args.beta, "rows": rows,
            "cards": {label: card.to_dict() for label, (card, _) in cards.items()},
            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),

@@ -29,7 +29,20 @@ for search in ("mixzoo", "authors"):
         warnings.simplefilter("always")
         card = calibrate(**kw, search=search)
     prob = CalibrationProblem(att[right][:1], att[right], 0.985, clamp="gelu", dtype=torch.float64)
-    m = prob.margins(torch.tensor([card.s]), torch.tensor([card.p]), card.c)[0, 0, 1:]
-    q = 1 / card.alpha - 1
-    print(search, dict(s=card.s, p=card.p, c=card.c, alpha=card.alpha, objective=card.objective),
-          "kept", int((m >= q * (1 - 1e-12)).sum()), "of", int(right.sum()), [str(w.message) for w in rec])
+    m = prob.margins(torch.tensor([card.params["s"]]), torch.tensor([card.params["p"]]), card.params["c"])[0, 0, 1:]
+    q = 1 / card.params["alpha"] - 1
+    print(
+        search,
+        dict(
+            s=card.params["s"],
+            p=card.params["p"],
+            c=card.params["c"],
+            alpha=card.params["alpha"],
+            objective=card.params["objective"],
+        ),
+        "kept",
+        int((m >= q * (1 - 1e-12)).sum()),
+        "of",
+        int(right.sum()),
+        [str(w.message) for w in rec],
+    )

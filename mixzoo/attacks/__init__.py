@@ -11,16 +11,15 @@ from mixzoo.attacks.evaluation import (
     AutoAttackEval,
     Component,
     PGDAttack,
-    gradient_mode,
 )
 from mixzoo.attacks.margins import MarginRecord, signed_margin
 from mixzoo.attacks.mmaa import MMAAResult, mmaa
 from mixzoo.attacks.pgd import pgd
 from mixzoo.attacks.result import AttackResult, ComponentStat, EvalResult
+from mixzoo.attacks.variants import GradientVariants, with_gradient
 
 __all__ = [
     "APGDEnsemble", "AdaptiveAPGD", "AdaptiveAutoAttack", "AdaptiveStrong", "Attack", "AttackResult",
-    "AutoAttackEval", "Component",
-    "ComponentStat", "EvalResult", "MMAAResult", "MarginRecord", "PGDAttack", "apgd_ce", "apgd_run", "apgd_t",
-    "gradient_mode", "mmaa", "pgd", "signed_margin",
+    "AutoAttackEval", "Component", "ComponentStat", "EvalResult", "GradientVariants", "MMAAResult", "MarginRecord",
+    "PGDAttack", "apgd_ce", "apgd_run", "apgd_t", "mmaa", "pgd", "signed_margin", "with_gradient",
 ]

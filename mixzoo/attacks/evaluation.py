@@ -5,12 +5,11 @@ still classified correctly, and the per-component count of newly broken examples
 counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary output) misclassifies it.
 
 * ``pgd``: plain fixed-step PGD on the cross-entropy (:func:`mixzoo.attacks.pgd.pgd`).
-* ``apgd``: our APGD-CE + APGD-T (targeted DLR, 9 targets) on the model's own output; a
-  :class:`~mixzoo.methods.mixednuts.mixing.MixedClassifier` supplies exact or bypass gradients as its ``gradient``
-  attribute says.
-* ``autoattack``: standard AutoAttack (APGD-CE, APGD-T, FAB-T, Square) from the installed ``pyautoattack`` package;
-  a model with a ``gradient`` attribute is switched to ``"bypass"`` for the run and restored afterwards (App. B.2.2,
-  how the RobustBench entry was evaluated).
+* ``apgd``: our APGD-CE + APGD-T (targeted DLR, 9 targets) on the model's own output and gradient (a mixing
+  method's gradient variant when the model was built as one, :mod:`mixzoo.attacks.variants`).
+* ``autoattack``: standard AutoAttack (APGD-CE, APGD-T, FAB-T, Square) from the installed ``pyautoattack`` package,
+  on the model's ``bypass`` gradient variant where it offers one (App. B.2.2, how the RobustBench entry was
+  evaluated; :func:`mixzoo.attacks.variants.with_gradient`).
 * ``adaptive``: transfer-based adaptive AutoAttack (App. B.2.1). APGD-CE and APGD-T take loss and gradients from
   the auxiliary differentiable mixture (second output of ``forward_pair``, Eq. 8) while success and the kept point
   are judged on the true MixedNUTS output (first output); then ``apgd-ce-exact`` and ``apgd-t-exact``, the same
@@ -47,10 +46,9 @@ starting point, and AutoAttack's own warnings, are reported too.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings as pywarnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -61,6 +59,7 @@ from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effectiv
 from mixzoo.attacks.pgd import pgd
 from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
 from mixzoo.attacks.square import min_margin_square
+from mixzoo.attacks.variants import PairedOutput, offers, with_gradient
 from mixzoo.core.checks import check_typed_options
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
@@ -88,7 +87,6 @@ class Component:
 
     name: str
     fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    gradient: str | None = None  # gradient mode to set on the model while this component runs
     gradient_based: bool = True
     zero_grad: list[int] = field(default_factory=list)
     # "robust": attack the examples still robust (AutoAttack's chaining); "clean": attack every clean-correct example
@@ -97,20 +95,6 @@ class Component:
     # True: ``fn(x, y, index)`` takes the examples' indices in the whole data set and draws its randomness per
     # example from them (mixzoo.core.rng), so its outcome per example does not depend on the batch
     per_example: bool = False
-
-
-@contextlib.contextmanager
-def gradient_mode(model: nn.Module, mode: str | None) -> Iterator[None]:
-    """Set ``model.gradient = mode`` (if the model has that attribute) for the block, then restore it."""
-    if mode is None or not hasattr(model, "gradient"):
-        yield
-        return
-    old = model.gradient
-    model.gradient = mode
-    try:
-        yield
-    finally:
-        model.gradient = old
 
 
 def within_threat_model(adv: torch.Tensor, x: torch.Tensor, eps: float, norm: str) -> torch.Tensor:
@@ -209,11 +193,10 @@ class Attack:
                     pywarnings.simplefilter("always")
                     for idx in todo.split(bs) if len(todo) else ():  # an empty tensor splits into one empty part
                         x, y = images[idx], labels[idx]
-                        with gradient_mode(model, comp.gradient):
-                            if comp.per_example and index is not None:
-                                cand = comp.fn(x, y, index[idx.to(index.device)]).detach()
-                            else:
-                                cand = comp.fn(x, y).detach()
+                        if comp.per_example and index is not None:
+                            cand = comp.fn(x, y, index[idx.to(index.device)]).detach()
+                        else:
+                            cand = comp.fn(x, y).detach()
                         inside = within_threat_model(cand, x, self.eps, self.norm)
                         with torch.no_grad():
                             out = model(cand)
@@ -270,12 +253,13 @@ def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: 
 
 def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int,
                   n_targets: int, gradient: str | None) -> Component:
-    """A component of the installed AutoAttack with the settings of its 'standard' version."""
+    """A component of the installed AutoAttack with the settings of its 'standard' version, on the model's gradient
+    variant ``gradient`` where it offers one."""
     from mixzoo.core.compat import import_autoattack
 
     aa = import_autoattack()
     n_iter, n_restarts = int(opts["n_iter"]), int(opts["n_restarts"])
-    model = FiniteGuard(model, f"at points visited by {kind}")
+    model = FiniteGuard(with_gradient(model, gradient), f"at points visited by {kind}")
 
     def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         dev = x.device
@@ -297,7 +281,7 @@ def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float,
 
     # FAB-T with one restart draws no random number (see the module docstring): its run on an example is the same
     # in any batch, so it counts as per-example; the index is not needed
-    return Component(kind, fn, gradient=gradient, gradient_based=kind != "square", per_example=kind == "fab-t")
+    return Component(kind, fn, gradient_based=kind != "square", per_example=kind == "fab-t")
 
 
 def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int) -> Component:
@@ -320,11 +304,6 @@ class FiniteGuard(nn.Module):
         super().__init__()
         self.model, self.where = model, where
 
-    @property
-    def gradient(self) -> str | None:
-        """The wrapped model's gradient mode (App. B.2.2), read through."""
-        return getattr(self.model, "gradient", None)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.model(x)
         nan = torch.isnan(out.detach()).flatten(1).any(dim=1) if isinstance(out, torch.Tensor) else None
@@ -344,6 +323,7 @@ def _standard_exact(model: nn.Module, opts: dict[str, Any], eps: float, norm: st
     from mixzoo.core.compat import import_autoattack
 
     aa = import_autoattack()
+    model = with_gradient(model, "exact")
 
     def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         attack = aa.AutoAttack(model, norm=norm, eps=eps, seed=seed, version="standard", device=x.device)
@@ -360,7 +340,7 @@ def _standard_exact(model: nn.Module, opts: dict[str, Any], eps: float, norm: st
             adv, _ = attack.run_standard_evaluation(x.clone(), y.clone(), batch_size=len(x))
         return adv
 
-    return Component("autoattack-standard", fn, gradient="exact", scope="clean")
+    return Component("autoattack-standard", fn, scope="clean")
 
 
 def _select(opts: dict[str, Any], available: tuple[str, ...], attack: str) -> list[str]:
@@ -435,7 +415,7 @@ class AdaptiveAutoAttack(AutoAttackEval):
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         chosen = _select(self.options, self.available, self.name)
-        if not hasattr(model, "forward_pair"):
+        if not isinstance(model, PairedOutput):
             # a single model: standard AutoAttack, whose components already have the model's own (exact) gradient,
             # so "apgd-ce-exact" asks for "apgd-ce"; with per-example randomness our APGD (the same algorithm,
             # AutoAttack's trajectories) replaces its APGD
@@ -459,9 +439,9 @@ class AdaptiveAutoAttack(AutoAttackEval):
             if kind in ("apgd-ce", "apgd-t"):
                 out.append(_ours(kind, model.forward_pair, self.options, self.eps, self.norm, self.seed, n_targets))
             elif kind in EXACT_APGD:
-                comp = _ours(kind.removesuffix("-exact"), model, self.options, self.eps, self.norm, self.seed,
-                             n_targets)
-                comp.name, comp.gradient = kind, "exact"
+                comp = _ours(kind.removesuffix("-exact"), with_gradient(model, "exact"), self.options, self.eps,
+                             self.norm, self.seed, n_targets)
+                comp.name = kind
                 out.append(comp)
             elif kind == "fab-t-exact":
                 comp = _pyautoattack("fab-t", model, self.options, self.eps, self.norm, self.seed, n_targets, "exact")
@@ -486,10 +466,10 @@ def extra_apgd(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, n_
     out: list[Component] = []
     for mode in modes:
         for kind in kinds:
-            comp = _ours(kind, model, opts, eps, norm, seed, n_targets)
-            comp.name, comp.gradient = f"{kind}-{mode}", mode
+            comp = _ours(kind, with_gradient(model, mode), opts, eps, norm, seed, n_targets)
+            comp.name = f"{kind}-{mode}"
             out.append(comp)
-    forward = model.forward_pair if hasattr(model, "forward_pair") else model
+    forward = model.forward_pair if isinstance(model, PairedOutput) else model
     for label, value in (seeds or {}).items():
         for kind in kinds:
             comp = _ours(kind, forward, opts, eps, norm, value, n_targets)
@@ -503,7 +483,7 @@ class AdaptiveStrong(AdaptiveAutoAttack):
 
     App. B.2.1's transfer-based APGD leaves examples that other gradients break (``benchmarks/attack_strength.py``:
     on the Fashion-MNIST pair, exact-gradient, bypass-gradient and re-seeded transfer APGD each broke 1-2 of the
-    ~690 examples the adaptive attack then left robust, different ones; the exact-gradient APGD has since joined
+    ~690 examples the adaptive attack then left robust, different ones; the exact-gradient APGD is part of
     ``adaptive``). So after the transfer and exact APGD-CE and APGD-T this runs, on what is still robust, APGD-CE +
     APGD-T on the bypass gradient of App. B.2.2, and with the transfer gradient again for each of ``extra_seeds``
     new seeds (and the exact APGD here if it was left out of ``components``); single models get the
@@ -523,7 +503,7 @@ class AdaptiveStrong(AdaptiveAutoAttack):
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         base = super().components(model, n_classes)
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
-        mixed = hasattr(model, "forward_pair") and hasattr(model, "gradient")
+        mixed = isinstance(model, PairedOutput) and offers(model, "bypass")
         extra = extra_apgd(model, self.options, self.eps, self.norm, n_targets,
                            modes=("exact", "bypass") if mixed else (), seed=self.seed,
                            seeds={f"seed{k}": self.seed + 1000 * k

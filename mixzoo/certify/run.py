@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from mixzoo.certify.report import CertCurve, CertifyResult
 from mixzoo.certify.smoothing import check_options, minimum_samples, smoothed_estimate
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import run_record
+from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.pairs import check_device, check_model_fits, resolve_model
 
@@ -76,24 +78,44 @@ def _label(alpha: float, what: str) -> str:
     return f"RBC alone ({what})" if alpha == 1.0 else f"mixture alpha={alpha:g} ({what})"
 
 
-def certify(card: Any = None, *, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None,
-            alphas: list[float] | None = None, norm: str = "l2", radii: list[float] | None = None, n: int = 500,
-            dataset: str | None = None, split: str = "evaluation", sigma: float | None = None,
-            samples: int = 10_000, selection_samples: int = 100, confidence: float = 0.999,
-            smoothing: str = "soft", temperature: float | None = None, estimate_eps: list[float] | None = None,
-            estimate_steps: int = 20, batch_size: int = 1000, seed: int = 0, device: str = "cpu",
-            data_dir: str | None = None, out: str | Path | None = None, progress: bool = True,
-            allow_unsafe: bool = False) -> CertifyResult:
+@dataclass(frozen=True)
+class SmoothingSettings:
+    """Monte Carlo certification of a randomized-smoothing RBC (001 App. A.2, Cohen et al.): noise ``sigma``
+    (default: the RBC's registry ``smoothing_sigma``), ``samples`` per image plus ``selection_samples`` that choose
+    the class, bounds jointly valid with probability ``confidence`` per image, ``kind`` ``soft`` (average
+    probabilities, 001 App. A) or ``hard`` (votes)."""
+
+    sigma: float | None = None
+    samples: int = 10_000
+    selection_samples: int = 100
+    confidence: float = 0.999
+    kind: str = "soft"
+
+
+def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: list[float] | None = None,
+            radii: list[float] | None = None, dataset: str | None = None, split: str = "evaluation",
+            smoothing: SmoothingSettings | None = None, temperature: float | None = None,
+            estimate_eps: list[float] | None = None, estimate_steps: int = 20, out: str | Path | None = None,
+            **changes: Any) -> CertifyResult:
     """Certified accuracy of the RBC alone (alpha = 1) and of each mixture, over a radius grid.
 
     ``card``: a mix card (file, name or :class:`~mixzoo.core.card.MixCard`) whose method mixes probabilities with a
     constant alpha (others raise a one-line explanation); its alpha is certified, plus any ``alphas`` given.
-    Without a card, ``rbc`` (and ``abc`` when an alpha < 1 is asked for) name the pair. ``sigma`` overrides the
-    RBC's ``smoothing_sigma``; ``samples`` / ``selection_samples`` / ``confidence`` / ``smoothing`` set the Monte
-    Carlo certification; ``estimate_eps`` adds App. C.3 estimated curves at those radii (labelled "estimated").
-    ``radii`` defaults to 26 points from 0 to the largest certified radius. ``out`` gets certify.json,
-    certify.md, certify.png (and estimated.png).
+    Of the :class:`~mixzoo.core.settings.RunSettings` (default: 500 images, 1000 per forward batch, l2; keyword
+    arguments named after its fields change them) this uses ``abc`` / ``rbc`` (without a card they name the pair;
+    ``abc`` is needed when an alpha < 1 is asked for), ``norm`` (``l2`` or ``linf``), ``n``, ``batch_size``,
+    ``seed``, ``device``, ``data_dir``, ``allow_unsafe`` and ``progress``. ``smoothing`` sets the Monte Carlo
+    certification of a randomized-smoothing RBC (:class:`SmoothingSettings`); ``estimate_eps`` adds App. C.3
+    estimated curves at those radii (labelled "estimated"). ``radii`` defaults to 26 points from 0 to the largest
+    certified radius. ``out`` gets certify.json, certify.md, certify.png (and estimated.png).
     """
+    s = settings_of(settings, changes, n=500, batch_size=1000)
+    sm = smoothing if smoothing is not None else SmoothingSettings()
+    abc, rbc, n, batch_size, seed = s.abc, s.rbc, s.n, s.batch_size, s.seed
+    device, data_dir, progress, allow_unsafe = s.device, s.data_dir, s.progress, s.allow_unsafe
+    norm = (s.norm or "l2").lower()
+    sigma, samples, selection_samples, confidence = sm.sigma, sm.samples, sm.selection_samples, sm.confidence
+    kind = sm.kind
     t0 = time.perf_counter()
     check_device(device)
     if out is not None:  # refuse before the (long) Monte Carlo what could not be written
@@ -146,19 +168,19 @@ def certify(card: Any = None, *, abc: str | nn.Module | None = None, rbc: str | 
         "alphas": alpha_t.tolist(), "norm": norm, "mode": mode, "n": len(data), "dataset": name, "split": split,
         "abc_temperature": temperature, "seed": seed, "card": str(getattr(card, "path", "") or "") or None}
     if sigma is not None:
-        check_options(sigma, samples, confidence, smoothing)
+        check_options(sigma, samples, confidence, kind)
         smallest = float(alpha_t.min())
         if smallest == 0.5:
             raise InputError("alpha 0.5 certifies nothing with a smoothed RBC (Thm A.2 needs Phi^-1(p/2) >"
                              " Phi^-1(q/2 + 1/2), impossible for p <= 1); pass alphas above 0.5")
         with torch.no_grad():
             classes = int(rbc_m(images[:1]).shape[1])
-        need = minimum_samples(classes, confidence, smoothing, smallest)
+        need = minimum_samples(classes, confidence, kind, smallest)
         if samples < need:
             raise InputError(f"{samples} Monte Carlo samples cannot certify anything at confidence {confidence:g}"
                              f" and alpha {smallest:g} (even a unanimous vote); use --samples {need} or more")
         est = smoothed_estimate(rbc_m, images, float(sigma), samples=samples, selection_samples=selection_samples,
-                                confidence=confidence, kind=smoothing, seed=seed, batch_size=batch_size,
+                                confidence=confidence, kind=kind, seed=seed, batch_size=batch_size,
                                 progress=progress)
         correct = (est.top == labels) & ~est.abstain
         lip = smoothing_lipschitz_constant(float(sigma))
@@ -171,8 +193,8 @@ def certify(card: Any = None, *, abc: str | nn.Module | None = None, rbc: str | 
             curves_raw.append((_label(a, "Thm A.2"), a, "smoothing", r_rs[k], correct, float(clean[k])))
             curves_raw.append((_label(a, "Thm 3.5"), a, "smoothing-lipschitz", r_lip[k], correct, float(clean[k])))
         settings.update(sigma=float(sigma), samples=samples, selection_samples=selection_samples,
-                        confidence=confidence, smoothing=smoothing, lipschitz_constant=lip)
-        notes.append(f"randomized smoothing, sigma {sigma:g}, {smoothing} votes: {samples} Monte Carlo samples per"
+                        confidence=confidence, smoothing=kind, lipschitz_constant=lip)
+        notes.append(f"randomized smoothing, sigma {sigma:g}, {kind} votes: {samples} Monte Carlo samples per"
                      f" image ({selection_samples} more to choose the class), bounds jointly valid with probability"
                      f" {confidence:g} per image; the RBC abstains on {int(est.abstain.sum())} of {len(data)} images.")
         notes.append(f"the clean column of a smoothed classifier is its Monte Carlo mean prediction (an estimate)."

@@ -7,8 +7,9 @@ validated by the method), the files of trained methods (``[weights]``: file name
 provenance. A small TOML (or JSON) file, written atomically (temporary file, fsync, rename). TOML has no null:
 ``None`` values are left out of TOML files and read back as ``None``.
 
-Cards of schema 1 (mixzoo before the method hook: MixedNUTS parameters at the top level) still load: each method
-plugin may claim a schema-1 card (:meth:`mixzoo.methods.MixingMethod.upgrade_v1`) and say what to re-run.
+Files of schema 1 (a method's parameters at the top level) still load through :meth:`MixCard.load`: each method
+plugin may claim one (:meth:`mixzoo.methods.MixingMethod.upgrade_v1`) and say what to re-run
+(:meth:`~mixzoo.methods.MixingMethod.v1_warning`).
 """
 
 from __future__ import annotations
@@ -48,65 +49,36 @@ def _method(name: Any, source: str) -> Any:
         raise InputError(f"{source}: {exc}") from None
 
 
-@dataclass(init=False)
+@dataclass
 class MixCard:
     """A mixed classifier: its method, its fitted section (``params``), its base models and how it was obtained.
 
-    ``params`` is the method's section (e.g. MixedNUTS: ``s``, ``p``, ``c``, ``alpha``, ``beta``, ``clamp``,
-    ``top_k``, ``temperature``, ``alpha_d``, ``objective``, ``fit``, ``grid``); its entries also read as
-    attributes (``card.alpha``). The method validates it (one-line errors naming ``SECTION.FIELD``).
-    ``weights``: files of a trained method, by name, with their sha256, stored next to the card (``path``).
-
-    The schema-1 keyword form ``MixCard(s=..., p=..., c=..., alpha=..., beta=..., method="mmaa")`` still works:
-    the method plugins claim it as they claim schema-1 files.
+    Plain data: ``method`` names a mixing-method plugin; ``params`` is that method's section (e.g. MixedNUTS:
+    ``s``, ``p``, ``c``, ``alpha``, ``beta``, ``clamp``, ``top_k``, ``temperature``, ``alpha_d``, ``objective``,
+    ``fit``, ``grid``), validated by the method (one-line errors naming ``SECTION.FIELD``); ``abc`` / ``rbc``: each
+    model's ``name`` and ``weight_hash`` (:func:`mixzoo.zoo.pairs.model_hash`); ``dataset``; ``data``: the
+    calibration images (:meth:`mixzoo.zoo.pairs.Pair.data_info`); ``attack``: the threat model (``eps``, ``norm``)
+    and any attack the fit ran; ``weights``: files of a trained method, by name, with their sha256, stored next to
+    the card (``path``); ``provenance`` (:func:`provenance`); ``notes`` for people. Construction validates.
     """
 
     method: str
     params: dict[str, Any]
-    abc: dict[str, Any]
-    rbc: dict[str, Any]
-    dataset: str | None
-    data: dict[str, Any]
-    attack: dict[str, Any]
-    weights: dict[str, str]
-    provenance: dict[str, Any]
-    notes: list[str]
-    schema_version: int
+    abc: dict[str, Any] = field(default_factory=dict)
+    rbc: dict[str, Any] = field(default_factory=dict)
+    dataset: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    attack: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, str] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
     path: Path | None = field(default=None, compare=False, repr=False)
 
-    def __init__(self, method: str | None = None, params: dict[str, Any] | None = None, *,
-                 abc: dict[str, Any] | None = None, rbc: dict[str, Any] | None = None, dataset: str | None = None,
-                 data: dict[str, Any] | None = None, attack: dict[str, Any] | None = None,
-                 weights: dict[str, str] | None = None, provenance: dict[str, Any] | None = None,
-                 notes: list[str] | None = None, schema_version: int = SCHEMA_VERSION, path: Path | None = None,
-                 **v1: Any) -> None:
-        common = dict(abc=abc or {}, rbc=rbc or {}, dataset=dataset, data=data or {}, attack=attack or {},
-                      weights=weights or {}, provenance=provenance or {}, notes=list(notes or []))
-        if v1 or params is None:  # the schema-1 keyword form: top-level parameters, ``method`` = how fitted
-            method, params = _claim_v1({**v1, **({"method": method} if method is not None else {})}, "mix card")
-            schema_version = SCHEMA_VERSION
-        self.method, self.params = method, dict(params)
-        for k, v in common.items():
-            setattr(self, k, v)
-        self.schema_version, self.path = schema_version, path
+    def __post_init__(self) -> None:
+        self.params = dict(self.params) if isinstance(self.params, dict) else self.params
+        self.notes = list(self.notes) if isinstance(self.notes, list | tuple) else self.notes
         _validate(self, "mix card")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # a method parameter set as an attribute (``card.alpha = a``) goes into ``params``: otherwise it would shadow
-        # the entry, and save() would write the old value
-        params = self.__dict__.get("params")
-        if params is not None and name in params and name not in type(self).__dataclass_fields__:
-            params[name] = value
-        else:
-            object.__setattr__(self, name, value)
-
-    def __getattr__(self, name: str) -> Any:
-        params = self.__dict__.get("params")
-        if params is not None and not name.startswith("_") and name in params:
-            return params[name]
-        if params is not None and name in _V1_OPTIONAL:
-            return None  # a section without the optional schema-1 field
-        raise AttributeError(f"{type(self).__name__} (method {self.__dict__.get('method')!r}) has no field {name!r}")
 
     @property
     def mixing_method(self) -> Any:
@@ -130,13 +102,8 @@ class MixCard:
             raise InputError(f"{source}: a mix card must be a table of fields, got {type(data).__name__}")
         version = data.get("schema_version")
         if version == 1:
-            method, params = _claim_v1(data, source)
-            check = getattr(_method(method, source), "v1_warning", None)
-            note = check(data) if check is not None else None
-            if note:
-                warnings.warn(f"{source}: {note}", stacklevel=stacklevel)
-            common = {k: data[k] for k in _COMMON if k in data and k not in ("schema_version", "method")}
-            return cls(method, params, **common, path=path)
+            raise InputError(f"{source}: a schema-1 card; read it from its file with MixCard.load, which upgrades it,"
+                             " or re-create it with `mixzoo mix`")
         if version != SCHEMA_VERSION:
             raise InputError(f"{source}: schema_version {version!r} is not supported (this mixzoo reads 1 and"
                              f" {SCHEMA_VERSION}); re-create the card with `mixzoo mix`")
@@ -150,7 +117,7 @@ class MixCard:
         unknown = sorted(set(data) - set(_COMMON) - {method})
         if unknown:
             warnings.warn(f"{source}: ignoring unknown fields {', '.join(unknown)}", stacklevel=stacklevel)
-        card = cls.__new__(cls)  # validated below with ``source`` in the messages
+        card = object.__new__(cls)  # validated below with ``source`` in the messages
         card.method, card.params, card.path = method, dict(data[method]), path
         for name in _COMMON[2:]:
             default: Any = [] if name == "notes" else {} if name in _TABLES else None
@@ -234,6 +201,8 @@ class MixCard:
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             kind = "TOML" if path.suffix == ".toml" else "JSON"
             raise InputError(f"{path}: not valid {kind} ({str(exc).splitlines()[0]})") from None
+        if isinstance(data, dict) and data.get("schema_version") == 1:
+            data = upgrade_v1(data, str(path))
         return cls.from_dict(data, source=str(path), path=path, stacklevel=3)
 
     def weight_file(self, name: str) -> Path:
@@ -260,7 +229,16 @@ class MixCard:
         return self.mixing_method.summary_line(self)
 
 
-_V1_OPTIONAL = ("beta", "top_k", "alpha_d", "objective", "grid", "fit", "temperature", "clamp", "s", "p", "c")
+def upgrade_v1(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """A schema-1 card (a method's parameters at the top level) as a schema-2 table: the first method plugin that
+    claims it (:meth:`mixzoo.methods.MixingMethod.upgrade_v1`) gives its section, and its
+    :meth:`~mixzoo.methods.MixingMethod.v1_warning` is issued as a warning."""
+    method, params = _claim_v1(data, source)
+    note = _method(method, source).v1_warning(data)
+    if note:
+        warnings.warn(f"{source}: {note}", stacklevel=3)  # the caller of MixCard.load
+    common = {k: data[k] for k in _COMMON if k in data and k not in ("schema_version", "method")}
+    return {**common, "schema_version": SCHEMA_VERSION, "method": method, method: params}
 
 
 def _claim_v1(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
@@ -268,8 +246,7 @@ def _claim_v1(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
     from mixzoo.core.plugins import mixing_methods
 
     for name, method in sorted(mixing_methods().items()):
-        upgrade = getattr(method, "upgrade_v1", None)
-        params = upgrade(data, source) if upgrade is not None else None
+        params = method.upgrade_v1(data, source)
         if params is not None:
             return name, params
     raise InputError(f"{source}: a schema-1 card that no installed mixing method reads; re-create it with"
@@ -426,4 +403,4 @@ def provenance(**extra: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["SCHEMA_VERSION", "MixCard", "git_commit", "provenance", "validate_grid"]
+__all__ = ["SCHEMA_VERSION", "MixCard", "git_commit", "provenance", "upgrade_v1", "validate_grid"]

@@ -128,12 +128,26 @@ def mixzoo_datasets() -> dict[str, Any]:
 def mixzoo_mixing_methods() -> dict[str, Any]:
     """Mixing methods by name (``mixzoo mix --method NAME``; the ``method`` field of a mix card).
 
-    Called once when methods are first looked up. Each value is a :class:`mixzoo.methods.MixingMethod`: it
-    validates its card section, builds the mixed ``nn.Module`` ([0, 1] images -> log-probabilities) from an ABC,
-    an RBC and that section, fits the section from data (training-free calibration or training, saying what that
-    costs), and declares the extra adaptive attacks an honest evaluation of it needs
-    (:meth:`~mixzoo.methods.MixingMethod.extra_attacks`), which ``mixzoo bench`` runs without knowing the method.
-    A method with ``default = True`` is what ``mixzoo mix`` fits when no ``--method`` is given (one at most).
+    Called once when methods are first looked up. Each value is an instance of a subclass of
+    :class:`mixzoo.methods.MixingMethod`, whose members are everything the rest of mixzoo asks of a method (its
+    module docstring lists them with their defaults): it validates its card section, builds the mixed ``nn.Module``
+    ([0, 1] images -> log-probabilities) and its gradient variants, fits the section from data with typed options,
+    and declares the extra adaptive attacks an honest evaluation of it needs, which bench, sanity and the matched
+    baseline run without knowing the method. A method with ``default = True`` is what ``mixzoo mix`` fits when no
+    ``--method`` is given, one with ``baseline = True`` the bench's matched row (one of each at most).
+    """
+
+
+@hookspec
+def mixzoo_cli_commands() -> dict[str, Callable[..., Any]]:
+    """Commands a plugin adds to the ``mixzoo`` CLI, by name (as pytest plugins add options).
+
+    Each value is a function typer turns into a command: parameters typed with ``typing.Annotated[T,
+    typer.Option(help=...)]`` (or the shared aliases of :mod:`mixzoo.core.commands`), its docstring the help,
+    decorated with :func:`mixzoo.core.commands.command` (one-line errors, exit status 2). Called only when the CLI
+    lists its commands (``mixzoo --help``) or is given a name that is not one of the core's (which always win); import
+    the command's module inside the hook so that loading the plugin stays cheap. MixedNUTS's ``check`` and
+    ``transfer-params`` come this way.
     """
 
 

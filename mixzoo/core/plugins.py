@@ -543,7 +543,8 @@ def plugin_infos() -> list[PluginInfo]:
                 info.provides[label] = by_plugin[name]
         for hook, label in [("mixzoo_clamp_functions", "clamps"), ("mixzoo_attacks", "attacks"),
                             ("mixzoo_calibration_optimizers", "optimizers"), ("mixzoo_datasets", "datasets"),
-                            ("mixzoo_mixing_methods", "methods"), ("mixzoo_cards", "cards")]:
+                            ("mixzoo_mixing_methods", "methods"), ("mixzoo_cli_commands", "commands"),
+                            ("mixzoo_cards", "cards")]:
             impl = getattr(plugin, hook, None)
             if impl is not None:
                 try:

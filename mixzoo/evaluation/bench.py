@@ -1,9 +1,12 @@
 """Evaluating mix cards: clean and robust accuracy of the ABC, the RBC and one row per card, any method.
 
 Every row is attacked with the same attack (from the attack hook) on the same evaluation images, disjoint from the
-calibration images; each card's row also with the extra attacks its method declares, worst case per example.
-With one card, the baseline method (linear, the "Mixed" classifier of Bai et al.) gets the constant alpha that
-matches the card's robust accuracy as closely as its alpha grid allows (paper 000 Fig. 5 / Fig. 8 comparison).
+calibration images; each card's row also with the extra attacks its method declares, worst case per example
+(:func:`evaluate_card`: a robust example is one that the shared attack and every extra attack failed to break).
+With one card, the baseline method (linear, the "Mixed" classifier of Bai et al., 001 Eq. 3.4) gets the constant
+alpha whose robust accuracy matches the card's worst case as closely as its alpha grid allows (paper 000 Fig. 5 /
+Fig. 8 comparison). How a run goes is data: :class:`~mixzoo.core.settings.RunSettings`, :class:`MatchSettings`,
+:class:`CurveSettings`.
 Each model's evaluation is saved per batch and resumes after an interruption; finished evaluations are reused
 when nothing they depend on changed.
 """
@@ -25,6 +28,7 @@ from mixzoo.core.cache import Cache, check_writable, content_key
 from mixzoo.core.checks import distinct_row_names, reach_note
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import run_record
+from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cells: their names here before
     ADVERSARIAL_FILE,
     ci_cell,
@@ -34,6 +38,7 @@ from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cell
     seconds_cell,
     write_report,
 )
+from mixzoo.methods.base import baseline_method
 from mixzoo.zoo.pairs import (  # noqa: F401 - mixed_key_parts: the name scripts used
     _default_attack_setting,
     card_dataset,
@@ -179,32 +184,25 @@ BENCH_MATCH_ATTACK = "adaptive-apgd"  # what matches the baseline's alpha: cheap
 BENCH_MATCH_OPTIONS: dict[str, Any] = {"n_iter": 25, "n_target_classes": 3}
 
 
-def baseline_method() -> Any | None:
-    """The plugin method marked ``baseline`` (the bench's matched row), if exactly one is."""
-    from mixzoo.core.plugins import mixing_methods
-
-    found = [m for _, m in sorted(mixing_methods().items()) if getattr(m, "baseline", False)]
-    return found[0] if len(found) == 1 else None
-
-
 def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: float, norm: str, seed: int,
                          batch_size: int, cache: Cache, attack_options: dict[str, Any] | None, progress: bool = True,
-                         per_example_seeds: bool = True) -> tuple[float, list[dict], float]:
-    """The matched baseline's alpha for a card: the card's robust accuracy under ``attack`` on the first
-    ``match_n`` evaluation images, then the baseline method's ``match`` against it (for linear: bisection over
-    its alpha grid). Returns the alpha, every alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity``
-    share it, and so share its cached evaluations. ``per_example_seeds`` is passed to both evaluations (and to the
-    baseline method's ``match``)."""
+                         per_example_seeds: bool = True, extra_attacks: bool = True) -> tuple[float, list[dict], float]:
+    """The matched baseline's alpha for a card: the card's worst-case robust accuracy on the first ``match_n``
+    evaluation images under ``attack`` and the extra attacks its method declares (:func:`evaluate_card`; none with
+    ``extra_attacks=False``, as the bench's rows then have none), then the
+    baseline method's ``match`` against it (for linear: bisection over its alpha grid). Returns the alpha, every
+    alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity`` share it, and so share its cached
+    evaluations. ``per_example_seeds`` is passed to every evaluation (and to the baseline method's ``match``)."""
     base = baseline_method()
     if base is None:
         raise InputError("no installed mixing method is marked as the bench's baseline; pass baseline=False")
     images, labels = ce.data.images[:match_n], ce.data.labels[:match_n]
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                   attack_options=attack_options, progress=progress)
-    ev = evaluate(ce.mixed, images, labels, key_parts={**card_key_parts(ce.card, ce.abc, ce.rbc, ce.data),
-                                                       "match_n": match_n},
-                  label=f"{ce.card.mixing_method.title} (matching attack)", per_example_seeds=per_example_seeds,
-                  **common)
+    ev = evaluate_card(ce.card, ce.abc, ce.rbc, images, labels,
+                       key={**card_key_parts(ce.card, ce.abc, ce.rbc, ce.data), "match_n": match_n},
+                       label=f"{ce.card.mixing_method.title or ce.card.method} (matching attack)",
+                       extra_attacks=extra_attacks, per_example_seeds=per_example_seeds, **common)
     target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
     key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
     alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, key_parts=key, **common,
@@ -212,23 +210,22 @@ def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: 
     return alpha, tried, target
 
 
-def check_run_settings(n: int, batch_size: int, device: str, attack: str,
-                       attack_options: dict[str, Any] | None = None, out: str | Path | None = None) -> None:
+def check_run_settings(settings: RunSettings, out: str | Path | None = None) -> None:
     """One-line errors for settings every card evaluation shares, before anything is loaded or attacked."""
     from mixzoo.core.plugins import lookup
 
     if out is not None:
         check_writable(out, directory=True, what="--out directory")
-    if n <= 0:
-        raise InputError(f"--n must be positive, got {n}")
-    if batch_size <= 0:
-        raise InputError(f"--batch-size must be positive, got {batch_size}")
-    check_device(device)
+    if settings.n <= 0:
+        raise InputError(f"--n must be positive, got {settings.n}")
+    if settings.batch_size <= 0:
+        raise InputError(f"--batch-size must be positive, got {settings.batch_size}")
+    check_device(settings.device)
     # an unknown name or option fails now, not after calibrating and attacking three models
-    attack_cls = lookup("attack", attack)
+    attack_cls = lookup("attack", settings.attack)
     check_options = getattr(attack_cls, "check_options", None)  # a plugin's attack need not subclass Attack
-    if attack_options and check_options is not None:
-        check_options(dict(attack_options))
+    if settings.attack_options and check_options is not None:
+        check_options(dict(settings.attack_options))
 
 
 @dataclass
@@ -253,24 +250,24 @@ def load_card(card: Any) -> Any:
     return card if isinstance(card, MixCard) else MixCard.load(card)
 
 
-def card_evaluation(card: Any, *, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None,
-                    eps: float | None = None, norm: str | None = None, n: int = 1000, data_dir: str | None = None,
-                    device: str = "cpu", allow_unsafe: bool = False) -> CardEvaluation:
-    """Load what evaluating ``card`` needs: the ABC and RBC (:func:`~mixzoo.zoo.pairs.card_models`), the card's
-    mixed classifier (its method's ``build``), eps and norm (given, else the card's attack, else the RBC's threat
-    model) and the first ``n`` evaluation images, refusing models that cannot classify them."""
+def card_evaluation(card: Any, settings: RunSettings | None = None, **changes: Any) -> CardEvaluation:
+    """Load what evaluating ``card`` needs: the ABC and RBC (:func:`~mixzoo.zoo.pairs.card_models`; the settings'
+    ``abc`` / ``rbc`` replace the card's), the card's mixed classifier (its method's ``build``), eps and norm (the
+    settings', else the card's attack, else the RBC's threat model) and the first ``n`` evaluation images, refusing
+    models that cannot classify them."""
     from mixzoo.zoo.data import load_dataset
 
+    s = settings_of(settings, changes)
     card = load_card(card)
-    abc_m, rbc_m = card_models(card, abc, rbc, device=device, allow_unsafe=allow_unsafe)
+    abc_m, rbc_m = card_models(card, s.abc, s.rbc, device=s.device, allow_unsafe=s.allow_unsafe)
     notes = weight_mismatches(card, abc_m, rbc_m)
     for note in notes:
         warnings.warn(note, stacklevel=3)
     mixed = card.mixing_method.build(abc_m, rbc_m, card)
     attack = card.attack or {}
-    eps, norm = _default_attack_setting(rbc_m, attack.get("eps") if eps is None else eps,
-                                        attack.get("norm") if norm is None else norm)
-    data = load_dataset(card_dataset(card, rbc_m), "evaluation", n=n, root=data_dir)
+    eps, norm = _default_attack_setting(rbc_m, attack.get("eps") if s.eps is None else s.eps,
+                                        attack.get("norm") if s.norm is None else s.norm)
+    data = load_dataset(card_dataset(card, rbc_m), "evaluation", n=s.n, root=s.data_dir)
     top_k = card.params.get("top_k")
     if top_k is not None and top_k > data.num_classes:
         raise InputError(f"the card's top_k ({top_k}) exceeds the {data.num_classes} classes of {data.name!r};"
@@ -314,13 +311,15 @@ def worst_case(ev: dict[str, Any], extra: dict[str, Any], subset: torch.Tensor, 
     return merged
 
 
-def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, label: str,
-                  extra_attacks: bool = True, **common: Any) -> dict[str, Any]:
-    """A card's classifier under the shared attack, then under each extra attack its method declares
-    (:meth:`~mixzoo.methods.MixingMethod.extra_attacks`) on the examples still robust, merged per example."""
+def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
+                  key: dict[str, Any], label: str, extra_attacks: bool = True, **common: Any) -> dict[str, Any]:
+    """A card's classifier under the shared attack (``common``: :func:`~mixzoo.attacks.runner.evaluate`'s
+    settings), then under each extra attack its method declares (:meth:`~mixzoo.methods.MixingMethod.
+    extra_attacks`) on the examples still robust, merged per example: the card's worst case, which every
+    evaluation of a card reports (bench rows, the matched baseline's target, sanity's sweep). ``key`` is the cache
+    key of the shared run (:func:`card_key_parts`); each extra's adds its name, gradient and subset."""
     method = card.mixing_method
-    key = card_key_parts(card, abc, rbc, data)
-    ev = evaluate(method.build(abc, rbc, card), data.images, data.labels, key_parts=key, label=label, **common)
+    ev = evaluate(method.build(abc, rbc, card), images, labels, key_parts=key, label=label, **common)
     if not extra_attacks:
         return ev
     for extra in method.extra_attacks(card):
@@ -329,101 +328,95 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, label
             break
         options = {**common, "attack": extra.attack, "attack_options": dict(extra.options),
                    "seed": common["seed"] + extra.seed_offset}
-        sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), data.images[subset],
-                       data.labels[subset], key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
-                                                       "subset": content_key({"rows": subset.tolist()})},
+        sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), images[subset], labels[subset],
+                       key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
+                                  "subset": content_key({"rows": subset.tolist()})},
                        label=f"{label}: {extra.name}", example_index=subset, **options)
         ev = worst_case(ev, sub, subset, extra.name)
     return ev
 
 
-def bench(
-    card: Any = None,
-    *,
-    abc: str | nn.Module | None = None,
-    rbc: str | nn.Module | None = None,
-    attack: str = "adaptive",
-    n: int = 1000,
-    out: str | Path | None = None,
-    eps: float | None = None,
-    norm: str | None = None,
-    seed: int = 0,
-    batch_size: int = 250,
-    attack_options: dict[str, Any] | None = None,
-    curve: bool = True,
-    curve_n: int = 300,
-    curve_attack: str = "adaptive-apgd",
-    curve_options: dict[str, Any] | None = None,
-    match_attack: str = BENCH_MATCH_ATTACK,
-    match_n: int = 500,
-    match_options: dict[str, Any] | None = None,
-    baseline: bool = True,
-    extra_attacks: bool = True,
-    plots: bool = True,
-    save_adversarial: bool = False,
-    per_example_seeds: bool = True,
-    data_dir: str | None = None,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
-    device: str = "cpu",
-    allow_unsafe: bool = False,
-    progress: bool = True,
-) -> Report:
+@dataclass(frozen=True)
+class MatchSettings:
+    """The bench's matched baseline row (000 Fig. 5 / Fig. 8 comparison): the baseline method's parameter whose
+    robust accuracy under ``attack`` (with ``options``, cheaper than the shared attack) on the first ``n``
+    evaluation images is closest to the card's worst case there (:func:`matched_linear_alpha`)."""
+
+    attack: str = BENCH_MATCH_ATTACK
+    options: dict[str, Any] = field(default_factory=lambda: dict(BENCH_MATCH_OPTIONS))
+    n: int = 500
+
+
+@dataclass(frozen=True)
+class CurveSettings:
+    """A method's trade-off curve in the report (:meth:`~mixzoo.methods.MixingMethod.tradeoff_curve`): each point
+    attacked with ``attack`` and ``options`` on the first ``n`` evaluation images."""
+
+    attack: str = "adaptive-apgd"
+    options: dict[str, Any] = field(default_factory=lambda: {"n_iter": 25, "n_target_classes": 3})
+    n: int = 300
+
+
+MATCH = MatchSettings()
+CURVE = CurveSettings()
+
+
+def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | Path | None = None,
+          baseline: MatchSettings | None = MATCH, curve: CurveSettings | None = CURVE, plots: bool = True,
+          save_adversarial: bool = False, **changes: Any) -> Report:
     """Clean and robust accuracy of the ABC, the RBC and one row per mix card on the evaluation split.
 
     ``card`` is a :class:`~mixzoo.core.card.MixCard`, a card file, a published card's name, or a list of them (cards
     of one pair, any methods); without a card the pair (default: the built-in Fashion-MNIST pair) is fitted first
-    with the default method. Every row is attacked with ``attack`` on the same images; each card's row also with
-    the extra attacks its method declares (on the examples still robust; ``extra_attacks=False`` skips them), and
-    reports the worst case per example. Writes ``report.json``, ``report.md`` and plots to ``out`` when given.
-    ``per_example_seeds`` (the default) draws every attack's randomness per example index (issue 29), so the outcome
-    per example does not depend on ``batch_size`` or on the number of processes (:func:`mixzoo.attacks.runner.
-    evaluate` says which components cannot, and the report's warnings name them).
+    with the default method. ``settings`` (:class:`~mixzoo.core.settings.RunSettings`, changed by keyword arguments
+    named after its fields) say how: every row is attacked with the shared attack on the same first ``n`` images;
+    each card's row also with the extra attacks its method declares (on the examples still robust), and reports
+    the worst case per example. With per-example seeds (the default) every draw is a function of (seed, example
+    index), so the outcome per example does not depend on the batch size or the number of processes
+    (:func:`mixzoo.attacks.runner.evaluate` says which components cannot, and the report's warnings name them).
 
-    With one card whose method is not the baseline method (``baseline = True``: linear), a matched baseline row
-    is added (``baseline``): its alpha is found by bisection with ``match_attack`` (``match_options``, cheaper than
-    the main attack) on the first ``match_n`` images against the card's robust accuracy under that same attack,
-    then evaluated like the other rows. The card's method may add a trade-off curve (``curve_attack`` /
-    ``curve_options`` on ``curve_n`` images) and figures.
-
+    With one card whose method is not the baseline method, ``baseline`` (:class:`MatchSettings`; ``None``: no
+    such row) adds the baseline method at the parameter matched to the card's worst case, evaluated like the other
+    rows. ``curve`` (:class:`CurveSettings`; ``None``: none) asks the first card's method for its trade-off curve;
+    ``plots`` for its figures. Writes ``report.json``, ``report.md`` and plots to ``out`` when given.
     ``save_adversarial`` keeps, for each row, the point that broke each broken example and writes them to
     ``adversarial.safetensors`` next to the report, so anyone can check the robust errors without attacking
     (:func:`mixzoo.evaluation.verify.verify_report`, ``mixzoo verify``).
     """
-    curve_options = {"n_iter": 25, "n_target_classes": 3} if curve_options is None else curve_options
-    match_options = dict(BENCH_MATCH_OPTIONS) if match_options is None else match_options
     from mixzoo.zoo.data import shortfall_note
 
-    check_run_settings(n, batch_size, device, attack, attack_options, out)
-    if curve and curve_n <= 0:
-        raise InputError(f"--curve-n must be positive, got {curve_n} (or pass --no-curve)")
+    s = settings_of(settings, changes)
+    check_run_settings(s, out)
+    if curve is not None and curve.n <= 0:
+        raise InputError(f"--curve-n must be positive, got {curve.n} (or pass --no-curve)")
     t0 = time.perf_counter()
     # under torchrun: every rank runs this function; the runner shares the batches out, rank 0 writes the report
-    w = distributed.init(device)
-    device, progress = distributed.rank_device(device), progress and w.main
+    w = distributed.init(s.device)
+    device, progress = distributed.rank_device(s.device), s.progress and w.main
+    s = s.changed(device=device, progress=progress)
     if card is None:
         from mixzoo.methods import fit
 
-        card = fit(None, abc, rbc, cache_dir=cache_dir, use_cache=use_cache, device=device, data_dir=data_dir,
-                   allow_unsafe=allow_unsafe, progress=progress, eps=eps, norm=norm, seed=seed).card
+        card = fit(None, s.abc, s.rbc, cache_dir=s.cache_dir, use_cache=s.use_cache, device=device,
+                   data_dir=s.data_dir, allow_unsafe=s.allow_unsafe, progress=progress, eps=s.eps, norm=s.norm,
+                   seed=s.seed).card
     cards = [load_card(c) for c in (card if isinstance(card, list | tuple) else [card])]
     if not cards:
         raise InputError("no mix card to bench; pass one or more cards (files or published names)")
-    if abc is None and rbc is None:
+    if s.abc is None and s.rbc is None:
         _same_pair(cards)
-    ce = card_evaluation(cards[0], abc=abc, rbc=rbc, eps=eps, norm=norm, n=n, data_dir=data_dir, device=device,
-                         allow_unsafe=allow_unsafe)
+    ce = card_evaluation(cards[0], s)
     abc_m, rbc_m, data, eps, norm = ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
     notes = list(ce.notes)  # the report must say so, not only the terminal
     notes += [note for note in [reach_note(eps, norm, data.input_size)] if note]  # eps beyond every image: said
 
     for other in cards[1:]:
         notes += weight_mismatches(other, abc_m, rbc_m)
-    cache = Cache(cache_dir, enabled=use_cache)
+    cache = Cache(s.cache_dir, enabled=s.use_cache)
     images, labels = data.images, data.labels
     base = {"data": data.fingerprint}
-    common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
-                  attack_options=attack_options, progress=progress, per_example_seeds=per_example_seeds)
+    common = dict(attack=s.attack, eps=eps, norm=norm, seed=s.seed, batch_size=s.batch_size, cache=cache,
+                  attack_options=s.attack_options, progress=progress, per_example_seeds=s.per_example_seeds)
     # rows are labelled with the models actually evaluated (an --abc/--rbc override, not the card's names)
     abc_name, rbc_name = evaluated_name(cards[0], "abc", abc_m), evaluated_name(cards[0], "rbc", rbc_m)
     points: dict[str, dict[str, torch.Tensor]] = {}
@@ -431,7 +424,7 @@ def bench(
     def row(name: str, kind: str, ev: dict[str, Any], alpha: float | None = None, c: Any = None) -> ModelResult:
         if save_adversarial:
             points[kind] = ev["adversarial"]
-        return _result(name, kind, ev, attack, eps, norm, alpha=alpha, card=c)
+        return _result(name, kind, ev, s.attack, eps, norm, alpha=alpha, card=c)
 
     rows = []
     main = dict(common, save_adversarial=save_adversarial)
@@ -446,24 +439,27 @@ def bench(
         kinds.add(kind)
         title = method.title or method.name
         label = title if len(cards) == 1 else f"{title} ({c.path.stem if c.path else kind})"
-        ev = evaluate_card(c, abc_m, rbc_m, data, label=label, extra_attacks=extra_attacks, **main)
+        ev = evaluate_card(c, abc_m, rbc_m, images, labels, key=card_key_parts(c, abc_m, rbc_m, data), label=label,
+                           extra_attacks=s.extra_attacks, **main)
         card_rows.append(row(label, kind, ev, alpha=c.params.get("alpha"), c=c))
     distinct_row_names(card_rows, [c.path for c in cards])  # two cards with one file stem: rows told apart
-    settings: dict[str, Any] = {"attack": attack, "eps": eps, "norm": norm, "seed": seed, "batch_size": batch_size,
-                                "per_example_seeds": per_example_seeds, "world_size": w.size,
-                                "attack_options": attack_options or {}, "extra_attacks": extra_attacks,
-                                "device": device, "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None,
-                                "seconds": None}
+    settings_record: dict[str, Any] = {
+        "attack": s.attack, "eps": eps, "norm": norm, "seed": s.seed, "batch_size": s.batch_size,
+        "per_example_seeds": s.per_example_seeds, "world_size": w.size, "attack_options": s.attack_options or {},
+        "extra_attacks": s.extra_attacks, "device": device,
+        "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None, "seconds": None}
     lin = baseline_method()
-    if baseline and len(cards) == 1 and lin is not None and cards[0].method != lin.name and lin.name not in kinds:
+    if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name \
+            and lin.name not in kinds:
         alpha_lin, tried, target = matched_linear_alpha(
-            ce, match_n=match_n, **dict(common, attack=match_attack, attack_options=match_options))
+            ce, match_n=baseline.n, extra_attacks=s.extra_attacks,
+            **dict(common, attack=baseline.attack, attack_options=baseline.options))
         lin_card = lin.card_at(alpha_lin, cards[0])
-        ev = evaluate_card(lin_card, abc_m, rbc_m, data, label=f"{lin.title} alpha={alpha_lin}",
-                           extra_attacks=extra_attacks, **main)
+        ev = evaluate_card(lin_card, abc_m, rbc_m, images, labels, key=card_key_parts(lin_card, abc_m, rbc_m, data),
+                           label=f"{lin.title} alpha={alpha_lin}", extra_attacks=s.extra_attacks, **main)
         rows.append(row(f"{lin.title} (alpha={alpha_lin:.2f})", lin.name, ev, alpha=alpha_lin, c=lin_card))
-        settings.update(linear_alpha_search=tried, linear_alpha_match={
-            "attack": match_attack, "options": match_options, "n": min(match_n, len(labels)),
+        settings_record.update(linear_alpha_search=tried, linear_alpha_match={
+            "attack": baseline.attack, "options": baseline.options, "n": min(baseline.n, len(labels)),
             "card": card_rows[0].name, "target_robust_accuracy": target})
     rows += card_rows
 
@@ -471,20 +467,19 @@ def bench(
         models=rows, card=cards[0], cards=cards,
         dataset={"name": data.name, "split": "evaluation", "n": len(labels), "fingerprint": data.fingerprint,
                  "source": getattr(data, "source", ""), "calibration": cards[0].data},
-        settings=settings, adversarial=points,
+        settings=settings_record, adversarial=points,
     )
-    report.notes = notes + [note for note in [shortfall_note(data, n, "--n")] if note is not None]
-    make_curve = getattr(cards[0].mixing_method, "tradeoff_curve", None)
-    if curve and make_curve is not None:
-        report.curve = make_curve(cards[0], abc_m, rbc_m, data, cache=cache, attack=curve_attack, n=curve_n,
-                                  eps=eps, norm=norm, seed=seed, batch_size=batch_size,
-                                  attack_options=curve_options, data_dir=data_dir, device=device,
-                                  progress=progress)
+    report.notes = notes + [note for note in [shortfall_note(data, s.n, "--n")] if note is not None]
+    if curve is not None:
+        report.curve = cards[0].mixing_method.tradeoff_curve(
+            cards[0], abc_m, rbc_m, data, cache=cache, attack=curve.attack, n=curve.n, eps=eps, norm=norm,
+            seed=s.seed, batch_size=s.batch_size, attack_options=curve.options, data_dir=s.data_dir, device=device,
+            progress=progress)
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
     if out is not None and w.main:
         with distributed.alone():  # the other ranks have finished: the figures' cached steps must not wait for them
-            write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=data_dir, device=device)
+            write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=s.data_dir, device=device)
     return report
 
 

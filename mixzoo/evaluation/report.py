@@ -80,9 +80,8 @@ def markdown(report: Any) -> str:
                       f"{100 * mt.get('target_robust_accuracy', mt.get('mixednuts_robust_accuracy', 0)):.2f}% "
                       "under that attack; robust accuracy per alpha tried: " + ", ".join(
             f"{t['alpha']:.2f} -> {100 * t['robust_accuracy']:.2f}%" for t in st["linear_alpha_search"])]
-    for card in getattr(report, "cards", None) or [c]:
-        extra = getattr(card.mixing_method, "markdown_lines", None) if hasattr(card, "mixing_method") else None
-        lines += extra(report, card) if extra is not None else []
+    for card in report.cards or [c]:
+        lines += card.mixing_method.markdown_lines(report, card)
     if report.files:
         lines += ["", "## Plots", ""] + [f"![{f}]({f})" for f in report.files if f.endswith(".png")]
     prov = getattr(c, "provenance", {}) or {}
@@ -100,11 +99,9 @@ def write_report(report: Any, out: Path, *, rbc: nn.Module, plots: bool = True, 
     names: list[str] = []
     known = ("report.json", "report.md", "objective.png", "tradeoff.png", "margins.png", ADVERSARIAL_FILE)
     with staged_directory(out, known) as stage:
-        for index, card in enumerate(getattr(report, "cards", None) or [report.card]) if plots else ():
-            figures = getattr(card.mixing_method, "figures", None)
-            if figures is not None:
-                names += figures(report, card, stage, prefix="" if index == 0 else f"card{index + 1}-",
-                                 rbc=rbc, cache=cache, data_dir=data_dir, device=device)
+        for index, card in enumerate(report.cards or [report.card]) if plots else ():
+            names += card.mixing_method.figures(report, card, stage, prefix="" if index == 0 else f"card{index + 1}-",
+                                                rbc=rbc, cache=cache, data_dir=data_dir, device=device)
         if report.adversarial:
             st = report.settings
             tensors = {f"{kind}.{what}": t for kind, pts in report.adversarial.items() for what, t in pts.items()}

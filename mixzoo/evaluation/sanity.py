@@ -4,8 +4,9 @@ A robust accuracy measured by an attack is an upper bound on the true one; it ca
 attack is strong on the model at hand, which matters most for mixed classifiers, whose gradients an attack must
 work around (paper 000 App. B.2). Carlini et al. (2019, "On Evaluating Adversarial Robustness", Sec. 5) ask every
 evaluation to show that robust accuracy falls as epsilon grows and reaches chance level when the threat model allows
-any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC, linear baseline and
-MixedNUTS and checks two facts that hold for every classifier, example by example:
+any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC, matched baseline and
+the card's own classifier (each mixture's row its worst case over the attack and the extra attacks its method
+declares, as in ``mixzoo bench``) and checks two facts that hold for every classifier, example by example:
 
 1. **Monotonicity.** A point inside the eps-ball is inside every larger ball, so an example broken at eps is
    breakable at every eps' > eps. The attack left it robust at eps' anyway: a miss at eps'.
@@ -36,6 +37,8 @@ from torch import nn
 from mixzoo.core.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_line, run_record
+from mixzoo.core.settings import RunSettings, settings_of
+from mixzoo.evaluation.bench import MATCH, MatchSettings
 from mixzoo.zoo.pairs import model_device, model_hash, model_key
 
 GREY = 0.5
@@ -73,7 +76,7 @@ class SweepRow:
     """One model over the radii: the attack's robust accuracy, what survives the checks, and the misses."""
 
     name: str
-    kind: str  # abc | rbc | linear | mixednuts
+    kind: str  # abc | rbc | the mixing method of a mixed row
     clean_accuracy: float
     robust_accuracy: list[float]  # the attack's, per radius
     checked_robust_accuracy: list[float]  # after both checks (still an upper bound on the truth)
@@ -169,87 +172,75 @@ def _notes(sweep: EpsSweep) -> list[str]:
     return notes
 
 
-def eps_sweep(
-    card: Any,
-    *,
-    abc: str | nn.Module | None = None,
-    rbc: str | nn.Module | None = None,
-    radii: list[float] | None = None,
-    attack: str = "adaptive-apgd",
-    attack_options: dict[str, Any] | None = None,
-    n: int = 200,
-    linear: bool = True,
-    linear_alpha: float | None = None,
-    match_attack: str | None = None,
-    match_n: int = 500,
-    match_options: dict[str, Any] | None = None,
-    seed: int = 0,
-    batch_size: int = 250,
-    out: str | Path | None = None,
-    plots: bool = True,
-    data_dir: str | None = None,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
-    device: str = "cpu",
-    allow_unsafe: bool = False,
-    progress: bool = True,
-) -> EpsSweep:
-    """Robust accuracy of the card's ABC, RBC, linear baseline (``linear``) and MixedNUTS at each radius in
+def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[float] | None = None,
+              baseline: MatchSettings | float | None = MATCH, out: str | Path | None = None, plots: bool = True,
+              **changes: Any) -> EpsSweep:
+    """Robust accuracy of the card's ABC, RBC, matched baseline and the card's own classifier at each radius in
     ``radii`` (default :func:`default_radii`), on the first ``n`` evaluation images, with the monotonicity and
-    grey-image checks of the module docstring. Evaluations share :func:`mixzoo.evaluation.bench.evaluate`'s cache with
-    ``mixzoo bench``: at the card's eps, with the same attack, ``n`` and batch size, the bench's rows are reused.
+    grey-image checks of the module docstring. ``settings`` (:class:`~mixzoo.core.settings.RunSettings`; default
+    attack ``adaptive-apgd`` on 200 images; keyword arguments named after its fields change it) are shared with
+    ``mixzoo bench``, and so are the cached evaluations: at the card's eps, with the same attack, ``n`` and batch
+    size, the bench's rows are reused.
 
-    The linear baseline's alpha is ``linear_alpha`` if given, else matched to MixedNUTS's robust accuracy exactly
-    as ``mixzoo bench`` matches it (:func:`mixzoo.evaluation.bench.matched_linear_alpha`; ``match_attack``,
-    ``match_n`` and
-    ``match_options`` as in :func:`mixzoo.evaluation.bench.bench`, with its defaults), so after a bench with the same
-    settings
-    it is read from the cache.
+    ``baseline``: the baseline method's row (linear) matched to the card's worst case exactly as ``mixzoo bench``
+    matches it (:class:`~mixzoo.evaluation.bench.MatchSettings`, the bench's by default, so after a bench with the
+    same settings it is read from the cache), or at a given alpha (a number), or ``None``: no baseline row.
     """
     from mixzoo.evaluation.bench import (
-        BENCH_MATCH_ATTACK,
-        BENCH_MATCH_OPTIONS,
         baseline_method,
         card_evaluation,
         card_key_parts,
         check_run_settings,
         evaluate,
+        evaluate_card,
         matched_linear_alpha,
     )
     from mixzoo.zoo.data import shortfall_note
 
-    check_run_settings(n, batch_size, device, attack, attack_options, out)
+    s = settings_of(settings, changes, attack="adaptive-apgd", n=200)
+    check_run_settings(s, out)
     if radii is not None and (not radii or min(radii) <= 0):
         raise InputError(f"--eps values must be positive, got {radii}")
+    match = baseline
+    linear_alpha = float(match) if isinstance(match, int | float) else None
     if linear_alpha is not None and not 0.5 <= linear_alpha <= 1.0:
         raise InputError(f"--linear-alpha must be in [0.5, 1] (paper footnote 1), got {linear_alpha}")
     t0 = time.perf_counter()
-    ce = card_evaluation(card, abc=abc, rbc=rbc, n=n, data_dir=data_dir, device=device, allow_unsafe=allow_unsafe)
+    ce = card_evaluation(card, s)
     card, abc_m, rbc_m, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
+    attack, attack_options, seed, batch_size, progress = (s.attack, s.attack_options, s.seed, s.batch_size,
+                                                          s.progress)
+    n = s.n
     images, labels = data.images, data.labels
     reach = float(grey_distance(images, norm).max())
     radii = default_radii(eps, images, norm) if radii is None else sorted({float(r) for r in radii})
-    cache = Cache(cache_dir, enabled=use_cache)
+    cache = Cache(s.cache_dir, enabled=s.use_cache)
     base = {"data": data.fingerprint}
-    models = [(_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)}),
-              (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)})]
+    # (name, kind, classifier, cache key, card: its worst case over the shared attack and its method's extras)
+    models = [(_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)},
+               None),
+              (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)},
+               None)]
     base_method = baseline_method()
-    if linear and base_method is not None and card.method != base_method.name:
+    if match is not None and base_method is not None and card.method != base_method.name:
         if linear_alpha is None:
             linear_alpha, _, _ = matched_linear_alpha(
-                ce, match_n=match_n, attack=match_attack or BENCH_MATCH_ATTACK, eps=eps, norm=norm, seed=seed,
-                batch_size=batch_size, cache=cache, progress=progress,
-                attack_options=BENCH_MATCH_OPTIONS if match_options is None else match_options)
+                ce, match_n=match.n, attack=match.attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size,
+                cache=cache, progress=progress, attack_options=match.options, extra_attacks=s.extra_attacks)
         base_card = base_method.card_at(linear_alpha, card)
         models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
-                       base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data)))
+                       base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data),
+                       base_card))
     title = card.mixing_method.title or card.method
-    models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data)))
+    models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card))
     rows = []
-    for name, kind, model, key in models:
-        evs = [evaluate(model, images, labels, attack=attack, eps=r, norm=norm, seed=seed, batch_size=batch_size,
-                        cache=cache, key_parts=key, label=f"{name} at eps {r:g}", attack_options=attack_options,
-                        progress=progress) for r in radii]
+    for name, kind, model, key, row_card in models:
+        run = dict(attack=attack, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
+                   attack_options=attack_options, progress=progress)
+        evs = [evaluate(model, images, labels, eps=r, key_parts=key, label=f"{name} at eps {r:g}", **run)
+               if row_card is None else
+               evaluate_card(row_card, abc_m, rbc_m, images, labels, key=key, label=f"{name} at eps {r:g}", eps=r,
+                             extra_attacks=s.extra_attacks, **run) for r in radii]
         rows.append(_row(name, kind, model, evs, radii, images, labels, norm,
                          alpha=linear_alpha if base_method is not None and kind == base_method.name else None))
     sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),
@@ -261,7 +252,7 @@ def eps_sweep(
         sweep.notes.append(f"the largest eps ({max(radii):g}) is below {reach:g}, where the grey image reaches every"
                            " example; add it to --eps for the chance-level check")
     sweep.seconds = time.perf_counter() - t0
-    sweep.run = run_record(device)
+    sweep.run = run_record(s.device)
     if out is not None:
         write_sweep(sweep, Path(out), plots=plots)
     return sweep

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from mixzoo.core.errors import InputError
+from mixzoo.core.settings import RunSettings, settings_of
 
 
 @dataclass
@@ -34,7 +35,7 @@ class VerifiedRow:
     """One model of the report: how many of its reported robust errors the saved points confirm."""
 
     name: str
-    kind: str  # abc | rbc | linear | mixednuts
+    kind: str  # abc | rbc | the mixing method of a mixed row (as in the report)
     alpha: float | None  # the mixtures' mixing weight, as in the report
     n: int
     reported_robust_accuracy: float
@@ -124,18 +125,22 @@ def load_points(path: Path) -> dict[str, dict[str, torch.Tensor]]:
     return points
 
 
-def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None,
-                  data_dir: str | None = None, device: str = "cpu", batch_size: int = 250,
-                  allow_unsafe: bool = False, out: str | Path | None = None) -> Verification:
+def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *, out: str | Path | None = None,
+                  **changes: Any) -> Verification:
     """Check the saved adversarial points of the bench report in ``report_dir`` (see the module docstring).
 
-    ``abc`` / ``rbc`` replace the models the card names (as in ``mixzoo bench``); ``out`` also writes the result
-    as JSON there. Raises :class:`InputError` when the report, its points or its evaluation images are not there.
+    Of the :class:`~mixzoo.core.settings.RunSettings` (keyword arguments named after its fields change them) this
+    uses ``abc`` / ``rbc`` (replacing the models the card names, as in ``mixzoo bench``), ``data_dir``, ``device``,
+    ``batch_size`` (images per forward pass) and ``allow_unsafe``; the threat model and images are the report's.
+    ``out`` also writes the result as JSON there. Raises :class:`InputError` when the report, its points or its
+    evaluation images are not there.
     """
     from mixzoo.core.card import MixCard
     from mixzoo.evaluation.bench import ADVERSARIAL_FILE, baseline_method, card_evaluation
     from mixzoo.zoo.pairs import check_device
 
+    s = settings_of(settings, changes)
+    device, batch_size = s.device, s.batch_size
     t0 = time.perf_counter()
     if out is not None:
         from mixzoo.core.cache import check_writable
@@ -162,8 +167,7 @@ def verify_report(report_dir: str | Path, *, abc: str | nn.Module | None = None,
     path = next((m["card_path"] for m in models if m.get("card_path") and m.get("kind") == report["card"].get(
         "method")), None)
     card = MixCard.from_dict(report["card"], source=str(report_path), path=Path(path) if path else None)
-    ce = card_evaluation(card, abc=abc, rbc=rbc, eps=settings["eps"], norm=settings["norm"], n=n,
-                         data_dir=data_dir, device=device, allow_unsafe=allow_unsafe)
+    ce = card_evaluation(card, s.changed(eps=settings["eps"], norm=settings["norm"], n=n))
     if ce.data.fingerprint != dataset["fingerprint"]:
         raise InputError(f"the evaluation images here (fingerprint {ce.data.fingerprint}) are not the report's "
                          f"({dataset['fingerprint']}); pass --data-dir with the data set the report used")

@@ -11,7 +11,15 @@ from typing import Any
 from torch import nn
 
 from mixzoo.core import distributed
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, default_method
+from mixzoo.methods.base import (
+    ExtraAttack,
+    FitRequest,
+    FitResult,
+    MethodOption,
+    MixingMethod,
+    baseline_method,
+    default_method,
+)
 
 
 def get_method(name: str) -> MixingMethod:
@@ -25,10 +33,10 @@ def fit(method: str | None = None, abc: str | nn.Module | None = None, rbc: str 
         options: dict[str, Any] | None = None, out: str | Path | None = None, **request: Any) -> FitResult:
     """Fit mixing method ``method`` (default: the plugin method marked default, MixedNUTS) for an ABC/RBC pair
     and write its card to ``out``. ``options`` are the method's own (see ``mixzoo plugins`` or the method's
-    ``options``); ``request`` takes the :class:`FitRequest` fields (dataset, n_calib, eps, norm, seed, ...)."""
+    ``options``), converted to their declared types; ``request`` takes the :class:`FitRequest` fields (dataset,
+    n_calib, eps, norm, seed, command, ...)."""
     chosen = get_method(method if method is not None else default_method())
-    options = dict(options or {})
-    chosen.check_options(options)
+    options = chosen.check_options(dict(options or {}))
     if out is not None:
         from mixzoo.core.card import MixCard
 
@@ -46,4 +54,5 @@ def fit(method: str | None = None, abc: str | nn.Module | None = None, rbc: str 
     return result
 
 
-__all__ = ["ExtraAttack", "FitRequest", "FitResult", "MixingMethod", "default_method", "fit", "get_method"]
+__all__ = ["ExtraAttack", "FitRequest", "FitResult", "MethodOption", "MixingMethod", "baseline_method",
+           "default_method", "fit", "get_method"]

@@ -1,21 +1,46 @@
-"""The interface of a mixing method (hook ``mixzoo_mixing_methods``).
+"""The contract of a mixing method (hook ``mixzoo_mixing_methods``).
 
 Every method of the family combines a frozen accurate base classifier g (ABC) and a frozen robust one h (RBC) into
-one classifier. A method plugin says, through :class:`MixingMethod`:
+one classifier ``[0, 1] images -> log-probabilities``; the constant-alpha member is 001 Eq. 3.4,
+``log((1 - alpha) softmax(g / T) + alpha softmax(h))``, MixedNUTS 000 Eq. 5 replaces softmax(h) by
+softmax(M(s, p, c)(h)). :class:`MixingMethod` lists every capability the rest of mixzoo uses; nothing outside a
+method's own folder asks a method for anything else. Each capability has a documented default, so a method
+overrides only :meth:`~MixingMethod.validate`, :meth:`~MixingMethod.build` and :meth:`~MixingMethod.fit`:
 
-- how to check its card section (:meth:`~MixingMethod.validate`: one-line errors naming ``SECTION.FIELD``);
-- how to build the mixed ``nn.Module`` ([0, 1] images -> log-probabilities) from an ABC, an RBC and a card
-  (:meth:`~MixingMethod.build`);
-- how to fit the section from data, and what that costs (:meth:`~MixingMethod.fit`, :attr:`~MixingMethod.fit_cost`);
-- which adaptive attacks an honest evaluation needs besides the bench's shared attack
-  (:meth:`~MixingMethod.extra_attacks`), so that ``mixzoo bench`` runs them without knowing the method.
+==============================  =====================================================================================
+card section                    :meth:`~MixingMethod.validate`, :meth:`~MixingMethod.summary_line`,
+                                :meth:`~MixingMethod.key_parts`, schema-1 cards: :meth:`~MixingMethod.upgrade_v1`,
+                                :meth:`~MixingMethod.v1_warning`
+classifier and its gradients    :meth:`~MixingMethod.build` with ``gradient=NAME`` for a name of
+                                :meth:`~MixingMethod.gradients` (the gradient-variant protocol below)
+honest evaluation               :meth:`~MixingMethod.extra_attacks` (run by bench, sanity and the matched baseline's
+                                target on top of the shared attack; worst case per example)
+fitting                         :meth:`~MixingMethod.fit` from a :class:`FitRequest`; :attr:`~MixingMethod.options`
+                                (typed :class:`MethodOption`, checked by :meth:`~MixingMethod.check_options`),
+                                :attr:`~MixingMethod.fit_cost`, :meth:`~MixingMethod.fit_summary` (``mixzoo mix``'s
+                                table)
+report                          :meth:`~MixingMethod.tradeoff_curve`, :meth:`~MixingMethod.figures`,
+                                :meth:`~MixingMethod.markdown_lines`
+roles                           :attr:`~MixingMethod.default` (``mixzoo mix`` without ``--method``),
+                                :attr:`~MixingMethod.baseline` (the bench's matched row: :meth:`~MixingMethod.match`,
+                                :meth:`~MixingMethod.card_at`), :meth:`~MixingMethod.certified_mixture`
+==============================  =====================================================================================
 
-The core, the bench and the CLI never name a method: they look it up by the card's ``method`` field.
+Gradient variants. ``build(abc, rbc, card, gradient=NAME)`` returns a classifier whose *values* are the card's
+classifier's (the same log-probabilities, up to float rounding) and whose *gradient* is variant NAME, e.g. the
+gradient of a differentiable surrogate where the exact one is masked (000 App. B.2.2's bypass). ``"exact"`` is the
+classifier itself and every method has it. An attack that needs a variant of a model it was handed (the
+``adaptive`` attack's FAB-T on MixedNUTS's bypass gradient) asks the model through
+:class:`mixzoo.attacks.variants.GradientVariants`; a method offers that by returning modules that implement it.
+The bench judges every break on the classifier's values: an extra attack's candidate counts when the built
+variant's output misclassifies it, and variants share the values, so a break on the variant is a break of the card.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,14 +55,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ExtraAttack:
-    """An attack that an honest evaluation of a method needs besides the bench's shared attack.
+    """An attack that an honest evaluation of a method needs besides the shared attack.
 
     ``attack`` names an attack plugin (``mixzoo bench --attack`` names), run with ``options`` on the module
-    ``build(abc, rbc, card, gradient=gradient)``; ``name`` is how the report labels its breaks; ``why`` cites the
-    paper's reason in one line. Breaks are merged example by example into the row's worst case. ``seed_offset`` is
-    added to the bench's seed: random draws are functions of (seed, example index), so an extra attack that repeats
-    a component of the shared attack on the same output (Square) must draw at another seed, or it replays the
-    shared run example by example and cannot break anything new.
+    ``build(abc, rbc, card, gradient=gradient)``; ``name`` is how reports label its breaks; ``why`` cites the
+    paper's reason in one line. It runs on the examples the shared attack (and the extras before it) left robust,
+    and its breaks are merged example by example into the worst case. ``seed_offset`` is added to the run's seed:
+    random draws are functions of (seed, example index) (:mod:`mixzoo.core.rng`), so an extra attack that repeats a
+    component of the shared attack on the same output (Square) must draw at another seed, or it replays the shared
+    run example by example and cannot break anything new.
     """
 
     name: str
@@ -56,18 +82,102 @@ def weight_hashes(card: MixCard) -> list[str]:
 
 def square_extra(n_queries: int, why: str = "gradient-free: breaks what masked gradients hide (App. B.2.1)"
                  ) -> ExtraAttack:
-    """The gradient-free check every gradient-based method declares: a second Square run (a restart at the bench's
-    seed + 1) with ``n_queries`` on the model's output, through the ``adaptive`` attack, whose Square draws its
-    windows per example (issue 29; AutoAttack's own Square draws per batch, so its outcomes would depend on the
-    batch size). At the bench's own seed it would replay the shared attack's Square exactly."""
+    """The gradient-free check every gradient-based method declares: a second Square run (at the run's seed + 1)
+    with ``n_queries`` on the model's output, through the ``adaptive`` attack, whose Square draws its windows per
+    example (AutoAttack's own Square draws per batch, so its outcomes would depend on the batch size). At the
+    run's own seed it would replay the shared attack's Square exactly."""
     return ExtraAttack("square", "adaptive", {"components": ["square"], "n_queries": int(n_queries)}, why=why,
                        seed_offset=1)
 
 
+# ------------------------------------------------------------------------------------------------ options
+_TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", list: "a list"}
+
+
+@dataclass(frozen=True)
+class MethodOption:
+    """One fit option of a method: ``mixzoo mix -O KEY=VALUE`` (or ``--KEY VALUE``) and ``fit(options={KEY: ...})``.
+
+    ``type`` is ``int``, ``float``, ``bool``, ``str``, ``list`` (a comma-separated list on the command line), a
+    function ``value -> converted value`` raising ``ValueError`` with the reason, or ``None`` (any value, as parsed).
+    ``default`` is documentation (the method applies it when the key is absent): ``None`` means "see help".
+    """
+
+    help: str
+    type: type | Callable[[Any], Any] | None = None
+    default: Any = None
+
+    @property
+    def type_name(self) -> str:
+        """How help texts and errors name the type."""
+        if self.type is None:
+            return "any"
+        return {int: "int", float: "float", bool: "bool", str: "text", list: "list"}.get(
+            self.type, getattr(self.type, "__name__", "value"))
+
+    def convert(self, key: str, value: Any, method: str) -> Any:
+        """``value`` as this option's type; a one-line :class:`InputError` naming the option and its type."""
+        t = self.type
+        if t is None or value is None:
+            return value
+        try:
+            return _convert(t, value)
+        except (TypeError, ValueError) as exc:
+            flag = f"option {key} (--{key.replace('_', '-')}) of mixing method {method!r}"
+            if t in _TYPE_NAMES:
+                raise InputError(f"{flag} must be {_TYPE_NAMES[t]}, got {value!r}; {key}: {self.help}") from None
+            raise InputError(f"{flag}: {exc}" if str(exc) else f"{flag} is not valid, got {value!r}") from None
+
+
+def _convert(t: Any, value: Any) -> Any:
+    if t is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ValueError("not a boolean")
+    if t is int:
+        if isinstance(value, bool):
+            raise ValueError("a boolean")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return int(value) if isinstance(value, int | str) else _fail()
+    if t is float:
+        if isinstance(value, bool):
+            raise ValueError("a boolean")
+        out = float(value) if isinstance(value, int | float | str) else _fail()
+        if not math.isfinite(out):
+            raise ValueError("not finite")
+        return out
+    if t is str:
+        return value if isinstance(value, str) else _fail()
+    if t is list:
+        if isinstance(value, list | tuple):
+            return list(value)
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return [value]
+    return t(value)
+
+
+def _fail() -> Any:
+    raise TypeError("wrong type")
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value: JSON where it parses (numbers, true/false, null), comma-separated text as a list, else
+    the text. Options declared with a type convert it further (:meth:`MethodOption.convert`)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return [v for v in text.split(",")] if "," in text else text
+
+
 @dataclass
 class FitRequest:
-    """Everything a method's :meth:`~MixingMethod.fit` may use. ``options`` are the method's own (``mixzoo mix
-    -O key=value`` or the library's keywords), checked by the method against :attr:`MixingMethod.options`."""
+    """Everything a method's :meth:`~MixingMethod.fit` may use. ``options`` are the method's own, already checked
+    and converted by :meth:`MixingMethod.check_options`; ``command`` is the command line to record in the card's
+    provenance (``None`` for a library call: record ``"mixzoo.methods.fit()"``)."""
 
     abc: str | nn.Module | None = None
     rbc: str | nn.Module | None = None
@@ -85,6 +195,12 @@ class FitRequest:
     device: str = "cpu"
     allow_unsafe: bool = False
     progress: bool = True
+    command: str | None = None
+
+    @property
+    def provenance_command(self) -> str:
+        """What a card's ``provenance.command`` records for this request."""
+        return self.command or "mixzoo.methods.fit()"
 
 
 @dataclass
@@ -101,53 +217,69 @@ class FitResult:
 
 class MixingMethod:
     """Base class of a mixing method; a third party subclasses it and returns an instance from
-    ``mixzoo_mixing_methods()``. Override :meth:`validate`, :meth:`build` and :meth:`fit`; the rest has defaults."""
+    ``mixzoo_mixing_methods()``. Override :meth:`validate`, :meth:`build` and :meth:`fit`; every other member has
+    the default documented on it (see the module docstring for the whole contract)."""
 
     name: str = ""
-    title: str = ""  # the row label in reports, e.g. "MixedNUTS"
+    title: str = ""  # the row label in reports, e.g. "MixedNUTS" (default: name)
     paper: str = ""  # where the formula comes from
     fit_cost: str = ""  # one line: what fitting costs (training-free calibration, training, ...)
-    options: dict[str, str] = {}  # fit options and what each means (``mixzoo mix -O key=value``)
+    # fit options (``mixzoo mix -O key=value`` / ``--key value``): name -> MethodOption (a plain string is its help,
+    # of any type); default: none
+    options: dict[str, MethodOption | str] = {}
     default: bool = False  # fitted by ``mixzoo mix`` when no --method is given (one method at most)
+    baseline: bool = False  # the bench's matched row (one method at most): implements match() and card_at()
     certificate: str | None = None  # why no certified radius exists, when none does (``mixzoo certify``)
     not_exportable: str | None = None  # why its classifier cannot be one deployable artifact (``mixzoo export``)
 
     # --------------------------------------------------------------------------------------------- card
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
         """Check (and normalise: defaults, float conversion) the card section; raise a one-line
-        :class:`~mixzoo.core.errors.InputError` naming ``SECTION.FIELD``."""
+        :class:`~mixzoo.core.errors.InputError` naming ``SECTION.FIELD`` (SECTION is :attr:`name`)."""
         raise NotImplementedError
 
     def upgrade_v1(self, data: dict[str, Any], source: str) -> dict[str, Any] | None:
-        """The section for a schema-1 card this method claims (``None``: not this method's)."""
+        """The section for a schema-1 card (parameters at the top level) this method claims; default ``None``:
+        not this method's. Called only by :meth:`MixCard.load <mixzoo.core.card.MixCard.load>`."""
+        return None
+
+    def v1_warning(self, data: dict[str, Any]) -> str | None:
+        """A warning for a schema-1 card this method claimed (e.g. what to re-run); default ``None``."""
         return None
 
     def summary_line(self, card: MixCard) -> str:
-        """One line for terminals: the method and its main parameters."""
+        """One line for terminals: the method and its main parameters; default: the section's numbers and
+        strings."""
         shown = ", ".join(f"{k}={_short(v)}" for k, v in card.params.items() if isinstance(v, int | float | str))
         return f"{self.name}: {shown}"
 
     def key_parts(self, card: MixCard) -> dict[str, Any]:
-        """What a cached evaluation of this card's classifier depends on, besides the models and the data."""
+        """What a cached evaluation of this card's classifier depends on, besides the models and the data; default:
+        the whole section and the weight files' hashes."""
         from mixzoo.core.card import _plain
 
         return {"method": self.name, "params": _plain(card.params), "weights": weight_hashes(card)}
 
     # --------------------------------------------------------------------------------------------- model
+    def gradients(self, card: MixCard) -> tuple[str, ...]:
+        """The gradient variants :meth:`build` accepts for this card, ``"exact"`` first; default: ``"exact"`` and
+        the variants :meth:`extra_attacks` names."""
+        return tuple(dict.fromkeys(["exact", *(extra.gradient for extra in self.extra_attacks(card))]))
+
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
-        """The mixed classifier ([0, 1] images -> log-probabilities). ``gradient`` names a variant that
-        :meth:`extra_attacks` asked for (``"exact"`` is the classifier itself)."""
+        """The mixed classifier ([0, 1] images -> log-probabilities) with gradient variant ``gradient`` (one of
+        :meth:`gradients`): the same values for every variant, the variant's gradient (module docstring)."""
         raise NotImplementedError
 
     def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
-        """Attacks an adversary who knows this method would add to the bench's shared attack."""
+        """Attacks an adversary who knows this method adds to the shared attack; default none."""
         return []
 
     def certified_mixture(self, card: MixCard) -> tuple[float, float]:
         """``(alpha, temperature)`` of a card that mixes the ABC's and the RBC's probabilities with one constant
         alpha (001 Eq. 3.4), which is what the certified radii of 001 Lemma 3.2 / Thm 3.5 / Thm A.2 need
-        (``mixzoo certify``). A method without that form raises a one-line error saying why (:attr:`certificate`).
+        (``mixzoo certify``). Default: a one-line error saying why not (:attr:`certificate`).
         """
         why = self.certificate or ("it does not mix probabilities with one constant alpha, which 001 Lemma 3.2"
                                    " needs; certify a linear card (`mixzoo mix --method linear`) instead")
@@ -155,16 +287,87 @@ class MixingMethod:
 
     # --------------------------------------------------------------------------------------------- fitting
     def fit(self, request: FitRequest) -> FitResult:
-        """Fit the card section from data (write the card to ``request.out`` when given)."""
+        """Fit the card section from data; write the card to ``request.out`` when given (``card.save``)."""
         raise NotImplementedError
 
-    def check_options(self, options: dict[str, Any]) -> None:
-        """Refuse an option this method does not take, before any work."""
-        unknown = sorted(set(options) - set(self.options))
+    def option_specs(self) -> dict[str, MethodOption]:
+        """:attr:`options` with every entry as a :class:`MethodOption`."""
+        return {k: v if isinstance(v, MethodOption) else MethodOption(str(v)) for k, v in self.options.items()}
+
+    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The options converted to their declared types; refuses, before any work, an option this method does not
+        declare or a value of the wrong type (one line naming the option and its type)."""
+        specs = self.option_specs()
+        unknown = sorted(set(options) - set(specs))
         if unknown:
-            known = ", ".join(sorted(self.options)) or "none"
+            known = ", ".join(sorted(specs)) or "none"
             raise InputError(f"mixing method {self.name!r} takes no option {unknown[0]!r} (its options: {known});"
                              " see `mixzoo plugins`")
+        return {k: specs[k].convert(k, v, self.name) for k, v in options.items()}
+
+    def options_from_args(self, args: list[str]) -> dict[str, Any]:
+        """Options from command-line words ``--key VALUE``, ``--key=VALUE``, ``--flag`` / ``--no-flag`` (bool
+        options), dashes read as underscores; values as :func:`parse_value` reads them. What ``mixzoo mix`` passes
+        for the words it does not know itself; :meth:`check_options` checks the result."""
+        specs = self.option_specs()
+        out: dict[str, Any] = {}
+        words = list(args)
+        while words:
+            word = words.pop(0)
+            if not word.startswith("--") or len(word) == 2:
+                raise InputError(f"unexpected argument {word!r}; give method options as --KEY VALUE or -O KEY=VALUE")
+            key, has_value, text = word[2:].partition("=")
+            key = key.replace("-", "_")
+            spec = specs.get(key)
+            if not has_value and key.startswith("no_") and (flag := specs.get(key[3:])) is not None \
+                    and flag.type is bool:
+                out[key[3:]] = False
+                continue
+            if not has_value and spec is not None and spec.type is bool and (not words or words[0].startswith("--")):
+                out[key] = True
+                continue
+            if not has_value:
+                if not words:
+                    raise InputError(f"option --{key.replace('_', '-')} needs a value")
+                text = words.pop(0)
+            out[key] = parse_value(text)
+        return out
+
+    def fit_summary(self, result: FitResult) -> list[tuple[str, str]]:
+        """Rows ``(label, value)`` of ``mixzoo mix``'s table; default: the section's numbers and strings, then the
+        total seconds."""
+        rows = [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in result.card.params.items()
+                if isinstance(v, int | float | str)]
+        rows.append(("seconds", f"{result.seconds.get('total', 0.0):.1f}"))
+        return rows
+
+    # --------------------------------------------------------------------------------------------- report
+    def tradeoff_curve(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, **kw: Any
+                       ) -> dict[str, Any] | None:
+        """A clean / robust trade-off curve for the bench report (``report.curve``), or ``None`` (default).
+        ``kw``: ``cache``, ``attack``, ``n``, ``eps``, ``norm``, ``seed``, ``batch_size``, ``attack_options``,
+        ``data_dir``, ``device``, ``progress``."""
+        return None
+
+    def figures(self, report: Any, card: MixCard, stage: Path, **kw: Any) -> list[str]:
+        """Write PNG figures for the bench report into ``stage`` (file names start with ``kw["prefix"]``) and
+        return their names; default none. ``kw``: ``prefix``, ``rbc``, ``cache``, ``data_dir``, ``device``."""
+        return []
+
+    def markdown_lines(self, report: Any, card: MixCard) -> list[str]:
+        """Lines this method adds to ``report.md``; default none."""
+        return []
+
+    # --------------------------------------------------------------------------------------------- baseline role
+    def match(self, abc: nn.Module, rbc: nn.Module, images: Any, labels: Any, target: float,
+              **kw: Any) -> tuple[float, list[dict[str, Any]]]:
+        """(baseline methods) The parameter whose robust accuracy on ``images`` is closest to ``target`` and every
+        value tried; ``kw`` are :func:`mixzoo.attacks.runner.evaluate`'s settings and ``key_parts``."""
+        raise InputError(f"mixing method {self.name!r} is not a baseline method")
+
+    def card_at(self, alpha: float, template: MixCard | None = None) -> MixCard:
+        """(baseline methods) A card at ``alpha`` for the pair of ``template``."""
+        raise InputError(f"mixing method {self.name!r} is not a baseline method")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -201,8 +404,16 @@ def default_method() -> str:
     from mixzoo.core.errors import PluginError
     from mixzoo.core.plugins import mixing_methods
 
-    names = sorted(n for n, m in mixing_methods().items() if getattr(m, "default", False))
+    names = sorted(n for n, m in mixing_methods().items() if m.default)
     if len(names) != 1:
         raise PluginError(f"{'no' if not names else 'several'} mixing methods are marked default"
                           f" ({', '.join(names) or 'none'}); pass --method NAME (see `mixzoo plugins`)")
     return names[0]
+
+
+def baseline_method() -> MixingMethod | None:
+    """The plugin method marked ``baseline`` (the bench's matched row), if exactly one is."""
+    from mixzoo.core.plugins import mixing_methods
+
+    found = [m for _, m in sorted(mixing_methods().items()) if m.baseline]
+    return found[0] if len(found) == 1 else None

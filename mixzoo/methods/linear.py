@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import FitRequest, FitResult, MixingMethod, number
+from mixzoo.methods.base import FitRequest, FitResult, MethodOption, MixingMethod, number
 
 if TYPE_CHECKING:
     import torch
@@ -42,13 +42,14 @@ class Linear(MixingMethod):
     fit_cost = "a given alpha is free; beta: MMAA on the calibration images (cached); target_robust: ~6 attacks"
     baseline = True
     options = {
-        "alpha": "the RBC's weight, given (in [1/2, 1])",
-        "beta": "choose alpha by Algorithm 1's margin rule on the raw RBC logits (default 0.985)",
-        "target_robust": "choose alpha whose robust accuracy on the calibration split is closest to this",
-        "temperature": "the ABC's softmax temperature (default 1)",
-        "attack": "attack for target_robust (default adaptive-apgd)",
-        "n_iter": "APGD iterations (MMAA for beta; the attack for target_robust)",
-        "command": "the command line recorded in the card's provenance",
+        "alpha": MethodOption("the RBC's weight, given (in [1/2, 1])", float),
+        "beta": MethodOption("choose alpha by Algorithm 1's margin rule on the raw RBC logits (default 0.985)", float),
+        "target_robust": MethodOption(
+            "choose alpha whose robust accuracy on the calibration split is closest to this",
+            float),
+        "temperature": MethodOption("the ABC's softmax temperature (default 1)", float),
+        "attack": MethodOption("attack for target_robust (default adaptive-apgd)", str),
+        "n_iter": MethodOption("APGD iterations (MMAA for beta; the attack for target_robust)", int),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
@@ -74,13 +75,18 @@ class Linear(MixingMethod):
         return params
 
     def summary_line(self, card: MixCard) -> str:
-        return f"linear: alpha={card.alpha:.4g} temperature={card.temperature:g} fit={card.fit}"
+        q = card.params
+        return f"linear: alpha={q['alpha']:.4g} temperature={q['temperature']:g} fit={q['fit']}"
 
     def key_parts(self, card: MixCard) -> dict[str, Any]:
         out = {"linear_alpha": card.params["alpha"]}
         if card.params["temperature"] != 1.0:
             out["temperature"] = card.params["temperature"]
         return out
+
+    def gradients(self, card: MixCard) -> tuple[str, ...]:
+        """``exact`` and ``bypass`` (000 App. B.2.2's auxiliary-mixture gradient, as for MixedNUTS)."""
+        return ("exact", "bypass")
 
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
@@ -127,8 +133,8 @@ class Linear(MixingMethod):
                            abc={"name": model_name(abc), "weight_hash": model_hash(abc)},
                            rbc={"name": model_name(rbc), "weight_hash": model_hash(rbc)},
                            dataset=request.dataset or getattr(getattr(rbc, "spec", None), "dataset", None),
-                           provenance=provenance(command=opts.get("command", "mixzoo.methods.fit()")))
-            summary: dict[str, Any] = {"alpha": card.alpha}
+                           provenance=provenance(command=request.provenance_command))
+            summary: dict[str, Any] = {"alpha": card.params["alpha"]}
         elif opts.get("target_robust") is not None:
             card, summary = self._matched(request, float(opts["target_robust"]), temperature, opts)
         else:
@@ -151,7 +157,7 @@ class Linear(MixingMethod):
             attacked_labels=cdata.labels, beta=beta, abc=pair.info("abc"), rbc=pair.info("rbc"),
             dataset=pair.dataset, data_info=pair.data_info(), attack_info=cdata.attack)
         card.params["temperature"] = temperature
-        return card, {"alpha": card.alpha, "beta": beta}
+        return card, {"alpha": card.params["alpha"], "beta": beta}
 
     def _matched(self, request: FitRequest, target: float, temperature: float,
                  opts: dict[str, Any]) -> tuple[MixCard, dict[str, Any]]:
@@ -174,11 +180,11 @@ class Linear(MixingMethod):
                                    "temperature": temperature}, abc=pair.info("abc"), rbc=pair.info("rbc"),
                        dataset=pair.dataset)
         card.data, card.attack = pair.data_info(), {"eps": pair.eps, "norm": pair.norm, "match": tried}
-        card.provenance = provenance(command=opts.get("command", "mixzoo.methods.fit()"))
-        return card, {"alpha": card.alpha, "target_robust": target, "tried": tried}
+        card.provenance = provenance(command=request.provenance_command)
+        return card, {"alpha": card.params["alpha"], "target_robust": target, "tried": tried}
 
 
-linear_alpha_grid = alpha_grid  # its name in earlier releases (mixzoo.bench.linear_alpha_grid)
+linear_alpha_grid = alpha_grid  # the same grid, named for the matched baseline
 
 
 def _bisect(robust: Any, n: int, target: float) -> int:

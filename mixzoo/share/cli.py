@@ -120,10 +120,13 @@ def report_cmd(
 COMMANDS: dict[str, Callable[..., None]] = {"push": push_cmd, "export": export_cmd, "report": report_cmd}
 
 
-def register(app: typer.Typer, errors: Callable[[Callable[..., None]], Callable[..., None]]) -> None:
-    """Add ``push``, ``export`` and ``report`` to ``app``, each wrapped by ``errors`` (the app's one-line handler)."""
+def register(app: typer.Typer) -> None:
+    """Add ``push``, ``export`` and ``report`` to ``app``, each with the commands' one-line error handling
+    (:func:`mixzoo.core.commands.command`)."""
+    from mixzoo.core.commands import command
+
     for name, fn in COMMANDS.items():
-        app.command(name)(errors(fn))
+        app.command(name)(command(fn))
 
 
 __all__ = ["COMMANDS", "register"]

@@ -35,7 +35,7 @@ def main() -> None:
     # plots=True: rank 0 draws the card method's figures alone after the others have left (their cached steps
     # must not enter a collective)
     bench(card, attack="adaptive-apgd", n=60, attack_options={"n_iter": 6, "n_target_classes": 2},
-          curve=False, plots=kill_rank is None, baseline=False, progress=False, batch_size=int(batch_size), out=out,
+          curve=None, baseline=None, plots=kill_rank is None, progress=False, batch_size=int(batch_size), out=out,
           cache_dir=cache, save_adversarial=True)
     print(json.dumps({"rank": rank, "attacked": len(attacked)}))
 

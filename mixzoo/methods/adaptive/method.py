@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra, weight_hashes
+from mixzoo.methods.base import (
+    ExtraAttack,
+    FitRequest,
+    FitResult,
+    MethodOption,
+    MixingMethod,
+    number,
+    square_extra,
+    weight_hashes,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -39,37 +48,50 @@ class AdaptiveSmoothing(MixingMethod):
     certificate = ("its alpha depends on the input, so 001 Lemma 3.2 / Thm 3.5 (constant alpha) do not apply; with"
                    " alpha_min > 0 a bound holds only through alpha_min, which mixzoo does not compute")
     options = {
-        "setting": "training attack (001 Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T (default C)",
-        "epochs": "training epochs (default 5)",
-        "n_train": "train-split images used (default: all; the last n_val of them are held out for validation)",
-        "n_val": "train-split images held out for the per-epoch validation (default 200)",
-        "batch_size": "clean images per batch (default 128; the attacked copies are added)",
-        "lr": "AdamW learning rate (default 1e-4)",
-        "weight_decay": "AdamW weight decay (default 1e-5)",
-        "ema": "EMA decay of the weights, 0 = off (App. D.1: 0.8)",
-        "c_ce": "weight of the cross-entropy in Eq. 4.2 (default 0.5)",
-        "c_bce": "weight of the BCE on alpha in Eq. 4.2 (default 1)",
-        "c_prod": "weight of CE x BCE in Eq. 4.2 (default 0.1)",
-        "clean_weight": "loss weight of clean examples (default 2)",
-        "pseudo_labels": "authors (clean 0, attacked 1) | oracle (flipped where only the other model is right)",
-        "temperature": "the ABC's softmax temperature (default 1; 0 = hard max, as MixedNUTS)",
-        "alpha_min": "evaluation-time lower bound of alpha (App. D.1; default 0), or 'search': the smallest of a grid"
-                     " whose robust accuracy on the calibration split (--n-calib images, APGD and setting D) is within"
-                     " robust_drop points of the RBC's",
-        "robust_drop": "points of robust accuracy alpha_min=search may give up against the RBC (default 1.5)",
-        "alpha_max": "evaluation-time upper bound of alpha (App. D.1; default 1)",
-        "width": "channels of the mixing network (default 32)",
-        "blocks": "residual blocks after the join (default 2)",
-        "steps": "attack steps per batch, drawn uniformly from LO,HI (default 5,15)",
-        "eps_factor": "attack radius factor drawn uniformly from LO,HI (default 0.4,1.1; authors' U(.4, 1.1))",
-        "alpha_loss_max": "the alpha-lowering attack term's weight is drawn from U(0, this) (default 0.5)",
-        "n_target_classes": "APGD-T targets in setting C (default 1)",
-        "resume": "resume from the checkpoint next to the card (default true)",
-        "checkpoint_every": "batches between mid-epoch checkpoints (default 50; 0 = after each epoch only)",
-        "eval_n_iter": "iterations of the extra attacks the card declares (default 100)",
-        "eval_n_queries": "queries of the extra Square attack (default 5000)",
-        "eval_n_target_classes": "APGD-T targets of the extra attacks (default 9, AutoAttack's)",
-        "command": "the command line recorded in the card's provenance",
+        "setting": MethodOption(
+            "training attack (001 Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T (default C)",
+            str),
+        "epochs": MethodOption("training epochs (default 5)", int),
+        "n_train": MethodOption(
+            "train-split images used (default: all; the last n_val of them are held out for validation)",
+            int),
+        "n_val": MethodOption("train-split images held out for the per-epoch validation (default 200)", int),
+        "batch_size": MethodOption("clean images per batch (default 128; the attacked copies are added)", int),
+        "lr": MethodOption("AdamW learning rate (default 1e-4)", float),
+        "weight_decay": MethodOption("AdamW weight decay (default 1e-5)", float),
+        "ema": MethodOption("EMA decay of the weights, 0 = off (App. D.1: 0.8)", float),
+        "c_ce": MethodOption("weight of the cross-entropy in Eq. 4.2 (default 0.5)", float),
+        "c_bce": MethodOption("weight of the BCE on alpha in Eq. 4.2 (default 1)", float),
+        "c_prod": MethodOption("weight of CE x BCE in Eq. 4.2 (default 0.1)", float),
+        "clean_weight": MethodOption("loss weight of clean examples (default 2)", float),
+        "pseudo_labels": MethodOption(
+            "authors (clean 0, attacked 1) | oracle (flipped where only the other model is right)",
+            str),
+        "temperature": MethodOption("the ABC's softmax temperature (default 1; 0 = hard max, as MixedNUTS)", float),
+        "alpha_min": MethodOption(
+            "evaluation-time lower bound of alpha (App. D.1; default 0), or 'search': the smallest of a grid"
+            " whose robust accuracy on the calibration split (--n-calib images, APGD and setting D) is within"
+            " robust_drop points of the RBC's"),
+        "robust_drop": MethodOption(
+            "points of robust accuracy alpha_min=search may give up against the RBC (default 1.5)",
+            float),
+        "alpha_max": MethodOption("evaluation-time upper bound of alpha (App. D.1; default 1)", float),
+        "width": MethodOption("channels of the mixing network (default 32)", int),
+        "blocks": MethodOption("residual blocks after the join (default 2)", int),
+        "steps": MethodOption("attack steps per batch, drawn uniformly from LO,HI (default 5,15)"),
+        "eps_factor": MethodOption(
+            "attack radius factor drawn uniformly from LO,HI (default 0.4,1.1; authors' U(.4, 1.1))"),
+        "alpha_loss_max": MethodOption(
+            "the alpha-lowering attack term's weight is drawn from U(0, this) (default 0.5)",
+            float),
+        "n_target_classes": MethodOption("APGD-T targets in setting C (default 1)", int),
+        "resume": MethodOption("resume from the checkpoint next to the card (default true)", bool),
+        "checkpoint_every": MethodOption(
+            "batches between mid-epoch checkpoints (default 50; 0 = after each epoch only)",
+            int),
+        "eval_n_iter": MethodOption("iterations of the extra attacks the card declares (default 100)", int),
+        "eval_n_queries": MethodOption("queries of the extra Square attack (default 5000)", int),
+        "eval_n_target_classes": MethodOption("APGD-T targets of the extra attacks (default 9, AutoAttack's)", int),
     }
 
     # ------------------------------------------------------------------------------------------------ card
@@ -223,7 +245,7 @@ class AdaptiveSmoothing(MixingMethod):
                              "source": getattr(data, "source", "")},
                        attack={"eps": pair.eps, "norm": pair.norm, "training_setting": cfg.setting},
                        weights={weights_name: digest},
-                       provenance=provenance(command=opts.get("command", "mixzoo.methods.fit()")))
+                       provenance=provenance(command=request.provenance_command))
         path = card.save(out)
         card.path = path
         seconds = time.perf_counter() - t0

@@ -7,7 +7,7 @@ alphas give exact values and finite gradients.
 
 Gradient variants (``gradient``), for the attacks an adversary who knows the method runs (:mod:`.attacks`):
 
-* ``exact`` (also ``bypass``: there is no auxiliary mixture to bypass to): end-to-end, through the mixing network;
+* ``exact``: end-to-end, through the mixing network;
 * ``gray``: 001 Sec. 4.2 setting A: the mixing network's input features are detached, so alpha is a constant in
   the backward pass (the network's gradient bypassed);
 * ``transfer-abc`` / ``transfer-rbc``: the mixture's values with the gradient of one base model's log-softmax
@@ -27,7 +27,7 @@ from mixzoo.methods.adaptive.network import MixingNetwork
 from mixzoo.methods.adaptive.taps import Taps, model_taps, run_tapped
 from mixzoo.methods.mixednuts.transforms import abc_log_probs
 
-GRADIENTS = ("exact", "bypass", "gray", "transfer-abc", "transfer-rbc")
+GRADIENTS = ("exact", "gray", "transfer-abc", "transfer-rbc")
 
 
 def check_bounds(alpha_min: float, alpha_max: float, what: str = "alpha bounds") -> tuple[float, float]:

@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra, weight_hashes
+from mixzoo.methods.base import (
+    ExtraAttack,
+    FitRequest,
+    FitResult,
+    MethodOption,
+    MixingMethod,
+    number,
+    square_extra,
+    weight_hashes,
+)
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.method import _choice, _flag
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
@@ -54,33 +63,47 @@ class LocalSmoothingAdaptive(MixingMethod):
     certificate = ("its strength exp(beta_theta(x)) R_i(x) depends on the input through a network, which 003 Thm 2"
                    " (fixed alpha) does not cover")
     options = {
-        "beta0": "log alpha_0, Eq. 9's threshold, given (default: measured, the crossover of 003 Fig. 4)",
-        "n_crossover": "calibration images of the crossover sweep (default 200; at most --n-calib)",
-        "crossover_steps": "PGD steps of the crossover sweep (default 10, as 003's PGD-10)",
-        "crossover_alpha_ts": "attack-time alphas of the sweep (default: alpha_ts)",
-        "alpha_ts": "attack-time alphas of the training attacks (default 003 Sec. 6.3's 0,0.316,...,3162,inf)",
-        "r": f"R_i(x): {', '.join(R_OPTIONS)} (001 App. B.1; default ratio, 003 Eq. 7)",
-        "space": "logits | probabilities (default logits, 003)",
-        "accelerated": "true: 003 App. A.1's one gradient per model instead of the Jacobian (r grad_g or ratio)",
-        "eps_c": "added to ||grad h_i||_* in R_i = ratio (default 1e-6)",
-        "c1": "Eq. 9's c1 (default 0.5, 003 Sec. 6.3)", "c2": "Eq. 9's c2 (default 0.8)",
-        "c3": "Eq. 9's c3 (default 3.2)",
-        "epochs": "training epochs (default 5)",
-        "n_train": "train-split images used (default: all; the last n_val of them are held out for validation)",
-        "n_val": "train-split images held out for the per-epoch validation (default 200)",
-        "batch_size": "clean images per batch (default 128; two attacked copies are added)",
-        "lr": "AdamW learning rate (default 1e-4; 003 uses Adam)", "weight_decay": "AdamW weight decay (1e-5)",
-        "ema": "EMA decay of the weights, 0 = off (default 0)",
-        "clean_weight": "loss weight of clean images (default 1)",
-        "steps": "PGD steps through the policy, drawn from LO,HI per batch; the alpha_t attacks use HI (default 5,10)",
-        "eps_factor": "attack radius factor drawn from LO,HI per example (default 1,1: the full radius)",
-        "width": "channels of the policy network (default 32)", "blocks": "residual blocks (default 2)",
-        "resume": "resume from the checkpoint next to the card (default true)",
-        "checkpoint_every": "batches between mid-epoch checkpoints (default 50; 0 = after each epoch only)",
-        "eval_n_iter": "iterations of the extra APGD attacks (default 100)",
-        "eval_n_queries": "queries of the extra Square attack (default 5000)",
-        "eval_n_target_classes": "APGD-T targets of the extra attacks (default 3: each step costs a Jacobian)",
-        "command": "the command line recorded in the card's provenance",
+        "beta0": MethodOption(
+            "log alpha_0, Eq. 9's threshold, given (default: measured, the crossover of 003 Fig. 4)",
+            float),
+        "n_crossover": MethodOption("calibration images of the crossover sweep (default 200; at most --n-calib)", int),
+        "crossover_steps": MethodOption("PGD steps of the crossover sweep (default 10, as 003's PGD-10)", int),
+        "crossover_alpha_ts": MethodOption("attack-time alphas of the sweep (default: alpha_ts)"),
+        "alpha_ts": MethodOption(
+            "attack-time alphas of the training attacks (default 003 Sec. 6.3's 0,0.316,...,3162,inf)"),
+        "r": MethodOption(f"R_i(x): {', '.join(R_OPTIONS)} (001 App. B.1; default ratio, 003 Eq. 7)", str),
+        "space": MethodOption("logits | probabilities (default logits, 003)", str),
+        "accelerated": MethodOption(
+            "true: 003 App. A.1's one gradient per model instead of the Jacobian (r grad_g or ratio)",
+            bool),
+        "eps_c": MethodOption("added to ||grad h_i||_* in R_i = ratio (default 1e-6)", float),
+        "c1": MethodOption("Eq. 9's c1 (default 0.5, 003 Sec. 6.3)", float),
+        "c2": MethodOption("Eq. 9's c2 (default 0.8)", float),
+        "c3": MethodOption("Eq. 9's c3 (default 3.2)", float),
+        "epochs": MethodOption("training epochs (default 5)", int),
+        "n_train": MethodOption(
+            "train-split images used (default: all; the last n_val of them are held out for validation)",
+            int),
+        "n_val": MethodOption("train-split images held out for the per-epoch validation (default 200)", int),
+        "batch_size": MethodOption("clean images per batch (default 128; two attacked copies are added)", int),
+        "lr": MethodOption("AdamW learning rate (default 1e-4; 003 uses Adam)", float),
+        "weight_decay": MethodOption("AdamW weight decay (1e-5)", float),
+        "ema": MethodOption("EMA decay of the weights, 0 = off (default 0)", float),
+        "clean_weight": MethodOption("loss weight of clean images (default 1)", float),
+        "steps": MethodOption(
+            "PGD steps through the policy, drawn from LO,HI per batch; the alpha_t attacks use HI (default 5,10)"),
+        "eps_factor": MethodOption("attack radius factor drawn from LO,HI per example (default 1,1: the full radius)"),
+        "width": MethodOption("channels of the policy network (default 32)", int),
+        "blocks": MethodOption("residual blocks (default 2)", int),
+        "resume": MethodOption("resume from the checkpoint next to the card (default true)", bool),
+        "checkpoint_every": MethodOption(
+            "batches between mid-epoch checkpoints (default 50; 0 = after each epoch only)",
+            int),
+        "eval_n_iter": MethodOption("iterations of the extra APGD attacks (default 100)", int),
+        "eval_n_queries": MethodOption("queries of the extra Square attack (default 5000)", int),
+        "eval_n_target_classes": MethodOption(
+            "APGD-T targets of the extra attacks (default 3: each step costs a Jacobian)",
+            int),
     }
 
     # ------------------------------------------------------------------------------------------------ card
@@ -274,7 +297,7 @@ class LocalSmoothingAdaptive(MixingMethod):
                              "source": getattr(data, "source", "")},
                        attack={"eps": pair.eps, "norm": pair.norm},
                        weights={weights_name: digest},
-                       provenance=provenance(command=opts.get("command", "mixzoo.methods.fit()")))
+                       provenance=provenance(command=request.provenance_command))
         path = card.save(out)
         card.path = path
         last = res.history[-1] if res.history else {}

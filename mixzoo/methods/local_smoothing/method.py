@@ -20,7 +20,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MethodOption, MixingMethod, number, square_extra
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
 
@@ -72,7 +72,7 @@ def _threat(request: FitRequest) -> tuple[Any, dict[str, Any]]:
                          f" {pair.norm!r}")
     tables = {"abc": pair.info("abc"), "rbc": pair.info("rbc"), "dataset": pair.dataset,
               "attack": {"eps": pair.eps, "norm": pair.norm},
-              "provenance": provenance(command=request.options.get("command", "mixzoo.methods.fit()"))}
+              "provenance": provenance(command=request.provenance_command)}
     return pair, tables
 
 
@@ -142,14 +142,17 @@ class LocalSmoothing(MixingMethod):
                    " radius does not cover (003 Thm 2 needs Lipschitz constants of both gradients); certify a"
                    " linear card, which is R_i = 1 on probabilities")
     options = {
-        "alpha": "the smoothing strength alpha >= 0 (0: the ABC; large: the RBC)",
-        "r": f"R_i(x): {', '.join(R_OPTIONS)} (001 App. B.1; default ratio, 003 Eq. 5)",
-        "space": "logits | probabilities: what is smoothed (001 Sec. 3; default logits, 003)",
-        "accelerated": "true: one gradient per model instead of the Jacobian (003 App. A.1; R_i grad_g or ratio)",
-        "target_clean": "instead of alpha: the largest alpha whose clean accuracy on the calibration split is at"
-                        " least this (no attack)",
-        "eps_c": "added to ||grad h_i||_* in R_i = ratio (003 Sec. 4; default 1e-6)",
-        "command": "the command line recorded in the card's provenance",
+        "alpha": MethodOption("the smoothing strength alpha >= 0 (0: the ABC; large: the RBC)", float),
+        "r": MethodOption(f"R_i(x): {', '.join(R_OPTIONS)} (001 App. B.1; default ratio, 003 Eq. 5)", str),
+        "space": MethodOption("logits | probabilities: what is smoothed (001 Sec. 3; default logits, 003)", str),
+        "accelerated": MethodOption(
+            "true: one gradient per model instead of the Jacobian (003 App. A.1; R_i grad_g or ratio)",
+            bool),
+        "target_clean": MethodOption(
+            "instead of alpha: the largest alpha whose clean accuracy on the calibration split is at"
+            " least this (no attack)",
+            float),
+        "eps_c": MethodOption("added to ||grad h_i||_* in R_i = ratio (003 Sec. 4; default 1e-6)", float),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
@@ -225,12 +228,11 @@ class KNNSmoothing(MixingMethod):
                    " radius needs Lipschitz constants of grad g that mixzoo does not bound")
     not_exportable = "its K-NN oracle searches the train split at every prediction, so the artifact would need it"
     options = {
-        "alpha": "the smoothing strength alpha >= 0 (0: the ABC; large: the K-NN oracle)",
-        "k": "K, the neighbours voting (1 <= K <= the train images; default 5)",
-        "n_train": "use the first N train images (default: the whole train split)",
-        "target_clean": "instead of alpha: the largest alpha whose clean accuracy on the calibration split is at"
-                        " least this (no attack)",
-        "command": "the command line recorded in the card's provenance",
+        "alpha": MethodOption("the smoothing strength alpha >= 0 (0: the ABC; large: the K-NN oracle)", float),
+        "k": MethodOption("K, the neighbours voting (1 <= K <= the train images; default 5)", int, 5),
+        "n_train": MethodOption("use the first N train images (default: the whole train split)", int),
+        "target_clean": MethodOption("instead of alpha: the largest alpha whose clean accuracy on the calibration"
+                                     " split is at least this (no attack)", float),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.mixednuts.mixing import transformed_rbc  # noqa: F401 - its name here before
+from mixzoo.methods.mixednuts.mixing import transformed_rbc  # noqa: F401 - importable from here too
 
 
 @dataclass
@@ -83,13 +83,13 @@ def worst_points(card: Any, *raw_logits: torch.Tensor, labels: torch.Tensor | No
     All points are valid perturbations, so h^M's minimum margin is at most the smallest of them; taking the worst
     guards against an attack on h^M weakened by the transform's flat regions."""
     from mixzoo.attacks.margins import selection_key, signed_margin
-    from mixzoo.methods.mixednuts.transforms import rbc_transform
+    from mixzoo.methods.mixednuts.transforms import rbc_transform, transform_of
 
     if labels is None or not raw_logits:
         raise InputError("worst_points needs at least one logits tensor and labels=")
     keys = []
     for raw in raw_logits:
-        m = rbc_transform(raw, card.s, card.p, card.c, clamp=card.clamp, top_k=card.top_k)
+        m = rbc_transform(raw, **transform_of(card.params))
         keys.append(selection_key(m, signed_margin(m, labels), labels))
     best = torch.stack(keys).argmin(0)  # ties go to the first tensor
     stacked = torch.stack(raw_logits)
@@ -108,7 +108,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     from mixzoo.core.card import MixCard
     from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
     from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
-    from mixzoo.methods.mixednuts.transforms import confidence_margin, rbc_transform
+    from mixzoo.methods.mixednuts.transforms import confidence_margin, rbc_transform, transform_of
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.pairs import cached_logits, card_dataset, card_model, check_device, check_model_fits
 
@@ -116,7 +116,8 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     check_device(device)
     if not isinstance(card, MixCard):
         card = MixCard.load(card)
-    if card.method != "mixednuts" or card.fit != "mmaa" or not card.attack or not card.data or card.beta is None:
+    if card.method != "mixednuts" or card.params["fit"] != "mmaa" or not card.attack or not card.data \
+            or card.params["beta"] is None:
         raise InputError(f"the App. D.9 check needs a card made by `mixzoo mix` (MixedNUTS fitted by MMAA, with its"
                          f" attack and data records); this one has method {card.method!r},"
                          f" fit {card.params.get('fit')!r}")
@@ -128,7 +129,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
                          f" ones the card was calibrated on ({card.data.get('fingerprint')}); pass the same data"
                          " directory (--data-dir) as for `mixzoo mix`")
     cache = Cache(cache_dir, enabled=use_cache)
-    settings = dict(mmaa_settings(card.attack, card.top_k), cache=cache, device=device, progress=progress)
+    settings = dict(mmaa_settings(card.attack, card.params["top_k"]), cache=cache, device=device, progress=progress)
     clean = cached_logits(rbc_m, data, cache=cache, device=device, progress=progress, what="RBC clean logits")
     hits_before = len(cache.hits)
     surrogate = cached_mmaa(rbc_m, data, **settings)
@@ -137,15 +138,16 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     direct = cached_mmaa(rbc_m, data, transform=card, **settings)
     hits["mmaa_m"] = len(cache.hits) > hits_before
 
-    point = Grid.point(card.s, card.p, card.c)
+    point = Grid.point(card.params["s"], card.params["p"], card.params["c"])
 
     def at_the_card(attacked: torch.Tensor) -> Any:
         return calibrate(clean_logits=clean, clean_labels=data.labels, attacked_logits=attacked,
-                         attacked_labels=data.labels, beta=card.beta, clamp=card.clamp, top_k=card.top_k, grid=point,
+                         attacked_labels=data.labels, beta=card.params["beta"], clamp=card.params["clamp"],
+                         top_k=card.params["top_k"], grid=point,
                          max_argmax_change=None, progress=False)
 
     def transformed(raw: torch.Tensor) -> torch.Tensor:
-        return rbc_transform(raw, card.s, card.p, card.c, clamp=card.clamp, top_k=card.top_k)
+        return rbc_transform(raw, **transform_of(card.params))
 
     worst = worst_points(card, surrogate["logits"], direct["logits"], labels=data.labels)
     # the surrogate figures are recomputed rather than read from the card, so all sides are the same computation
@@ -154,7 +156,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     def robust(raw: torch.Tensor, judge=transformed) -> float:
         return float((judge(raw).argmax(1) == data.labels).double().mean())
 
-    threshold = 1.0 / card.alpha - 1.0  # alpha = 1 / (1 + q), Algorithm 1 line 15
+    threshold = 1.0 / card.params["alpha"] - 1.0  # alpha = 1 / (1 + q), Algorithm 1 line 15
 
     def kept(raw: torch.Tensor) -> float:
         """Eq. 7's constraint with the card's alpha, counted as Algorithm 1 counts (float64, LN argmax)."""
@@ -163,12 +165,14 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
         return float((margins >= threshold - 1e-12).double().mean()) if right.any() else float("nan")
 
     return ApproximationCheck(
-        alpha_card=float(card.alpha), objective_surrogate=float(base.objective), objective_check=float(check.objective),
-        objective_worst=float(both.objective), alpha_surrogate=float(base.alpha), alpha_check=float(check.alpha),
-        alpha_worst=float(both.alpha), robust_accuracy_ln=robust(surrogate["logits"], judge=lambda r: r),
+        alpha_card=float(card.params["alpha"]), objective_surrogate=float(base.params["objective"]),
+        objective_check=float(check.params["objective"]),
+        objective_worst=float(both.params["objective"]), alpha_surrogate=float(base.params["alpha"]),
+        alpha_check=float(check.params["alpha"]),
+        alpha_worst=float(both.params["alpha"]), robust_accuracy_ln=robust(surrogate["logits"], judge=lambda r: r),
         robust_accuracy_m=robust(direct["logits"]), robust_accuracy_worst=robust(worst),
         beta_kept_surrogate=kept(surrogate["logits"]), beta_kept_check=kept(direct["logits"]),
-        beta_kept_worst=kept(worst), beta=float(card.beta),
+        beta_kept_worst=kept(worst), beta=float(card.params["beta"]),
         n=len(data), seconds=time.perf_counter() - t0, cache_hits=hits, refit="alpha_refit" in card.data)
 
 
@@ -187,20 +191,26 @@ def refit_alpha(card: Any, rbc: nn.Module, cdata: Any, *, cache: Any, device: st
     from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
     from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
 
-    direct = cached_mmaa(rbc, cdata.dataset, **mmaa_settings(cdata.attack, card.top_k), cache=cache, device=device,
+    direct = cached_mmaa(rbc, cdata.dataset, **mmaa_settings(cdata.attack, card.params["top_k"]), cache=cache,
+                         device=device,
                          progress=progress, transform=card)
     worst = worst_points(card, cdata.attacked_logits, direct["logits"], labels=cdata.labels)
     second = calibrate(clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=worst,
-                       attacked_labels=cdata.labels, beta=card.beta, clamp=card.clamp, top_k=card.top_k,
-                       grid=Grid.point(card.s, card.p, card.c), max_argmax_change=None, progress=False,
+                       attacked_labels=cdata.labels, beta=card.params["beta"], clamp=card.params["clamp"],
+                       top_k=card.params["top_k"],
+                       grid=Grid.point(card.params["s"], card.params["p"], card.params["c"]),
+                       max_argmax_change=None, progress=False,
                        objective="relaxed" if abc_clean_correct is not None else "standard",
                        abc_clean_correct=abc_clean_correct)
-    taken = second if second.alpha > card.alpha else card
-    card.notes.append(f"alpha refit on MMAA of h^M(s*, p*, c*) (App. D.9, --refit-alpha): first pass {card.alpha:.6f}"
-                      f" (objective {card.objective:.4f}), second pass {second.alpha:.6f} ({second.objective:.4f});"
+    taken = second if second.params["alpha"] > card.params["alpha"] else card
+    first, again = card.params, second.params
+    card.notes.append(f"alpha refit on MMAA of h^M(s*, p*, c*) (App. D.9, --refit-alpha): first pass"
+                      f" {first['alpha']:.6f}"
+                      f" (objective {first['objective']:.4f}), second pass {again['alpha']:.6f}"
+                      f" ({again['objective']:.4f});"
                       f" the card takes the larger alpha; the grid heat map is the first pass's")
-    card.data["alpha_refit"] = {"alpha_first_pass": card.alpha, "objective_first_pass": card.objective,
-                                "alpha_second_pass": second.alpha, "objective_second_pass": second.objective,
+    card.data["alpha_refit"] = {"alpha_first_pass": first["alpha"], "objective_first_pass": first["objective"],
+                                "alpha_second_pass": again["alpha"], "objective_second_pass": again["objective"],
                                 "points": "per-image worst of MMAA(h^LN) and MMAA(h^M(s*, p*, c*))"}
-    card.alpha, card.objective = taken.alpha, taken.objective
+    card.params["alpha"], card.params["objective"] = taken.params["alpha"], taken.params["objective"]
     return card

@@ -669,13 +669,15 @@ def calibrate(
     grid_info = {"optimizer": optimizer_name, "n_evaluated": result.n_evaluated,
                  "s_values": ev.s_values.tolist(), "p_values": ev.p_values.tolist(),
                  "c_values": ev.c_values.tolist(), "objectives": ev.objectives.tolist(), "alphas": ev.alphas.tolist()}
-    return MixCard(
-        s=result.s, p=result.p, c=result.c, alpha=result.alpha, beta=float(beta),
-        clamp="linear" if linear else clamp, top_k=None if linear else top_k, temperature=1.0 if linear else 0.0,
-        alpha_d=alpha_d, objective=result.objective, method="linear" if linear else "mmaa",
-        abc=_model_info(abc), rbc=_model_info(rbc), dataset=dataset, grid=grid_info, data=data,
-        attack=dict(attack_info or {}), provenance=provenance(layer_norm=LAYER_NORM_VERSION), notes=notes,
-    )
+    if linear:  # the linear method's section: Algorithm 1's alpha on the raw RBC logits
+        method, params = "linear", {"alpha": result.alpha, "beta": float(beta), "temperature": 1.0, "fit": "linear"}
+    else:
+        method, params = "mixednuts", {
+            "s": result.s, "p": result.p, "c": result.c, "alpha": result.alpha, "beta": float(beta), "clamp": clamp,
+            "top_k": top_k, "temperature": 0.0, "alpha_d": alpha_d, "objective": result.objective, "grid": grid_info,
+            "fit": "mmaa"}
+    return MixCard(method, params, abc=_model_info(abc), rbc=_model_info(rbc), dataset=dataset, data=data,
+                   attack=dict(attack_info or {}), provenance=provenance(layer_norm=LAYER_NORM_VERSION), notes=notes)
 
 
 def _warn(message: str, stacklevel: int = 4) -> str:

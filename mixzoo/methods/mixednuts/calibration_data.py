@@ -21,7 +21,7 @@ from mixzoo.zoo import pairs
 from mixzoo.zoo.pairs import model_device, model_key, model_name
 
 # bump when MMAA's behaviour changes so stale cache entries are not reused; 3: the layer norm MMAA attacks is the
-# authors' (unbiased variance + 1e-8, LAYER_NORM_VERSION "ln-2"); 4: random starts per example (issue 29)
+# authors' (unbiased variance + 1e-8, LAYER_NORM_VERSION "ln-2"); 4: random starts per example
 ATTACK_CODE_VERSION = "mmaa-4"
 
 
@@ -46,11 +46,11 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     """MMAA (App. B.1) on LN(RBC) over ``dataset``, cached per batch; returns the RBC's raw ``logits`` at the
     perturbed images and the ``margins`` the attack minimised.
 
-    ``transform`` (a card, or anything with ``s``, ``p``, ``c``, ``clamp``, ``top_k``) attacks the transformed RBC
-    h^M(s, p, c) instead, with margins of its softmax (the App. D.9 check,
+    ``transform`` (a MixedNUTS card: its section's ``s``, ``p``, ``c``, ``clamp``, ``top_k``) attacks the
+    transformed RBC h^M(s, p, c) instead, with margins of its softmax (the App. D.9 check,
     :mod:`mixzoo.methods.mixednuts.approximation`).
     Random starts are drawn per example from ``(seed, image index)`` (:mod:`mixzoo.core.rng`), so the margins do
-    not depend on ``batch_size`` or on the number of processes (issue 29), and an interrupted run resumes with
+    not depend on ``batch_size`` or on the number of processes, and an interrupted run resumes with
     identical results.
     """
     from mixzoo.attacks import mmaa
@@ -63,7 +63,7 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     if transform is not None:
         from mixzoo.methods.mixednuts.mixing import transformed_rbc
 
-        settings["transform"] = {k: getattr(transform, k) for k in ("s", "p", "c", "clamp", "top_k")}
+        settings["transform"] = {k: transform.params[k] for k in ("s", "p", "c", "clamp", "top_k")}
         attacked = transformed_rbc(rbc, transform)
         what = f"MMAA on M({model_name(rbc)})"
     key_parts = {"model": model_key(rbc), "data": dataset.fingerprint, "attack": settings}

@@ -33,7 +33,7 @@ def calibration_data_for(card: Any, rbc: nn.Module, *, cache: Cache, data_dir: s
     data = load_dataset(card_dataset(card, rbc), "calibration", n=card.data.get("n"), root=data_dir)
     return calibration_data(None, rbc, data, eps=att["eps"], norm=att["norm"], cache=cache,
                             n_iter=att.get("n_iter", 100), n_target_classes=att.get("n_target_classes", 9),
-                            n_restarts=att.get("n_restarts", 1), seed=att.get("seed", 0), top_k=card.top_k,
+                            n_restarts=att.get("n_restarts", 1), seed=att.get("seed", 0), top_k=card.params["top_k"],
                             batch_size=att.get("batch_size", 250), device=device, progress=progress)
 
 
@@ -62,7 +62,7 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
                   attack_options=attack_options, progress=progress)
     from mixzoo.methods.mixednuts.calibrate import Grid
 
-    grid = Grid.from_record(card.grid)
+    grid = Grid.from_record(card.params["grid"])
 
     def clean_acc(**kw: Any) -> float:
         lp = mix_log_probs(abc_logits, rbc_logits, **kw)
@@ -71,13 +71,16 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     nuts = []
     for beta in betas:
         c = calibrate(clean_logits=cal.clean_logits, clean_labels=cal.labels, attacked_logits=cal.attacked_logits,
-                      attacked_labels=cal.labels, beta=beta, clamp=card.clamp, top_k=card.top_k, grid=grid)
-        model = MixedClassifier(abc, rbc, s=c.s, p=c.p, c=c.c, alpha=c.alpha, clamp=c.clamp, top_k=c.top_k,
-                                alpha_d=c.alpha_d)
+                      attacked_labels=cal.labels, beta=beta, clamp=card.params["clamp"], top_k=card.params["top_k"],
+                      grid=grid)
+        q = c.params
+        model = MixedClassifier(abc, rbc, s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"], clamp=q["clamp"],
+                                top_k=q["top_k"], alpha_d=q["alpha_d"])
         ev = evaluate(model, images_r, labels_r, key_parts={**mixed_key_parts(c, abc, rbc, data), "curve_n": n},
                       label=f"MixedNUTS beta={beta}", **common)
-        nuts.append({"beta": beta, "s": c.s, "p": c.p, "c": c.c, "alpha": c.alpha,
-                     "clean_accuracy": clean_acc(s=c.s, p=c.p, c=c.c, alpha=c.alpha, clamp=c.clamp, top_k=c.top_k),
+        nuts.append({"beta": beta, "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],
+                     "clean_accuracy": clean_acc(s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"], clamp=q["clamp"],
+                                                 top_k=q["top_k"]),
                      "robust_accuracy": sum(ev["robust_correct"]) / len(ev["robust_correct"])})
     linear = []
     for alpha in alphas:
@@ -118,13 +121,13 @@ def plot_tradeoff(report: Any, path: Path) -> None:
 
 
 def plot_margins(card: Any, cal: Any, path: Path) -> None:
-    from mixzoo.methods.mixednuts.transforms import confidence_margin, layer_norm, rbc_transform
+    from mixzoo.methods.mixednuts.transforms import confidence_margin, layer_norm, rbc_transform, transform_of
 
     plt = _figure()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    stages = [("before: LN(h_rob)", lambda z: layer_norm(z, top_k=card.top_k)),
-              (f"after: M(s={card.s:.3g}, p={card.p:.3g}, c={card.c:.3g})",
-               lambda z: rbc_transform(z, card.s, card.p, card.c, clamp=card.clamp, top_k=card.top_k))]
+    stages = [("before: LN(h_rob)", lambda z: layer_norm(z, top_k=card.params["top_k"])),
+              (f"after: M(s={card.params['s']:.3g}, p={card.params['p']:.3g}, c={card.params['c']:.3g})",
+               lambda z: rbc_transform(z, **transform_of(card.params)))]
     bins = torch.linspace(0, 1, 41).numpy()
     for ax, (title, fn) in zip(axes, stages, strict=True):
         for logits, what in ((cal.clean_logits, "clean"), (cal.attacked_logits, "attacked")):
@@ -134,7 +137,7 @@ def plot_margins(card: Any, cal: Any, path: Path) -> None:
                 if mask.any():
                     ax.hist(m[mask].numpy(), bins=bins, histtype="step", density=True, linewidth=1.5,
                             label=f"{what} {ok} (n={int(mask.sum())})")
-        q = (1 - card.alpha) / card.alpha
+        q = (1 - card.params["alpha"]) / card.params["alpha"]
         if title.startswith("after"):
             ax.axvline(q, color="k", linestyle=":", label=f"(1-alpha)/alpha = {q:.3f}")
         ax.set_title(title)
@@ -151,7 +154,7 @@ def plot_objective(card: Any, path: Path) -> None:
     import numpy as np
 
     plt = _figure()
-    g = card.grid
+    g = card.params["grid"]
     obj = np.asarray(g["objectives"], dtype=float)  # [s][p][c]
     s_vals, p_vals, c_vals = g["s_values"], g["p_values"], g["c_values"]
     cols = min(4, len(p_vals))
@@ -171,9 +174,9 @@ def plot_objective(card: Any, path: Path) -> None:
         ax.set_yticks(range(len(s_vals)), [f"{s:.2g}" for s in s_vals], fontsize=6)
         ax.set_xlabel("c", fontsize=8)
         ax.set_ylabel("s", fontsize=8)
-        if abs(p - card.p) < 1e-9:
-            si = int(np.argmin(np.abs(np.asarray(s_vals) - card.s)))
-            ci = int(np.argmin(np.abs(np.asarray(c_vals) - card.c)))
+        if abs(p - card.params["p"]) < 1e-9:
+            si = int(np.argmin(np.abs(np.asarray(s_vals) - card.params["s"])))
+            ci = int(np.argmin(np.abs(np.asarray(c_vals) - card.params["c"])))
             ax.plot(ci, si, "r*", markersize=10)
     for k in range(len(p_vals), rows * cols):
         axes[k // cols][k % cols].axis("off")
@@ -188,7 +191,7 @@ def figures(report: Any, card: Any, stage: Path, *, prefix: str = "", rbc: nn.Mo
             data_dir: str | None, device: str) -> list[str]:
     """Write this card's figures into ``stage`` (names prefixed by ``prefix``); returns the file names."""
     names = []
-    if card.grid:
+    if card.params["grid"]:
         plot_objective(card, stage / f"{prefix}objective.png")
         names.append(f"{prefix}objective.png")
     if report.curve and not prefix:

@@ -56,7 +56,7 @@ class MixResult:
 def margin_summary(data: CalibrationData, card: Any) -> dict[str, Any]:
     """Fig. 6 in numbers: median margins of clean-incorrect and attacked-correct RBC outputs, before (LN) and
     after the transform M(s*, p*, c*)."""
-    from mixzoo.methods.mixednuts.transforms import confidence_margin, layer_norm, rbc_transform
+    from mixzoo.methods.mixednuts.transforms import confidence_margin, layer_norm, rbc_transform, transform_of
 
     clean_wrong = data.clean_logits.argmax(1) != data.labels
     adv_right = data.attacked_logits.argmax(1) == data.labels
@@ -68,8 +68,8 @@ def margin_summary(data: CalibrationData, card: Any) -> dict[str, Any]:
                            "n": len(data.labels)}
     for stage, fn in (
         ("raw", lambda z: z),
-        ("layer_norm", lambda z: layer_norm(z, top_k=card.top_k)),
-        ("transformed", lambda z: rbc_transform(z, card.s, card.p, card.c, clamp=card.clamp, top_k=card.top_k)),
+        ("layer_norm", lambda z: layer_norm(z, top_k=card.params["top_k"])),
+        ("transformed", lambda z: rbc_transform(z, **transform_of(card.params))),
     ):
         out[stage] = {
             "clean_incorrect_median_margin": med(confidence_margin(fn(data.clean_logits))[clean_wrong]),

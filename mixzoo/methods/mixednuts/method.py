@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MethodOption, MixingMethod, number
 
 if TYPE_CHECKING:
     from torch import nn
@@ -14,6 +14,28 @@ if TYPE_CHECKING:
 
 FITS = ("mmaa", "transfer", "square", "both", "guess", "published")
 _V1_KEYS = ("s", "p", "c", "alpha", "beta", "clamp", "top_k", "temperature", "alpha_d", "objective", "grid")
+
+
+def _grid_option(value: Any) -> Any:
+    """Option ``grid``: a :class:`~.calibrate.Grid`, or its text form ``s=MIN:MAX:N,p=MIN:MAX:N,c=MIN:MAX:N``
+    (any subset of the axes; a comma-separated command-line value arrives as a list of its parts)."""
+    from mixzoo.methods.mixednuts.calibrate import Grid
+
+    if isinstance(value, Grid):
+        return value
+    text = ",".join(value) if isinstance(value, list) else str(value)
+    kw: dict[str, Any] = {}
+    for part in text.split(","):
+        key, _, rng = part.partition("=")
+        key = key.strip()
+        if key not in ("s", "p", "c"):
+            raise ValueError(f"the axes are s, p and c, not {key!r}; e.g. s=0.05:10:8,p=1:4:8,c=-2:0:8")
+        try:
+            lo, hi, n = rng.split(":")
+            kw.update({f"{key}_min": float(lo), f"{key}_max": float(hi), f"{key}_n": int(n)})
+        except ValueError:
+            raise ValueError(f"{part.strip()!r} is not of the form AXIS=MIN:MAX:N, e.g. s=0.05:10:8") from None
+    return Grid(**kw)
 
 
 class MixedNUTS(MixingMethod):
@@ -36,20 +58,27 @@ class MixedNUTS(MixingMethod):
             return None  # hand-written (no mixzoo provenance) or made with the current layer norm
         return ("made with an older layer norm (ln-1: population variance; now the authors' unbiased variance +"
                 " 1e-8), so its s, p, c and alpha do not fit this mixzoo; run `mixzoo mix` again")
+
     options = {
-        "beta": "share of the RBC's attacked-correct margins to keep (Algorithm 1; 0.985 CIFAR, 0.99 ImageNet)",
-        "clamp": "clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)",
-        "grid": "search grid (mixzoo.methods.mixednuts.calibrate.Grid or s=MIN:MAX:N,p=...,c=...)",
-        "objective": "standard | relaxed (App. D.8.3)",
-        "optimizer": "calibration optimizer from the plugin hook (grid, refine, ...)",
-        "top_k": "layer-norm statistics over the top-k logits (App. D.7)",
-        "search": "mixzoo | authors: Algorithm 1 exactly as the authors' code (percentile threshold, no App. D.8.2"
-                  " filter; see mixzoo.methods.mixednuts.calibrate)",
-        "refit_alpha": "second pass: alpha chosen again on MMAA points of h^M (App. D.9)",
-        "n_iter": "APGD iterations in MMAA",
-        "n_target_classes": "APGD-T target classes in MMAA",
-        "n_restarts": "restarts in MMAA",
-        "command": "the command line recorded in the card's provenance",
+        "beta": MethodOption(
+            "share of the RBC's attacked-correct margins to keep (Algorithm 1; 0.985 CIFAR, 0.99 ImageNet)",
+            float),
+        "clamp": MethodOption("clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)", str),
+        "grid": MethodOption(
+            "search grid (mixzoo.methods.mixednuts.calibrate.Grid or s=MIN:MAX:N,p=...,c=...)",
+            _grid_option),
+        "objective": MethodOption("standard | relaxed (App. D.8.3)", str),
+        "optimizer": MethodOption("calibration optimizer from the plugin hook (grid, refine, ...)", str),
+        "top_k": MethodOption("layer-norm statistics over the top-k logits (App. D.7)", int),
+        "search": MethodOption(
+            "mixzoo | authors: Algorithm 1 exactly as the authors' code (percentile threshold, no App. D.8.2"
+            " filter; see mixzoo.methods.mixednuts.calibrate)",
+            str),
+        "refit_alpha": MethodOption("second pass: alpha chosen again on MMAA points of h^M (App. D.9)", bool,
+                                    False),
+        "n_iter": MethodOption("APGD iterations in MMAA", int),
+        "n_target_classes": MethodOption("APGD-T target classes in MMAA", int),
+        "n_restarts": MethodOption("restarts in MMAA", int),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
@@ -94,13 +123,19 @@ class MixedNUTS(MixingMethod):
         return params
 
     def summary_line(self, card: MixCard) -> str:
-        return (f"MixedNUTS: s={card.s:.4g} p={card.p:.4g} c={card.c:.4g} alpha={card.alpha:.4g} clamp={card.clamp}"
-                f" beta={card.beta} fit={card.fit}")
+        q = card.params
+        return (f"MixedNUTS: s={q['s']:.4g} p={q['p']:.4g} c={q['c']:.4g} alpha={q['alpha']:.4g} clamp={q['clamp']}"
+                f" beta={q['beta']} fit={q['fit']}")
 
     def key_parts(self, card: MixCard) -> dict[str, Any]:
         # the fields the classifier's output depends on (not its provenance or search record): shared cache rows
         return {"card": {k: card.params.get(k) for k in ("s", "p", "c", "alpha", "clamp", "top_k", "temperature",
                                                           "alpha_d")}}
+
+    def gradients(self, card: MixCard) -> tuple[str, ...]:
+        """``exact`` (the formula's gradient; the hard-max ABC contributes none) and ``bypass`` (App. B.2.2: the
+        values of Eq. 5, the gradient of the auxiliary mixture of Eq. 8)."""
+        return ("exact", "bypass")
 
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
@@ -123,8 +158,26 @@ class MixedNUTS(MixingMethod):
         res = mix(request.abc, request.rbc, dataset=request.dataset, n_calib=request.n_calib, eps=request.eps,
                   norm=request.norm, seed=request.seed, out=request.out, data_dir=request.data_dir,
                   cache_dir=request.cache_dir, use_cache=request.use_cache, device=request.device,
-                  allow_unsafe=request.allow_unsafe, progress=request.progress, **kw, **opts)
+                  allow_unsafe=request.allow_unsafe, progress=request.progress, command=request.command, **kw,
+                  **opts)
         return FitResult(res.card, res.path, res.summary, res.seconds, res.cache_hits)
+
+    def fit_summary(self, result: FitResult) -> list[tuple[str, str]]:
+        """The card's parameters, then Fig. 6's summary: calibration images, clean mistakes, attacked-correct
+        examples and the median margins before and after M(s, p, c)."""
+        rows = super().fit_summary(result)[:-1]
+        sm = result.summary
+        if "n_attacked_correct" in sm:
+            rows.append(("calibration images / clean mistakes / attacked correct",
+                         f"{sm['n']} / {sm['n_clean_incorrect']} / {sm['n_attacked_correct']}"))
+            for stage in ("layer_norm", "transformed"):
+                label = "before (LN)" if stage == "layer_norm" else "after M(s,p,c)"
+                rows.append((f"median margin {label}: clean incorrect / attacked correct",
+                             f"{_margin(sm[stage]['clean_incorrect_median_margin'])} / "
+                             f"{_margin(sm[stage]['attacked_correct_median_margin'])}"))
+        cached = " (MMAA cached)" if result.cache_hits.get("mmaa") else ""
+        rows.append((f"seconds{cached}", f"{result.seconds.get('total', 0.0):.1f}"))
+        return rows
 
     # ---------------------------------------------------------------------------- the bench's extras (Fig. 6, 8, 9)
     def tradeoff_curve(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, **kw: Any) -> dict[str, Any]:
@@ -142,3 +195,7 @@ class MixedNUTS(MixingMethod):
         from mixzoo.methods.mixednuts.figures import markdown_lines
 
         return markdown_lines(report, card)
+
+
+def _margin(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4f}"

@@ -8,6 +8,7 @@ gradients.
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from pathlib import Path
@@ -17,8 +18,15 @@ import torch
 from torch import nn
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.mixednuts.transforms import ClampFn, abc_log_probs, check_top_k, get_clamp, rbc_transform
-from mixzoo.zoo.pairs import _model_name, weight_mismatches  # noqa: F401 - weight_mismatches: old home
+from mixzoo.methods.mixednuts.transforms import (
+    ClampFn,
+    abc_log_probs,
+    check_top_k,
+    get_clamp,
+    rbc_transform,
+    transform_of,
+)
+from mixzoo.zoo.pairs import _model_name, weight_mismatches  # noqa: F401 - weight_mismatches: importable from here too
 
 
 def _check_alpha(alpha: float, allow_any_alpha: bool = True, what: str = "alpha") -> float:
@@ -167,6 +175,18 @@ class MixedClassifier(nn.Module):
             warnings.warn(message, stacklevel=stacklevel)
         return card.mixing_method.build(abc, rbc, card, gradient=gradient)
 
+    def gradient_variant(self, name: str) -> MixedClassifier | None:
+        """This classifier with gradient ``name`` (``exact`` or ``bypass``), sharing its base models
+        (:class:`mixzoo.attacks.variants.GradientVariants`); ``None`` for another name."""
+        if name not in ("exact", "bypass"):
+            return None
+        if name == self.gradient:
+            return self
+        other = copy.copy(self)
+        other._modules = dict(self._modules)  # the same base models, its own table of them
+        other.gradient = name
+        return other
+
     # ------------------------------------------------------------------------------------------- forward
     def _run(self, model: nn.Module | None, role: str, x: torch.Tensor) -> torch.Tensor | None:
         if model is None:
@@ -225,4 +245,4 @@ class MixedClassifier(nn.Module):
 def transformed_rbc(rbc: nn.Module, card: Any) -> nn.Module:
     """h^M(s*, p*, c*) of a card as a model: [0, 1] images -> log-softmax of the transformed RBC logits (Eq. 4), i.e.
     the mixed classifier at alpha = 1, whose softmax margins are those Algorithm 1 thresholds."""
-    return MixedClassifier(None, rbc, s=card.s, p=card.p, c=card.c, alpha=1.0, clamp=card.clamp, top_k=card.top_k)
+    return MixedClassifier(None, rbc, alpha=1.0, **transform_of(card.params))

@@ -91,7 +91,7 @@ def _hash(model: Any) -> str | None:
 def _grid_from_card(card: MixCard | None) -> Any:
     """The card's grid as a :class:`mixzoo.methods.mixednuts.calibrate.Grid` (the default grid if it has fewer than 2
     points)."""
-    grid = Grid.from_record(card.grid if card is not None else None)
+    grid = Grid.from_record(card.params["grid"] if card is not None else None)
     return grid if grid is not None and grid.size >= 2 else Grid()
 
 
@@ -157,8 +157,9 @@ def _check_classes(card: MixCard | None, bb: BlackBoxModel, n_classes: int, surr
     if sur_classes is not None and sur_classes != n_classes:
         raise InputError(f"{label} comes from a {sur_classes}-class model but black-box model {bb.name!r} returns"
                          f" {n_classes} classes; use a surrogate of the same task")
-    if card is not None and card.top_k is not None and card.top_k > n_classes:
-        raise InputError(f"{label} uses top_k = {card.top_k} but black-box model {bb.name!r} returns {n_classes}"
+    if card is not None and card.params["top_k"] is not None and card.params["top_k"] > n_classes:
+        raise InputError(f"{label} uses top_k = {card.params['top_k']} but black-box model {bb.name!r} returns"
+                         f" {n_classes}"
                          " classes; use a card of a model with the same classes")
 
 
@@ -254,7 +255,8 @@ def transfer_params(
     bb = as_black_box(rbc)
     spec = bb.spec
     _check_dataset(card, bb)
-    beta = float(beta if beta is not None else (card.beta if card is not None and card.beta is not None
+    recorded = card.params["beta"] if card is not None else None
+    beta = float(beta if beta is not None else (recorded if recorded is not None
                                                 else DEFAULT_BETA))
     if not 0.0 <= beta <= 1.0:
         raise InputError(f"beta must lie in [0, 1], got {beta}")
@@ -263,11 +265,11 @@ def transfer_params(
     if method != "guess" and (eps is None or not eps > 0):
         raise InputError(f"no attack radius: the card records no eps and black-box model {bb.name!r} none either;"
                          " pass --eps (eps= in Python)")
-    clamp = card.clamp if card is not None else "gelu"
-    top_k = card.top_k if card is not None else None
-    if clamp == "linear" or (card is not None and card.method != "mixednuts"):
+    if card is not None and (card.method != "mixednuts" or card.params["clamp"] == "linear"):
         raise InputError("the surrogate card is a linear-mixture card (method 'linear'); transfer needs a MixedNUTS"
                          " card from `mixzoo mix`")
+    clamp = card.params["clamp"] if card is not None else "gelu"
+    top_k = card.params["top_k"] if card is not None else None
 
     # the whole query bill, refused up front if the budget cannot pay it
     needed = n + (n if method in ("transfer", "both") else 0)
@@ -338,14 +340,16 @@ def transfer_params(
         warnings.warn(GUESS_WARNING, UserWarning, stacklevel=2)
         data["alpha_from"] = "clean correct margins"
     else:
-        grid = _grid_from_card(card) if search else Grid.point(card.s, card.p, card.c)
+        grid = _grid_from_card(card) if search else Grid.point(card.params["s"], card.params["p"], card.params["c"])
         result = _algorithm1(clean, attacked, labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid,
                              progress=progress and search, max_argmax_change=max_argmax_change)
         if card is not None:
             fixed = result if not search else _algorithm1(clean, attacked, labels, beta=beta, clamp=clamp,
-                                                          top_k=top_k, grid=Grid.point(card.s, card.p, card.c))
-            data["objective_transferred"] = fixed.objective
-            data["alpha_transferred"] = fixed.alpha
+                                                          top_k=top_k,
+                                                          grid=Grid.point(card.params["s"], card.params["p"],
+                                                                          card.params["c"]))
+            data["objective_transferred"] = fixed.params["objective"]
+            data["alpha_transferred"] = fixed.params["alpha"]
         route = {"transfer": "the surrogate's MMAA points transferred to the black box",
                  "square": "min-margin Square on the black box",
                  "both": "per example the lower margin of the transferred MMAA points and min-margin Square"}[method]
@@ -355,15 +359,15 @@ def transfer_params(
             notes.append(f"s, p, c transferred from the surrogate card (App. D.5); alpha recalibrated on black-box"
                          f" margins from {route}")
     if card is not None:
-        data["surrogate_objective"] = card.objective
+        data["surrogate_objective"] = card.params["objective"]
     data.update({k: v for k, v in result.data.items() if k not in data})
     notes.extend(n_ for n_ in result.notes if n_ not in notes)
 
     surrogate_info: dict[str, Any] = {}
     if card is not None:
         surrogate_info = {"name": card.rbc.get("name"), "weight_hash": card.rbc.get("weight_hash"),
-                          "card": card_path, "method": card.fit, "s": card.s, "p": card.p, "c": card.c,
-                          "alpha": card.alpha, "objective": card.objective, "dataset": card.dataset}
+                          "card": card_path, "method": card.params["fit"],
+                          **{k: card.params[k] for k in ("s", "p", "c", "alpha", "objective")}, "dataset": card.dataset}
         if isinstance(surrogate, nn.Module):
             surrogate_info["name"] = _name(surrogate) or surrogate_info["name"]
             actual = _hash(surrogate)
@@ -381,12 +385,11 @@ def transfer_params(
     if card is not None and method != "guess" and attack_rec.get("eps") not in (None, eps):
         notes.append(f"attack radius {eps:g} differs from the surrogate card's {attack_rec.get('eps'):g}")
     dataset = (card.dataset if card is not None else None) or getattr(spec, "dataset", None)
-    return MixCard(
-        s=result.s, p=result.p, c=result.c, alpha=result.alpha, beta=beta, clamp=clamp, top_k=top_k,
-        temperature=card.temperature if card is not None else 0.0, alpha_d=result.alpha_d,
-        objective=result.objective, method=method, abc=dict(card.abc) if card is not None else {},
-        rbc=black_box, dataset=dataset, grid=result.grid, data=data, attack=attack, provenance=prov, notes=notes,
-    )
+    params = {**{k: result.params[k] for k in ("s", "p", "c", "alpha", "alpha_d", "objective", "grid")}, "beta": beta,
+              "clamp": clamp, "top_k": top_k, "temperature": card.params["temperature"] if card is not None else 0.0,
+              "fit": method}
+    return MixCard("mixednuts", params, abc=dict(card.abc) if card is not None else {}, rbc=black_box,
+                   dataset=dataset, data=data, attack=attack, provenance=prov, notes=notes)
 
 
 def transfer_params_by_name(
@@ -507,7 +510,7 @@ def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, eps: f
         return model
     res = cached_mmaa(model, data, eps=float(eps), norm=norm, cache=cache,
                       n_iter=int(a.get("n_iter", 100)), n_target_classes=int(a.get("n_target_classes", 9)),
-                      n_restarts=int(a.get("n_restarts", 1)), seed=int(a.get("seed", seed)), top_k=card.top_k,
+                      n_restarts=int(a.get("n_restarts", 1)), seed=int(a.get("seed", seed)), top_k=card.params["top_k"],
                       batch_size=int(a.get("batch_size", 250)), device=device, progress=progress)
     if "adv_images" not in res:
         return model

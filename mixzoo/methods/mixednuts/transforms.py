@@ -7,6 +7,7 @@ Every function works on the last dimension (classes) and broadcasts over leading
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -41,6 +42,12 @@ def signed_power(x: torch.Tensor, p: float | torch.Tensor) -> torch.Tensor:
 def _as_tensor(v: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return v.to(like.dtype) if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=like.dtype,
                                                                                 device=like.device)
+
+
+def transform_of(params: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of :func:`rbc_transform` that a MixedNUTS card section records (s, p, c, clamp,
+    top_k)."""
+    return {"s": params["s"], "p": params["p"], "c": params["c"], "clamp": params["clamp"], "top_k": params["top_k"]}
 
 
 def rbc_transform(logits: torch.Tensor, s: float | torch.Tensor, p: float | torch.Tensor, c: float | torch.Tensor,

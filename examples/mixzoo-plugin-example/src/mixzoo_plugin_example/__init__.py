@@ -6,8 +6,9 @@ calls the hooks below (specified in :mod:`mixzoo.core.hookspecs`):
 * ``mixzoo_model_specs``: one registry entry, ``example-digits-linear`` (robust, digits, Linf 0.1);
 * ``mixzoo_load_model``: builds models of source kind ``example-digits``; returns None for any other kind;
 * ``mixzoo_clamp_functions``: ``tanh-clamp`` for the RBC transform M(s, p, c) (paper 000, Eq. 4);
-* ``mixzoo_mixing_methods``: ``example-confidence-switch``, a mixing method of its own (:class:`ConfidenceSwitch`):
-  the RBC's prediction where the RBC is confident, the ABC's elsewhere.
+* ``mixzoo_mixing_methods``: ``example-confidence-switch``, a mixing method of its own (:class:`ConfidenceSwitch`,
+  written from the "A mixing method" section of mixzoo's CONTRIBUTING.md): the RBC's prediction where the RBC is
+  confident, the ABC's elsewhere.
 
 The model needs no weight file: :func:`linear_digits_classifier` trains it when it is loaded, deterministically
 (fixed seed, full-batch updates on mixzoo's ``digits`` train split, which never overlaps the calibration split).
@@ -21,7 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mixzoo.core.card import MixCard, provenance
+from mixzoo.core.errors import InputError
 from mixzoo.core.plugins import hookimpl
+from mixzoo.methods import ExtraAttack, FitRequest, FitResult, MethodOption, MixingMethod
+from mixzoo.methods.base import square_extra
+from mixzoo.zoo.pairs import prepare_pair
 
 __version__ = "0.1.0"
 KIND = "example-digits"
@@ -97,9 +103,9 @@ def mixzoo_clamp_functions() -> dict[str, Any]:
 class SwitchedClassifier(nn.Module):
     """log softmax(h(x)) where max softmax(h(x)) >= tau, else log softmax(g(x)): a hard switch between two models.
 
-    The switch has no useful gradient, so ``gradient`` says which branch attacks differentiate: ``"exact"`` (the
-    selected branch per input), ``"rbc"`` or ``"abc"`` (the switched values with that model's gradient: a
-    gradient bypass an adversary who knows the rule would try).
+    ``gradient`` names the variant attacks differentiate; every variant has the switch's values. ``"exact"``: the
+    selected branch's gradient per input (the switch itself has none); ``"rbc"`` / ``"abc"``: that model's gradient
+    everywhere, a bypass of the switch that an adversary who knows the rule would try.
     """
 
     def __init__(self, abc: nn.Module, rbc: nn.Module, tau: float, gradient: str = "exact"):
@@ -111,67 +117,46 @@ class SwitchedClassifier(nn.Module):
         h = torch.log_softmax(self.rbc(x), dim=-1)
         use_rbc = (h.exp().amax(dim=-1, keepdim=True) >= self.tau).detach()
         out = torch.where(use_rbc, h, g)
-        if self.gradient in ("rbc", "abc"):
-            branch = h if self.gradient == "rbc" else g
-            return branch + (out - branch).detach()
-        return out
+        if self.gradient == "exact":
+            return out
+        branch = h if self.gradient == "rbc" else g
+        return branch + (out - branch).detach()  # the switch's values, one model's gradient
 
 
-class ConfidenceSwitch:
-    """A mixing method a third party could publish: trust the RBC where it is confident (max probability >= tau),
-    the ABC elsewhere. Not from the papers; an honest example of the method hook, with its adaptive attacks."""
+class ConfidenceSwitch(MixingMethod):
+    """Trust the RBC where it is confident (max probability >= tau), the ABC elsewhere. Not from the papers: a
+    method a third party could publish, with its card section, gradient variants and adaptive attacks."""
 
     name = METHOD_NAME
     title = "Confidence switch"
     paper = "example plugin (not from the papers)"
-    fit_cost = "free: tau is given (option tau, default 0.9)"
-    default = False
-    options = {"tau": "the RBC's confidence above which its prediction is used (in (0, 1])",
-               "command": "the command line recorded in the card's provenance"}
+    fit_cost = "free: tau is given"
+    options = {"tau": MethodOption("the RBC's confidence at and above which its prediction is used, in (0, 1]",
+                                   float, 0.9)}
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
-        from mixzoo.core.errors import InputError
-
         tau = params.get("tau")
         if isinstance(tau, bool) or not isinstance(tau, int | float) or not 0 < tau <= 1:
             raise InputError(f"{source}: field '{self.name}.tau' must be a number in (0, 1], got {tau!r}")
         params["tau"] = float(tau)
         return params
 
-    def summary_line(self, card: Any) -> str:
-        return f"confidence switch: tau={card.params['tau']:.3g}"
-
-    def key_parts(self, card: Any) -> dict[str, Any]:
-        return {"method": self.name, "tau": card.params["tau"]}
-
-    def build(self, abc: nn.Module, rbc: nn.Module, card: Any, *, gradient: str = "exact") -> nn.Module:
+    def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
+              gradient: str = "exact") -> nn.Module:
+        if gradient not in self.gradients(card):
+            raise InputError(f"{self.name} has no gradient {gradient!r}; choose from {', '.join(self.gradients(card))}")
         return SwitchedClassifier(abc, rbc, card.params["tau"], gradient=gradient)
 
-    def extra_attacks(self, card: Any) -> list[Any]:
-        from mixzoo.methods import ExtraAttack
+    def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
+        return [ExtraAttack("apgd-rbc-gradient", "apgd", gradient="rbc", why="the switch bypassed: the RBC's gradient"),
+                ExtraAttack("apgd-abc-gradient", "apgd", gradient="abc", why="the switch bypassed: the ABC's gradient"),
+                square_extra(1000, why="gradient-free: the switch has no gradient")]
 
-        return [ExtraAttack("apgd-rbc-gradient", "apgd", gradient="rbc", why="switch bypassed: the RBC's gradient"),
-                ExtraAttack("apgd-abc-gradient", "apgd", gradient="abc", why="switch bypassed: the ABC's gradient"),
-                ExtraAttack("square", "autoattack", {"components": ["square"], "n_queries": 1000},
-                            why="gradient-free: the switch has no gradient")]
-
-    def check_options(self, options: dict[str, Any]) -> None:
-        from mixzoo.core.errors import InputError
-
-        unknown = sorted(set(options) - set(self.options))
-        if unknown:
-            raise InputError(f"mixing method {self.name!r} takes no option {unknown[0]!r} (its options: tau)")
-
-    def fit(self, request: Any) -> Any:
-        from mixzoo.core.card import MixCard, provenance
-        from mixzoo.methods import FitResult
-        from mixzoo.methods.mixednuts.fitting import prepare_pair
-
-        pair = prepare_pair(request)  # checks and loads the pair and its calibration split
-        card = MixCard(self.name, {"tau": request.options.get("tau", 0.9)}, abc=pair.info("abc"),
-                       rbc=pair.info("rbc"), dataset=pair.dataset, data=pair.data_info(),
-                       attack={"eps": pair.eps, "norm": pair.norm},
-                       provenance=provenance(command=request.options.get("command", "mixzoo.methods.fit()")))
+    def fit(self, request: FitRequest) -> FitResult:
+        pair = prepare_pair(request)  # loads and checks the pair and its calibration split
+        card = MixCard(self.name, {"tau": request.options.get("tau", 0.9)}, abc=pair.info("abc"), rbc=pair.info("rbc"),
+                       dataset=pair.dataset, data=pair.data_info(), attack={"eps": pair.eps, "norm": pair.norm},
+                       provenance=provenance(command=request.provenance_command))
         with torch.no_grad():
             model = self.build(pair.abc, pair.rbc, card)
             accuracy = float((model(pair.data.images).argmax(1) == pair.data.labels).float().mean())

@@ -1,0 +1,89 @@
+"""What every ``mixzoo`` command shares, the core's and the ones plugins add (hook ``mixzoo_cli_commands``).
+
+A command is a function typer turns into a command: typed parameters (``typing.Annotated[T, typer.Option(help=...)]``
+or the aliases below), its docstring the help text, decorated with :func:`command` so that mixzoo's own errors and
+file-system refusals end it with one line on stderr and exit status 2. It calls one public library function and
+prints the result: tables on :data:`out_console` (stdout), JSON with ``print`` when ``--json`` is given.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.markup import escape
+
+from mixzoo.core.errors import MixzooError
+from mixzoo.core.progress import console
+
+out_console = console.__class__()  # stdout (``console``, the progress bars' and errors', is stderr)
+
+# options several commands share
+DataDir = Annotated[str | None, typer.Option(help="directory holding the data set files")]
+CacheDir = Annotated[Path | None, typer.Option(help="cache directory (default $MIXZOO_CACHE, else ~/.cache/mixzoo)")]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="neither read nor write the cache")]
+AllowUnsafe = Annotated[bool, typer.Option("--allow-unsafe", help="permit pickled checkpoints")]
+AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+CardABC = Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")]
+CardRBC = Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def command(fn: F) -> F:
+    """Turn mixzoo's own errors, and file-system refusals, into one line on stderr and exit status 2; warnings are
+    printed as one line each (``warning: MESSAGE``)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            with warnings.catch_warnings():  # the filters stay the user's; only the printing changes
+                warnings.showwarning = show_warning
+                return fn(*args, **kwargs)
+        except MixzooError as exc:
+            message = str(exc)
+        except KeyboardInterrupt:  # Ctrl-C: finished batches are in the cache, a re-run starts from them
+            console.print(interrupted_message(kwargs), highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
+        except BrokenPipeError:  # `mixzoo list | head`: the reader has gone, nothing to say (Python docs' recipe)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1) from None
+        except OSError as exc:  # a file system refusal the up-front checks could not foresee (disk full, ...)
+            where = f": {exc.filename}" if exc.filename else ""
+            message = f"{exc.strerror or exc}{where}"
+        console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def interrupted_message(kwargs: dict[str, Any]) -> str:
+    """What Ctrl-C prints: for a command that caches its work, that the same command resumes from the cache."""
+    if "no_cache" not in kwargs:
+        return "interrupted"
+    if kwargs["no_cache"]:
+        return "interrupted; nothing was cached (--no-cache): a re-run starts from the beginning"
+    return "interrupted; finished work is in the cache: run the same command again to resume from it"
+
+
+def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: Any = None, line: str | None = None) -> None:
+    """A warning as one line on stderr, ``warning: MESSAGE`` (no file name, no source line)."""
+    text = " ".join(str(message).split())
+    console.print(f"[yellow]warning:[/yellow] {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def command_line() -> str:
+    """The command line as typed, for a card's provenance (:attr:`mixzoo.methods.FitRequest.command`)."""
+    return "mixzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+__all__ = ["AllowUnsafe", "AsJson", "CacheDir", "CardABC", "CardRBC", "DataDir", "NoCache", "command",
+           "command_line", "interrupted_message", "out_console", "show_warning"]

@@ -1,0 +1,103 @@
+"""MixedNUTS's own commands, contributed to the ``mixzoo`` CLI through the hook ``mixzoo_cli_commands``.
+
+``mixzoo check CARD``: how well Algorithm 1's surrogate held (000 App. D.9, :mod:`.approximation`);
+``mixzoo transfer-params --from CARD --rbc BLACKBOX``: calibration without the RBC's gradients (000 App. D.5,
+:mod:`.transfer`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from mixzoo.core.commands import AllowUnsafe, AsJson, CacheDir, CardRBC, DataDir, NoCache, command, out_console
+
+
+@command
+def check(
+    card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name")],
+    rbc: CardRBC = None,
+    out: Annotated[Path | None, typer.Option(help="also write the result as JSON here")] = None,
+    data_dir: DataDir = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    device: str = "cpu",
+    allow_unsafe: AllowUnsafe = False,
+    as_json: AsJson = False,
+) -> None:
+    """How well Algorithm 1's surrogate held (App. D.9): MMAA on the transformed RBC, objective and alpha again."""
+    from mixzoo.core.cache import atomic_write_text, check_writable
+    from mixzoo.methods.mixednuts.approximation import check_approximation
+
+    if out is not None:
+        check_writable(out, what="--out file")
+    res = check_approximation(card, rbc=rbc, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
+                              device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+    text = json.dumps({"card": str(card), **res.to_dict(), "notes": res.notes}, indent=2)
+    if out is not None:
+        atomic_write_text(out, text + "\n")
+    if as_json:
+        print(text)
+        return
+    table = Table(title=f"App. D.9 check of {card} (beta {res.beta:g}, {res.n} calibration images)")
+    for col in ("", "MMAA on h^LN (Algorithm 1's surrogate)", "MMAA on h^M(s*, p*, c*) (App. D.9)",
+                "worst of both, per image"):
+        table.add_column(col, justify="right" if col else "left")
+    table.add_row("objective at (s*, p*, c*): share of clean RBC mistakes kept", f"{res.objective_surrogate:.4f}",
+                  f"{res.objective_check:.4f}", f"{res.objective_worst:.4f}")
+    table.add_row("alpha for beta", f"{res.alpha_surrogate:.4f}", f"{res.alpha_check:.4f}", f"{res.alpha_worst:.4f}")
+    table.add_row("with the card's alpha: share of attacked-correct margins kept (target: beta)",
+                  f"{res.beta_kept_surrogate:.4f}", f"{res.beta_kept_check:.4f}", f"{res.beta_kept_worst:.4f}")
+    table.add_row("RBC robust accuracy under MMAA", f"{100 * res.robust_accuracy_ln:.1f}%",
+                  f"{100 * res.robust_accuracy_m:.1f}%", f"{100 * res.robust_accuracy_worst:.1f}%")
+    out_console.print(table)
+    for note in res.notes:
+        out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+    out_console.print(f"{res.seconds:.1f} s" + (f"; result written to {out}" if out is not None else ""))
+
+
+@command
+def transfer_params(
+    from_card: Annotated[Path, typer.Option("--from", help="the white-box surrogate's mix card")],
+    rbc: Annotated[str, typer.Option(help="the black-box robust model")],
+    method: Annotated[str, typer.Option(help="transfer | square | both | guess")] = "transfer",
+    queries: Annotated[int, typer.Option(help="Square queries per image")] = 5000,
+    query_budget: Annotated[int | None, typer.Option(help="refuse to start if the method needs more queries")] = None,
+    n_calib: int = 1000,
+    dataset: str | None = None,
+    beta: Annotated[float | None, typer.Option(help="the card's beta unless given")] = None,
+    eps: Annotated[float | None, typer.Option(help="attack radius (default: the card's, else the black box's)")] = None,
+    norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the card's, else the black box's)")] = None,
+    seed: int = 0,
+    out: Annotated[Path, typer.Option(help="where to write the new card")] = Path("card-transfer.toml"),
+    data_dir: DataDir = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    device: str = "cpu",
+    allow_unsafe: AllowUnsafe = False,
+    as_json: AsJson = False,
+) -> None:
+    """Calibrate without the RBC's gradients (paper App. D.5): transfer, min-margin Square, or educated guess."""
+    from mixzoo.methods.mixednuts.transfer import transfer_params_by_name
+
+    card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,
+                                   queries=queries, query_budget=query_budget, out=out, seed=seed, beta=beta,
+                                   eps=eps, norm=norm, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
+                                   device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+    q = card.params
+    summary = {"card": str(out), "method": q["fit"], "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],
+               "objective": q["objective"]}
+    if as_json:
+        print(json.dumps({**summary, "notes": card.notes}, indent=2))
+        return
+    table = Table(title=f"transferred mix card for {rbc} ({card.params['fit']})", show_header=False)
+    for k, v in summary.items():
+        table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+    out_console.print(table)
+    for note in card.notes:
+        out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
