@@ -27,7 +27,7 @@ def mixzoo_mixing_methods() -> dict[str, Any]:
 @hookimpl
 def mixzoo_cli_commands() -> dict[str, Any]:
     """MixedNUTS's ``mixzoo check`` (000 App. D.9) and ``mixzoo transfer-params`` (000 App. D.5)."""
-    from mixzoo.methods.mixednuts.commands import check, transfer_params
+    from mixzoo_plugins.mixednuts_commands import check, transfer_params
 
     return {"check": check, "transfer-params": transfer_params}
 

@@ -28,13 +28,6 @@ LIBRARY = ("core", "zoo", "attacks", "evaluation", "certify", "training", "share
 METHOD_INTERFACE = {"mixzoo.methods", "mixzoo.methods.base"}
 MODEL_FAMILY_MODULES = ("timm.models.", "torchvision.models", "robustbench.model_zoo.architectures")
 
-# cli.py's imports of MixedNUTS modules (grid parsing, `check`, `transfer-params`): moved by the method-contract
-# change (the MixedNUTS plugin contributes those options and commands). No other entry belongs here.
-KNOWN_VIOLATIONS = {
-    ("mixzoo.cli", "mixzoo.methods.mixednuts.calibrate"),
-    ("mixzoo.cli", "mixzoo.methods.mixednuts.approximation"),
-    ("mixzoo.cli", "mixzoo.methods.mixednuts.transfer"),
-}
 
 
 def _module_name(package: str, root: Path, path: Path) -> str:
@@ -120,16 +113,8 @@ def violations() -> list[tuple[str, str, str]]:
 
 def test_library_imports_no_method_model_family_or_plugin():
     found = violations()
-    unexpected = [f"{where}: {a} imports {b}" for a, b, where in found if (a, b) not in KNOWN_VIOLATIONS]
-    assert not unexpected, "\n".join(unexpected)
+    assert not found, "\n".join(f"{where}: {a} imports {b}" for a, b, where in found)
 
-
-def test_known_violations_are_listed_and_still_present():
-    """The allow-list names today's cli.py imports; once one is gone its entry must go too."""
-    present = {(a, b) for a, b, _ in violations()}
-    assert all(a == "mixzoo.cli" for a, _ in KNOWN_VIOLATIONS)
-    stale = KNOWN_VIOLATIONS - present
-    assert not stale, f"remove from KNOWN_VIOLATIONS (no longer imported): {sorted(stale)}"
 
 
 def _layer(module: str) -> int | None:

@@ -55,7 +55,7 @@ def check_format(format: str) -> str:
 def check_exportable(card: Any) -> None:
     """Refuse, in one line naming why, a card whose method declares its classifier cannot be one artifact."""
     method = card.mixing_method
-    why = getattr(method, "not_exportable", None)
+    why = method.not_exportable
     if why:
         raise InputError(f"{method.title or method.name} cards cannot be exported: {why}")
 
