@@ -191,13 +191,14 @@ class _BatchState:
     rbc_margin: torch.Tensor
     best_x: torch.Tensor
     best_key: torch.Tensor
+    broken_by: torch.Tensor  # position in GATE_COMPONENTS of the first component that broke the example, else -1
 
     @classmethod
     def empty(cls, images: torch.Tensor, index: torch.Tensor) -> _BatchState:
         order = index.argsort()
         n = len(index)
         return cls(index[order].cpu(), torch.full((n,), math.nan), images[order.to(images.device)].clone(),
-                   torch.full((n,), math.inf))
+                   torch.full((n,), math.inf), torch.full((n,), -1, dtype=torch.long))
 
     def rows(self, index: torch.Tensor) -> torch.Tensor:
         return torch.searchsorted(self.index, index.cpu())
@@ -207,6 +208,11 @@ class _BatchState:
         better = record.key.cpu() < self.best_key[rows]
         self.best_key[rows[better]] = record.key.cpu()[better]
         self.best_x[rows[better].to(self.best_x.device)] = record.x[better.to(record.x.device)].to(self.best_x)
+
+    def credit(self, index: torch.Tensor, hit: torch.Tensor, kind: str) -> None:
+        rows = self.rows(index)[hit.cpu()]
+        fresh = self.broken_by[rows] < 0
+        self.broken_by[rows[fresh]] = GATE_COMPONENTS.index(kind)
 
 
 class GateLogitAttack(Attack):
@@ -292,6 +298,13 @@ class GateLogitAttack(Attack):
         key = state.best_key[state.rows(self._order)]
         return torch.where(key < -1.0, key + 2.0, key)
 
+    def broken_by(self) -> list[str | None]:
+        """Per example of the last :meth:`run`, in its order: the component that broke it (None: not broken)."""
+        state = getattr(self, "_state", None)
+        if state is None:
+            raise InputError("broken_by() reads the last run; call run() first")
+        return [GATE_COMPONENTS[k] if k >= 0 else None for k in state.broken_by[state.rows(self._order)].tolist()]
+
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         opts = self.options
         chosen = _select(opts, GATE_COMPONENTS, self.name)
@@ -322,6 +335,8 @@ class GateLogitAttack(Attack):
             self._state.rbc_margin[self._state.rows(index)] = margin
             done = self._screened or (thr, 0, 0)
             self._screened = (thr, done[1] + len(x), done[2] + int((margin > thr).sum()))
+            with torch.no_grad():
+                self._state.credit(index, gate(rec.x)[0].argmax(1) != y, "rbc-screen")
             return rec.x
 
         def gate_fn(kind: str) -> Callable[..., torch.Tensor]:
@@ -345,6 +360,7 @@ class GateLogitAttack(Attack):
                                     stream=f"{kind}/run{run}", target=None if target is None else target[rows])
                     self._state.offer(index[rows.cpu()], rec)
                     hit = rec.misclassified
+                    self._state.credit(index[rows.cpu()], hit, kind)
                     out[rows[hit]] = rec.x[hit]
                     live[rows[hit]] = False
                 return out
@@ -359,6 +375,7 @@ class GateLogitAttack(Attack):
             rec = boundary_refine(gate, x[rows], y[rows], start, eps=eps, norm=norm,
                                   steps=int(opts["refine_steps"]), first_step=float(opts["refine_first_step"]))
             self._state.offer(index[rows.cpu()], rec)
+            self._state.credit(index[rows.cpu()], rec.misclassified, "gate-refine")
             out[rows] = rec.x
             return out
 
@@ -387,10 +404,13 @@ class AdaptiveGateAttack(GateLogitAttack):
 def gate_logit_extra(attack: str, params: dict[str, Any]) -> Any:
     """The :class:`~mixzoo.methods.base.ExtraAttack` a learned-gate method declares: ``attack`` (this module's or
     :mod:`mixzoo.methods.local_smoothing.policy_attacks`'s) named ``gate-logit``, with the card's extra-attack
-    budget (``eval_n_iter`` iterations; at most 3 APGD-T targets, each run once per mu)."""
+    budget: ``eval_n_iter`` iterations for every APGD run (the screen's too) and at most that many refinement
+    steps (50), at most 3 APGD-T targets per mu, the screen with ``eval_n_target_classes`` targets."""
     from mixzoo.methods.base import ExtraAttack
 
-    opts = {"n_iter": int(params["eval_n_iter"]), "n_target_classes": min(3, int(params["eval_n_target_classes"]))}
+    n_iter, n_targets = int(params["eval_n_iter"]), int(params["eval_n_target_classes"])
+    opts = {"n_iter": n_iter, "n_target_classes": min(3, n_targets), "screen_n_iter": n_iter,
+            "screen_n_target_classes": n_targets, "refine_steps": min(50, n_iter)}
     return ExtraAttack("gate-logit", attack, opts,
                        why="the gate attacked through its logit, which keeps its gradient where the gate saturates:"
                            " APGD on the loss minus mu * logit over a sweep of mu, then a boundary refinement")
