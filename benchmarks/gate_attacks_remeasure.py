@@ -54,9 +54,13 @@ def lineage_row(report: dict[str, Any], suffix: str) -> dict[str, Any]:
     return rows[0]
 
 
-def attack_card(short: str, n_images: int, chunk: int, out: Path, strong: bool = False) -> dict[str, Any]:
-    """Run the card's declared gate-logit attack on its lineage-robust examples among the first ``n_images``; with
-    ``strong``, :data:`STRONG` instead, on the survivors of the declared run that its screen did not exclude."""
+def attack_card(short: str, n_images: int, chunk: int, out: Path, mode: str = "declared",
+                near: float = 0.0) -> dict[str, Any]:
+    """Run the card's declared gate-logit attack on its lineage-robust examples among the first ``n_images``
+    (``mode="declared"``); ``"strong"``: :data:`STRONG` on the survivors of the declared run that its screen did
+    not exclude; ``"near"``: the declared gate components, without the screen, on the examples it excluded with an
+    RBC margin below ``near`` (a check of the screen)."""
+    strong = mode != "declared"
     from mixzoo.core.machine import run_record
     from mixzoo.core.plugins import lookup
     from mixzoo.evaluation.bench import card_evaluation
@@ -74,11 +78,16 @@ def attack_card(short: str, n_images: int, chunk: int, out: Path, strong: bool =
     options = dict(extra.options)
     if strong:
         declared = json.loads((out / f"{short}.json").read_text())
-        gone = set(declared["new_breaks"]) | {e["index"] for e in declared["excluded"]}
-        todo = torch.tensor([i for i in todo.tolist() if i not in gone], dtype=torch.long)
+        if mode == "strong":
+            gone = set(declared["new_breaks"]) | {e["index"] for e in declared["excluded"]}
+            todo = torch.tensor([i for i in todo.tolist() if i not in gone], dtype=torch.long)
+            options = {**options, **STRONG}
+        else:
+            todo = torch.tensor(sorted(e["index"] for e in declared["excluded"] if e["rbc_margin"] < near),
+                                dtype=torch.long)
+            options = {**options, "components": ["gate-ce", "gate-t", "gate-refine"]}
         robust_before = torch.zeros(n_images, dtype=torch.bool)
         robust_before[todo] = True
-        options = {**options, **STRONG}
     cls = lookup("attack", extra.attack)
     comps: dict[str, int] = {}
     broken_idx: list[int] = []
@@ -116,7 +125,7 @@ def attack_card(short: str, n_images: int, chunk: int, out: Path, strong: bool =
                       if thr is not None and float(screen[pos[i]]) > thr)
     torch.save({"index": torch.tensor(broken_idx, dtype=torch.long),
                 "images": torch.cat(points) if points else torch.empty(0)},
-               out / f"{short}{'.strong' if strong else ''}.adv.pt")
+               out / f"{short}{'' if mode == 'declared' else '.' + mode}.adv.pt")
     n_after = int(robust_before.sum()) - len(broken_idx)
     return {
         "card": card_path, "method": card.method, "n_images": n_images, "eps": ce.eps, "norm": ce.norm,
@@ -166,6 +175,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gate_attacks_fmnist_n500"))
     parser.add_argument("--strong", action="store_true",
                         help="after the declared run: STRONG on its survivors that the screen did not exclude")
+    parser.add_argument("--near", type=float, default=0.0, metavar="MARGIN",
+                        help="after the declared run: its gate components, unscreened, on the examples the screen"
+                             " excluded with an RBC margin below MARGIN")
     parser.add_argument("--confirm", metavar="CARD", help=argparse.SUPPRESS)  # the fresh process's part
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -177,14 +189,15 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     names = []
     for short in args.cards:
-        for strong in (False, True) if args.strong else (False,):
-            name = f"{short}{'.strong' if strong else ''}"
+        modes = ["declared"] + (["strong"] if args.strong else []) + (["near"] if args.near > 0 else [])
+        for mode in modes:
+            name = short if mode == "declared" else f"{short}.{mode}"
             names.append(name)
             path = args.out / f"{name}.json"
             if path.exists():
                 print(f"{name}: done ({path})")
                 continue
-            result = attack_card(short, args.n_images, args.chunk, args.out, strong=strong)
+            result = attack_card(short, args.n_images, args.chunk, args.out, mode=mode, near=args.near)
             path.write_text(json.dumps(result, indent=1))
     summary = json.loads((args.out / "summary.json").read_text()) if (args.out / "summary.json").exists() else {}
     for name in names:
@@ -211,9 +224,10 @@ def markdown(out: Path, names: list[str]) -> str:
     lines = ["# Gate-logit attacks on the learned-gate cards (Fashion-MNIST, L-inf eps 0.1)", "",
              "Generated by `benchmarks/gate_attacks_remeasure.py`. Robust counts are over the first n evaluation"
              " images; 'before' is the lineage bench's worst case (shared `adaptive` attack and the extra attacks"
-             " declared before `gate-logit`), 'after' adds `gate-logit` (the `.strong` rows: a second, stronger"
-             " pass on what the first left and did not exclude). Every new break was confirmed in a fresh process,"
-             " strictly inside the ball, in float32 and float64.", "",
+             " declared before `gate-logit`), 'after' adds `gate-logit`. `.strong` rows: a second, stronger pass"
+             " on what the first left and did not exclude; `.near` rows: the gate components without the screen on"
+             " the examples the screen excluded closest to its threshold (a check of the screen). Every new break"
+             " was confirmed in a fresh process, strictly inside the ball, in float32 and float64.", "",
              "| run | n | attacked | robust before | robust after | new breaks by component | excluded by the"
              " RBC-margin screen | confirmed | seconds |", "|---|---|---|---|---|---|---|---|---|"]
     results = {name: json.loads((out / f"{name}.json").read_text()) for name in names}
