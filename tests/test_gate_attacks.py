@@ -100,13 +100,18 @@ def test_outcomes_do_not_depend_on_the_batch(pair, digits):
 
     x, y, index = digits
     x, y, index = x[:24], y[:24], index[:24]
-    model = saturated(pair, alpha_min=0.0)
+    model = saturated(pair, alpha_min=0.6)  # the screen runs too
     opts = {"n_iter": 8, "n_target_classes": 2, "mus": [0.0, 0.1], "refine_steps": 4, "screen_n_iter": 4}
-    whole = AdaptiveGateAttack(EPS, **opts).run(model, x, y, progress=False, index=index)
-    parts = [AdaptiveGateAttack(EPS, **opts).run(model, x[s], y[s], progress=False, index=index[s])
-             for s in (slice(0, 7), slice(7, 24))]
-    assert torch.equal(whole.robust_correct, torch.cat([p.robust_correct for p in parts]))
-    assert torch.allclose(whole.adv_images, torch.cat([p.adv_images for p in parts]), atol=1e-6)
+    whole = AdaptiveGateAttack(EPS, **opts)
+    res = whole.run(model, x, y, progress=False, index=index)
+    parts = [AdaptiveGateAttack(EPS, **opts) for _ in range(2)]
+    chunks = (slice(0, 7), slice(7, 24))
+    runs = [a.run(model, x[s], y[s], progress=False, index=index[s]) for a, s in zip(parts, chunks, strict=True)]
+    assert torch.equal(res.robust_correct, torch.cat([r.robust_correct for r in runs]))
+    assert torch.allclose(res.adv_images, torch.cat([r.adv_images for r in runs]), atol=1e-6)
+    margins = whole.screen_margins()
+    assert torch.allclose(margins, torch.cat([a.screen_margins() for a in parts]), atol=1e-6, equal_nan=True)
+    assert bool(torch.isfinite(margins).any()) and whole.broken_by() == parts[0].broken_by() + parts[1].broken_by()
 
 
 def test_bad_options_are_one_line_errors():
