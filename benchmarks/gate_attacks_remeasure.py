@@ -44,6 +44,9 @@ EXTRA = "gate-logit"
 # the stronger second pass (--strong): 200 iterations, 3 restarts, every APGD-T target
 STRONG = {"n_iter": 200, "n_restarts": 3, "n_target_classes": 9, "refine_steps": 100,
           "components": ["gate-ce", "gate-t", "gate-refine"]}
+# --closest K: the K survivors of the strong pass with the smallest margins, other random starts (seed 1), a larger
+# mu and a longer refinement
+CLOSEST = {**STRONG, "mus": [0.03, 0.1, 0.3, 1.0], "refine_steps": 400}
 INSIDE = 1e-6  # the confirmed point's perturbation is clipped to eps - INSIDE per coordinate
 
 
@@ -74,6 +77,7 @@ def attack_card(short: str, n_images: int, chunk: int, out: Path, mode: str = "d
     if extra is None:
         raise InputError(f"{card_path}: its method declares no {EXTRA!r} extra attack")
     model = card.mixing_method.build(ce.abc, ce.rbc, card, gradient=extra.gradient)
+    seed = (1 if mode == "closest" else 0) + extra.seed_offset
     todo = torch.nonzero(robust_before).squeeze(1)
     options = dict(extra.options)
     if strong:
@@ -82,6 +86,10 @@ def attack_card(short: str, n_images: int, chunk: int, out: Path, mode: str = "d
             gone = set(declared["new_breaks"]) | {e["index"] for e in declared["excluded"]}
             todo = torch.tensor([i for i in todo.tolist() if i not in gone], dtype=torch.long)
             options = {**options, **STRONG}
+        elif mode == "closest":
+            survivors = json.loads((out / f"{short}.strong.json").read_text())["closest_survivors"]
+            todo = torch.tensor(sorted(s["index"] for s in survivors[:int(near)]), dtype=torch.long)
+            options = {**options, **CLOSEST}
         else:
             todo = torch.tensor(sorted(e["index"] for e in declared["excluded"] if e["rbc_margin"] < near),
                                 dtype=torch.long)
@@ -98,7 +106,7 @@ def attack_card(short: str, n_images: int, chunk: int, out: Path, mode: str = "d
     t0 = time.perf_counter()
     for start in range(0, len(todo), chunk):
         idx = todo[start:start + chunk]
-        attack = cls(eps=ce.eps, norm=ce.norm, seed=0 + extra.seed_offset, **options)
+        attack = cls(eps=ce.eps, norm=ce.norm, seed=seed, **options)
         res = attack.run(model, ce.data.images[idx], ce.data.labels[idx], progress=False, index=idx)
         for c in res.components:
             comps[c.name] = comps.get(c.name, 0) + int(c.newly_broken)
@@ -130,7 +138,7 @@ def attack_card(short: str, n_images: int, chunk: int, out: Path, mode: str = "d
     return {
         "card": card_path, "method": card.method, "n_images": n_images, "eps": ce.eps, "norm": ce.norm,
         "extra_attack": {"name": extra.name, "attack": extra.attack, "options": options,
-                         "seed": 0 + extra.seed_offset, "resolved_options": cls.check_options(dict(options))},
+                         "seed": seed, "resolved_options": cls.check_options(dict(options))},
         "robust_before": int(robust_before.sum()), "robust_accuracy_before": int(robust_before.sum()) / n_images,
         "robust_after": n_after, "robust_accuracy_after": n_after / n_images,
         "attacked": len(todo), "new_breaks": broken_idx, "broken_by": broken_by, "components": comps,
@@ -178,6 +186,8 @@ def main() -> None:
     parser.add_argument("--near", type=float, default=0.0, metavar="MARGIN",
                         help="after the declared run: its gate components, unscreened, on the examples the screen"
                              " excluded with an RBC margin below MARGIN")
+    parser.add_argument("--closest", type=int, default=0, metavar="K",
+                        help="after the strong run: CLOSEST on its K survivors with the smallest mixture margins")
     parser.add_argument("--confirm", metavar="CARD", help=argparse.SUPPRESS)  # the fresh process's part
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -189,17 +199,22 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     names = []
     for short in args.cards:
-        modes = ["declared"] + (["strong"] if args.strong else []) + (["near"] if args.near > 0 else [])
+        modes = ["declared"] + (["strong"] if args.strong else []) + (["near"] if args.near > 0 else []) + (
+            ["closest"] if args.closest > 0 and args.strong else [])
         for mode in modes:
             name = short if mode == "declared" else f"{short}.{mode}"
             if mode == "near" and json.loads((args.out / f"{short}.json").read_text())["screen_excluded"] is None:
                 continue  # no screen, nothing excluded to check
+            if mode == "closest" and not json.loads((args.out / f"{short}.strong.json").read_text())[
+                    "closest_survivors"]:
+                continue
             names.append(name)
             path = args.out / f"{name}.json"
             if path.exists():
                 print(f"{name}: done ({path})")
                 continue
-            result = attack_card(short, args.n_images, args.chunk, args.out, mode=mode, near=args.near)
+            result = attack_card(short, args.n_images, args.chunk, args.out, mode=mode,
+                                 near=args.closest if mode == "closest" else args.near)
             path.write_text(json.dumps(result, indent=1))
     summary = json.loads((args.out / "summary.json").read_text()) if (args.out / "summary.json").exists() else {}
     for name in names:
@@ -228,7 +243,9 @@ def markdown(out: Path, names: list[str]) -> str:
              " images; 'before' is the lineage bench's worst case (shared `adaptive` attack and the card's other"
              " extra attacks), 'after' adds `gate-logit`. `.strong` rows: a second, stronger pass"
              " on what the first left and did not exclude; `.near` rows: the gate components without the screen on"
-             " the examples the screen excluded closest to its threshold (a check of the screen). Every new break"
+             " the examples the screen excluded closest to its threshold (a check of the screen); `.closest` rows: the"
+             " strong pass's closest survivors attacked again (seed 1, mu up to 1, 400 refinement steps). Every new"
+             " break"
              " was confirmed in a fresh process, strictly inside the ball, in float32 and float64.", "",
              "| run | n | attacked | robust before | robust after | new breaks by component | excluded by the"
              " RBC-margin screen | confirmed | seconds |", "|---|---|---|---|---|---|---|---|---|"]
