@@ -11,7 +11,9 @@ from mixzoo.core.plugins import hookimpl
 def mixzoo_attacks() -> dict[str, Any]:
     """``pgd``, ``apgd``, ``autoattack``, ``adaptive``, ``adaptive-strong`` and ``adaptive-apgd``
     (see :mod:`mixzoo.attacks.evaluation`), and ``adaptive-smoothing-apgd`` (setting D and the attack on the mixing
-    network alone, :mod:`mixzoo.methods.adaptive.attacks`)."""
+    network alone, :mod:`mixzoo.methods.adaptive.attacks`); ``adaptive-smoothing-gate`` and
+    ``local-smoothing-policy-gate`` (the attacks on a learned gate's logit, :mod:`mixzoo.methods.adaptive.gate_attacks`,
+    :mod:`mixzoo.methods.local_smoothing.policy_attacks`)."""
     from mixzoo.attacks.evaluation import (
         AdaptiveAPGD,
         AdaptiveAutoAttack,
@@ -21,6 +23,8 @@ def mixzoo_attacks() -> dict[str, Any]:
         PGDAttack,
     )
     from mixzoo.methods.adaptive.attacks import AlphaAPGD
+    from mixzoo.methods.adaptive.gate_attacks import AdaptiveGateAttack
+    from mixzoo.methods.local_smoothing.policy_attacks import PolicyGateAttack
 
     attacks: dict[str, Any] = {
         "pgd": PGDAttack,
@@ -30,6 +34,8 @@ def mixzoo_attacks() -> dict[str, Any]:
         "adaptive-apgd": AdaptiveAPGD,
         "adaptive-strong": AdaptiveStrong,
         "adaptive-smoothing-apgd": AlphaAPGD,
+        "adaptive-smoothing-gate": AdaptiveGateAttack,
+        "local-smoothing-policy-gate": PolicyGateAttack,
     }
     # The min-margin Square attack is provided by the transfer plugin (plugins/transfer.py) as "min-margin-square".
     return attacks

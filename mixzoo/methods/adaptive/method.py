@@ -142,7 +142,9 @@ class AdaptiveSmoothing(MixingMethod):
 
     def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
         """Setting D, the mixing network attacked alone, its gradient bypassed, transfer from each base model,
-        and Square (gradient-free: the check for masked gradients)."""
+        Square (gradient-free: the check for masked gradients), and the gate attacked through its logit."""
+        from mixzoo.methods.adaptive.gate_attacks import gate_logit_extra
+
         n_iter, queries = int(card.params["eval_n_iter"]), int(card.params["eval_n_queries"])
         apgd = {"n_iter": n_iter, "n_target_classes": int(card.params["eval_n_target_classes"])}
         return [
@@ -158,6 +160,8 @@ class AdaptiveSmoothing(MixingMethod):
             ExtraAttack("transfer-rbc", "apgd", apgd, gradient="transfer-rbc",
                         why="001 Sec. 5.1.1 ROB attack: the RBC's gradient, judged on the mixture"),
             square_extra(queries),
+            # the gate attacked through its pre-sigmoid logit gamma, with the RBC-margin screen (gate_attacks.py)
+            gate_logit_extra("adaptive-smoothing-gate", card.params),
         ]
 
     # ------------------------------------------------------------------------------------------------ fitting

@@ -156,7 +156,10 @@ class LocalSmoothingAdaptive(MixingMethod):
     def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
         """003 Sec. 5.1: through the policy with R_i held fixed and with the policy's gradient bypassed; Eq. 6 at
         fixed alpha_t = 0 (transfer from g), inf (transfer from h) and alpha_0 (the crossover); the policy attacked
-        toward g (APGD whose loss also lowers beta, and beta alone); Square (gradient-free)."""
+        toward g (APGD whose loss also lowers beta, and beta alone); Square (gradient-free); the policy attacked
+        through beta_theta before its crop and exp."""
+        from mixzoo.methods.adaptive.gate_attacks import gate_logit_extra
+
         q = card.params
         apgd = {"n_iter": int(q["eval_n_iter"]), "n_target_classes": int(q["eval_n_target_classes"])}
         alpha0 = math.exp(q["beta0"])
@@ -182,6 +185,8 @@ class LocalSmoothingAdaptive(MixingMethod):
                         why="the policy attacked alone: minimise beta_theta, g then decides"),
             square_extra(int(q["eval_n_queries"]),
                          why="gradient-free: input gradients inside R_i and the policy may mask the loss's"),
+            # the policy attacked through beta_theta before its crop and exp (policy_attacks.py)
+            gate_logit_extra("local-smoothing-policy-gate", q),
         ]
         return out
 
