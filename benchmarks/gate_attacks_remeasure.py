@@ -1,7 +1,7 @@
 """Re-measure the learned-gate cards with their declared ``gate-logit`` attack, on the examples the lineage bench
 left robust.
 
-The lineage bench (``benchmarks/results/lineage_bench_n1000/report/report.json``) holds, per card and per example,
+The lineage bench (``benchmarks/results/every_method_fmnist_n1000/report/report.json``) holds, per card and per example,
 the outcome of the shared ``adaptive`` attack and every extra attack the card's method declared then. An example
 it counts broken stays broken; this script runs the attack the method also declares (``gate-logit``: its
 attack plugin and options from ``extra_attacks``, as ``mixzoo bench`` runs it) on the examples still robust among
@@ -33,12 +33,12 @@ import torch
 
 from mixzoo.core.errors import InputError, run_script
 
-REPORT = Path("benchmarks/results/lineage_bench_n1000/report/report.json")
+REPORT = Path("benchmarks/results/every_method_fmnist_n1000/report/report.json")
 CARDS = {  # short name -> (card, the lineage report row's card_path suffix)
     "C": ("plugins/cards/fmnist-adaptive-smoothing-c.toml", "fmnist-adaptive-smoothing-c.toml"),
     "B": ("plugins/cards/fmnist-adaptive-smoothing-b.toml", "fmnist-adaptive-smoothing-b.toml"),
-    "local-smoothing-adaptive": ("benchmarks/results/local_smoothing_adaptive_full/card.toml",
-                                 "local_smoothing_adaptive_full/card.toml"),
+    "local-smoothing-adaptive": ("benchmarks/results/local_smoothing_fmnist/adaptive_full_split/card.toml",
+                                 "local_smoothing_fmnist/adaptive_full_split/card.toml"),
 }
 EXTRA = "gate-logit"
 # the stronger second pass (--strong): 200 iterations, 3 restarts, every APGD-T target
