@@ -62,9 +62,63 @@ def commands(text: str) -> list[tuple[str, bool]]:
 ALL_COMMANDS = sorted({(_rel(doc), cmd, strict) for doc in DOCS for cmd, strict in commands(doc.read_text())})
 
 
+class _Commands:
+    """The CLI's commands by name, the core's and those plugins contribute (``mixzoo_cli_commands``)."""
+
+    def __init__(self) -> None:
+        self.group = typer.main.get_command(mixzoo.cli.app)
+        ctx = Context(self.group, info_name="mixzoo")
+        self.commands = {n: self.group.get_command(ctx, n) for n in self.group.list_commands(ctx)}
+
+
 @pytest.fixture(scope="module")
 def cli():
-    return typer.main.get_command(mixzoo.cli.app)
+    return _Commands()
+
+
+def _method_options_parse(doc: str, command: str, name: str, words: list[str]) -> None:
+    """``mixzoo mix`` hands the words it does not know itself to the chosen method (its declared options): they
+    must be options of that method (``--method NAME``, else the default method)."""
+    from mixzoo.core.errors import InputError
+    from mixzoo.methods import get_method
+    from mixzoo.methods.base import default_method
+
+    method = None
+    for i, word in enumerate(words):
+        if word == "--method" and i + 1 < len(words):
+            method = words[i + 1]
+        elif word.startswith("--method="):
+            method = word.split("=", 1)[1]
+    if method in (None, "NAME"):  # the placeholder of a plugin's method: any method's options are allowed
+        method = None if method else default_method()
+    own = {o for p in mixzoo_command(name).params for o in [*p.opts, *getattr(p, "secondary_opts", [])]}
+    extra, skip = [], False
+    for i, word in enumerate(words):
+        if skip:
+            skip = False
+            continue
+        flag = word.split("=", 1)[0]
+        if flag in own:
+            param = next(p for p in mixzoo_command(name).params if flag in p.opts)
+            skip = "=" not in word and not getattr(param, "is_flag", False)
+        elif word.startswith("--"):
+            extra.append(word)
+            if i + 1 < len(words) and not words[i + 1].startswith("-") and "=" not in word:
+                extra.append(words[i + 1])
+                skip = True
+    if not extra or method is None:
+        return
+    if "--KEY" in extra:
+        return  # the syntax itself, written out
+    chosen = get_method(method)
+    try:
+        chosen.check_options(chosen.options_from_args(extra))
+    except InputError as exc:
+        pytest.fail(f"{doc}: `{command}`: {exc}")
+
+
+def mixzoo_command(name: str):
+    return _Commands().commands[name]
 
 
 def test_the_docs_show_commands():
@@ -86,13 +140,19 @@ def test_command_parses(cli, doc, command, strict):
         return
     assert name in cli.commands, f"{doc}: `{command}`: no command {name!r} (have {sorted(cli.commands)})"
     cmd = cli.commands[name]
+    if rest == ["--help"]:  # every command has it
+        return
+    if name == "mix":
+        _method_options_parse(doc, command, name, rest)
     if not strict:  # a span in prose may leave out required arguments: its options must exist
         known = {o for p in cmd.params for o in [*p.opts, *getattr(p, "secondary_opts", [])]}
+        if name == "mix":  # the method's options: checked above
+            return
         unknown = [a.split("=", 1)[0] for a in rest if a.startswith("-") and a.split("=", 1)[0] not in known]
         assert not unknown, f"{doc}: `{command}`: {name} has no option {unknown}"
         return
     try:
-        with cmd.make_context(name, list(rest), parent=Context(cli, info_name="mixzoo")):
+        with cmd.make_context(name, list(rest), parent=Context(cli.group, info_name="mixzoo")):
             pass
     except Exit:
         pass

@@ -50,7 +50,7 @@ def test_core_bench_and_cli_name_no_method():
 
 def test_schema1_card_loads_with_warning_and_same_classifier(tmp_path):
     with pytest.warns(UserWarning, match="run `mixzoo mix` again"):
-        old = MixCard.load(ROOT / "benchmarks" / "results" / "fmnist_card.toml")
+        old = MixCard.load(ROOT / "benchmarks" / "results" / "cards" / "fmnist_mixednuts_population_ln.toml")
     assert old.method == "mixednuts" and old.params["fit"] == "mmaa" and old.schema_version == 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a schema-2 file loads silently

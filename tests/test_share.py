@@ -31,7 +31,7 @@ AS_CARD = "fmnist-adaptive-smoothing-a"
 REPO = "someone/mixed"
 # adaptive-strong at toy strength: every component runs (autoattack-standard included), in seconds on digits
 STRONG = dict(attack="adaptive-strong", attack_options={"n_iter": 5, "n_queries": 50, "n_target_classes": 2},
-              baseline=False, curve=False, plots=False, extra_attacks=False, progress=False)
+              baseline=None, curve=None, plots=False, extra_attacks=False, progress=False)
 
 # RobustBench/robustbench at 78fcc9e48a07a861268f295a777b975f25155964, model_info/cifar10/Linf/: the key sets of three
 # real files (test data, read from the repository; the PyPI package does not ship them)
@@ -468,7 +468,7 @@ def test_model_info_of_the_adaptive_smoothing_card(tmp_path, threads):
 
 def test_model_info_refusals(strong_report, digits_card, tmp_path, threads):
     weak = tmp_path / "weak"
-    bench(digits_card, n=10, out=weak, attack="apgd", attack_options={"n_iter": 3}, baseline=False, curve=False,
+    bench(digits_card, n=10, out=weak, attack="apgd", attack_options={"n_iter": 3}, baseline=None, curve=None,
           plots=False, progress=False, use_cache=False)
     with pytest.raises(InputError, match="`mixzoo bench CARD --attack adaptive-strong`") as err:
         rb.model_info(weak)
