@@ -1,4 +1,4 @@
-"""Training the mixing network on several processes (``torchrun``, issue 29): the global batch's shard of each rank,
+"""Training the mixing network on several processes (``torchrun``): the global batch's shard of each rank,
 batch norm over the global batch, and the DistributedDataParallel wrapper.
 
 The mixing network has batch norm (:mod:`.network`). Per-rank batch statistics would make N processes train a

@@ -21,7 +21,7 @@ state and the loss sums so far, so that an epoch of the whole train split, tens 
 kill); a run started again with the same configuration resumes after the last batch saved and ends with the same
 weights as an uninterrupted run.
 
-Several processes (``torchrun``, issue 29): every rank draws the same epoch permutation and takes a contiguous shard
+Several processes (``torchrun``): every rank draws the same epoch permutation and takes a contiguous shard
 of each global batch of ``batch_size`` (:func:`.parallel.shard`); the network is wrapped in DistributedDataParallel
 with its batch norm over the global batch (:class:`.parallel.GlobalBatchNorm2d`), and each shard's loss is weighed
 by its share of the batch, so one step is the one-process step on the global batch. Every random draw (APGD's
