@@ -99,7 +99,7 @@ class AlphaAPGD(Attack):
 
     Given the examples' indices (the bench's default), every run's random start is drawn per example from (seed,
     component, run number, index), so an example's outcome does not depend on the batch size or the number of
-    processes ; without them the runs draw from one generator seeded with ``seed``."""
+    processes; without them the runs draw from one generator seeded with ``seed``."""
 
     name: ClassVar[str] = "adaptive-smoothing-apgd"
     code_version: ClassVar[str] = "per-example-2"  # part of the bench's cache key: older outcomes drew per batch
