@@ -124,8 +124,12 @@ def pct(x: float) -> str:
 
 
 def with_interval(acc: float, n: int) -> str:
-    lo, hi = wilson(round(acc * n), n)
-    return f"{pct(acc)} ({pct(lo)}-{pct(hi)})"
+    return count_interval(round(acc * n), n)
+
+
+def count_interval(k: int, n: int) -> str:
+    lo, hi = wilson(k, n)
+    return f"{pct(k / n)} ({pct(lo)}-{pct(hi)})"
 
 
 def method_of(model: dict) -> str:
@@ -313,19 +317,19 @@ def model_row(b: Built, method: str) -> list[dict]:
 
 
 def method_snippet(method: str) -> Callable[[dict[str, Built]], str]:
-    """Every row of ``method`` in each table's headline report, each beside that report's RBC row."""
+    """Every row of ``method`` in each table's headline report, then that report's RBC row (once per report)."""
     def make(built: dict[str, Built]) -> str:
         lines = ["| row | clean % | robust % | attack | images | report |", "|---|---|---|---|---|---|"]
         for b in built.values():
-            for rep, src in [(b.reports[0], b.table.sources[0])]:
-                rbc = next(x for x in rep["models"] if x["kind"] == "rbc")
-                for m in rep["models"]:
-                    if m["kind"] in ("abc", "rbc") or method_of(m) != method:
-                        continue
-                    for row, label in ((m, row_label(m)), (rbc, f"{row_label(rbc)}, same report")):
-                        lines.append(f"| {label} | {with_interval(row['clean_accuracy'], row['n'])} | "
-                                     f"{with_interval(row['robust_accuracy'], row['n'])} | {src.column} | "
-                                     f"{row['n']:,} | `{src.path}` ({short_commit(rep)}) |")
+            rep, src = b.reports[0], b.table.sources[0]
+            rows = [(m, row_label(m)) for m in model_row(b, method)]
+            if not rows:
+                continue
+            rbc = next(x for x in rep["models"] if x["kind"] == "rbc")
+            for row, label in [*rows, (rbc, f"{row_label(rbc)}, same report")]:
+                lines.append(f"| {label} | {with_interval(row['clean_accuracy'], row['n'])} | "
+                             f"{with_interval(row['robust_accuracy'], row['n'])} | {src.column} | "
+                             f"{row['n']:,} | `{src.path}` ({short_commit(rep)}) |")
         return "\n".join(lines) + "\n\nMachines and commits: [Results](../results.md).\n"
     return make
 
