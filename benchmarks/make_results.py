@@ -4,7 +4,9 @@
     .venv/bin/python benchmarks/make_results.py --check    # exit 1 when a generated file differs from the disk
 
 Nothing here is typed in by hand: every accuracy is read from a ``report.json`` under ``benchmarks/results/`` and
-printed beside that report's path, the commit it was measured at and the machine it ran on. The headline reports
+printed beside that report's path, the commit it was measured at and the machine it ran on. The gate-logit section
+(``GATE_DIR``) counts robust examples per card from the lineage report's per-example outcomes and the confirmed
+breaks of each gate-logit pass file, each file named beside its numbers. The headline reports
 are the ``TABLES`` below (one table per question, one column per attack where two reports of the same models give
 two numbers). Where several reports measure the same card, the table's first source is the headline: the most
 complete attack that was run on it.
@@ -162,19 +164,25 @@ def short_commit(report: dict) -> str:
     return f"commit `{commit[:7]}`" + (" with local changes" if run.get("source_modified") else "")
 
 
+def machine_words(m: dict) -> list[str]:
+    """A run record's ``machine`` entry in words: CPU (vector extension), cores, torch threads, GPU."""
+    threads = m.get("torch_threads")
+    return [p for p in [f"{m.get('cpu', 'CPU')} ({m['cpu_capability']})" if m.get("cpu_capability")
+                        else m.get("cpu", "CPU"),
+                        f"{m['cpu_count']} cores" if m.get("cpu_count") else "",
+                        f"{threads} torch thread{'s' if threads != 1 else ''}" if threads else "",
+                        m.get("gpu") or ""] if p]
+
+
 def machine(report: dict, source: Source) -> str:
     run = report.get("run") or {}
     m = run.get("machine")
     if m:
-        parts = [f"{m.get('cpu', 'CPU')} ({m['cpu_capability']})" if m.get("cpu_capability") else m.get("cpu", "CPU"),
-                 f"{m['cpu_count']} cores" if m.get("cpu_count") else "",
-                 f"{m['torch_threads']} torch thread{'s' if m.get('torch_threads') != 1 else ''}"
-                 if m.get("torch_threads") else "",
-                 m.get("gpu") or ""]
+        parts = machine_words(m)
         world = report["settings"].get("world_size")
         if world and world > 1:
             parts.append(f"{world} processes")
-        return ", ".join(p for p in parts if p)
+        return ", ".join(parts)
     return source.machine or f"device `{report['settings'].get('device', '?')}`, machine not recorded"
 
 
@@ -370,15 +378,9 @@ def gate_cards() -> list[GateCard]:
 
 
 def run_machine(run: dict) -> str:
-    """A run record's machine, as :func:`machine` words a report's."""
-    m = run.get("machine") or {}
-    if not m:
-        return "machine not recorded"
-    threads = m.get("torch_threads")
-    parts = [f"{m.get('cpu', 'CPU')} ({m['cpu_capability']})" if m.get("cpu_capability") else m.get("cpu", "CPU"),
-             f"{m['cpu_count']} cores" if m.get("cpu_count") else "",
-             f"{threads} torch thread{'s' if threads != 1 else ''}" if threads else "", m.get("gpu") or ""]
-    return ", ".join(p for p in parts if p)
+    """A gate pass's run record's machine, in :func:`machine`'s words."""
+    m = run.get("machine")
+    return ", ".join(machine_words(m)) if m else "machine not recorded"
 
 
 def run_commit(run: dict) -> str:
@@ -476,7 +478,7 @@ def results_page(built: dict[str, Built]) -> str:
         for extra in (paired(b), warnings(b)):
             if extra:
                 parts += [extra.rstrip("\n"), ""]
-        if b.table.sources[0] == GATE_LINEAGE:
+        if b.table.sources[0].path == GATE_LINEAGE.path:
             parts += ["## Attacks through the gate's logit", "",
                       "The learned gates of the table above (adaptive smoothing's mixing network, the "
                       "`local-smoothing-adaptive` policy) re-attacked with the `gate-logit` attack their methods "
