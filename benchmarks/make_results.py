@@ -4,7 +4,9 @@
     .venv/bin/python benchmarks/make_results.py --check    # exit 1 when a generated file differs from the disk
 
 Nothing here is typed in by hand: every accuracy is read from a ``report.json`` under ``benchmarks/results/`` and
-printed beside that report's path, the commit it was measured at and the machine it ran on. The headline reports
+printed beside that report's path, the commit it was measured at and the machine it ran on. The gate-logit section
+(``GATE_DIR``) counts robust examples per card from the lineage report's per-example outcomes and the confirmed
+breaks of each gate-logit pass file, each file named beside its numbers. The headline reports
 are the ``TABLES`` below (one table per question, one column per attack where two reports of the same models give
 two numbers). Where several reports measure the same card, the table's first source is the headline: the most
 complete attack that was run on it.
@@ -124,8 +126,12 @@ def pct(x: float) -> str:
 
 
 def with_interval(acc: float, n: int) -> str:
-    lo, hi = wilson(round(acc * n), n)
-    return f"{pct(acc)} ({pct(lo)}-{pct(hi)})"
+    return count_interval(round(acc * n), n)
+
+
+def count_interval(k: int, n: int) -> str:
+    lo, hi = wilson(k, n)
+    return f"{pct(k / n)} ({pct(lo)}-{pct(hi)})"
 
 
 def method_of(model: dict) -> str:
@@ -158,19 +164,25 @@ def short_commit(report: dict) -> str:
     return f"commit `{commit[:7]}`" + (" with local changes" if run.get("source_modified") else "")
 
 
+def machine_words(m: dict) -> list[str]:
+    """A run record's ``machine`` entry in words: CPU (vector extension), cores, torch threads, GPU."""
+    threads = m.get("torch_threads")
+    return [p for p in [f"{m.get('cpu', 'CPU')} ({m['cpu_capability']})" if m.get("cpu_capability")
+                        else m.get("cpu", "CPU"),
+                        f"{m['cpu_count']} cores" if m.get("cpu_count") else "",
+                        f"{threads} torch thread{'s' if threads != 1 else ''}" if threads else "",
+                        m.get("gpu") or ""] if p]
+
+
 def machine(report: dict, source: Source) -> str:
     run = report.get("run") or {}
     m = run.get("machine")
     if m:
-        parts = [f"{m.get('cpu', 'CPU')} ({m['cpu_capability']})" if m.get("cpu_capability") else m.get("cpu", "CPU"),
-                 f"{m['cpu_count']} cores" if m.get("cpu_count") else "",
-                 f"{m['torch_threads']} torch thread{'s' if m.get('torch_threads') != 1 else ''}"
-                 if m.get("torch_threads") else "",
-                 m.get("gpu") or ""]
+        parts = machine_words(m)
         world = report["settings"].get("world_size")
         if world and world > 1:
             parts.append(f"{world} processes")
-        return ", ".join(p for p in parts if p)
+        return ", ".join(parts)
     return source.machine or f"device `{report['settings'].get('device', '?')}`, machine not recorded"
 
 
@@ -276,6 +288,170 @@ def duration(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
+# ------------------------------------------------------------------------------------------------ gate-logit attacks
+
+# The re-measurement of the learned-gate cards with their declared `gate-logit` attack
+# (benchmarks/gate_attacks_remeasure.py): one JSON per card and pass, named CARD.json or CARD.PASS.json and listed in
+# summary.json; "before" is the lineage report's per-example outcome on the same first n images.
+GATE_DIR = f"{RESULTS}/gate_attacks_fmnist_n500"
+GATE_LINEAGE = Source(f"{RESULTS}/every_method_fmnist_n1000/report/report.json", "adaptive + declared attacks")
+GATE_NOTE = "benchmarks/gate_attacks.md"
+GATE_SHARED = "shared with other jobs"  # what the run records do not hold; checked to stand in GATE_NOTE
+N_SURVIVORS = 5
+
+
+@dataclass
+class GateCard:
+    """One card's worst case over the lineage report and every gate-logit pass on it."""
+
+    label: str  # the lineage report's row label
+    card: str  # the card file the passes attacked
+    method: str
+    n: int  # the first n evaluation images
+    clean: int  # correct without attack, on those n (lineage report)
+    before: int  # robust under the lineage report's attacks, on those n
+    breaks: dict[int, tuple[str, str]]  # example -> (component, pass file) for every confirmed new break
+    components: dict[str, int]  # new breaks per component, over every pass
+    excluded: list[tuple[str, int, int, float]]  # (pass file, excluded, attacked, RBC-margin threshold)
+    survivors: list[tuple[int, float, str]]  # (example, smallest mixture margin, pass file), closest first
+    passes: list[tuple[str, dict]]  # (pass file, its JSON), the first pass first
+
+    @property
+    def after(self) -> int:
+        return self.before - len(self.breaks)
+
+
+def gate_cards() -> list[GateCard]:
+    """Every card of :data:`GATE_DIR`, in the lineage report's row order. A pass whose breaks were not all
+    confirmed, or a 'before' that disagrees with the lineage report, is an error."""
+    summary = load(f"{GATE_DIR}/summary.json")
+    lineage = load(GATE_LINEAGE.path)
+    by_card: dict[str, list[str]] = {}
+    for name in summary:
+        by_card.setdefault(name.split(".", 1)[0], []).append(name)
+    cards = []
+    for short, names in by_card.items():
+        if short not in names:
+            raise SystemExit(f"{GATE_DIR}/summary.json: card {short!r} has passes but no first pass")
+        for name in names:
+            if not summary[name].get("confirmed"):
+                raise SystemExit(f"{GATE_DIR}/summary.json: the breaks of {name!r} are not all confirmed")
+        passes = sorted(((f"{GATE_DIR}/{name}.json", load(f"{GATE_DIR}/{name}.json")) for name in names),
+                        key=lambda x: (Path(x[0]).stem != short, x[1]["machine"].get("created", "")))
+        first = passes[0][1]
+        card, n = first["card"], first["n_images"]
+        rows = [m for m in lineage["models"]
+                if (m.get("card_path") or "") == card or (m.get("card_path") or "").endswith("/" + card)]
+        if len(rows) != 1:
+            raise SystemExit(f"{GATE_LINEAGE.path}: {len(rows)} rows for the card {card!r}")
+        row = rows[0]
+        robust = {i for i, c in enumerate(row["robust_outcomes"][:n]) if c == "1"}
+        if first["robust_before"] != len(robust):
+            raise SystemExit(f"{passes[0][0]}: robust_before {first['robust_before']} but {GATE_LINEAGE.path} "
+                             f"counts {len(robust)} robust among the first {n} images")
+        breaks: dict[int, tuple[str, str]] = {}
+        components: dict[str, int] = {}
+        margins: dict[int, tuple[float, str]] = {}
+        excluded = []
+        for path, p in passes:
+            if p["card"] != card or p["n_images"] != n:
+                raise SystemExit(f"{path}: another card or image count than {passes[0][0]}")
+            for comp in p["components"]:
+                components.setdefault(comp, 0)
+            for i, comp in p["broken_by"].items():
+                if int(i) not in robust:
+                    raise SystemExit(f"{path}: example {i} is a new break but the lineage report counts it broken")
+                breaks.setdefault(int(i), (comp, path))
+            for s in p["closest_survivors"]:
+                if s["index"] not in margins or s["mixture_margin"] < margins[s["index"]][0]:
+                    margins[s["index"]] = (s["mixture_margin"], path)
+            if p.get("screen_excluded"):
+                excluded.append((path, p["screen_excluded"], p["attacked"], p["rbc_margin_threshold"]))
+        for comp, _ in breaks.values():
+            components[comp] = components.get(comp, 0) + 1
+        survivors = sorted((m, i, path) for i, (m, path) in margins.items() if i not in breaks)[:N_SURVIVORS]
+        cards.append(GateCard(row_label(row), card, method_of(row), n, row["clean_outcomes"][:n].count("1"),
+                              len(robust), dict(sorted(breaks.items())), components, excluded,
+                              [(i, m, path) for m, i, path in survivors], passes))
+    order = {m["name"]: k for k, m in enumerate(lineage["models"])}
+    return sorted(cards, key=lambda c: order.get(c.label, len(order)))
+
+
+def run_machine(run: dict) -> str:
+    """A gate pass's run record's machine, in :func:`machine`'s words."""
+    m = run.get("machine")
+    return ", ".join(machine_words(m)) if m else "machine not recorded"
+
+
+def run_commit(run: dict) -> str:
+    return short_commit({"run": run})
+
+
+def gate_snippet(method: str | None = None) -> Callable[[dict[str, Built]], str]:
+    """The gate-logit re-measurement of every card of ``method`` (all cards: None): before and after, per card.
+    [L] is the lineage report, [G] the gate-logit passes (letters, so as not to clash with a page's numbered
+    references)."""
+    def make(built: dict[str, Built]) -> str:
+        cards = [c for c in gate_cards() if method is None or c.method == method]
+        lineage = load(GATE_LINEAGE.path)
+        note = (ROOT / GATE_NOTE).read_text()
+        if GATE_SHARED not in note:
+            raise SystemExit(f"{GATE_NOTE} no longer says the machine was {GATE_SHARED!r}: update GATE_SHARED")
+        n = cards[0].n
+        lines = ["| card | images | clean % [L] | robust % before [L] | robust % after `gate-logit` [L, G] | "
+                 "new breaks by component [G] | closest survivors: mixture margin [G] |",
+                 "|---|---|---|---|---|---|---|"]
+        for c in cards:
+            comps = ", ".join(f"{k} {v}" for k, v in c.components.items())
+            near = ", ".join(f"#{i} {m:.4f}" for i, m, _ in c.survivors) or "none"
+            lines.append(f"| {c.label} | {c.n:,} | {count_interval(c.clean, c.n)} | "
+                         f"{count_interval(c.before, c.n)} | {count_interval(c.after, c.n)} | "
+                         f"{len(c.breaks)}: {comps} | {near} |")
+        rbc = next(m for m in lineage["models"] if m["kind"] == "rbc")
+        lines.append(f"| {row_label(rbc)}, same report | {n:,} | "
+                     f"{count_interval(rbc['clean_outcomes'][:n].count('1'), n)} | "
+                     f"{count_interval(rbc['robust_outcomes'][:n].count('1'), n)} | - (no gate) | - | - |")
+        machines = sorted({run_machine(p["machine"]) for c in cards for _, p in c.passes})
+        out = ["\n".join(lines), "",
+               "'Before' is the worst case over the attacks of [L] on its first "
+               f"{n:,} images; 'after' adds every break the gate-logit passes [G] found, each confirmed in a fresh "
+               "process (strictly inside the eps-ball, in float32 and float64). Robust accuracies are upper bounds, "
+               "with 95 % Wilson intervals; the closest survivors (the mixture's smallest probability margin the "
+               "gate attacks reached) are where a stronger attack is most likely to break one more.", "",
+               f"- [L] {describe(lineage, GATE_LINEAGE)}."]
+        for c in cards:
+            runs = ", ".join(f"`{path}` ({run_commit(p['machine'])})" for path, p in c.passes)
+            bits = [f"- [G] {c.label}, card `{c.card}`, one file per pass: {runs}"]
+            for path, _ in c.passes:
+                found = [f"#{i} {comp}" for i, (comp, where) in c.breaks.items() if where == path]
+                closest = [f"#{i}" for i, _, where in c.survivors if where == path]
+                if found or closest:
+                    bits.append(f"`{Path(path).name}`: " + ", ".join(
+                        ([f"new breaks {', '.join(found)}"] if found else [])
+                        + ([f"closest margins of {', '.join(closest)}"] if closest else [])))
+            for path, k, attacked, thr in c.excluded:
+                bits.append(f"in `{Path(path).name}` the RBC-margin screen (threshold {thr:.4f}) kept {k} of "
+                            f"{attacked} examples from the gate components, an attack result, not a certificate")
+            out.append("; ".join(bits) + ".")
+        out.append(f"- Machine of [G]: {'; '.join(machines)}, {GATE_SHARED} (as recorded in `{GATE_NOTE}`).")
+        return "\n".join(out) + "\n"
+    return make
+
+
+def adaptive_smoothing_c_bound(built: dict[str, Built]) -> str:
+    """The 1,000-image figure of adaptive smoothing's card C beside what `gate-logit` found on its first images."""
+    c = next(c for c in gate_cards() if c.card.endswith("/fmnist-adaptive-smoothing-c.toml"))
+    rep = load(GATE_LINEAGE.path)
+    row = next(m for m in rep["models"] if row_label(m) == c.label)
+    total, robust = row["n"], row["robust_outcomes"].count("1")
+    return (f"On the {total:,} images of the table above card C is {pct(robust / total)} % robust "
+            f"({robust:,} of {total:,}). Read that as an upper bound: on the first {c.n:,} of those images the "
+            f"`gate-logit` attack lowers C from {pct(c.before / c.n)} % to {pct(c.after / c.n)} % "
+            f"({len(c.breaks)} new breaks, table below), so at most {robust - len(c.breaks):,} of the {total:,} "
+            f"({pct((robust - len(c.breaks)) / total)} %) are robust; the other {total - c.n:,} images have not "
+            "been attacked through the gate.\n")
+
+
 # ------------------------------------------------------------------------------------------------ outputs
 
 def results_page(built: dict[str, Built]) -> str:
@@ -302,6 +478,14 @@ def results_page(built: dict[str, Built]) -> str:
         for extra in (paired(b), warnings(b)):
             if extra:
                 parts += [extra.rstrip("\n"), ""]
+        if b.table.sources[0].path == GATE_LINEAGE.path:
+            parts += ["## Attacks through the gate's logit", "",
+                      "The learned gates of the table above (adaptive smoothing's mixing network, the "
+                      "`local-smoothing-adaptive` policy) re-attacked with the `gate-logit` attack their methods "
+                      "declare, on the first images of the same report: APGD on the loss minus mu times the gate's "
+                      "logit, then a refinement toward the decision boundary ([Adaptive smoothing]"
+                      "(methods/adaptive-smoothing.md#attacks-through-the-gates-logit)).", "",
+                      gate_snippet()(built).rstrip("\n"), ""]
     parts += ["## Other measurements", "",
               "Speed, parity with AutoAttack, certified radii, the choice of the RBC and the other investigations "
               "have their own notes, listed in `benchmarks/README.md`.", ""]
@@ -313,19 +497,19 @@ def model_row(b: Built, method: str) -> list[dict]:
 
 
 def method_snippet(method: str) -> Callable[[dict[str, Built]], str]:
-    """Every row of ``method`` in each table's headline report, each beside that report's RBC row."""
+    """Every row of ``method`` in each table's headline report, then that report's RBC row (once per report)."""
     def make(built: dict[str, Built]) -> str:
         lines = ["| row | clean % | robust % | attack | images | report |", "|---|---|---|---|---|---|"]
         for b in built.values():
-            for rep, src in [(b.reports[0], b.table.sources[0])]:
-                rbc = next(x for x in rep["models"] if x["kind"] == "rbc")
-                for m in rep["models"]:
-                    if m["kind"] in ("abc", "rbc") or method_of(m) != method:
-                        continue
-                    for row, label in ((m, row_label(m)), (rbc, f"{row_label(rbc)}, same report")):
-                        lines.append(f"| {label} | {with_interval(row['clean_accuracy'], row['n'])} | "
-                                     f"{with_interval(row['robust_accuracy'], row['n'])} | {src.column} | "
-                                     f"{row['n']:,} | `{src.path}` ({short_commit(rep)}) |")
+            rep, src = b.reports[0], b.table.sources[0]
+            rows = [(m, row_label(m)) for m in model_row(b, method)]
+            if not rows:
+                continue
+            rbc = next(x for x in rep["models"] if x["kind"] == "rbc")
+            for row, label in [*rows, (rbc, f"{row_label(rbc)}, same report")]:
+                lines.append(f"| {label} | {with_interval(row['clean_accuracy'], row['n'])} | "
+                             f"{with_interval(row['robust_accuracy'], row['n'])} | {src.column} | "
+                             f"{row['n']:,} | `{src.path}` ({short_commit(rep)}) |")
         return "\n".join(lines) + "\n\nMachines and commits: [Results](../results.md).\n"
     return make
 
@@ -367,6 +551,10 @@ SNIPPETS: dict[str, Callable[[dict[str, Built]], str]] = {
     "method-linear": method_snippet("linear"),
     "method-adaptive-smoothing": method_snippet("adaptive-smoothing"),
     "method-local-smoothing": method_snippet("local-smoothing-adaptive"),
+    "gate-attacks": gate_snippet(),
+    "gate-attacks-adaptive-smoothing": gate_snippet("adaptive-smoothing"),
+    "gate-attacks-local-smoothing": gate_snippet("local-smoothing-adaptive"),
+    "adaptive-smoothing-c-bound": adaptive_smoothing_c_bound,
 }
 
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)

@@ -75,8 +75,63 @@ def test_every_percentage_on_the_page_is_in_a_report(make_results):
             for m in json.loads((ROOT / source.path).read_text())["models"]:
                 for key in ("clean_accuracy", "robust_accuracy"):
                     values.add(make_results.with_interval(m[key], m["n"]))
+    values |= gate_values(make_results)
     cells = re.findall(r"\d+\.\d \(\d+\.\d-\d+\.\d\)", page)
     assert cells and set(cells) <= values
+
+
+def gate_values(make_results) -> set[str]:
+    """The gate-logit section's cells, counted here from the files: clean and before on the lineage report's first
+    n images, after = before minus the union of every pass's new breaks."""
+    folder = ROOT / make_results.GATE_DIR
+    lineage = json.loads((ROOT / make_results.GATE_LINEAGE.path).read_text())
+    summary = json.loads((folder / "summary.json").read_text())
+    values = set()
+    for short in {name.split(".", 1)[0] for name in summary}:
+        runs = [json.loads((folder / f"{name}.json").read_text()) for name in summary
+                if name.split(".", 1)[0] == short]
+        n, card = runs[0]["n_images"], runs[0]["card"]
+        row = next(m for m in lineage["models"] if str(m.get("card_path")).endswith(card))
+        before = row["robust_outcomes"][:n].count("1")
+        broken = {i for r in runs for i in r["new_breaks"]}
+        for k in (row["clean_outcomes"][:n].count("1"), before, before - len(broken)):
+            values.add(make_results.count_interval(k, n))
+    rbc = next(m for m in lineage["models"] if m["kind"] == "rbc")
+    for key in ("clean_outcomes", "robust_outcomes"):
+        values.add(make_results.count_interval(rbc[key][:n].count("1"), n))
+    return values
+
+
+def test_gate_section_follows_the_pass_files(make_results, monkeypatch):
+    """One more confirmed break in a pass file lowers that card's 'after' cell on the page and the method page."""
+    load = make_results.load
+    target = f"{make_results.GATE_DIR}/C.strong.json"
+    first = load(f"{make_results.GATE_DIR}/C.json")
+    survivor = next(s["index"] for s in load(target)["closest_survivors"])
+
+    def patched(p):
+        r = load(p)
+        if p == target:
+            r = copy.deepcopy(r)
+            r["broken_by"][str(survivor)] = "gate-t"
+            r["new_breaks"].append(survivor)
+        return r
+
+    before = make_results.outputs()
+    monkeypatch.setattr(make_results, "load", patched)
+    after = make_results.outputs()
+    n, k = first["n_images"], first["robust_before"]
+    broken = len(first["new_breaks"]) + len(load(target)["new_breaks"])
+    old_cell, new_cell = (make_results.count_interval(k - b, n) for b in (broken, broken + 1))
+    for rel in (make_results.PAGE, "docs/methods/adaptive-smoothing.md"):
+        assert f"| {old_cell} |" in before[rel].decode() and f"| {new_cell} |" in after[rel].decode(), rel
+    assert f"#{survivor} gate-t" in after[make_results.PAGE].decode()
+
+
+def test_method_blocks_give_the_rbc_row_once_per_report(make_results):
+    built = {t.key: make_results.build_table(t) for t in make_results.TABLES}
+    block = make_results.SNIPPETS["method-adaptive-smoothing"](built)
+    assert block.count("| RBC `fmnist-pgd`, same report |") == 1
 
 
 def test_an_unknown_block_is_refused(make_results):
