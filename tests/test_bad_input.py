@@ -502,3 +502,18 @@ def test_ctrl_c_says_that_a_rerun_resumes_from_the_cache(tmp_path):
     assert proc.returncode == 130, stderr
     assert lines[-1] == "interrupted; finished work is in the cache: run the same command again to resume from it"
     assert "Traceback" not in stderr and not (tmp_path / "bench" / "report.json").exists()
+
+
+def test_a_list_of_numbers_option_takes_numbers_and_refuses_names():
+    """An option whose default is a list of numbers (a sweep, e.g. the gate attack's ``mus``) takes numbers, one
+    or several, and refuses names, NaN and booleans in one line naming the option."""
+    from mixzoo.core.checks import check_typed_options
+
+    defaults = {"mus": [0.0, 0.3], "components": ["square"]}
+    check_typed_options("attack 'x'", {"mus": [0.0, 0.1], "components": ["a", "b"]}, defaults)
+    check_typed_options("attack 'x'", {"mus": 0.1}, defaults)
+    for bad in (["a"], [0.1, float("nan")], [True], "x"):
+        with pytest.raises(InputError, match=r"^option mus of attack 'x' must be a comma-separated list of numbers"):
+            check_typed_options("attack 'x'", {"mus": bad}, defaults)
+    with pytest.raises(InputError, match="list of names"):
+        check_typed_options("attack 'x'", {"components": [1, 2]}, defaults)

@@ -128,6 +128,11 @@ def check_typed_options(owner: str, options: dict[str, Any], defaults: dict[str,
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif kind is float:
             ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        elif kind in (list, tuple) and _numbers(default):  # a list of numbers, e.g. a sweep
+            ok = _numbers(value) or _numbers([value])  # one number is a list of one
+            if not ok:
+                raise InputError(f"option {key} of {owner} must be a comma-separated list of numbers, got"
+                                 f" {value!r} (e.g. -O {key}=0,0.1)")
         elif kind in (list, tuple):
             kind = list
             ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
@@ -136,3 +141,9 @@ def check_typed_options(owner: str, options: dict[str, Any], defaults: dict[str,
         if not ok:
             raise InputError(f"option {key} of {owner} must be {TYPE_NAMES.get(kind, kind.__name__)}, got"
                              f" {value!r} (e.g. -O {key}={_EXAMPLES.get(kind, '...')})")
+
+
+def _numbers(values: Any) -> bool:
+    """A non-empty list or tuple of finite real numbers (``True`` / ``False`` are not numbers here)."""
+    return isinstance(values, list | tuple) and bool(values) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values)
