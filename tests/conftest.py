@@ -1,12 +1,35 @@
-"""Shared fixtures: an isolated cache per test session, offline hub settings, quiet threads."""
+"""Shared fixtures: an isolated cache per test session, offline hub settings, quiet threads; the markers' rules.
+
+Test modules are imported with ``--import-mode=importlib`` (same-named files in different folders do not collide),
+so this folder is put on ``sys.path`` here: the helper modules next to this file (``digits_models``, ``hub_cache``,
+``autoattack_reference``) import by their plain names from any test folder."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` are skipped where CUDA is not available."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs CUDA (marker gpu)")
+        for item in gpu:
+            item.add_marker(skip)
 
 
 @pytest.fixture()

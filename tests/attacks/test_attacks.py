@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from autoattack_reference import LN, N_ITER, NaNOff, run_autoattack_apgd
 from digits_models import train_digits_mlp
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,35 +18,10 @@ from mixzoo.errors import InputError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-N_ITER = 30
-
 
 @pytest.fixture(scope="module")
 def digits(one_thread):
     return train_digits_mlp()
-
-
-class LN(nn.Module):
-    """h^LN as a plain single-output model, for AutoAttack."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        return layer_norm(self.model(x))
-
-
-def run_autoattack_apgd(model, x, y, eps, norm, n_iter=N_ITER, seed=0):
-    """pyautoattack's APGD-CE + APGD-T (custom version) with the given iterations."""
-    aa = import_autoattack()
-    attack = aa.AutoAttack(model, eps=eps, norm=norm, seed=seed, version="custom", attacks=["apgd-ce", "apgd-t"])
-    attack.apgd = aa.autopgd_base.APGDAttack(model, n_restarts=1, n_iter=n_iter, eps=eps, norm=norm, seed=seed)
-    attack.apgd_targeted = aa.autopgd_base.APGDAttack_targeted(model, n_restarts=1, n_iter=n_iter, eps=eps, norm=norm,
-                                                               seed=seed, n_target_classes=9)
-    attack.verbose = False
-    x_adv, _ = attack.run_standard_evaluation(x, y, batch_size=1000)
-    return x_adv
 
 
 @pytest.mark.parametrize("norm,eps", [("Linf", 0.1), ("L2", 0.5)])
@@ -219,21 +195,6 @@ def test_bad_inputs(digits):
     res = mmaa(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)), x, y % 3, eps=0.1, n_iter=2, n_target_classes=0,
                progress=False)
     assert res.settings["n_target_classes"] == 0
-
-
-class NaNOff(nn.Module):
-    """Finite on the 1/16 grid of the digits images, NaN once an input leaves it by more than ``tol``."""
-
-    def __init__(self, model, tol=0.01, clean_nan=0):
-        super().__init__()
-        self.model, self.tol, self.clean_nan = model, tol, clean_nan
-
-    def forward(self, x):
-        out = self.model(x)
-        off = (x - torch.round(x * 16) / 16).flatten(1).abs().max(1).values > self.tol
-        bad = off.clone()
-        bad[: self.clean_nan] = True
-        return torch.where(bad[:, None], torch.full_like(out, float("nan")), out)
 
 
 def test_nan_model_is_reported(digits):

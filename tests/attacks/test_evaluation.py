@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from autoattack_reference import NaNOff, run_autoattack_apgd
 from digits_models import train_digits_mlp
-from test_attacks import NaNOff, run_autoattack_apgd
 from torch import nn
 
 from mixzoo.attacks import AdaptiveAutoAttack, APGDEnsemble, AutoAttackEval, EvalResult, PGDAttack

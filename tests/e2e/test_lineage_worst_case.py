@@ -10,7 +10,7 @@ import pytest
 
 from mixzoo.core.errors import InputError
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "lineage_worst_case.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "lineage_worst_case.py"
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import mixzoo
 from mixzoo.errors import RegistryError
 from mixzoo.registry import default_registry_path, load_registry_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_registry_is_read_from_inside_the_package(monkeypatch):

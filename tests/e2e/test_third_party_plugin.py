@@ -21,7 +21,7 @@ from mixzoo.errors import PluginError
 from mixzoo.plugins import clear_caches, hookimpl, register_plugin, unregister_plugin
 from mixzoo.registry import get_registry
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mixzoo-plugin-example"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mixzoo-plugin-example"
 MODEL, CLAMP, DIST = "example-digits-linear", "tanh-clamp", "mixzoo-plugin-example"
 PIP = [sys.executable, "-m", "pip"]
 

@@ -18,7 +18,7 @@ from mixzoo.errors import InputError, MixzooError
 from mixzoo.methods import ExtraAttack, MixingMethod, default_method, fit, get_method
 from mixzoo.plugins import hookimpl, lookup, mixing_methods, plugin_infos, register_plugin, unregister_plugin
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAIR = {"abc": {"name": "digits-std"}, "rbc": {"name": "digits-pgd"}, "dataset": "digits"}
 
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from mixzoo.core.card import MixCard
 
-CARDS = Path(__file__).resolve().parents[1] / "plugins" / "cards"
+CARDS = Path(__file__).resolve().parents[3] / "plugins" / "cards"
 PUBLISHED = {"mixednuts-cifar10": 10, "mixednuts-cifar100": 100, "mixednuts-imagenet": 1000}
 AUTHORS_LN_K = 250  # calc_spca.py / run_robustbench.py default: all logits for CIFAR, the top 250 for ImageNet
 
