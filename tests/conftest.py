@@ -40,6 +40,18 @@ def cache_dir(tmp_path, monkeypatch):
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_intra_op_thread():
+    """Every test runs torch with one intra-op thread: the models here are tiny, and on a 2-core machine a second
+    thread per op costs more than it gives (tests that need another count set it themselves)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models: one intra-op thread avoids oversubscribing the shared 2-core machine (10x faster here)."""

@@ -30,12 +30,12 @@ def test_describe_machine_reports_this_cpu():
 def test_machine_summary_names_capability_and_threads():
     torch_threads = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        one = machine_summary("cpu")
+        torch.set_num_threads(2)
+        two = machine_summary("cpu")
     finally:
         torch.set_num_threads(torch_threads)
-    assert one.endswith(", 1 threads") and describe_machine()["cpu"] in one
-    assert f"({torch.backends.cpu.get_cpu_capability()})" in one
+    assert two.endswith(", 2 threads") and describe_machine()["cpu"] in two
+    assert f"({torch.backends.cpu.get_cpu_capability()})" in two
 
 
 def test_run_record_and_its_line():
