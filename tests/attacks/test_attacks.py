@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from autoattack_reference import LN, N_ITER, NaNOff, run_autoattack_apgd
@@ -11,10 +13,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 from mixzoo.attacks import MarginRecord, apgd_ce, apgd_run, mmaa, signed_margin
-from mixzoo.attacks.apgd import LOSSES, target_classes
+from mixzoo.attacks.apgd import LOSSES, apgd_t, clean_record, target_classes
 from mixzoo.attacks.margins import layer_norm, selection_key
+from mixzoo.attacks.pgd import pgd
 from mixzoo.compat import import_autoattack
+from mixzoo.data import load_dataset
 from mixzoo.errors import InputError
+from mixzoo.models import load_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -222,3 +227,225 @@ def test_attack_all_changes_only_flipped_examples(digits):
     assert (full.margins[~kept] <= lean.margins[~kept]).all()
     assert (full.margins[~kept] < lean.margins[~kept]).any()
     assert lean.settings["attack_all"] is False
+
+
+@pytest.fixture(scope="module")
+def zoo_digits(one_thread):
+    """The zoo's standard digits classifier (8x8 grey images in [0, 1]) and 120 evaluation images."""
+    data = load_dataset("digits", "evaluation", n=120)
+    return load_model("digits-std"), data.images, data.labels
+
+
+# ------------------------------------------------------------------------------------------------------ APGD
+def _correct(model, x, y):
+    """The examples the model classifies right (AutoAttack attacks only those)."""
+    with torch.no_grad():
+        keep = model(x).argmax(1) == y
+    return model, x[keep], y[keep]
+
+
+@pytest.mark.parametrize("norm,eps,loss", [("Linf", 0.05, "ce"), ("L2", 0.3, "dlr")])
+def test_apgd_checkpoints_at_100_iterations_follow_autoattack(zoo_digits, norm, eps, loss):
+    """AutoAttack's checkpoints p_j for n_iter = 100 (first after int(0.22 n) = 22 steps, then shrinking by
+    int(0.03 n) = 3 down to int(0.06 n) = 6; n = 30 cannot tell 0.22 from 0.2): same seed, same best losses."""
+    model, x, y = zoo_digits
+    x, y = x[:60], y[:60]
+    aa = import_autoattack()
+    ref = aa.autopgd_base.APGDAttack(model, n_iter=100, eps=eps, norm=norm, loss=loss, seed=0)
+    ref.init_hyperparam(x)
+    torch.manual_seed(5)
+    _, _, ref_best, _ = ref.attack_single_run(x, y)
+    rec = clean_record(model, x, y)
+    ours = apgd_run(model, x, y, rec, eps=eps, norm=norm, n_iter=100, loss=loss,
+                    generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(ours, ref_best, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm,eps", [("Linf", 0.07), ("L2", 0.35)])
+def test_apgd_ce_restarts_and_rho_follow_autoattack(zoo_digits, norm, eps):
+    """With two restarts (random starts drawn one after the other from one seeded stream, the second restart only on
+    the examples still correct) and rho = 0.5, the examples broken are exactly AutoAttack's APGD-CE's."""
+    model, x, y = zoo_digits
+    x, y = x[:120], y[:120]
+    aa = import_autoattack()
+    ref = aa.autopgd_base.APGDAttack(model, n_restarts=2, n_iter=20, eps=eps, norm=norm, loss="ce", seed=0, rho=0.5)
+    with torch.no_grad():
+        ref_wrong = model(ref.perturb(x, y)).argmax(1) != y
+    rec = apgd_ce(model, x, y, eps=eps, norm=norm, n_iter=20, n_restarts=2, seed=0, rho=0.5)
+    assert 0 < int(ref_wrong.sum()) < len(y)
+    assert torch.equal(rec.misclassified, ref_wrong)
+
+
+@pytest.mark.parametrize("norm,eps", [("Linf", 0.05), ("L2", 0.3)])
+def test_apgd_t_targets_restarts_and_rho_follow_autoattack(zoo_digits, norm, eps):
+    """APGD-T with three targets (2nd, 3rd, 4th class), two restarts each and rho = 0.5 breaks exactly the examples
+    AutoAttack's APGD-T breaks (same seed)."""
+    model, x, y = zoo_digits
+    x, y = x[:60], y[:60]
+    aa = import_autoattack()
+    ref = aa.autopgd_base.APGDAttack_targeted(model, n_restarts=2, n_iter=20, eps=eps, norm=norm, seed=0, rho=0.5,
+                                              n_target_classes=3)
+    with torch.no_grad():
+        ref_wrong = model(ref.perturb(x, y)).argmax(1) != y
+    rec = apgd_t(model, x, y, eps=eps, norm=norm, n_iter=20, n_target_classes=3, n_restarts=2, seed=0, rho=0.5)
+    assert 0 < int(ref_wrong.sum()) < len(y)
+    assert torch.equal(rec.misclassified, ref_wrong)
+
+
+def test_apgd_t_takes_its_targets_from_the_loss_logits(zoo_digits):
+    """With a (judged, loss) pair the target of APGD-T is the highest non-true class of the LOSS logits (the ones the
+    targeted DLR loss is computed on), here made different from the judged logits' by a bias."""
+    model, x, y = _correct(*zoo_digits)
+    x, y = x[:40], y[:40]
+    with torch.no_grad():
+        judged = model(x)
+    masked = judged.scatter(1, y[:, None], float("-inf"))
+    # the bias lifts the judged 3rd class above everything but the true class: a different runner-up
+    third = masked.topk(2, dim=1).indices[:, 1]
+    bias = torch.zeros_like(judged).scatter(1, third[:, None], 1e3)
+
+    def forward(inp):
+        out = model(inp)
+        return out, out + bias
+
+    by_hand = (judged + bias).scatter(1, y[:, None], float("-inf")).argmax(1)
+    assert torch.equal(by_hand, third) and not torch.equal(by_hand, masked.argmax(1))
+    ours = apgd_t(forward, x, y, eps=0.1, n_iter=6, n_target_classes=1, seed=0)
+    ref = clean_record(forward, x, y)
+    apgd_run(forward, x, y, ref, eps=0.1, n_iter=6, loss="dlr-targeted", target=by_hand,
+             generator=torch.Generator().manual_seed(0))
+    assert torch.equal(ours.x, ref.x)
+
+
+def test_apgd_ce_passes_rho_to_every_run(zoo_digits):
+    """apgd_ce(rho=0.5) visits the points of a single APGD run with rho = 0.5 from the same seeded stream (rho is
+    the oscillation threshold of the step-size checkpoints), and rho = 0.75 would visit others."""
+    model, x, y = _correct(*zoo_digits)
+    x, y = x[:40], y[:40]
+    ours = apgd_ce(model, x, y, eps=0.1, n_iter=40, seed=0, rho=0.5)
+    runs = {}
+    for rho in (0.5, 0.75):
+        runs[rho] = clean_record(model, x, y)
+        apgd_run(model, x, y, runs[rho], eps=0.1, n_iter=40, loss="ce", rho=rho,
+                 generator=torch.Generator().manual_seed(0))
+    assert not torch.equal(runs[0.5].x, runs[0.75].x)
+    assert torch.equal(ours.x, runs[0.5].x)
+
+
+def test_apgd_t_runs_every_restart_of_a_target_before_the_next_target(zoo_digits):
+    """AutoAttack's APGD-T loop order: for each target (2nd, 3rd highest class) all restarts, drawing the random
+    starts from one seeded stream, each run on the examples not yet misclassified; rebuilt here from single runs."""
+    model, x, y = _correct(*zoo_digits)
+    x, y = x[:60], y[:60]
+    eps, n_iter = 0.08, 8
+    ours = apgd_t(model, x, y, eps=eps, n_iter=n_iter, n_target_classes=2, n_restarts=2, seed=0)
+    with torch.no_grad():
+        order = model(x).argsort(dim=1, descending=True)  # all correct: column 0 is the true class
+    ref = clean_record(model, x, y)
+    gen = torch.Generator().manual_seed(0)
+    for j in (1, 2):
+        for _ in range(2):
+            idx = torch.nonzero(~ref.misclassified).squeeze(1)
+            part = ref.subset(idx)
+            apgd_run(model, x[idx], y[idx], part, eps=eps, n_iter=n_iter, loss="dlr-targeted",
+                     target=order[idx, j], generator=gen)
+            ref.merge(idx, part)
+    assert 0 < int(ref.misclassified.sum()) < len(y)
+    assert torch.equal(ours.x, ref.x)
+
+
+class PartlyFlat(nn.Module):
+    """A linear model whose output is detached (no input gradient) where the first pixel is above 0.5."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 5)
+
+    def forward(self, x):
+        out = self.lin(x.flatten(1))
+        return torch.where(x[:, 0, 0, 0, None] > 0.5, out.detach(), out)
+
+
+def test_zero_gradient_flag_marks_exactly_the_examples_without_gradient():
+    """``zero_grad`` flags examples whose loss gradient is all zero at the starting point (gradient masking), and
+    only those."""
+    torch.manual_seed(0)
+    model = PartlyFlat()
+    flat = torch.tensor([True, False, False, True, False, True])
+    x = torch.rand(6, 1, 4, 4, generator=torch.Generator().manual_seed(1)) * 0.5 + 0.25
+    x[:, 0, 0, 0] = torch.where(flat, 0.9, 0.1)  # eps = 0.01 never crosses 0.5
+    y = torch.tensor([0, 1, 2, 3, 4, 0])
+    rec = apgd_ce(model, x, y, eps=0.01, n_iter=2, attack_all=True)
+    assert rec.zero_grad.tolist() == flat.tolist()
+
+
+def test_apgd_refuses_counts_that_would_attack_nothing(zoo_digits):
+    """n_restarts = 0 or a negative number of targets would run no attack at all and report the clean accuracy as
+    robust: both are refused with a one-line error."""
+    model, x, y = zoo_digits
+    with pytest.raises(InputError, match="n_restarts"):
+        apgd_ce(model, x[:5], y[:5], eps=0.1, n_iter=2, n_restarts=0)
+    with pytest.raises(InputError, match="n_restarts"):
+        apgd_t(model, x[:5], y[:5], eps=0.1, n_iter=2, n_restarts=0)
+    with pytest.raises(InputError, match="n_target_classes"):
+        apgd_t(model, x[:5], y[:5], eps=0.1, n_iter=2, n_target_classes=-1)
+
+
+# ------------------------------------------------------------------------------------------------------- PGD
+def test_pgd_linf_random_start_is_uniform_in_the_ball():
+    """Madry et al.'s random start: delta uniform in [-eps, eps] per pixel (both signs), before any step; with a
+    zero step size the returned point is that start."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    x = torch.full((50, 1, 8, 8), 0.5)
+    y = torch.zeros(50, dtype=torch.long)
+    delta = pgd(model, x, y, eps=0.1, steps=1, step_size=0.0, generator=torch.Generator().manual_seed(0)) - x
+    assert delta.abs().max() <= 0.1 + 1e-6
+    assert float((delta < 0).double().mean()) == pytest.approx(0.5, abs=0.03)
+    assert float(delta.abs().mean()) == pytest.approx(0.05, abs=0.003)  # E|U(-eps, eps)| = eps / 2
+
+
+def test_pgd_l2_step_follows_the_normalised_gradient():
+    """One L2 step from x without random start: x + step * g / ||g||_2 (g the cross-entropy gradient computed
+    here), inside the ball and the box."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 4))
+    x = torch.rand(5, 1, 4, 4, generator=torch.Generator().manual_seed(1)) * 0.5 + 0.25
+    y = torch.tensor([0, 1, 2, 3, 0])
+    xr = x.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(nn.functional.cross_entropy(model(xr), y), xr)
+    expected = x + 0.2 * g / g.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
+    got = pgd(model, x, y, eps=0.5, steps=1, step_size=0.2, norm="L2", random_start=False)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
+class Bowl(nn.Module):
+    """Two classes, label 0: the cross-entropy is largest at x = 0.53 (logit 0 is 100 (x - 0.53)^2), so signed
+    steps from x = 0.5 oscillate around it."""
+
+    def forward(self, x):
+        z0 = 100.0 * (x.flatten(1)[:, :1] - 0.53) ** 2
+        return torch.cat([z0, torch.zeros_like(z0)], dim=1)
+
+
+def test_pgd_default_step_is_two_and_a_half_eps_over_steps_by_hand():
+    """Default step 2.5 eps / steps (Madry et al.), checked where the ball does not absorb it: three L-inf steps of
+    size a = 0.25 / 3 from 0.5 go up, down, up (the maximiser 0.53 lies within a of 0.5): the result is 0.5 + a."""
+    x = torch.full((1, 1, 1, 1), 0.5)
+    got = pgd(Bowl(), x, torch.tensor([0]), eps=0.1, steps=3, random_start=False)
+    assert float(got) == pytest.approx(0.5 + 2.5 * 0.1 / 3, abs=1e-6)
+
+
+def test_pgd_refuses_a_zero_radius():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 4))
+    with pytest.raises(InputError, match="epsilon must be positive"):
+        pgd(model, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]), eps=0.0)
+
+
+@pytest.mark.parametrize(("steps", "step_size", "match"), [(0, None, "steps"), (-3, None, "steps"),
+                                                           (True, None, "steps"), (2.0, None, "steps"),
+                                                           (5, -0.1, "step_size"), (5, math.nan, "step_size")])
+def test_pgd_refuses_step_counts_and_sizes_that_attack_nothing(steps, step_size, match):
+    """``steps=0`` divided by zero for the default step, a negative count returned the random start unattacked."""
+    x = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(InputError, match=match):
+        pgd(nn.Flatten(), x, torch.zeros(2, dtype=torch.long), eps=0.1, steps=steps, step_size=step_size)

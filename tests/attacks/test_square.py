@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+import mixzoo.attacks.square as square
 from mixzoo.attacks.margins import ln_signed_margin, signed_margin
 from mixzoo.attacks.mmaa import MMAAResult
 from mixzoo.attacks.result import EvalResult
@@ -25,7 +26,10 @@ from mixzoo.attacks.square import (
     square_queries_needed,
 )
 from mixzoo.blackbox import BlackBoxModel, QueryBudgetExceeded
+from mixzoo.compat import import_autoattack
+from mixzoo.data import load_dataset
 from mixzoo.errors import InputError
+from mixzoo.models import load_model
 from mixzoo.plugins import lookup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -391,3 +395,298 @@ def test_clean_misclassified_examples_are_not_queried_further(norm, eps):
     assert res.settings["queries"] == bb.queries == sum(expected)
     # the misclassified clean point is what is returned for them
     assert torch.equal(res.adv_images[:n_wrong], x[:n_wrong]) and res.misclassified[:n_wrong].all()
+
+
+@pytest.fixture(scope="module")
+def zoo_digits(one_thread):
+    """The zoo's standard digits classifier (8x8 grey images in [0, 1]) and 120 evaluation images."""
+    data = load_dataset("digits", "evaluation", n=120)
+    return load_model("digits-std"), data.images, data.labels
+
+
+# ---------------------------------------------------------------------------------------------------- Square
+class Constant(nn.Module):
+    """Always right with the same logits: the search never stops early and every proposal ties."""
+
+    def __init__(self, k: int = 10):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        out = torch.zeros(len(x), self.k)
+        out[:, 0] = 3.0
+        out[:, 1] = 1.0
+        return out
+
+
+class _Stop(Exception):
+    pass
+
+
+def _reference_side(norm: str, p: float, c: int, h: int, w: int) -> int:
+    """The square side of the reference (pyautoattack/square.py): round(sqrt(p * n_features / c)), at least 1
+    (L-inf) or at least 3 and odd (L2), at most the image side."""
+    s = int(round(math.sqrt(p * c * h * w / c)))
+    if norm == "Linf":
+        return min(max(s, 1), h, w)
+    s = max(s, 3)
+    return min(s + 1 if s % 2 == 0 else s, h, w)
+
+
+@pytest.mark.parametrize("norm,p_init", [("Linf", 0.1), ("Linf", 0.005), ("L2", 0.005), ("L2", 0.07),
+                                         ("L2", 0.3)])
+def test_first_square_side_is_the_reference_side_for_colour_images(monkeypatch, norm, p_init):
+    """Three channels, 16x16: the first proposal's square has the reference side for p = p_init (the first ten
+    ten-thousandths of the budget use p_init): sqrt(p * n_features / c), not sqrt(p * n_features); for L2 at least
+    3 and odd."""
+    seen = []
+    name = "_linf_step" if norm == "Linf" else "_l2_step"
+
+    def spy(*args):
+        seen.append(args[3])
+        raise _Stop
+
+    monkeypatch.setattr(square, name, spy)
+    x = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(_Stop):
+        square.min_margin_square(Constant(), x, torch.zeros(2, dtype=torch.long), eps=0.1 if norm == "Linf" else 0.5,
+                                 norm=norm, n_queries=5000, p_init=p_init, progress=False)
+    assert seen == [_reference_side(norm, p_init, 3, 16, 16)]
+
+
+class FirstQueries(nn.Module):
+    """Constant logits; keeps the inputs of the first ``n`` queries."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n, self.inputs, self.inner = n, [], Constant()
+
+    def forward(self, x):
+        if len(self.inputs) < self.n:
+            self.inputs.append(x.clone())
+        return self.inner(x)
+
+
+def test_linf_initial_point_is_vertical_stripes_of_plus_minus_eps():
+    """Reference L-inf initialisation: x + eps * s with one random sign per (example, channel, column), the same
+    down each column, both signs drawn (away from the box's edges, so nothing is clipped)."""
+    x = torch.rand(6, 3, 8, 8, generator=torch.Generator().manual_seed(2)) * 0.6 + 0.2
+    model = FirstQueries(2)
+    square.min_margin_square(model, x, torch.zeros(6, dtype=torch.long), eps=0.1, n_queries=1, progress=False)
+    delta = model.inputs[1] - x
+    torch.testing.assert_close(delta.abs(), torch.full_like(delta, 0.1), rtol=0, atol=1e-6)
+    torch.testing.assert_close(delta, delta[:, :, :1, :].expand_as(delta), rtol=0, atol=1e-6)
+    assert (delta > 0).any() and (delta < 0).any()
+
+
+def test_l2_initial_point_tiles_the_reference_grid():
+    """Reference L2 initialisation on 8x8 images: tiles of side h // 5 = 1 starting at (h - 5 s) // 2 = 1, i.e. every
+    pixel but row 0 and column 0 moves; the perturbation has L2 norm exactly eps (nothing clipped here)."""
+    x = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(3)) * 0.6 + 0.2
+    model = FirstQueries(2)
+    square.min_margin_square(model, x, torch.zeros(4, dtype=torch.long), eps=0.5, norm="L2", n_queries=1,
+                             progress=False)
+    delta = model.inputs[1] - x
+    moved = delta.abs() > 1e-7
+    assert not moved[:, :, 0, :].any() and not moved[:, :, :, 0].any()
+    assert moved[:, :, 1:, 1:].all()
+    torch.testing.assert_close(delta.flatten(1).norm(dim=1), torch.full((4,), 0.5), rtol=1e-5, atol=0)
+
+
+def test_l2_eta_pattern_is_the_reference_one():
+    """The L2 square pattern equals the reference ``eta(s)`` (concentric rectangles weighted 1/(k+1)^2, upper half
+    positive, lower half negative, unit norm), up to the reference's random transposition."""
+    aa = import_autoattack()
+    ref = aa.square.SquareAttack(lambda t: t, norm="L2", eps=1.0, device="cpu")
+    for s in range(1, 12):
+        torch.manual_seed(s)
+        want = ref.eta(s)
+        ours = square._eta_base(s)
+        assert torch.allclose(ours, want, atol=1e-6) or torch.allclose(ours.t(), want, atol=1e-6), s
+
+
+def test_l2_eta_pattern_is_transposed_half_of_the_time():
+    gen = torch.Generator().manual_seed(0)
+    base = square._eta_base(5)
+    flips = [bool(torch.equal(square._eta(5, gen), base.t())) for _ in range(400)]
+    assert 0.4 < sum(flips) / len(flips) < 0.6
+
+
+def _reference_l2_step(x, x_best, eps, s, vh, vw, vh2, vw2, eta, sign):
+    """The reference L2 proposal (pyautoattack/square.py, attack_single_run, L2 branch), transcribed."""
+    c = x.shape[1]
+    delta_curr = x_best - x
+    mask1 = torch.zeros_like(x)
+    mask1[:, :, vh:vh + s, vw:vw + s] = 1.0
+    norms_window_1 = (delta_curr[:, :, vh:vh + s, vw:vw + s] ** 2).sum(dim=(-2, -1), keepdim=True).sqrt()
+    mask2 = torch.zeros_like(x)
+    mask2[:, :, vh2:vh2 + s, vw2:vw2 + s] = 1.0
+    norms_image = (delta_curr ** 2).flatten(1).sum(dim=1).sqrt().view(-1, 1, 1, 1)
+    mask_image = torch.max(mask1, mask2)
+    norms_windows = ((delta_curr * mask_image) ** 2).sum(dim=(-2, -1), keepdim=True).sqrt()
+    new_deltas = torch.ones([x.shape[0], c, s, s]) * eta.view(1, 1, s, s) * sign
+    new_deltas = new_deltas + delta_curr[:, :, vh:vh + s, vw:vw + s] / (1e-12 + norms_window_1)
+    new_deltas = new_deltas / (1e-12 + (new_deltas ** 2).sum(dim=(-2, -1), keepdim=True).sqrt()) * (torch.max(
+        (eps * torch.ones_like(new_deltas)) ** 2 - norms_image ** 2, torch.zeros_like(new_deltas)) / c
+        + norms_windows ** 2).sqrt()
+    delta_curr = delta_curr.clone()
+    delta_curr[:, :, vh2:vh2 + s, vw2:vw2 + s] = 0.0
+    delta_curr[:, :, vh:vh + s, vw:vw + s] = new_deltas + 0
+    norm = (delta_curr ** 2).flatten(1).sum(dim=1).sqrt().view(-1, 1, 1, 1)
+    return torch.clamp(x + delta_curr / (norm + 1e-12) * eps, 0.0, 1.0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.floats(0.1, 2.0), st.integers(1, 3), st.sampled_from([3, 5]), st.data())
+def test_l2_proposal_matches_the_reference(seed, eps, c, s, data):
+    """The L2 proposal (App. D.5's Square step) equals the reference's: window 1 gets the new eta pattern plus its
+    old direction, scaled to the budget (eps^2 - ||delta||^2) / c + ||delta on both windows||^2 per channel,
+    window 2 is emptied, the result is rescaled to norm eps and clipped to [0, 1]."""
+    gen = torch.Generator().manual_seed(seed)
+    hw = 8
+    x = torch.rand(3, c, hw, hw, generator=gen)
+    delta = torch.randn(x.shape, generator=gen)
+    x_best = (x + delta / delta.flatten(1).norm(dim=1).view(-1, 1, 1, 1) * eps * 0.7).clamp(0, 1)
+    pos = [data.draw(st.integers(0, hw - s)) for _ in range(4)]
+    sign = torch.randint(0, 2, (3, c, 1, 1), generator=gen).float() * 2 - 1
+    eta = square._eta_base(s)
+    got = square._l2_step(x, x_best, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), eta, sign)
+    want = _reference_l2_step(x, x_best, eps, s, pos[0], pos[1], pos[2], pos[3], eta, sign)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_square_evaluation_passes_its_options_on(zoo_digits):
+    """The ``min-margin-square`` evaluation runs min_margin_square with its own p_init and seed (not the defaults):
+    its broken examples are exactly those of the direct call with the same options."""
+    model, x, y = zoo_digits
+    with torch.no_grad():
+        right = model(x).argmax(1) == y
+    x, y = x[right][:60], y[right][:60]  # the evaluation attacks the clean-correct examples
+    for seed, p_init in ((3, 0.3), (0, 0.05)):
+        res = lookup("attack", "min-margin-square")(eps=0.15, norm="Linf", seed=seed, n_queries=25,
+                                                     p_init=p_init).run(model, x, y, progress=False)
+        direct = square.min_margin_square(model, x, y, eps=0.15, n_queries=25, p_init=p_init, seed=seed,
+                                          layer_norm=False, progress=False)
+        assert torch.equal(res.robust_correct, ~direct.misclassified)
+        others = square.min_margin_square(model, x, y, eps=0.15, n_queries=25, p_init=0.8, seed=seed + 1,
+                                          layer_norm=False, progress=False)
+        assert not torch.equal(direct.misclassified, others.misclassified)
+
+
+def test_square_top_k_reaches_the_margin(zoo_digits):
+    """With top_k the tracked margin is that of softmax(LN over the top-k logits) (App. D.7), not of the full LN."""
+    model, x, y = zoo_digits
+    res = square.min_margin_square(model, x[:30], y[:30], eps=0.1, n_queries=10, top_k=3, progress=False)
+    torch.testing.assert_close(res.margins, ln_signed_margin(3)(res.logits, y[:30]))
+    assert not torch.allclose(res.margins, ln_signed_margin()(res.logits, y[:30]))
+    assert not torch.allclose(res.margins, signed_margin(res.logits, y[:30]))
+
+
+@pytest.mark.parametrize("norm,eps", [("Linf", 0.1), ("L2", 0.5)])
+def test_one_examples_search_does_not_depend_on_which_others_are_active(zoo_digits, norm, eps):
+    """Signs are drawn for the whole batch every iteration (module docstring), so an example's search is the same
+    next to an example that is misclassified from the start (never queried) as next to one that stays active."""
+    model, x, y = zoo_digits
+    with torch.no_grad():
+        margins = signed_margin(model(x), y)
+    wrong = int(torch.nonzero(margins < 0)[0])
+    a, b = (int(i) for i in margins.argsort(descending=True)[:2])  # the two safest examples: active throughout
+    kw = dict(eps=eps, norm=norm, n_queries=30, seed=0, progress=False)
+    beside_wrong = square.min_margin_square(model, x[[a, wrong]], y[[a, wrong]], **kw)
+    beside_right = square.min_margin_square(model, x[[a, b]], y[[a, b]], **kw)
+    assert not beside_right.misclassified.any() and not torch.equal(beside_right.adv_images[0], x[a])
+    assert torch.equal(beside_wrong.adv_images[0], beside_right.adv_images[0])
+
+
+@pytest.mark.parametrize("norm", ["Linf", "L2"])
+def test_square_positions_cover_every_offset_of_a_non_square_image(monkeypatch, norm):
+    """On a 5x12 image the square's row offset ranges over 0..h-s and its column offset over 0..w-s, all of them
+    (module docstring: all h - s + 1 offsets), for both L2 windows too."""
+    seen = []
+    name = "_linf_step" if norm == "Linf" else "_l2_step"
+    real = getattr(square, name)
+
+    def spy(*args):
+        s = args[3]
+        windows = [args[4:6]] if norm == "Linf" else [args[4], args[5]]
+        seen.extend((s, int(vh), int(vw)) for vh, vw in windows)
+        return real(*args)
+
+    monkeypatch.setattr(square, name, spy)
+    h, w = 5, 12
+    x = torch.rand(2, 1, h, w, generator=torch.Generator().manual_seed(0)) * 0.6 + 0.2
+    square.min_margin_square(Constant(), x, torch.zeros(2, dtype=torch.long), eps=0.1 if norm == "Linf" else 0.5,
+                             norm=norm, n_queries=400, p_init=0.05, progress=False)
+    assert all(0 <= vh <= h - s and 0 <= vw <= w - s for s, vh, vw in seen)
+    s = max({s for s, _, _ in seen}, key=[t[0] for t in seen].count)  # the most frequent side
+    assert {vh for t, vh, _ in seen if t == s} == set(range(h - s + 1))
+    assert {vw for t, _, vw in seen if t == s} == set(range(w - s + 1))
+
+
+class NaNFromCall(nn.Module):
+    """Right with constant logits for the first ``k - 1`` calls, NaN from call ``k`` on."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.k, self.calls = k, 0
+
+    def forward(self, x):
+        self.calls += 1
+        out = torch.zeros(len(x), 10)
+        out[:, 0] = 3.0
+        return torch.full_like(out, float("nan")) if self.calls >= self.k else out
+
+
+def test_square_reports_nan_at_a_proposal():
+    """A NaN output at a proposal is an error, never a robust example (NaN compares False with every key)."""
+    x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(InputError, match="NaN logits for 3 examples during the Square attack"):
+        square.min_margin_square(NaNFromCall(3), x, torch.zeros(3, dtype=torch.long), eps=0.1, n_queries=10,
+                                 progress=False)
+
+
+def test_square_signs_are_drawn_per_channel(monkeypatch):
+    """Reference Square: each channel of a square (L-inf proposal) and of an L2 initial tile gets its own random
+    sign (``random_choice([..., c, 1, 1])``); the L2 tile pattern is shared by the channels."""
+    signs = []
+    real = square._linf_step
+
+    def spy(*args):
+        signs.append(args[6])
+        return real(*args)
+
+    monkeypatch.setattr(square, "_linf_step", spy)
+    x = torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(4)) * 0.6 + 0.2
+    square.min_margin_square(Constant(), x, torch.zeros(4, dtype=torch.long), eps=0.1, n_queries=6, progress=False)
+    sign = torch.cat(signs)
+    assert sign.shape[1:] == (3, 1, 1) and (sign != sign[:, :1]).any()
+    model = FirstQueries(2)
+    square.min_margin_square(model, x, torch.zeros(4, dtype=torch.long), eps=0.5, norm="L2", n_queries=1,
+                             progress=False)
+    delta = model.inputs[1] - x
+    torch.testing.assert_close(delta[:, 0].abs(), delta[:, 1].abs(), rtol=1e-4, atol=1e-7)
+    assert not torch.allclose(delta[:, 0], delta[:, 1])
+
+
+def test_square_counts_an_argmax_tie_against_the_label_as_misclassified():
+    """``misclassified`` is argmax != label: with the label second of two tied classes the prediction is wrong
+    although the signed margin is exactly 0 (as in MMAA)."""
+
+    class Tied(nn.Module):
+        def forward(self, x):
+            return torch.tensor([1.0, 1.0, 0.0, 0.0]).expand(len(x), 4).clone()
+
+    x = torch.rand(3, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+    res = square.min_margin_square(Tied(), x, torch.tensor([1, 1, 0]), eps=0.1, n_queries=3, layer_norm=False,
+                                   progress=False)
+    assert res.margins.tolist() == [0.0, 0.0, 0.0]
+    assert res.misclassified.tolist() == [True, True, False]
+
+
+def test_square_reports_nan_at_its_initial_point():
+    """A NaN output at Square's initial point is an error too: before this check the NaN key dropped the examples
+    out of the search and they came back with margin NaN, not misclassified, robust accuracy 1.0."""
+    x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(InputError, match="NaN logits for 3 examples at the Square attack's initial point"):
+        square.min_margin_square(NaNFromCall(2), x, torch.zeros(3, dtype=torch.long), eps=0.1, n_queries=10,
+                                 progress=False)
