@@ -14,7 +14,7 @@ from torch import nn
 
 from mixzoo.attacks import MarginRecord, apgd_ce, apgd_run, mmaa, signed_margin
 from mixzoo.attacks.apgd import LOSSES, apgd_t, clean_record, target_classes
-from mixzoo.attacks.margins import layer_norm, selection_key
+from mixzoo.attacks.margins import layer_norm, ln_signed_margin, selection_key
 from mixzoo.attacks.pgd import pgd
 from mixzoo.compat import import_autoattack
 from mixzoo.data import load_dataset
@@ -449,3 +449,131 @@ def test_pgd_refuses_step_counts_and_sizes_that_attack_nothing(steps, step_size,
     x = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     with pytest.raises(InputError, match=match):
         pgd(nn.Flatten(), x, torch.zeros(2, dtype=torch.long), eps=0.1, steps=steps, step_size=step_size)
+
+
+
+
+# ------------------------------------------------------------------------------------------ margin record
+def test_an_argmax_tie_against_the_label_is_a_misclassification():
+    """argmax picks the first of tied classes; with the label second the prediction is wrong, the signed margin is
+    0 and the key is shifted by -2 (margins.py docstring: ties are resolved in the attacker's favour)."""
+    logits, labels = torch.tensor([[1.0, 1.0, 0.0]]), torch.tensor([1])
+    assert logits.argmax(1).item() == 0
+    margin = signed_margin(logits, labels)
+    assert margin.item() == 0.0
+    assert selection_key(logits, margin, labels).item() == -2.0
+    record = MarginRecord.start(torch.zeros(1, 1, 1, 1), logits, labels)
+    assert record.misclassified.item()
+    # a correct point with a positive margin is replaced by the tie, never the other way round
+    record = MarginRecord.start(torch.zeros(1, 1, 1, 1), torch.tensor([[0.0, 3.0, 0.0]]), labels)
+    assert not record.misclassified.item()
+    record.update(torch.ones(1, 1, 1, 1), logits)
+    assert record.misclassified.item() and record.x.item() == 1.0
+
+
+def test_an_equal_key_keeps_the_earlier_point():
+    """update() keeps points with a *lower* key: an offer with the same logits leaves the record's point alone."""
+    logits, labels = torch.tensor([[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]]), torch.tensor([0, 1])
+    record = MarginRecord.start(torch.zeros(2, 1, 1, 1), logits, labels)
+    record.update(torch.ones(2, 1, 1, 1), logits.clone())
+    assert record.x.flatten().tolist() == [0.0, 0.0]
+
+
+def test_nan_at_any_visited_point_is_remembered():
+    labels = torch.tensor([0, 1])
+    finite = torch.tensor([[2.0, 0.0], [0.0, 2.0]])
+    record = MarginRecord.start(torch.zeros(2, 1, 1, 1), finite, labels)
+    record.update(torch.ones(2, 1, 1, 1), torch.tensor([[float("nan"), 0.0], [0.0, 1.0]]))
+    record.update(torch.ones(2, 1, 1, 1), finite)  # a later finite point does not clear the flag
+    assert record.nan.tolist() == [True, False]
+    with pytest.raises(InputError, match="NaN logits for 1 examples during the attack"):
+        record.check_finite()
+
+
+def test_a_single_nan_logit_at_the_clean_point_is_refused():
+    with pytest.raises(InputError, match="NaN logits for 1 examples"):
+        MarginRecord.start(torch.zeros(2, 1, 1, 1), torch.tensor([[float("nan"), 1.0, 2.0], [0.0, 1.0, 2.0]]),
+                           torch.tensor([2, 2]))
+
+
+def test_subset_and_merge_carry_the_nan_and_zero_grad_flags():
+    logits = torch.tensor([[3.0, 0.0, 0.0]] * 4)
+    labels = torch.zeros(4, dtype=torch.long)
+    record = MarginRecord.start(torch.zeros(4, 1, 1, 1), logits, labels)
+    record.nan[1] = True
+    record.zero_grad[2] = True
+    idx = torch.tensor([1, 2])
+    part = record.subset(idx)
+    assert part.nan.tolist() == [True, False] and part.zero_grad.tolist() == [False, True]
+    part.update(torch.ones(2, 1, 1, 1), torch.tensor([[3.0, 0.0, 0.0], [float("nan"), 0.0, 0.0]]))
+    record.merge(idx, part)
+    assert record.nan.tolist() == [False, True, True, False]
+    assert record.zero_grad.tolist() == [False, False, True, False]
+
+
+# ------------------------------------------------------------------------------------------------- MMAA
+def _count_grad_examples(model):
+    counts = {"n": 0}
+
+    class Counting(nn.Module):
+        def forward(self, inp):
+            if torch.is_grad_enabled():
+                counts["n"] += inp.shape[0]
+            return model(inp)
+
+    return Counting(), counts
+
+
+def test_mmaa_runs_apgd_t_with_a_single_target_class(digits):
+    model, x, y = digits
+    x, y = x[:20], y[:20]
+    counting, counts = _count_grad_examples(model)
+    res = mmaa(counting, x, y, eps=0.1, n_iter=3, n_target_classes=1, progress=False, attack_all=True)
+    assert res.settings["n_target_classes"] == 1
+    assert counts["n"] == (1 + 1) * 20 * (3 + 1)  # APGD-CE and one APGD-T run, start point + 3 steps each
+
+
+def test_mmaa_attack_loss_sees_the_top_k_layer_norm(digits):
+    """With top_k the attacked model is h^LN with LN over the top-k logits (App. D.7): MMAA's APGD-CE is APGD-CE on
+    (raw logits, LN_top_k(raw logits)) with the matching margin."""
+    model, x, y = digits
+    x, y = x[:40], y[:40]
+    res = mmaa(model, x, y, eps=0.1, n_iter=6, n_target_classes=0, top_k=3, progress=False, attack_all=True)
+
+    def forward(inp):
+        out = model(inp)
+        return out, layer_norm(out, 3)
+
+    record = apgd_ce(forward, x, y, eps=0.1, n_iter=6, seed=0, attack_all=True, margin_fn=ln_signed_margin(3))
+    assert torch.equal(res.adv_images, record.x) and torch.equal(res.margins, record.margin)
+
+
+def test_mmaa_batches_are_independent_and_seeded_alike(digits):
+    """Each batch's components use random streams seeded with ``seed`` (as AutoAttack does), so a run in batches
+    equals separate runs on the batches."""
+    model, x, y = digits
+    x, y = x[:40], y[:40]
+    kw = dict(eps=0.1, n_iter=4, n_target_classes=1, batch_size=20, progress=False)
+    whole = mmaa(model, x, y, **kw)
+    parts = [mmaa(model, x[a:a + 20], y[a:a + 20], **kw) for a in (0, 20)]
+    assert torch.equal(whole.adv_images, torch.cat([p.adv_images for p in parts]))
+    assert torch.equal(whole.margins, torch.cat([p.margins for p in parts]))
+
+
+class TiedTopTwo(nn.Module):
+    """Logits (t, t, 0, 0) with t = 1 + |x|^2: classes 0 and 1 tie at every input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = 1.0 + x.flatten(1).pow(2).sum(1, keepdim=True)
+        return t * torch.tensor([1.0, 1.0, 0.0, 0.0])
+
+
+def test_mmaa_counts_a_tie_against_the_label_as_misclassified():
+    """MMAAResult.misclassified is logits.argmax(1) != labels: with the label second of two tied classes the
+    prediction is wrong although the signed margin is exactly 0."""
+    x = torch.rand(3, 1, 2, 2, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([1, 1, 0])
+    res = mmaa(TiedTopTwo(), x, labels, eps=0.05, n_iter=2, n_target_classes=0, progress=False)
+    assert res.margins.tolist() == [0.0, 0.0, 0.0]
+    assert res.misclassified.tolist() == [True, True, False]
+    assert res.robust_accuracy == pytest.approx(1 / 3)

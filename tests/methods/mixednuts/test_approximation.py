@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from mixzoo.approximation import check_approximation, transformed_rbc
-from mixzoo.attacks.margins import signed_margin
+from mixzoo.approximation import ApproximationCheck, check_approximation, mmaa_settings, transformed_rbc, worst_points
+from mixzoo.attacks import signed_margin
+from mixzoo.calibrate import Grid, calibrate
 from mixzoo.card import MixCard
 from mixzoo.errors import InputError
 from mixzoo.pipeline import mix
-from mixzoo.transforms import rbc_transform
+from mixzoo.transforms import confidence_margin, rbc_transform
 
 FAST = dict(n_calib=150, n_iter=8, n_target_classes=2, batch_size=75, progress=False)
 
@@ -125,3 +127,101 @@ def test_refit_alpha_keeps_beta_on_the_transformed_rbcs_own_points(calibrated, t
     assert check.refit and check.alpha_worst == pytest.approx(record["alpha_second_pass"], abs=1e-12)
     assert check.beta_kept_surrogate >= check.beta and check.beta_kept_worst >= check.beta and check.notes == []
     assert check.cache_hits == {"mmaa_ln": True, "mmaa_m": True}  # the second pass cached its attack
+
+
+# ---------------------------------------------------------------------------------------- App. D.9 helpers
+def _check(**changes) -> ApproximationCheck:
+    base = dict(alpha_card=0.8, objective_surrogate=0.5, objective_check=0.5, objective_worst=0.5,
+                alpha_surrogate=0.8, alpha_check=0.8, alpha_worst=0.8, robust_accuracy_ln=0.6, robust_accuracy_m=0.6,
+                robust_accuracy_worst=0.6, beta_kept_surrogate=0.9, beta_kept_check=0.9, beta_kept_worst=0.9,
+                beta=0.9, n=100, seconds=1.0, cache_hits={})
+    return ApproximationCheck(**{**base, **changes})
+
+
+def test_check_notes_compare_a_refit_card_with_the_larger_alpha():
+    assert _check().notes == []  # beta kept exactly is kept
+    refit = _check(refit=True, alpha_card=0.8, alpha_surrogate=0.8, alpha_worst=0.7)
+    assert refit.notes == []  # the refit card takes the larger of the two passes' alphas
+    assert any("re-run `mixzoo mix`" in n for n in _check(refit=True, alpha_card=0.7, alpha_worst=0.7).notes)
+    assert any("keeps" in n for n in _check(beta_kept_worst=0.89).notes)
+
+
+def test_mmaa_settings_defaults_for_old_cards():
+    record = dict(eps=0.03, norm="Linf", n_iter=100, n_target_classes=9, n_restarts=1, seed=0)
+    assert mmaa_settings(record, top_k=5) == {**record, "top_k": 5, "batch_size": 250}
+    newer = {**record, "top_k": 7, "batch_size": 64}
+    assert mmaa_settings(newer, top_k=5) == {**record, "top_k": 7, "batch_size": 64}
+
+
+def test_worst_points_take_the_smallest_margin_of_the_transformed_rbc():
+    """Per image, the point where h^M = M(s, p, c)(RBC) has the smaller signed margin, a flip beating any margin.
+    With the linear clamp, s = p = 1, c = 0, h^M is the layer-normed RBC; its margins are computed here by hand."""
+    card = SimpleNamespace(s=1.0, p=1.0, c=0.0, clamp="linear", top_k=None)
+    a = torch.tensor([[1.0, 0.0, 0.0], [4.0, 3.0, 0.0], [0.0, 2.0, 0.0], [5.0, 4.9, 0.0]])
+    b = torch.tensor([[10.0, 9.0, 0.0], [3.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    labels = torch.zeros(4, dtype=torch.long)
+
+    def by_hand(raw):
+        z = (raw - raw.mean(1, keepdim=True)) / (raw.var(1, unbiased=True, keepdim=True) + 1e-8).sqrt()
+        prob = z.softmax(1)
+        return prob[:, 0] - prob[:, 1:].max(1).values
+
+    ma, mb = by_hand(a), by_hand(b)
+    assert ma[0] > mb[0]  # row 0: b is closer, although its raw-logit margin is the larger one
+    assert signed_margin(a[:1], labels[:1]) < signed_margin(b[:1], labels[:1])
+    assert ma[1] < mb[1]  # row 1: a is closer
+    # row 2: a is misclassified (margin < 0); row 3: b is misclassified although a's margin is only just positive
+    expected = torch.stack([b[0], a[1], a[2], b[3]])
+    assert torch.equal(worst_points(card, a, b, labels=labels), expected)
+    assert torch.equal(worst_points(card, b, a, labels=labels), expected)
+
+
+
+def test_check_approximation_counts_on_its_own_points(fixed_logits, tmp_path):
+    """App. D.9 on made-up logits (the attacks replaced by fixed tensors): the kept shares count attacked-correct
+    images whose h^M margin reaches the card's threshold q = 1 / alpha - 1, and the worst points flip h^M wherever
+    either attack does."""
+    import mixzoo.approximation as approximation
+    from mixzoo.card import MixCard
+
+    g = torch.Generator().manual_seed(8)
+    n, k = 200, 6
+    labels = torch.randint(0, k, (n,), generator=g)
+    clean = torch.randn(n, k, generator=g)
+    clean[torch.arange(n), labels] += torch.rand(n, generator=g) * 5
+    surrogate = clean.clone()
+    surrogate[torch.arange(n), labels] -= torch.rand(n, generator=g) * 2.5
+    direct = clean.clone()
+    direct[torch.arange(n), labels] -= torch.rand(n, generator=g) * 2.5
+    beta = 0.8
+    first = calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=surrogate, attacked_labels=labels,
+                      beta=beta, grid=Grid.point(3.0, 2.0, -0.4), max_argmax_change=None)
+    card = MixCard(s=3.0, p=2.0, c=-0.4, alpha=first.alpha, beta=beta, objective=first.objective, method="mmaa",
+                   data={"n": n, "fingerprint": "f00d"},
+                   attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1, seed=0))
+
+    def fake_mmaa(rbc, data, transform=None, **kw):
+        return {"logits": direct if transform is not None else surrogate}
+
+    fixed_logits(labels, clean, fake_mmaa)
+    check = approximation.check_approximation(card, cache_dir=tmp_path, progress=False)
+
+    def h_m(raw):
+        return rbc_transform(raw.double(), card.s, card.p, card.c, clamp=card.clamp)
+
+    threshold = 1 / card.alpha - 1
+
+    def kept(raw):
+        right = raw.argmax(1) == labels
+        return float((confidence_margin(h_m(raw[right])) >= threshold * (1 - 1e-9)).double().mean())
+
+    def flipped(raw):
+        return h_m(raw).argmax(1) != labels
+
+    assert check.alpha_surrogate == pytest.approx(card.alpha, rel=1e-12)
+    assert check.beta_kept_surrogate == pytest.approx(kept(surrogate)) and check.beta_kept_surrogate >= beta
+    assert check.beta_kept_check == pytest.approx(kept(direct))
+    worst_flipped = flipped(surrogate) | flipped(direct)
+    assert (worst_flipped & ~flipped(direct)).any()  # the worst points differ from the direct attack's
+    assert check.robust_accuracy_worst == pytest.approx(1 - float(worst_flipped.double().mean()))
+    assert check.robust_accuracy_ln == pytest.approx(float((surrogate.argmax(1) == labels).double().mean()))

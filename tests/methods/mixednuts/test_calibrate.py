@@ -10,7 +10,15 @@ import torch
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
-from mixzoo.calibrate import CalibrationProblem, Grid, GridEvaluation, SearchResult, calibrate, grid_search
+from mixzoo.calibrate import (
+    CalibrationProblem,
+    Grid,
+    GridEvaluation,
+    SearchResult,
+    calibrate,
+    grid_search,
+    prediction_change_share,
+)
 from mixzoo.card import MixCard
 from mixzoo.errors import InputError, PluginError, UnknownNameError
 from mixzoo.plugins import hookimpl, lookup, register_plugin, unregister_plugin
@@ -355,3 +363,190 @@ def test_argmax_change_equals_direct_argmax(seed, k, c, clamp):
     top2 = h.topk(2, dim=1).values
     moved = (h.argmax(1) != z.argmax(1)) | (top2[:, 0] == top2[:, 1])  # a new tie leaves no prediction
     assert problem.argmax_change(c) == pytest.approx(float(moved.double().mean()))
+
+
+# ---------------------------------------------------------------------------------------- Algorithm 1
+def _direct_margins(z: torch.Tensor, s: float, p: float, c: float, clamp) -> torch.Tensor:
+    """Def. 2.1 margins of s * sgn|Clamp(z + c)|^p, one point at a time (z already layer-normed)."""
+    return confidence_margin(s * signed_power(get_clamp(clamp)(z + c), p))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 30), j=st.integers(0, 30))
+def test_quantile_is_the_largest_threshold_that_beta_of_the_margins_reach(seed, n, j):
+    """beta = j / n: q is the largest attacked margin that at least beta * n attacked margins reach (Eq. 7 active),
+    also where (1 - beta) * n rounds below an integer (beta = 0.9, n = 10)."""
+    j = min(j, n)
+    beta = j / n
+    g = torch.Generator().manual_seed(seed)
+    attacked = torch.randn(n, 5, generator=g, dtype=torch.float64) * 2
+    clean = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    problem = CalibrationProblem(clean, attacked, beta, clamp="linear", dtype=torch.float64)
+    ev = problem.evaluate([1.0], [1.0], [0.0])
+    m = confidence_margin(attacked)
+    reach = [float(t) for t in m if int((m >= t).sum()) >= beta * n - 1e-9]
+    assert float(ev.q[0, 0, 0]) == pytest.approx(max(reach), rel=1e-12, abs=1e-15)
+
+
+def test_quantile_index_at_beta_point_nine_of_ten():
+    problem = CalibrationProblem(torch.zeros(1, 3), torch.zeros(10, 3), 0.9)
+    assert problem.quantile_index == 1  # (1 - 0.9) * 10 = 0.99999... in floating point
+
+
+def test_a_clean_margin_equal_to_the_threshold_counts_as_reaching_it():
+    """Objective: the share of clean mistakes whose margin is >= q. A clean row equal to the attacked rows has
+    exactly the threshold margin, at every grid point. Eight classes: every row then starts on a SIMD vector
+    boundary, so vectorised exp gives every row the same bits (five classes put rows at different lanes, and on an
+    AMD EPYC the last bit of a margin moved with the row); a permutation of the row would change the order of the
+    denominator's sum."""
+    r = torch.tensor([1.3, 0.4, -0.2, -0.6, -0.9, 0.1, -0.3, 0.2], dtype=torch.float64)
+    attacked = r.repeat(7, 1)
+    clean = r.unsqueeze(0)
+    grid = Grid(s_min=0.5, s_max=20.0, s_n=3, p_min=1.0, p_max=3.0, p_n=3, c_min=-1.0, c_max=0.0, c_n=3)
+    for dtype in (torch.float32, torch.float64):
+        problem = CalibrationProblem(clean, attacked, 0.5, clamp="gelu", dtype=dtype)
+        ev = problem.evaluate(grid.s_values(), grid.p_values(), grid.c_values())
+        assert (ev.objectives == 1.0).all()
+
+
+def test_grid_alphas_make_the_threshold_q():
+    """alpha = 1 / (1 + q) at every grid point (Algorithm 1 line 15): (1 - alpha) / alpha is the threshold q."""
+    g = torch.Generator().manual_seed(1)
+    clean = layer_norm(torch.randn(15, 6, generator=g, dtype=torch.float64))
+    attacked = layer_norm(torch.randn(25, 6, generator=g, dtype=torch.float64))
+    problem = CalibrationProblem(clean, attacked, 0.8, dtype=torch.float64)
+    ev = problem.evaluate([0.5, 2.0, 8.0], [1.0, 2.0], [-0.5, 0.0])
+    assert (ev.q > 0).all()
+    torch.testing.assert_close((1.0 - ev.alphas) / ev.alphas, ev.q, rtol=1e-12, atol=1e-14)
+
+
+def test_ties_prefer_the_smaller_p_before_the_s_closer_to_one():
+    """Documented tie order: smallest objective, then smallest p, then s closest to 1 (log scale), then c closest to
+    0, then smaller s, then smaller c."""
+    from mixzoo.calibrate import GridEvaluation
+
+    s, p, c = (torch.tensor(v, dtype=torch.float64) for v in ([1.0, 4.0], [1.0, 2.0], [-0.5, 0.0]))
+    counts = torch.full((2, 2, 2), 7, dtype=torch.long)
+    counts[0, 1, 1] = counts[1, 0, 0] = 3  # (s=1, p=2, c=0) against (s=4, p=1, c=-0.5)
+    problem = CalibrationProblem(torch.zeros(1, 2), torch.zeros(1, 2), 0.5)
+    ev = GridEvaluation(s, p, c, counts, 10, torch.zeros(2, 2, 2, dtype=torch.float64))
+    assert problem.best_index(ev) == (1, 0, 0)
+    result = problem.result(ev)
+    assert (result.s, result.p, result.c, result.objective) == (4.0, 1.0, -0.5, 0.3)
+
+
+def test_s_values_in_any_order_give_the_same_points():
+    g = torch.Generator().manual_seed(2)
+    clean = layer_norm(torch.randn(12, 7, generator=g, dtype=torch.float64))
+    attacked = layer_norm(torch.randn(20, 7, generator=g, dtype=torch.float64))
+    problem = CalibrationProblem(clean, attacked, 0.7, dtype=torch.float64)
+    s = [4.0, 0.3, 1.0]
+    m = problem.margins(torch.tensor(s, dtype=torch.float64), torch.tensor([1.0, 2.5]), -0.3)
+    for a, sv in enumerate(s):
+        for b, pv in enumerate([1.0, 2.5]):
+            expected = _direct_margins(torch.cat([clean, attacked]), sv, pv, -0.3, "gelu")
+            torch.testing.assert_close(m[a, b], expected, rtol=1e-9, atol=1e-12)
+    ev = problem.evaluate(s, [1.0, 2.5], [-0.3])
+    ev_sorted = problem.evaluate(sorted(s), [1.0, 2.5], [-0.3])
+    order = [sorted(s).index(v) for v in s]
+    assert torch.equal(ev.counts, ev_sorted.counts[order]) and torch.equal(ev.q, ev_sorted.q[order])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(9, 30), c=st.floats(-5.0, 1.0),
+       clamp=st.sampled_from(["gelu", "sin", "neg_abs"]))
+def test_margins_find_the_top_two_outside_the_leading_columns(seed, k, c, clamp):
+    """_top2 is exact for any input: with a non-monotone clamp (GELU far below 0, or any callable, here also one
+    that scrambles the order of the row) the two largest transformed logits may sit anywhere in the row, not in the
+    leading columns the search looks at first."""
+    fn = {"gelu": "gelu", "sin": lambda t: torch.sin(7 * t), "neg_abs": lambda t: -t.abs()}[clamp]
+    g = torch.Generator().manual_seed(seed)
+    z = layer_norm(torch.randn(40, k, generator=g, dtype=torch.float64) * 2)
+    problem = CalibrationProblem(z[:20], z[20:], 0.5, clamp=fn, dtype=torch.float64)
+    m = problem.margins(torch.tensor([0.7, 6.0], dtype=torch.float64), torch.tensor([1.0, 2.0]), c)
+    for a, s in enumerate([0.7, 6.0]):
+        for b, p in enumerate([1.0, 2.0]):
+            torch.testing.assert_close(m[a, b], _direct_margins(z, s, p, c, fn), rtol=1e-9, atol=1e-12)
+
+
+def test_prediction_change_share_ignores_ties_that_were_already_there():
+    """App. D.8.2: a prediction changes when another class overtakes it, or ties with it where it was strictly
+    ahead before; a row whose top two were tied to begin with does not change under a monotone map."""
+    z = torch.tensor([[2.0, 2.0, 0.0], [3.0, 1.0, 0.0], [1.5, 1.5, 1.5], [0.5, 0.2, -1.0]], dtype=torch.float64)
+    linear, relu = get_clamp("linear"), get_clamp("relu")
+    assert prediction_change_share(z, linear, 0.0) == 0.0
+    assert prediction_change_share(z, linear, -3.0) == 0.0
+    # ReLU at c = -2.5 zeroes rows 0, 2 and 3; only row 3 had a strict leader, which now ties with the others
+    h = relu(z - 2.5)
+    assert h[0].eq(0).all() and h[2].eq(0).all() and h[3].eq(0).all() and h[1, 0] > h[1, 1:].max()
+    assert prediction_change_share(z, relu, -2.5) == pytest.approx(1 / 4)
+
+
+def _filter_data(n_unsure_clean: int = 0):
+    """Clean images: confident LN rows (top LN value 2, never flipped by GELU at c >= -1.5), half of them RBC
+    mistakes, plus ``n_unsure_clean`` unconfident correct rows. Attacked images: unconfident but correct rows,
+    whose prediction GELU moves at c = -1.5 (their top two LN values lie below 0.75 + 1.5)."""
+    k, n = 5, 40
+    confident = torch.tensor([6.0, 0.0, 0.0, 0.0, 0.0])
+    unsure = torch.tensor([1.0, 0.9, -3.0, -3.0, -3.0])
+    clean = torch.stack([confident.roll(i % k) for i in range(n)] + [unsure] * n_unsure_clean)
+    clean_labels = torch.tensor([(i % k) if i % 2 else (i + 1) % k for i in range(n)] + [0] * n_unsure_clean)
+    attacked = torch.stack([unsure + 0.01 * torch.arange(k) * (i % 3) for i in range(30)])
+    attacked_labels = torch.zeros(30, dtype=torch.long)
+    return dict(clean_logits=clean, clean_labels=clean_labels, attacked_logits=attacked,
+                attacked_labels=attacked_labels)
+
+
+def _gelu_moved(raw: torch.Tensor, c: float) -> torch.Tensor:
+    ln = layer_norm(raw.double())
+    return torch.nn.functional.gelu(ln + c).argmax(1) != ln.argmax(1)
+
+
+def test_argmax_filter_counts_the_attacked_correct_images():
+    """App. D.8.2: the share of changed predictions is over the clean AND the attacked-correct calibration images;
+    c values at or below max_argmax_change stay feasible."""
+    data = _filter_data()
+    grid = Grid(s_min=1.0, s_max=4.0, s_n=2, p_min=1.0, p_max=2.0, p_n=2, c_min=-1.5, c_max=0.0, c_n=2)
+    assert not _gelu_moved(data["clean_logits"], -1.5).any()
+    assert _gelu_moved(data["attacked_logits"], -1.5).all() and not _gelu_moved(data["attacked_logits"], 0.0).any()
+    card = calibrate(**data, beta=0.9, grid=grid, max_argmax_change=0.0)
+    objectives = torch.tensor(card.grid["objectives"])
+    assert (objectives[:, :, 0] > 1).all()  # c = -1.5 changes 30 of 70 predictions: infeasible
+    assert (objectives[:, :, 1] <= 1).all()  # c = 0 changes none: feasible, even with a zero tolerance
+    assert card.c == 0.0 and card.objective <= 1
+    assert any("c values -1.5 excluded" in n for n in card.notes)
+
+
+def test_a_transform_that_moves_some_clean_predictions_gets_a_note():
+    """calibrate notes when M(s*, p*, c*) moves more than 1% of the clean predictions (App. D.8.2)."""
+    data = _filter_data(n_unsure_clean=3)  # 3 of 43 clean rows move at c = -1.5: 7%
+    moved = float(_gelu_moved(data["clean_logits"], -1.5).double().mean())
+    assert 0.01 < moved < 0.1
+    card = calibrate(**data, beta=0.9, grid=Grid.point(2.0, 1.0, -1.5), max_argmax_change=None)
+    assert card.data["transform_argmax_changed"] == pytest.approx(moved)
+    assert any("changes the RBC's prediction on 7.0% of clean images" in n for n in card.notes)
+    data = _filter_data(n_unsure_clean=0)
+    card = calibrate(**data, beta=0.9, grid=Grid.point(2.0, 1.0, -1.5), max_argmax_change=None)
+    assert card.data["transform_argmax_changed"] == 0.0
+    assert not any("changes the RBC's prediction" in n for n in card.notes)
+
+
+def test_card_alpha_is_exact_after_a_float32_search():
+    """The search may run in float32, the card's alpha is recomputed in float64 at the chosen point: it equals
+    1 / (1 + q) with q the Algorithm 1 quantile of float64 margins computed here from scratch."""
+    g = torch.Generator().manual_seed(4)
+    n, k = 300, 10
+    labels = torch.randint(0, k, (n,), generator=g)
+    clean = torch.randn(n, k, generator=g) * 1.5
+    clean[torch.arange(n), labels] += torch.rand(n, generator=g) * 4
+    attacked = clean.clone()
+    attacked[torch.arange(n), labels] -= torch.rand(n, generator=g) * 2
+    beta = 0.9
+    grid = Grid(s_min=2.0, s_max=60.0, s_n=3, p_min=1.0, p_max=3.0, p_n=3, c_min=-0.5, c_max=0.0, c_n=2)
+    card = calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=attacked, attacked_labels=labels,
+                     beta=beta, grid=grid, dtype=torch.float32, max_argmax_change=None)
+    att = attacked.double()
+    right = layer_norm(att).argmax(1) == labels
+    m = confidence_margin(rbc_transform(att[right], card.s, card.p, card.c, clamp=card.clamp)).sort().values
+    q = float(m[min(int(math.floor((1 - beta) * len(m) + 1e-9)), len(m) - 1)])
+    assert card.alpha == pytest.approx(1 / (1 + q), rel=1e-10, abs=0)
