@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812
 from typer.testing import CliRunner
 
 from mixzoo.approximation import ApproximationCheck, check_approximation, mmaa_settings, transformed_rbc, worst_points
 from mixzoo.attacks import signed_margin
 from mixzoo.calibrate import Grid, calibrate
 from mixzoo.card import MixCard
+from mixzoo.data import load_dataset
 from mixzoo.errors import InputError
 from mixzoo.pipeline import mix
 from mixzoo.transforms import confidence_margin, rbc_transform
@@ -225,3 +229,243 @@ def test_check_approximation_counts_on_its_own_points(fixed_logits, tmp_path):
     assert (worst_flipped & ~flipped(direct)).any()  # the worst points differ from the direct attack's
     assert check.robust_accuracy_worst == pytest.approx(1 - float(worst_flipped.double().mean()))
     assert check.robust_accuracy_ln == pytest.approx(float((surrogate.argmax(1) == labels).double().mean()))
+
+
+EPS = 0.1
+K = 6
+
+
+# ------------------------------------------------------------------------------------ references, by hand
+def _ln(z: torch.Tensor, top_k: int | None = None) -> torch.Tensor:
+    """LN (Sec. 4.2, App. D.7): standardise each row by the mean and sqrt(unbiased variance + 1e-8) of its top_k
+    logits (the authors' normalize_topk)."""
+    ref = z if top_k is None or top_k >= z.shape[1] else z.topk(top_k, dim=1).values
+    mean = ref.mean(1, keepdim=True)
+    return (z - mean) / (((ref - mean) ** 2).sum(1, keepdim=True) / (ref.shape[1] - 1) + 1e-8).sqrt()
+
+
+def _signed(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Def. 2.1, signed: softmax probability of y minus the largest other one."""
+    prob = z.softmax(1)
+    rows = torch.arange(len(y))
+    others = prob.clone()
+    others[rows, y] = -1.0
+    return prob[rows, y] - others.max(1).values
+
+
+def _m(z: torch.Tensor, s: float, p: float, c: float, clamp: str = "gelu", top_k: int | None = None,
+       dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Eq. 4: s * |Clamp(LN(h) + c)|^p * sgn(Clamp(LN(h) + c)); GELU exact, softplus = log(1 + e^x)."""
+    h = _ln(z.to(dtype), top_k) + c
+    h = F.gelu(h) if clamp == "gelu" else torch.log1p(torch.exp(h))
+    return s * h.abs() ** p * h.sign()
+
+
+def _conf(m: torch.Tensor) -> torch.Tensor:
+    top = m.softmax(1).topk(2, dim=1).values
+    return top[:, 0] - top[:, 1]
+
+
+def _alpha(attacked: torch.Tensor, y: torch.Tensor, s: float, p: float, c: float, beta: float, clamp: str = "gelu",
+           top_k: int | None = None) -> float:
+    """Algorithm 1 line 15 at a fixed (s, p, c): q = sorted attacked-correct margins at floor((1 - beta) n)."""
+    right = attacked.argmax(1) == y
+    m = _conf(_m(attacked[right], s, p, c, clamp, top_k)).sort().values
+    return 1.0 / (1.0 + float(m[min(int(math.floor((1 - beta) * len(m) + 1e-9)), len(m) - 1)]))
+
+
+def _card(**kw) -> MixCard:
+    base = dict(s=2.0, p=2.0, c=-0.5, alpha=0.8, beta=0.9, clamp="gelu", top_k=None, temperature=0.5, objective=0.25,
+                method="mmaa", dataset="digits", rbc={"name": "surrogate", "weight_hash": "feed"},
+                abc={"name": "digits-std"}, attack={"eps": EPS, "norm": "Linf"})
+    return MixCard(**{**base, **kw})
+
+
+class Linear6(nn.Module):
+    """A white-box surrogate without a registry spec, named by its ``name`` attribute."""
+
+    name = "linear-six"
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)  # fixed weights, the global RNG untouched
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, K))
+        with torch.no_grad():
+            self.net[1].weight.copy_(torch.randn(K, 64, generator=g) * 0.3)
+            self.net[1].bias.copy_(torch.randn(K, generator=g) * 0.1)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+# ------------------------------------------------------------------------------------ approximation (App. D.9)
+def test_transformed_rbc_uses_the_cards_clamp_and_top_k():
+    from mixzoo.approximation import transformed_rbc
+
+    net = Linear6().eval()
+    card = _card(clamp="softplus", top_k=3)
+    x = load_dataset("digits", "calibration", n=8).images
+    with torch.no_grad():
+        got = transformed_rbc(net, card)(x).softmax(1).double()
+        want = _m(net(x), 2.0, 2.0, -0.5, "softplus", 3).softmax(1)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_worst_points_use_the_cards_top_k_and_need_logits():
+    from mixzoo.approximation import worst_points
+
+    g = torch.Generator().manual_seed(1)
+    y = torch.randint(0, K, (60,), generator=g)
+    a, b = (torch.randn(60, K, generator=g) + 3 * F.one_hot(y, K) for _ in range(2))
+    card = SimpleNamespace(s=1.0, p=1.0, c=0.0, clamp="softplus", top_k=3)
+
+    def key(z, top_k):
+        m = _m(z, 1.0, 1.0, 0.0, "softplus", top_k)
+        return _signed(m, y) - 2.0 * (m.argmax(1) != y).double()
+
+    use_b = key(b, 3) < key(a, 3)
+    assert (use_b != (key(b, None) < key(a, None))).any()  # top_k changes the choice on this data
+    torch.testing.assert_close(worst_points(card, a, b, labels=y), torch.where(use_b.view(-1, 1), b, a))
+    with pytest.raises(InputError, match="at least one logits tensor"):
+        worst_points(card, labels=y)
+    # at an exact tie of h^M the first argmax decides: [1, 1, 0, ...] with label 1 is a flip (margin 0) and beats
+    # [0, 1, 1, ...], which is correct with margin 0, whichever tensor comes first
+    tie_flip = torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
+    tie_right = torch.tensor([[0.0, 1.0, 1.0, 0.0, 0.0, 0.0]])
+    one = torch.tensor([1])
+    assert torch.equal(worst_points(card, tie_right, tie_flip, labels=one), tie_flip)
+    assert torch.equal(worst_points(card, tie_flip, tie_right, labels=one), tie_flip)
+
+
+
+def _d9(seed: int = 4, n: int = 300):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, K, (n,), generator=g)
+    clean = torch.randn(n, K, generator=g)
+    clean[torch.arange(n), y] += 4 * torch.rand(n, generator=g)
+    sur, direct = clean.clone(), clean.clone()
+    sur[torch.arange(n), y] -= 2.5 * torch.rand(n, generator=g)
+    direct[torch.arange(n), y] -= 2.5 * torch.rand(n, generator=g)
+    return y, clean, sur, direct
+
+
+def test_check_approximation_counts_by_algorithm_1s_rules(fixed_logits, tmp_path):
+    """App. D.9 with the attacks replaced by fixed logits: alphas at (s*, p*, c*) with the card's beta and top_k on
+    each set of points; robust accuracy of h^LN by the raw argmax and of h^M by its own argmax; the kept shares count,
+    among the images whose RBC argmax is right (Algorithm 1's attacked-correct set), those whose h^M margin reaches
+    q = 1 / alpha - 1 (Eq. 7 with alpha = 1 / (1 + q))."""
+    import mixzoo.approximation as approximation
+
+    y, clean, sur, direct = _d9()
+    s, p, c, beta, top_k = 3.0, 2.0, -1.0, 0.8, 4
+    alpha = _alpha(sur, y, s, p, c, beta, top_k=top_k)
+    card = _card(s=s, p=p, c=c, alpha=alpha, beta=beta, top_k=top_k, data={"n": len(y), "fingerprint": "f00d",
+                 "alpha_refit": {}}, attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1,
+                                                 seed=0))
+    calls = []
+
+    def fake_mmaa(rbc, data, transform=None, **kw):
+        calls.append(kw)
+        return {"logits": direct if transform is not None else sur}
+
+    fixed_logits(y, clean, fake_mmaa)
+    check = approximation.check_approximation(card, cache_dir=tmp_path, progress=False)
+    assert all(kw["top_k"] == top_k for kw in calls)  # the card's top_k, as mix attacked it
+
+    def h_m(z):
+        return _m(z, s, p, c, top_k=top_k)
+
+    def key(z):
+        m = h_m(z)
+        return _signed(m, y) - 2.0 * (m.argmax(1) != y).double()
+
+    worst = torch.where((key(direct) < key(sur)).view(-1, 1), direct, sur)
+    assert check.refit is True
+    assert check.alpha_surrogate == pytest.approx(alpha, rel=1e-9)
+    assert check.alpha_check == pytest.approx(_alpha(direct, y, s, p, c, beta, top_k=top_k), rel=1e-9)
+    assert check.alpha_worst == pytest.approx(_alpha(worst, y, s, p, c, beta, top_k=top_k), rel=1e-9)
+    assert check.robust_accuracy_ln == pytest.approx(float((sur.argmax(1) == y).double().mean()))
+    flips = h_m(direct).argmax(1) != direct.argmax(1)
+    assert flips.any()  # c = -1 changes some predictions: raw and transformed argmax differ
+    # the mixed classifier (and this share) runs in float32, where GELU's far tail is exactly 0
+    judged = _m(direct, s, p, c, top_k=top_k, dtype=torch.float32)
+    assert check.robust_accuracy_m == pytest.approx(float((judged.argmax(1) == y).double().mean()))
+    q = 1.0 / alpha - 1.0
+
+    def kept(z):
+        right = z.argmax(1) == y
+        return float((_conf(h_m(z[right])) >= q - 1e-12).double().mean())
+
+    assert check.beta_kept_surrogate == pytest.approx(kept(sur)) and check.beta_kept_surrogate >= beta
+    assert check.beta_kept_check == pytest.approx(kept(direct))
+    assert check.beta_kept_worst == pytest.approx(kept(worst))
+
+
+def test_check_counts_kept_margins_in_float64_like_algorithm_1(fixed_logits, tmp_path):
+    """Algorithm 1 thresholds float64 margins; the kept share must too. Here most attacked-correct images share one
+    row whose float32 margin falls just below its float64 one, so q is that margin and, counted in float64 on the
+    card's own points, a share >= beta keeps it (Eq. 7), while a float32 count would lose all the copies."""
+    import mixzoo.approximation as approximation
+    from mixzoo.transforms import confidence_margin, rbc_transform
+
+    s, p, c, beta = 2.0, 2.0, -0.5, 0.8
+    g = torch.Generator().manual_seed(11)
+
+    def margin(z):
+        return float(confidence_margin(rbc_transform(z, s, p, c)))
+
+    row = next(r for r in (torch.randn(1, K, generator=g) + 2 * F.one_hot(torch.tensor([0]), K) for _ in range(500))
+               if r.argmax() == 0 and margin(r) < margin(r.double()) - 1e-10)
+    strong = torch.randn(30, K, generator=g)
+    strong[:, 0] += 8.0
+    wrong = torch.randn(10, K, generator=g)
+    wrong[:, 1] += 8.0
+    sur = torch.cat([row.repeat(60, 1), strong, wrong])
+    y = torch.zeros(len(sur), dtype=torch.long)
+    alpha = _alpha(sur, y, s, p, c, beta)
+    assert 1.0 / alpha - 1.0 == pytest.approx(margin(row.double()), rel=1e-9)
+    card = _card(s=s, p=p, c=c, alpha=alpha, beta=beta, data={"n": len(y), "fingerprint": "f00d"},
+                 attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1, seed=0))
+    fixed_logits(y, sur, lambda *a, **kw: {"logits": sur})
+    check = approximation.check_approximation(card, cache_dir=tmp_path, progress=False)
+    assert check.beta_kept_surrogate == 1.0 and check.notes == []
+
+
+def test_refit_alpha_takes_the_larger_alpha_of_the_two_passes_on_the_worst_points(monkeypatch, tmp_path):
+    """Second pass (App. D.9, --refit-alpha): alpha by Algorithm 1 at (s*, p*, c*) on the per-image worst of the
+    first pass's points and MMAA(h^M)'s; the card keeps the larger alpha with that pass's objective; a 1-point grid
+    is never filtered by App. D.8.2 (c = -1 changes many predictions)."""
+    import mixzoo.pipeline
+    from mixzoo.approximation import refit_alpha
+
+    y, clean, sur, direct = _d9(seed=6)
+    s, p, c, beta, top_k = 3.0, 2.0, -1.0, 0.8, 4
+    calls = []
+
+    def fake_mmaa(rbc, data, transform=None, **kw):
+        calls.append(kw)
+        return {"logits": direct}
+
+    monkeypatch.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa", fake_mmaa)
+
+    def key(z):
+        m = _m(z, s, p, c, top_k=top_k)
+        return _signed(m, y) - 2.0 * (m.argmax(1) != y).double()
+
+    ln = _ln(clean.double(), top_k)
+    assert float((F.gelu(ln + c).argmax(1) != ln.argmax(1)).double().mean()) > 0.005  # D.8.2 would drop this c
+    worst = torch.where((key(direct) < key(sur)).view(-1, 1), direct, sur)
+    second = _alpha(worst, y, s, p, c, beta, top_k=top_k)
+    assert second != pytest.approx(_alpha(direct, y, s, p, c, beta, top_k=top_k), rel=1e-6)
+    cdata = SimpleNamespace(attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1, seed=0),
+                            dataset=None, attacked_logits=sur, clean_logits=clean, labels=y)
+    assert second < 1
+    for first_alpha in (second - 0.01, (second + 1.0) / 2):  # below and above the second pass's alpha
+        card = _card(s=s, p=p, c=c, alpha=first_alpha, beta=beta, top_k=top_k, objective=0.5)
+        out = refit_alpha(card, nn.Identity(), cdata, cache=None, progress=False)
+        assert calls[-1]["top_k"] == top_k
+        rec = out.data["alpha_refit"]
+        assert rec["alpha_second_pass"] == pytest.approx(second, rel=1e-9)
+        assert out.alpha == pytest.approx(max(first_alpha, second), rel=1e-9)
+        assert out.objective == (rec["objective_second_pass"] if second > first_alpha else 0.5)
+    assert rec["objective_second_pass"] != 0.5
