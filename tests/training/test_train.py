@@ -1,15 +1,12 @@
-"""Edge cases found by a mutation audit of training (mixzoo/train.py), the built-in dataset plugin
-(plugins/datasets.py) and the statistics (mixzoo/stats.py): each test pins down a behaviour that a small, plausible
-bug (a flipped sign, an off-by-one, a dropped term, a skipped check) used to get past the rest of the suite.
+"""Training (mixzoo/training/train.py): the TRADES adversary, the learning-rate schedule, the training loop and its
+objectives, weight averaging, the evaluation metrics and the augmentation.
 
 Expected values come from the definitions (papers, docstrings) computed independently in the test; training is
 checked step by step on a tiny network for one or two epochs, never trained to convergence."""
 
 from __future__ import annotations
 
-import gzip
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,15 +14,11 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.stats import binomtest
 from torch import nn
 
 import mixzoo.train as training
 from mixzoo.attacks.pgd import pgd
 from mixzoo.data import load_dataset
-from mixzoo.errors import InputError
-from mixzoo.stats import newcombe_interval, paired_difference, wilson_interval
-from mixzoo_plugins import datasets as ds
 
 
 # ------------------------------------------------------------------------------------------------- helpers
@@ -318,211 +311,3 @@ def test_augment_batch_is_a_padded_crop_at_every_offset_possibly_mirrored():
         assert len(hits) == 1
         seen |= hits
     assert seen == {(dy, dx) for dy in range(3) for dx in range(3)}
-
-
-# ------------------------------------------------------------------------------------------------- IDX files
-def _write_idx(path: Path, header: bytes, payload: bytes) -> Path:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "wb") as fh:
-        fh.write(header + payload)
-    return path
-
-
-@pytest.mark.parametrize("suffix", [".gz", ""])
-def test_read_idx_parses_big_endian_dims_after_the_magic(tmp_path, suffix):
-    arr = (np.arange(2 * 3 * 300) % 251).astype(np.uint8).reshape(2, 3, 300)  # 300 = 0x012c: byte order matters
-    header = bytes([0, 0, 0x08, 3]) + b"".join(d.to_bytes(4, "big") for d in arr.shape)
-    got = ds._read_idx(_write_idx(tmp_path / f"x-idx3-ubyte{suffix}", header, arr.tobytes()))
-    assert got.dtype == np.uint8 and got.shape == (2, 3, 300) and np.array_equal(got, arr)
-
-
-def test_read_idx_refuses_other_element_types_and_extra_bytes(tmp_path):
-    """Only unsigned bytes (type 0x08) are read: signed bytes (0x09) would be misread; a payload longer than the
-    header's shape is as wrong as a shorter one."""
-    signed = _write_idx(tmp_path / "s-idx1-ubyte.gz", bytes([0, 0, 0x09, 1, 0, 0, 0, 3]), bytes([1, 255, 3]))
-    with pytest.raises(InputError, match="not an unsigned-byte IDX file"):
-        ds._read_idx(signed)
-    bad_magic = _write_idx(tmp_path / "m-idx1-ubyte.gz", bytes([1, 0, 0x08, 1, 0, 0, 0, 3]), bytes([1, 2, 3]))
-    with pytest.raises(InputError, match="not an unsigned-byte IDX file"):
-        ds._read_idx(bad_magic)
-    longer = _write_idx(tmp_path / "l-idx1-ubyte.gz", bytes([0, 0, 0x08, 1, 0, 0, 0, 3]), bytes(range(5)))
-    with pytest.raises(InputError, match="holds 5 bytes for shape .*longer than its header says"):
-        ds._read_idx(longer)
-    shorter = _write_idx(tmp_path / "t-idx1-ubyte.gz", bytes([0, 0, 0x08, 1, 0, 0, 0, 3]), bytes(range(2)))
-    with pytest.raises(InputError, match="holds 2 bytes for shape .*truncated"):
-        ds._read_idx(shorter)
-    # A file cut inside its header (3 dims announced, one given) is truncated too, not a numpy error.
-    cut = _write_idx(tmp_path / "h-idx3-ubyte.gz", bytes([0, 0, 0x08, 3, 0, 0, 0, 3]), b"")
-    with pytest.raises(InputError, match="ends inside its IDX header"):
-        ds._read_idx(cut)
-
-
-# ----------------------------------------------------------------------------------------------- digits splits
-def test_digits_splits_are_slices_of_the_seed_0_permutation():
-    """The module docstring's split: a fixed permutation with seed 0, train 1,000 / calibration 300 / rest."""
-    perm = torch.randperm(1797, generator=torch.Generator().manual_seed(0))
-    for split, (start, stop) in (("train", (0, 1000)), ("calibration", (1000, 1300)), ("evaluation", (1300, 1797))):
-        assert torch.equal(load_dataset("digits", split).indices, perm[start:stop])
-
-
-# ------------------------------------------------------------------------------------------------------ CIFAR
-@pytest.fixture()
-def fake_cifar10(monkeypatch):
-    """torchvision's CIFAR10 replaced by 6 training and 7 test images of distinct, non-symmetric HWC pixels."""
-    from torchvision import datasets as tvd
-
-    class Fake(tvd.CIFAR10):
-        def __init__(self, root: str, train: bool = True, download: bool = False):
-            n = 6 if train else 7
-            g = np.random.default_rng(0 if train else 1)
-            self.data = g.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
-            self.targets, self.classes = [int(t) for t in g.integers(0, 10, n)], [str(i) for i in range(10)]
-
-    monkeypatch.setattr(tvd, "CIFAR10", Fake)
-    return Fake
-
-
-def test_cifar_images_are_chw_and_the_test_set_halves_are_disjoint(fake_cifar10, tmp_path):
-    test = fake_cifar10(str(tmp_path), train=False)
-    calib = load_dataset("cifar10", "calibration", root=str(tmp_path))
-    evaluation = load_dataset("cifar10", "evaluation", root=str(tmp_path))
-    perm = torch.randperm(7, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(calib.indices, perm[:3]) and torch.equal(evaluation.indices, perm[3:])
-    for d in (calib, evaluation):
-        assert d.images.shape == (len(d), 3, 32, 32)
-        for i, j in enumerate(d.indices.tolist()):
-            want = torch.from_numpy(test.data[j]).float() / 255  # H, W, C
-            for c in range(3):
-                torch.testing.assert_close(d.images[i, c], want[:, :, c])
-            assert int(d.labels[i]) == test.targets[j]
-    train = load_dataset("cifar10", "train", root=str(tmp_path))
-    assert torch.equal(train.indices, torch.arange(6))
-    # the fingerprint's source names the file the indices point into: both halves index the test set
-    assert calib.source == evaluation.source == "cifar10/test" != train.source == "cifar10/train"
-
-
-# --------------------------------------------------------------------------------------------------- ImageNet
-def _tiny_imagenet(root: Path, classes=("n01440764", "n01443537"), per_class=5) -> list[str]:
-    from PIL import Image
-
-    g = np.random.default_rng(0)
-    files = []
-    for c in classes:
-        (root / "val" / c).mkdir(parents=True)
-        for i in range(per_class):
-            name = f"{c}/ILSVRC2012_val_{c[-3:]}{i:05d}.JPEG"
-            Image.fromarray(g.integers(0, 256, (36, 44, 3), dtype=np.uint8)).save(root / "val" / name)
-            files.append(name)
-    return sorted(files)
-
-
-def test_imagenet_robustbench_subset_is_the_evaluation_split(tmp_path, monkeypatch):
-    """With RobustBench's list available and all of its images present: evaluation = those images in the list's
-    order, labelled by RobustBench's wnid -> index map; calibration = every other image, in seeded order."""
-    files = _tiny_imagenet(tmp_path)
-    ids = [files[7], files[2], files[4]]
-    wnids = {"n01440764": 7, "n01443537": 3, "n09999999": 0}
-    monkeypatch.setattr(ds, "_robustbench_subset", lambda: (ids, wnids))
-    evaluation = load_dataset("imagenet", "evaluation", root=str(tmp_path), size=16)
-    calib = load_dataset("imagenet", "calibration", root=str(tmp_path), size=16)
-    assert evaluation.indices.tolist() == [7, 2, 4]
-    others = torch.tensor([i for i in range(10) if i not in (7, 2, 4)])
-    assert torch.equal(calib.indices, others[torch.randperm(7, generator=torch.Generator().manual_seed(0))])
-    assert evaluation.num_classes == calib.num_classes == 3
-    for d in (evaluation, calib):
-        assert d.labels.tolist() == [wnids[files[i].split("/")[0]] for i in d.indices.tolist()]
-
-
-def test_imagenet_ignores_images_outside_the_class_folders(tmp_path):
-    """As torchvision's ImageFolder: only val/<class>/ images count; a stray image in val/ itself is no class."""
-    from PIL import Image
-
-    files = _tiny_imagenet(tmp_path, per_class=2)
-    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "val" / "stray.JPEG")
-    calib = load_dataset("imagenet", "calibration", root=str(tmp_path), size=8)
-    evaluation = load_dataset("imagenet", "evaluation", root=str(tmp_path), size=8)
-    assert len(calib) + len(evaluation) == len(files) == 4
-    assert sorted(calib.indices.tolist() + evaluation.indices.tolist()) == [0, 1, 2, 3]
-
-
-def test_imagenet_images_are_resized_to_256_224_and_centre_cropped(tmp_path):
-    """RobustBench's Res256Crop224 at size 16: short side to round(16 * 256 / 224) = 18, then the centre 16x16."""
-    from PIL import Image
-
-    img = Image.fromarray(np.random.default_rng(3).integers(0, 256, (40, 60, 3), dtype=np.uint8))  # h 40, w 60
-    img.save(tmp_path / "a.png")
-    got = ds._decode_images([tmp_path / "a.png"], 16)
-    short, long_ = 18, int(18 * 60 / 40)
-    resized = Image.open(tmp_path / "a.png").convert("RGB").resize((long_, short), Image.BILINEAR)
-    left, top = int(round((long_ - 16) / 2)), int(round((short - 16) / 2))
-    want = np.asarray(resized.crop((left, top, left + 16, top + 16)), dtype=np.float32) / 255
-    np.testing.assert_allclose(got[0].permute(1, 2, 0).numpy(), want, atol=1e-6)
-
-
-# ------------------------------------------------------------------------------------------------- statistics
-def _reference_newcombe(both: int, a_only: int, b_only: int, neither: int) -> tuple[float, float, float]:
-    """Newcombe (1998) method 10 from the paper, with scipy's Wilson intervals for the two margins:
-    L = theta - sqrt(dl1^2 - 2 phi dl1 du2 + du2^2), U = theta + sqrt(du1^2 - 2 phi du1 dl2 + dl2^2), where
-    dl / du are the distances of a margin's estimate to its lower / upper Wilson limit and phi is the 2x2 table's
-    phi coefficient, taken as 0 when a marginal total is 0."""
-    n = both + a_only + b_only + neither
-    p1, p2 = (both + a_only) / n, (both + b_only) / n
-    ci1 = binomtest(both + a_only, n).proportion_ci(method="wilson")
-    ci2 = binomtest(both + b_only, n).proportion_ci(method="wilson")
-    margins = [(both + a_only), (b_only + neither), (both + b_only), (a_only + neither)]
-    phi = 0.0 if 0 in margins else (both * neither - a_only * b_only) / math.sqrt(math.prod(margins))
-    dl1, du1, dl2, du2 = p1 - ci1.low, ci1.high - p1, p2 - ci2.low, ci2.high - p2
-    low = p1 - p2 - math.sqrt(max(0.0, dl1 ** 2 - 2 * phi * dl1 * du2 + du2 ** 2))
-    high = p1 - p2 + math.sqrt(max(0.0, du1 ** 2 - 2 * phi * du1 * dl2 + dl2 ** 2))
-    return p1 - p2, max(-1.0, low), min(1.0, high)
-
-
-def test_wilson_refuses_impossible_counts_by_name():
-    """k outside [0, n] is refused by its own check, naming the count (not by a math domain error further on)."""
-    for k, n in ((11, 10), (-1, 10), (1001, 1000)):
-        with pytest.raises(ValueError, match=rf"k = {k} successes is outside \[0, n = {n}\]"):
-            wilson_interval(k, n)
-
-
-def test_newcombe_matches_the_papers_worked_example():
-    """Newcombe (1998), Table II, example (a): a, b, c, d = 36, 12, 2, 0 -> method 10: +0.0569 to +0.3404."""
-    theta, low, high = newcombe_interval(36, 12, 2, 0)
-    assert theta == pytest.approx(0.2)
-    assert (low, high) == pytest.approx((0.0569, 0.3404), abs=5e-5)
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.integers(0, 40), min_size=4, max_size=4).filter(lambda t: sum(t) > 0))
-def test_newcombe_matches_an_independent_implementation(table):
-    # 1e-7, not tighter: the reference's sqrt(dl^2 - 2 phi dl du + du^2) cancels to rounding (~1e-17) where the
-    # exact value is 0 (no discordant pairs, p = 1/2: 39, 0, 0, 39), and its square root is then ~1e-9
-    assert newcombe_interval(*table) == pytest.approx(_reference_newcombe(*table), abs=1e-7)
-
-
-def test_newcombe_without_discordant_pairs_has_zero_width_at_one_half():
-    """Both models right on the same examples, half of them: theta = 0 and, with phi = 1 and symmetric Wilson
-    limits, both half-widths are 0 up to one rounding of a difference (not the ~1e-9 square root of a cancelling
-    radicand)."""
-    for k in (1, 3, 39, 40, 500):
-        theta, low, high = newcombe_interval(k, 0, 0, k)
-        assert theta == 0.0 and abs(low) <= 1e-15 and abs(high) <= 1e-15, (k, low, high)
-
-
-def test_newcombe_with_an_empty_marginal_takes_phi_zero():
-    """A table with an empty row or column has no correlation estimate: phi = 0, i.e. the two Wilson intervals'
-    half-widths combine in quadrature (both models right on all 5 examples B got right, B never right alone)."""
-    theta, low, high = newcombe_interval(5, 3, 0, 0)  # B's misses (b_only + neither) = 0 -> empty marginal
-    p1, p2 = 1.0, 5 / 8
-    ci1 = binomtest(8, 8).proportion_ci(method="wilson")
-    ci2 = binomtest(5, 8).proportion_ci(method="wilson")
-    assert theta == pytest.approx(p1 - p2)
-    assert low == pytest.approx(theta - math.hypot(p1 - ci1.low, ci2.high - p2), abs=1e-12)
-    assert high == pytest.approx(min(1.0, theta + math.hypot(ci1.high - p1, p2 - ci2.low)), abs=1e-12)
-
-
-def test_paired_difference_passes_the_table_in_order():
-    a = [True] * 6 + [True] * 3 + [False] * 1 + [False] * 4
-    b = [True] * 6 + [False] * 3 + [True] * 1 + [False] * 4
-    d = paired_difference(a, b)
-    assert (d.n, d.a_only, d.b_only) == (14, 3, 1)
-    assert (d.difference, d.low, d.high) == pytest.approx(_reference_newcombe(6, 3, 1, 4), abs=1e-12)

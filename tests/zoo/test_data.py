@@ -6,6 +6,7 @@ import gzip
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -162,3 +163,142 @@ def test_imagenet_without_folder_names_the_fix(tmp_path):
 
 def test_offline_flag_default_is_off():
     assert ds._offline() == (os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0"))
+
+
+# ------------------------------------------------------------------------------------------------- IDX files
+def _write_idx(path: Path, header: bytes, payload: bytes) -> Path:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wb") as fh:
+        fh.write(header + payload)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".gz", ""])
+def test_read_idx_parses_big_endian_dims_after_the_magic(tmp_path, suffix):
+    arr = (np.arange(2 * 3 * 300) % 251).astype(np.uint8).reshape(2, 3, 300)  # 300 = 0x012c: byte order matters
+    header = bytes([0, 0, 0x08, 3]) + b"".join(d.to_bytes(4, "big") for d in arr.shape)
+    got = ds._read_idx(_write_idx(tmp_path / f"x-idx3-ubyte{suffix}", header, arr.tobytes()))
+    assert got.dtype == np.uint8 and got.shape == (2, 3, 300) and np.array_equal(got, arr)
+
+
+def test_read_idx_refuses_other_element_types_and_extra_bytes(tmp_path):
+    """Only unsigned bytes (type 0x08) are read: signed bytes (0x09) would be misread; a payload longer than the
+    header's shape is as wrong as a shorter one."""
+    signed = _write_idx(tmp_path / "s-idx1-ubyte.gz", bytes([0, 0, 0x09, 1, 0, 0, 0, 3]), bytes([1, 255, 3]))
+    with pytest.raises(InputError, match="not an unsigned-byte IDX file"):
+        ds._read_idx(signed)
+    bad_magic = _write_idx(tmp_path / "m-idx1-ubyte.gz", bytes([1, 0, 0x08, 1, 0, 0, 0, 3]), bytes([1, 2, 3]))
+    with pytest.raises(InputError, match="not an unsigned-byte IDX file"):
+        ds._read_idx(bad_magic)
+    longer = _write_idx(tmp_path / "l-idx1-ubyte.gz", bytes([0, 0, 0x08, 1, 0, 0, 0, 3]), bytes(range(5)))
+    with pytest.raises(InputError, match="holds 5 bytes for shape .*longer than its header says"):
+        ds._read_idx(longer)
+    shorter = _write_idx(tmp_path / "t-idx1-ubyte.gz", bytes([0, 0, 0x08, 1, 0, 0, 0, 3]), bytes(range(2)))
+    with pytest.raises(InputError, match="holds 2 bytes for shape .*truncated"):
+        ds._read_idx(shorter)
+    # A file cut inside its header (3 dims announced, one given) is truncated too, not a numpy error.
+    cut = _write_idx(tmp_path / "h-idx3-ubyte.gz", bytes([0, 0, 0x08, 3, 0, 0, 0, 3]), b"")
+    with pytest.raises(InputError, match="ends inside its IDX header"):
+        ds._read_idx(cut)
+
+
+# ----------------------------------------------------------------------------------------------- digits splits
+def test_digits_splits_are_slices_of_the_seed_0_permutation():
+    """The module docstring's split: a fixed permutation with seed 0, train 1,000 / calibration 300 / rest."""
+    perm = torch.randperm(1797, generator=torch.Generator().manual_seed(0))
+    for split, (start, stop) in (("train", (0, 1000)), ("calibration", (1000, 1300)), ("evaluation", (1300, 1797))):
+        assert torch.equal(load_dataset("digits", split).indices, perm[start:stop])
+
+
+# ------------------------------------------------------------------------------------------------------ CIFAR
+@pytest.fixture()
+def fake_cifar10(monkeypatch):
+    """torchvision's CIFAR10 replaced by 6 training and 7 test images of distinct, non-symmetric HWC pixels."""
+    from torchvision import datasets as tvd
+
+    class Fake(tvd.CIFAR10):
+        def __init__(self, root: str, train: bool = True, download: bool = False):
+            n = 6 if train else 7
+            g = np.random.default_rng(0 if train else 1)
+            self.data = g.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
+            self.targets, self.classes = [int(t) for t in g.integers(0, 10, n)], [str(i) for i in range(10)]
+
+    monkeypatch.setattr(tvd, "CIFAR10", Fake)
+    return Fake
+
+
+def test_cifar_images_are_chw_and_the_test_set_halves_are_disjoint(fake_cifar10, tmp_path):
+    test = fake_cifar10(str(tmp_path), train=False)
+    calib = load_dataset("cifar10", "calibration", root=str(tmp_path))
+    evaluation = load_dataset("cifar10", "evaluation", root=str(tmp_path))
+    perm = torch.randperm(7, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(calib.indices, perm[:3]) and torch.equal(evaluation.indices, perm[3:])
+    for d in (calib, evaluation):
+        assert d.images.shape == (len(d), 3, 32, 32)
+        for i, j in enumerate(d.indices.tolist()):
+            want = torch.from_numpy(test.data[j]).float() / 255  # H, W, C
+            for c in range(3):
+                torch.testing.assert_close(d.images[i, c], want[:, :, c])
+            assert int(d.labels[i]) == test.targets[j]
+    train = load_dataset("cifar10", "train", root=str(tmp_path))
+    assert torch.equal(train.indices, torch.arange(6))
+    # the fingerprint's source names the file the indices point into: both halves index the test set
+    assert calib.source == evaluation.source == "cifar10/test" != train.source == "cifar10/train"
+
+
+# --------------------------------------------------------------------------------------------------- ImageNet
+def _tiny_imagenet_folders(root: Path, classes=("n01440764", "n01443537"), per_class=5) -> list[str]:
+    from PIL import Image
+
+    g = np.random.default_rng(0)
+    files = []
+    for c in classes:
+        (root / "val" / c).mkdir(parents=True)
+        for i in range(per_class):
+            name = f"{c}/ILSVRC2012_val_{c[-3:]}{i:05d}.JPEG"
+            Image.fromarray(g.integers(0, 256, (36, 44, 3), dtype=np.uint8)).save(root / "val" / name)
+            files.append(name)
+    return sorted(files)
+
+
+def test_imagenet_robustbench_subset_is_the_evaluation_split(tmp_path, monkeypatch):
+    """With RobustBench's list available and all of its images present: evaluation = those images in the list's
+    order, labelled by RobustBench's wnid -> index map; calibration = every other image, in seeded order."""
+    files = _tiny_imagenet_folders(tmp_path)
+    ids = [files[7], files[2], files[4]]
+    wnids = {"n01440764": 7, "n01443537": 3, "n09999999": 0}
+    monkeypatch.setattr(ds, "_robustbench_subset", lambda: (ids, wnids))
+    evaluation = load_dataset("imagenet", "evaluation", root=str(tmp_path), size=16)
+    calib = load_dataset("imagenet", "calibration", root=str(tmp_path), size=16)
+    assert evaluation.indices.tolist() == [7, 2, 4]
+    others = torch.tensor([i for i in range(10) if i not in (7, 2, 4)])
+    assert torch.equal(calib.indices, others[torch.randperm(7, generator=torch.Generator().manual_seed(0))])
+    assert evaluation.num_classes == calib.num_classes == 3
+    for d in (evaluation, calib):
+        assert d.labels.tolist() == [wnids[files[i].split("/")[0]] for i in d.indices.tolist()]
+
+
+def test_imagenet_ignores_images_outside_the_class_folders(tmp_path):
+    """As torchvision's ImageFolder: only val/<class>/ images count; a stray image in val/ itself is no class."""
+    from PIL import Image
+
+    files = _tiny_imagenet_folders(tmp_path, per_class=2)
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "val" / "stray.JPEG")
+    calib = load_dataset("imagenet", "calibration", root=str(tmp_path), size=8)
+    evaluation = load_dataset("imagenet", "evaluation", root=str(tmp_path), size=8)
+    assert len(calib) + len(evaluation) == len(files) == 4
+    assert sorted(calib.indices.tolist() + evaluation.indices.tolist()) == [0, 1, 2, 3]
+
+
+def test_imagenet_images_are_resized_to_256_224_and_centre_cropped(tmp_path):
+    """RobustBench's Res256Crop224 at size 16: short side to round(16 * 256 / 224) = 18, then the centre 16x16."""
+    from PIL import Image
+
+    img = Image.fromarray(np.random.default_rng(3).integers(0, 256, (40, 60, 3), dtype=np.uint8))  # h 40, w 60
+    img.save(tmp_path / "a.png")
+    got = ds._decode_images([tmp_path / "a.png"], 16)
+    short, long_ = 18, int(18 * 60 / 40)
+    resized = Image.open(tmp_path / "a.png").convert("RGB").resize((long_, short), Image.BILINEAR)
+    left, top = int(round((long_ - 16) / 2)), int(round((short - 16) / 2))
+    want = np.asarray(resized.crop((left, top, left + 16, top + 16)), dtype=np.float32) / 255
+    np.testing.assert_allclose(got[0].permute(1, 2, 0).numpy(), want, atol=1e-6)
