@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -120,3 +122,130 @@ def test_save_replaces_an_existing_card(tmp_path):
 def test_provenance_records_version_and_time():
     prov = provenance(seed=3)
     assert prov["seed"] == 3 and "mixzoo_version" in prov and prov["created"].endswith("+00:00")
+
+
+# ------------------------------------------------------------------------------------------------ mix card
+def _card(**changes) -> dict:
+    base = dict(s=2.0, p=2.0, c=-0.5, alpha=0.9, beta=0.985)
+    base.update(changes)
+    return base
+
+
+def _edited(changes: dict) -> dict:
+    """A schema-2 card dict (as loaded from a file) of ``_card()`` with ``changes`` made in the method's section;
+    ``method="linear"`` gives the linear method's section (the schema-1 linear card: fit by the margin rule)."""
+    d = MixCard(**_card()).to_dict()
+    changes = dict(changes)
+    if changes.pop("method", None) == "linear":
+        del d["mixednuts"]
+        d["method"] = "linear"
+        d["linear"] = {"alpha": 0.9, "beta": 0.985, "temperature": 1.0, "fit": "linear"}
+    d[d["method"]].update(changes)
+    return d
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"s": 0.0}, "'mixednuts.s' must be positive"),
+    ({"p": 0.0}, "'mixednuts.p' must be positive"),
+    ({"s": -1.0}, "'mixednuts.s' must be positive"),
+    ({"beta": 1.5}, r"'mixednuts.beta' must be in \[0.0, 1.0\]"),
+    ({"beta": -0.1}, r"'mixednuts.beta' must be in \[0.0, 1.0\]"),
+    ({"alpha_d": 1.2}, r"'mixednuts.alpha_d' must be in \[0.0, 1.0\]"),
+    ({"alpha_d": -0.5}, r"'mixednuts.alpha_d' must be in \[0.0, 1.0\]"),
+    ({"temperature": -1.0}, r"'mixednuts.temperature' must be in \[0.0, inf\]"),
+    ({"s": float("nan")}, "'mixednuts.s' must be a finite number"),
+    ({"alpha": float("inf")}, "'mixednuts.alpha' must be a finite number"),
+    ({"beta": float("nan")}, "'mixednuts.beta' must be a finite number"),
+    ({"s": True}, "'mixednuts.s' must be a finite number"),
+    ({"top_k": True}, "'mixednuts.top_k' must be an integer"),
+    ({"method": "linear", "beta": None}, "missing field 'linear.beta'"),
+])
+def test_card_values_outside_their_domain_are_refused(changes, message):
+    """Paper Eq. 4/5: s, p > 0; beta, alpha_d are probabilities; a temperature is >= 0; numbers are finite reals
+    (a bool is not one); the MMAA and linear methods are calibrated at a beta, so their cards must record it."""
+    with pytest.raises(InputError, match=message):
+        MixCard(**_card(**changes))
+    with pytest.raises(InputError, match=message):
+        MixCard.from_dict(_edited(changes), source="edited.toml")
+
+
+def test_card_boundary_values_are_accepted():
+    for changes in ({"beta": 0.0}, {"beta": 1.0}, {"alpha_d": 0.0}, {"alpha_d": 1.0}, {"alpha": 0.5},
+                    {"alpha": 1.0}, {"temperature": 0.0}, {"top_k": 2}, {"method": "guess", "beta": None}):
+        MixCard(**_card(**changes))
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_every_card_field_survives_a_round_trip(tmp_path, suffix):
+    """Each field differs from its default, so a field that to_dict forgets to write comes back changed."""
+    # ``method=`` in the keyword form is the fit (default "mmaa"); "linear" would give a linear card without s, p, c
+    card = MixCard(s=1.5, p=3.0, c=-0.25, alpha=0.8, beta=0.95, clamp="relu", top_k=5, temperature=0.7,
+                   alpha_d=0.6, objective=0.3, method="transfer", abc={"name": "a"}, rbc={"name": "r"},
+                   dataset="digits", data={"n_clean": 3}, attack={"name": "apgd"}, provenance={"seed": 1},
+                   notes=["x"], weights={"w.pt": "0" * 64})
+    written = card.to_dict()
+    # schema 2: the common fields, then the method's section under its name (``params``); ``path`` is not written
+    assert set(written) == ({f for f in MixCard.__dataclass_fields__} - {"params", "path"}) | {card.method}
+    assert written[card.method] == card.params
+    assert set(card.params) >= {"s", "p", "c", "alpha", "beta", "clamp", "top_k", "temperature", "alpha_d",
+                                "objective", "fit"}
+    loaded = MixCard.load(card.save(tmp_path / f"card{suffix}"))
+    assert loaded == card and loaded.temperature == 0.7 and loaded.fit == "transfer"
+    linear = MixCard(alpha=0.8, beta=0.95, temperature=0.7, method="linear", abc={"name": "a"}, dataset="digits")
+    loaded = MixCard.load(linear.save(tmp_path / f"linear{suffix}"))
+    assert loaded == linear and loaded.method == "linear" and loaded.temperature == 0.7 and loaded.beta == 0.95
+
+
+def test_none_inside_grid_arrays_keeps_the_grid_shape_in_toml(tmp_path):
+    """TOML has no null: a ``None`` inside an array becomes nan, so the [s][p][c] shape survives the file."""
+    grid = {"s_values": [1.0, 2.0], "p_values": [1.0], "c_values": [0.0, 0.5],
+            "objectives": [[[0.5, None]], [[0.25, 0.75]]]}
+    card = MixCard(**_card(grid=grid))
+    loaded = MixCard.load(card.save(tmp_path / "card.toml"))
+    obj = np.asarray(loaded.grid["objectives"], dtype=float)
+    assert obj.shape == (2, 1, 2) and math.isnan(obj[0, 0, 1]) and obj[1, 0, 1] == 0.75
+
+
+def _mmaa_card(**attack_changes) -> dict:
+    attack = {"name": "mmaa", "eps": 0.2, "norm": "Linf", "n_iter": 10, "n_target_classes": 9, "n_restarts": 1,
+              "seed": 0}
+    attack.update(attack_changes)
+    return _card(attack=attack, data={"n": 100})
+
+
+def test_mmaa_record_accepts_zero_target_classes_and_zero_counts():
+    """MMAA with ``n_target_classes = 0`` (no targeted runs, e.g. fewer than 4 classes) is a valid record, and a
+    calibration set can have no clean mistakes: 0 counts are integers >= 0."""
+    MixCard(**_mmaa_card(n_target_classes=0))
+    card = _mmaa_card()
+    card["data"] = {"n": 100, "n_clean": 0, "n_attacked": 0}
+    MixCard(**card)
+
+
+@pytest.mark.parametrize(("changes", "field"), [({"n_iter": True}, "attack.n_iter"),
+                                                ({"n_restarts": False}, "attack.n_restarts"),
+                                                ({"seed": True}, "attack.seed")])
+def test_mmaa_record_refuses_booleans_as_integers(changes, field):
+    with pytest.raises(InputError, match=field):
+        MixCard(**_mmaa_card(**changes))
+
+
+def test_grid_record_with_wrong_axis_length_is_refused():
+    """Same number of axes, one of the wrong length: a 2x1x2 grid with a 2x1x3 objective table."""
+    grid = {"s_values": [1.0, 2.0], "p_values": [1.0], "c_values": [0.0, 0.5],
+            "objectives": [[[0.5, 0.6, 0.7]], [[0.4, 0.7, 0.1]]]}
+    with pytest.raises(InputError, match="'mixednuts.grid.objectives' must be a 2x1x2"):
+        MixCard(**_card(grid=grid))
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_numpy_scalars_in_tables_are_written_as_plain_numbers(tmp_path, suffix):
+    card = MixCard(**_card(provenance={"seed": np.int64(3), "share": np.float32(0.5)}))
+    loaded = MixCard.load(card.save(tmp_path / f"card{suffix}"))
+    assert loaded.provenance == {"seed": 3, "share": 0.5} and type(loaded.provenance["seed"]) is int
+
+
+def test_check_path_refuses_a_wrong_suffix_before_any_work(tmp_path):
+    with pytest.raises(InputError, match=r"\.toml or \.json"):
+        MixCard.check_path(tmp_path / "card.yaml")
+    assert MixCard.check_path(tmp_path / "card.toml") == tmp_path / "card.toml"

@@ -11,11 +11,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import torch
 
 from mixzoo.compat import import_autoattack, import_timm
+from mixzoo.models import weight_hash
 
 REV = "fedcba9876543210fedcba9876543210fedcba98"
 
@@ -110,7 +112,6 @@ def test_timm_own_hf_hub_path_works_offline_in_a_fresh_process(tmp_path):
 
 def _hash_of(state_dict: dict[str, torch.Tensor]) -> str:
     """weight_hash of a module whose state dict is exactly ``state_dict`` (same keys, same order)."""
-    from mixzoo.models import weight_hash
 
     class Holder(torch.nn.Module):
         def state_dict(self, *args, **kwargs):  # noqa: ARG002 - mirrors nn.Module.state_dict
@@ -145,3 +146,39 @@ def test_hub_name_timm_imports_parses_repo_ids():
 
     fn = huggingface_hub.repo_type_and_id_from_hf_id
     assert fn("timm/convnextv2_atto.fcmae_ft_in1k")[1:] == ("timm", "convnextv2_atto.fcmae_ft_in1k")
+
+
+# ------------------------------------------------------------------------------------------------ compat
+class _FakeAutoAttack:
+    """Stands in for pyautoattack.AutoAttack: records its arguments, returns (x_adv, y_adv)."""
+
+    def __init__(self, model, **kwargs):
+        self.model, self.kwargs = model, kwargs
+
+    def run_standard_evaluation(self, x, y, **kwargs):
+        self.run_kwargs = kwargs
+        return x + 1, y + 1
+
+
+def test_reference_api_maps_the_reference_call():
+    from mixzoo.compat import _reference_api
+
+    cls = _reference_api(_FakeAutoAttack)
+    aa = cls("model", "Linf", 0.03, "standard", log_path="log.txt", verbose=False, attacks_to_run=("apgd-ce",))
+    assert aa.kwargs == {"norm": "Linf", "eps": 0.03, "version": "standard", "attacks": ["apgd-ce"]}
+    assert aa.verbose is False
+    x, y = torch.zeros(2), torch.zeros(2)
+    out = aa.run_standard_evaluation(x, y, bs=7)
+    assert torch.equal(out, x + 1) and aa.run_kwargs == {"batch_size": 7}
+    x_adv, y_adv = aa.run_standard_evaluation(x, y, bs=7, return_labels=True)
+    assert torch.equal(x_adv, x + 1) and torch.equal(y_adv, y + 1)
+    assert aa.run_standard_evaluation(x, y, batch_size=3)[1] is not None  # pyautoattack-style call unchanged
+    assert cls.__name__ == "_FakeAutoAttack"
+
+
+def test_import_autoattack_replaces_a_stub_module_named_autoattack(monkeypatch):
+    from mixzoo.compat import import_autoattack
+
+    monkeypatch.setitem(sys.modules, "autoattack", types.ModuleType("autoattack"))  # e.g. an unrelated package
+    mod = import_autoattack()
+    assert hasattr(mod, "AutoAttack")

@@ -169,3 +169,73 @@ def test_bad_arguments():
         BlackBoxModel(3)
     with pytest.raises(MixzooError, match="query_budget"):
         BlackBoxModel(_net(), query_budget=-1)
+
+
+# ------------------------------------------------------------------------------------------------ black box
+def _small_net(out: int = 10) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, out)).eval()
+
+
+def _random_images(n: int) -> torch.Tensor:
+    return torch.rand(n, 1, 8, 8, generator=torch.Generator().manual_seed(n))
+
+
+def test_as_black_box_with_a_budget_enforces_it_on_an_already_wrapped_model():
+    bb = as_black_box(_small_net())
+    bb(_random_images(3))
+    capped = as_black_box(bb, query_budget=5)
+    assert capped.query_budget == 5 and capped.remaining == 5
+    capped(_random_images(5))
+    with pytest.raises(QueryBudgetExceeded):
+        capped(_random_images(1))
+
+
+def test_single_column_outputs_are_not_logits():
+    """A classifier needs at least two classes; a [N, 1] output (a score, a regression) is refused even when the
+    number of classes is not known."""
+    bb = BlackBoxModel(_small_net(out=1))
+    assert bb.num_classes is None
+    with pytest.raises(BlackBoxOutputError, match=r"shape \(4, 1\)"):
+        bb(_random_images(4))
+
+
+class _LogitsAndFeatures(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = _small_net()
+
+    def forward(self, x):
+        logits = self.net(x)
+        return logits, torch.zeros(len(x), 3, 2)  # the logits come first, like (logits, features) models
+
+
+def test_tuple_outputs_use_their_first_element():
+    model = _LogitsAndFeatures()
+    x = _random_images(4)
+    assert torch.equal(BlackBoxModel(model)(x), model.net(x))
+
+
+class _NaNRow(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = _small_net()
+
+    def forward(self, x):
+        out = self.net(x)
+        out[1, :3] = float("nan")  # three bad logits, all of one image
+        return out
+
+
+def test_nan_message_counts_images_and_the_failed_call_is_still_counted():
+    bb = BlackBoxModel(_NaNRow(), query_budget=10)
+    with pytest.raises(BlackBoxOutputError, match="for 1 of 4 images"):
+        bb(_random_images(4))
+    assert (bb.queries, bb.calls, bb.remaining) == (4, 1, 6)  # the model was asked: the queries are spent
+
+
+def test_remaining_is_never_negative():
+    bb = BlackBoxModel(_small_net(), query_budget=100)
+    bb(_random_images(10))
+    bb.query_budget = 4  # lowered below what was already used
+    assert bb.remaining == 0

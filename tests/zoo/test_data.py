@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mixzoo.data import ImageDataset, load_dataset
+from mixzoo.data import ImageDataset, load_dataset, shortfall_note
 from mixzoo.errors import InputError, MissingFileError, UnknownNameError
 from mixzoo_plugins import datasets as ds
 
@@ -302,3 +302,38 @@ def test_imagenet_images_are_resized_to_256_224_and_centre_cropped(tmp_path):
     left, top = int(round((long_ - 16) / 2)), int(round((short - 16) / 2))
     want = np.asarray(resized.crop((left, top, left + 16, top + 16)), dtype=np.float32) / 255
     np.testing.assert_allclose(got[0].permute(1, 2, 0).numpy(), want, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ data
+def _dataset(split: str = "calibration", n: int = 5, **changes) -> ImageDataset:
+    kw = dict(name="toy", split=split, images=torch.zeros(n, 1, 2, 2), labels=torch.zeros(n, dtype=torch.long),
+              num_classes=2, indices=torch.arange(n), source="toy/all")
+    kw.update(changes)
+    return ImageDataset(**kw)
+
+
+def test_fingerprint_depends_on_the_split_name_and_source_too():
+    ref = _dataset()
+    assert _dataset().fingerprint == ref.fingerprint
+    assert _dataset(split="evaluation").fingerprint != ref.fingerprint
+    assert _dataset(name="other").fingerprint != ref.fingerprint
+    assert _dataset(source="toy/other").fingerprint != ref.fingerprint
+    assert _dataset(indices=torch.arange(1, 6)).fingerprint != ref.fingerprint
+
+
+def test_image_dataset_checks_indices_and_dtype():
+    with pytest.raises(InputError, match="must match"):
+        _dataset(indices=torch.arange(4))
+    with pytest.raises(InputError, match="float32"):
+        _dataset(images=torch.zeros(5, 1, 2, 2, dtype=torch.float64))
+
+
+@settings(max_examples=40, deadline=None)
+@given(held=st.integers(0, 50), requested=st.integers(0, 60))
+def test_shortfall_note_only_when_fewer_images_than_asked(held, requested):
+    note = shortfall_note(_dataset(n=held), requested, "--n")
+    if held >= requested:
+        assert note is None
+    else:
+        assert note is not None and f"--n {requested}" in note and f"all {held} were used" in note
+    assert shortfall_note(_dataset(n=held), None, "--n") is None

@@ -3,13 +3,16 @@ training is deterministic; the training ingredients do what they claim."""
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import mixzoo
+import mixzoo.zoo.pairs
 from mixzoo.data import load_dataset
 from mixzoo.errors import MissingFileError, RegistryError
 from mixzoo.registry import list_models, spec_from_dict
@@ -278,3 +281,95 @@ def test_weight_perturbation_is_a_layerwise_ascent_step_and_is_undone():
     shift_weights(model, shift, -1.0)
     for k, v in model.state_dict().items():
         torch.testing.assert_close(v, before[k], atol=1e-7, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------ zoo
+def test_file_sha256_sees_a_file_rewritten_in_place(tmp_path):
+    from mixzoo_plugins.zoo import file_sha256
+
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(b"first")
+    assert file_sha256(path) == hashlib.sha256(b"first").hexdigest()
+    path.write_bytes(b"second version")
+    assert file_sha256(path) == hashlib.sha256(b"second version").hexdigest()
+
+
+def test_file_sha256_sees_same_size_bytes_with_the_modification_time_set_back(tmp_path):
+    """A same-size rewrite whose mtime is restored (``touch -r``, a copy with ``cp -p``) still changes the digest."""
+    import os
+
+    from mixzoo_plugins.zoo import file_sha256
+
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(b"AAAA")
+    st = path.stat()
+    assert file_sha256(path) == hashlib.sha256(b"AAAA").hexdigest()
+    path.write_bytes(b"BBBB")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+    assert file_sha256(path) == hashlib.sha256(b"BBBB").hexdigest()
+
+
+def test_file_sha256_hashes_every_block(tmp_path):
+    from mixzoo_plugins.zoo import file_sha256
+
+    blob = bytes(range(256)) * (3 * 4096 + 7)  # about 3 MiB: several read blocks
+    path = tmp_path / "big.bin"
+    path.write_bytes(blob)
+    assert file_sha256(path) == hashlib.sha256(blob).hexdigest()
+
+
+def _tiny_zoo_spec(path, arch_kwargs):
+    from mixzoo.registry import ModelSpec
+
+    return ModelSpec(name="tiny-zoo", role="robust", dataset="digits", num_classes=10, input_size=(1, 8, 8),
+                     source={"kind": "zoo", "arch": "convnet", "file": str(path), "kwargs": arch_kwargs})
+
+
+def test_zoo_weights_missing_or_extra_keys_are_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    from mixzoo.models import load_model
+    from mixzoo_plugins.zoo_arch import ConvNet
+
+    kwargs = {"widths": [4], "hidden": 8, "input_hw": 8}
+    state = {k: v.contiguous() for k, v in ConvNet(**kwargs).state_dict().items()}
+    good = tmp_path / "good.safetensors"
+    save_file(state, str(good))
+    load_model(_tiny_zoo_spec(good, kwargs))
+    missing = tmp_path / "missing.safetensors"
+    save_file({k: v for k, v in state.items() if k != "classifier.3.bias"}, str(missing))
+    with pytest.raises(RegistryError, match="do not fit"):
+        load_model(_tiny_zoo_spec(missing, kwargs))
+    extra = tmp_path / "extra.safetensors"
+    save_file({**state, "features.9.weight": torch.zeros(2)}, str(extra))
+    with pytest.raises(RegistryError, match="do not fit"):
+        load_model(_tiny_zoo_spec(extra, kwargs))
+
+
+@pytest.mark.parametrize("conv_bias", [False, True])
+def test_conv_bn_eval_equals_batch_norm_after_convolution(conv_bias):
+    """The folded convolution against PyTorch's conv then batch norm, with small running variances (where bn.eps
+    matters) and a convolution bias (which the batch norm scales)."""
+    from mixzoo_plugins.zoo_arch import conv_bn_eval
+
+    torch.manual_seed(0)
+    conv, bn = nn.Conv2d(2, 3, 3, padding=1, bias=conv_bias), nn.BatchNorm2d(3, eps=1e-3)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(1e-4, 1e-3)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.2, 0.2)
+        if conv_bias:
+            conv.bias.uniform_(1.0, 2.0)
+    bn.eval()
+    x = torch.randn(2, 2, 5, 5)
+    torch.testing.assert_close(conv_bn_eval(conv, bn, x), bn(conv(x)), atol=1e-4, rtol=1e-4)
+
+
+def test_convnet_with_too_many_pooling_stages_is_refused():
+    from mixzoo_plugins.zoo_arch import ConvNet
+
+    ConvNet(widths=(4, 4, 4), hidden=8, input_hw=8)  # 8 -> 4 -> 2 -> 1
+    with pytest.raises(RegistryError, match="pooling stages"):
+        ConvNet(widths=(4, 4, 4, 4), hidden=8, input_hw=8)  # 8 -> ... -> 0

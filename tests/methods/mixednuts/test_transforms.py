@@ -168,3 +168,21 @@ def test_gelu_can_change_the_argmax_below_its_minimum():
     c = -1.5 - float(layer_norm(logits)[0, 0])
     assert int(rbc_transform(logits, 1.0, 1.0, c, clamp="gelu").argmax()) == 2
     assert int(rbc_transform(logits, 1.0, 1.0, c, clamp="elu").argmax()) == 0
+
+
+# ------------------------------------------------------------------------------------------------ clamps
+def test_builtin_clamps_match_their_definitions_in_float64():
+    """Eq. 4 clamps: GELU is the exact x * Phi(x) (not the tanh approximation); softplus is log(1 + e^x)
+    everywhere, including x well above 1."""
+    from mixzoo.transforms import get_clamp
+
+    xs = [-4.0, -2.0, -0.75, -0.1, 0.0, 0.3, 1.0, 2.5, 6.0, 15.0]
+    x = torch.tensor(xs, dtype=torch.float64)
+    gelu = get_clamp("gelu")(x).tolist()
+    softplus = get_clamp("softplus")(x).tolist()
+    elu = get_clamp("elu")(x).tolist()
+    for v, g, sp, e in zip(xs, gelu, softplus, elu, strict=True):
+        assert g == pytest.approx(0.5 * v * (1 + math.erf(v / math.sqrt(2))), abs=1e-12)
+        assert sp == pytest.approx(math.log1p(math.exp(v)), abs=1e-9)
+        assert e == pytest.approx(v if v > 0 else math.expm1(v), abs=1e-12)
+    assert get_clamp("linear")(x).tolist() == xs
