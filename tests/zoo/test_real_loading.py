@@ -9,6 +9,8 @@ RobustBench WideResNets, a 1-1-1-1 BiT ResNetV2 for BiT-M-R152x2), then loads it
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -16,12 +18,16 @@ import torch
 from hub_cache import put_hf_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 import mixzoo
+import mixzoo.attacks.runner
+import mixzoo.zoo.pairs
 from mixzoo.compat import import_timm
-from mixzoo.errors import MissingFileError, MixzooError, RegistryError
+from mixzoo.errors import InputError, MissingFileError, MixzooError, RegistryError
 from mixzoo.plugins import clear_caches, get_plugin_manager
-from mixzoo_plugins import _loading, bit
+from mixzoo.registry import ModelSpec
+from mixzoo_plugins import _loading, bit, convnextv2, swin, wideresnet
 from mixzoo_plugins._loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
 
 ATTO_REPO = "timm/convnextv2_atto.fcmae_ft_in1k"
@@ -390,3 +396,246 @@ def test_robustbench_spec_with_outside_normalization_is_refused(rb_dir):
     spec = mixzoo.get_spec("cifar10/Linf/Ding2020MMA")
     with pytest.raises(RegistryError, match="normalize internally"):
         mixzoo.load_model(dataclasses.replace(spec, mean=(0.5,), std=(0.25,)))
+
+
+# ------------------------------------------------------------------------------------------------- helpers
+def spec(**kw) -> ModelSpec:
+    base = dict(name="t", role="accurate", dataset="cifar10", num_classes=10, input_size=(3, 32, 32), source={})
+    return ModelSpec(**{**base, **kw})
+
+
+# -------------------------------------------------------------------------------------- safe loading, keys
+def test_sha256_check_ignores_the_case_of_the_hex_digest(tmp_path):
+    """A hex digest names the same bytes in upper or lower case; a registry may write either."""
+    import hashlib
+
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"weights")
+    digest = hashlib.sha256(b"weights").hexdigest()
+    _loading.verify_sha256(path, digest.upper(), "entry")
+    _loading.verify_sha256(path, digest, "entry")
+    with pytest.raises(_loading.ChecksumError):
+        _loading.verify_sha256(path, "0" * 64, "entry")
+
+
+def test_module_prefix_is_stripped_only_when_every_key_carries_it():
+    """A network with a submodule named ``module`` is not a DataParallel wrapper: its keys stay as they are."""
+    t = torch.zeros(1)
+    own = {"module.weight": t, "head.bias": t}
+    assert list(_loading.state_dict_from(own, "x")) == ["module.weight", "head.bias"]
+    assert list(_loading.state_dict_from({"module.a.w": t, "module.b": t}, "x")) == ["a.w", "b"]
+
+
+@pytest.mark.parametrize("obj", [{}, {"state_dict": {}}], ids=["empty", "empty-wrapped"])
+def test_an_empty_state_dict_is_refused(obj):
+    with pytest.raises(MixzooError, match="no state dict of tensors"):
+        _loading.state_dict_from(obj, "empty.pt")
+
+
+def test_a_wrong_shape_is_reported_in_one_line_like_missing_keys():
+    net = nn.Linear(3, 2)
+    bad = {"weight": torch.zeros(2, 4), "bias": torch.zeros(2)}
+    with pytest.raises(MixzooError, match=r"does not fit the architecture \(wrong shape weight\)") as err:
+        _loading.load_state_dict_strict(net, bad, "ckpt.pt")
+    assert "\n" not in str(err.value)
+    good = {"weight": torch.ones(2, 3), "bias": torch.zeros(2)}
+    _loading.load_state_dict_strict(net, good, "ckpt.pt")
+    assert torch.equal(net.weight, good["weight"])
+
+
+# ------------------------------------------------------------------------------------------ Hugging Face hub
+def test_cache_location_names_the_requested_revision():
+    from huggingface_hub import constants
+
+    where = _loading.hf_cache_location("org/name", "model.safetensors", "v1.0")
+    folder = Path(constants.HF_HUB_CACHE) / "models--org--name"
+    assert where == f"{folder}/snapshots/<commit>/model.safetensors (with {folder}/refs/v1.0 holding <commit>)"
+    assert "refs/main holding" in _loading.hf_cache_location("org/name", "model.safetensors")
+
+
+def test_mixzoo_offline_never_downloads_even_when_the_hub_answers(tmp_path, monkeypatch):
+    """MIXZOO_OFFLINE=1 turns downloads off on its own (huggingface_hub's own switch left on)."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("MIXZOO_OFFLINE", "1")
+    calls: list[bool] = []
+
+    def fake_download(repo_id, filename, revision=None, local_files_only=False):
+        calls.append(local_files_only)
+        if local_files_only:
+            raise LocalEntryNotFoundError("not cached")
+        return str(tmp_path / "downloaded")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(_loading, "hub_reachable", lambda: True)
+    with pytest.raises(MissingFileError, match="downloads are off"):
+        _loading.hub_download("foo/bar", "config.json")
+    assert calls == [True]
+
+
+@pytest.mark.parametrize("name", ["hf-hub:a/b/c", "hf-hub:abc", "hf-hub:/b", "hf-hub:a/"])
+def test_hub_names_need_exactly_org_and_name(name):
+    with pytest.raises(InputError, match="hf-hub:ORG/NAME"):
+        _loading.parse_hf_hub(name)
+    assert _loading.parse_hf_hub("hf-hub:a/b@v2") == ("a/b", "v2")
+
+
+def test_safetensors_weights_win_over_a_pickle_in_the_same_repo(hf_cache):
+    """timm pushes both; the safe file is the one to load (``model.safetensors`` first)."""
+    put_hf_file(hf_cache, "org/both", "pytorch_model.bin", b"pickle")
+    safe = put_hf_file(hf_cache, "org/both", "model.safetensors", b"safe")
+    assert _loading.hub_weights("org/both") == safe
+    only_bin = put_hf_file(hf_cache, "org/bin", "pytorch_model.bin", b"pickle")
+    assert _loading.hub_weights("org/bin") == only_bin
+
+
+def test_old_form_hub_config_is_read_like_timm_reads_it(hf_cache):
+    """Old timm hub configs are the pretrained cfg itself, architecture and ``labels`` included."""
+    old = {"architecture": "convnextv2_atto", "num_classes": 7, "input_size": [3, 64, 64], "mean": [0.5, 0.5, 0.5],
+           "std": [0.25, 0.25, 0.25], "labels": ["c0", "c1", "c2", "c3", "c4", "c5", "c6"]}
+    put_hf_file(hf_cache, "org/old", "config.json", json.dumps(old).encode())
+    arch, cfg, model_args = _loading.timm_hub_config("org/old")
+    assert arch == "convnextv2_atto" and model_args == {}
+    assert cfg["num_classes"] == 7 and cfg["label_names"] == old["labels"] and "labels" not in cfg
+    assert cfg["input_size"] == [3, 64, 64] and cfg["hf_hub_id"] == "org/old"
+    got = _loading.timm_hub_spec("hf-hub:org/old", plugin="convnextv2")
+    assert (got.num_classes, got.input_size, got.mean, got.std) == (7, (3, 64, 64), (0.5,) * 3, (0.25,) * 3)
+
+
+@pytest.mark.parametrize(("classes", "dataset"), [(1000, "imagenet"), (10, "unknown")])
+def test_hub_spec_calls_only_1000_class_models_imagenet(hf_cache, classes, dataset):
+    config = {"architecture": "convnextv2_atto", "num_classes": classes,
+              "pretrained_cfg": {"input_size": [3, 224, 224], "mean": [0.5] * 3, "std": [0.5] * 3}}
+    put_hf_file(hf_cache, "org/m", "config.json", json.dumps(config).encode())
+    got = _loading.timm_hub_spec("hf-hub:org/m", plugin="convnextv2")
+    assert (got.num_classes, got.dataset) == (classes, dataset)
+
+
+def test_normalization_check_broadcasts_one_value_and_checks_std_too():
+    cfg = {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
+    _loading._check_normalization(spec(mean=(0.5,), std=(0.25,)), cfg)  # one value stands for every channel
+    _loading._check_normalization(spec(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)), cfg)
+    with pytest.raises(RegistryError, match=r"std \[0\.2\] differs"):
+        _loading._check_normalization(spec(mean=(0.5,), std=(0.2,)), cfg)
+    with pytest.raises(RegistryError, match="mean"):
+        _loading._check_normalization(spec(mean=(0.4,), std=(0.25,)), cfg)
+
+
+# ---------------------------------------------------------------------------------------------- RobustBench
+def test_ensemble_checkpoints_are_numbered_from_zero_as_robustbench_reads_them(rb_dir, monkeypatch):
+    """RobustBench's load_model reads member i of an ensemble from ``'{}_m{}.pt'.format(model_path, i)`` with i
+    from ``enumerate`` over its gdrive ids."""
+    entry = _loading.robustbench_entry("cifar10", "Linf", "Chen2020Adversarial")
+    files = _loading.robustbench_files("cifar10", "Linf", "Chen2020Adversarial", entry)
+    base = rb_dir / "cifar10" / "Linf" / "Chen2020Adversarial.pt"
+    assert files == [Path(f"{base}_m{i}.pt") for i, _ in enumerate(entry["gdrive_id"])]
+    monkeypatch.setenv("MIXZOO_OFFLINE", "1")
+    with pytest.raises(MissingFileError, match=r"Chen2020Adversarial\.pt_m0\.pt is missing"):
+        mixzoo.load_model("cifar10/Linf/Chen2020Adversarial")
+
+
+@pytest.mark.parametrize("unpickling", [False, True])
+@pytest.mark.parametrize("before", [None, "1"], ids=["unset", "set"])
+def test_torch_load_switches_are_restored_after_a_robustbench_load(monkeypatch, unpickling, before):
+    keys = ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    for k in keys:
+        monkeypatch.delenv(k, raising=False)
+    if before is not None:
+        monkeypatch.setenv(keys[unpickling], before)
+    with _loading._torch_load_mode(unpickling):
+        assert os.environ.get(keys[unpickling]) == "1" and keys[not unpickling] not in os.environ
+    assert os.environ.get(keys[unpickling]) == before and keys[not unpickling] not in os.environ
+
+
+def test_robustbench_spec_with_a_std_other_than_one_is_refused(rb_dir):
+    base = mixzoo.get_spec("cifar10/Linf/Ding2020MMA")
+    with pytest.raises(RegistryError, match="normalize internally"):
+        mixzoo.load_model(dataclasses.replace(base, std=(0.5,)))
+
+
+def test_a_freshly_downloaded_checkpoint_is_checked_against_the_registry(rb_dir, monkeypatch):
+    """Online, a missing checkpoint is downloaded by RobustBench; what arrives must still match sha256."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("MIXZOO_OFFLINE", raising=False)
+
+    def fake_build(name, dataset, threat, files, unsafe, allow_unsafe):
+        files[0].parent.mkdir(parents=True, exist_ok=True)
+        files[0].write_bytes(b"what the download delivered")
+        return nn.Identity()
+
+    monkeypatch.setattr(_loading, "_robustbench_build", fake_build)
+    wanted = dataclasses.replace(mixzoo.get_spec("cifar10/Linf/Ding2020MMA"), sha256="ab" * 32)
+    with pytest.raises(_loading.ChecksumError, match="expects abababab"):
+        mixzoo.load_model(wanted)
+
+
+def test_robustbench_hooks_take_only_their_own_datasets(rb_dir):
+    cifar = mixzoo.get_spec("cifar10/Linf/Ding2020MMA")
+    assert swin.mixzoo_load_model(cifar, "cpu", False) is None
+    imagenet = mixzoo.get_spec("imagenet/Linf/Liu2023Comprehensive_Swin-L")
+    assert wideresnet.mixzoo_load_model(imagenet, "cpu", False) is None
+    c100 = mixzoo.get_spec("cifar100/Linf/Wang2023Better_WRN-70-16")
+    assert (c100.plugin, c100.num_classes, c100.dataset) == ("wideresnet", 100, "cifar100")
+    assert c100.epsilon == pytest.approx(8 / 255)
+
+
+def test_timm_hook_leaves_other_kinds_alone():
+    for kind in ("bit-hf", "robustbench", "zoo"):
+        assert convnextv2.mixzoo_load_model(spec(source={"kind": kind}), "cpu", False) is None
+    assert bit.mixzoo_load_model(spec(source={"kind": "timm"}), "cpu", False) is None
+
+
+# ------------------------------------------------------------------------------------------------------ BiT
+def test_bit_checkpoint_normalization_compares_each_key_and_broadcasts_one_value():
+    norm = {"mean": torch.full((1, 3, 1, 1), 0.5), "std": torch.full((1, 3, 1, 1), 0.5)}
+    bit._check_checkpoint_normalization(norm, spec(mean=(0.5,), std=(0.5,)), "c.pt")
+    bit._check_checkpoint_normalization(norm, spec(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)), "c.pt")
+    with pytest.raises(RegistryError, match="std"):
+        bit._check_checkpoint_normalization(norm, spec(mean=(0.5,), std=(0.25,)), "c.pt")
+    with pytest.raises(RegistryError, match="mean"):
+        bit._check_checkpoint_normalization(norm, spec(mean=(0.25,), std=(0.5,)), "c.pt")
+
+
+def test_bit_depths_are_the_resnet_stage_counts():
+    """ResNet-50/101/152 (He et al. 2016, Table 1): 3-4-6-3, 3-4-23-3 and 3-8-36-3 bottleneck blocks."""
+    assert bit.bit_layers({"arch": "resnetv2_50x1_bit"}, "t") == ([3, 4, 6, 3], 1)
+    assert bit.bit_layers({"arch": "resnetv2_101x3_bit"}, "t") == ([3, 4, 23, 3], 3)
+    assert bit.bit_layers({"arch": "resnetv2_152x4_bit"}, "t") == ([3, 8, 36, 3], 4)
+
+
+def _tiny_bit_file(tmp_path: Path) -> tuple[Path, nn.Module]:
+    torch.manual_seed(5)
+    net = bit.build_bit([1, 1, 1, 1], 1, num_classes=10).eval()
+    path = tmp_path / "tiny-bit.pt"
+    torch.save(net.state_dict(), path)
+    return path, net
+
+
+def test_bit_local_path_wins_over_the_hub_and_missing_paths_are_named(hf_cache, tmp_path):
+    path, _ = _tiny_bit_file(tmp_path)
+    src = {"kind": "bit-hf", "repo": "Bai-YT/MixedNUTS", "filename": "not-cached.pt", "path": str(path)}
+    assert bit.checkpoint_path(spec(source=src)) == path
+    gone = tmp_path / "gone.pt"
+    with pytest.raises(MissingFileError, match=f"checkpoint {gone} of registry entry 't' does not exist"):
+        bit.checkpoint_path(spec(source={**src, "path": str(gone)}))
+
+
+def test_bit_std_conv_eps_of_the_entry_reaches_every_standardised_conv(tmp_path):
+    from timm.layers import StdConv2d
+
+    path, reference = _tiny_bit_file(tmp_path)
+    src = {"kind": "bit-hf", "path": str(path), "layers": [1, 1, 1, 1], "width_factor": 1, "std_conv_eps": 1e-10}
+    net = bit.load_bit(spec(source=src))
+    convs = [m for m in net.modules() if isinstance(m, StdConv2d)]
+    assert convs and all(m.eps == 1e-10 for m in convs)
+    default = bit.load_bit(spec(source={k: v for k, v in src.items() if k != "std_conv_eps"}))
+    assert all(m.eps == 1e-8 for m in default.modules() if isinstance(m, StdConv2d))
+    x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(default(x), reference(x))
