@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 from mixzoo.attacks import MarginRecord, apgd_ce, apgd_run, mmaa, signed_margin
-from mixzoo.attacks.apgd import LOSSES, apgd_t, clean_record, target_classes
+from mixzoo.attacks.apgd import LOSSES, apgd_t, clean_record, effective_n_targets, target_classes
 from mixzoo.attacks.margins import layer_norm, ln_signed_margin, selection_key
-from mixzoo.attacks.pgd import pgd
+from mixzoo.attacks.pgd import pgd, project
 from mixzoo.compat import import_autoattack
 from mixzoo.data import load_dataset
 from mixzoo.errors import InputError
@@ -577,3 +577,33 @@ def test_mmaa_counts_a_tie_against_the_label_as_misclassified():
     assert res.margins.tolist() == [0.0, 0.0, 0.0]
     assert res.misclassified.tolist() == [True, True, False]
     assert res.robust_accuracy == pytest.approx(1 / 3)
+
+
+K = 10
+
+
+def test_l2_projection_keeps_points_inside_the_ball():
+    g = torch.Generator().manual_seed(0)
+    delta = torch.randn(5, 3, 4, 4, generator=g)
+    norms = delta.flatten(1).norm(dim=1)
+    eps = float(norms.median())
+    out = project(delta, eps, "L2")
+    inside = norms <= eps
+    assert torch.equal(out[inside], delta[inside])  # not pushed out to the sphere
+    assert torch.allclose(out[~inside].flatten(1).norm(dim=1), torch.full((int((~inside).sum()),), eps))
+
+
+def test_pgd_default_step_is_two_and_a_half_eps_over_steps():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, K))
+    x = torch.rand(4, 1, 4, 4, generator=torch.Generator().manual_seed(1))
+    y = torch.arange(4)
+    default = pgd(model, x, y, eps=0.1, steps=4, generator=torch.Generator().manual_seed(2))
+    explicit = pgd(model, x, y, eps=0.1, steps=4, step_size=2.5 * 0.1 / 4, generator=torch.Generator().manual_seed(2))
+    other = pgd(model, x, y, eps=0.1, steps=4, step_size=0.001, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(default, explicit) and not torch.equal(default, other)
+
+
+def test_apgd_t_never_targets_the_true_class():
+    assert effective_n_targets(10, 20) == 9 and effective_n_targets(10, 9) == 9 and effective_n_targets(10, 3) == 3
+    assert effective_n_targets(4, 100) == 3

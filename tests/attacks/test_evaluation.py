@@ -848,3 +848,37 @@ def test_mmaa_accepts_zero_targets_and_refuses_a_zero_batch_or_mismatched_labels
         mmaa(model, x, y, eps=0.05, n_iter=1, n_target_classes=0, batch_size=0, progress=False)
     with pytest.raises(InputError):
         mmaa(model, x, y[:3], eps=0.05, n_iter=1, n_target_classes=0, progress=False)
+
+
+K = 10
+
+
+class Constant(nn.Module):
+    """Predicts class 0 for images whose mean is above 0.5, else class 1."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wrong = (x.flatten(1).mean(dim=1) > 0.5).float()
+        out = torch.zeros(len(x), K)
+        out[:, 0] = wrong * 5
+        out[:, 1] = 1.0
+        return out
+
+
+class Teleport(Attack):
+    """An 'attack' that returns the all-ones image: far outside any small ball."""
+
+    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
+        return [Component("teleport", lambda x, y: torch.ones_like(x))]
+
+
+@pytest.mark.parametrize("norm", ["Linf", "L2"])
+def test_points_outside_the_threat_model_never_count_as_broken(norm):
+    x = torch.full((6, 1, 4, 4), 0.2)
+    y = torch.ones(6, dtype=torch.long)
+    model = Constant()
+    assert (model(torch.ones_like(x)).argmax(1) != y).all()  # the far point would fool the model
+    eps = 0.5 if norm == "Linf" else 2.0  # Linf distance 0.8 > 0.5; L2 distance 3.2 > 2.0 (Linf 0.8 < 2.0)
+    res = Teleport(eps=eps, norm=norm).run(model, x, y, progress=False)
+    assert bool(res.robust_correct.all()) and res.components[0].newly_broken == 0
+    inside = Teleport(eps=4.0, norm=norm).run(model, x, y, progress=False)  # now within the ball: broken
+    assert not bool(inside.robust_correct.any())

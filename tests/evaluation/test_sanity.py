@@ -396,3 +396,27 @@ def test_sweep_notes_a_largest_radius_below_the_grey_reach(digits, tmp_path):
 def _predict(model, images):
     with torch.no_grad():
         return model(images).argmax(1)
+
+
+K = 10
+
+
+def test_eps_sweep_counts_each_miss_once():
+    """A robust example the grey image would break is a grey miss, not also a monotonicity miss."""
+    from mixzoo.sanity import _row
+
+    class Grey(nn.Module):  # the grey image is classified 0
+        def forward(self, x):
+            out = torch.zeros(len(x), K)
+            out[:, 0] = 1.0
+            return out
+
+    images = torch.stack([torch.full((1, 2, 2), v) for v in (0.5, 0.45, 0.0, 1.0)])  # grey distance .0,.05,.5,.5
+    labels = torch.tensor([1, 1, 1, 1])
+    radii = [0.1, 0.6]
+    evs = [{"robust_correct": [True, True, True, False], "clean_correct": [True] * 4, "seconds": 1.0},
+           {"robust_correct": [False, True, True, False], "clean_correct": [True] * 4, "seconds": 1.0}]
+    row = _row("m", "rbc", Grey(), evs, radii, images, labels, "Linf")
+    # eps 0.1: examples 0 and 1 are within reach of the grey image (class 0 != 1) yet reported robust -> 2 grey
+    # misses; eps 0.6: example 1 and 2 are robust and grey-breakable -> 2 grey misses, and no monotone miss counted
+    assert row.grey_misses == [2, 2] and row.monotone_misses == [0, 0]
