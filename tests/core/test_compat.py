@@ -14,6 +14,7 @@ import textwrap
 import types
 from pathlib import Path
 
+import pytest
 import torch
 
 from mixzoo.compat import import_autoattack, import_timm
@@ -30,6 +31,7 @@ def run_fresh(code: str, env: dict[str, str] | None = None, timeout: int = 240) 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.subprocess
 def test_robustbench_through_compat_gets_pyautoattack_in_a_fresh_process():
     out = run_fresh("""
         import json, sys
@@ -47,6 +49,7 @@ def test_robustbench_through_compat_gets_pyautoattack_in_a_fresh_process():
                    "load_model": True}
 
 
+@pytest.mark.subprocess
 def test_importing_timm_and_robustbench_prints_no_warnings_a_user_cannot_act_on():
     """torch's FutureWarning about timm's ``torch.jit.interface`` and pkg_resources' deprecation UserWarning used to
     print above every command that loads a hub or RobustBench model; both are silenced for those imports only."""
@@ -94,6 +97,7 @@ def _write_hub_cache(cache: Path) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
+@pytest.mark.subprocess
 def test_timm_own_hf_hub_path_works_offline_in_a_fresh_process(tmp_path):
     """timm 1.0.9 turns a broken huggingface_hub import into 'Hugging Face hub model specified but package not
     installed'; through mixzoo.compat, timm's own ``create_model('hf-hub:...', pretrained=True)`` must load the
@@ -120,6 +124,7 @@ def _hash_of(state_dict: dict[str, torch.Tensor]) -> str:
     return weight_hash(Holder())
 
 
+@pytest.mark.subprocess
 def test_mixzoo_loads_hf_hub_name_with_env_offline_in_a_fresh_process(tmp_path):
     """The environment route (not monkeypatched constants): HF_HUB_OFFLINE=1 and HF_HUB_CACHE before import;
     also a name absent from the cache gives MissingFileError in that process."""

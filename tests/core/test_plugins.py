@@ -63,6 +63,7 @@ def test_two_plugins_same_clamp_name_is_an_error_naming_both():
         unregister_plugin("second-plugin")
 
 
+@pytest.mark.subprocess
 def test_plugin_that_fails_to_import_is_reported_and_others_work(tmp_path):
     """A real entry point (dist-info on sys.path) whose module raises on import."""
     dist = tmp_path / "broken_mixzoo_plugin-0.1.dist-info"

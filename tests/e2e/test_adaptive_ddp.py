@@ -82,6 +82,7 @@ def one_and_two_ranks(args: list[str], tmp_path: Path, monkeypatch) -> tuple[sub
     return done, MixCard.load(tmp_path / "one" / "card.toml"), MixCard.load(tmp_path / "two" / "card.toml"), a, b
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("setting", ["C", "B"])
 def test_two_ranks_train_the_one_process_network_and_rank_0_alone_writes(setting, tmp_path, monkeypatch,
                                                                         one_thread):
@@ -109,6 +110,7 @@ def test_two_ranks_train_the_one_process_network_and_rank_0_alone_writes(setting
                    for k in b)
 
 
+@pytest.mark.subprocess
 def test_a_batch_smaller_than_the_world_is_refused_naming_the_option(tmp_path):
     # 48 training images in batches of 47 leave a last batch of 1 image for 2 ranks
     args = [*ARGS, "-O", "batch_size=47", "--out", str(tmp_path / "card.toml")]
@@ -124,6 +126,7 @@ LSA_ARGS = ["mix", "--method", "local-smoothing-adaptive", "--abc", "digits-std"
             "width=8", "-O", "blocks=1", "-O", "lr=1e-3", "--json"]
 
 
+@pytest.mark.subprocess
 def test_local_smoothing_adaptive_trains_under_torchrun_like_one_process(tmp_path, monkeypatch, one_thread):
     """The shared trainer serves 003's policy too: rank 0 measures the crossover and hands beta_0 to the other rank,
     both train their shards, rank 0 alone writes; the weights are the one-process weights to float rounding."""

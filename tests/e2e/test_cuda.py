@@ -13,7 +13,7 @@ import torch
 
 from mixzoo.pipeline import cached_logits, mix, model_device
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+cuda = pytest.mark.gpu  # skipped where torch.cuda.is_available() is false (tests/conftest.py)
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 
 

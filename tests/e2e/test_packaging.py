@@ -39,7 +39,7 @@ def _can_build_wheels() -> bool:
     return any(importlib.util.find_spec(m) is not None for m in ("setuptools.command.bdist_wheel", "wheel"))
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_wheel_ships_registry_weights_and_every_package(tmp_path):
     # offline with this environment's setuptools when it can build wheels (>= 70.1 or `wheel`), else pip's isolated
     # build environment (from the package index, as `make test` installs)

@@ -231,6 +231,7 @@ def test_a_benchmark_scripts_bad_input_is_one_line_and_exit_status_2(capsys):
         run_script(bug)
 
 
+@pytest.mark.subprocess
 def test_a_benchmark_script_piped_into_head_ends_quietly():
     import subprocess
     import sys
