@@ -19,8 +19,16 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 
+# modules whose every test starts a Python process that imports torch (pip installs, fresh virtual environments)
+SUBPROCESS_MODULES = {"e2e/test_third_party_plugin.py"}
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` are skipped where CUDA is not available."""
+    """Every test of :data:`SUBPROCESS_MODULES` is marked ``subprocess``; tests marked ``gpu`` are skipped where CUDA
+    is not available."""
+    for item in items:
+        if Path(item.fspath).resolve().relative_to(TESTS).as_posix() in SUBPROCESS_MODULES:
+            item.add_marker(pytest.mark.subprocess)
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu:
         return

@@ -7,16 +7,14 @@ import json
 import pytest
 
 from mixzoo.bench import bench
-from mixzoo.pipeline import mix
 
-FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
+# a small APGD on 20 images; the card's declared extra attack is off: the labels, not the attack, are under test
 BENCH = dict(attack="apgd", n=20, attack_options={"n_iter": 3, "n_target_classes": 1}, curve=False, plots=False,
-             match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=20, progress=False)
+             match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=20, progress=False, extra_attacks=False)
 
 
-def test_a_substituted_rbc_is_named_in_rows_report_files_and_comparisons(tmp_path):
-    card = tmp_path / "card.toml"
-    mix("digits-std", "digits-pgd", out=card, cache_dir=tmp_path / "cache", **FAST)
+def test_a_substituted_rbc_is_named_in_rows_report_files_and_comparisons(tmp_path, digits_card):
+    card = digits_card  # digits-std + digits-pgd, shared read-only (conftest)
     out = tmp_path / "bench"
     with pytest.warns(UserWarning, match="calibrated for 'digits-pgd'"):
         report = bench(card, rbc="digits-std", out=out, cache_dir=tmp_path / "cache", **BENCH)

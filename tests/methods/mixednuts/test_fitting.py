@@ -346,7 +346,8 @@ def test_asking_for_more_images_than_the_split_holds_says_so(tmp_path, shared_ca
     assert res.card.notes == card.notes
     report = bench(tmp_path / "card.toml", attack="apgd", n=10_000, out=tmp_path / "bench", cache_dir=shared_cache,
                    attack_options={"n_iter": 2, "n_target_classes": 1}, curve=False, plots=False,
-                   match_n=50, match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=250, progress=False)
+                   match_n=50, match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=250, progress=False,
+                   extra_attacks=False)
     assert report.dataset["n"] == 497
     assert report.notes == ["--n 10000 asked for more images than the digits evaluation split holds; all 497 were"
                             " used"]
@@ -394,7 +395,7 @@ def test_cards_for_unregistered_modules_need_the_modules_and_bench_uses_them(tmp
     # the margin plot reads the calibration margins of the RBC bench evaluated, not one looked up by name
     bench(tmp_path / "card.toml", rbc=mlp, attack="apgd", n=30, out=tmp_path / "bench", cache_dir=shared_cache,
           attack_options={"n_iter": 2, "n_target_classes": 1}, curve=False, match_n=30,
-          match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=30, progress=False)
+          match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=30, progress=False, extra_attacks=False)
     assert (tmp_path / "bench" / "margins.png").stat().st_size > 0
 
 
@@ -406,7 +407,7 @@ def test_bench_records_that_a_base_model_is_not_the_one_the_card_was_calibrated_
         report = bench(tmp_path / "card.toml", abc="digits-pgd", attack="apgd", n=30, out=tmp_path / "bench",
                        cache_dir=shared_cache, attack_options={"n_iter": 2, "n_target_classes": 1}, curve=False,
                        plots=False, match_n=30, match_options={"n_iter": 2, "n_target_classes": 1}, batch_size=30,
-                       progress=False)
+                       progress=False, extra_attacks=False)
     assert len(report.notes) == 1 and "calibrated for 'digits-std'" in report.notes[0]
     assert "re-run `mixzoo mix`" in (tmp_path / "bench" / "report.md").read_text()
 
