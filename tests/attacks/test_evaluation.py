@@ -288,6 +288,7 @@ def test_attack_options_are_checked_before_any_attack_with_close_names():
     assert PGDAttack(eps=0.1, n_iter=3).options["n_iter"] == 3
 
 
+@pytest.mark.slow
 def test_adaptive_strong_breaks_every_example_standard_autoattack_breaks(digits):
     """Issue 30: standard AutoAttack (pyautoattack, run directly on the exact mixed classifier, same images and
     seed) must break nothing that ``adaptive-strong`` reports robust. With mixzoo's earlier layer norm AutoAttack's

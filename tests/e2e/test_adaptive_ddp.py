@@ -83,6 +83,7 @@ def one_and_two_ranks(args: list[str], tmp_path: Path, monkeypatch) -> tuple[sub
 
 
 @pytest.mark.subprocess
+@pytest.mark.timeout(900)  # each torchrun call has its own 600 s limit; the test makes up to three
 @pytest.mark.parametrize("setting", ["C", "B"])
 def test_two_ranks_train_the_one_process_network_and_rank_0_alone_writes(setting, tmp_path, monkeypatch,
                                                                         one_thread):
@@ -111,6 +112,7 @@ def test_two_ranks_train_the_one_process_network_and_rank_0_alone_writes(setting
 
 
 @pytest.mark.subprocess
+@pytest.mark.timeout(900)  # each torchrun call has its own 600 s limit; the test makes up to three
 def test_a_batch_smaller_than_the_world_is_refused_naming_the_option(tmp_path):
     # 48 training images in batches of 47 leave a last batch of 1 image for 2 ranks
     args = [*ARGS, "-O", "batch_size=47", "--out", str(tmp_path / "card.toml")]
@@ -127,6 +129,7 @@ LSA_ARGS = ["mix", "--method", "local-smoothing-adaptive", "--abc", "digits-std"
 
 
 @pytest.mark.subprocess
+@pytest.mark.timeout(900)  # each torchrun call has its own 600 s limit; the test makes up to three
 def test_local_smoothing_adaptive_trains_under_torchrun_like_one_process(tmp_path, monkeypatch, one_thread):
     """The shared trainer serves 003's policy too: rank 0 measures the crossover and hands beta_0 to the other rank,
     both train their shards, rank 0 alone writes; the weights are the one-process weights to float rounding."""

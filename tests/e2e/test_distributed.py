@@ -51,6 +51,7 @@ def points(out: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.subprocess
+@pytest.mark.timeout(900)  # each torchrun call has its own 600 s limit; the test makes up to three
 def test_two_ranks_give_the_one_process_results_and_resume_after_a_killed_rank(card, tmp_path, one_thread):
     one = bench(card, attack="adaptive-apgd", n=60, attack_options={"n_iter": 6, "n_target_classes": 2},
                 curve=False, plots=False, baseline=False, progress=False, batch_size=20, out=tmp_path / "one",
@@ -91,6 +92,7 @@ def test_one_process_is_a_world_of_one():
 
 
 @pytest.mark.subprocess
+@pytest.mark.timeout(900)  # each torchrun call has its own 600 s limit; the test makes up to three
 def test_mix_under_torchrun_shares_mmaa_out_and_writes_the_one_process_card(card, tmp_path, one_thread):
     """`mixzoo mix` under torchrun: MMAA's two batches are shared out, rank 0 alone writes the card, and its
     parameters are those of the one-process fit."""
@@ -152,6 +154,7 @@ def test_the_merge_refuses_a_missing_shard_and_names_it(monkeypatch, tmp_path, o
 
 
 @pytest.mark.subprocess
+@pytest.mark.timeout(900)  # each torchrun call has its own 600 s limit; the test makes up to three
 def test_a_collective_that_times_out_is_a_one_line_error_naming_the_variable(tmp_path):
     script = Path(__file__).parent / "scripts" / "torchrun_slow_rank.py"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MIXZOO_DIST_TIMEOUT": "3"}

@@ -66,6 +66,7 @@ def test_grey_distance_and_default_radii():
     assert default_radii(0.3, x, "L2")[-1] >= float(grey_distance(x, "L2").max())  # reaches every example
 
 
+@pytest.mark.slow
 def test_sweep_reuses_bench_rows_and_passes_on_the_digits_pair(card, tmp_path):
     from mixzoo.bench import bench
 
@@ -128,6 +129,7 @@ class Quantized(nn.Module):
         return self.model(torch.round(x * 4) / 4)
 
 
+@pytest.mark.slow
 def test_a_gradient_masked_rbc_is_caught(card):
     from mixzoo.models import load_model
 

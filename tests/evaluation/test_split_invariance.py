@@ -40,6 +40,7 @@ def assert_same_runs(one, other) -> None:
         torch.testing.assert_close(a[1], b[1], rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_per_example_seeds_make_the_bench_independent_of_the_batch_size(card, tmp_path, one_thread):
     runs = {bs: bench(card, batch_size=bs, per_example_seeds=True, out=tmp_path / f"b{bs}", save_adversarial=True,
                       cache_dir=tmp_path / "cache", **BENCH) for bs in (60, 17)}
@@ -72,6 +73,7 @@ class LegacyAttackPlugin:
         return {"test-legacy-run": Legacy}
 
 
+@pytest.mark.slow
 def test_an_attack_without_per_example_support_runs_with_batch_seeds_and_says_so(card, tmp_path, one_thread):
     """A third-party attack whose run() takes no index still runs by default: batch k at seed + k, as before
     bench-6, the same outcome as an explicit batch-seeded run, with a warning that results depend on the batch."""
@@ -89,6 +91,7 @@ def test_an_attack_without_per_example_support_runs_with_batch_seeds_and_says_so
         unregister_plugin("test-legacy-run-plugin")
 
 
+@pytest.mark.slow
 def test_per_example_seeds_reach_the_matched_baseline(card, tmp_path, one_thread):
     """The matched linear row's alpha search runs with per-example seeds too (its cached evaluations are keyed so)."""
     report = bench(card, **{**BENCH, "n": 20, "baseline": True, "match_n": 20,

@@ -55,6 +55,7 @@ def test_saved_points_confirm_every_reported_robust_error(bench_dir):
     assert next(r for r in res.rows if r.kind == "abc").confirmed > 0  # the attack broke something to check
 
 
+@pytest.mark.slow
 def test_cached_rows_carry_their_points_and_rows_without_points_are_attacked_again(bench_dir, tmp_path):
     root, report = bench_dir
     again = bench(root / "card.toml", out=tmp_path / "again", cache_dir=root / "cache", save_adversarial=True,

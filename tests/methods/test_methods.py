@@ -113,7 +113,6 @@ def test_linear_fit_given_alpha_writes_a_card(tmp_path, cache_dir):
     assert len(card.abc["weight_hash"]) == 16
 
 
-@pytest.mark.slow
 def test_linear_fit_by_target_robust_accuracy(tmp_path, cache_dir, one_thread):
     """The matched alpha's robust accuracy on the calibration images is the closest to the target on the grid."""
     res = fit("linear", "digits-std", "digits-pgd", n_calib=60, options={"target_robust": 0.3, "n_iter": 5},
@@ -162,7 +161,6 @@ class _RecorderPlugin:
         return {"test-recorder": _Recorder()}
 
 
-@pytest.mark.slow
 def test_bench_runs_cards_of_several_methods_and_their_declared_attacks(tmp_path, cache_dir, one_thread):
     name = register_plugin(_RecorderPlugin(), name="test-recorder-plugin")
     try:

@@ -300,6 +300,7 @@ def test_train_refuses_a_changed_seed_or_recipe_before_training(shipped, monkeyp
     assert (weights / "digits-std.safetensors").read_bytes() == blob
 
 
+@pytest.mark.slow
 def test_train_with_a_seed_writes_to_the_given_out_dir(shipped, tmp_path):
     weights, blob = shipped
     res = training.train_model("digits-std", tmp_path / "out", seed=1, evaluate=False, progress=False)
@@ -308,6 +309,7 @@ def test_train_with_a_seed_writes_to_the_given_out_dir(shipped, tmp_path):
     assert (weights / "digits-std.safetensors").read_bytes() == blob
 
 
+@pytest.mark.slow
 def test_train_result_not_matching_the_pin_leaves_the_shipped_file(shipped, pin, tmp_path):
     weights, blob = shipped
     pin("0" * 64)
@@ -321,6 +323,7 @@ def test_train_result_not_matching_the_pin_leaves_the_shipped_file(shipped, pin,
     assert hashlib.sha256(kept[0].read_bytes()).hexdigest().startswith(kept[0].parent.name)
 
 
+@pytest.mark.slow
 def test_train_reproducing_the_pin_writes_the_shipped_path(shipped, pin):
     weights, _ = shipped
     (weights / "digits-std.safetensors").unlink()

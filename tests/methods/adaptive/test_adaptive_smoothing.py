@@ -567,6 +567,7 @@ def test_first_reaching_finds_the_first_index_of_a_monotone_sequence(values, tar
     assert len(set(calls)) <= math.ceil(math.log2(len(values))) + 2
 
 
+@pytest.mark.slow
 def test_alpha_min_search_picks_the_smallest_bound_within_the_drop(tmp_path, one_thread):
     """alpha_min=search on the calibration split: the card records every candidate, the chosen one reaches the RBC's
     robust accuracy minus robust_drop and the next smaller candidate tried does not; the RBC's own figure is the

@@ -301,6 +301,7 @@ def test_mix_cli_writes_both_methods(tmp_path, cache_dir, one_thread):
     assert not (tmp_path / "bad.toml").exists()
 
 
+@pytest.mark.slow
 def test_bench_runs_the_declared_extra_attacks(tmp_path, cache_dir, one_thread, monkeypatch):
     from mixzoo.bench import bench
     from mixzoo.methods.local_smoothing import method as ls_method

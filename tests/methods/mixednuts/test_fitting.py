@@ -134,6 +134,7 @@ def test_bench_unknown_attack_fails_before_calibrating(tmp_path):
     assert not (tmp_path / "cache").exists() and not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     from mixzoo.bench import bench, print_report
 
@@ -242,6 +243,7 @@ def test_nan_model_is_reported(tmp_path):
     assert not (tmp_path / "c.toml").exists()
 
 
+@pytest.mark.slow
 def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_cache):
     """A plugin adds an attack through the hook; `mixzoo bench --attack NAME` runs it on all four models."""
     from mixzoo.attacks.evaluation import Attack, Component
@@ -329,6 +331,7 @@ def test_mixture_cache_keys_cover_every_parameter_that_changes_the_attacked_mode
     assert content_key(mixed_key_parts(replace(card, beta=0.9), abc, rbc, data)) == key  # beta only chose them
 
 
+@pytest.mark.slow
 def test_asking_for_more_images_than_the_split_holds_says_so(tmp_path, shared_cache):
     from mixzoo.bench import bench
     from mixzoo.data import load_dataset, shortfall_note
@@ -381,6 +384,7 @@ def test_load_mixed_builds_the_cards_classifier_from_the_recorded_names(tmp_path
         mixzoo.load_mixed(bare)
 
 
+@pytest.mark.slow
 def test_cards_for_unregistered_modules_need_the_modules_and_bench_uses_them(tmp_path, shared_cache):
     from digits_models import train_digits_mlp
 
@@ -468,6 +472,7 @@ def test_malformed_attack_options_name_the_fix(item):
         parse_attack_options([item])
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True),
                        st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False),
@@ -504,6 +509,7 @@ def _card(**changes) -> MixCard:
 
 
 # ----------------------------------------------------------------------------------------------------- the cache
+@pytest.mark.slow
 def test_every_mmaa_setting_the_data_and_the_model_are_part_of_the_cache_key(tmp_path, mmaa_calls):
     """Two runs share a cached MMAA entry only when everything that changes the attack is the same: a second run with
     one setting changed must attack again, the same settings again must not."""
