@@ -274,7 +274,7 @@ def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_ca
     monkeypatch.setenv("MIXZOO_CACHE", str(shared_cache))
     register_plugin(AttackPlugin(), name="test-attack-plugin")
     try:
-        res = CliRunner().invoke(app, ["bench", str(card), "--attack", "test-corner", "--n", "40", "--no-curve",
+        res = CliRunner().invoke(app, ["bench", str(card), "--attack", "test-corner", "--n", "25", "--no-curve",
                                        "--batch-size", "25", "--out", str(tmp_path / "bench"), "--json"])
     finally:
         unregister_plugin("test-attack-plugin")
