@@ -3,9 +3,9 @@
 Each target's pytest command is run as the Makefile runs it (same marker expression), with ``--durations=0`` added
 so every test's setup, call and teardown time is recorded. The JSON holds, per target: the wall time, pytest's own
 summary line, the number of tests, the sum of the per-test times (wall time minus that sum is start-up and
-collection), and the 15 slowest entries; and the machine: CPU model, its AVX flags, core count, the load average
-before and after each run (a load above the core count means other jobs shared the machine and the times are
-inflated), torch and Python versions.
+collection), the 15 slowest entries and every test that took half a second or more; and the machine: CPU model,
+its AVX flags, core count, the load average before and after each run (a load above the core count means other
+jobs shared the machine and the times are inflated), torch and Python versions.
 
     .venv/bin/python benchmarks/test_suite_speed.py                  # both targets -> benchmarks/test_suite_speed.json
     .venv/bin/python benchmarks/test_suite_speed.py --targets fast   # only the fast target
@@ -73,7 +73,9 @@ def run_target(name: str, python: str) -> dict:
             "summary": summary, "tests_timed": len(per_test), "sum_of_test_times_s": round(sum(per_test.values()), 1),
             "limit_quiet_s": LIMITS_S[name], "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
-            "slowest_15": [{"s": s, "when": w, "test": n} for s, w, n in sorted(entries, reverse=True)[:15]]}
+            "slowest_15": [{"s": s, "when": w, "test": n} for s, w, n in sorted(entries, reverse=True)[:15]],
+            "tests_over_half_a_second": {n: round(s, 2) for n, s in sorted(per_test.items(), key=lambda kv: -kv[1])
+                                         if s >= 0.5}}
 
 
 def main() -> None:

@@ -219,6 +219,7 @@ def test_mixed_classifier_evaluations(digits):
     assert bypass.robust_accuracy <= exact.robust_accuracy + 0.01
 
 
+@pytest.mark.slow
 def test_mixed_classifier_is_a_drop_in_model_for_robustbench_benchmark(digits, monkeypatch):
     """RobustBench's ``benchmark()`` (clean accuracy, then standard AutoAttack) runs on a MixedClassifier in bypass
     mode. Only its data loader is replaced: CIFAR-10 cannot be downloaded here, so it gets digits images."""
@@ -240,6 +241,7 @@ def test_mixed_classifier_is_a_drop_in_model_for_robustbench_benchmark(digits, m
     assert 0.0 <= robust < clean
 
 
+@pytest.mark.slow
 def test_adaptive_strong_adds_gradient_attacks_and_never_reports_more_robustness(digits):
     """``adaptive-strong`` = the adaptive attack's components, then exact-, bypass- and re-seeded APGD on what is
     still robust (before FAB-T / Square): its robust set is a subset of ``adaptive``'s with the same seed."""

@@ -525,6 +525,7 @@ def test_lipschitz_certificates_survive_l2_pgd_and_a_wrong_constant_does_not(tin
 
 
 # ========================================================= 5. randomized-smoothing certificates against an attack
+@pytest.mark.slow
 @pytest.mark.parametrize("sigma_factor", [1, 5])
 def test_smoothing_certificates_survive_l2_pgd_and_a_wrong_sigma_does_not(monkeypatch, sigma_factor):
     """digits-rs050 (sigma 0.5), 2,000 samples: PGD on the Monte Carlo mixture (fixed noise draws, l2 ball of the

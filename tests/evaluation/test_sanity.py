@@ -159,6 +159,7 @@ def test_bad_input_fails_with_one_line(card, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_cli_sanity_strict_exit_status(card, tmp_path):
     path, cache = card
     runner = CliRunner()

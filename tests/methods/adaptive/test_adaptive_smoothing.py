@@ -189,6 +189,7 @@ def _cfg(**kw):
                           "width": 8, "blocks": 1, **kw})
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_and_resumes_after_a_kill(pair, train_data, tmp_path):
     from mixzoo.methods.adaptive.training import train
 
@@ -219,6 +220,7 @@ def test_training_is_deterministic_and_resumes_after_a_kill(pair, train_data, tm
         train(abc, rbc, x, y, _cfg(ema=0.8, epochs=1), checkpoint=ckpt, progress=False)
 
 
+@pytest.mark.slow
 def test_training_resumes_inside_an_epoch(pair, train_data, tmp_path):
     """A kill between mid-epoch checkpoints loses only the batches since the last one; the resumed run ends with the
     uninterrupted run's weights and loss history (an epoch of the whole train split is long on a CPU)."""
@@ -427,6 +429,7 @@ def test_alpha_apgd_draws_its_random_starts_per_example(fitted, pair, one_thread
     assert not torch.allclose(run(7, perm, with_index=False), whole, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_extra_attacks_are_independent_of_the_batch_size(fitted, one_thread):
     """Setting D and the attack on the mixing network alone draw their random starts per example (issue 29), like
     every other component: two batch sizes give the same outcome and the same point for every example."""
