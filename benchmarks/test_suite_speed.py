@@ -69,8 +69,10 @@ def run_target(name: str, python: str) -> dict:
     for seconds, _, node in entries:
         per_test[node] = per_test.get(node, 0.0) + seconds
     summary = next((line.strip("= ") for line in reversed(lines) if " in " in line and "passed" in line), "")
+    failed = [line.split()[1] for line in lines if line.startswith(("FAILED ", "ERROR "))]
     return {"command": " ".join(cmd[1:]), "exit_status": done.returncode, "wall_s": round(wall, 1),
-            "summary": summary, "tests_timed": len(per_test), "sum_of_test_times_s": round(sum(per_test.values()), 1),
+            "summary": summary, "failed": failed, "tests_timed": len(per_test),
+            "sum_of_test_times_s": round(sum(per_test.values()), 1),
             "limit_quiet_s": LIMITS_S[name], "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
             "slowest_15": [{"s": s, "when": w, "test": n} for s, w, n in sorted(entries, reverse=True)[:15]],
