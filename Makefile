@@ -13,7 +13,7 @@ ATTACK ?= adaptive-apgd
 DEVICE ?= cpu
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo sanity test lint data clean results docs
+.PHONY: demo sanity test test-fast lint data clean results docs
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,8 +37,15 @@ sanity: $(STAMP) data
 	@test -f $(OUT)/card.toml || $(MAKE) demo
 	$(BIN)/mixzoo sanity $(OUT)/card.toml --attack $(ATTACK) --n $(N) --device $(DEVICE) --out $(OUT)/sanity
 
+# `make test-fast` while editing (no slow, subprocess or GPU tests); `make test` runs everything (CI: .ci/run) and
+# prints the 15 slowest tests. Each test has a 300 s limit (pyproject.toml; a few long ones carry their own).
+FAST_MARKERS := not slow and not subprocess and not gpu
+
 test: $(STAMP) data
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
+
+test-fast: $(STAMP) data
+	$(BIN)/python -m pytest -q -m "$(FAST_MARKERS)"
 
 # docs/results.md and the result blocks of README.md and docs/, from the committed reports (benchmarks/make_results.py)
 results: $(STAMP)

@@ -1,12 +1,43 @@
-"""Shared fixtures: an isolated cache per test session, offline hub settings, quiet threads."""
+"""Shared fixtures: an isolated cache per test session, offline hub settings, quiet threads; the markers' rules.
+
+Test modules are imported with ``--import-mode=importlib`` (same-named files in different folders do not collide),
+so this folder is put on ``sys.path`` here: the helper modules next to this file (``digits_models``, ``hub_cache``,
+``autoattack_reference``) import by their plain names from any test folder."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+
+# modules whose every test starts a Python process that imports torch (pip installs, fresh virtual environments)
+SUBPROCESS_MODULES = {"e2e/test_third_party_plugin.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test of :data:`SUBPROCESS_MODULES` is marked ``subprocess``; tests marked ``gpu`` are skipped where CUDA
+    is not available."""
+    for item in items:
+        if Path(item.fspath).resolve().relative_to(TESTS).as_posix() in SUBPROCESS_MODULES:
+            item.add_marker(pytest.mark.subprocess)
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs CUDA (marker gpu)")
+        for item in gpu:
+            item.add_marker(skip)
 
 
 @pytest.fixture()
@@ -15,6 +46,18 @@ def cache_dir(tmp_path, monkeypatch):
     path = tmp_path / "cache"
     monkeypatch.setenv("MIXZOO_CACHE", str(path))
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_intra_op_thread():
+    """Every test runs torch with one intra-op thread: the models here are tiny, and on a 2-core machine a second
+    thread per op costs more than it gives (tests that need another count set it themselves)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -588,7 +588,7 @@ def registry_entry(result: TrainResult, command: str, date: str, machine: str = 
     """The ``[models.NAME]`` TOML table for a trained zoo model (paste into the zoo section of mixzoo/registry.toml).
 
     ``reported`` holds fractions: ``clean`` / ``pgd20`` on the whole evaluation split, ``clean_eval500`` on its
-    first 500 images (what ``tests/test_zoo.py`` re-measures). ``file`` overrides ``source.file`` (default: the
+    first 500 images (what ``tests/zoo/test_zoo.py`` re-measures). ``file`` overrides ``source.file`` (default: the
     recipe's file name, relative to ``plugins/weights``)."""
     r, m = result.recipe, result.metrics
     kwargs = ", ".join(f"{k} = {json.dumps(list(v) if isinstance(v, tuple) else v)}" for k, v in r.arch_kwargs.items())

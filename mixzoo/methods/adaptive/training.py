@@ -31,7 +31,7 @@ it drew before; the attacks act per example (the network in eval mode), so the u
 is the one-process batch's. Identical: the order, the shards' draws, the per-batch attack settings and step counts.
 Not bit-identical: the gradient average over the ranks, the batch-norm variance (``E[x^2] - E[x]^2`` of summed
 statistics) and convolutions over smaller batches round differently, and an attack's sign steps can amplify such
-differences; tests/test_adaptive_ddp.py finds the weights within 1e-5 of one process after an epoch. Rank 0 alone
+differences; tests/e2e/test_adaptive_ddp.py finds the weights within 1e-5 of one process after an epoch. Rank 0 alone
 validates, writes the checkpoint (then a barrier) and the weights; every rank resumes from the same checkpoint.
 Every batch, the last included, needs at least one image per rank.
 

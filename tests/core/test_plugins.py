@@ -1,0 +1,237 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from mixzoo.cli import app
+from mixzoo.core.errors import PluginError, UnknownNameError
+from mixzoo.core.plugins import (
+    clear_caches,
+    collect,
+    collect_named,
+    hookimpl,
+    lookup,
+    plugin_failures,
+    plugin_infos,
+    register_plugin,
+    unregister_plugin,
+)
+from mixzoo.core.registry import ModelSpec, get_registry
+
+
+class ClampPlugin:
+    @hookimpl
+    def mixzoo_clamp_functions(self):
+        return {"test-double-clamp": lambda x: 2 * x}
+
+
+class RaisingPlugin:
+    @hookimpl
+    def mixzoo_attacks(self):
+        raise RuntimeError("boom")
+
+
+def test_runtime_plugin_provides_clamp_and_raising_hook_is_contained():
+    register_plugin(ClampPlugin(), name="test-clamp-plugin")
+    register_plugin(RaisingPlugin(), name="test-raising-plugin")
+    try:
+        assert lookup("clamp", "test-double-clamp")(3) == 6
+        with pytest.raises(UnknownNameError, match="unknown attack"):
+            lookup("attack", "definitely-not-an-attack")
+        assert "boom" in plugin_failures()["test-raising-plugin"]
+    finally:
+        unregister_plugin("test-clamp-plugin")
+        unregister_plugin("test-raising-plugin")
+        clear_caches()
+
+
+def test_two_plugins_same_clamp_name_is_an_error_naming_both():
+    register_plugin(ClampPlugin(), name="first-plugin")
+    register_plugin(ClampPlugin(), name="second-plugin")
+    try:
+        with pytest.raises(PluginError) as err:
+            lookup("clamp", "test-double-clamp")
+        assert "first-plugin" in str(err.value) and "second-plugin" in str(err.value)
+    finally:
+        unregister_plugin("first-plugin")
+        unregister_plugin("second-plugin")
+
+
+@pytest.mark.subprocess
+def test_plugin_that_fails_to_import_is_reported_and_others_work(tmp_path):
+    """A real entry point (dist-info on sys.path) whose module raises on import."""
+    dist = tmp_path / "broken_mixzoo_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-mixzoo-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[mixzoo]\nbroken = broken_mixzoo_plugin_mod\n")
+    (tmp_path / "broken_mixzoo_plugin_mod.py").write_text("raise ImportError('needs libfoo')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    code = textwrap.dedent("""
+        import json
+        from mixzoo.core.plugins import plugin_failures, get_plugin_manager
+        pm = get_plugin_manager()
+        print(json.dumps({"failures": plugin_failures(), "loaded": [n for n, _ in pm.list_name_plugin()]}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "needs libfoo" in data["failures"]["broken"]
+    assert "broken" not in data["loaded"]
+    assert data["loaded"], "the other plugins must still load"
+
+
+ACCURATE = {"role": "accurate", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
+            "source": {"kind": "zoo"}}
+
+
+# --------------------------------------------------------------------------------------------- the plugin manager
+
+
+@pytest.fixture()
+def plugin():
+    """Register runtime plugins for one test; unregister them and forget their failures afterwards."""
+    from mixzoo.core import plugins as plugins_module
+
+    pm = plugins_module.get_plugin_manager()
+    names: list[str] = []
+
+    def add(obj, name: str) -> str:
+        names.append(register_plugin(obj, name=name))
+        return names[-1]
+
+    yield add
+    for name in names:
+        if pm.get_plugin(name) is not None:
+            unregister_plugin(name)
+        plugins_module._failures.pop(name, None)
+    clear_caches()
+
+
+class _Clamps:
+    __version__ = "1.2.3"
+
+    def __init__(self, **clamps):
+        self.clamps = clamps
+
+    @hookimpl
+    def mixzoo_clamp_functions(self):
+        return dict(self.clamps)
+
+
+class _Specs:
+    def __init__(self, *entries):
+        self.entries = entries
+
+    @hookimpl
+    def mixzoo_model_specs(self):
+        return list(self.entries)
+
+
+def test_registering_and_unregistering_a_plugin_refreshes_the_cached_tables(plugin):
+    from mixzoo.core.plugins import clamp_functions
+
+    assert "mut-late-clamp" not in clamp_functions()  # the merged table is now cached
+    name = plugin(_Clamps(**{"mut-late-clamp": abs}), "mut-late")
+    assert lookup("clamp", "mut-late-clamp") is abs
+    unregister_plugin(name)
+    with pytest.raises(UnknownNameError, match="unknown clamp 'mut-late-clamp'"):
+        lookup("clamp", "mut-late-clamp")
+
+
+def test_registering_a_plugin_refreshes_the_cached_registry(plugin):
+    assert "mut-new-model" not in get_registry()
+    plugin(_Specs({"name": "mut-new-model", **ACCURATE}), "mut-specs")
+    assert get_registry().get("mut-new-model").plugin == "mut-specs"
+
+
+def test_a_spec_object_from_a_plugin_is_credited_to_that_plugin(plugin):
+    spec = ModelSpec(name="mut-spec-object", role="accurate", dataset="digits", num_classes=10,
+                     input_size=(1, 8, 8), source={"kind": "zoo"})
+    assert spec.plugin == "registry.toml"
+    plugin(_Specs(spec), "mut-spec-objects")
+    assert get_registry().get("mut-spec-object").plugin == "mut-spec-objects"
+    credited = ModelSpec(**{**spec.__dict__, "name": "mut-spec-credited", "plugin": "upstream"})
+    plugin(_Specs(credited), "mut-spec-credited-by")
+    assert get_registry().get("mut-spec-credited").plugin == "upstream"
+
+
+def test_hooks_answering_none_are_skipped_and_wrong_types_are_recorded(plugin):
+    class Silent:
+        @hookimpl
+        def mixzoo_clamp_functions(self):
+            return None
+
+    class Listy:
+        @hookimpl
+        def mixzoo_attacks(self):
+            return ["not", "a", "dict"]
+
+    plugin(Silent(), "mut-silent")
+    plugin(Listy(), "mut-listy")
+    plugin(_Clamps(**{"mut-ok-clamp": abs}), "mut-ok")
+    assert lookup("clamp", "mut-ok-clamp") is abs
+    assert ("mut-silent", None) not in collect("mixzoo_clamp_functions")
+    assert "mut-ok-clamp" in collect_named("mixzoo_clamp_functions", "clamp")
+    assert lookup("attack", "apgd") is not None
+    failures = plugin_failures()
+    assert "mut-silent" not in failures
+    assert failures["mut-listy"] == "mixzoo_attacks returned list, expected dict"
+
+
+def test_each_kind_is_looked_up_in_its_own_table():
+    assert lookup("optimizer", "grid") is not None and lookup("attack", "apgd") is not None
+    with pytest.raises(UnknownNameError, match="unknown optimizer 'apgd'"):
+        lookup("optimizer", "apgd")
+    with pytest.raises(UnknownNameError, match="unknown attack 'grid'"):
+        lookup("attack", "grid")
+    with pytest.raises(UnknownNameError, match="unknown dataset 'gelu'"):
+        lookup("dataset", "gelu")
+
+
+def test_plugin_infos_are_sorted_and_show_versions_sorted_provisions_and_failures(plugin):
+    class Broken:
+        @hookimpl
+        def mixzoo_calibration_optimizers(self):
+            raise RuntimeError("optimizer import failed")
+
+        @hookimpl
+        def mixzoo_load_model(self, spec, device, allow_unsafe):
+            return None
+
+    class Unversioned:
+        @hookimpl
+        def mixzoo_datasets(self):
+            return {"mut-b-data": abs, "mut-a-data": abs}
+
+    plugin(_Clamps(**{"mut-z-clamp": abs, "mut-a-clamp": abs}), "mut-info-clamps")
+    plugin(Broken(), "mut-info-broken")
+    plugin(Unversioned(), "mut-info-plain")
+    plugin(_Specs({"name": "mut-info-model", **ACCURATE}), "mut-info-specs")
+    infos = plugin_infos()
+    names = [i.name for i in infos]
+    assert names == sorted(names)
+    by_name = {i.name: i for i in infos}
+    clamps = by_name["mut-info-clamps"]
+    assert clamps.version == "1.2.3" and clamps.provides == {"clamps": ["mut-a-clamp", "mut-z-clamp"]}
+    assert clamps.error is None
+    plain = by_name["mut-info-plain"]
+    assert plain.version == "runtime" and plain.provides == {"datasets": ["mut-a-data", "mut-b-data"]}
+    broken = by_name["mut-info-broken"]
+    assert broken.error == "mixzoo_calibration_optimizers: RuntimeError: optimizer import failed"
+    assert broken.provides == {"loads source kinds": ["(unspecified)"]}
+    assert by_name["mut-info-specs"].provides == {"models": ["mut-info-model"]}
+    assert "mut-info-model" not in by_name["zoo"].provides.get("models", [])
+    assert by_name["zoo"].provides["loads source kinds"] == ["zoo"]
+
+
+def test_cli_plugins_json_lists_the_runtime_plugin(plugin):
+    plugin(_Clamps(**{"mut-cli-clamp": abs}), "mut-cli-plugin")
+    result = CliRunner().invoke(app, ["plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    entry = next(p for p in json.loads(result.stdout) if p["name"] == "mut-cli-plugin")
+    assert entry["provides"] == {"clamps": ["mut-cli-clamp"]} and entry["version"] == "1.2.3"
