@@ -258,7 +258,7 @@ def test_bench_rows_linear_mixture_and_points_are_each_their_own(monkeypatch):
     monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
     monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # the linear method's bisection
     report = bench(digits_card(), attack="apgd", n=12, curve=None, plots=False, save_adversarial=True,
-                   use_cache=False, progress=False, extra_attacks=False)  # MixedNUTS's own: tests/methods/test_methods.py
+                   use_cache=False, progress=False, extra_attacks=False)  # MixedNUTS's own: methods/test_methods.py
     linear = report.row("linear")
     assert sum(linear_robust(linear.alpha, 12)) == 3 and linear.alpha != report.card.params["alpha"]
     assert report.settings["linear_alpha_match"]["n"] == 12
