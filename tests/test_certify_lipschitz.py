@@ -115,7 +115,7 @@ def test_digits_lip_trains_from_its_recipe_and_exports_a_1_lipschitz_plain_netwo
 
 
 def test_export_equals_the_trained_network_and_refuses_a_mismatch(monkeypatch):
-    from mixzoo_plugins import lipschitz
+    from mixzoo_plugins import lipschitz_arch as lipschitz
 
     torch.manual_seed(0)
     net = lipschitz.LipConvNet(widths=(16,), hidden=64, input_hw=8, vanilla=False)
