@@ -7,16 +7,16 @@ Gaussian randomized smoothing (Monte Carlo certificates), alone and mixed with t
 ``--stage rs``: for fmnist-rs025 and fmnist-rs050, one Monte Carlo pass on the first ``--n-rs`` evaluation images
 (``--samples`` noisy copies per image, 100 more choose the class) gives both soft (001 App. A, Hoeffding) and hard
 (Cohen et al., Clopper-Pearson) estimates from the same noise: the soft/hard comparison is paired. Saved to
-``OUT/rs_NAME.pt``. ``--stage lip``: the Lipschitz RBC fmnist-lip050 on the first ``--n-lip`` images through
-``mixzoo.certify.certify`` (timed end to end, loading included), every alpha of the grid, then the figure
-``OUT/certify_lipschitz_fmnist.png`` and ``OUT/summary.json`` (also copied next to this script).
+``OUT/rs_NAME.pt``. ``--stage lip``: the Lipschitz RBCs (fmnist-lip050, fmnist-lip075) on the first ``--n-lip``
+images through ``mixzoo.certify.certify`` (timed end to end, loading included), every alpha of the grid, then the
+figure ``OUT/certify_lipschitz_fmnist.png`` and ``OUT/summary.json`` (also copied next to this script).
 
 Panels: (a) deterministic curves (Lipschitz RBC alone and mixed at the alpha whose clean accuracy matches the
 target); (b) Monte Carlo curves (RS alone and mixed at the matching alpha, Thm A.2, the default smoothing kind);
 (c) the clean / certified frontier over alpha at r = 0.25 and 0.5; (d) soft vs hard smoothing on the same images.
-The mixtures' alpha: the smallest alpha of the grid whose clean accuracy on the same images reaches ``--target``
-(default: fmnist-rs025's smoothed clean accuracy rounded down to a point), so every mixture is compared at equal
-clean accuracy.
+The mixtures' alpha: the largest alpha of the grid (the most robust mixture) whose clean accuracy on the same
+images reaches ``--target`` (default 90 %, above every RBC alone), so every mixture is compared at equal clean
+accuracy.
 """
 
 from __future__ import annotations
@@ -37,15 +37,20 @@ from mixzoo.certify.smoothing import smoothed_estimates
 from mixzoo.core.cache import atomic_write_text
 from mixzoo.core.figures import figure_module, save_png
 from mixzoo.core.machine import machine_line, run_record
+from mixzoo.core.registry import list_models
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import load_model
 
 RS = {"fmnist-rs050": 0.5, "fmnist-rs025": 0.25}
-LIP = "fmnist-lip050"
+LIPS = ("fmnist-lip050", "fmnist-lip075")
 ABC = "fmnist-std"
 ALPHAS = [round(1.0 - 0.02 * k, 2) for k in range(25)]  # 1.00 ... 0.52 (0.5 certifies nothing)
 GRID = [round(0.05 * k, 2) for k in range(41)]  # l2 radii 0 ... 2
 HERE = Path(__file__).resolve().parent
+
+
+def list_names() -> set[str]:
+    return {spec.name for spec in list_models()}
 
 
 def rs_stage(out: Path, n: int, samples: int, seed: int) -> None:
@@ -77,40 +82,45 @@ def rs_curves(path: Path, abc_probs: torch.Tensor, alphas: torch.Tensor, grid: t
 
 
 def matched(clean: torch.Tensor, alphas: torch.Tensor, target: float) -> int:
-    """Index of the smallest alpha whose clean accuracy reaches ``target`` (the largest alpha if none does)."""
+    """Index of the largest alpha (the most robust mixture) whose clean accuracy reaches ``target``; the smallest
+    alpha of the grid if none does."""
     ok = (clean >= target - 1e-12).nonzero().flatten()
-    return int(ok[alphas[ok].argmin()]) if ok.numel() else 0
+    return int(ok[alphas[ok].argmax()]) if ok.numel() else int(alphas.argmin())
 
 
-def lip_stage(out: Path, n_lip: int, target: float | None, default_kind: str) -> dict:
+def lip_stage(out: Path, n_lip: int, target: float, default_kind: str) -> dict:
     alphas = torch.tensor(ALPHAS, dtype=torch.float64)
     grid = torch.tensor(GRID, dtype=torch.float64)
-    t0 = time.perf_counter()
-    res = certify(rbc=LIP, abc=ABC, alphas=ALPHAS, n=n_lip, radii=GRID, progress=False)
-    lip_seconds = time.perf_counter() - t0
-    curves = sorted(res.curves, key=lambda c: -c.alpha)
-    lip_cert = torch.tensor([c.accuracy for c in curves], dtype=torch.float64)
-    lip_clean = torch.tensor([c.clean_accuracy for c in curves], dtype=torch.float64)
     data = load_dataset("fashion-mnist", "evaluation", n=n_lip)
     abc_probs = abc_probabilities(load_model(ABC).eval(), data.images, 0.0)
     rs = {name: rs_curves(out / f"rs_{name}.pt", abc_probs, alphas, grid) for name in RS
           if (out / f"rs_{name}.pt").exists()}
-    if target is None:  # the smoothed sigma-0.25 model's clean accuracy, rounded down to a point
-        first = rs.get("fmnist-rs025")
-        target = math.floor(100 * float(first["kinds"][default_kind]["clean"][0])) / 100 if first else 0.88
+    n_rs = min((c["n"] for c in rs.values()), default=0)
     at = {0.25: GRID.index(0.25), 0.5: GRID.index(0.5)}
-    k_lip = matched(lip_clean, alphas, target)
-    summary = {
-        "run": res.run, "machine_line": machine_line(res.run) + f"; load {os.getloadavg()[0]:.1f} (shared)",
-        "target_clean": target, "alphas": ALPHAS, "radii": GRID, "default_smoothing": default_kind,
-        "lipschitz": {"model": LIP, "n": n_lip, "certify_seconds_end_to_end": round(lip_seconds, 2),
-                      "constant": res.settings["lipschitz"]["constant"],
-                      "layer_norm_product": res.settings["lipschitz"]["layer_norm_product"],
-                      "clean": lip_clean.tolist(), "certified": lip_cert.tolist(), "matched_alpha": ALPHAS[k_lip],
-                      "at": {str(r): {"alone": float(lip_cert[0, i]), "mixture": float(lip_cert[k_lip, i])}
-                             for r, i in at.items()}},
-        "rs": {},
-    }
+    summary: dict = {"machine_line": None, "target_clean": target, "alphas": ALPHAS, "radii": GRID,
+                     "default_smoothing": default_kind, "lipschitz": {}, "rs": {}}
+    for name in [m for m in LIPS if m in list_names()]:
+        t0 = time.perf_counter()
+        res = certify(rbc=name, abc=ABC, alphas=ALPHAS, n=n_lip, radii=GRID, progress=False)
+        seconds = time.perf_counter() - t0
+        summary["machine_line"] = machine_line(res.run) + f"; load {os.getloadavg()[0]:.1f} (shared)"
+        curves = sorted(res.curves, key=lambda c: -c.alpha)
+        cert = torch.tensor([c.accuracy for c in curves], dtype=torch.float64)
+        clean = torch.tensor([c.clean_accuracy for c in curves], dtype=torch.float64)
+        k = matched(clean, alphas, target)
+        entry = {"n": n_lip, "certify_seconds_end_to_end": round(seconds, 2),
+                 "constant": res.settings["lipschitz"]["constant"],
+                 "layer_norm_product": res.settings["lipschitz"]["layer_norm_product"],
+                 "clean": clean.tolist(), "certified": cert.tolist(), "matched_alpha": ALPHAS[k],
+                 "at": {str(r): {"alone": float(cert[0, i]), "mixture": float(cert[k, i])} for r, i in at.items()}}
+        if n_rs:  # the same model on the Monte Carlo images, for a comparison on the same images
+            sub = sorted(certify(rbc=name, abc=ABC, alphas=ALPHAS, n=n_rs, radii=GRID, progress=False).curves,
+                         key=lambda c: -c.alpha)
+            ks = matched(torch.tensor([c.clean_accuracy for c in sub], dtype=torch.float64), alphas, target)
+            entry["on_rs_images"] = {"n": n_rs, "matched_alpha": ALPHAS[ks],
+                                     "at": {str(r): {"alone": sub[0].accuracy[i], "mixture": sub[ks].accuracy[i]}
+                                            for r, i in at.items()}}
+        summary["lipschitz"][name] = entry
     for name, c in rs.items():
         kinds = {}
         for kind, v in c["kinds"].items():
@@ -122,12 +132,6 @@ def lip_stage(out: Path, n_lip: int, target: float | None, default_kind: str) ->
         summary["rs"][name] = {"sigma": c["sigma"], "n": c["n"], "samples": c["samples"],
                                "monte_carlo_seconds_soft_and_hard": round(c["seconds"], 1),
                                "machine": c["machine"], "kinds": kinds}
-    # the Lipschitz model on the RS images too, for a comparison on the same images
-    if rs:
-        n_rs = min(c["n"] for c in rs.values())
-        sub = certify(rbc=LIP, n=n_rs, radii=GRID, progress=False).curves[0]
-        summary["lipschitz"]["on_rs_images"] = {"n": n_rs, "certified": sub.accuracy,
-                                                "at": {str(r): sub.accuracy[i] for r, i in at.items()}}
     figure(summary, out / "certify_lipschitz_fmnist.png")
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     shutil.copyfile(out / "summary.json", HERE / "certify_lipschitz_fmnist.json")
@@ -138,13 +142,17 @@ def lip_stage(out: Path, n_lip: int, target: float | None, default_kind: str) ->
 def figure(s: dict, path: Path) -> None:
     plt = figure_module()
     fig, ax = plt.subplots(1, 4, figsize=(22, 5))
-    grid, alphas, lip = s["radii"], s["alphas"], s["lipschitz"]
-    kind = s["default_smoothing"]
-    k = alphas.index(lip["matched_alpha"])
-    ax[0].plot(grid, lip["certified"][0], "b-", label=f"{LIP} alone (clean {100 * lip['clean'][0]:.1f}%)")
-    ax[0].plot(grid, lip["certified"][k], "b--",
-               label=f"+ {ABC}, alpha {alphas[k]:g} (clean {100 * lip['clean'][k]:.1f}%)")
-    ax[0].set_title(f"(a) deterministic (Lipschitz logits), {lip['n']} images")
+    grid, alphas, kind = s["radii"], s["alphas"], s["default_smoothing"]
+    for (name, lip), color in zip(s["lipschitz"].items(), ("b", "c"), strict=False):
+        k = alphas.index(lip["matched_alpha"])
+        ax[0].plot(grid, lip["certified"][0], f"{color}-", label=f"{name} alone (clean {100 * lip['clean'][0]:.1f}%)")
+        ax[0].plot(grid, lip["certified"][k], f"{color}--",
+                   label=f"+ {ABC}, alpha {alphas[k]:g} (clean {100 * lip['clean'][k]:.1f}%)")
+        ax[0].set_title(f"(a) deterministic (Lipschitz logits), {lip['n']} images")
+        for rad, mark in ((0.25, "o"), (0.5, "s")):
+            i = grid.index(rad)
+            ax[2].plot([100 * c for c in lip["clean"]], [100 * row[i] for row in lip["certified"]],
+                       f"{color}{mark}-", ms=3, label=f"{name}, r={rad:g}")
     colors = {"fmnist-rs025": "g", "fmnist-rs050": "r"}
     for name, r in s["rs"].items():
         v = r["kinds"][kind]
@@ -153,19 +161,14 @@ def figure(s: dict, path: Path) -> None:
                    f" (clean {100 * v['clean'][0]:.1f}%)")
         ax[1].plot(grid, v["certified"][k2], f"{colors[name]}--", label=f"+ {ABC}, alpha {alphas[k2]:g}"
                    f" (clean {100 * v['clean'][k2]:.1f}%)")
-        n_rs = r["n"]
-        ax[1].set_title(f"(b) Monte Carlo (RS, {kind}, Thm A.2), {n_rs} images")
+        ax[1].set_title(f"(b) Monte Carlo (RS, {kind} votes, Thm A.2), {r['n']} images")
         for rad, mark in ((0.25, "o"), (0.5, "s")):
             i = grid.index(rad)
             ax[2].plot([100 * c for c in v["clean"]], [100 * row[i] for row in v["certified"]],
-                       f"{colors[name]}{mark}-", ms=3, label=f"RS sigma {r['sigma']:g}, r={rad:g}")
+                       f"{colors[name]}{mark}:", ms=3, label=f"RS sigma {r['sigma']:g}, r={rad:g}")
         for kd, style in (("hard", "-"), ("soft", ":")):
             ax[3].plot(grid, r["kinds"][kd]["certified"][0], f"{colors[name]}{style}",
                        label=f"RS sigma {r['sigma']:g}, {kd}")
-    for rad, mark in ((0.25, "o"), (0.5, "s")):
-        i = grid.index(rad)
-        ax[2].plot([100 * c for c in lip["clean"]], [100 * row[i] for row in lip["certified"]], f"b{mark}-", ms=3,
-                   label=f"Lipschitz, r={rad:g}")
     ax[2].set_title("(c) clean vs certified accuracy over alpha")
     ax[2].set_xlabel("clean accuracy (%)")
     ax[2].set_ylabel("certified accuracy (%)")
@@ -177,7 +180,8 @@ def figure(s: dict, path: Path) -> None:
     for a in ax:
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
-    fig.suptitle(f"Fashion-MNIST, ABC {ABC}; {s['machine_line']}")
+    fig.suptitle(f"Fashion-MNIST, ABC {ABC}, mixtures at clean accuracy >= {100 * s['target_clean']:g}%;"
+                 f" {s['machine_line']}", fontsize=9)
     fig.tight_layout()
     save_png(fig, path)
 
@@ -188,7 +192,7 @@ def main() -> None:
     ap.add_argument("--n-lip", type=int, default=1000)
     ap.add_argument("--n-rs", type=int, default=100)
     ap.add_argument("--samples", type=int, default=10_000)
-    ap.add_argument("--target", type=float, default=None)
+    ap.add_argument("--target", type=float, default=0.90, help="clean accuracy every mixture must reach")
     ap.add_argument("--smoothing", choices=("soft", "hard"), default="hard")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(HERE / "results" / "certify_lipschitz_fmnist"))
@@ -200,9 +204,11 @@ def main() -> None:
         rs_stage(out, args.n_rs, args.samples, args.seed)
     if args.stage in ("lip", "all"):
         s = lip_stage(out, args.n_lip, args.target, args.smoothing)
-        print(json.dumps({"lipschitz_at": s["lipschitz"]["at"], "seconds": s["lipschitz"]["certify_seconds_end_to_end"],
-                          "rs_at": {k: {kd: v["at"] for kd, v in r["kinds"].items()} for k, r in s["rs"].items()}},
-                         indent=1))
+        print(json.dumps({"lipschitz": {k: {f: v[f] for f in ("at", "on_rs_images", "certify_seconds_end_to_end",
+                                                                  "matched_alpha") if f in v}
+                                        for k, v in s["lipschitz"].items()},
+                          "rs": {k: {kd: [v["at"], v["matched_alpha"]] for kd, v in r["kinds"].items()}
+                                 for k, r in s["rs"].items()}}, indent=1))
 
 
 if __name__ == "__main__":
