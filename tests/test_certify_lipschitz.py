@@ -188,12 +188,16 @@ def pgd_flips(rbc: nn.Module, abc: nn.Module | None, alpha: float, x: torch.Tens
     return flipped.view(restarts, n).any(0)
 
 
-def certified_sample(alpha: float, lip_factor: float, n: int = 120) -> tuple[torch.Tensor, ...]:
-    """The first n digits evaluation images the RBC (digits-lip) classifies correctly with a radius > 0 at
-    ``alpha``, computed from the constant ``lip_factor`` x the true one; returns images, labels, radii."""
-    rbc = frozen("digits-lip")
-    data = load_dataset("digits", "evaluation", n=n)
-    constant, _ = declared_lipschitz(rbc, get_spec("digits-lip"), (1, 8, 8))
+PAIRS = {"digits-lip": ("digits-std", 120), "fmnist-lip050": ("fmnist-std", 40)}  # RBC: (ABC, images)
+CASES = [("digits-lip", 1.0), ("digits-lip", 0.8), ("fmnist-lip050", 1.0), ("fmnist-lip050", 0.8)]
+
+
+def certified_sample(name: str, alpha: float, lip_factor: float) -> tuple[torch.Tensor, ...]:
+    """The first evaluation images the Lipschitz RBC ``name`` classifies correctly with a radius > 0 at ``alpha``,
+    the radius computed from ``lip_factor`` x its checked constant; returns images, labels, radii."""
+    rbc, spec = frozen(name), get_spec(name)
+    data = load_dataset(spec.dataset, "evaluation", n=PAIRS[name][1])
+    constant, _ = declared_lipschitz(rbc, spec, tuple(spec.input_size))
     with torch.no_grad():
         logits = rbc(data.images).double()
     r = logit_lipschitz_radius(logits, constant * lip_factor, alpha)[0]
@@ -201,22 +205,22 @@ def certified_sample(alpha: float, lip_factor: float, n: int = 120) -> tuple[tor
     return data.images[keep], data.labels[keep], r[keep]
 
 
-@pytest.mark.parametrize("alpha", [1.0, 0.8])
-def test_pgd_never_flips_a_certified_prediction(alpha):
-    abc = frozen("digits-std") if alpha < 1 else None
-    x, y, r = certified_sample(alpha, 1.0)
-    assert len(y) >= 60  # the sample certifies something, or the test would be empty
-    flipped = pgd_flips(frozen("digits-lip"), abc, alpha, x, y, r)
+@pytest.mark.parametrize(("name", "alpha"), CASES)
+def test_pgd_never_flips_a_certified_prediction(name, alpha):
+    abc = frozen(PAIRS[name][0]) if alpha < 1 else None
+    x, y, r = certified_sample(name, alpha, 1.0)
+    assert len(y) >= PAIRS[name][1] // 2  # the sample certifies something, or the test would be empty
+    flipped = pgd_flips(frozen(name), abc, alpha, x, y, r)
     assert not bool(flipped.any()), f"{int(flipped.sum())} certified predictions flipped within their radius"
 
 
-@pytest.mark.parametrize("alpha", [1.0, 0.8])
-def test_the_same_check_fails_with_half_the_true_constant(alpha):
+@pytest.mark.parametrize(("name", "alpha"), CASES)
+def test_the_same_check_fails_with_half_the_true_constant(name, alpha):
     """Radii from a constant half the true one (twice too large): the attack of the test above finds flips, so
     that test can fail."""
-    abc = frozen("digits-std") if alpha < 1 else None
-    x, y, r = certified_sample(alpha, 0.5)
-    flipped = pgd_flips(frozen("digits-lip"), abc, alpha, x, y, r)
+    abc = frozen(PAIRS[name][0]) if alpha < 1 else None
+    x, y, r = certified_sample(name, alpha, 0.5)
+    flipped = pgd_flips(frozen(name), abc, alpha, x, y, r)
     assert bool(flipped.any()), "PGD found no flip even at twice the certified radii: the check above is too weak"
 
 
