@@ -53,17 +53,28 @@ def list_names() -> set[str]:
     return {spec.name for spec in list_models()}
 
 
-def rs_stage(out: Path, n: int, samples: int, seed: int) -> None:
+def rs_stage(out: Path, n: int, samples: int, seed: int, names: list[str]) -> None:
+    """Monte Carlo on the first ``n`` images; a saved pass on fewer images is extended (each image draws its own
+    noise stream, seeded by its index, so the result equals one pass on all ``n``)."""
     data = load_dataset("fashion-mnist", "evaluation", n=n)
-    for name, sigma in RS.items():
+    fields = ("top", "mean", "p_top_lower", "p_other_upper", "abstain")
+    for name in names:
+        sigma, path = RS[name], out / f"rs_{name}.pt"
+        old = torch.load(path) if path.exists() else None
+        start = len(old["labels"]) if old is not None and old["samples"] == samples else 0
+        if start >= n:
+            continue
         t0 = time.perf_counter()
-        est = smoothed_estimates(load_model(name).eval(), data.images, sigma, samples=samples,
-                                 selection_samples=100, confidence=0.999, seed=seed, progress=False)
-        seconds = time.perf_counter() - t0
+        est = smoothed_estimates(load_model(name).eval(), data.images[start:], sigma, samples=samples,
+                                 selection_samples=100, confidence=0.999, seed=seed, first_index=start,
+                                 progress=False)
+        seconds = time.perf_counter() - t0 + (old["seconds"] if start else 0.0)
+        new = {k: {f: getattr(e, f) for f in fields} for k, e in est.items()}
+        if start:
+            new = {k: {f: torch.cat([old["est"][k][f], v[f]]) for f in fields} for k, v in new.items()}
         torch.save({"labels": data.labels, "sigma": sigma, "samples": samples, "seconds": seconds,
-                    "machine": machine_line(run_record("cpu")) + f"; load {os.getloadavg()[0]:.1f}",
-                    "est": {k: {f: getattr(e, f) for f in ("top", "mean", "p_top_lower", "p_other_upper", "abstain")}
-                            for k, e in est.items()}}, out / f"rs_{name}.pt")
+                    "machine": machine_line(run_record("cpu")) + f"; load {os.getloadavg()[0]:.1f}", "est": new},
+                   path)
         print(f"{name}: {n} images x {samples} samples, soft + hard in {seconds:.0f} s", flush=True)
 
 
@@ -192,6 +203,7 @@ def main() -> None:
     ap.add_argument("--n-lip", type=int, default=1000)
     ap.add_argument("--n-rs", type=int, default=100)
     ap.add_argument("--samples", type=int, default=10_000)
+    ap.add_argument("--rs-models", nargs="+", default=list(RS), choices=list(RS))
     ap.add_argument("--target", type=float, default=0.90, help="clean accuracy every mixture must reach")
     ap.add_argument("--smoothing", choices=("soft", "hard"), default="hard")
     ap.add_argument("--seed", type=int, default=0)
@@ -201,7 +213,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     if args.stage in ("rs", "all"):
-        rs_stage(out, args.n_rs, args.samples, args.seed)
+        rs_stage(out, args.n_rs, args.samples, args.seed, args.rs_models)
     if args.stage in ("lip", "all"):
         s = lip_stage(out, args.n_lip, args.target, args.smoothing)
         print(json.dumps({"lipschitz": {k: {f: v[f] for f in ("at", "on_rs_images", "certify_seconds_end_to_end",
