@@ -197,7 +197,7 @@ def certify(card: Any = None, *, abc: str | nn.Module | None = None, rbc: str | 
             if norm == "linf":
                 radius = radius / math.sqrt(math.prod(data.input_size))
             for k, a in enumerate(alpha_t.tolist()):
-                curves_raw.append((_label(a, "Lemma 3.2, declared Lipschitz logits"), a, "lipschitz-logits",
+                curves_raw.append((_label(a, "Lipschitz logits"), a, "lipschitz-logits",
                                    radius[k], correct, float(clean[k])))
             settings.update(lipschitz={"declared": declared, "constant": constant, "layer_norm_product": checked,
                                        "kind": "declared by the architecture, checked against the weights"})
