@@ -422,7 +422,8 @@ def certify_cmd(
     samples: Annotated[int, typer.Option(help="Monte Carlo samples per image (001 App. A.2: 10,000)")] = 10_000,
     n0: Annotated[int, typer.Option(help="extra samples per image that choose the class (Cohen et al.)")] = 100,
     confidence: Annotated[float, typer.Option(help="joint confidence of each image's bounds")] = 0.999,
-    smoothing: Annotated[str, typer.Option(help="soft (average probabilities, 001 App. A) or hard (votes)")] = "soft",
+    smoothing: Annotated[str, typer.Option(help="hard (votes, Cohen et al.; certifies more at the same confidence)"
+                                           " or soft (average probabilities, 001 App. A)")] = "hard",
     estimate: Annotated[str | None, typer.Option(help="also ESTIMATE local Lipschitz radii at these radii "
                                                       "(001 App. C.3, PGD; labelled, not a certificate)")] = None,
     dataset: Annotated[str | None, typer.Option(help="data set (default: the RBC's)")] = None,

@@ -91,10 +91,15 @@ ARCHS: dict[str, Callable[..., nn.Module]] = {"convnet": ConvNet}
 
 def build(arch: str, kwargs: dict[str, Any] | None = None) -> nn.Module:
     """Instantiate architecture ``arch`` with ``kwargs`` (unknown names get suggestions)."""
-    if arch not in ARCHS:
-        raise UnknownNameError("architecture", arch, ARCHS)
+    archs: dict[str, Callable[..., nn.Module]] = ARCHS
+    if arch not in ARCHS:  # other plugins' architectures (hook mixzoo_architectures), e.g. lipconvnet
+        from mixzoo.core.plugins import collect_named
+
+        archs = collect_named("mixzoo_architectures", "architecture")
+    if arch not in archs:
+        raise UnknownNameError("architecture", arch, archs)
     try:
-        return ARCHS[arch](**(kwargs or {}))
+        return archs[arch](**(kwargs or {}))
     except TypeError as exc:
         raise RegistryError(f"architecture {arch!r}: bad keyword arguments {kwargs} ({exc}); fix source.kwargs")\
             from exc

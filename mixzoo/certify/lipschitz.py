@@ -27,13 +27,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from mixzoo.certify.radii import SOFTMAX_CLASS_LIPSCHITZ
 from mixzoo.core.errors import InputError
 
 __all__ = ["LAYER_BOUNDS", "LipschitzBound", "SOFTMAX_CLASS_LIPSCHITZ", "conv2d_operator_norm",
            "estimate_local_lipschitz", "lipschitz_bound", "lipschitz_layers"]
 
-SOFTMAX_CLASS_LIPSCHITZ = math.sqrt(2.0) / 4
-"""sup_z ||grad_z softmax(z)_i||_2 = sup sigma_i sqrt((1 - sigma_i)^2 + sum_{j != i} sigma_j^2) <= sqrt(2)/4."""
 
 
 @dataclass
@@ -90,7 +89,7 @@ def _pool_factor(pool: nn.MaxPool2d | nn.AvgPool2d) -> float:
     return math.sqrt(windows) / math.sqrt(k[0] * k[1])  # a mean over k0*k1 values has l2 norm 1/sqrt(k0*k1)
 
 
-_ONE: tuple[type, ...] = (nn.ReLU, nn.Tanh, nn.Flatten, nn.Dropout, nn.Identity)
+_ONE: tuple[type, ...] = (nn.ReLU, nn.Tanh, nn.Flatten, nn.Dropout, nn.Identity, nn.PixelUnshuffle)
 
 LAYER_BOUNDS: dict[type, Callable[[nn.Module], float]] = {
     **{t: (lambda m: 1.0) for t in _ONE},
@@ -102,7 +101,8 @@ LAYER_BOUNDS: dict[type, Callable[[nn.Module], float]] = {
     nn.MaxPool2d: _pool_factor,
     nn.AvgPool2d: _pool_factor,
 }
-"""l2 operator-norm bound of a layer type (1-Lipschitz activations: 1). Third parties may add types here;
+"""l2 operator-norm bound of a layer type (1-Lipschitz activations and permutations such as pixel unshuffle: 1).
+Third parties may add types here, or give a layer a float attribute ``lipschitz_l2`` (its own l2 bound);
 convolutions are handled by :func:`conv2d_operator_norm` (they need the input size)."""
 
 
@@ -159,6 +159,9 @@ def lipschitz_bound(model: nn.Module, input_size: tuple[int, int, int], norm: st
                 x, i = layer(x), i + 1
             elif type(layer) in LAYER_BOUNDS:
                 f, name = LAYER_BOUNDS[type(layer)](layer), type(layer).__name__
+                x, i = layer(x), i + 1
+            elif isinstance(getattr(layer, "lipschitz_l2", None), float):
+                f, name = float(layer.lipschitz_l2), type(layer).__name__
                 x, i = layer(x), i + 1
             else:
                 raise InputError(f"no Lipschitz bound for layer {type(layer).__name__}; add its l2 operator norm to"

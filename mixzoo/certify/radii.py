@@ -7,6 +7,8 @@ probability everywhere in a ball, the mixture predicts y everywhere in that ball
 
 - Thm 3.5 (Eq. 3.5), a Lipschitz RBC: ``r = min_{i != y} (alpha (p_y - p_i) + alpha - 1) / (alpha (L_y + L_i))``
   with ``L_i`` the Lipschitz constant of ``softmax(h)_i`` in the certified norm;
+- a Lipschitz logit map (declared by the architecture): :func:`logit_lipschitz_radius`, Lemma 3.2 through the
+  softmax, tighter than Eq. 3.5 for confident predictions;
 - Thm A.2, a Gaussian randomized-smoothing RBC (l2 only):
   ``r = sigma / 2 * (Phi^-1(alpha p_y) - Phi^-1(alpha p_y' + 1 - alpha))``, y' the runner-up class.
 
@@ -22,8 +24,11 @@ import torch
 
 from mixzoo.core.errors import InputError
 
-__all__ = ["certified_accuracy", "check_alphas", "lipschitz_radius", "smoothing_lipschitz_constant",
-           "smoothing_radius"]
+SOFTMAX_CLASS_LIPSCHITZ = math.sqrt(2.0) / 4
+"""sup_z ||grad_z softmax(z)_i||_2 = sup sigma_i sqrt((1 - sigma_i)^2 + sum_{j != i} sigma_j^2) <= sqrt(2)/4."""
+
+__all__ = ["SOFTMAX_CLASS_LIPSCHITZ", "certified_accuracy", "check_alphas", "lipschitz_radius",
+           "logit_lipschitz_radius", "smoothing_lipschitz_constant", "smoothing_radius"]
 
 
 def check_alphas(alphas: float | list[float] | tuple[float, ...] | torch.Tensor) -> torch.Tensor:
@@ -56,6 +61,46 @@ def lipschitz_radius(probs: torch.Tensor, lipschitz: torch.Tensor | float, alpha
     r = (a * (py - p) + a - 1) / (a * (ly + lip))  # (A, n, c)
     r = r.masked_fill(torch.nn.functional.one_hot(y, p.shape[1]).bool(), math.inf)
     return r.amin(2)
+
+
+def logit_lipschitz_radius(logits: torch.Tensor, lipschitz_l2: float, alphas: torch.Tensor | float,
+                           top: torch.Tensor | None = None) -> torch.Tensor:
+    """Certified l2 radii ``(A, n)`` of a mixture whose RBC has an L-Lipschitz (l2) logit map, from its ``(n, c)``
+    clean logits, for every alpha (alpha = 1: the RBC alone). ``top``: the class certified (default: argmax).
+
+    The RBC alone gets the standard logit-margin bound ``r = m / (sqrt(2) L)`` with ``m = z_y - max_{i != y} z_i``
+    (Tsuzuku et al. 2018, Prop. 1; Li et al. 2019): ``z_y - z_i`` is ``sqrt(2) L``-Lipschitz because
+    ``||e_y - e_i||_2 = sqrt(2)``.
+
+    A mixture needs the RBC certifiably robust with margin ``kappa = (1 - alpha) / alpha`` in probability (001
+    Def. 3.1, Lemma 3.2): ``p_y - p_i >= kappa`` for every ``i != y`` in the ball. Within radius r each logit margin
+    ``m_j = z_y - z_j`` falls by at most ``t = sqrt(2) L r``, and ``p_y - p_i = (1 - e^{-m_i}) / (1 + sum_{j != y}
+    e^{-m_j})`` grows with every margin, so its smallest value over the ball is at least its value with every margin
+    lowered by t. Requiring that value ``>= kappa`` for the runner-up class (the smallest margin) gives
+
+        ``r = (log(1 - kappa) - log(e^{-m_min} + kappa * S)) / (sqrt(2) L)``,  ``S = sum_{j != y} e^{-m_j}``,
+
+    which equals the logit-margin bound at alpha = 1 and is -inf at alpha = 1/2. 001 Eq. 3.5 with each class
+    probability's constant ``(sqrt(2)/4) L`` (the softmax's own constant, :data:`~mixzoo.certify.lipschitz.
+    SOFTMAX_CLASS_LIPSCHITZ`) is also sound; the larger of the two radii is returned. l-inf radii: divide by
+    ``sqrt(dim)`` (``||d||_2 <= sqrt(dim) ||d||_inf``).
+    """
+    alphas = check_alphas(alphas)
+    if not (isinstance(lipschitz_l2, int | float) and lipschitz_l2 > 0 and math.isfinite(lipschitz_l2)):
+        raise InputError(f"the Lipschitz constant must be a positive finite number, got {lipschitz_l2!r}")
+    z = logits.to(torch.float64)
+    n, c = z.shape
+    y = z.argmax(1) if top is None else top
+    others = ~torch.nn.functional.one_hot(y, c).bool()
+    margins = (z.gather(1, y[:, None]) - z)[others].view(n, c - 1)  # m_j, j != y
+    m_min = margins.amin(1)
+    log_s = torch.logsumexp(-margins, 1)
+    kappa = (1 - alphas) / alphas  # (A,)
+    log_kappa = torch.log(kappa)[:, None]  # -inf at alpha = 1
+    worst = torch.logaddexp((-m_min)[None].expand(len(alphas), n), log_kappa + log_s[None])
+    r_logit = (torch.log1p(-kappa)[:, None] - worst) / (math.sqrt(2.0) * lipschitz_l2)
+    r_eq35 = lipschitz_radius(z.softmax(1), SOFTMAX_CLASS_LIPSCHITZ * lipschitz_l2, alphas, top=y)
+    return torch.maximum(r_logit, r_eq35)
 
 
 def smoothing_lipschitz_constant(sigma: float) -> float:

@@ -28,8 +28,9 @@ FILES = ("certify.json", "certify.md", "certify.png", "estimated.png")
 class CertCurve:
     """Accuracy of one classifier (the RBC alone at alpha = 1, or a mixture) at every radius of the grid.
 
-    ``bound``: ``"lipschitz"`` (Thm 3.5 with a provable constant), ``"smoothing-lipschitz"`` (Thm 3.5 with the
-    smoothed model's constant), ``"smoothing"`` (Thm A.2) or ``"estimated"`` (App. C.3: NOT a certificate);
+    ``bound``: ``"lipschitz"`` (Thm 3.5 with a provable constant), ``"lipschitz-logits"`` (a declared Lipschitz
+    constant of the logits: logit margin / (sqrt(2) L), Lemma 3.2 for mixtures), ``"smoothing-lipschitz"`` (Thm 3.5
+    with the smoothed model's constant), ``"smoothing"`` (Thm A.2) or ``"estimated"`` (App. C.3: NOT a certificate);
     ``clean_accuracy``: the classifier's own prediction at the clean images (the mixture can be right where the RBC
     is wrong; those images are never certified, 001 App. A.3); ``radius``: per example, ``None`` when not certified.
     """

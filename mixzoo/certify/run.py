@@ -5,6 +5,10 @@ Which certificate applies depends on the RBC:
 - a Gaussian randomized-smoothing RBC (registry field ``smoothing_sigma``, or ``sigma=`` given): Monte Carlo with
   confidence bounds (:mod:`~mixzoo.certify.smoothing`), then Thm 3.5 with the smoothed model's constant
   sqrt(2 / (pi sigma^2)) and the tighter Thm A.2 (l2 only);
+- an RBC whose registry entry declares the Lipschitz constant of its logits (``lipschitz = {constant, norm}``,
+  the 1-Lipschitz zoo models): deterministic radii from one forward pass, the logit margin / (sqrt(2) L) alone and
+  Lemma 3.2 through the softmax for mixtures (:func:`~mixzoo.certify.radii.logit_lipschitz_radius`); the constant
+  is checked against the product of the weights' exact layer norms first;
 - any other RBC whose layers are known: Thm 3.5 with the provable bound of :func:`~mixzoo.certify.lipschitz.
   lipschitz_bound` (l2, or l-inf through sqrt(dim)); optionally, and labelled so, the App. C.3 estimate.
 
@@ -28,6 +32,7 @@ from mixzoo.certify.radii import (
     certified_accuracy,
     check_alphas,
     lipschitz_radius,
+    logit_lipschitz_radius,
     smoothing_lipschitz_constant,
     smoothing_radius,
 )
@@ -39,7 +44,7 @@ from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.pairs import check_device, check_model_fits, resolve_model
 
-__all__ = ["abc_probabilities", "certify", "mixture_clean_accuracy"]
+__all__ = ["SmoothingSettings", "abc_probabilities", "certify", "declared_lipschitz", "mixture_clean_accuracy"]
 
 
 def mixture_clean_accuracy(abc_probs: torch.Tensor | None, rbc_probs: torch.Tensor, labels: torch.Tensor,
@@ -89,7 +94,7 @@ class SmoothingSettings:
     samples: int = 10_000
     selection_samples: int = 100
     confidence: float = 0.999
-    kind: str = "soft"
+    kind: str = "hard"
 
 
 def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: list[float] | None = None,
@@ -105,9 +110,10 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
     arguments named after its fields change them) this uses ``abc`` / ``rbc`` (without a card they name the pair;
     ``abc`` is needed when an alpha < 1 is asked for), ``norm`` (``l2`` or ``linf``), ``n``, ``batch_size``,
     ``seed``, ``device``, ``data_dir``, ``allow_unsafe`` and ``progress``. ``smoothing`` sets the Monte Carlo
-    certification of a randomized-smoothing RBC (:class:`SmoothingSettings`); ``estimate_eps`` adds App. C.3
-    estimated curves at those radii (labelled "estimated"). ``radii`` defaults to 26 points from 0 to the largest
-    certified radius. ``out`` gets certify.json, certify.md, certify.png (and estimated.png).
+    certification of a randomized-smoothing RBC (:class:`SmoothingSettings`; hard votes by default); an RBC whose
+    registry entry declares a Lipschitz constant is certified deterministically from it (no Monte Carlo);
+    ``estimate_eps`` adds App. C.3 estimated curves at those radii (labelled "estimated"). ``radii`` defaults to 26
+    points from 0 to the largest certified radius. ``out`` gets certify.json, certify.md, certify.png (and estimated.png).
     """
     s = settings_of(settings, changes, n=500, batch_size=1000)
     sm = smoothing if smoothing is not None else SmoothingSettings()
@@ -204,14 +210,30 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
             logits = torch.cat([rbc_m(images[i:i + batch_size]).float() for i in range(0, len(data), batch_size)])
         probs = logits.double().softmax(1)
         correct = probs.argmax(1) == labels
-        bound = lipschitz_bound(rbc_m, tuple(data.input_size), norm)
-        radius = lipschitz_radius(probs, bound.probs, alpha_t)
         clean = mixture_clean_accuracy(abc_probs, probs, labels, alpha_t)
-        for k, a in enumerate(alpha_t.tolist()):
-            curves_raw.append((_label(a, "Thm 3.5, provable bound"), a, "lipschitz", radius[k], correct,
-                               float(clean[k])))
-        settings.update(lipschitz=bound.to_dict())
-        notes += _loose_bound_notes(bound, probs, correct, spec, norm)
+        declared = dict(getattr(spec, "lipschitz", None) or {})
+        if declared:
+            constant, checked = declared_lipschitz(rbc_m, spec, tuple(data.input_size))
+            radius = logit_lipschitz_radius(logits, constant, alpha_t)
+            if norm == "linf":
+                radius = radius / math.sqrt(math.prod(data.input_size))
+            for k, a in enumerate(alpha_t.tolist()):
+                curves_raw.append((_label(a, "Lipschitz logits"), a, "lipschitz-logits",
+                                   radius[k], correct, float(clean[k])))
+            settings.update(lipschitz={"declared": declared, "constant": constant, "layer_norm_product": checked,
+                                       "kind": "declared by the architecture, checked against the weights"})
+            notes.append(f"the registry declares Lip_l2(logits) <= {constant:g} for {settings['rbc']}; the product"
+                         f" of its exact layer norms is {checked:.6g} (checked <= the declared constant). Radii:"
+                         " logit margin / (sqrt(2) L) alone, Lemma 3.2 through the softmax for mixtures"
+                         f"{'; l-inf radii are l2 radii / sqrt(dim)' if norm == 'linf' else ''}.")
+        else:
+            bound = lipschitz_bound(rbc_m, tuple(data.input_size), norm)
+            radius = lipschitz_radius(probs, bound.probs, alpha_t)
+            for k, a in enumerate(alpha_t.tolist()):
+                curves_raw.append((_label(a, "Thm 3.5, provable bound"), a, "lipschitz", radius[k], correct,
+                                   float(clean[k])))
+            settings.update(lipschitz=bound.to_dict())
+            notes += _loose_bound_notes(bound, probs, correct, spec, norm)
         if estimate_eps:
             notes.append("estimated curves (App. C.3) use local Lipschitz constants found by PGD within each radius;"
                          " an attack can miss the maximum, so they are NOT certificates.")
@@ -225,6 +247,27 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
     if out is not None:
         result.save(out)
     return result
+
+
+def declared_lipschitz(model: nn.Module, spec: Any, input_size: tuple[int, int, int],
+                       rtol: float = 1e-3) -> tuple[float, float]:
+    """The l2 Lipschitz constant of ``model``'s logits that its registry entry declares (``lipschitz.constant``,
+    for [0, 1] images to logits), and the product of its exact layer norms (:func:`lipschitz_bound`), which must
+    not exceed it by more than ``rtol``: weights that do not keep the declared constant raise :class:`InputError`
+    instead of certifying radii they do not have. Returns ``(constant used, layer-norm product)``: the larger of the
+    two, so float round-off in the exported weights never shrinks the bound."""
+    declared = dict(getattr(spec, "lipschitz", None) or {})
+    if declared.get("norm") != "l2" or not isinstance(declared.get("constant"), int | float):
+        raise InputError(f"registry entry {getattr(spec, 'name', '?')!r}: lipschitz must be {{constant = L,"
+                         " norm = \"l2\"}}")
+    constant = float(declared["constant"])
+    product = lipschitz_bound(model, input_size, "l2").logits_l2
+    if product > constant * (1 + rtol):
+        raise InputError(f"{getattr(spec, 'name', 'the RBC')}: its weights have a layer-norm product of"
+                         f" {product:.6g}, above the declared Lipschitz constant {constant:g}; re-export the network"
+                         " or fix the registry's lipschitz.constant")
+    # the architecture's orthogonalisation is iterative: within rtol, the exact product is the sound constant
+    return max(constant, product), product
 
 
 def _curve(label: str, alpha: float, kind: str, radius: torch.Tensor, correct: torch.Tensor, clean: float,

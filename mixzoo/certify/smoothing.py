@@ -23,8 +23,8 @@ from torch import nn
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 
-__all__ = ["SmoothedEstimate", "check_options", "confidence_bounds", "minimum_samples", "monte_carlo_probs",
-           "smoothed_estimate"]
+__all__ = ["SmoothedEstimate", "check_options", "confidence_bounds", "minimum_samples", "monte_carlo_means",
+           "monte_carlo_probs", "smoothed_estimate", "smoothed_estimates"]
 
 KINDS = ("soft", "hard")
 
@@ -75,18 +75,31 @@ def monte_carlo_probs(model: nn.Module, images: torch.Tensor, sigma: float, samp
     :data:`NOISE_BLOCK`; the blocks of consecutive examples are packed into batches of about ``batch_size`` noisy
     images, so the draws do not depend on the batch size (the sums only up to the forward's float rounding)."""
     check_options(sigma, samples, 0.5, kind)
+    return monte_carlo_means(model, images, sigma, samples, kinds=(kind,), seed=seed, stage=stage,
+                             first_index=first_index, batch_size=batch_size, progress=progress, what=what)[kind]
+
+
+def monte_carlo_means(model: nn.Module, images: torch.Tensor, sigma: float, samples: int, *,
+                      kinds: tuple[str, ...] = KINDS, seed: int = 0, stage: int = 0, first_index: int = 0,
+                      batch_size: int = 1000, progress: bool = True, what: str = "Monte Carlo"
+                      ) -> dict[str, torch.Tensor]:
+    """:func:`monte_carlo_probs` for several kinds from the same forward passes on the same noise (a paired
+    comparison of soft and hard smoothing at the cost of one): ``{kind: (n, c) mean}``."""
+    for kind in kinds:
+        check_options(sigma, samples, 0.5, kind)
     n, device = images.shape[0], images.device
-    sums: torch.Tensor | None = None
+    sums: dict[str, torch.Tensor] = {}
     xs: list[torch.Tensor] = []
     owners: list[torch.Tensor] = []
 
     def flush() -> None:
-        nonlocal sums
         out = model(torch.cat(xs)).float()
-        votes = out.softmax(1) if kind == "soft" else nn.functional.one_hot(out.argmax(1), out.shape[1])
-        if sums is None:
-            sums = torch.zeros(n, out.shape[1], dtype=torch.float64, device=device)
-        sums.index_add_(0, torch.cat(owners), votes.to(torch.float64))
+        index = torch.cat(owners)
+        for kind in kinds:
+            votes = out.softmax(1) if kind == "soft" else nn.functional.one_hot(out.argmax(1), out.shape[1])
+            if kind not in sums:
+                sums[kind] = torch.zeros(n, out.shape[1], dtype=torch.float64, device=device)
+            sums[kind].index_add_(0, index, votes.to(torch.float64))
         xs.clear()
         owners.clear()
 
@@ -107,8 +120,7 @@ def monte_carlo_probs(model: nn.Module, images: torch.Tensor, sigma: float, samp
             bar.advance(task)
         if xs:
             flush()
-    assert sums is not None
-    return sums / samples
+    return {kind: total / samples for kind, total in sums.items()}
 
 
 def confidence_bounds(mean: torch.Tensor, top: torch.Tensor, samples: int, confidence: float,
@@ -166,13 +178,28 @@ def smoothed_estimate(model: nn.Module, images: torch.Tensor, sigma: float, *, s
                       selection_samples: int = 100, confidence: float = 0.999, kind: str = "soft", seed: int = 0,
                       first_index: int = 0, batch_size: int = 1000, progress: bool = True) -> SmoothedEstimate:
     """Choose each example's top class on ``selection_samples`` draws, then bound it on ``samples`` fresh draws."""
-    check_options(sigma, samples, confidence, kind)
+    return smoothed_estimates(model, images, sigma, samples=samples, selection_samples=selection_samples,
+                              confidence=confidence, kinds=(kind,), seed=seed, first_index=first_index,
+                              batch_size=batch_size, progress=progress)[kind]
+
+
+def smoothed_estimates(model: nn.Module, images: torch.Tensor, sigma: float, *, samples: int = 10_000,
+                       selection_samples: int = 100, confidence: float = 0.999, kinds: tuple[str, ...] = KINDS,
+                       seed: int = 0, first_index: int = 0, batch_size: int = 1000,
+                       progress: bool = True) -> dict[str, SmoothedEstimate]:
+    """:func:`smoothed_estimate` for several kinds on the same noise draws, one forward pass per draw:
+    ``{kind: estimate}``; each kind chooses its class on its own selection means and bounds it its own way."""
+    for kind in kinds:
+        check_options(sigma, samples, confidence, kind)
     if not isinstance(selection_samples, int) or selection_samples < 1:
         raise InputError(f"selection samples (n0) must be a positive integer, got {selection_samples!r}")
-    common = dict(kind=kind, seed=seed, first_index=first_index, batch_size=batch_size, progress=progress)
-    select = monte_carlo_probs(model, images, sigma, selection_samples, stage=0, what="select top class", **common)
-    top = select.argmax(1)
-    mean = monte_carlo_probs(model, images, sigma, samples, stage=1, what="estimate", **common)
-    lower, upper = confidence_bounds(mean, top, samples, confidence, kind)
-    return SmoothedEstimate(top, mean, lower, upper, lower <= upper, float(sigma), samples, selection_samples,
-                            confidence, kind)
+    common = dict(kinds=tuple(kinds), seed=seed, first_index=first_index, batch_size=batch_size, progress=progress)
+    select = monte_carlo_means(model, images, sigma, selection_samples, stage=0, what="select top class", **common)
+    means = monte_carlo_means(model, images, sigma, samples, stage=1, what="estimate", **common)
+    out = {}
+    for kind in kinds:
+        top = select[kind].argmax(1)
+        lower, upper = confidence_bounds(means[kind], top, samples, confidence, kind)
+        out[kind] = SmoothedEstimate(top, means[kind], lower, upper, lower <= upper, float(sigma), samples,
+                                     selection_samples, confidence, kind)
+    return out

@@ -34,6 +34,9 @@ class ModelSpec:
     sha256: str | None = None
     description: str = ""
     smoothing_sigma: float | None = None  # the base of a Gaussian randomized-smoothing RBC (001 App. A; certify)
+    # a Lipschitz constant the architecture guarantees for the map from [0, 1] images to logits (normalisation
+    # included): {constant = L, norm = "l2"}; mixzoo certify derives deterministic radii from it
+    lipschitz: Mapping[str, Any] = field(default_factory=dict)
     # intermediate features a trained mixing network reads (001 Sec. 4.3, App. D.1): depth -> module name
     taps: Mapping[str, str] = field(default_factory=dict)
     plugin: str = "registry.toml"
@@ -43,4 +46,5 @@ class ModelSpec:
         d["input_size"] = list(self.input_size)
         d["mean"], d["std"], d["aliases"] = list(self.mean), list(self.std), list(self.aliases)
         d["source"], d["reported"], d["taps"] = dict(self.source), dict(self.reported), dict(self.taps)
+        d["lipschitz"] = dict(self.lipschitz)
         return d

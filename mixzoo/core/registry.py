@@ -76,6 +76,12 @@ def spec_from_dict(name: str, raw: Mapping[str, Any], plugin: str = "registry.to
     if not isinstance(taps, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and v
                                                 for k, v in taps.items()):
         raise bad("taps", f"must be a table of depth = \"module name\" (e.g. {{early = \"features.2\"}}), got {taps!r}")
+    lip = raw.get("lipschitz", {})
+    if lip and not (isinstance(lip, Mapping) and set(lip) <= {"constant", "norm"} and lip.get("norm") == "l2"
+                    and isinstance(lip.get("constant"), int | float) and not isinstance(lip.get("constant"), bool)
+                    and lip["constant"] > 0):
+        raise bad("lipschitz", f"must be {{constant = L, norm = \"l2\"}} with L > 0 (the l2 Lipschitz constant of"
+                               f" the map from [0, 1] images to logits), got {lip!r}")
     return ModelSpec(
         name=name, role=raw["role"], dataset=raw["dataset"], num_classes=raw["num_classes"],
         input_size=tuple(size), source=dict(src), mean=mean, std=std, aliases=tuple(aliases),
@@ -83,6 +89,7 @@ def spec_from_dict(name: str, raw: Mapping[str, Any], plugin: str = "registry.to
         reported=dict(raw.get("reported", {})), citation=raw.get("citation", ""), license=raw.get("license", ""),
         sha256=sha, description=raw.get("description", ""), plugin=plugin,
         smoothing_sigma=float(sigma) if sigma is not None else None, taps=dict(taps),
+        lipschitz={"constant": float(lip["constant"]), "norm": lip["norm"]} if lip else {},
     )
 
 

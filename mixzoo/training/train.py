@@ -43,7 +43,7 @@ from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.data import ImageDataset, load_dataset
 from mixzoo.zoo.models import Normalize
 
-METHODS: tuple[str, ...] = ("standard", "pgd", "trades", "mart", "hat", "gaussian")
+METHODS: tuple[str, ...] = ("standard", "pgd", "trades", "mart", "hat", "gaussian", "lipschitz")
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,8 @@ class Recipe:
     helper_scale: float = 2.0  # HAT: h, the helper example is x + h * (x' - x)
     awp: float = 0.0  # adversarial weight perturbation size gamma (0 = off)
     noise_sigma: float = 0.0  # gaussian: std of the N(0, sigma^2 I) noise added to [0, 1] images (Cohen et al.)
+    loss_tau: float = 0.0  # lipschitz: temperature of the cross-entropy on the logits of a 1-Lipschitz network
+    margin_offset: float = 0.0  # lipschitz: subtracted from the true-class logit before the cross-entropy
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -96,6 +98,9 @@ class Recipe:
         if (self.method == "gaussian") != (self.noise_sigma > 0):
             raise InputError(f"recipe {self.name!r}: method 'gaussian' needs noise_sigma > 0, and only it takes one"
                              f" (got method {self.method!r}, noise_sigma {self.noise_sigma!r})")
+        if (self.method == "lipschitz") != (self.loss_tau > 0):
+            raise InputError(f"recipe {self.name!r}: method 'lipschitz' needs loss_tau > 0, and only it takes one"
+                             f" (got method {self.method!r}, loss_tau {self.loss_tau!r})")
 
     @property
     def file(self) -> str:
@@ -107,12 +112,17 @@ class Recipe:
         smoothing, whose robustness is certified (:mod:`mixzoo.certify`), not attacked."""
         return self.method not in ("standard", "gaussian")
 
+    @property
+    def certified(self) -> bool:
+        """Robust by construction: a Lipschitz network whose logits certify l2 radii (:mod:`mixzoo.certify`)."""
+        return self.method == "lipschitz"
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["arch_kwargs"], d["mean"], d["std"] = dict(self.arch_kwargs), list(self.mean), list(self.std)
         # fields added after weights were shipped are left out at their defaults, so those files keep their bytes
         defaults = {f.name: f.default for f in dataclasses.fields(Recipe)}
-        late = ("ema", "awp", "noise_sigma")
+        late = ("ema", "awp", "noise_sigma", "loss_tau", "margin_offset")
         late += () if self.method == "hat" else ("helper", "helper_weight", "helper_scale")
         for key in late:
             if d[key] == defaults[key]:
@@ -125,6 +135,7 @@ class Recipe:
 
 _FMNIST = {"dataset": "fashion-mnist", "mean": (0.2860,), "std": (0.3530,)}
 _DIGITS = {"dataset": "digits", "mean": (0.3,), "std": (0.4,)}
+_DIGITS_LIP = {"dataset": "digits", "mean": (0.0,), "std": (1.0,)}  # a Lipschitz constant holds on [0, 1] inputs
 _SMALL = {"widths": (32, 64), "hidden": 128}
 _DIGITS_NET = {"widths": (16, 32), "hidden": 64, "input_hw": 8}
 
@@ -148,6 +159,17 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
              epochs=6, optimizer="adam", lr=1e-3, warmup=0.05,
              description=f"base of a randomized-smoothing RBC: Gaussian noise augmentation sigma {s}, 6 epochs")
       for s in (0.25, 0.5, 1.0)],
+    *[Recipe(f"fmnist-lip{round(100 * r):03d}", dataset="fashion-mnist", mean=(0.0,), std=(1.0,), method="lipschitz",
+             arch="lipconvnet", arch_kwargs={"widths": (16, 32), "hidden": 128}, epochs=4, batch_size=128,
+             optimizer="adam", lr=2e-3, warmup=0.05, loss_tau=8.0, margin_offset=r * math.sqrt(2), eps=0.1,
+             description=f"1-Lipschitz (l2) CNN, deel-torchlip layers, cross-entropy with temperature 8.0 and logit"
+                         f" margin {r * math.sqrt(2):.3g} (aims at certified l2 radius {r:g}), 4 epochs; no"
+                         " normalisation, so the constant holds for [0, 1] images")
+      for r in (0.5, 0.75)],
+    Recipe("digits-lip", **_DIGITS_LIP, method="lipschitz", arch="lipconvnet",
+           arch_kwargs={"widths": (16,), "hidden": 64, "input_hw": 8}, epochs=20, batch_size=64, optimizer="adam",
+           lr=5e-3, loss_tau=8.0, margin_offset=0.5, eps=0.2,
+           description="1-Lipschitz (l2) CNN on digits (tests), deel-torchlip layers, trains in seconds"),
     Recipe("digits-rs050", **_DIGITS, method="gaussian", noise_sigma=0.5, arch_kwargs=_DIGITS_NET, epochs=40,
            batch_size=64, optimizer="adam", lr=3e-3,
            description="base of a randomized-smoothing RBC on digits: Gaussian noise augmentation sigma 0.5"),
@@ -327,6 +349,8 @@ def _objective(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tenso
         noise = torch.randn(x.shape, generator=gen, device=gen.device).to(x.device)
         x_noisy = x + recipe.noise_sigma * noise
         return lambda: F.cross_entropy(model(x_noisy), y)
+    if recipe.method == "lipschitz":  # no attack: the architecture bounds every perturbation's effect
+        return lambda: lipschitz_loss(model(x), y, recipe.loss_tau, recipe.margin_offset)
     if recipe.method == "standard" or eps <= 0:
         return lambda: F.cross_entropy(model(x), y)
     model.eval()  # attacks see running statistics, as in the TRADES reference code
@@ -347,6 +371,16 @@ def _objective(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tenso
         return lambda: hat_loss(model(x), model(x_adv), model(x_help), y, y_help, recipe.trades_beta,
                                 recipe.helper_weight)
     return lambda: trades_loss(model(x), model(x_adv), y, recipe.trades_beta)
+
+
+def lipschitz_loss(logits: torch.Tensor, y: torch.Tensor, tau: float, offset: float) -> torch.Tensor:
+    """Cross-entropy with temperature and margin for a 1-Lipschitz network: ``CE(tau * (f(x) - offset * e_y), y) /
+    tau`` (deel-torchlip's ``TauCrossEntropyLoss``, Bethune et al. 2022, on logits whose true class is lowered by
+    ``offset``). An L-Lipschitz (l2) logit map certifies radius ``margin / (sqrt(2) L)``, so the loss keeps pushing
+    until the logit margin exceeds ``offset``, i.e. until the certified radius exceeds ``offset / sqrt(2)``; a lower
+    ``tau`` trades clean accuracy for larger margins."""
+    shifted = logits - offset * F.one_hot(y, logits.shape[1]).to(logits.dtype)
+    return F.cross_entropy(tau * shifted, y) / tau
 
 
 def trades_loss(logits: torch.Tensor, logits_adv: torch.Tensor, y: torch.Tensor, beta: float) -> torch.Tensor:
@@ -476,7 +510,10 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
         torch.manual_seed(recipe.seed)
         gen = torch.Generator().manual_seed(recipe.seed)  # data order and augmentation
         attack_gen = torch.Generator(device=device).manual_seed(recipe.seed + 1)  # attack starts
-        model = nn.Sequential(Normalize(recipe.mean, recipe.std), build_network(recipe)).to(device)
+        network = build_network(recipe)
+        if hasattr(network, "training_form"):  # trained re-parametrised, shipped plain (see export_vanilla below)
+            network = network.training_form()
+        model = nn.Sequential(Normalize(recipe.mean, recipe.std), network).to(device)
         images, labels = train.images.to(device), train.labels.to(device)
         params = model.parameters()
         if recipe.optimizer == "adam":
@@ -530,6 +567,9 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
         model = averaged.module
     model.eval()
     network = model[1]
+    if hasattr(network, "export_vanilla"):  # a re-parametrised network ships its plain form (checked equal there)
+        network = network.export_vanilla(images[:256].cpu()).to(device)
+        model = nn.Sequential(model[0], network).eval()
     state = {k: v.detach().cpu().contiguous().clone() for k, v in network.state_dict().items()}
     metrics: dict[str, float] = {}
     metrics500: dict[str, float] = {}
@@ -591,7 +631,10 @@ def registry_entry(result: TrainResult, command: str, date: str, machine: str = 
     first 500 images (what ``tests/zoo/test_zoo.py`` re-measures). ``file`` overrides ``source.file`` (default: the
     recipe's file name, relative to ``plugins/weights``)."""
     r, m = result.recipe, result.metrics
-    kwargs = ", ".join(f"{k} = {json.dumps(list(v) if isinstance(v, tuple) else v)}" for k, v in r.arch_kwargs.items())
+    arch_kwargs = dict(r.arch_kwargs)
+    if r.certified:  # the loss temperature scales the shipped logits (calibrated probabilities, constant tau)
+        arch_kwargs["logit_scale"] = r.loss_tau
+    kwargs = ", ".join(f"{k} = {json.dumps(list(v) if isinstance(v, tuple) else v)}" for k, v in arch_kwargs.items())
     lines = [
         f"[models.{r.name}]",
         f'role = "{"robust" if r.robust or r.noise_sigma > 0 else "accurate"}"',
@@ -603,8 +646,12 @@ def registry_entry(result: TrainResult, command: str, date: str, machine: str = 
         f'source = {{ kind = "zoo", arch = "{r.arch}", file = "{file or r.file}", kwargs = {{ {kwargs} }} }}',
         f'sha256 = "{result.sha256}"',
     ]
-    if r.robust:
+    if r.robust and not r.certified:
         lines += ['threat_model = "Linf"', f"epsilon = {r.eps}"]
+    elif r.certified:  # certified in L2 by its Lipschitz constant (epsilon: the radius the margin offset aims at)
+        constant = float(getattr(build_network(r.replace(arch_kwargs=arch_kwargs)), "lipschitz_constant", 1.0))
+        lines += ['threat_model = "L2"', f"epsilon = {round(r.margin_offset / math.sqrt(2), 4)}",
+                  f'lipschitz = {{ constant = {constant}, norm = "l2" }}']
     elif r.noise_sigma > 0:  # robust once smoothed: certified in L2 (epsilon: nominal, the training noise std)
         lines += ['threat_model = "L2"', f"epsilon = {r.noise_sigma}", f"smoothing_sigma = {r.noise_sigma}"]
     rep = [f"clean = {m['clean']:.4f}"]

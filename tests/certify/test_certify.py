@@ -760,8 +760,8 @@ MIXEDNUTS_CARD = str(Path(__file__).resolve().parents[2] / "benchmarks" / "resul
     (["--rbc", "digits-rs050", "--sigma", "0", "--n", "5"], "sigma must be a positive number"),
     (["--rbc", "digits-rs050", "--sigma=-0.5", "--n", "5"], "sigma must be a positive number"),
     (["--rbc", "digits-rs050", "--norm", "linf", "--n", "5"], "randomized smoothing certifies l2 radii"),
-    (["--rbc", "digits-rs050", "--abc", "digits-std", "--alpha", "0.8", "--samples", "27", "--n", "5"],
-     f"use --samples {minimum_samples(10, 0.999, 'soft', 0.8)} or more"),
+    (["--rbc", "digits-rs050", "--abc", "digits-std", "--alpha", "0.8", "--smoothing", "soft", "--samples", "27",
+      "--n", "5"], f"use --samples {minimum_samples(10, 0.999, 'soft', 0.8)} or more"),
     (["--rbc", "digits-rs050", "--smoothing", "hard", "--samples", "10", "--n", "5"],
      f"use --samples {minimum_samples(10, 0.999, 'hard', 1.0)} or more"),
     (["--rbc", "digits-pgd", "--norm", "l1", "--n", "5"], "unknown norm 'l1'"),
@@ -790,9 +790,9 @@ def test_the_minimum_samples_message_is_exact():
     need = minimum_samples(10, 0.999, "soft", 0.8)
     assert need == 28
     common = dict(rbc="digits-rs050", abc="digits-std", alphas=[0.8], n=2, progress=False)
-    certify(smoothing=SmoothingSettings(samples=need), **common)
+    certify(smoothing=SmoothingSettings(samples=need, kind="soft"), **common)
     with pytest.raises(InputError, match=f"--samples {need} or more"):
-        certify(smoothing=SmoothingSettings(samples=need - 1), **common)
+        certify(smoothing=SmoothingSettings(samples=need - 1, kind="soft"), **common)
 
 
 class ChainLiar(nn.Module):

@@ -67,6 +67,9 @@ def test_zoo_model_loads_verifies_and_matches_its_recorded_accuracy(name):
     if spec.smoothing_sigma is not None:  # the base of a randomized-smoothing RBC: certified (L2), not attacked
         assert spec.role == "robust" and spec.threat_model == "L2" and spec.epsilon == spec.smoothing_sigma
         assert all(s.reported["clean"] > spec.reported["clean"] for s in accurate)
+    elif spec.lipschitz:  # a Lipschitz RBC: certified in L2 by its declared constant (tests/test_certify_lipschitz.py)
+        assert spec.role == "robust" and spec.threat_model == "L2" and spec.lipschitz["norm"] == "l2"
+        assert all(s.reported["clean"] > spec.reported["clean"] for s in accurate)
     elif spec.role == "robust":  # the training trade-off: robust entries are less accurate than their ABC
         assert spec.threat_model == "Linf" and spec.epsilon > 0
         assert all(s.reported["clean"] > spec.reported["clean"] for s in accurate)
