@@ -113,7 +113,8 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
     certification of a randomized-smoothing RBC (:class:`SmoothingSettings`; hard votes by default); an RBC whose
     registry entry declares a Lipschitz constant is certified deterministically from it (no Monte Carlo);
     ``estimate_eps`` adds App. C.3 estimated curves at those radii (labelled "estimated"). ``radii`` defaults to 26
-    points from 0 to the largest certified radius. ``out`` gets certify.json, certify.md, certify.png (and estimated.png).
+    points from 0 to the largest certified radius. ``out`` gets certify.json, certify.md, certify.png (and
+    estimated.png).
     """
     s = settings_of(settings, changes, n=500, batch_size=1000)
     sm = smoothing if smoothing is not None else SmoothingSettings()
