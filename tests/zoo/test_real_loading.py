@@ -27,8 +27,9 @@ from mixzoo.core.compat import import_timm
 from mixzoo.core.errors import InputError, MissingFileError, MixzooError, RegistryError
 from mixzoo.core.plugins import clear_caches, get_plugin_manager
 from mixzoo.core.registry import ModelSpec
-from mixzoo_plugins import _loading, bit, convnextv2, swin, wideresnet
-from mixzoo_plugins._loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
+from mixzoo.zoo import loading as _loading
+from mixzoo.zoo.loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
+from mixzoo_plugins import bit, convnextv2, swin, wideresnet
 
 ATTO_REPO = "timm/convnextv2_atto.fcmae_ft_in1k"
 
