@@ -375,10 +375,10 @@ def test_the_mixednuts_row_evaluates_the_cards_mixture(digits, tmp_path):
     from mixzoo.methods.mixednuts.mixing import MixedClassifier
 
     card = _edited_card(digits, tmp_path, alpha=0.5)
-    assert MixCard.load(card).alpha == 0.5
-    sweep = eps_sweep(card, n=N_SMALL, batch_size=N_SMALL, radii=[0.2], attack="pgd", attack_options={"n_iter": 1},
+    assert MixCard.load(card).params["alpha"] == 0.5
+    sweep = eps_sweep(card, n=N, batch_size=N, radii=[0.2], attack="pgd", attack_options={"n_iter": 1},
                       baseline=None, cache_dir=tmp_path / "cache", progress=False)
-    data = load_dataset("digits", "evaluation", n=N_SMALL)
+    data = load_dataset("digits", "evaluation", n=N)
     abc, rbc = load_model("digits-std"), load_model("digits-pgd")
     mixed = MixedClassifier.from_card(MixCard.load(card), abc, rbc)
     grey = torch.full_like(data.images[:1], 0.5)

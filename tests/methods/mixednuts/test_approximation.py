@@ -505,6 +505,6 @@ def test_refit_alpha_takes_the_larger_alpha_of_the_two_passes_on_the_worst_point
         assert calls[-1]["top_k"] == top_k
         rec = out.data["alpha_refit"]
         assert rec["alpha_second_pass"] == pytest.approx(second, rel=1e-9)
-        assert out.alpha == pytest.approx(max(first_alpha, second), rel=1e-9)
-        assert out.objective == (rec["objective_second_pass"] if second > first_alpha else 0.5)
+        assert out.params["alpha"] == pytest.approx(max(first_alpha, second), rel=1e-9)
+        assert out.params["objective"] == (rec["objective_second_pass"] if second > first_alpha else 0.5)
     assert rec["objective_second_pass"] != 0.5

@@ -131,19 +131,18 @@ def test_bench_unknown_attack_fails_before_calibrating(tmp_path):
               cache_dir=tmp_path / "cache", progress=False)
     assert not (tmp_path / "cache").exists() and not (tmp_path / "b").exists()
     with pytest.raises(InputError, match="--curve-n must be positive"):
-        bench(None, abc="digits-std", rbc="digits-pgd", n=10, curve_n=0, out=tmp_path / "b",
+        bench(None, abc="digits-std", rbc="digits-pgd", n=10, curve=CurveSettings(n=0), out=tmp_path / "b",
               cache_dir=tmp_path / "cache", progress=False)
     assert not (tmp_path / "cache").exists() and not (tmp_path / "b").exists()
 
 
-@pytest.mark.slow
 def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     from mixzoo.evaluation.bench import bench, print_report
 
     res = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
     report = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench", cache_dir=shared_cache,
-                   attack_options={"n_iter": 5, "n_target_classes": 2}, curve=True, curve_n=30,
-                   curve_options={"n_iter": 3, "n_target_classes": 1},
+                   attack_options={"n_iter": 5, "n_target_classes": 2},
+                   curve=CurveSettings(n=30, options={"n_iter": 3, "n_target_classes": 1}),
                    baseline=MatchSettings(options={"n_iter": 3, "n_target_classes": 1}), batch_size=30, progress=False)
     data = json.loads((tmp_path / "bench" / "report.json").read_text())
     kinds = [m["kind"] for m in data["models"]]
@@ -151,7 +150,7 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     for m in data["models"]:
         assert 0.0 <= m["robust_accuracy"] <= m["clean_accuracy"] <= 1.0
         assert m["n"] == 60 and m["attack"] == "apgd" and m["epsilon"] == pytest.approx(0.2)
-    assert data["card"]["mixednuts"]["alpha"] == pytest.approx(res.card.alpha)
+    assert data["card"]["mixednuts"]["alpha"] == pytest.approx(res.card.params["alpha"])
     assert data["dataset"]["split"] == "evaluation"
     for name in ("report.md", "tradeoff.png", "margins.png", "objective.png"):
         assert (tmp_path / "bench" / name).stat().st_size > 0
@@ -791,7 +790,7 @@ def test_mix_without_the_cache_writes_nothing_there(tmp_path):
 
 
 def test_top_k_equal_to_the_class_count_is_allowed(tmp_path):
-    assert mix("digits-std", "digits-pgd", top_k=10, cache_dir=tmp_path, **TINY_MIX).card.top_k == 10
+    assert mix("digits-std", "digits-pgd", top_k=10, cache_dir=tmp_path, **FAST).card.params["top_k"] == 10
 
 
 def _relabelled(name: str, **spec_changes) -> BaseClassifier:

@@ -9,10 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from card_fields import nuts_card
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
 import mixzoo.methods.mixednuts.calibration_data
+import mixzoo.zoo.models
 from mixzoo.attacks import mmaa
 from mixzoo.attacks.margins import ln_signed_margin, selection_key
 from mixzoo.core.card import MixCard
@@ -388,7 +390,7 @@ def test_both_counts_the_images_where_square_won(setup):
     assert out.data["both_square_won"] == int(square_won.sum())
     attacked = torch.where(square_won.view(-1, 1), sq.logits, transfer_side)
     assert out.data["n_attacked_correct"] == int((attacked.argmax(1) == y).sum())
-    assert out.alpha == pytest.approx(_alpha_at(out, attacked, y), rel=1e-6)
+    assert out.params["alpha"] == pytest.approx(_alpha_at(out, attacked, y), rel=1e-6)
 
 
 def test_fixed_transferred_point_is_exempt_from_the_argmax_change_filter(setup):
@@ -399,22 +401,33 @@ def test_fixed_transferred_point_is_exempt_from_the_argmax_change_filter(setup):
 
     b, x, y = setup["b"], setup["x"], setup["y"]
     c = -2.0  # GELU is not monotone below 0: a large negative c flips unconfident predictions
-    assert c in setup["card"].grid["c_values"]
+    assert c in setup["card"].params["grid"]["c_values"]
     edited = setup["card"].to_dict()
     edited["mixednuts"]["c"] = c
     card = MixCard.from_dict(edited)
     with torch.no_grad():
-        ln = layer_norm(b(x).double(), card.top_k)
-    changed = float((get_clamp(card.clamp)(ln + c).argmax(1) != ln.argmax(1)).double().mean())
+        ln = layer_norm(b(x).double(), card.params["top_k"])
+    changed = float((get_clamp(card.params["clamp"])(ln + c).argmax(1) != ln.argmax(1)).double().mean())
     assert changed > 0.05  # well beyond the default max_argmax_change = 0.005
     with pytest.raises(InputError, match="every c in the grid"):  # what the filter would do to a 1-point grid
-        calibrate(clean_logits=b(x), clean_labels=y, attacked_logits=b(setup["mmaa"].adv_images), attacked_labels=y,
-                  beta=card.beta, clamp=card.clamp, grid=Grid.point(card.s, card.p, c))
+        calibrate(
+            clean_logits=b(x),
+            clean_labels=y,
+            attacked_logits=b(setup["mmaa"].adv_images),
+            attacked_labels=y,
+            beta=card.params["beta"],
+            clamp=card.params["clamp"],
+            grid=Grid.point(card.params["s"], card.params["p"], c),
+        )
     fixed = transfer_params(card, b, x, y, surrogate=setup["mmaa"], progress=False)
-    assert (fixed.s, fixed.p, fixed.c) == (card.s, card.p, c) and 0.5 <= fixed.alpha <= 1
+    assert (fixed.params["s"], fixed.params["p"], fixed.params["c"]) == (
+        card.params["s"],
+        card.params["p"],
+        c,
+    ) and 0.5 <= fixed.params["alpha"] <= 1
     assert fixed.data["transform_argmax_changed"] > 0.05
     searched = transfer_params(card, b, x, y, surrogate=setup["mmaa"], progress=False, search=True)
-    assert searched.c != c and any("excluded" in n and "-2" in n for n in searched.notes)
+    assert searched.params["c"] != c and any("excluded" in n and "-2" in n for n in searched.notes)
 
 
 TABLE_EPS = 0.1
@@ -503,7 +516,7 @@ def _card(**kw) -> MixCard:
     base = dict(s=2.0, p=2.0, c=-0.5, alpha=0.8, beta=0.9, clamp="gelu", top_k=None, temperature=0.5, objective=0.25,
                 method="mmaa", dataset="digits", rbc={"name": "surrogate", "weight_hash": "feed"},
                 abc={"name": "digits-std"}, attack={"eps": TABLE_EPS, "norm": "Linf"})
-    return MixCard(**{**base, **kw})
+    return nuts_card(**{**base, **kw})
 
 
 def _run(t, card: MixCard, **kw) -> MixCard:
