@@ -752,7 +752,7 @@ def one_line_error(result) -> str:
     return lines[0]
 
 
-MIXEDNUTS_CARD = str(Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fmnist_card_v2.toml")
+MIXEDNUTS_CARD = str(Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cards" / "fmnist_mixednuts.toml")
 
 
 @pytest.mark.parametrize(("args", "expected"), [

@@ -22,7 +22,7 @@ from mixzoo.cli import app
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, UnknownNameError
-from mixzoo.evaluation.bench import MatchSettings
+from mixzoo.evaluation.bench import CurveSettings, MatchSettings
 from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
 from mixzoo.methods.mixednuts.fitting import (
     CalibrationData,
