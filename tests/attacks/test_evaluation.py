@@ -513,33 +513,62 @@ class _FakeRecord:
 
 
 class TenClass(nn.Module):
-    """Ten classes, linear; with a ``gradient`` attribute and ``forward_pair`` like a MixedClassifier."""
+    """Ten classes, linear; MixedClassifier-like: ``exact`` and ``bypass`` gradient variants (named in
+    ``.gradient``, mixzoo.attacks.variants.GradientVariants) and, with ``pair``, ``forward_pair``. With
+    ``variants=False`` a single model: no variants and no ``gradient`` attribute."""
 
-    def __init__(self, pair=True):
+    def __init__(self, pair=True, variants=True):
         super().__init__()
         self.lin = nn.Linear(4, 10)
-        self.gradient = "exact"
+        self.variants = variants
+        if variants:
+            self.gradient = "exact"
         if pair:
             self.forward_pair = lambda x: (self(x), self(x))
+
+    def gradient_variant(self, name):
+        """The same model (shared weights) with gradient ``name``."""
+        if not self.variants or name not in ("exact", "bypass"):
+            return None
+        other = copy.copy(self)
+        other._modules = dict(self._modules)
+        other.gradient = name
+        return other
 
     def forward(self, x):
         return self.lin(x.flatten(1))
 
 
+def received_model(obj):
+    """The model an attack was given, FiniteGuard (NaN check around pyautoattack's components) unwrapped."""
+    return obj.model if isinstance(obj, ev.FiniteGuard) else obj
+
+
+def gradient_of(obj):
+    """The name of the gradient variant an attack was given; None for a forward function (e.g. forward_pair)."""
+    return getattr(received_model(obj), "gradient", None)
+
+
+def is_variant_of(obj, model):
+    """``obj`` is ``model`` or a gradient variant of it (a TenClass sharing its weights)."""
+    obj = received_model(obj)
+    return isinstance(obj, TenClass) and obj.lin is model.lin
+
+
 @pytest.fixture()
 def apgd_calls(monkeypatch):
+    """Our APGD-CE / APGD-T replaced by a recorder of their arguments and the gradient variant they got."""
     calls = []
 
     def recorder(kind):
         def fn(forward, x, y, **kw):
-            calls.append(dict(kind=kind, forward=forward, mode=getattr(ev_model[0], "gradient", None), **kw))
+            calls.append(dict(kind=kind, forward=forward, mode=gradient_of(forward), **kw))
             return _FakeRecord(x, bad=kw.get("seed") == 666, zero=kw.get("seed") == 13)
         return fn
 
-    ev_model = []
     monkeypatch.setattr(ev, "apgd_ce", recorder("ce"))
     monkeypatch.setattr(ev, "apgd_t", recorder("t"))
-    return calls, ev_model
+    return calls
 
 
 def _images(n=6):
@@ -548,9 +577,8 @@ def _images(n=6):
 
 
 def test_apgd_components_get_the_evaluations_iterations_restarts_seed_and_targets(apgd_calls):
-    calls, holder = apgd_calls
+    calls = apgd_calls
     model = TenClass(pair=False)
-    holder.append(model)
     x, y = _images()
     model.lin.bias.data[:] = torch.arange(10.0) * -10  # class 0 everywhere: all clean-correct
     APGDEnsemble(eps=0.1, n_iter=7, n_restarts=2, seed=3, n_target_classes=4).run(model, x, y, progress=False)
@@ -567,19 +595,18 @@ def test_apgd_components_get_the_evaluations_iterations_restarts_seed_and_target
 
 def test_adaptive_runs_autoattacks_apgd_on_the_exact_gradient_after_the_transfer_apgd(apgd_calls):
     """Issue 30, example 96: the transfer APGD (forward_pair) missed what AutoAttack's APGD-CE on the exact gradient
-    broke, so adaptive runs both: transfer first, then the model itself in exact mode, same seed and settings."""
-    calls, holder = apgd_calls
+    broke, so adaptive runs both: transfer first, then the model's exact variant, same seed and settings."""
+    calls = apgd_calls
     model = TenClass()
-    holder.append(model)
     model.lin.bias.data[:] = torch.arange(10.0) * -10
     x, y = _images()
-    model.gradient = "bypass"  # the exact components must switch it, and restore it afterwards
+    model.gradient = "bypass"  # built on bypass: the exact components must ask for its exact variant
     res = AdaptiveAutoAttack(eps=0.1, seed=4, n_restarts=2, n_iter=7, components=[
         "apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact"]).run(model, x, y, progress=False)
     assert [c.name for c in res.components] == ["apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact"]
     assert [(c["kind"], c["forward"] == model.forward_pair, c["mode"]) for c in calls] == [
-        ("ce", True, "bypass"), ("t", True, "bypass"), ("ce", False, "exact"), ("t", False, "exact")]
-    assert calls[2]["forward"] is model and calls[3]["forward"] is model
+        ("ce", True, None), ("t", True, None), ("ce", False, "exact"), ("t", False, "exact")]
+    assert is_variant_of(calls[2]["forward"], model) and is_variant_of(calls[3]["forward"], model)
     assert all((c["seed"], c["n_restarts"], c["n_iter"]) == (4, 2, 7) for c in calls)
     assert calls[3]["n_target_classes"] == 9 and model.gradient == "bypass"
     # a single model has one gradient: its adaptive evaluation is standard AutoAttack, no "-exact" APGD
@@ -593,20 +620,18 @@ def test_adaptive_runs_autoattacks_apgd_on_the_exact_gradient_after_the_transfer
 def test_an_evaluation_with_no_component_to_run_is_refused(apgd_calls):
     """Robust accuracy would equal clean accuracy without a word: APGD-T alone with no target classes."""
     model = TenClass()
-    apgd_calls[1].append(model)
     model.lin.bias.data[:] = torch.arange(10.0) * -10
     x, y = _images()
     with pytest.raises(InputError, match="no component to run.*choose components"):
         AdaptiveAutoAttack(eps=0.1, n_target_classes=0, components=["apgd-t"]).run(model, x, y, progress=False)
-    assert apgd_calls[0] == []
+    assert apgd_calls == []
 
 
 def test_adaptive_strong_extra_runs_use_their_gradients_and_fresh_distinct_seeds(apgd_calls):
     """App. B.2.1 transfer APGD takes the auxiliary output (forward_pair); the extra exact/bypass runs take the
-    model itself in that gradient mode (App. B.2.2); re-seeded runs use seeds other than the base seed."""
-    calls, holder = apgd_calls
+    model's variant with that gradient (App. B.2.2); re-seeded runs use seeds other than the base seed."""
+    calls = apgd_calls
     model = TenClass()
-    holder.append(model)
     model.lin.bias.data[:] = torch.arange(10.0) * -10
     x, y = _images()
     AdaptiveStrong(eps=0.1, seed=5, extra_seeds=2, components=["apgd-ce"]).run(model, x, y, progress=False)
@@ -614,8 +639,8 @@ def test_adaptive_strong_extra_runs_use_their_gradients_and_fresh_distinct_seeds
     assert len(ce) == 5
     first, exact, bypass, s1, s2 = ce
     assert first["forward"] == model.forward_pair and first["seed"] == 5
-    assert exact["forward"] is model and exact["mode"] == "exact"
-    assert bypass["forward"] is model and bypass["mode"] == "bypass"
+    assert is_variant_of(exact["forward"], model) and exact["mode"] == "exact"
+    assert is_variant_of(bypass["forward"], model) and bypass["mode"] == "bypass"
     assert s1["forward"] == model.forward_pair and s2["forward"] == model.forward_pair
     assert len({5, s1["seed"], s2["seed"]}) == 3
     assert model.gradient == "exact"
@@ -624,9 +649,8 @@ def test_adaptive_strong_extra_runs_use_their_gradients_and_fresh_distinct_seeds
 def test_adaptive_strong_exact_and_bypass_runs_use_the_evaluations_seed(apgd_calls):
     """They ran at seed 0 whatever --seed said (found by this audit, fixed); the seedK runs and the transfer runs
     already followed it."""
-    calls, holder = apgd_calls
+    calls = apgd_calls
     model = TenClass()
-    holder.append(model)
     model.lin.bias.data[:] = torch.arange(10.0) * -10
     x, y = _images()
     AdaptiveStrong(eps=0.1, seed=5, extra_seeds=0, components=["apgd-ce"]).run(model, x, y, progress=False)
@@ -653,14 +677,14 @@ def test_option_counts_are_checked():
     assert AutoAttackEval.check_options({"n_target_classes": 0})["n_target_classes"] == 0
     with pytest.raises(InputError, match="n_queries must be at least 1"):
         AutoAttackEval.check_options({"n_queries": 0})
-    with pytest.raises(InputError, match="must be a number"):
+    with pytest.raises(InputError, match="option n_queries of attack 'autoattack' must be an integer, got True"):
         AutoAttackEval.check_options({"n_queries": True})
 
 
 @pytest.fixture()
 def aa_attacks(monkeypatch):
-    """pyautoattack's attack classes with ``perturb`` replaced by a recorder of the attack object and the model's
-    gradient mode at the call."""
+    """pyautoattack's attack classes with ``perturb`` replaced by a recorder of the attack object, the name of the
+    gradient variant it was given and that model (FiniteGuard unwrapped)."""
     from mixzoo.core.compat import import_autoattack
 
     aa = import_autoattack()
@@ -668,7 +692,7 @@ def aa_attacks(monkeypatch):
 
     def perturb(self, x, y, *args, **kwargs):
         model = getattr(self, "model", None) or getattr(self, "predict", None)
-        seen.append((type(self).__name__, self, getattr(model, "gradient", None)))
+        seen.append((type(self).__name__, self, gradient_of(model), received_model(model)))
         return x
 
     for cls in (aa.autopgd_base.APGDAttack, aa.autopgd_base.APGDAttack_targeted, aa.fab_pt.FABAttack_PT,
@@ -704,7 +728,8 @@ def test_autoattack_components_have_the_standard_versions_settings(aa_attacks, n
                                                                           APGD_ATTRS + ["n_target_classes"])
     assert _attrs(ours[2], FAB_ATTRS) == _attrs(ref.fab, FAB_ATTRS)
     assert _attrs(ours[3], SQUARE_ATTRS) == _attrs(ref.square, SQUARE_ATTRS)
-    assert all(s[2] == "bypass" for s in seen) and model.gradient == "exact"  # App. B.2.2
+    assert all(s[2] == "bypass" and is_variant_of(s[3], model) for s in seen)  # App. B.2.2
+    assert model.gradient == "exact"  # the caller's model is left as it was
 
 
 def test_autoattack_components_take_the_evaluations_options(aa_attacks):
@@ -729,6 +754,7 @@ def test_adaptive_runs_fab_t_in_bypass_and_square_on_the_true_output(aa_attacks)
     x, y = _images()
     AdaptiveAutoAttack(eps=0.1, components=["fab-t", "square"]).run(model, x, y, progress=False)
     assert [(s[0], s[2]) for s in seen] == [("FABAttack_PT", "bypass"), ("SquareAttack", "exact")]
+    assert is_variant_of(seen[0][3], model) and seen[1][3] is model
 
 
 def test_adaptive_runs_fab_t_on_both_gradients_with_the_standard_settings(aa_attacks):
@@ -740,6 +766,7 @@ def test_adaptive_runs_fab_t_on_both_gradients_with_the_standard_settings(aa_att
     x, y = _images()
     res = AdaptiveAutoAttack(eps=0.1, seed=3, components=["fab-t", "fab-t-exact"]).run(model, x, y, progress=False)
     assert [(s[0], s[2]) for s in seen] == [("FABAttack_PT", "bypass"), ("FABAttack_PT", "exact")]
+    assert all(is_variant_of(s[3], model) for s in seen)
     assert [c.name for c in res.components] == ["fab-t", "fab-t-exact"]
     assert _attrs(seen[0][1], FAB_ATTRS) == _attrs(seen[1][1], FAB_ATTRS)
     assert (seen[1][1].targeted, seen[1][1].n_target_classes, seen[1][1].seed, seen[1][1].n_restarts) == (
@@ -748,8 +775,7 @@ def test_adaptive_runs_fab_t_on_both_gradients_with_the_standard_settings(aa_att
     names = [c.name for c in AdaptiveAutoAttack(eps=0.1).components(model, 10)]
     assert names == ["apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "fab-t", "fab-t-exact", "square"]
     # a single model's adaptive evaluation is standard AutoAttack: one FAB-T, on its own gradient
-    plain = TenClass(pair=False)
-    del plain.gradient
+    plain = TenClass(pair=False, variants=False)
     assert [c.name for c in AdaptiveAutoAttack(eps=0.1).components(plain, 10)] == list(ev.AUTOATTACK_COMPONENTS)
 
 
@@ -764,7 +790,7 @@ def test_autoattack_standard_component_attacks_every_clean_correct_example_on_th
     calls = []
 
     def fake(self, x, y, *, batch_size=250, state_path=None):
-        calls.append(dict(n=len(x), seed=self.seed, version=self.version, mode=self.model.gradient,
+        calls.append(dict(n=len(x), seed=self.seed, version=self.version, mode=gradient_of(self.model),
                           attacks=list(self.attacks_to_run), fab_restarts=self.fab.n_restarts,
                           targets=(self.apgd_targeted.n_target_classes, self.fab.n_target_classes),
                           queries=self.square.n_queries, n_iter=self.apgd.n_iter))
@@ -778,6 +804,7 @@ def test_autoattack_standard_component_attacks_every_clean_correct_example_on_th
     model.lin.weight.data.zero_()
     model.lin.weight.data[1, 0] = 100.0
     model.lin.bias.data[:] = torch.arange(10.0) * -10  # class 0 on the clean images, class 1 at pixel 0 = 1
+    model.gradient = "bypass"  # built on bypass: the component must ask for the exact variant
     x, y = _images(8)
     x[:, 0, 0, 0] = 0.0
     y[6:] = 3  # two clean mistakes
@@ -786,7 +813,7 @@ def test_autoattack_standard_component_attacks_every_clean_correct_example_on_th
     assert call == dict(n=6, seed=5, version="standard", mode="exact", attacks=["apgd-ce", "apgd-t", "fab-t", "square"],
                         fab_restarts=1, targets=(9, 9), queries=5000, n_iter=100)
     assert [(c.name, c.newly_broken) for c in res.components] == [("autoattack-standard", 6)]
-    assert model.gradient == "exact" and not res.robust_correct.any()
+    assert model.gradient == "bypass" and not res.robust_correct.any()
     # it starts from the clean images of every clean-correct example, also those an earlier component broke
     calls.clear()
     res = AdaptiveStrong(eps=1.0, seed=5, components=["fab-t", "autoattack-standard"]).run(model, x, y,
