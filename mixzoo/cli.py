@@ -24,6 +24,8 @@ from mixzoo.core.commands import (
     NoCache,
     command,
     command_line,
+    epilog_of,
+    examples,
     out_console,
 )
 from mixzoo.core.errors import MixzooError
@@ -50,7 +52,7 @@ def plugin_commands() -> dict[str, click.Command]:
     group = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     found = collect_named("mixzoo_cli_commands", "CLI command")
     for name, fn in sorted(found.items()):
-        group.command(name)(fn)
+        group.command(name, epilog=epilog_of(fn))(fn)
     return dict(typer.main.get_group(group).commands) if found else {}
 
 
@@ -119,6 +121,7 @@ def parse_attack_options(values: list[str] | None) -> dict[str, Any] | None:
 
 @app.command("list")
 @command
+@examples('mixzoo list --role robust --dataset cifar10', 'mixzoo list --dataset fashion-mnist --json')
 def list_cmd(
     role: Annotated[str | None, typer.Option(help="accurate | robust")] = None,
     dataset: Annotated[str | None, typer.Option(help="e.g. fashion-mnist, cifar10, imagenet")] = None,
@@ -160,6 +163,7 @@ def _pct(v: Any) -> str:
 
 @app.command()
 @command
+@examples('mixzoo info fmnist-pgd', 'mixzoo info peng2023-rawrn-70-16 --json')
 def info(name: str, as_json: AsJson = False) -> None:
     """Show one registry entry (name or alias)."""
     from mixzoo.core.registry import get_spec
@@ -176,6 +180,7 @@ def info(name: str, as_json: AsJson = False) -> None:
 
 @app.command()
 @command
+@examples('mixzoo plugins', 'mixzoo plugins --json')
 def plugins(as_json: AsJson = False) -> None:
     """List loaded plugins, their versions and what each provides; failed plugins show their error."""
     from dataclasses import asdict
@@ -198,6 +203,11 @@ def plugins(as_json: AsJson = False) -> None:
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @command
+@examples(
+    'mixzoo mix --out card.toml',
+    'mixzoo mix --abc digits-std --rbc digits-pgd --beta 0.95 --out digits.toml',
+    'mixzoo mix --method linear --abc fmnist-std --rbc fmnist-pgd -O alpha=0.95 --out lin.toml',
+)
 def mix(
     ctx: typer.Context,
     abc: Annotated[str | None, typer.Option(help="accurate base classifier (default: built-in Fashion-MNIST)")] = None,
@@ -267,6 +277,11 @@ def mix(
 
 @app.command()
 @command
+@examples(
+    'mixzoo bench card.toml --n 200 --attack adaptive-apgd --out bench/',
+    'mixzoo bench card.toml lin.toml --attack adaptive --save-adversarial --out bench/',
+    'mixzoo bench card.toml --device cuda --batch-size 500 --attack adaptive-strong --out bench/',
+)
 def bench(
     cards: Annotated[list[str] | None, typer.Argument(
         help="mix cards of one pair (files or published names), any methods; without one the pair is fitted first")]
@@ -344,6 +359,10 @@ def _parse_floats(text: str | None, option: str) -> list[float] | None:
 
 @app.command("sanity")
 @command
+@examples(
+    'mixzoo sanity card.toml --n 200 --out sanity/',
+    'mixzoo sanity card.toml --eps 0.05,0.1,0.2,0.4 --attack adaptive-apgd --out sanity/',
+)
 def sanity(
     card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name")],
     eps: Annotated[str | None, typer.Option(help="radii, comma-separated (default: eps, 2 eps, 4 eps and the "
@@ -404,6 +423,11 @@ def sanity(
 
 @app.command("certify")
 @command
+@examples(
+    'mixzoo certify --rbc fmnist-lip050 --abc fmnist-std --alpha 0.78 --n 1000 --out cert/',
+    'mixzoo certify --rbc fmnist-rs050 --abc fmnist-std --alpha 0.9 --n 100 --out cert-rs/',
+    'mixzoo certify lin.toml --norm linf --out cert-lin/',
+)
 def certify_cmd(
     card: Annotated[str | None, typer.Argument(help="a mix card whose method mixes probabilities with a constant "
                                                     "alpha (linear); or name the pair with --rbc / --abc")] = None,
@@ -469,6 +493,7 @@ def certify_cmd(
 
 @app.command("verify")
 @command
+@examples('mixzoo verify bench/', 'mixzoo verify bench/ --device cuda --json')
 def verify(
     bench_dir: Annotated[Path, typer.Argument(help="the --out directory of `mixzoo bench --save-adversarial`")],
     abc: CardABC = None,
@@ -521,6 +546,7 @@ def verify(
 
 @app.command()
 @command
+@examples('mixzoo train --list', 'mixzoo train digits-pgd --out weights/')
 def train(
     name: Annotated[str, typer.Argument(help="zoo recipe name (see `mixzoo train --list`)")] = "",
     list_recipes: Annotated[bool, typer.Option("--list", help="list recipes")] = False,
@@ -541,6 +567,9 @@ def train(
     result = training.train_model(name, out, seed=seed)
     out_console.print(result)
 
+
+for _info in app.registered_commands:  # each command's --help ends with its examples
+    _info.epilog = _info.epilog or epilog_of(_info.callback)
 
 from mixzoo.share.cli import register as _share_commands  # noqa: E402 - push, export, report
 

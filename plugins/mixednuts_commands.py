@@ -16,10 +16,21 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mixzoo.core.commands import AllowUnsafe, AsJson, CacheDir, CardRBC, DataDir, NoCache, command, out_console
+from mixzoo.core.commands import (
+    AllowUnsafe,
+    AsJson,
+    CacheDir,
+    CardRBC,
+    DataDir,
+    NoCache,
+    command,
+    examples,
+    out_console,
+)
 
 
 @command
+@examples('mixzoo check card.toml', 'mixzoo check card.toml --out check.json --json')
 def check(
     card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name")],
     rbc: CardRBC = None,
@@ -63,6 +74,8 @@ def check(
 
 
 @command
+@examples('mixzoo transfer-params --from card.toml --rbc fmnist-trades --out transferred.toml',
+          'mixzoo transfer-params --from card.toml --rbc fmnist-trades --queries 1000 --query-budget 2000000')
 def transfer_params(
     from_card: Annotated[Path, typer.Option("--from", help="the white-box surrogate's mix card")],
     rbc: Annotated[str, typer.Option(help="the black-box robust model")],

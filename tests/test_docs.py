@@ -59,7 +59,27 @@ def commands(text: str) -> list[tuple[str, bool]]:
     return found
 
 
-ALL_COMMANDS = sorted({(_rel(doc), cmd, strict) for doc in DOCS for cmd, strict in commands(doc.read_text())})
+def help_examples() -> dict[str, list[str]]:
+    """Each command's ``--help`` examples (the epilog ``mixzoo.core.commands.examples`` writes), by command."""
+    group = typer.main.get_command(mixzoo.cli.app)
+    ctx = Context(group, info_name="mixzoo")
+    found = {}
+    for name in group.list_commands(ctx):
+        epilog = group.get_command(ctx, name).epilog or ""
+        found[name] = [line.strip() for line in epilog.splitlines() if line.strip().startswith("mixzoo ")]
+    return found
+
+
+HELP_EXAMPLES = help_examples()
+ALL_COMMANDS = sorted({(_rel(doc), cmd, strict) for doc in DOCS for cmd, strict in commands(doc.read_text())}
+                      | {(f"mixzoo {name} --help", cmd, True) for name, cmds in HELP_EXAMPLES.items() for cmd in cmds})
+
+
+def test_every_command_ends_its_help_with_examples():
+    """Two or three examples at the end of every command's --help, core and plugin commands alike (each is also
+    parsed against the CLI by test_command_parses)."""
+    short = {name: len(cmds) for name, cmds in HELP_EXAMPLES.items() if not 2 <= len(cmds) <= 3}
+    assert not short, f"commands whose --help does not end with 2-3 examples: {short}"
 
 
 class _Commands:

@@ -73,6 +73,22 @@ def interrupted_message(kwargs: dict[str, Any]) -> str:
     return "interrupted; finished work is in the cache: run the same command again to resume from it"
 
 
+def examples(*lines: str) -> Callable[[F], F]:
+    """Give a command two or three example command lines, shown at the end of its ``--help`` (``epilog_of``)."""
+
+    def mark(fn: F) -> F:
+        fn.examples = tuple(lines)  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def epilog_of(fn: Callable[..., Any]) -> str | None:
+    """The ``--help`` epilog of a command function: its :func:`examples`, one per paragraph."""
+    lines = getattr(fn, "examples", ())
+    return "Examples:\n\n" + "\n\n".join(f"  {line}" for line in lines) if lines else None
+
+
 def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                  file: Any = None, line: str | None = None) -> None:
     """A warning as one line on stderr, ``warning: MESSAGE`` (no file name, no source line)."""
@@ -86,4 +102,4 @@ def command_line() -> str:
 
 
 __all__ = ["AllowUnsafe", "AsJson", "CacheDir", "CardABC", "CardRBC", "DataDir", "NoCache", "command",
-           "command_line", "interrupted_message", "out_console", "show_warning"]
+           "command_line", "epilog_of", "examples", "interrupted_message", "out_console", "show_warning"]

@@ -14,12 +14,15 @@ from typing import Annotated, Any
 
 import typer
 
+from mixzoo.core.commands import examples
 from mixzoo.core.errors import InputError
 
 CardArg = Annotated[str, typer.Argument(help="a mix card file, a published card's name or an hf-hub:ORG/NAME id")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
+@examples('mixzoo push card.toml --repo my-org/fmnist-mixednuts --dry-run --out hub/',
+          'mixzoo push card.toml --repo my-org/fmnist-mixednuts --report bench/')
 def push_cmd(
     card: CardArg,
     repo: Annotated[str, typer.Option(help="the Hugging Face Hub repository, ORG/NAME")],
@@ -49,6 +52,8 @@ def push_cmd(
     print(f"uploaded: {res.url}" if res.url else "dry run: nothing uploaded")
 
 
+@examples('mixzoo export card.toml --format onnx --out export/',
+          'mixzoo export card.toml --format torch-export --out export/ --check-n 200')
 def export_cmd(
     card: CardArg,
     format: Annotated[str, typer.Option("--format", help="onnx | torch-export (.pt2)")] = "onnx",
@@ -90,6 +95,8 @@ def _fields(values: list[str] | None) -> dict[str, Any]:
     return out
 
 
+@examples('mixzoo report bench/ --format robustbench --out model_info/',
+          'mixzoo report bench/ --format robustbench --card-name Doe2026MixedNUTS --out model_info/')
 def report_cmd(
     bench_dir: Annotated[Path, typer.Argument(help="the --out directory of `mixzoo bench`")],
     format: Annotated[str, typer.Option("--format", help="robustbench: RobustBench's model_info JSON")],
@@ -123,10 +130,10 @@ COMMANDS: dict[str, Callable[..., None]] = {"push": push_cmd, "export": export_c
 def register(app: typer.Typer) -> None:
     """Add ``push``, ``export`` and ``report`` to ``app``, each with the commands' one-line error handling
     (:func:`mixzoo.core.commands.command`)."""
-    from mixzoo.core.commands import command
+    from mixzoo.core.commands import command, epilog_of
 
     for name, fn in COMMANDS.items():
-        app.command(name)(command(fn))
+        app.command(name, epilog=epilog_of(fn))(command(fn))
 
 
 __all__ = ["COMMANDS", "register"]
