@@ -90,11 +90,12 @@ def method_options_markdown(name: str) -> str:
     from mixzoo.core.plugins import lookup
 
     method = lookup("method", name)
-    lines = [f"Fit cost: {getattr(method, 'fit_cost', '') or 'not stated'}.", "",
-             "Options are given to `mixzoo mix --method " + name + "` as `-O KEY=VALUE`:", "",
-             "| option | meaning |", "|---|---|"]
-    for key, meaning in (getattr(method, "options", None) or {}).items():
-        lines.append(f"| `{key}` | {_cell(str(meaning))} |")
+    lines = [f"Fit cost: {method.fit_cost or 'not stated'}.", "",
+             "Options are given to `mixzoo mix --method " + name + "` as `--KEY VALUE` or `-O KEY=VALUE`:", "",
+             "| option | type | meaning |", "|---|---|---|"]
+    for key, spec in method.option_specs().items():
+        default = "" if spec.default is None else f" (default {spec.default})"
+        lines.append(f"| `--{key.replace('_', '-')}` | {spec.type_name} | {_cell(spec.help + default)} |")
     return "\n".join(lines) + "\n"
 
 
