@@ -205,6 +205,7 @@ def certified_sample(name: str, alpha: float, lip_factor: float) -> tuple[torch.
     return data.images[keep], data.labels[keep], r[keep]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "alpha"), CASES)
 def test_pgd_never_flips_a_certified_prediction(name, alpha):
     abc = frozen(PAIRS[name][0]) if alpha < 1 else None
@@ -214,6 +215,7 @@ def test_pgd_never_flips_a_certified_prediction(name, alpha):
     assert not bool(flipped.any()), f"{int(flipped.sum())} certified predictions flipped within their radius"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "alpha"), CASES)
 def test_the_same_check_fails_with_half_the_true_constant(name, alpha):
     """Radii from a constant half the true one (twice too large): the attack of the test above finds flips, so

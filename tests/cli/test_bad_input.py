@@ -184,6 +184,7 @@ def test_a_load_hook_raising_for_kinds_it_does_not_own_breaks_no_other_model(plu
     assert "KeyError" in shown["i46-foreign-loader"]
 
 
+@pytest.mark.subprocess
 def test_plugins_shows_a_load_hook_fault_seen_in_an_earlier_process(tmp_path):
     """A real installed plugin (entry point in a dist-info on the path), two processes: the first loads a model
     (fine, although the plugin's hook raised), the second, `mixzoo plugins`, shows the fault."""
@@ -476,6 +477,7 @@ def test_nan_logits_in_bench_name_the_model(plugin, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------------ Ctrl-C
+@pytest.mark.subprocess
 def test_ctrl_c_says_that_a_rerun_resumes_from_the_cache(tmp_path):
     """A real SIGINT to a running `mixzoo bench`, once its first batch is in the cache."""
     env = {**os.environ, "MIXZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}

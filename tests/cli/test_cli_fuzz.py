@@ -212,6 +212,7 @@ def command_lines(draw) -> list[str]:
     return [command, *(a for i in order for a in args[i])]
 
 
+@pytest.mark.slow
 @settings(max_examples=OPTION_CASES, **FUZZ_SETTINGS)
 @given(args=command_lines())
 def test_generated_command_lines_succeed_or_fail_in_one_line(workdir, args):
@@ -301,6 +302,7 @@ def test_generated_cards_bench_or_fail_in_one_line(workdir, base_cards):
 
 
 # ------------------------------------------------------------------------------------------------ subprocesses
+@pytest.mark.subprocess
 @pytest.mark.parametrize("args", [
     ["bench", "--n", "abc"],
     ["mix", "--out", "notcard.toml", "--abc", "digits-std", "--rbc", "digits-pgd"],

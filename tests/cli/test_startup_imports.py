@@ -62,6 +62,7 @@ def test_built_in_plugin_modules_import_without_torch():
     assert seen == {"torch": False, "methods": []}, seen
 
 
+@pytest.mark.subprocess
 def test_the_probe_sees_torch_when_it_is_imported():
     """The check can fail: a command that needs torch (`mixzoo plugins` builds every table) is seen importing it."""
     assert probe("--import", "mixzoo.zoo.models")["torch"]

@@ -325,6 +325,7 @@ def test_sweep_input_checks_before_any_work(tmp_path):
         assert "--linear-alpha" not in str(err.value) and "no-card.toml" in str(err.value)
 
 
+@pytest.mark.slow
 def test_sweep_sorts_radii_and_evaluates_the_models_it_names(digits, tmp_path):
     from mixzoo.methods.mixednuts.mixing import MixedClassifier
 

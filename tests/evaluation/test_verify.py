@@ -40,6 +40,7 @@ def copy_of(bench_dir, tmp_path):
     return tmp_path / "bench"
 
 
+@pytest.mark.slow
 def test_saved_points_confirm_every_reported_robust_error(bench_dir):
     root, report = bench_dir
     points = load_file(root / "bench" / ADVERSARIAL_FILE)
@@ -344,6 +345,7 @@ def test_margins_of_log_probabilities():
     assert torch.allclose(_margins(out, labels), expected)
 
 
+@pytest.mark.slow
 def test_closest_margin_is_the_true_class_minus_the_best_other_output(digits):
     res = verify_report(digits / "bench")
     from mixzoo.methods.mixednuts.mixing import MixedClassifier

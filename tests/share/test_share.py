@@ -264,6 +264,7 @@ def test_hf_hub_missing_files_offline_are_one_line_errors(digits_card, hf_cache,
         mixzoo.load_mixed("hf-hub:not-a-repo")
 
 
+@pytest.mark.slow
 def test_cli_bench_and_certify_take_hf_hub_ids(digits_card, hf_cache, tmp_path, threads):
     hub_from_folder(hf_cache, share_push.hub_folder(digits_card, REPO, tmp_path / "hub").path)
     runner = CliRunner()
@@ -306,6 +307,7 @@ with torch.no_grad():
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("fmt", ["onnx", "torch-export"])
 @pytest.mark.parametrize("which", ["mixednuts", "adaptive-smoothing"])
 def test_export_runs_without_mixzoo_and_matches_on_100_images(fmt, which, digits_card, tmp_path, threads):

@@ -136,6 +136,7 @@ def test_bench_unknown_attack_fails_before_calibrating(tmp_path):
     assert not (tmp_path / "cache").exists() and not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     from mixzoo.evaluation.bench import bench, print_report
 
