@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 from card_fields import nuts_card
+from mixednuts_reference import alpha as _alpha
+from mixednuts_reference import conf as _conf
+from mixednuts_reference import ln as _ln
+from mixednuts_reference import signed as _signed
+from mixednuts_reference import transform as _m
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 from typer.testing import CliRunner
@@ -275,43 +279,6 @@ K = 6
 
 
 # ------------------------------------------------------------------------------------ references, by hand
-def _ln(z: torch.Tensor, top_k: int | None = None) -> torch.Tensor:
-    """LN (Sec. 4.2, App. D.7): standardise each row by the mean and sqrt(unbiased variance + 1e-8) of its top_k
-    logits (the authors' normalize_topk)."""
-    ref = z if top_k is None or top_k >= z.shape[1] else z.topk(top_k, dim=1).values
-    mean = ref.mean(1, keepdim=True)
-    return (z - mean) / (((ref - mean) ** 2).sum(1, keepdim=True) / (ref.shape[1] - 1) + 1e-8).sqrt()
-
-
-def _signed(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Def. 2.1, signed: softmax probability of y minus the largest other one."""
-    prob = z.softmax(1)
-    rows = torch.arange(len(y))
-    others = prob.clone()
-    others[rows, y] = -1.0
-    return prob[rows, y] - others.max(1).values
-
-
-def _m(z: torch.Tensor, s: float, p: float, c: float, clamp: str = "gelu", top_k: int | None = None,
-       dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Eq. 4: s * |Clamp(LN(h) + c)|^p * sgn(Clamp(LN(h) + c)); GELU exact, softplus = log(1 + e^x)."""
-    h = _ln(z.to(dtype), top_k) + c
-    h = F.gelu(h) if clamp == "gelu" else torch.log1p(torch.exp(h))
-    return s * h.abs() ** p * h.sign()
-
-
-def _conf(m: torch.Tensor) -> torch.Tensor:
-    top = m.softmax(1).topk(2, dim=1).values
-    return top[:, 0] - top[:, 1]
-
-
-def _alpha(attacked: torch.Tensor, y: torch.Tensor, s: float, p: float, c: float, beta: float, clamp: str = "gelu",
-           top_k: int | None = None) -> float:
-    """Algorithm 1 line 15 at a fixed (s, p, c): q = sorted attacked-correct margins at floor((1 - beta) n)."""
-    right = attacked.argmax(1) == y
-    m = _conf(_m(attacked[right], s, p, c, clamp, top_k)).sort().values
-    return 1.0 / (1.0 + float(m[min(int(math.floor((1 - beta) * len(m) + 1e-9)), len(m) - 1)]))
-
 
 def _card(**kw) -> MixCard:
     base = dict(s=2.0, p=2.0, c=-0.5, alpha=0.8, beta=0.9, clamp="gelu", top_k=None, temperature=0.5, objective=0.25,
