@@ -15,6 +15,7 @@ once, whatever the timeout). A timed-out collective is a one-line error naming t
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import os
@@ -113,10 +114,19 @@ def init(device: str = "cpu") -> World:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"cannot join the torch.distributed job (WORLD_SIZE={os.environ.get('WORLD_SIZE')}): "
                          f"{first}; launch with torchrun, or unset WORLD_SIZE for one process") from err
+    atexit.register(_leave)
     w = world()
     if not w.main:  # rank 0 says it once; the other ranks show the user nothing
         warnings.simplefilter("ignore")
     return w
+
+
+def _leave() -> None:
+    """Leave the job before the interpreter shuts down: a gloo process group still alive at interpreter exit is
+    torn down with its threads running, which aborts the rank ("terminate called without an active exception")
+    after its work is done, and torchrun then reports the whole job as failed."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def rank_device(device: str) -> str:
