@@ -53,7 +53,7 @@ def list_names() -> set[str]:
     return {spec.name for spec in list_models()}
 
 
-def rs_stage(out: Path, n: int, samples: int, seed: int, names: list[str]) -> None:
+def rs_stage(out: Path, n: int, samples: int, seed: int, names: list[str], device: str = "cpu") -> None:
     """Monte Carlo on the first ``n`` images; a saved pass on fewer images is extended (each image draws its own
     noise stream, seeded by its index, so the result equals one pass on all ``n``)."""
     data = load_dataset("fashion-mnist", "evaluation", n=n)
@@ -65,15 +65,16 @@ def rs_stage(out: Path, n: int, samples: int, seed: int, names: list[str]) -> No
         if start >= n:
             continue
         t0 = time.perf_counter()
-        est = smoothed_estimates(load_model(name).eval(), data.images[start:], sigma, samples=samples,
+        est = smoothed_estimates(load_model(name, device=device).eval(), data.images[start:].to(device), sigma,
+                                 samples=samples,
                                  selection_samples=100, confidence=0.999, seed=seed, first_index=start,
                                  progress=False)
         seconds = time.perf_counter() - t0 + (old["seconds"] if start else 0.0)
-        new = {k: {f: getattr(e, f) for f in fields} for k, e in est.items()}
+        new = {k: {f: getattr(e, f).cpu() for f in fields} for k, e in est.items()}
         if start:
             new = {k: {f: torch.cat([old["est"][k][f], v[f]]) for f in fields} for k, v in new.items()}
         torch.save({"labels": data.labels, "sigma": sigma, "samples": samples, "seconds": seconds,
-                    "machine": machine_line(run_record("cpu")) + f"; load {os.getloadavg()[0]:.1f}", "est": new},
+                    "machine": machine_line(run_record(device)) + f"; load {os.getloadavg()[0]:.1f}", "est": new},
                    path)
         print(f"{name}: {n} images x {samples} samples, soft + hard in {seconds:.0f} s", flush=True)
 
@@ -99,11 +100,11 @@ def matched(clean: torch.Tensor, alphas: torch.Tensor, target: float) -> int:
     return int(ok[alphas[ok].argmax()]) if ok.numel() else int(alphas.argmin())
 
 
-def lip_stage(out: Path, n_lip: int, target: float, default_kind: str) -> dict:
+def lip_stage(out: Path, n_lip: int, target: float, default_kind: str, device: str = "cpu") -> dict:
     alphas = torch.tensor(ALPHAS, dtype=torch.float64)
     grid = torch.tensor(GRID, dtype=torch.float64)
     data = load_dataset("fashion-mnist", "evaluation", n=n_lip)
-    abc_probs = abc_probabilities(load_model(ABC).eval(), data.images, 0.0)
+    abc_probs = abc_probabilities(load_model(ABC, device=device).eval(), data.images.to(device), 0.0).cpu()
     rs = {name: rs_curves(out / f"rs_{name}.pt", abc_probs, alphas, grid) for name in RS
           if (out / f"rs_{name}.pt").exists()}
     at = {0.25: GRID.index(0.25), 0.5: GRID.index(0.5)}
@@ -111,7 +112,7 @@ def lip_stage(out: Path, n_lip: int, target: float, default_kind: str) -> dict:
                      "default_smoothing": default_kind, "lipschitz": {}, "rs": {}}
     for name in [m for m in LIPS if m in list_names()]:
         t0 = time.perf_counter()
-        res = certify(rbc=name, abc=ABC, alphas=ALPHAS, n=n_lip, radii=GRID, progress=False)
+        res = certify(rbc=name, abc=ABC, alphas=ALPHAS, n=n_lip, radii=GRID, progress=False, device=device)
         seconds = time.perf_counter() - t0
         summary["machine_line"] = machine_line(res.run) + f"; load {os.getloadavg()[0]:.1f} (shared)"
         curves = sorted(res.curves, key=lambda c: -c.alpha)
@@ -125,7 +126,8 @@ def lip_stage(out: Path, n_lip: int, target: float, default_kind: str) -> dict:
                  "at": {str(r): {"alone": float(cert[0, i]), "mixture": float(cert[k, i])} for r, i in at.items()}}
         entry["on_rs_images"] = {}
         for n_rs in sorted({c["n"] for c in rs.values()}):  # the same model on each Monte Carlo image set
-            sub = sorted(certify(rbc=name, abc=ABC, alphas=ALPHAS, n=n_rs, radii=GRID, progress=False).curves,
+            sub = sorted(certify(rbc=name, abc=ABC, alphas=ALPHAS, n=n_rs, radii=GRID, progress=False,
+                                 device=device).curves,
                          key=lambda c: -c.alpha)
             ks = matched(torch.tensor([c.clean_accuracy for c in sub], dtype=torch.float64), alphas, target)
             entry["on_rs_images"][str(n_rs)] = {
@@ -143,9 +145,9 @@ def lip_stage(out: Path, n_lip: int, target: float, default_kind: str) -> dict:
         summary["rs"][name] = {"sigma": c["sigma"], "n": c["n"], "samples": c["samples"],
                                "monte_carlo_seconds_soft_and_hard": round(c["seconds"], 1),
                                "machine": c["machine"], "kinds": kinds}
-    figure(summary, out / "certify_lipschitz_fmnist.png")
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")  # before the figure
     shutil.copyfile(out / "summary.json", HERE / "certify_lipschitz_fmnist.json")
+    figure(summary, out / "certify_lipschitz_fmnist.png")
     shutil.copyfile(out / "certify_lipschitz_fmnist.png", HERE / "certify_lipschitz_fmnist.png")
     return summary
 
@@ -208,14 +210,15 @@ def main() -> None:
     ap.add_argument("--smoothing", choices=("soft", "hard"), default="hard")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(HERE / "results" / "certify_lipschitz_fmnist"))
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (Monte Carlo noise is drawn on this device)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     if args.stage in ("rs", "all"):
-        rs_stage(out, args.n_rs, args.samples, args.seed, args.rs_models)
+        rs_stage(out, args.n_rs, args.samples, args.seed, args.rs_models, args.device)
     if args.stage in ("lip", "all"):
-        s = lip_stage(out, args.n_lip, args.target, args.smoothing)
+        s = lip_stage(out, args.n_lip, args.target, args.smoothing, args.device)
         print(json.dumps({"lipschitz": {k: {f: v[f] for f in ("at", "on_rs_images", "certify_seconds_end_to_end",
                                                                   "matched_alpha") if f in v}
                                         for k, v in s["lipschitz"].items()},
