@@ -53,7 +53,8 @@ def list_names() -> set[str]:
     return {spec.name for spec in list_models()}
 
 
-def rs_stage(out: Path, n: int, samples: int, seed: int, names: list[str], device: str = "cpu") -> None:
+def rs_stage(out: Path, n: int, samples: int, seed: int, names: list[str], device: str = "cpu",
+             batch_size: int = 1000) -> None:
     """Monte Carlo on the first ``n`` images; a saved pass on fewer images is extended (each image draws its own
     noise stream, seeded by its index, so the result equals one pass on all ``n``)."""
     data = load_dataset("fashion-mnist", "evaluation", n=n)
@@ -68,7 +69,7 @@ def rs_stage(out: Path, n: int, samples: int, seed: int, names: list[str], devic
         est = smoothed_estimates(load_model(name, device=device).eval(), data.images[start:].to(device), sigma,
                                  samples=samples,
                                  selection_samples=100, confidence=0.999, seed=seed, first_index=start,
-                                 progress=False)
+                                 batch_size=batch_size, progress=False)
         seconds = time.perf_counter() - t0 + (old["seconds"] if start else 0.0)
         new = {k: {f: getattr(e, f).cpu() for f in fields} for k, e in est.items()}
         if start:
@@ -211,12 +212,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(HERE / "results" / "certify_lipschitz_fmnist"))
     ap.add_argument("--device", default="cpu", help="cpu or cuda (Monte Carlo noise is drawn on this device)")
+    ap.add_argument("--batch-size", type=int, default=1000, help="noisy images per forward pass (Monte Carlo)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     if args.stage in ("rs", "all"):
-        rs_stage(out, args.n_rs, args.samples, args.seed, args.rs_models, args.device)
+        rs_stage(out, args.n_rs, args.samples, args.seed, args.rs_models, args.device, args.batch_size)
     if args.stage in ("lip", "all"):
         s = lip_stage(out, args.n_lip, args.target, args.smoothing, args.device)
         print(json.dumps({"lipschitz": {k: {f: v[f] for f in ("at", "on_rs_images", "certify_seconds_end_to_end",

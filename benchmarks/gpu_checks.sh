@@ -116,13 +116,13 @@ if [ "$SMOKE" != 1 ]; then
   done
 fi
 export PYTHONPATH=$PWD/.devdata/site:$PWD/.devdata/extra${PYTHONPATH:+:$PYTHONPATH}
-{ nvidia-smi -L 2>&1; echo "cores $(nproc)"; $PY -c "
+{ nvidia-smi -L 2>&1; echo "cores $(nproc --all)"; $PY -c "
 import platform, torch, timm
 print('python', platform.python_version(), 'torch', torch.__version__, 'cuda', torch.version.cuda, 'timm', timm.__version__,
       'gpu', torch.cuda.is_available() and torch.cuda.get_device_name(0))
 print('nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None)
 for m in ('mixzoo', 'mixzoo.cli', 'pyautoattack', 'tomli_w', 'deel.torchlip', 'typer', 'rich', 'pluggy', 'safetensors',
-          'sklearn', 'matplotlib', 'onnx', 'onnxscript', 'onnxruntime', 'robustbench', 'huggingface_hub'):
+          'sklearn', 'matplotlib', 'onnx', 'onnxscript', 'onnxruntime', 'huggingface_hub'):
     try:
         __import__(m); print('import', m, 'ok')
     except Exception as e:
@@ -141,9 +141,9 @@ if [ "$SMOKE" = 1 ]; then
   IM=(--n 1 --n-iter 1 --n-queries 2 --mmaa-iter 1 --targets 1 --abc-arch convnextv2_atto --rbc-arch swin_tiny_patch4_window7_224)
   RS=(--n-rs 8 --samples 200 --n-lip 50); EVAL_N=${EVAL_N:-16}; EXN=20
 else
-  NB=${NCCL_N:-100}; BB=25; read -r -a FM <<<"${FMNIST_ARGS:---n 250}"
+  NB=${NCCL_N:-100}; BB=25; read -r -a FM <<<"${FMNIST_ARGS:---n 200}"
   read -r -a IM <<<"${IMAGENET_ARGS:---n 16 --n-iter 5 --n-queries 100 --mmaa-iter 5}"
-  RS=(--n-rs 1000 --samples 10000 --n-lip 1000); EVAL_N=${EVAL_N:-1000}; EXN=1000
+  RS=(--n-rs 1000 --samples 10000 --n-lip 1000 --batch-size 10000); EVAL_N=${EVAL_N:-1000}; EXN=1000
 fi
 
 [[ $STEPS == *1* ]] && {
@@ -187,7 +187,7 @@ PY
 
 [[ $STEPS == *2* ]] && {
   mkdir -p "$RES/scale"
-  step scale/fmnist 120 $PY benchmarks/gpu_scale.py measure --pair fmnist "${FM[@]}" --device "$DEV" --json "$RES/scale/fmnist.json"
+  step scale/fmnist 150 $PY benchmarks/gpu_scale.py measure --pair fmnist "${FM[@]}" --device "$DEV" --json "$RES/scale/fmnist.json"
   step scale/imagenet 150 $PY benchmarks/gpu_scale.py measure --pair imagenet "${IM[@]}" --device "$DEV" \
     --json "$RES/scale/imagenet.json"
   [ -f "$RES/scale/imagenet.json" ] && step scale/estimate 30 $PY benchmarks/gpu_scale.py estimate \
