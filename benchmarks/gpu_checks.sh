@@ -22,7 +22,8 @@
 # deel-torchlip) and in `.devdata/fallback` pure-Python ones it may have (typer, click, rich, pluggy, safetensors,
 # ...), linked onto the path only when they do not import there.
 # Every step has its own time limit and the results are packed into $OUT/results.tgz (plus $OUT/summary.txt) even
-# when a step fails. STEPS picks steps (default 12453). SMOKE=1 runs every step tiny on the CPU (gloo for torchrun).
+# when a step fails. STEPS picks steps and their order does not matter (default 12453; 6 adds bench rows of the
+# Lipschitz RBC fmnist-lip075, 1,000 images per threat model: minutes, for a second run). SMOKE=1 runs every step tiny on the CPU (gloo for torchrun).
 # `bash benchmarks/gpu_checks.sh prepare` builds .devdata here (from the Debian dataset and .venv); then call the
 # device tool with command `bash benchmarks/gpu_checks.sh` and carry [".devdata"] (about 30 MB), timeout_s 540.
 set -u
@@ -156,6 +157,24 @@ fi
     -m mixzoo.cli "${BENCH[@]}" --out "$RES/nccl/torchrun1" --cache-dir "$RES/cache/tr1"
   step nccl/torchrun2 90 $PY -m torch.distributed.run --nproc-per-node 2 --master-addr 127.0.0.1 --master-port "$(port)" \
     -m mixzoo.cli "${BENCH[@]}" --out "$RES/nccl/torchrun2" --cache-dir "$RES/cache/tr2"
+  # does NCCL itself take two ranks on one GPU? (mixzoo gives rank r the GPU LOCAL_RANK, so its 2-rank run above
+  # needs two GPUs): both ranks on device 0, one all_gather_object and one all_reduce
+  cat >"$RES/nccl/probe.py" <<'PY'
+import datetime, sys, torch, torch.distributed as dist
+cuda = sys.argv[1] == "cuda"
+if cuda:
+    torch.cuda.set_device(0)
+dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=40))
+rank, size = dist.get_rank(), dist.get_world_size()
+out = [None] * size
+dist.all_gather_object(out, {"rank": rank})
+t = torch.full((1,), float(rank), device="cuda" if cuda else "cpu")
+dist.all_reduce(t)
+print(f"rank {rank}/{size}: all_gather_object {out}, all_reduce sum {t.item()}", flush=True)
+dist.destroy_process_group()
+PY
+  step nccl/probe2 60 $PY -m torch.distributed.run --nproc-per-node 2 --master-addr 127.0.0.1 --master-port "$(port)" \
+    "$RES/nccl/probe.py" "$DEV"
   $PY - "$RES/nccl" >"$RES/nccl/compare.json" 2>&1 <<'PY'
 import json, sys
 from pathlib import Path
@@ -207,6 +226,26 @@ PY
   step certify_lip 60 $PY benchmarks/certify_lipschitz_fmnist.py --stage lip "${RS[@]}" --device "$DEV" --out "$RES/certify"
   for f in certify_lipschitz_fmnist.json certify_lipschitz_fmnist.png; do
     [ -f "$RES/$f" ] && mv "$RES/$f" "benchmarks/$f"
+  done
+}
+
+[[ $STEPS == *6* ]] && {
+  # optional (not in the default STEPS): bench rows of fmnist-lip075 alone and mixed with fmnist-std at constant alpha
+  # (the alpha the certify step matched to 90 % clean accuracy, else 0.8), next to fmnist-pgd (the Fashion-MNIST
+  # card's RBC), under L-inf 0.1, L2 0.5 and L2 1.0
+  mkdir -p "$RES/lip"
+  ALPHA=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['lipschitz']['fmnist-lip075']['matched_alpha'])" \
+    "$RES/certify/summary.json" 2>/dev/null || echo 0.8)
+  LATT=adaptive; LN=${LIP_N:-1000}; [ "$SMOKE" = 1 ] && { LATT=adaptive-apgd; LN=8; }
+  step lip/mix 60 $PY -m mixzoo.cli mix --abc fmnist-std --rbc fmnist-lip075 --method linear -O alpha="$ALPHA" \
+    --device "$DEV" --out "$RES/lip/lip075_linear.toml"
+  for threat in "Linf 0.1" "L2 0.5" "L2 1.0"; do
+    read -r NORM EPS <<<"$threat"
+    for c in lip075_linear:"$RES/lip/lip075_linear.toml" pgd_mixednuts:"$CARD"; do
+      step "lip/${c%%:*}_${NORM}_${EPS}" "$(left)" $PY -m mixzoo.cli bench "${c#*:}" --attack $LATT --norm "$NORM" --eps "$EPS" \
+        --n-images "$LN" --no-curve --no-baseline --no-plots --batch-size 500 --device "$DEV" \
+        --out "$RES/lip/${c%%:*}_${NORM}_${EPS}"
+    done
   done
 }
 

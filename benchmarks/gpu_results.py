@@ -152,6 +152,10 @@ def main() -> None:
                 f" ({v['robust_single']} vs {v['robust_torchrun']})" for k, v in r["models"].items()))
         else:
             print(f"  {name}: not compared ({r.get('why')}); log: {' | '.join(r.get('log_tail', [])[-3:])}")
+    probe = dest / "nccl" / "probe2.log"
+    if probe.exists():
+        lines = [x for x in probe.read_text().splitlines() if "rank" in x or "rror" in x]
+        print("  two ranks on one GPU, NCCL alone (probe2): " + " | ".join(lines[-4:]))
     print("== 2. scale-out")
     print_scale(dest)
     print("== 4. export on the device")

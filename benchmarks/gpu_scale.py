@@ -30,7 +30,8 @@ per-iteration cost is taken as constant and fixed costs are scaled too).
 
 ``estimate`` turns an ``imagenet`` measurement into the labelled ESTIMATE of the paper's ImageNet evaluation:
 ``--images`` images, the full attack, ``--batch-size`` images per batch; on G GPUs the batches are shared
-round-robin (``mixzoo bench`` under ``torchrun``), so the time is ceil(batches / G) batches; MMAA on the
+round-robin (``mixzoo bench`` under ``torchrun``), so the time is ceil(batches / G) batches, each costing
+``--batch-size`` times the per-image time measured at the measurement's batch size; MMAA on the
 calibration images (``--calib``) runs once, in one process, before the evaluation.
 """
 
@@ -240,7 +241,8 @@ def main() -> None:
     es.add_argument("measurement")
     es.add_argument("--images", type=int, default=5000)
     es.add_argument("--calib", type=int, default=1000, help="calibration images MMAA attacks")
-    es.add_argument("--batch-size", type=int, default=250)
+    es.add_argument("--batch-size", type=int, default=50,
+                    help="images per batch of the full run (GPU memory bounds it on large models)")
     es.add_argument("--gpus", default="1,8")
     es.add_argument("--json", required=True)
     args = ap.parse_args()
