@@ -167,6 +167,14 @@ def main() -> None:
                                f" same predictions {r['same_predictions']}/{r['n']}"))
     print("== 5. certification")
     print_certify(dest)
+    lip = sorted((dest / "lip").glob("*/report.json"))
+    if lip:
+        print("== 6. bench rows, Lipschitz RBC (fmnist-lip075) and fmnist-pgd")
+        for path in lip:
+            for m in load(path)["models"]:
+                print(f"  {path.parent.name}: {m['name']} ({m['kind']}, alpha {m.get('alpha')}): clean"
+                      f" {100 * m['clean_accuracy']:.1f}%, robust {100 * m['robust_accuracy']:.1f}% ({m['attack']},"
+                      f" {m['norm']} {m['epsilon']}, n={m['n']}, {m['seconds']:.0f} s)")
     print("== 3. evaluation speed")
     md = dest / "eval" / "eval_speed.md"
     print(md.read_text()[:3000] if md.exists() else "  no eval/eval_speed.md (see eval/run.log)")
