@@ -2,8 +2,9 @@
 # The GPU checks, as one command on a lent GPU machine (the `device` tool), most valuable first:
 #
 #   1. nccl:    `mixzoo bench` of the Fashion-MNIST card (adaptive-apgd, 100 images) in one process, then under
-#               `torchrun --nproc-per-node 1` and 2 (NCCL; two ranks on one GPU may be refused: the error is kept);
-#               per-example outcomes compared with the single process (nccl/compare.json);
+#               `torchrun --nproc-per-node 1` and 2 (NCCL; mixzoo gives rank r the GPU LOCAL_RANK, so 2 ranks need
+#               2 GPUs: on one GPU the error is kept), per-example outcomes compared with the single process
+#               (nccl/compare.json); and a bare NCCL probe with both ranks on GPU 0 (nccl/probe2.log);
 #   2. scale:   benchmarks/gpu_scale.py: MMAA and the `adaptive` attack, images/s and peak memory, on the
 #               Fashion-MNIST pair (full settings) and on ConvNeXt V2-L + Swin-L with random weights (few iterations,
 #               scaled), then the labelled ESTIMATE of a 5,000-image ImageNet evaluation on 1 and 8 GPUs;
@@ -23,9 +24,10 @@
 # ...), linked onto the path only when they do not import there.
 # Every step has its own time limit and the results are packed into $OUT/results.tgz (plus $OUT/summary.txt) even
 # when a step fails. STEPS picks steps and their order does not matter (default 12453; 6 adds bench rows of the
-# Lipschitz RBC fmnist-lip075, 1,000 images per threat model: minutes, for a second run). SMOKE=1 runs every step tiny on the CPU (gloo for torchrun).
+# Lipschitz RBC fmnist-lip075, 1,000 images per threat model: minutes, for a second run). SMOKE=1 runs every step
+# tiny on the CPU (gloo for torchrun). BUDGET (default 450 s) bounds the whole run: eval gets what is left.
 # `bash benchmarks/gpu_checks.sh prepare` builds .devdata here (from the Debian dataset and .venv); then call the
-# device tool with command `bash benchmarks/gpu_checks.sh` and carry [".devdata"] (about 30 MB), timeout_s 540.
+# device tool with command `bash benchmarks/gpu_checks.sh` and carry [".devdata"] (about 21 MB), timeout_s 540.
 set -u
 if [ "${1:-}" = prepare ]; then
   SRC=/usr/share/datasets/fashion-mnist
