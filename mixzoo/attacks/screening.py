@@ -1,0 +1,194 @@
+"""``fast``: a screening attack with MALT target selection (Melamed, Yehudai & Shamir 2024, arXiv 2407.02240).
+
+What it runs, on the examples still classified correctly (as every evaluation here, :class:`Attack`):
+
+1. ``apgd-ce``: APGD on the cross-entropy (:func:`mixzoo.attacks.apgd.apgd_run`), one restart.
+2. ``apgd-t``: APGD on the targeted DLR loss, one restart per target, for the ``n_target_classes`` targets that
+   MALT ranks first (:func:`malt_scores`), best first; an example broken by one target is not attacked again.
+
+Both stop early: once an example's judged output is misclassified at a visited point it leaves the forward pass
+(:class:`EarlyStopForward`), and that point is its confirmed adversarial example. For a classifier with
+``forward_pair`` (MixedNUTS, :class:`~mixzoo.attacks.variants.PairedOutput`) the loss and every gradient, the
+Jacobian of the score included, come from the differentiable auxiliary mixture while breaks are judged on the true
+output (000 App. B.2.1's transfer attack, as in ``adaptive``'s ``apgd-ce`` / ``apgd-t``). Given the examples'
+indices every random start is drawn per example from the same streams as ``adaptive``'s APGD-CE and APGD-T
+(:mod:`mixzoo.core.rng`), so an outcome does not depend on the batch.
+
+MALT's targeting, as implemented here. With logits z and true class y, MALT ranks each target t by the distance to
+the t-vs-y decision boundary of the classifier linearised at the clean point x (the DeepFool step):
+``score_t = (z_y(x) - z_t(x)) / ||grad_x (z_y - z_t)(x)||_*`` with ``||.||_*`` the dual norm of the threat model
+(l1 for L-inf, l2 for L2: the l_p distance from x to the hyperplane where the linearised z_t overtakes z_y), and
+attacks the targets of smallest score, not those of largest logit as AutoAttack's APGD-T does. The paper's
+"mesoscopic almost linearity" is its argument why this linearisation, taken at x, still ranks the targets at the
+scale of eps (it measures how little the gradient changes along the path to the adversarial example); the attack
+itself scores at the clean point only, and so does this one: no re-scoring along the path. The Jacobian is one
+backward pass per candidate class over the whole batch; with more than :data:`MAX_CANDIDATES` classes only that
+many highest-logit classes are scored (a cost bound of this implementation).
+
+A screening result: robust accuracy under ``fast`` is an upper bound that ``adaptive`` (FAB-T, Square and the
+exact-gradient APGD besides) can only lower; every result and report says so (:data:`SCREENING_NOTE`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from mixzoo.attacks.apgd import apgd_run, clean_record, effective_n_targets, pair
+from mixzoo.attacks.evaluation import Attack, Component, _select
+from mixzoo.attacks.result import EvalResult
+from mixzoo.attacks.variants import PairedOutput
+from mixzoo.core.errors import InputError
+
+COMPONENTS = ("apgd-ce", "apgd-t")
+MAX_CANDIDATES = 100  # classes scored per example: the highest-logit ones when a model has more
+SCREENING_NOTE = ("screening attack: not a reported robustness figure; confirm with adaptive"
+                  " (`--attack adaptive`), which can only lower this robust accuracy")
+Forward = Callable[[torch.Tensor], "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
+
+
+def dual_norm(t: torch.Tensor, norm: str) -> torch.Tensor:
+    """Per row (last dimension) the dual norm of the threat model's: l1 for ``Linf``, l2 for ``L2``."""
+    return t.abs().sum(dim=-1) if norm == "Linf" else t.norm(dim=-1)
+
+
+def malt_scores(forward: Forward, x: torch.Tensor, labels: torch.Tensor, norm: str = "Linf",
+                max_candidates: int = MAX_CANDIDATES) -> torch.Tensor:
+    """``[n, n_classes]`` MALT scores at the clean points ``x`` (lower: a closer boundary; module docstring).
+
+    ``score[i, t] = (z_y - z_t) / ||grad_x (z_y - z_t)||_*`` on the loss logits of ``forward`` (the second output of
+    a pair, e.g. the auxiliary mixture of ``forward_pair``); ``+inf`` at the true class and at classes outside the
+    ``max_candidates`` highest logits. A zero gradient difference gives ``+inf`` for a positive logit gap (no
+    linear path to that boundary) and ``-inf`` for a negative one (already past it). One backward pass per scored
+    class over the whole batch.
+    """
+    if norm not in ("Linf", "L2"):
+        raise InputError(f"unknown norm {norm!r}; use Linf or L2")
+    x = x.detach().requires_grad_(True)
+    with torch.enable_grad():
+        _, z = pair(forward(x))
+        n, n_classes = z.shape
+        k = min(n_classes, max_candidates + 1)  # the true class may be among the top k
+        cand = z.detach().topk(k, dim=1).indices if k < n_classes else \
+            torch.arange(n_classes, device=z.device).expand(n, n_classes).contiguous()
+        diff = z.gather(1, labels[:, None]) - z.gather(1, cand)  # z_y - z_t, [n, k]
+        # one backward pass per column over the whole batch (the examples are independent rows)
+        grads = torch.stack([torch.autograd.grad(diff[:, j].sum(), x, retain_graph=j < k - 1)[0].flatten(1)
+                             for j in range(k)], dim=1)
+    gap, den = diff.detach(), dual_norm(grads, norm)
+    score = torch.where(den > 0, gap / den.clamp_min(torch.finfo(den.dtype).tiny),
+                        torch.where(gap > 0, torch.inf, -torch.inf))
+    score = torch.where(cand == labels[:, None], torch.inf, score)
+    out = torch.full((n, n_classes), torch.inf, device=z.device, dtype=score.dtype)
+    return out.scatter(1, cand, score)
+
+
+def malt_targets(forward: Forward, x: torch.Tensor, labels: torch.Tensor, n_targets: int, norm: str = "Linf",
+                 ) -> torch.Tensor:
+    """``[n, n_targets]`` target classes, the lowest MALT score first (ties: the lower class index)."""
+    scores = malt_scores(forward, x, labels, norm)
+    return scores.argsort(dim=1, stable=True)[:, :n_targets]
+
+
+class EarlyStopForward:
+    """``forward`` that evaluates only the examples not yet misclassified: once an example's judged output is
+    misclassified, later calls return its outputs at that point again (detached: no loss gradient), so APGD's
+    record keeps that point, and the model is run on the remaining rows only. The examples' rows must be the same
+    in every call (one APGD run). ``active`` flags the rows still evaluated."""
+
+    def __init__(self, forward: Forward, labels: torch.Tensor):
+        self.forward, self.labels = forward, labels
+        self.active = torch.ones(len(labels), dtype=torch.bool, device=labels.device)
+        self.judged: torch.Tensor | None = None
+        self.loss: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.judged is None or self.loss is None:
+            judged, loss = pair(self.forward(x))
+        else:
+            idx = torch.nonzero(self.active).squeeze(1)  # a host synchronisation per step: the batch shrinks
+            judged, loss = self.judged, self.loss
+            if idx.numel():
+                part_judged, part_loss = pair(self.forward(x[idx]))
+                judged = judged.index_put((idx,), part_judged.detach().to(judged.dtype))
+                loss = loss.index_put((idx,), part_loss.to(loss.dtype))  # differentiable in the active rows
+        self.judged, self.loss = judged.detach(), loss.detach()
+        self.active &= judged.detach().argmax(dim=1) == self.labels
+        return judged, loss
+
+
+def _start(seed: int, stream: str, index: torch.Tensor | None, generator: torch.Generator) -> dict[str, Any]:
+    """apgd_run's source of random starts: per-example draws from ``stream`` given indices, else the generator."""
+    return {"draw": (seed, stream, index)} if index is not None else {"generator": generator}
+
+
+def early_stop_apgd(forward: Forward, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_iter: int,
+                    seed: int, targets: torch.Tensor | None = None, index: torch.Tensor | None = None,
+                    zero_grad: list[int] | None = None) -> torch.Tensor:
+    """APGD-CE (``targets`` None) or APGD-T on each column of ``targets`` in turn, one restart each, with early
+    stop (:class:`EarlyStopForward`); each target attacks only the examples no earlier run broke. Returns per
+    example the point kept by the margin record (the breaking point where one was found). Random starts: the
+    streams of ``adaptive``'s APGD (``apgd/ce/run0``, ``apgd/dlr-targeted/run{j}``) per example given ``index``,
+    else a generator seeded with ``seed``."""
+    record = clean_record(forward, x, y)
+    gen = torch.Generator().manual_seed(seed)
+    plan = [None] if targets is None else [targets[:, j] for j in range(targets.shape[1])]
+    for run, target in enumerate(plan):
+        idx = torch.nonzero(~record.misclassified).squeeze(1)
+        if not idx.numel():
+            break
+        part = record.subset(idx)
+        stream = "apgd/ce/run0" if target is None else f"apgd/dlr-targeted/run{run}"
+        sub_index = None if index is None else index[idx.to(index.device)]
+        apgd_run(EarlyStopForward(forward, y[idx]), x[idx], y[idx], part, eps=eps, norm=norm, n_iter=n_iter,
+                 loss="ce" if target is None else "dlr-targeted", target=None if target is None else target[idx],
+                 **_start(seed, stream, sub_index, gen))
+        part.check_finite()
+        if zero_grad is not None:
+            zero_grad.append(int(part.zero_grad.sum()))
+        record.merge(idx, part)
+    return record.x
+
+
+class FastScreening(Attack):
+    """``fast``: APGD-CE, then APGD-T on MALT's top ``n_target_classes`` targets, one restart, early stop (module
+    docstring). A screening attack: its robust accuracy is an upper bound to confirm with ``adaptive``."""
+
+    name: ClassVar[str] = "fast"
+    defaults: ClassVar[dict[str, Any]] = {"n_iter": 100, "n_target_classes": 3, "batch_size": 500,
+                                          "components": None}
+    code_version: ClassVar[str | None] = "malt-1"
+    screening_note: ClassVar[str] = SCREENING_NOTE  # reports print it beside the attack's name
+
+    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
+        chosen = _select(self.options, COMPONENTS, self.name)
+        n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
+        forward = model.forward_pair if isinstance(model, PairedOutput) else model
+        opts = dict(eps=self.eps, norm=self.norm, n_iter=int(self.options["n_iter"]), seed=self.seed)
+        comps: list[Component] = []
+        for kind in chosen:
+            if kind == "apgd-t" and not n_targets:
+                continue
+            zero_grad: list[int] = []
+
+            def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None, *, kind: str = kind,
+                   zero_grad: list[int] = zero_grad) -> torch.Tensor:
+                targets = malt_targets(forward, x, y, n_targets, self.norm) if kind == "apgd-t" else None
+                return early_stop_apgd(forward, x, y, targets=targets, index=index, zero_grad=zero_grad, **opts)
+
+            comps.append(Component(kind, fn, zero_grad=zero_grad, per_example=True))
+        return comps
+
+    def run(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor, progress: bool = True,
+            index: torch.Tensor | None = None) -> EvalResult:
+        """:meth:`Attack.run`, with :data:`SCREENING_NOTE` first among the result's warnings."""
+        result = super().run(model, images, labels, progress=progress, index=index)
+        result.warnings.insert(0, SCREENING_NOTE)
+        return result
+
+
+__all__ = ["COMPONENTS", "SCREENING_NOTE", "EarlyStopForward", "FastScreening", "early_stop_apgd", "malt_scores",
+           "malt_targets"]

@@ -1,0 +1,183 @@
+"""The screening attack ``fast`` (mixzoo.attacks.screening): MALT's target ranking on a linear classifier whose
+geometry is known, early stop that keeps only confirmed breaks and leaves every other trajectory unchanged,
+outcomes independent of the batch size, the transfer gradient of a paired classifier, option errors, and the
+screening note in results and reports."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from digits_models import train_digits_mlp
+from torch import nn
+
+from mixzoo.attacks.apgd import apgd_ce
+from mixzoo.attacks.evaluation import APGDEnsemble, within_threat_model
+from mixzoo.attacks.screening import (
+    SCREENING_NOTE,
+    EarlyStopForward,
+    FastScreening,
+    early_stop_apgd,
+    malt_scores,
+    malt_targets,
+)
+from mixzoo.core.errors import InputError
+
+EPS = 0.2
+
+
+class Linear(nn.Module):
+    """z = W x + b on flattened 1x2x2 images."""
+
+    def __init__(self, w: torch.Tensor, b: torch.Tensor):
+        super().__init__()
+        self.w, self.b = w, b
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1) @ self.w.T + self.b
+
+
+def _geometry() -> tuple[Linear, torch.Tensor, torch.Tensor]:
+    """At x = 0.5 everywhere: class 0 wins (logit 5); class 1 is second (4) but far (gap 1, ||w1 - w0||_1 = 0.4:
+    l-inf distance 2.5); class 2 is third (2) but near (gap 3, ||w2 - w0||_1 = 20: distance 0.15 < EPS); class 3
+    last (0, gap 5, ||w3 - w0||_1 = 4: distance 1.25)."""
+    w = torch.zeros(4, 4)
+    w[1] = 0.1
+    w[2] = 5.0
+    w[3] = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    z_half = w.sum(dim=1) * 0.5
+    b = torch.tensor([5.0, 4.0, 2.0, 0.0]) - z_half
+    x = torch.full((3, 1, 2, 2), 0.5)
+    return Linear(w, b), x, torch.zeros(3, dtype=torch.long)
+
+
+def test_malt_ranks_the_nearest_linear_boundary_not_the_second_logit():
+    model, x, y = _geometry()
+    with torch.no_grad():
+        assert model(x)[0].tolist() == pytest.approx([5.0, 4.0, 2.0, 0.0])
+    scores = malt_scores(model, x, y, "Linf")
+    assert scores[0].tolist() == pytest.approx([float("inf"), 1 / 0.4, 3 / 20, 5 / 4])
+    assert malt_targets(model, x, y, 3, "Linf")[0].tolist() == [2, 3, 1]
+    # L2: the dual norm is l2 (||w2 - w0||_2 = 10, ||w3 - w0||_2 = 2, ||w1 - w0||_2 = 0.2)
+    assert malt_scores(model, x, y, "L2")[0].tolist() == pytest.approx([float("inf"), 5.0, 0.3, 2.5])
+
+
+def test_malt_scores_only_the_top_candidates_of_many_classes():
+    model, x, y = _geometry()
+    scores = malt_scores(model, x, y, "Linf", max_candidates=2)  # classes 0, 1, 2 by logit: 3 is not scored
+    assert scores[0, 3] == float("inf") and scores[0, 2] == pytest.approx(3 / 20)
+
+
+def test_malt_target_breaks_where_the_top_logit_target_cannot():
+    """One APGD-T target: MALT's (class 2, boundary 0.15 away) breaks every example at eps 0.2; AutoAttack's
+    choice (class 1, 2.5 away) none."""
+    model, x, y = _geometry()
+    opts = dict(n_target_classes=1, components=["apgd-t"], n_iter=20)
+    fast = FastScreening(EPS, **opts).run(model, x, y, progress=False, index=torch.arange(3))
+    naive = APGDEnsemble(EPS, **opts).run(model, x, y, progress=False, index=torch.arange(3))
+    assert fast.robust_accuracy == 0.0 and naive.robust_accuracy == 1.0
+    with torch.no_grad():
+        assert (model(fast.adv_images).argmax(dim=1) == 2).all()
+
+
+@pytest.fixture(scope="module")
+def digits():
+    model, x, y = train_digits_mlp()
+    return model, x[:60], y[:60]
+
+
+def test_early_stop_keeps_the_breaks_of_the_full_run_and_skips_broken_rows(digits, one_thread):
+    """Early stop changes no example's outcome (broken examples are frozen, the others follow the same
+    trajectory as in a full APGD-CE with the same per-example draws), every returned break is misclassified
+    inside the eps-ball, and broken rows are no longer evaluated."""
+    model, x, y = digits
+    index = torch.arange(len(y))
+    eps = 0.05
+    full = apgd_ce(model, x, y, eps=eps, n_iter=30, index=index)
+    rows = []
+
+    def counting(t: torch.Tensor) -> torch.Tensor:
+        rows.append(len(t))
+        return model(t)
+
+    adv = early_stop_apgd(counting, x, y, eps=eps, norm="Linf", n_iter=30, seed=0, index=index)
+    with torch.no_grad():
+        broken = model(adv).argmax(dim=1) != y
+    assert torch.equal(broken, full.misclassified)
+    assert 0 < int(broken.sum()) < len(y)
+    assert within_threat_model(adv, x, eps, "Linf").all()
+    assert sum(rows[1:]) < 31 * len(y) and rows[-1] <= int((~broken).sum())
+
+
+def test_early_stop_forward_freezes_a_broken_row():
+    model, x, y = _geometry()
+    wrapped = EarlyStopForward(model, torch.tensor([0, 0, 2]))  # the third row counts as broken at once
+    judged, _ = wrapped(x)
+    assert wrapped.active.tolist() == [True, True, False]
+    moved = x + 0.1
+    judged2, loss2 = wrapped(moved)
+    assert torch.equal(judged2[2], judged[2]) and not torch.equal(judged2[0], judged[0])
+    (g,) = torch.autograd.grad(loss2.sum(), moved, allow_unused=True) if loss2.requires_grad else (None,)
+    assert g is None or g[2].abs().sum() == 0
+
+
+def test_outcome_per_example_does_not_depend_on_the_batch_size(digits, one_thread):
+    model, x, y = digits
+    index = torch.arange(100, 100 + len(y))
+    runs = [FastScreening(0.08, n_iter=15, batch_size=bs).run(model, x, y, progress=False, index=index)
+            for bs in (60, 7)]
+    assert torch.equal(runs[0].robust_correct, runs[1].robust_correct)
+    assert 0 < runs[0].robust_accuracy < runs[0].clean_accuracy
+    broken = runs[0].clean_correct & ~runs[0].robust_correct
+    assert torch.allclose(runs[0].adv_images[broken], runs[1].adv_images[broken], atol=1e-6)
+
+
+class Paired(nn.Module):
+    """A classifier whose own output has no gradient (detached) and whose surrogate is the linear model's: the
+    transfer attack (loss and MALT's Jacobian from the surrogate, judged on the output) must still break it."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x).detach()
+
+    def forward_pair(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.inner(x)
+        return out.detach(), out
+
+
+def test_paired_classifier_is_attacked_with_the_surrogate_gradient():
+    model, x, y = _geometry()
+    opts = dict(n_target_classes=1, components=["apgd-t"], n_iter=20)
+    res = FastScreening(EPS, **opts).run(Paired(model), x, y, progress=False, index=torch.arange(3))
+    assert res.robust_accuracy == 0.0
+
+
+def test_results_and_reports_label_it_a_screening_attack(digits):
+    from mixzoo.evaluation.report import screening_note
+
+    model, x, y = digits
+    res = FastScreening(0.05, n_iter=5).run(model, x[:10], y[:10], progress=False)
+    assert res.warnings[0] == SCREENING_NOTE and "confirm with adaptive" in SCREENING_NOTE
+    assert screening_note("fast") == SCREENING_NOTE
+    assert screening_note("adaptive") is None and screening_note("no-such-attack") is None
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"n_restarts": 2}, "unknown option"),
+    ({"n_iter": 0}, "n_iter must be at least 1"),
+    ({"n_target_classes": -1}, "n_target_classes must be non-negative"),
+    ({"batch_size": 0}, "batch_size must be at least 1"),
+])
+def test_bad_options_are_refused(options, match):
+    with pytest.raises(InputError, match=match):
+        FastScreening(EPS, **options)
+
+
+def test_unknown_component_is_refused(digits):
+    model, x, y = digits
+    with pytest.raises(InputError, match="unknown component"):
+        FastScreening(EPS, components=["square"]).run(model, x[:4], y[:4], progress=False)
+    with pytest.raises(InputError, match="unknown norm"):
+        malt_scores(model, x[:4], y[:4], "L1")
