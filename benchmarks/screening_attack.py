@@ -158,6 +158,13 @@ def measure(kind, model, x, y, eps, norm, args, recorded: dict | None = None) ->
         "only_adaptive_broken_by": {str(k): v for k, v in attribute(model, x, y, eps, norm, args.seed, only_adaptive,
                                                                      comps).items()},
     }
+    row["fast_by_n_target_classes"] = {}
+    for k in args.k_sweep:
+        other = fast if k == args.n_target_classes else run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size,
+                                                                   "fast", {"n_target_classes": k})
+        row["fast_by_n_target_classes"][k] = {"robust": int(other["robust"].sum()),
+                                              "seconds": round(other["seconds"], 1),
+                                              "only_adaptive": len(ad_b - _broken(other["clean"], other["robust"]))}
     row["time_target_met"] = row["time_ratio_fast_to_pyautoattack"] <= TIME_TARGET
     row["gap_target_met"] = row["gap_points_fast_minus_adaptive"] <= GAP_TARGET
     return row
@@ -207,16 +214,19 @@ def write_files(out: Path, result: dict) -> None:
                                                   else sec["command"])) + ".", "",
                   "| classifier | n | clean | robust: pyautoattack / adaptive / fast | gap (points) | seconds:"
                   " pyautoattack / adaptive / fast | fast / pyautoattack | targets | adaptive-only breaks"
-                  " (adaptive components that break each alone) |", "|---|---|---|---|---|---|---|---|---|"]
+                  " (adaptive components that break each alone) | fast robust by n_target_classes |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in sec["rows"]:
             met = ("time " + ("met" if r["time_target_met"] else "**not met**") + ", gap "
                    + ("met" if r["gap_target_met"] else "**not met**"))
+            sweep = ", ".join(f"k={k}: {v['robust']} ({v['seconds']} s)"
+                              for k, v in r.get("fast_by_n_target_classes", {}).items())
             gap = ", ".join(f"{k}: {'+'.join(v) or 'none alone'}" for k, v in r["only_adaptive_broken_by"].items())
             lines.append(f"| {r['kind']} | {r['n']} | {r['clean']} | {r['pyautoattack']['robust']} /"
                          f" {r['adaptive']['robust']} / {r['fast']['robust']} |"
                          f" {r['gap_points_fast_minus_adaptive']:+.2f} | {r['pyautoattack']['seconds']} /"
                          f" {r['adaptive']['seconds']} / {r['fast']['seconds']} |"
-                         f" {r['time_ratio_fast_to_pyautoattack']} | {met} | {gap or 'none'} |")
+                         f" {r['time_ratio_fast_to_pyautoattack']} | {met} | {gap or 'none'} | {sweep} |")
         sources = {r["source"] for r in sec["rows"]}
         lines += ["", "Source of the pyautoattack and adaptive columns: " + "; ".join(sorted(sources)) + ".", ""]
     out.with_suffix(".md").write_text("\n".join(lines))
@@ -236,6 +246,8 @@ def main() -> None:
     ap.add_argument("--recorded", help="a chunk file of benchmarks/autoattack_parity.py with pyautoattack's and"
                                        " adaptive's outcomes on these images (--card only)")
     ap.add_argument("--n-target-classes", type=int, default=3)
+    ap.add_argument("--k-sweep", default="1,3,9", type=lambda t: [int(k) for k in t.split(",") if k],
+                    help="n_target_classes values to run fast with besides (robust, seconds, adaptive-only breaks)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=250)

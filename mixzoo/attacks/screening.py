@@ -93,11 +93,17 @@ def malt_targets(forward: Forward, x: torch.Tensor, labels: torch.Tensor, n_targ
     return scores.argsort(dim=1, stable=True)[:, :n_targets]
 
 
+class AllBroken(Exception):
+    """Raised by :class:`EarlyStopForward` when called with every example already broken: ends the APGD run (its
+    record kept every breaking point in the step before)."""
+
+
 class EarlyStopForward:
     """``forward`` that evaluates only the examples not yet misclassified: once an example's judged output is
     misclassified, later calls return its outputs at that point again (detached: no loss gradient), so APGD's
-    record keeps that point, and the model is run on the remaining rows only. The examples' rows must be the same
-    in every call (one APGD run). ``active`` flags the rows still evaluated."""
+    record keeps that point, and the model is run on the remaining rows only; a call with no row left raises
+    :class:`AllBroken`. The examples' rows must be the same in every call (one APGD run). ``active`` flags the rows
+    still evaluated."""
 
     def __init__(self, forward: Forward, labels: torch.Tensor):
         self.forward, self.labels = forward, labels
@@ -110,11 +116,11 @@ class EarlyStopForward:
             judged, loss = pair(self.forward(x))
         else:
             idx = torch.nonzero(self.active).squeeze(1)  # a host synchronisation per step: the batch shrinks
-            judged, loss = self.judged, self.loss
-            if idx.numel():
-                part_judged, part_loss = pair(self.forward(x[idx]))
-                judged = judged.index_put((idx,), part_judged.detach().to(judged.dtype))
-                loss = loss.index_put((idx,), part_loss.to(loss.dtype))  # differentiable in the active rows
+            if not idx.numel():
+                raise AllBroken
+            part_judged, part_loss = pair(self.forward(x[idx]))
+            judged = self.judged.index_put((idx,), part_judged.detach().to(self.judged.dtype))
+            loss = self.loss.index_put((idx,), part_loss.to(self.loss.dtype))  # differentiable in the active rows
         self.judged, self.loss = judged.detach(), loss.detach()
         self.active &= judged.detach().argmax(dim=1) == self.labels
         return judged, loss
@@ -143,9 +149,12 @@ def early_stop_apgd(forward: Forward, x: torch.Tensor, y: torch.Tensor, *, eps: 
         part = record.subset(idx)
         stream = "apgd/ce/run0" if target is None else f"apgd/dlr-targeted/run{run}"
         sub_index = None if index is None else index[idx.to(index.device)]
-        apgd_run(EarlyStopForward(forward, y[idx]), x[idx], y[idx], part, eps=eps, norm=norm, n_iter=n_iter,
-                 loss="ce" if target is None else "dlr-targeted", target=None if target is None else target[idx],
-                 **_start(seed, stream, sub_index, gen))
+        try:
+            apgd_run(EarlyStopForward(forward, y[idx]), x[idx], y[idx], part, eps=eps, norm=norm, n_iter=n_iter,
+                     loss="ce" if target is None else "dlr-targeted", target=None if target is None else target[idx],
+                     **_start(seed, stream, sub_index, gen))
+        except AllBroken:
+            pass  # every example of this run is broken; the record holds the breaking points
         part.check_finite()
         if zero_grad is not None:
             zero_grad.append(int(part.zero_grad.sum()))
@@ -190,5 +199,5 @@ class FastScreening(Attack):
         return result
 
 
-__all__ = ["COMPONENTS", "SCREENING_NOTE", "EarlyStopForward", "FastScreening", "early_stop_apgd", "malt_scores",
-           "malt_targets"]
+__all__ = ["COMPONENTS", "SCREENING_NOTE", "AllBroken", "EarlyStopForward", "FastScreening", "early_stop_apgd",
+           "malt_scores", "malt_targets"]

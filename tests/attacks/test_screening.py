@@ -14,6 +14,7 @@ from mixzoo.attacks.apgd import apgd_ce
 from mixzoo.attacks.evaluation import APGDEnsemble, within_threat_model
 from mixzoo.attacks.screening import (
     SCREENING_NOTE,
+    AllBroken,
     EarlyStopForward,
     FastScreening,
     early_stop_apgd,
@@ -118,6 +119,10 @@ def test_early_stop_forward_freezes_a_broken_row():
     assert torch.equal(judged2[2], judged[2]) and not torch.equal(judged2[0], judged[0])
     (g,) = torch.autograd.grad(loss2.sum(), moved, allow_unused=True) if loss2.requires_grad else (None,)
     assert g is None or g[2].abs().sum() == 0
+    done = EarlyStopForward(model, torch.tensor([1, 1, 1]))  # every row misclassified at the first call
+    done(x)
+    with pytest.raises(AllBroken):
+        done(moved)
 
 
 def test_outcome_per_example_does_not_depend_on_the_batch_size(digits, one_thread):
