@@ -186,3 +186,31 @@ def test_unknown_component_is_refused(digits):
         FastScreening(EPS, components=["square"]).run(model, x[:4], y[:4], progress=False)
     with pytest.raises(InputError, match="unknown norm"):
         malt_scores(model, x[:4], y[:4], "L1")
+
+
+def _report(attack: str):
+    from mixzoo.core.card import MixCard
+    from mixzoo.evaluation.bench import ModelResult, Report
+
+    card = MixCard("linear", {"alpha": 0.7, "fit": "given"})
+    rows = [ModelResult(name=f"{kind}-model", kind=kind, clean_accuracy=0.9, robust_accuracy=r, attack=attack,
+                        epsilon=0.2, norm="Linf", n=60, seconds=1.0, alpha=a, device="cpu",
+                        method=None if a is None else "linear", card=None if a is None else card.to_dict())
+            for kind, r, a in (("abc", 0.0, None), ("rbc", 0.5, None), ("linear", 0.4, 0.7))]
+    return Report(models=rows, card=card, cards=[card],
+                  dataset={"name": "digits", "split": "evaluation", "n": 60, "fingerprint": "f" * 16},
+                  settings={"attack": attack, "norm": "Linf", "eps": 0.2, "seed": 0, "device": "cpu", "seconds": 3.0})
+
+
+def test_markdown_and_terminal_reports_name_a_screening_attack_as_such():
+    from rich.console import Console
+
+    from mixzoo.evaluation.report import markdown, print_report
+
+    text = markdown(_report("fast"))
+    attack_line = next(line for line in text.splitlines() if line.startswith("Attack: `fast`"))
+    assert SCREENING_NOTE in text.split(attack_line, 1)[1].split("|", 1)[0]  # right below the attack's name
+    assert "screening attack" not in markdown(_report("adaptive"))
+    console = Console(record=True, width=200)
+    print_report(_report("fast"), to=console)
+    assert "not a reported robustness figure" in console.export_text()
