@@ -214,3 +214,17 @@ def test_markdown_and_terminal_reports_name_a_screening_attack_as_such():
     console = Console(record=True, width=200)
     print_report(_report("fast"), to=console)
     assert "not a reported robustness figure" in console.export_text()
+
+
+def test_registered_as_fast_and_run_by_the_bench_runner_with_the_note(digits, tmp_path):
+    from mixzoo.attacks.runner import evaluate
+    from mixzoo.core.cache import Cache
+    from mixzoo.core.plugins import lookup
+
+    assert lookup("attack", "fast") is FastScreening
+    model, x, y = digits
+    ev = evaluate(model, x[:20], y[:20], attack="fast", eps=0.05, norm="Linf", seed=0, batch_size=8,
+                  cache=Cache(tmp_path), key_parts={"model": "digits-mlp"}, label="mlp",
+                  attack_options={"n_iter": 5}, progress=False)
+    assert any(w.startswith(SCREENING_NOTE) for w in ev["warnings"])
+    assert [c["name"] for c in ev["components"]] == ["apgd-ce", "apgd-t"]
