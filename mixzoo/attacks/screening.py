@@ -75,10 +75,11 @@ def malt_scores(forward: Forward, x: torch.Tensor, labels: torch.Tensor, norm: s
         cand = z.detach().topk(k, dim=1).indices if k < n_classes else \
             torch.arange(n_classes, device=z.device).expand(n, n_classes).contiguous()
         diff = z.gather(1, labels[:, None]) - z.gather(1, cand)  # z_y - z_t, [n, k]
-        # one backward pass per column over the whole batch (the examples are independent rows)
-        grads = torch.stack([torch.autograd.grad(diff[:, j].sum(), x, retain_graph=j < k - 1)[0].flatten(1)
-                             for j in range(k)], dim=1)
-    gap, den = diff.detach(), dual_norm(grads, norm)
+        # one backward pass per column over the whole batch (the examples are independent rows); only the norms
+        # are kept, so memory stays that of one input gradient
+        den = torch.stack([dual_norm(torch.autograd.grad(diff[:, j].sum(), x, retain_graph=j < k - 1)[0].flatten(1),
+                                     norm) for j in range(k)], dim=1)
+    gap = diff.detach()
     score = torch.where(den > 0, gap / den.clamp_min(torch.finfo(den.dtype).tiny),
                         torch.where(gap > 0, torch.inf, -torch.inf))
     score = torch.where(cand == labels[:, None], torch.inf, score)
