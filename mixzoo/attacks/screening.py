@@ -12,7 +12,11 @@ Both stop early: once an example's judged output is misclassified at a visited p
 Jacobian of the score included, come from the differentiable auxiliary mixture while breaks are judged on the true
 output (000 App. B.2.1's transfer attack, as in ``adaptive``'s ``apgd-ce`` / ``apgd-t``). Given the examples'
 indices every random start is drawn per example from the same streams as ``adaptive``'s APGD-CE and APGD-T
-(:mod:`mixzoo.core.rng`), so an outcome does not depend on the batch.
+(:mod:`mixzoo.core.rng`), so an outcome does not depend on the batch, and APGD-T on target t starts where
+``adaptive``'s run on t starts (the stream of t's rank by logit): on the same gradient, each of ``fast``'s runs is
+one of ``adaptive``'s, stopped early, so every example ``fast`` breaks, ``adaptive``'s transfer APGD-CE / APGD-T
+breaks too, and the gap between the two is what the targets MALT leaves out and ``adaptive``'s other components
+find.
 
 MALT's targeting, as implemented here. With logits z and true class y, MALT ranks each target t by the distance to
 the t-vs-y decision boundary of the classifier linearised at the clean point x (the DeepFool step):
@@ -37,10 +41,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import apgd_run, clean_record, effective_n_targets, pair
+from mixzoo.attacks.apgd import apgd_run, clean_record, effective_n_targets, pair, target_classes
 from mixzoo.attacks.evaluation import Attack, Component, _select
 from mixzoo.attacks.result import EvalResult
 from mixzoo.attacks.variants import PairedOutput
+from mixzoo.core import rng
 from mixzoo.core.errors import InputError
 
 COMPONENTS = ("apgd-ce", "apgd-t")
@@ -65,6 +70,12 @@ def malt_scores(forward: Forward, x: torch.Tensor, labels: torch.Tensor, norm: s
     linear path to that boundary) and ``-inf`` for a negative one (already past it). One backward pass per scored
     class over the whole batch.
     """
+    return _malt(forward, x, labels, norm, max_candidates)[0]
+
+
+def _malt(forward: Forward, x: torch.Tensor, labels: torch.Tensor, norm: str, max_candidates: int,
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(:func:`malt_scores`, the loss logits at ``x``)."""
     if norm not in ("Linf", "L2"):
         raise InputError(f"unknown norm {norm!r}; use Linf or L2")
     x = x.detach().requires_grad_(True)
@@ -84,14 +95,20 @@ def malt_scores(forward: Forward, x: torch.Tensor, labels: torch.Tensor, norm: s
                         torch.where(gap > 0, torch.inf, -torch.inf))
     score = torch.where(cand == labels[:, None], torch.inf, score)
     out = torch.full((n, n_classes), torch.inf, device=z.device, dtype=score.dtype)
-    return out.scatter(1, cand, score)
+    return out.scatter(1, cand, score), z.detach()
 
 
 def malt_targets(forward: Forward, x: torch.Tensor, labels: torch.Tensor, n_targets: int, norm: str = "Linf",
-                 ) -> torch.Tensor:
-    """``[n, n_targets]`` target classes, the lowest MALT score first (ties: the lower class index)."""
-    scores = malt_scores(forward, x, labels, norm)
-    return scores.argsort(dim=1, stable=True)[:, :n_targets]
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[n, n_targets]`` target classes, the lowest MALT score first (ties: the lower class index), and each
+    target's rank among the non-true classes by loss logit, 0 for the highest (the APGD-T run of AutoAttack's
+    order, :func:`mixzoo.attacks.apgd.target_classes`, that attacks it)."""
+    scores, z = _malt(forward, x, labels, norm, MAX_CANDIDATES)
+    targets = scores.argsort(dim=1, stable=True)[:, :n_targets]
+    order = target_classes(z, labels, z.shape[1] - 1)  # AutoAttack's targets, best logit first
+    rank = torch.zeros_like(z, dtype=torch.long).scatter(1, order, torch.arange(order.shape[1], device=z.device)
+                                                          .expand_as(order).contiguous())
+    return targets, rank.gather(1, targets)
 
 
 class AllBroken(Exception):
@@ -127,19 +144,36 @@ class EarlyStopForward:
         return judged, loss
 
 
-def _start(seed: int, stream: str, index: torch.Tensor | None, generator: torch.Generator) -> dict[str, Any]:
-    """apgd_run's source of random starts: per-example draws from ``stream`` given indices, else the generator."""
-    return {"draw": (seed, stream, index)} if index is not None else {"generator": generator}
+def _start(seed: int, runs: torch.Tensor | None, index: torch.Tensor | None, generator: torch.Generator,
+           shape: tuple[int, ...], norm: str) -> dict[str, Any]:
+    """apgd_run's random starts. Given the examples' indices: per example the draw of ``adaptive``'s APGD stream,
+    ``apgd/ce/run0`` for APGD-CE (``runs`` None), else ``apgd/dlr-targeted/run{r}`` with ``r`` the example's entry
+    of ``runs`` (one draw per distinct run over the batch, then selected per row). Without indices: the
+    generator."""
+    if index is None:
+        return {"generator": generator}
+    if runs is None:
+        return {"draw": (seed, "apgd/ce/run0", index)}
+    noise = None
+    for r in runs.unique().tolist():  # at most n_classes - 1 draws
+        sample = rng.uniform if norm == "Linf" else rng.normal
+        t = sample(seed, f"apgd/dlr-targeted/run{r}", index.cpu(), shape)
+        t = 2 * t - 1 if norm == "Linf" else t
+        pick = (runs.cpu() == r).view(-1, *([1] * len(shape)))
+        noise = t if noise is None else torch.where(pick, t, noise)
+    return {"noise": noise}
 
 
 def early_stop_apgd(forward: Forward, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_iter: int,
-                    seed: int, targets: torch.Tensor | None = None, index: torch.Tensor | None = None,
-                    zero_grad: list[int] | None = None) -> torch.Tensor:
+                    seed: int, targets: torch.Tensor | None = None, runs: torch.Tensor | None = None,
+                    index: torch.Tensor | None = None, zero_grad: list[int] | None = None) -> torch.Tensor:
     """APGD-CE (``targets`` None) or APGD-T on each column of ``targets`` in turn, one restart each, with early
     stop (:class:`EarlyStopForward`); each target attacks only the examples no earlier run broke. Returns per
-    example the point kept by the margin record (the breaking point where one was found). Random starts: the
-    streams of ``adaptive``'s APGD (``apgd/ce/run0``, ``apgd/dlr-targeted/run{j}``) per example given ``index``,
-    else a generator seeded with ``seed``."""
+    example the point kept by the margin record (the breaking point where one was found). Random starts, given
+    ``index``: per example the streams of ``adaptive``'s APGD, ``apgd/ce/run0`` and ``apgd/dlr-targeted/run{r}``
+    with ``r = runs[i, j]`` for example i's j-th target (default j); :class:`FastScreening` passes each target's
+    logit rank, so its run on target t starts, and moves, exactly as ``adaptive``'s APGD-T run on t. Without
+    ``index``: a generator seeded with ``seed``."""
     record = clean_record(forward, x, y)
     gen = torch.Generator().manual_seed(seed)
     plan = [None] if targets is None else [targets[:, j] for j in range(targets.shape[1])]
@@ -148,12 +182,13 @@ def early_stop_apgd(forward: Forward, x: torch.Tensor, y: torch.Tensor, *, eps: 
         if not idx.numel():
             break
         part = record.subset(idx)
-        stream = "apgd/ce/run0" if target is None else f"apgd/dlr-targeted/run{run}"
         sub_index = None if index is None else index[idx.to(index.device)]
+        sub_runs = None if target is None else (runs[idx, run] if runs is not None
+                                                else torch.full((len(idx),), run, dtype=torch.long))
         try:
             apgd_run(EarlyStopForward(forward, y[idx]), x[idx], y[idx], part, eps=eps, norm=norm, n_iter=n_iter,
                      loss="ce" if target is None else "dlr-targeted", target=None if target is None else target[idx],
-                     **_start(seed, stream, sub_index, gen))
+                     **_start(seed, sub_runs, sub_index, gen, tuple(x.shape[1:]), norm))
         except AllBroken:
             pass  # every example of this run is broken; the record holds the breaking points
         part.check_finite()
@@ -186,8 +221,9 @@ class FastScreening(Attack):
 
             def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None, *, kind: str = kind,
                    zero_grad: list[int] = zero_grad) -> torch.Tensor:
-                targets = malt_targets(forward, x, y, n_targets, self.norm) if kind == "apgd-t" else None
-                return early_stop_apgd(forward, x, y, targets=targets, index=index, zero_grad=zero_grad, **opts)
+                targets, runs = malt_targets(forward, x, y, n_targets, self.norm) if kind == "apgd-t" else (None, None)
+                return early_stop_apgd(forward, x, y, targets=targets, runs=runs, index=index, zero_grad=zero_grad,
+                                       **opts)
 
             comps.append(Component(kind, fn, zero_grad=zero_grad, per_example=True))
         return comps

@@ -10,7 +10,7 @@ import torch
 from digits_models import train_digits_mlp
 from torch import nn
 
-from mixzoo.attacks.apgd import apgd_ce
+from mixzoo.attacks.apgd import apgd_ce, apgd_t
 from mixzoo.attacks.evaluation import APGDEnsemble, within_threat_model
 from mixzoo.attacks.screening import (
     SCREENING_NOTE,
@@ -57,7 +57,9 @@ def test_malt_ranks_the_nearest_linear_boundary_not_the_second_logit():
         assert model(x)[0].tolist() == pytest.approx([5.0, 4.0, 2.0, 0.0])
     scores = malt_scores(model, x, y, "Linf")
     assert scores[0].tolist() == pytest.approx([float("inf"), 1 / 0.4, 3 / 20, 5 / 4])
-    assert malt_targets(model, x, y, 3, "Linf")[0].tolist() == [2, 3, 1]
+    targets, runs = malt_targets(model, x, y, 3, "Linf")
+    assert targets[0].tolist() == [2, 3, 1]
+    assert runs[0].tolist() == [1, 2, 0]  # their ranks by logit: AutoAttack's APGD-T runs on these targets
     # L2: the dual norm is l2 (||w2 - w0||_2 = 10, ||w3 - w0||_2 = 2, ||w1 - w0||_2 = 0.2)
     assert malt_scores(model, x, y, "L2")[0].tolist() == pytest.approx([float("inf"), 5.0, 0.3, 2.5])
 
@@ -107,6 +109,46 @@ def test_early_stop_keeps_the_breaks_of_the_full_run_and_skips_broken_rows(digit
     assert 0 < int(broken.sum()) < len(y)
     assert within_threat_model(adv, x, eps, "Linf").all()
     assert sum(rows[1:]) < 31 * len(y) and rows[-1] <= int((~broken).sum())
+
+
+def test_with_every_target_fast_breaks_exactly_what_adaptives_apgd_t_breaks(digits, one_thread):
+    """Each APGD-T run of ``fast`` on target t starts from the draw of ``adaptive``'s run on t (its logit rank),
+    so with all 9 targets the broken sets agree example by example, whatever MALT's order."""
+    model, x, y = digits
+    index = torch.arange(len(y))
+    eps, n_iter = 0.05, 10
+    fast = FastScreening(eps, n_iter=n_iter, n_target_classes=9, components=["apgd-t"]).run(
+        model, x, y, progress=False, index=index)
+    reference = apgd_t(model, x, y, eps=eps, n_iter=n_iter, n_target_classes=9, index=index).misclassified
+    broken = fast.clean_correct & ~fast.robust_correct
+    assert torch.equal(broken, reference & fast.clean_correct)
+    assert 0 < int(broken.sum()) < int(fast.clean_correct.sum())
+
+
+@pytest.mark.parametrize("norm", ["Linf", "L2"])
+def test_each_target_run_starts_from_adaptives_draw_for_that_target(norm):
+    """Row i's APGD-T start is the per-example draw of stream ``apgd/dlr-targeted/run{runs[i]}`` (the run that
+    attacks that target in ``adaptive``), not of the column's position in MALT's order."""
+    from mixzoo.attacks.apgd import random_start
+
+    model, x, y = _geometry()
+    x = x + torch.tensor([-0.1, 0.0, 0.1]).view(3, 1, 1, 1)
+    index = torch.tensor([5, 6, 7])
+    runs = torch.tensor([[1], [2], [0]])
+    seen = []
+
+    def recording(t: torch.Tensor) -> torch.Tensor:
+        seen.append(t.detach().clone())
+        return model(t)
+
+    early_stop_apgd(recording, x, y, eps=0.1, norm=norm, n_iter=1, seed=3, targets=torch.tensor([[2], [3], [1]]),
+                    runs=runs, index=index)
+    start = seen[1]  # seen[0]: the clean record's pass
+    for i, r in enumerate(runs[:, 0].tolist()):
+        want = random_start(x[i:i + 1], 0.1, norm, draw=(3, f"apgd/dlr-targeted/run{r}", index[i:i + 1]))
+        assert torch.equal(start[i:i + 1], want)
+        other = random_start(x[i:i + 1], 0.1, norm, draw=(3, f"apgd/dlr-targeted/run{(r + 1) % 3}", index[i:i + 1]))
+        assert not torch.equal(start[i:i + 1], other)
 
 
 def test_early_stop_forward_freezes_a_broken_row():
