@@ -14,9 +14,10 @@ output (000 App. B.2.1's transfer attack, as in ``adaptive``'s ``apgd-ce`` / ``a
 indices every random start is drawn per example from the same streams as ``adaptive``'s APGD-CE and APGD-T
 (:mod:`mixzoo.core.rng`), so an outcome does not depend on the batch, and APGD-T on target t starts where
 ``adaptive``'s run on t starts (the stream of t's rank by logit): on the same gradient, each of ``fast``'s runs is
-one of ``adaptive``'s, stopped early, so every example ``fast`` breaks, ``adaptive``'s transfer APGD-CE / APGD-T
-breaks too, and the gap between the two is what the targets MALT leaves out and ``adaptive``'s other components
-find.
+one of ``adaptive``'s, stopped early. So when MALT's targets are among those ``adaptive`` attacks (always with 10
+classes, where ``adaptive`` attacks all 9), every example ``fast`` breaks ``adaptive`` breaks too (up to float
+rounding of batches of other sizes), and the gap between the two is what the targets MALT leaves out and
+``adaptive``'s other components find.
 
 MALT's targeting, as implemented here. With logits z and true class y, MALT ranks each target t by the distance to
 the t-vs-y decision boundary of the classifier linearised at the clean point x (the DeepFool step):
@@ -29,8 +30,8 @@ itself scores at the clean point only, and so does this one: no re-scoring along
 backward pass per candidate class over the whole batch; with more than :data:`MAX_CANDIDATES` classes only that
 many highest-logit classes are scored (a cost bound of this implementation).
 
-A screening result: robust accuracy under ``fast`` is an upper bound that ``adaptive`` (FAB-T, Square and the
-exact-gradient APGD besides) can only lower; every result and report says so (:data:`SCREENING_NOTE`).
+A screening result: ``adaptive`` runs more (every target, FAB-T, Square, the exact-gradient APGD) and is the
+figure to report; every result and report of ``fast`` says so (:data:`SCREENING_NOTE`).
 """
 
 from __future__ import annotations
@@ -50,8 +51,7 @@ from mixzoo.core.errors import InputError
 
 COMPONENTS = ("apgd-ce", "apgd-t")
 MAX_CANDIDATES = 100  # classes scored per example: the highest-logit ones when a model has more
-SCREENING_NOTE = ("screening attack: not a reported robustness figure; confirm with adaptive"
-                  " (`--attack adaptive`), which can only lower this robust accuracy")
+SCREENING_NOTE = "screening attack: not a reported robustness figure; confirm with adaptive (`--attack adaptive`)"
 Forward = Callable[[torch.Tensor], "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
 
 
