@@ -51,6 +51,8 @@ from mixzoo.core.errors import InputError
 
 COMPONENTS = ("apgd-ce", "apgd-t")
 MAX_CANDIDATES = 100  # classes scored per example: the highest-logit ones when a model has more
+# an APGD run restarts on its unbroken examples alone once they are at most this fraction of at least MIN_SHRINK rows
+SHRINK_BELOW, MIN_SHRINK = 0.25, 16
 SCREENING_NOTE = "screening attack: not a reported robustness figure; confirm with adaptive (`--attack adaptive`)"
 Forward = Callable[[torch.Tensor], "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
 
@@ -111,31 +113,33 @@ def malt_targets(forward: Forward, x: torch.Tensor, labels: torch.Tensor, n_targ
     return targets, rank.gather(1, targets)
 
 
-class AllBroken(Exception):
-    """Raised by :class:`EarlyStopForward` when called with every example already broken: ends the APGD run (its
-    record kept every breaking point in the step before)."""
+class Shrink(Exception):
+    """Raised by :class:`EarlyStopForward` at a call where no row is left to evaluate, or (with ``shrink_below``)
+    where so few are left that the APGD run is better restarted on them alone (:func:`early_stop_apgd`); the run's
+    record already holds every breaking point."""
 
 
 class EarlyStopForward:
     """``forward`` that evaluates only the examples not yet misclassified: once an example's judged output is
     misclassified, later calls return its outputs at that point again (detached: no loss gradient), so APGD's
-    record keeps that point, and the model is run on the remaining rows only; a call with no row left raises
-    :class:`AllBroken`. The examples' rows must be the same in every call (one APGD run). ``active`` flags the rows
-    still evaluated."""
+    record keeps that point, and the model is run on the remaining rows only. A call raises :class:`Shrink` when
+    no row is left, or when at most ``shrink_below`` of at least :data:`MIN_SHRINK` rows are. The examples' rows
+    must be the same in every call (one APGD run). ``active`` flags the rows still evaluated."""
 
-    def __init__(self, forward: Forward, labels: torch.Tensor):
+    def __init__(self, forward: Forward, labels: torch.Tensor, shrink_below: float = 0.0):
         self.forward, self.labels = forward, labels
         self.active = torch.ones(len(labels), dtype=torch.bool, device=labels.device)
         self.judged: torch.Tensor | None = None
         self.loss: torch.Tensor | None = None
+        self.limit = shrink_below * len(labels) if len(labels) >= MIN_SHRINK else 0.0
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.judged is None or self.loss is None:
             judged, loss = pair(self.forward(x))
         else:
             idx = torch.nonzero(self.active).squeeze(1)  # a host synchronisation per step: the batch shrinks
-            if not idx.numel():
-                raise AllBroken
+            if not idx.numel() or idx.numel() <= self.limit:
+                raise Shrink
             part_judged, part_loss = pair(self.forward(x[idx]))
             judged = self.judged.index_put((idx,), part_judged.detach().to(self.judged.dtype))
             loss = self.loss.index_put((idx,), part_loss.to(self.loss.dtype))  # differentiable in the active rows
@@ -173,28 +177,35 @@ def early_stop_apgd(forward: Forward, x: torch.Tensor, y: torch.Tensor, *, eps: 
     ``index``: per example the streams of ``adaptive``'s APGD, ``apgd/ce/run0`` and ``apgd/dlr-targeted/run{r}``
     with ``r = runs[i, j]`` for example i's j-th target (default j); :class:`FastScreening` passes each target's
     logit rank, so its run on target t starts, and moves, exactly as ``adaptive``'s APGD-T run on t. Without
-    ``index``: a generator seeded with ``seed``."""
+    ``index``: a generator seeded with ``seed``. Given ``index``, once at most :data:`SHRINK_BELOW` of a run's
+    examples are left unbroken the run is restarted on them alone: their starts and step-size schedules are their
+    own, so they retrace the same trajectories in the smaller batch, and the per-step work shrinks with the batch."""
     record = clean_record(forward, x, y)
     gen = torch.Generator().manual_seed(seed)
     plan = [None] if targets is None else [targets[:, j] for j in range(targets.shape[1])]
     for run, target in enumerate(plan):
         idx = torch.nonzero(~record.misclassified).squeeze(1)
-        if not idx.numel():
-            break
-        part = record.subset(idx)
-        sub_index = None if index is None else index[idx.to(index.device)]
-        sub_runs = None if target is None else (runs[idx, run] if runs is not None
-                                                else torch.full((len(idx),), run, dtype=torch.long))
-        try:
-            apgd_run(EarlyStopForward(forward, y[idx]), x[idx], y[idx], part, eps=eps, norm=norm, n_iter=n_iter,
-                     loss="ce" if target is None else "dlr-targeted", target=None if target is None else target[idx],
-                     **_start(seed, sub_runs, sub_index, gen, tuple(x.shape[1:]), norm))
-        except AllBroken:
-            pass  # every example of this run is broken; the record holds the breaking points
-        part.check_finite()
+        flagged = record.zero_grad.clone()
+        while idx.numel():
+            part = record.subset(idx)
+            sub_index = None if index is None else index[idx.to(index.device)]
+            sub_runs = None if target is None else (runs[idx, run] if runs is not None
+                                                    else torch.full((len(idx),), run, dtype=torch.long))
+            # restarting on the survivors replays their trajectories only when each start is drawn per example
+            wrapped = EarlyStopForward(forward, y[idx], SHRINK_BELOW if index is not None else 0.0)
+            try:
+                apgd_run(wrapped, x[idx], y[idx], part, eps=eps, norm=norm, n_iter=n_iter,
+                         loss="ce" if target is None else "dlr-targeted",
+                         target=None if target is None else target[idx],
+                         **_start(seed, sub_runs, sub_index, gen, tuple(x.shape[1:]), norm))
+                survivors = idx[:0]
+            except Shrink:  # the few examples left run again from their own starts, alone
+                survivors = idx[wrapped.active]
+            part.check_finite()
+            record.merge(idx, part)
+            idx = survivors
         if zero_grad is not None:
-            zero_grad.append(int(part.zero_grad.sum()))
-        record.merge(idx, part)
+            zero_grad.append(int((record.zero_grad & ~flagged).sum()))
     return record.x
 
 
@@ -236,5 +247,5 @@ class FastScreening(Attack):
         return result
 
 
-__all__ = ["COMPONENTS", "SCREENING_NOTE", "AllBroken", "EarlyStopForward", "FastScreening", "early_stop_apgd",
+__all__ = ["COMPONENTS", "SCREENING_NOTE", "Shrink", "EarlyStopForward", "FastScreening", "early_stop_apgd",
            "malt_scores", "malt_targets"]

@@ -14,9 +14,9 @@ from mixzoo.attacks.apgd import apgd_ce, apgd_t
 from mixzoo.attacks.evaluation import APGDEnsemble, within_threat_model
 from mixzoo.attacks.screening import (
     SCREENING_NOTE,
-    AllBroken,
     EarlyStopForward,
     FastScreening,
+    Shrink,
     early_stop_apgd,
     malt_scores,
     malt_targets,
@@ -88,13 +88,14 @@ def digits():
     return model, x[:60], y[:60]
 
 
-def test_early_stop_keeps_the_breaks_of_the_full_run_and_skips_broken_rows(digits, one_thread):
+@pytest.mark.parametrize("eps", [0.05, 0.15])
+def test_early_stop_keeps_the_breaks_of_the_full_run_and_skips_broken_rows(digits, one_thread, eps):
     """Early stop changes no example's outcome (broken examples are frozen, the others follow the same
-    trajectory as in a full APGD-CE with the same per-example draws), every returned break is misclassified
-    inside the eps-ball, and broken rows are no longer evaluated."""
+    trajectory as in a full APGD-CE with the same per-example draws, also after the run restarts on the few left
+    at eps 0.15), every returned break is misclassified inside the eps-ball, and broken rows are no longer
+    evaluated."""
     model, x, y = digits
     index = torch.arange(len(y))
-    eps = 0.05
     full = apgd_ce(model, x, y, eps=eps, n_iter=30, index=index)
     rows = []
 
@@ -109,10 +110,12 @@ def test_early_stop_keeps_the_breaks_of_the_full_run_and_skips_broken_rows(digit
     assert 0 < int(broken.sum()) < len(y)
     assert within_threat_model(adv, x, eps, "Linf").all()
     assert sum(rows[1:]) < 31 * len(y) and rows[-1] <= int((~broken).sum())
+    if eps == 0.15:  # over 3/4 broken: the run restarted on the rest (more calls than one run's 31 + the clean one)
+        assert int(broken.sum()) > 0.75 * len(y) and len(rows) > 32
 
 
 def test_with_every_target_fast_breaks_exactly_what_adaptives_apgd_t_breaks(digits, one_thread):
-    """Each APGD-T run of ``fast`` on target t starts from the draw of ``adaptive``'s run on t (its logit rank),
+    """Each APGD-T run of ``fast`` on target t is ``adaptive``'s run on t (same start, same steps), stopped early,
     so with all 9 targets the broken sets agree example by example, whatever MALT's order."""
     model, x, y = digits
     index = torch.arange(len(y))
@@ -163,7 +166,7 @@ def test_early_stop_forward_freezes_a_broken_row():
     assert g is None or g[2].abs().sum() == 0
     done = EarlyStopForward(model, torch.tensor([1, 1, 1]))  # every row misclassified at the first call
     done(x)
-    with pytest.raises(AllBroken):
+    with pytest.raises(Shrink):
         done(moved)
 
 
