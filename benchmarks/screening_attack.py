@@ -180,7 +180,7 @@ def write(out: Path, section: str, rows: list[dict], args) -> None:
         "torch_threads": torch.get_num_threads(), "machine": machine_summary(args.device),
         "machine_detail": describe_machine(args.device),
         "load_average_1_5_15_min": [round(v, 1) for v in os.getloadavg()],
-        "command": "python benchmarks/screening_attack.py " + " ".join(args.argv)}
+        "command": "python benchmarks/screening_attack.py " + " ".join(args.argv), "commit": args.commit}
     write_files(out, result)
 
 
@@ -195,6 +195,8 @@ def merge(out: Path, parts: list[str]) -> None:
             have["command"] = [*([have["command"]] if isinstance(have["command"], str) else have["command"]),
                                sec["command"]]
             have["load_average_1_5_15_min"] = sec["load_average_1_5_15_min"]
+            for row in sec["rows"]:
+                row.setdefault("commit", sec.get("commit"))
     write_files(out, result)
 
 
@@ -256,6 +258,10 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/screening_attack")
     args = ap.parse_args()
     args.argv = sys.argv[1:]
+    import subprocess
+
+    args.commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                 cwd=Path(__file__).parent).stdout.strip() or None
     torch.set_num_threads(args.threads)
 
     from mixzoo.core.card import MixCard
