@@ -214,7 +214,7 @@ def write_files(out: Path, result: dict) -> None:
                   f" {sec['seed']}, batches of {sec['batch_size']}. Command(s), one process each: "
                   + "; ".join(f"`{c}`" for c in ([sec["command"]] if isinstance(sec["command"], str)
                                                   else sec["command"])) + ".", "",
-                  "| classifier | n | clean | robust: pyautoattack / adaptive / fast | gap (points) | seconds:"
+                  "| classifier (commit) | n | clean | robust: pyautoattack / adaptive / fast | gap (points) | seconds:"
                   " pyautoattack / adaptive / fast | fast / pyautoattack | targets | adaptive-only breaks"
                   " (adaptive components that break each alone) | fast robust by n_target_classes |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
@@ -224,7 +224,8 @@ def write_files(out: Path, result: dict) -> None:
             sweep = ", ".join(f"k={k}: {v['robust']} ({v['seconds']} s)"
                               for k, v in r.get("fast_by_n_target_classes", {}).items())
             gap = ", ".join(f"{k}: {'+'.join(v) or 'none alone'}" for k, v in r["only_adaptive_broken_by"].items())
-            lines.append(f"| {r['kind']} | {r['n']} | {r['clean']} | {r['pyautoattack']['robust']} /"
+            commit = f" (`{r['commit']}`)" if r.get("commit") else ""
+            lines.append(f"| {r['kind']}{commit} | {r['n']} | {r['clean']} | {r['pyautoattack']['robust']} /"
                          f" {r['adaptive']['robust']} / {r['fast']['robust']} |"
                          f" {r['gap_points_fast_minus_adaptive']:+.2f} | {r['pyautoattack']['seconds']} /"
                          f" {r['adaptive']['seconds']} / {r['fast']['seconds']} |"
