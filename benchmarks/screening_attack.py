@@ -94,6 +94,36 @@ def attribute(model, x, y, eps, norm, seed, examples: list[int], components: lis
     return found
 
 
+def step_profile(model, x, y, eps, norm, args) -> dict:
+    """``fast`` once more (same outcome) on a model wrapper that counts the forward passes and the rows they
+    evaluate, against one full APGD run's rows (n_iter + 1 passes over every clean-correct example), and the time of
+    a pass over the whole batch: where ``fast``'s time goes when the model is tiny."""
+    from torch import nn
+
+    class Counting(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.calls, self.rows = inner, 0, 0
+
+        def forward(self, t):
+            self.calls, self.rows = self.calls + 1, self.rows + len(t)
+            return self.inner(t)
+
+    counted = Counting(model)
+    res = run_mixzoo(counted, x, y, eps, norm, args.seed, args.batch_size, "fast",
+                     {"n_target_classes": args.n_target_classes})
+    n_iter = 100
+    t0 = time.perf_counter()
+    for _ in range(20):
+        xg = x.clone().requires_grad_(True)
+        torch.autograd.grad(torch.nn.functional.cross_entropy(model(xg), y), xg)
+    full_pass = (time.perf_counter() - t0) / 20
+    return {"forward_calls": counted.calls, "rows_evaluated": counted.rows,
+            "rows_one_full_run": (n_iter + 1) * int(res["clean"].sum()), "seconds": round(res["seconds"], 3),
+            "seconds_per_forward_backward_of_the_whole_batch": round(full_pass, 4),
+            "seconds_per_forward_call": round(res["seconds"] / max(counted.calls, 1), 5)}
+
+
 def digits_models(tmp: Path) -> list[tuple[str, object]]:
     """(kind, classifier) for every digits card kind."""
     from mixzoo.core.card import MixCard
@@ -165,6 +195,8 @@ def measure(kind, model, x, y, eps, norm, args, recorded: dict | None = None) ->
         row["fast_by_n_target_classes"][k] = {"robust": int(other["robust"].sum()),
                                               "seconds": round(other["seconds"], 1),
                                               "only_adaptive": len(ad_b - _broken(other["clean"], other["robust"]))}
+    if args.profile_steps:
+        row["fast_step_profile"] = step_profile(model, x, y, eps, norm, args)
     row["time_target_met"] = row["time_ratio_fast_to_pyautoattack"] <= TIME_TARGET
     row["gap_target_met"] = row["gap_points_fast_minus_adaptive"] <= GAP_TARGET
     return row
@@ -251,6 +283,8 @@ def main() -> None:
     ap.add_argument("--n-target-classes", type=int, default=3)
     ap.add_argument("--k-sweep", default="1,3,9", type=lambda t: [int(k) for k in t.split(",") if k],
                     help="n_target_classes values to run fast with besides (robust, seconds, adaptive-only breaks)")
+    ap.add_argument("--profile-steps", action="store_true",
+                    help="also count fast's forward passes and rows (fast_step_profile in the row)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=250)
