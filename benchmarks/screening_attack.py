@@ -181,6 +181,19 @@ def measure(kind, model, x, y, eps, norm, args, recorded: dict | None = None) ->
             raise SystemExit("the recorded chunk's clean predictions differ from this card's: not the same images")
         ad["clean"], ad["robust"] = ad["clean"][: len(y)], ad["robust"][: len(y)]
         source = f"pyautoattack and adaptive read from {args.recorded} (an earlier run)"
+    calibration = None
+    if recorded is not None and args.calibrate:
+        # the recorded times come from another run, maybe another CPU: time adaptive's apgd-ce here (the same
+        # component, images and draws as in the record) and scale pyautoattack's recorded time by the two
+        here = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, "adaptive", {"components": ["apgd-ce"]})
+        there = rec_ad["components"]["apgd-ce"]["seconds"]
+        factor = here["seconds"] / there
+        calibration = {"adaptive_apgd_ce_seconds_here": round(here["seconds"], 1),
+                       "adaptive_apgd_ce_seconds_recorded": round(there, 1),
+                       "speed_factor_here_over_recorded": round(factor, 3),
+                       "pyautoattack_seconds_scaled_to_here_estimate": round(aa["seconds"] * factor, 1),
+                       "time_ratio_fast_to_scaled_pyautoattack_estimate":
+                       round(fast["seconds"] / (aa["seconds"] * factor), 3)}
     fast_b, ad_b, aa_b = (_broken(r["clean"], r["robust"]) for r in (fast, ad, aa))
     only_adaptive = sorted(ad_b - fast_b)
     comps = list(ADAPTIVE_COMPONENTS)
@@ -194,6 +207,7 @@ def measure(kind, model, x, y, eps, norm, args, recorded: dict | None = None) ->
                  "components": fast["components"]},
         "clean": int(fast["clean"].sum()),
         "time_ratio_fast_to_pyautoattack": round(fast["seconds"] / aa["seconds"], 3),
+        "recorded_time_calibration": calibration,
         "gap_points_fast_minus_adaptive": round(100 * (int(fast["robust"].sum()) - int(ad["robust"].sum())) / n, 2),
         "only_adaptive": only_adaptive, "only_fast": sorted(fast_b - ad_b),
         "only_pyautoattack_vs_fast": sorted(aa_b - fast_b),
@@ -295,6 +309,8 @@ def main() -> None:
     ap.add_argument("--n-target-classes", type=int, default=3)
     ap.add_argument("--k-sweep", default="1,3,5,9", type=lambda t: [int(k) for k in t.split(",") if k],
                     help="n_target_classes values to run fast with besides (robust, seconds, adaptive-only breaks)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="with --recorded: time adaptive's apgd-ce here to scale the recorded pyautoattack time")
     ap.add_argument("--profile-steps", action="store_true",
                     help="also count fast's forward passes and rows (fast_step_profile in the row)")
     ap.add_argument("--device", default="cpu")
