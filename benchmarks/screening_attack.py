@@ -288,6 +288,16 @@ def write_files(out: Path, result: dict) -> None:
                          f" {r['gap_points_fast_minus_adaptive']:+.2f} | {r['pyautoattack']['seconds']} /"
                          f" {r['adaptive']['seconds']} / {r['fast']['seconds']} |"
                          f" {r['time_ratio_fast_to_pyautoattack']} | {met} | {gap or 'none'} | {sweep} |")
+        for r in sec["rows"]:
+            cal = r.get("recorded_time_calibration")
+            if cal:
+                lines += ["", f"{r['kind']}: the recorded times come from another run. adaptive's apgd-ce took"
+                          f" {cal['adaptive_apgd_ce_seconds_here']} s here and"
+                          f" {cal['adaptive_apgd_ce_seconds_recorded']} s in the record (factor"
+                          f" {cal['speed_factor_here_over_recorded']}), so pyautoattack would"
+                          f" take about {cal['pyautoattack_seconds_scaled_to_here_estimate']} s here and"
+                          f" fast / pyautoattack is about {cal['time_ratio_fast_to_scaled_pyautoattack_estimate']}"
+                          " (an estimate)."]
         sources = {r["source"] for r in sec["rows"]}
         lines += ["", "Source of the pyautoattack and adaptive columns: " + "; ".join(sorted(sources)) + ".", ""]
     out.with_suffix(".md").write_text("\n".join(lines))
