@@ -13,7 +13,8 @@ def mixzoo_attacks() -> dict[str, Any]:
     (see :mod:`mixzoo.attacks.evaluation`), and ``adaptive-smoothing-apgd`` (setting D and the attack on the mixing
     network alone, :mod:`mixzoo.methods.adaptive.attacks`); ``adaptive-smoothing-gate`` and
     ``local-smoothing-policy-gate`` (the attacks on a learned gate's logit, :mod:`mixzoo.methods.adaptive.gate_attacks`,
-    :mod:`mixzoo.methods.local_smoothing.policy_attacks`)."""
+    :mod:`mixzoo.methods.local_smoothing.policy_attacks`); ``fast``, the screening attack with MALT's target
+    selection (:mod:`mixzoo.attacks.screening`)."""
     from mixzoo.attacks.evaluation import (
         AdaptiveAPGD,
         AdaptiveAutoAttack,
@@ -22,6 +23,7 @@ def mixzoo_attacks() -> dict[str, Any]:
         AutoAttackEval,
         PGDAttack,
     )
+    from mixzoo.attacks.screening import FastScreening
     from mixzoo.methods.adaptive.attacks import AlphaAPGD
     from mixzoo.methods.adaptive.gate_attacks import AdaptiveGateAttack
     from mixzoo.methods.local_smoothing.policy_attacks import PolicyGateAttack
@@ -33,6 +35,7 @@ def mixzoo_attacks() -> dict[str, Any]:
         "adaptive": AdaptiveAutoAttack,
         "adaptive-apgd": AdaptiveAPGD,
         "adaptive-strong": AdaptiveStrong,
+        "fast": FastScreening,
         "adaptive-smoothing-apgd": AlphaAPGD,
         "adaptive-smoothing-gate": AdaptiveGateAttack,
         "local-smoothing-policy-gate": PolicyGateAttack,

@@ -29,6 +29,18 @@ def options_text(options: dict[str, Any]) -> str:
     return f" ({', '.join(f'{k}={v}' for k, v in options.items())})" if options else ""
 
 
+def screening_note(attack: str) -> str | None:
+    """The note of a screening attack (its class's ``screening_note``, e.g. ``fast``), printed beside its name:
+    such a result is not a reported robustness figure. None for other attacks and for names no plugin registers."""
+    from mixzoo.core.errors import MixzooError
+    from mixzoo.core.plugins import lookup
+
+    try:
+        return getattr(lookup("attack", attack), "screening_note", None)
+    except MixzooError:
+        return None
+
+
 def markdown(report: Any) -> str:
     """``report.md``: the table, the card, the data, and any warnings."""
     c, d, st = report.card, report.dataset, report.settings
@@ -38,6 +50,7 @@ def markdown(report: Any) -> str:
         f"calibration used the disjoint `calibration` split ({(d.get('calibration') or {}).get('n', '?')} images).",
         f"Attack: `{st['attack']}`{options_text(st.get('attack_options') or {})}, {st['norm']}, "
         f"eps = {st['eps']:.6g}, seed {st['seed']}{PER_EXAMPLE_NOTE if st.get('per_example_seeds') else ''}.",
+        *([f"**Note: {note}.**"] if (note := screening_note(st["attack"])) else []),
         *(f"Note: {note}." for note in getattr(report, "notes", [])), "",
         "| model | kind | alpha | clean % (95% CI) | robust % (95% CI) | attack seconds (device) |",
         "|---|---|---|---|---|---|",
@@ -179,6 +192,8 @@ def print_report(report: Any, *, to: Console | None = None) -> None:
         table.add_row(display_name(m), ci_cell(m.clean_accuracy, m.clean_ci, digits=1),
                       ci_cell(m.robust_accuracy, m.robust_ci, digits=1), terminal_seconds_cell(m, device))
     to.print(table)
+    if note := screening_note(settings["attack"]):
+        to.print(f"[bold yellow]{escape(settings['attack'])}: {escape(note)}", highlight=False)
     for line in comparison_lines(report):
         to.print(line, highlight=False)
     for m in report.models:
