@@ -70,6 +70,8 @@ AUTOATTACK_COMPONENTS = ("apgd-ce", "apgd-t", "fab-t", "square")
 # APGD on the exact gradient of the mixture formula (what standard AutoAttack runs on the classifier, see the module
 # docstring), "fab-t" App. B.2.1's FAB-T (bypass gradient), "fab-t-exact" the same FAB-T on the exact gradient
 ADAPTIVE_COMPONENTS = ("apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "fab-t", "fab-t-exact", "square")
+# what ``adaptive`` runs by default (the others stay selectable with ``components=``), see the module docstring
+ADAPTIVE_DEFAULT = ("apgd-ce", "apgd-t", "apgd-ce-exact", "fab-t-exact", "square")
 EXACT_APGD = ("apgd-ce-exact", "apgd-t-exact")
 # adaptive-strong adds, last, the whole standard AutoAttack on the exact classifier from the clean images
 STRONG_COMPONENTS = (*ADAPTIVE_COMPONENTS, "autoattack-standard")
@@ -238,7 +240,7 @@ def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: 
     indices, its random starts are drawn per example (:func:`mixzoo.attacks.apgd.apgd_ce`)."""
     def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         common = dict(eps=eps, norm=norm, n_iter=int(opts["n_iter"]), n_restarts=int(opts["n_restarts"]),
-                      seed=seed, index=index)
+                      seed=seed, index=index, early_stop=True)
         if kind == "apgd-ce":
             rec = apgd_ce(forward, x, y, **common)
         else:
@@ -343,8 +345,9 @@ def _standard_exact(model: nn.Module, opts: dict[str, Any], eps: float, norm: st
     return Component("autoattack-standard", fn, scope="clean")
 
 
-def _select(opts: dict[str, Any], available: tuple[str, ...], attack: str) -> list[str]:
-    chosen = opts.get("components") or list(available)
+def _select(opts: dict[str, Any], available: tuple[str, ...], attack: str,
+            default: tuple[str, ...] | None = None) -> list[str]:
+    chosen = opts.get("components") or list(default or available)
     unknown = [c for c in chosen if c not in available]
     if unknown:
         raise InputError(f"unknown component(s) {', '.join(unknown)} for attack {attack!r};"
@@ -411,10 +414,11 @@ class AdaptiveAutoAttack(AutoAttackEval):
 
     name: ClassVar[str] = "adaptive"
     available: ClassVar[tuple[str, ...]] = ADAPTIVE_COMPONENTS
-    code_version: ClassVar[str | None] = "exact-apgd-1"  # in the cache key: the default includes the exact APGD
+    default_components: ClassVar[tuple[str, ...] | None] = ADAPTIVE_DEFAULT
+    code_version: ClassVar[str | None] = "lean-1"  # in the cache key: the default components and early stopping
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
-        chosen = _select(self.options, self.available, self.name)
+        chosen = _select(self.options, self.available, self.name, self.default_components)
         if not isinstance(model, PairedOutput):
             # a single model: standard AutoAttack, whose components already have the model's own (exact) gradient,
             # so "apgd-ce-exact" asks for "apgd-ce"; with per-example randomness our APGD (the same algorithm,
@@ -498,6 +502,7 @@ class AdaptiveStrong(AdaptiveAutoAttack):
     # forward_pair too, e.g. adaptive smoothing): outcomes cached before are attacked again
     code_version: ClassVar[str | None] = "aa-standard-2"
     available: ClassVar[tuple[str, ...]] = STRONG_COMPONENTS
+    default_components: ClassVar[tuple[str, ...] | None] = None  # all of them
     defaults: ClassVar[dict[str, Any]] = {**AdaptiveAutoAttack.defaults, "extra_seeds": 1}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
