@@ -298,9 +298,6 @@ def stack_runs_default(device: torch.device) -> bool:
     return torch.device(device).type == "cuda"
 
 
-STACK_ROWS = 4096  # at most this many rows (runs x examples) per stacked APGD batch
-
-
 def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
           norm: str, n_iter: int, loss: str | LossFn, seed: int, attack_all: bool, rho: float,
           on_iter: OnIter | None, plan: list[torch.Tensor | None],
@@ -312,7 +309,9 @@ def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: Ma
     depend on the batch it is in. ``early_stop``: see :func:`apgd_run`. ``stack`` (with ``index``, without
     ``attack_all``): the runs go through the model together, as one batch of ``[runs x examples]`` rows (at most
     :data:`STACK_ROWS`), each row with its own run's per-example start; an example counts as broken when any of its
-    runs breaks it, so the outcome is the sequential runs' (which attack an example until one run breaks it)."""
+    runs breaks it, so the outcome is the sequential runs' (which attack an example until one run breaks it). The
+    stacked batch has ``len(plan)`` times the examples' rows (lower the batch size if that does not fit); its
+    make-up does not depend on how many examples the batch holds, so neither does any example's result."""
     if stack and index is not None and not attack_all and len(plan) > 1:
         return _stacked_runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss=loss, seed=seed,
                              rho=rho, on_iter=on_iter, plan=plan, index=index, early_stop=early_stop)
@@ -335,26 +334,20 @@ def _stacked_runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, re
     """:func:`_runs` with the runs stacked along the batch (see there); per example the record keeps the best
     point over all its runs."""
     name = loss if isinstance(loss, str) else "custom"
-    first = 0
-    while first < len(plan):
-        idx = torch.nonzero(~record.misclassified).squeeze(1)
-        if not idx.numel():
-            break
-        m = idx.numel()
-        runs = list(range(first, min(len(plan), first + max(1, STACK_ROWS // m))))
-        first, r = runs[-1] + 1, len(runs)
-        where = index[idx.to(index.device)]
-        noise = torch.cat([start_noise((seed, f"apgd/{name}/run{run}", where), norm, images.shape[1:])
-                           for run in runs])
-        rows = idx.repeat(r)
-        targets = [plan[run] for run in runs]
-        target = None if targets[0] is None else torch.cat([t[idx] for t in targets])
-        part = record.subset(rows)
-        group = torch.arange(m, device=idx.device).repeat(r)
-        apgd_run(model, images[rows], labels[rows], part, eps=eps, norm=norm, n_iter=n_iter, loss=loss,
-                 target=target, noise=noise, rho=rho, on_iter=on_iter, early_stop=early_stop, group=group)
-        best = part.key.view(r, m).argmin(dim=0)  # per example, its best run
-        record.merge(idx, part.subset(best * m + torch.arange(m, device=best.device)))
+    idx = torch.nonzero(~record.misclassified).squeeze(1)
+    if not idx.numel():
+        return record
+    m, r = idx.numel(), len(plan)
+    where = index[idx.to(index.device)]
+    noise = torch.cat([start_noise((seed, f"apgd/{name}/run{run}", where), norm, images.shape[1:]) for run in range(r)])
+    rows = idx.repeat(r)
+    target = None if plan[0] is None else torch.cat([t[idx] for t in plan])
+    part = record.subset(rows)
+    group = torch.arange(m, device=idx.device).repeat(r)
+    apgd_run(model, images[rows], labels[rows], part, eps=eps, norm=norm, n_iter=n_iter, loss=loss, target=target,
+             noise=noise, rho=rho, on_iter=on_iter, early_stop=early_stop, group=group)
+    best = part.key.view(r, m).argmin(dim=0)  # per example, its best run
+    record.merge(idx, part.subset(best * m + torch.arange(m, device=best.device)))
     return record
 
 

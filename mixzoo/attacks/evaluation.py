@@ -10,16 +10,23 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
 * ``autoattack``: standard AutoAttack (APGD-CE, APGD-T, FAB-T, Square) from the installed ``pyautoattack`` package,
   on the model's ``bypass`` gradient variant where it offers one (App. B.2.2, how the RobustBench entry was
   evaluated; :func:`mixzoo.attacks.variants.with_gradient`).
-* ``adaptive``: transfer-based adaptive AutoAttack (App. B.2.1). APGD-CE and APGD-T take loss and gradients from
-  the auxiliary differentiable mixture (second output of ``forward_pair``, Eq. 8) while success and the kept point
-  are judged on the true MixedNUTS output (first output); then ``apgd-ce-exact`` and ``apgd-t-exact``, the same
-  APGD-CE and APGD-T on the exact gradient of the mixture formula (what standard AutoAttack run on the classifier
-  uses); FAB-T is pyautoattack's, run on the model in bypass mode
-  (its output values are MixedNUTS's, its gradients the auxiliary mixture's: FAB needs one model, and bypass is the
-  single-output form of the same surrogate, App. B.2.2); then ``fab-t-exact``, the same FAB-T on the exact
-  gradient; then Square on the true output. A model without ``forward_pair`` gets
-  standard AutoAttack (its APGD and FAB-T already have the model's own gradient).
-* ``adaptive-strong``: ``adaptive`` plus bypass- and re-seeded APGD before FAB-T, and last
+* ``adaptive``: transfer-based adaptive AutoAttack (App. B.2.1) that contains standard AutoAttack. By default
+  (:data:`ADAPTIVE_DEFAULT`): ``apgd-ce`` and ``apgd-t`` take loss and gradients from the auxiliary differentiable
+  mixture (second output of ``forward_pair``, Eq. 8) while success and the kept point are judged on the true
+  MixedNUTS output (first output); ``apgd-ce-exact``, the same APGD-CE on the exact gradient of the mixture
+  formula (what standard AutoAttack run on the classifier uses); ``fab-t-exact``, pyautoattack's FAB-T on the exact
+  gradient; then Square on the true output. Selectable with ``components=`` (:data:`ADAPTIVE_COMPONENTS`):
+  ``apgd-t-exact`` (APGD-T on the exact gradient) and ``fab-t`` (pyautoattack's FAB-T on the model in bypass mode:
+  its output values are MixedNUTS's, its gradients the auxiliary mixture's, App. B.2.2). They are left out of the
+  default because, run after the default components' gradient stages, they broke no example on the measured runs
+  (``benchmarks/autoattack_parity.md``, ``benchmarks/eval_speed_digits_cpu.md``) while costing about a third of
+  standard AutoAttack's time between them; FAB-T on the bypass gradient aims at the auxiliary model's boundary,
+  and every example standard AutoAttack's FAB-T breaks ``fab-t-exact`` breaks (below). A model without
+  ``forward_pair`` gets standard AutoAttack (its APGD and FAB-T already have the model's own gradient).
+  Our APGD components drop an example the moment a misclassified point is recorded for it, and on a GPU run
+  APGD-T's targets as one stacked batch (:func:`mixzoo.attacks.apgd.apgd_t`); neither changes which examples break.
+* ``adaptive-strong``: all of ``adaptive``'s components (those outside its default too) plus bypass- and
+  re-seeded APGD before FAB-T, and last
   ``autoattack-standard``: the installed AutoAttack's whole standard evaluation on the exact classifier, run afresh
   on every clean-correct example of the batch with the evaluation's seed (:class:`AdaptiveStrong`).
 
@@ -408,9 +415,9 @@ class AutoAttackEval(Attack):
 
 
 class AdaptiveAutoAttack(AutoAttackEval):
-    """Transfer-based adaptive AutoAttack (App. B.2.1) plus AutoAttack's own APGD-CE, APGD-T and FAB-T on the exact
-    gradient (``apgd-ce-exact``, ``apgd-t-exact``, ``fab-t-exact``); standard AutoAttack for models without
-    ``forward_pair``."""
+    """Transfer-based adaptive AutoAttack (App. B.2.1) plus AutoAttack's own APGD-CE and FAB-T on the exact
+    gradient (``apgd-ce-exact``, ``fab-t-exact``; :data:`ADAPTIVE_DEFAULT`, the others of
+    :data:`ADAPTIVE_COMPONENTS` by ``components=``); standard AutoAttack for models without ``forward_pair``."""
 
     name: ClassVar[str] = "adaptive"
     available: ClassVar[tuple[str, ...]] = ADAPTIVE_COMPONENTS
