@@ -6,7 +6,7 @@
 Runs :func:`mixzoo.attacks.apgd.apgd_t` (9 targets, 100 iterations, early stop, per-example draws) on the card's
 transfer gradient (``forward_pair``) for the first ``--n`` evaluation images, ``--repeats`` times each way, and
 writes the medians, the examples broken each way (they must agree) and the machine: the measurement behind
-:func:`mixzoo.attacks.apgd.stack_runs_default`.
+the ``stack`` default of the ``adaptive`` attack's APGD-T (:func:`mixzoo.attacks.apgd.apgd_t`).
 """
 
 from __future__ import annotations

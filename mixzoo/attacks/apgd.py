@@ -288,16 +288,6 @@ def _generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
     return torch.Generator().manual_seed(seed), torch.Generator().manual_seed((seed + _EXTRA_SEED_OFFSET) % 2**63)
 
 
-def stack_runs_default(device: torch.device) -> bool:
-    """Whether APGD-T's runs (targets x restarts) go through the model as one stacked batch by default.
-
-    On a GPU one forward / backward over ``[runs x examples]`` replaces ``runs`` sequential passes of a small batch
-    that leave the device mostly idle. On the CPU the arithmetic is the cost and stacking only adds work (an
-    example broken by its first target would still run its other targets until the next drop check), so runs stay
-    sequential there."""
-    return torch.device(device).type == "cuda"
-
-
 def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
           norm: str, n_iter: int, loss: str | LossFn, seed: int, attack_all: bool, rho: float,
           on_iter: OnIter | None, plan: list[torch.Tensor | None],
@@ -395,13 +385,16 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: f
            n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0,
            record: MarginRecord | None = None, attack_all: bool = False, margin_fn: MarginFn = signed_margin,
            rho: float = 0.75, on_iter: OnIter | None = None, index: torch.Tensor | None = None,
-           early_stop: bool = False, stack: bool | None = None) -> MarginRecord:
+           early_stop: bool = False, stack: bool = False) -> MarginRecord:
     """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking.
 
     Targets come from the clean loss logits (one forward pass for all targets; AutoAttack recomputes them per
-    target), see :func:`target_classes`. ``stack``: run the targets and restarts as one stacked batch (needs
-    ``index``; :func:`_runs`); None: :func:`stack_runs_default` for the images' device. Other arguments as in
-    :func:`apgd_ce`.
+    target), see :func:`target_classes`. ``stack``: run the targets and restarts as one stacked batch (with
+    ``index`` and without ``attack_all``; :func:`_runs`). One pass over ``[runs x examples]`` rows replaces
+    ``runs`` passes of a small batch: the same outcome per example, faster on the CPU too where the model is small
+    enough for per-pass overhead to matter (``benchmarks/apgd_stack_speed_digits_cpu.json``,
+    ``benchmarks/apgd_stack_speed_fmnist_cpu.json``; on a GPU the small passes leave the device idle). Other
+    arguments as in :func:`apgd_ce`.
     """
     check_attack_settings(eps, norm, n_iter, n_restarts)
     if n_target_classes < 0:
@@ -415,4 +408,4 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     plan = [targets[:, j] for j in range(n_targets) for _ in range(n_restarts)]
     return _runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss="dlr-targeted", seed=seed,
                  attack_all=attack_all, rho=rho, on_iter=on_iter, plan=plan, index=index, early_stop=early_stop,
-                 stack=stack_runs_default(images.device) if stack is None else stack)
+                 stack=stack)
