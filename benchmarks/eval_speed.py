@@ -32,6 +32,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -149,7 +150,9 @@ def main() -> None:
               "sides": {}}
 
     print(f"[eval_speed] pyautoattack standard on {args.n} images ({args.device})", flush=True)
+    cpu0 = time.process_time()
     aa = run_pyautoattack(model, x, y, eps, norm, args.seed, args.batch_size)
+    aa["cpu_seconds"] = time.process_time() - cpu0
     result["sides"]["pyautoattack"] = side_row("pyautoattack standard (exact classifier)", aa,
                                                aa_components(aa["log"]))
     print(f"[eval_speed] pyautoattack: {result['sides']['pyautoattack']['seconds']} s", flush=True)
@@ -157,7 +160,9 @@ def main() -> None:
     for name, attack, options in sides:
         print(f"[eval_speed] {name}: {attack} {options or ''}", flush=True)
         try:
+            cpu0 = time.process_time()
             mz = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, attack, options=options)
+            mz["cpu_seconds"] = time.process_time() - cpu0
         except Exception as err:  # noqa: BLE001 - an unknown attack or option is this side's error, not the run's
             result["sides"][name] = {"attack": attack, "options": options, "error": f"{type(err).__name__}: {err}"}
             print(f"[eval_speed] {name}: error {result['sides'][name]['error']}", flush=True)
@@ -169,10 +174,12 @@ def main() -> None:
         result["sides"][name] = {"attack": attack, "options": options, **row}
         broken[name] = _broken(mz["clean"], mz["robust"])
         print(f"[eval_speed] {name}: {row['seconds']} s, robust {row['robust']}", flush=True)
-    aa_s = result["sides"]["pyautoattack"]["seconds"]
+    aa_row = result["sides"]["pyautoattack"]
     for row in result["sides"].values():
         if "seconds" in row:
-            row["ratio_to_pyautoattack"] = round(row["seconds"] / aa_s, 3) if aa_s else None
+            row["ratio_to_pyautoattack"] = round(row["seconds"] / aa_row["seconds"], 3) if aa_row["seconds"] else None
+            row["cpu_ratio_to_pyautoattack"] = (round(row["cpu_seconds"] / aa_row["cpu_seconds"], 3)
+                                                if aa_row["cpu_seconds"] else None)
     result["only"] = {f"{a} not {b}": sorted(broken[a] - broken[b]) for a in broken for b in broken if a != b}
     result["machine"]["load_average_1_5_15_min_at_end"] = [round(v, 2) for v in os.getloadavg()]
     write(Path(args.out), result)
@@ -181,7 +188,8 @@ def main() -> None:
 
 def side_row(label: str, res: dict, components: dict) -> dict:
     clean, robust = res["clean"], res["robust"]
-    return {"label": label, "seconds": round(res["seconds"], 1), "clean": int(clean.sum()),
+    return {"label": label, "seconds": round(res["seconds"], 1), "cpu_seconds": round(res["cpu_seconds"], 1),
+            "clean": int(clean.sum()),
             "robust": int(robust.sum()), "robust_accuracy": round(float(robust.float().mean()), 4),
             "components": {k: {kk: round(vv, 1) if isinstance(vv, float) else vv for kk, vv in v.items()}
                            for k, v in components.items()}}
@@ -198,15 +206,18 @@ def write(out: Path, result: dict) -> None:
              f" {m['torch_threads']}; load average at start {m['load_average_1_5_15_min_at_start']}, at end"
              f" {m['load_average_1_5_15_min_at_end']} (a load above the core count means other jobs shared the"
              " machine: compare wall times within this run only).", "",
-             "| side | evaluation | robust accuracy | robust / clean | seconds | ratio to pyautoattack |"
-             " components (newly broken, s) |", "|---|---|---|---|---|---|---|"]
+             "CPU seconds: this process's CPU time for the side (all threads; less sensitive to other jobs than wall"
+             " time when the machine is shared; on a GPU the host's time only).", "",
+             "| side | evaluation | robust accuracy | robust / clean | seconds | ratio to pyautoattack | CPU seconds |"
+             " CPU ratio | components (newly broken, s) |", "|---|---|---|---|---|---|---|---|---|"]
     for name, r in result["sides"].items():
         if "error" in r:
-            lines.append(f"| {name} | `{r['attack']}` {r['options'] or ''} | error: {r['error']} | | | | |")
+            lines.append(f"| {name} | `{r['attack']}` {r['options'] or ''} | error: {r['error']} | | | | | | |")
             continue
         comps = ", ".join(f"{k} {v.get('newly_broken', '-')} ({v['seconds']} s)" for k, v in r["components"].items())
         lines.append(f"| {name} | `{r['label']}` {r.get('options') or ''} | {r['robust_accuracy']:.2%} |"
-                     f" {r['robust']} / {r['clean']} | {r['seconds']} | {r.get('ratio_to_pyautoattack')} | {comps} |")
+                     f" {r['robust']} / {r['clean']} | {r['seconds']} | {r.get('ratio_to_pyautoattack')} |"
+                     f" {r['cpu_seconds']} | {r.get('cpu_ratio_to_pyautoattack')} | {comps} |")
     lines += ["", "Examples (indices among the images) broken by one side and not by another:", ""]
     lines += [f"* {k}: {v}" for k, v in result["only"].items()]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")

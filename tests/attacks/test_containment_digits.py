@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-N_IMAGES = 250
+N_IMAGES = 100
 
 
 @pytest.mark.slow
