@@ -177,6 +177,7 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
     active, rec, loss_out = None, record, loss_best
     if early_stop:
         loss_out = loss_best.clone()
+        n_groups = int(group.max()) + 1 if group is not None and n else 0
 
     for i in range(n_iter):
         with torch.no_grad():
@@ -223,7 +224,7 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
                 done = rec.misclassified
                 if group is not None:  # all copies of an example leave once one of them is misclassified
                     rows = group if active is None else group[active]
-                    hit = torch.zeros(int(group.max()) + 1, dtype=torch.bool, device=done.device)
+                    hit = torch.zeros(n_groups, dtype=torch.bool, device=done.device)
                     hit.index_fill_(0, rows[done], True)
                     done = hit[rows]
                 keep = ~done
