@@ -289,6 +289,17 @@ def _generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
     return torch.Generator().manual_seed(seed), torch.Generator().manual_seed((seed + _EXTRA_SEED_OFFSET) % 2**63)
 
 
+def stack_runs_default(device: torch.device | str) -> bool:
+    """Whether APGD-T's runs (targets x restarts) go through the model as one stacked batch by default: on a GPU.
+
+    One pass over ``[runs x examples]`` rows replaces ``runs`` passes of a small batch, the same outcome per
+    example. On a GPU the small passes leave the device idle. On the CPU the arithmetic is the cost, and the
+    sequential runs skip an example once one target broke it, so stacking won only where per-pass overhead
+    dominates: 3x faster for the digits MLP, 1.35x *slower* in CPU time for the Fashion-MNIST CNN
+    (``benchmarks/apgd_stack_speed_digits_cpu.json``, ``benchmarks/apgd_stack_speed_fmnist60_cpu.json``)."""
+    return torch.device(device).type == "cuda"
+
+
 def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
           norm: str, n_iter: int, loss: str | LossFn, seed: int, attack_all: bool, rho: float,
           on_iter: OnIter | None, plan: list[torch.Tensor | None],
@@ -386,16 +397,13 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: f
            n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0,
            record: MarginRecord | None = None, attack_all: bool = False, margin_fn: MarginFn = signed_margin,
            rho: float = 0.75, on_iter: OnIter | None = None, index: torch.Tensor | None = None,
-           early_stop: bool = False, stack: bool = False) -> MarginRecord:
+           early_stop: bool = False, stack: bool | None = False) -> MarginRecord:
     """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking.
 
     Targets come from the clean loss logits (one forward pass for all targets; AutoAttack recomputes them per
     target), see :func:`target_classes`. ``stack``: run the targets and restarts as one stacked batch (with
-    ``index`` and without ``attack_all``; :func:`_runs`). One pass over ``[runs x examples]`` rows replaces
-    ``runs`` passes of a small batch: the same outcome per example, faster on the CPU too where the model is small
-    enough for per-pass overhead to matter (``benchmarks/apgd_stack_speed_digits_cpu.json``,
-    ``benchmarks/apgd_stack_speed_fmnist_cpu.json``; on a GPU the small passes leave the device idle). Other
-    arguments as in :func:`apgd_ce`.
+    ``index`` and without ``attack_all``; :func:`_runs`); None: :func:`stack_runs_default` for the images' device.
+    Other arguments as in :func:`apgd_ce`.
     """
     check_attack_settings(eps, norm, n_iter, n_restarts)
     if n_target_classes < 0:
@@ -409,4 +417,4 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     plan = [targets[:, j] for j in range(n_targets) for _ in range(n_restarts)]
     return _runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss="dlr-targeted", seed=seed,
                  attack_all=attack_all, rho=rho, on_iter=on_iter, plan=plan, index=index, early_stop=early_stop,
-                 stack=stack)
+                 stack=stack_runs_default(images.device) if stack is None else stack)

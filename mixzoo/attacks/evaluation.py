@@ -23,8 +23,8 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
   standard AutoAttack's time between them; FAB-T on the bypass gradient aims at the auxiliary model's boundary,
   and every example standard AutoAttack's FAB-T breaks ``fab-t-exact`` breaks (below). A model without
   ``forward_pair`` gets standard AutoAttack (its APGD and FAB-T already have the model's own gradient).
-  Our APGD components drop an example the moment a misclassified point is recorded for it, and run APGD-T's
-  targets as one stacked batch (:func:`mixzoo.attacks.apgd.apgd_t`); neither changes which examples break.
+  Our APGD components drop an example the moment a misclassified point is recorded for it, and on a GPU run
+  APGD-T's targets as one stacked batch (:func:`mixzoo.attacks.apgd.apgd_t`); neither changes which examples break.
 * ``adaptive-strong``: all of ``adaptive``'s components (those outside its default too) plus bypass- and
   re-seeded APGD before FAB-T, and last
   ``autoattack-standard``: the installed AutoAttack's whole standard evaluation on the exact classifier, run afresh
@@ -251,7 +251,7 @@ def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: 
         if kind == "apgd-ce":
             rec = apgd_ce(forward, x, y, **common)
         else:
-            rec = apgd_t(forward, x, y, n_target_classes=n_targets, stack=True, **common)
+            rec = apgd_t(forward, x, y, n_target_classes=n_targets, stack=None, **common)
         rec.check_finite()
         comp.zero_grad.append(int(rec.zero_grad.sum()))
         return rec.x
