@@ -19,7 +19,7 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
   ``apgd-t-exact`` (APGD-T on the exact gradient) and ``fab-t`` (pyautoattack's FAB-T on the model in bypass mode:
   its output values are MixedNUTS's, its gradients the auxiliary mixture's, App. B.2.2). They are left out of the
   default because, run after the default components' gradient stages, they broke no example on the measured runs
-  (``benchmarks/autoattack_parity.md``, ``benchmarks/eval_speed_digits_cpu.md``) while costing almost half of
+  (``benchmarks/autoattack_parity.md``, ``benchmarks/eval_speed_digits_cpu_all7.md``) while costing almost half of
   standard AutoAttack's time between them; FAB-T on the bypass gradient aims at the auxiliary model's boundary,
   and every example standard AutoAttack's FAB-T breaks ``fab-t-exact`` breaks (below). A model without
   ``forward_pair`` gets standard AutoAttack (its APGD and FAB-T already have the model's own gradient).
