@@ -74,15 +74,18 @@ def run_pyautoattack(model, x, y, eps, norm, seed, batch_size) -> dict:
 
 
 def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_example: bool = True,
-               first_index: int = 0) -> dict:
+               first_index: int = 0, options: dict | None = None) -> dict:
+    """mixzoo's evaluation ``attack_name`` (with attack ``options``) as ``mixzoo bench`` runs it: chunks of
+    ``batch_size`` images, every random draw per example index."""
     from mixzoo.core.plugins import lookup
 
     cls = lookup("attack", attack_name)
+    cls.check_options(dict(options or {}))  # a bad option fails before anything is attacked
     clean, robust, comps, seconds = [], [], {}, 0.0
     for index, start in enumerate(range(0, len(y), batch_size)):
         stop = min(len(y), start + batch_size)
         extra = {"index": torch.arange(first_index + start, first_index + stop)} if per_example else {}
-        res = cls(eps=eps, norm=norm, seed=seed if per_example else seed + index).run(
+        res = cls(eps=eps, norm=norm, seed=seed if per_example else seed + index, **(options or {})).run(
             model, x[start:stop], y[start:stop], progress=False, **extra)
         clean.append(res.clean_correct.bool())
         robust.append(res.robust_correct.bool())

@@ -10,16 +10,23 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
 * ``autoattack``: standard AutoAttack (APGD-CE, APGD-T, FAB-T, Square) from the installed ``pyautoattack`` package,
   on the model's ``bypass`` gradient variant where it offers one (App. B.2.2, how the RobustBench entry was
   evaluated; :func:`mixzoo.attacks.variants.with_gradient`).
-* ``adaptive``: transfer-based adaptive AutoAttack (App. B.2.1). APGD-CE and APGD-T take loss and gradients from
-  the auxiliary differentiable mixture (second output of ``forward_pair``, Eq. 8) while success and the kept point
-  are judged on the true MixedNUTS output (first output); then ``apgd-ce-exact`` and ``apgd-t-exact``, the same
-  APGD-CE and APGD-T on the exact gradient of the mixture formula (what standard AutoAttack run on the classifier
-  uses); FAB-T is pyautoattack's, run on the model in bypass mode
-  (its output values are MixedNUTS's, its gradients the auxiliary mixture's: FAB needs one model, and bypass is the
-  single-output form of the same surrogate, App. B.2.2); then ``fab-t-exact``, the same FAB-T on the exact
-  gradient; then Square on the true output. A model without ``forward_pair`` gets
-  standard AutoAttack (its APGD and FAB-T already have the model's own gradient).
-* ``adaptive-strong``: ``adaptive`` plus bypass- and re-seeded APGD before FAB-T, and last
+* ``adaptive``: transfer-based adaptive AutoAttack (App. B.2.1) that contains standard AutoAttack. By default
+  (:data:`ADAPTIVE_DEFAULT`): ``apgd-ce`` and ``apgd-t`` take loss and gradients from the auxiliary differentiable
+  mixture (second output of ``forward_pair``, Eq. 8) while success and the kept point are judged on the true
+  MixedNUTS output (first output); ``apgd-ce-exact``, the same APGD-CE on the exact gradient of the mixture
+  formula (what standard AutoAttack run on the classifier uses); ``fab-t-exact``, pyautoattack's FAB-T on the exact
+  gradient; then Square on the true output. Selectable with ``components=`` (:data:`ADAPTIVE_COMPONENTS`):
+  ``apgd-t-exact`` (APGD-T on the exact gradient) and ``fab-t`` (pyautoattack's FAB-T on the model in bypass mode:
+  its output values are MixedNUTS's, its gradients the auxiliary mixture's, App. B.2.2). They are left out of the
+  default because, run after the default components' gradient stages, they broke no example on the measured runs
+  (``benchmarks/autoattack_parity.md``, ``benchmarks/eval_speed_digits_cpu_all7.md``) while costing almost half of
+  standard AutoAttack's time between them; FAB-T on the bypass gradient aims at the auxiliary model's boundary,
+  and every example standard AutoAttack's FAB-T breaks ``fab-t-exact`` breaks (below). A model without
+  ``forward_pair`` gets standard AutoAttack (its APGD and FAB-T already have the model's own gradient).
+  Our APGD components drop an example the moment a misclassified point is recorded for it, and on a GPU run
+  APGD-T's targets as one stacked batch (:func:`mixzoo.attacks.apgd.apgd_t`); neither changes which examples break.
+* ``adaptive-strong``: all of ``adaptive``'s components (those outside its default too) plus bypass- and
+  re-seeded APGD before FAB-T, and last
   ``autoattack-standard``: the installed AutoAttack's whole standard evaluation on the exact classifier, run afresh
   on every clean-correct example of the batch with the evaluation's seed (:class:`AdaptiveStrong`).
 
@@ -70,6 +77,8 @@ AUTOATTACK_COMPONENTS = ("apgd-ce", "apgd-t", "fab-t", "square")
 # APGD on the exact gradient of the mixture formula (what standard AutoAttack runs on the classifier, see the module
 # docstring), "fab-t" App. B.2.1's FAB-T (bypass gradient), "fab-t-exact" the same FAB-T on the exact gradient
 ADAPTIVE_COMPONENTS = ("apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "fab-t", "fab-t-exact", "square")
+# what ``adaptive`` runs by default (the others stay selectable with ``components=``), see the module docstring
+ADAPTIVE_DEFAULT = ("apgd-ce", "apgd-t", "apgd-ce-exact", "fab-t-exact", "square")
 EXACT_APGD = ("apgd-ce-exact", "apgd-t-exact")
 # adaptive-strong adds, last, the whole standard AutoAttack on the exact classifier from the clean images
 STRONG_COMPONENTS = (*ADAPTIVE_COMPONENTS, "autoattack-standard")
@@ -238,11 +247,11 @@ def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: 
     indices, its random starts are drawn per example (:func:`mixzoo.attacks.apgd.apgd_ce`)."""
     def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         common = dict(eps=eps, norm=norm, n_iter=int(opts["n_iter"]), n_restarts=int(opts["n_restarts"]),
-                      seed=seed, index=index)
+                      seed=seed, index=index, early_stop=True)
         if kind == "apgd-ce":
             rec = apgd_ce(forward, x, y, **common)
         else:
-            rec = apgd_t(forward, x, y, n_target_classes=n_targets, **common)
+            rec = apgd_t(forward, x, y, n_target_classes=n_targets, stack=None, **common)
         rec.check_finite()
         comp.zero_grad.append(int(rec.zero_grad.sum()))
         return rec.x
@@ -343,8 +352,9 @@ def _standard_exact(model: nn.Module, opts: dict[str, Any], eps: float, norm: st
     return Component("autoattack-standard", fn, scope="clean")
 
 
-def _select(opts: dict[str, Any], available: tuple[str, ...], attack: str) -> list[str]:
-    chosen = opts.get("components") or list(available)
+def _select(opts: dict[str, Any], available: tuple[str, ...], attack: str,
+            default: tuple[str, ...] | None = None) -> list[str]:
+    chosen = opts.get("components") or list(default or available)
     unknown = [c for c in chosen if c not in available]
     if unknown:
         raise InputError(f"unknown component(s) {', '.join(unknown)} for attack {attack!r};"
@@ -405,16 +415,17 @@ class AutoAttackEval(Attack):
 
 
 class AdaptiveAutoAttack(AutoAttackEval):
-    """Transfer-based adaptive AutoAttack (App. B.2.1) plus AutoAttack's own APGD-CE, APGD-T and FAB-T on the exact
-    gradient (``apgd-ce-exact``, ``apgd-t-exact``, ``fab-t-exact``); standard AutoAttack for models without
-    ``forward_pair``."""
+    """Transfer-based adaptive AutoAttack (App. B.2.1) plus AutoAttack's own APGD-CE and FAB-T on the exact
+    gradient (``apgd-ce-exact``, ``fab-t-exact``; :data:`ADAPTIVE_DEFAULT`, the others of
+    :data:`ADAPTIVE_COMPONENTS` by ``components=``); standard AutoAttack for models without ``forward_pair``."""
 
     name: ClassVar[str] = "adaptive"
     available: ClassVar[tuple[str, ...]] = ADAPTIVE_COMPONENTS
-    code_version: ClassVar[str | None] = "exact-apgd-1"  # in the cache key: the default includes the exact APGD
+    default_components: ClassVar[tuple[str, ...] | None] = ADAPTIVE_DEFAULT
+    code_version: ClassVar[str | None] = "lean-1"  # in the cache key: the default components and early stopping
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
-        chosen = _select(self.options, self.available, self.name)
+        chosen = _select(self.options, self.available, self.name, self.default_components)
         if not isinstance(model, PairedOutput):
             # a single model: standard AutoAttack, whose components already have the model's own (exact) gradient,
             # so "apgd-ce-exact" asks for "apgd-ce"; with per-example randomness our APGD (the same algorithm,
@@ -498,6 +509,7 @@ class AdaptiveStrong(AdaptiveAutoAttack):
     # forward_pair too, e.g. adaptive smoothing): outcomes cached before are attacked again
     code_version: ClassVar[str | None] = "aa-standard-2"
     available: ClassVar[tuple[str, ...]] = STRONG_COMPONENTS
+    default_components: ClassVar[tuple[str, ...] | None] = None  # all of them
     defaults: ClassVar[dict[str, Any]] = {**AdaptiveAutoAttack.defaults, "extra_seeds": 1}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:

@@ -771,9 +771,12 @@ def test_adaptive_runs_fab_t_on_both_gradients_with_the_standard_settings(aa_att
     assert _attrs(seen[0][1], FAB_ATTRS) == _attrs(seen[1][1], FAB_ATTRS)
     assert (seen[1][1].targeted, seen[1][1].n_target_classes, seen[1][1].seed, seen[1][1].n_restarts) == (
         True, 9, 3, 1)
-    # the default adaptive evaluation of a mixed classifier has both, in AutoAttack's order
+    # the default adaptive evaluation of a mixed classifier runs FAB-T on the exact gradient only (the bypass one and
+    # the exact APGD-T are selectable), in AutoAttack's order
     names = [c.name for c in AdaptiveAutoAttack(eps=0.1).components(model, 10)]
-    assert names == ["apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "fab-t", "fab-t-exact", "square"]
+    assert names == ["apgd-ce", "apgd-t", "apgd-ce-exact", "fab-t-exact", "square"]
+    every = [c.name for c in AdaptiveAutoAttack(eps=0.1, components=list(ev.ADAPTIVE_COMPONENTS)).components(model, 10)]
+    assert every == ["apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "fab-t", "fab-t-exact", "square"]
     # a single model's adaptive evaluation is standard AutoAttack: one FAB-T, on its own gradient
     plain = TenClass(pair=False, variants=False)
     assert [c.name for c in AdaptiveAutoAttack(eps=0.1).components(plain, 10)] == list(ev.AUTOATTACK_COMPONENTS)
