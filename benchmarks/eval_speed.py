@@ -157,6 +157,7 @@ def main() -> None:
                                                aa_components(aa["log"]))
     print(f"[eval_speed] pyautoattack: {result['sides']['pyautoattack']['seconds']} s", flush=True)
     broken = {"pyautoattack": _broken(aa["clean"], aa["robust"])}
+    finish(result, broken, Path(args.out))
     for name, attack, options in sides:
         print(f"[eval_speed] {name}: {attack} {options or ''}", flush=True)
         try:
@@ -174,6 +175,13 @@ def main() -> None:
         result["sides"][name] = {"attack": attack, "options": options, **row}
         broken[name] = _broken(mz["clean"], mz["robust"])
         print(f"[eval_speed] {name}: {row['seconds']} s, robust {row['robust']}", flush=True)
+        finish(result, broken, Path(args.out))  # after every side: a run stopped by a time limit keeps what it did
+    finish(result, broken, Path(args.out))
+    print(json.dumps({k: result["only"][k] for k in result["only"] if k.endswith("not adaptive")}), flush=True)
+
+
+def finish(result: dict, broken: dict[str, set[int]], out: Path) -> None:
+    """Ratios to pyautoattack, the pairwise "only A" lists and the load, then the JSON and Markdown files."""
     aa_row = result["sides"]["pyautoattack"]
     for row in result["sides"].values():
         if "seconds" in row:
@@ -182,8 +190,7 @@ def main() -> None:
                                                 if aa_row["cpu_seconds"] else None)
     result["only"] = {f"{a} not {b}": sorted(broken[a] - broken[b]) for a in broken for b in broken if a != b}
     result["machine"]["load_average_1_5_15_min_at_end"] = [round(v, 2) for v in os.getloadavg()]
-    write(Path(args.out), result)
-    print(json.dumps({k: result["only"][k] for k in result["only"] if k.endswith("not adaptive")}), flush=True)
+    write(out, result)
 
 
 def side_row(label: str, res: dict, components: dict) -> dict:

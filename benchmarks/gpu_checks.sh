@@ -8,12 +8,13 @@
 #   2. scale:   benchmarks/gpu_scale.py: MMAA and the `adaptive` attack, images/s and peak memory, on the
 #               Fashion-MNIST pair (full settings) and on ConvNeXt V2-L + Swin-L with random weights (few iterations,
 #               scaled), then the labelled ESTIMATE of a 5,000-image ImageNet evaluation on 1 and 8 GPUs;
+#   3. eval:    benchmarks/eval_speed.py (pyautoattack vs adaptive vs the sides fast and bf16) on the first EVAL_N
+#               (default 1,000) Fashion-MNIST images, second (after the NCCL check), at most T_EVAL
+#               seconds (default 600) and what is left of BUDGET; EVAL_BS images per batch (default 250);
 #   4. export:  benchmarks/gpu_export.py: the card's torch.export / ONNX artifacts run on CUDA against mixzoo on CUDA;
 #   5. certify: benchmarks/certify_lipschitz_fmnist.py --device cuda: randomized smoothing (fmnist-rs050, fmnist-rs025;
 #               soft and hard from one pass) and the Lipschitz certificates (fmnist-lip050/075) on the first 1,000
 #               evaluation images;
-#   3. eval:    benchmarks/eval_speed.py (pyautoattack vs adaptive vs the sides fast and bf16) on the first EVAL_N
-#               (default 1,000) Fashion-MNIST images, last, with whatever time is left of BUDGET.
 # nvidia-smi samples utilisation and memory every 500 ms all along (smi.csv); steps.tsv holds each step's Unix start
 # and end times and exit status, so benchmarks/gpu_results.py can attribute the samples to steps.
 #
@@ -25,7 +26,7 @@
 # Every step has its own time limit and the results are packed into $OUT/results.tgz (plus $OUT/summary.txt) even
 # when a step fails. STEPS picks steps and their order does not matter (default 12453; 6 adds bench rows of the
 # Lipschitz RBC fmnist-lip075, 1,000 images per threat model: minutes, for a second run). SMOKE=1 runs every step
-# tiny on the CPU (gloo for torchrun). BUDGET (default 450 s) bounds the whole run: eval gets what is left.
+# tiny on the CPU (gloo for torchrun). BUDGET (default 450 s) bounds the whole run.
 # `bash benchmarks/gpu_checks.sh prepare` builds .devdata here (from the Debian dataset and .venv); then call the
 # device tool with command `bash benchmarks/gpu_checks.sh` and carry [".devdata"] (about 21 MB), timeout_s 540.
 set -u
@@ -206,6 +207,17 @@ PY
   cat "$RES/nccl/compare.json" | head -c 1500; echo
 }
 
+[[ $STEPS == *3* ]] && {
+  mkdir -p "$RES/eval"
+  if [ -f benchmarks/eval_speed.py ]; then
+    T=$(left); [ "$T" -gt "${T_EVAL:-600}" ] && T=${T_EVAL:-600}
+    step eval/run "$T" $PY benchmarks/eval_speed.py --dataset fmnist --card "$CARD" --n "$EVAL_N" --batch-size "${EVAL_BS:-250}" --device "$DEV" \
+      --side fast=fast --side bf16=adaptive,precision=bf16 --out "$RES/eval/eval_speed"
+  else
+    log "eval: benchmarks/eval_speed.py is not in this checkout; step skipped"
+    printf 'eval/run\t%s\t%s\tmissing-script\n' "$(date +%s)" "$(date +%s)" >>"$RES/steps.tsv"
+  fi
+}
 [[ $STEPS == *2* ]] && {
   mkdir -p "$RES/scale"
   step scale/fmnist 150 $PY benchmarks/gpu_scale.py measure --pair fmnist "${FM[@]}" --device "$DEV" --json "$RES/scale/fmnist.json"
@@ -251,15 +263,4 @@ PY
   done
 }
 
-[[ $STEPS == *3* ]] && {
-  mkdir -p "$RES/eval"
-  if [ -f benchmarks/eval_speed.py ]; then
-    T=$(left); [ "$T" -gt "${T_EVAL:-600}" ] && T=${T_EVAL:-600}
-    step eval/run "$T" $PY benchmarks/eval_speed.py --dataset fmnist --card "$CARD" --n "$EVAL_N" --device "$DEV" \
-      --side fast=fast --side bf16=adaptive,precision=bf16 --out "$RES/eval/eval_speed"
-  else
-    log "eval: benchmarks/eval_speed.py is not in this checkout; step skipped"
-    printf 'eval/run\t%s\t%s\tmissing-script\n' "$(date +%s)" "$(date +%s)" >>"$RES/steps.tsv"
-  fi
-}
 log done
