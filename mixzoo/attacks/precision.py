@@ -42,8 +42,7 @@ def check_precision_device(precision: str, device: str | torch.device) -> str:
     dev = torch.device(device)
     if dev.type == "cuda":
         if not torch.cuda.is_bf16_supported():
-            raise InputError(f"--precision bf16: the GPU {torch.cuda.get_device_name(dev)} has no bfloat16"
-                             " arithmetic; use --precision float32")
+            raise InputError("--precision bf16: this GPU has no bfloat16 arithmetic; use --precision float32")
     elif dev.type == "cpu":
         if not native_bf16_cpu():
             warnings.warn(f"--precision bf16: {EMULATED_BF16}, so bfloat16 is emulated and likely slower than"
