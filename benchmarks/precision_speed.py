@@ -122,7 +122,8 @@ def summarise(acc: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def markdown(data: dict[str, Any]) -> str:
     lines = ["# Attacks in bfloat16 against float32", "",
-             "Written by `benchmarks/precision_speed.py` from `benchmarks/precision_speed.json`. Each attack ran on the "
+             "Written by `benchmarks/precision_speed.py` from `benchmarks/precision_speed.json`. Each attack ran on "
+             "the "
              "card's mixed classifier in float32 and in bf16 (bfloat16 autocast; every break confirmed in float32 "
              "outside autocast), chunk by chunk, float32 then bf16 on each chunk. Speed-up: float32 seconds / bf16 "
              "seconds. Gap: bf16 robust accuracy minus float32's, in points (target: at most +0.2).", "",
@@ -178,22 +179,26 @@ def main() -> None:
                            "load_before": load(), "shared": args.shared, "card_warnings": [str(w.message)
                                                                                            for w in caught],
                            "attacks": {}}
+    record = run_record(args.device)
+    run["commit"] = record.get("git_commit") or record.get("commit")
     for attack in args.attacks.split(","):
         acc = run_attack(attack, model, images, labels, ce.eps, ce.norm, args.seed, args.chunk, args.device)
         run["attacks"][attack] = summarise(acc)
         print(json.dumps({attack: {k: v for k, v in run["attacks"][attack].items()
                                    if k in ("speedup", "robust_gap_points", "n")}}), flush=True)
-    run["load_after"] = load()
-    record = run_record(args.device)
-    run["commit"] = record.get("git_commit") or record.get("commit")
-    out = Path(args.out)
+        run["load_after"] = load()
+        write(run, Path(args.out))  # after each attack, so a long run keeps what it has measured
+
+
+def write(run: dict[str, Any], out: Path) -> None:
+    """Merge ``run`` into ``out``.json (replacing the run of the same card, n and device) and rewrite ``out``.md."""
     path = out.with_suffix(".json")
     data = json.loads(path.read_text()) if path.exists() else {"runs": []}
     data["runs"] = [r for r in data["runs"] if (r["card"], r["n"], r["device"]) != (run["card"], run["n"],
                                                                                    run["device"])] + [run]
     path.write_text(json.dumps(data, indent=2) + "\n")
     out.with_suffix(".md").write_text(markdown(data))
-    print(f"written {path} and {out.with_suffix('.md')}")
+    print(f"written {path} and {out.with_suffix('.md')}", flush=True)
 
 
 if __name__ == "__main__":
