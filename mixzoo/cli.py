@@ -407,8 +407,9 @@ def sanity(
     if as_json:
         print(json.dumps(sweep.to_dict(), indent=2))
     else:
-        table = Table(title=f"robust % under {sweep.attack} over {sweep.norm} eps (n={sweep.n}; nominal eps "
-                            f"{sweep.eps:g}; the grey image reaches every example at {sweep.reach:g})")
+        arithmetic = "" if sweep.precision == "float32" else f" in {sweep.precision}, breaks confirmed in float32"
+        table = Table(title=f"robust % under {sweep.attack}{arithmetic} over {sweep.norm} eps (n={sweep.n}; "
+                            f"nominal eps {sweep.eps:g}; the grey image reaches every example at {sweep.reach:g})")
         for col in ("model", "clean %", "class at grey", *(f"eps {r:g}" for r in sweep.radii)):
             table.add_column(col, justify="left" if col == "model" else "right")
         for m in sweep.models:
