@@ -27,6 +27,7 @@ import os
 import platform
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,10 @@ def broken(res: Any) -> set[int]:
 
 
 def run_attack(attack: str, model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, eps: float,
-               norm: str, seed: int, chunk: int, device: str) -> dict[str, dict[str, Any]]:
-    """Both precisions of ``attack``, chunk by chunk, float32 then bf16 on each chunk."""
+               norm: str, seed: int, chunk: int, device: str,
+               after_chunk: Callable[[dict[str, Any]], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Both precisions of ``attack``, chunk by chunk, float32 then bf16 on each chunk; ``after_chunk`` gets the
+    summary of the chunks done so far."""
     from mixzoo.core.plugins import lookup
 
     cls = lookup("attack", attack)
@@ -99,9 +102,14 @@ def run_attack(attack: str, model: torch.nn.Module, images: torch.Tensor, labels
                     d["confirmed_float32"] = d.get("confirmed_float32", 0) + int(c.confirmed_float32)
             print(f"{attack} {precision} images {start}-{start + len(y)}: {time.perf_counter() - t0:.1f} s, "
                   f"load {load()}", flush=True)
-    for a in acc.values():
-        a["clean"], a["robust"] = torch.cat(a["clean"]), torch.cat(a["robust"])
-    return acc
+        if after_chunk is not None and start + chunk < len(labels):
+            after_chunk({**summarise(joined(acc)), "partial": f"the first {start + len(y)} of {len(labels)} images"})
+    return joined(acc)
+
+
+def joined(acc: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``acc`` with each precision's per-chunk outcomes concatenated."""
+    return {p: {**a, "clean": torch.cat(a["clean"]), "robust": torch.cat(a["robust"])} for p, a in acc.items()}
 
 
 def summarise(acc: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -135,7 +143,8 @@ def markdown(data: dict[str, Any]) -> str:
             comps = r["bf16"]["components"].values()
             found = sum(c.get("found_bf16", 0) for c in comps)
             conf = sum(c.get("confirmed_float32", 0) for c in comps)
-            lines.append(f"| {Path(run['card']).stem} | {r['n']} | {run['device']} | {attack} | "
+            note = f" ({r['partial']})" if r.get("partial") else ""
+            lines.append(f"| {Path(run['card']).stem} | {r['n']} | {run['device']} | {attack}{note} | "
                          f"{r['float32']['seconds']:.0f} | {r['bf16']['seconds']:.0f} | {r['speedup']:.2f}x | "
                          f"{100 * r['float32']['robust_accuracy']:.1f} | {100 * r['bf16']['robust_accuracy']:.1f} | "
                          f"{r['robust_gap_points']:+.1f} | {len(r['broken_only_float32'])} / "
@@ -182,7 +191,13 @@ def main() -> None:
     record = run_record(args.device)
     run["commit"] = record.get("git_commit") or record.get("commit")
     for attack in args.attacks.split(","):
-        acc = run_attack(attack, model, images, labels, ce.eps, ce.norm, args.seed, args.chunk, args.device)
+        def partial(summary: dict[str, Any], attack: str = attack) -> None:
+            run["attacks"][attack] = summary
+            run["load_after"] = load()
+            write(run, Path(args.out))
+
+        acc = run_attack(attack, model, images, labels, ce.eps, ce.norm, args.seed, args.chunk, args.device,
+                         after_chunk=partial)
         run["attacks"][attack] = summarise(acc)
         print(json.dumps({attack: {k: v for k, v in run["attacks"][attack].items()
                                    if k in ("speedup", "robust_gap_points", "n")}}), flush=True)
