@@ -41,8 +41,9 @@ Without indices, pyautoattack's Square runs instead.
 
 Precision. ``run(..., precision="bf16")`` runs every component under bfloat16 autocast
 (:mod:`mixzoo.attacks.precision`); the clean accuracy and every candidate are still judged on the model's float32
-output outside autocast, so a break bfloat16 rounding alone produced is dropped, and each component reports how many
-candidates bfloat16 saw as broken and how many of those float32 confirmed.
+output outside autocast, so a break bfloat16 rounding alone produced is dropped (and that component attacks those
+examples again in float32), and each component reports how many candidates bfloat16 saw as broken, how many of
+those float32 confirmed, and how many the float32 re-run broke.
 
 When the black-box Square breaks examples the gradient components missed, the result carries the warning
 "potentially unreliable: ..." (gradient masking, App. B.2.1); examples with an all-zero loss gradient at an APGD
@@ -171,8 +172,9 @@ class Attack:
         ``index`` (each example's index in its whole data set) is handed to the components that draw their
         randomness per example (:attr:`Component.per_example`); the others use their batch's stream.
         ``precision="bf16"`` runs the components under bfloat16 autocast (:mod:`mixzoo.attacks.precision`); clean
-        accuracy and every candidate are judged on the model's float32 output outside autocast, and each
-        component's stat counts the candidates bfloat16 saw as broken and those float32 confirmed."""
+        accuracy and every candidate are judged on the model's float32 output outside autocast; a component whose
+        bfloat16 candidate is not confirmed runs again on that example in float32, and each component's stat counts
+        the candidates bfloat16 saw as broken, those float32 confirmed and the breaks of the float32 re-run."""
         check_precision_device(precision, images.device)
         t0 = time.perf_counter()
         check_images(images)
@@ -200,40 +202,40 @@ class Attack:
                 todo = torch.nonzero(clean_correct if comp.scope == "clean" else robust).squeeze(1)
                 task = bar.add_task(f"{self.name}: {comp.name}", total=len(todo))
                 start, newly, outside, own = time.perf_counter(), 0, 0, 0
-                found_low, confirmed = 0, 0
+                found_low, confirmed, rerun = 0, 0, 0
                 with pywarnings.catch_warnings(record=True) as caught:
                     pywarnings.simplefilter("always")
                     for idx in todo.split(bs) if len(todo) else ():  # an empty tensor splits into one empty part
                         x, y = images[idx], labels[idx]
-                        with attack_arithmetic(precision, images.device):
-                            if comp.per_example and index is not None:
-                                cand = comp.fn(x, y, index[idx.to(index.device)]).detach()
-                            else:
-                                cand = comp.fn(x, y).detach()
-                        cand = cand.to(x.dtype)
-                        inside = within_threat_model(cand, x, self.eps, self.norm)
-                        with torch.no_grad(), exact_arithmetic():  # the judgement: float32, outside autocast
-                            out = model(cand).float()
-                        if torch.isnan(out[inside]).any():
-                            raise nan_error(int(torch.isnan(out[inside]).any(dim=1).sum()),
-                                             f"at points found by {comp.name}")
+                        cand, inside, out = self._attempt(comp, model, x, y, idx, index, precision)
                         broken = (out.argmax(dim=1) != y) & inside & robust[idx]
+                        own += int(((out.argmax(dim=1) != y) & inside).sum())
+                        outside += int((~inside).sum())
                         if precision != "float32":  # what the attack's own arithmetic saw
                             with torch.no_grad(), attack_arithmetic(precision, images.device):
                                 low = model(cand)
                             seen = (low.argmax(dim=1) != y) & inside & robust[idx]
                             found_low += int(seen.sum())
                             confirmed += int((seen & broken).sum())
+                            dropped = seen & ~broken
+                            if dropped.any():  # bfloat16 stopped on a false break: this component again, in float32
+                                sub = idx[dropped]
+                                c2, in2, out2 = self._attempt(comp, model, images[sub], labels[sub], sub, index,
+                                                              "float32")
+                                again = (out2.argmax(dim=1) != labels[sub]) & in2
+                                cand[dropped], out[dropped], inside[dropped] = c2, out2, in2
+                                broken[dropped] = again
+                                rerun += int(again.sum())
+                                own += int(again.sum())
                         robust[idx[broken]] = False
                         adv[idx[broken]] = cand[broken]
                         newly += int(broken.sum())
-                        own += int(((out.argmax(dim=1) != y) & inside).sum())
-                        outside += int((~inside).sum())
                         bar.advance(task, len(idx))
                 low = precision != "float32"
                 stats.append(ComponentStat(comp.name, newly, time.perf_counter() - start,
                                            own if comp.scope == "clean" else None,
-                                           found_low if low else None, confirmed if low else None))
+                                           found_low if low else None, confirmed if low else None,
+                                           rerun if low else None))
                 if index is not None and not comp.per_example and len(todo):
                     notes.append(f"{comp.name}: draws its randomness per batch, so its outcome can depend on the"
                                  " batch size and the number of processes")
@@ -249,6 +251,24 @@ class Attack:
             notes.append(square_masking_note(square[0].newly_broken))
         return EvalResult(self.name, self.eps, self.norm, n, clean_correct.cpu(), robust.cpu(), adv, stats, notes,
                           time.perf_counter() - t0, precision)
+
+
+    def _attempt(self, comp: Component, model: nn.Module, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor,
+                 index: torch.Tensor | None, precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``comp``'s candidates for ``x`` (dataset rows ``idx``) in ``precision``, whether each lies in the
+        threat model, and the model's float32 logits there (outside autocast: the judgement)."""
+        with attack_arithmetic(precision, x.device):
+            if comp.per_example and index is not None:
+                cand = comp.fn(x, y, index[idx.to(index.device)]).detach()
+            else:
+                cand = comp.fn(x, y).detach()
+        cand = cand.to(x.dtype)
+        inside = within_threat_model(cand, x, self.eps, self.norm)
+        with torch.no_grad(), exact_arithmetic():
+            out = model(cand).float()
+        if torch.isnan(out[inside]).any():
+            raise nan_error(int(torch.isnan(out[inside]).any(dim=1).sum()), f"at points found by {comp.name}")
+        return cand, inside, out
 
 
 # ---------------------------------------------------------------------------------------------------- components

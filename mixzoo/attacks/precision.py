@@ -6,7 +6,9 @@ matrix products and convolutions in bfloat16 (8 significant bits), the rest as a
 every candidate, and the clean accuracy, are the model's ordinary float32 output outside autocast
 (:meth:`mixzoo.attacks.evaluation.Attack.run`), so a point counts as a break only if the exact classifier
 misclassifies it; what bfloat16 alone saw as broken is reported beside it
-(:class:`~mixzoo.attacks.result.ComponentStat`).
+(:class:`~mixzoo.attacks.result.ComponentStat`). An example whose bfloat16 candidate float32 does not confirm was
+left by the attack at a false break (its search stops at what looks like a success), so the same component attacks
+it again in float32; only those few examples cost float32 time.
 
 Devices: a CUDA GPU without bfloat16 arithmetic (``torch.cuda.is_bf16_supported()`` false) is refused with a
 one-line error naming ``--precision float32``. A CPU without bfloat16 instructions (AVX-512 BF16 or AMX) runs

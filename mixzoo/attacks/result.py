@@ -20,10 +20,12 @@ class ComponentStat:
     # earlier components' breaks included (its result as a stand-alone evaluation); None for the others
     own_broken: int | None = None
     # with precision "bf16" (None in float32): the still-robust examples whose candidate the model misclassified
-    # under bfloat16 autocast, and those of them the float32 output (outside autocast) confirmed; ``newly_broken``
-    # counts float32 breaks only, so ``found_bf16 - confirmed_float32`` candidates were dropped
+    # under bfloat16 autocast, and those of them the float32 output (outside autocast) confirmed; the other
+    # ``found_bf16 - confirmed_float32`` candidates were dropped and the component ran again on those examples in
+    # float32, breaking ``rerun_float32`` of them. ``newly_broken`` counts float32-confirmed breaks only.
     found_bf16: int | None = None
     confirmed_float32: int | None = None
+    rerun_float32: int | None = None
 
 
 @dataclass

@@ -26,6 +26,7 @@ from mixzoo.zoo.pairs import model_device
 # Part of every cached outcome's key: it changes whenever the bench would compute other outcomes for the same
 # models, data and attack (components, layer norm, how random numbers are drawn), so older outcomes are not reused.
 BENCH_CODE_VERSION = "bench-6"
+BF16_COUNTS = ("found_bf16", "confirmed_float32", "rerun_float32")  # a bf16 component's record has these
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 
 
@@ -150,8 +151,9 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
             "seconds": sum(c["seconds"] for c in parts),
             # a clean-scope component's own breaks (its stand-alone result), when every batch recorded them
             **({"own_broken": sum(c["own_broken"] for c in parts)} if all("own_broken" in c for c in parts) else {}),
-            # bf16 runs: candidates bfloat16 saw as broken, and those the float32 output confirmed
-            **({k: sum(c[k] for c in parts) for k in ("found_bf16", "confirmed_float32")}
+            # bf16 runs: candidates bfloat16 saw as broken, those the float32 output confirmed, and the breaks of
+            # the float32 re-run on the dropped ones
+            **({k: sum(c.get(k, 0) for c in parts) for k in BF16_COUNTS}
                if all("found_bf16" in c for c in parts) else {}),
         })
     merged["warnings"] = merge_warnings([b["warnings"] for b in batches], merged["components"])
@@ -192,7 +194,8 @@ def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, 
         "components": [{"name": c.name, "newly_broken": int(c.newly_broken), "seconds": c.seconds,
                         **({} if c.own_broken is None else {"own_broken": int(c.own_broken)}),
                         **({} if getattr(c, "found_bf16", None) is None else
-                           {"found_bf16": int(c.found_bf16), "confirmed_float32": int(c.confirmed_float32)})}
+                           {"found_bf16": int(c.found_bf16), "confirmed_float32": int(c.confirmed_float32),
+                            "rerun_float32": int(c.rerun_float32 or 0)})}
                        for c in res.components],
         "warnings": list(res.warnings),
         "seconds": res.seconds,

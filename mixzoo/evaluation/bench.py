@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.precision import check_precision_device
-from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, evaluate, merge_warnings  # noqa: F401
+from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, BF16_COUNTS, evaluate, merge_warnings  # noqa: F401
 from mixzoo.core import distributed
 from mixzoo.core.cache import Cache, check_writable, content_key
 from mixzoo.core.checks import distinct_row_names, reach_note
@@ -304,7 +304,7 @@ def worst_case(ev: dict[str, Any], extra: dict[str, Any], subset: torch.Tensor, 
             robust[i], broken = False, broken + 1
     stat = {"name": name, "newly_broken": broken, "seconds": extra["seconds"]}
     if extra["components"] and all("found_bf16" in c for c in extra["components"]):  # a bf16 run's two counts
-        stat.update({k: sum(c[k] for c in extra["components"]) for k in ("found_bf16", "confirmed_float32")})
+        stat.update({k: sum(c.get(k, 0) for c in extra["components"]) for k in BF16_COUNTS})
     merged = {**ev, "robust_correct": robust, "seconds": ev["seconds"] + extra["seconds"],
               "components": [*ev["components"], stat],
               "warnings": [*ev["warnings"], *(f"{name}: {w}" for w in extra["warnings"])],

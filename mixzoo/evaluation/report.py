@@ -36,19 +36,24 @@ def precision_text(precision: str | None) -> str:
     return f", in {precision} (every break confirmed in float32)"
 
 
-def bf16_counts(components: list[dict[str, Any]]) -> tuple[int, int] | None:
-    """A bf16 row's breaks as (found in bf16, confirmed in float32), summed over its components; None in float32."""
+def bf16_counts(components: list[dict[str, Any]]) -> tuple[int, int, int] | None:
+    """A bf16 row's breaks as (found in bf16, confirmed in float32, broken by the float32 re-run of dropped
+    candidates), summed over its components; None in float32."""
     counted = [c for c in components if "found_bf16" in c]
     if not counted:
         return None
-    return sum(c["found_bf16"] for c in counted), sum(c["confirmed_float32"] for c in counted)
+    found, confirmed, rerun = (sum(c.get(k, 0) for c in counted)
+                               for k in ("found_bf16", "confirmed_float32", "rerun_float32"))
+    return found, confirmed, rerun
 
 
 def component_cell(c: dict[str, Any]) -> str:
-    """``apgd-ce: 12``, with a bf16 run's counts: ``apgd-ce: 12 (found in bf16 13, confirmed in float32 12)``."""
+    """``apgd-ce: 12``, with a bf16 run's counts: ``apgd-ce: 12 (found in bf16 13, confirmed in float32 11, float32
+    re-run 1)``."""
     cell = f"{c['name']}: {c['newly_broken']}"
     if "found_bf16" in c:
-        cell += f" (found in bf16 {c['found_bf16']}, confirmed in float32 {c['confirmed_float32']})"
+        cell += (f" (found in bf16 {c['found_bf16']}, confirmed in float32 {c['confirmed_float32']}, float32 "
+                 f"re-run {c.get('rerun_float32', 0)})")
     return cell
 
 
@@ -204,14 +209,14 @@ def print_report(report: Any, *, to: Console | None = None) -> None:
         table.add_column(col, justify="left" if col == "model" else "right")
     for m in report.models:
         counts = bf16_counts(m.components)
-        both = ((f"{counts[0]}/{counts[1]}" if counts else "-",) if low else ())
+        both = ((f"{counts[0]}/{counts[1]}+{counts[2]}" if counts else "-",) if low else ())
         table.add_row(display_name(m), ci_cell(m.clean_accuracy, m.clean_ci, digits=1),
                       ci_cell(m.robust_accuracy, m.robust_ci, digits=1), *both, terminal_seconds_cell(m, device))
     to.print(table)
     if low:
         to.print(f"{settings['precision']}: the attacks ran under bfloat16 autocast; a break counts only when the "
-                 "float32 classifier confirms it (breaks bf16/fp32: found in bf16 / confirmed in float32)",
-                 highlight=False)
+                 "float32 classifier confirms it (breaks bf16/fp32: found in bf16 / confirmed in float32 + broken "
+                 "when the component ran again in float32 on the dropped ones)", highlight=False)
     for line in comparison_lines(report):
         to.print(line, highlight=False)
     for m in report.models:

@@ -32,6 +32,18 @@ def tie_model() -> nn.Module:
     return nn.Sequential(nn.Flatten(), lin).eval().requires_grad_(False)
 
 
+def hidden_break_model() -> nn.Module:
+    """Like :func:`tie_model` (bfloat16 sees a tie, so argmax names class 0 everywhere), but in float32 pixel 0
+    favours class 0 by 0.003 per unit: grey images are class 1, and raising pixel 0 while lowering the others by
+    0.1 (Linf) makes them class 0, a real break that only a float32 attack can see."""
+    w0 = torch.full((16,), W_WRONG)
+    w0[0] = W_TRUE + 0.003
+    lin = nn.Linear(16, 2, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.stack([w0, torch.full((16,), W_TRUE)]))
+    return nn.Sequential(nn.Flatten(), lin).eval().requires_grad_(False)
+
+
 def threshold_model() -> nn.Module:
     """Class 0 while mean(x) > 0.45, else class 1: grey 0.5 images are broken by any eps >= 0.05, in any precision."""
     lin = nn.Linear(16, 2)
@@ -64,8 +76,28 @@ def test_a_break_found_only_in_bf16_is_dropped_and_both_counts_say_so():
     assert res.precision == "bf16"
     assert res.clean_correct.all() and res.robust_correct.all()  # nothing is really broken
     (stat,) = res.components
-    assert (stat.found_bf16, stat.confirmed_float32, stat.newly_broken) == (6, 0, 0)
+    # the component ran again in float32 on the six: nothing to find there either
+    assert (stat.found_bf16, stat.confirmed_float32, stat.rerun_float32, stat.newly_broken) == (6, 0, 0, 0)
     assert torch.equal(res.adv_images, x)  # the dropped candidates are not kept as adversarial points
+
+
+def test_a_dropped_example_is_attacked_again_in_float32_and_its_real_break_counted():
+    x, _ = grey(6)
+    y = torch.ones(6, dtype=torch.long)
+    model = hidden_break_model()
+    with torch.no_grad():
+        assert (model(x).argmax(1) == 1).all()
+        with attack_arithmetic("bf16", "cpu"):
+            assert (model(x).argmax(1) == 0).all()
+    attack = APGDEnsemble(eps=0.1, norm="Linf", seed=0, n_iter=20, components=["apgd-ce"], n_target_classes=0)
+    res = attack.run(model, x, y, progress=False, index=torch.arange(6), precision="bf16")
+    (stat,) = res.components
+    assert stat.found_bf16 == 6 and stat.rerun_float32 >= 1
+    assert stat.newly_broken == stat.confirmed_float32 + stat.rerun_float32 == 6
+    assert not res.robust_correct.any()
+    with torch.no_grad():  # every kept point is a float32 break inside the ball
+        assert (model(res.adv_images).argmax(1) == 0).all()
+    assert (res.adv_images - x).abs().max() <= 0.1 + 1e-6
 
 
 def test_breaks_float32_confirms_are_counted_in_both_and_kept():
@@ -73,7 +105,7 @@ def test_breaks_float32_confirms_are_counted_in_both_and_kept():
     attack = APGDEnsemble(eps=0.1, norm="Linf", seed=0, n_iter=10, components=["apgd-ce"], n_target_classes=0)
     res = attack.run(threshold_model(), x, y, progress=False, index=torch.arange(5), precision="bf16")
     (stat,) = res.components
-    assert (stat.found_bf16, stat.confirmed_float32, stat.newly_broken) == (5, 5, 5)
+    assert (stat.found_bf16, stat.confirmed_float32, stat.rerun_float32, stat.newly_broken) == (5, 5, 0, 5)
     assert not res.robust_correct.any()
     with torch.no_grad():
         assert (threshold_model()(res.adv_images).argmax(1) != y).all()
@@ -129,7 +161,7 @@ def test_the_cache_key_includes_the_precision(tmp_path):
     assert len(after_f32) == 1 and len(cached_files(tmp_path)) == 2  # a second outcome, not the float32 one
     assert not b16.get("cached") and b16["precision"] == "bf16" and f32["precision"] == "float32"
     (comp,) = b16["components"]
-    assert (comp["found_bf16"], comp["confirmed_float32"], comp["newly_broken"]) == (4, 0, 0)
+    assert (comp["found_bf16"], comp["confirmed_float32"], comp["rerun_float32"], comp["newly_broken"]) == (4, 0, 0, 0)
     assert "found_bf16" not in f32["components"][0]
     again = evaluate(tie_model(), x, y, precision="float32", **common)  # float32 spelled out: the same outcome
     assert again.get("cached") and len(cached_files(tmp_path)) == 2
@@ -138,15 +170,16 @@ def test_the_cache_key_includes_the_precision(tmp_path):
 def test_an_extra_attacks_bf16_counts_join_the_worst_case():
     ev = {"clean_correct": [True, True, True], "robust_correct": [True, False, True], "seconds": 1.0,
           "components": [{"name": "apgd-ce", "newly_broken": 1, "seconds": 1.0, "found_bf16": 2,
-                          "confirmed_float32": 1}], "warnings": []}
+                          "confirmed_float32": 1, "rerun_float32": 0}], "warnings": []}
     extra = {"robust_correct": [False, True], "seconds": 2.0, "warnings": [],
              "components": [{"name": "apgd-ce", "newly_broken": 1, "seconds": 2.0, "found_bf16": 2,
-                             "confirmed_float32": 1}]}
+                             "confirmed_float32": 0, "rerun_float32": 1}]}
     merged = worst_case(ev, extra, torch.tensor([0, 2]), "gate")
     assert merged["components"][-1] == {"name": "gate", "newly_broken": 1, "seconds": 2.0, "found_bf16": 2,
-                                        "confirmed_float32": 1}
-    assert bf16_counts(merged["components"]) == (4, 2)
-    assert component_cell(merged["components"][-1]) == "gate: 1 (found in bf16 2, confirmed in float32 1)"
+                                        "confirmed_float32": 0, "rerun_float32": 1}
+    assert bf16_counts(merged["components"]) == (4, 1, 1)
+    assert component_cell(merged["components"][-1]) == ("gate: 1 (found in bf16 2, confirmed in float32 0, "
+                                                          "float32 re-run 1)")
 
 
 def test_reports_label_the_precision():
