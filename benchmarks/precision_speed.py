@@ -100,6 +100,7 @@ def run_attack(attack: str, model: torch.nn.Module, images: torch.Tensor, labels
                 if c.found_bf16 is not None:
                     d["found_bf16"] = d.get("found_bf16", 0) + int(c.found_bf16)
                     d["confirmed_float32"] = d.get("confirmed_float32", 0) + int(c.confirmed_float32)
+                    d["rerun_float32"] = d.get("rerun_float32", 0) + int(c.rerun_float32 or 0)
             print(f"{attack} {precision} images {start}-{start + len(y)}: {time.perf_counter() - t0:.1f} s, "
                   f"load {load()}", flush=True)
         if after_chunk is not None and start + chunk < len(labels):
@@ -134,21 +135,25 @@ def markdown(data: dict[str, Any]) -> str:
              "the "
              "card's mixed classifier in float32 and in bf16 (bfloat16 autocast; every break confirmed in float32 "
              "outside autocast), chunk by chunk, float32 then bf16 on each chunk. Speed-up: float32 seconds / bf16 "
-             "seconds. Gap: bf16 robust accuracy minus float32's, in points (target: at most +0.2).", "",
+             "seconds. Gap: bf16 robust accuracy minus float32's, in points (target: at most +0.2). Last column: "
+             "candidates bf16 saw as broken, those float32 confirmed, and the breaks of the float32 re-run on the "
+             "examples whose candidate was dropped.", "",
              "| card | n | device | attack | float32 s | bf16 s | speed-up | robust % float32 | robust % bf16 | gap "
-             "(points) | broken only in float32 / only in bf16 | bf16 breaks found / confirmed |",
+             "(points) | broken only in float32 / only in bf16 | bf16 breaks: found / confirmed / float32 re-run |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in data["runs"]:
         for attack, r in run["attacks"].items():
             comps = r["bf16"]["components"].values()
             found = sum(c.get("found_bf16", 0) for c in comps)
             conf = sum(c.get("confirmed_float32", 0) for c in comps)
+            # every bf16 break is either confirmed or found by the float32 re-run (Attack.run)
+            rerun = sum(c.get("rerun_float32", c["newly_broken"] - c.get("confirmed_float32", 0)) for c in comps)
             note = f" ({r['partial']})" if r.get("partial") else ""
             lines.append(f"| {Path(run['card']).stem} | {r['n']} | {run['device']} | {attack}{note} | "
                          f"{r['float32']['seconds']:.0f} | {r['bf16']['seconds']:.0f} | {r['speedup']:.2f}x | "
                          f"{100 * r['float32']['robust_accuracy']:.1f} | {100 * r['bf16']['robust_accuracy']:.1f} | "
                          f"{r['robust_gap_points']:+.1f} | {len(r['broken_only_float32'])} / "
-                         f"{len(r['broken_only_bf16'])} | {found} / {conf} |")
+                         f"{len(r['broken_only_bf16'])} | {found} / {conf} / {rerun} |")
     lines += ["", "Machines:", ""]
     for run in data["runs"]:
         m = run["machine"]
