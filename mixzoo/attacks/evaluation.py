@@ -252,7 +252,6 @@ class Attack:
         return EvalResult(self.name, self.eps, self.norm, n, clean_correct.cpu(), robust.cpu(), adv, stats, notes,
                           time.perf_counter() - t0, precision)
 
-
     def _attempt(self, comp: Component, model: nn.Module, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor,
                  index: torch.Tensor | None, precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``comp``'s candidates for ``x`` (dataset rows ``idx``) in ``precision``, whether each lies in the
