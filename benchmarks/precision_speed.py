@@ -162,6 +162,7 @@ def markdown(data: dict[str, Any]) -> str:
                      f"{', GPU ' + m['gpu'] if m.get('gpu') else ''}; load average {run['load_before']} before, "
                      f"{run['load_after']} after{'; shared with other jobs' if run.get('shared') else ''}; "
                      f"torch {m['torch']}, mixzoo commit {run.get('commit', '?')}.")
+        lines += [f"  - card warning: {w}" for w in run.get("card_warnings", [])]
     return "\n".join(lines) + "\n"
 
 
