@@ -43,7 +43,8 @@ Precision. ``run(..., precision="bf16")`` runs every component under bfloat16 au
 (:mod:`mixzoo.attacks.precision`); the clean accuracy and every candidate are still judged on the model's float32
 output outside autocast, so a break bfloat16 rounding alone produced is dropped (and that component attacks those
 examples again in float32), and each component reports how many candidates bfloat16 saw as broken, how many of
-those float32 confirmed, and how many the float32 re-run broke.
+those float32 confirmed, and how many the float32 re-run broke. Gradient-free components (Square) run in float32:
+their search accepts a step when the loss improves, and bfloat16 rounds small improvements away.
 
 When the black-box Square breaks examples the gradient components missed, the result carries the warning
 "potentially unreliable: ..." (gradient masking, App. B.2.1); examples with an all-zero loss gradient at an APGD
@@ -203,16 +204,19 @@ class Attack:
                 task = bar.add_task(f"{self.name}: {comp.name}", total=len(todo))
                 start, newly, outside, own = time.perf_counter(), 0, 0, 0
                 found_low, confirmed, rerun = 0, 0, 0
+                # gradient-free search (Square) compares loss values step to step, and bfloat16's rounding hides
+                # the small improvements it accepts: it runs in float32
+                arith = precision if comp.gradient_based else "float32"
                 with pywarnings.catch_warnings(record=True) as caught:
                     pywarnings.simplefilter("always")
                     for idx in todo.split(bs) if len(todo) else ():  # an empty tensor splits into one empty part
                         x, y = images[idx], labels[idx]
-                        cand, inside, out = self._attempt(comp, model, x, y, idx, index, precision)
+                        cand, inside, out = self._attempt(comp, model, x, y, idx, index, arith)
                         broken = (out.argmax(dim=1) != y) & inside & robust[idx]
                         own += int(((out.argmax(dim=1) != y) & inside).sum())
                         outside += int((~inside).sum())
-                        if precision != "float32":  # what the attack's own arithmetic saw
-                            with torch.no_grad(), attack_arithmetic(precision, images.device):
+                        if arith != "float32":  # what the attack's own arithmetic saw
+                            with torch.no_grad(), attack_arithmetic(arith, images.device):
                                 low = model(cand)
                             seen = (low.argmax(dim=1) != y) & inside & robust[idx]
                             found_low += int(seen.sum())
@@ -231,7 +235,7 @@ class Attack:
                         adv[idx[broken]] = cand[broken]
                         newly += int(broken.sum())
                         bar.advance(task, len(idx))
-                low = precision != "float32"
+                low = arith != "float32"
                 stats.append(ComponentStat(comp.name, newly, time.perf_counter() - start,
                                            own if comp.scope == "clean" else None,
                                            found_low if low else None, confirmed if low else None,

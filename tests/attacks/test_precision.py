@@ -136,12 +136,24 @@ class Recorder(Attack):
         return [Component("record", fn)]
 
 
-def test_components_run_under_autocast_only_in_bf16():
+class GradientFree(Recorder):
+    name = "gradient-free"
+
+    def components(self, model: nn.Module, n_classes: int) -> list[Component]:
+        (comp,) = super().components(model, n_classes)
+        comp.gradient_based = False
+        return [comp]
+
+
+def test_components_run_under_autocast_only_in_bf16_and_gradient_free_ones_never():
     x, y = grey(2)
     Recorder.seen = []
     for precision in ("float32", "bf16"):
         Recorder(eps=0.1).run(threshold_model(), x, y, progress=False, precision=precision)
     assert Recorder.seen == [False, True]
+    Recorder.seen = []
+    res = GradientFree(eps=0.1).run(threshold_model(), x, y, progress=False, precision="bf16")
+    assert Recorder.seen == [False] and res.components[0].found_bf16 is None
 
 
 def cached_files(cache_dir) -> set[str]:
