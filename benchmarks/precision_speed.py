@@ -143,7 +143,7 @@ def markdown(data: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in data["runs"]:
         for attack, r in run["attacks"].items():
-            comps = r["bf16"]["components"].values()
+            comps = [c for c in r["bf16"]["components"].values() if "found_bf16" in c]  # Square runs in float32
             found = sum(c.get("found_bf16", 0) for c in comps)
             conf = sum(c.get("confirmed_float32", 0) for c in comps)
             # every bf16 break is either confirmed or found by the float32 re-run (Attack.run)
@@ -163,6 +163,8 @@ def markdown(data: dict[str, Any]) -> str:
                      f"{run['load_after']} after{'; shared with other jobs' if run.get('shared') else ''}; "
                      f"torch {m['torch']}, mixzoo commit {run.get('commit', '?')}.")
         lines += [f"  - card warning: {w}" for w in run.get("card_warnings", [])]
+        lines += [f"  - {attack}: mixzoo commit {r['commit']}, load average {r['load_before']} before, "
+                  f"{r['load_after']} after" for attack, r in run["attacks"].items() if "load_before" in r]
     return "\n".join(lines) + "\n"
 
 
