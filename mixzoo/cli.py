@@ -22,6 +22,7 @@ from mixzoo.core.commands import (
     CardRBC,
     DataDir,
     NoCache,
+    Precision,
     command,
     command_line,
     epilog_of,
@@ -312,6 +313,7 @@ def bench(
         "not depend on --batch-size or the number of processes; --batch-seeds: seed + k for batch k")] = True,
     baseline: Annotated[bool, typer.Option(help="with one card: add the matched baseline (linear) row")] = True,
     extra_attacks: Annotated[bool, typer.Option(help="run the extra attacks each card's method declares")] = True,
+    precision: Precision = "float32",
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
@@ -330,7 +332,8 @@ def bench(
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
     settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, eps=eps,
                            norm=norm, n=n, batch_size=batch_size, seed=seed, per_example_seeds=per_example_seeds,
-                           extra_attacks=extra_attacks, abc=abc, rbc=rbc, device=device, data_dir=data_dir,
+                           extra_attacks=extra_attacks, abc=abc, rbc=rbc, device=device, precision=precision,
+                           data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
     report = run_bench(card, settings, out=out, baseline=MATCH if baseline else None,
@@ -380,6 +383,7 @@ def sanity(
     batch_size: Annotated[int, typer.Option(help="images per attack batch (as in bench)")] = 250,
     strict: Annotated[bool, typer.Option("--strict", help="exit with status 1 when a check finds misses")] = False,
     attack_option: AttackOptions = None,
+    precision: Precision = "float32",
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
@@ -394,7 +398,8 @@ def sanity(
     from mixzoo.evaluation.sanity import eps_sweep
 
     settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, n=n,
-                           batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device, data_dir=data_dir,
+                           batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device, precision=precision,
+                           data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
     baseline = None if not linear else linear_alpha if linear_alpha is not None else MATCH
@@ -402,8 +407,9 @@ def sanity(
     if as_json:
         print(json.dumps(sweep.to_dict(), indent=2))
     else:
-        table = Table(title=f"robust % under {sweep.attack} over {sweep.norm} eps (n={sweep.n}; nominal eps "
-                            f"{sweep.eps:g}; the grey image reaches every example at {sweep.reach:g})")
+        arithmetic = "" if sweep.precision == "float32" else f" in {sweep.precision}, breaks confirmed in float32"
+        table = Table(title=f"robust % under {sweep.attack}{arithmetic} over {sweep.norm} eps (n={sweep.n}; "
+                            f"nominal eps {sweep.eps:g}; the grey image reaches every example at {sweep.reach:g})")
         for col in ("model", "clean %", "class at grey", *(f"eps {r:g}" for r in sweep.radii)):
             table.add_column(col, justify="left" if col == "model" else "right")
         for m in sweep.models:

@@ -2,7 +2,8 @@
 
 Measures microseconds per image of a forward pass and of a forward + input-gradient pass (what every APGD / FAB
 step costs) at batch 250, float32 vs ``torch.autocast("cpu", dtype=torch.bfloat16)``, for the default ABC and
-RBC. Not used by mixzoo: the attacks run in float32 (see ``pipeline_speed.md`` for why). Writes JSON to stdout.
+RBC. The attacks' own bfloat16 mode (``--precision bf16``) is measured end to end by ``benchmarks/precision_speed.py``.
+Writes JSON to stdout.
 
     .venv/bin/python benchmarks/investigations/cpu_precision.py > benchmarks/results/speed/cpu_precision.json
 """

@@ -46,6 +46,13 @@ example's outcome does not depend on the batch size or the number of processes. 
 stream (pyautoattack's APGD in ``autoattack``, ``autoattack-standard``, PGD) say so in the result's warnings.
 Without indices, pyautoattack's Square runs instead.
 
+Precision. ``run(..., precision="bf16")`` runs every component under bfloat16 autocast
+(:mod:`mixzoo.attacks.precision`); the clean accuracy and every candidate are still judged on the model's float32
+output outside autocast, so a break bfloat16 rounding alone produced is dropped (and that component attacks those
+examples again in float32), and each component reports how many candidates bfloat16 saw as broken, how many of
+those float32 confirmed, and how many the float32 re-run broke. Gradient-free components (Square) run in float32:
+their search accepts a step when the loss improves, and bfloat16 rounds small improvements away.
+
 When the black-box Square breaks examples the gradient components missed, the result carries the warning
 "potentially unreliable: ..." (gradient masking, App. B.2.1); examples with an all-zero loss gradient at an APGD
 starting point, and AutoAttack's own warnings, are reported too.
@@ -64,6 +71,7 @@ from torch import nn
 
 from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effective_n_targets
 from mixzoo.attacks.pgd import pgd
+from mixzoo.attacks.precision import attack_arithmetic, check_precision_device, exact_arithmetic
 from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
 from mixzoo.attacks.square import min_margin_square
 from mixzoo.attacks.variants import PairedOutput, offers, with_gradient
@@ -168,17 +176,23 @@ class Attack:
         raise NotImplementedError
 
     def run(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor, progress: bool = True,
-            index: torch.Tensor | None = None) -> EvalResult:
+            index: torch.Tensor | None = None, precision: str = "float32") -> EvalResult:
         """Clean accuracy, then each component on the examples still correct; see the module docstring.
 
         ``index`` (each example's index in its whole data set) is handed to the components that draw their
-        randomness per example (:attr:`Component.per_example`); the others use their batch's stream."""
+        randomness per example (:attr:`Component.per_example`); the others use their batch's stream.
+        ``precision="bf16"`` runs the components under bfloat16 autocast (:mod:`mixzoo.attacks.precision`); clean
+        accuracy and every candidate are judged on the model's float32 output outside autocast; a component whose
+        bfloat16 candidate is not confirmed runs again on that example in float32, and each component's stat counts
+        the candidates bfloat16 saw as broken, those float32 confirmed and the breaks of the float32 re-run."""
+        check_precision_device(precision, images.device)
         t0 = time.perf_counter()
         check_images(images)
         n, bs = images.shape[0], int(self.options["batch_size"])
         if n == 0:
             raise InputError("no images to attack; pass at least one example")
-        clean = _logits(model, images, bs)
+        with exact_arithmetic():
+            clean = _logits(model, images, bs).float()
         if torch.isnan(clean).any():
             raise nan_error(int(torch.isnan(clean).any(dim=1).sum()), "on the clean images")
         check_labels(labels, n, clean.shape[1])
@@ -198,29 +212,43 @@ class Attack:
                 todo = torch.nonzero(clean_correct if comp.scope == "clean" else robust).squeeze(1)
                 task = bar.add_task(f"{self.name}: {comp.name}", total=len(todo))
                 start, newly, outside, own = time.perf_counter(), 0, 0, 0
+                found_low, confirmed, rerun = 0, 0, 0
+                # gradient-free search (Square) compares loss values step to step, and bfloat16's rounding hides
+                # the small improvements it accepts: it runs in float32
+                arith = precision if comp.gradient_based else "float32"
                 with pywarnings.catch_warnings(record=True) as caught:
                     pywarnings.simplefilter("always")
                     for idx in todo.split(bs) if len(todo) else ():  # an empty tensor splits into one empty part
                         x, y = images[idx], labels[idx]
-                        if comp.per_example and index is not None:
-                            cand = comp.fn(x, y, index[idx.to(index.device)]).detach()
-                        else:
-                            cand = comp.fn(x, y).detach()
-                        inside = within_threat_model(cand, x, self.eps, self.norm)
-                        with torch.no_grad():
-                            out = model(cand)
-                        if torch.isnan(out[inside]).any():
-                            raise nan_error(int(torch.isnan(out[inside]).any(dim=1).sum()),
-                                             f"at points found by {comp.name}")
+                        cand, inside, out = self._attempt(comp, model, x, y, idx, index, arith)
                         broken = (out.argmax(dim=1) != y) & inside & robust[idx]
+                        own += int(((out.argmax(dim=1) != y) & inside).sum())
+                        outside += int((~inside).sum())
+                        if arith != "float32":  # what the attack's own arithmetic saw
+                            with torch.no_grad(), attack_arithmetic(arith, images.device):
+                                low = model(cand)
+                            seen = (low.argmax(dim=1) != y) & inside & robust[idx]
+                            found_low += int(seen.sum())
+                            confirmed += int((seen & broken).sum())
+                            dropped = seen & ~broken
+                            if dropped.any():  # bfloat16 stopped on a false break: this component again, in float32
+                                sub = idx[dropped]
+                                c2, in2, out2 = self._attempt(comp, model, images[sub], labels[sub], sub, index,
+                                                              "float32")
+                                again = (out2.argmax(dim=1) != labels[sub]) & in2
+                                cand[dropped], out[dropped], inside[dropped] = c2, out2, in2
+                                broken[dropped] = again
+                                rerun += int(again.sum())
+                                own += int(again.sum())
                         robust[idx[broken]] = False
                         adv[idx[broken]] = cand[broken]
                         newly += int(broken.sum())
-                        own += int(((out.argmax(dim=1) != y) & inside).sum())
-                        outside += int((~inside).sum())
                         bar.advance(task, len(idx))
+                low = arith != "float32"
                 stats.append(ComponentStat(comp.name, newly, time.perf_counter() - start,
-                                           own if comp.scope == "clean" else None))
+                                           own if comp.scope == "clean" else None,
+                                           found_low if low else None, confirmed if low else None,
+                                           rerun if low else None))
                 if index is not None and not comp.per_example and len(todo):
                     notes.append(f"{comp.name}: draws its randomness per batch, so its outcome can depend on the"
                                  " batch size and the number of processes")
@@ -235,7 +263,24 @@ class Attack:
         if square and square[0].newly_broken and len(stats) > 1:
             notes.append(square_masking_note(square[0].newly_broken))
         return EvalResult(self.name, self.eps, self.norm, n, clean_correct.cpu(), robust.cpu(), adv, stats, notes,
-                          time.perf_counter() - t0)
+                          time.perf_counter() - t0, precision)
+
+    def _attempt(self, comp: Component, model: nn.Module, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor,
+                 index: torch.Tensor | None, precision: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``comp``'s candidates for ``x`` (dataset rows ``idx``) in ``precision``, whether each lies in the
+        threat model, and the model's float32 logits there (outside autocast: the judgement)."""
+        with attack_arithmetic(precision, x.device):
+            if comp.per_example and index is not None:
+                cand = comp.fn(x, y, index[idx.to(index.device)]).detach()
+            else:
+                cand = comp.fn(x, y).detach()
+        cand = cand.to(x.dtype)
+        inside = within_threat_model(cand, x, self.eps, self.norm)
+        with torch.no_grad(), exact_arithmetic():
+            out = model(cand).float()
+        if torch.isnan(out[inside]).any():
+            raise nan_error(int(torch.isnan(out[inside]).any(dim=1).sum()), f"at points found by {comp.name}")
+        return cand, inside, out
 
 
 # ---------------------------------------------------------------------------------------------------- components

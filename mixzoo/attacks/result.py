@@ -19,6 +19,13 @@ class ComponentStat:
     # a component that attacks every clean-correct example afresh (``scope="clean"``): how many it broke on its own,
     # earlier components' breaks included (its result as a stand-alone evaluation); None for the others
     own_broken: int | None = None
+    # with precision "bf16" (None in float32): the still-robust examples whose candidate the model misclassified
+    # under bfloat16 autocast, and those of them the float32 output (outside autocast) confirmed; the other
+    # ``found_bf16 - confirmed_float32`` candidates were dropped and the component ran again on those examples in
+    # float32, breaking ``rerun_float32`` of them. ``newly_broken`` counts float32-confirmed breaks only.
+    found_bf16: int | None = None
+    confirmed_float32: int | None = None
+    rerun_float32: int | None = None
 
 
 @dataclass
@@ -35,6 +42,7 @@ class EvalResult:
     components: list[ComponentStat] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    precision: str = "float32"  # the attacks' arithmetic; breaks are judged in float32 either way
 
     @property
     def clean_accuracy(self) -> float:

@@ -17,13 +17,16 @@ from torch import nn
 from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
 from mixzoo.core.checks import naming_model
 from mixzoo.core.distributed import check_shards, gather, world
+from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
+from mixzoo.core.settings import check_precision
 from mixzoo.zoo.pairs import model_device
 
 # Part of every cached outcome's key: it changes whenever the bench would compute other outcomes for the same
 # models, data and attack (components, layer norm, how random numbers are drawn), so older outcomes are not reused.
 BENCH_CODE_VERSION = "bench-6"
+BF16_COUNTS = ("found_bf16", "confirmed_float32", "rerun_float32")  # a bf16 component's record has these
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 
 
@@ -31,7 +34,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
              seed: int, batch_size: int, cache: Cache, key_parts: dict[str, Any], label: str,
              attack_options: dict[str, Any] | None = None, save_adversarial: bool = False,
              progress: bool = True, per_example_seeds: bool = True,
-             example_index: torch.Tensor | None = None) -> dict[str, Any]:
+             example_index: torch.Tensor | None = None, precision: str = "float32") -> dict[str, Any]:
     """Attack ``model`` batch by batch, saving each batch's outcome so an interrupted run resumes.
 
     Returns a dict with per-example ``clean_correct`` / ``robust_correct`` lists, per-component broken counts,
@@ -47,12 +50,21 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     ``per_example_seeds=False`` restores the old scheme, batch ``k`` attacked with seed ``seed + k``.
     ``example_index`` gives the images' indices in their data set when they are a subset of it (default
     ``0 .. n-1``).
+
+    ``precision="bf16"`` runs the attack under bfloat16 autocast with float32 confirmation of every break
+    (:meth:`mixzoo.attacks.evaluation.Attack.run`); it is part of the cache key, and each component's record then
+    has ``found_bf16`` and ``confirmed_float32``. An attack whose ``run()`` takes no ``precision`` is refused.
     """
     from mixzoo.core.plugins import lookup
 
     attack_cls = lookup("attack", attack)
     options = dict(attack_options or {})
     params = inspect.signature(attack_cls.run).parameters
+    check_precision(precision)
+    if precision != "float32" and "precision" not in params and not any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        raise InputError(f"attack {attack!r} cannot run in {precision} (its run() takes no precision); use"
+                         " --precision float32")
     legacy = per_example_seeds and "index" not in params and not any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if legacy:  # an attack whose run() takes no index: batch seeds, said in the warnings
@@ -60,6 +72,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
                        "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION,
                        **({"per_example_seeds": True} if per_example_seeds else {}),
+                       **({"precision": precision} if precision != "float32" else {}),
                        **({"attack_code": attack_cls.code_version} if getattr(attack_cls, "code_version", None)
                           else {})})
     final = cache.root / "bench" / f"{key}.json"
@@ -103,7 +116,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                                                     attack=attack, attack_cls=attack_cls, eps=eps, norm=norm,
                                                     seed=seed, options=options, save_adversarial=save_adversarial,
                                                     per_example_seeds=per_example_seeds,
-                                                    example_index=example_index)
+                                                    example_index=example_index, precision=precision)
                 if save_adversarial:
                     found[index] = points
                 if cache.enabled:
@@ -127,6 +140,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
         "device": "+".join(sorted({b.get("device", "unknown") for b in batches})),
         "machine": " + ".join(dict.fromkeys(b.get("machine", "unknown") for b in batches)),  # in batch order
         "components": [],
+        "precision": precision,
     }
     names = [c["name"] for c in batches[0]["components"]]
     for name in names:
@@ -137,6 +151,10 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
             "seconds": sum(c["seconds"] for c in parts),
             # a clean-scope component's own breaks (its stand-alone result), when every batch recorded them
             **({"own_broken": sum(c["own_broken"] for c in parts)} if all("own_broken" in c for c in parts) else {}),
+            # bf16 runs: candidates bfloat16 saw as broken, those the float32 output confirmed, and the breaks of
+            # the float32 re-run on the dropped ones
+            **({k: sum(c.get(k, 0) for c in parts) for k in BF16_COUNTS}
+               if all("found_bf16" in c for c in parts) else {}),
         })
     merged["warnings"] = merge_warnings([b["warnings"] for b in batches], merged["components"])
     if legacy:
@@ -159,19 +177,25 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
 def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, start: int, stop: int, *,
                   batch_index: int, attack: str, attack_cls: Any, eps: float, norm: str, seed: int,
                   options: dict[str, Any], save_adversarial: bool, per_example_seeds: bool,
-                  example_index: torch.Tensor | None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+                  example_index: torch.Tensor | None,
+                  precision: str = "float32") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Attack images ``start:stop`` (batch number ``batch_index``): its outcome record and, with
     ``save_adversarial``, the points that broke its examples (indices into ``images``)."""
     runner = attack_cls(eps=eps, norm=norm, seed=seed if per_example_seeds else seed + batch_index, **options)
     device = model_device(model)
     extra = {"index": torch.arange(start, stop) if example_index is None
              else example_index[start:stop].long().cpu()} if per_example_seeds else {}
+    if precision != "float32":
+        extra["precision"] = precision
     res = runner.run(model, images[start:stop].to(device), labels[start:stop].to(device), progress=False, **extra)
     part = {
         "clean_correct": res.clean_correct.bool().tolist(),
         "robust_correct": res.robust_correct.bool().tolist(),
         "components": [{"name": c.name, "newly_broken": int(c.newly_broken), "seconds": c.seconds,
-                        **({} if c.own_broken is None else {"own_broken": int(c.own_broken)})}
+                        **({} if c.own_broken is None else {"own_broken": int(c.own_broken)}),
+                        **({} if getattr(c, "found_bf16", None) is None else
+                           {"found_bf16": int(c.found_bf16), "confirmed_float32": int(c.confirmed_float32),
+                            "rerun_float32": int(c.rerun_float32 or 0)})}
                        for c in res.components],
         "warnings": list(res.warnings),
         "seconds": res.seconds,

@@ -33,6 +33,9 @@ AllowUnsafe = Annotated[bool, typer.Option("--allow-unsafe", help="permit pickle
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 CardABC = Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")]
 CardRBC = Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")]
+Precision = Annotated[str, typer.Option(
+    help="the attacks' arithmetic: float32 | bf16 (bfloat16 autocast, faster on GPUs and CPUs with AVX-512 BF16 or "
+         "AMX; every break is re-checked in float32 and dropped if not confirmed)")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,5 +104,6 @@ def command_line() -> str:
     return "mixzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-__all__ = ["AllowUnsafe", "AsJson", "CacheDir", "CardABC", "CardRBC", "DataDir", "NoCache", "command",
-           "command_line", "epilog_of", "examples", "interrupted_message", "out_console", "show_warning"]
+__all__ = ["AllowUnsafe", "AsJson", "CacheDir", "CardABC", "CardRBC", "DataDir", "NoCache",
+           "Precision", "command", "command_line", "epilog_of", "examples", "interrupted_message", "out_console",
+           "show_warning"]

@@ -95,7 +95,10 @@ def mixzoo_attacks() -> dict[str, Any]:
 
     Called once when attacks are first looked up. Each value is an :class:`mixzoo.attacks.Attack` subclass or a
     factory with the same call signature: ``factory(eps=..., norm=..., seed=..., **options)`` returning an
-    object whose ``run(model, images, labels)`` returns an :class:`mixzoo.attacks.AttackResult`.
+    object whose ``run(model, images, labels)`` returns an :class:`mixzoo.attacks.AttackResult`. A ``run`` that
+    also takes ``index`` draws its randomness per example; one that takes ``precision`` can run under
+    ``--precision bf16`` (it must then judge its breaks in float32, as :meth:`mixzoo.attacks.Attack.run` does);
+    any other is refused there.
     """
 
 

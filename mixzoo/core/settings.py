@@ -29,8 +29,10 @@ class RunSettings:
     model (default: the card's, else the RBC's); ``n``: evaluation images (the first n of the split);
     ``batch_size``: images per attack batch; ``seed`` and ``per_example_seeds``: every random draw is a function
     of (seed, example index) when true (:mod:`mixzoo.core.rng`), else of (seed + batch number); ``abc`` / ``rbc``:
-    models replacing the card's; ``device``, ``data_dir``, ``cache_dir`` / ``use_cache``, ``allow_unsafe``
-    (pickled checkpoints) and ``progress`` (bars on stderr) as their names say.
+    models replacing the card's; ``precision``: the arithmetic of the attacks' forward and backward passes,
+    ``"float32"`` or ``"bf16"`` (bfloat16 autocast; every break is re-checked in float32 on the exact classifier,
+    :meth:`mixzoo.attacks.evaluation.Attack.run`); ``device``, ``data_dir``, ``cache_dir`` / ``use_cache``,
+    ``allow_unsafe`` (pickled checkpoints) and ``progress`` (bars on stderr) as their names say.
     """
 
     attack: str = "adaptive"
@@ -45,11 +47,15 @@ class RunSettings:
     abc: str | nn.Module | None = None
     rbc: str | nn.Module | None = None
     device: str = "cpu"
+    precision: str = "float32"
     data_dir: str | None = None
     cache_dir: str | Path | None = None
     use_cache: bool = True
     allow_unsafe: bool = False
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        check_precision(self.precision)
 
     def changed(self, **changes: Any) -> RunSettings:
         """A copy with ``changes``; an unknown name is a one-line error listing the fields."""
@@ -71,10 +77,20 @@ class RunSettings:
         return out
 
 
+PRECISIONS = ("float32", "bf16")
+
+
+def check_precision(precision: Any) -> str:
+    """``precision`` if it is one of :data:`PRECISIONS`, else a one-line error naming them."""
+    if precision not in PRECISIONS:
+        raise InputError(f"unknown precision {precision!r}; choose {' or '.join(PRECISIONS)} (--precision)")
+    return precision
+
+
 def settings_of(settings: RunSettings | None, changes: dict[str, Any], **defaults: Any) -> RunSettings:
     """``settings`` (else ``RunSettings(**defaults)``) with ``changes``."""
     base = settings if settings is not None else RunSettings().changed(**defaults)
     return base.changed(**changes) if changes else base
 
 
-__all__ = ["RunSettings", "settings_of"]
+__all__ = ["PRECISIONS", "RunSettings", "check_precision", "settings_of"]

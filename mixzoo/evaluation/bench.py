@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, evaluate, merge_warnings  # noqa: F401
+from mixzoo.attacks.precision import check_precision_device
+from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, BF16_COUNTS, evaluate, merge_warnings  # noqa: F401
 from mixzoo.core import distributed
 from mixzoo.core.cache import Cache, check_writable, content_key
 from mixzoo.core.checks import distinct_row_names, reach_note
@@ -81,6 +82,7 @@ class ModelResult:
     method: str | None = None
     card: dict[str, Any] | None = None
     card_path: str | None = None
+    precision: str = "float32"  # the attack's arithmetic (bf16: every break confirmed in float32)
 
 
 @dataclass
@@ -177,6 +179,7 @@ def _result(name: str, kind: str, ev: dict[str, Any], attack: str, eps: float, n
         method=None if card is None else card.method,
         card=None if card is None else card.to_dict(),
         card_path=None if card is None or card.path is None else str(card.path),
+        precision=ev.get("precision", "float32"),
     )
 
 
@@ -220,7 +223,7 @@ def check_run_settings(settings: RunSettings, out: str | Path | None = None) -> 
         raise InputError(f"--n must be positive, got {settings.n}")
     if settings.batch_size <= 0:
         raise InputError(f"--batch-size must be positive, got {settings.batch_size}")
-    check_device(settings.device)
+    check_precision_device(settings.precision, check_device(settings.device))
     # an unknown name or option fails now, not after calibrating and attacking three models
     attack_cls = lookup("attack", settings.attack)
     check_options = getattr(attack_cls, "check_options", None)  # a plugin's attack need not subclass Attack
@@ -299,8 +302,11 @@ def worst_case(ev: dict[str, Any], extra: dict[str, Any], subset: torch.Tensor, 
     for i, ok in zip(subset.tolist(), extra["robust_correct"], strict=True):
         if robust[i] and not ok:
             robust[i], broken = False, broken + 1
+    stat = {"name": name, "newly_broken": broken, "seconds": extra["seconds"]}
+    if extra["components"] and all("found_bf16" in c for c in extra["components"]):  # a bf16 run's two counts
+        stat.update({k: sum(c.get(k, 0) for c in extra["components"]) for k in BF16_COUNTS})
     merged = {**ev, "robust_correct": robust, "seconds": ev["seconds"] + extra["seconds"],
-              "components": [*ev["components"], {"name": name, "newly_broken": broken, "seconds": extra["seconds"]}],
+              "components": [*ev["components"], stat],
               "warnings": [*ev["warnings"], *(f"{name}: {w}" for w in extra["warnings"])],
               "cached": bool(ev.get("cached")) and bool(extra.get("cached"))}
     if "adversarial" in ev:
@@ -427,7 +433,9 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
         return _result(name, kind, ev, s.attack, eps, norm, alpha=alpha, card=c)
 
     rows = []
-    main = dict(common, save_adversarial=save_adversarial)
+    # the rows' attacks in the settings' precision (breaks confirmed in float32); the baseline's alpha search and
+    # the trade-off curve run in float32
+    main = dict(common, save_adversarial=save_adversarial, precision=s.precision)
     ev = evaluate(abc_m, images, labels, key_parts={**base, "model": model_key(abc_m)}, label=abc_name, **main)
     rows.append(row(abc_name, "abc", ev))
     ev = evaluate(rbc_m, images, labels, key_parts={**base, "model": model_key(rbc_m)}, label=rbc_name, **main)
@@ -446,7 +454,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     settings_record: dict[str, Any] = {
         "attack": s.attack, "eps": eps, "norm": norm, "seed": s.seed, "batch_size": s.batch_size,
         "per_example_seeds": s.per_example_seeds, "world_size": w.size, "attack_options": s.attack_options or {},
-        "extra_attacks": s.extra_attacks, "device": device,
+        "extra_attacks": s.extra_attacks, "device": device, "precision": s.precision,
         "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None, "seconds": None}
     lin = baseline_method()
     if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name \

@@ -41,6 +41,34 @@ def screening_note(attack: str) -> str | None:
         return None
 
 
+def precision_text(precision: str | None) -> str:
+    """Nothing for float32 (the default), else ``, in bf16 (every break confirmed in float32)``."""
+    if not precision or precision == "float32":
+        return ""
+    return f", in {precision} (every break confirmed in float32)"
+
+
+def bf16_counts(components: list[dict[str, Any]]) -> tuple[int, int, int] | None:
+    """A bf16 row's breaks as (found in bf16, confirmed in float32, broken by the float32 re-run of dropped
+    candidates), summed over its components; None in float32."""
+    counted = [c for c in components if "found_bf16" in c]
+    if not counted:
+        return None
+    found, confirmed, rerun = (sum(c.get(k, 0) for c in counted)
+                               for k in ("found_bf16", "confirmed_float32", "rerun_float32"))
+    return found, confirmed, rerun
+
+
+def component_cell(c: dict[str, Any]) -> str:
+    """``apgd-ce: 12``, with a bf16 run's counts: ``apgd-ce: 12 (found in bf16 13, confirmed in float32 11, float32
+    re-run 1)``."""
+    cell = f"{c['name']}: {c['newly_broken']}"
+    if "found_bf16" in c:
+        cell += (f" (found in bf16 {c['found_bf16']}, confirmed in float32 {c['confirmed_float32']}, float32 "
+                 f"re-run {c.get('rerun_float32', 0)})")
+    return cell
+
+
 def markdown(report: Any) -> str:
     """``report.md``: the table, the card, the data, and any warnings."""
     c, d, st = report.card, report.dataset, report.settings
@@ -49,7 +77,8 @@ def markdown(report: Any) -> str:
         f"Evaluation: **{d['name']}** `{d['split']}` split, n = {d['n']} (fingerprint `{d['fingerprint']}`); "
         f"calibration used the disjoint `calibration` split ({(d.get('calibration') or {}).get('n', '?')} images).",
         f"Attack: `{st['attack']}`{options_text(st.get('attack_options') or {})}, {st['norm']}, "
-        f"eps = {st['eps']:.6g}, seed {st['seed']}{PER_EXAMPLE_NOTE if st.get('per_example_seeds') else ''}.",
+        f"eps = {st['eps']:.6g}, seed {st['seed']}{PER_EXAMPLE_NOTE if st.get('per_example_seeds') else ''}"
+        f"{precision_text(st.get('precision'))}.",
         *([f"**Note: {note}.**"] if (note := screening_note(st["attack"])) else []),
         *(f"Note: {note}." for note in getattr(report, "notes", [])), "",
         "| model | kind | alpha | clean % (95% CI) | robust % (95% CI) | attack seconds (device) |",
@@ -78,7 +107,7 @@ def markdown(report: Any) -> str:
             f"{m.name}: {m.machine or 'unknown'}" for m in report.models) + "."]
     lines += ["", "## Attack components (examples newly broken)", ""]
     for m in report.models:
-        comps = ", ".join(f"{x['name']}: {x['newly_broken']}" for x in m.components)
+        comps = ", ".join(component_cell(x) for x in m.components)
         lines.append(f"- {m.name}: {comps}")
         for w in m.warnings:
             lines.append(f"  - **warning**: {w}")
@@ -183,17 +212,26 @@ def print_report(report: Any, *, to: Console | None = None) -> None:
     to = to or console
     settings = report.settings
     device = settings.get("device", "")
+    low = settings.get("precision", "float32") != "float32"
+    arithmetic = f", {settings['precision']}" if low else ""
     table = Table(title=f"{report.dataset['name']} evaluation, n={report.dataset['n']}: {settings['attack']} "
-                        f"{settings['norm']} eps={settings['eps']:.4g} ({device})",
+                        f"{settings['norm']} eps={settings['eps']:.4g} ({device}{arithmetic})",
                   box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("model", "clean % (95% CI)", "robust % (95% CI)", "attack s"):
+    columns = ("model", "clean % (95% CI)", "robust % (95% CI)", *(("breaks bf16/fp32",) if low else ()), "attack s")
+    for col in columns:
         table.add_column(col, justify="left" if col == "model" else "right")
     for m in report.models:
+        counts = bf16_counts(m.components)
+        both = ((f"{counts[0]}/{counts[1]}+{counts[2]}" if counts else "-",) if low else ())
         table.add_row(display_name(m), ci_cell(m.clean_accuracy, m.clean_ci, digits=1),
-                      ci_cell(m.robust_accuracy, m.robust_ci, digits=1), terminal_seconds_cell(m, device))
+                      ci_cell(m.robust_accuracy, m.robust_ci, digits=1), *both, terminal_seconds_cell(m, device))
     to.print(table)
     if note := screening_note(settings["attack"]):
         to.print(f"[bold yellow]{escape(settings['attack'])}: {escape(note)}", highlight=False)
+    if low:
+        to.print(f"{settings['precision']}: the attacks ran under bfloat16 autocast; a break counts only when the "
+                 "float32 classifier confirms it (breaks bf16/fp32: found in bf16 / confirmed in float32 + broken "
+                 "when the component ran again in float32 on the dropped ones)", highlight=False)
     for line in comparison_lines(report):
         to.print(line, highlight=False)
     for m in report.models:

@@ -111,6 +111,7 @@ class EpsSweep:
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     attack_options: dict[str, Any] = field(default_factory=dict)  # as given; the attack's defaults for the rest
+    precision: str = "float32"  # the attacks' arithmetic (bf16: breaks confirmed in float32)
     # versions, commit, machine, time (mixzoo.core.machine.run_record)
     run: dict[str, Any] = field(default_factory=dict)
 
@@ -236,7 +237,7 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     rows = []
     for name, kind, model, key, row_card in models:
         run = dict(attack=attack, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
-                   attack_options=attack_options, progress=progress)
+                   attack_options=attack_options, progress=progress, precision=s.precision)
         evs = [evaluate(model, images, labels, eps=r, key_parts=key, label=f"{name} at eps {r:g}", **run)
                if row_card is None else
                evaluate_card(row_card, abc_m, rbc_m, images, labels, key=key, label=f"{name} at eps {r:g}", eps=r,
@@ -246,7 +247,8 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),
                      dataset={"name": card.dataset, "split": "evaluation", "n": len(labels),
                               "fingerprint": data.fingerprint, "source": getattr(data, "source", "")},
-                     reach=reach, seconds=0.0, attack_options=dict(attack_options or {}))
+                     reach=reach, seconds=0.0, attack_options=dict(attack_options or {}),
+                     precision=s.precision)
     sweep.notes = ce.notes + [note for note in [shortfall_note(data, n, "--n")] if note] + _notes(sweep)
     if max(radii) < reach:
         sweep.notes.append(f"the largest eps ({max(radii):g}) is below {reach:g}, where the grey image reaches every"
@@ -260,11 +262,12 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
 
 def markdown(sweep: EpsSweep) -> str:
     """``sanity.md``: robust accuracy per model and radius, misses marked, and the notes."""
-    from mixzoo.evaluation.report import options_text
+    from mixzoo.evaluation.report import options_text, precision_text
 
     head = " | ".join(f"eps {r:g}" for r in sweep.radii)
     lines = ["# mixzoo sanity: robust accuracy over eps", "",
-             f"`{sweep.attack}`{options_text(sweep.attack_options)}, {sweep.norm}, nominal eps {sweep.eps:g}, "
+             f"`{sweep.attack}`{options_text(sweep.attack_options)}{precision_text(sweep.precision)}, {sweep.norm},"
+             f" nominal eps {sweep.eps:g}, "
              f"first {sweep.n} images of the "
              f"{sweep.dataset['name']} evaluation split (fingerprint `{sweep.dataset['fingerprint']}`). Each cell: "
              "the attack's robust %, then (if the checks remove examples) the checked % and the misses. The grey "
