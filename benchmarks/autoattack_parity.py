@@ -80,13 +80,15 @@ def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_exampl
     from mixzoo.core.plugins import lookup
 
     cls = lookup("attack", attack_name)
-    cls.check_options(dict(options or {}))  # a bad option fails before anything is attacked
+    options = dict(options or {})
+    precision = str(options.pop("precision", "float32"))  # a run setting (RunSettings.precision), not an option
+    cls.check_options(options)  # a bad option fails before anything is attacked
     clean, robust, comps, seconds = [], [], {}, 0.0
     for index, start in enumerate(range(0, len(y), batch_size)):
         stop = min(len(y), start + batch_size)
         extra = {"index": torch.arange(first_index + start, first_index + stop)} if per_example else {}
-        res = cls(eps=eps, norm=norm, seed=seed if per_example else seed + index, **(options or {})).run(
-            model, x[start:stop], y[start:stop], progress=False, **extra)
+        res = cls(eps=eps, norm=norm, seed=seed if per_example else seed + index, **options).run(
+            model, x[start:stop], y[start:stop], progress=False, precision=precision, **extra)
         clean.append(res.clean_correct.bool())
         robust.append(res.robust_correct.bool())
         seconds += res.seconds
@@ -94,6 +96,9 @@ def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_exampl
             prev = comps.setdefault(c.name, {"newly_broken": 0, "seconds": 0.0})
             prev["newly_broken"] += int(c.newly_broken)
             prev["seconds"] += c.seconds
+            for key in ("found_bf16", "confirmed_float32", "rerun_float32"):  # bf16 runs: breaks found / confirmed
+                if getattr(c, key, None) is not None:
+                    prev[key] = prev.get(key, 0) + int(getattr(c, key))
     return {"seconds": seconds, "clean": torch.cat(clean), "robust": torch.cat(robust), "components": comps}
 
 

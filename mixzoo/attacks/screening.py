@@ -240,9 +240,9 @@ class FastScreening(Attack):
         return comps
 
     def run(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor, progress: bool = True,
-            index: torch.Tensor | None = None) -> EvalResult:
+            index: torch.Tensor | None = None, precision: str = "float32") -> EvalResult:
         """:meth:`Attack.run`, with :data:`SCREENING_NOTE` first among the result's warnings."""
-        result = super().run(model, images, labels, progress=progress, index=index)
+        result = super().run(model, images, labels, progress=progress, index=index, precision=precision)
         result.warnings.insert(0, SCREENING_NOTE)
         return result
 
