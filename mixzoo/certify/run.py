@@ -51,11 +51,11 @@ def mixture_clean_accuracy(abc_probs: torch.Tensor | None, rbc_probs: torch.Tens
                            alphas: torch.Tensor) -> torch.Tensor:
     """``(A,)`` accuracy of ``argmax((1 - alpha) p_g + alpha p_h)`` for every alpha (001 Eq. 3.4 at the clean
     images), from the two models' (n, c) probabilities; used to match a mixture's clean accuracy (App. A.2)."""
-    a = alphas.to(torch.float64)[:, None, None]
+    a = alphas.to(rbc_probs.device, torch.float64)[:, None, None]  # any device: the probabilities' own
     mix = a * rbc_probs.to(torch.float64)[None]
     if abc_probs is not None:
         mix = mix + (1 - a) * abc_probs.to(torch.float64)[None]
-    return (mix.argmax(2) == labels[None]).to(torch.float64).mean(1)
+    return (mix.argmax(2) == labels.to(mix.device)[None]).to(torch.float64).mean(1).cpu()
 
 
 def abc_probabilities(abc: nn.Module, images: torch.Tensor, temperature: float = 0.0,
