@@ -107,6 +107,7 @@ def init(device: str = "cpu") -> World:
     backend = "nccl" if cuda else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s(backend))
     if cuda:
+        check_gpu_per_rank(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count())
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     try:
         dist.init_process_group(backend, timeout=timeout)
@@ -119,6 +120,15 @@ def init(device: str = "cpu") -> World:
     if not w.main:  # rank 0 says it once; the other ranks show the user nothing
         warnings.simplefilter("ignore")
     return w
+
+
+def check_gpu_per_rank(local_rank: int, gpus: int) -> None:
+    """NCCL needs one GPU per rank (it refuses two ranks on one device): a one-line error naming the fix when this
+    rank's ``LOCAL_RANK`` has no GPU of its own."""
+    if local_rank >= gpus:
+        raise InputError(f"rank with LOCAL_RANK={local_rank} has no GPU of its own (this machine has {gpus}): NCCL"
+                         f" needs one GPU per rank; use torchrun --nproc-per-node {max(gpus, 1)} or fewer, or"
+                         " --device cpu (gloo)")
 
 
 def _leave() -> None:
