@@ -37,6 +37,18 @@ def calibration_data_for(card: Any, rbc: nn.Module, *, cache: Cache, data_dir: s
                             batch_size=att.get("batch_size", 250), device=device, progress=progress)
 
 
+def screening(attack: str) -> str | None:
+    """The screening note of ``attack`` (its class's ``screening_note``, e.g. ``fast``): the curve's points are
+    then screening figures, and the report and plot say so. None for an attack that reports robustness figures."""
+    from mixzoo.core.errors import MixzooError
+    from mixzoo.core.plugins import lookup
+
+    try:
+        return getattr(lookup("attack", attack), "screening_note", None)
+    except MixzooError:
+        return None
+
+
 def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cache: Cache, attack: str, n: int,
                    eps: float, norm: str, seed: int, batch_size: int, attack_options: dict | None = None,
                    betas: tuple[float, ...] = DEFAULT_BETAS, alphas: tuple[float, ...] = DEFAULT_LINEAR_ALPHAS,
@@ -90,7 +102,8 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
                        "clean_accuracy": clean_acc(s=1.0, p=1.0, c=0.0, alpha=alpha, temperature=1.0,
                                                    transform=False),
                        "robust_accuracy": sum(ev["robust_correct"]) / len(ev["robust_correct"])})
-    return {"attack": attack, "attack_options": attack_options or {}, "n_robust": len(labels_r),
+    return {"attack": attack, "attack_options": attack_options or {}, "screening": screening(attack),
+            "n_robust": len(labels_r),
             "n_clean": len(labels), "mixednuts": nuts, "linear": linear}
 
 
@@ -112,7 +125,8 @@ def plot_tradeoff(report: Any, path: Path) -> None:
             ax.annotate(m.kind.upper(), (100 * m.clean_accuracy, 100 * m.robust_accuracy), fontsize=8,
                         textcoords="offset points", xytext=(3, -10))
     ax.set_xlabel(f"clean accuracy % (n={cur['n_clean']})")
-    ax.set_ylabel(f"robust accuracy % ({cur['attack']}, n={cur['n_robust']})")
+    kind = ", screening" if cur.get("screening") else ""
+    ax.set_ylabel(f"robust accuracy % ({cur['attack']}{kind}, n={cur['n_robust']})")
     ax.set_title("Accuracy-robustness trade-off (paper Fig. 8)")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -209,8 +223,10 @@ def markdown_lines(report: Any, card: Any) -> list[str]:
     cur = report.curve
     if not cur or card is not report.card:
         return []
-    lines = ["", f"## Trade-off curve ({cur['attack']} on {cur['n_robust']} images; clean on {cur['n_clean']})",
-             "", "| MixedNUTS beta | alpha | clean % | robust % |", "|---|---|---|---|"]
+    lines = ["", f"## Trade-off curve ({cur['attack']} on {cur['n_robust']} images; clean on {cur['n_clean']})", ""]
+    if cur.get("screening"):
+        lines += [f"**Screening figures: {cur['screening']}.** The table above gives the rows' figures.", ""]
+    lines += ["| MixedNUTS beta | alpha | clean % | robust % |", "|---|---|---|---|"]
     lines += [f"| {r['beta']} | {r['alpha']:.4f} | {100 * r['clean_accuracy']:.2f} | "
               f"{100 * r['robust_accuracy']:.2f} |" for r in cur["mixednuts"]]
     lines += ["", "| linear alpha | clean % | robust % |", "|---|---|---|"]
