@@ -445,7 +445,7 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
         ya = y[active]
         m = margin_fn(out, ya)
         k = selection_key(out, m, ya)
-        lm = _logit_margin(out, ya)
+        lm = m if margin_fn is _logit_margin else _logit_margin(out, ya)  # the logit loss is the tie-break
         kb, lmb = key_best[active], lm_best[active]
         better = (k < kb) | ((k == kb) & (lm < lmb))
         # written back with torch.where on the active rows (the same values as writing only the improved rows),

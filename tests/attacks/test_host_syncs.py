@@ -86,3 +86,13 @@ def test_finite_guard_checks_on_the_device():
     with pytest.raises(InputError, match="NaN logits for 2 examples here"):
         guard.finish()
     guard.finish()  # reset after the error
+
+
+def test_square_stops_within_a_check_of_the_first_nan():
+    """A NaN at a proposal is still an error, raised at the next check, not after the whole budget."""
+    model = NaNAfter(4)  # clean and initial point fine, NaN from the second proposal on (first 2 rows attacked)
+    x = torch.rand(3, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(InputError, match="NaN logits for [12] examples during the Square attack"):
+        min_margin_square(model, x, torch.zeros(3, dtype=torch.long), eps=0.1, n_queries=10 * NAN_CHECK_EVERY,
+                          seed=0, layer_norm=False, progress=False, index=torch.arange(3), loss="logit")
+    assert model.calls <= 2 + NAN_CHECK_EVERY
