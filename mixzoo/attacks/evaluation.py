@@ -330,8 +330,11 @@ def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float,
         else:
             attack = aa.square.SquareAttack(model, p_init=0.8, n_queries=int(opts["n_queries"]), eps=eps, norm=norm,
                                             n_restarts=1, seed=seed, verbose=False, device=dev, resc_schedule=False)
+        model.reset()
         with torch.no_grad():
-            return attack.perturb(x.clone(), y.clone())
+            adv = attack.perturb(x.clone(), y.clone())
+        model.finish()  # NaN outputs since the guard's last periodic check
+        return adv
 
     # FAB-T with one restart draws no random number (see the module docstring): its run on an example is the same
     # in any batch, so it counts as per-example; the index is not needed
@@ -351,19 +354,48 @@ def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, 
 
 
 class FiniteGuard(nn.Module):
-    """``model`` that raises :func:`nan_error` at its first NaN output, so that an attack we do not control (the
-    installed AutoAttack's components) stops at the first bad step instead of running its whole budget."""
+    """``model`` that raises :func:`nan_error` soon after its first NaN output, so that an attack we do not control
+    (the installed AutoAttack's components) stops within a few steps of the first bad one instead of running its
+    whole budget.
+
+    The check stays on the device: the largest number of NaN rows in one output is kept there and read (one host
+    synchronisation) every :attr:`CHECK_EVERY` calls and by :meth:`finish`, which the caller runs when the attack
+    returns. Outcomes do not depend on when the check runs: it only decides whether the run is refused."""
+
+    CHECK_EVERY = 32
 
     def __init__(self, model: nn.Module, where: str):
         super().__init__()
         self.model, self.where = model, where
+        self._nan: torch.Tensor | None = None
+        self._calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.model(x)
-        nan = torch.isnan(out.detach()).flatten(1).any(dim=1) if isinstance(out, torch.Tensor) else None
-        if nan is not None and nan.any():
-            raise nan_error(int(nan.sum()), self.where)
+        if isinstance(out, torch.Tensor):
+            rows = torch.isnan(out.detach()).flatten(1).any(dim=1).sum()
+            self._nan = rows if self._nan is None else torch.maximum(self._nan, rows)
+            self._calls += 1
+            if self._calls % self.CHECK_EVERY == 0:
+                self._check()
         return out
+
+    def _check(self) -> None:
+        if self._nan is not None and bool(self._nan > 0):
+            count = int(self._nan)
+            self.reset()
+            raise nan_error(count, self.where)
+
+    def reset(self) -> None:
+        """Forget the outputs seen so far (a new attack run)."""
+        self._nan, self._calls = None, 0
+
+    def finish(self) -> None:
+        """Raise :func:`nan_error` if an output since the last reset had NaN rows; then reset."""
+        try:
+            self._check()
+        finally:
+            self.reset()
 
 
 def _standard_exact(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int,

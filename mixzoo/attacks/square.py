@@ -342,6 +342,15 @@ def _refuse_nan(logits: torch.Tensor, where: str) -> None:
         raise nan_error(int(torch.isnan(logits).any(1).sum()), where)
 
 
+NAN_CHECK_EVERY = 64  # proposals between two checks for NaN outputs (each check is one host synchronisation)
+
+
+def _refuse_nan_seen(nan_seen: torch.Tensor, where: str) -> None:
+    """:func:`_refuse_nan` for NaN flags gathered on the device over several proposals (one host sync)."""
+    if nan_seen.any():
+        raise nan_error(int(nan_seen.sum()), where)
+
+
 def _linf_side(p: float, n_features: int, c: int, h: int, w: int) -> int:
     """The L-inf square's side for fraction ``p`` (reference: ``sqrt(p * n_features / c)``, at least 1)."""
     return min(max(int(round(math.sqrt(p * n_features / c))), 1), h, w)
@@ -405,6 +414,10 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
     on_iter(1)
 
     done = 1
+    # NaN at a proposal, per example, kept on the device and checked every NAN_CHECK_EVERY proposals and at the end:
+    # one host synchronisation per check instead of one per proposal (a NaN key never wins, so the few proposals
+    # made before the check change nothing; the error is the same)
+    nan_seen = torch.zeros(n, dtype=torch.bool, device=clean.device)
     for it in range(1, n_queries):
         active = torch.nonzero((key_best >= -1.0) & (clean_key >= -1.0)).squeeze(1)  # not yet misclassified
         if active.numel() == 0:
@@ -426,20 +439,25 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
             cand = _l2_step(xa, ba, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), _eta(s, gen).to(x), sign)
         out = model(cand)
         queries += int(active.numel())
-        _refuse_nan(out, "during the Square attack")
-        m = margin_fn(out, y[active])
-        k = selection_key(out, m, y[active])
-        lm = _logit_margin(out, y[active])
-        kb = key_best[active]
-        better = (k < kb) | ((k == kb) & (lm < lm_best[active]))
-        idx = active[better]
-        x_best[idx] = cand[better]
-        best[idx] = out[better].to(best.dtype)
-        margin_best[idx] = m[better].to(margin_best.dtype)
-        key_best[idx] = k[better].to(key_best.dtype)
-        lm_best[idx] = lm[better]
+        nan_seen[active] |= torch.isnan(out).any(dim=1)
+        if it % NAN_CHECK_EVERY == 0:
+            _refuse_nan_seen(nan_seen, "during the Square attack")
+        ya = y[active]
+        m = margin_fn(out, ya)
+        k = selection_key(out, m, ya)
+        lm = m if margin_fn is _logit_margin else _logit_margin(out, ya)  # the logit loss is the tie-break
+        kb, lmb = key_best[active], lm_best[active]
+        better = (k < kb) | ((k == kb) & (lm < lmb))
+        # written back with torch.where on the active rows (the same values as writing only the improved rows),
+        # not by boolean indexing: no host synchronisation
+        x_best[active] = torch.where(better.view(-1, 1, 1, 1), cand, ba)
+        best[active] = torch.where(better[:, None], out.to(best.dtype), best[active])
+        margin_best[active] = torch.where(better, m.to(margin_best.dtype), margin_best[active])
+        key_best[active] = torch.where(better, k.to(key_best.dtype), kb)
+        lm_best[active] = torch.where(better, lm, lmb)
         on_iter(1)
         done += 1
+    _refuse_nan_seen(nan_seen, "during the Square attack")
     on_iter(n_queries - done)
 
     use_clean = clean_key < key_best  # the clean image is a visited point too
