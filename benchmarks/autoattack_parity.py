@@ -82,6 +82,7 @@ def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_exampl
     cls = lookup("attack", attack_name)
     options = dict(options or {})
     precision = str(options.pop("precision", "float32"))  # a run setting (RunSettings.precision), not an option
+    options.setdefault("batch_size", batch_size)  # the attack's own batches as large as pyautoattack's
     cls.check_options(options)  # a bad option fails before anything is attacked
     clean, robust, comps, seconds = [], [], {}, 0.0
     for index, start in enumerate(range(0, len(y), batch_size)):

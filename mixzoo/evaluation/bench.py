@@ -217,8 +217,6 @@ def check_run_settings(settings: RunSettings, out: str | Path | None = None) -> 
     """One-line errors for settings every card evaluation shares, before anything is loaded or attacked."""
     from mixzoo.core.plugins import lookup
 
-    if out is not None:
-        check_writable(out, directory=True, what="--out directory")
     if settings.n <= 0:
         raise InputError(f"--n must be positive, got {settings.n}")
     if settings.batch_size <= 0:
@@ -229,6 +227,8 @@ def check_run_settings(settings: RunSettings, out: str | Path | None = None) -> 
     check_options = getattr(attack_cls, "check_options", None)  # a plugin's attack need not subclass Attack
     if settings.attack_options and check_options is not None:
         check_options(dict(settings.attack_options))
+    if out is not None:  # last: the probe writes (and removes) a file, which a refused command should not do
+        check_writable(out, directory=True, what="--out directory")
 
 
 @dataclass
@@ -303,7 +303,7 @@ def worst_case(ev: dict[str, Any], extra: dict[str, Any], subset: torch.Tensor, 
         if robust[i] and not ok:
             robust[i], broken = False, broken + 1
     stat = {"name": name, "newly_broken": broken, "seconds": extra["seconds"]}
-    if extra["components"] and all("found_bf16" in c for c in extra["components"]):  # a bf16 run's two counts
+    if extra.get("components") and all("found_bf16" in c for c in extra["components"]):  # a bf16 run's two counts
         stat.update({k: sum(c.get(k, 0) for c in extra["components"]) for k in BF16_COUNTS})
     merged = {**ev, "robust_correct": robust, "seconds": ev["seconds"] + extra["seconds"],
               "components": [*ev["components"], stat],
