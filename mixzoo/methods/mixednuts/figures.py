@@ -225,7 +225,7 @@ def markdown_lines(report: Any, card: Any) -> list[str]:
         return []
     lines = ["", f"## Trade-off curve ({cur['attack']} on {cur['n_robust']} images; clean on {cur['n_clean']})", ""]
     if cur.get("screening"):
-        lines += [f"**Screening figures: {cur['screening']}.** The table above gives the rows' figures.", ""]
+        lines += [f"**Screening figures** ({cur['screening']}); the table above gives the rows' figures.", ""]
     lines += ["| MixedNUTS beta | alpha | clean % | robust % |", "|---|---|---|---|"]
     lines += [f"| {r['beta']} | {r['alpha']:.4f} | {100 * r['clean_accuracy']:.2f} | "
               f"{100 * r['robust_accuracy']:.2f} |" for r in cur["mixednuts"]]
