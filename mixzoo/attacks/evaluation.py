@@ -358,11 +358,13 @@ class FiniteGuard(nn.Module):
     (the installed AutoAttack's components) stops within a few steps of the first bad one instead of running its
     whole budget.
 
-    The check stays on the device: the largest number of NaN rows in one output is kept there and read (one host
-    synchronisation) every :attr:`CHECK_EVERY` calls and by :meth:`finish`, which the caller runs when the attack
-    returns. Outcomes do not depend on when the check runs: it only decides whether the run is refused."""
+    On a GPU the check stays on the device: the largest number of NaN rows in one output is kept there and read
+    (one host synchronisation) every :attr:`CHECK_EVERY` calls and by :meth:`finish`, which the caller runs when the
+    attack returns; on the CPU, where reading it costs nothing, after every call. Outcomes do not depend on when
+    the check runs: it only decides whether the run is refused."""
 
     CHECK_EVERY = 32
+    EAGER_ON_CPU = True  # on the CPU a read costs nothing: check after every call
 
     def __init__(self, model: nn.Module, where: str):
         super().__init__()
@@ -376,7 +378,8 @@ class FiniteGuard(nn.Module):
             rows = torch.isnan(out.detach()).flatten(1).any(dim=1).sum()
             self._nan = rows if self._nan is None else torch.maximum(self._nan, rows)
             self._calls += 1
-            if self._calls % self.CHECK_EVERY == 0:
+            # on the CPU reading the flag costs nothing: check every call; on a GPU every CHECK_EVERY calls
+            if (self.EAGER_ON_CPU and out.device.type == "cpu") or self._calls % self.CHECK_EVERY == 0:
                 self._check()
         return out
 

@@ -64,8 +64,23 @@ class NaNAfter(nn.Module):
         return out
 
 
+class DeviceGuard(FiniteGuard):
+    """The guard's policy for a GPU, on CPU tensors: the check stays on the device between reads."""
+
+    EAGER_ON_CPU = False
+
+
+def test_finite_guard_checks_every_call_on_the_cpu():
+    guard = FiniteGuard(NaNAfter(3), "here")
+    with pytest.raises(InputError, match="NaN logits for 2 examples here"):
+        for _ in range(10):
+            guard(torch.rand(4, 5))
+    assert guard.model.calls == 3
+
+
 def test_finite_guard_checks_on_the_device():
     """Fewer than one sync per call, an error within CHECK_EVERY calls of the first NaN, and at finish()."""
+    FiniteGuard = DeviceGuard  # noqa: N806 - the GPU policy under test
     guard = FiniteGuard(NaNAfter(10 ** 6), "here")
     count = CountSyncs()
     with count:
