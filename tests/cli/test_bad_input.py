@@ -489,7 +489,10 @@ def test_ctrl_c_says_that_a_rerun_resumes_from_the_cache(tmp_path):
     cmd = [sys.executable, "-m", "mixzoo.cli", "bench", str(card), "--attack", "apgd", "-O", "n_iter=3000",
            "--n", "200", "--batch-size", "10", "--no-curve", "--no-plots", "--no-baseline", "--out",
            str(tmp_path / "bench")]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # as at a terminal: a runner that started the tests in the background (SIGINT ignored, inherited by children)
+    # must not make the command deaf to the Ctrl-C under test
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 240
         while not list((tmp_path / "cache").glob("bench/*.partial/*.json")):
