@@ -7,9 +7,10 @@ Gaussian randomized smoothing (Monte Carlo certificates), alone and mixed with t
 ``--stage rs``: for fmnist-rs025 and fmnist-rs050, one Monte Carlo pass on the first ``--n-rs`` evaluation images
 (``--samples`` noisy copies per image, 100 more choose the class) gives both soft (001 App. A, Hoeffding) and hard
 (Cohen et al., Clopper-Pearson) estimates from the same noise: the soft/hard comparison is paired. Saved to
-``OUT/rs_NAME.pt``. ``--stage lip``: the Lipschitz RBCs (fmnist-lip050, fmnist-lip075) on the first ``--n-lip``
-images through ``mixzoo.certify.certify`` (timed end to end, loading included), every alpha of the grid, then the
-figure ``OUT/certify_lipschitz_fmnist.png`` and ``OUT/summary.json`` (also copied next to this script).
+``OUT/rs_NAME.pt``. ``--stage lip``: the Lipschitz RBCs (fmnist-lip050, fmnist-lip075, fmnist-lip100) on the first
+``--n-lip`` images through ``mixzoo.certify.certify`` (timed end to end, loading included), every alpha of the grid,
+each compared image by image with the RS models alone (hard, on the same images: McNemar counts), then the figure
+``OUT/certify_lipschitz_fmnist.png`` and ``OUT/summary.json`` (also copied next to this script).
 
 Panels: (a) deterministic curves (Lipschitz RBC alone and mixed at the alpha whose clean accuracy matches the
 target); (b) Monte Carlo curves (RS alone and mixed at the matching alpha, Thm A.2, the default smoothing kind);
@@ -42,7 +43,7 @@ from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import load_model
 
 RS = {"fmnist-rs050": 0.5, "fmnist-rs025": 0.25}
-LIPS = ("fmnist-lip050", "fmnist-lip075")
+LIPS = ("fmnist-lip050", "fmnist-lip075", "fmnist-lip100")
 ABC = "fmnist-std"
 ALPHAS = [round(1.0 - 0.02 * k, 2) for k in range(25)]  # 1.00 ... 0.52 (0.5 certifies nothing)
 GRID = [round(0.05 * k, 2) for k in range(41)]  # l2 radii 0 ... 2
@@ -94,6 +95,24 @@ def rs_curves(path: Path, abc_probs: torch.Tensor, alphas: torch.Tensor, grid: t
             "machine": saved["machine"], "kinds": out}
 
 
+def rs_certified(path: Path, kind: str, radii: tuple[float, ...]) -> dict[float, torch.Tensor]:
+    """Per image of a saved Monte Carlo pass: correct and certified (alone, Thm A.2 at alpha 1) at each radius."""
+    saved = torch.load(path)
+    e = saved["est"][kind]
+    r = smoothing_radius(e["p_top_lower"], e["p_other_upper"], saved["sigma"], [1.0])[0]
+    ok = (e["top"] == saved["labels"]) & ~e["abstain"]
+    return {rad: ok & (r >= rad) for rad in radii}
+
+
+def paired(a: torch.Tensor, b: torch.Tensor) -> dict:
+    """Images certified by ``a`` only and by ``b`` only, and the exact two-sided McNemar (sign test) p-value of the
+    difference: the paired comparison of two certificates on the same images."""
+    only_a, only_b = int((a & ~b).sum()), int((b & ~a).sum())
+    n, k = only_a + only_b, min(only_a, only_b)
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+    return {"only_first": only_a, "only_second": only_b, "mcnemar_p": round(p, 4)}
+
+
 def matched(clean: torch.Tensor, alphas: torch.Tensor, target: float) -> int:
     """Index of the largest alpha (the most robust mixture) whose clean accuracy reaches ``target``; the smallest
     alpha of the grid if none does."""
@@ -125,6 +144,13 @@ def lip_stage(out: Path, n_lip: int, target: float, default_kind: str, device: s
                  "layer_norm_product": res.settings["lipschitz"]["layer_norm_product"],
                  "clean": clean.tolist(), "certified": cert.tolist(), "matched_alpha": ALPHAS[k],
                  "at": {str(r): {"alone": float(cert[0, i]), "mixture": float(cert[k, i])} for r, i in at.items()}}
+        alone = next(c for c in curves if c.alpha == 1.0)
+        lip_ok = torch.tensor([r is not None for r in alone.radius])  # correct and certified > 0 ...
+        lip_r = torch.tensor([r if r is not None else -1.0 for r in alone.radius], dtype=torch.float64)
+        entry["paired_vs_rs_hard"] = {  # ... and at least each radius, against each RS model on the same images
+            rs_name: {str(rad): paired(lip_ok & (lip_r >= rad), ok) for rad, ok in
+                      rs_certified(out / f"rs_{rs_name}.pt", "hard", tuple(at)).items()}
+            for rs_name, c in rs.items() if c["n"] == n_lip}
         entry["on_rs_images"] = {}
         for n_rs in sorted({c["n"] for c in rs.values()}):  # the same model on each Monte Carlo image set
             sub = sorted(certify(rbc=name, abc=ABC, alphas=ALPHAS, n=n_rs, radii=GRID, progress=False,
@@ -157,7 +183,7 @@ def figure(s: dict, path: Path) -> None:
     plt = figure_module()
     fig, ax = plt.subplots(1, 4, figsize=(22, 5))
     grid, alphas, kind = s["radii"], s["alphas"], s["default_smoothing"]
-    for (name, lip), color in zip(s["lipschitz"].items(), ("b", "c"), strict=False):
+    for (name, lip), color in zip(s["lipschitz"].items(), ("b", "c", "m"), strict=False):
         k = alphas.index(lip["matched_alpha"])
         ax[0].plot(grid, lip["certified"][0], f"{color}-", label=f"{name} alone (clean {100 * lip['clean'][0]:.1f}%)")
         ax[0].plot(grid, lip["certified"][k], f"{color}--",

@@ -13,7 +13,7 @@
 #               seconds (default 600) and what is left of BUDGET; EVAL_BS images per batch (default 250);
 #   4. export:  benchmarks/gpu_export.py: the card's torch.export / ONNX artifacts run on CUDA against mixzoo on CUDA;
 #   5. certify: benchmarks/certify_lipschitz_fmnist.py --device cuda: randomized smoothing (fmnist-rs050, fmnist-rs025;
-#               soft and hard from one pass) and the Lipschitz certificates (fmnist-lip050/075) on the first 1,000
+#               soft and hard from one pass) and the Lipschitz certificates (fmnist-lip050/075/100) on the first 1,000
 #               evaluation images;
 # nvidia-smi samples utilisation and memory every 500 ms all along (smi.csv); steps.tsv holds each step's Unix start
 # and end times and exit status, so benchmarks/gpu_results.py can attribute the samples to steps.
@@ -25,8 +25,8 @@
 # ...), linked onto the path only when they do not import there.
 # Every step has its own time limit and the results are packed into $OUT/results.tgz (plus $OUT/summary.txt) even
 # when a step fails. STEPS picks steps and their order does not matter (default 12453; 6 adds bench rows of the
-# Lipschitz RBC fmnist-lip075, 1,000 images per threat model: minutes, for a second run). SMOKE=1 runs every step
-# tiny on the CPU (gloo for torchrun). BUDGET (default 450 s) bounds the whole run.
+# Lipschitz RBC LIP_RBC, default fmnist-lip100, 1,000 images per threat model: minutes, for a second run).
+# SMOKE=1 runs every step tiny on the CPU (gloo for torchrun). BUDGET (default 450 s) bounds the whole run.
 # `bash benchmarks/gpu_checks.sh prepare` builds .devdata here (from the Debian dataset and .venv); then call the
 # device tool with command `bash benchmarks/gpu_checks.sh` and carry [".devdata"] (about 21 MB), timeout_s 540.
 set -u
@@ -244,18 +244,19 @@ PY
 }
 
 [[ $STEPS == *6* ]] && {
-  # optional (not in the default STEPS): bench rows of fmnist-lip075 alone and mixed with fmnist-std at constant alpha
-  # (the alpha the certify step matched to 90 % clean accuracy, else 0.8), next to fmnist-pgd (the Fashion-MNIST
+  # optional (not in the default STEPS): bench rows of the Lipschitz RBC LIP_RBC alone and mixed with fmnist-std at
+  # constant alpha (the alpha the certify step matched to 90 % clean accuracy, else 0.8), next to fmnist-pgd (the Fashion-MNIST
   # card's RBC), under L-inf 0.1, L2 0.5 and L2 1.0
   mkdir -p "$RES/lip"
-  ALPHA=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['lipschitz']['fmnist-lip075']['matched_alpha'])" \
-    "$RES/certify/summary.json" 2>/dev/null || echo 0.8)
+  LIP_RBC=${LIP_RBC:-fmnist-lip100}; LT=${LIP_RBC#fmnist-}
+  ALPHA=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['lipschitz'][sys.argv[2]]['matched_alpha'])" \
+    "$RES/certify/summary.json" "$LIP_RBC" 2>/dev/null || echo 0.8)
   LATT=adaptive; LN=${LIP_N:-1000}; [ "$SMOKE" = 1 ] && { LATT=adaptive-apgd; LN=8; }
-  step lip/mix 60 $PY -m mixzoo.cli mix --abc fmnist-std --rbc fmnist-lip075 --method linear -O alpha="$ALPHA" \
-    --device "$DEV" --out "$RES/lip/lip075_linear.toml"
+  step lip/mix 60 $PY -m mixzoo.cli mix --abc fmnist-std --rbc "$LIP_RBC" --method linear -O alpha="$ALPHA" \
+    --device "$DEV" --out "$RES/lip/${LT}_linear.toml"
   for threat in "Linf 0.1" "L2 0.5" "L2 1.0"; do
     read -r NORM EPS <<<"$threat"
-    for c in lip075_linear:"$RES/lip/lip075_linear.toml" pgd_mixednuts:"$CARD"; do
+    for c in "${LT}_linear:$RES/lip/${LT}_linear.toml" pgd_mixednuts:"$CARD"; do
       step "lip/${c%%:*}_${NORM}_${EPS}" "$(left)" $PY -m mixzoo.cli bench "${c#*:}" --attack $LATT --norm "$NORM" --eps "$EPS" \
         --n-images "$LN" --no-curve --no-baseline --no-plots --batch-size 500 --device "$DEV" \
         --out "$RES/lip/${c%%:*}_${NORM}_${EPS}"

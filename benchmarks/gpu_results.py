@@ -169,7 +169,7 @@ def main() -> None:
     print_certify(dest)
     lip = sorted((dest / "lip").glob("*/report.json"))
     if lip:
-        print("== 6. bench rows, Lipschitz RBC (fmnist-lip075) and fmnist-pgd")
+        print("== 6. bench rows, Lipschitz RBC (LIP_RBC) and fmnist-pgd")
         for path in lip:
             for m in load(path)["models"]:
                 print(f"  {path.parent.name}: {m['name']} ({m['kind']}, alpha {m.get('alpha')}): clean"

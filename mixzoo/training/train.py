@@ -160,12 +160,13 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
              description=f"base of a randomized-smoothing RBC: Gaussian noise augmentation sigma {s}, 6 epochs")
       for s in (0.25, 0.5, 1.0)],
     *[Recipe(f"fmnist-lip{round(100 * r):03d}", dataset="fashion-mnist", mean=(0.0,), std=(1.0,), method="lipschitz",
-             arch="lipconvnet", arch_kwargs={"widths": (16, 32), "hidden": 128}, epochs=epochs, batch_size=128,
+             arch="lipconvnet", arch_kwargs={"widths": (16, 32), "hidden": hidden}, epochs=epochs, batch_size=128,
              optimizer="adam", lr=2e-3, warmup=0.05, loss_tau=8.0, margin_offset=r * math.sqrt(2), eps=0.1,
              description=f"1-Lipschitz (l2) CNN, deel-torchlip layers, cross-entropy with temperature 8.0 and logit"
-                         f" margin {r * math.sqrt(2):.3g} (aims at certified l2 radius {r:g}), {epochs} epochs; no"
-                         " normalisation, so the constant holds for [0, 1] images")
-      for r, epochs in ((0.5, 4), (0.75, 12))],
+                         f" margin {r * math.sqrt(2):.3g} (aims at certified l2 radius {r:g}),"
+                         f"{f' hidden width {hidden},' if hidden != 128 else ''} {epochs} epochs; no normalisation,"
+                         " so the constant holds for [0, 1] images")
+      for r, hidden, epochs in ((0.5, 128, 4), (0.75, 128, 12), (1.0, 256, 12))],
     Recipe("digits-lip", **_DIGITS_LIP, method="lipschitz", arch="lipconvnet",
            arch_kwargs={"widths": (16,), "hidden": 64, "input_hw": 8}, epochs=20, batch_size=64, optimizer="adam",
            lr=5e-3, loss_tau=8.0, margin_offset=0.5, eps=0.2,

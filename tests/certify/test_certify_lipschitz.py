@@ -188,8 +188,10 @@ def pgd_flips(rbc: nn.Module, abc: nn.Module | None, alpha: float, x: torch.Tens
     return flipped.view(restarts, n).any(0)
 
 
-PAIRS = {"digits-lip": ("digits-std", 120), "fmnist-lip050": ("fmnist-std", 40)}  # RBC: (ABC, images)
-CASES = [("digits-lip", 1.0), ("digits-lip", 0.8), ("fmnist-lip050", 1.0), ("fmnist-lip050", 0.8)]
+PAIRS = {"digits-lip": ("digits-std", 120), "fmnist-lip050": ("fmnist-std", 40),
+         "fmnist-lip100": ("fmnist-std", 40)}  # RBC: (ABC, images)
+CASES = [("digits-lip", 1.0), ("digits-lip", 0.8), ("fmnist-lip050", 1.0), ("fmnist-lip050", 0.8),
+         ("fmnist-lip100", 1.0), ("fmnist-lip100", 0.62)]
 
 
 def certified_sample(name: str, alpha: float, lip_factor: float) -> tuple[torch.Tensor, ...]:

@@ -51,7 +51,7 @@ def test_registry_has_the_zoo():
 def test_zoo_model_loads_verifies_and_matches_its_recorded_accuracy(name):
     spec = mixzoo.core.registry.get_spec(name)
     assert zoo.file_sha256(zoo.weights_path(spec)) == spec.sha256
-    assert zoo.weights_path(spec).stat().st_size < 5_000_000
+    assert zoo.weights_path(spec).stat().st_size < 8_000_000  # fmnist-lip100 is 6.6 MB
     try:
         data = load_dataset(spec.dataset, "evaluation", n=500)
     except MissingFileError as exc:
