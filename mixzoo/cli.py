@@ -430,7 +430,7 @@ def sanity(
 @app.command("certify")
 @command
 @examples(
-    'mixzoo certify --rbc fmnist-lip050 --abc fmnist-std --alpha 0.78 --n 1000 --out cert/',
+    'mixzoo certify --rbc fmnist-lip100 --abc fmnist-std --alpha 0.62 --n 1000 --out cert/',
     'mixzoo certify --rbc fmnist-rs050 --abc fmnist-std --alpha 0.9 --n 100 --out cert-rs/',
     'mixzoo certify lin.toml --norm linf --out cert-lin/',
 )
@@ -487,8 +487,9 @@ def certify_cmd(
         if not rows:
             continue
         table = Table(title=f"{s['rbc']}: {title} over {s['norm']} radius (n={s['n']}, {s['mode']})")
-        for k, col in enumerate(header):
-            table.add_column(col, justify="left" if k == 0 else "right", no_wrap=k == 0)
+        for k, col in enumerate(header):  # numbers never wrap nor shorten; the label wraps on a narrow terminal
+            table.add_column(col, justify="left" if k == 0 else "right", no_wrap=k > 0,
+                             min_width=None if k == 0 else len(col))
         for row in rows:
             table.add_row(*row)
         out_console.print(table)
