@@ -74,9 +74,10 @@ def run_pyautoattack(model, x, y, eps, norm, seed, batch_size) -> dict:
 
 
 def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_example: bool = True,
-               first_index: int = 0, options: dict | None = None) -> dict:
+               first_index: int = 0, options: dict | None = None, index: torch.Tensor | None = None) -> dict:
     """mixzoo's evaluation ``attack_name`` (with attack ``options``) as ``mixzoo bench`` runs it: chunks of
-    ``batch_size`` images, every random draw per example index."""
+    ``batch_size`` images, every random draw per example index (``index``: each image's own, default
+    ``first_index``, ``first_index + 1``, ...)."""
     from mixzoo.core.plugins import lookup
 
     cls = lookup("attack", attack_name)
@@ -85,10 +86,11 @@ def run_mixzoo(model, x, y, eps, norm, seed, batch_size, attack_name, per_exampl
     options.setdefault("batch_size", batch_size)  # the attack's own batches as large as pyautoattack's
     cls.check_options(options)  # a bad option fails before anything is attacked
     clean, robust, comps, seconds = [], [], {}, 0.0
-    for index, start in enumerate(range(0, len(y), batch_size)):
+    for chunk, start in enumerate(range(0, len(y), batch_size)):
         stop = min(len(y), start + batch_size)
-        extra = {"index": torch.arange(first_index + start, first_index + stop)} if per_example else {}
-        res = cls(eps=eps, norm=norm, seed=seed if per_example else seed + index, **options).run(
+        ids = index[start:stop] if index is not None else torch.arange(first_index + start, first_index + stop)
+        extra = {"index": ids} if per_example else {}
+        res = cls(eps=eps, norm=norm, seed=seed if per_example else seed + chunk, **options).run(
             model, x[start:stop], y[start:stop], progress=False, precision=precision, **extra)
         clean.append(res.clean_correct.bool())
         robust.append(res.robust_correct.bool())

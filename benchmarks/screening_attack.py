@@ -25,56 +25,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from autoattack_parity import _broken, run_mixzoo, run_pyautoattack  # noqa: E402
+
 TIME_TARGET, GAP_TARGET = 0.2, 0.5
-
-
-def _broken(clean: torch.Tensor, robust: torch.Tensor) -> set[int]:
-    return set(torch.nonzero(clean & ~robust).squeeze(1).tolist())
-
-
-def run_pyautoattack(model, x, y, eps, norm, seed, batch_size) -> dict:
-    from mixzoo.attacks.variants import with_gradient
-    from mixzoo.core.compat import import_autoattack
-
-    aa = import_autoattack()
-    exact = with_gradient(model, "exact")
-    attack = aa.AutoAttack(exact, norm=norm, eps=eps, seed=seed, version="standard", device=x.device)
-    attack.verbose = False
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        adv, _ = attack.run_standard_evaluation(x.clone(), y.clone(), batch_size=batch_size)
-    seconds = time.perf_counter() - t0
-    with torch.no_grad():
-        clean = model(x).argmax(1) == y
-        robust = (model(adv).argmax(1) == y) & clean
-    return {"seconds": seconds, "clean": clean.cpu(), "robust": robust.cpu()}
-
-
-def run_mixzoo(model, x, y, eps, norm, seed, batch_size, name, options=None, index=None) -> dict:
-    from mixzoo.core.plugins import lookup
-
-    index = torch.arange(len(y)) if index is None else index
-    clean, robust, comps, seconds = [], [], {}, 0.0
-    for start in range(0, len(y), batch_size):
-        sl = slice(start, start + batch_size)
-        res = lookup("attack", name)(eps=eps, norm=norm, seed=seed, **(options or {})).run(
-            model, x[sl], y[sl], progress=False, index=index[sl])
-        clean.append(res.clean_correct.bool())
-        robust.append(res.robust_correct.bool())
-        seconds += res.seconds
-        for c in res.components:
-            prev = comps.setdefault(c.name, {"newly_broken": 0, "seconds": 0.0})
-            prev["newly_broken"] += int(c.newly_broken)
-            prev["seconds"] = round(prev["seconds"] + c.seconds, 2)
-    return {"seconds": seconds, "clean": torch.cat(clean), "robust": torch.cat(robust), "components": comps}
 
 
 def attribute(model, x, y, eps, norm, seed, examples: list[int], components: list[str]) -> dict[int, list[str]]:
@@ -84,8 +45,8 @@ def attribute(model, x, y, eps, norm, seed, examples: list[int], components: lis
     idx = torch.tensor(examples)
     found: dict[int, list[str]] = {i: [] for i in examples}
     for comp in components:
-        res = run_mixzoo(model, x[idx], y[idx], eps, norm, seed, len(idx), "adaptive", {"components": [comp]},
-                         index=idx)
+        res = run_mixzoo(model, x[idx], y[idx], eps, norm, seed, len(idx), "adaptive",
+                         options={"components": [comp]}, index=idx)
         for i, ok in zip(examples, res["robust"].tolist(), strict=True):
             if not ok:
                 found[i].append(comp)
@@ -122,7 +83,7 @@ def step_profile(model, x, y, eps, norm, args) -> dict:
 
     counted = Counting(model)
     res = run_mixzoo(counted, x, y, eps, norm, args.seed, args.batch_size, "fast",
-                     {"n_target_classes": args.n_target_classes})
+                     options={"n_target_classes": args.n_target_classes})
     n_iter = 100
     t0 = time.perf_counter()
     for _ in range(20):
@@ -163,7 +124,7 @@ def measure(kind, model, x, y, eps, norm, args, recorded: dict | None = None) ->
 
     warm_up(model, x[: args.batch_size], y[: args.batch_size])
     fast = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, "fast",
-                      {"n_target_classes": args.n_target_classes})
+                      options={"n_target_classes": args.n_target_classes})
     if recorded is None:
         aa = run_pyautoattack(model, x, y, eps, norm, args.seed, args.batch_size)
         ad = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, "adaptive")
@@ -185,7 +146,8 @@ def measure(kind, model, x, y, eps, norm, args, recorded: dict | None = None) ->
     if recorded is not None and args.calibrate:
         # the recorded times come from another run, maybe another CPU: time adaptive's apgd-ce here (the same
         # component, images and draws as in the record) and scale pyautoattack's recorded time by the two
-        here = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, "adaptive", {"components": ["apgd-ce"]})
+        here = run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size, "adaptive",
+                          options={"components": ["apgd-ce"]})
         there = rec_ad["components"]["apgd-ce"]["seconds"]
         factor = here["seconds"] / there
         calibration = {"adaptive_apgd_ce_seconds_here": round(here["seconds"], 1),
@@ -217,7 +179,7 @@ def measure(kind, model, x, y, eps, norm, args, recorded: dict | None = None) ->
     row["fast_by_n_target_classes"] = {}
     for k in args.k_sweep:
         other = fast if k == args.n_target_classes else run_mixzoo(model, x, y, eps, norm, args.seed, args.batch_size,
-                                                                   "fast", {"n_target_classes": k})
+                                                                   "fast", options={"n_target_classes": k})
         row["fast_by_n_target_classes"][k] = {"robust": int(other["robust"].sum()),
                                               "seconds": round(other["seconds"], 1),
                                               "only_adaptive": len(ad_b - _broken(other["clean"], other["robust"]))}
