@@ -908,3 +908,26 @@ def test_gaussian_recipes_and_the_smoothing_sigma_field():
     for bad in (-1, 0, True, "0.5"):
         with pytest.raises(RegistryError, match="smoothing_sigma"):
             spec_from_dict("bad", {**entry, "smoothing_sigma": bad})
+
+
+def test_cli_table_keeps_every_number_whole_on_an_80_column_terminal(tmp_path, monkeypatch):
+    """The long row labels wrap; the certified accuracies and radii are never cut to an ellipsis."""
+    from mixzoo.core.commands import out_console
+
+    monkeypatch.setattr(out_console, "_width", 80)
+    result = CliRunner().invoke(app, ["certify", "--rbc", "digits-lip", "--abc", "digits-std", "--alpha", "0.62",
+                                      "--n", "40", "--out", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    table = result.output.split("note:")[0]
+    assert "…" not in table, table
+    lines = [line for line in table.splitlines() if line.startswith("│")]
+    cells = [c.strip() for line in lines for c in line.strip("│").split("│")]
+    header = [c.strip() for c in next(x for x in table.splitlines() if "clean %" in x).strip("┃").split("┃")]
+    data = json.loads((tmp_path / "c" / "certify.json").read_text())
+    assert len(header) == 7  # label, clean and 5 radii, every header whole
+    for curve in data["certified"]:
+        grid = curve["radii"]
+        shown = grid[::math.ceil(len(grid) / 5)]
+        assert header[2:] == [f"{r:.3g}" for r in shown]
+        for r in shown:
+            assert f"{100 * curve['accuracy'][grid.index(r)]:.1f}" in cells
