@@ -49,7 +49,12 @@ def command(fn: F) -> F:
         try:
             with warnings.catch_warnings():  # the filters stay the user's; only the printing changes
                 warnings.showwarning = show_warning
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: every rank done before any leaves
+                from mixzoo.core.distributed import finish
+
+                finish()
+            return result
         except MixzooError as exc:
             message = str(exc)
         except KeyboardInterrupt:  # Ctrl-C: finished batches are in the cache, a re-run starts from them

@@ -139,6 +139,18 @@ def _leave() -> None:
         dist.destroy_process_group()
 
 
+def finish() -> None:
+    """A command's work is done on this rank: wait for every rank, then leave the job (nothing in one process).
+    Without the wait, a rank that leaves first closes its gloo connections while another still uses them, and
+    that rank aborts after its work is done. Only for success: a rank that failed exits at once, and torchrun
+    stops the others."""
+    if dist.is_available() and dist.is_initialized():
+        if world().size > 1:
+            with _timeout_as_input_error():
+                dist.barrier()
+        dist.destroy_process_group()
+
+
 def rank_device(device: str) -> str:
     """``device`` for this rank: ``"cuda"`` becomes ``"cuda:LOCAL_RANK"`` under torchrun."""
     if device == "cuda" and launched():
