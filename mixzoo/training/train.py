@@ -164,6 +164,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
              optimizer="adam", lr=2e-3, warmup=0.05, loss_tau=8.0, margin_offset=r * math.sqrt(2), eps=0.1,
              description=f"1-Lipschitz (l2) CNN, deel-torchlip layers, cross-entropy with temperature 8.0 and logit"
                          f" margin {r * math.sqrt(2):.3g} (aims at certified l2 radius {r:g}),"
+                         # the description is in the weights' metadata: the width-128 models keep their bytes
                          f"{f' hidden width {hidden},' if hidden != 128 else ''} {epochs} epochs; no normalisation,"
                          " so the constant holds for [0, 1] images")
       for r, hidden, epochs in ((0.5, 128, 4), (0.75, 128, 12), (1.0, 256, 12))],
