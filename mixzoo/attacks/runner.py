@@ -5,8 +5,12 @@ the methods that fit against an attack (the linear baseline's alpha matching) an
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
+import math
+import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,7 +20,7 @@ from torch import nn
 
 from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
 from mixzoo.core.checks import naming_model
-from mixzoo.core.distributed import check_shards, gather, world
+from mixzoo.core.distributed import check_same_settings, check_shards, gather, world
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
@@ -75,25 +79,24 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                        **({"precision": precision} if precision != "float32" else {}),
                        **({"attack_code": attack_cls.code_version} if getattr(attack_cls, "code_version", None)
                           else {})})
+    w = world()
+    n = len(labels)
+    if w.size > 1:  # every rank must attack the same examples with the same settings, or the merge is meaningless
+        check_same_settings({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
+                             "options": options, "precision": precision, "n_images": n}, f"{attack} on {label}")
     final = cache.root / "bench" / f"{key}.json"
     final_adv = final.with_suffix(ADV_SUFFIX)
     hit = None
     if cache.enabled and final.exists() and (not save_adversarial or final_adv.exists()):
-        try:
-            hit = {**json.loads(final.read_text()), "cached": True}
-            if save_adversarial:
-                hit["adversarial"] = load_file(final_adv)
-        except (json.JSONDecodeError, SafetensorError):
-            final.unlink(missing_ok=True)
-            final_adv.unlink(missing_ok=True)
+        hit = read_outcome(final, key, 0, n, final_adv if save_adversarial else None)
+        if hit is not None:
+            hit["cached"] = True
     # under torchrun every rank must take the same path (the attack below is collective): the cached result is used
     # only when every rank has it, e.g. a shared cache directory
-    w = world()
     if hit is not None and (w.size == 1 or all(gather(True))):
         return hit
     if w.size > 1 and hit is None:
         gather(False)
-    n = len(labels)
     parts: dict[int, dict[str, Any]] = {}
     found: dict[int, dict[str, torch.Tensor]] = {}
     n_batches = -(-n // batch_size)
@@ -104,12 +107,12 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
             part_path = cache.root / "bench" / f"{key}.partial" / f"{index:06d}.json"
             part_adv = part_path.with_suffix(ADV_SUFFIX)
             if cache.enabled and part_path.exists() and (not save_adversarial or part_adv.exists()):
-                try:
-                    parts[index] = json.loads(part_path.read_text())
+                part = read_outcome(part_path, key, start, stop, part_adv if save_adversarial else None)
+                if part is not None:
+                    found_points = part.pop("adversarial", None)
+                    parts[index] = part
                     if save_adversarial:
-                        found[index] = load_file(part_adv)
-                except (json.JSONDecodeError, SafetensorError):
-                    parts.pop(index, None)
+                        found[index] = found_points
             if index not in parts and w.owns(index):  # under torchrun: batch k is attacked by rank k mod size
                 attack_batch = naming_model(label, _attack_batch)  # a NaN-logits error names the model
                 parts[index], points = attack_batch(model, images, labels, start, stop, batch_index=index,
@@ -122,7 +125,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                 if cache.enabled:
                     if save_adversarial:  # the points first: a batch counts as done once its outcome is written
                         atomic_save_tensors(part_adv, points)
-                    atomic_write_text(part_path, json.dumps(parts[index]))
+                    atomic_write_text(part_path, sealed(parts[index], key))
             if index in parts:
                 bar.advance(task, stop - start)
         if w.size > 1:  # every rank gets every batch's outcome (the same merged result everywhere)
@@ -167,11 +170,87 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     if cache.enabled:
         if adversarial is not None:
             atomic_save_tensors(final_adv, adversarial)
-        atomic_write_text(final, json.dumps(merged))
+        atomic_write_text(final, sealed(merged, key))
         import shutil
 
         shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
     return merged if adversarial is None else {**merged, "adversarial": adversarial}
+
+
+def read_outcome(path: Path, key: str, start: int, stop: int,
+                 adv_path: Path | None = None) -> dict[str, Any] | None:
+    """A cached outcome of examples ``start:stop`` under cache key ``key``, or ``None`` (a miss: the caller attacks
+    again) when the file is unreadable, was written for another key, or does not have the shape of an outcome of
+    those examples; a file that exists but is refused gets one warning naming it.
+
+    An outcome is also refused when its content does not match the digest written with it (an edit or damage), or
+    its parts disagree: an example robust but not clean, or (with ``adv_path``) saved points that are not one per
+    broken example. A forged outcome with a recomputed digest is not caught here: ``mixzoo verify --recheck``
+    attacks again without the cache.
+    """
+    try:
+        entry = json.loads(path.read_text())
+        problem = outcome_problem(entry, key, stop - start)
+        if problem is None and adv_path is not None:
+            points = load_file(adv_path)
+            broken = [i + start for i, (c, r) in enumerate(zip(entry["clean_correct"], entry["robust_correct"],
+                                                               strict=True)) if c and not r]
+            if set(points) != {"index", "images"} or points["index"].tolist() != broken:
+                problem = f"its saved points {adv_path.name} are not one per broken example"
+            else:
+                entry["adversarial"] = points
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, SafetensorError) as exc:
+        problem = f"it cannot be read ({type(exc).__name__})"
+    if problem is None:
+        return {k: v for k, v in entry.items() if k not in ("key", "digest")}
+    warnings.warn(f"cache entry {path} is not an outcome of this run ({problem}); attacking again", stacklevel=3)
+    return None
+
+
+def outcome_problem(entry: Any, key: str, n: int) -> str | None:
+    """Why ``entry`` is not a cached outcome of ``n`` examples under cache key ``key`` (``None`` when it is)."""
+    if not isinstance(entry, dict):
+        return f"it is a JSON {type(entry).__name__}, not an object"
+    if entry.get("key") != key:
+        return "it was written for other settings (its key differs)"
+    flags = {}
+    for field in ("clean_correct", "robust_correct"):
+        value = entry.get(field)
+        if not isinstance(value, list) or len(value) != n or not all(isinstance(v, bool) for v in value):
+            return f"{field} is not {n} true/false values"
+        flags[field] = value
+    if any(r and not c for c, r in zip(flags["clean_correct"], flags["robust_correct"], strict=True)):
+        return "an example is robust but not clean"
+    components = entry.get("components")
+    if not isinstance(components, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("name"), str) and type(c.get("newly_broken")) is int
+            and c["newly_broken"] >= 0 and _is_seconds(c.get("seconds")) for c in components):
+        return "components is not a list of {name, newly_broken, seconds}"
+    if not isinstance(entry.get("warnings"), list) or not all(isinstance(w, str) for w in entry["warnings"]):
+        return "warnings is not a list of strings"
+    if not _is_seconds(entry.get("seconds")):
+        return "seconds is not a number of seconds"
+    if entry.get("digest") != outcome_digest(entry, key):
+        return "its content does not match its digest (edited or damaged)"
+    return None
+
+
+def outcome_digest(entry: dict[str, Any], key: str) -> str:
+    """sha256 of a cached outcome's content (every field but ``digest``) and its cache key: written with the entry
+    and checked on every read, so an entry edited or damaged after it was written is a miss."""
+    body = {k: v for k, v in entry.items() if k not in ("digest", "cached", "adversarial")}
+    blob = json.dumps({"key": key, "entry": body}, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def sealed(entry: dict[str, Any], key: str) -> str:
+    """The JSON text of a cached outcome, with its key and the digest :func:`read_outcome` checks."""
+    body = {**entry, "key": key}
+    return json.dumps({**body, "digest": outcome_digest(body, key)})
+
+
+def _is_seconds(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and value >= 0
 
 
 def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, start: int, stop: int, *,

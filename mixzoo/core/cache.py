@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -206,6 +207,11 @@ def batched_cached(cache: Cache, kind: str, key: str, n: int, batch_size: int, c
 
     w = world()
     done = cache.load(kind, key)
+    if done is not None and (not done or any(t.ndim == 0 or t.shape[0] != n for t in done.values())):
+        rows = sorted({t.shape[0] if t.ndim else 0 for t in done.values()})
+        warnings.warn(f"cache entry {cache.path(kind, key)} holds {'/'.join(map(str, rows)) or 'no'} rows where {n}"
+                      " were asked; computing it again", stacklevel=2)
+        done = None
     # under torchrun every rank takes the same path (the batches below are shared out and gathered): a complete
     # entry is used only when every rank has it
     if done is not None and (w.size == 1 or all(gather(True))):

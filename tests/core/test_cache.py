@@ -327,3 +327,28 @@ def test_resume_uses_saved_batches_at_their_batch_index(tmp_path):
     out = batched_cached(cache, "k", "key", 5, 2, compute, {})
     assert calls == [(2, 4)]
     assert out["x"].tolist() == [100, 101, 2, 3, 104]
+
+
+def test_a_complete_entry_with_other_rows_than_asked_is_computed_again_naming_the_file(tmp_path):
+    """An entry of 30 rows where 100 are asked (an edited or foreign file) is a miss: one warning naming it, then
+    the asked rows are computed and cached in its place."""
+    import warnings
+
+    from mixzoo.core.cache import Cache, batched_cached
+
+    cache = Cache(tmp_path)
+    cache.save("mmaa", "k", {"margin": torch.zeros(30)}, {"test": True})
+    calls = []
+
+    def compute(start, stop):
+        calls.append((start, stop))
+        return {"margin": torch.arange(start, stop, dtype=torch.float32)}
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = batched_cached(cache, "mmaa", "k", 100, 50, compute, {"test": True})
+    assert torch.equal(out["margin"], torch.arange(100, dtype=torch.float32)) and calls == [(0, 50), (50, 100)]
+    msgs = [str(w.message) for w in caught]
+    assert len(msgs) == 1 and str(cache.path("mmaa", "k")) in msgs[0] and "30 rows where 100" in msgs[0]
+    assert batched_cached(cache, "mmaa", "k", 100, 50, compute, {"test": True})["margin"].shape == (100,)
+    assert len(calls) == 2  # the recomputed entry is reused

@@ -1,0 +1,110 @@
+"""The attack runner's cache (mixzoo/attacks/runner.py): an entry is reused only when it is an untouched outcome of
+exactly the asked examples and settings; anything else is a miss, attacked again with one warning naming the file,
+and the result equals that of a run without a cache."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from mixzoo.attacks.runner import evaluate, outcome_digest
+from mixzoo.core.cache import Cache
+
+N = 12
+
+
+def tiny_case():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 5)).eval()
+    images = torch.rand(N, 1, 4, 4)
+    labels = model(images).argmax(1)  # every example clean-correct; a few robust at this eps
+    return model, images, labels
+
+
+def run(cache: Cache, **kw):
+    model, images, labels = tiny_case()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ev = evaluate(model, images, labels, attack="apgd", eps=kw.pop("eps", 0.05), norm="Linf", seed=0,
+                      batch_size=kw.pop("batch_size", 5), cache=cache, key_parts={"test": "runner"}, label="tiny",
+                      attack_options={"n_iter": 3, "n_target_classes": 1}, progress=False, **kw)
+    return ev, [str(w.message) for w in caught if "cache entry" in str(w.message)]
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory):
+    ev, _ = run(Cache(tmp_path_factory.mktemp("none"), enabled=False))
+    assert 0 < sum(ev["robust_correct"]) < N  # the case has both kinds of outcome
+    return ev
+
+
+def only_entry(cache: Cache):
+    (path,) = (cache.root / "bench").glob("*.json")
+    return path
+
+
+EDITS = {
+    "all robust": lambda e: {**e, "robust_correct": [True] * N},
+    "five outcomes": lambda e: {**e, "clean_correct": e["clean_correct"][:5], "robust_correct": e["robust_correct"][:5]},
+    "empty object": lambda e: {},
+    "null": lambda e: None,
+    "a list": lambda e: [e],
+    "strings for flags": lambda e: {**e, "robust_correct": ["yes"] * N},
+    "no components": lambda e: {k: v for k, v in e.items() if k != "components"},
+    "negative seconds": lambda e: {**e, "seconds": -1},
+    "another key": lambda e: {**e, "key": "0" * 24},
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_an_edited_or_misshapen_entry_is_attacked_again_with_one_warning(edit, tmp_path, truth):
+    cache = Cache(tmp_path)
+    first, _ = run(cache)
+    path = only_entry(cache)
+    path.write_text(json.dumps(EDITS[edit](json.loads(path.read_text()))))
+    again, warned = run(cache)
+    assert not again.get("cached")
+    assert again["robust_correct"] == truth["robust_correct"] == first["robust_correct"]
+    assert len(warned) == 1 and str(path) in warned[0]
+    reused, warned = run(cache)  # the recomputed entry is sound again
+    assert reused.get("cached") and not warned and reused["robust_correct"] == truth["robust_correct"]
+
+
+def test_a_consistent_forgery_with_its_digest_recomputed_is_not_caught_by_the_cache(tmp_path):
+    """What the cache cannot prove: an entry rewritten with a fresh digest is served (verify --recheck catches it)."""
+    cache = Cache(tmp_path)
+    run(cache)
+    path = only_entry(cache)
+    entry = json.loads(path.read_text())
+    entry["robust_correct"] = list(entry["clean_correct"])
+    entry["digest"] = outcome_digest(entry, entry["key"])
+    path.write_text(json.dumps(entry))
+    forged, warned = run(cache)
+    assert forged.get("cached") and all(forged["robust_correct"]) and not warned
+
+
+def test_a_damaged_partial_batch_is_attacked_again(tmp_path, truth):
+    cache = Cache(tmp_path)
+    run(cache)
+    path = only_entry(cache)
+    part = path.with_suffix(".partial") / "000001.json"
+    part.parent.mkdir()
+    entry = json.loads(path.read_text())
+    part.write_text(json.dumps({**entry, "robust_correct": [True] * N}))  # a batch of 5 examples cannot hold 12
+    path.unlink()
+    again, warned = run(cache)
+    assert again["robust_correct"] == truth["robust_correct"]
+    assert len(warned) == 1 and str(part) in warned[0]
+
+
+def test_cached_outcomes_carry_their_key_and_digest_but_results_do_not(tmp_path):
+    cache = Cache(tmp_path)
+    run(cache)
+    entry = json.loads(only_entry(cache).read_text())
+    assert entry["digest"] == outcome_digest(entry, entry["key"])
+    reused, _ = run(cache)
+    assert "digest" not in reused and "key" not in reused
