@@ -49,7 +49,8 @@ def only_entry(cache: Cache):
 
 EDITS = {
     "all robust": lambda e: {**e, "robust_correct": [True] * N},
-    "five outcomes": lambda e: {**e, "clean_correct": e["clean_correct"][:5], "robust_correct": e["robust_correct"][:5]},
+    "five outcomes": lambda e: {**e, "clean_correct": e["clean_correct"][:5],
+                                "robust_correct": e["robust_correct"][:5]},
     "empty object": lambda e: {},
     "null": lambda e: None,
     "a list": lambda e: [e],
