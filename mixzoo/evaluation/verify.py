@@ -125,6 +125,31 @@ def load_points(path: Path) -> dict[str, dict[str, torch.Tensor]]:
     return points
 
 
+def threat_model_of(report: dict[str, Any], path: Path) -> tuple[float, str]:
+    """The (eps, norm) every part of a bench report states: each row's ``epsilon`` / ``norm`` and ``n``, and the
+    settings; parts that disagree (an edited report) make it unusable, so nothing is checked against one of them."""
+    settings, models, n = report["settings"], report["models"], report["dataset"].get("n")
+    if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
+        raise InputError(f"{path}: 'models' is not a list of rows; pass the --out directory of `mixzoo bench`")
+    stated = {("settings", "eps"): settings.get("eps"), ("settings", "norm"): settings.get("norm")}
+    for m in models:
+        stated[(f"row {m.get('name')!r}", "eps")] = m.get("epsilon", settings.get("eps"))
+        stated[(f"row {m.get('name')!r}", "norm")] = m.get("norm", settings.get("norm"))
+        if "n" in m and m["n"] != n:
+            raise InputError(f"{path}: row {m.get('name')!r} says n = {m['n']!r}, the data set n = {n!r}; the report"
+                             " was edited or mixes runs: run the bench again")
+    for what in ("eps", "norm"):
+        values = {where: v for (where, f), v in stated.items() if f == what}
+        if len({json.dumps(v) for v in values.values()}) > 1:
+            shown = ", ".join(f"{where} {v!r}" for where, v in values.items())
+            raise InputError(f"{path}: its parts disagree on {what} ({shown}); the report was edited or mixes runs:"
+                             " run the bench again")
+    eps, norm = stated[("settings", "eps")], stated[("settings", "norm")]
+    if type(eps) not in (int, float) or not 0 <= eps < float("inf") or not isinstance(norm, str):
+        raise InputError(f"{path}: eps {eps!r} / norm {norm!r} is not a threat model; run the bench again")
+    return float(eps), norm
+
+
 def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *, out: str | Path | None = None,
                   **changes: Any) -> Verification:
     """Check the saved adversarial points of the bench report in ``report_dir`` (see the module docstring).
@@ -160,6 +185,7 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
                          f"`mixzoo bench ... --save-adversarial --out {report_dir}`")
     points = load_points(report_dir / (settings.get("adversarial_file") or ADVERSARIAL_FILE))
     n = int(dataset["n"])
+    threat = threat_model_of(report, report_path)
     if batch_size <= 0:
         raise InputError(f"--batch-size must be positive, got {batch_size}")
     check_device(device)  # not the attack: checking its points needs no attack, nor the plugin that provided it
@@ -167,7 +193,7 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     path = next((m["card_path"] for m in models if m.get("card_path") and m.get("kind") == report["card"].get(
         "method")), None)
     card = MixCard.from_dict(report["card"], source=str(report_path), path=Path(path) if path else None)
-    ce = card_evaluation(card, s.changed(eps=settings["eps"], norm=settings["norm"], n=n))
+    ce = card_evaluation(card, s.changed(eps=threat[0], norm=threat[1], n=n))
     if ce.data.fingerprint != dataset["fingerprint"]:
         raise InputError(f"the evaluation images here (fingerprint {ce.data.fingerprint}) are not the report's "
                          f"({dataset['fingerprint']}); pass --data-dir with the data set the report used")
@@ -209,6 +235,9 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
     robust_reported = _outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
     broken_reported = clean_reported & ~robust_reported
     index = pts["index"].long()
+    if pts["index"].ndim != 1 or pts["images"].shape[1:] != images.shape[1:]:
+        raise InputError(f"the points of row {m['name']!r} have shape {tuple(pts['images'].shape)}, the images"
+                         f" {tuple(images.shape[1:])} each; the adversarial file does not belong to this report")
     if len(index) and (index.min() < 0 or index.max() >= n or len(index.unique()) != len(index)):
         raise InputError(f"the points of row {m['name']!r} index examples outside 0..{n - 1} or twice")
     clean_here = _outputs(model, images, batch_size, device).argmax(dim=1) == labels

@@ -455,8 +455,10 @@ def test_an_l2_report_measures_points_in_l2(digits, tmp_path):
     dist = (points["abc.images"] - data.images[index]).flatten(1).norm(dim=1)
     eps = float(dist.median())  # an L2 radius with the saved L-inf points on both sides of it
 
-    def edit(report):
+    def edit(report):  # every part of the report states the same threat model, as a bench at L2 would write it
         report["settings"]["norm"], report["settings"]["eps"] = "L2", eps
+        for row in report["models"]:
+            row["norm"], row["epsilon"] = "L2", eps
 
     _edit_report(out, edit)
     far = index[dist > eps * (1 + 1e-3)].tolist()
@@ -611,3 +613,35 @@ def test_fragile_points_are_those_within_1e_4_of_the_boundary():
     row = _verify_row(m, MeanVersusHalf(), pts, images.double(), labels, 0.2, "Linf", 8, "cpu")
     assert row.passed and row.confirmed == 2 and row.verified_robust_accuracy == 0.0
     assert row.fragile == 1 and row.closest_margin == pytest.approx(-5e-5, rel=1e-3)
+
+
+def test_settings_eps_raised_against_the_rows_is_unusable_not_verified(bench_dir, tmp_path):
+    """A report whose settings say eps 1.0 while its rows say the eps they ran at, with a point moved outside the
+    true ball: verify judges nothing against the edited eps, it exits 2 naming the disagreement."""
+    out = copy_of(bench_dir, tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    eps = report["settings"]["eps"]
+    report["settings"]["eps"] = 1.0
+    (out / "report.json").write_text(json.dumps(report))
+    points = load_file(out / ADVERSARIAL_FILE)
+    clean = load_dataset("digits", "evaluation", n=N).images[points["abc.index"]]
+    moved = (clean + 3 * eps * torch.sign(points["abc.images"] - clean + 1e-9)).clamp(0, 1)
+    save_file({**points, "abc.images": moved}, out / ADVERSARIAL_FILE)
+    res = CliRunner().invoke(app, ["verify", str(out)])
+    assert res.exit_code == 2 and "disagree on eps" in res.output and "verified" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    for row in report["models"]:  # the same when one row's epsilon alone was edited
+        row["epsilon"] = eps
+    report["settings"]["eps"] = eps
+    report["models"][0]["epsilon"] = 1.0
+    (out / "report.json").write_text(json.dumps(report))
+    assert CliRunner().invoke(app, ["verify", str(out)]).exit_code == 2
+
+
+def test_points_of_the_wrong_shape_are_unusable_input_exit_2(bench_dir, tmp_path):
+    out = copy_of(bench_dir, tmp_path)
+    points = load_file(out / ADVERSARIAL_FILE)
+    save_file({**points, "abc.images": points["abc.images"][:, :, :4, :4].contiguous()}, out / ADVERSARIAL_FILE)
+    res = CliRunner().invoke(app, ["verify", str(out)])
+    assert res.exit_code == 2 and "does not belong to this report" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
