@@ -20,6 +20,7 @@ Isolation is a rule applied here, where hooks are called and plugin objects coll
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.metadata as md
 import json
 import os
@@ -324,6 +325,19 @@ _GUARDS = {"attack": ("factory", True), "mixing method": ("object", False), "dat
            "calibration optimizer": ("factory", False)}
 
 
+# what collect_named adapts, per table: objects written against an older contract, made current by the layer that
+# defines the contract ("module:function", imported when such a table is first built; the core imports no method)
+_ADAPTERS = {"mixing method": "mixzoo.methods.base:adapt_method"}
+
+
+def _adapt(what: str, plugin_name: str, value: Any) -> Any:
+    spec = _ADAPTERS.get(what)
+    if spec is None or plugin_name in _builtin:
+        return value
+    module, _, function = spec.partition(":")
+    return getattr(importlib.import_module(module), function)(value, plugin_name)
+
+
 def _guard(what: str, key: str, plugin_name: str, value: Any) -> Any:
     """``value`` from a third-party plugin, guarded as :data:`_GUARDS` says (built-ins' values are returned as they
     are: a fault there is mixzoo's own, and its traceback is what a report needs)."""
@@ -431,6 +445,7 @@ def collect_named(hook_name: str, what: str) -> dict[str, Any]:
             record_failure(plugin_name, f"{hook_name} returned {type(result).__name__}, expected dict")
             continue
         for key, value in result.items():
+            value = _adapt(what, plugin_name, value)
             owners.setdefault(key, []).append(plugin_name)
             values[(key, plugin_name)] = value
             merged.setdefault(key, _guard(what, key, plugin_name, value))
