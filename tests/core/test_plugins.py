@@ -108,7 +108,7 @@ def plugin():
     for name in names:
         if pm.get_plugin(name) is not None:
             unregister_plugin(name)
-        plugins_module._failures.pop(name, None)
+        plugins_module.STATE.failures.pop(name, None)
     clear_caches()
 
 
@@ -230,8 +230,13 @@ def test_plugin_infos_are_sorted_and_show_versions_sorted_provisions_and_failure
 
 
 def test_cli_plugins_json_lists_the_runtime_plugin(plugin):
+    """`mixzoo plugins` lists the hooks a plugin implements without calling them; --check lists what they give."""
     plugin(_Clamps(**{"mut-cli-clamp": abs}), "mut-cli-plugin")
     result = CliRunner().invoke(app, ["plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    entry = next(p for p in json.loads(result.stdout) if p["name"] == "mut-cli-plugin")
+    assert entry["hooks"] == ["mixzoo_clamp_functions"] and entry["provides"] == {} and entry["version"] == "1.2.3"
+    result = CliRunner().invoke(app, ["plugins", "--check", "--json"])
     assert result.exit_code == 0, result.output
     entry = next(p for p in json.loads(result.stdout) if p["name"] == "mut-cli-plugin")
     assert entry["provides"] == {"clamps": ["mut-cli-clamp"]} and entry["version"] == "1.2.3"

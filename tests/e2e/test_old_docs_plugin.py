@@ -101,4 +101,5 @@ def test_mix_bench_and_sanity_run_the_old_plugin(site, tmp_path):
                   "--eps", "0.1,0.5", "--no-linear", "--out", str(tmp_path / "sanity"), "--json")
     sweep = json.loads(proc.stdout)
     mixed = next(m for m in sweep["models"] if m["kind"] == METHOD)
-    assert sweep["radii"] == [0.1, 0.5] and mixed["robust_accuracy"][0] == pytest.approx(rows[METHOD]["robust_accuracy"])
+    assert sweep["radii"] == [0.1, 0.5]
+    assert mixed["robust_accuracy"][0] == pytest.approx(rows[METHOD]["robust_accuracy"])
