@@ -1,6 +1,7 @@
 """The CLI answers without torch: ``import mixzoo``, ``import mixzoo.cli``, ``mixzoo --help``, ``mixzoo list``,
 ``mixzoo info NAME`` (a known name or a typo) and ``mixzoo plugins`` (which calls no hook) import neither torch
-nor a mixing method, and every built-in plugin module imports without torch (a plugin module is imported whenever the plugins load, so its import must be cheap).
+nor a mixing method, and every built-in plugin module imports without torch (a plugin module is imported whenever
+the plugins load, so its import must be cheap).
 
 Each case runs in a fresh interpreter and reads ``sys.modules`` at its end; the timings are
 ``benchmarks/startup_speed.py``'s job.

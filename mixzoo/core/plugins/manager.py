@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata as md
-from typing import Any
 
 import pluggy
 
