@@ -55,9 +55,12 @@ def new_place(old: str, name: str) -> tuple[str, Any]:
     for module in (MOVED_MODULES[old], *ALSO_IN.get(old, ())):
         value = getattr(importlib.import_module(module), name, _MISSING)
         if value is not _MISSING:
-            home = getattr(value, "__module__", None)  # where a function or class is defined, not re-exported
-            if isinstance(home, str) and home.startswith("mixzoo.") and getattr(sys.modules.get(home), name,
-                                                                                None) is value:
+            # a name the module re-exports on purpose (its __all__) is named there; another is named where it is
+            # defined, not where it happens to be imported
+            home = getattr(value, "__module__", None)
+            public = name in getattr(sys.modules[module], "__all__", ())
+            if not public and isinstance(home, str) and home.startswith("mixzoo.") and \
+                    getattr(sys.modules.get(home), name, None) is value:
                 module = home
             return (f"mixzoo.{name}" if name in TOP_LEVEL else f"{module}.{name}"), value
     raise AttributeError(f"module {old!r} has no attribute {name!r} (the module moved to {MOVED_MODULES[old]!r})")
