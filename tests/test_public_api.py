@@ -14,7 +14,7 @@ import sys
 import warnings
 
 import pytest
-from public_api import CHANGELOG, SNAPSHOT, differences, live_surface, mentioned, unreleased, unrecorded
+from public_api import CHANGELOG, SNAPSHOT, differences, live_surface, mentioned, unrecorded, unreleased
 
 import mixzoo
 
