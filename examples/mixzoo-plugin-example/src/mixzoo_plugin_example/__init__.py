@@ -24,7 +24,7 @@ from torch import nn
 
 from mixzoo.core.card import MixCard, provenance
 from mixzoo.core.errors import InputError
-from mixzoo.core.plugins import hookimpl
+from mixzoo import hookimpl
 from mixzoo.methods import ExtraAttack, FitRequest, FitResult, MethodOption, MixingMethod
 from mixzoo.methods.base import square_extra
 from mixzoo.zoo.pairs import prepare_pair
