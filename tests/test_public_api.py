@@ -105,6 +105,7 @@ def test_an_unknown_name_of_an_old_module_is_an_attribute_error_naming_the_new_m
         mixzoo.errors.NoSuchError  # noqa: B018
 
 
+@pytest.mark.subprocess
 def test_import_mixzoo_imports_nothing_for_the_shims_and_calibrate_stays_callable():
     """The finder costs ``import mixzoo`` nothing; importing the old module ``mixzoo.calibrate`` (which rebinds
     ``mixzoo.calibrate``) leaves ``mixzoo.calibrate(...)`` working as the function."""
