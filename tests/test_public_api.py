@@ -103,6 +103,9 @@ def test_an_unknown_name_of_an_old_module_is_an_attribute_error_naming_the_new_m
     with pytest.raises(AttributeError, match="moved to 'mixzoo.core.errors'"), warnings.catch_warnings():
         warnings.simplefilter("error")
         mixzoo.errors.NoSuchError  # noqa: B018
+    with pytest.raises(AttributeError), warnings.catch_warnings():  # private names were never public
+        warnings.simplefilter("error")
+        mixzoo.errors._debug  # noqa: B018
 
 
 @pytest.mark.subprocess

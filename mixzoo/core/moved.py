@@ -74,8 +74,8 @@ class MovedModule(types.ModuleType):
 
     def __getattr__(self, name: str) -> Any:
         old = self.__name__
-        if name.startswith("__"):
-            raise AttributeError(name)
+        if name.startswith("_"):  # private names never were public: tools probing modules import nothing
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
         place, value = new_place(old, name)
         warnings.warn(f"{old}.{name} is deprecated and will be removed in mixzoo {REMOVED_IN}; use {place}",
                       DeprecationWarning, stacklevel=2)
