@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import os
 import subprocess
@@ -83,6 +84,16 @@ def test_plugin_that_fails_to_import_is_reported_and_others_work(tmp_path):
     assert "needs libfoo" in data["failures"]["broken"]
     assert "broken" not in data["loaded"]
     assert data["loaded"], "the other plugins must still load"
+    # `mixzoo plugins` without --check (no hook called, no torch) still shows the import failure, with the version
+    # from the distribution's metadata
+    probe = ("import json, sys\nsys.argv = ['mixzoo', 'plugins', '--json']\nfrom mixzoo.cli import main\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\nprint(json.dumps({'torch': 'torch' in sys.modules}))")
+    env["MIXZOO_CACHE"] = str(tmp_path / "cache")  # no faults other runs kept in the user's cache
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    *listing, last = out.stdout.strip().splitlines()
+    shown = {p["name"]: p for p in json.loads("\n".join(listing))}
+    assert "ImportError: needs libfoo" in shown["broken"]["error"] and json.loads(last) == {"torch": False}
+    assert shown["zoo"]["error"] is None and shown["zoo"]["version"] == md.version("mixzoo")
 
 
 ACCURATE = {"role": "accurate", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
