@@ -204,12 +204,13 @@ def plugins(
     for i in infos:
         shown = {**i.provides} if check else {"hooks": [h.removeprefix("mixzoo_") for h in i.hooks], **i.provides}
         provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in shown.items() if v)
-        table.add_row(escape(i.name), i.version, escape(i.module), escape(provides),
-                      f"[red]{escape(i.error)}" if i.error else "[green]ok")
+        status = f"[red]{escape(i.error)}" if i.error else "[green]ok"
+        if i.deprecations:
+            status += "\n[yellow]deprecated: " + escape("; ".join(i.deprecations))
+        table.add_row(escape(i.name), i.version, escape(i.module), escape(provides), status)
     out_console.print(table)
     if not check:
         out_console.print("`mixzoo plugins --check` calls every hook and lists what each plugin provides")
-    out_console.print(table)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -251,3 +251,6 @@ def test_cli_plugins_json_lists_the_runtime_plugin(plugin):
     assert result.exit_code == 0, result.output
     entry = next(p for p in json.loads(result.stdout) if p["name"] == "mut-cli-plugin")
     assert entry["provides"] == {"clamps": ["mut-cli-clamp"]} and entry["version"] == "1.2.3"
+    for args in (["plugins"], ["plugins", "--check"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0 and result.output.count("mut-cli-plugin") == 1, result.output

@@ -69,6 +69,12 @@ def test_plugins_lists_everything_the_old_plugin_provides(site, tmp_path):
     assert old["error"] is None and old["version"] == "0.1.0"
     assert {k: old["provides"][k] for k in ("models", "clamps", "optimizers", "attacks", "methods")} == {
         "models": [MODEL], "clamps": [CLAMP], "optimizers": [OPTIMIZER], "attacks": [ATTACK], "methods": [METHOD]}
+    # Python hides DeprecationWarnings from users by default; `mixzoo plugins` shows them
+    assert old["deprecations"][0] == ("mixzoo.plugins.hookimpl is deprecated and will be removed in mixzoo 0.3; use"
+                                      " mixzoo.hookimpl")
+    assert "does not subclass mixzoo.methods.MixingMethod" in old["deprecations"][1]
+    plain = {p["name"]: p for p in json.loads(mixzoo(site, tmp_path, "plugins", "--json").stdout)}["olddocs"]
+    assert plain["deprecations"] == old["deprecations"][:1] and plain["error"] is None
 
 
 def test_mix_bench_and_sanity_run_the_old_plugin(site, tmp_path):

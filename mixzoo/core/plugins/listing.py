@@ -21,8 +21,9 @@ from mixzoo.core.plugins.tables import KINDS, build_tables
 
 @dataclass
 class PluginInfo:
-    """What ``mixzoo plugins`` shows about one plugin: ``hooks`` it implements, and (``--check``) the names it
-    ``provides`` by kind."""
+    """What ``mixzoo plugins`` shows about one plugin: ``hooks`` it implements, (``--check``) the names it
+    ``provides`` by kind, and the ``deprecations`` mixzoo warned it of (a moved name it imports; with ``--check``
+    also an old-style entry it provides)."""
 
     name: str
     version: str
@@ -30,6 +31,7 @@ class PluginInfo:
     provides: dict[str, list[str]] = field(default_factory=dict)
     error: str | None = None
     hooks: list[str] = field(default_factory=list)
+    deprecations: list[str] = field(default_factory=list)
 
 
 def _module_facts(plugin: Any) -> dict[str, list[str]]:
@@ -70,7 +72,7 @@ def plugin_infos(check: bool = True) -> list[PluginInfo]:
             continue
         hooks = sorted(caller.name for caller in pm.get_hookcallers(plugin) or [])
         info = PluginInfo(name, STATE.versions.get(name, "?"), getattr(plugin, "__name__", type(plugin).__name__),
-                          hooks=hooks)
+                          hooks=hooks, deprecations=list(STATE.deprecations.get(name, [])))
         for label, by_plugin in provided.items():
             if by_plugin.get(name):
                 info.provides[label] = by_plugin[name]

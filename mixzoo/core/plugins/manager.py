@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata as md
+import warnings
+from collections.abc import Iterator
 
 import pluggy
 
@@ -28,6 +31,21 @@ def is_mixzoo_distribution(ep: md.EntryPoint) -> bool:
     return ep.dist is not None and (ep.dist.metadata["Name"] or "").lower() == PROJECT
 
 
+@contextlib.contextmanager
+def noting_deprecations(plugin_name: str) -> Iterator[None]:
+    """Record the :class:`DeprecationWarning` s mixzoo gives while ``plugin_name``'s code runs in the block (so that
+    ``mixzoo plugins`` shows them, although Python hides such warnings by default), then issue every warning
+    caught as it would have been."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        if issubclass(w.category, DeprecationWarning) and str(w.message).startswith("mixzoo.") or \
+                "mixzoo.methods.MixingMethod" in str(w.message):
+            STATE.record_deprecation(plugin_name, str(w.message))
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
 @functools.cache
 def get_plugin_manager() -> pluggy.PluginManager:
     """The process-wide plugin manager with every installed ``mixzoo`` entry point loaded.
@@ -41,7 +59,8 @@ def get_plugin_manager() -> pluggy.PluginManager:
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
         try:
-            plugin = ep.load()
+            with noting_deprecations(ep.name):
+                plugin = ep.load()
             pm.register(plugin, name=ep.name)
         except Exception as exc:  # noqa: BLE001 - any failure of a third-party import must be contained
             STATE.import_failed.add(ep.name)

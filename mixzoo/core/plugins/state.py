@@ -18,7 +18,9 @@ class PluginState:
     point (their run-time faults are kept on disk); ``versions``: plugin name -> version; ``runtime``: faults seen
     at run time in this process; ``tables``: merged hook tables by kind; ``collisions``: kind -> name -> the
     plugins that all provide it; ``provided``: kind -> plugin -> the names it provides (``mixzoo plugins``);
-    ``derived``: cached tables other modules build from hook results, with their ``mixzoo plugins`` labels.
+    ``derived``: cached tables other modules build from hook results, with their ``mixzoo plugins`` labels;
+    ``deprecations``: plugin name -> the deprecation warnings mixzoo gave it (a moved name it imports, an old-style
+    entry it provides).
     """
 
     failures: dict[str, list[str]] = field(default_factory=dict)
@@ -32,6 +34,13 @@ class PluginState:
     provided: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     derived: list[Any] = field(default_factory=list)
     derived_entries: dict[str, Any] = field(default_factory=dict)
+    deprecations: dict[str, list[str]] = field(default_factory=dict)
+
+    def record_deprecation(self, plugin_name: str, message: str) -> None:
+        """Note that ``plugin_name`` uses a deprecated name of mixzoo (``mixzoo plugins`` shows it)."""
+        seen = self.deprecations.setdefault(plugin_name, [])
+        if message not in seen:
+            seen.append(message)
 
     def record_failure(self, plugin_name: str, reason: str) -> None:
         """Note that ``plugin_name`` failed (entirely or in part); ``mixzoo plugins`` shows every reason."""

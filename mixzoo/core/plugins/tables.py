@@ -16,7 +16,7 @@ from typing import Any
 from mixzoo.core.errors import MixzooError, PluginError, PluginWarning, UnknownNameError
 from mixzoo.core.plugins.guard import guard
 from mixzoo.core.plugins.hooks import collect
-from mixzoo.core.plugins.manager import get_plugin_manager
+from mixzoo.core.plugins.manager import get_plugin_manager, noting_deprecations
 from mixzoo.core.plugins.state import STATE
 
 
@@ -80,7 +80,8 @@ def _adapt(kind: Kind | None, plugin_name: str, value: Any) -> Any:
     if kind is None or kind.adapt is None or plugin_name in STATE.builtin:
         return value
     module, _, function = kind.adapt.partition(":")
-    return getattr(importlib.import_module(module), function)(value, plugin_name)
+    with noting_deprecations(plugin_name):
+        return getattr(importlib.import_module(module), function)(value, plugin_name)
 
 
 def collect_named(hook_name: str, what: str) -> dict[str, Any]:
