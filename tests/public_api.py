@@ -88,7 +88,10 @@ def live_surface() -> dict[str, str]:
     for module_name, declared in PUBLIC_SURFACE.items():
         module = importlib.import_module(module_name)
         for name in _names(module, declared):
-            out.update(_entries(module_name, name, getattr(module, name)))
+            obj = getattr(module, name)
+            if isinstance(obj, moved.CallableMovedModule):  # `mixzoo.calibrate` after the old module was imported
+                obj = getattr(importlib.import_module(moved.MOVED_MODULES[obj.__name__]), moved.CALLABLE[obj.__name__])
+            out.update(_entries(module_name, name, obj))
     for old, new in moved.MOVED_MODULES.items():
         out[old] = f"deprecated module: moved to {new}, removed in {moved.REMOVED_IN}"
     return dict(sorted(out.items()))

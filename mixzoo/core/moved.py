@@ -4,7 +4,7 @@ The module names of mixzoo 0.1's documentation (``mixzoo.plugins``, ``mixzoo.err
 are answered by a finder that :mod:`mixzoo` installs: ``from mixzoo.plugins import hookimpl`` still gives
 :data:`mixzoo.hookimpl`, with a warning saying to import it from there. Nothing is imported until a name is read,
 so the finder costs ``import mixzoo`` nothing. Each entry says where its names live now and the release that
-removes it (CONTRIBUTING.md, "Public surface").
+removes it (CONTRIBUTING.md, "Public surface and versions").
 """
 
 from __future__ import annotations
