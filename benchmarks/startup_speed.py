@@ -1,6 +1,8 @@
-"""How fast the CLI answers: ``mixzoo --help``, ``mixzoo list``, ``mixzoo info NAME`` and ``mixzoo plugins``.
+"""How fast the CLI answers: ``mixzoo --help``, ``mixzoo list``, ``mixzoo info NAME``, ``mixzoo plugins`` (entry-point
+metadata and plugin modules, no hook called) and ``mixzoo plugins --check`` (every hook called, every table built).
 
-Targets on a quiet 2-core machine, median of 5: ``mixzoo --help`` <= 0.5 s, ``mixzoo list`` <= 2 s.
+Targets on a quiet 2-core machine, median of 5: ``mixzoo --help`` <= 0.5 s, ``mixzoo plugins`` <= 0.5 s,
+``mixzoo list`` <= 2 s.
 
 Each command runs as a fresh process (the installed ``mixzoo`` console script next to this interpreter), five times
 after one untimed warm-up run, and three figures are recorded for each, with their medians:
@@ -16,8 +18,9 @@ after one untimed warm-up run, and three figures are recorded for each, with the
 Every run starts in a temporary directory, so the installed package is what runs, never a copy that happens to
 sit in the current directory. A separate run of each command records how many modules it imported, whether torch
 was one of them, and which mixing-method modules (``mixzoo.methods.<name>``) it imported. The machine (CPU model,
-vector flags, cores) and the load average before and after go with the figures; the file says "shared with other
-jobs" when the 1-minute load average exceeded 0.5.
+vector flags, cores) and the load average before and after go with the figures, and the run record of
+:func:`mixzoo.core.machine.run_record` (versions, commit, machine); the file says "shared with other jobs" when the
+1-minute load average exceeded 0.5.
 
     .venv/bin/python benchmarks/startup_speed.py              # writes benchmarks/startup_speed.json
 """
@@ -44,8 +47,9 @@ COMMANDS: dict[str, list[str]] = {
     "mixzoo list": ["list"],
     "mixzoo info digits-pgd": ["info", "digits-pgd"],
     "mixzoo plugins": ["plugins"],
+    "mixzoo plugins --check": ["plugins", "--check"],
 }
-TARGETS_S = {"mixzoo --help": 0.5, "mixzoo list": 2.0}
+TARGETS_S = {"mixzoo --help": 0.5, "mixzoo plugins": 0.5, "mixzoo list": 2.0}
 QUIET_LOAD = 0.5
 
 # Runs the CLI in this process as the console script does, then writes what was imported to the file in argv[1].
@@ -144,7 +148,10 @@ def measure(repeats: int) -> dict[str, Any]:
               f"{row['import_s_median']:.3f} s  modules {row['modules']}  torch {row['torch']}", flush=True)
     load_after = os.getloadavg()
     shared = max(load_before[0], load_after[0]) > QUIET_LOAD
+    from mixzoo.core.machine import run_record
+
     return {
+        "run": run_record("cpu"),
         "machine": {**machine(), "load_average_before": [round(v, 2) for v in load_before],
                     "load_average_after": [round(v, 2) for v in load_after],
                     "load": "shared with other jobs" if shared else "quiet"},
@@ -159,8 +166,8 @@ def measure(repeats: int) -> dict[str, Any]:
             "torch": "whether the command imported torch",
             "methods": "mixing-method modules (mixzoo.methods.<name>) the command imported",
         },
-        "targets": "on a quiet 2-core machine, median wall_s: mixzoo --help <= 0.5 s, mixzoo list <= 2 s; on a "
-                   "shared machine the wall times are upper bounds of the quiet ones",
+        "targets": "on a quiet 2-core machine, median wall_s: mixzoo --help <= 0.5 s, mixzoo plugins <= 0.5 s, "
+                   "mixzoo list <= 2 s; on a shared machine the wall times are upper bounds of the quiet ones",
         "commands": results,
     }
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from mixzoo.core import __version__
+from mixzoo.core import __version__, moved
+
+moved.install()  # the module names of mixzoo 0.1's documentation (mixzoo.plugins, ...), deprecated
 
 # public name -> the module that defines it
 _PUBLIC = {

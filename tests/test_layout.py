@@ -189,4 +189,4 @@ def test_the_checks_can_fail():
     assert ("timm.models.resnetv2", 1) in imported_names("from timm.models.resnetv2 import ResNetV2", "mixzoo.x",
                                                          modules_only=True)
     assert cycles({"a": {"b"}, "b": set()}) == []
-    assert "mixzoo.core.hookspecs" in GRAPH["mixzoo.core.plugins"]
+    assert "mixzoo.core.hookspecs" in GRAPH["mixzoo.core.plugins.manager"]

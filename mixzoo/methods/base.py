@@ -417,3 +417,46 @@ def baseline_method() -> MixingMethod | None:
 
     found = [m for _, m in sorted(mixing_methods().items()) if m.baseline]
     return found[0] if len(found) == 1 else None
+
+
+# ------------------------------------------------------------------------------------------------ old-style methods
+_CONTRACT_ATTRIBUTES = ("name", "title", "paper", "fit_cost", "options", "default", "baseline", "certificate",
+                        "not_exportable")
+_CONTRACT_METHODS = ("validate", "upgrade_v1", "v1_warning", "summary_line", "key_parts", "gradients", "build",
+                     "extra_attacks", "certified_mixture", "fit", "fit_summary", "tradeoff_curve", "figures",
+                     "markdown_lines", "match", "card_at")
+
+
+class LegacyMethod(MixingMethod):
+    """A mixing method written against mixzoo 0.1's documentation: a plain object with the contract's members (no
+    :class:`MixingMethod` base class, ``check_options`` returning ``None``), given every member it lacks from
+    :class:`MixingMethod`. Deprecated: mixzoo 0.3 takes only :class:`MixingMethod` instances."""
+
+    def __init__(self, target: Any):
+        self.target = target
+        for name in _CONTRACT_ATTRIBUTES + _CONTRACT_METHODS:
+            if hasattr(target, name):
+                setattr(self, name, getattr(target, name))
+
+    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The method's own check (for its error messages), then the declared conversion."""
+        own = getattr(self.target, "check_options", None)
+        if own is not None:
+            checked = own(dict(options))
+            if isinstance(checked, dict):
+                options = checked
+        return super().check_options(options)
+
+
+def adapt_method(value: Any, plugin_name: str) -> Any:
+    """``value`` from hook ``mixzoo_mixing_methods``: a :class:`MixingMethod` as it is; an old-style object (0.1's
+    documentation) as a :class:`LegacyMethod`, with a :class:`DeprecationWarning` naming the base class to use."""
+    import warnings
+
+    if isinstance(value, MixingMethod) or not hasattr(value, "fit") or not hasattr(value, "build"):
+        return value
+    warnings.warn(f"mixing method {getattr(value, 'name', '?')!r} of plugin {plugin_name!r} does not subclass"
+                  " mixzoo.methods.MixingMethod; it is adapted for now, and mixzoo 0.3 will leave it out: subclass"
+                  " mixzoo.methods.MixingMethod (CONTRIBUTING.md, 'Writing a mixing method')", DeprecationWarning,
+                  stacklevel=2)
+    return LegacyMethod(value)

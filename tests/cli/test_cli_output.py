@@ -24,7 +24,7 @@ class Warner:
 def test_warnings_print_as_one_line_without_source():
     register_plugin(Warner(), name="i31-warner")
     try:
-        result = CliRunner().invoke(app, ["plugins"])
+        result = CliRunner().invoke(app, ["plugins", "--check"])
     finally:
         unregister_plugin("i31-warner")
         clear_caches()

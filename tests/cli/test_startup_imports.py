@@ -1,6 +1,7 @@
-"""The CLI answers without torch: ``import mixzoo``, ``import mixzoo.cli``, ``mixzoo --help``, ``mixzoo list`` and
-``mixzoo info NAME`` (a known name or a typo) import neither torch nor a mixing method, and every built-in plugin
-module imports without torch (a plugin module is imported whenever the plugins load, so its import must be cheap).
+"""The CLI answers without torch: ``import mixzoo``, ``import mixzoo.cli``, ``mixzoo --help``, ``mixzoo list``,
+``mixzoo info NAME`` (a known name or a typo) and ``mixzoo plugins`` (which calls no hook) import neither torch
+nor a mixing method, and every built-in plugin module imports without torch (a plugin module is imported whenever
+the plugins load, so its import must be cheap).
 
 Each case runs in a fresh interpreter and reads ``sys.modules`` at its end; the timings are
 ``benchmarks/startup_speed.py``'s job.
@@ -48,7 +49,8 @@ def probe(*args: str, status: int = 0) -> dict:
 
 @pytest.mark.parametrize(("args", "status"), [
     (("--import", "mixzoo"), 0), (("--import", "mixzoo.cli"), 0), (("--help",), 0), (("list",), 0),
-    (("list", "--json"), 0), (("info", "digits-pgd"), 0), (("info", "no-such-model"), 2)],
+    (("list", "--json"), 0), (("info", "digits-pgd"), 0), (("info", "no-such-model"), 2), (("plugins",), 0),
+    (("plugins", "--json"), 0)],
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else str(v))
 def test_command_imports_neither_torch_nor_a_method(args, status):
     seen = probe(*args, status=status)
@@ -64,6 +66,8 @@ def test_built_in_plugin_modules_import_without_torch():
 
 @pytest.mark.subprocess
 def test_the_probe_sees_torch_when_it_is_imported():
-    """The check can fail: a command that needs torch (`mixzoo plugins` builds every table) is seen importing it."""
+    """The check can fail: a command that needs torch (`mixzoo plugins --check` builds every table) is seen
+    importing it."""
     assert probe("--import", "mixzoo.zoo.models")["torch"]
-    assert probe("plugins")["methods"]
+    checked = probe("plugins", "--check")
+    assert checked["torch"] and checked["methods"]

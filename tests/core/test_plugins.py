@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import os
 import subprocess
@@ -83,6 +84,16 @@ def test_plugin_that_fails_to_import_is_reported_and_others_work(tmp_path):
     assert "needs libfoo" in data["failures"]["broken"]
     assert "broken" not in data["loaded"]
     assert data["loaded"], "the other plugins must still load"
+    # `mixzoo plugins` without --check (no hook called, no torch) still shows the import failure, with the version
+    # from the distribution's metadata
+    probe = ("import json, sys\nsys.argv = ['mixzoo', 'plugins', '--json']\nfrom mixzoo.cli import main\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\nprint(json.dumps({'torch': 'torch' in sys.modules}))")
+    env["MIXZOO_CACHE"] = str(tmp_path / "cache")  # no faults other runs kept in the user's cache
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    *listing, last = out.stdout.strip().splitlines()
+    shown = {p["name"]: p for p in json.loads("\n".join(listing))}
+    assert "ImportError: needs libfoo" in shown["broken"]["error"] and json.loads(last) == {"torch": False}
+    assert shown["zoo"]["error"] is None and shown["zoo"]["version"] == md.version("mixzoo")
 
 
 ACCURATE = {"role": "accurate", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
@@ -108,7 +119,7 @@ def plugin():
     for name in names:
         if pm.get_plugin(name) is not None:
             unregister_plugin(name)
-        plugins_module._failures.pop(name, None)
+        plugins_module.STATE.failures.pop(name, None)
     clear_caches()
 
 
@@ -230,8 +241,16 @@ def test_plugin_infos_are_sorted_and_show_versions_sorted_provisions_and_failure
 
 
 def test_cli_plugins_json_lists_the_runtime_plugin(plugin):
+    """`mixzoo plugins` lists the hooks a plugin implements without calling them; --check lists what they give."""
     plugin(_Clamps(**{"mut-cli-clamp": abs}), "mut-cli-plugin")
     result = CliRunner().invoke(app, ["plugins", "--json"])
     assert result.exit_code == 0, result.output
     entry = next(p for p in json.loads(result.stdout) if p["name"] == "mut-cli-plugin")
+    assert entry["hooks"] == ["mixzoo_clamp_functions"] and entry["provides"] == {} and entry["version"] == "1.2.3"
+    result = CliRunner().invoke(app, ["plugins", "--check", "--json"])
+    assert result.exit_code == 0, result.output
+    entry = next(p for p in json.loads(result.stdout) if p["name"] == "mut-cli-plugin")
     assert entry["provides"] == {"clamps": ["mut-cli-clamp"]} and entry["version"] == "1.2.3"
+    for args in (["plugins"], ["plugins", "--check"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0 and result.output.count("mut-cli-plugin") == 1, result.output

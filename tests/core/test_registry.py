@@ -266,7 +266,7 @@ def test_non_model_kinds_list_the_first_twelve_known_names_alphabetically():
 @pytest.fixture()
 def plugin():
     """Register runtime plugins for one test; unregister them and forget their failures afterwards."""
-    from mixzoo import plugins as plugins_module
+    from mixzoo.core import plugins as plugins_module
 
     pm = plugins_module.get_plugin_manager()
     names: list[str] = []
@@ -279,5 +279,5 @@ def plugin():
     for name in names:
         if pm.get_plugin(name) is not None:
             unregister_plugin(name)
-        plugins_module._failures.pop(name, None)
+        plugins_module.STATE.failures.pop(name, None)
     clear_caches()

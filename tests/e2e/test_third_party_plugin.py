@@ -85,7 +85,12 @@ def test_installed_plugin_model_clamp_and_method_are_listed(venv, tmp_path):
     assert (entry["plugin"], entry["dataset"], entry["role"], entry["num_classes"]) == ("example", "digits",
                                                                                          "robust", 10)
     assert entry["input_size"] == [1, 8, 8] and entry["threat_model"] == "Linf"
-    proc = mixzoo_cli(venv, "plugins", "--json", cwd=tmp_path)
+    cache = {"MIXZOO_CACHE": str(tmp_path / "cache")}  # faults other runs kept in the user's cache are not ours
+    proc = mixzoo_cli(venv, "plugins", "--json", cwd=tmp_path, env=cache)  # from metadata: no hook called
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    example = {p["name"]: p for p in json.loads(proc.stdout)}["example"]
+    assert {"mixzoo_clamp_functions", "mixzoo_mixing_methods", "mixzoo_load_model"} <= set(example["hooks"])
+    proc = mixzoo_cli(venv, "plugins", "--check", "--json", cwd=tmp_path, env=cache)
     assert proc.returncode == 0, proc.stderr[-2000:]
     plugins = {p["name"]: p for p in json.loads(proc.stdout)}
     assert not {n: p["error"] for n, p in plugins.items() if p["error"]}

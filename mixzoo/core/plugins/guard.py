@@ -1,0 +1,112 @@
+"""Isolation of third-party code: an exception from a plugin's hook, loader, method, attack, dataset or optimizer
+becomes one :class:`~mixzoo.core.errors.PluginError` line naming the plugin and what it was doing (a
+:class:`~mixzoo.core.errors.MixzooError` raised on purpose passes unchanged); ``MIXZOO_DEBUG=1`` lets the original
+exception through, with its traceback."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from mixzoo.core.errors import MixzooError, PluginError
+from mixzoo.core.plugins.failures import exception_text, record_runtime_failure
+from mixzoo.core.plugins.state import STATE
+
+
+def debug() -> bool:
+    """Whether ``MIXZOO_DEBUG`` asks for plugins' original exceptions."""
+    return os.environ.get("MIXZOO_DEBUG", "") not in ("", "0")
+
+
+def plugin_error(plugin_name: str, doing: str, exc: BaseException) -> PluginError:
+    """The one-line error for an exception ``exc`` raised by plugin ``plugin_name`` while ``doing`` something."""
+    fix = ("report it to mixzoo (MIXZOO_DEBUG=1 shows the traceback)" if plugin_name in STATE.builtin else
+           "reinstall the plugin or report it to its author (MIXZOO_DEBUG=1 shows the traceback)")
+    error = PluginError(f"plugin {plugin_name!r} failed to {doing}: {exception_text(exc)}; {fix}")
+    error.__cause__ = exc
+    return error
+
+
+def guarded_call(plugin_name: str, doing: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, with any exception other than a :class:`~mixzoo.core.errors.MixzooError` (or a
+    ``KeyboardInterrupt``) recorded and raised as the one-line :func:`plugin_error`."""
+    try:
+        return fn(*args, **kwargs)
+    except MixzooError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - contain third-party failures
+        if debug():
+            raise
+        record_runtime_failure(plugin_name, doing, exc)
+        raise plugin_error(plugin_name, doing, exc) from exc
+
+
+_VERBS = {"run": "run", "fit": "fit", "build": "build", "__call__": "create"}
+
+
+class Guarded:
+    """A third party's plugin object (an attack, a mixing method, ...) whose every method call goes through
+    :func:`guarded_call`; attributes read as the object's, and ``isinstance`` sees the object's class."""
+
+    def __init__(self, target: Any, plugin_name: str, what: str):
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_plugin", plugin_name)
+        object.__setattr__(self, "_what", what)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(guarded, MixingMethod) holds when the object is one
+        return type(object.__getattribute__(self, "_target"))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") and name in ("_target", "_plugin", "_what"):
+            raise AttributeError(name)
+        value = getattr(self._target, name)
+        if not callable(value) or isinstance(value, type) or name.startswith("__"):
+            return value
+        doing = f"{_VERBS.get(name, f'call {name}() of')} {self._what}"
+
+        @functools.wraps(value)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return guarded_call(self._plugin, doing, value, *args, **kwargs)
+
+        return call
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target, name, value)
+
+    def __repr__(self) -> str:
+        return repr(self._target)
+
+    def __eq__(self, other: Any) -> bool:
+        return self._target == (other._target if isinstance(other, Guarded) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._target)
+
+
+class GuardedFactory(Guarded):
+    """A third party's factory (an attack class, a dataset function, ...): calling it is guarded, and what it
+    returns is :class:`Guarded` when ``wrap_result`` (an attack object, whose ``run`` is then guarded too)."""
+
+    def __init__(self, target: Any, plugin_name: str, what: str, wrap_result: bool):
+        super().__init__(target, plugin_name, what)
+        object.__setattr__(self, "_wrap_result", wrap_result)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        doing = f"{'create' if self._wrap_result else 'run'} {self._what}"
+        result = guarded_call(self._plugin, doing, self._target, *args, **kwargs)
+        return Guarded(result, self._plugin, self._what) if self._wrap_result and result is not None else result
+
+
+def guard(how: str | None, label: str, plugin_name: str, value: Any) -> Any:
+    """``value`` from a third-party plugin, guarded as ``how`` says: ``"object"`` (every method call),
+    ``"factory"`` (the call), ``"factory+result"`` (the call and the object it returns) or ``None`` (as it is).
+    Built-ins' values are returned as they are: a fault there is mixzoo's own, and its traceback is what a report
+    needs."""
+    if how is None or plugin_name in STATE.builtin:
+        return value
+    if how == "object":
+        return Guarded(value, plugin_name, label)
+    return GuardedFactory(value, plugin_name, label, wrap_result=how == "factory+result") if callable(value) \
+        else value

@@ -1,0 +1,79 @@
+"""The plugin manager: every entry point of group ``mixzoo`` loaded one by one, built-ins and third parties alike."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata as md
+import warnings
+from collections.abc import Iterator
+
+import pluggy
+
+from mixzoo.core import hookspecs
+from mixzoo.core.plugins.state import PROJECT, STATE
+
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+def entry_points() -> list[md.EntryPoint]:
+    """The installed entry points of group ``mixzoo``, by name (read from distribution metadata; nothing imported)."""
+    return sorted(md.entry_points(group=PROJECT), key=lambda e: e.name)
+
+
+def distribution_version(ep: md.EntryPoint) -> str:
+    """The version of the distribution that declares ``ep`` (``"?"`` when unknown)."""
+    return ep.dist.version if ep.dist is not None else "?"
+
+
+def is_mixzoo_distribution(ep: md.EntryPoint) -> bool:
+    """Whether ``ep`` is declared by the mixzoo distribution itself (a built-in plugin)."""
+    return ep.dist is not None and (ep.dist.metadata["Name"] or "").lower() == PROJECT
+
+
+@contextlib.contextmanager
+def noting_deprecations(plugin_name: str) -> Iterator[None]:
+    """Record the :class:`DeprecationWarning` s mixzoo gives while ``plugin_name``'s code runs in the block (so that
+    ``mixzoo plugins`` shows them, although Python hides such warnings by default), then issue every warning
+    caught as it would have been."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        if issubclass(w.category, DeprecationWarning) and str(w.message).startswith("mixzoo.") or \
+                "mixzoo.methods.MixingMethod" in str(w.message):
+            STATE.record_deprecation(plugin_name, str(w.message))
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+@functools.cache
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager with every installed ``mixzoo`` entry point loaded.
+
+    Entry points are loaded one by one (rather than ``load_setuptools_entrypoints``' all-or-nothing) so that an
+    import error in one plugin is reported by name while the others load.
+    """
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for ep in entry_points():
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        try:
+            with noting_deprecations(ep.name):
+                plugin = ep.load()
+            pm.register(plugin, name=ep.name)
+        except Exception as exc:  # noqa: BLE001 - any failure of a third-party import must be contained
+            STATE.import_failed.add(ep.name)
+            STATE.record_failure(ep.name, f"{type(exc).__name__}: {exc}")
+            continue
+        STATE.versions[ep.name] = distribution_version(ep)
+        STATE.entry_points.add(ep.name)
+        if is_mixzoo_distribution(ep):
+            STATE.builtin.add(ep.name)
+    return pm
+
+
+def is_builtin(plugin_name: str) -> bool:
+    """Whether ``plugin_name`` is one of mixzoo's own plugins (an entry point of the ``mixzoo`` distribution)."""
+    get_plugin_manager()
+    return plugin_name in STATE.builtin
