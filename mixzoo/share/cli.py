@@ -117,9 +117,10 @@ def report_cmd(
         raise InputError(f"--format {format!r} is not a report format; the one format is robustbench")
     fields = _fields(set_field)
     info, where = model_info(bench_dir, card_name=card_name, fields=fields)
+    path = None if out is None else write_model_info(bench_dir, out, card_name=card_name, fields=fields,
+                                                     file_name=file_name)
     print(json.dumps(info, indent=2))
-    if out is not None:
-        path = write_model_info(bench_dir, out, card_name=card_name, fields=fields, file_name=file_name)
+    if path is not None:
         typer.echo(f"written to {path} (RobustBench files it under model_info/{where['dataset']}/"
                    f"{where['threat_model']}/)", err=True)
 

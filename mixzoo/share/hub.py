@@ -16,7 +16,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from mixzoo.core.errors import InputError, MissingFileError
+from mixzoo.core.errors import InputError, MissingFileError, damaged_file
+from mixzoo.core.paths import plain_name
 
 HUB_PREFIX = "hf-hub:"
 CARD_FILE = "card.toml"
@@ -30,6 +31,14 @@ def parse_hub_id(ref: str) -> tuple[str, str | None]:
     parts = repo.split("/")
     if len(parts) != 2 or not all(parts) or any(c.isspace() for c in repo):
         raise InputError(f"{ref!r} is not a Hugging Face repository id; write hf-hub:ORG/NAME[@REVISION]")
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:  # the Hub's own rule (no '..' or '--', no leading '-' or '.', at most 96 characters, ...)
+        validate_repo_id(repo)
+    except HFValidationError as exc:
+        raise InputError(f"{ref!r} is not a Hugging Face repository id ({' '.join(str(exc).split())}); write"
+                         " hf-hub:ORG/NAME[@REVISION]") from None
     return repo, revision or None
 
 
@@ -79,6 +88,10 @@ def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
         raise MissingFileError(f"{where} does not exist; is {repo!r} a repository written by `mixzoo push`?") from None
     except HFValidationError as exc:
         raise InputError(f"{repo!r} is not a valid Hugging Face repository id ({exc})") from None
+    except (ValueError, RuntimeError) as exc:  # huggingface_hub's refusal of a file name or a broken cache entry
+        raise damaged_file(f"{where}", f"huggingface_hub refused it ({type(exc).__name__}: {exc})",
+                           f"check the file names in the repository's {CARD_FILE}, or fetch it again with"
+                           f" `huggingface-cli download {repo} --force-download`") from None
     except OSError as exc:  # network refused, DNS, timeouts (requests' errors are OSErrors)
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise MissingFileError(f"could not download {where} ({first[:200]}); set HF_HUB_OFFLINE=1 to use the cache"
@@ -96,10 +109,11 @@ def resolve_card(ref: str) -> Path:
         raise InputError(f"{ref}: {CARD_FILE} is not a valid TOML card ({str(exc).splitlines()[0]})") from None
     weights = data.get("weights") or {}
     for name in weights if isinstance(weights, dict) else ():
-        hub_file(repo, str(name), revision)
-    for ref_entry in base_models(ref).values():
+        hub_file(repo, plain_name(name, f"{ref}: {CARD_FILE} field 'weights' entry"), revision)
+    for role, ref_entry in base_models(ref).items():
         if ref_entry.get("file"):
-            hub_file(repo, str(ref_entry["file"]), revision)
+            hub_file(repo, plain_name(ref_entry["file"], f"{ref}: {BASE_MODELS_FILE} field '{role}.file'"),
+                     revision)
     return card
 
 
