@@ -13,6 +13,7 @@ Each refusal is a one-line :class:`~mixzoo.core.errors.InputError` naming the fi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -100,6 +101,43 @@ def _check_file(path: Path, option: str, ours: Callable[[Path], bool] | None, wh
                          " mixzoo wrote), or move that file away")
 
 
+def json_with(*keys: str) -> Callable[[Path], bool]:
+    """A recogniser for :func:`check_output`: a JSON object holding every one of ``keys`` (a file mixzoo wrote)."""
+
+    def ours(path: Path) -> bool:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            return False
+        return isinstance(data, dict) and set(keys) <= set(data)
+
+    return ours
+
+
+def is_safetensors(path: Path) -> bool:
+    """A recogniser for :func:`check_output`: a file whose header parses as safetensors'."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(os.fspath(path), framework="pt"):
+            return True
+    except Exception:  # noqa: BLE001 - any refusal means: not a safetensors file
+        return False
+
+
+def holding(marker: bytes) -> Callable[[Path], bool]:
+    """A recogniser for :func:`check_output`: a file that contains ``marker`` (e.g. the metadata key mixzoo writes
+    into an artifact)."""
+
+    def ours(path: Path) -> bool:
+        try:
+            return marker in path.read_bytes()
+        except OSError:
+            return False
+
+    return ours
+
+
 def check_output(path: str | os.PathLike[str], *, option: str = "--out", what: str = "a file mixzoo wrote",
                  ours: Callable[[Path], bool] | None = None, directory: bool = False,
                  files: Mapping[str, Callable[[Path], bool] | None] | None = None) -> Path:
@@ -120,4 +158,5 @@ def check_output(path: str | os.PathLike[str], *, option: str = "--out", what: s
     return path
 
 
-__all__ = ["check_output", "inside", "plain_name", "read_safetensors", "safe_component"]
+__all__ = ["check_output", "holding", "inside", "is_safetensors", "json_with", "plain_name", "read_safetensors",
+           "safe_component"]

@@ -229,6 +229,9 @@ def check_run_settings(settings: RunSettings, out: str | Path | None = None) -> 
         check_options(dict(settings.attack_options))
     if out is not None:  # last: the probe writes (and removes) a file, which a refused command should not do
         check_writable(out, directory=True, what="--out directory")
+        from mixzoo.evaluation.report import check_report_dir
+
+        check_report_dir(Path(out))
 
 
 @dataclass

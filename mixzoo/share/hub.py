@@ -10,9 +10,7 @@ saying where it belongs. ``mixzoo.load_mixed``, ``mixzoo bench`` and ``mixzoo ce
 
 from __future__ import annotations
 
-import json
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +101,15 @@ def resolve_card(ref: str) -> Path:
     any bundled base-model weights (:data:`BASE_MODELS_FILE`) beside it in the same cache snapshot."""
     repo, revision = parse_hub_id(ref)
     card = hub_file(repo, CARD_FILE, revision)
+    from mixzoo.core.schema import parse_text
+
     try:
-        data = tomllib.loads(card.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{ref}: {CARD_FILE} is not a valid TOML card ({str(exc).splitlines()[0]})") from None
+        text = card.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{ref}: {CARD_FILE} is not a valid TOML card (not UTF-8)") from None
+    data = parse_text(text, "toml", f"{ref}: {CARD_FILE}")
+    if not isinstance(data, dict):
+        raise InputError(f"{ref}: {CARD_FILE} is not a mix card; push the card again")
     weights = data.get("weights") or {}
     for name in weights if isinstance(weights, dict) else ():
         hub_file(repo, plain_name(name, f"{ref}: {CARD_FILE} field 'weights' entry"), revision)
@@ -122,12 +125,16 @@ def base_models(ref: str) -> dict[str, dict[str, Any]]:
     the weight hash the card records, the registry's weight-file sha256 and, when bundled, the file and its sha256."""
     repo, revision = parse_hub_id(ref)
     path = hub_file(repo, BASE_MODELS_FILE, revision)
+    from mixzoo.core.schema import BaseModelsFile, parse_text, validate
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{ref}: {BASE_MODELS_FILE} is not valid JSON ({exc})") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{ref}: {BASE_MODELS_FILE} is not valid JSON (not UTF-8)") from None
+    data = parse_text(text, "json", f"{ref}: {BASE_MODELS_FILE}")
     if not isinstance(data, dict) or not all(isinstance(data.get(r), dict) for r in ("abc", "rbc")):
         raise InputError(f"{ref}: {BASE_MODELS_FILE} must hold the tables abc and rbc; push the card again")
+    validate(BaseModelsFile, data, f"{ref}: {BASE_MODELS_FILE}", "push the card again")
     return {r: data[r] for r in ("abc", "rbc")}
 
 

@@ -162,7 +162,6 @@ def write_model_info(bench_dir: str | Path, out: str | Path, *, card_name: str |
     """Write :func:`model_info` where RobustBench keeps it: ``out/{dataset}/{threat_model}/{file_name}.json``
     (default file name: the card's file stem); returns the path."""
     from mixzoo.core.cache import atomic_write_text
-
     from mixzoo.core.paths import check_output, safe_component
 
     info, where = model_info(bench_dir, card_name=card_name, fields=fields)
