@@ -25,8 +25,9 @@ MAX_DEPTH = 64  # no mixzoo file nests deeper than about 8 levels
 M = TypeVar("M", bound=BaseModel)
 
 Fraction = Annotated[float, Field(strict=True, ge=0, le=1, allow_inf_nan=False)]
-Count = Annotated[int, Field(strict=True, ge=0)]
-PositiveCount = Annotated[int, Field(strict=True, ge=1)]
+Count = Annotated[int, Field(strict=True, ge=0, le=2 ** 63 - 1)]
+PositiveCount = Annotated[int, Field(strict=True, ge=1, le=2 ** 63 - 1)]
+Int64 = Annotated[int, Field(strict=True, ge=-(2 ** 63), le=2 ** 63 - 1)]
 Name = Annotated[str, Field(strict=True, min_length=1, max_length=500)]
 Text = Annotated[str, Field(strict=True)]
 Sha256 = Annotated[str, Field(strict=True, pattern=r"^[0-9a-fA-F]{64}$")]
@@ -160,7 +161,7 @@ class ReportSettings(Record):
     attack: Name
     eps: Radius
     norm: Literal["Linf", "L2"]
-    seed: Annotated[int, Field(strict=True)] | None = None
+    seed: Int64 | None = None
 
 
 class ReportDataset(Record):
@@ -189,6 +190,6 @@ class BaseModelsFile(Record):
     rbc: BaseModelRef
 
 
-__all__ = ["MAX_DEPTH", "BaseModelsFile", "CardFile", "Count", "Fraction", "Name", "PositiveCount", "Record",
+__all__ = ["MAX_DEPTH", "BaseModelsFile", "CardFile", "Count", "Fraction", "Int64", "Name", "PositiveCount", "Record",
            "ReportFile", "ReportRow", "ReportSettings", "Sha256", "check_depth", "parse_text", "validate",
            "validation_message"]
