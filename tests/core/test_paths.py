@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
 import tomli_w
-import tomllib
 from typer.testing import CliRunner
 
 from mixzoo.cli import app
