@@ -38,7 +38,8 @@ def plain_name(name: object, what: str) -> str:
 
 def inside(folder: str | os.PathLike[str], name: object, what: str) -> Path:
     """``folder / name`` for a plain file name (:func:`plain_name`) that, with symbolic links resolved, is still in
-    ``folder``; a one-line :class:`InputError` otherwise."""
+    ``folder`` (or, for a Hugging Face cache snapshot, in that repository's ``blobs``); a one-line
+    :class:`InputError` otherwise."""
     folder = Path(folder)
     path = folder / plain_name(name, what)
     try:
@@ -46,9 +47,17 @@ def inside(folder: str | os.PathLike[str], name: object, what: str) -> Path:
     except (OSError, RuntimeError):  # a symbolic link loop
         raise InputError(f"{what}: {path} cannot be resolved (a symbolic link loop?); replace it with the file")\
             from None
-    if real.parent != base:
+    if real.parent != base and not _hub_blob(folder, real):
         raise InputError(f"{what}: {path} is a symbolic link out of {folder}; replace it with the file itself")
     return path
+
+
+def _hub_blob(folder: Path, real: Path) -> bool:
+    """Whether ``real`` is a blob of the Hugging Face cache repository whose snapshot ``folder`` is (a snapshot's
+    files are links to ``../../blobs/SHA``)."""
+    if folder.resolve().parent.name != "snapshots":
+        return False
+    return real.parent == (folder.resolve().parent.parent / "blobs")
 
 
 def safe_component(value: object, what: str) -> str:

@@ -229,9 +229,6 @@ def check_run_settings(settings: RunSettings, out: str | Path | None = None) -> 
         check_options(dict(settings.attack_options))
     if out is not None:  # last: the probe writes (and removes) a file, which a refused command should not do
         check_writable(out, directory=True, what="--out directory")
-        from mixzoo.evaluation.report import check_report_dir
-
-        check_report_dir(Path(out))
 
 
 @dataclass
@@ -396,6 +393,10 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
 
     s = settings_of(settings, changes)
     check_run_settings(s, out)
+    if out is not None:  # a report.json mixzoo did not write, or a FIFO where one of the report's files goes
+        from mixzoo.evaluation.report import check_report_dir
+
+        check_report_dir(Path(out))
     if curve is not None and curve.n <= 0:
         raise InputError(f"--curve-n must be positive, got {curve.n} (or pass --no-curve)")
     t0 = time.perf_counter()

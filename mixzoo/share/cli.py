@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mixzoo.core.checks import option_value
 from mixzoo.core.commands import examples
 from mixzoo.core.errors import InputError
 
@@ -87,10 +88,7 @@ def _fields(values: list[str] | None) -> dict[str, Any]:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise InputError(f"--set {item!r} is not KEY=VALUE; write e.g. --set venue='ICML 2024'")
-        try:
-            value: Any = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
+        value: Any = option_value(text, f"--set {key.strip()}")
         out[key.strip()] = value if isinstance(value, bool | str) else text
     return out
 

@@ -154,3 +154,18 @@ def test_check_output_refuses_special_and_foreign_files(tmp_path):
     assert check_output(foreign, ours=ours) == foreign
     assert check_output(tmp_path / "new" / "x.json", ours=ours) == tmp_path / "new" / "x.json"
     assert (tmp_path / "link" / "report.json").is_symlink() and (tmp_path / "elsewhere.txt").read_text()
+
+
+def test_a_hugging_face_snapshot_links_its_weights_to_its_blobs(tmp_path):
+    """huggingface_hub stores a snapshot's files as links to ``../../blobs/SHA``: those are the card's own files."""
+    repo = tmp_path / "models--me--card"
+    snapshot, blobs = repo / "snapshots" / ("0" * 40), repo / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for file in (AS_CARD, AS_CARD.with_name("fmnist-adaptive-smoothing-a.mixing-network.safetensors")):
+        blob = blobs / hashlib.sha256(file.read_bytes()).hexdigest()
+        blob.write_bytes(file.read_bytes())
+        (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
+    card = MixCard.load(snapshot / AS_CARD.name)
+    name = "fmnist-adaptive-smoothing-a.mixing-network.safetensors"
+    assert card.weight_file(name) == snapshot / name
