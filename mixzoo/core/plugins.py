@@ -281,8 +281,8 @@ def file_problem(plugin_name: str, doing: str, exc: BaseException) -> Any:
         return None
     text = " ".join(str(exc).split())[:200] or type(exc).__name__
     return FileProblemError(f"could not {doing}: a file plugin {plugin_name!r} read is damaged or not what its name"
-                            f" says ({type(exc).__name__}: {text}); delete that file and fetch it again (for the Hugging"
-                            " Face cache: `huggingface-cli download REPO --force-download`)")
+                            f" says ({type(exc).__name__}: {text}); delete that file and fetch it again (for the"
+                            " Hugging Face cache: `huggingface-cli download REPO --force-download`)")
 
 
 _VERBS = {"run": "run", "fit": "fit", "build": "build", "__call__": "create"}
