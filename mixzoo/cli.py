@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
+from mixzoo.core.checks import NOT_JSON, option_value
 from mixzoo.core.commands import (
     AllowUnsafe,
     AsJson,
@@ -112,9 +113,8 @@ def parse_attack_options(values: list[str] | None) -> dict[str, Any] | None:
         key = key.strip().replace("-", "_")
         if not sep or not key.isidentifier():
             raise MixzooError(f"--attack-option {item!r} is not KEY=VALUE; write e.g. -O n_iter=200")
-        try:
-            value: Any = json.loads(text)
-        except json.JSONDecodeError:
+        value: Any = option_value(text, f"--attack-option {key}")
+        if value is NOT_JSON:
             value = [v.strip() for v in text.split(",")] if "," in text else text.strip()
         options[key] = value
     return options

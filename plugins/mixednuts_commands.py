@@ -47,7 +47,10 @@ def check(
     from mixzoo.methods.mixednuts.approximation import check_approximation
 
     if out is not None:
+        from mixzoo.core.paths import check_output, json_with
+
         check_writable(out, what="--out file")
+        check_output(out, what="a `mixzoo check` result", ours=json_with("card"))
     res = check_approximation(card, rbc=rbc, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
                               device=device, allow_unsafe=allow_unsafe, progress=not as_json)
     text = json.dumps({"card": str(card), **res.to_dict(), "notes": res.notes}, indent=2)

@@ -56,8 +56,7 @@ def weights_path(spec: ModelSpec) -> Path:
 
 def load_zoo_network(spec: ModelSpec, device: str = "cpu") -> nn.Module:
     """Build ``spec.source['arch']`` and load its verified safetensors weights (strict key match)."""
-    from safetensors.torch import load_file
-
+    from mixzoo.core.paths import read_safetensors
     from mixzoo_plugins.zoo_arch import build
 
     path = weights_path(spec)
@@ -68,7 +67,7 @@ def load_zoo_network(spec: ModelSpec, device: str = "cpu") -> nn.Module:
                                 f" expects {spec.sha256[:12]}...; re-train with `mixzoo train {spec.name}` or fix"
                                 " the entry's sha256")
     network = build(str(spec.source.get("arch")), dict(spec.source.get("kwargs", {})))
-    state = load_file(str(path), device=device)
+    state = read_safetensors(path, device=device, fix=f"re-train it with `mixzoo train {spec.name}`")
     try:
         network.load_state_dict(state, strict=True)
     except RuntimeError as exc:

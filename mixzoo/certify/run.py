@@ -129,6 +129,11 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
         from mixzoo.core.cache import check_writable
 
         check_writable(out, directory=True, what="certify output directory")
+        from mixzoo.certify.report import FILES
+        from mixzoo.core.paths import check_output, json_with
+
+        report = json_with("settings", "certified")
+        check_output(out, directory=True, files={name: report if name == "certify.json" else None for name in FILES})
     if norm not in ("l2", "linf"):
         raise InputError(f"unknown norm {norm!r}; certify takes l2 or linf")
     if not isinstance(n, int) or n < 1:

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import subprocess
-import tomllib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch
 
 from mixzoo.core.checks import refuse_foreign_file
 from mixzoo.core.errors import InputError, MissingFileError
+from mixzoo.core.paths import inside, plain_name
 
 SCHEMA_VERSION = 2
 _COMMON = ("schema_version", "method", "dataset", "notes", "abc", "rbc", "data", "attack", "weights", "provenance")
@@ -193,16 +193,17 @@ class MixCard:
             raise InputError(f"mix card {path} is a directory; pass the card file `mixzoo mix --out` wrote")
         if not path.is_file():
             raise MissingFileError(f"mix card {path} does not exist; create it with `mixzoo mix --out {path}`")
+        from mixzoo.core.schema import CardFile, parse_text, validate
+
         try:
             text = path.read_text(encoding="utf-8")
-            data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
         except UnicodeDecodeError:
             raise InputError(f"{path}: not a text file (not UTF-8); pass the card `mixzoo mix --out` wrote") from None
-        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-            kind = "TOML" if path.suffix == ".toml" else "JSON"
-            raise InputError(f"{path}: not valid {kind} ({str(exc).splitlines()[0]})") from None
+        data = parse_text(text, path.suffix[1:], str(path))
         if isinstance(data, dict) and data.get("schema_version") == 1:
             data = upgrade_v1(data, str(path))
+        if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION:
+            validate(CardFile, data, str(path), "write the card with `mixzoo mix`")
         return cls.from_dict(data, source=str(path), path=path, stacklevel=3)
 
     def weight_file(self, name: str) -> Path:
@@ -214,7 +215,7 @@ class MixCard:
         if self.path is None:
             raise InputError(f"the mix card was not loaded from a file, so its weight file {name!r} cannot be found;"
                              " load it with MixCard.load(path)")
-        file = self.path.parent / name
+        file = inside(self.path.parent, name, f"{self.path}: field 'weights' entry")
         if not file.is_file():
             raise MissingFileError(f"{file} (listed in {self.path}) does not exist; keep it next to the card")
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
@@ -281,6 +282,7 @@ def _validate(card: MixCard, source: str) -> None:
     if not isinstance(card.notes, list) or not all(isinstance(n, str) for n in card.notes):
         raise InputError(f"{source}: field 'notes' must be a list of strings")
     for name, digest in card.weights.items():
+        plain_name(name, f"{source}: field 'weights' entry")
         if not (isinstance(digest, str) and len(digest) == 64):
             raise _field_error(source, f"weights.{name}", "a sha256 hex digest", digest)
     if not isinstance(card.params, dict):
@@ -294,7 +296,9 @@ _MMAA_KEYS = {"eps": "a positive number", "norm": "'Linf' or 'L2'", "n_iter": "a
 
 
 def _field_error(source: str, name: str, want: str, got: Any) -> InputError:
-    return InputError(f"{source}: field {name!r} must be {want}, got {got!r}; write the card with `mixzoo mix`")
+    text = repr(got)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return InputError(f"{source}: field {name!r} must be {want}, got {text}; write the card with `mixzoo mix`")
 
 
 def _is_int(v: Any, low: int | None = None) -> bool:

@@ -39,12 +39,48 @@ def _is_card(path: Path) -> bool:
 
 def refuse_foreign_file(path: str | Path, option: str = "--out") -> None:
     """Refuse to overwrite an existing, non-empty file that is not a mix card (a project's ``pyproject.toml``, a
-    JSON file of results): a one-line :class:`InputError` naming the file and the fix. A card is replaced as
+    JSON file of results), or anything that is not a regular file (a FIFO, a device, a symbolic link): a one-line
+    :class:`InputError` naming the file and the fix (:func:`mixzoo.core.paths.check_output`). A card is replaced as
     before (fitting again overwrites the old card)."""
-    path = Path(path)
-    if path.is_file() and path.stat().st_size > 0 and not _is_card(path):
-        raise InputError(f"{option} {path} exists and is not a mix card; pass another {option} (a new file or an"
-                         " old card), or move that file away")
+    from mixzoo.core.paths import check_output
+
+    check_output(path, option=option, what="a mix card", ours=_is_card)
+
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def int64(value: int, what: str) -> int:
+    """``value`` if it fits a 64-bit integer (what every tensor, seed and count in mixzoo holds), else a one-line
+    :class:`InputError` naming ``what`` (e.g. ``"-O n_iter"``)."""
+    if not INT64_MIN <= value <= INT64_MAX:
+        digits = len(str(abs(value)))
+        raise InputError(f"{what}: {str(value)[:24]}{'...' if digits > 24 else ''} ({digits} digits) is beyond a"
+                         f" 64-bit integer; pass a number between {INT64_MIN} and {INT64_MAX}")
+    return value
+
+
+def option_value(text: str, what: str) -> Any:
+    """A command-line value as JSON where it parses (numbers, true/false, null), else ``None`` for the caller's own
+    reading (comma-separated lists, text); an integer beyond 64 bits is a one-line :class:`InputError`."""
+    try:
+        return json.loads(text, parse_int=lambda digits: int64(int(digits), what))
+    except InputError:
+        raise
+    except (ValueError, RecursionError):
+        return NOT_JSON
+
+
+NOT_JSON: Any = object()  # what option_value returns for text that is not JSON
+
+
+def check_int_arguments(kwargs: dict[str, Any]) -> None:
+    """Every integer among a command's parsed arguments (lists included) fits 64 bits; else a one-line
+    :class:`InputError` naming the option (``--n``)."""
+    for key, value in kwargs.items():
+        for v in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(v, int) and not isinstance(v, bool):
+                int64(v, f"--{key.replace('_', '-')}")
 
 
 def reach_note(eps: float, norm: str, input_size: Sequence[int]) -> str | None:
@@ -126,6 +162,8 @@ def check_typed_options(owner: str, options: dict[str, Any], defaults: dict[str,
             continue
         if kind is int:
             ok = isinstance(value, int) and not isinstance(value, bool)
+            if ok:
+                int64(value, f"option {key} of {owner}")
         elif kind is float:
             ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         elif kind in (list, tuple) and _numbers(default):  # a list of numbers, e.g. a sweep

@@ -47,6 +47,9 @@ def command(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            from mixzoo.core.checks import check_int_arguments
+
+            check_int_arguments(kwargs)  # `--n 99999999999999999999` fits no tensor, seed or count
             with warnings.catch_warnings():  # the filters stay the user's; only the printing changes
                 warnings.showwarning = show_warning
                 result = fn(*args, **kwargs)

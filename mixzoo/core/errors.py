@@ -62,6 +62,25 @@ class MissingFileError(MixzooError, FileNotFoundError):
     """A file that is needed offline and is not where it should be; the message says where to put it."""
 
 
+class FileProblemError(InputError):
+    """A file the user has (a card's weights, a report, a file in the Hugging Face or mixzoo cache) that is damaged,
+    truncated, outside its folder or not what its name says: the user's file problem, never a plugin's fault. The
+    message names the file and the command that fetches or writes it again (:func:`damaged_file`)."""
+
+
+def damaged_file(path: str | os.PathLike[str], detail: str, fix: str | None = None) -> FileProblemError:
+    """The one-line :class:`FileProblemError` for ``path``: ``detail`` says what is wrong; ``fix`` defaults to the
+    command that fetches the file again: for a file in a Hugging Face cache snapshot (``models--ORG--NAME``),
+    ``huggingface-cli download ORG/NAME --force-download``, else deleting it and running the command that wrote it."""
+    detail = " ".join(str(detail).split())[:200] or "unreadable"
+    if fix is None:
+        repo = next((part[len("models--"):].replace("--", "/", 1) for part in reversed(os.fspath(path).split(os.sep))
+                     if part.startswith("models--")), None)
+        fix = (f"fetch it again with `huggingface-cli download {repo} --force-download`" if repo else
+               "delete it and run the command that wrote or fetched it again")
+    return FileProblemError(f"{os.fspath(path)}: {detail}; {fix}")
+
+
 def run_script(main: Callable[[], object]) -> None:
     """Run a benchmark script's ``main``: mixzoo's own errors end it with their one line on stderr and exit
     status 2, as the CLI does; a reader that has gone (``script | head``) ends it quietly with status 1."""

@@ -393,6 +393,10 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
 
     s = settings_of(settings, changes)
     check_run_settings(s, out)
+    if out is not None:  # a report.json mixzoo did not write, or a FIFO where one of the report's files goes
+        from mixzoo.evaluation.report import check_report_dir
+
+        check_report_dir(Path(out))
     if curve is not None and curve.n <= 0:
         raise InputError(f"--curve-n must be positive, got {curve.n} (or pass --no-curve)")
     t0 = time.perf_counter()

@@ -133,6 +133,18 @@ def markdown(report: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_report_dir(out: Path, option: str = "--out") -> Path:
+    """Refuse, before any attack, a report directory :func:`write_report` would write into although it holds a
+    ``report.json`` mixzoo did not write, or a FIFO, device, directory or link where one of its files goes
+    (:func:`mixzoo.core.paths.check_output`)."""
+    from mixzoo.core.paths import check_output, json_with
+
+    names = ("report.json", "report.md", "objective.png", "tradeoff.png", "margins.png", ADVERSARIAL_FILE)
+    return check_output(out, option=option, directory=True,
+                        files={name: json_with("models", "settings") if name == "report.json" else None
+                               for name in names})
+
+
 def write_report(report: Any, out: Path, *, rbc: nn.Module, plots: bool = True, cache: Cache | None = None,
                  data_dir: str | None = None, device: str = "cpu") -> list[Path]:
     """Write report.json, report.md, the PNG plots and the adversarial points into ``out``, all or none

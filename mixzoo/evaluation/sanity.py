@@ -200,6 +200,11 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
 
     s = settings_of(settings, changes, attack="adaptive-apgd", n=200)
     check_run_settings(s, out)
+    if out is not None:  # a sanity.json mixzoo did not write, or a FIFO where one of its files goes
+        from mixzoo.core.paths import check_output, json_with
+
+        check_output(out, directory=True, files={name: json_with("radii") if name == "sanity.json" else None
+                                                 for name in ("sanity.json", "sanity.md", "sanity.png")})
     if radii is not None and (not radii or min(radii) <= 0):
         raise InputError(f"--eps values must be positive, got {radii}")
     match = baseline

@@ -38,7 +38,6 @@ variant's output misclassifies it, and variants share the values, so a break on 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -167,10 +166,12 @@ def _fail() -> Any:
 def parse_value(text: str) -> Any:
     """A command-line value: JSON where it parses (numbers, true/false, null), comma-separated text as a list, else
     the text. Options declared with a type convert it further (:meth:`MethodOption.convert`)."""
-    try:
-        return json.loads(text)
-    except ValueError:
+    from mixzoo.core.checks import NOT_JSON, option_value
+
+    value = option_value(text, "option value")
+    if value is NOT_JSON:
         return [v for v in text.split(",")] if "," in text else text
+    return value
 
 
 @dataclass

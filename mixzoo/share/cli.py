@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mixzoo.core.checks import option_value
 from mixzoo.core.commands import examples
 from mixzoo.core.errors import InputError
 
@@ -87,10 +88,7 @@ def _fields(values: list[str] | None) -> dict[str, Any]:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise InputError(f"--set {item!r} is not KEY=VALUE; write e.g. --set venue='ICML 2024'")
-        try:
-            value: Any = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
+        value: Any = option_value(text, f"--set {key.strip()}")
         out[key.strip()] = value if isinstance(value, bool | str) else text
     return out
 
@@ -117,9 +115,10 @@ def report_cmd(
         raise InputError(f"--format {format!r} is not a report format; the one format is robustbench")
     fields = _fields(set_field)
     info, where = model_info(bench_dir, card_name=card_name, fields=fields)
+    path = None if out is None else write_model_info(bench_dir, out, card_name=card_name, fields=fields,
+                                                     file_name=file_name)
     print(json.dumps(info, indent=2))
-    if out is not None:
-        path = write_model_info(bench_dir, out, card_name=card_name, fields=fields, file_name=file_name)
+    if path is not None:
         typer.echo(f"written to {path} (RobustBench files it under model_info/{where['dataset']}/"
                    f"{where['threat_model']}/)", err=True)
 

@@ -14,6 +14,7 @@ travels inside the artifact as metadata (ONNX ``metadata_props``; a ``mixzoo.jso
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -177,6 +178,10 @@ def export(card: Any, format: str = "onnx", out: str | Path = ".", *, abc: Any =
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file; pass a directory")
+    from mixzoo.core.paths import check_output, holding
+
+    stem = card.path.stem if card.path is not None else card.method
+    check_output(out, directory=True, files={f"{stem}{FORMATS[format]}": holding(b"mixzoo")})
     model = load_mixed(card, abc=abc, rbc=rbc, allow_unsafe=allow_unsafe).cpu().eval()
     data = load_dataset(card_dataset(card, model.rbc if hasattr(model, "rbc") else None), "evaluation", n=check_n,
                         root=data_dir)
@@ -184,8 +189,8 @@ def export(card: Any, format: str = "onnx", out: str | Path = ".", *, abc: Any =
     input_size = tuple(images.shape[1:])
     with torch.no_grad():
         reference = model(images)
-    stem = card.path.stem if card.path is not None else card.method
     path = out / f"{stem}{FORMATS[format]}"
+    created = [p for p in (out, *out.parents) if not p.exists()]  # removed again if nothing is written
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{path.name}.{os.getpid()}.tmp{FORMATS[format]}"
     metadata = card_metadata(card, input_size)
@@ -215,6 +220,10 @@ def export(card: Any, format: str = "onnx", out: str | Path = ".", *, abc: Any =
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+        if not path.exists():  # a failed export leaves no empty folder behind
+            for folder in created:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
     return ExportResult(path, format, diff, scaled, len(images), input_size, metadata)
 
 

@@ -10,13 +10,12 @@ saying where it belongs. ``mixzoo.load_mixed``, ``mixzoo bench`` and ``mixzoo ce
 
 from __future__ import annotations
 
-import json
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
 
-from mixzoo.core.errors import InputError, MissingFileError
+from mixzoo.core.errors import InputError, MissingFileError, damaged_file
+from mixzoo.core.paths import plain_name
 
 HUB_PREFIX = "hf-hub:"
 CARD_FILE = "card.toml"
@@ -30,6 +29,14 @@ def parse_hub_id(ref: str) -> tuple[str, str | None]:
     parts = repo.split("/")
     if len(parts) != 2 or not all(parts) or any(c.isspace() for c in repo):
         raise InputError(f"{ref!r} is not a Hugging Face repository id; write hf-hub:ORG/NAME[@REVISION]")
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:  # the Hub's own rule (no '..' or '--', no leading '-' or '.', at most 96 characters, ...)
+        validate_repo_id(repo)
+    except HFValidationError as exc:
+        raise InputError(f"{ref!r} is not a Hugging Face repository id ({' '.join(str(exc).split())}); write"
+                         " hf-hub:ORG/NAME[@REVISION]") from None
     return repo, revision or None
 
 
@@ -79,6 +86,10 @@ def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
         raise MissingFileError(f"{where} does not exist; is {repo!r} a repository written by `mixzoo push`?") from None
     except HFValidationError as exc:
         raise InputError(f"{repo!r} is not a valid Hugging Face repository id ({exc})") from None
+    except (ValueError, RuntimeError) as exc:  # huggingface_hub's refusal of a file name or a broken cache entry
+        raise damaged_file(f"{where}", f"huggingface_hub refused it ({type(exc).__name__}: {exc})",
+                           f"check the file names in the repository's {CARD_FILE}, or fetch it again with"
+                           f" `huggingface-cli download {repo} --force-download`") from None
     except OSError as exc:  # network refused, DNS, timeouts (requests' errors are OSErrors)
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise MissingFileError(f"could not download {where} ({first[:200]}); set HF_HUB_OFFLINE=1 to use the cache"
@@ -90,16 +101,22 @@ def resolve_card(ref: str) -> Path:
     any bundled base-model weights (:data:`BASE_MODELS_FILE`) beside it in the same cache snapshot."""
     repo, revision = parse_hub_id(ref)
     card = hub_file(repo, CARD_FILE, revision)
+    from mixzoo.core.schema import parse_text
+
     try:
-        data = tomllib.loads(card.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{ref}: {CARD_FILE} is not a valid TOML card ({str(exc).splitlines()[0]})") from None
+        text = card.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{ref}: {CARD_FILE} is not a valid TOML card (not UTF-8)") from None
+    data = parse_text(text, "toml", f"{ref}: {CARD_FILE}")
+    if not isinstance(data, dict):
+        raise InputError(f"{ref}: {CARD_FILE} is not a mix card; push the card again")
     weights = data.get("weights") or {}
     for name in weights if isinstance(weights, dict) else ():
-        hub_file(repo, str(name), revision)
-    for ref_entry in base_models(ref).values():
+        hub_file(repo, plain_name(name, f"{ref}: {CARD_FILE} field 'weights' entry"), revision)
+    for role, ref_entry in base_models(ref).items():
         if ref_entry.get("file"):
-            hub_file(repo, str(ref_entry["file"]), revision)
+            hub_file(repo, plain_name(ref_entry["file"], f"{ref}: {BASE_MODELS_FILE} field '{role}.file'"),
+                     revision)
     return card
 
 
@@ -108,12 +125,16 @@ def base_models(ref: str) -> dict[str, dict[str, Any]]:
     the weight hash the card records, the registry's weight-file sha256 and, when bundled, the file and its sha256."""
     repo, revision = parse_hub_id(ref)
     path = hub_file(repo, BASE_MODELS_FILE, revision)
+    from mixzoo.core.schema import BaseModelsFile, parse_text, validate
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{ref}: {BASE_MODELS_FILE} is not valid JSON ({exc})") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{ref}: {BASE_MODELS_FILE} is not valid JSON (not UTF-8)") from None
+    data = parse_text(text, "json", f"{ref}: {BASE_MODELS_FILE}")
     if not isinstance(data, dict) or not all(isinstance(data.get(r), dict) for r in ("abc", "rbc")):
         raise InputError(f"{ref}: {BASE_MODELS_FILE} must hold the tables abc and rbc; push the card again")
+    validate(BaseModelsFile, data, f"{ref}: {BASE_MODELS_FILE}", "push the card again")
     return {r: data[r] for r in ("abc", "rbc")}
 
 

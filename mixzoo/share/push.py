@@ -77,10 +77,12 @@ def _read_report(path: Path) -> dict[str, Any]:
     file = path / "report.json" if path.is_dir() else path
     if not file.is_file():
         raise InputError(f"{path} holds no report.json; pass the --out directory of `mixzoo bench`")
+    from mixzoo.core.schema import parse_text
+
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{file} is not a bench report.json ({exc})") from None
+        data = parse_text(file.read_text(encoding="utf-8"), "json", str(file))
+    except UnicodeDecodeError:
+        raise InputError(f"{file} is not a bench report.json (not UTF-8 text)") from None
     if not isinstance(data, dict) or not isinstance(data.get("models"), list):
         raise InputError(f"{file} is not a bench report.json (no models); pass the --out directory of `mixzoo bench`")
     return data
@@ -272,6 +274,8 @@ def hub_folder(card: Any, repo: str, out: str | Path | None = None, *, bundle_we
         raise InputError(f"--repo {repo!r}: name the repository without a revision (ORG/NAME)")
     card = card if isinstance(card, MixCard) else MixCard.load(card)
     out = Path(out) if out is not None else default_folder(repo_id)
+    if out.is_symlink():
+        raise InputError(f"--out {out} is a symbolic link; pass the folder itself or a new path")
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
         raise InputError(f"{out} exists and was not written by `mixzoo push`; pass another --out")
     found = find_report(card, report)

@@ -51,13 +51,17 @@ def read_report(bench_dir: str | Path) -> dict[str, Any]:
     file = path / "report.json" if path.is_dir() else path
     if not file.is_file():
         raise InputError(f"{path} holds no report.json; pass the --out directory of `mixzoo bench`")
+    from mixzoo.core.schema import ReportFile, parse_text, validate
+
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{file} is not a bench report.json ({exc})") from None
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{file} is not a bench report.json (not UTF-8 text)") from None
+    data = parse_text(text, "json", str(file))
     if not isinstance(data, dict) or not isinstance(data.get("models"), list) or not isinstance(
             data.get("settings"), dict):
         raise InputError(f"{file} is not a bench report.json; pass the --out directory of `mixzoo bench`")
+    validate(ReportFile, data, str(file), "pass the report.json `mixzoo bench` wrote, or run the bench again")
     return data
 
 
@@ -105,10 +109,12 @@ def _architecture(row: dict[str, Any]) -> str:
     from mixzoo.core.errors import UnknownNameError
     from mixzoo.core.registry import get_spec
 
-    card = row["card"]
+    card = row.get("card") or {}
     names = []
     for role in ("abc", "rbc"):
-        name = (card.get(role) or {}).get("name") or role.upper()
+        ref = card.get(role)
+        name = ref.get("name") if isinstance(ref, dict) and isinstance(ref.get("name"), str) else None
+        name = name or role.upper()
         try:
             source = get_spec(name).source
             names.append(str(source.get("arch") or source.get("model") or source.get("name") or name))
@@ -156,15 +162,30 @@ def write_model_info(bench_dir: str | Path, out: str | Path, *, card_name: str |
     """Write :func:`model_info` where RobustBench keeps it: ``out/{dataset}/{threat_model}/{file_name}.json``
     (default file name: the card's file stem); returns the path."""
     from mixzoo.core.cache import atomic_write_text
+    from mixzoo.core.paths import check_output, safe_component
 
     info, where = model_info(bench_dir, card_name=card_name, fields=fields)
     row = pick_row(read_report(bench_dir), card_name)
-    stem = file_name or Path(row.get("card_path") or row["kind"]).stem
-    if not stem or os.sep in stem or stem.startswith("."):
-        raise InputError(f"--file-name {stem!r} must be a plain file name, e.g. Bai2024MixedNUTS")
-    path = Path(out) / where["dataset"] / where["threat_model"] / f"{stem}.json"
+    if file_name is not None and (not file_name or os.sep in file_name or "/" in file_name
+                                  or file_name.startswith(".")):
+        raise InputError(f"--file-name {file_name!r} must be a plain file name, e.g. Bai2024MixedNUTS")
+    # every part read from the report is reduced to one safe component, so the file stays under ``out``
+    stem = safe_component(file_name or Path(row.get("card_path") or row["kind"]).stem, "the file name")
+    path = (Path(out) / safe_component(where["dataset"], "the report's field 'dataset.name'")
+            / safe_component(where["threat_model"], "the report's field 'settings.norm'") / f"{stem}.json")
+    check_output(out, option="--out", directory=True)
+    check_output(path, option="--out", what="a RobustBench model_info file", ours=_is_model_info)
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, json.dumps(info, indent=2) + "\n")
+
+
+def _is_model_info(path: Path) -> bool:
+    """Whether ``path`` holds a RobustBench model_info JSON object (one this function may replace)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and {"clean_acc", "autoattack_acc"} <= set(data)
 
 
 __all__ = ["MODEL_INFO_FIELDS", "autoattack_accuracy", "eps_text", "model_info", "pick_row", "read_report",

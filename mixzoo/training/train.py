@@ -497,6 +497,10 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
         from mixzoo.core.cache import check_writable
 
         check_writable(out_dir or default_weights_dir(), directory=True, what="weights directory")
+        from mixzoo.core.paths import check_output, holding, is_safetensors
+
+        check_output(out_dir or default_weights_dir(), option="--out-dir", directory=True,
+                     files={recipe.file: is_safetensors, f"{recipe.name}.sha256": holding(recipe.file.encode())})
     if save and out_dir is None:
         shipped_path = default_weights_dir() / recipe.file
         pinned = shipped_sha256(shipped_path)

@@ -125,9 +125,9 @@ def load_checkpoint(path: str | os.PathLike[str], allow_unsafe: bool = False, mm
     """
     path = Path(path)
     if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+        from mixzoo.core.paths import read_safetensors
 
-        return load_file(str(path), device="cpu")
+        return read_safetensors(path)
     try:
         return _torch_load(path, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:

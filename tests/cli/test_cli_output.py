@@ -55,3 +55,81 @@ def test_a_failed_atomic_write_names_the_target_not_the_temp_file(tmp_path):
         atomic_write_text(target, "text")
     assert err.value.filename == str(target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["card.toml"]  # no temp file left
+
+
+# ----------------------------------------------------------------------------- what every writing command refuses
+@pytest.fixture(scope="module")
+def linear_card(tmp_path_factory):
+    path = tmp_path_factory.mktemp("linear") / "lin.toml"
+    res = CliRunner().invoke(app, ["mix", "--method", "linear", "--abc", "digits-std", "--rbc", "digits-pgd", "-O",
+                                   "alpha=0.9", "--out", str(path)])
+    assert res.exit_code == 0, res.output
+    return path
+
+
+# command -> (its arguments with OUT for the output directory or file, the file put in the way, relative to OUT)
+WRITERS = {
+    "mix": (["mix", "--method", "linear", "--abc", "digits-std", "--rbc", "digits-pgd", "-O", "alpha=0.9", "--out",
+             "OUT/card.toml"], "card.toml"),
+    "bench": (["bench", "CARD", "--n", "3", "--attack", "apgd", "-O", "n_iter=1", "--no-curve", "--no-plots",
+               "--no-baseline", "--no-extra-attacks", "--out", "OUT"], "report.json"),
+    "export": (["export", "CARD", "--format", "torch-export", "--check-n", "5", "--out", "OUT"], "lin.pt2"),
+    "push": (["push", "CARD", "--repo", "me/lin", "--dry-run", "--out", "OUT/hub"], "hub"),
+    "train": (["train", "digits-std", "--out", "OUT"], "digits-std.safetensors"),
+    "certify": (["certify", "CARD", "--norm", "l2", "--n", "5", "--out", "OUT"], "certify.json"),
+}
+
+
+def _put(path, kind, tmp_path):
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+        (path / "keep.txt").write_text("mine\n")
+    elif kind == "link":
+        target = tmp_path / "elsewhere"
+        target.write_text("someone's file\n")
+        path.symlink_to(target)
+    else:
+        path.write_text('{"name": "an unrelated file"}\n')
+
+
+def _state(root):
+    return sorted((str(p.relative_to(root)), p.is_symlink() or not p.is_file() or p.read_bytes())
+                  for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "link", "unrelated"])
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_every_writing_command_refuses_what_it_did_not_write_at_its_output(linear_card, tmp_path, command, kind):
+    args, name = WRITERS[command]
+    if command == "push" and kind == "unrelated":
+        kind = "file"  # a folder's place: a plain file there
+    out = tmp_path / "out"
+    out.mkdir()
+    _put(out / name, kind if kind != "file" else "unrelated", tmp_path)
+    before = _state(tmp_path)
+    args = [a.replace("OUT", str(out)).replace("CARD", str(linear_card)) for a in args]
+    res = CliRunner().invoke(app, args)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (res.output,
+                                                                                       repr(res.exception))
+    assert name in lines[0], lines[0]
+    assert _state(tmp_path) == before  # the thing in the way untouched, nothing written beside it
+
+
+def test_integers_beyond_64_bits_are_one_line_errors(linear_card, tmp_path):
+    big = "99999999999999999999999"
+    for args in (["bench", str(linear_card), "-O", f"n_iter={big}", "--n", "3", "--no-curve", "--no-plots",
+                  "--no-baseline", "--out", str(tmp_path / "b")],
+                 ["bench", str(linear_card), "--n", big, "--out", str(tmp_path / "b")],
+                 ["bench", str(linear_card), "--seed", f"-{big}", "--n", "3", "--out", str(tmp_path / "b")],
+                 ["bench", str(linear_card), "--batch-size", big, "--n", "3", "--out", str(tmp_path / "b")],
+                 ["mix", "--method", "linear", "--abc", "digits-std", "--rbc", "digits-pgd", "-O", f"alpha={big}",
+                  "--out", str(tmp_path / "c.toml")],
+                 ["certify", str(linear_card), "--n", big, "--out", str(tmp_path / "c")]):
+        res = CliRunner().invoke(app, args)
+        lines = [line for line in res.stderr.splitlines() if line.strip()]
+        assert res.exit_code == 2 and len(lines) == 1 and "64-bit" in lines[0], (args, res.output,
+                                                                                  repr(res.exception))
+    assert list(tmp_path.iterdir()) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -363,7 +364,7 @@ def test_a_classifier_that_does_not_trace_is_refused_in_one_line(tmp_path, threa
         with pytest.raises(MixzooError, match="batch size") as err:
             share_export.export(card, fmt, tmp_path / "out")
         assert "\n" not in str(err.value) and "\x1b" not in str(err.value)
-    assert not any((tmp_path / "out").iterdir())
+    assert not (tmp_path / "out").exists()  # a failed export leaves no empty folder behind
 
 
 def _has_onnxruntime() -> bool:
@@ -499,3 +500,121 @@ def test_cli_report_robustbench(strong_report, tmp_path):
     assert json.loads((tmp_path / "digits" / "Linf" / "Me2024Mixed.json").read_text()) == info
     res = runner.invoke(app, ["report", str(strong_report), "--format", "csv"])
     assert res.exit_code == 2 and "robustbench" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------ hostile report files
+def _card_row(report: dict) -> dict:
+    return next(m for m in report["models"] if m.get("card") and m.get("kind") not in ("abc", "rbc"))
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _edited(strong_report: Path, tmp_path: Path, edit) -> Path:
+    data = json.loads((strong_report / "report.json").read_text())
+    edit(data)
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    text = json.dumps(data) if not isinstance(data.get("deep"), int) else json.dumps(data)[:-1] + ', "deep": ' + (
+        "[" * data["deep"] + "]" * data["deep"]) + "}"
+    (folder / "report.json").write_text(text)
+    return folder
+
+
+HAND_EDITS = {
+    "clean_accuracy -3": lambda d: _card_row(d).update(clean_accuracy=-3),
+    "robust 1.5": lambda d: _card_row(d).update(robust_accuracy=1.5),
+    "n 'ten'": lambda d: _card_row(d).update(n="ten"),
+    "clean_accuracy null": lambda d: _card_row(d).update(clean_accuracy=None),
+    "eps 'big'": lambda d: d["settings"].update(eps="big"),
+    "n 0": lambda d: _card_row(d).update(n=0),
+    "a missing name": lambda d: _card_row(d).pop("name"),
+    "components 'x'": lambda d: _card_row(d).update(components="x"),
+    "n beyond 64 bits": lambda d: _card_row(d).update(n=10 ** 30),
+    "own_broken -5": lambda d: [c.update(own_broken=-5) for c in _card_row(d)["components"]],
+    "norm '.'": lambda d: d["settings"].update(norm="."),
+    "nested 10,000 levels": lambda d: d.update(deep=10_000),
+    "card a string": lambda d: _card_row(d).update(card="x"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(HAND_EDITS))
+def test_report_robustbench_refuses_a_hand_edited_report_in_one_line(strong_report, tmp_path, edit):
+    folder = _edited(strong_report, tmp_path, HAND_EDITS[edit])
+    out = tmp_path / "model_info"
+    res = CliRunner().invoke(app, ["report", str(folder), "--format", "robustbench", "--out", str(out)])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (edit, res.output,
+                                                                                       repr(res.exception))
+    assert str(folder / "report.json") in lines[0] or edit == "card a string", lines[0]
+    assert not out.exists() and res.stdout == ""
+
+
+@pytest.mark.parametrize("name", ["../../X", "/ABS/X", "..", "a/../../b", "digits"])
+def test_report_out_keeps_every_file_under_out(strong_report, tmp_path, name):
+    name = name.replace("/ABS", str(tmp_path / "abs"))
+    folder = _edited(strong_report, tmp_path, lambda d: d["dataset"].update(name=name))
+    out = tmp_path / "deep" / "down" / "model_info"
+    res = CliRunner().invoke(app, ["report", str(folder), "--format", "robustbench", "--out", str(out)])
+    if res.exit_code == 2:  # a name with nothing usable in it
+        assert name == ".." and not out.exists()
+        return
+    assert res.exit_code == 0, res.output
+    written = [p for p in tmp_path.rglob("*.json") if p.parent != folder]
+    assert len(written) == 1 and out in written[0].parents, written
+
+
+def test_report_never_replaces_an_unrelated_file(strong_report, tmp_path):
+    """An absolute data set name and a card file named like a project's package.json, as a hostile report.json has
+    them: an unrelated file in the way is refused, and nothing is written outside --out."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "package.json").write_text('{"name": "mine"}\n')
+
+    def edit(d):
+        d["dataset"]["name"] = str(project)
+        d["settings"]["norm"] = "."
+        _card_row(d)["card_path"] = "package.toml"
+
+    folder = _edited(strong_report, tmp_path, edit)
+    res = CliRunner().invoke(app, ["report", str(folder), "--format", "robustbench", "--out", str(tmp_path / "mi")])
+    assert res.exit_code == 2 and (project / "package.json").read_text() == '{"name": "mine"}\n'
+    out = tmp_path / "mi2"
+    target = out / "digits" / "Linf" / "card.json"
+    target.parent.mkdir(parents=True)
+    target.write_text('{"name": "mine"}\n')  # an unrelated JSON file where model_info would go
+    res = CliRunner().invoke(app, ["report", str(strong_report), "--format", "robustbench", "--out", str(out)])
+    assert res.exit_code == 2 and "is not a RobustBench model_info file" in res.stderr
+    assert target.read_text() == '{"name": "mine"}\n' and res.stdout == ""
+    target.unlink()
+    os.mkfifo(target)
+    res = CliRunner().invoke(app, ["report", str(strong_report), "--format", "robustbench", "--out", str(out)])
+    assert res.exit_code == 2 and "FIFO" in res.stderr
+
+
+# ----------------------------------------------------------------------------------------------- hub ids, files
+@pytest.mark.parametrize("repo", ["../..", "a/..", "..--../x", "a--b/c", "-a/b", "a/b.git", "org/" + "x" * 97])
+def test_push_refuses_repo_ids_the_hub_rejects_and_writes_nothing(digits_card, tmp_path, monkeypatch, repo):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["push", str(digits_card), "--repo", repo, "--dry-run"])
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.output
+    assert list(tmp_path.iterdir()) == []  # no hub/..--.. folder
+
+
+def test_a_hub_card_naming_weights_out_of_its_snapshot_is_the_cards_fault(hf_cache, tmp_path, threads, cache_dir):
+    from mixzoo.core.plugins import runtime_failures
+
+    folder = share_push.hub_folder(AS_CARD, REPO, tmp_path / "hub").path
+    card = folder / "card.toml"
+    card.write_text(card.read_text().replace('"card.mixing-network.safetensors" =',
+                                             '"../../card.mixing-network.safetensors" =', 1))
+    hub_from_folder(hf_cache, folder)
+    before = runtime_failures()
+    with pytest.raises(InputError, match="weights") as err:
+        mixzoo.load_mixed(f"hf-hub:{REPO}")
+    assert "report it" not in str(err.value) and "\n" not in str(err.value) and "card.toml" in str(err.value)
+    assert runtime_failures() == before

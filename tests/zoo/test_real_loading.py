@@ -640,3 +640,22 @@ def test_bit_std_conv_eps_of_the_entry_reaches_every_standardised_conv(tmp_path)
     x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(default(x), reference(x))
+
+
+# ---------------------------------------------------------------------------------------- damaged files in caches
+@pytest.mark.parametrize("damage", ["truncated", "not safetensors"])
+def test_a_damaged_hub_weights_file_is_the_users_file_not_a_plugin_fault(hf_cache, atto, cache_dir, damage):
+    from mixzoo.core.plugins import runtime_failures
+
+    put_atto(hf_cache, atto[1])
+    blob = (atto[1] / "model.safetensors").read_bytes()
+    bad = blob[: len(blob) // 2] if damage == "truncated" else b"<html>rate limited</html>" * 10
+    path = put_hf_file(hf_cache, ATTO_REPO, "model.safetensors", bad)
+    before = runtime_failures()
+    with pytest.raises(MixzooError) as err:
+        mixzoo.load_model(f"hf-hub:{ATTO_REPO}")
+    message = str(err.value)
+    assert err.type.__name__ == "FileProblemError", message  # the user's file problem, not a PluginError
+    assert "\n" not in message and str(path) in message
+    assert f"huggingface-cli download {ATTO_REPO} --force-download" in message
+    assert "report it" not in message and runtime_failures() == before  # never recorded against a plugin

@@ -27,7 +27,7 @@ calls as one-line errors), :mod:`~mixzoo.core.plugins.failures` (run-time faults
 from __future__ import annotations
 
 from mixzoo.core.plugins.failures import record_runtime_failure, runtime_failures
-from mixzoo.core.plugins.guard import Guarded, GuardedFactory, guarded_call, plugin_error
+from mixzoo.core.plugins.guard import Guarded, GuardedFactory, file_problem, guarded_call, plugin_error
 from mixzoo.core.plugins.hooks import collect, first_result
 from mixzoo.core.plugins.listing import PluginInfo, plugin_infos
 from mixzoo.core.plugins.manager import get_plugin_manager, hookimpl, is_builtin
@@ -57,7 +57,7 @@ from mixzoo.core.plugins.tables import (
 __all__ = [
     "KINDS", "PROJECT", "STATE", "Guarded", "GuardedFactory", "Kind", "PluginInfo", "PluginState", "attacks",
     "builtin_wins", "calibration_optimizers", "clamp_functions", "clear_caches", "collect", "collect_named",
-    "collision_message", "datasets", "failures_so_far", "first_result", "get_plugin_manager", "guarded_call",
+    "collision_message", "datasets", "failures_so_far", "file_problem", "first_result", "get_plugin_manager", "guarded_call",
     "hookimpl", "is_builtin", "lookup", "mixing_methods", "plugin_error", "plugin_failures", "plugin_infos",
     "published_cards", "record_failure", "record_runtime_failure", "register_derived", "register_plugin",
     "runtime_failures", "unregister_plugin",

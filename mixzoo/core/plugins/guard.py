@@ -38,8 +38,29 @@ def guarded_call(plugin_name: str, doing: str, fn: Any, *args: Any, **kwargs: An
     except Exception as exc:  # noqa: BLE001 - contain third-party failures
         if debug():
             raise
+        problem = file_problem(plugin_name, doing, exc)
+        if problem is not None:  # a damaged file the plugin read: the user's, not the plugin's fault
+            raise problem from exc
         record_runtime_failure(plugin_name, doing, exc)
         raise plugin_error(plugin_name, doing, exc) from exc
+
+
+_FILE_ERROR_MODULES = ("safetensors", "huggingface_hub")
+
+
+def file_problem(plugin_name: str, doing: str, exc: BaseException) -> Any:
+    """The one-line :class:`~mixzoo.core.errors.FileProblemError` for an exception safetensors or huggingface_hub
+    raised about a file (a truncated or foreign weights file, a damaged cache entry), or ``None`` for any other
+    exception: such a file is the user's to fetch again, never a plugin's fault."""
+    from mixzoo.core.errors import FileProblemError
+
+    module = type(exc).__module__ or ""
+    if not module.startswith(_FILE_ERROR_MODULES):
+        return None
+    text = " ".join(str(exc).split())[:200] or type(exc).__name__
+    return FileProblemError(f"could not {doing}: a file plugin {plugin_name!r} read is damaged or not what its name"
+                            f" says ({type(exc).__name__}: {text}); delete that file and fetch it again (for the"
+                            " Hugging Face cache: `huggingface-cli download REPO --force-download`)")
 
 
 _VERBS = {"run": "run", "fit": "fit", "build": "build", "__call__": "create"}

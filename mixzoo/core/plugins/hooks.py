@@ -6,7 +6,7 @@ from typing import Any
 
 from mixzoo.core.errors import MixzooError
 from mixzoo.core.plugins.failures import record_runtime_failure
-from mixzoo.core.plugins.guard import debug, plugin_error
+from mixzoo.core.plugins.guard import debug, file_problem, plugin_error
 from mixzoo.core.plugins.manager import get_plugin_manager
 from mixzoo.core.plugins.state import STATE
 
@@ -55,6 +55,9 @@ def first_result(hook_name: str, doing: str, **kwargs: Any) -> Any:
         except Exception as exc:  # noqa: BLE001 - a third party's bug must not become a traceback
             if debug():
                 raise
+            problem = file_problem(impl.plugin_name, doing, exc)
+            if problem is not None:  # a damaged file the plugin read: the user's, not the plugin's fault
+                raise problem from exc
             failed.append((impl.plugin_name, exc))
             first = first or plugin_error(impl.plugin_name, doing, exc)
             continue

@@ -327,14 +327,20 @@ def check_network_fields(params: dict[str, Any], source: str, sec: str) -> None:
 def load_network(card: MixCard) -> Any:
     """A card's trained mixing network (``network`` architecture, ``weights_file`` checked against its sha256),
     frozen, in eval mode."""
-    from safetensors.torch import load_file
-
+    from mixzoo.core.errors import damaged_file
+    from mixzoo.core.paths import read_safetensors
     from mixzoo.methods.adaptive.network import MixingNetwork
 
     arch = card.params["network"]
     net = MixingNetwork(arch["early_channels"], arch["middle_channels"], width=int(arch["width"]),
                         blocks=int(arch["blocks"]))
-    net.load_state_dict(load_file(card.weight_file(card.params["weights_file"])))
+    file = card.weight_file(card.params["weights_file"])
+    refit = "fit the card again with `mixzoo mix`, or restore the file written with it"
+    try:
+        net.load_state_dict(read_safetensors(file, fix=refit))
+    except RuntimeError as exc:  # keys or shapes of another network
+        raise damaged_file(file, f"does not hold the card's mixing network ({str(exc).splitlines()[0]})", refit)\
+            from None
     return net.eval().requires_grad_(False)
 
 

@@ -1,0 +1,171 @@
+"""Paths built from data stay in their folder, and outputs never replace what mixzoo did not write.
+
+* :func:`plain_name`: a name read from a file (a card's ``[weights]`` entry) that must be a plain file name.
+* :func:`inside`: ``folder / name`` for such a name, checked to stay in ``folder`` (symbolic links included).
+* :func:`safe_component`: a value from a report or card (a data set name, a threat model) reduced to one safe path
+  component, for output paths built under ``--out``.
+* :func:`read_safetensors`: a safetensors file, a damaged one a one-line error naming it and how to fetch it again.
+* :func:`check_output`: refuse, before any work, an output path that holds a file mixzoo did not write or anything
+  that is not a regular file (a FIFO, a device, a directory where a file is meant, a symbolic link).
+
+Each refusal is a one-line :class:`~mixzoo.core.errors.InputError` naming the file or field and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mixzoo.core.errors import InputError, damaged_file
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
+
+
+def plain_name(name: object, what: str) -> str:
+    """``name`` if it is a plain file name (no folder, not ``.`` / ``..``, not absolute, no NUL, no backslash),
+    else a one-line :class:`InputError` naming ``what`` (e.g. ``"card.toml: field 'weights'"``)."""
+    if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+            or "\0" in name or os.sep in name or (os.altsep and os.altsep in name)):
+        raise InputError(f"{what} must be a plain file name in the card's folder (no folder part), got {name!r};"
+                         " keep the file next to the card and write its bare name")
+    return name
+
+
+def inside(folder: str | os.PathLike[str], name: object, what: str) -> Path:
+    """``folder / name`` for a plain file name (:func:`plain_name`) that, with symbolic links resolved, is still in
+    ``folder`` (or, for a Hugging Face cache snapshot, in that repository's ``blobs``); a one-line
+    :class:`InputError` otherwise."""
+    folder = Path(folder)
+    path = folder / plain_name(name, what)
+    try:
+        real, base = path.resolve(), folder.resolve()
+    except (OSError, RuntimeError):  # a symbolic link loop
+        raise InputError(f"{what}: {path} cannot be resolved (a symbolic link loop?); replace it with the file")\
+            from None
+    if real.parent != base and not _hub_blob(folder, real):
+        raise InputError(f"{what}: {path} is a symbolic link out of {folder}; replace it with the file itself")
+    return path
+
+
+def _hub_blob(folder: Path, real: Path) -> bool:
+    """Whether ``real`` is a blob of the Hugging Face cache repository whose snapshot ``folder`` is (a snapshot's
+    files are links to ``../../blobs/SHA``)."""
+    if folder.resolve().parent.name != "snapshots":
+        return False
+    return real.parent == (folder.resolve().parent.parent / "blobs")
+
+
+def safe_component(value: object, what: str) -> str:
+    """``value`` (a data set name, a threat model, a row name read from a report) as one path component that cannot
+    leave the folder it is joined to: characters other than letters, digits and ``._+=-`` become ``_``, leading dots
+    and underscores are dropped (``../../x`` -> ``x``, ``/etc`` -> ``etc``); nothing left is a one-line error."""
+    text = _UNSAFE.sub("_", str(value) if value is not None else "").lstrip("._")
+    if not text or text.strip("._") == "":
+        raise InputError(f"{what} {value!r} gives no usable file or folder name; correct it in the file")
+    return text[:200]
+
+
+def read_safetensors(path: str | os.PathLike[str], device: str = "cpu", fix: str | None = None) -> dict[str, Any]:
+    """The tensors of a safetensors file; a file that is truncated or not safetensors at all is a one-line
+    :class:`~mixzoo.core.errors.FileProblemError` naming it and how to fetch it again (``fix``, else
+    :func:`~mixzoo.core.errors.damaged_file`'s default), never a plugin fault."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(os.fspath(path), device=device)
+    except (SafetensorError, ValueError, RuntimeError, OSError, OverflowError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise damaged_file(path, f"not a readable safetensors file ({exc})", fix) from None
+
+
+def _kind(mode: int) -> str | None:
+    """What a non-regular file is, in words; ``None`` for a regular file."""
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _check_file(path: Path, option: str, ours: Callable[[Path], bool] | None, what: str) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"{option} {path} cannot be examined ({exc.strerror}); pass another path") from None
+    kind = _kind(mode)
+    if kind is not None:
+        raise InputError(f"{option} {path} is {kind}, not {what}; pass a new file path, or move it away")
+    if ours is not None and os.path.getsize(path) > 0 and not ours(path):
+        raise InputError(f"{option} {path} exists and is not {what}; pass another {option} (a new file or one"
+                         " mixzoo wrote), or move that file away")
+
+
+def json_with(*keys: str) -> Callable[[Path], bool]:
+    """A recogniser for :func:`check_output`: a JSON object holding every one of ``keys`` (a file mixzoo wrote)."""
+
+    def ours(path: Path) -> bool:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            return False
+        return isinstance(data, dict) and set(keys) <= set(data)
+
+    return ours
+
+
+def is_safetensors(path: Path) -> bool:
+    """A recogniser for :func:`check_output`: a file whose header parses as safetensors'."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(os.fspath(path), framework="pt"):
+            return True
+    except Exception:  # noqa: BLE001 - any refusal means: not a safetensors file
+        return False
+
+
+def holding(marker: bytes) -> Callable[[Path], bool]:
+    """A recogniser for :func:`check_output`: a file that contains ``marker`` (e.g. the metadata key mixzoo writes
+    into an artifact)."""
+
+    def ours(path: Path) -> bool:
+        try:
+            return marker in path.read_bytes()
+        except OSError:
+            return False
+
+    return ours
+
+
+def check_output(path: str | os.PathLike[str], *, option: str = "--out", what: str = "a file mixzoo wrote",
+                 ours: Callable[[Path], bool] | None = None, directory: bool = False,
+                 files: Mapping[str, Callable[[Path], bool] | None] | None = None) -> Path:
+    """Refuse an output path that a command would replace although mixzoo did not write it: for a file
+    (``directory=False``), anything at ``path`` that is not a regular file (a FIFO, a device, a directory, a
+    symbolic link) or, with ``ours``, a non-empty file ``ours`` does not recognise; for a directory, anything at
+    ``path`` that is not a directory and, for each of ``files`` (name -> ``ours`` or ``None``), the same checks on
+    ``path / name``. Creates and changes nothing; returns ``Path(path)``."""
+    path = Path(path)
+    if not directory:
+        _check_file(path, option, ours, what)
+        return path
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{option} {path} is not a directory; pass a directory path")
+    if path.is_dir():
+        for name, check in (files or {}).items():
+            _check_file(path / name, option, check, f"a file mixzoo wrote ({name})")
+    return path
+
+
+__all__ = ["check_output", "holding", "inside", "is_safetensors", "json_with", "plain_name", "read_safetensors",
+           "safe_component"]
