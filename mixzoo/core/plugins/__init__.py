@@ -57,7 +57,8 @@ from mixzoo.core.plugins.tables import (
 __all__ = [
     "KINDS", "PROJECT", "STATE", "Guarded", "GuardedFactory", "Kind", "PluginInfo", "PluginState", "attacks",
     "builtin_wins", "calibration_optimizers", "clamp_functions", "clear_caches", "collect", "collect_named",
-    "collision_message", "datasets", "failures_so_far", "file_problem", "first_result", "get_plugin_manager", "guarded_call",
+    "collision_message", "datasets", "failures_so_far", "file_problem", "first_result", "get_plugin_manager",
+    "guarded_call",
     "hookimpl", "is_builtin", "lookup", "mixing_methods", "plugin_error", "plugin_failures", "plugin_infos",
     "published_cards", "record_failure", "record_runtime_failure", "register_derived", "register_plugin",
     "runtime_failures", "unregister_plugin",
