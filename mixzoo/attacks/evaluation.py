@@ -71,7 +71,14 @@ from torch import nn
 
 from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effective_n_targets
 from mixzoo.attacks.pgd import pgd
-from mixzoo.attacks.precision import attack_arithmetic, check_precision_device, exact_arithmetic
+from mixzoo.attacks.precision import (
+    as_channels_last,
+    attack_arithmetic,
+    channels_last,
+    check_precision_device,
+    exact_arithmetic,
+    uses_channels_last,
+)
 from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
 from mixzoo.attacks.square import min_margin_square
 from mixzoo.attacks.variants import PairedOutput, offers, with_gradient
@@ -184,8 +191,18 @@ class Attack:
         ``precision="bf16"`` runs the components under bfloat16 autocast (:mod:`mixzoo.attacks.precision`); clean
         accuracy and every candidate are judged on the model's float32 output outside autocast; a component whose
         bfloat16 candidate is not confirmed runs again on that example in float32, and each component's stat counts
-        the candidates bfloat16 saw as broken, those float32 confirmed and the breaks of the float32 re-run."""
-        check_precision_device(precision, images.device)
+        the candidates bfloat16 saw as broken, those float32 confirmed and the breaks of the float32 re-run.
+        ``precision="tf32"`` does the same with TF32 matrix products and convolutions; ``tf32`` (and ``bf16`` on a
+        GPU) run a network with 2-D convolutions in channels-last memory format for the whole run, restored after;
+        ``"auto"`` is resolved for the images' device (:mod:`mixzoo.attacks.precision`) and the result records
+        the concrete policy."""
+        precision = check_precision_device(precision, images.device)  # "auto" resolved for this device
+        nhwc = isinstance(model, nn.Module) and uses_channels_last(model, precision, images.device)
+        with channels_last(model, nhwc):
+            return self._run(model, as_channels_last(images, nhwc), labels, progress, index, precision)
+
+    def _run(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor, progress: bool,
+             index: torch.Tensor | None, precision: str) -> EvalResult:
         t0 = time.perf_counter()
         check_images(images)
         n, bs = images.shape[0], int(self.options["batch_size"])

@@ -30,9 +30,10 @@ class RunSettings:
     ``batch_size``: images per attack batch; ``seed`` and ``per_example_seeds``: every random draw is a function
     of (seed, example index) when true (:mod:`mixzoo.core.rng`), else of (seed + batch number); ``abc`` / ``rbc``:
     models replacing the card's; ``precision``: the arithmetic of the attacks' forward and backward passes,
-    ``"float32"`` or ``"bf16"`` (bfloat16 autocast; every break is re-checked in float32 on the exact classifier,
-    :meth:`mixzoo.attacks.evaluation.Attack.run`); ``device``, ``data_dir``, ``cache_dir`` / ``use_cache``,
-    ``allow_unsafe`` (pickled checkpoints) and ``progress`` (bars on stderr) as their names say.
+    ``"float32"``, ``"tf32"``, ``"bf16"`` (bfloat16 autocast) or ``"auto"`` (:mod:`mixzoo.attacks.precision`;
+    every break is re-checked in float32 on the exact classifier, :meth:`mixzoo.attacks.evaluation.Attack.run`);
+    ``device``, ``data_dir``, ``cache_dir`` / ``use_cache``, ``allow_unsafe`` (pickled checkpoints)
+    and ``progress`` (bars on stderr) as their names say.
     """
 
     attack: str = "adaptive"
@@ -77,13 +78,13 @@ class RunSettings:
         return out
 
 
-PRECISIONS = ("float32", "bf16")
+PRECISIONS = ("float32", "tf32", "bf16", "auto")
 
 
 def check_precision(precision: Any) -> str:
     """``precision`` if it is one of :data:`PRECISIONS`, else a one-line error naming them."""
     if precision not in PRECISIONS:
-        raise InputError(f"unknown precision {precision!r}; choose {' or '.join(PRECISIONS)} (--precision)")
+        raise InputError(f"unknown precision {precision!r}; choose {', '.join(PRECISIONS)} (--precision)")
     return precision
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.attacks.precision import check_precision_device
+from mixzoo.attacks.precision import check_precision_device, resolve_precision
 from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, BF16_COUNTS, evaluate, merge_warnings  # noqa: F401
 from mixzoo.core import distributed
 from mixzoo.core.cache import Cache, check_writable, content_key
@@ -454,7 +454,8 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     settings_record: dict[str, Any] = {
         "attack": s.attack, "eps": eps, "norm": norm, "seed": s.seed, "batch_size": s.batch_size,
         "per_example_seeds": s.per_example_seeds, "world_size": w.size, "attack_options": s.attack_options or {},
-        "extra_attacks": s.extra_attacks, "device": device, "precision": s.precision,
+        "extra_attacks": s.extra_attacks, "device": device,
+        "precision": resolve_precision(s.precision, device), "precision_policy": s.precision,
         "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None, "seconds": None}
     lin = baseline_method()
     if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name \
