@@ -1,0 +1,80 @@
+"""Attack memory: APGD-T's stacked targets in chunks of at most ``stack_rows`` rows (same outcome per example as
+all at once and as one target after another), and ``--batch-size auto``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from mixzoo.attacks.apgd import apgd_t
+from mixzoo.attacks.memory import (
+    CPU_BATCH,
+    auto_batch_size,
+    parse_batch_size,
+    rows_that_fit,
+    step_bytes_per_image,
+)
+from mixzoo.core.errors import InputError
+
+
+class Rows(nn.Module):
+    """A small conv net (10 classes) recording the rows of every forward pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(6 * 8 * 8, 10))
+        self.rows: list[int] = []
+        self.requires_grad_(False).eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.rows.append(x.shape[0])
+        return self.net(x)
+
+
+def data(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.rand(n, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        return x, Rows()(x).argmax(1)
+
+
+@pytest.mark.parametrize("stack_rows", [1, 12, 13])
+def test_chunked_stacking_caps_the_rows_and_keeps_every_outcome(stack_rows):
+    x, y = data()
+    common = dict(eps=0.01, norm="Linf", n_iter=8, n_target_classes=5, seed=0, index=torch.arange(6),
+                  early_stop=True)
+    sequential = apgd_t(Rows(), x, y, stack=False, **common)
+    full_model = Rows()
+    full = apgd_t(full_model, x, y, stack=True, **common)
+    model = Rows()
+    chunked = apgd_t(model, x, y, stack=True, stack_rows=stack_rows, **common)
+    assert torch.equal(chunked.misclassified, full.misclassified)
+    assert torch.equal(chunked.misclassified, sequential.misclassified)
+    assert 0 < int(full.misclassified.sum()) < 6  # some break, some do not: the comparison means something
+    assert max(full_model.rows) == 30  # 5 targets x 6 examples at once
+    # at least one run per chunk: 6 rows when a single run's rows exceed the cap
+    assert max(model.rows[1:]) <= max(stack_rows, 6)
+
+
+def test_parse_batch_size():
+    assert parse_batch_size("auto") == "auto" and parse_batch_size("AUTO") == "auto"
+    assert parse_batch_size("64") == 64 and parse_batch_size(8) == 8
+    for bad in ("0", "-3", "big", "2.5", None):
+        with pytest.raises(InputError, match=r"^--batch-size must be a positive number of images or 'auto'"):
+            parse_batch_size(bad)
+
+
+def test_rows_that_fit_from_free_memory():
+    gib = 2 ** 30
+    assert rows_that_fit(100 * gib, gib / 2) == 160  # 80 % of 100 GiB at 0.5 GiB a row
+    assert rows_that_fit(100 * gib, gib / 2, at_most=16) == 16
+    assert rows_that_fit(gib, 2 * gib) == 1  # always at least one row
+
+
+def test_auto_batch_size_on_the_cpu_is_the_fixed_default():
+    x, y = data(3)
+    assert step_bytes_per_image(Rows(), x, y) is None
+    assert auto_batch_size(Rows(), x, y) == 3  # never more than the images
+    big = torch.rand(CPU_BATCH + 1, 3, 8, 8)
+    assert auto_batch_size(Rows(), big, torch.zeros(CPU_BATCH + 1, dtype=torch.long)) == CPU_BATCH
