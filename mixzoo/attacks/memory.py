@@ -37,9 +37,9 @@ def parse_batch_size(value: int | str) -> int | str:
     try:
         size = int(value)
     except (TypeError, ValueError):
-        raise InputError(f"--batch-size must be a positive number of images or 'auto', got {value!r}") from None
+        raise InputError(f"--batch-size must be positive (a number of images) or 'auto', got {value!r}") from None
     if isinstance(value, float) and value != size or size <= 0:
-        raise InputError(f"--batch-size must be a positive number of images or 'auto', got {value!r}")
+        raise InputError(f"--batch-size must be positive (a number of images) or 'auto', got {value!r}")
     return size
 
 
@@ -89,11 +89,11 @@ def step_bytes_per_image(forward: Callable[[torch.Tensor], torch.Tensor | tuple[
 
 
 def auto_batch_size(forward: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tensor, torch.Tensor]],
-                    images: torch.Tensor, labels: torch.Tensor) -> int:
-    """``--batch-size auto``: on a CUDA device the attack rows that fit in the free memory
-    (:func:`rows_that_fit` of :func:`step_bytes_per_image`, at most :data:`MAX_AUTO_BATCH`); elsewhere
-    :data:`CPU_BATCH`. At most the number of images."""
-    n = max(len(images), 1)
+                    images: torch.Tensor, labels: torch.Tensor, n: int | None = None) -> int:
+    """``--batch-size auto`` for ``n`` images (default: ``len(images)``), measured on the first of ``images``: on a
+    CUDA device the attack rows that fit in the free memory (:func:`rows_that_fit` of
+    :func:`step_bytes_per_image`, at most :data:`MAX_AUTO_BATCH`); elsewhere :data:`CPU_BATCH`. At most ``n``."""
+    n = max(len(images) if n is None else n, 1)
     per = step_bytes_per_image(forward, images, labels)
     if per is None:
         return min(CPU_BATCH, n)

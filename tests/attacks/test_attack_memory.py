@@ -61,7 +61,7 @@ def test_parse_batch_size():
     assert parse_batch_size("auto") == "auto" and parse_batch_size("AUTO") == "auto"
     assert parse_batch_size("64") == 64 and parse_batch_size(8) == 8
     for bad in ("0", "-3", "big", "2.5", None):
-        with pytest.raises(InputError, match=r"^--batch-size must be a positive number of images or 'auto'"):
+        with pytest.raises(InputError, match=r"^--batch-size must be positive \(a number of images\) or 'auto'"):
             parse_batch_size(bad)
 
 
@@ -78,3 +78,14 @@ def test_auto_batch_size_on_the_cpu_is_the_fixed_default():
     assert auto_batch_size(Rows(), x, y) == 3  # never more than the images
     big = torch.rand(CPU_BATCH + 1, 3, 8, 8)
     assert auto_batch_size(Rows(), big, torch.zeros(CPU_BATCH + 1, dtype=torch.long)) == CPU_BATCH
+    assert auto_batch_size(Rows(), x[:2], y[:2], n=1000) == CPU_BATCH  # measured on two, sized for the thousand
+
+
+def test_bench_resolves_auto_and_records_it(tmp_path, digits_card):
+    from mixzoo.evaluation.bench import bench
+
+    report = bench(digits_card, n=8, batch_size="auto", attack="apgd", extra_attacks=False,
+                   attack_options={"n_iter": 1, "n_target_classes": 0}, cache_dir=tmp_path / "cache", baseline=None,
+                   curve=None, plots=False, progress=False)
+    assert report.settings["batch_size"] == 8 and report.settings["batch_size_policy"] == "auto"
+    assert report.settings["precision"] == "float32" and report.settings["precision_policy"] == "float32"
