@@ -39,11 +39,30 @@ def test_the_networks_time_replays_the_attacks_own_calls_and_the_figure_recomput
     path = tmp_path / "o.json"
     path.write_text(json.dumps(out))
     back = json.loads(path.read_text())
-    a, b = statistics.median(back["attack_seconds"]), statistics.median(back["network_seconds"])
-    assert len(back["attack_seconds"]) == len(back["network_seconds"]) == back["reps"] == 2
-    assert back["median_attack_s"] == a and back["median_network_s"] == b
-    assert back["overhead"] == (a - b) / b
+    attack, inside, replayed = back["attack_seconds"], back["network_seconds_inside_attack"], \
+        back["network_seconds_replay"]
+    assert len(attack) == len(inside) == len(replayed) == back["reps"] == 2
+    assert all(0 < i < a for i, a in zip(inside, attack, strict=True))  # the network's time is part of the attack's
+    assert back["overhead"] == (sum(attack) - sum(inside)) / sum(inside)
+    a, b = statistics.median(attack), statistics.median(replayed)
+    assert back["median_attack_s"] == a and back["median_network_replay_s"] == b
+    assert back["overhead_vs_replay"] == (a - b) / b
     assert back["machine"] and back["target"] == 0.10
+
+
+def test_the_network_time_inside_the_attack_counts_every_step_and_every_no_grad_call():
+    script = load_script()
+    rec = script.Recorder(tiny().requires_grad_(False))
+    x, y = torch.rand(2, 3, 16, 16), torch.tensor([1, 2])
+    with script.timed_steps("cpu") as steps:
+        from mixzoo.attacks import apgd
+
+        apgd.apgd_ce(rec, x, y, eps=1e-4, n_iter=3, seed=0, index=torch.arange(2))
+    assert len(steps) == 3 + 1  # the start and every iteration
+    assert len(rec.seconds) == sum(1 for _, grad in rec.log if not grad) == 1  # the clean record's pass
+    from mixzoo.attacks import apgd as restored
+
+    assert restored._loss_and_grad is script._loss_and_grad  # put back after the block
 
 
 def test_the_replay_makes_the_attacks_step_forward_loss_and_input_gradient():
