@@ -8,12 +8,12 @@
 #   2. scale:   benchmarks/gpu_scale.py: MMAA and the `adaptive` attack, images/s and peak memory, on the
 #               Fashion-MNIST pair (full settings) and on ConvNeXt V2-L + Swin-L with random weights (few iterations,
 #               scaled), then the labelled ESTIMATE of a 5,000-image ImageNet evaluation on 1 and 8 GPUs;
-#   3. eval:    benchmarks/eval_speed.py (pyautoattack vs adaptive vs the sides fast, bf16 and auto, the precision
+#   3. eval:    benchmarks/eval_speed.py (pyautoattack vs adaptive vs the sides fast and auto, the precision
 #               policy) on the first EVAL_N (default 1,000) Fashion-MNIST images, at most T_EVAL seconds (default
 #               600) and what is left of BUDGET; EVAL_BS images per batch on both sides (default EVAL_N: one batch);
 #   7. big:     benchmarks/gpu_scale.py on ConvNeXt V2-L + Swin-L (random weights) per component at BIG_BS (default
 #               auto) images per batch under the precision policy BIG_PRECISION (default auto), BIG_ARGS (default
-#               64 images, 5 iterations, 100 queries, scaled as in step 2), and the 5,000-image ESTIMATE
+#               32 images, 5 iterations, 100 queries, scaled as in step 2), and the 5,000-image ESTIMATE
 #               (big/estimate.json) computed as step 2's; T_BIG seconds at most (default 240). The run for the
 #               precision policy and memory: STEPS=73 BUDGET=540 (one device call, timeout_s 570);
 #   4. export:  benchmarks/gpu_export.py: the card's torch.export / ONNX artifacts run on CUDA against mixzoo on CUDA;
@@ -155,7 +155,7 @@ else
   NB=${NCCL_N:-100}; BB=25; read -r -a FM <<<"${FMNIST_ARGS:---n 200}"
   read -r -a IM <<<"${IMAGENET_ARGS:---n 16 --n-iter 5 --n-queries 100 --mmaa-iter 5}"
   RS=(--n-rs 1000 --samples 10000 --n-lip 1000 --batch-size 10000); EVAL_N=${EVAL_N:-1000}; EXN=1000
-  read -r -a BIG <<<"${BIG_ARGS:---n 64 --n-iter 5 --n-queries 100 --mmaa-iter 5}"
+  read -r -a BIG <<<"${BIG_ARGS:---n 32 --n-iter 5 --n-queries 100 --mmaa-iter 5}"
 fi
 
 [[ $STEPS == *1* ]] && {
@@ -231,7 +231,7 @@ PY
   if [ -f benchmarks/eval_speed.py ]; then
     T=$(left); [ "$T" -gt "${T_EVAL:-600}" ] && T=${T_EVAL:-600}
     step eval/run "$T" $PY benchmarks/eval_speed.py --dataset fmnist --card "$CARD" --n "$EVAL_N" --batch-size "${EVAL_BS:-$EVAL_N}" --device "$DEV" \
-      --side fast=fast --side bf16=adaptive,precision=bf16 --side auto=adaptive,precision=auto \
+      --side fast=fast --side auto=adaptive,precision=auto \
       --out "$RES/eval/eval_speed"
   else
     log "eval: benchmarks/eval_speed.py is not in this checkout; step skipped"
