@@ -72,14 +72,13 @@ def step_bytes_per_image(forward: Callable[[torch.Tensor], torch.Tensor | tuple[
     allocator to ask). Does not reset the device's peak-memory statistics."""
     if images.device.type != "cuda":
         return None
-    from mixzoo.attacks.apgd import pair
-
     x = images[:rows].detach().clone().requires_grad_(True)
     dev = x.device
     torch.cuda.synchronize(dev)
     base = torch.cuda.memory_allocated(dev)
     with torch.enable_grad():
-        _, loss_logits = pair(forward(x))
+        out = forward(x)
+        loss_logits = out[1] if isinstance(out, tuple | list) else out  # a (judged, loss) pair: the loss side
         loss = F.cross_entropy(loss_logits.float(), labels[:rows].to(dev), reduction="sum")
         held = torch.cuda.memory_allocated(dev) - base
         if loss.requires_grad:
