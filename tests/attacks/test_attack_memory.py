@@ -89,3 +89,24 @@ def test_bench_resolves_auto_and_records_it(tmp_path, digits_card):
                    curve=None, plots=False, progress=False)
     assert report.settings["batch_size"] == 8 and report.settings["batch_size_policy"] == "auto"
     assert report.settings["precision"] == "float32" and report.settings["precision_policy"] == "float32"
+
+
+def test_the_bench_command_takes_auto_and_refuses_other_words(monkeypatch):
+    from typer.testing import CliRunner
+
+    from mixzoo.cli import app
+    from mixzoo.evaluation import bench as bench_module
+
+    seen = []
+
+    def spy(card, settings, **kwargs):
+        seen.append(settings)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(bench_module, "bench", spy)
+    assert CliRunner().invoke(app, ["bench", "--batch-size", "auto", "--json"]).exit_code == 0
+    assert seen[-1].batch_size == "auto"
+    assert CliRunner().invoke(app, ["bench", "--batch-size", "64", "--json"]).exit_code == 0
+    assert seen[-1].batch_size == 64
+    bad = CliRunner().invoke(app, ["bench", "--batch-size", "many"])
+    assert bad.exit_code == 2 and "--batch-size must be positive (a number of images) or 'auto'" in bad.output
