@@ -119,6 +119,22 @@ class Component:
     # True: ``fn(x, y, index)`` takes the examples' indices in the whole data set and draws its randomness per
     # example from them (mixzoo.core.rng), so its outcome per example does not depend on the batch
     per_example: bool = False
+    # a forward-only search (Square): no autograd graph, so on a GPU it takes this many attack batches at once
+    # (only with per-example randomness, where the batch does not change any example's outcome)
+    forward_only: bool = False
+
+
+FORWARD_ONLY_BATCHES = 4  # attack batches per forward-only chunk on a GPU (forward_only_batches)
+
+
+def forward_only_batches(comp: Component, device: torch.device, per_example: bool) -> int:
+    """How many attack batches a component attacks at once: :data:`FORWARD_ONLY_BATCHES` for a forward-only,
+    per-example component on a GPU (its queries hold no autograd graph, so the memory sized for a gradient attack's
+    batch holds several, and a small network's queries leave a GPU idle), else 1. The outcome per example is the
+    same either way."""
+    if comp.forward_only and comp.per_example and per_example and device.type == "cuda":
+        return FORWARD_ONLY_BATCHES
+    return 1
 
 
 def within_threat_model(adv: torch.Tensor, x: torch.Tensor, eps: float, norm: str) -> torch.Tensor:
@@ -235,7 +251,8 @@ class Attack:
                 arith = precision if comp.gradient_based else "float32"
                 with pywarnings.catch_warnings(record=True) as caught:
                     pywarnings.simplefilter("always")
-                    for idx in todo.split(bs) if len(todo) else ():  # an empty tensor splits into one empty part
+                    chunk = bs * forward_only_batches(comp, images.device, index is not None)
+                    for idx in todo.split(chunk) if len(todo) else ():  # an empty tensor splits into one empty part
                         x, y = images[idx], labels[idx]
                         cand, inside, out = self._attempt(comp, model, x, y, idx, index, arith)
                         broken = (out.argmax(dim=1) != y) & inside & robust[idx]
@@ -367,7 +384,7 @@ def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, 
                                  seed=seed, layer_norm=False, batch_size=len(x), progress=False, index=index,
                                  loss="logit").adv_images
 
-    return Component("square", fn, gradient_based=False, per_example=True)
+    return Component("square", fn, gradient_based=False, per_example=True, forward_only=True)
 
 
 class FiniteGuard(nn.Module):

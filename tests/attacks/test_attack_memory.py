@@ -110,3 +110,29 @@ def test_the_bench_command_takes_auto_and_refuses_other_words(monkeypatch):
     assert seen[-1].batch_size == 64
     bad = CliRunner().invoke(app, ["bench", "--batch-size", "many"])
     assert bad.exit_code == 2 and "--batch-size must be positive (a number of images) or 'auto'" in bad.output
+
+
+def test_square_takes_several_attack_batches_at_once_on_a_gpu_with_the_same_outcomes(monkeypatch):
+    from mixzoo.attacks import evaluation
+    from mixzoo.core.plugins import lookup
+
+    square = evaluation._square_each(Rows(), {"n_queries": 5}, 0.05, "Linf", 0)
+    apgd = evaluation._ours("apgd-ce", Rows(), {"n_iter": 2, "n_restarts": 1}, 0.05, "Linf", 0, 0)
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert evaluation.forward_only_batches(square, cuda, True) == evaluation.FORWARD_ONLY_BATCHES > 1
+    assert evaluation.forward_only_batches(square, cpu, True) == 1  # the CPU's arithmetic is the cost: unchanged
+    assert evaluation.forward_only_batches(square, cuda, False) == 1  # batch-seeded draws: the batch matters
+    assert evaluation.forward_only_batches(apgd, cuda, True) == 1  # a gradient attack holds its graph
+
+    x, y = data(6)
+    attack = lookup("attack", "adaptive")(eps=0.02, norm="Linf", seed=0, n_queries=20, batch_size=2,
+                                          components=["square"])
+    plain_model = Rows()
+    plain = attack.run(plain_model, x, y, progress=False, index=torch.arange(6))
+    monkeypatch.setattr(evaluation, "forward_only_batches", lambda comp, device, per_example: 3)
+    model = Rows()
+    larger = attack.run(model, x, y, progress=False, index=torch.arange(6))
+    assert torch.equal(plain.robust_correct, larger.robust_correct) and torch.equal(plain.adv_images,
+                                                                                    larger.adv_images)
+    assert 0 < int(plain.robust_correct.sum()) < 6
+    assert max(plain_model.rows[1:]) == 2 and max(model.rows[1:]) == 6
