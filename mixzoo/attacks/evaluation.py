@@ -24,7 +24,9 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
   and every example standard AutoAttack's FAB-T breaks ``fab-t-exact`` breaks (below). A model without
   ``forward_pair`` gets standard AutoAttack (its APGD and FAB-T already have the model's own gradient).
   Our APGD components drop an example the moment a misclassified point is recorded for it, and on a GPU run
-  APGD-T's targets as one stacked batch (:func:`mixzoo.attacks.apgd.apgd_t`); neither changes which examples break.
+  APGD-T's targets as one stacked batch as far as the free memory holds them (:func:`mixzoo.attacks.apgd.apgd_t`),
+  and Square, which holds no autograd graph, on :data:`FORWARD_ONLY_BATCHES` attack batches at once; none of this
+  changes which examples break.
 * ``adaptive-strong``: all of ``adaptive``'s components (those outside its default too) plus bypass- and
   re-seeded APGD before FAB-T, and last
   ``autoattack-standard``: the installed AutoAttack's whole standard evaluation on the exact classifier, run afresh
