@@ -8,9 +8,14 @@
 #   2. scale:   benchmarks/gpu_scale.py: MMAA and the `adaptive` attack, images/s and peak memory, on the
 #               Fashion-MNIST pair (full settings) and on ConvNeXt V2-L + Swin-L with random weights (few iterations,
 #               scaled), then the labelled ESTIMATE of a 5,000-image ImageNet evaluation on 1 and 8 GPUs;
-#   3. eval:    benchmarks/eval_speed.py (pyautoattack vs adaptive vs the sides fast and bf16) on the first EVAL_N
-#               (default 1,000) Fashion-MNIST images, second (after the NCCL check), at most T_EVAL
-#               seconds (default 600) and what is left of BUDGET; EVAL_BS images per batch (default 250);
+#   3. eval:    benchmarks/eval_speed.py (pyautoattack vs adaptive vs the sides fast and auto, the precision
+#               policy) on the first EVAL_N (default 1,000) Fashion-MNIST images, at most T_EVAL seconds (default
+#               600) and what is left of BUDGET; EVAL_BS images per batch on both sides (default EVAL_N: one batch);
+#   7. big:     benchmarks/gpu_scale.py on ConvNeXt V2-L + Swin-L (random weights) per component at BIG_BS (default
+#               auto) images per batch under the precision policy BIG_PRECISION (default auto), BIG_ARGS (default
+#               32 images, 5 iterations, 100 queries, scaled as in step 2), and the 5,000-image ESTIMATE
+#               (big/estimate.json) computed as step 2's; T_BIG seconds at most (default 240). The run for the
+#               precision policy and memory: STEPS=73 BUDGET=540 (one device call, timeout_s 570);
 #   4. export:  benchmarks/gpu_export.py: the card's torch.export / ONNX artifacts run on CUDA against mixzoo on CUDA;
 #   5. certify: benchmarks/certify_lipschitz_fmnist.py --device cuda: randomized smoothing (fmnist-rs050, fmnist-rs025;
 #               soft and hard from one pass) and the Lipschitz certificates (fmnist-lip050/075/100) on the first 1,000
@@ -84,7 +89,8 @@ finish() {
     head -n 4 "$RES/env.txt" 2>/dev/null
     echo "--- steps (name, rc, seconds)"
     awk -F'\t' '{printf "%s rc=%s %ds\n", $1, $4, $3 - $2}' "$RES/steps.tsv" 2>/dev/null
-    for f in nccl/compare.json scale/fmnist.json scale/imagenet.json scale/estimate.json export/gpu_export.json; do
+    for f in nccl/compare.json scale/fmnist.json scale/imagenet.json scale/estimate.json big/estimate.json \
+      export/gpu_export.json; do
       [ -f "$RES/$f" ] && { echo "--- $f"; head -c 1500 "$RES/$f"; echo; }
     done
     [ -f "$RES/certify/summary.json" ] && { echo "--- certify"; grep -h "images x" "$RES"/certify*.log; }
@@ -144,10 +150,12 @@ if [ "$SMOKE" = 1 ]; then
   NB=8; BB=4; FM=(--n 8 --n-iter 2 --n-queries 10 --mmaa-iter 2 --targets 2)
   IM=(--n 1 --n-iter 1 --n-queries 2 --mmaa-iter 1 --targets 1 --abc-arch convnextv2_atto --rbc-arch swin_tiny_patch4_window7_224)
   RS=(--n-rs 8 --samples 200 --n-lip 50); EVAL_N=${EVAL_N:-16}; EXN=20
+  BIG=(--n 2 --n-iter 1 --n-queries 2 --mmaa-iter 1 --targets 1 --abc-arch convnextv2_atto --rbc-arch swin_tiny_patch4_window7_224)
 else
   NB=${NCCL_N:-100}; BB=25; read -r -a FM <<<"${FMNIST_ARGS:---n 200}"
   read -r -a IM <<<"${IMAGENET_ARGS:---n 16 --n-iter 5 --n-queries 100 --mmaa-iter 5}"
   RS=(--n-rs 1000 --samples 10000 --n-lip 1000 --batch-size 10000); EVAL_N=${EVAL_N:-1000}; EXN=1000
+  read -r -a BIG <<<"${BIG_ARGS:---n 32 --n-iter 5 --n-queries 100 --mmaa-iter 5}"
 fi
 
 [[ $STEPS == *1* ]] && {
@@ -207,12 +215,26 @@ PY
   cat "$RES/nccl/compare.json" | head -c 1500; echo
 }
 
+[[ $STEPS == *7* ]] && {
+  # the ImageNet-size pair per component (MMAA, each adaptive component, Square) under the precision policy
+  # BIG_PRECISION (default auto: bf16 on this GPU, every break confirmed in float32) at BIG_BS images per batch
+  # (default auto: from the free memory), then the 5,000-image ESTIMATE computed as step 2 computes it
+  mkdir -p "$RES/big"
+  step big/imagenet "${T_BIG:-240}" $PY benchmarks/gpu_scale.py measure --pair imagenet "${BIG[@]}" \
+    --precision "${BIG_PRECISION:-auto}" --batch-size "${BIG_BS:-auto}" --device "$DEV" --json "$RES/big/imagenet.json"
+  [ -f "$RES/big/imagenet.json" ] && step big/estimate 30 $PY benchmarks/gpu_scale.py estimate \
+    "$RES/big/imagenet.json" --images 5000 --gpus 1,8 --json "$RES/big/estimate.json"
+}
+
 [[ $STEPS == *3* ]] && {
   mkdir -p "$RES/eval"
   if [ -f benchmarks/eval_speed.py ]; then
     T=$(left); [ "$T" -gt "${T_EVAL:-600}" ] && T=${T_EVAL:-600}
-    step eval/run "$T" $PY benchmarks/eval_speed.py --dataset fmnist --card "$CARD" --n "$EVAL_N" --batch-size "${EVAL_BS:-250}" --device "$DEV" \
-      --side fast=fast --side bf16=adaptive,precision=bf16 --out "$RES/eval/eval_speed"
+    # EVAL_DATASET=digits (a rehearsal where Fashion-MNIST is missing): the digits card eval_speed.py fits itself
+    EVD=(--dataset fmnist --card "$CARD"); [ "${EVAL_DATASET:-fmnist}" = digits ] && EVD=(--dataset digits)
+    step eval/run "$T" $PY benchmarks/eval_speed.py "${EVD[@]}" --n "$EVAL_N" --batch-size "${EVAL_BS:-$EVAL_N}" --device "$DEV" \
+      --side fast=fast --side auto=adaptive,precision=auto \
+      --out "$RES/eval/eval_speed"
   else
     log "eval: benchmarks/eval_speed.py is not in this checkout; step skipped"
     printf 'eval/run\t%s\t%s\tmissing-script\n' "$(date +%s)" "$(date +%s)" >>"$RES/steps.tsv"

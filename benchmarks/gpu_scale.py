@@ -28,6 +28,11 @@ wall time, images per second, peak ``torch.cuda.max_memory_allocated`` and its s
 per-component seconds are also scaled linearly to the defaults, labelled ``scaled_to_defaults`` (an estimate: the
 per-iteration cost is taken as constant and fixed costs are scaled too).
 
+``--precision`` runs the attack under a precision policy (``float32``, ``tf32``, ``bf16``, ``auto``;
+:mod:`mixzoo.attacks.precision`, every break confirmed in float32; MMAA stays float32) and ``--batch-size auto``
+picks the batch from the GPU's free memory (:func:`mixzoo.attacks.memory.auto_batch_size`); both are recorded,
+with the policy each resolved to.
+
 ``estimate`` turns an ``imagenet`` measurement into the labelled ESTIMATE of the paper's ImageNet evaluation:
 ``--images`` images, the full attack, ``--batch-size`` images per batch; on G GPUs the batches are shared
 round-robin (``mixzoo bench`` under ``torchrun``), so the time is ceil(batches / G) batches, each costing
@@ -135,9 +140,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             mix, rbc, x, y, eps, norm = fmnist_pair(args.n, dev)
         else:
             mix, rbc, x, y, eps, norm = imagenet_pair(args.n, dev, (args.abc_arch, args.rbc_arch))
-    n, bs = len(y), args.batch_size or len(y)
+    from mixzoo.attacks.memory import auto_batch_size, parse_batch_size
+    from mixzoo.attacks.precision import check_precision_device
+
+    n = len(y)
+    policy = None if args.batch_size is None else parse_batch_size(args.batch_size)
+    if policy == "auto":  # one APGD step's memory per image of the mixture, the rows that fit in the free memory
+        bs = auto_batch_size(getattr(mix, "forward_pair", mix), x[:2], y[:2], n=n)
+    else:
+        bs = policy or n
+    precision = check_precision_device(args.precision, dev)  # "auto" resolved for the device
     archs = None if args.pair == "fmnist" else [args.abc_arch, args.rbc_arch]
-    out: dict[str, Any] = {"pair": args.pair, "archs": archs, "n": n, "batch_size": bs, "eps": eps, "norm": norm,
+    out: dict[str, Any] = {"pair": args.pair, "archs": archs, "n": n, "batch_size": bs,
+                           "batch_size_policy": policy or "all", "precision": precision,
+                           "precision_policy": args.precision, "mmaa_precision": "float32", "eps": eps, "norm": norm,
                            "device": dev, "machine": machine_line(run_record(dev)), "torch": torch.__version__,
                            "cuda": torch.version.cuda, "python": platform.python_version(),
                            "gpu": torch.cuda.get_device_name(0) if dev.startswith("cuda") else None,
@@ -171,7 +187,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     attack = lookup("attack", args.attack)(eps=eps, norm=norm, seed=0, **opts)
     used = {k: int(attack.options.get(k, v)) for k, v in DEFAULT_ITERS.items()}
     with Phase(dev) as ph:
-        res = attack.run(mix, x, y, progress=False, index=torch.arange(n))
+        res = attack.run(mix, x, y, progress=False, index=torch.arange(n), precision=precision)
     comps, scaled_total = [], 0.0
     for c in res.components:
         key = "n_queries" if c.name == "square" else "n_iter"
@@ -196,6 +212,7 @@ def estimate(args: argparse.Namespace) -> dict[str, Any]:
     m = json.loads(Path(args.measurement).read_text())
     att = m["phases"]["attack"]
     per_image = att["scaled_to_defaults"]["seconds_per_image"]
+    components = {c["name"]: c["scaled_to_defaults_s"] / m["n"] for c in att["components"]}
     per_batch = per_image * args.batch_size
     batches = math.ceil(args.images / args.batch_size)
     mmaa_s = None
@@ -212,9 +229,11 @@ def estimate(args: argparse.Namespace) -> dict[str, Any]:
         f"{m['pair']} pair {m.get('archs')}, {m['n']} images at eps {m['eps']} (every image attacked by every"
         f" component: an upper bound per image), {att['attack']} with options {att['options']},"
         f" component times scaled linearly to"
-        f" {DEFAULT_ITERS}; {m['gpu'] or m['device']}, torch {m['torch']}, CUDA {m['cuda']}"),
+        f" {DEFAULT_ITERS}; batch {m['batch_size']} ({m.get('batch_size_policy', 'all')}), precision"
+        f" {m.get('precision', 'float32')} (policy {m.get('precision_policy', 'float32')});"
+        f" {m['gpu'] or m['device']}, torch {m['torch']}, CUDA {m['cuda']}"),
         "images": args.images, "batch_size": args.batch_size, "calibration_images": args.calib,
-        "seconds_per_image_one_gpu": per_image, "rows": rows}
+        "seconds_per_image_one_gpu": per_image, "seconds_per_image_by_component": components, "rows": rows}
     print(json.dumps(out, indent=1))
     return out
 
@@ -225,7 +244,10 @@ def main() -> None:
     me = sub.add_parser("measure")
     me.add_argument("--pair", choices=("fmnist", "imagenet"), default="fmnist")
     me.add_argument("--n", type=int, default=250)
-    me.add_argument("--batch-size", type=int, default=None, help="images per batch (default: all --n at once)")
+    me.add_argument("--batch-size", default=None,
+                    help="images per batch, or auto (mixzoo.attacks.memory.auto_batch_size; default: all --n at once)")
+    me.add_argument("--precision", default="float32",
+                    help="the attack's precision policy: float32, tf32, bf16 or auto (MMAA runs in float32)")
     me.add_argument("--attack", default="adaptive")
     me.add_argument("--n-iter", type=int, default=None, help="APGD / FAB iterations (default: the attack's, 100)")
     me.add_argument("--n-queries", type=int, default=None, help="Square queries (default: the attack's, 5000)")

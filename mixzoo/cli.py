@@ -309,7 +309,9 @@ def bench(
     eps: float | None = None,
     norm: str | None = None,
     seed: int = 0,
-    batch_size: AttackBatch = 250,
+    batch_size: Annotated[str, typer.Option(
+        help="images per attack batch, or auto: on a GPU the batch that fits in its free memory (one attack step's "
+             "measured memory per image), on a CPU 250; recorded in the report")] = "250",
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
     curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
     plots: Annotated[bool, typer.Option(help="draw the PNG figures (each card method's own figures may need its "
@@ -334,6 +336,7 @@ def bench(
 ) -> None:
     """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
     plots."""
+    from mixzoo.attacks.memory import parse_batch_size
     from mixzoo.core.distributed import world as distributed_world
     from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation.bench import CURVE, MATCH
@@ -342,7 +345,8 @@ def bench(
 
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
     settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, eps=eps,
-                           norm=norm, n=n, batch_size=batch_size, seed=seed, per_example_seeds=per_example_seeds,
+                           norm=norm, n=n, batch_size=parse_batch_size(batch_size), seed=seed,
+                           per_example_seeds=per_example_seeds,
                            extra_attacks=extra_attacks, abc=abc, rbc=rbc, device=device, precision=precision,
                            data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,

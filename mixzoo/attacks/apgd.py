@@ -303,20 +303,29 @@ def stack_runs_default(device: torch.device | str) -> bool:
 def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
           norm: str, n_iter: int, loss: str | LossFn, seed: int, attack_all: bool, rho: float,
           on_iter: OnIter | None, plan: list[torch.Tensor | None],
-          index: torch.Tensor | None = None, early_stop: bool = False, stack: bool = False) -> MarginRecord:
+          index: torch.Tensor | None = None, early_stop: bool = False, stack: bool = False,
+          stack_rows: int | None = None) -> MarginRecord:
     """Run APGD once per entry of ``plan`` (targets, or None for untargeted), each on the current groups.
 
     With ``index`` (each example's index in its whole data set) every run's random start is drawn per example from
     (seed, loss, run number, index) instead of from the batch's generators, so an example's trajectory does not
     depend on the batch it is in. ``early_stop``: see :func:`apgd_run`. ``stack`` (with ``index``, without
     ``attack_all``): the runs go through the model together, as one batch of ``[runs x examples]`` rows (at most
-    :data:`STACK_ROWS`), each row with its own run's per-example start; an example counts as broken when any of its
-    runs breaks it, so the outcome is the sequential runs' (which attack an example until one run breaks it). The
-    stacked batch has ``len(plan)`` times the examples' rows (lower the batch size if that does not fit); its
-    make-up does not depend on how many examples the batch holds, so neither does any example's result."""
+    ``stack_rows`` rows, None: all runs at once), each row with its own run's per-example start; an example counts
+    as broken when any of its runs breaks it, so the outcome is the sequential runs' (which attack an example until
+    one run breaks it). With ``stack_rows`` the runs go in chunks of as many runs as fit (at least one), each chunk
+    on the examples no earlier chunk broke (:mod:`mixzoo.attacks.memory`: the stacked graphs are what fills a GPU);
+    each row's start is its run's, whichever chunk it is in, so no example's result depends on the chunking."""
     if stack and index is not None and not attack_all and len(plan) > 1:
-        return _stacked_runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss=loss, seed=seed,
-                             rho=rho, on_iter=on_iter, plan=plan, index=index, early_stop=early_stop)
+        per = len(plan)
+        if stack_rows is not None:
+            m = int((~record.misclassified).sum())
+            per = max(1, min(len(plan), int(stack_rows) // max(m, 1)))
+        for first in range(0, len(plan), per):
+            _stacked_runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss=loss, seed=seed,
+                          rho=rho, on_iter=on_iter, plan=plan[first:first + per], index=index,
+                          early_stop=early_stop, first_run=first)
+        return record
     main_gen, extra_gen = _generators(seed)
     name = loss if isinstance(loss, str) else "custom"
     for run, target in enumerate(plan):
@@ -332,16 +341,18 @@ def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: Ma
 
 def _stacked_runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
                   norm: str, n_iter: int, loss: str | LossFn, seed: int, rho: float, on_iter: OnIter | None,
-                  plan: list[torch.Tensor | None], index: torch.Tensor, early_stop: bool) -> MarginRecord:
+                  plan: list[torch.Tensor | None], index: torch.Tensor, early_stop: bool,
+                  first_run: int = 0) -> MarginRecord:
     """:func:`_runs` with the runs stacked along the batch (see there); per example the record keeps the best
-    point over all its runs."""
+    point over all its runs. ``plan[j]`` is run ``first_run + j`` (its random starts' stream)."""
     name = loss if isinstance(loss, str) else "custom"
     idx = torch.nonzero(~record.misclassified).squeeze(1)
     if not idx.numel():
         return record
     m, r = idx.numel(), len(plan)
     where = index[idx.to(index.device)]
-    noise = torch.cat([start_noise((seed, f"apgd/{name}/run{run}", where), norm, images.shape[1:]) for run in range(r)])
+    noise = torch.cat([start_noise((seed, f"apgd/{name}/run{first_run + run}", where), norm, images.shape[1:])
+                       for run in range(r)])
     rows = idx.repeat(r)
     target = None if plan[0] is None else torch.cat([t[idx] for t in plan])
     part = record.subset(rows)
@@ -397,13 +408,15 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: f
            n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0,
            record: MarginRecord | None = None, attack_all: bool = False, margin_fn: MarginFn = signed_margin,
            rho: float = 0.75, on_iter: OnIter | None = None, index: torch.Tensor | None = None,
-           early_stop: bool = False, stack: bool | None = False) -> MarginRecord:
+           early_stop: bool = False, stack: bool | None = False, stack_rows: int | None = None) -> MarginRecord:
     """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking.
 
     Targets come from the clean loss logits (one forward pass for all targets; AutoAttack recomputes them per
     target), see :func:`target_classes`. ``stack``: run the targets and restarts as one stacked batch (with
     ``index`` and without ``attack_all``; :func:`_runs`); None: :func:`stack_runs_default` for the images' device.
-    Other arguments as in :func:`apgd_ce`.
+    ``stack_rows``: at most this many stacked rows per pass (the runs in chunks, same outcome); None on a GPU: the
+    rows that fit in its free memory (:func:`mixzoo.attacks.memory.rows_that_fit` of one step's measured memory
+    per image), elsewhere no limit. Other arguments as in :func:`apgd_ce`.
     """
     check_attack_settings(eps, norm, n_iter, n_restarts)
     if n_target_classes < 0:
@@ -415,6 +428,12 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     n_targets = effective_n_targets(loss_logits.shape[1], n_target_classes)
     targets = target_classes(loss_logits, labels, n_targets)
     plan = [targets[:, j] for j in range(n_targets) for _ in range(n_restarts)]
+    stack = stack_runs_default(images.device) if stack is None else stack
+    if stack and stack_rows is None and images.device.type == "cuda" and len(plan) > 1:
+        from mixzoo.attacks.memory import free_bytes, rows_that_fit, step_bytes_per_image
+
+        per = step_bytes_per_image(model, images, labels)
+        stack_rows = rows_that_fit(free_bytes(images.device) or 0, per or 0.0)
     return _runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss="dlr-targeted", seed=seed,
                  attack_all=attack_all, rho=rho, on_iter=on_iter, plan=plan, index=index, early_stop=early_stop,
-                 stack=stack_runs_default(images.device) if stack is None else stack)
+                 stack=stack, stack_rows=stack_rows)

@@ -24,7 +24,9 @@ counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary
   and every example standard AutoAttack's FAB-T breaks ``fab-t-exact`` breaks (below). A model without
   ``forward_pair`` gets standard AutoAttack (its APGD and FAB-T already have the model's own gradient).
   Our APGD components drop an example the moment a misclassified point is recorded for it, and on a GPU run
-  APGD-T's targets as one stacked batch (:func:`mixzoo.attacks.apgd.apgd_t`); neither changes which examples break.
+  APGD-T's targets as one stacked batch as far as the free memory holds them (:func:`mixzoo.attacks.apgd.apgd_t`),
+  and Square, which holds no autograd graph, on :data:`FORWARD_ONLY_BATCHES` attack batches at once; none of this
+  changes which examples break.
 * ``adaptive-strong``: all of ``adaptive``'s components (those outside its default too) plus bypass- and
   re-seeded APGD before FAB-T, and last
   ``autoattack-standard``: the installed AutoAttack's whole standard evaluation on the exact classifier, run afresh
@@ -71,7 +73,14 @@ from torch import nn
 
 from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effective_n_targets
 from mixzoo.attacks.pgd import pgd
-from mixzoo.attacks.precision import attack_arithmetic, check_precision_device, exact_arithmetic
+from mixzoo.attacks.precision import (
+    as_channels_last,
+    attack_arithmetic,
+    channels_last,
+    check_precision_device,
+    exact_arithmetic,
+    uses_channels_last,
+)
 from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
 from mixzoo.attacks.square import min_margin_square
 from mixzoo.attacks.variants import PairedOutput, offers, with_gradient
@@ -112,6 +121,22 @@ class Component:
     # True: ``fn(x, y, index)`` takes the examples' indices in the whole data set and draws its randomness per
     # example from them (mixzoo.core.rng), so its outcome per example does not depend on the batch
     per_example: bool = False
+    # a forward-only search (Square): no autograd graph, so on a GPU it takes this many attack batches at once
+    # (only with per-example randomness, where the batch does not change any example's outcome)
+    forward_only: bool = False
+
+
+FORWARD_ONLY_BATCHES = 4  # attack batches per forward-only chunk on a GPU (forward_only_batches)
+
+
+def forward_only_batches(comp: Component, device: torch.device, per_example: bool) -> int:
+    """How many attack batches a component attacks at once: :data:`FORWARD_ONLY_BATCHES` for a forward-only,
+    per-example component on a GPU (its queries hold no autograd graph, so the memory sized for a gradient attack's
+    batch holds several, and a small network's queries leave a GPU idle), else 1. The outcome per example is the
+    same either way."""
+    if comp.forward_only and comp.per_example and per_example and device.type == "cuda":
+        return FORWARD_ONLY_BATCHES
+    return 1
 
 
 def within_threat_model(adv: torch.Tensor, x: torch.Tensor, eps: float, norm: str) -> torch.Tensor:
@@ -184,8 +209,18 @@ class Attack:
         ``precision="bf16"`` runs the components under bfloat16 autocast (:mod:`mixzoo.attacks.precision`); clean
         accuracy and every candidate are judged on the model's float32 output outside autocast; a component whose
         bfloat16 candidate is not confirmed runs again on that example in float32, and each component's stat counts
-        the candidates bfloat16 saw as broken, those float32 confirmed and the breaks of the float32 re-run."""
-        check_precision_device(precision, images.device)
+        the candidates bfloat16 saw as broken, those float32 confirmed and the breaks of the float32 re-run.
+        ``precision="tf32"`` does the same with TF32 matrix products and convolutions; ``tf32`` (and ``bf16`` on a
+        GPU) run a network with 2-D convolutions in channels-last memory format for the whole run, restored after;
+        ``"auto"`` is resolved for the images' device (:mod:`mixzoo.attacks.precision`) and the result records
+        the concrete policy."""
+        precision = check_precision_device(precision, images.device)  # "auto" resolved for this device
+        nhwc = isinstance(model, nn.Module) and uses_channels_last(model, precision, images.device)
+        with channels_last(model, nhwc):
+            return self._run(model, as_channels_last(images, nhwc), labels, progress, index, precision)
+
+    def _run(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor, progress: bool,
+             index: torch.Tensor | None, precision: str) -> EvalResult:
         t0 = time.perf_counter()
         check_images(images)
         n, bs = images.shape[0], int(self.options["batch_size"])
@@ -218,7 +253,8 @@ class Attack:
                 arith = precision if comp.gradient_based else "float32"
                 with pywarnings.catch_warnings(record=True) as caught:
                     pywarnings.simplefilter("always")
-                    for idx in todo.split(bs) if len(todo) else ():  # an empty tensor splits into one empty part
+                    chunk = bs * forward_only_batches(comp, images.device, index is not None)
+                    for idx in todo.split(chunk) if len(todo) else ():  # an empty tensor splits into one empty part
                         x, y = images[idx], labels[idx]
                         cand, inside, out = self._attempt(comp, model, x, y, idx, index, arith)
                         broken = (out.argmax(dim=1) != y) & inside & robust[idx]
@@ -350,7 +386,7 @@ def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, 
                                  seed=seed, layer_norm=False, batch_size=len(x), progress=False, index=index,
                                  loss="logit").adv_images
 
-    return Component("square", fn, gradient_based=False, per_example=True)
+    return Component("square", fn, gradient_based=False, per_example=True, forward_only=True)
 
 
 class FiniteGuard(nn.Module):

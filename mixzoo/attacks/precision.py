@@ -1,4 +1,19 @@
-"""The arithmetic an attack runs in: float32, or bfloat16 autocast with every break confirmed in float32.
+"""The arithmetic an attack runs in (a named policy), with every break confirmed in float32.
+
+Policies (``--precision``, :data:`mixzoo.core.settings.PRECISIONS`):
+
+* ``float32``: strict float32 (TF32 off for matrix products and cuDNN convolutions).
+* ``tf32``: the attack's passes with TF32 tensor-core matrix products and convolutions
+  (``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32`` set for the passes and
+  restored after, :func:`tf32_flags`; 10 significant bits, float32 range) and the network in channels-last memory
+  format where it has 2-D convolutions (:func:`channels_last`). On a CPU TF32 does not exist: the passes are
+  float32 (channels-last still applies).
+* ``bf16``: bfloat16 autocast (below); on a GPU also channels-last where the network has 2-D convolutions.
+* ``auto``: ``bf16`` on a GPU with bfloat16 arithmetic, ``tf32`` on another GPU, ``float32`` on a CPU
+  (:func:`resolve_precision`; reports record the policy and what it resolved to).
+
+Whatever the policy, the judgement of every candidate and the clean accuracy run in strict float32
+(:func:`exact_arithmetic`: no autocast, TF32 off), so a break counts only if the float32 classifier confirms it.
 
 With ``precision="bf16"`` an attack's forward and backward passes (its components: our APGD, pyautoattack's
 FAB-T and Square, a method's declared extra attacks) run under ``torch.autocast(device_type, torch.bfloat16)``:
@@ -22,6 +37,7 @@ import warnings
 from collections.abc import Iterator
 
 import torch
+from torch import nn
 
 from mixzoo.core.errors import InputError
 from mixzoo.core.settings import PRECISIONS, check_precision
@@ -35,11 +51,22 @@ def native_bf16_cpu() -> bool:
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
 
 
+def resolve_precision(precision: str, device: str | torch.device) -> str:
+    """The concrete policy ``precision`` names on ``device``: ``auto`` becomes ``bf16`` on a GPU with bfloat16
+    arithmetic, ``tf32`` on another GPU and ``float32`` elsewhere; the other names are themselves."""
+    check_precision(precision)
+    if precision != "auto":
+        return precision
+    if torch.device(device).type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "tf32"
+    return "float32"
+
+
 def check_precision_device(precision: str, device: str | torch.device) -> str:
     """``precision`` if ``device`` can run it: a one-line error for an unknown precision or a CUDA device without
-    bfloat16; a warning for a CPU that would emulate it."""
-    check_precision(precision)
-    if precision == "float32":
+    bfloat16; a warning for a CPU that would emulate it. ``auto`` is resolved first (:func:`resolve_precision`)."""
+    precision = resolve_precision(precision, device)
+    if precision in ("float32", "tf32"):
         return precision
     dev = torch.device(device)
     if dev.type == "cuda":
@@ -55,20 +82,69 @@ def check_precision_device(precision: str, device: str | torch.device) -> str:
 
 
 @contextlib.contextmanager
+def tf32_flags(enabled: bool) -> Iterator[None]:
+    """``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32`` set to ``enabled`` for
+    the block and restored after (also when it raises). No effect on CPU arithmetic."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@contextlib.contextmanager
 def attack_arithmetic(precision: str, device: str | torch.device) -> Iterator[None]:
-    """The autocast an attack's passes run under: none for float32, bfloat16 autocast on ``device``'s type."""
-    check_precision(precision)
-    if precision == "float32":
+    """The arithmetic an attack's passes run under: strict float32 (TF32 off) for ``float32``, TF32 allowed for
+    ``tf32``, bfloat16 autocast on ``device``'s type for ``bf16``; ``auto`` as :func:`resolve_precision` says."""
+    precision = resolve_precision(precision, device)
+    with tf32_flags(precision == "tf32"):
+        if precision != "bf16":
+            yield
+            return
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+            yield
+
+
+def uses_channels_last(model: nn.Module, precision: str, device: str | torch.device) -> bool:
+    """Whether ``precision`` runs ``model`` in channels-last memory format on ``device``: ``tf32`` anywhere and
+    ``bf16`` on a GPU, for a network with a 2-D convolution (channels-last is a layout of 4-D tensors)."""
+    precision = resolve_precision(precision, device)
+    if precision == "tf32" or (precision == "bf16" and torch.device(device).type == "cuda"):
+        return any(isinstance(m, nn.Conv2d) for m in model.modules())
+    return False
+
+
+@contextlib.contextmanager
+def channels_last(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+    """``model``'s 4-D parameters and buffers in channels-last memory format for the block, then back in the
+    format each had (also when the block raises). Values are unchanged; only the layout, so the convolutions
+    (cuDNN's NHWC kernels) run faster on tensor cores."""
+    if not enabled:
         yield
         return
-    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+    tensors = [t for t in (*model.parameters(), *model.buffers()) if t.dim() == 4]
+    kept = [(t, t.data) for t in tensors if not t.is_contiguous(memory_format=torch.channels_last)]
+    for t, data in kept:
+        t.data = data.contiguous(memory_format=torch.channels_last)
+    try:
         yield
+    finally:
+        for t, data in kept:
+            t.data = data
+
+
+def as_channels_last(images: torch.Tensor, enabled: bool = True) -> torch.Tensor:
+    """4-D ``images`` in channels-last memory format when ``enabled`` (same values), else unchanged."""
+    if enabled and images.dim() == 4:
+        return images.contiguous(memory_format=torch.channels_last)
+    return images
 
 
 @contextlib.contextmanager
 def exact_arithmetic() -> Iterator[None]:
-    """No autocast on any device: the model's ordinary float32 output, whatever encloses the call."""
-    with torch.autocast("cpu", enabled=False):
+    """Strict float32 on any device: no autocast and TF32 off, whatever encloses the call (the judgement)."""
+    with tf32_flags(False), torch.autocast("cpu", enabled=False):
         if torch.cuda.is_available():
             with torch.autocast("cuda", enabled=False):
                 yield
@@ -76,5 +152,6 @@ def exact_arithmetic() -> Iterator[None]:
             yield
 
 
-__all__ = ["EMULATED_BF16", "PRECISIONS", "attack_arithmetic", "check_precision_device", "exact_arithmetic",
-           "native_bf16_cpu"]
+__all__ = ["EMULATED_BF16", "PRECISIONS", "as_channels_last", "attack_arithmetic", "channels_last",
+           "check_precision_device", "exact_arithmetic", "native_bf16_cpu", "resolve_precision", "tf32_flags",
+           "uses_channels_last"]

@@ -18,13 +18,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from mixzoo.attacks.precision import resolve_precision
 from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
 from mixzoo.core.checks import naming_model
 from mixzoo.core.distributed import check_same_settings, check_shards, gather, world
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
-from mixzoo.core.settings import check_precision
 from mixzoo.zoo.pairs import model_device
 
 # Part of every cached outcome's key: it changes whenever the bench would compute other outcomes for the same
@@ -64,7 +64,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     attack_cls = lookup("attack", attack)
     options = dict(attack_options or {})
     params = inspect.signature(attack_cls.run).parameters
-    check_precision(precision)
+    precision = resolve_precision(precision, images.device)  # "auto": the concrete policy, cached and recorded
     if precision != "float32" and "precision" not in params and not any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         raise InputError(f"attack {attack!r} cannot run in {precision} (its run() takes no precision); use"

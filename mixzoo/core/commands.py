@@ -34,8 +34,9 @@ AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 CardABC = Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")]
 CardRBC = Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")]
 Precision = Annotated[str, typer.Option(
-    help="the attacks' arithmetic: float32 | bf16 (bfloat16 autocast, faster on GPUs and CPUs with AVX-512 BF16 or "
-         "AMX; every break is re-checked in float32 and dropped if not confirmed)")]
+    help="the attacks' arithmetic: float32 | tf32 (TF32 tensor cores, channels-last conv nets) | bf16 (bfloat16 "
+         "autocast, faster on GPUs and CPUs with AVX-512 BF16 or AMX) | auto (bf16 on a GPU that has it, else tf32 "
+         "on a GPU, float32 on a CPU); every break is re-checked in float32 and dropped if not confirmed")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -27,12 +27,14 @@ class RunSettings:
     ``attack`` / ``attack_options``: the shared attack (an attack plugin's name and options; every row gets it, a
     card's row also its method's extra attacks unless ``extra_attacks`` is false); ``eps`` / ``norm``: the threat
     model (default: the card's, else the RBC's); ``n``: evaluation images (the first n of the split);
-    ``batch_size``: images per attack batch; ``seed`` and ``per_example_seeds``: every random draw is a function
+    ``batch_size``: images per attack batch (``"auto"``: :func:`mixzoo.attacks.memory.auto_batch_size`);
+    ``seed`` and ``per_example_seeds``: every random draw is a function
     of (seed, example index) when true (:mod:`mixzoo.core.rng`), else of (seed + batch number); ``abc`` / ``rbc``:
     models replacing the card's; ``precision``: the arithmetic of the attacks' forward and backward passes,
-    ``"float32"`` or ``"bf16"`` (bfloat16 autocast; every break is re-checked in float32 on the exact classifier,
-    :meth:`mixzoo.attacks.evaluation.Attack.run`); ``device``, ``data_dir``, ``cache_dir`` / ``use_cache``,
-    ``allow_unsafe`` (pickled checkpoints) and ``progress`` (bars on stderr) as their names say.
+    ``"float32"``, ``"tf32"``, ``"bf16"`` (bfloat16 autocast) or ``"auto"`` (:mod:`mixzoo.attacks.precision`;
+    every break is re-checked in float32 on the exact classifier, :meth:`mixzoo.attacks.evaluation.Attack.run`);
+    ``device``, ``data_dir``, ``cache_dir`` / ``use_cache``, ``allow_unsafe`` (pickled checkpoints)
+    and ``progress`` (bars on stderr) as their names say.
     """
 
     attack: str = "adaptive"
@@ -40,7 +42,7 @@ class RunSettings:
     eps: float | None = None
     norm: str | None = None
     n: int = 1000
-    batch_size: int = 250
+    batch_size: int | str = 250  # or "auto" (mixzoo bench: from the device's free memory)
     seed: int = 0
     per_example_seeds: bool = True
     extra_attacks: bool = True
@@ -77,13 +79,13 @@ class RunSettings:
         return out
 
 
-PRECISIONS = ("float32", "bf16")
+PRECISIONS = ("float32", "tf32", "bf16", "auto")
 
 
 def check_precision(precision: Any) -> str:
     """``precision`` if it is one of :data:`PRECISIONS`, else a one-line error naming them."""
     if precision not in PRECISIONS:
-        raise InputError(f"unknown precision {precision!r}; choose {' or '.join(PRECISIONS)} (--precision)")
+        raise InputError(f"unknown precision {precision!r}; choose {', '.join(PRECISIONS)} (--precision)")
     return precision
 
 

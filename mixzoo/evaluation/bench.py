@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.attacks.precision import check_precision_device
+from mixzoo.attacks.memory import auto_batch_size, parse_batch_size
+from mixzoo.attacks.precision import check_precision_device, resolve_precision
 from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, BF16_COUNTS, evaluate, merge_warnings  # noqa: F401
 from mixzoo.core import distributed
 from mixzoo.core.cache import Cache, check_writable, content_key
@@ -219,8 +220,7 @@ def check_run_settings(settings: RunSettings, out: str | Path | None = None) -> 
 
     if settings.n <= 0:
         raise InputError(f"--n must be positive, got {settings.n}")
-    if settings.batch_size <= 0:
-        raise InputError(f"--batch-size must be positive, got {settings.batch_size}")
+    parse_batch_size(settings.batch_size)  # a positive number or "auto"
     check_precision_device(settings.precision, check_device(settings.device))
     # an unknown name or option fails now, not after calibrating and attacking three models
     attack_cls = lookup("attack", settings.attack)
@@ -417,6 +417,11 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
         _same_pair(cards)
     ce = card_evaluation(cards[0], s)
     abc_m, rbc_m, data, eps, norm = ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
+    batch_policy = parse_batch_size(s.batch_size)
+    if batch_policy == "auto":  # from one step's memory of both networks at once (as the mixture holds them)
+        x = data.images[:2].to(device)
+        size = auto_batch_size(lambda v: abc_m(v) + rbc_m(v), x, data.labels[:2].to(device), n=len(data.labels))
+        s = s.changed(batch_size=min(distributed.gather(size)))  # one batch size on every rank: the same shards
     notes = list(ce.notes)  # the report must say so, not only the terminal
     notes += [note for note in [reach_note(eps, norm, data.input_size)] if note]  # eps beyond every image: said
 
@@ -457,8 +462,10 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     distinct_row_names(card_rows, [c.path for c in cards])  # two cards with one file stem: rows told apart
     settings_record: dict[str, Any] = {
         "attack": s.attack, "eps": eps, "norm": norm, "seed": s.seed, "batch_size": s.batch_size,
+        "batch_size_policy": batch_policy,
         "per_example_seeds": s.per_example_seeds, "world_size": w.size, "attack_options": s.attack_options or {},
-        "extra_attacks": s.extra_attacks, "device": device, "precision": s.precision,
+        "extra_attacks": s.extra_attacks, "device": device,
+        "precision": resolve_precision(s.precision, device), "precision_policy": s.precision,
         "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None, "seconds": None}
     lin = baseline_method()
     if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name \

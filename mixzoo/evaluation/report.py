@@ -241,7 +241,8 @@ def print_report(report: Any, *, to: Console | None = None) -> None:
     if note := screening_note(settings["attack"]):
         to.print(f"[bold yellow]{escape(settings['attack'])}: {escape(note)}", highlight=False)
     if low:
-        to.print(f"{settings['precision']}: the attacks ran under bfloat16 autocast; a break counts only when the "
+        how = "bfloat16 autocast" if settings["precision"] == "bf16" else "TF32 matrix products and convolutions"
+        to.print(f"{settings['precision']}: the attacks ran under {how}; a break counts only when the "
                  "float32 classifier confirms it (breaks bf16/fp32: found in bf16 / confirmed in float32 + broken "
                  "when the component ran again in float32 on the dropped ones)", highlight=False)
     for line in comparison_lines(report):

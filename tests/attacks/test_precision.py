@@ -201,11 +201,11 @@ def test_reports_label_the_precision():
 
 @pytest.mark.parametrize("bad", ["fp16", "bfloat16", "", None])
 def test_an_unknown_precision_is_a_one_line_error(bad):
-    with pytest.raises(InputError, match=r"^unknown precision .*; choose float32 or bf16 \(--precision\)$"):
+    with pytest.raises(InputError, match=r"^unknown precision .*; choose float32, tf32, bf16, auto \(--precision\)$"):
         RunSettings(precision=bad)
-    with pytest.raises(InputError, match="choose float32 or bf16"):
+    with pytest.raises(InputError, match="choose float32, tf32, bf16, auto"):
         RunSettings().changed(precision=bad)
-    with pytest.raises(InputError, match="choose float32 or bf16"):
+    with pytest.raises(InputError, match="choose float32, tf32, bf16, auto"):
         APGDEnsemble(eps=0.1, n_target_classes=0).run(threshold_model(), *grey(1), progress=False, precision=bad)
 
 

@@ -23,7 +23,7 @@ def test_a_bad_precision_is_one_line_naming_the_choices(command, tmp_path):
     res = run(command, str(CARD), "--precision", "fp16", "--out", str(tmp_path / "out"))
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.exit_code == 2, res.output
-    assert lines == ["error: unknown precision 'fp16'; choose float32 or bf16 (--precision)"]
+    assert lines == ["error: unknown precision 'fp16'; choose float32, tf32, bf16, auto (--precision)"]
     assert not (tmp_path / "out").exists()
 
 
