@@ -12,6 +12,7 @@ import click
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from mixzoo.core.commands import (
@@ -21,6 +22,7 @@ from mixzoo.core.commands import (
     CardABC,
     CardRBC,
     DataDir,
+    Device,
     NoCache,
     Precision,
     command,
@@ -43,7 +45,10 @@ class PluginCommands(TyperGroup):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         found = super().get_command(ctx, cmd_name)
-        return found if found is not None else plugin_commands().get(cmd_name)
+        found = found if found is not None else plugin_commands().get(cmd_name)
+        if found is not None and not found.short_help:  # `mixzoo --help` lists it: one paragraph, wrapped to fit
+            found.short_help = " ".join((found.help or "").split())
+        return found
 
 
 def plugin_commands() -> dict[str, click.Command]:
@@ -91,8 +96,22 @@ class OneLineUsageErrors(PluginCommands):
 app = typer.Typer(cls=OneLineUsageErrors, help="Mixed classifiers for any accurate/robust model pair, by name.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
-AttackBatch = Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; each batch has its "
-                                               "own seed, so results depend on it)")]
+
+def _show_version(value: bool) -> None:
+    if value:
+        from mixzoo.core import __version__
+
+        print(f"mixzoo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                                help="print mixzoo's version and exit")] = False) -> None:
+    """Mixed classifiers for any accurate/robust model pair, by name."""
+
+AttackBatch = Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; with per-example "
+                                               "seeds, the default, results do not depend on it)")]
 
 
 AttackOptions = Annotated[list[str] | None, typer.Option(
@@ -230,7 +249,7 @@ def mix(
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
@@ -242,10 +261,10 @@ def mix(
     if show_options:
         table = Table(title=f"options of mixing method {chosen.name} (--KEY VALUE or -O KEY=VALUE)")
         for col in ("option", "type", "default", "meaning"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=col == "option", overflow="fold")
         for key, spec in sorted(chosen.option_specs().items()):
-            table.add_row(f"--{key.replace('_', '-')}", spec.type_name, "" if spec.default is None else
-                          str(spec.default), escape(spec.help))
+            table.add_row(*(Text(cell) for cell in (f"--{key.replace('_', '-')}", spec.type_name, spec.default_text,
+                                                    spec.help)))
         out_console.print(table)
         return
     options = chosen.options_from_args(ctx.args)
@@ -287,17 +306,18 @@ def bench(
     cards: Annotated[list[str] | None, typer.Argument(
         help="mix cards of one pair (files or published names), any methods; without one the pair is fitted first")]
     = None,
-    abc: Annotated[str | None, typer.Option()] = None,
-    rbc: Annotated[str | None, typer.Option()] = None,
+    abc: Annotated[str | None, typer.Option(help="the ABC (registry name), replacing the card's; without a card, the "
+                                                 "pair to fit first")] = None,
+    rbc: Annotated[str | None, typer.Option(help="the RBC (registry name), replacing the card's")] = None,
     attack: Annotated[str, typer.Option(help="adaptive (App. B.2.1) | adaptive-strong (+ exact, bypass and "
                                              "re-seeded APGD) | adaptive-apgd | autoattack | apgd | pgd | a "
                                              "plugin's")] = "adaptive",
     n: Annotated[int, typer.Option("--n", "--n-images", help="number of evaluation images (--n-images under torchrun,"
                                                               " whose parser takes --n for its own)")] = 1000,
     out: Annotated[Path, typer.Option(help="directory for report.json, report.md and plots")] = Path("bench"),
-    eps: float | None = None,
-    norm: str | None = None,
-    seed: int = 0,
+    eps: Annotated[float | None, typer.Option(help="attack radius (default: the card's, else the RBC's)")] = None,
+    norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the card's, else the RBC's)")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the attacks' random draws")] = 0,
     batch_size: AttackBatch = 250,
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
     curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
@@ -317,7 +337,7 @@ def bench(
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
@@ -387,7 +407,7 @@ def sanity(
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
@@ -462,7 +482,7 @@ def certify_cmd(
     seed: int = 0,
     batch_size: Annotated[int, typer.Option(help="noisy images per forward batch")] = 1000,
     data_dir: DataDir = None,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
@@ -508,7 +528,7 @@ def verify(
     out: Annotated[Path | None, typer.Option(help="also write the result as JSON here")] = None,
     batch_size: Annotated[int, typer.Option(help="images per forward pass")] = 250,
     data_dir: DataDir = None,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:

@@ -22,11 +22,13 @@ from mixzoo.core.commands import (
     CacheDir,
     CardRBC,
     DataDir,
+    Device,
     NoCache,
     command,
     examples,
     out_console,
 )
+from mixzoo.core.machine import resolve_device
 
 
 @command
@@ -38,7 +40,7 @@ def check(
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
@@ -49,7 +51,7 @@ def check(
     if out is not None:
         check_writable(out, what="--out file")
     res = check_approximation(card, rbc=rbc, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
-                              device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+                              device=resolve_device(device), allow_unsafe=allow_unsafe, progress=not as_json)
     text = json.dumps({"card": str(card), **res.to_dict(), "notes": res.notes}, indent=2)
     if out is not None:
         atomic_write_text(out, text + "\n")
@@ -92,7 +94,7 @@ def transfer_params(
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
@@ -102,7 +104,7 @@ def transfer_params(
     card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,
                                    queries=queries, query_budget=query_budget, out=out, seed=seed, beta=beta,
                                    eps=eps, norm=norm, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
-                                   device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+                                   device=resolve_device(device), allow_unsafe=allow_unsafe, progress=not as_json)
     q = card.params
     summary = {"card": str(out), "method": q["fit"], "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],
                "objective": q["objective"]}

@@ -98,7 +98,7 @@ def markdown(report: Any) -> str:
     comparisons = comparison_lines(report)
     if comparisons:
         lines += ["", "Paired comparisons (Newcombe's interval for the difference of two accuracies on the same "
-                      "images; `mixzoo/stats.py`):", ""] + [f"- {line}" for line in comparisons]
+                      "images; `mixzoo/evaluation/stats.py`):", ""] + [f"- {line}" for line in comparisons]
     machines = {m.machine or "unknown" for m in report.models}
     if len(machines) == 1:
         lines += ["", f"Every row was attacked on: {machines.pop()}."]

@@ -38,6 +38,8 @@ variant's output misclassifies it, and variants share the values, so a break on 
 
 from __future__ import annotations
 
+import re
+
 import json
 import math
 from collections.abc import Callable
@@ -106,14 +108,28 @@ class MethodOption:
     help: str
     type: type | Callable[[Any], Any] | None = None
     default: Any = None
+    metavar: str | None = None
 
     @property
     def type_name(self) -> str:
-        """How help texts and errors name the type."""
+        """How help texts and errors name the type: ``metavar`` if given, else the type's name (``value`` for a
+        private converter function)."""
+        if self.metavar:
+            return self.metavar
         if self.type is None:
             return "any"
-        return {int: "int", float: "float", bool: "bool", str: "text", list: "list"}.get(
+        name = {int: "int", float: "float", bool: "bool", str: "text", list: "list"}.get(
             self.type, getattr(self.type, "__name__", "value"))
+        return "value" if name.startswith("_") else name
+
+    @property
+    def default_text(self) -> str:
+        """The default as ``mixzoo mix --show-options`` prints it: ``default``, else the ``default X`` the help text
+        names, else empty."""
+        if self.default is not None:
+            return str(self.default)
+        found = re.search(r"\bdefault:? ([^;,)]+)", self.help)
+        return found.group(1).strip() if found else ""
 
     def convert(self, key: str, value: Any, method: str) -> Any:
         """``value`` as this option's type; a one-line :class:`InputError` naming the option and its type."""
@@ -196,6 +212,12 @@ class FitRequest:
     allow_unsafe: bool = False
     progress: bool = True
     command: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.device == "auto":  # resolved here, so that the card records the device that ran
+            from mixzoo.core.machine import resolve_device
+
+            self.device = resolve_device(self.device)
 
     @property
     def provenance_command(self) -> str:

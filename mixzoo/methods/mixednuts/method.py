@@ -62,23 +62,24 @@ class MixedNUTS(MixingMethod):
     options = {
         "beta": MethodOption(
             "share of the RBC's attacked-correct margins to keep (Algorithm 1; 0.985 CIFAR, 0.99 ImageNet)",
-            float),
-        "clamp": MethodOption("clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)", str),
+            float, 0.985),
+        "clamp": MethodOption("clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)", str,
+                              "gelu"),
         "grid": MethodOption(
             "search grid (mixzoo.methods.mixednuts.calibrate.Grid or s=MIN:MAX:N,p=...,c=...)",
-            _grid_option),
-        "objective": MethodOption("standard | relaxed (App. D.8.3)", str),
-        "optimizer": MethodOption("calibration optimizer from the plugin hook (grid, refine, ...)", str),
-        "top_k": MethodOption("layer-norm statistics over the top-k logits (App. D.7)", int),
+            _grid_option, "Grid(): 8x8x8", metavar="grid"),
+        "objective": MethodOption("standard | relaxed (App. D.8.3)", str, "standard"),
+        "optimizer": MethodOption("calibration optimizer from the plugin hook (grid, refine, ...)", str, "grid"),
+        "top_k": MethodOption("layer-norm statistics over the top-k logits (App. D.7)", int, "all logits"),
         "search": MethodOption(
             "mixzoo | authors: Algorithm 1 exactly as the authors' code (percentile threshold, no App. D.8.2"
             " filter; see mixzoo.methods.mixednuts.calibrate)",
-            str),
+            str, "mixzoo"),
         "refit_alpha": MethodOption("second pass: alpha chosen again on MMAA points of h^M (App. D.9)", bool,
                                     False),
-        "n_iter": MethodOption("APGD iterations in MMAA", int),
-        "n_target_classes": MethodOption("APGD-T target classes in MMAA", int),
-        "n_restarts": MethodOption("restarts in MMAA", int),
+        "n_iter": MethodOption("APGD iterations in MMAA", int, 100),
+        "n_target_classes": MethodOption("APGD-T target classes in MMAA", int, 9),
+        "n_restarts": MethodOption("restarts in MMAA", int, 1),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
