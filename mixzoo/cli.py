@@ -32,6 +32,7 @@ from mixzoo.core.commands import (
     out_console,
 )
 from mixzoo.core.errors import MixzooError
+from mixzoo.core.labels import eps_text
 from mixzoo.core.progress import console
 
 
@@ -160,7 +161,7 @@ def list_cmd(
         table.add_column(col)
     for s in specs:
         rep = s.reported or {}
-        table.add_row(s.name, s.role, s.dataset, s.threat_model or "", f"{s.epsilon:.4g}" if s.epsilon else "",
+        table.add_row(s.name, s.role, s.dataset, s.threat_model or "", eps_text(s.epsilon) if s.epsilon else "",
                       _pct(rep.get("clean")), _pct(rep.get("autoattack", rep.get("robust"))), s.plugin)
     _print_whole(table)
 
@@ -429,8 +430,9 @@ def sanity(
     else:
         arithmetic = "" if sweep.precision == "float32" else f" in {sweep.precision}, breaks confirmed in float32"
         table = Table(title=f"robust % under {sweep.attack}{arithmetic} over {sweep.norm} eps (n={sweep.n}; "
-                            f"nominal eps {sweep.eps:g}; the grey image reaches every example at {sweep.reach:g})")
-        for col in ("model", "clean %", "class at grey", *(f"eps {r:g}" for r in sweep.radii)):
+                            f"nominal eps {eps_text(sweep.eps)}; the grey image reaches every example at "
+                            f"{eps_text(sweep.reach)})")
+        for col in ("model", "clean %", "class at grey", *(f"eps {eps_text(r)}" for r in sweep.radii)):
             table.add_column(col, justify="left" if col == "model" else "right")
         for m in sweep.models:
             cells = [f"{100 * r:.1f}" if not k else f"[red]{100 * r:.1f} -> {100 * c:.1f} ({k} missed)"
@@ -545,7 +547,8 @@ def verify(
     if as_json:
         print(json.dumps(res.to_dict(), indent=2))
     else:
-        table = Table(title=f"adversarial points re-checked: {res.norm} eps={res.eps:g}, n={res.n}, {res.device}",
+        table = Table(title=f"adversarial points re-checked: {res.norm} eps {eps_text(res.eps)}, n={res.n}, "
+                            f"{res.device}",
                       box=box.SIMPLE_HEAD, pad_edge=False)
         for col in ("model", "broken", "confirmed", "robust %", "verified %", "problems"):
             table.add_column(col, justify="left" if col in ("model", "problems") else "right")

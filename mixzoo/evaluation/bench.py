@@ -28,6 +28,7 @@ from mixzoo.core import distributed
 from mixzoo.core.cache import Cache, check_writable, content_key
 from mixzoo.core.checks import distinct_row_names, reach_note
 from mixzoo.core.errors import InputError
+from mixzoo.core.labels import row_label
 from mixzoo.core.machine import run_record
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cells: their names here before
@@ -124,7 +125,8 @@ class Report:
         pairs += [(a, b) for a in baselines for b in rbc]
         out = []
         for a, b in pairs:
-            entry: dict[str, Any] = {"a": a.name, "b": b.name, "b_kind": b.kind}
+            entry: dict[str, Any] = {"a": a.name, "b": b.name, "b_kind": b.kind, "a_label": row_label(a),
+                                     "b_label": row_label(b)}
             for what in ("clean", "robust"):
                 x, y = getattr(a, f"{what}_outcomes"), getattr(b, f"{what}_outcomes")
                 if x and y and len(x) == len(y):
@@ -140,7 +142,7 @@ class Report:
         from dataclasses import asdict
 
         return {
-            "models": [asdict(m) for m in self.models],
+            "models": [{**asdict(m), "label": row_label(m)} for m in self.models],
             "card": self.card.to_dict() if hasattr(self.card, "to_dict") else self.card,
             "cards": [c.to_dict() if hasattr(c, "to_dict") else c for c in self.cards],
             "dataset": self.dataset,

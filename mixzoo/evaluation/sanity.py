@@ -262,21 +262,22 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
 
 def markdown(sweep: EpsSweep) -> str:
     """``sanity.md``: robust accuracy per model and radius, misses marked, and the notes."""
+    from mixzoo.core.labels import eps_text, row_label
     from mixzoo.evaluation.report import options_text, precision_text
 
-    head = " | ".join(f"eps {r:g}" for r in sweep.radii)
+    head = " | ".join(f"eps {eps_text(r)}" for r in sweep.radii)
     lines = ["# mixzoo sanity: robust accuracy over eps", "",
              f"`{sweep.attack}`{options_text(sweep.attack_options)}{precision_text(sweep.precision)}, {sweep.norm},"
-             f" nominal eps {sweep.eps:g}, "
+             f" nominal eps {eps_text(sweep.eps)}, "
              f"first {sweep.n} images of the "
              f"{sweep.dataset['name']} evaluation split (fingerprint `{sweep.dataset['fingerprint']}`). Each cell: "
              "the attack's robust %, then (if the checks remove examples) the checked % and the misses. The grey "
-             f"image reaches every example at eps {sweep.reach:g}.", "",
+             f"image reaches every example at eps {eps_text(sweep.reach)}.", "",
              f"| model | clean % | class at grey | {head} |", "|---|---|---|" + "---|" * len(sweep.radii)]
     for m in sweep.models:
         cells = [_cell(r, c, k) for r, c, k in zip(m.robust_accuracy, m.checked_robust_accuracy, m.misses,
                                                     strict=True)]
-        lines.append(f"| {m.name} | {100 * m.clean_accuracy:.1f} | {m.grey_class} | {' | '.join(cells)} |")
+        lines.append(f"| {row_label(m)} | {100 * m.clean_accuracy:.1f} | {m.grey_class} | {' | '.join(cells)} |")
     lines += ["", f"**{'Passed' if sweep.passed else 'FAILED'}.**", ""] + [f"- {note}" for note in sweep.notes]
     if sweep.files:
         lines += ["", *(f"![{f}]({f})" for f in sweep.files)]

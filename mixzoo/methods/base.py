@@ -38,10 +38,9 @@ variant's output misclassifies it, and variants share the values, so a break on 
 
 from __future__ import annotations
 
-import re
-
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mixzoo.core.errors import InputError, MixzooError
+from mixzoo.core.labels import eps_text, row_label
 from mixzoo.share.hub import BASE_MODELS_FILE, CARD_FILE, HUB_PREFIX, hub_reachable, offline, parse_hub_id
 
 REPORT_DIR = "bench"
@@ -127,9 +128,9 @@ def bench_figures(report: dict[str, Any], card: Any) -> dict[str, Any]:
             "dataset": (report.get("dataset") or {}).get("name"), "split": (report.get("dataset") or {}).get("split"),
             "n": row.get("n"), "created": (report.get("run") or {}).get("created"),
             "extra_attacks": st.get("extra_attacks", True),
-            "rows": [{"name": m["name"], "kind": m["kind"], "clean_accuracy": m["clean_accuracy"],
-                      "robust_accuracy": m["robust_accuracy"], "clean_ci": m.get("clean_ci"),
-                      "robust_ci": m.get("robust_ci")} for m in rows],
+            "rows": [{"name": m["name"], "kind": m["kind"], "alpha": m.get("alpha"),
+                      "clean_accuracy": m["clean_accuracy"], "robust_accuracy": m["robust_accuracy"],
+                      "clean_ci": m.get("clean_ci"), "robust_ci": m.get("robust_ci")} for m in rows],
             "card_row": row["name"]}
 
 
@@ -182,13 +183,6 @@ def _pct(v: float | None) -> str:
     return "" if v is None else f"{100 * v:.2f}"
 
 
-def _eps_text(eps: float | None) -> str:
-    if eps is None:
-        return "?"
-    k = eps * 255
-    return f"{round(k)}/255" if abs(k - round(k)) < 1e-6 and round(k) else f"{eps:g}"
-
-
 def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: dict[str, Any] | None,
                report_file: str | None) -> str:
     """``README.md``: YAML metadata (library_name, tags, datasets, base_model, metrics, model-index when bench
@@ -217,7 +211,7 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
         meta["model-index"] = [{"name": repo.split("/")[1], "results": [{"task": task, "dataset": ds, "metrics": [
             {"type": "accuracy", "name": "clean accuracy", "value": round(100 * row["clean_accuracy"], 2)},
             {"type": "accuracy", "name": f"robust accuracy ({figures['attack']}, {figures['norm']} eps"
-                                           f" {_eps_text(figures['eps'])})",
+                                           f" {eps_text(figures['eps'])})",
              "value": round(100 * row["robust_accuracy"], 2)}]}]}]
     front = "\n".join(f"{k}: {json.dumps(v)}" for k, v in meta.items())  # JSON is YAML: no quoting surprises
     lines = [
@@ -226,7 +220,7 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
         f"A mixed classifier made with mixzoo: the accurate base classifier (ABC) `{abc}` and"
         f" the robust base classifier (RBC) `{rbc}`, combined by {title} ({method.paper or card.method}). [0, 1]"
         " NCHW images in, log-probabilities out.", "",
-        f"- dataset: `{card.dataset}`; threat model: {attack.get('norm', '?')}, eps {_eps_text(attack.get('eps'))}",
+        f"- dataset: `{card.dataset}`; threat model: {attack.get('norm', '?')}, eps {eps_text(attack.get('eps'))}",
         f"- card: `{CARD_FILE}` ({card.summary()})",
         f"- base models: `{BASE_MODELS_FILE}` (names, the weight hashes the card was fitted for"
         + (", bundled weights" if any(r.get("file") for r in refs.values()) else "") + ")", "",
@@ -236,7 +230,7 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
     ]
     if figures:
         lines += [f"## Evaluation ({report_file})", "",
-                  f"`mixzoo bench --attack {figures['attack']}`, {figures['norm']} eps {_eps_text(figures['eps'])},"
+                  f"`mixzoo bench --attack {figures['attack']}`, {figures['norm']} eps {eps_text(figures['eps'])},"
                   f" {figures['n']} images of the `{figures['split']}` split of {figures['dataset']}, seed"
                   f" {figures['seed']} ({figures['created']}). Robust accuracy is the worst case, example by"
                   " example, over the attack's components"
@@ -245,7 +239,7 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
                   "| model | clean % (95% CI) | robust % (95% CI) |", "|---|---|---|"]
         for r in figures["rows"]:
             ci = {k: r.get(f"{k}_ci") or [None, None] for k in ("clean", "robust")}
-            lines.append(f"| {r['name']} ({r['kind']}) | {_pct(r['clean_accuracy'])} ({_pct(ci['clean'][0])}-"
+            lines.append(f"| {row_label(r)} | {_pct(r['clean_accuracy'])} ({_pct(ci['clean'][0])}-"
                          f"{_pct(ci['clean'][1])}) | {_pct(r['robust_accuracy'])} ({_pct(ci['robust'][0])}-"
                          f"{_pct(ci['robust'][1])}) |")
         lines.append("")

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from mixzoo.core.errors import InputError
+from mixzoo.core.labels import eps_fraction, row_label
+from mixzoo.core.labels import eps_text as eps_label
 
 # the fields of RobustBench's model_info/*/Linf|L2/*.json files (RobustBench/robustbench, model_info/)
 MODEL_INFO_FIELDS = ("link", "name", "authors", "additional_data", "number_forward_passes", "dataset", "venue",
@@ -40,9 +42,9 @@ def _pct(v: float) -> str:
 
 
 def eps_text(eps: float) -> str:
-    """RobustBench's way of writing a radius: ``8/255`` when it is k/255, else the number (``0.5``)."""
-    k = eps * 255
-    return f"{round(k)}/255" if round(k) and abs(k - round(k)) < 1e-6 else f"{eps:g}"
+    """The ``eps`` field as RobustBench's own model_info files write it (``8/255``, ``0.5``): the k/255 part of
+    :func:`mixzoo.core.labels.eps_text`, else the decimal."""
+    return eps_fraction(eps) or f"{float(eps):.3g}"
 
 
 def read_report(bench_dir: str | Path) -> dict[str, Any]:
@@ -139,10 +141,11 @@ def model_info(bench_dir: str | Path, *, card_name: str | None = None,
     worst = float(row["robust_accuracy"])
     method = row.get("method") or row["kind"]
     footnote = (f"A mixed classifier ({method}) of two base classifiers, one forward pass each. Evaluated by mixzoo"
-                f" `mixzoo bench --attack {STRONG_ATTACK}` on the first {row['n']} images of the {ds.get('name')}"
+                f" `mixzoo bench --attack {STRONG_ATTACK}` ({st.get('norm')}, eps {eps_label(st.get('eps'))}) on the"
+                f" first {row['n']} images of the {ds.get('name')}"
                 f" {ds.get('split')} split (seed {st.get('seed')}); external: the adaptive worst case per example.")
     info: dict[str, Any] = {
-        "link": "", "name": row["name"], "authors": "", "additional_data": False, "number_forward_passes": 2,
+        "link": "", "name": row_label(row), "authors": "", "additional_data": False, "number_forward_passes": 2,
         "dataset": ds.get("name"), "venue": "", "architecture": _architecture(row), "eps": eps_text(st["eps"]),
         "clean_acc": _pct(row["clean_accuracy"]), "reported": _pct(worst), "autoattack_acc": _pct(aa),
         "external": _pct(worst), "footnote": footnote, "unreliable": False,

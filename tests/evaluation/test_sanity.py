@@ -181,7 +181,7 @@ def test_cli_sanity_strict_exit_status(card, tmp_path):
                                "--out", str(tmp_path / "b")])
     written = json.loads((tmp_path / "b" / "sanity.json").read_text())
     assert (weak.exit_code == 1) == (not written["passed"])
-    assert "class at grey" in weak.output and "Linear mix (alpha=0.90)" in weak.output
+    assert "class at grey" in weak.output and "Linear mix, alpha 0.900" in weak.output
     assert [(m["kind"], m["alpha"]) for m in written["models"]][2:] == [("linear", 0.9), ("mixednuts", None)]
     # attack options from the command line: a PGD that barely moves is caught, and --strict says so
     barely = runner.invoke(app, [*args, "--attack", "pgd", "-O", "n_iter=1", "-O", "step_size=1e-6", "--eps", "0.5",

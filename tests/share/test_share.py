@@ -115,7 +115,7 @@ def test_push_dry_run_writes_a_hub_folder_with_model_card(digits_card, strong_re
     results = ModelCard.load(folder / "README.md").data.eval_results
     assert {r.metric_name: r.metric_value for r in results} == {
         "clean accuracy": round(100 * row["clean_accuracy"], 2),
-        "robust accuracy (adaptive-strong, Linf eps 51/255)": round(100 * row["robust_accuracy"], 2)}
+        "robust accuracy (adaptive-strong, Linf eps 0.2 (51/255))": round(100 * row["robust_accuracy"], 2)}
     text = (folder / "README.md").read_text()
     assert "bench/report.json" in text and f"{100 * row['robust_accuracy']:.2f}" in text
     assert "the extra attacks the method declares were not run" in text  # the bench ran with extra_attacks=False
