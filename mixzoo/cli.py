@@ -471,13 +471,15 @@ def certify_cmd(
     n: Annotated[int, typer.Option(help="number of evaluation images")] = 500,
     sigma: Annotated[float | None, typer.Option(help="smoothing noise std (default: the RBC's smoothing_sigma)")]
     = None,
-    samples: Annotated[int, typer.Option(help="Monte Carlo samples per image (001 App. A.2: 10,000)")] = 10_000,
+    samples: Annotated[int, typer.Option(help="Monte Carlo samples per image (Bai et al. 2024b, App. A.2: "
+                                              "10,000)")] = 10_000,
     n0: Annotated[int, typer.Option(help="extra samples per image that choose the class (Cohen et al.)")] = 100,
     confidence: Annotated[float, typer.Option(help="joint confidence of each image's bounds")] = 0.999,
     smoothing: Annotated[str, typer.Option(help="hard (votes, Cohen et al.; certifies more at the same confidence)"
-                                           " or soft (average probabilities, 001 App. A)")] = "hard",
+                                           " or soft (average probabilities, Bai et al. 2024b, App. A)")] = "hard",
     estimate: Annotated[str | None, typer.Option(help="also ESTIMATE local Lipschitz radii at these radii "
-                                                      "(001 App. C.3, PGD; labelled, not a certificate)")] = None,
+                                                      "(Bai et al. 2024b, App. C.3, PGD; labelled, not a "
+                                                      "certificate)")] = None,
     dataset: Annotated[str | None, typer.Option(help="data set (default: the RBC's)")] = None,
     split: Annotated[str, typer.Option(help="evaluation or calibration")] = "evaluation",
     out: Annotated[Path, typer.Option(help="directory for certify.json, certify.md, certify.png")] = Path("certify"),
@@ -488,7 +490,7 @@ def certify_cmd(
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
-    """Certified robust radii of the RBC and of constant-alpha mixtures (001 Lemma 3.2, Thm 3.5, Thm A.2):
+    """Certified robust radii of the RBC and of constant-alpha mixtures (Bai et al. 2024b, Lemma 3.2, Thm 3.5, Thm A.2):
     certified accuracy per radius, for Lipschitz-bounded and randomized-smoothing RBCs."""
     from mixzoo.certify import SmoothingSettings, certify
     from mixzoo.core.settings import RunSettings
@@ -504,7 +506,8 @@ def certify_cmd(
         return
     s = result.settings
     for title, curves in (("certified accuracy %", result.certified_curves),
-                          ("ESTIMATED accuracy % (001 App. C.3; not a certificate)", result.estimated_curves)):
+                          ("ESTIMATED accuracy % (Bai et al. 2024b, App. C.3; not a certificate)",
+                           result.estimated_curves)):
         header, rows = result.table_rows(curves, columns=5, bound=False)
         if not rows:
             continue

@@ -1,8 +1,9 @@
 """MixedNUTS's own commands, contributed to the ``mixzoo`` CLI through the hook ``mixzoo_cli_commands``.
 
-``mixzoo check CARD``: how well Algorithm 1's surrogate held (000 App. D.9,
+``mixzoo check CARD``: how well Algorithm 1's surrogate held (Bai et al. 2024a, App. D.9,
 :mod:`mixzoo.methods.mixednuts.approximation`);
-``mixzoo transfer-params --from CARD --rbc BLACKBOX``: calibration without the RBC's gradients (000 App. D.5,
+``mixzoo transfer-params --from CARD --rbc BLACKBOX``: calibration without the RBC's gradients (Bai et al. 2024a, App.
+D.5,
 :mod:`mixzoo.methods.mixednuts.transfer`).
 """
 

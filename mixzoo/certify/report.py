@@ -1,4 +1,5 @@
-"""What ``mixzoo certify`` returns and writes: certified-accuracy curves (001 Fig. 6-7) as JSON, Markdown and PNG.
+"""What ``mixzoo certify`` returns and writes: certified-accuracy curves (Bai et al. 2024b, Fig. 6-7) as JSON, Markdown
+and PNG.
 
 Certified curves (provable Lipschitz bound, Thm 3.5; randomized smoothing, Thm 3.5 / Thm A.2) and estimated ones
 (local Lipschitz constants found by PGD, App. C.3) are kept apart: different lists in the JSON, different tables
@@ -32,7 +33,8 @@ class CertCurve:
     constant of the logits: logit margin / (sqrt(2) L), Lemma 3.2 for mixtures), ``"smoothing-lipschitz"`` (Thm 3.5
     with the smoothed model's constant), ``"smoothing"`` (Thm A.2) or ``"estimated"`` (App. C.3: NOT a certificate);
     ``clean_accuracy``: the classifier's own prediction at the clean images (the mixture can be right where the RBC
-    is wrong; those images are never certified, 001 App. A.3); ``radius``: per example, ``None`` when not certified.
+    is wrong; those images are never certified, Bai et al. 2024b, App. A.3); ``radius``: per example, ``None`` when not
+    certified.
     """
 
     label: str
@@ -101,10 +103,12 @@ class CertifyResult:
         lines = [f"# mixzoo certify: {s['rbc']} ({s['mode']}, {s['norm']})", "",
                  f"{s['n']} images of {s['dataset']} ({s['split']} split); ABC {s.get('abc') or '-'};"
                  f" alphas {', '.join(f'{a:g}' for a in s['alphas'])}.", "",
-                 "Certified accuracy: correct and certified at least r (001 Fig. 6-7). The clean column is the"
+                 "Certified accuracy: correct and certified at least r (Bai et al. 2024b, Fig. 6-7). The clean column"
+                 " is the"
                  " classifier's own accuracy; the mixture is only certified where the RBC is right.", ""]
         for title, curves in (("Certified", self.certified_curves),
-                              ("ESTIMATED (local Lipschitz constants by PGD, 001 App. C.3; not a certificate)",
+                              ("ESTIMATED (local Lipschitz constants by PGD, Bai et al. 2024b, App. C.3; not a"
+                               " certificate)",
                                self.estimated_curves)):
             header, rows = self.table_rows(curves)
             if not rows:
@@ -130,7 +134,8 @@ class CertifyResult:
             ax.plot([0], [100 * c.clean_accuracy], "o", color=line.get_color(), ms=4)
         ax.set_xlabel(f"{self.settings['norm']} radius")
         ax.set_ylabel("accuracy (%)")
-        title = "ESTIMATED, not certified (001 App. C.3)" if estimated else "certified accuracy (001 Thm 3.5 / A.2)"
+        title = ("ESTIMATED, not certified (Bai et al. 2024b, App. C.3)" if estimated
+                 else "certified accuracy (Bai et al. 2024b, Thm 3.5 / A.2)")
         ax.set_title(f"{self.settings['rbc']}: {title}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -152,8 +157,8 @@ class CertifyResult:
 
 
 def pareto_frontier(curves: list[CertCurve], min_clean_accuracy: float) -> list[float]:
-    """001 App. A.3 "Pareto frontier": at every radius, the best certified accuracy over the curves (any alpha,
-    any sigma) whose clean accuracy is at least ``min_clean_accuracy``. Curves must share one radius grid."""
+    """Bai et al. 2024b, App. A.3 "Pareto frontier": at every radius, the best certified accuracy over the curves (any
+    alpha, any sigma) whose clean accuracy is at least ``min_clean_accuracy``. Curves must share one radius grid."""
     keep = [c for c in curves if c.certified and c.clean_accuracy >= min_clean_accuracy]
     if not keep:
         return []

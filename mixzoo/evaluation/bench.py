@@ -3,8 +3,8 @@
 Every row is attacked with the same attack (from the attack hook) on the same evaluation images, disjoint from the
 calibration images; each card's row also with the extra attacks its method declares, worst case per example
 (:func:`evaluate_card`: a robust example is one that the shared attack and every extra attack failed to break).
-With one card, the baseline method (linear, the "Mixed" classifier of Bai et al., 001 Eq. 3.4) gets the constant
-alpha whose robust accuracy matches the card's worst case as closely as its alpha grid allows (paper 000 Fig. 5 /
+With one card, the baseline method (linear, the "Mixed" classifier of Bai et al. 2024b, Eq. 3.4) gets the constant
+alpha whose robust accuracy matches the card's worst case as closely as its alpha grid allows (Bai et al. 2024a Fig. 5 /
 Fig. 8 comparison). How a run goes is data: :class:`~mixzoo.core.settings.RunSettings`, :class:`MatchSettings`,
 :class:`CurveSettings`.
 Each model's evaluation is saved per batch and resumes after an interruption; finished evaluations are reused
@@ -346,8 +346,8 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tenso
 
 @dataclass(frozen=True)
 class MatchSettings:
-    """The bench's matched baseline row (000 Fig. 5 / Fig. 8 comparison): the baseline method's parameter whose
-    robust accuracy under ``attack`` (with ``options``, cheaper than the shared attack) on the first ``n``
+    """The bench's matched baseline row (Bai et al. 2024a, Fig. 5 / Fig. 8 comparison): the baseline method's parameter
+    whose robust accuracy under ``attack`` (with ``options``, cheaper than the shared attack) on the first ``n``
     evaluation images is closest to the card's worst case there (:func:`matched_linear_alpha`)."""
 
     attack: str = BENCH_MATCH_ATTACK

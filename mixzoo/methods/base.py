@@ -1,8 +1,8 @@
 """The contract of a mixing method (hook ``mixzoo_mixing_methods``).
 
 Every method of the family combines a frozen accurate base classifier g (ABC) and a frozen robust one h (RBC) into
-one classifier ``[0, 1] images -> log-probabilities``; the constant-alpha member is 001 Eq. 3.4,
-``log((1 - alpha) softmax(g / T) + alpha softmax(h))``, MixedNUTS 000 Eq. 5 replaces softmax(h) by
+one classifier ``[0, 1] images -> log-probabilities``; the constant-alpha member is Bai et al. 2024b, Eq. 3.4,
+``log((1 - alpha) softmax(g / T) + alpha softmax(h))``, MixedNUTS Bai et al. 2024a, Eq. 5 replaces softmax(h) by
 softmax(M(s, p, c)(h)). :class:`MixingMethod` lists every capability the rest of mixzoo uses; nothing outside a
 method's own folder asks a method for anything else. Each capability has a documented default, so a method
 overrides only :meth:`~MixingMethod.validate`, :meth:`~MixingMethod.build` and :meth:`~MixingMethod.fit`:
@@ -28,9 +28,9 @@ roles                           :attr:`~MixingMethod.default` (``mixzoo mix`` wi
 
 Gradient variants. ``build(abc, rbc, card, gradient=NAME)`` returns a classifier whose *values* are the card's
 classifier's (the same log-probabilities, up to float rounding) and whose *gradient* is variant NAME, e.g. the
-gradient of a differentiable surrogate where the exact one is masked (000 App. B.2.2's bypass). ``"exact"`` is the
-classifier itself and every method has it. An attack that needs a variant of a model it was handed (the
-``adaptive`` attack's FAB-T on MixedNUTS's bypass gradient) asks the model through
+gradient of a differentiable surrogate where the exact one is masked (Bai et al. 2024a, App. B.2.2's bypass).
+``"exact"`` is the classifier itself and every method has it. An attack that needs a variant of a model it was handed
+(the ``adaptive`` attack's FAB-T on MixedNUTS's bypass gradient) asks the model through
 :class:`mixzoo.attacks.variants.GradientVariants`; a method offers that by returning modules that implement it.
 The bench judges every break on the classifier's values: an extra attack's candidate counts when the built
 variant's output misclassifies it, and variants share the values, so a break on the variant is a break of the card.
@@ -299,10 +299,11 @@ class MixingMethod:
 
     def certified_mixture(self, card: MixCard) -> tuple[float, float]:
         """``(alpha, temperature)`` of a card that mixes the ABC's and the RBC's probabilities with one constant
-        alpha (001 Eq. 3.4), which is what the certified radii of 001 Lemma 3.2 / Thm 3.5 / Thm A.2 need
-        (``mixzoo certify``). Default: a one-line error saying why not (:attr:`certificate`).
+        alpha (Bai et al. 2024b, Eq. 3.4), which is what the certified radii of Bai et al. 2024b, Lemma 3.2 / Thm 3.5 /
+        Thm A.2 need (``mixzoo certify``). Default: a one-line error saying why not (:attr:`certificate`).
         """
-        why = self.certificate or ("it does not mix probabilities with one constant alpha, which 001 Lemma 3.2"
+        why = self.certificate or ("it does not mix probabilities with one constant alpha, which Bai et al. 2024b,"
+                                   " Lemma 3.2"
                                    " needs; certify a linear card (`mixzoo mix --method linear`) instead")
         raise InputError(f"{self.title or self.name} cards have no certified radius: {why}")
 

@@ -1,4 +1,4 @@
-"""MixedNUTS as a mixing-method plugin (paper 000): hard-max ABC mixed with softmax(M(s, p, c)(RBC)), Eq. 5."""
+"""MixedNUTS as a mixing-method plugin (Bai et al. 2024a): hard-max ABC mixed with softmax(M(s, p, c)(RBC)), Eq. 5."""
 
 from __future__ import annotations
 
@@ -43,10 +43,11 @@ class MixedNUTS(MixingMethod):
 
     name = "mixednuts"
     title = "MixedNUTS"
-    paper = "000 Eq. 4-5, Algorithm 1"
+    paper = "Bai et al. 2024a, Eq. 4-5, Algorithm 1"
     fit_cost = "training-free: MMAA on the calibration images (cached), then Algorithm 1 (seconds)"
     default = True
-    certificate = ("MixedNUTS's nonlinear transform M(s, p, c) has no certified radius (001 Thm 3.5 covers"
+    certificate = ("MixedNUTS's nonlinear transform M(s, p, c) has no certified radius (Bai et al. 2024b, Thm 3.5"
+                   " covers"
                    " constant-alpha mixtures of probabilities); certify a linear card instead")
     def v1_warning(self, data: dict[str, Any]) -> str | None:
         """A schema-1 card made by mixzoo was made before its layer norm matched the authors' (unless its provenance
