@@ -508,7 +508,7 @@ def certify_cmd(
     for title, curves in (("certified accuracy %", result.certified_curves),
                           ("ESTIMATED accuracy % (Bai et al. 2024b, App. C.3; not a certificate)",
                            result.estimated_curves)):
-        header, rows = result.table_rows(curves, columns=5, bound=False)
+        header, rows = result.table_rows(curves, bound=False)
         if not rows:
             continue
         table = Table(title=f"{s['rbc']}: {title} over {s['norm']} radius (n={s['n']}, {s['mode']})")

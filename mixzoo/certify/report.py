@@ -9,7 +9,6 @@ in the Markdown, different PNG files. An estimated curve is never drawn in ``cer
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,24 @@ from mixzoo.core.machine import machine_line
 __all__ = ["CertCurve", "CertifyResult", "pareto_frontier"]
 
 FILES = ("certify.json", "certify.md", "certify.png", "estimated.png")
+TABLE_COLUMNS = 5  # radii the tables show (terminal and certify.md alike)
+# the result each kind of bound rests on (Bai et al. 2024b)
+THEOREMS = {"lipschitz": "Thm 3.5", "lipschitz-logits": "Lemma 3.2", "smoothing-lipschitz": "Thm 3.5",
+            "smoothing": "Thm A.2"}
+
+
+def shown_radii(grid: list[float], columns: int = TABLE_COLUMNS) -> list[float]:
+    """Up to ``columns`` radii of ``grid`` spread evenly over it, the first and the last included."""
+    if len(grid) <= columns:
+        return list(grid)
+    picks = sorted({round(k * (len(grid) - 1) / (columns - 1)) for k in range(columns)})
+    return [grid[i] for i in picks]
+
+
+def theorem_text(bounds: list[str]) -> str:
+    """``Bai et al. 2024b, Thm 3.5``: the results the certified curves with these bounds rest on, in order."""
+    cited = list(dict.fromkeys(THEOREMS[b] for b in bounds if b in THEOREMS))
+    return "Bai et al. 2024b, " + " / ".join(cited) if cited else "Bai et al. 2024b"
 
 
 @dataclass
@@ -83,14 +100,14 @@ class CertifyResult:
                 "certified": [c.to_dict() for c in self.certified_curves],
                 "estimated": [c.to_dict() for c in self.estimated_curves]}
 
-    def table_rows(self, curves: list[CertCurve], columns: int = 6,
+    def table_rows(self, curves: list[CertCurve], columns: int = TABLE_COLUMNS,
                    bound: bool = True) -> tuple[list[str], list[list[str]]]:
-        """Header and rows: label, [bound,] clean accuracy, accuracy at up to ``columns`` radii of the grid."""
+        """Header and rows: label, [bound,] clean accuracy, accuracy at up to ``columns`` radii of the grid, spread
+        evenly from the first to the last (the terminal and certify.md show the same radii)."""
         if not curves:
             return [], []
         grid = curves[0].radii
-        step = max(1, math.ceil(len(grid) / columns))
-        shown = grid[::step]
+        shown = shown_radii(grid, columns)
         header = ["classifier", "bound", "clean %"] + [f"{r:.3g}" for r in shown]
         rows = [[c.label, c.bound, f"{100 * c.clean_accuracy:.1f}"] + [f"{100 * c.at(r):.1f}" for r in shown]
                 for c in curves]
@@ -135,7 +152,7 @@ class CertifyResult:
         ax.set_xlabel(f"{self.settings['norm']} radius")
         ax.set_ylabel("accuracy (%)")
         title = ("ESTIMATED, not certified (Bai et al. 2024b, App. C.3)" if estimated
-                 else "certified accuracy (Bai et al. 2024b, Thm 3.5 / A.2)")
+                 else f"certified accuracy ({theorem_text([c.bound for c in curves])})")
         ax.set_title(f"{self.settings['rbc']}: {title}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
