@@ -144,18 +144,20 @@ def parse_attack_options(values: list[str] | None) -> dict[str, Any] | None:
 @command
 @examples('mixzoo list --role robust --dataset cifar10', 'mixzoo list --dataset fashion-mnist --json')
 def list_cmd(
-    role: Annotated[str | None, typer.Option(help="accurate | robust")] = None,
+    role: Annotated[str | None, typer.Option(help="accurate | robust | mixed (the published mix cards)")] = None,
     dataset: Annotated[str | None, typer.Option(help="e.g. fashion-mnist, cifar10, imagenet")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list of entries")] = False,
 ) -> None:
-    """List the models that can be mixed, by name."""
+    """List the models that can be mixed, and the published mix cards, by name."""
+    from mixzoo.core.catalog import ROLE, list_cards
     from mixzoo.core.registry import list_models
 
-    specs = list_models(role=role, dataset=dataset)
+    specs = list_models(role=role if role != ROLE else None, dataset=dataset) if role != ROLE else []
+    cards = list_cards(dataset=dataset) if role in (None, ROLE) else []
     if as_json:
-        print(json.dumps([s.to_dict() for s in specs], indent=2))
+        print(json.dumps([s.to_dict() for s in specs] + cards, indent=2))
         return
-    table = Table(title=f"{len(specs)} models")
+    table = Table(title=f"{len(specs)} models" + (f", {len(cards)} published mix cards" if cards else ""))
     table.add_column("name", no_wrap=True)  # names are what users type: never cut or folded
     for col in ("role", "dataset", "threat", "eps", "clean", "robust", "plugin"):
         table.add_column(col)
@@ -163,6 +165,9 @@ def list_cmd(
         rep = s.reported or {}
         table.add_row(s.name, s.role, s.dataset, s.threat_model or "", eps_text(s.epsilon) if s.epsilon else "",
                       _pct(rep.get("clean")), _pct(rep.get("autoattack", rep.get("robust"))), s.plugin)
+    for c in cards:
+        table.add_row(c["name"], f"{c['role']} ({c['method']})", c["dataset"] or "", c["threat_model"] or "",
+                      eps_text(c["epsilon"]) if c["epsilon"] else "", "", "", "")
     _print_whole(table)
 
 
@@ -184,18 +189,27 @@ def _pct(v: Any) -> str:
 
 @app.command()
 @command
-@examples('mixzoo info fmnist-pgd', 'mixzoo info peng2023-rawrn-70-16 --json')
+@examples('mixzoo info fmnist-pgd', 'mixzoo info peng2023-rawrn-70-16 --json', 'mixzoo info mixednuts-cifar10')
 def info(name: str, as_json: AsJson = False) -> None:
-    """Show one registry entry (name or alias)."""
+    """Show one registry entry (name or alias) or published mix card."""
+    from mixzoo.core.catalog import card_entry
+    from mixzoo.core.errors import UnknownNameError
+    from mixzoo.core.plugins import published_cards
     from mixzoo.core.registry import get_spec
 
-    spec = get_spec(name)
+    try:
+        entry = get_spec(name).to_dict()
+    except UnknownNameError:
+        if name not in published_cards():
+            raise
+        entry = card_entry(name)
     if as_json:
-        print(json.dumps(spec.to_dict(), indent=2))
+        print(json.dumps(entry, indent=2))
         return
-    table = Table(title=spec.name, show_header=False)
-    for k, v in spec.to_dict().items():
-        table.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
+    table = Table(title=entry["name"], show_header=False)
+    for k, v in entry.items():
+        text = eps_text(v) if k == "epsilon" and v else json.dumps(v) if isinstance(v, dict | list) else str(v)
+        table.add_row(k, escape(text))
     out_console.print(table)
 
 

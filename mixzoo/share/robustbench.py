@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,9 @@ MODEL_INFO_FIELDS = ("link", "name", "authors", "additional_data", "number_forwa
                      "unreliable")
 STANDARD_COMPONENT = "autoattack-standard"
 STRONG_ATTACK = "adaptive-strong"
+# RobustBench's leaderboards: the data sets it ranks and the test images it evaluates on (the whole CIFAR test set;
+# its fixed 5,000-image ImageNet subset)
+LEADERBOARD_IMAGES = {"cifar10": 10_000, "cifar100": 10_000, "imagenet": 5_000}
 USER_FIELDS = ("link", "name", "authors", "venue", "footnote", "additional_data", "architecture", "unreliable")
 
 
@@ -45,6 +49,19 @@ def eps_text(eps: float) -> str:
     """The ``eps`` field as RobustBench's own model_info files write it (``8/255``, ``0.5``): the k/255 part of
     :func:`mixzoo.core.labels.eps_text`, else the decimal."""
     return eps_fraction(eps) or f"{float(eps):.3g}"
+
+
+def leaderboard_warnings(dataset: str | None, n: int) -> list[str]:
+    """Why RobustBench would not take these figures as they are: a data set it has no leaderboard for, or fewer
+    images than its leaderboard evaluates (:data:`LEADERBOARD_IMAGES`)."""
+    if dataset not in LEADERBOARD_IMAGES:
+        return [f"RobustBench has no leaderboard for {dataset!r} (it ranks {', '.join(LEADERBOARD_IMAGES)}); this "
+                "model_info cannot be submitted"]
+    want = LEADERBOARD_IMAGES[dataset]
+    if n < want:
+        return [f"the report attacked {n} images; RobustBench's {dataset} leaderboard evaluates {want:,}: run "
+                f"`mixzoo bench CARD --attack {STRONG_ATTACK} --n {want}` before submitting"]
+    return []
 
 
 def read_report(bench_dir: str | Path) -> dict[str, Any]:
@@ -64,10 +81,15 @@ def read_report(bench_dir: str | Path) -> dict[str, Any]:
 
 
 def card_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of mix cards (not the base models, not the matched baseline, which has no card file)."""
-    return [m for m in report["models"] if m.get("kind") not in ("abc", "rbc") and m.get("card")
-            and m.get("card_path")] or [m for m in report["models"] if m.get("kind") not in ("abc", "rbc")
-                                        and m.get("card")]
+    """The rows of mix cards (not the base models, not the matched baseline, which has no card file). A report
+    of an older mixzoo keeps its one card at the top level (``card``), not in the rows: its card row is the mixed
+    row after the matched baseline, given that card."""
+    mixed = [m for m in report["models"] if m.get("kind") not in ("abc", "rbc")]
+    rows = [m for m in mixed if m.get("card") and m.get("card_path")] or [m for m in mixed if m.get("card")]
+    if rows or not isinstance(report.get("card"), dict) or not mixed:
+        return rows
+    baseline = 1 if len(mixed) > 1 and (report.get("settings") or {}).get("linear_alpha_match") else 0
+    return [{**m, "card": report["card"]} for m in mixed[baseline:]]
 
 
 def pick_row(report: dict[str, Any], card_name: str | None = None) -> dict[str, Any]:
@@ -138,6 +160,8 @@ def model_info(bench_dir: str | Path, *, card_name: str | None = None,
         raise InputError(f"the report was attacked with {st.get('attack')!r}, which has no standard AutoAttack"
                          f" figure; run `mixzoo bench CARD --attack {STRONG_ATTACK}`")
     aa = autoattack_accuracy(row)
+    for note in leaderboard_warnings(ds.get("name"), int(row["n"])):
+        warnings.warn(note, stacklevel=2)
     worst = float(row["robust_accuracy"])
     method = row.get("method") or row["kind"]
     footnote = (f"A mixed classifier ({method}) of two base classifiers, one forward pass each. Evaluated by mixzoo"

@@ -88,3 +88,27 @@ def test_top_level_help_wraps_only_where_the_line_is_full():
         first_word = cells.split()[0]
         room = width - 2 - len(line.rstrip("│ ").rstrip())
         assert len(first_word) + 1 > room, f"wrapped early:\n{line}\n{following}"
+
+
+def test_published_cards_are_listed_and_shown():
+    import json
+
+    from mixzoo.core.plugins import published_cards
+
+    names = sorted(published_cards())
+    assert "mixednuts-cifar10" in names
+    listed = CliRunner().invoke(app, ["list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    entries = {e["name"]: e for e in json.loads(listed.output)}
+    assert all(entries[n]["role"] == "mixed" for n in names)
+    only = json.loads(CliRunner().invoke(app, ["list", "--role", "mixed", "--json"]).output)
+    assert sorted(e["name"] for e in only) == names
+    assert not any(e["role"] == "mixed" for e in json.loads(
+        CliRunner().invoke(app, ["list", "--role", "robust", "--json"]).output))
+    shown = CliRunner().invoke(app, ["info", "mixednuts-cifar10"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "peng2023-rawrn-70-16" in shown.output and "0.0314 (8/255)" in shown.output
+    data = json.loads(CliRunner().invoke(app, ["info", "mixednuts-cifar10", "--json"]).output)
+    assert (data["method"], data["dataset"], data["rbc"]) == ("mixednuts", "cifar10", "peng2023-rawrn-70-16")
+    unknown = CliRunner().invoke(app, ["info", "mixednuts-cifar11"])
+    assert unknown.exit_code == 2 and "unknown model" in unknown.output
