@@ -86,7 +86,8 @@ def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
 
 
 def resolve_card(ref: str) -> Path:
-    """The local card file of ``hf-hub:ORG/NAME[@REVISION]``, with its weight files (the card's ``[weights]``) and
+    """The local card file of ``hf-hub:ORG/NAME[@REVISION]``, with its weight files (the card's ``[weights]``), its
+    arrays sidecar (``[arrays]``) and
     any bundled base-model weights (:data:`BASE_MODELS_FILE`) beside it in the same cache snapshot."""
     repo, revision = parse_hub_id(ref)
     card = hub_file(repo, CARD_FILE, revision)
@@ -97,6 +98,9 @@ def resolve_card(ref: str) -> Path:
     weights = data.get("weights") or {}
     for name in weights if isinstance(weights, dict) else ():
         hub_file(repo, str(name), revision)
+    arrays = data.get("arrays")
+    if isinstance(arrays, dict) and isinstance(arrays.get("file"), str):  # the card's large arrays (sidecar)
+        hub_file(repo, arrays["file"], revision)
     for ref_entry in base_models(ref).values():
         if ref_entry.get("file"):
             hub_file(repo, str(ref_entry["file"]), revision)
