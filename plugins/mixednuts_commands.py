@@ -99,7 +99,8 @@ def transfer_params(
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
-    """Calibrate without the RBC's gradients (paper App. D.5): transfer, min-margin Square, or educated guess."""
+    """Calibrate without the RBC's gradients (Bai et al. 2024a, App. D.5): transfer, min-margin Square, or educated
+    guess."""
     from mixzoo.methods.mixednuts.transfer import transfer_params_by_name
 
     card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,

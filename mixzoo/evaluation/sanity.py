@@ -205,7 +205,7 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     match = baseline
     linear_alpha = float(match) if isinstance(match, int | float) else None
     if linear_alpha is not None and not 0.5 <= linear_alpha <= 1.0:
-        raise InputError(f"--linear-alpha must be in [0.5, 1] (paper footnote 1), got {linear_alpha}")
+        raise InputError(f"--linear-alpha must be in [0.5, 1] (Bai et al. 2024a, footnote 1), got {linear_alpha}")
     t0 = time.perf_counter()
     ce = card_evaluation(card, s)
     card, abc_m, rbc_m, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
@@ -294,26 +294,33 @@ def plot_sweep(sweep: EpsSweep, path: Path) -> None:
     dashed: the cap the grey image puts on the model's robust accuracy)."""
     from mixzoo.core.figures import figure_module as _figure
     from mixzoo.core.figures import save_png as _save_png
+    from mixzoo.core.labels import row_label
 
     plt = _figure()
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for m in sweep.models:
-        line, = ax.plot(sweep.radii, [100 * v for v in m.robust_accuracy], marker="o", label=m.name)
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    # lines that coincide (every model at 0 % at a large radius) stay apart: own marker, line style and size
+    markers, styles = ("o", "s", "^", "D", "v", "P"), ("-", "--", "-.", (0, (1, 1)), (0, (5, 1)), (0, (3, 1, 1, 1)))
+    for k, m in enumerate(sweep.models):
+        line, = ax.plot(sweep.radii, [100 * v for v in m.robust_accuracy], marker=markers[k % len(markers)],
+                        ls=styles[k % len(styles)], ms=9 - 1.5 * (k % 4), mfc="none" if k % 2 else None, lw=1.4,
+                        label=row_label(m))
         if any(m.misses):
             ax.plot(sweep.radii, [100 * v for v in m.checked_robust_accuracy], ls=":", marker="x",
-                    color=line.get_color(), label=f"{m.name}, checked")
+                    color=line.get_color(), label=f"{row_label(m)}, checked")
     caps: dict[tuple[float, ...], list[str]] = {}
     for m in sweep.models:
-        caps.setdefault(tuple(m.grey_bound), []).append(m.name)
-    for cap, names in caps.items():  # a step: the cap holds from one radius up to the next
+        caps.setdefault(tuple(m.grey_bound), []).append(row_label(m))
+    cap_styles = (("black", "--"), ("0.45", (0, (1, 2))), ("0.65", "-."), ("0.3", (0, (6, 2))))
+    for k, (cap, names) in enumerate(caps.items()):  # a step: the cap holds from one radius up to the next
         who = "all models" if len(caps) == 1 else ", ".join(names)
-        ax.plot(sweep.radii, [100 * v for v in cap], ls="--", lw=0.9, color="black", drawstyle="steps-post",
+        color, style = cap_styles[k % len(cap_styles)]
+        ax.plot(sweep.radii, [100 * v for v in cap], ls=style, lw=1.1, color=color, drawstyle="steps-post",
                 label=f"grey-image cap ({who})")
     ax.axvline(sweep.eps, color="grey", lw=0.8, ls=":")
     ax.set_xlabel(f"{sweep.norm} eps (dotted: nominal)")
     ax.set_ylabel(f"robust accuracy % ({sweep.attack}, n={sweep.n})")
     ax.set_ylim(-2, 102)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_title("robust accuracy must fall with eps and stay under the grey-image cap", fontsize=9)
     _save_png(fig, path)
     plt.close(fig)

@@ -183,8 +183,10 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
     cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
                                 n=n_robust, eps=0.1, norm="Linf", seed=0, batch_size=4, betas=(0.9,),
                                 alphas=(0.5,), progress=False)
-    assert seen == [n_robust, n_robust]
-    assert (cur["n_robust"], cur["n_clean"]) == (n_robust, n_all)
+    # beta 0.9 and the card's own 0.985, the linear alpha, then the ABC and the RBC alone: all on the same n images
+    assert seen == [n_robust] * 5
+    assert (cur["n_robust"], cur["n_clean"]) == (n_robust, n_robust) and cur["card_beta"] == 0.985
+    assert [r["beta"] for r in cur["mixednuts"]] == [0.9, 0.985] and set(cur) >= {"abc", "rbc"}
     mix = 0.5 * g.softmax(1) + 0.5 * h.softmax(1)
     expected_linear = float((mix.argmax(1) == labels).float().mean())
     assert expected_linear == 0.0  # the raw-scale RBC wins: a different answer than with M(s, p, c) applied
