@@ -19,6 +19,7 @@ import functools
 import json
 import math
 import os
+import re
 import subprocess
 import tomllib
 import warnings
@@ -407,11 +408,14 @@ def _join_arrays(data: dict[str, Any], path: Path) -> dict[str, Any]:
     card and match the sha256 the card records (one-line errors naming the file)."""
     ref = data.get("arrays")
     method = data.get("method")
+    _method(method, str(path))  # an unknown method is refused as it is without a sidecar
     if not (isinstance(ref, dict) and isinstance(ref.get("file"), str) and isinstance(ref.get("sha256"), str)):
         raise InputError(f"{path}: field 'arrays' must be a table with file and sha256; write the card with"
                          " `mixzoo mix`")
+    if not re.fullmatch(r"[0-9a-f]{64}", ref["sha256"]):
+        raise _field_error(str(path), "arrays.sha256", "a sha256 hex digest", ref["sha256"])
     file = path.parent / ref["file"]
-    if Path(ref["file"]).name != ref["file"]:
+    if Path(ref["file"]).name != ref["file"] or not ref["file"].isprintable() or not ref["file"].strip():
         raise InputError(f"{path}: arrays.file {ref['file']!r} must be a file name beside the card")
     if not file.is_file():
         raise MissingFileError(f"{file} (the large arrays of {path}) does not exist; keep it next to the card")
@@ -434,7 +438,7 @@ def _join_arrays(data: dict[str, Any], path: Path) -> dict[str, Any]:
     for key, value in arrays.items():
         parts = key.split(".")
         if parts[0] != method or len(parts) < 2:
-            raise InputError(f"{file}: array {key!r} is not in the card's section [{method}]")
+            raise InputError(f"{file}: array {key!r} is not in the card's section {method!r}")
         table = out
         for part in parts[:-1]:
             table = table.setdefault(part, {})
