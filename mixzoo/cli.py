@@ -190,7 +190,8 @@ def _pct(v: Any) -> str:
 @app.command()
 @command
 @examples('mixzoo info fmnist-pgd', 'mixzoo info peng2023-rawrn-70-16 --json', 'mixzoo info mixednuts-cifar10')
-def info(name: str, as_json: AsJson = False) -> None:
+def info(name: Annotated[str, typer.Argument(help="a registry name or alias, or a published mix card's name")],
+         as_json: AsJson = False) -> None:
     """Show one registry entry (name or alias) or published mix card."""
     from mixzoo.core.catalog import card_entry
     from mixzoo.core.errors import UnknownNameError

@@ -29,7 +29,6 @@ from mixzoo.core.commands import (
     examples,
     out_console,
 )
-from mixzoo.core.machine import resolve_device
 
 
 @command
@@ -47,6 +46,7 @@ def check(
 ) -> None:
     """How well Algorithm 1's surrogate held (App. D.9): MMAA on the transformed RBC, objective and alpha again."""
     from mixzoo.core.cache import atomic_write_text, check_writable
+    from mixzoo.core.machine import resolve_device
     from mixzoo.methods.mixednuts.approximation import check_approximation
 
     if out is not None:
@@ -101,6 +101,7 @@ def transfer_params(
 ) -> None:
     """Calibrate without the RBC's gradients (Bai et al. 2024a, App. D.5): transfer, min-margin Square, or educated
     guess."""
+    from mixzoo.core.machine import resolve_device
     from mixzoo.methods.mixednuts.transfer import transfer_params_by_name
 
     card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,

@@ -31,10 +31,13 @@ def plain_roles(text: str) -> str:
 
 
 def _description(text: str, name: str) -> str:
-    """The clause of ``text`` that introduces ``name`` (``name``: ...), up to its end; else empty."""
-    found = re.search(rf"``{re.escape(name)}``(?:\s*/\s*``\w+``)*(?:\s*\([^)]*\))?\s*:\s*(.+?)(?:;|\.\s|\.$)",
-                      text, flags=re.S)
-    return " ".join(found.group(1).split()) if found else ""
+    """The first clause of ``text`` (between ``;`` / sentence ends) that begins with ``name`` in double backticks;
+    else empty."""
+    flat = " ".join(text.split())
+    for clause in re.split(r"(?<=[;.])\s+(?=[A-Z`(:])|;\s+", flat):
+        if clause.lstrip("(").startswith(f"``{name}``"):  # a clause about the parameter, not one naming it
+            return clause.strip().rstrip(";")
+    return ""
 
 
 class MixzooDocstrings(griffe.Extension):
@@ -56,7 +59,7 @@ class MixzooDocstrings(griffe.Extension):
                 if p.name in SKIP or p.name.startswith("_") or p.kind.value in ("variadic positional",):
                     continue
                 name = p.name if p.kind.value != "variadic keyword" else p.name
-                desc = _description(text, name) or "-"
+                desc = _description(text, name)
                 fields.append(f":param {name}: {desc}")
             if fields:
                 text = text.rstrip() + "\n\n" + "\n".join(fields)

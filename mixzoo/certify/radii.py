@@ -1,4 +1,4 @@
-"""Certified radii of constant-alpha mixtures (Bai et al. 2024b Lemma 3.2, Thm 3.5, Thm A.2; papers 002/004).
+"""Certified radii of constant-alpha mixtures (Bai et al. 2024b, Lemma 3.2, Thm 3.5, Thm A.2; papers 002/004).
 
 The mixed classifier is ``h^alpha = log((1 - alpha) softmax(g) + alpha softmax(h))`` (Bai et al. 2024b, Eq. 3.4). Lemma
 3.2: if the RBC ``h`` keeps its top class y ahead of every other class by the margin ``(1 - alpha) / alpha`` in

@@ -4,8 +4,8 @@ Every row is attacked with the same attack (from the attack hook) on the same ev
 calibration images; each card's row also with the extra attacks its method declares, worst case per example
 (:func:`evaluate_card`: a robust example is one that the shared attack and every extra attack failed to break).
 With one card, the baseline method (linear, the "Mixed" classifier of Bai et al. 2024b, Eq. 3.4) gets the constant
-alpha whose robust accuracy matches the card's worst case as closely as its alpha grid allows (Bai et al. 2024a Fig. 5 /
-Fig. 8 comparison). How a run goes is data: :class:`~mixzoo.core.settings.RunSettings`, :class:`MatchSettings`,
+alpha whose robust accuracy matches the card's worst case as closely as its alpha grid allows (Bai et al. 2024a, Fig. 5
+/ Fig. 8 comparison). How a run goes is data: :class:`~mixzoo.core.settings.RunSettings`, :class:`MatchSettings`,
 :class:`CurveSettings`.
 Each model's evaluation is saved per batch and resumes after an interruption; finished evaluations are reused
 when nothing they depend on changed.

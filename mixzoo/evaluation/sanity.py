@@ -2,9 +2,9 @@
 
 A robust accuracy measured by an attack is an upper bound on the true one; it can be trusted only as far as the
 attack is strong on the model at hand, which matters most for mixed classifiers, whose gradients an attack must
-work around (Bai et al. 2024a App. B.2). Carlini et al. (2019, "On Evaluating Adversarial Robustness", Sec. 5) ask every
-evaluation to show that robust accuracy falls as epsilon grows and reaches chance level when the threat model allows
-any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC, matched baseline and
+work around (Bai et al. 2024a, App. B.2). Carlini et al. (2019, "On Evaluating Adversarial Robustness", Sec. 5) ask
+every evaluation to show that robust accuracy falls as epsilon grows and reaches chance level when the threat model
+allows any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC, matched baseline and
 the card's own classifier (each mixture's row its worst case over the attack and the extra attacks its method
 declares, as in ``mixzoo bench``) and checks two facts that hold for every classifier, example by example:
 

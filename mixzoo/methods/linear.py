@@ -1,4 +1,4 @@
-"""Constant-alpha mixing of probabilities (Bai et al. 2024b Eq. 3.4; papers 002/004) as a mixing-method plugin.
+"""Constant-alpha mixing of probabilities (Bai et al. 2024b, Eq. 3.4; papers 002/004) as a mixing-method plugin.
 
 ``log((1 - alpha) softmax(g / T) + alpha softmax(h))`` with one alpha for every input. Fitted from a given alpha,
 by Algorithm 1's margin rule on the raw RBC logits (keep ``beta`` of the attacked-correct margins), or by choosing
@@ -29,7 +29,7 @@ MATCH_OPTIONS: dict[str, Any] = {"n_iter": 25, "n_target_classes": 3}
 
 
 def alpha_grid(step: float = 0.01) -> list[float]:
-    """Candidate constant mixing weights 1/2 ... 1 (Bai et al. 2024a footnote 1, Bai et al. 2024b, Sec. 3: alpha >=
+    """Candidate constant mixing weights 1/2 ... 1 (Bai et al. 2024a, footnote 1, Bai et al. 2024b, Sec. 3: alpha >=
     1/2)."""
     return [round(float(a), 6) for a in np.arange(0.5, 1.0 + step / 2, step)]
 

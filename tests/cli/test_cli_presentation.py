@@ -107,7 +107,7 @@ def test_published_cards_are_listed_and_shown():
         CliRunner().invoke(app, ["list", "--role", "robust", "--json"]).output))
     shown = CliRunner().invoke(app, ["info", "mixednuts-cifar10"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
-    assert "peng2023-rawrn-70-16" in shown.output and "0.0314 (8/255)" in shown.output
+    assert "peng2023-rawrn-70-16" in shown.output and "0.0314 (8/255)" in shown.output and "alpha" in shown.output
     data = json.loads(CliRunner().invoke(app, ["info", "mixednuts-cifar10", "--json"]).output)
     assert (data["method"], data["dataset"], data["rbc"]) == ("mixednuts", "cifar10", "peng2023-rawrn-70-16")
     unknown = CliRunner().invoke(app, ["info", "mixednuts-cifar11"])

@@ -1,4 +1,4 @@
-"""Adaptive smoothing as a mixing-method plugin (Bai et al. 2024b Sec. 4-5): ``adaptive-smoothing``.
+"""Adaptive smoothing as a mixing-method plugin (Bai et al. 2024b, Sec. 4-5): ``adaptive-smoothing``.
 
 ``fit`` trains the mixing network on the dataset's train split (:mod:`.training`) and writes the card plus the
 network's weights (safetensors, next to the card, sha256 in the card's ``[weights]``); ``build`` rebuilds the

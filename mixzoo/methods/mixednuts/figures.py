@@ -1,4 +1,5 @@
-"""MixedNUTS's own figures and report sections (Bai et al. 2024a Fig. 6, 8, 9), written by the bench through the method.
+"""MixedNUTS's own figures and report sections (Bai et al. 2024a, Fig. 6, 8, 9), written by the bench through the
+method.
 
 * ``tradeoff.png`` (Fig. 8): clean vs robust accuracy of MixedNUTS over beta against the linear mixture over alpha.
 * ``margins.png`` (Fig. 6 / Table 6): RBC confidence-margin histograms before and after M(s*, p*, c*), clean vs

@@ -1,4 +1,4 @@
-"""``mixzoo mix`` for MixedNUTS as a library function: :func:`mix` fits a pair by name (Bai et al. 2024a Algorithm 1).
+"""``mixzoo mix`` for MixedNUTS as a library function: :func:`mix` fits a pair by name (Bai et al. 2024a, Algorithm 1).
 
 ``mix`` = RBC clean logits + MMAA on LN(RBC) (both cached: :mod:`.calibration_data`) + Algorithm 1 -> MixCard.
 A second call with another beta, clamp or grid takes seconds.
