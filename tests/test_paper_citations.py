@@ -9,6 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # a bare 000-004 that is not part of a number (0.001, 10,000), a time, a path or an identifier
 CODE = re.compile(r"(?<![\d.,:/\w-])00[0-4](?![\d\w]|\.\d|/)")
+# "paper Eq. 5": which paper? (the reader cannot tell without an author)
+UNNAMED = re.compile(r"\bpaper (?:Eq|App|Sec|Table|Algorithm|Fig|footnote|Thm|Lemma)\b")
 
 
 def _files() -> list[Path]:
@@ -21,7 +23,7 @@ def test_no_internal_paper_codes_in_user_visible_text():
     hits = []
     for path in _files():
         for k, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if CODE.search(line):
+            if CODE.search(line) or UNNAMED.search(line):
                 hits.append(f"{path.relative_to(ROOT)}:{k}: {line.strip()}")
     assert not hits, "cite papers by author and year (docs/references.md):\n" + "\n".join(hits[:20])
 
