@@ -21,9 +21,17 @@ ADVERSARIAL_FILE = "adversarial.safetensors"
 
 
 PER_EXAMPLE_NOTE = " (per-example randomness: outcomes do not depend on the batch size or the number of processes)"
+BATCH_SEED_NOTE = " (randomness per batch, seed + batch number: outcomes depend on the batch size)"
 
 # ------------------------------------------------------------------------------------------------ plots
 # ------------------------------------------------------------------------------------------------ files
+
+def seeds_note(settings: dict[str, Any]) -> str:
+    """What report.md says about the attacks' randomness: per example (the default) or per batch."""
+    if settings.get("per_example_seeds"):
+        return PER_EXAMPLE_NOTE
+    return BATCH_SEED_NOTE if settings.get("per_example_seeds") is False else ""
+
 
 def options_text(options: dict[str, Any]) -> str:
     """`` (n_iter=200, n_restarts=2)`` after an attack's name when options were given, else nothing."""
@@ -78,7 +86,7 @@ def markdown(report: Any) -> str:
         f"Evaluation: **{d['name']}** `{d['split']}` split, n = {d['n']} (fingerprint `{d['fingerprint']}`); "
         f"calibration used the disjoint `calibration` split ({(d.get('calibration') or {}).get('n', '?')} images).",
         f"Attack: `{st['attack']}`{options_text(st.get('attack_options') or {})}, {st['norm']}, "
-        f"eps = {eps_text(st['eps'])}, seed {st['seed']}{PER_EXAMPLE_NOTE if st.get('per_example_seeds') else ''}"
+        f"eps = {eps_text(st['eps'])}, seed {st['seed']}{seeds_note(st)}"
         f"{precision_text(st.get('precision'))}.",
         *([f"**Note: {note}.**"] if (note := screening_note(st["attack"])) else []),
         *(f"Note: {note}." for note in getattr(report, "notes", [])), "",

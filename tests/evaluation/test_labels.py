@@ -79,3 +79,14 @@ def test_robustbench_and_model_card_use_the_same_eps_and_label():
                       "bench/report.json")
     assert "eps 0.2 (51/255)" in text and "51/255)" not in text.replace("0.2 (51/255)", "")
     assert "| mixednuts-model, alpha 0.900 |" in text
+
+
+def test_report_md_says_whether_results_depend_on_the_batch_size():
+    from mixzoo.evaluation.report import markdown
+
+    report = _report()
+    report.settings["per_example_seeds"] = True
+    assert "do not depend on the batch size" in markdown(report)
+    report.settings["per_example_seeds"] = False
+    text = markdown(report)
+    assert "outcomes depend on the batch size" in text and "do not depend" not in text
