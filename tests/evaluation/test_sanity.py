@@ -294,8 +294,8 @@ def test_both_kinds_of_misses_are_added():
 
 def test_markdown_cells_show_checked_accuracy_and_misses_only_where_there_are_misses():
     text = markdown(_sweep(_sweep_row("ok", [0, 0], [0, 0]), _sweep_row("bad", [0, 1], [0, 0])))
-    assert "| ok | 75.0 | 0 | 50.0 | 50.0 |" in text
-    assert "| bad | 75.0 | 0 | 50.0 | 50.0 -> 25.0 (1 missed) |" in text and "**FAILED.**" in text
+    assert "| RBC ok | 75.0 | 0 | 50.0 | 50.0 |" in text
+    assert "| RBC bad | 75.0 | 0 | 50.0 | 50.0 -> 25.0 (1 missed) |" in text and "**FAILED.**" in text
 
 
 def test_default_radii_keep_the_nominal_eps_beyond_the_grey_reach():
