@@ -163,7 +163,8 @@ def test_push_refuses_bad_targets_and_leaves_nothing(digits_card, tmp_path):
     card.save(tmp_path / "wrong.toml")
     with pytest.raises(InputError, match="bundle only the weights the card was fitted for"):
         share_push.hub_folder(tmp_path / "wrong.toml", REPO, tmp_path / "y", bundle_weights=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "wrong.toml"]  # no folder, no staging left
+    # no folder, no staging left (wrong.arrays.json: the card's search grid, written beside it)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "wrong.arrays.json", "wrong.toml"]
     first = share_push.hub_folder(digits_card, REPO, tmp_path / "z")  # a folder push wrote is replaced
     assert share_push.hub_folder(digits_card, REPO, first.path).files == first.files
 
