@@ -145,11 +145,13 @@ def row_label(model: dict) -> str:
         return f"ABC `{model['name']}`"
     if kind == "rbc":
         return f"RBC `{model['name']}`"
+    from mixzoo.core.labels import row_label as mixzoo_label
+
     method = method_of(model)
-    if method == "mixednuts":
-        return f"MixedNUTS, alpha {model['alpha']:.4f}"
+    if method == "mixednuts":  # as mixzoo labels the row in the terminal and report.md
+        return mixzoo_label({**model, "name": "MixedNUTS"})
     if method == "linear":
-        return f"linear mix, alpha {model['alpha']:.2f}"
+        return mixzoo_label({**model, "name": "Linear mix"})
     return model["name"]
 
 

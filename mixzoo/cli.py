@@ -12,6 +12,7 @@ import click
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from mixzoo.core.checks import NOT_JSON, option_value
@@ -22,6 +23,7 @@ from mixzoo.core.commands import (
     CardABC,
     CardRBC,
     DataDir,
+    Device,
     NoCache,
     Precision,
     command,
@@ -31,6 +33,7 @@ from mixzoo.core.commands import (
     out_console,
 )
 from mixzoo.core.errors import MixzooError
+from mixzoo.core.labels import eps_text
 from mixzoo.core.progress import console
 
 
@@ -44,7 +47,10 @@ class PluginCommands(TyperGroup):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         found = super().get_command(ctx, cmd_name)
-        return found if found is not None else plugin_commands().get(cmd_name)
+        found = found if found is not None else plugin_commands().get(cmd_name)
+        if found is not None and not found.short_help:  # `mixzoo --help` lists it: one paragraph, wrapped to fit
+            found.short_help = " ".join((found.help or "").split())
+        return found
 
 
 def plugin_commands() -> dict[str, click.Command]:
@@ -92,8 +98,22 @@ class OneLineUsageErrors(PluginCommands):
 app = typer.Typer(cls=OneLineUsageErrors, help="Mixed classifiers for any accurate/robust model pair, by name.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
-AttackBatch = Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; each batch has its "
-                                               "own seed, so results depend on it)")]
+
+def _show_version(value: bool) -> None:
+    if value:
+        from mixzoo.core import __version__
+
+        print(f"mixzoo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                                help="print mixzoo's version and exit")] = False) -> None:
+    """Mixed classifiers for any accurate/robust model pair, by name."""
+
+AttackBatch = Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; with per-example "
+                                               "seeds, the default, results do not depend on it)")]
 
 
 AttackOptions = Annotated[list[str] | None, typer.Option(
@@ -124,25 +144,30 @@ def parse_attack_options(values: list[str] | None) -> dict[str, Any] | None:
 @command
 @examples('mixzoo list --role robust --dataset cifar10', 'mixzoo list --dataset fashion-mnist --json')
 def list_cmd(
-    role: Annotated[str | None, typer.Option(help="accurate | robust")] = None,
+    role: Annotated[str | None, typer.Option(help="accurate | robust | mixed (the published mix cards)")] = None,
     dataset: Annotated[str | None, typer.Option(help="e.g. fashion-mnist, cifar10, imagenet")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list of entries")] = False,
 ) -> None:
-    """List the models that can be mixed, by name."""
+    """List the models that can be mixed, and the published mix cards, by name."""
+    from mixzoo.core.catalog import ROLE, list_cards
     from mixzoo.core.registry import list_models
 
-    specs = list_models(role=role, dataset=dataset)
+    specs = list_models(role=role if role != ROLE else None, dataset=dataset) if role != ROLE else []
+    cards = list_cards(dataset=dataset) if role in (None, ROLE) else []
     if as_json:
-        print(json.dumps([s.to_dict() for s in specs], indent=2))
+        print(json.dumps([s.to_dict() for s in specs] + cards, indent=2))
         return
-    table = Table(title=f"{len(specs)} models")
+    table = Table(title=f"{len(specs)} models" + (f", {len(cards)} published mix cards" if cards else ""))
     table.add_column("name", no_wrap=True)  # names are what users type: never cut or folded
     for col in ("role", "dataset", "threat", "eps", "clean", "robust", "plugin"):
         table.add_column(col)
     for s in specs:
         rep = s.reported or {}
-        table.add_row(s.name, s.role, s.dataset, s.threat_model or "", f"{s.epsilon:.4g}" if s.epsilon else "",
+        table.add_row(s.name, s.role, s.dataset, s.threat_model or "", eps_text(s.epsilon) if s.epsilon else "",
                       _pct(rep.get("clean")), _pct(rep.get("autoattack", rep.get("robust"))), s.plugin)
+    for c in cards:
+        table.add_row(c["name"], f"{c['role']} ({c['method']})", c["dataset"] or "", c["threat_model"] or "",
+                      eps_text(c["epsilon"]) if c["epsilon"] else "", "", "", "")
     _print_whole(table)
 
 
@@ -164,18 +189,28 @@ def _pct(v: Any) -> str:
 
 @app.command()
 @command
-@examples('mixzoo info fmnist-pgd', 'mixzoo info peng2023-rawrn-70-16 --json')
-def info(name: str, as_json: AsJson = False) -> None:
-    """Show one registry entry (name or alias)."""
+@examples('mixzoo info fmnist-pgd', 'mixzoo info peng2023-rawrn-70-16 --json', 'mixzoo info mixednuts-cifar10')
+def info(name: Annotated[str, typer.Argument(help="a registry name or alias, or a published mix card's name")],
+         as_json: AsJson = False) -> None:
+    """Show one registry entry (name or alias) or published mix card."""
+    from mixzoo.core.catalog import card_entry
+    from mixzoo.core.errors import UnknownNameError
+    from mixzoo.core.plugins import published_cards
     from mixzoo.core.registry import get_spec
 
-    spec = get_spec(name)
+    try:
+        entry = get_spec(name).to_dict()
+    except UnknownNameError:
+        if name not in published_cards():
+            raise
+        entry = card_entry(name)
     if as_json:
-        print(json.dumps(spec.to_dict(), indent=2))
+        print(json.dumps(entry, indent=2))
         return
-    table = Table(title=spec.name, show_header=False)
-    for k, v in spec.to_dict().items():
-        table.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
+    table = Table(title=entry["name"], show_header=False)
+    for k, v in entry.items():
+        text = eps_text(v) if k == "epsilon" and v else json.dumps(v) if isinstance(v, dict | list) else str(v)
+        table.add_row(k, escape(text))
     out_console.print(table)
 
 
@@ -241,7 +276,7 @@ def mix(
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
@@ -253,10 +288,10 @@ def mix(
     if show_options:
         table = Table(title=f"options of mixing method {chosen.name} (--KEY VALUE or -O KEY=VALUE)")
         for col in ("option", "type", "default", "meaning"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=col == "option", overflow="fold")
         for key, spec in sorted(chosen.option_specs().items()):
-            table.add_row(f"--{key.replace('_', '-')}", spec.type_name, "" if spec.default is None else
-                          str(spec.default), escape(spec.help))
+            table.add_row(*(Text(cell) for cell in (f"--{key.replace('_', '-')}", spec.type_name, spec.default_text,
+                                                    spec.help)))
         out_console.print(table)
         return
     options = chosen.options_from_args(ctx.args)
@@ -298,20 +333,22 @@ def bench(
     cards: Annotated[list[str] | None, typer.Argument(
         help="mix cards of one pair (files or published names), any methods; without one the pair is fitted first")]
     = None,
-    abc: Annotated[str | None, typer.Option()] = None,
-    rbc: Annotated[str | None, typer.Option()] = None,
+    abc: Annotated[str | None, typer.Option(help="the ABC (registry name), replacing the card's; without a card, the "
+                                                 "pair to fit first")] = None,
+    rbc: Annotated[str | None, typer.Option(help="the RBC (registry name), replacing the card's")] = None,
     attack: Annotated[str, typer.Option(help="adaptive (App. B.2.1) | adaptive-strong (+ exact, bypass and "
                                              "re-seeded APGD) | adaptive-apgd | autoattack | apgd | pgd | a "
                                              "plugin's")] = "adaptive",
     n: Annotated[int, typer.Option("--n", "--n-images", help="number of evaluation images (--n-images under torchrun,"
                                                               " whose parser takes --n for its own)")] = 1000,
     out: Annotated[Path, typer.Option(help="directory for report.json, report.md and plots")] = Path("bench"),
-    eps: float | None = None,
-    norm: str | None = None,
-    seed: int = 0,
+    eps: Annotated[float | None, typer.Option(help="attack radius (default: the card's, else the RBC's)")] = None,
+    norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the card's, else the RBC's)")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the attacks' random draws")] = 0,
     batch_size: Annotated[str, typer.Option(
         help="images per attack batch, or auto: on a GPU the batch that fits in its free memory (one attack step's "
-             "measured memory per image), on a CPU 250; recorded in the report")] = "250",
+             "measured memory per image), on a CPU 250; with per-example seeds, the default, results do not depend "
+             "on it; recorded in the report")] = "250",
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
     curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
     plots: Annotated[bool, typer.Option(help="draw the PNG figures (each card method's own figures may need its "
@@ -330,7 +367,7 @@ def bench(
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
@@ -402,7 +439,7 @@ def sanity(
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
@@ -424,8 +461,9 @@ def sanity(
     else:
         arithmetic = "" if sweep.precision == "float32" else f" in {sweep.precision}, breaks confirmed in float32"
         table = Table(title=f"robust % under {sweep.attack}{arithmetic} over {sweep.norm} eps (n={sweep.n}; "
-                            f"nominal eps {sweep.eps:g}; the grey image reaches every example at {sweep.reach:g})")
-        for col in ("model", "clean %", "class at grey", *(f"eps {r:g}" for r in sweep.radii)):
+                            f"nominal eps {eps_text(sweep.eps)}; the grey image reaches every example at "
+                            f"{eps_text(sweep.reach)})")
+        for col in ("model", "clean %", "class at grey", *(f"eps {eps_text(r)}" for r in sweep.radii)):
             table.add_column(col, justify="left" if col == "model" else "right")
         for m in sweep.models:
             cells = [f"{100 * r:.1f}" if not k else f"[red]{100 * r:.1f} -> {100 * c:.1f} ({k} missed)"
@@ -464,24 +502,26 @@ def certify_cmd(
     n: Annotated[int, typer.Option(help="number of evaluation images")] = 500,
     sigma: Annotated[float | None, typer.Option(help="smoothing noise std (default: the RBC's smoothing_sigma)")]
     = None,
-    samples: Annotated[int, typer.Option(help="Monte Carlo samples per image (001 App. A.2: 10,000)")] = 10_000,
+    samples: Annotated[int, typer.Option(help="Monte Carlo samples per image (Bai et al. 2024b, App. A.2: "
+                                              "10,000)")] = 10_000,
     n0: Annotated[int, typer.Option(help="extra samples per image that choose the class (Cohen et al.)")] = 100,
     confidence: Annotated[float, typer.Option(help="joint confidence of each image's bounds")] = 0.999,
     smoothing: Annotated[str, typer.Option(help="hard (votes, Cohen et al.; certifies more at the same confidence)"
-                                           " or soft (average probabilities, 001 App. A)")] = "hard",
+                                           " or soft (average probabilities, Bai et al. 2024b, App. A)")] = "hard",
     estimate: Annotated[str | None, typer.Option(help="also ESTIMATE local Lipschitz radii at these radii "
-                                                      "(001 App. C.3, PGD; labelled, not a certificate)")] = None,
+                                                      "(Bai et al. 2024b, App. C.3, PGD; labelled, not a "
+                                                      "certificate)")] = None,
     dataset: Annotated[str | None, typer.Option(help="data set (default: the RBC's)")] = None,
     split: Annotated[str, typer.Option(help="evaluation or calibration")] = "evaluation",
     out: Annotated[Path, typer.Option(help="directory for certify.json, certify.md, certify.png")] = Path("certify"),
     seed: int = 0,
     batch_size: Annotated[int, typer.Option(help="noisy images per forward batch")] = 1000,
     data_dir: DataDir = None,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
-    """Certified robust radii of the RBC and of constant-alpha mixtures (001 Lemma 3.2, Thm 3.5, Thm A.2):
+    """Certified robust radii of the RBC and of constant-alpha mixtures (Bai et al. 2024b, Lemma 3.2, Thm 3.5, Thm A.2):
     certified accuracy per radius, for Lipschitz-bounded and randomized-smoothing RBCs."""
     from mixzoo.certify import SmoothingSettings, certify
     from mixzoo.core.settings import RunSettings
@@ -497,8 +537,9 @@ def certify_cmd(
         return
     s = result.settings
     for title, curves in (("certified accuracy %", result.certified_curves),
-                          ("ESTIMATED accuracy % (001 App. C.3; not a certificate)", result.estimated_curves)):
-        header, rows = result.table_rows(curves, columns=5, bound=False)
+                          ("ESTIMATED accuracy % (Bai et al. 2024b, App. C.3; not a certificate)",
+                           result.estimated_curves)):
+        header, rows = result.table_rows(curves, bound=False)
         if not rows:
             continue
         table = Table(title=f"{s['rbc']}: {title} over {s['norm']} radius (n={s['n']}, {s['mode']})")
@@ -523,7 +564,7 @@ def verify(
     out: Annotated[Path | None, typer.Option(help="also write the result as JSON here")] = None,
     batch_size: Annotated[int, typer.Option(help="images per forward pass")] = 250,
     data_dir: DataDir = None,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
@@ -540,7 +581,8 @@ def verify(
     if as_json:
         print(json.dumps(res.to_dict(), indent=2))
     else:
-        table = Table(title=f"adversarial points re-checked: {res.norm} eps={res.eps:g}, n={res.n}, {res.device}",
+        table = Table(title=f"adversarial points re-checked: {res.norm} eps {eps_text(res.eps)}, n={res.n}, "
+                            f"{res.device}",
                       box=box.SIMPLE_HEAD, pad_edge=False)
         for col in ("model", "broken", "confirmed", "robust %", "verified %", "problems"):
             table.add_column(col, justify="left" if col in ("model", "problems") else "right")

@@ -1,4 +1,4 @@
-"""BiT ResNet (Kolesnikov et al., 2020): the accurate base classifier of paper 000 on CIFAR-10/100 (App. C.1,
+"""BiT ResNet (Kolesnikov et al., 2020): the accurate base classifier of Bai et al. 2024a on CIFAR-10/100 (App. C.1,
 Table 2; Table 5 reports ResNet-152 at 98.50% / 91.38% clean).
 
 Source kind ``bit-hf``: a checkpoint file (the MixedNUTS authors' CIFAR fine-tuned BiT-M-R152x2) fetched from the

@@ -1,4 +1,5 @@
-"""Built-in clamp functions for the RBC transform M(s, p, c) (paper Eq. 4, App. D.2; hook ``mixzoo_clamp_functions``).
+"""Built-in clamp functions for the RBC transform M(s, p, c) (Bai et al. 2024a, Eq. 4, App. D.2; hook
+``mixzoo_clamp_functions``).
 
 ``gelu`` (the paper's choice, exact erf form), ``relu``, ``elu`` (alpha = 1), ``softplus`` (beta = 1) and
 ``linear`` (no clamp: with p = 1, M reduces to temperature scaling of the layer-normalised logits). All are

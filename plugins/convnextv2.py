@@ -1,5 +1,5 @@
 """ConvNeXt V2 (Woo et al., 2023) and every other timm model on the Hugging Face hub: the accurate base classifiers
-of paper 000 on ImageNet (App. C.1, Table 2: ConvNeXt V2-L; Table 5 reports 86.18% clean, 0% AutoAttack).
+of Bai et al. 2024a on ImageNet (App. C.1, Table 2: ConvNeXt V2-L; Table 5 reports 86.18% clean, 0% AutoAttack).
 
 Source kind ``timm``: ``{kind = "timm", model = "hf-hub:timm/convnextv2_large.fcmae_ft_in22k_in1k"}`` (or a timm
 name with a pretrained tag whose weights are on the hub). Registry entries using it: ``convnextv2-l``,

@@ -60,8 +60,8 @@ class LipConvNet(nn.Module):
     ``widths``: output channels of each stage's convolution; each stage halves the resolution by pixel unshuffle
     (channels x 4), so ``input_hw`` must be divisible by ``2 ** len(widths)``. ``logit_scale``: a factor on the
     logits (the loss temperature the network was trained with, so that softmax gives the probabilities it was
-    trained to give; a mixture needs them, 001 Lemma 3.2). It is not a parameter (the weights do not change) and
-    makes the logit map ``logit_scale``-Lipschitz: :attr:`lipschitz_constant`.
+    trained to give; a mixture needs them, Bai et al. 2024b, Lemma 3.2). It is not a parameter (the weights do not
+    change) and makes the logit map ``logit_scale``-Lipschitz: :attr:`lipschitz_constant`.
     """
 
     def __init__(self, widths: Sequence[int] = (16, 32), hidden: int = 128, in_channels: int = 1,

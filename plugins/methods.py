@@ -10,9 +10,10 @@ from mixzoo.core.plugins import hookimpl
 
 @hookimpl
 def mixzoo_mixing_methods() -> dict[str, Any]:
-    """``mixednuts`` (paper 000, the default), ``linear`` (constant alpha, 001 Eq. 3.4), ``adaptive-smoothing`` (a
-    trained mixing network alpha_theta(x), 001 Sec. 4-5), ``knn-smoothing``, ``local-smoothing`` and
-    ``local-smoothing-adaptive`` (locally biased smoothing, paper 003; the last with a trained policy, Eq. 7-9)."""
+    """``mixednuts`` (Bai et al. 2024a, the default), ``linear`` (constant alpha, Bai et al. 2024b, Eq. 3.4),
+    ``adaptive-smoothing`` (a trained mixing network alpha_theta(x), Bai et al. 2024b, Sec. 4-5), ``knn-smoothing``,
+    ``local-smoothing`` and ``local-smoothing-adaptive`` (locally biased smoothing, Bai et al. (local smoothing); the
+    last with a trained policy, Eq. 7-9)."""
     from mixzoo.methods.adaptive.method import AdaptiveSmoothing
     from mixzoo.methods.linear import Linear
     from mixzoo.methods.local_smoothing.adaptive_method import LocalSmoothingAdaptive
@@ -26,7 +27,8 @@ def mixzoo_mixing_methods() -> dict[str, Any]:
 
 @hookimpl
 def mixzoo_cli_commands() -> dict[str, Any]:
-    """MixedNUTS's ``mixzoo check`` (000 App. D.9) and ``mixzoo transfer-params`` (000 App. D.5)."""
+    """MixedNUTS's ``mixzoo check`` (Bai et al. 2024a, App. D.9) and ``mixzoo transfer-params`` (Bai et al. 2024a, App.
+    D.5)."""
     from mixzoo_plugins.mixednuts_commands import check, transfer_params
 
     return {"check": check, "transfer-params": transfer_params}
@@ -34,8 +36,8 @@ def mixzoo_cli_commands() -> dict[str, Any]:
 
 @hookimpl
 def mixzoo_cards() -> dict[str, Any]:
-    """The paper's three published MixedNUTS models (000, the authors' configs/optimal_spca.yaml), by file name:
-    ``mixednuts-cifar10``, ``mixednuts-cifar100``, ``mixednuts-imagenet`` (package data in ``cards/``)."""
+    """The paper's three published MixedNUTS models (Bai et al. 2024a, the authors' configs/optimal_spca.yaml), by file
+    name: ``mixednuts-cifar10``, ``mixednuts-cifar100``, ``mixednuts-imagenet`` (package data in ``cards/``)."""
     from importlib import resources
 
     folder = resources.files("mixzoo_plugins") / "cards"

@@ -1,8 +1,9 @@
 """MixedNUTS's own commands, contributed to the ``mixzoo`` CLI through the hook ``mixzoo_cli_commands``.
 
-``mixzoo check CARD``: how well Algorithm 1's surrogate held (000 App. D.9,
+``mixzoo check CARD``: how well Algorithm 1's surrogate held (Bai et al. 2024a, App. D.9,
 :mod:`mixzoo.methods.mixednuts.approximation`);
-``mixzoo transfer-params --from CARD --rbc BLACKBOX``: calibration without the RBC's gradients (000 App. D.5,
+``mixzoo transfer-params --from CARD --rbc BLACKBOX``: calibration without the RBC's gradients (Bai et al. 2024a, App.
+D.5,
 :mod:`mixzoo.methods.mixednuts.transfer`).
 """
 
@@ -22,6 +23,7 @@ from mixzoo.core.commands import (
     CacheDir,
     CardRBC,
     DataDir,
+    Device,
     NoCache,
     command,
     examples,
@@ -38,12 +40,13 @@ def check(
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
     """How well Algorithm 1's surrogate held (App. D.9): MMAA on the transformed RBC, objective and alpha again."""
     from mixzoo.core.cache import atomic_write_text, check_writable
+    from mixzoo.core.machine import resolve_device
     from mixzoo.methods.mixednuts.approximation import check_approximation
 
     if out is not None:
@@ -52,7 +55,7 @@ def check(
         check_writable(out, what="--out file")
         check_output(out, what="a `mixzoo check` result", ours=json_with("card"))
     res = check_approximation(card, rbc=rbc, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
-                              device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+                              device=resolve_device(device), allow_unsafe=allow_unsafe, progress=not as_json)
     text = json.dumps({"card": str(card), **res.to_dict(), "notes": res.notes}, indent=2)
     if out is not None:
         atomic_write_text(out, text + "\n")
@@ -95,17 +98,19 @@ def transfer_params(
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
-    device: str = "cpu",
+    device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
     as_json: AsJson = False,
 ) -> None:
-    """Calibrate without the RBC's gradients (paper App. D.5): transfer, min-margin Square, or educated guess."""
+    """Calibrate without the RBC's gradients (Bai et al. 2024a, App. D.5): transfer, min-margin Square, or educated
+    guess."""
+    from mixzoo.core.machine import resolve_device
     from mixzoo.methods.mixednuts.transfer import transfer_params_by_name
 
     card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,
                                    queries=queries, query_budget=query_budget, out=out, seed=seed, beta=beta,
                                    eps=eps, norm=norm, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
-                                   device=device, allow_unsafe=allow_unsafe, progress=not as_json)
+                                   device=resolve_device(device), allow_unsafe=allow_unsafe, progress=not as_json)
     q = card.params
     summary = {"card": str(out), "method": q["fit"], "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],
                "objective": q["objective"]}

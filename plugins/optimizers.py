@@ -1,4 +1,4 @@
-"""Built-in searches for the surrogate problem of paper Eq. 7 (hook ``mixzoo_calibration_optimizers``).
+"""Built-in searches for the surrogate problem of Bai et al. 2024a, Eq. 7 (hook ``mixzoo_calibration_optimizers``).
 
 * ``grid``: Algorithm 1 as in the paper, every point of the grid (vectorised in
 :mod:`mixzoo.methods.mixednuts.calibrate`).

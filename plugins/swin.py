@@ -1,5 +1,5 @@
-"""Swin-L and the other RobustBench ImageNet models: the robust base classifier of paper 000 on ImageNet (App. C.1,
-Table 2: Liu et al. 2023 Swin-L, Linf 4/255; Table 5 reports 78.92% clean, 59.56% AutoAttack).
+"""Swin-L and the other RobustBench ImageNet models: the robust base classifier of Bai et al. 2024a on ImageNet (App.
+C.1, Table 2: Liu et al. 2023 Swin-L, Linf 4/255; Table 5 reports 78.92% clean, 59.56% AutoAttack).
 
 Source kind ``robustbench`` for ``dataset = "imagenet"``:
 ``{kind = "robustbench", name = "Liu2023Comprehensive_Swin-L", dataset = "imagenet", threat_model = "Linf"}``

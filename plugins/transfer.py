@@ -1,4 +1,4 @@
-"""Built-in plugin "black-box transfer calibration" (paper App. D.5).
+"""Built-in plugin "black-box transfer calibration" (Bai et al. 2024a, App. D.5).
 
 Calibrating MixedNUTS for a robust model without gradients is library code (:mod:`mixzoo.methods.mixednuts.transfer`,
 :mod:`mixzoo.zoo.blackbox`, ``mixzoo transfer-params``); through the plugin hooks this plugin contributes the

@@ -1,4 +1,4 @@
-"""WideResNets from RobustBench on CIFAR-10/100: the robust base classifiers of paper 000 on CIFAR (App. C.1,
+"""WideResNets from RobustBench on CIFAR-10/100: the robust base classifiers of Bai et al. 2024a on CIFAR (App. C.1,
 Table 2: Peng et al. 2023 RaWideResNet-70-16 on CIFAR-10, Wang et al. 2023 WideResNet-70-16 on CIFAR-100).
 
 Source kind ``robustbench`` for ``dataset = "cifar10" | "cifar100"``:

@@ -56,10 +56,19 @@ def _names(param: Any) -> str:
     return " / ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
 
 
+def examples_markdown(epilog: str | None) -> list[str]:
+    """The command's Examples block (its ``--help`` epilog) as a shell code block."""
+    if not epilog or "Examples:" not in epilog:
+        return []
+    commands = [line.strip() for line in epilog.split("Examples:", 1)[1].splitlines() if line.strip()]
+    return ["Examples:", "", "```bash", *commands, "```", ""] if commands else []
+
+
 def command_markdown(name: str, cmd: Any, ctx: Any) -> str:
     help_text = (cmd.help or "").strip()
     usage = " ".join(cmd.collect_usage_pieces(ctx))
     lines = [f"## `mixzoo {name}`", "", help_text, "", "```", f"mixzoo {name} {usage}".rstrip(), "```", ""]
+    lines += examples_markdown(getattr(cmd, "epilog", None))
     params = [p for p in cmd.params if not (_is_option(p) and p.name == "help")]
     if params:
         lines += ["| argument / option | meaning | default |", "|---|---|---|"]
@@ -74,10 +83,9 @@ def cli_markdown() -> str:
     root = command_tree()
     ctx = Context(root, info_name="mixzoo")
     parts = []
-    commands = getattr(root, "commands", {})
-    for name in commands:  # the order the app declares them in, as `mixzoo --help` shows them
-        cmd = commands[name]
-        if getattr(cmd, "hidden", False):
+    for name in root.list_commands(ctx):  # as `mixzoo --help` lists them: the core's, then the plugins'
+        cmd = root.get_command(ctx, name)
+        if cmd is None or getattr(cmd, "hidden", False):
             continue
         parts.append(command_markdown(name, cmd, Context(cmd, info_name=name, parent=ctx)))
     return "\n".join(parts)
@@ -92,10 +100,10 @@ def method_options_markdown(name: str) -> str:
     method = lookup("method", name)
     lines = [f"Fit cost: {method.fit_cost or 'not stated'}.", "",
              "Options are given to `mixzoo mix --method " + name + "` as `--KEY VALUE` or `-O KEY=VALUE`:", "",
-             "| option | type | meaning |", "|---|---|---|"]
+             "| option | type | default | meaning |", "|---|---|---|---|"]
     for key, spec in method.option_specs().items():
-        default = "" if spec.default is None else f" (default {spec.default})"
-        lines.append(f"| `--{key.replace('_', '-')}` | {spec.type_name} | {_cell(spec.help + default)} |")
+        default = f"`{spec.default_text}`" if spec.default_text else ""
+        lines.append(f"| `--{key.replace('_', '-')}` | {spec.type_name} | {_cell(default)} | {_cell(spec.help)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,5 +1,5 @@
-"""Attacks: APGD with margin tracking, minimum-margin AutoAttack (MMAA, paper App. B.1), PGD and the robustness
-evaluations ``pgd`` / ``apgd`` / ``autoattack`` / ``adaptive`` (App. B.2) that the attack hook registers."""
+"""Attacks: APGD with margin tracking, minimum-margin AutoAttack (MMAA, Bai et al. 2024a, App. B.1), PGD and the
+robustness evaluations ``pgd`` / ``apgd`` / ``autoattack`` / ``adaptive`` (App. B.2) that the attack hook registers."""
 
 from mixzoo.attacks.apgd import apgd_ce, apgd_run, apgd_t
 from mixzoo.attacks.evaluation import (

@@ -1,4 +1,4 @@
-"""APGD (Croce & Hein 2020) with a pluggable loss and per-iteration margin tracking (paper App. B.1, B.2.1).
+"""APGD (Croce & Hein 2020) with a pluggable loss and per-iteration margin tracking (Bai et al. 2024a, App. B.1, B.2.1).
 
 One core, :func:`apgd_run`, reproduces ``pyautoattack.autopgd_base.APGDAttack.attack_single_run`` for L-inf and L2:
 random start on the eps-sphere, step size 2 * eps halved at the checkpoints p_j (first after 22% of the iterations,

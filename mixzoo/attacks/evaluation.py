@@ -1,4 +1,5 @@
-"""Robustness evaluations by name: ``pgd``, ``apgd``, ``autoattack`` and ``adaptive`` (paper Sec. 5, App. B.2).
+"""Robustness evaluations by name: ``pgd``, ``apgd``, ``autoattack`` and ``adaptive`` (Bai et al. 2024a, Sec. 5, App.
+B.2).
 
 Each evaluation is a sequence of components run as AutoAttack runs them: every component attacks only the examples
 still classified correctly, and the per-component count of newly broken examples is reported. A component's output

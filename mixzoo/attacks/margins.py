@@ -31,7 +31,7 @@ def check_top_k(top_k: object) -> None:
 
 
 def layer_norm(logits: torch.Tensor, top_k: int | None = None) -> torch.Tensor:
-    """Standardise each row of ``logits``: ``(h - mean) / sqrt(var + 1e-8)`` (paper Sec. 4.2, LN; App. D.7).
+    """Standardise each row of ``logits``: ``(h - mean) / sqrt(var + 1e-8)`` (Bai et al. 2024a, Sec. 4.2, LN; App. D.7).
 
     This is exactly the authors' ``normalize_topk`` (``models/output_maps.py`` of github.com/Bai-YT/MixedNUTS):
     logits are clipped to [-1e15, 1e15], ``var`` is the *unbiased* (Bessel-corrected, divide by k - 1) variance and

@@ -1,5 +1,5 @@
-"""Minimum-margin AutoAttack, MMAA (paper App. B.1): APGD-CE and APGD-T on the layer-normed RBC h^LN that keep,
-per example, the visited perturbation of smallest margin, the record being shared across the two components.
+"""Minimum-margin AutoAttack, MMAA (Bai et al. 2024a, App. B.1): APGD-CE and APGD-T on the layer-normed RBC h^LN that
+keep, per example, the visited perturbation of smallest margin, the record being shared across the two components.
 
 Differences from AutoAttack's APGD-CE + APGD-T, all deliberate:
 

@@ -10,8 +10,8 @@ Both stop early: once an example's judged output is misclassified at a visited p
 (:class:`EarlyStopForward`), and that point is its confirmed adversarial example. For a classifier with
 ``forward_pair`` (MixedNUTS, :class:`~mixzoo.attacks.variants.PairedOutput`) the loss and every gradient, the
 Jacobian of the score included, come from the differentiable auxiliary mixture while breaks are judged on the true
-output (000 App. B.2.1's transfer attack, as in ``adaptive``'s ``apgd-ce`` / ``apgd-t``). Given the examples'
-indices every random start is drawn per example from the same streams as ``adaptive``'s APGD-CE and APGD-T
+output (Bai et al. 2024a, App. B.2.1's transfer attack, as in ``adaptive``'s ``apgd-ce`` / ``apgd-t``). Given the
+examples' indices every random start is drawn per example from the same streams as ``adaptive``'s APGD-CE and APGD-T
 (:mod:`mixzoo.core.rng`), so an outcome does not depend on the batch, and APGD-T on target t starts where
 ``adaptive``'s run on t starts (the stream of t's rank by logit): on the same gradient, each of ``fast``'s runs is
 one of ``adaptive``'s, stopped early. So when MALT's targets are among those ``adaptive`` attacks (always with 10

@@ -1,4 +1,4 @@
-"""Minimum-margin Square attack: a gradient-free minimum-margin attack for black-box RBCs (paper App. D.5).
+"""Minimum-margin Square attack: a gradient-free minimum-margin attack for black-box RBCs (Bai et al. 2024a, App. D.5).
 
 Square (Andriushchenko et al. 2020) is a random search: from the current point it proposes a square-shaped change
 (L-inf: a square of +-2 eps per channel, projected back to the eps-ball; L2: a pair of windows whose mass is

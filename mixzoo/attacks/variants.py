@@ -2,9 +2,9 @@
 
 A gradient variant of a classifier f is a module f_v with the same values, f_v(x) = f(x) (up to float rounding),
 and another gradient: the gradient of a differentiable surrogate where f's own is masked, e.g. MixedNUTS's
-``bypass`` (000 App. B.2.2), f(x) + (a(x) - f(x)).detach() with a the auxiliary mixture of Eq. 8. Mixing methods
-build variants by name (:meth:`mixzoo.methods.MixingMethod.build` with ``gradient=NAME``); a built classifier that
-implements :class:`GradientVariants` also hands them to an attack that needs one of a model it was given (the
+``bypass`` (Bai et al. 2024a, App. B.2.2), f(x) + (a(x) - f(x)).detach() with a the auxiliary mixture of Eq. 8. Mixing
+methods build variants by name (:meth:`mixzoo.methods.MixingMethod.build` with ``gradient=NAME``); a built classifier
+that implements :class:`GradientVariants` also hands them to an attack that needs one of a model it was given (the
 ``adaptive`` attack runs FAB-T and AutoAttack's components on ``bypass``). Judging stays on the model the attack
 was given: a candidate counts when that model misclassifies it, which, the values being equal, is f's verdict.
 """
@@ -42,8 +42,8 @@ def offers(model: nn.Module, name: str) -> bool:
 
 @runtime_checkable
 class PairedOutput(Protocol):
-    """A classifier with a differentiable surrogate computed in the same pass (000 App. B.2.1's transfer attack:
-    loss and gradient from the surrogate, success judged on the classifier)."""
+    """A classifier with a differentiable surrogate computed in the same pass (Bai et al. 2024a, App. B.2.1's transfer
+    attack: loss and gradient from the surrogate, success judged on the classifier)."""
 
     def forward_pair(self, x: object) -> tuple[object, object]:
         """(the classifier's output, the surrogate's output) on images ``x``."""

@@ -1,4 +1,4 @@
-"""Certified robust radii of constant-alpha mixed classifiers (paper 001 Lemma 3.2, Thm 3.5, Thm A.2; 002/004).
+"""Certified robust radii of constant-alpha mixed classifiers (Bai et al. 2024b, Lemma 3.2, Thm 3.5, Thm A.2; 002/004).
 
 ``certify`` (:mod:`.run`) is what ``mixzoo certify`` calls; :mod:`.radii` holds the formulas, :mod:`.lipschitz`
 the provable bounds and the App. C.3 estimate, :mod:`.smoothing` the Monte Carlo randomized smoothing, :mod:`.report`

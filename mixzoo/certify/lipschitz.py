@@ -1,4 +1,4 @@
-"""Lipschitz constants of an RBC's class probabilities, for 001 Thm 3.5.
+"""Lipschitz constants of an RBC's class probabilities, for Bai et al. 2024b, Thm 3.5.
 
 Two kinds, never mixed:
 
@@ -7,9 +7,9 @@ Two kinds, never mixed:
   product of per-layer l2 operator norms (exact per-frequency singular values for convolutions, below), times the
   softmax's own constant sqrt(2)/4. It is a certificate; for deep networks it is loose, and the report says how
   loose with the numbers.
-- :func:`estimate_local_lipschitz`: 001 App. C.3 Eq. C.1, the largest change of each class probability found by
-  PGD within an eps-ball, divided by eps. An attack can miss the true maximum, so this is an **estimate**, not a
-  certificate, and results built on it are labelled "estimated".
+- :func:`estimate_local_lipschitz`: Bai et al. 2024b, App. C.3 Eq. C.1, the largest change of each class probability
+  found by PGD within an eps-ball, divided by eps. An attack can miss the true maximum, so this is an **estimate**, not
+  a certificate, and results built on it are labelled "estimated".
 
 Convolution bound: a zero-padded, stride-1 convolution on an H x W input equals a crop of the circular
 convolution on an (H + k - 1) x (W + k - 1) grid applied to the zero-embedded input (embedding is an isometry, a
@@ -190,10 +190,10 @@ def _check_chain(model: nn.Module, layers: list[nn.Module], input_size: tuple[in
 def estimate_local_lipschitz(model: nn.Module, images: torch.Tensor, eps: float, norm: str = "l2",
                              steps: int = 20, top: torch.Tensor | None = None,
                              generator: torch.Generator | None = None) -> torch.Tensor:
-    """001 App. C.3 Eq. C.1, per class: ``(n, c)`` estimates of the one-sided local Lipschitz constants within the
-    eps-ball, ``max_d (p_y(x) - p_y(x + d)) / eps`` for the top class y and ``max_d (p_i(x + d) - p_i(x)) / eps`` for
-    the others, each maximised by its own PGD run (all classes and examples in one batch). An ESTIMATE: PGD may
-    miss the maximum, so radii from it are not certificates."""
+    """Bai et al. 2024b, App. C.3 Eq. C.1, per class: ``(n, c)`` estimates of the one-sided local Lipschitz constants
+    within the eps-ball, ``max_d (p_y(x) - p_y(x + d)) / eps`` for the top class y and ``max_d (p_i(x + d) - p_i(x)) /
+    eps`` for the others, each maximised by its own PGD run (all classes and examples in one batch). An ESTIMATE: PGD
+    may miss the maximum, so radii from it are not certificates."""
     if norm not in ("l2", "linf"):
         raise InputError(f"unknown norm {norm!r}; certify takes l2 or linf")
     with torch.no_grad():

@@ -1,7 +1,7 @@
-"""Certified radii of constant-alpha mixtures (paper 001 Lemma 3.2, Thm 3.5, Thm A.2; papers 002/004).
+"""Certified radii of constant-alpha mixtures (Bai et al. 2024b, Lemma 3.2, Thm 3.5, Thm A.2; papers 002/004).
 
-The mixed classifier is ``h^alpha = log((1 - alpha) softmax(g) + alpha softmax(h))`` (001 Eq. 3.4). Lemma 3.2: if
-the RBC ``h`` keeps its top class y ahead of every other class by the margin ``(1 - alpha) / alpha`` in
+The mixed classifier is ``h^alpha = log((1 - alpha) softmax(g) + alpha softmax(h))`` (Bai et al. 2024b, Eq. 3.4). Lemma
+3.2: if the RBC ``h`` keeps its top class y ahead of every other class by the margin ``(1 - alpha) / alpha`` in
 probability everywhere in a ball, the mixture predicts y everywhere in that ball, whatever the ABC ``g`` does
 (alpha in [1/2, 1]). The two theorems give such balls:
 
@@ -38,14 +38,15 @@ def check_alphas(alphas: float | list[float] | tuple[float, ...] | torch.Tensor)
         raise InputError("no alpha given; pass --alpha A (the RBC's weight, in [1/2, 1]) or a card")
     bad = a[~((a >= 0.5) & (a <= 1.0))]
     if bad.numel():
-        raise InputError(f"alpha {bad[0].item():g} is outside [1/2, 1]: 001 Lemma 3.2 certifies a mixture only when"
+        raise InputError(f"alpha {bad[0].item():g} is outside [1/2, 1]: Bai et al. 2024b, Lemma 3.2 certifies a"
+                         " mixture only when"
                          " the RBC has at least half the weight; pass alphas in [0.5, 1]")
     return a
 
 
 def lipschitz_radius(probs: torch.Tensor, lipschitz: torch.Tensor | float, alphas: torch.Tensor | float,
                      top: torch.Tensor | None = None) -> torch.Tensor:
-    """001 Eq. 3.5 for every alpha and example: ``(A, n)`` radii.
+    """Bai et al. 2024b, Eq. 3.5 for every alpha and example: ``(A, n)`` radii.
 
     ``probs``: ``(n, c)`` RBC probabilities at the clean inputs (for a smoothed RBC: a lower bound for the top
     class and upper bounds for the others, see :func:`mixzoo.certify.smoothing.confidence_bounds`);
@@ -72,16 +73,16 @@ def logit_lipschitz_radius(logits: torch.Tensor, lipschitz_l2: float, alphas: to
     (Tsuzuku et al. 2018, Prop. 1; Li et al. 2019): ``z_y - z_i`` is ``sqrt(2) L``-Lipschitz because
     ``||e_y - e_i||_2 = sqrt(2)``.
 
-    A mixture needs the RBC certifiably robust with margin ``kappa = (1 - alpha) / alpha`` in probability (001
-    Def. 3.1, Lemma 3.2): ``p_y - p_i >= kappa`` for every ``i != y`` in the ball. Within radius r each logit margin
-    ``m_j = z_y - z_j`` falls by at most ``t = sqrt(2) L r``, and ``p_y - p_i = (1 - e^{-m_i}) / (1 + sum_{j != y}
-    e^{-m_j})`` grows with every margin, so its smallest value over the ball is at least its value with every margin
+    A mixture needs the RBC certifiably robust with margin ``kappa = (1 - alpha) / alpha`` in probability (Bai et al.
+    2024b, Def. 3.1, Lemma 3.2): ``p_y - p_i >= kappa`` for every ``i != y`` in the ball. Within radius r each logit
+    margin ``m_j = z_y - z_j`` falls by at most ``t = sqrt(2) L r``, and ``p_y - p_i = (1 - e^{-m_i}) / (1 + sum_{j !=
+    y} e^{-m_j})`` grows with every margin, so its smallest value over the ball is at least its value with every margin
     lowered by t. Requiring that value ``>= kappa`` for the runner-up class (the smallest margin) gives
 
         ``r = (log(1 - kappa) - log(e^{-m_min} + kappa * S)) / (sqrt(2) L)``,  ``S = sum_{j != y} e^{-m_j}``,
 
-    which equals the logit-margin bound at alpha = 1 and is -inf at alpha = 1/2. 001 Eq. 3.5 with each class
-    probability's constant ``(sqrt(2)/4) L`` (the softmax's own constant, :data:`~mixzoo.certify.lipschitz.
+    which equals the logit-margin bound at alpha = 1 and is -inf at alpha = 1/2. Bai et al. 2024b, Eq. 3.5 with each
+    class probability's constant ``(sqrt(2)/4) L`` (the softmax's own constant, :data:`~mixzoo.certify.lipschitz.
     SOFTMAX_CLASS_LIPSCHITZ`) is also sound; the larger of the two radii is returned. l-inf radii: divide by
     ``sqrt(dim)`` (``||d||_2 <= sqrt(dim) ||d||_inf``).
     """
@@ -105,14 +106,14 @@ def logit_lipschitz_radius(logits: torch.Tensor, lipschitz_l2: float, alphas: to
 
 def smoothing_lipschitz_constant(sigma: float) -> float:
     """l2 Lipschitz constant of every class probability of a Gaussian-smoothed classifier: sqrt(2 / (pi sigma^2))
-    (001 Sec. 3 after Thm 3.5; Salman et al. 2019, Lemma 1)."""
+    (Bai et al. 2024b, Sec. 3 after Thm 3.5; Salman et al. 2019, Lemma 1)."""
     return math.sqrt(2.0 / (math.pi * sigma * sigma))
 
 
 def smoothing_radius(p_top_lower: torch.Tensor, p_other_upper: torch.Tensor, sigma: float,
                      alphas: torch.Tensor | float) -> torch.Tensor:
-    """001 Thm A.2 for every alpha and example: ``(A, n)`` l2 radii. ``p_top_lower``: a lower confidence bound
-    of the smoothed RBC's top-class probability; ``p_other_upper``: an upper bound of its largest other one. The
+    """Bai et al. 2024b, Thm A.2 for every alpha and example: ``(A, n)`` l2 radii. ``p_top_lower``: a lower confidence
+    bound of the smoothed RBC's top-class probability; ``p_other_upper``: an upper bound of its largest other one. The
     radius grows with the first and shrinks with the second, so bounds give a radius that holds with their
     confidence. At alpha = 1 this is Cohen et al.'s radius for soft smoothing."""
     alphas = check_alphas(alphas)[:, None]
@@ -125,8 +126,8 @@ def smoothing_radius(p_top_lower: torch.Tensor, p_other_upper: torch.Tensor, sig
 
 def certified_accuracy(radius: torch.Tensor, correct: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
     """Fraction of examples both correct and certified at least r, for every alpha and every r of the grid:
-    ``(A, R)`` from ``(A, n)`` radii, ``(n,)`` correctness of the certified class and ``(R,)`` radii (001 Fig. 6-7,
-    "the percentage of the test data for which the model gives a correct prediction and a certified radius at
+    ``(A, R)`` from ``(A, n)`` radii, ``(n,)`` correctness of the certified class and ``(R,)`` radii (Bai et al. 2024b,
+    Fig. 6-7, "the percentage of the test data for which the model gives a correct prediction and a certified radius at
     least as large as the radius under consideration")."""
     ok = correct[None, :, None] & (radius[:, :, None] >= grid.to(radius.dtype)[None, None, :])
     return ok.to(torch.float64).mean(1)

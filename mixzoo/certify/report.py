@@ -1,4 +1,5 @@
-"""What ``mixzoo certify`` returns and writes: certified-accuracy curves (001 Fig. 6-7) as JSON, Markdown and PNG.
+"""What ``mixzoo certify`` returns and writes: certified-accuracy curves (Bai et al. 2024b, Fig. 6-7) as JSON, Markdown
+and PNG.
 
 Certified curves (provable Lipschitz bound, Thm 3.5; randomized smoothing, Thm 3.5 / Thm A.2) and estimated ones
 (local Lipschitz constants found by PGD, App. C.3) are kept apart: different lists in the JSON, different tables
@@ -8,7 +9,6 @@ in the Markdown, different PNG files. An estimated curve is never drawn in ``cer
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,24 @@ from mixzoo.core.machine import machine_line
 __all__ = ["CertCurve", "CertifyResult", "pareto_frontier"]
 
 FILES = ("certify.json", "certify.md", "certify.png", "estimated.png")
+TABLE_COLUMNS = 5  # radii the tables show (terminal and certify.md alike)
+# the result each kind of bound rests on (Bai et al. 2024b)
+THEOREMS = {"lipschitz": "Thm 3.5", "lipschitz-logits": "Lemma 3.2", "smoothing-lipschitz": "Thm 3.5",
+            "smoothing": "Thm A.2"}
+
+
+def shown_radii(grid: list[float], columns: int = TABLE_COLUMNS) -> list[float]:
+    """Up to ``columns`` radii of ``grid`` spread evenly over it, the first and the last included."""
+    if len(grid) <= columns:
+        return list(grid)
+    picks = sorted({round(k * (len(grid) - 1) / (columns - 1)) for k in range(columns)})
+    return [grid[i] for i in picks]
+
+
+def theorem_text(bounds: list[str]) -> str:
+    """``Bai et al. 2024b, Thm 3.5``: the results the certified curves with these bounds rest on, in order."""
+    cited = list(dict.fromkeys(THEOREMS[b] for b in bounds if b in THEOREMS))
+    return "Bai et al. 2024b, " + " / ".join(cited) if cited else "Bai et al. 2024b"
 
 
 @dataclass
@@ -32,7 +50,8 @@ class CertCurve:
     constant of the logits: logit margin / (sqrt(2) L), Lemma 3.2 for mixtures), ``"smoothing-lipschitz"`` (Thm 3.5
     with the smoothed model's constant), ``"smoothing"`` (Thm A.2) or ``"estimated"`` (App. C.3: NOT a certificate);
     ``clean_accuracy``: the classifier's own prediction at the clean images (the mixture can be right where the RBC
-    is wrong; those images are never certified, 001 App. A.3); ``radius``: per example, ``None`` when not certified.
+    is wrong; those images are never certified, Bai et al. 2024b, App. A.3); ``radius``: per example, ``None`` when not
+    certified.
     """
 
     label: str
@@ -81,14 +100,14 @@ class CertifyResult:
                 "certified": [c.to_dict() for c in self.certified_curves],
                 "estimated": [c.to_dict() for c in self.estimated_curves]}
 
-    def table_rows(self, curves: list[CertCurve], columns: int = 6,
+    def table_rows(self, curves: list[CertCurve], columns: int = TABLE_COLUMNS,
                    bound: bool = True) -> tuple[list[str], list[list[str]]]:
-        """Header and rows: label, [bound,] clean accuracy, accuracy at up to ``columns`` radii of the grid."""
+        """Header and rows: label, [bound,] clean accuracy, accuracy at up to ``columns`` radii of the grid, spread
+        evenly from the first to the last (the terminal and certify.md show the same radii)."""
         if not curves:
             return [], []
         grid = curves[0].radii
-        step = max(1, math.ceil(len(grid) / columns))
-        shown = grid[::step]
+        shown = shown_radii(grid, columns)
         header = ["classifier", "bound", "clean %"] + [f"{r:.3g}" for r in shown]
         rows = [[c.label, c.bound, f"{100 * c.clean_accuracy:.1f}"] + [f"{100 * c.at(r):.1f}" for r in shown]
                 for c in curves]
@@ -101,10 +120,12 @@ class CertifyResult:
         lines = [f"# mixzoo certify: {s['rbc']} ({s['mode']}, {s['norm']})", "",
                  f"{s['n']} images of {s['dataset']} ({s['split']} split); ABC {s.get('abc') or '-'};"
                  f" alphas {', '.join(f'{a:g}' for a in s['alphas'])}.", "",
-                 "Certified accuracy: correct and certified at least r (001 Fig. 6-7). The clean column is the"
+                 "Certified accuracy: correct and certified at least r (Bai et al. 2024b, Fig. 6-7). The clean column"
+                 " is the"
                  " classifier's own accuracy; the mixture is only certified where the RBC is right.", ""]
         for title, curves in (("Certified", self.certified_curves),
-                              ("ESTIMATED (local Lipschitz constants by PGD, 001 App. C.3; not a certificate)",
+                              ("ESTIMATED (local Lipschitz constants by PGD, Bai et al. 2024b, App. C.3; not a"
+                               " certificate)",
                                self.estimated_curves)):
             header, rows = self.table_rows(curves)
             if not rows:
@@ -130,7 +151,8 @@ class CertifyResult:
             ax.plot([0], [100 * c.clean_accuracy], "o", color=line.get_color(), ms=4)
         ax.set_xlabel(f"{self.settings['norm']} radius")
         ax.set_ylabel("accuracy (%)")
-        title = "ESTIMATED, not certified (001 App. C.3)" if estimated else "certified accuracy (001 Thm 3.5 / A.2)"
+        title = ("ESTIMATED, not certified (Bai et al. 2024b, App. C.3)" if estimated
+                 else f"certified accuracy ({theorem_text([c.bound for c in curves])})")
         ax.set_title(f"{self.settings['rbc']}: {title}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -152,8 +174,8 @@ class CertifyResult:
 
 
 def pareto_frontier(curves: list[CertCurve], min_clean_accuracy: float) -> list[float]:
-    """001 App. A.3 "Pareto frontier": at every radius, the best certified accuracy over the curves (any alpha,
-    any sigma) whose clean accuracy is at least ``min_clean_accuracy``. Curves must share one radius grid."""
+    """Bai et al. 2024b, App. A.3 "Pareto frontier": at every radius, the best certified accuracy over the curves (any
+    alpha, any sigma) whose clean accuracy is at least ``min_clean_accuracy``. Curves must share one radius grid."""
     keep = [c for c in curves if c.certified and c.clean_accuracy >= min_clean_accuracy]
     if not keep:
         return []

@@ -1,4 +1,4 @@
-"""``certify``: certified radii of constant-alpha mixtures on an evaluation split (001 Sec. 3, App. A).
+"""``certify``: certified radii of constant-alpha mixtures on an evaluation split (Bai et al. 2024b, Sec. 3, App. A).
 
 Which certificate applies depends on the RBC:
 
@@ -13,7 +13,7 @@ Which certificate applies depends on the RBC:
   lipschitz_bound` (l2, or l-inf through sqrt(dim)); optionally, and labelled so, the App. C.3 estimate.
 
 The ABC enters only through the mixture's clean prediction: Lemma 3.2 holds whatever it outputs, so its temperature
-(0, a hard max, as in 001 App. A.2, unless the card says otherwise) does not change any certificate.
+(0, a hard max, as in Bai et al. 2024b, App. A.2, unless the card says otherwise) does not change any certificate.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ __all__ = ["SmoothingSettings", "abc_probabilities", "certify", "declared_lipsch
 
 def mixture_clean_accuracy(abc_probs: torch.Tensor | None, rbc_probs: torch.Tensor, labels: torch.Tensor,
                            alphas: torch.Tensor) -> torch.Tensor:
-    """``(A,)`` accuracy of ``argmax((1 - alpha) p_g + alpha p_h)`` for every alpha (001 Eq. 3.4 at the clean
-    images), from the two models' (n, c) probabilities; used to match a mixture's clean accuracy (App. A.2)."""
+    """``(A,)`` accuracy of ``argmax((1 - alpha) p_g + alpha p_h)`` for every alpha (Bai et al. 2024b, Eq. 3.4 at the
+    clean images), from the two models' (n, c) probabilities; used to match a mixture's clean accuracy (App. A.2)."""
     a = alphas.to(rbc_probs.device, torch.float64)[:, None, None]  # any device: the probabilities' own
     mix = a * rbc_probs.to(torch.float64)[None]
     if abc_probs is not None:
@@ -60,10 +60,11 @@ def mixture_clean_accuracy(abc_probs: torch.Tensor | None, rbc_probs: torch.Tens
 
 def abc_probabilities(abc: nn.Module, images: torch.Tensor, temperature: float = 0.0,
                       batch_size: int = 1000) -> torch.Tensor:
-    """The ABC's (n, c) probabilities at temperature T (0: one-hot of its prediction, the hard max of 001 App. A.2)."""
+    """The ABC's (n, c) probabilities at temperature T (0: one-hot of its prediction, the hard max of Bai et al. 2024b,
+    App. A.2)."""
     with torch.no_grad():
         logits = torch.cat([abc(images[i:i + batch_size]).float() for i in range(0, len(images), batch_size)])
-    if temperature == 0:  # hard max (000 Sec. 3.1, 001 App. A.2)
+    if temperature == 0:  # hard max (Bai et al. 2024a, Sec. 3.1, Bai et al. 2024b, App. A.2)
         return nn.functional.one_hot(logits.argmax(1), logits.shape[1]).to(torch.float64)
     return (logits.double() / temperature).softmax(1)
 
@@ -85,10 +86,10 @@ def _label(alpha: float, what: str) -> str:
 
 @dataclass(frozen=True)
 class SmoothingSettings:
-    """Monte Carlo certification of a randomized-smoothing RBC (001 App. A.2, Cohen et al.): noise ``sigma``
-    (default: the RBC's registry ``smoothing_sigma``), ``samples`` per image plus ``selection_samples`` that choose
-    the class, bounds jointly valid with probability ``confidence`` per image, ``kind`` ``soft`` (average
-    probabilities, 001 App. A) or ``hard`` (votes)."""
+    """Monte Carlo certification of a randomized-smoothing RBC (Bai et al. 2024b, App. A.2, Cohen et al.): noise
+    ``sigma`` (default: the RBC's registry ``smoothing_sigma``), ``samples`` per image plus ``selection_samples`` that
+    choose the class, bounds jointly valid with probability ``confidence`` per image, ``kind`` ``soft`` (average
+    probabilities, Bai et al. 2024b, App. A) or ``hard`` (votes)."""
 
     sigma: float | None = None
     samples: int = 10_000
@@ -161,7 +162,7 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
     sigma = sigma if sigma is not None else getattr(spec, "smoothing_sigma", None)
     mode = "randomized smoothing" if sigma is not None else "Lipschitz"
     if sigma is not None and norm != "l2":
-        raise InputError("randomized smoothing certifies l2 radii (001 Thm A.2); pass --norm l2")
+        raise InputError("randomized smoothing certifies l2 radii (Bai et al. 2024b, Thm A.2); pass --norm l2")
     if temperature is None:
         temperature = card_temperature if card_temperature is not None else 0.0
     name = dataset or getattr(spec, "dataset", None) or (card.dataset if card is not None else None)

@@ -1,10 +1,11 @@
-"""Gaussian randomized smoothing of an RBC (001 App. A, Assumption A.1; Cohen et al. 2019), by Monte Carlo.
+"""Gaussian randomized smoothing of an RBC (Bai et al. 2024b, App. A, Assumption A.1; Cohen et al. 2019), by Monte
+Carlo.
 
 The smoothed RBC is ``h(x) = E_xi[h_bar(x + xi)]``, xi ~ N(0, sigma^2 I), with ``h_bar`` the base network's
-probabilities (``kind="soft"``, 001 A.1) or its one-hot prediction (``kind="hard"``, Cohen et al.'s votes). As in
-Cohen et al.'s CERTIFY, ``n0`` samples choose the top class y and ``n`` fresh samples bound the probabilities:
-a lower bound for y and upper bounds for the other classes, which all hold together with probability at least
-``confidence`` (union bound: half the error budget for y, the other half split over the c - 1 other classes).
+probabilities (``kind="soft"``, Bai et al. 2024b, A.1) or its one-hot prediction (``kind="hard"``, Cohen et al.'s
+votes). As in Cohen et al.'s CERTIFY, ``n0`` samples choose the top class y and ``n`` fresh samples bound the
+probabilities: a lower bound for y and upper bounds for the other classes, which all hold together with probability at
+least ``confidence`` (union bound: half the error budget for y, the other half split over the c - 1 other classes).
 Soft votes are bounded by Hoeffding's inequality, hard votes by Clopper-Pearson intervals. Where the lower bound
 for y does not exceed the others' upper bound, the RBC abstains: no certificate.
 
@@ -53,7 +54,8 @@ def check_options(sigma: float, samples: int, confidence: float, kind: str) -> N
     if not (isinstance(confidence, float) and 0 < confidence < 1):
         raise InputError(f"confidence must be in (0, 1), e.g. 0.999, got {confidence!r}")
     if kind not in KINDS:
-        raise InputError(f"unknown smoothing kind {kind!r}; use soft (average probabilities, 001 App. A) or hard"
+        raise InputError(f"unknown smoothing kind {kind!r}; use soft (average probabilities, Bai et al. 2024b, App. A)"
+                         " or hard"
                          " (votes, Cohen et al.)")
     if not isinstance(samples, int) or samples < 1:
         raise InputError(f"the number of Monte Carlo samples must be a positive integer, got {samples!r}")

@@ -19,6 +19,7 @@ import functools
 import json
 import math
 import os
+import re
 import subprocess
 import warnings
 from dataclasses import dataclass, field
@@ -127,7 +128,10 @@ class MixCard:
         return card
 
     def save(self, path: str | Path) -> Path:
-        """Write the card atomically as TOML (``.toml``) or JSON (``.json``); returns the path."""
+        """Write the card atomically as TOML (``.toml``) or JSON (``.json``); returns the path. In a TOML card the
+        method section's large arrays (more than :data:`INLINE_NUMBERS` numbers, e.g. MixedNUTS's 8x8x8 search
+        grid) go to the sidecar ``STEM.arrays.json`` beside it, referenced by its sha256 under ``[arrays]``, so that
+        the card stays short enough to read and review; :meth:`load` puts them back."""
         from mixzoo.core.cache import atomic_write_text
 
         path = Path(path)
@@ -135,7 +139,14 @@ class MixCard:
         if path.suffix == ".toml":
             import tomli_w
 
-            text = tomli_w.dumps(_drop_none(data))
+            data, arrays = _split_arrays(data, self.method)
+            if arrays:
+                sidecar = path.with_name(f"{path.stem}{ARRAYS_SUFFIX}")
+                sidecar_text = json.dumps({"format": ARRAYS_FORMAT, "arrays": arrays}, indent=1) + "\n"
+                atomic_write_text(sidecar, sidecar_text)
+                data["arrays"] = {"file": sidecar.name, "sha256": _text_sha256(sidecar_text),
+                                  "keys": sorted(arrays)}
+            text = _compact_toml(tomli_w.dumps(_drop_none(data)))
         elif path.suffix == ".json":
             text = json.dumps(data, indent=2, allow_nan=True) + "\n"
         else:
@@ -204,6 +215,8 @@ class MixCard:
             data = upgrade_v1(data, str(path))
         if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION:
             validate(CardFile, data, str(path), "write the card with `mixzoo mix`")
+        if isinstance(data, dict) and "arrays" in data:
+            data = _join_arrays(data, path)
         return cls.from_dict(data, source=str(path), path=path, stacklevel=3)
 
     def weight_file(self, name: str) -> Path:
@@ -356,6 +369,103 @@ def validate_grid(grid: dict[str, Any], source: str, section: str = "grid") -> N
                                "another shape" if shape is not None else grid.get(key))
 
 
+ARRAYS_SUFFIX = ".arrays.json"
+ARRAYS_FORMAT = "mixzoo card arrays 1"
+INLINE_NUMBERS = 4  # an array of the method's section with more numbers than this goes to the sidecar
+
+
+def _count_numbers(v: Any) -> int:
+    if isinstance(v, list | dict):
+        return sum(_count_numbers(x) for x in (v.values() if isinstance(v, dict) else v))
+    return int(isinstance(v, int | float) and not isinstance(v, bool))
+
+
+def _split_arrays(data: dict[str, Any], method: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``data`` without the large arrays of its method section, and those arrays by dotted key
+    (``mixednuts.grid.objectives``)."""
+    arrays: dict[str, Any] = {}
+
+    def walk(table: dict[str, Any], prefix: str) -> dict[str, Any]:
+        kept = {}
+        for key, value in table.items():
+            if isinstance(value, dict):
+                kept[key] = walk(value, f"{prefix}.{key}")
+            elif isinstance(value, list) and _count_numbers(value) > INLINE_NUMBERS:
+                arrays[f"{prefix}.{key}"] = value
+            else:
+                kept[key] = value
+        return kept
+
+    out = dict(data)
+    out[method] = walk(data[method], method)
+    return out, arrays
+
+
+def _text_sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _join_arrays(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``data`` (a TOML card) with the arrays of its ``[arrays]`` sidecar put back; the sidecar must be beside the
+    card and match the sha256 the card records (one-line errors naming the file)."""
+    ref = data.get("arrays")
+    method = data.get("method")
+    _method(method, str(path))  # an unknown method is refused as it is without a sidecar
+    if not (isinstance(ref, dict) and isinstance(ref.get("file"), str) and isinstance(ref.get("sha256"), str)):
+        raise InputError(f"{path}: field 'arrays' must be a table with file and sha256; write the card with"
+                         " `mixzoo mix`")
+    if not re.fullmatch(r"[0-9a-f]{64}", ref["sha256"]):
+        raise _field_error(str(path), "arrays.sha256", "a sha256 hex digest", ref["sha256"])
+    file = path.parent / ref["file"]
+    if Path(ref["file"]).name != ref["file"] or not ref["file"].isprintable() or not ref["file"].strip():
+        raise InputError(f"{path}: arrays.file {ref['file']!r} must be a file name beside the card")
+    if not file.is_file():
+        raise MissingFileError(f"{file} (the large arrays of {path}) does not exist; keep it next to the card")
+    import hashlib
+
+    blob = file.read_bytes()
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != ref["sha256"]:
+        raise InputError(f"{file} has sha256 {digest[:12]}... but {path} records {ref['sha256'][:12]}...; restore"
+                         " the file written with the card, or write the card again")
+    try:
+        side = json.loads(blob)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{file}: not valid JSON ({exc})") from None
+    arrays = side.get("arrays") if isinstance(side, dict) else None
+    if not isinstance(arrays, dict):
+        raise InputError(f"{file}: not a mixzoo card arrays file (no table 'arrays')")
+    out = {k: v for k, v in data.items() if k != "arrays"}
+    out[method] = json.loads(json.dumps(out.get(method, {})))  # a copy the arrays are put into
+    for key, value in arrays.items():
+        parts = key.split(".")
+        if parts[0] != method or len(parts) < 2:
+            raise InputError(f"{file}: array {key!r} is not in the card's section {method!r}")
+        table = out
+        for part in parts[:-1]:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise InputError(f"{file}: array {key!r} does not fit the card's tables")
+        table[parts[-1]] = value
+    return out
+
+
+def _compact_toml(text: str, width: int = 100) -> str:
+    """tomli_w's TOML with each short array of plain values on one line (``x = [1.0, 2.5]``), so that a card reads
+    as a page; unchanged where that would not parse back to the same values."""
+    import re
+
+    def join(m: re.Match[str]) -> str:
+        items = [line.strip().rstrip(",") for line in m.group(2).splitlines()]
+        one = f"{m.group(1)}[{', '.join(items)}]"
+        return one if len(one) <= width else m.group(0)
+
+    compact = re.sub(r"(?m)^([^\n=]+= )\[\n((?: {4}[^\[\]\n]*,\n)+)\]", join, text)
+    return compact if tomllib.loads(compact) == tomllib.loads(text) else text
+
+
 def _plain(v: Any) -> Any:
     """Tensors, numpy values, paths and tuples to plain JSON/TOML values."""
     if isinstance(v, torch.Tensor):
@@ -407,4 +517,4 @@ def provenance(**extra: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["SCHEMA_VERSION", "MixCard", "git_commit", "provenance", "upgrade_v1", "validate_grid"]
+__all__ = ["ARRAYS_SUFFIX", "SCHEMA_VERSION", "MixCard", "git_commit", "provenance", "upgrade_v1", "validate_grid"]

@@ -31,6 +31,8 @@ CacheDir = Annotated[Path | None, typer.Option(help="cache directory (default $M
 NoCache = Annotated[bool, typer.Option("--no-cache", help="neither read nor write the cache")]
 AllowUnsafe = Annotated[bool, typer.Option("--allow-unsafe", help="permit pickled checkpoints")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+Device = Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...; auto: cuda when a GPU is visible, "
+                                          "else cpu (the report records which)")]
 CardABC = Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")]
 CardRBC = Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")]
 Precision = Annotated[str, typer.Option(

@@ -82,7 +82,7 @@ def mixzoo_weights_dir(kind: str) -> Path | None:
 
 @hookspec
 def mixzoo_clamp_functions() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
-    """Clamp functions for the RBC transform M(s, p, c) (paper Eq. 4, App. D.2), by name.
+    """Clamp functions for the RBC transform M(s, p, c) (Bai et al. 2024a, Eq. 4, App. D.2), by name.
 
     Called once when clamps are first looked up. Each function maps a tensor elementwise to a tensor of the
     same shape and must be differentiable where attacks need gradients.
@@ -104,7 +104,7 @@ def mixzoo_attacks() -> dict[str, Any]:
 
 @hookspec
 def mixzoo_calibration_optimizers() -> dict[str, Callable[..., Any]]:
-    """Searches that solve the surrogate problem (paper Eq. 7), by name (``calibrate(optimizer=NAME)``).
+    """Searches that solve the surrogate problem (Bai et al. 2024a, Eq. 7), by name (``calibrate(optimizer=NAME)``).
 
     Called once when optimizers are first looked up. Each value is
     ``optimizer(problem: mixzoo.methods.mixednuts.calibrate.CalibrationProblem, grid:

@@ -18,6 +18,16 @@ from typing import Any
 
 import torch
 
+AUTO_DEVICE = "auto"
+
+
+def resolve_device(device: str) -> str:
+    """``device`` as torch takes it: ``"auto"`` is ``"cuda"`` when a GPU is visible, else ``"cpu"``; any other
+    name is returned unchanged (torch checks it where it is used)."""
+    if str(device) != AUTO_DEVICE:
+        return str(device)
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
 
 @functools.cache  # read once: every attacked batch records it
 def cpu_model() -> str:

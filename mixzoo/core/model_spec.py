@@ -33,11 +33,12 @@ class ModelSpec:
     license: str = ""
     sha256: str | None = None
     description: str = ""
-    smoothing_sigma: float | None = None  # the base of a Gaussian randomized-smoothing RBC (001 App. A; certify)
+    # the base of a Gaussian randomized-smoothing RBC (Bai et al. 2024b, App. A; certify)
+    smoothing_sigma: float | None = None
     # a Lipschitz constant the architecture guarantees for the map from [0, 1] images to logits (normalisation
     # included): {constant = L, norm = "l2"}; mixzoo certify derives deterministic radii from it
     lipschitz: Mapping[str, Any] = field(default_factory=dict)
-    # intermediate features a trained mixing network reads (001 Sec. 4.3, App. D.1): depth -> module name
+    # intermediate features a trained mixing network reads (Bai et al. 2024b, Sec. 4.3, App. D.1): depth -> module name
     taps: Mapping[str, str] = field(default_factory=dict)
     plugin: str = "registry.toml"
 

@@ -33,8 +33,9 @@ class RunSettings:
     models replacing the card's; ``precision``: the arithmetic of the attacks' forward and backward passes,
     ``"float32"``, ``"tf32"``, ``"bf16"`` (bfloat16 autocast) or ``"auto"`` (:mod:`mixzoo.attacks.precision`;
     every break is re-checked in float32 on the exact classifier, :meth:`mixzoo.attacks.evaluation.Attack.run`);
-    ``device``, ``data_dir``, ``cache_dir`` / ``use_cache``, ``allow_unsafe`` (pickled checkpoints)
-    and ``progress`` (bars on stderr) as their names say.
+    ``device`` (``"auto"``: ``"cuda"`` when a GPU is visible, else ``"cpu"``, resolved when the settings are made),
+    ``data_dir``, ``cache_dir`` / ``use_cache``, ``allow_unsafe`` (pickled checkpoints) and ``progress`` (bars on
+    stderr) as their names say.
     """
 
     attack: str = "adaptive"
@@ -58,6 +59,10 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
+        if self.device == "auto":  # resolved once, here, so that reports record the device that ran
+            from mixzoo.core.machine import resolve_device
+
+            object.__setattr__(self, "device", resolve_device(self.device))
 
     def changed(self, **changes: Any) -> RunSettings:
         """A copy with ``changes``; an unknown name is a one-line error listing the fields."""

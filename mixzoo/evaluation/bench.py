@@ -3,9 +3,9 @@
 Every row is attacked with the same attack (from the attack hook) on the same evaluation images, disjoint from the
 calibration images; each card's row also with the extra attacks its method declares, worst case per example
 (:func:`evaluate_card`: a robust example is one that the shared attack and every extra attack failed to break).
-With one card, the baseline method (linear, the "Mixed" classifier of Bai et al., 001 Eq. 3.4) gets the constant
-alpha whose robust accuracy matches the card's worst case as closely as its alpha grid allows (paper 000 Fig. 5 /
-Fig. 8 comparison). How a run goes is data: :class:`~mixzoo.core.settings.RunSettings`, :class:`MatchSettings`,
+With one card, the baseline method (linear, the "Mixed" classifier of Bai et al. 2024b, Eq. 3.4) gets the constant
+alpha whose robust accuracy matches the card's worst case as closely as its alpha grid allows (Bai et al. 2024a, Fig. 5
+/ Fig. 8 comparison). How a run goes is data: :class:`~mixzoo.core.settings.RunSettings`, :class:`MatchSettings`,
 :class:`CurveSettings`.
 Each model's evaluation is saved per batch and resumes after an interruption; finished evaluations are reused
 when nothing they depend on changed.
@@ -29,6 +29,7 @@ from mixzoo.core import distributed
 from mixzoo.core.cache import Cache, check_writable, content_key
 from mixzoo.core.checks import distinct_row_names, reach_note
 from mixzoo.core.errors import InputError
+from mixzoo.core.labels import row_label
 from mixzoo.core.machine import run_record
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cells: their names here before
@@ -125,7 +126,8 @@ class Report:
         pairs += [(a, b) for a in baselines for b in rbc]
         out = []
         for a, b in pairs:
-            entry: dict[str, Any] = {"a": a.name, "b": b.name, "b_kind": b.kind}
+            entry: dict[str, Any] = {"a": a.name, "b": b.name, "b_kind": b.kind, "a_label": row_label(a),
+                                     "b_label": row_label(b)}
             for what in ("clean", "robust"):
                 x, y = getattr(a, f"{what}_outcomes"), getattr(b, f"{what}_outcomes")
                 if x and y and len(x) == len(y):
@@ -141,7 +143,7 @@ class Report:
         from dataclasses import asdict
 
         return {
-            "models": [asdict(m) for m in self.models],
+            "models": [{**asdict(m), "label": row_label(m)} for m in self.models],
             "card": self.card.to_dict() if hasattr(self.card, "to_dict") else self.card,
             "cards": [c.to_dict() if hasattr(c, "to_dict") else c for c in self.cards],
             "dataset": self.dataset,
@@ -344,8 +346,8 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tenso
 
 @dataclass(frozen=True)
 class MatchSettings:
-    """The bench's matched baseline row (000 Fig. 5 / Fig. 8 comparison): the baseline method's parameter whose
-    robust accuracy under ``attack`` (with ``options``, cheaper than the shared attack) on the first ``n``
+    """The bench's matched baseline row (Bai et al. 2024a, Fig. 5 / Fig. 8 comparison): the baseline method's parameter
+    whose robust accuracy under ``attack`` (with ``options``, cheaper than the shared attack) on the first ``n``
     evaluation images is closest to the card's worst case there (:func:`matched_linear_alpha`)."""
 
     attack: str = BENCH_MATCH_ATTACK

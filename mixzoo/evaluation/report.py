@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, staged_directory
+from mixzoo.core.labels import eps_text, row_label
 from mixzoo.core.machine import machine_line
 from mixzoo.core.progress import console
 
@@ -20,9 +21,17 @@ ADVERSARIAL_FILE = "adversarial.safetensors"
 
 
 PER_EXAMPLE_NOTE = " (per-example randomness: outcomes do not depend on the batch size or the number of processes)"
+BATCH_SEED_NOTE = " (randomness per batch, seed + batch number: outcomes depend on the batch size)"
 
 # ------------------------------------------------------------------------------------------------ plots
 # ------------------------------------------------------------------------------------------------ files
+
+def seeds_note(settings: dict[str, Any]) -> str:
+    """What report.md says about the attacks' randomness: per example (the default) or per batch."""
+    if settings.get("per_example_seeds"):
+        return PER_EXAMPLE_NOTE
+    return BATCH_SEED_NOTE if settings.get("per_example_seeds") is False else ""
+
 
 def options_text(options: dict[str, Any]) -> str:
     """`` (n_iter=200, n_restarts=2)`` after an attack's name when options were given, else nothing."""
@@ -77,43 +86,43 @@ def markdown(report: Any) -> str:
         f"Evaluation: **{d['name']}** `{d['split']}` split, n = {d['n']} (fingerprint `{d['fingerprint']}`); "
         f"calibration used the disjoint `calibration` split ({(d.get('calibration') or {}).get('n', '?')} images).",
         f"Attack: `{st['attack']}`{options_text(st.get('attack_options') or {})}, {st['norm']}, "
-        f"eps = {st['eps']:.6g}, seed {st['seed']}{PER_EXAMPLE_NOTE if st.get('per_example_seeds') else ''}"
+        f"eps = {eps_text(st['eps'])}, seed {st['seed']}{seeds_note(st)}"
         f"{precision_text(st.get('precision'))}.",
         *([f"**Note: {note}.**"] if (note := screening_note(st["attack"])) else []),
         *(f"Note: {note}." for note in getattr(report, "notes", [])), "",
-        "| model | kind | alpha | clean % (95% CI) | robust % (95% CI) | attack seconds (device) |",
-        "|---|---|---|---|---|---|",
+        "| model | kind | clean % (95% CI) | robust % (95% CI) | attack seconds (device) |",
+        "|---|---|---|---|---|",
     ]
     for m in report.models:
-        alpha = "" if m.alpha is None else f"{m.alpha:.4f}"
-        lines.append(f"| {m.name} | {m.kind} | {alpha} | {ci_cell(m.clean_accuracy, m.clean_ci)} | "
+        lines.append(f"| {row_label(m)} | {m.kind} | {ci_cell(m.clean_accuracy, m.clean_ci)} | "
                      f"{ci_cell(m.robust_accuracy, m.robust_ci)} | {seconds_cell(m)} |")
     rbc = report.row("rbc")
     if rbc.clean_accuracy < 1:
         lines.append("")
         for m in report.mixed_rows():
             cut = (m.clean_accuracy - rbc.clean_accuracy) / (1 - rbc.clean_accuracy)
-            lines.append(f"{m.name} vs RBC: clean error cut by {100 * cut:.1f}% (relative), robust accuracy "
+            lines.append(f"{row_label(m)} vs RBC: clean error cut by {100 * cut:.1f}% (relative), robust accuracy "
                          f"{100 * (m.robust_accuracy - rbc.robust_accuracy):+.2f} points.")
     comparisons = comparison_lines(report)
     if comparisons:
         lines += ["", "Paired comparisons (Newcombe's interval for the difference of two accuracies on the same "
-                      "images; `mixzoo/stats.py`):", ""] + [f"- {line}" for line in comparisons]
+                      "images; `mixzoo/evaluation/stats.py`):", ""] + [f"- {line}" for line in comparisons]
     machines = {m.machine or "unknown" for m in report.models}
     if len(machines) == 1:
         lines += ["", f"Every row was attacked on: {machines.pop()}."]
     else:  # rows read from a cache another machine filled, or a run resumed elsewhere
         lines += ["", "The rows were attacked on different machines: " + "; ".join(
-            f"{m.name}: {m.machine or 'unknown'}" for m in report.models) + "."]
+            f"{row_label(m)}: {m.machine or 'unknown'}" for m in report.models) + "."]
     lines += ["", "## Attack components (examples newly broken)", ""]
     for m in report.models:
         comps = ", ".join(component_cell(x) for x in m.components)
-        lines.append(f"- {m.name}: {comps}")
+        lines.append(f"- {row_label(m)}: {comps}")
         for w in m.warnings:
             lines.append(f"  - **warning**: {w}")
     for m in report.mixed_rows():
         section = {k: v for k, v in (m.card or {}).get(m.method or "", {}).items() if k != "grid"}
-        lines += ["", f"## {m.name}: mix card (method `{m.method}`)" + (f", `{m.card_path}`" if m.card_path else ""),
+        where = f", `{m.card_path}`" if m.card_path else ""
+        lines += ["", f"## {row_label(m)}: mix card (method `{m.method}`){where}",
                   "", "```json", json.dumps(section, indent=2), "```"]
     if st.get("linear_alpha_search"):
         mt = st.get("linear_alpha_match", {})
@@ -186,26 +195,23 @@ def comparison_lines(report: Any) -> list[str]:
     """One sentence per paired comparison of :meth:`Report.comparisons`."""
     lines = []
     for c in report.comparisons():
+        a, b = c.get("a_label", c["a"]), c.get("b_label", c["b"])
         parts = []
         for what in ("clean", "robust"):
             d = c.get(what)
             if d:
                 parts.append(f"{what} {100 * d['difference']:+.2f} points (95% CI {100 * d['low']:+.2f} to "
-                             f"{100 * d['high']:+.2f}; right only for {c['a']}: {d['a_only']}, only for the "
+                             f"{100 * d['high']:+.2f}; right only for {a}: {d['a_only']}, only for the "
                              f"other: {d['b_only']})")
         if parts:
-            lines.append(f"{c['a']} - {c['b']} ({c['b_kind']}), paired on the same {report.dataset['n']} images: "
+            lines.append(f"{a} - {b}, paired on the same {report.dataset['n']} images: "
                          + "; ".join(parts))
     return lines
 
 
 def display_name(m: Any) -> str:
-    """The row's name for an 80-column terminal: the base models prefixed with their role, the mixtures with
-    their alpha (the kind and alpha columns of report.md, folded in)."""
-    if m.kind in ("abc", "rbc"):
-        return f"{m.kind.upper()} {m.name}"
-    alpha = getattr(m, "alpha", None)
-    return m.name if alpha is None or "alpha" in m.name else f"{m.name}, α {alpha:.3f}"
+    """The row's one label (:func:`mixzoo.core.labels.row_label`), as in report.md and report.json."""
+    return row_label(m)
 
 
 def terminal_seconds_cell(m: Any, device: str) -> str:
@@ -227,7 +233,7 @@ def print_report(report: Any, *, to: Console | None = None) -> None:
     low = settings.get("precision", "float32") != "float32"
     arithmetic = f", {settings['precision']}" if low else ""
     table = Table(title=f"{report.dataset['name']} evaluation, n={report.dataset['n']}: {settings['attack']} "
-                        f"{settings['norm']} eps={settings['eps']:.4g} ({device}{arithmetic})",
+                        f"{settings['norm']} eps {eps_text(settings['eps'])} ({device}{arithmetic})",
                   box=box.SIMPLE_HEAD, pad_edge=False)
     columns = ("model", "clean % (95% CI)", "robust % (95% CI)", *(("breaks bf16/fp32",) if low else ()), "attack s")
     for col in columns:
@@ -249,6 +255,6 @@ def print_report(report: Any, *, to: Console | None = None) -> None:
         to.print(line, highlight=False)
     for m in report.models:
         for w in m.warnings:
-            to.print(f"[yellow]warning ({escape(m.name)}): {escape(w)}")
+            to.print(f"[yellow]warning ({escape(row_label(m))}): {escape(w)}")
     for note in report.notes:
         to.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)

@@ -2,9 +2,9 @@
 
 A robust accuracy measured by an attack is an upper bound on the true one; it can be trusted only as far as the
 attack is strong on the model at hand, which matters most for mixed classifiers, whose gradients an attack must
-work around (paper 000 App. B.2). Carlini et al. (2019, "On Evaluating Adversarial Robustness", Sec. 5) ask every
-evaluation to show that robust accuracy falls as epsilon grows and reaches chance level when the threat model allows
-any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC, matched baseline and
+work around (Bai et al. 2024a, App. B.2). Carlini et al. (2019, "On Evaluating Adversarial Robustness", Sec. 5) ask
+every evaluation to show that robust accuracy falls as epsilon grows and reaches chance level when the threat model
+allows any answer. :func:`eps_sweep` runs the bench attack at several radii on the card's ABC, RBC, matched baseline and
 the card's own classifier (each mixture's row its worst case over the attack and the extra attacks its method
 declares, as in ``mixzoo bench``) and checks two facts that hold for every classifier, example by example:
 
@@ -210,7 +210,7 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     match = baseline
     linear_alpha = float(match) if isinstance(match, int | float) else None
     if linear_alpha is not None and not 0.5 <= linear_alpha <= 1.0:
-        raise InputError(f"--linear-alpha must be in [0.5, 1] (paper footnote 1), got {linear_alpha}")
+        raise InputError(f"--linear-alpha must be in [0.5, 1] (Bai et al. 2024a, footnote 1), got {linear_alpha}")
     t0 = time.perf_counter()
     ce = card_evaluation(card, s)
     card, abc_m, rbc_m, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
@@ -267,21 +267,22 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
 
 def markdown(sweep: EpsSweep) -> str:
     """``sanity.md``: robust accuracy per model and radius, misses marked, and the notes."""
+    from mixzoo.core.labels import eps_text, row_label
     from mixzoo.evaluation.report import options_text, precision_text
 
-    head = " | ".join(f"eps {r:g}" for r in sweep.radii)
+    head = " | ".join(f"eps {eps_text(r)}" for r in sweep.radii)
     lines = ["# mixzoo sanity: robust accuracy over eps", "",
              f"`{sweep.attack}`{options_text(sweep.attack_options)}{precision_text(sweep.precision)}, {sweep.norm},"
-             f" nominal eps {sweep.eps:g}, "
+             f" nominal eps {eps_text(sweep.eps)}, "
              f"first {sweep.n} images of the "
              f"{sweep.dataset['name']} evaluation split (fingerprint `{sweep.dataset['fingerprint']}`). Each cell: "
              "the attack's robust %, then (if the checks remove examples) the checked % and the misses. The grey "
-             f"image reaches every example at eps {sweep.reach:g}.", "",
+             f"image reaches every example at eps {eps_text(sweep.reach)}.", "",
              f"| model | clean % | class at grey | {head} |", "|---|---|---|" + "---|" * len(sweep.radii)]
     for m in sweep.models:
         cells = [_cell(r, c, k) for r, c, k in zip(m.robust_accuracy, m.checked_robust_accuracy, m.misses,
                                                     strict=True)]
-        lines.append(f"| {m.name} | {100 * m.clean_accuracy:.1f} | {m.grey_class} | {' | '.join(cells)} |")
+        lines.append(f"| {row_label(m)} | {100 * m.clean_accuracy:.1f} | {m.grey_class} | {' | '.join(cells)} |")
     lines += ["", f"**{'Passed' if sweep.passed else 'FAILED'}.**", ""] + [f"- {note}" for note in sweep.notes]
     if sweep.files:
         lines += ["", *(f"![{f}]({f})" for f in sweep.files)]
@@ -298,26 +299,33 @@ def plot_sweep(sweep: EpsSweep, path: Path) -> None:
     dashed: the cap the grey image puts on the model's robust accuracy)."""
     from mixzoo.core.figures import figure_module as _figure
     from mixzoo.core.figures import save_png as _save_png
+    from mixzoo.core.labels import row_label
 
     plt = _figure()
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for m in sweep.models:
-        line, = ax.plot(sweep.radii, [100 * v for v in m.robust_accuracy], marker="o", label=m.name)
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    # lines that coincide (every model at 0 % at a large radius) stay apart: own marker, line style and size
+    markers, styles = ("o", "s", "^", "D", "v", "P"), ("-", "--", "-.", (0, (1, 1)), (0, (5, 1)), (0, (3, 1, 1, 1)))
+    for k, m in enumerate(sweep.models):
+        line, = ax.plot(sweep.radii, [100 * v for v in m.robust_accuracy], marker=markers[k % len(markers)],
+                        ls=styles[k % len(styles)], ms=9 - 1.5 * (k % 4), mfc="none" if k % 2 else None, lw=1.4,
+                        label=row_label(m))
         if any(m.misses):
             ax.plot(sweep.radii, [100 * v for v in m.checked_robust_accuracy], ls=":", marker="x",
-                    color=line.get_color(), label=f"{m.name}, checked")
+                    color=line.get_color(), label=f"{row_label(m)}, checked")
     caps: dict[tuple[float, ...], list[str]] = {}
     for m in sweep.models:
-        caps.setdefault(tuple(m.grey_bound), []).append(m.name)
-    for cap, names in caps.items():  # a step: the cap holds from one radius up to the next
+        caps.setdefault(tuple(m.grey_bound), []).append(row_label(m))
+    cap_styles = (("black", "--"), ("0.45", (0, (1, 2))), ("0.65", "-."), ("0.3", (0, (6, 2))))
+    for k, (cap, names) in enumerate(caps.items()):  # a step: the cap holds from one radius up to the next
         who = "all models" if len(caps) == 1 else ", ".join(names)
-        ax.plot(sweep.radii, [100 * v for v in cap], ls="--", lw=0.9, color="black", drawstyle="steps-post",
+        color, style = cap_styles[k % len(cap_styles)]
+        ax.plot(sweep.radii, [100 * v for v in cap], ls=style, lw=1.1, color=color, drawstyle="steps-post",
                 label=f"grey-image cap ({who})")
     ax.axvline(sweep.eps, color="grey", lw=0.8, ls=":")
     ax.set_xlabel(f"{sweep.norm} eps (dotted: nominal)")
     ax.set_ylabel(f"robust accuracy % ({sweep.attack}, n={sweep.n})")
     ax.set_ylim(-2, 102)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_title("robust accuracy must fall with eps and stay under the grey-image cap", fontsize=9)
     _save_png(fig, path)
     plt.close(fig)

@@ -42,6 +42,10 @@ def fit(method: str | None = None, abc: str | nn.Module | None = None, rbc: str 
 
         MixCard.check_path(out)
     t0 = time.perf_counter()
+    if request.get("device") == "auto":
+        from mixzoo.core.machine import resolve_device
+
+        request = {**request, "device": resolve_device("auto")}
     # under torchrun every rank fits (the cached batched steps, MMAA among them, share their batches out); only rank
     # 0 writes the card and shows progress
     w = distributed.init(str(request.get("device", "cpu")))

@@ -1,8 +1,8 @@
 """The contract of a mixing method (hook ``mixzoo_mixing_methods``).
 
 Every method of the family combines a frozen accurate base classifier g (ABC) and a frozen robust one h (RBC) into
-one classifier ``[0, 1] images -> log-probabilities``; the constant-alpha member is 001 Eq. 3.4,
-``log((1 - alpha) softmax(g / T) + alpha softmax(h))``, MixedNUTS 000 Eq. 5 replaces softmax(h) by
+one classifier ``[0, 1] images -> log-probabilities``; the constant-alpha member is Bai et al. 2024b, Eq. 3.4,
+``log((1 - alpha) softmax(g / T) + alpha softmax(h))``, MixedNUTS Bai et al. 2024a, Eq. 5 replaces softmax(h) by
 softmax(M(s, p, c)(h)). :class:`MixingMethod` lists every capability the rest of mixzoo uses; nothing outside a
 method's own folder asks a method for anything else. Each capability has a documented default, so a method
 overrides only :meth:`~MixingMethod.validate`, :meth:`~MixingMethod.build` and :meth:`~MixingMethod.fit`:
@@ -28,9 +28,9 @@ roles                           :attr:`~MixingMethod.default` (``mixzoo mix`` wi
 
 Gradient variants. ``build(abc, rbc, card, gradient=NAME)`` returns a classifier whose *values* are the card's
 classifier's (the same log-probabilities, up to float rounding) and whose *gradient* is variant NAME, e.g. the
-gradient of a differentiable surrogate where the exact one is masked (000 App. B.2.2's bypass). ``"exact"`` is the
-classifier itself and every method has it. An attack that needs a variant of a model it was handed (the
-``adaptive`` attack's FAB-T on MixedNUTS's bypass gradient) asks the model through
+gradient of a differentiable surrogate where the exact one is masked (Bai et al. 2024a, App. B.2.2's bypass).
+``"exact"`` is the classifier itself and every method has it. An attack that needs a variant of a model it was handed
+(the ``adaptive`` attack's FAB-T on MixedNUTS's bypass gradient) asks the model through
 :class:`mixzoo.attacks.variants.GradientVariants`; a method offers that by returning modules that implement it.
 The bench judges every break on the classifier's values: an extra attack's candidate counts when the built
 variant's output misclassifies it, and variants share the values, so a break on the variant is a break of the card.
@@ -39,6 +39,7 @@ variant's output misclassifies it, and variants share the values, so a break on 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,14 +106,28 @@ class MethodOption:
     help: str
     type: type | Callable[[Any], Any] | None = None
     default: Any = None
+    metavar: str | None = None
 
     @property
     def type_name(self) -> str:
-        """How help texts and errors name the type."""
+        """How help texts and errors name the type: ``metavar`` if given, else the type's name (``value`` for a
+        private converter function)."""
+        if self.metavar:
+            return self.metavar
         if self.type is None:
             return "any"
-        return {int: "int", float: "float", bool: "bool", str: "text", list: "list"}.get(
+        name = {int: "int", float: "float", bool: "bool", str: "text", list: "list"}.get(
             self.type, getattr(self.type, "__name__", "value"))
+        return "value" if name.startswith("_") else name
+
+    @property
+    def default_text(self) -> str:
+        """The default as ``mixzoo mix --show-options`` prints it: ``default``, else the ``default X`` the help text
+        names, else empty."""
+        if self.default is not None:
+            return str(self.default)
+        found = re.search(r"\bdefault:? ([^;,)]+)", self.help)
+        return found.group(1).strip() if found else ""
 
     def convert(self, key: str, value: Any, method: str) -> Any:
         """``value`` as this option's type; a one-line :class:`InputError` naming the option and its type."""
@@ -198,6 +213,12 @@ class FitRequest:
     progress: bool = True
     command: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.device == "auto":  # resolved here, so that the card records the device that ran
+            from mixzoo.core.machine import resolve_device
+
+            self.device = resolve_device(self.device)
+
     @property
     def provenance_command(self) -> str:
         """What a card's ``provenance.command`` records for this request."""
@@ -279,10 +300,11 @@ class MixingMethod:
 
     def certified_mixture(self, card: MixCard) -> tuple[float, float]:
         """``(alpha, temperature)`` of a card that mixes the ABC's and the RBC's probabilities with one constant
-        alpha (001 Eq. 3.4), which is what the certified radii of 001 Lemma 3.2 / Thm 3.5 / Thm A.2 need
-        (``mixzoo certify``). Default: a one-line error saying why not (:attr:`certificate`).
+        alpha (Bai et al. 2024b, Eq. 3.4), which is what the certified radii of Bai et al. 2024b, Lemma 3.2 / Thm 3.5 /
+        Thm A.2 need (``mixzoo certify``). Default: a one-line error saying why not (:attr:`certificate`).
         """
-        why = self.certificate or ("it does not mix probabilities with one constant alpha, which 001 Lemma 3.2"
+        why = self.certificate or ("it does not mix probabilities with one constant alpha, which Bai et al. 2024b,"
+                                   " Lemma 3.2"
                                    " needs; certify a linear card (`mixzoo mix --method linear`) instead")
         raise InputError(f"{self.title or self.name} cards have no certified radius: {why}")
 

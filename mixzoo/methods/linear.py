@@ -1,4 +1,4 @@
-"""Constant-alpha mixing of probabilities (paper 001 Eq. 3.4; papers 002/004) as a mixing-method plugin.
+"""Constant-alpha mixing of probabilities (Bai et al. 2024b, Eq. 3.4; papers 002/004) as a mixing-method plugin.
 
 ``log((1 - alpha) softmax(g / T) + alpha softmax(h))`` with one alpha for every input. Fitted from a given alpha,
 by Algorithm 1's margin rule on the raw RBC logits (keep ``beta`` of the attacked-correct margins), or by choosing
@@ -29,7 +29,8 @@ MATCH_OPTIONS: dict[str, Any] = {"n_iter": 25, "n_target_classes": 3}
 
 
 def alpha_grid(step: float = 0.01) -> list[float]:
-    """Candidate constant mixing weights 1/2 ... 1 (paper 000 footnote 1, 001 Sec. 3: alpha >= 1/2)."""
+    """Candidate constant mixing weights 1/2 ... 1 (Bai et al. 2024a, footnote 1, Bai et al. 2024b, Sec. 3: alpha >=
+    1/2)."""
     return [round(float(a), 6) for a in np.arange(0.5, 1.0 + step / 2, step)]
 
 
@@ -38,7 +39,7 @@ class Linear(MixingMethod):
 
     name = "linear"
     title = "Linear mix"
-    paper = "001 Eq. 3.4, 002/004"
+    paper = "Bai et al. 2024b, Eq. 3.4, 002/004"
     fit_cost = "a given alpha is free; beta: MMAA on the calibration images (cached); target_robust: ~6 attacks"
     baseline = True
     options = {
@@ -85,7 +86,7 @@ class Linear(MixingMethod):
         return out
 
     def gradients(self, card: MixCard) -> tuple[str, ...]:
-        """``exact`` and ``bypass`` (000 App. B.2.2's auxiliary-mixture gradient, as for MixedNUTS)."""
+        """``exact`` and ``bypass`` (Bai et al. 2024a, App. B.2.2's auxiliary-mixture gradient, as for MixedNUTS)."""
         return ("exact", "bypass")
 
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
@@ -96,7 +97,8 @@ class Linear(MixingMethod):
                                transform=False, gradient=gradient)
 
     def certified_mixture(self, card: MixCard) -> tuple[float, float]:
-        """The card's alpha and ABC temperature: 001 Eq. 3.4 itself, so Lemma 3.2 applies (``mixzoo certify``)."""
+        """The card's alpha and ABC temperature: Bai et al. 2024b, Eq. 3.4 itself, so Lemma 3.2 applies (``mixzoo
+        certify``)."""
         return card.params["alpha"], card.params["temperature"]
 
     def match(self, abc: nn.Module, rbc: nn.Module, images: Any, labels: Any, target: float,

@@ -32,24 +32,26 @@ def push_cmd(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="write the folder, do not upload")] = False,
     out: Annotated[Path | None, typer.Option(help="the folder to write (default: hub/ORG--NAME)")] = None,
     report: Annotated[Path | None, typer.Option(help="a `mixzoo bench` directory of this card whose figures the "
-                                                     "model card shows (default: the latest one found next to the "
-                                                     "card or in the current directory)")] = None,
+                                                     "model card shows (default: of those found next to the card "
+                                                     "or in the current directory, the one with the most images; "
+                                                     "the command says which it took)")] = None,
     private: Annotated[bool, typer.Option("--private", help="create the repository as private")] = False,
     as_json: AsJson = False,
 ) -> None:
     """Write a Hugging Face Hub folder for a mix card (card, weights, base-model references, model card with its
-    latest bench figures) and upload it; load it back with mixzoo.load_mixed("hf-hub:ORG/NAME")."""
+    bench figures) and upload it; load it back with mixzoo.load_mixed("hf-hub:ORG/NAME")."""
     from mixzoo.share.push import push
 
     res = push(card, repo, out=out, bundle_weights=bundle_weights, report=report, dry_run=dry_run, private=private)
     f = res.folder
     summary = {"folder": str(f.path), "repo": f.repo, "files": f.files, "report": str(f.report) if f.report else None,
-               "uploaded": res.url}
+               "report_choice": f.report_choice, "uploaded": res.url}
     if as_json:
         print(json.dumps(summary, indent=2))
         return
     print(f"folder for {f.repo} written to {f.path}: {', '.join(f.files)}")
-    print(f"bench figures from {f.report}" if f.report else "no bench report of this card found (pass --report)")
+    print(f.report_choice or f"bench figures from {f.report}" if f.report else
+          "no bench report of this card found (pass --report)")
     print(f"uploaded: {res.url}" if res.url else "dry run: nothing uploaded")
 
 

@@ -97,7 +97,8 @@ def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
 
 
 def resolve_card(ref: str) -> Path:
-    """The local card file of ``hf-hub:ORG/NAME[@REVISION]``, with its weight files (the card's ``[weights]``) and
+    """The local card file of ``hf-hub:ORG/NAME[@REVISION]``, with its weight files (the card's ``[weights]``), its
+    arrays sidecar (``[arrays]``) and
     any bundled base-model weights (:data:`BASE_MODELS_FILE`) beside it in the same cache snapshot."""
     repo, revision = parse_hub_id(ref)
     card = hub_file(repo, CARD_FILE, revision)
@@ -113,6 +114,9 @@ def resolve_card(ref: str) -> Path:
     weights = data.get("weights") or {}
     for name in weights if isinstance(weights, dict) else ():
         hub_file(repo, plain_name(name, f"{ref}: {CARD_FILE} field 'weights' entry"), revision)
+    arrays = data.get("arrays")
+    if isinstance(arrays, dict) and isinstance(arrays.get("file"), str):  # the card's large arrays (sidecar)
+        hub_file(repo, plain_name(arrays["file"], f"{ref}: {CARD_FILE} field 'arrays.file'"), revision)
     for role, ref_entry in base_models(ref).items():
         if ref_entry.get("file"):
             hub_file(repo, plain_name(ref_entry["file"], f"{ref}: {BASE_MODELS_FILE} field '{role}.file'"),

@@ -3,7 +3,8 @@
 The folder holds the card (:data:`~mixzoo.share.hub.CARD_FILE`) with its method's weight files (checked against the
 sha256 the card records), the base-model references (:data:`~mixzoo.share.hub.BASE_MODELS_FILE`: each model's name,
 the weight hash the card was fitted for and the registry's weight-file sha256; with ``bundle_weights`` the
-networks' weights too, as safetensors with their sha256), the card's latest bench report under ``bench/`` and a
+networks' weights too, as safetensors with their sha256), the card's bench report under ``bench/`` (the one with the
+most images, :func:`find_report`) and a
 ``README.md`` model card whose YAML metadata (``library_name: mixzoo``, ``tags``, ``datasets``, ``base_model``,
 ``metrics``, ``model-index``) is what the Hub indexes. Anyone then loads it with
 ``mixzoo.load_mixed("hf-hub:ORG/NAME")``.
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mixzoo.core.errors import InputError, MixzooError
+from mixzoo.core.labels import eps_text, row_label
 from mixzoo.share.hub import BASE_MODELS_FILE, CARD_FILE, HUB_PREFIX, hub_reachable, offline, parse_hub_id
 
 REPORT_DIR = "bench"
@@ -40,6 +42,7 @@ class HubFolder:
     files: list[str] = field(default_factory=list)
     report: Path | None = None
     figures: dict[str, Any] | None = None
+    report_choice: str = ""  # why this report: given, or the largest n of the reports found
 
 
 @dataclass
@@ -90,15 +93,39 @@ def _read_report(path: Path) -> dict[str, Any]:
 
 def find_report(card: Any, report: str | Path | None = None) -> tuple[Path, dict[str, Any]] | None:
     """The bench report of ``card``: ``report`` (a bench directory or its report.json; refused when it did not
-    evaluate this card), else the latest (by creation time) ``report.json`` within :data:`SEARCH_DEPTH` folders
-    below the card's folder or the current directory that has a row for it; None when there is none."""
+    evaluate this card), else, of the ``report.json`` files within :data:`SEARCH_DEPTH` folders below the card's
+    folder or the current directory that have a row for it, the one whose row attacked the most images (the latest
+    by creation time among those); None when there is none. :func:`report_choice` says which was taken and why."""
+    found = _find_reports(card, report)
+    return None if not found else found[0]
+
+
+def report_choice(card: Any, report: str | Path | None = None) -> str:
+    """One line: which bench report :func:`find_report` takes for ``card`` and why (given; the only one found; the
+    largest n of several, naming how many others there were); empty when there is none."""
+    found = _find_reports(card, report)
+    if not found:
+        return ""
+    file, data = found[0]
+    n = (card_row(data, card) or {}).get("n")
+    if report is not None:
+        return f"bench figures from {file} (given with --report; n={n})"
+    if len(found) == 1:
+        return f"bench figures from {file} (n={n}; the only report of this card found)"
+    others = ", ".join(f"n={(card_row(d, card) or {}).get('n')}" for _, d in found[1:])
+    return (f"bench figures from {file} (n={n}, the most images of the {len(found)} reports of this card found;"
+            f" the others: {others}; pass --report to choose)")
+
+
+def _find_reports(card: Any, report: str | Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """Every report of ``card`` (:func:`find_report`), the one to take first."""
     if report is not None:
         path = Path(report)
         data = _read_report(path)
         if card_row(data, card) is None:
             raise InputError(f"{path} has no row for this card (other method parameters, base models or weights);"
                              " pass the report of a `mixzoo bench` run of this very card")
-        return (path / "report.json" if path.is_dir() else path), data
+        return [((path / "report.json" if path.is_dir() else path), data)]
     roots = {Path.cwd().resolve()}
     if card.path is not None:
         roots.add(card.path.parent.resolve())
@@ -106,16 +133,18 @@ def find_report(card: Any, report: str | Path | None = None) -> tuple[Path, dict
     for root in roots:
         for depth in range(SEARCH_DEPTH + 1):
             for file in root.glob("/".join(["*"] * depth + ["report.json"])):
+                if (file.parent.parent / MARKER).is_file():  # the copy inside a folder `mixzoo push` wrote
+                    continue
                 try:
                     data = _read_report(file)
                 except InputError:
                     continue
-                if card_row(data, card) is not None:
-                    found.append((str((data.get("run") or {}).get("created", "")), file.resolve(), data))
-    if not found:
-        return None
-    _, file, data = max(found, key=lambda t: (t[0], str(t[1])))
-    return file, data
+                row = card_row(data, card)
+                if row is not None:
+                    n = row.get("n") if isinstance(row.get("n"), int) else 0
+                    found.append((n, str((data.get("run") or {}).get("created", "")), file.resolve(), data))
+    unique = {t[2]: t for t in found}.values()  # the card's folder may lie below the current directory
+    return [(file, data) for _, _, file, data in sorted(unique, key=lambda t: (t[0], t[1], str(t[2])), reverse=True)]
 
 
 def bench_figures(report: dict[str, Any], card: Any) -> dict[str, Any]:
@@ -129,9 +158,9 @@ def bench_figures(report: dict[str, Any], card: Any) -> dict[str, Any]:
             "dataset": (report.get("dataset") or {}).get("name"), "split": (report.get("dataset") or {}).get("split"),
             "n": row.get("n"), "created": (report.get("run") or {}).get("created"),
             "extra_attacks": st.get("extra_attacks", True),
-            "rows": [{"name": m["name"], "kind": m["kind"], "clean_accuracy": m["clean_accuracy"],
-                      "robust_accuracy": m["robust_accuracy"], "clean_ci": m.get("clean_ci"),
-                      "robust_ci": m.get("robust_ci")} for m in rows],
+            "rows": [{"name": m["name"], "kind": m["kind"], "alpha": m.get("alpha"),
+                      "clean_accuracy": m["clean_accuracy"], "robust_accuracy": m["robust_accuracy"],
+                      "clean_ci": m.get("clean_ci"), "robust_ci": m.get("robust_ci")} for m in rows],
             "card_row": row["name"]}
 
 
@@ -184,13 +213,6 @@ def _pct(v: float | None) -> str:
     return "" if v is None else f"{100 * v:.2f}"
 
 
-def _eps_text(eps: float | None) -> str:
-    if eps is None:
-        return "?"
-    k = eps * 255
-    return f"{round(k)}/255" if abs(k - round(k)) < 1e-6 and round(k) else f"{eps:g}"
-
-
 def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: dict[str, Any] | None,
                report_file: str | None) -> str:
     """``README.md``: YAML metadata (library_name, tags, datasets, base_model, metrics, model-index when bench
@@ -219,7 +241,7 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
         meta["model-index"] = [{"name": repo.split("/")[1], "results": [{"task": task, "dataset": ds, "metrics": [
             {"type": "accuracy", "name": "clean accuracy", "value": round(100 * row["clean_accuracy"], 2)},
             {"type": "accuracy", "name": f"robust accuracy ({figures['attack']}, {figures['norm']} eps"
-                                           f" {_eps_text(figures['eps'])})",
+                                           f" {eps_text(figures['eps'])})",
              "value": round(100 * row["robust_accuracy"], 2)}]}]}]
     front = "\n".join(f"{k}: {json.dumps(v)}" for k, v in meta.items())  # JSON is YAML: no quoting surprises
     lines = [
@@ -228,7 +250,7 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
         f"A mixed classifier made with mixzoo: the accurate base classifier (ABC) `{abc}` and"
         f" the robust base classifier (RBC) `{rbc}`, combined by {title} ({method.paper or card.method}). [0, 1]"
         " NCHW images in, log-probabilities out.", "",
-        f"- dataset: `{card.dataset}`; threat model: {attack.get('norm', '?')}, eps {_eps_text(attack.get('eps'))}",
+        f"- dataset: `{card.dataset}`; threat model: {attack.get('norm', '?')}, eps {eps_text(attack.get('eps'))}",
         f"- card: `{CARD_FILE}` ({card.summary()})",
         f"- base models: `{BASE_MODELS_FILE}` (names, the weight hashes the card was fitted for"
         + (", bundled weights" if any(r.get("file") for r in refs.values()) else "") + ")", "",
@@ -238,7 +260,7 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
     ]
     if figures:
         lines += [f"## Evaluation ({report_file})", "",
-                  f"`mixzoo bench --attack {figures['attack']}`, {figures['norm']} eps {_eps_text(figures['eps'])},"
+                  f"`mixzoo bench --attack {figures['attack']}`, {figures['norm']} eps {eps_text(figures['eps'])},"
                   f" {figures['n']} images of the `{figures['split']}` split of {figures['dataset']}, seed"
                   f" {figures['seed']} ({figures['created']}). Robust accuracy is the worst case, example by"
                   " example, over the attack's components"
@@ -247,7 +269,7 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
                   "| model | clean % (95% CI) | robust % (95% CI) |", "|---|---|---|"]
         for r in figures["rows"]:
             ci = {k: r.get(f"{k}_ci") or [None, None] for k in ("clean", "robust")}
-            lines.append(f"| {r['name']} ({r['kind']}) | {_pct(r['clean_accuracy'])} ({_pct(ci['clean'][0])}-"
+            lines.append(f"| {row_label(r)} | {_pct(r['clean_accuracy'])} ({_pct(ci['clean'][0])}-"
                          f"{_pct(ci['clean'][1])}) | {_pct(r['robust_accuracy'])} ({_pct(ci['robust'][0])}-"
                          f"{_pct(ci['robust'][1])}) |")
         lines.append("")
@@ -279,6 +301,7 @@ def hub_folder(card: Any, repo: str, out: str | Path | None = None, *, bundle_we
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
         raise InputError(f"{out} exists and was not written by `mixzoo push`; pass another --out")
     found = find_report(card, report)
+    choice = report_choice(card, report) if found is not None else ""
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     shutil.rmtree(stage, ignore_errors=True)
@@ -302,7 +325,7 @@ def hub_folder(card: Any, repo: str, out: str | Path | None = None, *, bundle_we
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    return HubFolder(out, repo_id, files, found[0] if found else None, figures)
+    return HubFolder(out, repo_id, files, found[0] if found else None, figures, choice)
 
 
 def upload(folder: HubFolder, *, token: str | None = None, private: bool = False) -> str:

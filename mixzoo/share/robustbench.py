@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from mixzoo.core.errors import InputError
+from mixzoo.core.labels import eps_fraction, row_label
+from mixzoo.core.labels import eps_text as eps_label
 
 # the fields of RobustBench's model_info/*/Linf|L2/*.json files (RobustBench/robustbench, model_info/)
 MODEL_INFO_FIELDS = ("link", "name", "authors", "additional_data", "number_forward_passes", "dataset", "venue",
@@ -32,6 +35,9 @@ MODEL_INFO_FIELDS = ("link", "name", "authors", "additional_data", "number_forwa
                      "unreliable")
 STANDARD_COMPONENT = "autoattack-standard"
 STRONG_ATTACK = "adaptive-strong"
+# RobustBench's leaderboards: the data sets it ranks and the test images it evaluates on (the whole CIFAR test set;
+# its fixed 5,000-image ImageNet subset)
+LEADERBOARD_IMAGES = {"cifar10": 10_000, "cifar100": 10_000, "imagenet": 5_000}
 USER_FIELDS = ("link", "name", "authors", "venue", "footnote", "additional_data", "architecture", "unreliable")
 
 
@@ -40,9 +46,22 @@ def _pct(v: float) -> str:
 
 
 def eps_text(eps: float) -> str:
-    """RobustBench's way of writing a radius: ``8/255`` when it is k/255, else the number (``0.5``)."""
-    k = eps * 255
-    return f"{round(k)}/255" if round(k) and abs(k - round(k)) < 1e-6 else f"{eps:g}"
+    """The ``eps`` field as RobustBench's own model_info files write it (``8/255``, ``0.5``): the k/255 part of
+    :func:`mixzoo.core.labels.eps_text`, else the decimal."""
+    return eps_fraction(eps) or f"{float(eps):.3g}"
+
+
+def leaderboard_warnings(dataset: str | None, n: int) -> list[str]:
+    """Why RobustBench would not take these figures as they are: a data set it has no leaderboard for, or fewer
+    images than its leaderboard evaluates (:data:`LEADERBOARD_IMAGES`)."""
+    if dataset not in LEADERBOARD_IMAGES:
+        return [f"RobustBench has no leaderboard for {dataset!r} (it ranks {', '.join(LEADERBOARD_IMAGES)}); this "
+                "model_info cannot be submitted"]
+    want = LEADERBOARD_IMAGES[dataset]
+    if n < want:
+        return [f"the report attacked {n} images; RobustBench's {dataset} leaderboard evaluates {want:,}: run "
+                f"`mixzoo bench CARD --attack {STRONG_ATTACK} --n {want}` before submitting"]
+    return []
 
 
 def read_report(bench_dir: str | Path) -> dict[str, Any]:
@@ -66,10 +85,15 @@ def read_report(bench_dir: str | Path) -> dict[str, Any]:
 
 
 def card_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of mix cards (not the base models, not the matched baseline, which has no card file)."""
-    return [m for m in report["models"] if m.get("kind") not in ("abc", "rbc") and m.get("card")
-            and m.get("card_path")] or [m for m in report["models"] if m.get("kind") not in ("abc", "rbc")
-                                        and m.get("card")]
+    """The rows of mix cards (not the base models, not the matched baseline, which has no card file). A report
+    of an older mixzoo keeps its one card at the top level (``card``), not in the rows: its card row is the mixed
+    row after the matched baseline, given that card."""
+    mixed = [m for m in report["models"] if m.get("kind") not in ("abc", "rbc")]
+    rows = [m for m in mixed if m.get("card") and m.get("card_path")] or [m for m in mixed if m.get("card")]
+    if rows or not isinstance(report.get("card"), dict) or not mixed:
+        return rows
+    baseline = 1 if len(mixed) > 1 and (report.get("settings") or {}).get("linear_alpha_match") else 0
+    return [{**m, "card": report["card"]} for m in mixed[baseline:]]
 
 
 def pick_row(report: dict[str, Any], card_name: str | None = None) -> dict[str, Any]:
@@ -142,13 +166,16 @@ def model_info(bench_dir: str | Path, *, card_name: str | None = None,
         raise InputError(f"the report was attacked with {st.get('attack')!r}, which has no standard AutoAttack"
                          f" figure; run `mixzoo bench CARD --attack {STRONG_ATTACK}`")
     aa = autoattack_accuracy(row)
+    for note in leaderboard_warnings(ds.get("name"), int(row["n"])):
+        warnings.warn(note, stacklevel=2)
     worst = float(row["robust_accuracy"])
     method = row.get("method") or row["kind"]
     footnote = (f"A mixed classifier ({method}) of two base classifiers, one forward pass each. Evaluated by mixzoo"
-                f" `mixzoo bench --attack {STRONG_ATTACK}` on the first {row['n']} images of the {ds.get('name')}"
+                f" `mixzoo bench --attack {STRONG_ATTACK}` ({st.get('norm')}, eps {eps_label(st.get('eps'))}) on the"
+                f" first {row['n']} images of the {ds.get('name')}"
                 f" {ds.get('split')} split (seed {st.get('seed')}); external: the adaptive worst case per example.")
     info: dict[str, Any] = {
-        "link": "", "name": row["name"], "authors": "", "additional_data": False, "number_forward_passes": 2,
+        "link": "", "name": row_label(row), "authors": "", "additional_data": False, "number_forward_passes": 2,
         "dataset": ds.get("name"), "venue": "", "architecture": _architecture(row), "eps": eps_text(st["eps"]),
         "clean_acc": _pct(row["clean_accuracy"]), "reported": _pct(worst), "autoattack_acc": _pct(aa),
         "external": _pct(worst), "footnote": footnote, "unreliable": False,

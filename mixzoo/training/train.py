@@ -8,7 +8,7 @@ has them, so the same recipe on the same machine writes the same bytes.
 * PGD adversarial training (Madry et al. 2018): the inner maximisation is :func:`mixzoo.attacks.pgd.pgd`.
 * TRADES (Zhang et al. 2019): ``CE(f(x), y) + beta * KL(f(x) || f(x'))`` with ``x'`` maximising the KL term
   (:func:`trades_adversary`). TRADES is known to leave larger margins on robust examples, which is what the RBC
-  of a mixed classifier needs (MixedNUTS paper App. D.6, "robust accuracy with margin").
+  of a mixed classifier needs (Bai et al. 2024a, App. D.6, "robust accuracy with margin").
 * MART (Wang et al. 2020, :func:`mart_loss`) and HAT (Rade & Moosavi-Dezfooli 2022, :func:`hat_loss`: TRADES
   plus helper examples labelled by a standard model), and adversarial weight perturbation on top of any of them
   (Wu et al. 2020, ``Recipe.awp``): recipes tried for an RBC with benign confidence (benchmarks/rbc_candidates.md).
@@ -241,7 +241,7 @@ def _lr_factor(step: int, total: int, warmup: float) -> float:
 
 
 def _ln_margin(logits: torch.Tensor) -> torch.Tensor:
-    """Top-1 minus top-2 probability of softmax(LN(logits)) (paper Sec. 3.1, App. D.7; LN of
+    """Top-1 minus top-2 probability of softmax(LN(logits)) (Bai et al. 2024a, Sec. 3.1, App. D.7; LN of
     :func:`mixzoo.attacks.margins.layer_norm`)."""
     top2 = F.softmax(layer_norm(logits), dim=1).topk(2, dim=1).values
     return top2[:, 0] - top2[:, 1]
@@ -297,8 +297,8 @@ def evaluate_model(model: nn.Module, data: ImageDataset, eps: float | None = 0.1
 
     Returns ``clean``, ``pgd`` (accuracies in [0, 1]), ``clean_mistake_margin_median``, for each beta
     ``attacked_correct_margin_q{1-beta}`` (the (1 - beta)-quantile of margins of PGD-attacked examples still
-    classified correctly, paper Sec. 4.3), and ``fixable_mistakes_q{1-beta}``: the share of clean mistakes whose
-    margin is below that quantile, i.e. the mistakes an ABC could overrule without hurting robustness at
+    classified correctly, Bai et al. 2024a, Sec. 4.3), and ``fixable_mistakes_q{1-beta}``: the share of clean mistakes
+    whose margin is below that quantile, i.e. the mistakes an ABC could overrule without hurting robustness at
     level beta with the identity transform. ``model`` takes [0, 1] images; it is put in eval mode.
     """
     clean, adv = model_logits(model, data, eps, steps, batch_size, seed, progress)

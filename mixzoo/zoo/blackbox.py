@@ -1,4 +1,4 @@
-"""Black-box robust base classifiers: logits only, no gradients, counted queries (paper App. D.5).
+"""Black-box robust base classifiers: logits only, no gradients, counted queries (Bai et al. 2024a, App. D.5).
 
 Algorithm 1 needs the RBC's minimum-margin perturbations, and MMAA finds them with the RBC's gradients. A model
 behind an API (or exported without gradients) gives only its outputs. :class:`BlackBoxModel` makes any model
@@ -29,7 +29,7 @@ from torch import nn
 
 from mixzoo.core.errors import MixzooError
 
-GRADIENT_HINT = "use `mixzoo transfer-params --method transfer|square|guess` (paper App. D.5)"
+GRADIENT_HINT = "use `mixzoo transfer-params --method transfer|square|guess` (Bai et al. 2024a, App. D.5)"
 
 
 class NoGradientError(MixzooError):
@@ -66,7 +66,7 @@ def _inner_name(model: Any) -> str:
 
 
 class BlackBoxModel(nn.Module):
-    """``model`` seen as a black box: images in, logits out, nothing else (paper App. D.5).
+    """``model`` seen as a black box: images in, logits out, nothing else (Bai et al. 2024a, App. D.5).
 
     ``query_budget`` caps the number of examples forwarded in total (``None``: unlimited); ``queries`` counts
     them and ``calls`` the forward calls. ``num_classes`` (default: the wrapped model's, if it says) is checked

@@ -1,7 +1,7 @@
 """Datasets through the ``mixzoo_datasets`` hook: :class:`ImageDataset` and :func:`load_dataset`.
 
-MixedNUTS fits its four parameters on a *calibration* set and is judged on an *evaluation* set (paper Sec. 4.3,
-Algorithm 1); the two must never overlap, and the built-in zoo models are never trained on calibration images.
+MixedNUTS fits its four parameters on a *calibration* set and is judged on an *evaluation* set (Bai et al. 2024a, Sec.
+4.3, Algorithm 1); the two must never overlap, and the built-in zoo models are never trained on calibration images.
 Every dataset plugin returns an :class:`ImageDataset` for the splits ``"train"``, ``"calibration"`` and
 ``"evaluation"``, carrying the indices into its source set so that results can be traced to exact images.
 """

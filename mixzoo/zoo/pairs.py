@@ -141,8 +141,8 @@ def load_mixed(card: Any, *, abc: str | nn.Module | None = None, rbc: str | nn.M
     """The deployable mixed classifier of a mix card (a :class:`~mixzoo.core.card.MixCard`, its file or a published
     card's name), with its ABC and RBC loaded by the names the card recorded (see :func:`card_models`), on
     ``device``, in eval mode, built by the card's mixing method: [0, 1] images in, log-probabilities out (for
-    MixedNUTS a :class:`~mixzoo.methods.mixednuts.mixing.MixedClassifier`, paper 000 Eq. 5). Warns when a model's
-    weights differ from those the card was fitted for.
+    MixedNUTS a :class:`~mixzoo.methods.mixednuts.mixing.MixedClassifier`, Bai et al. 2024a, Eq. 5). Warns when a
+    model's weights differ from those the card was fitted for.
     """
     import warnings
 

@@ -912,6 +912,7 @@ def test_gaussian_recipes_and_the_smoothing_sigma_field():
 
 def test_cli_table_keeps_every_number_whole_on_an_80_column_terminal(tmp_path, monkeypatch):
     """The long row labels wrap; the certified accuracies and radii are never cut to an ellipsis."""
+    from mixzoo.certify.report import shown_radii
     from mixzoo.core.commands import out_console
 
     monkeypatch.setattr(out_console, "_width", 80)
@@ -927,7 +928,7 @@ def test_cli_table_keeps_every_number_whole_on_an_80_column_terminal(tmp_path, m
     assert len(header) == 7  # label, clean and 5 radii, every header whole
     for curve in data["certified"]:
         grid = curve["radii"]
-        shown = grid[::math.ceil(len(grid) / 5)]
-        assert header[2:] == [f"{r:.3g}" for r in shown]
+        shown = shown_radii(grid)  # as certify.md shows them, the largest radius included
+        assert header[2:] == [f"{r:.3g}" for r in shown] and shown[-1] == grid[-1]
         for r in shown:
             assert f"{100 * curve['accuracy'][grid.index(r)]:.1f}" in cells

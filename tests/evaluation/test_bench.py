@@ -298,11 +298,11 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
     alphas_attacked = []
 
     def fake_evaluate(model, images, labels_r, **kw):
-        alphas_attacked.append(model.alpha)
+        alphas_attacked.append(getattr(model, "alpha", None))  # the ABC and the RBC alone have none
         return {"robust_correct": [True] * len(images)}
 
     monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # the curve runs attacks through it
-    card = MixCard("mixednuts", {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.75, "beta": 0.985})
+    card = MixCard("mixednuts", {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.75, "beta": 0.99})
     cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
                                 n=4, eps=0.1, norm="Linf", seed=0, batch_size=4, betas=(0.9, 0.99), alphas=(),
                                 progress=False)
@@ -312,6 +312,6 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
         return float((lp.argmax(1) == labels).float().mean())
 
     assert clean(0.55) != clean(0.95) and clean(0.55) != clean(0.75)  # the choice of alpha matters here
-    assert alphas_attacked == [0.55, 0.95]
+    assert alphas_attacked == [0.55, 0.95, None, None]  # then the ABC and the RBC alone, on the same images
     assert [(p["beta"], p["alpha"], p["clean_accuracy"]) for p in cur["mixednuts"]] == [
         (0.9, 0.55, clean(0.55)), (0.99, 0.95, clean(0.95))]

@@ -59,11 +59,11 @@ def test_markdown_states_the_relative_clean_error_cut_and_the_robust_change():
     text = markdown(_report())
     assert "clean error cut by 50.0% (relative), robust accuracy -5.00 points." in text
     # each mixed row shows its card's section (the method's parameters, without the search grid)
-    section = text.split("## mixednuts-model: mix card (method `mixednuts`)", 1)[1]
+    section = text.split("## mixednuts-model, alpha 0.900: mix card (method `mixednuts`)", 1)[1]
     card_json = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
     assert card_json == {"s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.9, "beta": 0.985, "clamp": "gelu", "top_k": 3,
                          "alpha_d": None, "objective": 0.4, "temperature": 0.0, "fit": "mmaa"}
-    section = text.split("## linear-model: mix card (method `linear`)", 1)[1]
+    section = text.split("## linear-model, alpha 0.700: mix card (method `linear`)", 1)[1]
     assert json.loads(section.split("```json\n", 1)[1].split("```", 1)[0]) == {
         "alpha": 0.7, "temperature": 1.0, "beta": None, "target_robust": None, "fit": "matched"}
     # an RBC without clean errors has no error to cut: no line, no division by zero
@@ -183,8 +183,10 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
     cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
                                 n=n_robust, eps=0.1, norm="Linf", seed=0, batch_size=4, betas=(0.9,),
                                 alphas=(0.5,), progress=False)
-    assert seen == [n_robust, n_robust]
-    assert (cur["n_robust"], cur["n_clean"]) == (n_robust, n_all)
+    # beta 0.9 and the card's own 0.985, the linear alpha, then the ABC and the RBC alone: all on the same n images
+    assert seen == [n_robust] * 5
+    assert (cur["n_robust"], cur["n_clean"]) == (n_robust, n_robust) and cur["card_beta"] == 0.985
+    assert [r["beta"] for r in cur["mixednuts"]] == [0.9, 0.985] and set(cur) >= {"abc", "rbc"}
     mix = 0.5 * g.softmax(1) + 0.5 * h.softmax(1)
     expected_linear = float((mix.argmax(1) == labels).float().mean())
     assert expected_linear == 0.0  # the raw-scale RBC wins: a different answer than with M(s, p, c) applied

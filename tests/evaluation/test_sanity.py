@@ -181,7 +181,7 @@ def test_cli_sanity_strict_exit_status(card, tmp_path):
                                "--out", str(tmp_path / "b")])
     written = json.loads((tmp_path / "b" / "sanity.json").read_text())
     assert (weak.exit_code == 1) == (not written["passed"])
-    assert "class at grey" in weak.output and "Linear mix (alpha=0.90)" in weak.output
+    assert "class at grey" in weak.output and "Linear mix, alpha 0.900" in weak.output
     assert [(m["kind"], m["alpha"]) for m in written["models"]][2:] == [("linear", 0.9), ("mixednuts", None)]
     # attack options from the command line: a PGD that barely moves is caught, and --strict says so
     barely = runner.invoke(app, [*args, "--attack", "pgd", "-O", "n_iter=1", "-O", "step_size=1e-6", "--eps", "0.5",
@@ -294,8 +294,8 @@ def test_both_kinds_of_misses_are_added():
 
 def test_markdown_cells_show_checked_accuracy_and_misses_only_where_there_are_misses():
     text = markdown(_sweep(_sweep_row("ok", [0, 0], [0, 0]), _sweep_row("bad", [0, 1], [0, 0])))
-    assert "| ok | 75.0 | 0 | 50.0 | 50.0 |" in text
-    assert "| bad | 75.0 | 0 | 50.0 | 50.0 -> 25.0 (1 missed) |" in text and "**FAILED.**" in text
+    assert "| RBC ok | 75.0 | 0 | 50.0 | 50.0 |" in text
+    assert "| RBC bad | 75.0 | 0 | 50.0 | 50.0 -> 25.0 (1 missed) |" in text and "**FAILED.**" in text
 
 
 def test_default_radii_keep_the_nominal_eps_beyond_the_grey_reach():

@@ -116,7 +116,7 @@ def test_push_dry_run_writes_a_hub_folder_with_model_card(digits_card, strong_re
     results = ModelCard.load(folder / "README.md").data.eval_results
     assert {r.metric_name: r.metric_value for r in results} == {
         "clean accuracy": round(100 * row["clean_accuracy"], 2),
-        "robust accuracy (adaptive-strong, Linf eps 51/255)": round(100 * row["robust_accuracy"], 2)}
+        "robust accuracy (adaptive-strong, Linf eps 0.2 (51/255))": round(100 * row["robust_accuracy"], 2)}
     text = (folder / "README.md").read_text()
     assert "bench/report.json" in text and f"{100 * row['robust_accuracy']:.2f}" in text
     assert "the extra attacks the method declares were not run" in text  # the bench ran with extra_attacks=False
@@ -164,7 +164,8 @@ def test_push_refuses_bad_targets_and_leaves_nothing(digits_card, tmp_path):
     card.save(tmp_path / "wrong.toml")
     with pytest.raises(InputError, match="bundle only the weights the card was fitted for"):
         share_push.hub_folder(tmp_path / "wrong.toml", REPO, tmp_path / "y", bundle_weights=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "wrong.toml"]  # no folder, no staging left
+    # no folder, no staging left (wrong.arrays.json: the card's search grid, written beside it)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "wrong.arrays.json", "wrong.toml"]
     first = share_push.hub_folder(digits_card, REPO, tmp_path / "z")  # a folder push wrote is replaced
     assert share_push.hub_folder(digits_card, REPO, first.path).files == first.files
 

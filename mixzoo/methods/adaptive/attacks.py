@@ -1,5 +1,5 @@
-"""Attacks on the mixing network: the training-time attacks of settings A, B, C (001 Sec. 4.2, 5.2) and the
-evaluation attack ``adaptive-smoothing-apgd`` (setting D and the attack on the mixing network alone).
+"""Attacks on the mixing network: the training-time attacks of settings A, B, C (Bai et al. 2024b, Sec. 4.2, 5.2) and
+the evaluation attack ``adaptive-smoothing-apgd`` (setting D and the attack on the mixing network alone).
 
 Every loss here is the authors' ``SimpleCompLoss`` form, maximised by the adversary:
 ``(1 - w) * L(h^a(x'), y) + w * BCE(a(x'), 1)`` with ``BCE(a, 1) = -log a``: the second term pushes a(x) down,
@@ -93,8 +93,8 @@ def pgd_alpha(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: torch.
 
 
 class AlphaAPGD(Attack):
-    """``adaptive-smoothing-apgd``: APGD-CE and APGD-T whose loss also lowers a(x) (001 Sec. 4.2 setting D; weight
-    ``alpha_weight``), and ``alpha-only``: APGD on -log a(x) alone (the mixing network attacked by itself: the
+    """``adaptive-smoothing-apgd``: APGD-CE and APGD-T whose loss also lowers a(x) (Bai et al. 2024b, Sec. 4.2 setting
+    D; weight ``alpha_weight``), and ``alpha-only``: APGD on -log a(x) alone (the mixing network attacked by itself: the
     ABC then decides). Needs a classifier with ``forward_alpha`` (an adaptive-smoothing card's).
 
     Given the examples' indices (the bench's default), every run's random start is drawn per example from (seed,

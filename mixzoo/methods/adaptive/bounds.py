@@ -1,4 +1,5 @@
-"""Choosing the evaluation-time lower bound alpha_min of adaptive smoothing (001 App. D.1) on the calibration split.
+"""Choosing the evaluation-time lower bound alpha_min of adaptive smoothing (Bai et al. 2024b, App. D.1) on the
+calibration split.
 
 The mixing network is trained with alpha in the full (0, 1); at evaluation its output is mapped into
 ``(alpha_min, alpha_max)`` (:func:`.mixing.check_bounds`). App. D.1 fixes ``(0.96, 1)`` for CIFAR-10 by hand. Here
@@ -8,8 +9,8 @@ The mixing network is trained with alpha in the full (0, 1); at evaluation its o
 ``alpha_min`` and a bisection over the grid needs about log2(len(grid)) attacks.
 
 The attack of the search is white-box and aimed at the method: per example, the worst of APGD-CE + APGD-T through
-the whole classifier and of setting D (the same with a term lowering a(x), 001 Sec. 4.2), at a reduced budget
-(:data:`SEARCH_OPTIONS`). The calibration split is disjoint from the evaluation split, so the bench's numbers are
+the whole classifier and of setting D (the same with a term lowering a(x), Bai et al. 2024b, Sec. 4.2), at a reduced
+budget (:data:`SEARCH_OPTIONS`). The calibration split is disjoint from the evaluation split, so the bench's numbers are
 not fitted to; the bench then attacks the chosen card with everything it has.
 """
 

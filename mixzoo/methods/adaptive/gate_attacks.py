@@ -1,11 +1,11 @@
 """Attacks on a learned gate through its pre-activation (logit), and the RBC-margin bound that says where to look.
 
 A learned gate mixes the ABC and the RBC with a weight that a network computes from the input: adaptive smoothing's
-``alpha(x) = alpha_min + (alpha_max - alpha_min) sigmoid(gamma(x))`` (001 Sec. 4.3), locally biased smoothing's
-``alpha(x) = exp(clip(beta_theta(x), -14, 14))`` (003 Eq. 7). Once the gate saturates (sigmoid near 0 or 1, beta
-at a crop edge) the gradient of anything computed from its *output* vanishes: setting D's ``-log a(x)`` term
-(001 Sec. 4.2) then steers nothing, and the attack follows the base models alone. The gate's *logit* keeps its
-gradient wherever it saturates, so the attacks here maximise
+``alpha(x) = alpha_min + (alpha_max - alpha_min) sigmoid(gamma(x))`` (Bai et al. 2024b, Sec. 4.3), locally biased
+smoothing's ``alpha(x) = exp(clip(beta_theta(x), -14, 14))`` (Bai et al. (local smoothing), Eq. 7). Once the gate
+saturates (sigmoid near 0 or 1, beta at a crop edge) the gradient of anything computed from its *output* vanishes:
+setting D's ``-log a(x)`` term (Bai et al. 2024b, Sec. 4.2) then steers nothing, and the attack follows the base models
+alone. The gate's *logit* keeps its gradient wherever it saturates, so the attacks here maximise
 
     L(x') - mu * gate_logit(x')
 
@@ -19,14 +19,14 @@ the point of smallest mixture margin the gate attacks visited and walks toward t
 signed steps on the margin (projected to the eps-ball and [0, 1]; a step is kept only if the margin falls, else
 halved).
 
-The bound (``rbc-screen``). Mixing probabilities (001 Eq. 3.4) with ``alpha >= alpha_min > 0``:
+The bound (``rbc-screen``). Mixing probabilities (Bai et al. 2024b, Eq. 3.4) with ``alpha >= alpha_min > 0``:
 ``p_y - p_j = (1 - alpha) (g_y - g_j) + alpha (h_y - h_j)`` for softmax outputs ``g`` (ABC) and ``h`` (RBC). The
 ABC term is at least ``-(1 - alpha)`` (probabilities lie in [0, 1]), so the mixture still predicts ``y`` whenever
 ``h_y - max_{j != y} h_j > (1 - alpha) / alpha``; that ratio falls with ``alpha``, so at every point of the ball
 
     the mixture can be fooled only where the RBC's probability margin is <= (1 - alpha_min) / alpha_min,
 
-which is 001 Lemma 3.2 with the constant alpha replaced by its lower bound (the lemma's proof uses only
+which is Bai et al. 2024b, Lemma 3.2 with the constant alpha replaced by its lower bound (the lemma's proof uses only
 ``alpha >= alpha_min`` at the attacked point). ``rbc-screen`` attacks the RBC alone (mixzoo's APGD-CE and APGD-T,
 ``screen_n_iter`` iterations, ``screen_n_target_classes`` targets) and records each example's smallest RBC
 probability margin; an example whose margin stays above the threshold is *excluded*: the gate components spend no

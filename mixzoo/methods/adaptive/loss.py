@@ -1,4 +1,4 @@
-"""The composite loss of 001 Eq. 4.2 and the pseudo-labels a~ it is trained toward (Sec. 4.4).
+"""The composite loss of Bai et al. 2024b, Eq. 4.2 and the pseudo-labels a~ it is trained toward (Sec. 4.4).
 
 ``c_CE * CE(h^a(x + d), y) + c_BCE * BCE(a(x + d), a~) + c_prod * CE * BCE``, per example, times a weight (the
 authors' ``scale``: 2 on clean examples in their CIFAR-10 configuration), averaged. BCE is taken on gamma, the

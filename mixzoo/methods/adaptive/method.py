@@ -1,4 +1,4 @@
-"""Adaptive smoothing as a mixing-method plugin (paper 001 Sec. 4-5): ``adaptive-smoothing``.
+"""Adaptive smoothing as a mixing-method plugin (Bai et al. 2024b, Sec. 4-5): ``adaptive-smoothing``.
 
 ``fit`` trains the mixing network on the dataset's train split (:mod:`.training`) and writes the card plus the
 network's weights (safetensors, next to the card, sha256 in the card's ``[weights]``); ``build`` rebuilds the
@@ -37,19 +37,21 @@ _TRAIN_KEYS = ("setting", "epochs", "batch_size", "lr", "weight_decay", "ema", "
 
 
 class AdaptiveSmoothing(MixingMethod):
-    """alpha_theta(x) from a small network on both base models' features (001 Sec. 4.3), trained on clean and
-    attacked train-split images with the composite loss (Eq. 4.2)."""
+    """alpha_theta(x) from a small network on both base models' features (Bai et al. 2024b, Sec. 4.3), trained on clean
+    and attacked train-split images with the composite loss (Eq. 4.2)."""
 
     name = SECTION
     title = "Adaptive smoothing"
-    paper = "001 Eq. 3.4, 4.2, Sec. 4-5, App. D.1"
+    paper = "Bai et al. 2024b, Eq. 3.4, 4.2, Sec. 4-5, App. D.1"
     fit_cost = ("training: every batch attacked against the current mixture (setting A/B: PGD, C: APGD-CE +"
                 " APGD-T), epochs x n_train images; minutes on a CPU for the Fashion-MNIST zoo")
-    certificate = ("its alpha depends on the input, so 001 Lemma 3.2 / Thm 3.5 (constant alpha) do not apply; with"
+    certificate = ("its alpha depends on the input, so Bai et al. 2024b, Lemma 3.2 / Thm 3.5 (constant alpha) do not"
+                   " apply; with"
                    " alpha_min > 0 a bound holds only through alpha_min, which mixzoo does not compute")
     options = {
         "setting": MethodOption(
-            "training attack (001 Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T (default C)",
+            "training attack (Bai et al. 2024b, Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T"
+            " (default C)",
             str),
         "epochs": MethodOption("training epochs (default 5)", int),
         "n_train": MethodOption(
@@ -150,15 +152,16 @@ class AdaptiveSmoothing(MixingMethod):
         return [
             ExtraAttack("setting-d", "adaptive-smoothing-apgd", {**apgd, "components": ["apgd-ce-alpha",
                                                                                       "apgd-t-alpha"]},
-                        why="001 Sec. 4.2 D: APGD whose loss also lowers alpha (toward the ABC)"),
+                        why="Bai et al. 2024b, Sec. 4.2 D: APGD whose loss also lowers alpha (toward the ABC)"),
             ExtraAttack("alpha-only", "adaptive-smoothing-apgd", {**apgd, "components": ["alpha-only"]},
                         why="the mixing network attacked alone: minimise alpha, the ABC then decides"),
             ExtraAttack("apgd-gray", "apgd", apgd, gradient="gray",
-                        why="001 Sec. 4.2 A: the mixing network's gradient bypassed (alpha constant backward)"),
+                        why="Bai et al. 2024b, Sec. 4.2 A: the mixing network's gradient bypassed (alpha constant"
+                            " backward)"),
             ExtraAttack("transfer-abc", "apgd", apgd, gradient="transfer-abc",
-                        why="001 Sec. 5.1.1 STD attack: the ABC's gradient, judged on the mixture"),
+                        why="Bai et al. 2024b, Sec. 5.1.1 STD attack: the ABC's gradient, judged on the mixture"),
             ExtraAttack("transfer-rbc", "apgd", apgd, gradient="transfer-rbc",
-                        why="001 Sec. 5.1.1 ROB attack: the RBC's gradient, judged on the mixture"),
+                        why="Bai et al. 2024b, Sec. 5.1.1 ROB attack: the RBC's gradient, judged on the mixture"),
             square_extra(queries),
             # the gate attacked through its pre-sigmoid logit gamma, with the RBC-margin screen (gate_attacks.py)
             gate_logit_extra("adaptive-smoothing-gate", card.params),

@@ -1,4 +1,4 @@
-"""The adaptively smoothed classifier (001 Eq. 3.4 with alpha = alpha_theta(x), Sec. 4.1-4.3).
+"""The adaptively smoothed classifier (Bai et al. 2024b, Eq. 3.4 with alpha = alpha_theta(x), Sec. 4.1-4.3).
 
 ``log((1 - a(x)) softmax(g(x) / T) + a(x) softmax(h(x)))`` with ``a(x) = alpha_min + (alpha_max - alpha_min)
 sigmoid(gamma(x))``: the evaluation-time range (alpha_min, alpha_max) of App. D.1 (training uses (0, 1)). Computed
@@ -8,10 +8,10 @@ alphas give exact values and finite gradients.
 Gradient variants (``gradient``), for the attacks an adversary who knows the method runs (:mod:`.attacks`):
 
 * ``exact``: end-to-end, through the mixing network;
-* ``gray``: 001 Sec. 4.2 setting A: the mixing network's input features are detached, so alpha is a constant in
-  the backward pass (the network's gradient bypassed);
+* ``gray``: Bai et al. 2024b, Sec. 4.2 setting A: the mixing network's input features are detached, so alpha is a
+  constant in the backward pass (the network's gradient bypassed);
 * ``transfer-abc`` / ``transfer-rbc``: the mixture's values with the gradient of one base model's log-softmax
-  (transfer from each base model, 001 Sec. 5.1.1 STD / ROB attacks, judged on the mixture).
+  (transfer from each base model, Bai et al. 2024b, Sec. 5.1.1 STD / ROB attacks, judged on the mixture).
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def log_alphas(gamma: torch.Tensor, alpha_min: float = 0.0, alpha_max: float = 1
 
 def adaptive_log_probs(abc_logits: torch.Tensor, rbc_logits: torch.Tensor, gamma: torch.Tensor, *,
                        temperature: float = 1.0, alpha_min: float = 0.0, alpha_max: float = 1.0) -> torch.Tensor:
-    """``log((1 - a) softmax(g / T) + a softmax(h))`` per example (001 Eq. 3.4, a = a(x) from ``gamma``)."""
+    """``log((1 - a) softmax(g / T) + a softmax(h))`` per example (Bai et al. 2024b, Eq. 3.4, a = a(x) from
+    ``gamma``)."""
     if abc_logits.shape != rbc_logits.shape:
         raise InputError(f"ABC logits {tuple(abc_logits.shape)} and RBC logits {tuple(rbc_logits.shape)} differ in"
                          " shape; the models must classify the same classes")
@@ -65,7 +66,8 @@ def adaptive_log_probs(abc_logits: torch.Tensor, rbc_logits: torch.Tensor, gamma
 
 
 class AdaptiveClassifier(nn.Module):
-    """h^{alpha_theta} (001 Sec. 5.2): frozen ``abc`` and ``rbc``, a mixing network ``net`` reading their taps.
+    """h^{alpha_theta} (Bai et al. 2024b, Sec. 5.2): frozen ``abc`` and ``rbc``, a mixing network ``net`` reading their
+    taps.
 
     [0, 1] images in, log-probabilities out. ``bounded``: apply (alpha_min, alpha_max) (evaluation); training
     reads the full (0, 1) range (App. D.1). ``gradient``: see the module docstring.

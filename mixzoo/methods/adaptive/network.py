@@ -1,4 +1,4 @@
-"""The mixing network alpha_theta (001 Sec. 4.3, Fig. 3, App. D.1), sized for a CPU.
+"""The mixing network alpha_theta (Bai et al. 2024b, Sec. 4.3, Fig. 3, App. D.1), sized for a CPU.
 
 Early features of the ABC and the RBC, concatenated, go through a 3x3 convolution, batch norm, ReLU and a residual
 block; they are pooled to the middle features' size and joined (channel concatenation) with the middle features of

@@ -1,10 +1,11 @@
-"""Layer taps: the intermediate features of a base classifier that the mixing network reads (001 Sec. 4.3, App. D.1).
+"""Layer taps: the intermediate features of a base classifier that the mixing network reads (Bai et al. 2024b, Sec.
+4.3, App. D.1).
 
-Two depths, ``early`` (001 App. D.1: the first convolution / first block) and ``middle`` (the second block). A model
-declares them as module names inside its network (the registry field ``taps``, e.g. ``taps = {early = "features.2",
-middle = "features.5"}``, or an attribute ``taps`` of a plain module); the published families have defaults by
-network class (:data:`FAMILY_TAPS`). The features are captured with forward hooks registered for one forward pass
-only, so base models shared with other classifiers are never left hooked.
+Two depths, ``early`` (Bai et al. 2024b, App. D.1: the first convolution / first block) and ``middle`` (the second
+block). A model declares them as module names inside its network (the registry field ``taps``, e.g. ``taps = {early =
+"features.2", middle = "features.5"}``, or an attribute ``taps`` of a plain module); the published families have
+defaults by network class (:data:`FAMILY_TAPS`). The features are captured with forward hooks registered for one
+forward pass only, so base models shared with other classifiers are never left hooked.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Training the mixing network (001 Sec. 4.4, 5.2, App. D.1) on the train split, base models frozen.
+"""Training the mixing network (Bai et al. 2024b, Sec. 4.4, 5.2, App. D.1) on the train split, base models frozen.
 
 Each batch: the clean images and attacks on them regenerated against the current mixed classifier (mixing network
 in eval mode while attacking, as the authors' trainer does), with a per-example radius ``eps * U(0.4, 1.1)``, a
@@ -7,8 +7,8 @@ random number of steps in ``steps`` and a random weight ``w ~ U(0, alpha_loss_ma
 
 * ``A``: gray-box PGD (the mixing network's features detached: no gradient through it);
 * ``B``: white-box PGD, end-to-end;
-* ``C``: white-box APGD-CE + APGD-T (``n_target_classes`` targets), end-to-end (001 Sec. 5.2: FAB and Square left
-  out of training).
+* ``C``: white-box APGD-CE + APGD-T (``n_target_classes`` targets), end-to-end (Bai et al. 2024b, Sec. 5.2: FAB and
+  Square left out of training).
 
 Then one AdamW step on the composite loss (Eq. 4.2) over clean and attacked images, with the pseudo-labels of
 :mod:`.loss` and weight ``clean_weight`` on clean images; the range of alpha is the full (0, 1) (App. D.1). An
@@ -36,8 +36,9 @@ validates, writes the checkpoint (then a barrier) and the weights; every rank re
 Every batch, the last included, needs at least one image per rank.
 
 One trainer, several methods: what is attacked, how and with which loss is an :class:`Objective`
-(:class:`AdaptiveObjective`, the default, is the above; ``local-smoothing-adaptive`` passes its own, 003 Eq. 9). The
-loop, the data pipeline, the mixing network and its taps, the seeding, checkpoints, EMA and DDP are shared.
+(:class:`AdaptiveObjective`, the default, is the above; ``local-smoothing-adaptive`` passes its own, Bai et al. (local
+smoothing), Eq. 9). The loop, the data pipeline, the mixing network and its taps, the seeding, checkpoints, EMA and DDP
+are shared.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ class Objective:
                 f" {record['alpha_clean']:.3f} attacked {record['alpha_attacked']:.3f}")
 
 
-AdaptiveObjective = Objective  # adaptive smoothing's (001 Eq. 4.2), the default
+AdaptiveObjective = Objective  # adaptive smoothing's (Bai et al. 2024b, Eq. 4.2), the default
 
 
 def _save(path: Path, state: dict[str, Any]) -> None:
@@ -281,8 +282,8 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
 
     ``val``: images and labels for the per-epoch clean and attacked accuracy (held out of the train split);
     ``checkpoint``: a file written after every epoch and resumed from; ``on_epoch(e)``: called after epoch ``e``'s
-    checkpoint is written; ``objective``: what is trained (default :class:`AdaptiveObjective`, 001 Eq. 4.2);
-    ``checkpoint_every``: batches between mid-epoch checkpoints (0 = only after each epoch; it does not change the
+    checkpoint is written; ``objective``: what is trained (default :class:`AdaptiveObjective`, Bai et al. 2024b, Eq.
+    4.2); ``checkpoint_every``: batches between mid-epoch checkpoints (0 = only after each epoch; it does not change the
     result); ``on_batch(epoch, b)``: called after batch ``b`` (1-based) of epoch ``epoch`` (0-based) and its
     checkpoint, if any.
     """

@@ -1,10 +1,11 @@
-"""Locally biased smoothing (paper 003; 001 Sec. 2.3, 3, App. B): ``knn-smoothing``, ``local-smoothing`` and
-``local-smoothing-adaptive``.
+"""Locally biased smoothing (Bai et al. (local smoothing); Bai et al. 2024b, Sec. 2.3, 3, App. B): ``knn-smoothing``,
+``local-smoothing`` and ``local-smoothing-adaptive``.
 
 :mod:`.gradients` (per-class input gradients, dual norms), :mod:`.knn` (the K-NN direction oracle),
 :mod:`.smoothing` (the formula, the classifiers and their attack-time gradients), :mod:`.method` (the training-free
-plugins), :mod:`.crossover` (beta_0 from 003 Fig. 4's crossover), :mod:`.policy` (the policy beta_theta and 003
-Eq. 9 for the shared adaptive-smoothing trainer), :mod:`.adaptive_method` (the trained plugin).
+plugins), :mod:`.crossover` (beta_0 from Bai et al. (local smoothing), Fig. 4's crossover), :mod:`.policy` (the policy
+beta_theta and Bai et al. (local smoothing), Eq. 9 for the shared adaptive-smoothing trainer), :mod:`.adaptive_method`
+(the trained plugin).
 """
 
 from mixzoo.methods.local_smoothing.adaptive_method import LocalSmoothingAdaptive

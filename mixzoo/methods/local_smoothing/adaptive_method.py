@@ -1,11 +1,14 @@
-"""``local-smoothing-adaptive`` (paper 003 Eq. 7-9): locally biased smoothing with a trained per-input strength.
+"""``local-smoothing-adaptive`` (Bai et al. (local smoothing) Eq. 7-9): locally biased smoothing with a trained
+per-input strength.
 
-``fit`` measures beta_0 on the pair (003 Fig. 4's crossover, :mod:`.crossover`, on the first ``n_crossover``
-calibration images; or takes ``beta0`` as given), trains the policy beta_theta on the train split with the shared
-adaptive-smoothing trainer and 003 Eq. 9 (:mod:`.policy`), and writes the card, the crossover curves and the
-policy's weights (safetensors next to the card, sha256 in the card's ``[weights]``). ``build`` is
+``fit`` measures beta_0 on the pair (Bai et al. (local smoothing), Fig. 4's crossover, :mod:`.crossover`, on the first
+``n_crossover`` calibration images; or takes ``beta0`` as given), trains the policy beta_theta on the train split with
+the shared adaptive-smoothing trainer and Bai et al. (local smoothing), Eq. 9 (:mod:`.policy`), and writes the card,
+the crossover curves and the policy's weights (safetensors next to the card, sha256 in the card's ``[weights]``).
+``build`` is
 :class:`~.smoothing.LocalSmoothingClassifier` with the policy as its ``log_alpha``. ``extra_attacks`` are the attacks
-of 003 Sec. 4.2 and 5.1 an adversary who knows the method runs (:meth:`LocalSmoothingAdaptive.extra_attacks`).
+of Bai et al. (local smoothing), Sec. 4.2 and 5.1 an adversary who knows the method runs
+(:meth:`LocalSmoothingAdaptive.extra_attacks`).
 """
 
 from __future__ import annotations
@@ -51,33 +54,40 @@ def _int_option(opts: dict[str, Any], key: str, default: int, low: int) -> int:
 
 
 class LocalSmoothingAdaptive(MixingMethod):
-    """003 Eq. 7: ``(g_i + exp(beta_theta(x)) R_i h_i) / (1 + exp(beta_theta(x)) R_i)``, beta_theta a policy network
-    on both base models' features trained with Eq. 9 around the measured crossover beta_0."""
+    """Bai et al. (local smoothing), Eq. 7: ``(g_i + exp(beta_theta(x)) R_i h_i) / (1 + exp(beta_theta(x)) R_i)``,
+    beta_theta a policy network on both base models' features trained with Eq. 9 around the measured crossover
+    beta_0."""
 
     name = SECTION
     title = "Local smoothing, adaptive"
-    paper = "003 Eq. 7-9, Fig. 4, Sec. 5-6.3"
+    paper = "Bai et al. (local smoothing), Eq. 7-9, Fig. 4, Sec. 5-6.3"
     fit_cost = ("a PGD sweep over alpha_t on n_crossover calibration images (beta_0), then training: every batch"
                 " attacked at a random alpha_t and through the policy, epochs x n_train images; minutes on a CPU for"
                 " the digits zoo, longer with R_i = ratio (a Jacobian per attack step)")
-    certificate = ("its strength exp(beta_theta(x)) R_i(x) depends on the input through a network, which 003 Thm 2"
+    certificate = ("its strength exp(beta_theta(x)) R_i(x) depends on the input through a network, which Bai et al."
+                   " (local smoothing), Thm 2"
                    " (fixed alpha) does not cover")
     options = {
         "beta0": MethodOption(
-            "log alpha_0, Eq. 9's threshold, given (default: measured, the crossover of 003 Fig. 4)",
+            "log alpha_0, Eq. 9's threshold, given (default: measured, the crossover of Bai et al. (local smoothing),"
+            " Fig. 4)",
             float),
         "n_crossover": MethodOption("calibration images of the crossover sweep (default 200; at most --n-calib)", int),
-        "crossover_steps": MethodOption("PGD steps of the crossover sweep (default 10, as 003's PGD-10)", int),
+        "crossover_steps": MethodOption("PGD steps of the crossover sweep (default 10, as Bai et al. (local"
+                                        " smoothing)'s PGD-10)", int),
         "crossover_alpha_ts": MethodOption("attack-time alphas of the sweep (default: alpha_ts)"),
         "alpha_ts": MethodOption(
-            "attack-time alphas of the training attacks (default 003 Sec. 6.3's 0,0.316,...,3162,inf)"),
-        "r": MethodOption(f"R_i(x): {', '.join(R_OPTIONS)} (001 App. B.1; default ratio, 003 Eq. 7)", str),
-        "space": MethodOption("logits | probabilities (default logits, 003)", str),
+            "attack-time alphas of the training attacks (default Bai et al. (local smoothing), Sec. 6.3's"
+            " 0,0.316,...,3162,inf)"),
+        "r": MethodOption(f"R_i(x): {', '.join(R_OPTIONS)} (Bai et al. 2024b, App. B.1; default ratio, Bai et al."
+                          " (local smoothing), Eq. 7)", str),
+        "space": MethodOption("logits | probabilities (default logits, Bai et al. (local smoothing))", str),
         "accelerated": MethodOption(
-            "true: 003 App. A.1's one gradient per model instead of the Jacobian (r grad_g or ratio)",
+            "true: Bai et al. (local smoothing), App. A.1's one gradient per model instead of the Jacobian (r grad_g"
+            " or ratio)",
             bool),
         "eps_c": MethodOption("added to ||grad h_i||_* in R_i = ratio (default 1e-6)", float),
-        "c1": MethodOption("Eq. 9's c1 (default 0.5, 003 Sec. 6.3)", float),
+        "c1": MethodOption("Eq. 9's c1 (default 0.5, Bai et al. (local smoothing), Sec. 6.3)", float),
         "c2": MethodOption("Eq. 9's c2 (default 0.8)", float),
         "c3": MethodOption("Eq. 9's c3 (default 3.2)", float),
         "epochs": MethodOption("training epochs (default 5)", int),
@@ -86,7 +96,7 @@ class LocalSmoothingAdaptive(MixingMethod):
             int),
         "n_val": MethodOption("train-split images held out for the per-epoch validation (default 200)", int),
         "batch_size": MethodOption("clean images per batch (default 128; two attacked copies are added)", int),
-        "lr": MethodOption("AdamW learning rate (default 1e-4; 003 uses Adam)", float),
+        "lr": MethodOption("AdamW learning rate (default 1e-4; Bai et al. (local smoothing) uses Adam)", float),
         "weight_decay": MethodOption("AdamW weight decay (1e-5)", float),
         "ema": MethodOption("EMA decay of the weights, 0 = off (default 0)", float),
         "clean_weight": MethodOption("loss weight of clean images (default 1)", float),
@@ -120,7 +130,8 @@ class LocalSmoothingAdaptive(MixingMethod):
         if not math.isfinite(params["beta0"]):
             raise InputError(f"{source}: field '{sec}.beta0' must be finite, got {params['beta0']}")
         if params["accelerated"] and params["r"] not in ("grad_g", "ratio"):
-            raise InputError(f"{source}: field '{sec}.accelerated' applies to r = grad_g or ratio (003 App. A.1),"
+            raise InputError(f"{source}: field '{sec}.accelerated' applies to r = grad_g or ratio (Bai et al. (local"
+                             " smoothing), App. A.1),"
                              f" not {params['r']!r}; drop it")
         params.setdefault("eval_n_target_classes", 3)
         check_network_fields(params, source, sec)
@@ -154,10 +165,10 @@ class LocalSmoothingAdaptive(MixingMethod):
                                         log_alpha=policy).eval()
 
     def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
-        """003 Sec. 5.1: through the policy with R_i held fixed and with the policy's gradient bypassed; Eq. 6 at
-        fixed alpha_t = 0 (transfer from g), inf (transfer from h) and alpha_0 (the crossover); the policy attacked
-        toward g (APGD whose loss also lowers beta, and beta alone); Square (gradient-free); the policy attacked
-        through beta_theta before its crop and exp."""
+        """Bai et al. (local smoothing), Sec. 5.1: through the policy with R_i held fixed and with the policy's
+        gradient bypassed; Eq. 6 at fixed alpha_t = 0 (transfer from g), inf (transfer from h) and alpha_0 (the
+        crossover); the policy attacked toward g (APGD whose loss also lowers beta, and beta alone); Square
+        (gradient-free); the policy attacked through beta_theta before its crop and exp."""
         from mixzoo.methods.adaptive.gate_attacks import gate_logit_extra
 
         q = card.params
@@ -166,21 +177,26 @@ class LocalSmoothingAdaptive(MixingMethod):
         out = []
         if q["r"] != "one":
             out.append(ExtraAttack("apgd-fixed-R", "apgd", dict(apgd), gradient="fixed-R",
-                                   why="through the policy, R_i(x) held constant (003 Sec. 4.2: R_i is an extra"
+                                   why="through the policy, R_i(x) held constant (Bai et al. (local smoothing), Sec."
+                                       " 4.2: R_i is an extra"
                                        " gradient path that can mislead)"))
         out += [
             ExtraAttack("apgd-policy-fixed", "apgd", dict(apgd), gradient="policy-fixed",
-                        why="003 Sec. 5.1: the adversary without the gradient through the policy"),
+                        why="Bai et al. (local smoothing), Sec. 5.1: the adversary without the gradient through the"
+                            " policy"),
             ExtraAttack("apgd-alpha_t=0", "apgd", dict(apgd), gradient="alpha_t=0",
-                        why="003 Eq. 6 at alpha_t = 0: transfer from g, judged on the adaptive classifier"),
+                        why="Bai et al. (local smoothing), Eq. 6 at alpha_t = 0: transfer from g, judged on the"
+                            " adaptive classifier"),
             ExtraAttack("apgd-alpha_t=inf", "apgd", dict(apgd), gradient="alpha_t=inf",
-                        why="003 Eq. 6 at alpha_t = inf: transfer from h"),
+                        why="Bai et al. (local smoothing), Eq. 6 at alpha_t = inf: transfer from h"),
             ExtraAttack("apgd-alpha_t=alpha0", "apgd", dict(apgd), gradient=f"alpha_t={alpha0:.6g}",
-                        why="003 Eq. 6 at the crossover alpha_0 (003 Fig. 7: a fixed intermediate alpha_t was the"
+                        why="Bai et al. (local smoothing), Eq. 6 at the crossover alpha_0 (Bai et al. (local"
+                            " smoothing), Fig. 7: a fixed intermediate alpha_t was the"
                             " strongest attack)"),
             ExtraAttack("policy-d", "adaptive-smoothing-apgd", {**apgd, "components": ["apgd-ce-alpha",
                                                                                      "apgd-t-alpha"]},
-                        why="APGD whose loss also lowers beta_theta (toward the non-robust g; 001 Sec. 4.2 D)"),
+                        why="APGD whose loss also lowers beta_theta (toward the non-robust g; Bai et al. 2024b, Sec."
+                            " 4.2 D)"),
             ExtraAttack("policy-only", "adaptive-smoothing-apgd", {**apgd, "components": ["alpha-only"]},
                         why="the policy attacked alone: minimise beta_theta, g then decides"),
             square_extra(int(q["eval_n_queries"]),

@@ -1,11 +1,13 @@
-"""The threshold beta_0 of 003 Eq. 9, measured on a pair: the crossover of 003 Fig. 4.
+"""The threshold beta_0 of Bai et al. (local smoothing), Eq. 9, measured on a pair: the crossover of Bai et al. (local
+smoothing), Fig. 4.
 
-An adversary aims PGD (003 Eq. 6) at the smoothed classifier with a constant attack-time alpha_t (R_i(x) held
-constant in its gradient, as the ``alpha_t=A`` variants of :mod:`.smoothing`); on the points it finds we count how
-often g (the ABC) and h (the RBC) alone are still right. For small alpha_t the attack is aimed at g and hurts it
-more than h; for large alpha_t it is aimed at h, and g, whose loss landscape differs, is hurt less (003 Sec. 5:
-"an adversarial perturbation targeting h is benign to g"). The crossover alpha_0 is where g's attacked accuracy
-first reaches h's, and beta_0 = log alpha_0 (CIFAR-10 in 003: alpha_0 = 55).
+An adversary aims PGD (Bai et al. (local smoothing), Eq. 6) at the smoothed classifier with a constant attack-time
+alpha_t (R_i(x) held constant in its gradient, as the ``alpha_t=A`` variants of :mod:`.smoothing`); on the points it
+finds we count how often g (the ABC) and h (the RBC) alone are still right. For small alpha_t the attack is aimed at g
+and hurts it more than h; for large alpha_t it is aimed at h, and g, whose loss landscape differs, is hurt less (Bai et
+al. (local smoothing), Sec. 5: "an adversarial perturbation targeting h is benign to g"). The crossover alpha_0 is
+where g's attacked accuracy first reaches h's, and beta_0 = log alpha_0 (CIFAR-10 in Bai et al. (local smoothing):
+alpha_0 = 55).
 
 :func:`measure_crossover` runs the whole sweep as one batch: every image is repeated once per alpha_t and attacked
 with its row's alpha_t (:func:`~.smoothing.smooth` takes a per-example alpha, ``inf`` included), in chunks.
@@ -24,7 +26,7 @@ from mixzoo.core.errors import InputError
 from mixzoo.methods.adaptive.attacks import pgd_alpha
 from mixzoo.methods.local_smoothing.smoothing import LocalSmoothingClassifier, smooth, to_log_probs
 
-# 003 Sec. 6.3: the attack-time alphas the policy is trained on (and, here, the default sweep)
+# Bai et al. (local smoothing), Sec. 6.3: the attack-time alphas the policy is trained on (and, here, the default sweep)
 PAPER_ALPHA_TS = (0.0, 0.316, 1.46, 6.81, 31.6, 147.0, 681.0, 3162.0, math.inf)
 
 
@@ -46,15 +48,15 @@ class AtAlpha:
 
 def attack_at_alpha(clf: LocalSmoothingClassifier, x: torch.Tensor, y: torch.Tensor, alpha_t: torch.Tensor, *,
                     eps: torch.Tensor, steps: int, noise: torch.Tensor, norm: str = "Linf") -> torch.Tensor:
-    """PGD (003 Eq. 6) on the smoothed classifier at attack-time ``alpha_t`` per example, radius ``eps`` per
-    example, random start from ``noise`` (uniform [0, 1), the shape of ``x``); the trainer's PGD."""
+    """PGD (Bai et al. (local smoothing), Eq. 6) on the smoothed classifier at attack-time ``alpha_t`` per example,
+    radius ``eps`` per example, random start from ``noise`` (uniform [0, 1), the shape of ``x``); the trainer's PGD."""
     return pgd_alpha(AtAlpha(clf, alpha_t), x, y, eps=eps.to(x), steps=steps, w=torch.zeros(len(x)).to(x),
                      noise=noise, norm=norm)
 
 
 @dataclass
 class Crossover:
-    """The measured curves of 003 Fig. 4 and the beta_0 read from them."""
+    """The measured curves of Bai et al. (local smoothing), Fig. 4 and the beta_0 read from them."""
 
     alpha_ts: list[float]
     acc_g: list[float]  # g's accuracy on the points of the attack aimed at alpha_t
@@ -110,8 +112,8 @@ def crossover_point(alpha_ts: Sequence[float], acc_g: Sequence[float], acc_h: Se
 def measure_crossover(clf: LocalSmoothingClassifier, images: torch.Tensor, labels: torch.Tensor,
                       alpha_ts: Sequence[float] = PAPER_ALPHA_TS, *, eps: float, norm: str = "Linf", steps: int = 10,
                       seed: int = 0, batch_size: int = 500) -> Crossover:
-    """003 Fig. 4 on ``images``: PGD-``steps`` at each alpha_t on the smoothed classifier ``clf`` (its R_i, space,
-    norm; its own alpha is not used), g's and h's accuracy on the attacked points, and beta_0
+    """Bai et al. (local smoothing), Fig. 4 on ``images``: PGD-``steps`` at each alpha_t on the smoothed classifier
+    ``clf`` (its R_i, space, norm; its own alpha is not used), g's and h's accuracy on the attacked points, and beta_0
     (:func:`crossover_point`). All (image, alpha_t) pairs form one batch, attacked in chunks of ``batch_size``; the
     random starts come from ``seed`` for the whole batch, so the chunking does not change the result."""
     alphas = check_alpha_ts(list(alpha_ts))

@@ -1,12 +1,14 @@
-"""Per-class input-gradient norms of the two base models: 003 Fig. 2-3 (and App. A.4 with attacked inputs).
+"""Per-class input-gradient norms of the two base models: Bai et al. (local smoothing), Fig. 2-3 (and App. A.4 with
+attacked inputs).
 
-003 Sec. 4 argues that R_i(x) = ||grad g_i(x)||_* / ||grad h_i(x)||_* is worth computing because it varies from input
-to input: the distributions of ||grad g_i||_* and ||grad h_i||_* per class i have non-trivial spread (Fig. 2),
-||grad g_i|| is usually larger than ||grad h_i|| (the accurate model is the less smooth one), and the g and h norms
-are weakly correlated with each other (Fig. 3). :func:`gradient_norms` measures them on images (whole Jacobians, one
-batched backward pass per model and chunk: :func:`~.gradients.class_gradients`), :func:`gradient_norm_summary`
-reduces them to what the figures show (quantiles per class, the 2c x 2c correlation matrix, the share of
-(image, class) pairs with ||grad g_i|| > ||grad h_i||) and :func:`gradient_norm_figure` draws them (PNG).
+Bai et al. (local smoothing), Sec. 4 argues that R_i(x) = ||grad g_i(x)||_* / ||grad h_i(x)||_* is worth computing
+because it varies from input to input: the distributions of ||grad g_i||_* and ||grad h_i||_* per class i have
+non-trivial spread (Fig. 2), ||grad g_i|| is usually larger than ||grad h_i|| (the accurate model is the less smooth
+one), and the g and h norms are weakly correlated with each other (Fig. 3). :func:`gradient_norms` measures them on
+images (whole Jacobians, one batched backward pass per model and chunk: :func:`~.gradients.class_gradients`),
+:func:`gradient_norm_summary` reduces them to what the figures show (quantiles per class, the 2c x 2c correlation
+matrix, the share of (image, class) pairs with ||grad g_i|| > ||grad h_i||) and :func:`gradient_norm_figure` draws
+them (PNG).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ QUANTILES = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
 def gradient_norms(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, *, norm: str = "Linf",
                    space: str = "logits", batch_size: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
     """``(G, H)``, each (n, c): ``G[b, i] = ||grad_x g_i(x_b)||_*``, ``H`` likewise for h, the dual norm of the
-    threat model ``norm`` (l1 for l-inf, 003's case), of the logits (003) or of the probabilities."""
+    threat model ``norm`` (l1 for l-inf, Bai et al. (local smoothing)'s case), of the logits (Bai et al. (local
+    smoothing)) or of the probabilities."""
     check_norm(norm)
     if space not in ("logits", "probabilities"):
         raise InputError(f"space must be logits or probabilities, got {space!r}")
@@ -45,10 +48,10 @@ def gradient_norms(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, *, norm
 
 
 def gradient_norm_summary(g: torch.Tensor, h: torch.Tensor) -> dict[str, Any]:
-    """What 003 Fig. 2-3 show, as numbers: per class the quantiles :data:`QUANTILES`, mean and standard deviation
-    of each model's norms; the Pearson correlation matrix of the 2c variables (g_1..g_c, then h_1..h_c); the share of
-    (image, class) pairs where ||grad g_i|| > ||grad h_i||; and per class the coefficient of variation of R_i = g/h
-    (how much the ratio moves from input to input)."""
+    """What Bai et al. (local smoothing), Fig. 2-3 show, as numbers: per class the quantiles :data:`QUANTILES`, mean
+    and standard deviation of each model's norms; the Pearson correlation matrix of the 2c variables (g_1..g_c, then
+    h_1..h_c); the share of (image, class) pairs where ||grad g_i|| > ||grad h_i||; and per class the coefficient of
+    variation of R_i = g/h (how much the ratio moves from input to input)."""
     if g.shape != h.shape or g.ndim != 2:
         raise InputError(f"g and h norms must both be (n, c), got {tuple(g.shape)} and {tuple(h.shape)}")
     q = torch.tensor(QUANTILES, dtype=g.dtype)
@@ -71,8 +74,8 @@ def gradient_norm_summary(g: torch.Tensor, h: torch.Tensor) -> dict[str, Any]:
 
 def gradient_norm_figure(g: torch.Tensor, h: torch.Tensor, path: str | Path, *, title: str = "",
                          norm_name: str = "l1") -> Path:
-    """003 Fig. 2 (box plots of ||grad g_i|| above and ||grad h_i|| below, one box per class, log scale) beside
-    Fig. 3 (the correlation matrix), one PNG at ``path``."""
+    """Bai et al. (local smoothing), Fig. 2 (box plots of ||grad g_i|| above and ||grad h_i|| below, one box per class,
+    log scale) beside Fig. 3 (the correlation matrix), one PNG at ``path``."""
     from mixzoo.core.figures import figure_module, save_png
 
     plt = figure_module()
@@ -93,9 +96,9 @@ def gradient_norm_figure(g: torch.Tensor, h: torch.Tensor, path: str | Path, *, 
     labels = [f"g{i}" for i in range(c)] + [f"h{i}" for i in range(c)]
     ax.set_xticks(range(2 * c), labels, fontsize=6, rotation=90)
     ax.set_yticks(range(2 * c), labels, fontsize=6)
-    ax.set_title("correlation of the 2c gradient norms (003 Fig. 3)", fontsize=9)
+    ax.set_title("correlation of the 2c gradient norms (Bai et al. (local smoothing), Fig. 3)", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle(title or "per-class input-gradient norms (003 Fig. 2)", fontsize=10)
+    fig.suptitle(title or "per-class input-gradient norms (Bai et al. (local smoothing), Fig. 2)", fontsize=10)
     out = Path(path)
     save_png(fig, out)
     plt.close(fig)

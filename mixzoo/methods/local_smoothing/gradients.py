@@ -1,7 +1,8 @@
 """Input gradients for locally biased smoothing: per-class Jacobians in one batched backward pass, and dual norms.
 
-The smoothing weights of paper 003 (Eq. 1-2, 5, 10) and 001 (Eq. 3.2-3.3, App. B.1) use ``||grad_x g_i(x)||_*``,
-the dual norm of the threat model's norm (l1 for l-inf attacks, l2 for l2, l-inf for l1), for every class ``i``.
+The smoothing weights of Bai et al. (local smoothing) (Eq. 1-2, 5, 10) and Bai et al. 2024b (Eq. 3.2-3.3, App. B.1) use
+``||grad_x g_i(x)||_*``, the dual norm of the threat model's norm (l1 for l-inf attacks, l2 for l2, l-inf for l1), for
+every class ``i``.
 :func:`class_gradients` computes the whole Jacobian with one forward pass and one vectorised backward pass over
 the ``c`` output directions (``torch.autograd.grad(..., is_grads_batched=True)``, which runs the backward under
 ``torch.func.vmap``), never a Python loop over classes or examples.
@@ -60,7 +61,8 @@ def class_gradients(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
 def selected_gradient(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, *,
                       select: str | torch.Tensor = "argmax",
                       create_graph: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(fn(x), grad_x fn(x)[b, k_b])``: one class per example, one backward pass (003 App. A.1, 001 App. B.1).
+    """``(fn(x), grad_x fn(x)[b, k_b])``: one class per example, one backward pass (Bai et al. (local smoothing), App.
+    A.1, Bai et al. 2024b, App. B.1).
 
     ``select="argmax"`` takes ``k_b = argmax_j fn(x)[b, j]`` (the gradient of ``max_j fn_j``); a tensor gives the
     classes.

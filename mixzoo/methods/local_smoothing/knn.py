@@ -1,10 +1,11 @@
-"""The K-nearest-neighbour direction oracle of paper 003 Sec. 3: ``h_i(x) = 2 * (share of the K nearest training
-images, in l2, labelled i) - 1``, in [-1, 1].
+"""The K-nearest-neighbour direction oracle of Bai et al. (local smoothing) Sec. 3: ``h_i(x) = 2 * (share of the K
+nearest training images, in l2, labelled i) - 1``, in [-1, 1].
 
 Neighbours are found over the whole train split with chunked ``torch.cdist`` and ``topk`` (memory bounded by the
 chunk, never a loop over query images). The oracle is piecewise constant in x, so its gradient is zero almost
 everywhere; :meth:`KNNOracle.soft` is a differentiable surrogate (a softmax over each class's mean distance to its K
-nearest train images) that an adversary uses to attack the oracle itself (alpha_t -> infinity, 003 Sec. 4.2).
+nearest train images) that an adversary uses to attack the oracle itself (alpha_t -> infinity, Bai et al. (local
+smoothing), Sec. 4.2).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ SOFT_MAX_K = 20  # neighbours per class in the soft surrogate: (B, c, 20, d) gat
 
 
 class KNNOracle(nn.Module):
-    """``h(x)`` of 003 Sec. 3 over ``images`` (N, C, H, W in [0, 1]) with ``labels`` (N,), ``k`` neighbours.
+    """``h(x)`` of Bai et al. (local smoothing), Sec. 3 over ``images`` (N, C, H, W in [0, 1]) with ``labels`` (N,),
+    ``k`` neighbours.
 
-    Distances are l2 on the [0, 1] pixels (003 footnote 2 standardises per channel: on one-channel images that is
-    a scaling, which leaves the neighbours unchanged).
+    Distances are l2 on the [0, 1] pixels (Bai et al. (local smoothing) footnote 2 standardises per channel: on
+    one-channel images that is a scaling, which leaves the neighbours unchanged).
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, k: int, num_classes: int,
@@ -56,7 +58,7 @@ class KNNOracle(nn.Module):
         return onehot.mean(dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``h(x) = 2 * votes - 1`` (003 Sec. 3), no gradient."""
+        """``h(x) = 2 * votes - 1`` (Bai et al. (local smoothing), Sec. 3), no gradient."""
         return 2.0 * self.votes(x) - 1.0
 
     def class_neighbours(self, x: torch.Tensor, m: int) -> torch.Tensor:

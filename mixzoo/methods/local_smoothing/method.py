@@ -1,17 +1,21 @@
-"""Locally biased smoothing (paper 003; 001 Sec. 2.3, 3, App. B) as two training-free mixing-method plugins.
+"""Locally biased smoothing (Bai et al. (local smoothing); Bai et al. 2024b, Sec. 2.3, 3, App. B) as two training-free
+mixing-method plugins.
 
-* ``knn-smoothing`` (003 Eq. 1-2): the ABC's logits smoothed toward a K-nearest-neighbour oracle over the
-  dataset's train split, weighted by ``alpha ||grad g_i||_*``.
-* ``local-smoothing`` (003 Eq. 5, 001 Eq. 3.3): the ABC smoothed toward the RBC with weight ``alpha R_i(x)``, R_i one
-  of 001 App. B.1's four options, on logits or probabilities, optionally accelerated (003 App. A.1).
+* ``knn-smoothing`` (Bai et al. (local smoothing), Eq. 1-2): the ABC's logits smoothed toward a K-nearest-neighbour
+  oracle over the dataset's train split, weighted by ``alpha ||grad g_i||_*``.
+* ``local-smoothing`` (Bai et al. (local smoothing), Eq. 5, Bai et al. 2024b, Eq. 3.3): the ABC smoothed toward the RBC
+  with weight ``alpha R_i(x)``, R_i one of Bai et al. 2024b, App. B.1's four options, on logits or probabilities,
+  optionally accelerated (Bai et al. (local smoothing), App. A.1).
 
 Both are fitted by writing the card from the given options (no data needed beyond the pair's checks); the attacks an
-adversary who knows the method runs are declared in :meth:`extra_attacks` (003 Sec. 4.2, 5.1, 6.1).
+adversary who knows the method runs are declared in :meth:`extra_attacks` (Bai et al. (local smoothing), Sec. 4.2, 5.1,
+6.1).
 
-The trained ``local-smoothing-adaptive`` (003 Eq. 7-9) reuses :class:`~.smoothing.LocalSmoothingClassifier`: its
-``log_alpha`` argument takes the policy ``beta_theta`` (a module, images -> (B,) log-strengths), so that method's
-``build`` is ``LocalSmoothingClassifier(abc, rbc, alpha=0, r=..., space=..., log_alpha=policy)`` with the policy
-loaded from the card's ``[weights]``; its extras add APGD through the policy (``"exact"``) and at fixed alpha_t.
+The trained ``local-smoothing-adaptive`` (Bai et al. (local smoothing), Eq. 7-9) reuses
+:class:`~.smoothing.LocalSmoothingClassifier`: its ``log_alpha`` argument takes the policy ``beta_theta`` (a module,
+images -> (B,) log-strengths), so that method's ``build`` is ``LocalSmoothingClassifier(abc, rbc, alpha=0, r=...,
+space=..., log_alpha=policy)`` with the policy loaded from the card's ``[weights]``; its extras add APGD through the
+policy (``"exact"``) and at fixed alpha_t.
 """
 
 from __future__ import annotations
@@ -102,9 +106,9 @@ def _alpha_option(opts: dict[str, Any], method: str) -> tuple[float | None, floa
 def choose_alpha(classifier: Any, images: torch.Tensor, labels: torch.Tensor, target: float,
                  batch_size: int = 250) -> tuple[float, list[dict[str, float]]]:
     """The largest alpha of a grid (``SCALE_GRID / median R``, and 0) whose clean accuracy on ``images`` is at least
-    ``target``: g, h and R computed once (``classifier.parts``), the formula (003 Eq. 2, 5) per alpha. No attack:
-    clean accuracy falls from g's toward h's as alpha grows, so this is the most robust-leaning alpha the clean
-    budget allows. Returns the alpha and every alpha's accuracy."""
+    ``target``: g, h and R computed once (``classifier.parts``), the formula (Bai et al. (local smoothing), Eq. 2, 5)
+    per alpha. No attack: clean accuracy falls from g's toward h's as alpha grows, so this is the most robust-leaning
+    alpha the clean budget allows. Returns the alpha and every alpha's accuracy."""
     import torch
 
     from mixzoo.methods.local_smoothing.smoothing import smooth
@@ -132,27 +136,34 @@ def _extra_apgd(gradient: str, why: str) -> ExtraAttack:
 
 
 class LocalSmoothing(MixingMethod):
-    """Robust-network oracle, 003 Eq. 5 / 001 Eq. 3.3: ``(g_i + alpha R_i h_i) / (1 + alpha R_i)``."""
+    """Robust-network oracle, Bai et al. (local smoothing), Eq. 5 / Bai et al. 2024b, Eq. 3.3: ``(g_i + alpha R_i h_i)
+    / (1 + alpha R_i)``."""
 
     name = "local-smoothing"
     title = "Local smoothing"
-    paper = "003 Eq. 5, App. A.1; 001 Eq. 3.3, App. B.1"
+    paper = "Bai et al. (local smoothing), Eq. 5, App. A.1; Bai et al. 2024b, Eq. 3.3, App. B.1"
     fit_cost = "training-free: writes the card from the given alpha and R_i (no attack)"
-    certificate = ("its weight alpha R_i(x) depends on x (input gradients), which 001 Lemma 3.2's constant-alpha"
-                   " radius does not cover (003 Thm 2 needs Lipschitz constants of both gradients); certify a"
+    certificate = ("its weight alpha R_i(x) depends on x (input gradients), which Bai et al. 2024b, Lemma 3.2's"
+                   " constant-alpha"
+                   " radius does not cover (Bai et al. (local smoothing), Thm 2 needs Lipschitz constants of both"
+                   " gradients); certify a"
                    " linear card, which is R_i = 1 on probabilities")
     options = {
         "alpha": MethodOption("the smoothing strength alpha >= 0 (0: the ABC; large: the RBC)", float),
-        "r": MethodOption(f"R_i(x): {', '.join(R_OPTIONS)} (001 App. B.1; default ratio, 003 Eq. 5)", str),
-        "space": MethodOption("logits | probabilities: what is smoothed (001 Sec. 3; default logits, 003)", str),
+        "r": MethodOption(f"R_i(x): {', '.join(R_OPTIONS)} (Bai et al. 2024b, App. B.1; default ratio, Bai et al."
+                          " (local smoothing), Eq. 5)", str),
+        "space": MethodOption("logits | probabilities: what is smoothed (Bai et al. 2024b, Sec. 3; default logits, Bai"
+                              " et al. (local smoothing))", str),
         "accelerated": MethodOption(
-            "true: one gradient per model instead of the Jacobian (003 App. A.1; R_i grad_g or ratio)",
+            "true: one gradient per model instead of the Jacobian (Bai et al. (local smoothing), App. A.1; R_i grad_g"
+            " or ratio)",
             bool),
         "target_clean": MethodOption(
             "instead of alpha: the largest alpha whose clean accuracy on the calibration split is at"
             " least this (no attack)",
             float),
-        "eps_c": MethodOption("added to ||grad h_i||_* in R_i = ratio (003 Sec. 4; default 1e-6)", float),
+        "eps_c": MethodOption("added to ||grad h_i||_* in R_i = ratio (Bai et al. (local smoothing), Sec. 4; default"
+                              " 1e-6)", float),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
@@ -164,7 +175,8 @@ class LocalSmoothing(MixingMethod):
         _flag(params, "accelerated", source, sec)
         number(params, "eps_c", source, sec, positive=True, default=1e-6)
         if params["accelerated"] and params["r"] not in ("grad_g", "ratio"):
-            raise InputError(f"{source}: field '{sec}.accelerated' applies to r = grad_g or ratio (003 App. A.1),"
+            raise InputError(f"{source}: field '{sec}.accelerated' applies to r = grad_g or ratio (Bai et al. (local"
+                             " smoothing), App. A.1),"
                              f" not {params['r']!r}; drop it")
         _fit_fields(params, source, sec)
         return params
@@ -183,13 +195,16 @@ class LocalSmoothing(MixingMethod):
                                         eps_c=q["eps_c"], accelerated=q["accelerated"], gradient=gradient)
 
     def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
-        out = [_extra_apgd("alpha_t=0", "003 Eq. 6 at alpha_t = 0: the attack on g, judged on the smoothed classifier"),
-               _extra_apgd("alpha_t=inf", "003 Eq. 6 at alpha_t = inf: the attack on h (Sec. 4.2; Fig. 4 crossover)")]
+        out = [_extra_apgd("alpha_t=0", "Bai et al. (local smoothing), Eq. 6 at alpha_t = 0: the attack on g, judged"
+                                        " on the smoothed classifier"),
+               _extra_apgd("alpha_t=inf", "Bai et al. (local smoothing), Eq. 6 at alpha_t = inf: the attack on h (Sec."
+                                          " 4.2; Fig. 4 crossover)")]
         if card.params["r"] != "one":
-            out.insert(0, _extra_apgd("fixed-R", "003 Sec. 4.2: R_i(x) is an extra gradient path; APGD with R_i"
+            out.insert(0, _extra_apgd("fixed-R", "Bai et al. (local smoothing), Sec. 4.2: R_i(x) is an extra gradient"
+                                                 " path; APGD with R_i"
                                                  " held constant"))
         out.append(square_extra(EXTRA_SQUARE_QUERIES, why="gradient-free: input gradients inside R_i may mask the"
-                                                          " loss gradient (001 App. B.2)"))
+                                                          " loss gradient (Bai et al. 2024b, App. B.2)"))
         return out
 
     def fit(self, request: FitRequest) -> FitResult:
@@ -217,14 +232,15 @@ class LocalSmoothing(MixingMethod):
 
 
 class KNNSmoothing(MixingMethod):
-    """K-NN oracle, 003 Eq. 2: ``(g_i + alpha h_i ||grad g_i||_*) / (1 + alpha ||grad g_i||_*)`` on the ABC's
-    logits, ``h_i = 2 * votes_i - 1`` over the K nearest train images."""
+    """K-NN oracle, Bai et al. (local smoothing), Eq. 2: ``(g_i + alpha h_i ||grad g_i||_*) / (1 + alpha ||grad
+    g_i||_*)`` on the ABC's logits, ``h_i = 2 * votes_i - 1`` over the K nearest train images."""
 
     name = "knn-smoothing"
     title = "K-NN smoothing"
-    paper = "003 Eq. 1-2, Sec. 3, 6.1"
+    paper = "Bai et al. (local smoothing), Eq. 1-2, Sec. 3, 6.1"
     fit_cost = "training-free: writes the card from K and alpha (the train split is only fingerprinted)"
-    certificate = ("its oracle is a K-NN vote and its weight alpha ||grad g_i(x)||_* depends on x; 003 Thm 1's"
+    certificate = ("its oracle is a K-NN vote and its weight alpha ||grad g_i(x)||_* depends on x; Bai et al. (local"
+                   " smoothing), Thm 1's"
                    " radius needs Lipschitz constants of grad g that mixzoo does not bound")
     not_exportable = "its K-NN oracle searches the train split at every prediction, so the artifact would need it"
     options = {
@@ -285,12 +301,15 @@ class KNNSmoothing(MixingMethod):
         alpha = card.params["alpha"]
         own = f"alpha_t={alpha:g}" if math.isfinite(alpha) else "alpha_t=inf"
         return [
-            _extra_apgd("alpha_t=0", "003 Sec. 6.1: transfer from g (alpha_t = 0), judged on the smoothed classifier"),
+            _extra_apgd("alpha_t=0", "Bai et al. (local smoothing), Sec. 6.1: transfer from g (alpha_t = 0), judged on"
+                                     " the smoothed classifier"),
             _extra_apgd("alpha_t=inf", "attack on h itself: the K-NN vote is piecewise constant, so a soft K-NN"
                                        " surrogate gives the gradient (alpha_t = inf)"),
-            _extra_apgd(own, "the smoothed classifier with the soft K-NN surrogate in place of the vote (003 Eq. 6)"),
+            _extra_apgd(own, "the smoothed classifier with the soft K-NN surrogate in place of the vote (Bai et al."
+                             " (local smoothing), Eq. 6)"),
             _extra_apgd("rbc", "transfer from the pair's robust network (a differentiable stand-in for the oracle)"),
-            square_extra(EXTRA_SQUARE_QUERIES, why="gradient-free: the K-NN oracle has no gradient (003 Sec. 4.2)"),
+            square_extra(EXTRA_SQUARE_QUERIES, why="gradient-free: the K-NN oracle has no gradient (Bai et al. (local"
+                                                   " smoothing), Sec. 4.2)"),
         ]
 
     def fit(self, request: FitRequest) -> FitResult:

@@ -1,7 +1,9 @@
-"""The adaptive smoothing strength of 003 Sec. 5 (Eq. 7-9): the policy beta_theta and how it is trained.
+"""The adaptive smoothing strength of Bai et al. (local smoothing), Sec. 5 (Eq. 7-9): the policy beta_theta and how it
+is trained.
 
 * :class:`Policy`: beta_theta(x), the mixing network of adaptive smoothing (:mod:`mixzoo.methods.adaptive.network`,
-  003 Fig. 1's detector-style architecture) on the tapped features of both base models; plugged into
+  Bai et al. (local smoothing), Fig. 1's detector-style architecture) on the tapped features of both base models;
+  plugged into
   :class:`~.smoothing.LocalSmoothingClassifier` as ``log_alpha``, so alpha(x) = exp(beta_theta(x)) (Eq. 7, cropped to
   [-14, 14] as in Sec. 6.3).
 * :func:`policy_loss`: the composite loss of Eq. 9,
@@ -9,17 +11,17 @@
 * :class:`PolicyObjective`: what the shared adaptive-smoothing trainer (:func:`mixzoo.methods.adaptive.training.train`)
   trains for this method.
 
-The supervision sign. 003 Sec. 5.3 approximates the optimal alpha of a point attacked at alpha_t by
-``alpha~ = +inf if alpha_t <= alpha_0 else 0`` (Fig. 4: below the crossover the attack is aimed at g, so h should
-decide; above it g should), so ``s = +1`` (raise beta, toward h) for alpha_t <= exp(beta_0) and ``s = -1`` (lower
-beta, toward g) otherwise. (The sentence after Eq. 9 in 003 states the opposite direction; it contradicts alpha~ and
-Fig. 4, and we follow those.) A clean point is best served by g (Sec. 5: "when x is clean ... g outperforms h"):
-``s = -1``. Points from the attack through the policy get the cross-entropy alone (Sec. 6.3).
+The supervision sign. Bai et al. (local smoothing), Sec. 5.3 approximates the optimal alpha of a point attacked at
+alpha_t by ``alpha~ = +inf if alpha_t <= alpha_0 else 0`` (Fig. 4: below the crossover the attack is aimed at g, so h
+should decide; above it g should), so ``s = +1`` (raise beta, toward h) for alpha_t <= exp(beta_0) and ``s = -1`` (lower
+beta, toward g) otherwise. (The sentence after Eq. 9 in Bai et al. (local smoothing) states the opposite direction; it
+contradicts alpha~ and Fig. 4, and we follow those.) A clean point is best served by g (Sec. 5: "when x is clean ... g
+outperforms h"): ``s = -1``. Points from the attack through the policy get the cross-entropy alone (Sec. 6.3).
 
 Training batches (one trainer, several methods: the loop, data, seeding, checkpoints, EMA and DDP are shared): the
 clean images; PGD on the smoothed classifier at an attack-time alpha_t drawn per example from ``alpha_ts`` (R_i held
 constant; ``steps[1]`` steps); PGD through the policy (R_i held constant; a step count drawn from ``steps``). Radii
-``eps * U(eps_factor)`` per example (default: exactly eps, as 003).
+``eps * U(eps_factor)`` per example (default: exactly eps, as Bai et al. (local smoothing)).
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ ADAPTIVE = 0  # the supervision sign of points attacked through the policy: cros
 
 
 class Policy(nn.Module):
-    """beta_theta(x) (003 Eq. 7): ``net`` (a :class:`~mixzoo.methods.adaptive.network.MixingNetwork`) on the early
-    and middle features of ``abc`` and ``rbc`` (their ``taps``); images -> (B,) log-strengths."""
+    """beta_theta(x) (Bai et al. (local smoothing), Eq. 7): ``net`` (a
+    :class:`~mixzoo.methods.adaptive.network.MixingNetwork`) on the early and middle features of ``abc`` and ``rbc``
+    (their ``taps``); images -> (B,) log-strengths."""
 
     def __init__(self, abc: nn.Module, rbc: nn.Module, net: nn.Module, taps: tuple[Taps, Taps]):
         super().__init__()
@@ -71,8 +74,8 @@ def supervision_sign(alpha_t: torch.Tensor, beta0: float) -> torch.Tensor:
 
 def policy_loss(log_probs: torch.Tensor, labels: torch.Tensor, beta: torch.Tensor, sign: torch.Tensor, *,
                 c1: float = 0.5, c2: float = 0.8, c3: float = 3.2) -> torch.Tensor:
-    """003 Eq. 9 per example: ``(CE + c1) * (c2 + (c3 - sign * beta)_+)``; rows with ``sign == 0`` (attacked through
-    the policy) get the cross-entropy alone (Sec. 6.3). Defaults: the paper's c1, c2, c3."""
+    """Bai et al. (local smoothing), Eq. 9 per example: ``(CE + c1) * (c2 + (c3 - sign * beta)_+)``; rows with ``sign
+    == 0`` (attacked through the policy) get the cross-entropy alone (Sec. 6.3). Defaults: the paper's c1, c2, c3."""
     ce = F.nll_loss(log_probs, labels, reduction="none")
     sign = sign.to(ce)
     composite = (ce + c1) * (c2 + F.relu(c3 - sign * beta))
@@ -82,9 +85,10 @@ def policy_loss(log_probs: torch.Tensor, labels: torch.Tensor, beta: torch.Tenso
 @dataclass
 class PolicyConfig(TrainConfig):
     """:class:`~mixzoo.methods.adaptive.training.TrainConfig` (epochs, batch, optimiser, EMA, network size, steps,
-    radii, seed) plus 003's: the smoothing (``r``, ``space``, ``accelerated``, ``eps_c``), Eq. 9's ``beta0``, ``c1``,
-    ``c2``, ``c3`` and the attack-time ``alpha_ts`` of the training attacks. ``setting``, ``c_ce``, ``c_bce``,
-    ``c_prod``, ``pseudo_labels``, ``alpha_loss_max`` and ``n_target_classes`` (001's) are not used."""
+    radii, seed) plus Bai et al. (local smoothing)'s: the smoothing (``r``, ``space``, ``accelerated``, ``eps_c``), Eq.
+    9's ``beta0``, ``c1``, ``c2``, ``c3`` and the attack-time ``alpha_ts`` of the training attacks. ``setting``,
+    ``c_ce``, ``c_bce``, ``c_prod``, ``pseudo_labels``, ``alpha_loss_max`` and ``n_target_classes`` (Bai et al.
+    2024b's) are not used."""
 
     method: ClassVar[str] = "local-smoothing-adaptive"
     clean_weight: float = 1.0
@@ -120,7 +124,7 @@ class PolicyConfig(TrainConfig):
         if not isinstance(self.accelerated, bool):
             raise bad("accelerated", "true or false")
         if self.accelerated and self.r not in ("grad_g", "ratio"):
-            raise bad("accelerated", "false unless r is grad_g or ratio (003 App. A.1)")
+            raise bad("accelerated", "false unless r is grad_g or ratio (Bai et al. (local smoothing), App. A.1)")
         if isinstance(self.eps_c, bool) or not isinstance(self.eps_c, int | float) or not self.eps_c > 0:
             raise bad("eps_c", "a positive number")
         self.alpha_ts = check_alpha_ts(self.alpha_ts)
@@ -154,7 +158,8 @@ class _Batch:
 
 
 class PolicyObjective(Objective):
-    """003 Eq. 9 for the shared trainer: the classifier is :class:`LocalSmoothingClassifier` with the
+    """Bai et al. (local smoothing), Eq. 9 for the shared trainer: the classifier is :class:`LocalSmoothingClassifier`
+    with the
     :class:`Policy` (R_i held constant in the training attacks' gradients: ``fixed-R``)."""
 
     keys: ClassVar[tuple[str, ...]] = ("loss", "ce", "hinge")

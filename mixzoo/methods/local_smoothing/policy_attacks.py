@@ -1,12 +1,13 @@
 """The gate-logit attacks on ``local-smoothing-adaptive``'s policy: ``local-smoothing-policy-gate``.
 
-003 Eq. 7 smooths with ``alpha(x) = exp(clip(beta_theta(x), -14, 14))``; the crop (003 Sec. 6.3) has no gradient
-outside [-14, 14], and the smoothed scores ``(g + alpha R h) / (1 + alpha R)`` stop moving with beta once
-``alpha R`` is far from 1 either way. The attacks of :mod:`mixzoo.methods.adaptive.gate_attacks` (``gate-ce``,
-``gate-t``, ``gate-refine``) therefore take the policy's output *before* its crop and exp as the gate logit:
-they maximise the classifier's loss minus ``mu * beta_theta(x)``, which lowers beta (toward the non-robust g)
-wherever the crop or the smoothing saturates. The RBC-margin screen does not apply: the smoothing mixes logits,
-not probabilities, and alpha has no positive lower bound, so no margin of h alone keeps the output correct.
+Bai et al. (local smoothing), Eq. 7 smooths with ``alpha(x) = exp(clip(beta_theta(x), -14, 14))``; the crop (Bai et al.
+(local smoothing), Sec. 6.3) has no gradient outside [-14, 14], and the smoothed scores ``(g + alpha R h) / (1 + alpha
+R)`` stop moving with beta once ``alpha R`` is far from 1 either way. The attacks of
+:mod:`mixzoo.methods.adaptive.gate_attacks` (``gate-ce``, ``gate-t``, ``gate-refine``) therefore take the policy's
+output *before* its crop and exp as the gate logit: they maximise the classifier's loss minus ``mu * beta_theta(x)``,
+which lowers beta (toward the non-robust g) wherever the crop or the smoothing saturates. The RBC-margin screen does
+not apply: the smoothing mixes logits, not probabilities, and alpha has no positive lower bound, so no margin of h
+alone keeps the output correct.
 """
 
 from __future__ import annotations

@@ -1,33 +1,35 @@
-"""The locally biased smoothed classifiers of paper 003 and their attack-time gradient variants.
+"""The locally biased smoothed classifiers of Bai et al. (local smoothing) and their attack-time gradient variants.
 
-* :func:`smooth` is the formula, the one place it lives: ``(g_i + alpha R_i h_i) / (1 + alpha R_i)`` (003 Eq. 2
-  with ``R_i = ||grad g_i||_*`` and the K-NN oracle; 003 Eq. 5 / 001 Eq. 3.3 with a robust network ``h`` and
-  ``R_i`` one of :data:`R_OPTIONS`). alpha = 0 gives g, alpha -> infinity gives h (003 Sec. 3, 4).
+* :func:`smooth` is the formula, the one place it lives: ``(g_i + alpha R_i h_i) / (1 + alpha R_i)`` (Bai et al. (local
+  smoothing), Eq. 2 with ``R_i = ||grad g_i||_*`` and the K-NN oracle; Bai et al. (local smoothing), Eq. 5 / Bai et al.
+  2024b, Eq. 3.3 with a robust network ``h`` and ``R_i`` one of :data:`R_OPTIONS`). alpha = 0 gives g, alpha ->
+  infinity gives h (Bai et al. (local smoothing), Sec. 3, 4).
 * :class:`LocalSmoothingClassifier` (robust-network oracle) and :class:`KNNSmoothingClassifier` (K-NN oracle)
   wrap it around base models: [0, 1] images in, log-probabilities out.
 
-From smoothed scores to log-probabilities. On logits (003's choice for both methods) the smoothed scores are
-logits: the output is their ``log_softmax``. On probabilities (001 Sec. 3, option 2) ``g_i``, ``h_i`` are the
-softmax outputs and the smoothed scores positive weights that need not sum to 1 (``R_i`` differs by class): the
-output is ``log(z_i / sum_j z_j)`` (001's "inverse softmax is the logarithm", normalised). Both are monotone per
-example, so the predicted class is the paper's ``argmax_i`` of the smoothed scores.
+From smoothed scores to log-probabilities. On logits (Bai et al. (local smoothing)'s choice for both methods) the
+smoothed scores are logits: the output is their ``log_softmax``. On probabilities (Bai et al. 2024b, Sec. 3, option 2)
+``g_i``, ``h_i`` are the softmax outputs and the smoothed scores positive weights that need not sum to 1 (``R_i``
+differs by class): the output is ``log(z_i / sum_j z_j)`` (Bai et al. 2024b's "inverse softmax is the logarithm",
+normalised). Both are monotone per example, so the predicted class is the paper's ``argmax_i`` of the smoothed scores.
 
-Gradient variants (``gradient=``, what an adversary who knows the method differentiates; 003 Sec. 4.2, Eq. 6):
-``"exact"`` the classifier itself, with the input gradients inside R_i kept differentiable (double backprop);
-``"fixed-R"`` the same values with R_i(x) held constant (no second-order path: 003 notes R_i(x) "provides an
-additional gradient path", which can also mislead an attack); ``"alpha_t=A"`` the values of the classifier with the
-gradient of the smoothed classifier at the attack-time ``A`` (``0``: g, ``inf``: the oracle h; for the K-NN
-oracle its soft surrogate :meth:`~.knn.KNNOracle.soft`); ``"rbc"`` (K-NN smoothing only) the gradient of the
-robust network of the pair, a transfer source for the non-differentiable oracle. The variants return the true
+Gradient variants (``gradient=``, what an adversary who knows the method differentiates; Bai et al. (local smoothing),
+Sec. 4.2, Eq. 6): ``"exact"`` the classifier itself, with the input gradients inside R_i kept differentiable (double
+backprop); ``"fixed-R"`` the same values with R_i(x) held constant (no second-order path: Bai et al. (local smoothing)
+notes R_i(x) "provides an additional gradient path", which can also mislead an attack); ``"alpha_t=A"`` the values of
+the classifier with the gradient of the smoothed classifier at the attack-time ``A`` (``0``: g, ``inf``: the oracle h;
+for the K-NN oracle its soft surrogate :meth:`~.knn.KNNOracle.soft`); ``"rbc"`` (K-NN smoothing only) the gradient of
+the robust network of the pair, a transfer source for the non-differentiable oracle. The variants return the true
 classifier's values (straight-through: ``values.detach() + s - s.detach()``), so an attack's success is judged on
 the classifier itself.
 
-The adaptive variant (003 Eq. 7-9) plugs in through ``log_alpha``: a module ``beta_theta`` mapping the images to
-(B,) log-strengths; the classifier then uses ``alpha(x) = exp(clip(beta_theta(x), -14, 14))`` per example (003
-Sec. 6.3 crops the policy output to [-14, 14]) and the gradient of ``"exact"`` flows through the policy;
-``"policy-fixed"`` holds both R_i(x) and alpha(x) constant in the backward pass (the policy's gradient bypassed,
-003 Sec. 5.1's "without the gradient through the policy"). :meth:`LocalSmoothingClassifier.forward_alpha` also
-returns ``log alpha(x)``, what the attacks aimed at the policy itself differentiate.
+The adaptive variant (Bai et al. (local smoothing), Eq. 7-9) plugs in through ``log_alpha``: a module ``beta_theta``
+mapping the images to (B,) log-strengths; the classifier then uses ``alpha(x) = exp(clip(beta_theta(x), -14, 14))`` per
+example (Bai et al. (local smoothing), Sec. 6.3 crops the policy output to [-14, 14]) and the gradient of ``"exact"``
+flows through the policy; ``"policy-fixed"`` holds both R_i(x) and alpha(x) constant in the backward pass (the policy's
+gradient bypassed, Bai et al. (local smoothing), Sec. 5.1's "without the gradient through the policy").
+:meth:`LocalSmoothingClassifier.forward_alpha` also returns ``log alpha(x)``, what the attacks aimed at the policy
+itself differentiate.
 """
 
 from __future__ import annotations
@@ -41,17 +43,18 @@ from mixzoo.core.errors import InputError
 from mixzoo.methods.local_smoothing.gradients import class_gradients, dual_norm, selected_gradient
 from mixzoo.methods.local_smoothing.knn import KNNOracle
 
-R_OPTIONS = ("one", "grad_g", "grad_max", "ratio")  # 001 App. B.1's four R_i(x)
-SPACES = ("logits", "probabilities")  # 001 Sec. 3
+R_OPTIONS = ("one", "grad_g", "grad_max", "ratio")  # Bai et al. 2024b, App. B.1's four R_i(x)
+SPACES = ("logits", "probabilities")  # Bai et al. 2024b, Sec. 3
 GRADIENTS = ("exact", "fixed-R")  # plus "alpha_t=A", "policy-fixed" (with a policy) and, for K-NN smoothing, "rbc"
-LOG_ALPHA_CLIP = 14.0  # 003 Sec. 6.3
+LOG_ALPHA_CLIP = 14.0  # Bai et al. (local smoothing), Sec. 6.3
 
 
 def smooth(g: torch.Tensor, h: torch.Tensor, r: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
-    """``(g + alpha R h) / (1 + alpha R)`` elementwise (003 Eq. 2, 5; 001 Eq. 3.3); ``alpha = inf`` gives ``h``.
+    """``(g + alpha R h) / (1 + alpha R)`` elementwise (Bai et al. (local smoothing), Eq. 2, 5; Bai et al. 2024b, Eq.
+    3.3); ``alpha = inf`` gives ``h``.
 
-    ``alpha`` is a number or a (B, 1) tensor (a per-example strength, 003 Eq. 7, or a per-example attack-time
-    alpha_t, any of them ``inf``); ``r`` is (B, c) or (B, 1).
+    ``alpha`` is a number or a (B, 1) tensor (a per-example strength, Bai et al. (local smoothing), Eq. 7, or a
+    per-example attack-time alpha_t, any of them ``inf``); ``r`` is (B, c) or (B, 1).
     """
     if isinstance(alpha, float | int) and math.isinf(alpha):
         return h + 0.0 * (g + r)  # the limit, keeping every input in the graph
@@ -95,12 +98,13 @@ def _wants_grad(x: torch.Tensor) -> bool:
 
 
 class LocalSmoothingClassifier(nn.Module):
-    """003 Eq. 5 / 001 Eq. 3.3 with ABC ``g`` and RBC ``h``: [0, 1] images -> log-probabilities.
+    """Bai et al. (local smoothing), Eq. 5 / Bai et al. 2024b, Eq. 3.3 with ABC ``g`` and RBC ``h``: [0, 1] images ->
+    log-probabilities.
 
     ``r``: ``"one"`` (R_i = 1), ``"grad_g"`` (||grad g_i||_*), ``"grad_max"`` (||grad max_j g_j||_*, one gradient
     for all classes) or ``"ratio"`` (||grad g_i||_* / (||grad h_i||_* + eps_c)), on ``space`` (logits or
-    probabilities; gradients are those of the functions mixed). ``accelerated`` (003 App. A.1, Eq. 10) replaces the
-    per-class gradients by the predicted class's: ``grad_g`` -> ||grad g_k1||_*, ``ratio`` ->
+    probabilities; gradients are those of the functions mixed). ``accelerated`` (Bai et al. (local smoothing), App.
+    A.1, Eq. 10) replaces the per-class gradients by the predicted class's: ``grad_g`` -> ||grad g_k1||_*, ``ratio`` ->
     ||grad g_k1||_* / (||grad h_k2||_* + eps_c), k1, k2 the argmax of g and h: two backward passes, no Jacobian.
     """
 
@@ -140,7 +144,7 @@ class LocalSmoothingClassifier(nn.Module):
         if self.r == "grad_max" or (self.accelerated and self.r == "grad_g"):
             g, grad = selected_gradient(fg, x, create_graph=create_graph)
             return g, fh(x), dual_norm(grad, self.norm).unsqueeze(1)
-        if self.accelerated:  # ratio, 003 Eq. 10
+        if self.accelerated:  # ratio, Bai et al. (local smoothing), Eq. 10
             g, grad_g = selected_gradient(fg, x, create_graph=create_graph)
             h, grad_h = selected_gradient(fh, x, create_graph=create_graph)
             r = dual_norm(grad_g, self.norm) / (dual_norm(grad_h, self.norm) + self.eps_c)
@@ -153,14 +157,16 @@ class LocalSmoothingClassifier(nn.Module):
         return g, h, r / (dual_norm(jac_h, self.norm).T + self.eps_c)
 
     def log_strength(self, x: torch.Tensor) -> torch.Tensor | None:
-        """``beta_theta(x)`` cropped to [-14, 14], shape (B,), when a policy is plugged in (003 Eq. 7), else None."""
+        """``beta_theta(x)`` cropped to [-14, 14], shape (B,), when a policy is plugged in (Bai et al. (local
+        smoothing), Eq. 7), else None."""
         if self.log_alpha is None:
             return None
         beta = self.log_alpha(x).reshape(-1).clamp(-LOG_ALPHA_CLIP, LOG_ALPHA_CLIP)
         return beta.detach() if self.mode == "policy-fixed" else beta
 
     def strength(self, x: torch.Tensor) -> float | torch.Tensor:
-        """alpha, or ``exp(beta_theta(x))`` per example (B, 1) when a policy is plugged in (003 Eq. 7)."""
+        """alpha, or ``exp(beta_theta(x))`` per example (B, 1) when a policy is plugged in (Bai et al. (local
+        smoothing), Eq. 7)."""
         beta = self.log_strength(x)
         return self.alpha if beta is None else torch.exp(beta).unsqueeze(1)
 
@@ -188,8 +194,9 @@ class LocalSmoothingClassifier(nn.Module):
 
 
 class KNNSmoothingClassifier(nn.Module):
-    """003 Eq. 2: ``(g_i + alpha h_i ||grad g_i||_*) / (1 + alpha ||grad g_i||_*)`` with ``g`` the ABC's logits
-    and ``h`` the K-NN oracle; [0, 1] images -> log-probabilities (``log_softmax`` of the smoothed scores).
+    """Bai et al. (local smoothing), Eq. 2: ``(g_i + alpha h_i ||grad g_i||_*) / (1 + alpha ||grad g_i||_*)`` with
+    ``g`` the ABC's logits and ``h`` the K-NN oracle; [0, 1] images -> log-probabilities (``log_softmax`` of the
+    smoothed scores).
 
     ``rbc`` (optional) is the pair's robust network, used only by the ``"rbc"`` transfer gradient.
     """

@@ -1,4 +1,4 @@
-"""How good is Algorithm 1's surrogate? The approximation-quality check of paper App. D.9.
+"""How good is Algorithm 1's surrogate? The approximation-quality check of Bai et al. 2024a, App. D.9.
 
 Algorithm 1 solves problem (7) with the minimum-margin perturbations of h^LN, the layer-normed RBC, in place of
 those of the transformed RBC h^M(s, p, c) that the mixed classifier actually uses, so that one MMAA run serves every

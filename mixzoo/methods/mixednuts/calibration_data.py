@@ -1,8 +1,8 @@
-"""The data Algorithm 1 consumes, cached: the RBC's clean logits and its minimum-margin AutoAttack (MMAA, paper 000
-App. B.1) logits and margins on the calibration split (per batch, content-addressed, resumable).
+"""The data Algorithm 1 consumes, cached: the RBC's clean logits and its minimum-margin AutoAttack (MMAA, Bai et al.
+2024a App. B.1) logits and margins on the calibration split (per batch, content-addressed, resumable).
 
 The expensive step runs once per (RBC weights, data subset, attack settings); a new beta, clamp or grid reuses it.
-The linear method's margin rule (001 Eq. 3.4 with Algorithm 1's alpha) reads the same data.
+The linear method's margin rule (Bai et al. 2024b, Eq. 3.4 with Algorithm 1's alpha) reads the same data.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""MixedNUTS's own figures and report sections (paper 000 Fig. 6, 8, 9), written by the bench through the method.
+"""MixedNUTS's own figures and report sections (Bai et al. 2024a, Fig. 6, 8, 9), written by the bench through the
+method.
 
 * ``tradeoff.png`` (Fig. 8): clean vs robust accuracy of MixedNUTS over beta against the linear mixture over alpha.
 * ``margins.png`` (Fig. 6 / Table 6): RBC confidence-margin histograms before and after M(s*, p*, c*), clean vs
@@ -53,10 +54,11 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
                    eps: float, norm: str, seed: int, batch_size: int, attack_options: dict | None = None,
                    betas: tuple[float, ...] = DEFAULT_BETAS, alphas: tuple[float, ...] = DEFAULT_LINEAR_ALPHAS,
                    data_dir: str | None = None, device: str = "cpu", progress: bool = True) -> dict[str, Any]:
-    """Fig. 8: MixedNUTS recalibrated at each beta (cached MMAA, so seconds each) vs the linear mixture over alpha.
+    """Fig. 8: MixedNUTS recalibrated at each beta (cached MMAA, so seconds each; the card's own beta among them)
+    vs the linear mixture over alpha, and the ABC and RBC alone.
 
-    Clean accuracy uses every evaluation image (from cached logits); robust accuracy uses the first ``n`` images
-    under ``attack`` (a cheaper attack than the main table's by default; the plot says which).
+    Every point is measured on the same first ``n`` evaluation images: clean accuracy from cached logits, robust
+    accuracy under ``attack`` (a cheaper attack than the main table's by default; the plot says which).
     """
     from mixzoo.attacks.runner import evaluate
     from mixzoo.methods.mixednuts.calibrate import calibrate
@@ -67,8 +69,10 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=progress)
     abc_logits = cached_logits(abc, data, cache=cache, device=device, progress=progress, what="ABC eval logits")
     rbc_logits = cached_logits(rbc, data, cache=cache, device=device, progress=progress, what="RBC eval logits")
-    labels = data.labels
-    images_r, labels_r = data.images[:n], labels[:n]
+    n = min(n, len(data.labels))
+    abc_logits, rbc_logits = abc_logits[:n], rbc_logits[:n]
+    labels = data.labels[:n]
+    images_r, labels_r = data.images[:n], labels
     base = {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc), "curve_n": n}
     common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                   attack_options=attack_options, progress=progress)
@@ -80,6 +84,8 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
         lp = mix_log_probs(abc_logits, rbc_logits, **kw)
         return float((lp.argmax(1) == labels).float().mean())
 
+    own = card.params.get("beta")
+    betas = tuple(sorted({*betas, *((float(own),) if isinstance(own, int | float) else ())}))
     nuts = []
     for beta in betas:
         c = calibrate(clean_logits=cal.clean_logits, clean_labels=cal.labels, attacked_logits=cal.attacked_logits,
@@ -102,36 +108,69 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
                        "clean_accuracy": clean_acc(s=1.0, p=1.0, c=0.0, alpha=alpha, temperature=1.0,
                                                    transform=False),
                        "robust_accuracy": sum(ev["robust_correct"]) / len(ev["robust_correct"])})
+    bases = {}
+    for role, model, logits in (("abc", abc, abc_logits), ("rbc", rbc, rbc_logits)):
+        alone = next((r for r in linear if r["alpha"] == 1.0), None) if role == "rbc" else None
+        if alone is None:
+            ev = evaluate(model, images_r, labels_r, key_parts={**base, "model": model_key(model)},
+                          label=f"{role.upper()} (curve)", **common)
+            alone = {"robust_accuracy": sum(ev["robust_correct"]) / len(ev["robust_correct"])}
+        bases[role] = {"clean_accuracy": float((logits.argmax(1) == labels).float().mean()),
+                       "robust_accuracy": alone["robust_accuracy"]}
     return {"attack": attack, "attack_options": attack_options or {}, "screening": screening(attack),
-            "n_robust": len(labels_r),
-            "n_clean": len(labels), "mixednuts": nuts, "linear": linear}
+            "n_robust": len(labels_r), "n_clean": len(labels), "card_beta": own, "mixednuts": nuts, "linear": linear,
+            **bases}
 
 
 def plot_tradeoff(report: Any, path: Path) -> None:
+    """Fig. 8 as ``tradeoff.png``: MixedNUTS over beta (the card's own beta starred) and the linear mixture over
+    alpha, each point labelled without overlap, the ABC and RBC alone; every point on the same images (one n, in
+    the title). A curve of an older report (clean accuracy on more images than robust) says both sizes."""
+    from mixzoo.core.figures import place_labels
+
     plt = _figure()
     cur = report.curve
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
     nuts, lin = cur["mixednuts"], cur["linear"]
-    ax.plot([100 * r["clean_accuracy"] for r in nuts], [100 * r["robust_accuracy"] for r in nuts], "o-",
-            label="MixedNUTS (over beta)")
-    for r in nuts:
-        ax.annotate(f"{r['beta']:g}", (100 * r["clean_accuracy"], 100 * r["robust_accuracy"]), fontsize=7,
-                    textcoords="offset points", xytext=(3, 3))
-    ax.plot([100 * r["clean_accuracy"] for r in lin], [100 * r["robust_accuracy"] for r in lin], "s--",
-            label="linear mix (over alpha)")
-    for m in report.models:
-        if m.kind in ("abc", "rbc"):
-            ax.plot(100 * m.clean_accuracy, 100 * m.robust_accuracy, "k^")
-            ax.annotate(m.kind.upper(), (100 * m.clean_accuracy, 100 * m.robust_accuracy), fontsize=8,
-                        textcoords="offset points", xytext=(3, -10))
-    ax.set_xlabel(f"clean accuracy % (n={cur['n_clean']})")
+
+    def xy(r: dict[str, Any]) -> tuple[float, float]:
+        return 100 * r["clean_accuracy"], 100 * r["robust_accuracy"]
+
+    ax.plot(*zip(*map(xy, nuts), strict=True), "o-", color="C0", ms=4, label="MixedNUTS over beta")
+    ax.plot(*zip(*map(xy, lin), strict=True), "s--", color="C1", ms=4, label="linear mix over alpha")
+    card = report.card.to_dict() if hasattr(report.card, "to_dict") else report.card or {}
+    beta = cur.get("card_beta", (card.get("mixednuts") or {}).get("beta", card.get("beta")))
+    own = next((r for r in nuts if beta is not None and r["beta"] == beta), None)
+    if own is not None:
+        ax.plot(*xy(own), "*", color="C3", ms=13, zorder=5, label=f"this card (beta {own['beta']:g})")
+    bases = [(cur.get(role) or (None if "abc" in cur else _report_row(report, role)), role.upper())
+             for role in ("abc", "rbc")]
+    for r in (r for r, _ in bases if r is not None):
+        ax.plot(*xy(r), "k^", ms=7, zorder=4)
+    fig.tight_layout()
+    base_points = [xy(r) for r, _ in bases if r is not None]
+    place_labels(ax, [(*xy(r), name) for r, name in bases if r is not None], fontsize=8)
+    # the linear mix at alpha 1 is the RBC: its point carries the RBC's label
+    everything = base_points + [xy(r) for r in nuts + lin]
+    place_labels(ax, [(*xy(r), f"{r['beta']:g}") for r in nuts], avoid=everything, fontsize=6.5, color="C0")
+    place_labels(ax, [(*xy(r), f"{r['alpha']:g}") for r in lin if xy(r) not in base_points], avoid=everything,
+                 fontsize=6.5, color="C1")
+    ax.set_xlabel("clean accuracy %")
     kind = ", screening" if cur.get("screening") else ""
-    ax.set_ylabel(f"robust accuracy % ({cur['attack']}{kind}, n={cur['n_robust']})")
-    ax.set_title("Accuracy-robustness trade-off (paper Fig. 8)")
+    ax.set_ylabel(f"robust accuracy % ({cur['attack']}{kind})")
+    sizes = (f"n = {cur['n_robust']}" if cur["n_clean"] == cur["n_robust"] else
+             f"clean n = {cur['n_clean']}, robust n = {cur['n_robust']}")
+    ax.set_title(f"Accuracy-robustness trade-off (Bai et al. 2024a, Fig. 8), {sizes}", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     _save_png(fig, path)
     plt.close(fig)
+
+
+def _report_row(report: Any, kind: str) -> dict[str, Any] | None:
+    """A base model's row of the report as a curve point (curves of older reports have none of their own)."""
+    m = next((m for m in report.models if m.kind == kind), None)
+    return None if m is None else {"clean_accuracy": m.clean_accuracy, "robust_accuracy": m.robust_accuracy}
 
 
 def plot_margins(card: Any, cal: Any, path: Path) -> None:
@@ -158,8 +197,10 @@ def plot_margins(card: Any, cal: Any, path: Path) -> None:
         ax.set_xlabel("confidence margin (top-1 minus top-2 probability)")
         ax.set_yscale("log")
     axes[0].set_ylabel("density")
-    axes[1].legend(fontsize=7)
-    fig.suptitle("RBC confidence margins on calibration images (paper Fig. 6)")
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.suptitle("RBC confidence margins on calibration images (Bai et al. 2024a, Fig. 6)")
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3, frameon=False)
     _save_png(fig, path)
     plt.close(fig)
 
@@ -196,7 +237,7 @@ def plot_objective(card: Any, path: Path) -> None:
         axes[k // cols][k % cols].axis("off")
     fig.colorbar(im, cax=fig.add_axes((0.88, 0.15, 0.015, 0.7)), label="objective (share of clean mistakes kept)")
     excluded = " grey = excluded by App. D.8.2;" if infeasible.any() else ""
-    fig.suptitle(f"Algorithm 1 objective over the grid (paper Fig. 9);{excluded} red star = chosen")
+    fig.suptitle(f"Algorithm 1 objective over the grid (Bai et al. 2024a, Fig. 9);{excluded} red star = chosen")
     _save_png(fig, path)
     plt.close(fig)
 

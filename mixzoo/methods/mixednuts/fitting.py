@@ -1,4 +1,4 @@
-"""``mixzoo mix`` for MixedNUTS as a library function: :func:`mix` fits a pair by name (paper 000 Algorithm 1).
+"""``mixzoo mix`` for MixedNUTS as a library function: :func:`mix` fits a pair by name (Bai et al. 2024a, Algorithm 1).
 
 ``mix`` = RBC clean logits + MMAA on LN(RBC) (both cached: :mod:`.calibration_data`) + Algorithm 1 -> MixCard.
 A second call with another beta, clamp or grid takes seconds.
@@ -110,7 +110,7 @@ def mix(
     progress: bool = True,
     command: str | None = None,
 ) -> MixResult:
-    """Calibrate MixedNUTS for an ABC/RBC pair by name (paper Algorithm 1) and write the mix card.
+    """Calibrate MixedNUTS for an ABC/RBC pair by name (Bai et al. 2024a, Algorithm 1) and write the mix card.
 
     With no names, the built-in Fashion-MNIST pair is used. The RBC's clean logits and its MMAA margins are cached,
     so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds. ``refit_alpha`` adds a second

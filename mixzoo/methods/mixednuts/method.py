@@ -1,4 +1,4 @@
-"""MixedNUTS as a mixing-method plugin (paper 000): hard-max ABC mixed with softmax(M(s, p, c)(RBC)), Eq. 5."""
+"""MixedNUTS as a mixing-method plugin (Bai et al. 2024a): hard-max ABC mixed with softmax(M(s, p, c)(RBC)), Eq. 5."""
 
 from __future__ import annotations
 
@@ -43,10 +43,11 @@ class MixedNUTS(MixingMethod):
 
     name = "mixednuts"
     title = "MixedNUTS"
-    paper = "000 Eq. 4-5, Algorithm 1"
+    paper = "Bai et al. 2024a, Eq. 4-5, Algorithm 1"
     fit_cost = "training-free: MMAA on the calibration images (cached), then Algorithm 1 (seconds)"
     default = True
-    certificate = ("MixedNUTS's nonlinear transform M(s, p, c) has no certified radius (001 Thm 3.5 covers"
+    certificate = ("MixedNUTS's nonlinear transform M(s, p, c) has no certified radius (Bai et al. 2024b, Thm 3.5"
+                   " covers"
                    " constant-alpha mixtures of probabilities); certify a linear card instead")
     def v1_warning(self, data: dict[str, Any]) -> str | None:
         """A schema-1 card made by mixzoo was made before its layer norm matched the authors' (unless its provenance
@@ -62,23 +63,24 @@ class MixedNUTS(MixingMethod):
     options = {
         "beta": MethodOption(
             "share of the RBC's attacked-correct margins to keep (Algorithm 1; 0.985 CIFAR, 0.99 ImageNet)",
-            float),
-        "clamp": MethodOption("clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)", str),
+            float, 0.985),
+        "clamp": MethodOption("clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)", str,
+                              "gelu"),
         "grid": MethodOption(
             "search grid (mixzoo.methods.mixednuts.calibrate.Grid or s=MIN:MAX:N,p=...,c=...)",
-            _grid_option),
-        "objective": MethodOption("standard | relaxed (App. D.8.3)", str),
-        "optimizer": MethodOption("calibration optimizer from the plugin hook (grid, refine, ...)", str),
-        "top_k": MethodOption("layer-norm statistics over the top-k logits (App. D.7)", int),
+            _grid_option, "Grid(): 8x8x8", metavar="grid"),
+        "objective": MethodOption("standard | relaxed (App. D.8.3)", str, "standard"),
+        "optimizer": MethodOption("calibration optimizer from the plugin hook (grid, refine, ...)", str, "grid"),
+        "top_k": MethodOption("layer-norm statistics over the top-k logits (App. D.7)", int, "all logits"),
         "search": MethodOption(
             "mixzoo | authors: Algorithm 1 exactly as the authors' code (percentile threshold, no App. D.8.2"
             " filter; see mixzoo.methods.mixednuts.calibrate)",
-            str),
+            str, "mixzoo"),
         "refit_alpha": MethodOption("second pass: alpha chosen again on MMAA points of h^M (App. D.9)", bool,
                                     False),
-        "n_iter": MethodOption("APGD iterations in MMAA", int),
-        "n_target_classes": MethodOption("APGD-T target classes in MMAA", int),
-        "n_restarts": MethodOption("restarts in MMAA", int),
+        "n_iter": MethodOption("APGD iterations in MMAA", int, 100),
+        "n_target_classes": MethodOption("APGD-T target classes in MMAA", int, 9),
+        "n_restarts": MethodOption("restarts in MMAA", int, 1),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:

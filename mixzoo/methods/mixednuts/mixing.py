@@ -1,4 +1,4 @@
-"""The mixed classifier: MixedNUTS (paper Eq. 5), its baselines (Eq. 1) and its gradient modes (App. B.2).
+"""The mixed classifier: MixedNUTS (Bai et al. 2024a, Eq. 5), its baselines (Eq. 1) and its gradient modes (App. B.2).
 
 ``mix_log_probs`` is the one place the mixing formula lives; :class:`MixedClassifier` wraps it around two base
 classifiers. Everything is computed in log space, ``logaddexp(log(1 - alpha) + log g~, log(alpha) + log h~)``, so
@@ -122,7 +122,7 @@ class MixedClassifier(nn.Module):
             raise InputError(f"rbc is None but alpha = {self.alpha} > 0 gives the RBC weight; pass an RBC or alpha=0")
         for name, v in (("s", s), ("p", p)):
             if not (_is_number(v) and math.isfinite(v) and v > 0):
-                raise InputError(f"{name} must be a positive number (paper Eq. 4), got {v!r}")
+                raise InputError(f"{name} must be a positive number (Bai et al. 2024a, Eq. 4), got {v!r}")
         if not (_is_number(c) and math.isfinite(c)):
             raise InputError(f"c must be a finite number, got {c!r}")
         if not (_is_number(temperature) and math.isfinite(temperature) and temperature >= 0):

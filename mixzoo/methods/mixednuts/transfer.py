@@ -1,4 +1,4 @@
-"""Calibrating MixedNUTS when the robust base classifier is a black box (paper App. D.5).
+"""Calibrating MixedNUTS when the robust base classifier is a black box (Bai et al. 2024a, App. D.5).
 
 Algorithm 1 (Sec. 4.3) needs minimum-margin perturbations of the RBC, and MMAA (App. B.1) finds them with the RBC's
 gradients. For an RBC that answers queries only (:class:`mixzoo.zoo.blackbox.BlackBoxModel`), App. D.5 offers three
@@ -21,8 +21,8 @@ ways out, all in :func:`transfer_params`:
     transfer and Square together: per example the smaller black-box margin wins (a stronger attack than either);
     s, p, c from the surrogate card, alpha recalibrated.
 ``guess``
-    App. D.5's educated guess: s, p, c = :data:`DEFAULT_GUESS` (paper Table 3, CIFAR-10: s = 5, p = 4, c = -1.1;
-    10 classes like the built-in zoo) unless ``guess=(s, p, c)`` is given, and alpha from CLEAN margins only:
+    App. D.5's educated guess: s, p, c = :data:`DEFAULT_GUESS` (Bai et al. 2024a, Table 3, CIFAR-10: s = 5, p = 4, c =
+    -1.1; 10 classes like the built-in zoo) unless ``guess=(s, p, c)`` is given, and alpha from CLEAN margins only:
     the same quantile rule with the correctly classified clean examples in place of the attacked ones, i.e. a share
     beta of the correct clean examples keeps margin >= (1 - alpha) / alpha. Clean margins are larger than attacked
     ones, so this alpha is smaller than the one an attack would give: robustness is unverified, which is warned
@@ -55,11 +55,12 @@ from mixzoo.zoo.blackbox import BlackBoxModel, as_black_box, spec_is_black_box
 from mixzoo.zoo.models import check_images, check_labels
 
 METHODS: tuple[str, ...] = ("transfer", "square", "both", "guess")
-DEFAULT_GUESS: dict[str, float] = {"s": 5.0, "p": 4.0, "c": -1.1}  # paper Table 3, CIFAR-10
+DEFAULT_GUESS: dict[str, float] = {"s": 5.0, "p": 4.0, "c": -1.1}  # Bai et al. 2024a, Table 3, CIFAR-10
 WEAK_SQUARE_QUERIES = 1000  # below this, min-margin Square is flagged as a weak attack in the card
 DEFAULT_BETA = 0.985
 GUESS_WARNING = ("robustness is unverified: method 'guess' sets s, p, c by hand and alpha from clean margins only"
-                 " (paper App. D.5, educated guess); evaluate the mixed classifier with an attack before relying on"
+                 " (Bai et al. 2024a, App. D.5, educated guess); evaluate the mixed classifier with an attack before"
+                 " relying on"
                  " it")
 
 
@@ -333,7 +334,7 @@ def transfer_params(
         s, p, c = guess if guess is not None else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"])
         result = _algorithm1(clean, clean, labels, beta=beta, clamp=clamp, top_k=top_k, grid=Grid.point(s, p, c))
         notes.append(f"educated guess (App. D.5): s={s:g}, p={p:g}, c={c:g}"
-                     + (" (paper Table 3, CIFAR-10)" if guess is None else " (given)")
+                     + (" (Bai et al. 2024a, Table 3, CIFAR-10)" if guess is None else " (given)")
                      + "; alpha chosen so that a share beta of correctly classified clean examples keeps margin"
                      " >= (1 - alpha) / alpha (clean margins only, no attack)")
         notes.append(GUESS_WARNING)

@@ -52,7 +52,7 @@ def transform_of(params: dict[str, Any]) -> dict[str, Any]:
 
 def rbc_transform(logits: torch.Tensor, s: float | torch.Tensor, p: float | torch.Tensor, c: float | torch.Tensor,
                   clamp: str | ClampFn = "gelu", top_k: int | None = None) -> torch.Tensor:
-    """The nonlinear logit transformation M(s, p, c) of paper Eq. 4:
+    """The nonlinear logit transformation M(s, p, c) of Bai et al. 2024a, Eq. 4:
     ``s * |Clamp(LN(h) + c)|^p * sgn(Clamp(LN(h) + c))``.
 
     ``s``, ``p``, ``c`` are numbers or tensors that broadcast against ``logits`` (e.g. ``s`` of shape
@@ -60,13 +60,13 @@ def rbc_transform(logits: torch.Tensor, s: float | torch.Tensor, p: float | torc
     """
     s_t, p_t, c_t = (_as_tensor(v, logits) for v in (s, p, c))
     if (s_t <= 0).any() or (p_t <= 0).any():
-        raise InputError(f"s and p must be positive (paper Eq. 4), got s={s}, p={p}")
+        raise InputError(f"s and p must be positive (Bai et al. 2024a, Eq. 4), got s={s}, p={p}")
     h = get_clamp(clamp)(layer_norm(logits, top_k) + c_t)
     return s_t * signed_power(h, p_t)
 
 
 def abc_log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Log-probabilities of the temperature-scaled ABC, ``log_softmax(logits / T)`` (paper Sec. 3.1).
+    """Log-probabilities of the temperature-scaled ABC, ``log_softmax(logits / T)`` (Bai et al. 2024a, Sec. 3.1).
 
     ``T = 0`` is the hard-max limit: exactly 0 at the (first) argmax and ``-inf`` elsewhere (the log of the one-hot
     vector of Sec. 2.1). It stays attached to the autograd graph with a zero gradient.

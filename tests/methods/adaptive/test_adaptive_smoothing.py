@@ -320,6 +320,7 @@ def test_card_round_trip_and_weight_hash(fitted, pair):
     bad = root / "tampered"
     bad.mkdir()
     shutil.copy(root / "card.toml", bad / "card.toml")
+    shutil.copy(root / "card.arrays.json", bad / "card.arrays.json")  # the card's large arrays stay beside it
     blob = bytearray((root / name).read_bytes())
     blob[-1] ^= 1
     (bad / name).write_bytes(bytes(blob))
@@ -345,7 +346,8 @@ def test_save_as_carries_the_weights_under_the_new_name(fitted, pair, tmp_path):
     assert list(copy.weights) == [copy.params["weights_file"]] and list(copy.weights.values()) == list(
         card.weights.values()
     )
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["digits-as-c.mixing-network.safetensors",
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["digits-as-c.arrays.json",  # its large arrays
+                                                              "digits-as-c.mixing-network.safetensors",
                                                               "digits-as-c.toml"]
     abc, rbc = pair
     x = torch.rand(4, 1, 8, 8)

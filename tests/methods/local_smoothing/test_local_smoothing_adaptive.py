@@ -289,6 +289,7 @@ def test_card_records_beta0_and_weights_and_rebuilds_the_classifier(fitted, pair
     bad = root / "tampered"
     bad.mkdir()
     shutil.copy(root / "card.toml", bad / "card.toml")
+    shutil.copy(root / "card.arrays.json", bad / "card.arrays.json")  # the card's large arrays stay beside it
     blob = bytearray((root / name).read_bytes())
     blob[-1] ^= 1
     (bad / name).write_bytes(bytes(blob))

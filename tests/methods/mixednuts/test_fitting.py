@@ -187,7 +187,7 @@ def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
     print_report(report, to=term)
     lines = term.export_text().splitlines()
     assert max(map(len, lines)) <= 80
-    for m, label in zip(report.models, ("ABC digits-std", "RBC digits-pgd", "Linear mix (alpha=", "MixedNUTS, α"),
+    for m, label in zip(report.models, ("ABC digits-std", "RBC digits-pgd", "Linear mix, alpha ", "MixedNUTS, alpha "),
                         strict=True):
         row = next(line for line in lines if line.strip().startswith(label))
         assert f"{100 * m.robust_accuracy:.1f} ({100 * m.robust_ci[0]:.1f}-{100 * m.robust_ci[1]:.1f})" in row

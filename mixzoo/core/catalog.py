@@ -1,0 +1,56 @@
+"""Published mix cards (hook ``mixzoo_cards``) as entries ``mixzoo list`` and ``mixzoo info`` show beside the
+registry's models: role ``mixed``, the card's data set, threat model, base models, method and its scalar
+parameters. Read from the card files as text (no torch, no method plugin imported: ``list`` stays fast); the
+card is validated when it is used (:meth:`mixzoo.core.card.MixCard.load`)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROLE = "mixed"
+
+
+def card_entry(name: str) -> dict[str, Any]:
+    """One published card as a plain dict: name, role ``mixed``, method, dataset, threat model, eps, ABC, RBC,
+    the method's scalar parameters, notes and the card file. An unknown name is an :class:`UnknownNameError`;
+    an unreadable file an :class:`InputError` naming it."""
+    from mixzoo.core.errors import InputError, UnknownNameError
+    from mixzoo.core.plugins import published_cards
+
+    cards = published_cards()
+    if name not in cards:
+        raise UnknownNameError("published card", name, cards)
+    path = Path(cards[name])
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"published card {name!r} ({path}) cannot be read: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"published card {name!r} ({path}) is not a table of fields")
+    method = data.get("method")
+
+    def table(key: Any) -> dict[str, Any]:
+        value = data.get(key) if isinstance(key, str) else None
+        return value if isinstance(value, dict) else {}
+
+    attack = table("attack")
+    params = {k: v for k, v in table(method).items() if isinstance(v, int | float | str | bool)}
+    return {"name": name, "role": ROLE, "method": method, "dataset": data.get("dataset"),
+            "threat_model": attack.get("norm"), "epsilon": attack.get("eps"), "abc": table("abc").get("name"),
+            "rbc": table("rbc").get("name"), "parameters": params, "notes": data.get("notes") or [],
+            "card": str(path)}
+
+
+def list_cards(dataset: str | None = None) -> list[dict[str, Any]]:
+    """Every published card (:func:`card_entry`), optionally of one data set, sorted by name."""
+    from mixzoo.core.plugins import published_cards
+
+    entries = [card_entry(name) for name in sorted(published_cards())]
+    return [e for e in entries if dataset is None or e["dataset"] == dataset]
+
+
+__all__ = ["ROLE", "card_entry", "list_cards"]
