@@ -21,6 +21,7 @@ import math
 import os
 import re
 import subprocess
+import tomllib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
