@@ -40,7 +40,9 @@ def parse_batch_size(value: int | str) -> int | str:
         raise InputError(f"--batch-size must be positive (a number of images) or 'auto', got {value!r}") from None
     if isinstance(value, float) and value != size or size <= 0:
         raise InputError(f"--batch-size must be positive (a number of images) or 'auto', got {value!r}")
-    return size
+    from mixzoo.core.checks import int64
+
+    return int64(size, "--batch-size")
 
 
 def rows_that_fit(free_bytes: int, bytes_per_row: float, fraction: float = MEMORY_FRACTION,
