@@ -52,12 +52,18 @@ def screening(attack: str) -> str | None:
 def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cache: Cache, attack: str, n: int,
                    eps: float, norm: str, seed: int, batch_size: int, attack_options: dict | None = None,
                    betas: tuple[float, ...] = DEFAULT_BETAS, alphas: tuple[float, ...] = DEFAULT_LINEAR_ALPHAS,
-                   data_dir: str | None = None, device: str = "cpu", progress: bool = True) -> dict[str, Any]:
+                   data_dir: str | None = None, device: str = "cpu", progress: bool = True,
+                   points: int | None = None) -> dict[str, Any]:
     """Fig. 8: MixedNUTS recalibrated at each beta (cached MMAA, so seconds each) vs the linear mixture over alpha.
 
     Clean accuracy uses every evaluation image (from cached logits); robust accuracy uses the first ``n`` images
-    under ``attack`` (a cheaper attack than the main table's by default; the plot says which).
+    under ``attack`` (a cheaper attack than the main table's by default; the plot says which). ``points``: that
+    many betas and alphas per curve, evenly spread over ``betas`` and ``alphas`` (the bench's budget; ``None``:
+    all of them).
     """
+    from mixzoo.evaluation.budget import curve_points
+
+    betas, alphas = curve_points(betas, points), curve_points(alphas, points)
     from mixzoo.attacks.runner import evaluate
     from mixzoo.methods.mixednuts.calibrate import calibrate
     from mixzoo.methods.mixednuts.mixing import MixedClassifier, mix_log_probs
