@@ -76,8 +76,9 @@ def test_bench_at_quick_with_O_n_iter_reaches_the_declared_attack_the_baseline_a
     assert comps["attack"] == {"attack": "adaptive", "options": {"n_iter": 5, "n_target_classes": 3,
                                                                  "n_queries": 200}}
     assert comps["MixedNUTS: apgd-bypass"] == {"attack": "apgd", "options": {"n_iter": 5, "n_target_classes": 3}}
-    assert comps["baseline"] == {"attack": "adaptive-apgd", "options": {"n_iter": 5, "n_target_classes": 3},
-                                 "n": 8}
+    # adaptive-apgd accepts n_queries (adaptive's option), so the cap is recorded though it runs no Square
+    assert comps["baseline"] == {"attack": "adaptive-apgd", "options": {"n_iter": 5, "n_target_classes": 3,
+                                                                        "n_queries": 200}, "n": 8}
     assert comps["curve"]["options"]["n_iter"] == 5 and comps["curve"]["points"] == 3
     assert len(report.curve["mixednuts"]) == 3 and len(report.curve["linear"]) == 3
     assert st["linear_alpha_match"]["options"]["n_iter"] == 5  # what the bisection ran with
