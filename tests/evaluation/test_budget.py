@@ -144,7 +144,7 @@ def test_sanity_at_quick_honours_the_budget_and_no_extra_attacks(digits_card, tm
     assert ok.exit_code == 0, ok.output
     out = json.loads((tmp_path / "a" / "sanity.json").read_text())
     assert out["budget"] == "quick" and out["attack"] == "adaptive-apgd"
-    assert out["components"]["attack"]["options"] == {"n_iter": 4, "n_target_classes": 3}
+    assert out["components"]["attack"]["options"] == {"n_iter": 4, "n_target_classes": 3, "n_queries": 200}
     assert out["components"]["MixedNUTS: apgd-bypass"]["options"]["n_iter"] == 4
     assert out["components"]["baseline"]["options"]["n_iter"] == 4 and out["components"]["baseline"]["n"] == 6
     assert "(quick budget)" in (tmp_path / "a" / "sanity.md").read_text()
