@@ -82,14 +82,16 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if not args.card and not (args.abc and args.rbc):
         ap.error("pass --card, or --abc and --rbc")
-    pair = ([args.card] if args.card else []) + (["--abc", args.abc] if args.abc else []) + (
+    card = str(Path(args.card).resolve()) if args.card and Path(args.card).exists() else args.card
+    data_dir = str(Path(args.data_dir).resolve()) if args.data_dir else None  # the runs start in a temporary folder
+    pair = ([card] if card else []) + (["--abc", args.abc] if args.abc else []) + (
         ["--rbc", args.rbc] if args.rbc else [])
     from mixzoo.core.machine import run_record
 
     cores = os.cpu_count() or 1
     results = json.loads(args.out.read_text()) if args.out.exists() else {"runs": []}
     for budget in args.budget or ["quick"]:
-        record = run_one(pair, budget, args.n, args.data_dir, args.extra)
+        record = run_one(pair, budget, args.n, data_dir, args.extra)
         record["label"] = args.label
         record["loaded"] = max(record["load_1min"]) > cores / 4
         record.setdefault("run", run_record("cpu"))

@@ -498,6 +498,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     lin = baseline_method()
     if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name \
             and lin.name not in kinds:
+        t_match = time.perf_counter()
         alpha_lin, tried, target = matched_linear_alpha(
             ce, match_n=baseline.n, extra_attacks=s.extra_attacks, **spend,
             **dict(common, attack=baseline.attack, attack_options=baseline.options))
@@ -506,7 +507,8 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
                            label=f"{lin.title} alpha={alpha_lin}", extra_attacks=s.extra_attacks, **spend, **main)
         rows.append(row(f"{lin.title} (alpha={alpha_lin:.2f})", lin.name, ev, alpha=alpha_lin, c=lin_card))
         settings_record["components"]["baseline"] = {"attack": baseline.attack, "options": dict(baseline.options),
-                                                     "n": min(baseline.n, len(labels))}
+                                                     "n": min(baseline.n, len(labels)),
+                                                     "seconds": time.perf_counter() - t_match}  # search and row
         settings_record.update(linear_alpha_search=tried, linear_alpha_match={
             "attack": baseline.attack, "options": baseline.options, "n": min(baseline.n, len(labels)),
             "card": card_rows[0].name, "target_robust_accuracy": target})
@@ -520,12 +522,14 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     )
     report.notes = notes + [note for note in [shortfall_note(data, s.n, "--n")] if note is not None]
     if curve is not None:
+        t_curve = time.perf_counter()
         report.curve = cards[0].mixing_method.tradeoff_curve(
             cards[0], abc_m, rbc_m, data, cache=cache, attack=curve.attack, n=curve.n, eps=eps, norm=norm,
             seed=s.seed, batch_size=s.batch_size, attack_options=curve.options, data_dir=s.data_dir, device=device,
             progress=progress, **({} if curve.points is None else {"points": curve.points}))
         report.settings["components"]["curve"] = {"attack": curve.attack, "options": dict(curve.options),
-                                                  "n": min(curve.n, len(labels)), "points": curve.points}
+                                                  "n": min(curve.n, len(labels)), "points": curve.points,
+                                                  "seconds": time.perf_counter() - t_curve}
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
     if out is not None and w.main:

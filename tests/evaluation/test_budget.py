@@ -77,13 +77,15 @@ def test_bench_at_quick_with_O_n_iter_reaches_the_declared_attack_the_baseline_a
                                                                  "n_queries": 200}}
     assert comps["MixedNUTS: apgd-bypass"] == {"attack": "apgd", "options": {"n_iter": 5, "n_target_classes": 3}}
     # adaptive-apgd accepts n_queries (adaptive's option), so the cap is recorded though it runs no Square
+    assert comps["baseline"].pop("seconds") > 0 and comps["curve"].pop("seconds") > 0  # what each one cost
     assert comps["baseline"] == {"attack": "adaptive-apgd", "options": {"n_iter": 5, "n_target_classes": 3,
                                                                         "n_queries": 200}, "n": 8}
     assert comps["curve"]["options"]["n_iter"] == 5 and comps["curve"]["points"] == 3
     assert len(report.curve["mixednuts"]) == 3 and len(report.curve["linear"]) == 3
     assert st["linear_alpha_match"]["options"]["n_iter"] == 5  # what the bisection ran with
     written = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert written["settings"]["components"] == comps and written["settings"]["budget"] == "quick"
+    assert {k: {f: v for f, v in c.items() if f != "seconds"} for k, c in written["settings"]["components"].items()
+            } == comps and written["settings"]["budget"] == "quick"
     assert (tmp_path / "out" / "report.md").read_text().startswith("# mixzoo bench report (quick budget)")
     # the declared attack ran with what the report says: its rows are read back from the cache under those options
     ce_card = report.cards[0]
