@@ -330,17 +330,20 @@ def bench(
     from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation.bench import CurveSettings
     from mixzoo.evaluation.bench import bench as run_bench
+    from mixzoo.evaluation.budget import shared_attack
     from mixzoo.evaluation.report import print_report
 
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
-    settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, eps=eps,
-                           norm=norm, n=n, batch_size=batch_size, seed=seed, per_example_seeds=per_example_seeds,
+    settings = RunSettings(attack=shared_attack(budget, attack, "adaptive"),
+                           attack_options=parse_attack_options(attack_option) or {}, eps=eps, norm=norm, n=n,
+                           batch_size=batch_size, seed=seed, per_example_seeds=per_example_seeds,
                            extra_attacks=extra_attacks, abc=abc, rbc=rbc, device=device, precision=precision,
                            budget=budget, data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
     chosen_curve = curve and (True if curve_n is None else replace(CurveSettings.for_budget(budget), n=curve_n))
-    report = run_bench(card, settings, out=out, baseline=baseline, curve=chosen_curve or None, plots=plots,
+    report = run_bench(card, settings, out=out, baseline=True if baseline else None, curve=chosen_curve or None,
+                       plots=plots,
                        save_adversarial=save_adversarial)
     if not distributed_world().main:
         return  # under torchrun only rank 0 prints
@@ -403,10 +406,12 @@ def sanity(
     are bench's."""
     from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation.bench import display_name
+    from mixzoo.evaluation.budget import shared_attack
     from mixzoo.evaluation.sanity import eps_sweep
 
-    settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, n=n,
-                           batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device, precision=precision,
+    settings = RunSettings(attack=shared_attack(budget, attack, "adaptive-apgd"),
+                           attack_options=parse_attack_options(attack_option) or {}, n=n, batch_size=batch_size,
+                           seed=seed, abc=abc, rbc=rbc, device=device, precision=precision,
                            norm=norm, per_example_seeds=per_example_seeds, extra_attacks=extra_attacks,
                            budget=budget, data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
