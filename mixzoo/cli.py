@@ -19,12 +19,17 @@ from mixzoo.core.checks import NOT_JSON, option_value
 from mixzoo.core.commands import (
     AllowUnsafe,
     AsJson,
+    AttackName,
+    Baseline,
+    Budget,
     CacheDir,
     CardABC,
     CardRBC,
     DataDir,
     Device,
+    ExtraAttacks,
     NoCache,
+    PerExampleSeeds,
     Precision,
     command,
     command_line,
@@ -336,9 +341,8 @@ def bench(
     abc: Annotated[str | None, typer.Option(help="the ABC (registry name), replacing the card's; without a card, the "
                                                  "pair to fit first")] = None,
     rbc: Annotated[str | None, typer.Option(help="the RBC (registry name), replacing the card's")] = None,
-    attack: Annotated[str, typer.Option(help="adaptive (App. B.2.1) | adaptive-strong (+ exact, bypass and "
-                                             "re-seeded APGD) | adaptive-apgd | autoattack | apgd | pgd | a "
-                                             "plugin's")] = "adaptive",
+    attack: AttackName = None,
+    budget: Budget = "standard",
     n: Annotated[int, typer.Option("--n", "--n-images", help="number of evaluation images (--n-images under torchrun,"
                                                               " whose parser takes --n for its own)")] = 1000,
     out: Annotated[Path, typer.Option(help="directory for report.json, report.md and plots")] = Path("bench"),
@@ -350,7 +354,8 @@ def bench(
              "measured memory per image), on a CPU 250; with per-example seeds, the default, results do not depend "
              "on it; recorded in the report")] = "250",
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
-    curve_n: Annotated[int, typer.Option(help="images attacked per curve point")] = 300,
+    curve_n: Annotated[int | None, typer.Option(help="images attacked per curve point (default: the budget's)")]
+    = None,
     plots: Annotated[bool, typer.Option(help="draw the PNG figures (each card method's own figures may need its "
                                              "calibration data, e.g. MixedNUTS's MMAA; rank 0 alone under torchrun)")
                      ] = True,
@@ -358,11 +363,9 @@ def bench(
     save_adversarial: Annotated[bool, typer.Option(
         "--save-adversarial", help="also write adversarial.safetensors: the point that broke each broken example, "
                                    "for `mixzoo verify`")] = False,
-    per_example_seeds: Annotated[bool, typer.Option(
-        "--per-example-seeds/--batch-seeds", help="draw every attack's randomness per example index, so results do "
-        "not depend on --batch-size or the number of processes; --batch-seeds: seed + k for batch k")] = True,
-    baseline: Annotated[bool, typer.Option(help="with one card: add the matched baseline (linear) row")] = True,
-    extra_attacks: Annotated[bool, typer.Option(help="run the extra attacks each card's method declares")] = True,
+    per_example_seeds: PerExampleSeeds = True,
+    baseline: Baseline = True,
+    extra_attacks: ExtraAttacks = True,
     precision: Precision = "float32",
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
@@ -376,20 +379,22 @@ def bench(
     from mixzoo.attacks.memory import parse_batch_size
     from mixzoo.core.distributed import world as distributed_world
     from mixzoo.core.settings import RunSettings
-    from mixzoo.evaluation.bench import CURVE, MATCH
+    from mixzoo.evaluation.bench import CurveSettings
     from mixzoo.evaluation.bench import bench as run_bench
+    from mixzoo.evaluation.budget import shared_attack
     from mixzoo.evaluation.report import print_report
 
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
-    settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, eps=eps,
-                           norm=norm, n=n, batch_size=parse_batch_size(batch_size), seed=seed,
-                           per_example_seeds=per_example_seeds,
+    settings = RunSettings(attack=shared_attack(budget, attack, "adaptive"),
+                           attack_options=parse_attack_options(attack_option) or {}, eps=eps, norm=norm, n=n,
+                           batch_size=parse_batch_size(batch_size), seed=seed, per_example_seeds=per_example_seeds,
                            extra_attacks=extra_attacks, abc=abc, rbc=rbc, device=device, precision=precision,
-                           data_dir=data_dir,
+                           budget=budget, data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
-    report = run_bench(card, settings, out=out, baseline=MATCH if baseline else None,
-                       curve=replace(CURVE, n=curve_n) if curve else None, plots=plots,
+    chosen_curve = curve and (True if curve_n is None else replace(CurveSettings.for_budget(budget), n=curve_n))
+    report = run_bench(card, settings, out=out, baseline=True if baseline else None, curve=chosen_curve or None,
+                       plots=plots,
                        save_adversarial=save_adversarial)
     if not distributed_world().main:
         return  # under torchrun only rank 0 prints
@@ -422,9 +427,10 @@ def sanity(
     card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name")],
     eps: Annotated[str | None, typer.Option(help="radii, comma-separated (default: eps, 2 eps, 4 eps and the "
                                                  "radius where the grey image reaches every example)")] = None,
-    attack: Annotated[str, typer.Option(help="the attack to check (as in bench)")] = "adaptive-apgd",
-    n: Annotated[int, typer.Option(help="number of evaluation images")] = 200,
-    linear: Annotated[bool, typer.Option(help="also check the linear baseline")] = True,
+    attack: AttackName = None,
+    budget: Budget = "standard",
+    n: Annotated[int, typer.Option("--n", "--n-images", help="number of evaluation images")] = 200,
+    linear: Baseline = True,
     linear_alpha: Annotated[float | None, typer.Option(
         help="the linear baseline's alpha (default: matched to the card's worst case as `mixzoo bench` does)")]
     = None,
@@ -432,7 +438,10 @@ def sanity(
     rbc: CardRBC = None,
     out: Annotated[Path, typer.Option(help="directory for sanity.json, sanity.md and sanity.png")] = Path("sanity"),
     seed: int = 0,
-    batch_size: Annotated[int, typer.Option(help="images per attack batch (as in bench)")] = 250,
+    batch_size: AttackBatch = 250,
+    norm: str | None = None,
+    per_example_seeds: PerExampleSeeds = True,
+    extra_attacks: ExtraAttacks = True,
     strict: Annotated[bool, typer.Option("--strict", help="exit with status 1 when a check finds misses")] = False,
     attack_option: AttackOptions = None,
     precision: Precision = "float32",
@@ -444,25 +453,29 @@ def sanity(
     as_json: AsJson = False,
 ) -> None:
     """Does the attack find what there is to find? Robust accuracy over growing eps, checked for monotonicity and
-    against the grey image (Carlini et al. 2019)."""
+    against the grey image (Carlini et al. 2019). The shared attack (default adaptive-apgd), the budget and -O
+    are bench's."""
     from mixzoo.core.settings import RunSettings
-    from mixzoo.evaluation.bench import MATCH, display_name
+    from mixzoo.evaluation.bench import display_name
+    from mixzoo.evaluation.budget import shared_attack
     from mixzoo.evaluation.sanity import eps_sweep
 
-    settings = RunSettings(attack=attack, attack_options=parse_attack_options(attack_option) or {}, n=n,
-                           batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device, precision=precision,
-                           data_dir=data_dir,
+    settings = RunSettings(attack=shared_attack(budget, attack, "adaptive-apgd"),
+                           attack_options=parse_attack_options(attack_option) or {}, n=n, batch_size=batch_size,
+                           seed=seed, abc=abc, rbc=rbc, device=device, precision=precision,
+                           norm=norm, per_example_seeds=per_example_seeds, extra_attacks=extra_attacks,
+                           budget=budget, data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
-    baseline = None if not linear else linear_alpha if linear_alpha is not None else MATCH
+    baseline = None if not linear else linear_alpha if linear_alpha is not None else True
     sweep = eps_sweep(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, out=out)
     if as_json:
         print(json.dumps(sweep.to_dict(), indent=2))
     else:
         arithmetic = "" if sweep.precision == "float32" else f" in {sweep.precision}, breaks confirmed in float32"
-        table = Table(title=f"robust % under {sweep.attack}{arithmetic} over {sweep.norm} eps (n={sweep.n}; "
-                            f"nominal eps {eps_text(sweep.eps)}; the grey image reaches every example at "
-                            f"{eps_text(sweep.reach)})")
+        table = Table(title=f"robust % under {sweep.attack} ({sweep.budget} budget){arithmetic} over {sweep.norm} eps "
+                            f"(n={sweep.n}; nominal eps {eps_text(sweep.eps)}; the grey image reaches every example "
+                            f"at {eps_text(sweep.reach)})")
         for col in ("model", "clean %", "class at grey", *(f"eps {eps_text(r)}" for r in sweep.radii)):
             table.add_column(col, justify="left" if col == "model" else "right")
         for m in sweep.models:

@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from mixzoo.core.errors import MixzooError
 from mixzoo.core.progress import console
+from mixzoo.evaluation.budget import budget_help
 
 out_console = console.__class__()  # stdout (``console``, the progress bars' and errors', is stderr)
 
@@ -39,6 +40,18 @@ Precision = Annotated[str, typer.Option(
     help="the attacks' arithmetic: float32 | tf32 (TF32 tensor cores, channels-last conv nets) | bf16 (bfloat16 "
          "autocast, faster on GPUs and CPUs with AVX-512 BF16 or AMX) | auto (bf16 on a GPU that has it, else tf32 "
          "on a GPU, float32 on a CPU); every break is re-checked in float32 and dropped if not confirmed")]
+# the evaluation options `bench` and `sanity` share (mixzoo.core.settings.RunSettings)
+AttackName = Annotated[str | None, typer.Option(
+    "--attack", help="the shared attack: adaptive (App. B.2.1) | adaptive-strong (+ exact, bypass and re-seeded "
+                     "APGD) | adaptive-apgd | autoattack | apgd | pgd | a plugin's (default: the budget's, else "
+                     "the command's)")]
+Budget = Annotated[str, typer.Option("--budget", help=budget_help())]
+ExtraAttacks = Annotated[bool, typer.Option(help="run the extra attacks each card's method declares")]
+PerExampleSeeds = Annotated[bool, typer.Option(
+    "--per-example-seeds/--batch-seeds", help="draw every attack's randomness per example index, so results do "
+    "not depend on --batch-size or the number of processes; --batch-seeds: seed + k for batch k")]
+Baseline = Annotated[bool, typer.Option("--baseline/--no-baseline", "--linear/--no-linear",
+                                        help="add the matched baseline (linear) row")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -33,12 +33,15 @@ class RunSettings:
     models replacing the card's; ``precision``: the arithmetic of the attacks' forward and backward passes,
     ``"float32"``, ``"tf32"``, ``"bf16"`` (bfloat16 autocast) or ``"auto"`` (:mod:`mixzoo.attacks.precision`;
     every break is re-checked in float32 on the exact classifier, :meth:`mixzoo.attacks.evaluation.Attack.run`);
+    ``budget``: how much every component of the evaluation spends, ``"quick"``, ``"standard"`` or ``"strong"``
+    (:data:`mixzoo.evaluation.budget.BUDGETS`: caps on the shared and the declared attacks' counts, the matched
+    baseline's and the curve's settings; ``attack=None`` takes the budget's attack, else the command's default);
     ``device`` (``"auto"``: ``"cuda"`` when a GPU is visible, else ``"cpu"``, resolved when the settings are made),
     ``data_dir``, ``cache_dir`` / ``use_cache``, ``allow_unsafe`` (pickled checkpoints) and ``progress`` (bars on
     stderr) as their names say.
     """
 
-    attack: str = "adaptive"
+    attack: str | None = "adaptive"
     attack_options: dict[str, Any] = field(default_factory=dict)
     eps: float | None = None
     norm: str | None = None
@@ -51,6 +54,7 @@ class RunSettings:
     rbc: str | nn.Module | None = None
     device: str = "cpu"
     precision: str = "float32"
+    budget: str = "standard"
     data_dir: str | None = None
     cache_dir: str | Path | None = None
     use_cache: bool = True
@@ -63,6 +67,9 @@ class RunSettings:
             from mixzoo.core.machine import resolve_device
 
             object.__setattr__(self, "device", resolve_device(self.device))
+        from mixzoo.evaluation.budget import budget_of
+
+        budget_of(self.budget)
 
     def changed(self, **changes: Any) -> RunSettings:
         """A copy with ``changes``; an unknown name is a one-line error listing the fields."""

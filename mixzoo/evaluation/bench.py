@@ -32,6 +32,7 @@ from mixzoo.core.errors import InputError
 from mixzoo.core.labels import row_label
 from mixzoo.core.machine import run_record
 from mixzoo.core.settings import RunSettings, settings_of
+from mixzoo.evaluation.budget import Budget, budget_of, component_options, shared_attack, shared_options
 from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cells: their names here before
     ADVERSARIAL_FILE,
     ci_cell,
@@ -192,13 +193,15 @@ BENCH_MATCH_OPTIONS: dict[str, Any] = {"n_iter": 25, "n_target_classes": 3}
 
 def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: float, norm: str, seed: int,
                          batch_size: int, cache: Cache, attack_options: dict[str, Any] | None, progress: bool = True,
-                         per_example_seeds: bool = True, extra_attacks: bool = True) -> tuple[float, list[dict], float]:
+                         per_example_seeds: bool = True, extra_attacks: bool = True, budget: str | Budget = "standard",
+                         overrides: dict[str, Any] | None = None) -> tuple[float, list[dict], float]:
     """The matched baseline's alpha for a card: the card's worst-case robust accuracy on the first ``match_n``
     evaluation images under ``attack`` and the extra attacks its method declares (:func:`evaluate_card`; none with
     ``extra_attacks=False``, as the bench's rows then have none), then the
     baseline method's ``match`` against it (for linear: bisection over its alpha grid). Returns the alpha, every
     alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity`` share it, and so share its cached
-    evaluations. ``per_example_seeds`` is passed to every evaluation (and to the baseline method's ``match``)."""
+    evaluations. ``per_example_seeds`` is passed to every evaluation (and to the baseline method's ``match``);
+    ``budget`` and ``overrides`` (the user's ``-O``) to the declared attacks (:func:`declared_attacks`)."""
     base = baseline_method()
     if base is None:
         raise InputError("no installed mixing method is marked as the bench's baseline; pass baseline=False")
@@ -208,7 +211,8 @@ def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: 
     ev = evaluate_card(ce.card, ce.abc, ce.rbc, images, labels,
                        key={**card_key_parts(ce.card, ce.abc, ce.rbc, ce.data), "match_n": match_n},
                        label=f"{ce.card.mixing_method.title or ce.card.method} (matching attack)",
-                       extra_attacks=extra_attacks, per_example_seeds=per_example_seeds, **common)
+                       extra_attacks=extra_attacks, per_example_seeds=per_example_seeds, budget=budget,
+                       overrides=overrides, **common)
     target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
     key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
     alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, key_parts=key, **common,
@@ -319,22 +323,33 @@ def worst_case(ev: dict[str, Any], extra: dict[str, Any], subset: torch.Tensor, 
     return merged
 
 
+def declared_attacks(card: Any, budget: str | Budget = "standard", overrides: dict[str, Any] | None = None
+                     ) -> list[tuple[Any, dict[str, Any]]]:
+    """The extra attacks ``card``'s method declares, each with the options it runs with under ``budget``
+    (:func:`~mixzoo.evaluation.budget.component_options`: the declared options, their counts capped by the budget,
+    then set by ``overrides``, the user's ``-O``)."""
+    return [(extra, component_options(budget, extra.attack, extra.options, overrides))
+            for extra in card.mixing_method.extra_attacks(card)]
+
+
 def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
-                  key: dict[str, Any], label: str, extra_attacks: bool = True, **common: Any) -> dict[str, Any]:
+                  key: dict[str, Any], label: str, extra_attacks: bool = True, budget: str | Budget = "standard",
+                  overrides: dict[str, Any] | None = None, **common: Any) -> dict[str, Any]:
     """A card's classifier under the shared attack (``common``: :func:`~mixzoo.attacks.runner.evaluate`'s
     settings), then under each extra attack its method declares (:meth:`~mixzoo.methods.MixingMethod.
     extra_attacks`) on the examples still robust, merged per example: the card's worst case, which every
     evaluation of a card reports (bench rows, the matched baseline's target, sanity's sweep). ``key`` is the cache
-    key of the shared run (:func:`card_key_parts`); each extra's adds its name, gradient and subset."""
+    key of the shared run (:func:`card_key_parts`); each extra's adds its name, gradient and subset. Each extra
+    runs with the options :func:`declared_attacks` gives it under ``budget`` and ``overrides``."""
     method = card.mixing_method
     ev = evaluate(method.build(abc, rbc, card), images, labels, key_parts=key, label=label, **common)
     if not extra_attacks:
         return ev
-    for extra in method.extra_attacks(card):
+    for extra, extra_options in declared_attacks(card, budget, overrides):
         subset = torch.tensor([i for i, ok in enumerate(ev["robust_correct"]) if ok], dtype=torch.long)
         if not len(subset):
             break
-        options = {**common, "attack": extra.attack, "attack_options": dict(extra.options),
+        options = {**common, "attack": extra.attack, "attack_options": extra_options,
                    "seed": common["seed"] + extra.seed_offset}
         sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), images[subset], labels[subset],
                        key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
@@ -354,6 +369,12 @@ class MatchSettings:
     options: dict[str, Any] = field(default_factory=lambda: dict(BENCH_MATCH_OPTIONS))
     n: int = 500
 
+    @classmethod
+    def for_budget(cls, budget: str | Budget) -> MatchSettings:
+        """The matched baseline of ``budget`` (:data:`~mixzoo.evaluation.budget.BUDGETS`)."""
+        b = budget_of(budget)
+        return cls(options=dict(b.match_options), n=b.match_n)
+
 
 @dataclass(frozen=True)
 class CurveSettings:
@@ -363,6 +384,13 @@ class CurveSettings:
     attack: str = "fast"  # a screening attack: the report and the plot label the curve's points so
     options: dict[str, Any] = field(default_factory=lambda: {"n_iter": 25, "n_target_classes": 3})
     n: int = 300
+    points: int | None = None  # points per curve, evenly spread over the method's own (None: all of them)
+
+    @classmethod
+    def for_budget(cls, budget: str | Budget) -> CurveSettings:
+        """The trade-off curve of ``budget`` (:data:`~mixzoo.evaluation.budget.BUDGETS`)."""
+        b = budget_of(budget)
+        return cls(options=dict(b.curve_options), n=b.curve_n, points=b.curve_points)
 
 
 MATCH = MatchSettings()
@@ -370,7 +398,7 @@ CURVE = CurveSettings()
 
 
 def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | Path | None = None,
-          baseline: MatchSettings | None = MATCH, curve: CurveSettings | None = CURVE, plots: bool = True,
+          baseline: MatchSettings | bool | None = True, curve: CurveSettings | bool | None = True, plots: bool = True,
           save_adversarial: bool = False, **changes: Any) -> Report:
     """Clean and robust accuracy of the ABC, the RBC and one row per mix card on the evaluation split.
 
@@ -383,10 +411,14 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     index), so the outcome per example does not depend on the batch size or the number of processes
     (:func:`mixzoo.attacks.runner.evaluate` says which components cannot, and the report's warnings name them).
 
-    With one card whose method is not the baseline method, ``baseline`` (:class:`MatchSettings`; ``None``: no
-    such row) adds the baseline method at the parameter matched to the card's worst case, evaluated like the other
-    rows. ``curve`` (:class:`CurveSettings`; ``None``: none) asks the first card's method for its trade-off curve;
-    ``plots`` for its figures. Writes ``report.json``, ``report.md`` and plots to ``out`` when given.
+    With one card whose method is not the baseline method, ``baseline`` (:class:`MatchSettings`; ``True``: the
+    settings' budget's; ``None`` or ``False``: no such row) adds the baseline method at the parameter matched to
+    the card's worst case, evaluated like the other rows. ``curve`` (:class:`CurveSettings`; ``True``: the budget's;
+    ``None`` or ``False``: none) asks the first card's method for its trade-off curve; ``plots`` for its figures.
+    The settings' ``budget`` (:mod:`mixzoo.evaluation.budget`) reaches every component: the shared attack's
+    counts, each declared attack's, the baseline's and the curve's; ``-O`` counts (``attack_options``) set them
+    on every component; the report records each component's attack and options (``settings.components``).
+    Writes ``report.json``, ``report.md`` and plots to ``out`` when given.
     ``save_adversarial`` keeps, for each row, the point that broke each broken example and writes them to
     ``adversarial.safetensors`` next to the report, so anyone can check the robust errors without attacking
     (:func:`mixzoo.evaluation.verify.verify_report`, ``mixzoo verify``).
@@ -394,6 +426,8 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     from mixzoo.zoo.data import shortfall_note
 
     s = settings_of(settings, changes)
+    given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
+    s, baseline, curve = budgeted(s, baseline, curve, default_attack="adaptive")
     check_run_settings(s, out)
     if out is not None:  # a report.json mixzoo did not write, or a FIFO where one of the report's files goes
         from mixzoo.evaluation.report import check_report_dir
@@ -434,6 +468,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     base = {"data": data.fingerprint}
     common = dict(attack=s.attack, eps=eps, norm=norm, seed=s.seed, batch_size=s.batch_size, cache=cache,
                   attack_options=s.attack_options, progress=progress, per_example_seeds=s.per_example_seeds)
+    spend = dict(budget=s.budget, overrides=given)  # the declared attacks' budget and the user's -O
     # rows are labelled with the models actually evaluated (an --abc/--rbc override, not the card's names)
     abc_name, rbc_name = evaluated_name(cards[0], "abc", abc_m), evaluated_name(cards[0], "rbc", rbc_m)
     points: dict[str, dict[str, torch.Tensor]] = {}
@@ -459,7 +494,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
         title = method.title or method.name
         label = title if len(cards) == 1 else f"{title} ({c.path.stem if c.path else kind})"
         ev = evaluate_card(c, abc_m, rbc_m, images, labels, key=card_key_parts(c, abc_m, rbc_m, data), label=label,
-                           extra_attacks=s.extra_attacks, **main)
+                           extra_attacks=s.extra_attacks, **spend, **main)
         card_rows.append(row(label, kind, ev, alpha=c.params.get("alpha"), c=c))
     distinct_row_names(card_rows, [c.path for c in cards])  # two cards with one file stem: rows told apart
     settings_record: dict[str, Any] = {
@@ -468,17 +503,25 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
         "per_example_seeds": s.per_example_seeds, "world_size": w.size, "attack_options": s.attack_options or {},
         "extra_attacks": s.extra_attacks, "device": device,
         "precision": resolve_precision(s.precision, device), "precision_policy": s.precision,
-        "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None, "seconds": None}
+        "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None, "seconds": None, "budget": s.budget,
+        "components": {"attack": {"attack": s.attack, "options": dict(s.attack_options)}, **{
+            f"{row.name}: {extra.name}": {"attack": extra.attack, "options": opts}
+            for c, row in zip(cards, card_rows, strict=True) if s.extra_attacks
+            for extra, opts in declared_attacks(c, s.budget, given)}}}
     lin = baseline_method()
     if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name \
             and lin.name not in kinds:
+        t_match = time.perf_counter()
         alpha_lin, tried, target = matched_linear_alpha(
-            ce, match_n=baseline.n, extra_attacks=s.extra_attacks,
+            ce, match_n=baseline.n, extra_attacks=s.extra_attacks, **spend,
             **dict(common, attack=baseline.attack, attack_options=baseline.options))
         lin_card = lin.card_at(alpha_lin, cards[0])
         ev = evaluate_card(lin_card, abc_m, rbc_m, images, labels, key=card_key_parts(lin_card, abc_m, rbc_m, data),
-                           label=f"{lin.title} alpha={alpha_lin}", extra_attacks=s.extra_attacks, **main)
+                           label=f"{lin.title} alpha={alpha_lin}", extra_attacks=s.extra_attacks, **spend, **main)
         rows.append(row(f"{lin.title} (alpha={alpha_lin:.2f})", lin.name, ev, alpha=alpha_lin, c=lin_card))
+        settings_record["components"]["baseline"] = {"attack": baseline.attack, "options": dict(baseline.options),
+                                                     "n": min(baseline.n, len(labels)),
+                                                     "seconds": time.perf_counter() - t_match}  # search and row
         settings_record.update(linear_alpha_search=tried, linear_alpha_match={
             "attack": baseline.attack, "options": baseline.options, "n": min(baseline.n, len(labels)),
             "card": card_rows[0].name, "target_robust_accuracy": target})
@@ -492,16 +535,40 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     )
     report.notes = notes + [note for note in [shortfall_note(data, s.n, "--n")] if note is not None]
     if curve is not None:
+        t_curve = time.perf_counter()
         report.curve = cards[0].mixing_method.tradeoff_curve(
             cards[0], abc_m, rbc_m, data, cache=cache, attack=curve.attack, n=curve.n, eps=eps, norm=norm,
             seed=s.seed, batch_size=s.batch_size, attack_options=curve.options, data_dir=s.data_dir, device=device,
-            progress=progress)
+            progress=progress, **({} if curve.points is None else {"points": curve.points}))
+        report.settings["components"]["curve"] = {"attack": curve.attack, "options": dict(curve.options),
+                                                  "n": min(curve.n, len(labels)), "points": curve.points,
+                                                  "seconds": time.perf_counter() - t_curve}
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
     if out is not None and w.main:
         with distributed.alone():  # the other ranks have finished: the figures' cached steps must not wait for them
             write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=s.data_dir, device=device)
     return report
+
+
+def budgeted(s: RunSettings, baseline: MatchSettings | bool | None, curve: CurveSettings | bool | None, *,
+             default_attack: str) -> tuple[RunSettings, MatchSettings | None, CurveSettings | None]:
+    """The settings, matched baseline and curve with the settings' budget applied
+    (:mod:`mixzoo.evaluation.budget`): the shared attack named (the given one, else the budget's, else
+    ``default_attack``) with the budget's caps under the user's ``-O``; ``True`` for the baseline or the curve:
+    the budget's, ``False``: none; the ``-O`` counts set on the baseline's and the curve's attacks."""
+    from dataclasses import replace
+
+    given = dict(s.attack_options or {})
+    attack = shared_attack(s.budget, s.attack, default_attack)
+    s = s.changed(attack=attack, attack_options=shared_options(s.budget, attack, given))
+    match = MatchSettings.for_budget(s.budget) if baseline is True else baseline or None
+    if match is not None:
+        match = replace(match, options=component_options(s.budget, match.attack, match.options, given))
+    points = CurveSettings.for_budget(s.budget) if curve is True else curve or None
+    if points is not None:
+        points = replace(points, options=component_options(s.budget, points.attack, points.options, given))
+    return s, match, points
 
 
 def evaluated_name(card: Any, role: str, model: nn.Module) -> str:

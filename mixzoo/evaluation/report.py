@@ -38,6 +38,13 @@ def options_text(options: dict[str, Any]) -> str:
     return f" ({', '.join(f'{k}={v}' for k, v in options.items())})" if options else ""
 
 
+def budget_text(settings: dict[str, Any]) -> str:
+    """`` (quick budget)`` after a title when the report records its budget (:mod:`mixzoo.evaluation.budget`),
+    else nothing (reports written before budgets existed)."""
+    budget = settings.get("budget")
+    return f" ({budget} budget)" if isinstance(budget, str) and budget else ""
+
+
 def screening_note(attack: str) -> str | None:
     """The note of a screening attack (its class's ``screening_note``, e.g. ``fast``), printed beside its name:
     such a result is not a reported robustness figure. None for other attacks and for names no plugin registers."""
@@ -82,7 +89,7 @@ def markdown(report: Any) -> str:
     """``report.md``: the table, the card, the data, and any warnings."""
     c, d, st = report.card, report.dataset, report.settings
     lines = [
-        "# mixzoo bench report", "",
+        f"# mixzoo bench report{budget_text(st)}", "",
         f"Evaluation: **{d['name']}** `{d['split']}` split, n = {d['n']} (fingerprint `{d['fingerprint']}`); "
         f"calibration used the disjoint `calibration` split ({(d.get('calibration') or {}).get('n', '?')} images).",
         f"Attack: `{st['attack']}`{options_text(st.get('attack_options') or {})}, {st['norm']}, "
@@ -233,7 +240,8 @@ def print_report(report: Any, *, to: Console | None = None) -> None:
     low = settings.get("precision", "float32") != "float32"
     arithmetic = f", {settings['precision']}" if low else ""
     table = Table(title=f"{report.dataset['name']} evaluation, n={report.dataset['n']}: {settings['attack']} "
-                        f"{settings['norm']} eps {eps_text(settings['eps'])} ({device}{arithmetic})",
+                        f"{settings['norm']} eps {eps_text(settings['eps'])} ({device}{arithmetic})"
+                        f"{budget_text(settings)}",
                   box=box.SIMPLE_HEAD, pad_edge=False)
     columns = ("model", "clean % (95% CI)", "robust % (95% CI)", *(("breaks bf16/fp32",) if low else ()), "attack s")
     for col in columns:

@@ -38,7 +38,7 @@ from mixzoo.core.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_line, run_record
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.bench import MATCH, MatchSettings
+from mixzoo.evaluation.bench import MatchSettings
 from mixzoo.zoo.pairs import model_device, model_hash, model_key
 
 GREY = 0.5
@@ -112,6 +112,9 @@ class EpsSweep:
     files: list[str] = field(default_factory=list)
     attack_options: dict[str, Any] = field(default_factory=dict)  # as given; the attack's defaults for the rest
     precision: str = "float32"  # the attacks' arithmetic (bf16: breaks confirmed in float32)
+    budget: str = "standard"  # mixzoo.evaluation.budget: what every component spent
+    # each component's attack and options under the budget (the shared attack, the declared ones, the baseline's)
+    components: dict[str, Any] = field(default_factory=dict)
     # versions, commit, machine, time (mixzoo.core.machine.run_record)
     run: dict[str, Any] = field(default_factory=dict)
 
@@ -174,7 +177,7 @@ def _notes(sweep: EpsSweep) -> list[str]:
 
 
 def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[float] | None = None,
-              baseline: MatchSettings | float | None = MATCH, out: str | Path | None = None, plots: bool = True,
+              baseline: MatchSettings | float | bool | None = True, out: str | Path | None = None, plots: bool = True,
               **changes: Any) -> EpsSweep:
     """Robust accuracy of the card's ABC, RBC, matched baseline and the card's own classifier at each radius in
     ``radii`` (default :func:`default_radii`), on the first ``n`` evaluation images, with the monotonicity and
@@ -184,21 +187,28 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     size, the bench's rows are reused.
 
     ``baseline``: the baseline method's row (linear) matched to the card's worst case exactly as ``mixzoo bench``
-    matches it (:class:`~mixzoo.evaluation.bench.MatchSettings`, the bench's by default, so after a bench with the
-    same settings it is read from the cache), or at a given alpha (a number), or ``None``: no baseline row.
+    matches it (:class:`~mixzoo.evaluation.bench.MatchSettings`; ``True``: the settings' budget's, as the bench's,
+    so after a bench with the same settings it is read from the cache), or at a given alpha (a number), or
+    ``None``: no baseline row. The settings' ``budget`` and ``-O`` counts reach every component as in the bench
+    (:mod:`mixzoo.evaluation.budget`); ``attack=None`` takes the budget's attack, else ``adaptive-apgd``.
     """
     from mixzoo.evaluation.bench import (
         baseline_method,
+        budgeted,
         card_evaluation,
         card_key_parts,
         check_run_settings,
+        declared_attacks,
         evaluate,
         evaluate_card,
         matched_linear_alpha,
     )
     from mixzoo.zoo.data import shortfall_note
 
-    s = settings_of(settings, changes, attack="adaptive-apgd", n=200)
+    s = settings_of(settings, changes, attack=None, n=200)
+    given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
+    s, match_settings, _ = budgeted(s, baseline if not isinstance(baseline, int | float) or isinstance(
+        baseline, bool) else None, None, default_attack="adaptive-apgd")
     check_run_settings(s, out)
     if out is not None:  # a sanity.json mixzoo did not write, or a FIFO where one of its files goes
         from mixzoo.core.paths import check_output, json_with
@@ -207,8 +217,8 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
                                                  for name in ("sanity.json", "sanity.md", "sanity.png")})
     if radii is not None and (not radii or min(radii) <= 0):
         raise InputError(f"--eps values must be positive, got {radii}")
-    match = baseline
-    linear_alpha = float(match) if isinstance(match, int | float) else None
+    match = match_settings
+    linear_alpha = float(baseline) if isinstance(baseline, int | float) and not isinstance(baseline, bool) else None
     if linear_alpha is not None and not 0.5 <= linear_alpha <= 1.0:
         raise InputError(f"--linear-alpha must be in [0.5, 1] (Bai et al. 2024a, footnote 1), got {linear_alpha}")
     t0 = time.perf_counter()
@@ -228,32 +238,42 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
               (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)},
                None)]
     base_method = baseline_method()
-    if match is not None and base_method is not None and card.method != base_method.name:
+    spend = dict(budget=s.budget, overrides=given)
+    components: dict[str, Any] = {"attack": {"attack": s.attack, "options": dict(s.attack_options)}}
+    if (match is not None or linear_alpha is not None) and base_method is not None \
+            and card.method != base_method.name:
         if linear_alpha is None:
             linear_alpha, _, _ = matched_linear_alpha(
                 ce, match_n=match.n, attack=match.attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size,
-                cache=cache, progress=progress, attack_options=match.options, extra_attacks=s.extra_attacks)
+                cache=cache, progress=progress, attack_options=match.options, extra_attacks=s.extra_attacks,
+                per_example_seeds=s.per_example_seeds, **spend)
+            components["baseline"] = {"attack": match.attack, "options": dict(match.options),
+                                      "n": min(match.n, len(labels))}
         base_card = base_method.card_at(linear_alpha, card)
         models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
                        base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data),
                        base_card))
     title = card.mixing_method.title or card.method
     models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card))
+    if s.extra_attacks:
+        components.update({f"{title}: {extra.name}": {"attack": extra.attack, "options": opts}
+                           for extra, opts in declared_attacks(card, s.budget, given)})
     rows = []
     for name, kind, model, key, row_card in models:
         run = dict(attack=attack, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
-                   attack_options=attack_options, progress=progress, precision=s.precision)
+                   attack_options=attack_options, progress=progress, precision=s.precision,
+                   per_example_seeds=s.per_example_seeds)
         evs = [evaluate(model, images, labels, eps=r, key_parts=key, label=f"{name} at eps {r:g}", **run)
                if row_card is None else
                evaluate_card(row_card, abc_m, rbc_m, images, labels, key=key, label=f"{name} at eps {r:g}", eps=r,
-                             extra_attacks=s.extra_attacks, **run) for r in radii]
+                             extra_attacks=s.extra_attacks, **spend, **run) for r in radii]
         rows.append(_row(name, kind, model, evs, radii, images, labels, norm,
                          alpha=linear_alpha if base_method is not None and kind == base_method.name else None))
     sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),
                      dataset={"name": card.dataset, "split": "evaluation", "n": len(labels),
                               "fingerprint": data.fingerprint, "source": getattr(data, "source", "")},
                      reach=reach, seconds=0.0, attack_options=dict(attack_options or {}),
-                     precision=s.precision)
+                     precision=s.precision, budget=s.budget, components=components)
     sweep.notes = ce.notes + [note for note in [shortfall_note(data, n, "--n")] if note] + _notes(sweep)
     if max(radii) < reach:
         sweep.notes.append(f"the largest eps ({max(radii):g}) is below {reach:g}, where the grey image reaches every"
@@ -271,7 +291,7 @@ def markdown(sweep: EpsSweep) -> str:
     from mixzoo.evaluation.report import options_text, precision_text
 
     head = " | ".join(f"eps {eps_text(r)}" for r in sweep.radii)
-    lines = ["# mixzoo sanity: robust accuracy over eps", "",
+    lines = [f"# mixzoo sanity: robust accuracy over eps ({sweep.budget} budget)", "",
              f"`{sweep.attack}`{options_text(sweep.attack_options)}{precision_text(sweep.precision)}, {sweep.norm},"
              f" nominal eps {eps_text(sweep.eps)}, "
              f"first {sweep.n} images of the "

@@ -369,7 +369,8 @@ class MixingMethod:
                        ) -> dict[str, Any] | None:
         """A clean / robust trade-off curve for the bench report (``report.curve``), or ``None`` (default).
         ``kw``: ``cache``, ``attack``, ``n``, ``eps``, ``norm``, ``seed``, ``batch_size``, ``attack_options``,
-        ``data_dir``, ``device``, ``progress``."""
+        ``data_dir``, ``device``, ``progress``, and ``points`` (the most points per curve, the bench's budget) only
+        when the budget limits them."""
         return None
 
     def figures(self, report: Any, card: MixCard, stage: Path, **kw: Any) -> list[str]:

@@ -62,6 +62,10 @@ def export_cmd(
     format: Annotated[str, typer.Option("--format", help="onnx | torch-export (.pt2)")] = "onnx",
     out: Annotated[Path, typer.Option(help="directory for the artifact")] = Path("export"),
     check_n: Annotated[int, typer.Option(help="evaluation images its outputs are checked on")] = 100,
+    tolerance: Annotated[float | None, typer.Option(
+        help="the largest difference allowed between the artifact's log-probabilities and mixzoo's, in units of "
+             "the spread of mixzoo's (the standard deviation of its finite log-probabilities over the checked "
+             "images and classes); default 1e-4")] = None,
     abc: Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")] = None,
     rbc: Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")] = None,
     data_dir: Annotated[str | None, typer.Option(help="directory holding the data set files")] = None,
@@ -73,15 +77,18 @@ def export_cmd(
     from mixzoo.share.export import TOLERANCE, check_format, export
 
     check_format(format)
-    res = export(card, format, out, abc=abc, rbc=rbc, check_n=check_n, data_dir=data_dir, allow_unsafe=allow_unsafe)
+    res = export(card, format, out, abc=abc, rbc=rbc, check_n=check_n, data_dir=data_dir, allow_unsafe=allow_unsafe,
+                 tolerance=TOLERANCE if tolerance is None else tolerance)
     if as_json:
         print(json.dumps({"path": str(res.path), "format": res.format, "max_abs_diff": res.max_abs_diff,
-                          "max_scaled_diff": res.max_scaled_diff, "n_checked": res.n_checked,
+                          "max_scaled_diff": res.max_scaled_diff, "spread": res.spread,
+                          "tolerance": res.tolerance, "n_checked": res.n_checked,
                           "input_size": list(res.input_size), "metadata": res.metadata}, indent=2))
         return
     print(f"{res.format} artifact written to {res.path}: input float32 [batch, {', '.join(map(str, res.input_size))}]"
           f" in [0, 1], output log-probabilities; on {res.n_checked} evaluation images it differs from mixzoo by at"
-          f" most {res.max_abs_diff:.3g} (|a - b| / (1 + |b|) <= {res.max_scaled_diff:.3g}, tolerance {TOLERANCE:g})")
+          f" most {res.max_abs_diff:.3g}, {res.max_scaled_diff:.3g} of the spread of its outputs (std"
+          f" {res.spread:.3g}; tolerance {res.tolerance:g})")
 
 
 def _fields(values: list[str] | None) -> dict[str, Any]:

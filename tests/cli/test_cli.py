@@ -13,6 +13,7 @@ import inspect
 import json
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -288,12 +289,17 @@ def test_bench_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
     assert kw == dict(out=tmp_path / "o", baseline=None, curve=None, plots=False, save_adversarial=True)
     spy = _spy(monkeypatch, "mixzoo.evaluation.bench.bench", report)
     assert CliRunner().invoke(app, ["bench", "--curve-n", "11", "--json"]).exit_code == 0
-    assert spy.kwargs["curve"].n == 11 and spy.kwargs["baseline"] == bench.MATCH
+    assert spy.kwargs["curve"].n == 11 and spy.kwargs["baseline"] is True  # the budget's
+    assert spy.kwargs["curve"] == replace(bench.CurveSettings.for_budget("standard"), n=11)
+    spy = _spy(monkeypatch, "mixzoo.evaluation.bench.bench", report)
+    assert CliRunner().invoke(app, ["bench", "--budget", "strong", "--curve-n", "11", "--json"]).exit_code == 0
+    assert spy.calls[0][0][1].budget == "strong" and spy.calls[0][0][1].attack == "adaptive-strong"
+    assert spy.kwargs["curve"] == replace(bench.CurveSettings.for_budget("strong"), n=11)
 
 
 def test_sanity_defaults_options_and_strict_exit_status(monkeypatch, tmp_path):
     from mixzoo.core.settings import RunSettings
-    from mixzoo.evaluation import bench, sanity
+    from mixzoo.evaluation import sanity
 
     real = sanity.eps_sweep
     card = tmp_path / "card.toml"
@@ -304,7 +310,7 @@ def test_sanity_defaults_options_and_strict_exit_status(monkeypatch, tmp_path):
     (given, settings), kw = spy.calls[0]
     _settings_defaults(settings, attack="adaptive-apgd", n=200)  # eps_sweep's own defaults
     _assert_library_defaults(kw, real)
-    assert given == card and kw["out"] == Path("sanity") and kw["baseline"] == bench.MATCH
+    assert given == card and kw["out"] == Path("sanity") and kw["baseline"] is True  # the budget's, as bench's
 
     spy = _spy(monkeypatch, "mixzoo.evaluation.sanity.eps_sweep", _dict_result(passed=False))
     args = ["sanity", str(card), "--eps", "0.1,0.25", "--attack", "pgd", "--n", "5",

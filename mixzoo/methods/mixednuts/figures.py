@@ -53,13 +53,19 @@ def screening(attack: str) -> str | None:
 def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cache: Cache, attack: str, n: int,
                    eps: float, norm: str, seed: int, batch_size: int, attack_options: dict | None = None,
                    betas: tuple[float, ...] = DEFAULT_BETAS, alphas: tuple[float, ...] = DEFAULT_LINEAR_ALPHAS,
-                   data_dir: str | None = None, device: str = "cpu", progress: bool = True) -> dict[str, Any]:
+                   data_dir: str | None = None, device: str = "cpu", progress: bool = True,
+                   points: int | None = None) -> dict[str, Any]:
     """Fig. 8: MixedNUTS recalibrated at each beta (cached MMAA, so seconds each; the card's own beta among them)
     vs the linear mixture over alpha, and the ABC and RBC alone.
 
     Every point is measured on the same first ``n`` evaluation images: clean accuracy from cached logits, robust
     accuracy under ``attack`` (a cheaper attack than the main table's by default; the plot says which).
+    ``points``: that many betas and alphas per curve, evenly spread over ``betas`` and ``alphas`` (the bench's
+    budget; ``None``: all of them; the card's own beta is always among them).
     """
+    from mixzoo.evaluation.budget import curve_points
+
+    betas, alphas = curve_points(betas, points), curve_points(alphas, points)
     from mixzoo.attacks.runner import evaluate
     from mixzoo.methods.mixednuts.calibrate import calibrate
     from mixzoo.methods.mixednuts.mixing import MixedClassifier, mix_log_probs

@@ -1,0 +1,163 @@
+"""How much an evaluation spends, as one setting every component honours: ``--budget quick|standard|strong``.
+
+:data:`BUDGETS` is the one table of what each budget means. A budget sets
+
+* the shared attack: its name where the command was not given one (``strong``: ``adaptive-strong``) and caps on
+  its iteration counts (``n_iter``, ``n_restarts``, ``n_target_classes``, ``n_queries``);
+* every extra attack a card's method declares: the same caps on its declared options (also on options named after
+  them, e.g. ``screen_n_iter``), each the smaller of the declared value and the cap;
+* the matched baseline (:class:`~mixzoo.evaluation.bench.MatchSettings`): its attack's options and images;
+* the trade-off curve (:class:`~mixzoo.evaluation.bench.CurveSettings`): its attack's options, images and points
+  per curve.
+
+``-O KEY=VALUE`` (``RunSettings.attack_options``) sets the shared attack's option ``KEY``; where ``KEY`` is one of
+the counts above it also sets that count on every other component whose attack accepts it (the declared attacks,
+the baseline's matching attack and the curve's attack), in place of the budget's. ``standard`` caps nothing and
+leaves every component as the bench has always run it. Each component's resolved attack and options go into the
+report (``settings.components``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mixzoo.core.errors import InputError
+
+# the option names a budget caps and an -O of the same name sets on every component
+COUNTS = ("n_iter", "n_restarts", "n_target_classes", "n_queries")
+DEFAULT_BUDGET = "standard"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One row of :data:`BUDGETS` (see the module docstring). ``caps``: the largest value of each count of
+    :data:`COUNTS` for the shared and the declared attacks (absent: not capped); ``attack``: the shared attack when
+    the command names none (``None``: the command's default); ``match_*``: the matched baseline's attack options
+    and images; ``curve_*``: the curve's attack options, images and points per curve (``None``: every point)."""
+
+    name: str
+    caps: dict[str, int] = field(default_factory=dict)
+    attack: str | None = None
+    match_options: dict[str, Any] = field(default_factory=lambda: {"n_iter": 25, "n_target_classes": 3})
+    match_n: int = 500
+    curve_options: dict[str, Any] = field(default_factory=lambda: {"n_iter": 25, "n_target_classes": 3})
+    curve_n: int = 300
+    curve_points: int | None = None
+
+
+# The one table. ``standard`` is what the bench and sanity ran before budgets existed; ``strong`` is
+# ``adaptive-strong`` with the matched baseline and the curve at APGD's own counts (100 iterations, 9 targets).
+BUDGETS: dict[str, Budget] = {
+    "quick": Budget("quick", caps={"n_iter": 10, "n_restarts": 1, "n_target_classes": 3, "n_queries": 200},
+                    match_options={"n_iter": 10, "n_target_classes": 3}, match_n=100,
+                    curve_options={"n_iter": 10, "n_target_classes": 3}, curve_n=100, curve_points=3),
+    "standard": Budget("standard"),
+    "strong": Budget("strong", attack="adaptive-strong", match_options={"n_iter": 100, "n_target_classes": 9},
+                     curve_options={"n_iter": 100, "n_target_classes": 9}),
+}
+
+
+def budget_of(name: str | Budget) -> Budget:
+    """The :class:`Budget` named ``name`` (one of :data:`BUDGETS`); a one-line error naming them otherwise."""
+    if isinstance(name, Budget):
+        return name
+    if name not in BUDGETS:
+        raise InputError(f"unknown budget {name!r}; choose {' | '.join(BUDGETS)} (--budget)")
+    return BUDGETS[name]
+
+
+def _accepted(attack: str) -> dict[str, Any] | None:
+    """The options attack plugin ``attack`` accepts with their defaults (``None``: it does not declare them)."""
+    from mixzoo.core.errors import MixzooError
+    from mixzoo.core.plugins import lookup
+
+    try:
+        defaults = getattr(lookup("attack", attack), "defaults", None)
+    except MixzooError:
+        return None
+    return dict(defaults) if isinstance(defaults, dict) else None
+
+
+def _count_of(key: str) -> str | None:
+    """The count of :data:`COUNTS` an option stands for: itself, or the count it ends with (``screen_n_iter``)."""
+    return next((c for c in COUNTS if key == c or key.endswith("_" + c)), None)
+
+
+def component_options(budget: str | Budget, attack: str, declared: dict[str, Any] | None,
+                      overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The options a component runs attack ``attack`` with under ``budget``: ``declared`` (the component's own
+    options) with every count the attack accepts capped at the budget's cap, then set to ``overrides``' value of
+    that count (the user's ``-O``; only counts of :data:`COUNTS` carry over to other components). With no caps
+    and no overrides it is ``declared`` unchanged (``standard``)."""
+    b = budget_of(budget)
+    out = dict(declared or {})
+    counts = {k: v for k, v in (overrides or {}).items() if k in COUNTS}
+    if not b.caps and not counts:
+        return out
+    accepted = _accepted(attack)
+    if accepted is None:  # a plugin's attack that does not declare its options: left as declared
+        return out
+    for key, default in accepted.items():
+        count = _count_of(key)
+        if count is None:
+            continue
+        if count in counts:
+            out[key] = counts[count]
+            continue
+        value = out.get(key, default)
+        cap = b.caps.get(count)
+        if cap is not None and isinstance(value, int) and not isinstance(value, bool) and value > cap:
+            out[key] = cap
+    return out
+
+
+def shared_options(budget: str | Budget, attack: str, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The shared attack's options: the budget's caps on its counts (where below the attack's defaults), then the
+    options given (``-O``) as they are."""
+    return {**component_options(budget, attack, {}), **dict(given or {})}
+
+
+def shared_attack(budget: str | Budget, given: str | None, default: str) -> str:
+    """The shared attack: the one given, else the budget's (``strong``: ``adaptive-strong``), else ``default``."""
+    return given if given is not None else budget_of(budget).attack or default
+
+
+def curve_points(values: tuple[float, ...], points: int | None) -> tuple[float, ...]:
+    """``points`` of ``values`` evenly spread over them, both ends kept (all of them when ``points`` is ``None`` or
+    not fewer)."""
+    if points is None or points >= len(values):
+        return tuple(values)
+    if points <= 1:
+        return (values[-1],)
+    step = (len(values) - 1) / (points - 1)
+    return tuple(values[round(i * step)] for i in range(points))
+
+
+def budget_help() -> str:
+    """``--budget``'s help: each budget's caps, matched baseline and curve, from :data:`BUDGETS`."""
+    def one(b: Budget) -> str:
+        caps = ", ".join(f"{k} {v}" for k, v in b.caps.items()) or "no caps"
+        attack = f"{b.attack}; " if b.attack else ""
+        points = "all points" if b.curve_points is None else f"{b.curve_points} points per curve"
+        return (f"{b.name} ({attack}{caps}; baseline {_opts(b.match_options)} on {b.match_n} images; curve "
+                f"{_opts(b.curve_options)} on {b.curve_n} images, {points})")
+
+    return ("what every component spends (the shared attack, the declared attacks, the matched baseline, the "
+            "curve): " + " | ".join(one(b) for b in BUDGETS.values()) + "; -O n_iter=... (n_restarts, "
+            "n_target_classes, n_queries) sets that count on every component")
+
+
+def _opts(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in options.items())
+
+
+def budget_table() -> list[dict[str, Any]]:
+    """:data:`BUDGETS` as rows of plain values (docs, ``--help``, tests)."""
+    return [{"budget": b.name, "attack": b.attack, **{c: b.caps.get(c) for c in COUNTS},
+             "match_options": b.match_options, "match_n": b.match_n, "curve_options": b.curve_options,
+             "curve_n": b.curve_n, "curve_points": b.curve_points} for b in BUDGETS.values()]
+
+
+__all__ = ["BUDGETS", "COUNTS", "DEFAULT_BUDGET", "Budget", "budget_help", "budget_of", "budget_table",
+           "component_options", "curve_points", "shared_attack", "shared_options"]
