@@ -58,6 +58,8 @@ def test_run_record_and_its_line():
 
 
 def test_a_resumed_evaluation_names_both_machines(tmp_path):
+    from mixzoo.attacks.runner import sealed
+
     """Batches record the machine that attacked them; a row finished elsewhere lists both, a cached one keeps them."""
     rbc = load_model("digits-pgd")
     data = load_dataset("digits", "evaluation", n=40)
@@ -76,7 +78,7 @@ def test_a_resumed_evaluation_names_both_machines(tmp_path):
     batch = {"clean_correct": first["clean_correct"][:20], "robust_correct": first["robust_correct"][:20],
              "components": [{**c, "newly_broken": 0} for c in first["components"]], "warnings": [],
              "seconds": 1.0, "device": "cuda", "machine": "NVIDIA H100 80GB HBM3"}
-    (partial / "000000.json").write_text(json.dumps(batch))
+    (partial / "000000.json").write_text(sealed(batch, final.stem))
     final.unlink()
     resumed = evaluate(rbc, data.images, data.labels, cache=cache, **kwargs)
     assert resumed["machine"] == f"NVIDIA H100 80GB HBM3 + {here}"

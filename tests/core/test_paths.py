@@ -94,6 +94,7 @@ def test_weights_whose_bytes_are_not_a_network_are_a_one_line_file_error(tmp_pat
 
     folder = tmp_path / "cards"
     folder.mkdir()
+    shutil.copy(AS_CARD.with_name("fmnist-adaptive-smoothing-a.arrays.json"), folder)  # the card's large arrays
     data = tomllib.loads(AS_CARD.read_text())
     name = data["adaptive-smoothing"]["weights_file"]
     for blob in (b"not a safetensors file at all" * 20, (AS_CARD.parent / name).read_bytes()[:500]):
@@ -162,7 +163,8 @@ def test_a_hugging_face_snapshot_links_its_weights_to_its_blobs(tmp_path):
     snapshot, blobs = repo / "snapshots" / ("0" * 40), repo / "blobs"
     snapshot.mkdir(parents=True)
     blobs.mkdir()
-    for file in (AS_CARD, AS_CARD.with_name("fmnist-adaptive-smoothing-a.mixing-network.safetensors")):
+    for file in (AS_CARD, AS_CARD.with_name("fmnist-adaptive-smoothing-a.mixing-network.safetensors"),
+                 AS_CARD.with_name("fmnist-adaptive-smoothing-a.arrays.json")):
         blob = blobs / hashlib.sha256(file.read_bytes()).hexdigest()
         blob.write_bytes(file.read_bytes())
         (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))

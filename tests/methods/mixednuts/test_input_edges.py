@@ -160,7 +160,7 @@ def _mix_card() -> dict:
     (lambda d: d["attack"].update(batch_size=0), "'attack.batch_size'"),
     (lambda d: d["data"].pop("n"), "'data.n' must be the number of calibration images"),
     (lambda d: d["data"].update(n_clean=-3), "'data.n_clean'"),
-    (lambda d: d["abc"].update(name=5), "'abc.name' must be a non-empty string"),
+    (lambda d: d["abc"].update(name=5), "field 'abc.name'"),
     (lambda d: d["rbc"].update(weight_hash=""), "'rbc.weight_hash'"),
     # the grid is MixedNUTS's search record, in its section
     (lambda d: d["mixednuts"]["grid"].pop("objectives"), "'mixednuts.grid.objectives' must be a 2x1x2 nested list"),
