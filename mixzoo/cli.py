@@ -91,6 +91,20 @@ class OneLineUsageErrors(PluginCommands):
 app = typer.Typer(cls=OneLineUsageErrors, help="Mixed classifiers for any accurate/robust model pair, by name.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
+
+@app.callback()
+def _main(threads: Annotated[int | None, typer.Option(
+        "--threads", min=1, help="torch's intra-op threads (default: the CPUs mixzoo may use, from the affinity mask "
+                                 "and cgroup quota; one for small networks; also $MIXZOO_THREADS)")] = None) -> None:
+    """Mixed classifiers for any accurate/robust model pair, by name."""
+    from mixzoo.core.threads import configure
+
+    try:  # before any torch work: every command runs with the threads chosen for the machine and the work
+        configure(threads)
+    except MixzooError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
 AttackBatch = Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; each batch has its "
                                                "own seed, so results depend on it)")]
 
