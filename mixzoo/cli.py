@@ -230,7 +230,8 @@ def mix(
     method: Annotated[str | None, typer.Option(help="mixing method (`mixzoo plugins` lists them; default: the "
                                                     "one marked default)")] = None,
     dataset: Annotated[str | None, typer.Option(help="calibration data set (default: the RBC's)")] = None,
-    n_calib: Annotated[int, typer.Option(help="number of calibration images")] = 1000,
+    n_calib: Annotated[int | None, typer.Option(help="number of calibration images (default: 1000, or all the "
+                                                     "calibration split holds when fewer)")] = None,
     eps: Annotated[float | None, typer.Option(help="attack radius (default: the RBC's)")] = None,
     norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the RBC's)")] = None,
     option: Annotated[list[str] | None, typer.Option(

@@ -466,6 +466,10 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
         ev = evaluate_card(lin_card, abc_m, rbc_m, images, labels, key=card_key_parts(lin_card, abc_m, rbc_m, data),
                            label=f"{lin.title} alpha={alpha_lin}", extra_attacks=s.extra_attacks, **main)
         rows.append(row(f"{lin.title} (alpha={alpha_lin:.2f})", lin.name, ev, alpha=alpha_lin, c=lin_card))
+        if alpha_lin >= 1.0:  # the matched baseline is the RBC itself: said where the row is read
+            notes.append(f"the matched {lin.title} row has alpha 1.00, so it is the RBC alone (on the first "
+                         f"{min(baseline.n, len(labels))} images, alpha 1 came closest to the card's robust accuracy, "
+                         f"{100 * target:.1f}%)")
         settings_record.update(linear_alpha_search=tried, linear_alpha_match={
             "attack": baseline.attack, "options": baseline.options, "n": min(baseline.n, len(labels)),
             "card": card_rows[0].name, "target_robust_accuracy": target})

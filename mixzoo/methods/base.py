@@ -183,7 +183,7 @@ class FitRequest:
     rbc: str | nn.Module | None = None
     options: dict[str, Any] = field(default_factory=dict)
     dataset: str | None = None
-    n_calib: int = 1000
+    n_calib: int | None = None  # None: DEFAULT_N_CALIB, or all the calibration split holds when fewer
     eps: float | None = None
     norm: str | None = None
     seed: int = 0

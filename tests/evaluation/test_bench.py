@@ -315,3 +315,17 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
     assert alphas_attacked == [0.55, 0.95]
     assert [(p["beta"], p["alpha"], p["clean_accuracy"]) for p in cur["mixednuts"]] == [
         (0.9, 0.55, clean(0.55)), (0.99, 0.95, clean(0.95))]
+
+
+def test_a_matched_baseline_at_alpha_one_is_said_to_be_the_rbc(digits_card, tmp_path):
+    """At n=10 on digits no constant alpha below 1 comes closer to the card's robust accuracy: the report says the
+    "Linear mix (alpha=1.00)" row is the RBC alone."""
+    from mixzoo.evaluation.bench import MatchSettings, bench
+
+    quick = {"n_iter": 5, "n_target_classes": 1}
+    report = bench(digits_card, attack="apgd", n=10, cache_dir=tmp_path / "cache", attack_options=quick, curve=None,
+                   plots=False, baseline=MatchSettings(n=10, attack="apgd", options=quick), progress=False,
+                   extra_attacks=False)
+    linear = next(m for m in report.models if m.kind == "linear")
+    assert linear.alpha == 1.0
+    assert any("alpha 1.00, so it is the RBC alone" in n for n in report.notes), report.notes

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +83,11 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
 
     nuts = []
     for beta in betas:
-        c = calibrate(clean_logits=cal.clean_logits, clean_labels=cal.labels, attacked_logits=cal.attacked_logits,
-                      attacked_labels=cal.labels, beta=beta, clamp=card.params["clamp"], top_k=card.params["top_k"],
-                      grid=grid)
+        with warnings.catch_warnings():  # the curve's other betas: Algorithm 1's notes on them are not the card's
+            warnings.simplefilter("ignore")
+            c = calibrate(clean_logits=cal.clean_logits, clean_labels=cal.labels,
+                          attacked_logits=cal.attacked_logits, attacked_labels=cal.labels, beta=beta,
+                          clamp=card.params["clamp"], top_k=card.params["top_k"], grid=grid)
         q = c.params
         model = MixedClassifier(abc, rbc, s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"], clamp=q["clamp"],
                                 top_k=q["top_k"], alpha_d=q["alpha_d"])

@@ -87,7 +87,7 @@ def mix(
     dataset: str | None = None,
     beta: float = 0.985,
     clamp: str = "gelu",
-    n_calib: int = 1000,
+    n_calib: int | None = None,
     grid: Any = None,
     objective: str = "standard",
     optimizer: str = "grid",
@@ -120,6 +120,7 @@ def mix(
     from mixzoo.methods.base import FitRequest
     from mixzoo.methods.mixednuts.calibrate import calibrate, check_settings
     from mixzoo.zoo.data import shortfall_note
+    from mixzoo.zoo.pairs import DEFAULT_N_CALIB
 
     check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k,
                    search=search)
@@ -142,6 +143,8 @@ def mix(
         abc_clean_correct=abc_correct, optimizer=optimizer, progress=progress, search=search,
         abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=dataset, data_info=pair.data_info(),
         attack_info=cdata.attack,
+        # the split gave fewer images than asked for (or than the default): more cannot be had
+        more_images=len(data) >= (DEFAULT_N_CALIB if n_calib is None else n_calib),
     )
     if refit_alpha:
         from mixzoo.methods.mixednuts.approximation import refit_alpha as second_pass

@@ -29,3 +29,26 @@ def test_a_reporting_attack_gets_no_screening_label() -> None:
 
 def test_an_unknown_attack_name_is_not_called_screening() -> None:
     assert screening("no-such-attack") is None
+
+
+def test_the_curves_recalibrations_do_not_warn(digits_card, tmp_path) -> None:
+    """The curve recalibrates at seven other betas; Algorithm 1's tie warnings about them are not the card's and
+    cannot be acted on (before: five warnings, each twice, on the digits quick start)."""
+    import warnings
+
+    from mixzoo.core.cache import Cache
+    from mixzoo.core.card import MixCard
+    from mixzoo.methods.mixednuts.figures import tradeoff_curve
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.models import load_model
+
+    card = MixCard.load(digits_card)
+    abc, rbc = load_model("digits-std"), load_model("digits-pgd")
+    data = load_dataset("digits", "evaluation", n=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        curve = tradeoff_curve(card, abc, rbc, data, cache=Cache(digits_card.parent / "cache"), attack="apgd", n=4,
+                               eps=0.2, norm="Linf", seed=0, batch_size=4, betas=(0.0, 0.9),
+                               alphas=(1.0,), attack_options={"n_iter": 1, "n_target_classes": 1}, progress=False)
+    assert len(curve["mixednuts"]) == 2
+    assert not [w for w in caught if "Algorithm 1" in str(w.message)], [str(w.message) for w in caught]
