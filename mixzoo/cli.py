@@ -21,6 +21,7 @@ from mixzoo.core.commands import (
     CardABC,
     CardRBC,
     DataDir,
+    DryRun,
     NoCache,
     Precision,
     command,
@@ -247,6 +248,7 @@ def mix(
     no_cache: NoCache = False,
     device: str = "cpu",
     allow_unsafe: AllowUnsafe = False,
+    dry_run: DryRun = False,
     as_json: AsJson = False,
 ) -> None:
     """Fit a mixing method for an ABC/RBC pair and write the mix card. The method's own options are given as
@@ -265,10 +267,19 @@ def mix(
         return
     options = chosen.options_from_args(ctx.args)
     options.update(parse_attack_options(option) or {})
-    res = fit(chosen.name, abc, rbc, options=options, dataset=dataset, n_calib=n_calib, eps=eps, norm=norm,
-              seed=seed, batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
-              use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
-              command=command_line())
+    request = dict(dataset=dataset, n_calib=n_calib, eps=eps, norm=norm, seed=seed, batch_size=batch_size,
+                   data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache, device=device,
+                   allow_unsafe=allow_unsafe, progress=not as_json, command=command_line())
+    from mixzoo.core.plan import show_plan
+    from mixzoo.core.progress import phases
+    from mixzoo.methods import plan_fit
+
+    plan = plan_fit(chosen.name, abc, rbc, options=options, out=out, **request)
+    show_plan(plan, dry_run, enabled=not as_json)
+    if dry_run:
+        return
+    with phases(plan.names(), plan.estimates(), enabled=not as_json):
+        res = fit(chosen.name, abc, rbc, options=options, out=out, **request)
     card = res.card
     from mixzoo.core.distributed import world
 
@@ -334,6 +345,7 @@ def bench(
     no_cache: NoCache = False,
     device: str = "cpu",
     allow_unsafe: AllowUnsafe = False,
+    dry_run: DryRun = False,
     as_json: AsJson = False,
 ) -> None:
     """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
@@ -351,15 +363,24 @@ def bench(
                            data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
-    report = run_bench(card, settings, out=out, baseline=MATCH if baseline else None,
-                       curve=replace(CURVE, n=curve_n) if curve else None, plots=plots,
-                       save_adversarial=save_adversarial)
+    from mixzoo.core.plan import Plan, show_plan
+    from mixzoo.core.progress import phases
+    from mixzoo.evaluation.plan import plan_bench
+
+    shape = dict(baseline=MATCH if baseline else None, curve=replace(CURVE, n=curve_n) if curve else None)
+    plan = plan_bench(card, settings, plots=plots, command=command_line(), **shape) if card is not None else \
+        Plan(command_line())
+    show_plan(plan, dry_run, enabled=not as_json and distributed_world().main)
+    if dry_run:
+        return
+    with phases(plan.names(), plan.estimates(), enabled=not as_json and bool(plan.phases)):
+        report = run_bench(card, settings, out=out, plots=plots, save_adversarial=save_adversarial, **shape)
     if not distributed_world().main:
         return  # under torchrun only rank 0 prints
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
         return
-    print_report(report)
+    print_report(report, to=out_console)  # the results on stdout; progress and warnings on stderr
     from mixzoo.core.checks import listing
 
     out_console.print(f"report written to {out}/{listing(['report.json', 'report.md', *report.files])}",
@@ -404,6 +425,7 @@ def sanity(
     no_cache: NoCache = False,
     device: str = "cpu",
     allow_unsafe: AllowUnsafe = False,
+    dry_run: DryRun = False,
     as_json: AsJson = False,
 ) -> None:
     """Does the attack find what there is to find? Robust accuracy over growing eps, checked for monotonicity and
@@ -418,7 +440,16 @@ def sanity(
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
     baseline = None if not linear else linear_alpha if linear_alpha is not None else MATCH
-    sweep = eps_sweep(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, out=out)
+    from mixzoo.core.plan import show_plan
+    from mixzoo.core.progress import phases
+    from mixzoo.evaluation.plan import plan_sanity
+
+    plan = plan_sanity(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, command=command_line())
+    show_plan(plan, dry_run, enabled=not as_json)
+    if dry_run:
+        return
+    with phases(plan.names(), plan.estimates(), enabled=not as_json):
+        sweep = eps_sweep(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, out=out)
     if as_json:
         print(json.dumps(sweep.to_dict(), indent=2))
     else:
@@ -479,6 +510,7 @@ def certify_cmd(
     data_dir: DataDir = None,
     device: str = "cpu",
     allow_unsafe: AllowUnsafe = False,
+    dry_run: DryRun = False,
     as_json: AsJson = False,
 ) -> None:
     """Certified robust radii of the RBC and of constant-alpha mixtures (001 Lemma 3.2, Thm 3.5, Thm A.2):
@@ -488,10 +520,21 @@ def certify_cmd(
 
     settings = RunSettings(norm=norm, n=n, batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device,
                            data_dir=data_dir, allow_unsafe=allow_unsafe, progress=not as_json)
-    result = certify(card, settings, alphas=alpha, radii=_parse_floats(radii, "--radii"), dataset=dataset,
-                     split=split, smoothing=SmoothingSettings(sigma=sigma, samples=samples, selection_samples=n0,
-                                                              confidence=confidence, kind=smoothing),
-                     estimate_eps=_parse_floats(estimate, "--estimate"), out=out)
+    from mixzoo.certify.plan import plan_certify
+    from mixzoo.core.plan import show_plan
+    from mixzoo.core.progress import phases
+
+    smoothing_settings = SmoothingSettings(sigma=sigma, samples=samples, selection_samples=n0, confidence=confidence,
+                                           kind=smoothing)
+    plan = plan_certify(card, settings, smoothing=smoothing_settings, dataset=dataset, split=split,
+                        estimate_eps=_parse_floats(estimate, "--estimate"), command=command_line())
+    show_plan(plan, dry_run, enabled=not as_json)
+    if dry_run:
+        return
+    with phases(plan.names(), plan.estimates(), enabled=not as_json):
+        result = certify(card, settings, alphas=alpha, radii=_parse_floats(radii, "--radii"), dataset=dataset,
+                         split=split, smoothing=smoothing_settings, estimate_eps=_parse_floats(estimate, "--estimate"),
+                         out=out)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from mixzoo.core.machine import machine_summary
+from mixzoo.core.progress import next_phase
 from mixzoo.methods.mixednuts.calibration_data import (  # noqa: F401 - also the names of the old mixzoo.pipeline
     ATTACK_CODE_VERSION,
     CalibrationData,
@@ -131,12 +132,14 @@ def mix(
                                    progress=progress), top_k=top_k)
     rbc_m, data, cache, dataset = pair.rbc, pair.data, pair.cache, pair.dataset
     t1 = time.perf_counter()
+    next_phase()  # the phases of the method's plan_fit: calibration data, then Algorithm 1
     cdata = pair_calibration_data(pair, abc=objective == "relaxed", n_iter=n_iter, n_target_classes=n_target_classes,
                                   n_restarts=n_restarts, top_k=top_k)
     t2 = time.perf_counter()
     abc_correct = None
     if objective == "relaxed":
         abc_correct = cdata.abc_clean_logits.argmax(1) == cdata.labels
+    next_phase()
     card = calibrate(
         clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=cdata.attacked_logits,
         attacked_labels=cdata.labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid, objective=objective,
