@@ -369,7 +369,7 @@ def bench(
 
     shape = dict(baseline=MATCH if baseline else None, curve=replace(CURVE, n=curve_n) if curve else None)
     plan = plan_bench(card, settings, plots=plots, command=command_line(), **shape) if card is not None else \
-        Plan(command_line())
+        Plan(command_line(), notes=["no card: the pair is fitted first (`mixzoo mix --dry-run` plans that)"])
     show_plan(plan, dry_run, enabled=not as_json and distributed_world().main)
     if dry_run:
         return

@@ -12,7 +12,7 @@ from mixzoo.core.errors import InputError
 from mixzoo.core.plan import Plan
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.zoo.data import load_dataset
-from mixzoo.zoo.pairs import card_model, resolve_model
+from mixzoo.zoo.pairs import card_model, check_device, resolve_model
 
 
 def _forward_seconds(model: Any, images: torch.Tensor) -> float:
@@ -33,6 +33,11 @@ def plan_certify(card: Any = None, settings: RunSettings | None = None, *, smoot
     s = settings_of(settings, changes, n=500, batch_size=1000)
     sm = smoothing if smoothing is not None else SmoothingSettings()
     rbc, abc = s.rbc, s.abc
+    check_device(s.device)
+    if (s.norm or "l2").lower() not in ("l2", "linf"):
+        raise InputError(f"unknown norm {s.norm!r}; certify takes l2 or linf")
+    if not isinstance(s.n, int) or s.n < 1:
+        raise InputError(f"n must be a positive number of images, got {s.n!r}")
     if card is not None:
         from mixzoo.core.card import MixCard
 

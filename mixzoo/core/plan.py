@@ -94,7 +94,7 @@ def show_plan(plan: Plan, dry_run: bool, *, enabled: bool = True) -> None:
     from mixzoo.core.commands import out_console
     from mixzoo.core.progress import console
 
-    if not enabled and not dry_run:
+    if not dry_run and (not enabled or not plan.phases):
         return
     to = out_console if dry_run else console
     for line in plan.lines():

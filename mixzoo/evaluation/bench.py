@@ -493,6 +493,9 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
             cards[0], abc_m, rbc_m, data, cache=cache, attack=curve.attack, n=curve.n, eps=eps, norm=norm,
             seed=s.seed, batch_size=s.batch_size, attack_options=curve.options, data_dir=s.data_dir, device=device,
             progress=progress)
+    from mixzoo.evaluation.versions import report_code_versions
+
+    report.settings["code_versions"] = report_code_versions(report)  # what ran, for stale_code
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
     if out is not None and w.main:

@@ -232,6 +232,9 @@ class MixingMethod:
     certificate: str | None = None  # why no certified radius exists, when none does (``mixzoo certify``)
     not_exportable: str | None = None  # why its classifier cannot be one deployable artifact (``mixzoo export``)
     curve_points: int | None = None  # how many classifiers :meth:`tradeoff_curve` attacks (the bench's plan)
+    # bump (e.g. "NAME-2") when the classifier :meth:`build` returns changes for the same card: reports record it,
+    # and a quoted report made with another version is stale (mixzoo.evaluation.versions)
+    code_version: str | None = None
 
     # --------------------------------------------------------------------------------------------- card
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
