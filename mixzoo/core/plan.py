@@ -83,18 +83,22 @@ def per_image(run: Callable[[int], Any], n: int, k: int = 4) -> float:
     return (time.perf_counter() - t0) / k
 
 
-__all__ = ["Phase", "Plan", "per_image"]
+__all__ = ["LONG_WORK_S", "Phase", "Plan", "per_image", "show_plan"]
+
+
+LONG_WORK_S = 10.0  # a plan is printed before work estimated to take at least this long (always with --dry-run)
 
 
 def show_plan(plan: Plan, dry_run: bool, *, enabled: bool = True) -> None:
     """Print the plan before the work: on stdout with ``--dry-run`` (it is then the command's result), else on
-    stderr with the progress (stdout keeps the results)."""
+    stderr with the progress (stdout keeps the results) when the work is estimated to take :data:`LONG_WORK_S`
+    or more."""
     from rich.markup import escape
 
     from mixzoo.core.commands import out_console
     from mixzoo.core.progress import console
 
-    if not dry_run and (not enabled or not plan.phases):
+    if not dry_run and (not enabled or not plan.phases or (plan.seconds or 0.0) < LONG_WORK_S):
         return
     to = out_console if dry_run else console
     for line in plan.lines():

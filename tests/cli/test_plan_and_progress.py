@@ -98,4 +98,17 @@ def test_the_bench_table_goes_to_stdout_and_progress_to_stderr(digits_card, tmp_
                                    "--out", str(tmp_path / "b"), "--cache-dir", str(tmp_path / "c")])
     assert res.exit_code == 0, res.output
     assert "digits evaluation, n=10" in res.stdout and "RBC digits-pgd" in res.stdout
-    assert "plan of `" in res.stderr and "plan of" not in res.stdout
+    assert "plan of" not in res.stdout  # short work: no plan; a long one's goes to stderr (below)
+
+
+def test_a_plan_goes_to_stderr_before_long_work_only(capsys):
+    from mixzoo.core.plan import LONG_WORK_S, show_plan
+
+    plan = Plan("mixzoo bench x")
+    plan.add("RBC", "adaptive on 1000 images", LONG_WORK_S / 2)
+    show_plan(plan, dry_run=False)
+    assert capsys.readouterr().err == ""
+    plan.add("MixedNUTS", "adaptive on 1000 images", LONG_WORK_S)
+    show_plan(plan, dry_run=False)
+    seen = capsys.readouterr()
+    assert seen.err.startswith("plan of `mixzoo bench x` (2 phases):") and seen.out == ""
