@@ -270,11 +270,12 @@ def mix(
     request = dict(dataset=dataset, n_calib=n_calib, eps=eps, norm=norm, seed=seed, batch_size=batch_size,
                    data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache, device=device,
                    allow_unsafe=allow_unsafe, progress=not as_json, command=command_line())
-    from mixzoo.core.plan import show_plan
+    from mixzoo.core.plan import make_plan, show_plan
     from mixzoo.core.progress import phases
     from mixzoo.methods import plan_fit
 
-    plan = plan_fit(chosen.name, abc, rbc, options=options, out=out, **request)
+    plan = make_plan(lambda: plan_fit(chosen.name, abc, rbc, options=options, out=out, **request), command_line(),
+                     dry_run=dry_run, wanted=not as_json)
     show_plan(plan, dry_run, enabled=not as_json)
     if dry_run:
         return
@@ -363,12 +364,13 @@ def bench(
                            data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
-    from mixzoo.core.plan import Plan, show_plan
+    from mixzoo.core.plan import Plan, make_plan, show_plan
     from mixzoo.core.progress import phases
     from mixzoo.evaluation.plan import plan_bench
 
     shape = dict(baseline=MATCH if baseline else None, curve=replace(CURVE, n=curve_n) if curve else None)
-    plan = plan_bench(card, settings, plots=plots, command=command_line(), **shape) if card is not None else \
+    plan = make_plan(lambda: plan_bench(card, settings, plots=plots, command=command_line(), **shape),
+                     command_line(), dry_run=dry_run, wanted=not as_json) if card is not None else \
         Plan(command_line(), notes=["no card: the pair is fitted first (`mixzoo mix --dry-run` plans that)"])
     show_plan(plan, dry_run, enabled=not as_json and distributed_world().main)
     if dry_run:
@@ -440,11 +442,13 @@ def sanity(
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
     baseline = None if not linear else linear_alpha if linear_alpha is not None else MATCH
-    from mixzoo.core.plan import show_plan
+    from mixzoo.core.plan import make_plan, show_plan
     from mixzoo.core.progress import phases
     from mixzoo.evaluation.plan import plan_sanity
 
-    plan = plan_sanity(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, command=command_line())
+    plan = make_plan(lambda: plan_sanity(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline,
+                                         command=command_line()), command_line(), dry_run=dry_run,
+                     wanted=not as_json)
     show_plan(plan, dry_run, enabled=not as_json)
     if dry_run:
         return
@@ -521,13 +525,15 @@ def certify_cmd(
     settings = RunSettings(norm=norm, n=n, batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device,
                            data_dir=data_dir, allow_unsafe=allow_unsafe, progress=not as_json)
     from mixzoo.certify.plan import plan_certify
-    from mixzoo.core.plan import show_plan
+    from mixzoo.core.plan import make_plan, show_plan
     from mixzoo.core.progress import phases
 
     smoothing_settings = SmoothingSettings(sigma=sigma, samples=samples, selection_samples=n0, confidence=confidence,
                                            kind=smoothing)
-    plan = plan_certify(card, settings, smoothing=smoothing_settings, dataset=dataset, split=split,
-                        estimate_eps=_parse_floats(estimate, "--estimate"), command=command_line())
+    plan = make_plan(lambda: plan_certify(card, settings, smoothing=smoothing_settings, dataset=dataset, split=split,
+                                          estimate_eps=_parse_floats(estimate, "--estimate"),
+                                          command=command_line()), command_line(), dry_run=dry_run,
+                     wanted=not as_json)
     show_plan(plan, dry_run, enabled=not as_json)
     if dry_run:
         return

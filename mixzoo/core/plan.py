@@ -83,7 +83,22 @@ def per_image(run: Callable[[int], Any], n: int, k: int = 4) -> float:
     return (time.perf_counter() - t0) / k
 
 
-__all__ = ["LONG_WORK_S", "Phase", "Plan", "per_image", "show_plan"]
+__all__ = ["LONG_WORK_S", "Phase", "Plan", "make_plan", "per_image", "show_plan"]
+
+
+def make_plan(build: Callable[[], Plan], command: str, *, dry_run: bool, wanted: bool = True) -> Plan:
+    """The plan ``build`` makes. With ``--dry-run`` its errors are the command's; otherwise a plan that cannot be
+    made (or is not ``wanted``: ``--json``) is an empty one, and the work itself meets and reports the error."""
+    from mixzoo.core.errors import MixzooError
+
+    if dry_run:
+        return build()
+    if not wanted:
+        return Plan(command)
+    try:
+        return build()
+    except (MixzooError, OSError):
+        return Plan(command)
 
 
 LONG_WORK_S = 10.0  # a plan is printed before work estimated to take at least this long (always with --dry-run)

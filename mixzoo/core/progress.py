@@ -109,6 +109,7 @@ def phases(names: Sequence[str], estimates: Sequence[float | None] | None = None
     starts. Every bar shown meanwhile carries the overall line; without a terminal a plain line is printed every
     ``interval`` seconds (default :data:`PLAIN_INTERVAL`)."""
     global _phases
+    enabled = enabled and bool(names)
     outer, tracker = _phases, Phases(names, estimates)
     _phases = tracker if enabled else None
     ticker = _Ticker(tracker.line, interval or PLAIN_INTERVAL) if enabled and not console.is_terminal else None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,7 +164,8 @@ def configure(requested: int | None = None) -> ThreadChoice:
     global _current, _largest
     _largest = None
     _current = choose_threads(requested)
-    _apply(_current)
+    if "torch" in sys.modules:  # else torch gets it with the first network loaded (commands like `list` need none)
+        _apply(_current)
     return _current
 
 
@@ -173,6 +175,8 @@ def fit_to_network(network: Any) -> ThreadChoice | None:
     library user's threads are theirs) or the count was asked for."""
     global _current, _largest
     if _current is None or _current.requested:
+        if _current is not None:
+            _apply(_current)  # asked for before torch was imported
         return _current
     n = sum(p.numel() for p in network.parameters())
     _largest = n if _largest is None else max(_largest, n)

@@ -77,16 +77,16 @@ def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: Matc
                  f"{baseline.attack} on {match_n} images, then its row: {attack} on {n} images",
                  (MATCH_STEPS + 1) * sec * match_n + (card_sec or 0.0) * n)
     method = cards[0].mixing_method
-    points = getattr(method, "curve_points", None)
-    if curve is not None and (points or type(method).tradeoff_curve is not type(lin).tradeoff_curve):
+    points = method.curve_points
+    if curve is not None:
         curve_n = min(curve.n, n)
         sec = _probe(ce, s, curve.attack, curve.options, ce.eps, card=cards[0]) if points else None
         count = str(points) if points else "the method's"
         plan.add("trade-off curve", f"{count} points under {curve.attack} on {curve_n} images",
                  None if sec is None else points * sec * curve_n)
-    if plots:
-        plan.add("report", "report.json, report.md and figures (a method's figures may need its calibration "
-                           "data: cached by `mixzoo mix` on this machine)", None)
+    figures = (" and figures (a method's figures may need its calibration data: cached by `mixzoo mix` on this "
+               "machine)") if plots else ""
+    plan.add("report", f"report.json, report.md{figures}", None)
     if s.attack_options.get("n_iter") is None:
         plan.notes.append("attacks stop on an example once it is broken, so the estimate follows the sample's "
                           "robust share")

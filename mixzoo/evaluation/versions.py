@@ -24,7 +24,7 @@ def code_versions(attacks: Iterable[str], methods: Iterable[str]) -> dict[str, s
     for name in sorted(set(attacks)):
         out[f"attack/{name}"] = getattr(lookup("attack", name), "code_version", None)
     for name in sorted(set(methods)):
-        out[f"method/{name}"] = getattr(lookup("method", name), "code_version", None)
+        out[f"method/{name}"] = lookup("method", name).code_version
     return out
 
 
