@@ -162,7 +162,12 @@ class MixedNUTS(MixingMethod):
         from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
         from mixzoo.zoo.pairs import prepare_pair
 
+        from mixzoo.methods.mixednuts.calibrate import check_settings
+
         opts = dict(request.options)
+        check_settings(beta=opts.get("beta", 0.985), clamp=opts.get("clamp", "gelu"),  # as mix() does, first
+                       objective=opts.get("objective", "standard"), optimizer=opts.get("optimizer", "grid"),
+                       grid=opts.get("grid"), top_k=opts.get("top_k"), search=opts.get("search", "mixzoo"))
         pair = prepare_pair(replace(request, progress=False, use_cache=False), top_k=opts.get("top_k"))
         n = len(pair.data.labels)
         mmaa = {k: opts[k] for k in ("n_iter", "n_target_classes", "n_restarts") if k in opts}
