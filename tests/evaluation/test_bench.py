@@ -285,7 +285,8 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
     h = torch.tensor([[0.0, 1.5, 0.0], [0.0, 0.0, 1.0], [0.5, 1.0, 0.0], [0.0, 2.0, 0.0]])
     labels = torch.tensor([0, 1, 0, 2])
     data = types.SimpleNamespace(images=torch.zeros(4, 1, 2, 2), labels=labels, fingerprint="f")
-    cal = types.SimpleNamespace(clean_logits=None, attacked_logits=None, labels=None)  # calibrate is replaced
+    # calibrate is replaced; the curve records how many calibration images it recalibrated on
+    cal = types.SimpleNamespace(clean_logits=None, attacked_logits=None, labels=torch.zeros(7, dtype=torch.long))
     import mixzoo.methods.mixednuts.figures as figures
 
     monkeypatch.setattr(figures, "calibration_data_for", lambda *a, **k: cal)
@@ -313,6 +314,7 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
 
     assert clean(0.55) != clean(0.95) and clean(0.55) != clean(0.75)  # the choice of alpha matters here
     assert alphas_attacked == [0.55, 0.95]
+    assert cur["n_calibration"] == 7
     assert [(p["beta"], p["alpha"], p["clean_accuracy"]) for p in cur["mixednuts"]] == [
         (0.9, 0.55, clean(0.55)), (0.99, 0.95, clean(0.95))]
 
