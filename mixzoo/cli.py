@@ -94,14 +94,14 @@ app = typer.Typer(cls=OneLineUsageErrors, help="Mixed classifiers for any accura
 
 
 @app.callback()
-def _main(threads: Annotated[int | None, typer.Option(
+def _main(ctx: typer.Context, threads: Annotated[int | None, typer.Option(
         "--threads", min=1, help="torch's intra-op threads (default: the CPUs mixzoo may use, from the affinity mask "
                                  "and cgroup quota; one for small networks; also $MIXZOO_THREADS)")] = None) -> None:
     """Mixed classifiers for any accurate/robust model pair, by name."""
     from mixzoo.core.threads import configure
 
     try:  # before any torch work: every command runs with the threads chosen for the machine and the work
-        configure(threads)
+        configure(threads, torch_now=ctx.invoked_subcommand not in ("list", "info", "plugins"))
     except MixzooError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None

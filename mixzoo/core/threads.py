@@ -158,13 +158,15 @@ _current: ThreadChoice | None = None
 _largest: int | None = None  # the largest network loaded since configure()
 
 
-def configure(requested: int | None = None) -> ThreadChoice:
+def configure(requested: int | None = None, *, torch_now: bool = True) -> ThreadChoice:
     """Choose the thread count (:func:`choose_threads`) and give it to torch; commands call it at their start.
-    Networks loaded afterwards may lower it to one (:func:`fit_to_network`) unless it was asked for."""
+    Networks loaded afterwards may lower it to one (:func:`fit_to_network`) unless it was asked for.
+    ``torch_now=False`` (commands that never need torch, such as ``list``): torch is not imported for it; the count
+    is given to torch with the first network loaded, if any."""
     global _current, _largest
     _largest = None
     _current = choose_threads(requested)
-    if "torch" in sys.modules:  # else torch gets it with the first network loaded (commands like `list` need none)
+    if torch_now or "torch" in sys.modules:
         _apply(_current)
     return _current
 

@@ -115,3 +115,17 @@ def test_cli_threads_option(monkeypatch) -> None:
     monkeypatch.setenv("MIXZOO_THREADS", "0")
     res = CliRunner().invoke(app, ["list", "--json"])
     assert res.exit_code == 2 and "MIXZOO_THREADS" in res.output
+
+
+def test_a_command_that_imports_torch_later_still_gets_the_choice(tmp_path):
+    """`mixzoo --threads 3 COMMAND` gives torch the count before the command runs, although commands import torch
+    lazily (only `list`, `info` and `plugins` leave torch unimported)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from mixzoo.cli import app; assert 'torch' not in sys.modules;"
+            " app(['--threads', '3', 'verify', '--help'], standalone_mode=False);"
+            " import torch; print(torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert out.stdout.strip().splitlines()[-1] == "3"

@@ -154,15 +154,14 @@ class MixedNUTS(MixingMethod):
 
     def plan_fit(self, request: FitRequest) -> list[tuple[str, str, float | None]]:
         """The calibration data (the RBC's clean logits and MMAA on the calibration images, timed on a few of them
-        with the cache off), then Algorithm 1's search (timed on the sample's logits)."""
+        with the cache off), then Algorithm 1's search (not timed: seconds next to the attack)."""
         from dataclasses import replace
 
         from mixzoo.core.cache import Cache
         from mixzoo.core.plan import per_image
+        from mixzoo.methods.mixednuts.calibrate import check_settings
         from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
         from mixzoo.zoo.pairs import prepare_pair
-
-        from mixzoo.methods.mixednuts.calibrate import check_settings
 
         opts = dict(request.options)
         check_settings(beta=opts.get("beta", 0.985), clamp=opts.get("clamp", "gelu"),  # as mix() does, first
