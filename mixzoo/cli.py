@@ -27,6 +27,7 @@ from mixzoo.core.commands import (
     CardRBC,
     DataDir,
     Device,
+    DryRun,
     ExtraAttacks,
     NoCache,
     PerExampleSeeds,
@@ -113,9 +114,21 @@ def _show_version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
-                                                help="print mixzoo's version and exit")] = False) -> None:
+def _main(ctx: typer.Context,
+          version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                                help="print mixzoo's version and exit")] = False,
+          threads: Annotated[int | None, typer.Option(
+              "--threads", min=1, help="torch's intra-op threads (default: the CPUs mixzoo may use, from the "
+                                       "affinity mask and cgroup quota; one for small networks; also "
+                                       "$MIXZOO_THREADS)")] = None) -> None:
     """Mixed classifiers for any accurate/robust model pair, by name."""
+    from mixzoo.core.threads import configure
+
+    try:  # before any torch work: every command runs with the threads chosen for the machine and the work
+        configure(threads, torch_now=ctx.invoked_subcommand not in ("list", "info", "plugins"))
+    except MixzooError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
 
 AttackBatch = Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; with per-example "
                                                "seeds, the default, results do not depend on it)")]
@@ -267,7 +280,8 @@ def mix(
     method: Annotated[str | None, typer.Option(help="mixing method (`mixzoo plugins` lists them; default: the "
                                                     "one marked default)")] = None,
     dataset: Annotated[str | None, typer.Option(help="calibration data set (default: the RBC's)")] = None,
-    n_calib: Annotated[int, typer.Option(help="number of calibration images")] = 1000,
+    n_calib: Annotated[int | None, typer.Option(help="number of calibration images (default: 1000, or all the "
+                                                     "calibration split holds when fewer)")] = None,
     eps: Annotated[float | None, typer.Option(help="attack radius (default: the RBC's)")] = None,
     norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the RBC's)")] = None,
     option: Annotated[list[str] | None, typer.Option(
@@ -283,6 +297,7 @@ def mix(
     no_cache: NoCache = False,
     device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
+    dry_run: DryRun = False,
     as_json: AsJson = False,
 ) -> None:
     """Fit a mixing method for an ABC/RBC pair and write the mix card. The method's own options are given as
@@ -301,10 +316,20 @@ def mix(
         return
     options = chosen.options_from_args(ctx.args)
     options.update(parse_attack_options(option) or {})
-    res = fit(chosen.name, abc, rbc, options=options, dataset=dataset, n_calib=n_calib, eps=eps, norm=norm,
-              seed=seed, batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
-              use_cache=not no_cache, device=device, allow_unsafe=allow_unsafe, progress=not as_json,
-              command=command_line())
+    request = dict(dataset=dataset, n_calib=n_calib, eps=eps, norm=norm, seed=seed, batch_size=batch_size,
+                   data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache, device=device,
+                   allow_unsafe=allow_unsafe, progress=not as_json, command=command_line())
+    from mixzoo.core.plan import make_plan, show_plan
+    from mixzoo.core.progress import phases
+    from mixzoo.methods import plan_fit
+
+    plan = make_plan(lambda: plan_fit(chosen.name, abc, rbc, options=options, out=out, **request), command_line(),
+                     dry_run=dry_run, wanted=not as_json)
+    show_plan(plan, dry_run, enabled=not as_json)
+    if dry_run:
+        return
+    with phases(plan.names(), plan.estimates(), enabled=not as_json):
+        res = fit(chosen.name, abc, rbc, options=options, out=out, **request)
     card = res.card
     from mixzoo.core.distributed import world
 
@@ -372,6 +397,7 @@ def bench(
     no_cache: NoCache = False,
     device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
+    dry_run: DryRun = False,
     as_json: AsJson = False,
 ) -> None:
     """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
@@ -392,16 +418,29 @@ def bench(
                            budget=budget, data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
+    from mixzoo.core.plan import Plan, make_plan, show_plan
+    from mixzoo.core.progress import phases
+    from mixzoo.evaluation.bench import budgeted
+    from mixzoo.evaluation.plan import plan_bench
+
     chosen_curve = curve and (True if curve_n is None else replace(CurveSettings.for_budget(budget), n=curve_n))
-    report = run_bench(card, settings, out=out, baseline=True if baseline else None, curve=chosen_curve or None,
-                       plots=plots,
-                       save_adversarial=save_adversarial)
+    shape = dict(baseline=True if baseline else None, curve=chosen_curve or None)
+    planned, match_s, curve_s = budgeted(settings, shape["baseline"], shape["curve"], default_attack="adaptive")
+    plan = make_plan(lambda: plan_bench(card, planned, plots=plots, command=command_line(), baseline=match_s,
+                                        curve=curve_s), command_line(), dry_run=dry_run, wanted=not as_json) \
+        if card is not None else \
+        Plan(command_line(), notes=["no card: the pair is fitted first (`mixzoo mix --dry-run` plans that)"])
+    show_plan(plan, dry_run, enabled=not as_json and distributed_world().main)
+    if dry_run:
+        return
+    with phases(plan.names(), plan.estimates(), enabled=not as_json and bool(plan.phases)):
+        report = run_bench(card, settings, out=out, plots=plots, save_adversarial=save_adversarial, **shape)
     if not distributed_world().main:
         return  # under torchrun only rank 0 prints
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
         return
-    print_report(report)
+    print_report(report, to=out_console)  # the results on stdout; progress and warnings on stderr
     from mixzoo.core.checks import listing
 
     out_console.print(f"report written to {out}/{listing(['report.json', 'report.md', *report.files])}",
@@ -450,6 +489,7 @@ def sanity(
     no_cache: NoCache = False,
     device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
+    dry_run: DryRun = False,
     as_json: AsJson = False,
 ) -> None:
     """Does the attack find what there is to find? Robust accuracy over growing eps, checked for monotonicity and
@@ -468,7 +508,20 @@ def sanity(
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
     baseline = None if not linear else linear_alpha if linear_alpha is not None else True
-    sweep = eps_sweep(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, out=out)
+    from mixzoo.core.plan import make_plan, show_plan
+    from mixzoo.core.progress import phases
+    from mixzoo.evaluation.bench import MatchSettings
+    from mixzoo.evaluation.plan import plan_sanity
+
+    planned_baseline = MatchSettings.for_budget(budget) if baseline is True else baseline
+    plan = make_plan(lambda: plan_sanity(card, settings, radii=_parse_floats(eps, "--eps"), baseline=planned_baseline,
+                                         command=command_line()), command_line(), dry_run=dry_run,
+                     wanted=not as_json)
+    show_plan(plan, dry_run, enabled=not as_json)
+    if dry_run:
+        return
+    with phases(plan.names(), plan.estimates(), enabled=not as_json):
+        sweep = eps_sweep(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, out=out)
     if as_json:
         print(json.dumps(sweep.to_dict(), indent=2))
     else:
@@ -532,6 +585,7 @@ def certify_cmd(
     data_dir: DataDir = None,
     device: Device = "auto",
     allow_unsafe: AllowUnsafe = False,
+    dry_run: DryRun = False,
     as_json: AsJson = False,
 ) -> None:
     """Certified robust radii of the RBC and of constant-alpha mixtures (Bai et al. 2024b, Lemma 3.2, Thm 3.5, Thm A.2):
@@ -541,10 +595,23 @@ def certify_cmd(
 
     settings = RunSettings(norm=norm, n=n, batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device,
                            data_dir=data_dir, allow_unsafe=allow_unsafe, progress=not as_json)
-    result = certify(card, settings, alphas=alpha, radii=_parse_floats(radii, "--radii"), dataset=dataset,
-                     split=split, smoothing=SmoothingSettings(sigma=sigma, samples=samples, selection_samples=n0,
-                                                              confidence=confidence, kind=smoothing),
-                     estimate_eps=_parse_floats(estimate, "--estimate"), out=out)
+    from mixzoo.certify.plan import plan_certify
+    from mixzoo.core.plan import make_plan, show_plan
+    from mixzoo.core.progress import phases
+
+    smoothing_settings = SmoothingSettings(sigma=sigma, samples=samples, selection_samples=n0, confidence=confidence,
+                                           kind=smoothing)
+    plan = make_plan(lambda: plan_certify(card, settings, smoothing=smoothing_settings, dataset=dataset, split=split,
+                                          estimate_eps=_parse_floats(estimate, "--estimate"),
+                                          command=command_line()), command_line(), dry_run=dry_run,
+                     wanted=not as_json)
+    show_plan(plan, dry_run, enabled=not as_json)
+    if dry_run:
+        return
+    with phases(plan.names(), plan.estimates(), enabled=not as_json):
+        result = certify(card, settings, alphas=alpha, radii=_parse_floats(radii, "--radii"), dataset=dataset,
+                         split=split, smoothing=smoothing_settings, estimate_eps=_parse_floats(estimate, "--estimate"),
+                         out=out)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return

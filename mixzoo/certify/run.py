@@ -40,6 +40,7 @@ from mixzoo.certify.report import CertCurve, CertifyResult
 from mixzoo.certify.smoothing import check_options, minimum_samples, smoothed_estimate
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import run_record
+from mixzoo.core.progress import next_phase
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.pairs import check_device, check_model_fits, resolve_model
@@ -173,6 +174,8 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
     if abc_m is not None:
         check_model_fits(abc_m, data, "ABC")
     images, labels = data.images.to(device), data.labels.to(device)
+    if abc_m is not None:
+        next_phase()  # the phases of mixzoo.certify.plan.plan_certify: the ABC, the RBC (or its smoothing), estimates
     abc_probs = abc_probabilities(abc_m, images, temperature, batch_size) if abc_m is not None else None
     notes: list[str] = []
     curves_raw: list[tuple[str, float, str, torch.Tensor, torch.Tensor, float]] = []
@@ -180,6 +183,7 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
         "rbc": getattr(spec, "name", type(rbc_m).__name__), "abc": getattr(getattr(abc_m, "spec", None), "name", None),
         "alphas": alpha_t.tolist(), "norm": norm, "mode": mode, "n": len(data), "dataset": name, "split": split,
         "abc_temperature": temperature, "seed": seed, "card": str(getattr(card, "path", "") or "") or None}
+    next_phase()
     if sigma is not None:
         check_options(sigma, samples, confidence, kind)
         smallest = float(alpha_t.min())
@@ -247,6 +251,7 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
     grid = _grid(radii, torch.stack([c[3] for c in curves_raw]))
     curves = [_curve(label, a, kind, r, ok, clean_a, grid) for label, a, kind, r, ok, clean_a in curves_raw]
     if sigma is None and estimate_eps:
+        next_phase()
         curves += _estimated(rbc_m, images, probs, correct, alpha_t, clean, estimate_eps, norm, estimate_steps,
                              batch_size, seed)
     settings["seconds"] = time.perf_counter() - t0

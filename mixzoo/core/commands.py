@@ -34,6 +34,8 @@ AllowUnsafe = Annotated[bool, typer.Option("--allow-unsafe", help="permit pickle
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 Device = Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...; auto: cuda when a GPU is visible, "
                                           "else cpu (the report records which)")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="print the plan (what will run, with an estimate from "
+                                                        "timing a few calls) and stop; nothing is written")]
 CardABC = Annotated[str | None, typer.Option(help="the ABC, if the card's name is not a registry name")]
 CardRBC = Annotated[str | None, typer.Option(help="the RBC, if the card's name is not a registry name")]
 Precision = Annotated[str, typer.Option(
@@ -128,6 +130,6 @@ def command_line() -> str:
     return "mixzoo " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-__all__ = ["AllowUnsafe", "AsJson", "CacheDir", "CardABC", "CardRBC", "DataDir", "NoCache",
+__all__ = ["AllowUnsafe", "AsJson", "CacheDir", "CardABC", "CardRBC", "DataDir", "DryRun", "NoCache",
            "Precision", "command", "command_line", "epilog_of", "examples", "interrupted_message", "out_console",
            "show_warning"]

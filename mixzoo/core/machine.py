@@ -51,8 +51,13 @@ def cpu_capability() -> str:
 
 def describe_machine(device: str = "cpu") -> dict[str, Any]:
     """The hardware a run used: CPU model, cores, vector capability, torch threads, and the GPU for ``cuda``."""
+    from mixzoo.core.threads import current
+
     out: dict[str, Any] = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "cpu_capability": cpu_capability(),
                            "torch_threads": torch.get_num_threads(), "platform": platform.platform()}
+    choice = current()  # why that many (mixzoo.core.threads), when the command chose them
+    if choice is not None and choice.threads == out["torch_threads"]:
+        out.update(torch_threads_reason=choice.reason, cpus_available=choice.cpus)
     if str(device).startswith("cuda") and torch.cuda.is_available():
         dev = torch.device(device)
         index = dev.index if dev.index is not None else torch.cuda.current_device()
@@ -107,7 +112,8 @@ def machine_line(record: dict[str, Any] | None) -> str:
     if not record:
         return "machine not recorded"
     m = record.get("machine", {}) or {}
-    parts = [_hardware(m), f"{m.get('cpu_count', '?')} CPU cores, {m.get('torch_threads', '?')} torch threads",
+    why = f" ({m['torch_threads_reason']})" if m.get("torch_threads_reason") else ""
+    parts = [_hardware(m), f"{m.get('cpu_count', '?')} CPU cores, {m.get('torch_threads', '?')} torch threads{why}",
              f"torch {record.get('torch_version', '?')}", f"mixzoo {record.get('mixzoo_version', '?')}"]
     if record.get("git_commit"):
         modified = " with uncommitted changes" if record.get("source_modified") else ""

@@ -31,6 +31,7 @@ from mixzoo.core.checks import distinct_row_names, reach_note
 from mixzoo.core.errors import InputError
 from mixzoo.core.labels import row_label
 from mixzoo.core.machine import run_record
+from mixzoo.core.progress import next_phase
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.budget import Budget, budget_of, component_options, shared_attack, shared_options
 from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cells: their names here before
@@ -482,8 +483,10 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     # the rows' attacks in the settings' precision (breaks confirmed in float32); the baseline's alpha search and
     # the trade-off curve run in float32
     main = dict(common, save_adversarial=save_adversarial, precision=s.precision)
+    next_phase()  # the phases of mixzoo.evaluation.plan.plan_bench, in its order
     ev = evaluate(abc_m, images, labels, key_parts={**base, "model": model_key(abc_m)}, label=abc_name, **main)
     rows.append(row(abc_name, "abc", ev))
+    next_phase()
     ev = evaluate(rbc_m, images, labels, key_parts={**base, "model": model_key(rbc_m)}, label=rbc_name, **main)
     rows.append(row(rbc_name, "rbc", ev))
     card_rows, kinds = [], {"abc", "rbc"}
@@ -493,6 +496,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
         kinds.add(kind)
         title = method.title or method.name
         label = title if len(cards) == 1 else f"{title} ({c.path.stem if c.path else kind})"
+        next_phase()
         ev = evaluate_card(c, abc_m, rbc_m, images, labels, key=card_key_parts(c, abc_m, rbc_m, data), label=label,
                            extra_attacks=s.extra_attacks, **spend, **main)
         card_rows.append(row(label, kind, ev, alpha=c.params.get("alpha"), c=c))
@@ -511,6 +515,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     lin = baseline_method()
     if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name \
             and lin.name not in kinds:
+        next_phase()
         t_match = time.perf_counter()
         alpha_lin, tried, target = matched_linear_alpha(
             ce, match_n=baseline.n, extra_attacks=s.extra_attacks, **spend,
@@ -522,6 +527,10 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
         settings_record["components"]["baseline"] = {"attack": baseline.attack, "options": dict(baseline.options),
                                                      "n": min(baseline.n, len(labels)),
                                                      "seconds": time.perf_counter() - t_match}  # search and row
+        if alpha_lin >= 1.0:  # the matched baseline is the RBC itself: said where the row is read
+            notes.append(f"the matched {lin.title} row has alpha 1.00, so it is the RBC alone (on the first "
+                         f"{min(baseline.n, len(labels))} images, alpha 1 came closest to the card's robust accuracy, "
+                         f"{100 * target:.1f}%)")
         settings_record.update(linear_alpha_search=tried, linear_alpha_match={
             "attack": baseline.attack, "options": baseline.options, "n": min(baseline.n, len(labels)),
             "card": card_rows[0].name, "target_robust_accuracy": target})
@@ -535,6 +544,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     )
     report.notes = notes + [note for note in [shortfall_note(data, s.n, "--n")] if note is not None]
     if curve is not None:
+        next_phase()
         t_curve = time.perf_counter()
         report.curve = cards[0].mixing_method.tradeoff_curve(
             cards[0], abc_m, rbc_m, data, cache=cache, attack=curve.attack, n=curve.n, eps=eps, norm=norm,
@@ -543,9 +553,13 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
         report.settings["components"]["curve"] = {"attack": curve.attack, "options": dict(curve.options),
                                                   "n": min(curve.n, len(labels)), "points": curve.points,
                                                   "seconds": time.perf_counter() - t_curve}
+    from mixzoo.evaluation.versions import report_code_versions
+
+    report.settings["code_versions"] = report_code_versions(report)  # what ran, for stale_code
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
     if out is not None and w.main:
+        next_phase()
         with distributed.alone():  # the other ranks have finished: the figures' cached steps must not wait for them
             write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=s.data_dir, device=device)
     return report

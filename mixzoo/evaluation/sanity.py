@@ -37,6 +37,7 @@ from torch import nn
 from mixzoo.core.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_line, run_record
+from mixzoo.core.progress import next_phase
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.bench import MatchSettings
 from mixzoo.zoo.pairs import model_device, model_hash, model_key
@@ -243,6 +244,7 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     if (match is not None or linear_alpha is not None) and base_method is not None \
             and card.method != base_method.name:
         if linear_alpha is None:
+            next_phase()  # the phases of mixzoo.evaluation.plan.plan_sanity, in its order
             linear_alpha, _, _ = matched_linear_alpha(
                 ce, match_n=match.n, attack=match.attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size,
                 cache=cache, progress=progress, attack_options=match.options, extra_attacks=s.extra_attacks,
@@ -260,6 +262,7 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
                            for extra, opts in declared_attacks(card, s.budget, given)})
     rows = []
     for name, kind, model, key, row_card in models:
+        next_phase()
         run = dict(attack=attack, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
                    attack_options=attack_options, progress=progress, precision=s.precision,
                    per_example_seeds=s.per_example_seeds)

@@ -58,5 +58,25 @@ def fit(method: str | None = None, abc: str | nn.Module | None = None, rbc: str 
     return result
 
 
+def plan_fit(method: str | None = None, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None, *,
+             options: dict[str, Any] | None = None, out: str | Path | None = None, command: str = "mixzoo mix",
+             **request: Any) -> Any:
+    """What :func:`fit` will run with these arguments (a :class:`~mixzoo.core.plan.Plan`, from the method's
+    :meth:`~MixingMethod.plan_fit`), checking them as :func:`fit` does; nothing is written."""
+    from mixzoo.core.plan import Plan
+
+    chosen = get_method(method if method is not None else default_method())
+    options = chosen.check_options(dict(options or {}))
+    if out is not None:
+        from mixzoo.core.card import MixCard
+
+        MixCard.check_path(out)
+    request = {k: v for k, v in request.items() if k != "command"}
+    plan = Plan(command)
+    for name, what, seconds in chosen.plan_fit(FitRequest(abc, rbc, options=options, **request)):
+        plan.add(name, what, seconds)
+    return plan
+
+
 __all__ = ["ExtraAttack", "FitRequest", "FitResult", "MethodOption", "MixingMethod", "baseline_method",
-           "default_method", "fit", "get_method"]
+           "default_method", "fit", "get_method", "plan_fit"]

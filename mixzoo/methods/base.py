@@ -199,7 +199,7 @@ class FitRequest:
     rbc: str | nn.Module | None = None
     options: dict[str, Any] = field(default_factory=dict)
     dataset: str | None = None
-    n_calib: int = 1000
+    n_calib: int | None = None  # None: DEFAULT_N_CALIB, or all the calibration split holds when fewer
     eps: float | None = None
     norm: str | None = None
     seed: int = 0
@@ -253,6 +253,10 @@ class MixingMethod:
     baseline: bool = False  # the bench's matched row (one method at most): implements match() and card_at()
     certificate: str | None = None  # why no certified radius exists, when none does (``mixzoo certify``)
     not_exportable: str | None = None  # why its classifier cannot be one deployable artifact (``mixzoo export``)
+    curve_points: int | None = None  # how many classifiers :meth:`tradeoff_curve` attacks (the bench's plan)
+    # bump (e.g. "NAME-2") when the classifier :meth:`build` returns changes for the same card: reports record it,
+    # and a quoted report made with another version is stale (mixzoo.evaluation.versions)
+    code_version: str | None = None
 
     # --------------------------------------------------------------------------------------------- card
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
@@ -312,6 +316,12 @@ class MixingMethod:
     def fit(self, request: FitRequest) -> FitResult:
         """Fit the card section from data; write the card to ``request.out`` when given (``card.save``)."""
         raise NotImplementedError
+
+    def plan_fit(self, request: FitRequest) -> list[tuple[str, str, float | None]]:
+        """What :meth:`fit` will run, for ``mixzoo mix``'s plan and ``--dry-run``: phases as (name, what, estimated
+        seconds or None), estimated by timing a few real calls; nothing written. Default: one phase, not
+        estimated."""
+        return [("fit", f"{self.title or self.name} on the calibration split", None)]
 
     def option_specs(self) -> dict[str, MethodOption]:
         """:attr:`options` with every entry as a :class:`MethodOption`."""

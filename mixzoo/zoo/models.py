@@ -108,6 +108,9 @@ def load_model(name: str | ModelSpec, device: str | torch.device = "cpu", allow_
         model = BaseClassifier(network, spec)
     model = freeze(model.to(device))
     check_declared_shape(model, spec, device)
+    from mixzoo.core.threads import fit_to_network
+
+    fit_to_network(model)  # one thread for small networks, when the command chose the threads
     return model
 
 

@@ -22,6 +22,8 @@ DEFAULT_ABC = "fmnist-std"
 DEFAULT_RBC = "fmnist-pgd"
 
 
+DEFAULT_N_CALIB = 1000  # calibration images when --n-calib is not given (capped at the split's size)
+
 def model_hash(model: nn.Module) -> str:
     """The weight hash a mix card records for ``model`` (its network's weights; see :func:`model_key`)."""
     recorded = getattr(model, "weight_hash", None)  # BaseClassifier's, or a plugin object's own
@@ -267,7 +269,7 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     split and the threat model (given, else the RBC's); one-line errors before any attack."""
     from mixzoo.zoo.data import load_dataset
 
-    if request.n_calib <= 0:
+    if request.n_calib is not None and request.n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {request.n_calib}")
     device = request.device
     check_device(device)
@@ -305,7 +307,9 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     if dataset is None:
         raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
     eps, norm = _default_attack_setting(rbc_m, request.eps, request.norm)
-    data = load_dataset(dataset, "calibration", n=request.n_calib, root=request.data_dir)
+    # not given: DEFAULT_N_CALIB images, or every image of a smaller split (silently: nothing was asked for)
+    n_calib = DEFAULT_N_CALIB if request.n_calib is None else request.n_calib
+    data = load_dataset(dataset, "calibration", n=n_calib, root=request.data_dir)
     check_model_fits(rbc_m, data, "RBC")
     check_model_fits(abc_m, data, "ABC")
     if top_k is not None and top_k > data.num_classes:  # fail now, not after the attack

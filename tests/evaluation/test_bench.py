@@ -285,7 +285,8 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
     h = torch.tensor([[0.0, 1.5, 0.0], [0.0, 0.0, 1.0], [0.5, 1.0, 0.0], [0.0, 2.0, 0.0]])
     labels = torch.tensor([0, 1, 0, 2])
     data = types.SimpleNamespace(images=torch.zeros(4, 1, 2, 2), labels=labels, fingerprint="f")
-    cal = types.SimpleNamespace(clean_logits=None, attacked_logits=None, labels=None)  # calibrate is replaced
+    # calibrate is replaced; the curve records how many calibration images it recalibrated on
+    cal = types.SimpleNamespace(clean_logits=None, attacked_logits=None, labels=torch.zeros(7, dtype=torch.long))
     import mixzoo.methods.mixednuts.figures as figures
 
     monkeypatch.setattr(figures, "calibration_data_for", lambda *a, **k: cal)
@@ -313,5 +314,20 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
 
     assert clean(0.55) != clean(0.95) and clean(0.55) != clean(0.75)  # the choice of alpha matters here
     assert alphas_attacked == [0.55, 0.95, None, None]  # then the ABC and the RBC alone, on the same images
+    assert cur["n_calibration"] == 7
     assert [(p["beta"], p["alpha"], p["clean_accuracy"]) for p in cur["mixednuts"]] == [
         (0.9, 0.55, clean(0.55)), (0.99, 0.95, clean(0.95))]
+
+
+def test_a_matched_baseline_at_alpha_one_is_said_to_be_the_rbc(digits_card, tmp_path):
+    """At n=10 on digits no constant alpha below 1 comes closer to the card's robust accuracy: the report says the
+    "Linear mix (alpha=1.00)" row is the RBC alone."""
+    from mixzoo.evaluation.bench import MatchSettings, bench
+
+    quick = {"n_iter": 5, "n_target_classes": 1}
+    report = bench(digits_card, attack="apgd", n=10, cache_dir=tmp_path / "cache", attack_options=quick, curve=None,
+                   plots=False, baseline=MatchSettings(n=10, attack="apgd", options=quick), progress=False,
+                   extra_attacks=False)
+    linear = next(m for m in report.models if m.kind == "linear")
+    assert linear.alpha == 1.0
+    assert any("alpha 1.00, so it is the RBC alone" in n for n in report.notes), report.notes

@@ -536,6 +536,7 @@ def calibrate(
     dtype: torch.dtype = torch.float32,
     progress: bool = False,
     search: str = "mixzoo",
+    more_images: bool = True,
 ) -> MixCard:
     """Algorithm 1 (Sec. 4.3): s, p, c and alpha of MixedNUTS from the RBC's clean and MMAA-attacked logits.
 
@@ -630,7 +631,7 @@ def calibrate(
 
     notes = list(result.notes)
     ev = result.evaluation
-    notes += _search_warnings(result, float(beta), search, linear)
+    notes += _search_warnings(result, float(beta), search, linear, more_images)
     if authors and not linear and warn_change is not None:
         moved = problem.argmax_change(result.c)
         if moved > warn_change:
@@ -686,10 +687,12 @@ def _warn(message: str, stacklevel: int = 4) -> str:
     return message
 
 
-def _search_warnings(result: SearchResult, beta: float, search: str, linear: bool) -> list[str]:
+def _search_warnings(result: SearchResult, beta: float, search: str, linear: bool,
+                     more_images: bool = True) -> list[str]:
     """Warn (one line each) when thresholds saturate (q >= 1 - 1e-9 in float precision, difference c: at the chosen
     point, or with ``search="authors"`` at any point, whose objective the cap changes) or beta is degenerate (many
-    grid points tie at the optimum); returns the messages for the card's notes."""
+    grid points tie at the optimum; a note, not a warning, when ``more_images`` is false: the calibration split has
+    no more images to give); returns the messages for the card's notes."""
     ev, out = result.evaluation, []
     feasible = ev.counts <= ev.denominator  # infeasible points (App. D.8.2) carry counts denominator + 1
     saturated = int(((ev.q >= SATURATED) & feasible).sum())
@@ -701,9 +704,10 @@ def _search_warnings(result: SearchResult, beta: float, search: str, linear: boo
                          f" grid points{chosen} ({how}); lower the grid's s_max"))
     n_tied = int((ev.counts == ev.counts[feasible].min()).sum()) if feasible.any() else 0
     if not linear and (beta == 0.0 or n_tied > max(8, ev.counts.numel() // 20)):
-        out.append(_warn(f"Algorithm 1: {n_tied} of {ev.counts.numel()} grid points tie at the best objective with"
-                         f" beta = {beta:g}, so the tie rule, not the data, picks s, p, c; use more calibration images"
-                         " or a beta closer to 1"))
+        tie = (f"Algorithm 1: {n_tied} of {ev.counts.numel()} grid points tie at the best objective with"
+               f" beta = {beta:g}, so the tie rule, not the data, picks s, p, c")
+        out.append(_warn(f"{tie}; use more calibration images or a beta closer to 1") if more_images else
+                   f"{tie} (every image of the calibration split was used; a beta closer to 1 changes this)")
     return out
 
 

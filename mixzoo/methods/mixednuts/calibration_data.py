@@ -42,7 +42,7 @@ class CalibrationData:
 def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: Cache, n_iter: int = 100,
                 n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0, top_k: int | None = None,
                 batch_size: int = 250, device: str = "cpu", progress: bool = True,
-                transform: Any = None) -> dict[str, torch.Tensor]:
+                transform: Any = None, only_cached: bool = False) -> dict[str, torch.Tensor] | None:
     """MMAA (App. B.1) on LN(RBC) over ``dataset``, cached per batch; returns the RBC's raw ``logits`` at the
     perturbed images and the ``margins`` the attack minimised.
 
@@ -51,7 +51,7 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     :mod:`mixzoo.methods.mixednuts.approximation`).
     Random starts are drawn per example from ``(seed, image index)`` (:mod:`mixzoo.core.rng`), so the margins do
     not depend on ``batch_size`` or on the number of processes, and an interrupted run resumes with
-    identical results.
+    identical results. ``only_cached``: the complete cached result, or None without attacking.
     """
     from mixzoo.attacks import mmaa
     from mixzoo.core.cache import content_key
@@ -68,6 +68,8 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
         what = f"MMAA on M({model_name(rbc)})"
     key_parts = {"model": model_key(rbc), "data": dataset.fingerprint, "attack": settings}
     key = content_key(key_parts)
+    if only_cached:
+        return cache.load("mmaa", key)
     n = len(dataset.labels)
     store_images = dataset.images[0].numel() <= 3 * 64 * 64
 
@@ -99,8 +101,15 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
 def calibration_data(abc: nn.Module | None, rbc: nn.Module, dataset: Any, *, eps: float, norm: str,
                      cache: Cache, n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1,
                      seed: int = 0, top_k: int | None = None, batch_size: int = 250, device: str = "cpu",
-                     progress: bool = True) -> CalibrationData:
-    """RBC clean logits, MMAA attacked logits (and ABC clean logits) on the calibration images, all cached."""
+                     progress: bool = True, at_most: int | None = None) -> CalibrationData:
+    """RBC clean logits, MMAA attacked logits (and ABC clean logits) on the calibration images, all cached.
+    ``at_most``: when MMAA on the whole ``dataset`` is not cached, its first ``at_most`` images only (the bench's
+    figures: their calibration work then grows with the bench's images, not with the card's)."""
+    if at_most is not None and at_most < len(dataset.labels):
+        whole = cached_mmaa(rbc, dataset, eps=eps, norm=norm, cache=cache, n_iter=n_iter,
+                            n_target_classes=n_target_classes, n_restarts=n_restarts, seed=seed, top_k=top_k,
+                            batch_size=batch_size, device=device, progress=False, only_cached=True)
+        dataset = dataset if whole is not None else dataset.subset(max(1, at_most))
     if len(dataset.labels) == 0:
         raise InputError("the calibration set is empty; use --n-calib > 0")
     t0 = time.perf_counter()

@@ -9,6 +9,7 @@ method.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ DEFAULT_LINEAR_ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
 
 
 def calibration_data_for(card: Any, rbc: nn.Module, *, cache: Cache, data_dir: str | None, device: str,
-                         progress: bool):
-    """The cached calibration data behind a card (recomputed with the card's settings if the cache is cold)."""
+                         progress: bool, at_most: int | None = None):
+    """The cached calibration data behind a card (recomputed with the card's settings if the cache is cold: then on
+    its first ``at_most`` calibration images only, when given)."""
     from mixzoo.methods.mixednuts.calibration_data import calibration_data
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.pairs import card_dataset
@@ -35,7 +37,8 @@ def calibration_data_for(card: Any, rbc: nn.Module, *, cache: Cache, data_dir: s
     return calibration_data(None, rbc, data, eps=att["eps"], norm=att["norm"], cache=cache,
                             n_iter=att.get("n_iter", 100), n_target_classes=att.get("n_target_classes", 9),
                             n_restarts=att.get("n_restarts", 1), seed=att.get("seed", 0), top_k=card.params["top_k"],
-                            batch_size=att.get("batch_size", 250), device=device, progress=progress)
+                            batch_size=att.get("batch_size", 250), device=device, progress=progress,
+                            at_most=at_most)
 
 
 def screening(attack: str) -> str | None:
@@ -72,7 +75,10 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     from mixzoo.zoo.pairs import cached_logits, model_key
     from mixzoo.zoo.pairs import card_key_parts as mixed_key_parts
 
-    cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=progress)
+    # the card's calibration data when `mixzoo mix` cached it here; else as many calibration images as the bench
+    # evaluates (its --n), not the card's whole split
+    cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=progress,
+                               at_most=len(data.labels))
     abc_logits = cached_logits(abc, data, cache=cache, device=device, progress=progress, what="ABC eval logits")
     rbc_logits = cached_logits(rbc, data, cache=cache, device=device, progress=progress, what="RBC eval logits")
     n = min(n, len(data.labels))
@@ -94,9 +100,11 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     betas = tuple(sorted({*betas, *((float(own),) if isinstance(own, int | float) else ())}))
     nuts = []
     for beta in betas:
-        c = calibrate(clean_logits=cal.clean_logits, clean_labels=cal.labels, attacked_logits=cal.attacked_logits,
-                      attacked_labels=cal.labels, beta=beta, clamp=card.params["clamp"], top_k=card.params["top_k"],
-                      grid=grid)
+        with warnings.catch_warnings():  # the curve's other betas: Algorithm 1's notes on them are not the card's
+            warnings.simplefilter("ignore")
+            c = calibrate(clean_logits=cal.clean_logits, clean_labels=cal.labels,
+                          attacked_logits=cal.attacked_logits, attacked_labels=cal.labels, beta=beta,
+                          clamp=card.params["clamp"], top_k=card.params["top_k"], grid=grid)
         q = c.params
         model = MixedClassifier(abc, rbc, s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"], clamp=q["clamp"],
                                 top_k=q["top_k"], alpha_d=q["alpha_d"])
@@ -124,8 +132,8 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
         bases[role] = {"clean_accuracy": float((logits.argmax(1) == labels).float().mean()),
                        "robust_accuracy": alone["robust_accuracy"]}
     return {"attack": attack, "attack_options": attack_options or {}, "screening": screening(attack),
-            "n_robust": len(labels_r), "n_clean": len(labels), "card_beta": own, "mixednuts": nuts, "linear": linear,
-            **bases}
+            "n_robust": len(labels_r), "n_clean": len(labels), "n_calibration": len(cal.labels), "card_beta": own,
+            "mixednuts": nuts, "linear": linear, **bases}
 
 
 def plot_tradeoff(report: Any, path: Path) -> None:
@@ -259,7 +267,8 @@ def figures(report: Any, card: Any, stage: Path, *, prefix: str = "", rbc: nn.Mo
         plot_tradeoff(report, stage / "tradeoff.png")
         names.append("tradeoff.png")
     if cache is not None and card.attack and card.attack.get("name") == "mmaa" and card.data.get("n"):
-        cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=False)
+        cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=False,
+                                   at_most=report.dataset.get("n"))
         plot_margins(card, cal, stage / f"{prefix}margins.png")
         names.append(f"{prefix}margins.png")
     return names
@@ -270,7 +279,10 @@ def markdown_lines(report: Any, card: Any) -> list[str]:
     cur = report.curve
     if not cur or card is not report.card:
         return []
-    lines = ["", f"## Trade-off curve ({cur['attack']} on {cur['n_robust']} images; clean on {cur['n_clean']})", ""]
+    recalibrated = f"; MixedNUTS recalibrated on {cur['n_calibration']} calibration images" \
+        if cur.get("n_calibration") else ""
+    lines = ["", f"## Trade-off curve ({cur['attack']} on {cur['n_robust']} images; clean on {cur['n_clean']}"
+                 f"{recalibrated})", ""]
     if cur.get("screening"):
         lines += [f"**Screening figures** ({cur['screening']}); the table above gives the rows' figures.", ""]
     lines += ["| MixedNUTS beta | alpha | clean % | robust % |", "|---|---|---|---|"]

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from mixzoo.core.machine import machine_summary
+from mixzoo.core.progress import next_phase
 from mixzoo.methods.mixednuts.calibration_data import (  # noqa: F401 - also the names of the old mixzoo.pipeline
     ATTACK_CODE_VERSION,
     CalibrationData,
@@ -87,7 +88,7 @@ def mix(
     dataset: str | None = None,
     beta: float = 0.985,
     clamp: str = "gelu",
-    n_calib: int = 1000,
+    n_calib: int | None = None,
     grid: Any = None,
     objective: str = "standard",
     optimizer: str = "grid",
@@ -120,6 +121,7 @@ def mix(
     from mixzoo.methods.base import FitRequest
     from mixzoo.methods.mixednuts.calibrate import calibrate, check_settings
     from mixzoo.zoo.data import shortfall_note
+    from mixzoo.zoo.pairs import DEFAULT_N_CALIB
 
     check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k,
                    search=search)
@@ -130,18 +132,22 @@ def mix(
                                    progress=progress), top_k=top_k)
     rbc_m, data, cache, dataset = pair.rbc, pair.data, pair.cache, pair.dataset
     t1 = time.perf_counter()
+    next_phase()  # the phases of the method's plan_fit: calibration data, then Algorithm 1
     cdata = pair_calibration_data(pair, abc=objective == "relaxed", n_iter=n_iter, n_target_classes=n_target_classes,
                                   n_restarts=n_restarts, top_k=top_k)
     t2 = time.perf_counter()
     abc_correct = None
     if objective == "relaxed":
         abc_correct = cdata.abc_clean_logits.argmax(1) == cdata.labels
+    next_phase()
     card = calibrate(
         clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=cdata.attacked_logits,
         attacked_labels=cdata.labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid, objective=objective,
         abc_clean_correct=abc_correct, optimizer=optimizer, progress=progress, search=search,
         abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=dataset, data_info=pair.data_info(),
         attack_info=cdata.attack,
+        # the split gave fewer images than asked for (or than the default): more cannot be had
+        more_images=len(data) >= (DEFAULT_N_CALIB if n_calib is None else n_calib),
     )
     if refit_alpha:
         from mixzoo.methods.mixednuts.approximation import refit_alpha as second_pass

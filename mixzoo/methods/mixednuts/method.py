@@ -148,6 +148,42 @@ class MixedNUTS(MixingMethod):
                                temperature=q["temperature"], top_k=q["top_k"], gradient=gradient,
                                alpha_d=q["alpha_d"])
 
+    @property
+    def curve_points(self) -> int:  # type: ignore[override]
+        from mixzoo.methods.mixednuts.figures import DEFAULT_BETAS, DEFAULT_LINEAR_ALPHAS
+
+        return len(DEFAULT_BETAS) + len(DEFAULT_LINEAR_ALPHAS)
+
+    def plan_fit(self, request: FitRequest) -> list[tuple[str, str, float | None]]:
+        """The calibration data (the RBC's clean logits and MMAA on the calibration images, timed on a few of them
+        with the cache off), then Algorithm 1's search (not timed: seconds next to the attack)."""
+        from dataclasses import replace
+
+        from mixzoo.core.cache import Cache
+        from mixzoo.core.plan import per_image
+        from mixzoo.methods.mixednuts.calibrate import check_settings
+        from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
+        from mixzoo.zoo.pairs import prepare_pair
+
+        opts = dict(request.options)
+        check_settings(beta=opts.get("beta", 0.985), clamp=opts.get("clamp", "gelu"),  # as mix() does, first
+                       objective=opts.get("objective", "standard"), optimizer=opts.get("optimizer", "grid"),
+                       grid=opts.get("grid"), top_k=opts.get("top_k"), search=opts.get("search", "mixzoo"))
+        pair = prepare_pair(replace(request, progress=False, use_cache=False), top_k=opts.get("top_k"))
+        n = len(pair.data.labels)
+        mmaa = {k: opts[k] for k in ("n_iter", "n_target_classes", "n_restarts") if k in opts}
+
+        def run(k: int) -> None:
+            cached_mmaa(pair.rbc, pair.data.subset(k), eps=pair.eps, norm=pair.norm, cache=Cache(None, enabled=False),
+                        seed=pair.seed, top_k=opts.get("top_k"), batch_size=pair.batch_size, device=pair.device,
+                        progress=False, **mmaa)
+
+        sec = per_image(run, n)
+        steps = f"{mmaa.get('n_iter', 100)} steps, {mmaa.get('n_target_classes', 9)} target classes"
+        return [("calibration data", f"RBC clean logits and MMAA ({steps}) on {n} {pair.dataset} calibration images"
+                                     " (cached: a second mix of this pair skips it)", sec * n),
+                ("Algorithm 1", f"grid search for s, p, c and alpha at beta {opts.get('beta', 0.985)}", None)]
+
     def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
         return [ExtraAttack("apgd-bypass", "apgd", gradient="bypass",
                             why="App. B.2.2: APGD on MixedNUTS's values with the auxiliary mixture's gradient")]

@@ -190,3 +190,15 @@ def test_an_unknown_search_or_a_non_grid_optimizer_is_a_one_line_error():
         _mixzoo(clean, cy, attacked, ay, search="theirs")
     with pytest.raises(InputError, match="use optimizer 'grid'"):
         _mixzoo(clean, cy, attacked, ay, search="authors", optimizer="refine")
+
+
+def test_a_tie_is_a_note_not_a_warning_when_the_split_has_no_more_images():
+    """"use more calibration images" only when there are more: with the split exhausted the tie is noted, unwarned."""
+    clean, cy, attacked, ay = _data(300, 10, 0)
+    grid = Grid(s_min=0.05, s_max=5.0, s_n=8, p_n=8, c_min=-1.1, c_max=0.0, c_n=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        card = _mixzoo(clean, cy, attacked, ay, beta=0.0, grid=grid, more_images=False)
+    tie = [n for n in card.notes if "tie" in n]
+    assert tie and "every image of the calibration split was used" in tie[0]
+    assert "use more calibration images" not in tie[0]

@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import torch
+
 from mixzoo.evaluation.bench import CURVE
 from mixzoo.methods.mixednuts.figures import markdown_lines, screening
 
@@ -29,3 +31,46 @@ def test_a_reporting_attack_gets_no_screening_label() -> None:
 
 def test_an_unknown_attack_name_is_not_called_screening() -> None:
     assert screening("no-such-attack") is None
+
+
+def test_the_curves_recalibrations_do_not_warn(digits_card, tmp_path) -> None:
+    """The curve recalibrates at seven other betas; Algorithm 1's tie warnings about them are not the card's and
+    cannot be acted on (before: five warnings, each twice, on the digits quick start)."""
+    import warnings
+
+    from mixzoo.core.cache import Cache
+    from mixzoo.core.card import MixCard
+    from mixzoo.methods.mixednuts.figures import tradeoff_curve
+    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.models import load_model
+
+    card = MixCard.load(digits_card)
+    abc, rbc = load_model("digits-std"), load_model("digits-pgd")
+    data = load_dataset("digits", "evaluation", n=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        curve = tradeoff_curve(card, abc, rbc, data, cache=Cache(digits_card.parent / "cache"), attack="apgd", n=4,
+                               eps=0.2, norm="Linf", seed=0, batch_size=4, betas=(0.0, 0.9),
+                               alphas=(1.0,), attack_options={"n_iter": 1, "n_target_classes": 1}, progress=False)
+    assert len(curve["mixednuts"]) == 2
+    assert not [w for w in caught if "Algorithm 1" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_the_figures_calibration_work_scales_with_the_bench_unless_mix_cached_it(digits_card, tmp_path) -> None:
+    """With the card's MMAA cached (mix ran here) the figures reuse all of it; with a cold cache they attack only as
+    many calibration images as the bench evaluates, not the card's whole split whatever --n."""
+    from mixzoo.core.cache import Cache
+    from mixzoo.core.card import MixCard
+    from mixzoo.methods.mixednuts.figures import calibration_data_for
+    from mixzoo.zoo.models import load_model
+
+    card, rbc = MixCard.load(digits_card), load_model("digits-pgd")
+    assert card.data["n"] == 120
+    warm = calibration_data_for(card, rbc, cache=Cache(digits_card.parent / "cache"), data_dir=None, device="cpu",
+                                progress=False, at_most=30)
+    assert len(warm.labels) == 120 and warm.cache_hits["mmaa"]
+    cold_cache = Cache(tmp_path / "cold")
+    cold = calibration_data_for(card, rbc, cache=cold_cache, data_dir=None, device="cpu", progress=False, at_most=30)
+    assert len(cold.labels) == 30 and not cold.cache_hits["mmaa"]
+    assert torch.equal(cold.labels, warm.labels[:30])
+    assert torch.allclose(cold.clean_logits, warm.clean_logits[:30], atol=1e-6)

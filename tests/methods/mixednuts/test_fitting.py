@@ -361,6 +361,21 @@ def test_asking_for_more_images_than_the_split_holds_says_so(tmp_path, shared_ca
     assert "all 497 were used" in (tmp_path / "bench" / "report.md").read_text()
 
 
+def test_the_default_n_calib_takes_a_smaller_split_whole_without_a_word(tmp_path, shared_cache):
+    """--n-calib not given: every image of digits' 300-image calibration split, no "asked for more" note, and no
+    "use more calibration images" warning (there are none to use); the CLI passes None when the option is absent."""
+    import warnings
+
+    fast = {k: v for k, v in FAST.items() if k != "n_calib"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, beta=0.0, **fast)
+    assert res.card.data["n"] == 300
+    assert not any("asked for more" in n for n in res.card.notes)
+    assert not [w for w in caught if "calibration images" in str(w.message)], [str(w.message) for w in caught]
+    assert any("every image of the calibration split was used" in n for n in res.card.notes)
+
+
 def test_load_mixed_builds_the_cards_classifier_from_the_recorded_names(tmp_path, shared_cache):
     import mixzoo
     from mixzoo.methods.mixednuts.calibrate import calibrate
@@ -423,7 +438,8 @@ def test_bench_records_that_a_base_model_is_not_the_one_the_card_was_calibrated_
                        plots=False, baseline=MatchSettings(n=30, options={"n_iter": 2, "n_target_classes": 1}),
                        batch_size=30,
                        progress=False, extra_attacks=False)
-    assert len(report.notes) == 1 and "calibrated for 'digits-std'" in report.notes[0]
+    notes = [n for n in report.notes if "so it is the RBC alone" not in n]  # ABC = RBC here: matched alpha 1.00
+    assert len(notes) == 1 and "calibrated for 'digits-std'" in notes[0]
     assert "re-run `mixzoo mix`" in (tmp_path / "bench" / "report.md").read_text()
 
 

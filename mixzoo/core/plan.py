@@ -1,0 +1,122 @@
+"""What a long command will run, and about how long it will take, before it starts.
+
+``mixzoo bench``, ``sanity``, ``mix`` and ``certify`` first build a :class:`Plan`: its phases in order (the rows, the
+components, the images, the curve points), each with an estimate from timing a few real calls on a few images
+(:func:`per_image`), and print it; ``--dry-run`` stops there. While the command runs, the plan's phases are the
+overall progress line's "phase k of m" and its ETA (:func:`mixzoo.core.progress.phases`).
+
+Estimates count every phase as if nothing were cached; cached phases finish at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mixzoo.core.progress import clock
+
+
+@dataclass
+class Phase:
+    """One phase: a short ``name`` (the progress line's), what it runs, and its estimated seconds (None: unknown)."""
+
+    name: str
+    what: str
+    seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "what": self.what, "seconds": self.seconds}
+
+
+@dataclass
+class Plan:
+    """A command's phases, in the order they run, and notes on the estimate."""
+
+    command: str
+    phases: list[Phase] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    probe_seconds: float = 0.0  # what timing the sample calls took
+
+    def add(self, name: str, what: str, seconds: float | None = None) -> Phase:
+        self.phases.append(Phase(name, what, seconds))
+        return self.phases[-1]
+
+    @property
+    def seconds(self) -> float | None:
+        """The estimate of the phases that have one, None when none has."""
+        known = [p.seconds for p in self.phases if p.seconds is not None]
+        return float(sum(known)) if known else None
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.phases]
+
+    def estimates(self) -> list[float | None]:
+        return [p.seconds for p in self.phases]
+
+    def lines(self) -> list[str]:
+        """The plan as text: one line per phase, then the total."""
+        out = [f"plan of `{self.command}` ({len(self.phases)} phases):"]
+        for k, p in enumerate(self.phases, 1):
+            est = f"~{clock(p.seconds)}" if p.seconds is not None else "not estimated"
+            out.append(f"  {k}. {p.name}: {p.what} ({est})")
+        total, unknown = self.seconds, [str(k) for k, p in enumerate(self.phases, 1) if p.seconds is None]
+        rest = f" + phase {', '.join(unknown)}" if unknown and total is not None else ""
+        out.append(f"estimate: ~{clock(total)}{rest}, from timing a few calls (less where the cache holds results)"
+                   if total is not None else "estimate: none (no phase could be timed)")
+        out += [f"note: {n}" for n in self.notes]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"command": self.command, "phases": [p.to_dict() for p in self.phases], "seconds": self.seconds,
+                "notes": self.notes}
+
+
+def per_image(run: Callable[[int], Any], n: int, k: int = 4) -> float:
+    """Seconds per image of ``run(k)``: the real call on the first ``k`` (at most ``n``) images, timed once after
+    a first call on one image has warmed the kernels up."""
+    k = max(1, min(k, n))
+    run(1)
+    t0 = time.perf_counter()
+    run(k)
+    return (time.perf_counter() - t0) / k
+
+
+__all__ = ["LONG_WORK_S", "Phase", "Plan", "make_plan", "per_image", "show_plan"]
+
+
+def make_plan(build: Callable[[], Plan], command: str, *, dry_run: bool, wanted: bool = True) -> Plan:
+    """The plan ``build`` makes. With ``--dry-run`` its errors are the command's; otherwise a plan that cannot be
+    made (or is not ``wanted``: ``--json``) is an empty one, and the work itself meets and reports the error."""
+    from mixzoo.core.errors import MixzooError
+
+    if dry_run:
+        return build()
+    if not wanted:
+        return Plan(command)
+    try:
+        return build()
+    except (MixzooError, OSError):
+        return Plan(command)
+
+
+LONG_WORK_S = 10.0  # a plan is printed before work estimated to take at least this long (always with --dry-run)
+
+
+def show_plan(plan: Plan, dry_run: bool, *, enabled: bool = True) -> None:
+    """Print the plan before the work: on stdout with ``--dry-run`` (it is then the command's result), else on
+    stderr with the progress (stdout keeps the results) when the work is estimated to take :data:`LONG_WORK_S`
+    or more."""
+    from rich.markup import escape
+
+    from mixzoo.core.commands import out_console
+    from mixzoo.core.progress import console
+
+    if not dry_run and (not enabled or not plan.phases or (plan.seconds or 0.0) < LONG_WORK_S):
+        return
+    to = out_console if dry_run else console
+    for line in plan.lines():
+        to.print(escape(line), highlight=False, soft_wrap=True)
+    if dry_run:
+        to.print("--dry-run: stopped before the work; nothing was written", highlight=False)
