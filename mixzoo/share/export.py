@@ -166,7 +166,7 @@ def export(card: Any, format: str = "onnx", out: str | Path = ".", *, abc: Any =
     import torch
 
     from mixzoo.core.card import MixCard
-    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.data import load_dataset, model_options
     from mixzoo.zoo.pairs import card_dataset, load_mixed
 
     check_format(format)
@@ -179,7 +179,7 @@ def export(card: Any, format: str = "onnx", out: str | Path = ".", *, abc: Any =
         raise InputError(f"--out {out} is a file; pass a directory")
     model = load_mixed(card, abc=abc, rbc=rbc, allow_unsafe=allow_unsafe).cpu().eval()
     data = load_dataset(card_dataset(card, model.rbc if hasattr(model, "rbc") else None), "evaluation", n=check_n,
-                        root=data_dir)
+                        root=data_dir, **model_options(getattr(model, "rbc", None), getattr(model, "abc", None)))
     images = data.images[:check_n]
     input_size = tuple(images.shape[1:])
     with torch.no_grad():

@@ -265,7 +265,7 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     """Load and check an ABC/RBC pair for fitting (a :class:`mixzoo.methods.FitRequest`): names or modules
     (default: the built-in Fashion-MNIST pair), roles, classes, input sizes, a white-box RBC, the calibration
     split and the threat model (given, else the RBC's); one-line errors before any attack."""
-    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.data import load_dataset, model_options
 
     if request.n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {request.n_calib}")
@@ -305,7 +305,8 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     if dataset is None:
         raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
     eps, norm = _default_attack_setting(rbc_m, request.eps, request.norm)
-    data = load_dataset(dataset, "calibration", n=request.n_calib, root=request.data_dir)
+    data = load_dataset(dataset, "calibration", n=request.n_calib, root=request.data_dir,
+                        **model_options(rbc_m, abc_m))
     check_model_fits(rbc_m, data, "RBC")
     check_model_fits(abc_m, data, "ABC")
     if top_k is not None and top_k > data.num_classes:  # fail now, not after the attack

@@ -1,0 +1,48 @@
+"""Stand-in data a user would bring, built in a test's tmp_path: a CIFAR-10 folder in torchvision's layout with
+generated images (so it fails torchvision's md5 check), an ImageFolder tree and an ``.npz`` file."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+
+def write_cifar10(root: Path, n_train: int = 10, n_test: int = 16, seed: int = 0) -> Path:
+    """``root/cifar-10-batches-py/`` as torchvision writes it: five training batches, a test batch and meta,
+    each a pickled dict of ``data`` (N x 3072 uint8, CHW rows) and ``labels``."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    g = np.random.default_rng(seed)
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for name in names:
+        n = n_test if name == "test_batch" else n_train
+        entry = {"batch_label": name, "data": g.integers(0, 256, (n, 3072), dtype=np.uint8),
+                 "labels": [int(v) for v in g.integers(0, 10, n)], "filenames": [f"{i}.png" for i in range(n)]}
+        with open(folder / name, "wb") as fh:
+            pickle.dump(entry, fh)
+    with open(folder / "batches.meta", "wb") as fh:
+        pickle.dump({"label_names": [f"class{i}" for i in range(10)], "num_cases_per_batch": n_train}, fh)
+    return root
+
+
+def write_imagefolder(root: Path, classes: int = 10, per_class: int = 2, size: tuple[int, int] = (32, 32),
+                      seed: int = 0) -> Path:
+    """``root/<k>/<i>.png`` for class folders ``0`` .. ``classes - 1`` (integer names: class index = name)."""
+    from PIL import Image
+
+    g = np.random.default_rng(seed)
+    for k in range(classes):
+        (root / str(k)).mkdir(parents=True)
+        for i in range(per_class):
+            Image.fromarray(g.integers(0, 256, (*size, 3), dtype=np.uint8)).save(root / str(k) / f"{i}.png")
+    return root
+
+
+def write_npz(path: Path, n: int = 16, classes: int = 10, size: int = 32, seed: int = 0, **extra: np.ndarray) -> Path:
+    """``images`` (N, H, W, 3 uint8) and ``labels`` in ``path``, plus any ``extra`` arrays."""
+    g = np.random.default_rng(seed)
+    np.savez(path, images=g.integers(0, 256, (n, size, size, 3), dtype=np.uint8),
+             labels=g.integers(0, classes, n), **extra)
+    return path
