@@ -182,9 +182,15 @@ _WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "net")
 
 
 def state_dict_from(obj: Any, source: str) -> dict[str, torch.Tensor]:
-    """The tensor dict inside a checkpoint: unwraps ``{'state_dict': ...}`` / ``{'model': ...}`` and strips a
+    """The tensor dict inside a checkpoint: unwraps ``{'state_dict': ...}`` / ``{'model': ...}``, takes the
+    ``state_dict()`` of a pickled :class:`torch.nn.Module` (a checkpoint loaded with ``allow_unsafe``) and strips a
     ``module.`` prefix (DataParallel) carried by every key."""
+    if isinstance(obj, nn.Module):  # a pickled module (loaded with allow_unsafe): its weights
+        obj = obj.state_dict()
     for key in _WRAPPER_KEYS:
+        if isinstance(obj, Mapping) and isinstance(obj.get(key), nn.Module):
+            obj = obj[key].state_dict()
+            break
         if isinstance(obj, Mapping) and isinstance(obj.get(key), Mapping):
             obj = obj[key]
             break
@@ -220,6 +226,32 @@ def hf_cache_location(repo_id: str, filename: str, revision: str | None = None) 
     folder = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
     ref = revision or "main"
     return f"{folder}/snapshots/<commit>/{filename} (with {folder}/refs/{ref} holding <commit>)"
+
+
+def hub_repo_folder(repo_id: str) -> Path:
+    """``{HF_HUB_CACHE}/models--ORG--NAME``: where huggingface_hub caches a model repository."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+
+
+def hub_cached_file(repo_id: str, filename: str, revision: str | None = None) -> tuple[Path, bool]:
+    """Where ``filename`` of ``repo_id`` sits in the local Hugging Face cache, and whether it is there.
+
+    ``refs/REV`` is read with surrounding whitespace stripped (a ref written by hand often ends in a newline,
+    which huggingface_hub's own offline lookup takes as part of the commit); a revision that is a commit hash is
+    used as it is. With no ref yet the path names ``<commit>``.
+    """
+    folder = hub_repo_folder(repo_id)
+    ref = revision or "main"
+    commit: str | None = ref if re.fullmatch(r"[0-9a-f]{40}", ref) else None
+    if commit is None:
+        try:
+            commit = (folder / "refs" / ref).read_text(encoding="utf-8").strip() or None
+        except (OSError, UnicodeDecodeError):
+            commit = None
+    path = folder / "snapshots" / (commit or "<commit>") / filename
+    return path, commit is not None and path.is_file()
 
 
 def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT) -> bool:
@@ -265,6 +297,9 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None) -> Pa
     )
 
     where = f"{filename!r} of Hugging Face repo {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
+    cached, present = hub_cached_file(repo_id, filename, revision)
+    if present:
+        return cached
     try:
         try:
             return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=True))
@@ -360,23 +395,39 @@ def timm_hub_config(repo_id: str, revision: str | None = None) -> tuple[str, dic
         raise MixzooError(f"config.json of {repo_id!r} names no timm architecture; is it a timm model repo?")
     if "num_classes" in hf_config:
         pretrained_cfg["num_classes"] = hf_config["num_classes"]
-    for key in ("label_names", "label_descriptions"):
+    for key in ("label_names", "label_descriptions", "dataset"):
         if key in hf_config:
             pretrained_cfg[key] = hf_config[key]
     pretrained_cfg["hf_hub_id"] = f"{repo_id}@{revision}" if revision else repo_id
     return arch, pretrained_cfg, dict(hf_config.get("model_args", {}))
 
 
+# datasets a hub model is taken to be for when its config.json names none: (classes, side) -> dataset
+HUB_DATASETS: dict[tuple[int, int], str] = {(10, 32): "cifar10", (100, 32): "cifar100"}
+
+
+def hub_dataset(cfg: Mapping[str, Any], num_classes: int, size: tuple[int, ...]) -> str:
+    """The dataset of a hub model: the one its ``config.json`` names (``dataset``, in the file or its
+    ``pretrained_cfg``), else ``imagenet`` for 1,000 classes, else the one :data:`HUB_DATASETS` gives for its
+    classes and input side (10 or 100 classes at 32 px: CIFAR), else ``unknown``."""
+    named = cfg.get("dataset")
+    if isinstance(named, str) and named.strip():
+        return named.strip().lower()
+    if num_classes == 1000:
+        return "imagenet"
+    return HUB_DATASETS.get((num_classes, int(size[-1])), "unknown")
+
+
 def timm_hub_spec(name: str, plugin: str) -> ModelSpec:
-    """A spec for any ``hf-hub:ORG/NAME`` timm model: accurate role; classes, input size and mean/std from the
-    hub config (dataset ``imagenet`` for 1000 classes, else ``unknown``)."""
+    """A spec for any ``hf-hub:ORG/NAME`` timm model: accurate role; classes, input size, mean/std and dataset
+    from the hub config (:func:`hub_dataset`). Reads only ``config.json``, never the weights."""
     repo, revision = parse_hf_hub(name)
     arch, cfg, _ = timm_hub_config(repo, revision)
     num_classes = int(cfg.get("num_classes", 1000))
     size = [int(v) for v in cfg.get("input_size", (3, 224, 224))]
     mean, std = list(cfg.get("mean", (0.485, 0.456, 0.406))), list(cfg.get("std", (0.229, 0.224, 0.225)))
     return ModelSpec(
-        name=name, role="accurate", dataset="imagenet" if num_classes == 1000 else "unknown",
+        name=name, role="accurate", dataset=hub_dataset(cfg, num_classes, tuple(size)),
         num_classes=num_classes, input_size=tuple(size), source={"kind": "timm", "model": name},
         mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std),
         license=str(cfg.get("license") or ""), citation=str(cfg.get("paper_name") or ""),
@@ -587,6 +638,15 @@ def _robustbench_build(name: str, dataset: str, threat: str, files: list[Path], 
     from mixzoo.core.compat import import_robustbench
 
     rb = import_robustbench()
+    if unsafe and len(files) == 1 and files[0].is_file():
+        pickled = load_checkpoint(files[0], allow_unsafe=True)
+        if isinstance(pickled, nn.Module) or (isinstance(pickled, Mapping) and any(
+                isinstance(pickled.get(k), nn.Module) for k in _WRAPPER_KEYS)):
+            # a pickled module, which RobustBench's loader cannot read (it calls .keys()): its weights go into
+            # the entry's own architecture
+            network = robustbench_entry(dataset, threat, name)["model"]()
+            load_state_dict_strict(network, state_dict_from(pickled, str(files[0])), str(files[0]))
+            return network.eval()
     try:
         with _torch_load_mode(unpickling=unsafe):
             return rb.load_model(name, model_dir=str(robustbench_dir()), dataset=dataset, threat_model=threat)

@@ -278,28 +278,18 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
         from mixzoo.core.card import MixCard
 
         MixCard.check_path(request.out)
-    abc_m = resolve_model(request.abc if request.abc is not None else DEFAULT_ABC, device, request.allow_unsafe)
-    rbc_m = resolve_model(request.rbc if request.rbc is not None else DEFAULT_RBC, device, request.allow_unsafe)
+    abc_req = request.abc if request.abc is not None else DEFAULT_ABC
+    rbc_req = request.rbc if request.rbc is not None else DEFAULT_RBC
+    # the pair is checked on its specs (registry entries, hub config.json files) before any weights load
+    check_pair_specs(_spec_of(abc_req), _spec_of(rbc_req), request.dataset)
+    abc_m = resolve_model(abc_req, device, request.allow_unsafe)
+    rbc_m = resolve_model(rbc_req, device, request.allow_unsafe)
     abc_spec, rbc_spec = getattr(abc_m, "spec", None), getattr(rbc_m, "spec", None)
     if is_black_box(rbc_m):
         name = rbc_spec.name if rbc_spec is not None else getattr(rbc_m, "name", "the RBC")
         raise InputError(f"RBC {name!r} is a black box (no gradients for MMAA); calibrate it from a white-box"
                          f" surrogate with `mixzoo transfer-params --from CARD --rbc {name}` (App. D.5)")
-    if rbc_spec is not None and rbc_spec.role == "accurate":
-        swap = (f"; did you mean --abc {rbc_spec.name} --rbc {abc_spec.name}?"
-                if abc_spec is not None and abc_spec.role == "robust" else "; pass a robust model as --rbc")
-        raise InputError(f"RBC {rbc_spec.name!r} is an accurate (standard) model, not a robust one{swap}")
     dataset = request.dataset
-    if abc_spec is not None and rbc_spec is not None:
-        if abc_spec.num_classes != rbc_spec.num_classes:
-            raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"
-                             f" has {rbc_spec.num_classes}; pick models of the same task")
-        if tuple(abc_spec.input_size) != tuple(rbc_spec.input_size):
-            raise InputError(f"ABC {abc_spec.name!r} takes images of shape {tuple(abc_spec.input_size)} but RBC"
-                             f" {rbc_spec.name!r} takes {tuple(rbc_spec.input_size)}; pick models of the same input")
-        if abc_spec.dataset != rbc_spec.dataset and dataset is None:
-            raise InputError(f"ABC {abc_spec.name!r} is for {abc_spec.dataset!r} but RBC {rbc_spec.name!r} is for"
-                             f" {rbc_spec.dataset!r}; pass --dataset to choose the calibration data")
     known_spec = rbc_spec if rbc_spec is not None else abc_spec  # a plain-module RBC: the registered ABC tells
     dataset = dataset or (known_spec.dataset if known_spec is not None else None)
     if dataset is None:
@@ -317,5 +307,34 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     cached_logits(abc_m, data, cache=cache, device=device, progress=request.progress, what="ABC clean logits")
     return Pair(abc_m, rbc_m, dataset, data, eps, norm, cache, device,
                 seed=request.seed, batch_size=batch_size, progress=request.progress)
+
+
+def _spec_of(model: str | nn.Module) -> Any:
+    """The spec of a model name (registry, alias, hub config.json; no weights load) or of a loaded module."""
+    if isinstance(model, str):
+        from mixzoo.core.registry import get_spec
+
+        return get_spec(model)
+    return getattr(model, "spec", None)
+
+
+def check_pair_specs(abc_spec: Any, rbc_spec: Any, dataset: str | None = None) -> None:
+    """Refuse an ABC/RBC pair from their specs alone, before any weights load: an RBC that is an accurate
+    model, or two models of different classes, input sizes or (unless ``dataset`` chooses the calibration data)
+    datasets. ``None`` specs (plain modules) are checked once loaded (:func:`check_model_fits`)."""
+    if rbc_spec is not None and rbc_spec.role == "accurate":
+        swap = (f"; did you mean --abc {rbc_spec.name} --rbc {abc_spec.name}?"
+                if abc_spec is not None and abc_spec.role == "robust" else "; pass a robust model as --rbc")
+        raise InputError(f"RBC {rbc_spec.name!r} is an accurate (standard) model, not a robust one{swap}")
+    if abc_spec is not None and rbc_spec is not None:
+        if abc_spec.num_classes != rbc_spec.num_classes:
+            raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"
+                             f" has {rbc_spec.num_classes}; pick models of the same task")
+        if tuple(abc_spec.input_size) != tuple(rbc_spec.input_size):
+            raise InputError(f"ABC {abc_spec.name!r} takes images of shape {tuple(abc_spec.input_size)} but RBC"
+                             f" {rbc_spec.name!r} takes {tuple(rbc_spec.input_size)}; pick models of the same input")
+        if abc_spec.dataset != rbc_spec.dataset and dataset is None:
+            raise InputError(f"ABC {abc_spec.name!r} is for {abc_spec.dataset!r} but RBC {rbc_spec.name!r} is for"
+                             f" {rbc_spec.dataset!r}; pass --dataset to choose the calibration data")
 
 

@@ -7,10 +7,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from own_data import write_cifar10, write_imagefolder, write_npz
 
 from mixzoo.core.errors import InputError, MissingFileError
 from mixzoo.zoo.data import load_dataset, split_dataset_name
-from tests.own_data import write_cifar10, write_imagefolder, write_npz
 
 
 def test_a_cifar_folder_with_other_images_is_read_not_refused_by_md5(tmp_path):
