@@ -166,17 +166,54 @@ def _pct(v: Any) -> str:
 @command
 @examples('mixzoo info fmnist-pgd', 'mixzoo info peng2023-rawrn-70-16 --json')
 def info(name: str, as_json: AsJson = False) -> None:
-    """Show one registry entry (name or alias)."""
+    """Show one model (registry name, alias, hf-hub: id or RobustBench name): its entry, and where its files
+    belong on this machine, whether they are there and their size. Loads no weights and uses no network."""
     from mixzoo.core.registry import get_spec
+    from mixzoo.zoo.files import model_files
 
     spec = get_spec(name)
+    files = [f.to_dict() for f in model_files(spec)]
     if as_json:
-        print(json.dumps(spec.to_dict(), indent=2))
+        print(json.dumps({**spec.to_dict(), "files": files}, indent=2))
         return
     table = Table(title=spec.name, show_header=False)
     for k, v in spec.to_dict().items():
         table.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
-    out_console.print(table)
+    for f in files:
+        state = f"present, {f['size']:,} bytes" if f["present"] and f["size"] is not None else (
+            "present" if f["present"] else "[red]missing")
+        table.add_row("file", f"{escape(f['path'])} ({state})")
+    _print_whole(table)
+
+
+@app.command("fetch-list")
+@command
+@examples('mixzoo fetch-list convnextv2-l liu2023-swin-l --data-dir /data/imagenet',
+          'mixzoo fetch-list card.toml --json', 'mixzoo fetch-list hf-hub:org/model cifar10/Linf/Wong2020Fast')
+def fetch_list_command(
+    names: Annotated[list[str], typer.Argument(help="model names, hf-hub: ids, RobustBench names or mix cards")],
+    dataset: Annotated[str | None, typer.Option(help="data set (default: each robust model's or card's)")] = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Every file mix, bench and sanity would read for these models and their data: where it belongs on this
+    machine, whether it is there, its size and how to fetch it, to prepare an offline machine in one go.
+    Exits 1 when a file is missing."""
+    from mixzoo.zoo.files import fetch_list
+
+    files = fetch_list(names, dataset=dataset, data_dir=data_dir)
+    if as_json:
+        print(json.dumps([f.to_dict() for f in files], indent=2))
+    else:
+        table = Table(title=f"files for {', '.join(names)}")
+        for col in ("for", "path", "present", "bytes", "fetch"):
+            table.add_column(col)
+        for f in files:
+            table.add_row(escape(f.what), escape(f.path), "yes" if f.present else "[red]no",
+                          f"{f.size:,}" if f.size is not None else "", escape(f.fetch))
+        _print_whole(table)
+    if not all(f.present for f in files):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -282,6 +282,7 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     rbc_req = request.rbc if request.rbc is not None else DEFAULT_RBC
     # the pair is checked on its specs (registry entries, hub config.json files) before any weights load
     check_pair_specs(_spec_of(abc_req), _spec_of(rbc_req), request.dataset)
+    check_files_offline([m for m in (abc_req, rbc_req) if isinstance(m, str)], request.dataset, request.data_dir)
     abc_m = resolve_model(abc_req, device, request.allow_unsafe)
     rbc_m = resolve_model(rbc_req, device, request.allow_unsafe)
     abc_spec, rbc_spec = getattr(abc_m, "spec", None), getattr(rbc_m, "spec", None)
@@ -307,6 +308,27 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     cached_logits(abc_m, data, cache=cache, device=device, progress=request.progress, what="ABC clean logits")
     return Pair(abc_m, rbc_m, dataset, data, eps, norm, cache, device,
                 seed=request.seed, batch_size=batch_size, progress=request.progress)
+
+
+def check_files_offline(names: list[str], dataset: str | None = None, data_dir: str | None = None) -> None:
+    """With downloads off (``HF_HUB_OFFLINE`` / ``MIXZOO_OFFLINE``) and a file of one of the models ``names``
+    missing, one :class:`~mixzoo.core.errors.MissingFileError` naming every missing file of the models and their
+    data (:func:`mixzoo.zoo.files.fetch_list`), rather than the first one a loader meets."""
+    import os
+
+    from huggingface_hub import constants
+
+    from mixzoo.core.errors import MissingFileError
+    from mixzoo.zoo.files import fetch_list, missing_summary
+
+    if not names or not (constants.HF_HUB_OFFLINE or os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0")):
+        return
+    files = fetch_list(names, dataset=dataset, data_dir=data_dir)
+    if all(f.present for f in files if f.kind == "model"):  # data alone: its loader's own error says what
+        return
+    summary = missing_summary(files)
+    if summary:
+        raise MissingFileError(f"downloads are off (HF_HUB_OFFLINE/MIXZOO_OFFLINE) and {summary}")
 
 
 def _spec_of(model: str | nn.Module) -> Any:
