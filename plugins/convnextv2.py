@@ -32,7 +32,12 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
         return None
     from mixzoo.zoo import specs
 
-    return specs.timm_hub_spec(name, plugin="convnextv2")
+    try:
+        return specs.timm_hub_spec(name, plugin="convnextv2")  # config.json in the cache: no torch, no network
+    except specs.NotCachedError:
+        from mixzoo.zoo import loading
+
+        return loading.timm_hub_spec(name, plugin="convnextv2")
 
 
 @hookimpl

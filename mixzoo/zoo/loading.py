@@ -47,8 +47,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.core.errors import InputError, MissingFileError, MixzooError, RegistryError, UnknownNameError
+from mixzoo.core.errors import InputError, MissingFileError, MixzooError, RegistryError
 from mixzoo.core.registry import ModelSpec
+from mixzoo.zoo import specs as _specs
 from mixzoo.zoo.files import (  # noqa: F401 - re-exported: part of this module's contract
     hub_cached_file,
     hub_repo_folder,
@@ -66,10 +67,9 @@ from mixzoo.zoo.specs import (  # noqa: F401 - re-exported: part of this module'
     hub_dataset,
     parse_hf_hub,
     parse_robustbench_name,
+    robustbench_entry,
     robustbench_reported,
     robustbench_spec,
-    timm_hub_config,
-    timm_hub_spec,
 )
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # what timm pushes to the hub, safest first
@@ -332,6 +332,18 @@ def hub_weights(repo_id: str, revision: str | None = None) -> Path:
         raise
 
 
+def timm_hub_config(repo_id: str, revision: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """:func:`mixzoo.zoo.specs.timm_hub_config`, fetching ``config.json`` through :func:`hub_download` when it is
+    not cached."""
+    return _specs.timm_hub_config(repo_id, revision, fetch=hub_download)
+
+
+def timm_hub_spec(name: str, plugin: str) -> ModelSpec:
+    """:func:`mixzoo.zoo.specs.timm_hub_spec`, fetching ``config.json`` through :func:`hub_download` when it is not
+    cached."""
+    return _specs.timm_hub_spec(name, plugin, fetch=hub_download)
+
+
 # ----------------------------------------------------------------------------------------------------- timm
 def timm_repo(model: str) -> tuple[str, str | None]:
     """The hub repo of a timm source: ``hf-hub:ORG/NAME[@REV]``, or a timm name with a pretrained tag whose
@@ -413,20 +425,6 @@ class InputResize(nn.Module):
 
     def extra_repr(self) -> str:
         return f"size={self.size}, mode=bilinear"
-
-
-def robustbench_entry(dataset: str, threat: str, name: str) -> Mapping[str, Any]:
-    """RobustBench's model-zoo entry (``{'model': constructor, 'gdrive_id': ...}``), or UnknownNameError."""
-    from mixzoo.core.compat import import_robustbench
-
-    import_robustbench()
-    from robustbench.model_zoo import model_dicts
-    from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
-
-    zoo = model_dicts[BenchmarkDataset(dataset)][ThreatModel(threat)]
-    if name not in zoo:
-        raise UnknownNameError(f"RobustBench {dataset}/{threat} model", name, zoo)
-    return zoo[name]
 
 
 def robustbench_files(dataset: str, threat: str, name: str, entry: Mapping[str, Any]) -> list[Path]:

@@ -7,23 +7,27 @@ re-exports these names.
   (:func:`mixzoo.zoo.files.robustbench_zoo`); the reported accuracies come from a registry entry of the same model
   or RobustBench's ``model_info`` (:func:`robustbench_reported`);
 * :func:`timm_hub_spec`: classes, input size, mean/std and dataset from the hub ``config.json``
-  (:func:`timm_hub_config`, :func:`hub_dataset`), read from the local cache, else through
-  :func:`mixzoo.zoo.loading.hub_download`.
+  (:func:`timm_hub_config`, :func:`hub_dataset`), read from the local cache, else through the ``fetch`` given
+  (:mod:`mixzoo.zoo.loading`'s versions pass its ``hub_download``; without one, :class:`NotCachedError`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mixzoo.core.errors import InputError, MixzooError, UnknownNameError
+from mixzoo.core.errors import InputError, MissingFileError, MixzooError, UnknownNameError
 from mixzoo.core.model_spec import ModelSpec
 from mixzoo.zoo.files import hub_cached_file, robustbench_zoo
 
 HF_PREFIX = "hf-hub:"
+
+
+class NotCachedError(MissingFileError):
+    """A hub ``config.json`` not in the local cache, where no ``fetch`` was given to download it."""
 # RobustBench datasets: classes and the resolution its leaderboard evaluates at.
 ROBUSTBENCH_DATASETS: dict[str, tuple[int, tuple[int, int, int]]] = {
     "cifar10": (10, (3, 32, 32)), "cifar100": (100, (3, 32, 32)), "imagenet": (1000, (3, 224, 224)),
@@ -63,8 +67,6 @@ def robustbench_spec(name: str, plugin: str) -> ModelSpec | None:
     dataset, threat, model = parsed
     known = robustbench_zoo(dataset).get(threat)
     if known is None:  # the zoo's source could not be read: ask RobustBench itself (an import of seconds)
-        from mixzoo.zoo.loading import robustbench_entry
-
         robustbench_entry(dataset, threat, model)  # unknown names fail here, with suggestions
     elif model not in known:
         raise UnknownNameError(f"RobustBench {dataset}/{threat} model", model, known)
@@ -106,7 +108,9 @@ def robustbench_reported(source: Mapping[str, Any]) -> tuple[dict[str, Any], str
     return {}, "", None
 
 
-def timm_hub_config(repo_id: str, revision: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+def timm_hub_config(repo_id: str, revision: str | None = None,
+                    fetch: Callable[[str, str, str | None], Path] | None = None
+                    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(architecture, pretrained_cfg, model_args) from a hub ``config.json``.
 
     Mirrors ``timm.models._hub.load_model_config_from_hf`` but reads the file through :func:`hub_download`, so
@@ -114,9 +118,9 @@ def timm_hub_config(repo_id: str, revision: str | None = None) -> tuple[str, dic
     """
     cached, present = hub_cached_file(repo_id, "config.json", revision)
     if not present:
-        from mixzoo.zoo.loading import hub_download
-
-        cached = hub_download(repo_id, "config.json", revision)
+        if fetch is None:
+            raise NotCachedError(f"config.json of Hugging Face repo {repo_id!r} is not in the local cache ({cached})")
+        cached = fetch(repo_id, "config.json", revision)
     hf_config = json.loads(cached.read_text(encoding="utf-8"))
     if "pretrained_cfg" not in hf_config:  # old form: the pretrained cfg is the whole file
         pretrained_cfg = dict(hf_config)
@@ -153,11 +157,11 @@ def hub_dataset(cfg: Mapping[str, Any], num_classes: int, size: tuple[int, ...])
     return HUB_DATASETS.get((num_classes, int(size[-1])), "unknown")
 
 
-def timm_hub_spec(name: str, plugin: str) -> ModelSpec:
+def timm_hub_spec(name: str, plugin: str, fetch: Callable[[str, str, str | None], Path] | None = None) -> ModelSpec:
     """A spec for any ``hf-hub:ORG/NAME`` timm model: accurate role; classes, input size, mean/std and dataset
     from the hub config (:func:`hub_dataset`). Reads only ``config.json``, never the weights."""
     repo, revision = parse_hf_hub(name)
-    arch, cfg, _ = timm_hub_config(repo, revision)
+    arch, cfg, _ = timm_hub_config(repo, revision, fetch)
     num_classes = int(cfg.get("num_classes", 1000))
     size = [int(v) for v in cfg.get("input_size", (3, 224, 224))]
     mean, std = list(cfg.get("mean", (0.485, 0.456, 0.406))), list(cfg.get("std", (0.229, 0.224, 0.225)))
@@ -170,3 +174,17 @@ def timm_hub_spec(name: str, plugin: str) -> ModelSpec:
                     " config.json",
         plugin=plugin,
     )
+
+
+def robustbench_entry(dataset: str, threat: str, name: str) -> Mapping[str, Any]:
+    """RobustBench's model-zoo entry (``{'model': constructor, 'gdrive_id': ...}``), or UnknownNameError."""
+    from mixzoo.core.compat import import_robustbench
+
+    import_robustbench()
+    from robustbench.model_zoo import model_dicts
+    from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
+
+    zoo = model_dicts[BenchmarkDataset(dataset)][ThreatModel(threat)]
+    if name not in zoo:
+        raise UnknownNameError(f"RobustBench {dataset}/{threat} model", name, zoo)
+    return zoo[name]
