@@ -111,3 +111,21 @@ def test_npz_bad_input_is_one_line(tmp_path):
         load_dataset(str(tmp_path / "none.npz"), "evaluation")
     with pytest.raises(InputError, match="up to 9 but the models have 3"):
         load_dataset(str(write_npz(tmp_path / "ten.npz", n=40)), "evaluation", num_classes=3)
+
+
+def test_certify_and_a_linear_mix_take_an_npz_by_path(tmp_path):
+    """A user's 8x8 grey images as an .npz, by path, for the built-in digits models: classes from the models."""
+    from mixzoo.certify.run import certify
+    from mixzoo.core.card import MixCard
+    from mixzoo.methods import fit
+
+    g = np.random.default_rng(0)
+    path = tmp_path / "digits-like.npz"
+    np.savez(path, images=g.random((24, 8, 8), dtype=np.float32), labels=g.integers(0, 3, 24))
+    result = certify(rbc="digits-lip", abc="digits-std", alphas=[0.8], n=12, radii=[0.0, 0.1], dataset=str(path),
+                     progress=False)
+    assert result.settings["dataset"] == str(path) and result.settings["n"] == 12
+    fit("mixednuts", abc="digits-std", rbc="digits-pgd", dataset=str(path), n_calib=8, out=tmp_path / "m.toml",
+        progress=False, options={"n_iter": 2, "n_restarts": 1, "n_target_classes": 1}, eps=0.001)
+    card = MixCard.load(tmp_path / "m.toml")
+    assert card.dataset == str(path) and card.data["n"] == 8 and card.data["source"].startswith("npz:")
