@@ -268,3 +268,27 @@ def missing_summary(files: Sequence[NeededFile]) -> str | None:
     return (f"{len(missing)} file(s) needed are not on this machine: "
             + "; ".join(f"{f.what}: {f.path}" for f in missing)
             + " (`mixzoo fetch-list` lists them with how to fetch each)")
+
+
+def offline() -> bool:
+    """True when downloads are off: ``HF_HUB_OFFLINE=1`` (as huggingface_hub read it) or ``MIXZOO_OFFLINE=1``."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0")
+
+
+def check_files_offline(names: Sequence[str], dataset: str | None = None, data_dir: str | None = None) -> None:
+    """With downloads off (:func:`offline`) and a file of one of the models ``names`` missing, one
+    :class:`~mixzoo.core.errors.MissingFileError` naming every missing file of the models and their data
+    (:func:`fetch_list`), rather than the first one a loader meets. Missing data alone is left to its loader."""
+    from mixzoo.core.errors import MissingFileError
+
+    if not names or not offline():
+        return
+    files = fetch_list(names, dataset=dataset, data_dir=data_dir)
+    if all(f.present for f in files if f.kind == "model"):
+        return
+    summary = missing_summary(files)
+    if summary:
+        raise MissingFileError(f"downloads are off (HF_HUB_OFFLINE/MIXZOO_OFFLINE) and {summary}")
+

@@ -17,6 +17,7 @@ from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.blackbox import is_black_box
 from mixzoo.zoo.models import BaseClassifier, load_model, weight_hash
+from mixzoo.zoo.specs import check_pair_early, check_pair_specs  # noqa: F401 - check_pair_specs re-exported
 
 DEFAULT_ABC = "fmnist-std"
 DEFAULT_RBC = "fmnist-pgd"
@@ -281,8 +282,8 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     abc_req = request.abc if request.abc is not None else DEFAULT_ABC
     rbc_req = request.rbc if request.rbc is not None else DEFAULT_RBC
     # the pair is checked on its specs (registry entries, hub config.json files) before any weights load
-    check_pair_specs(_spec_of(abc_req), _spec_of(rbc_req), request.dataset)
-    check_files_offline([m for m in (abc_req, rbc_req) if isinstance(m, str)], request.dataset, request.data_dir)
+    check_pair_early(*(m if isinstance(m, str) else getattr(m, "spec", None) for m in (abc_req, rbc_req)),
+                     request.dataset, request.data_dir)
     abc_m = resolve_model(abc_req, device, request.allow_unsafe)
     rbc_m = resolve_model(rbc_req, device, request.allow_unsafe)
     abc_spec, rbc_spec = getattr(abc_m, "spec", None), getattr(rbc_m, "spec", None)
@@ -310,53 +311,5 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
                 seed=request.seed, batch_size=batch_size, progress=request.progress)
 
 
-def check_files_offline(names: list[str], dataset: str | None = None, data_dir: str | None = None) -> None:
-    """With downloads off (``HF_HUB_OFFLINE`` / ``MIXZOO_OFFLINE``) and a file of one of the models ``names``
-    missing, one :class:`~mixzoo.core.errors.MissingFileError` naming every missing file of the models and their
-    data (:func:`mixzoo.zoo.files.fetch_list`), rather than the first one a loader meets."""
-    import os
-
-    from huggingface_hub import constants
-
-    from mixzoo.core.errors import MissingFileError
-    from mixzoo.zoo.files import fetch_list, missing_summary
-
-    if not names or not (constants.HF_HUB_OFFLINE or os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0")):
-        return
-    files = fetch_list(names, dataset=dataset, data_dir=data_dir)
-    if all(f.present for f in files if f.kind == "model"):  # data alone: its loader's own error says what
-        return
-    summary = missing_summary(files)
-    if summary:
-        raise MissingFileError(f"downloads are off (HF_HUB_OFFLINE/MIXZOO_OFFLINE) and {summary}")
-
-
-def _spec_of(model: str | nn.Module) -> Any:
-    """The spec of a model name (registry, alias, hub config.json; no weights load) or of a loaded module."""
-    if isinstance(model, str):
-        from mixzoo.core.registry import get_spec
-
-        return get_spec(model)
-    return getattr(model, "spec", None)
-
-
-def check_pair_specs(abc_spec: Any, rbc_spec: Any, dataset: str | None = None) -> None:
-    """Refuse an ABC/RBC pair from their specs alone, before any weights load: an RBC that is an accurate
-    model, or two models of different classes, input sizes or (unless ``dataset`` chooses the calibration data)
-    datasets. ``None`` specs (plain modules) are checked once loaded (:func:`check_model_fits`)."""
-    if rbc_spec is not None and rbc_spec.role == "accurate":
-        swap = (f"; did you mean --abc {rbc_spec.name} --rbc {abc_spec.name}?"
-                if abc_spec is not None and abc_spec.role == "robust" else "; pass a robust model as --rbc")
-        raise InputError(f"RBC {rbc_spec.name!r} is an accurate (standard) model, not a robust one{swap}")
-    if abc_spec is not None and rbc_spec is not None:
-        if abc_spec.num_classes != rbc_spec.num_classes:
-            raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"
-                             f" has {rbc_spec.num_classes}; pick models of the same task")
-        if tuple(abc_spec.input_size) != tuple(rbc_spec.input_size):
-            raise InputError(f"ABC {abc_spec.name!r} takes images of shape {tuple(abc_spec.input_size)} but RBC"
-                             f" {rbc_spec.name!r} takes {tuple(rbc_spec.input_size)}; pick models of the same input")
-        if abc_spec.dataset != rbc_spec.dataset and dataset is None:
-            raise InputError(f"ABC {abc_spec.name!r} is for {abc_spec.dataset!r} but RBC {rbc_spec.name!r} is for"
-                             f" {rbc_spec.dataset!r}; pass --dataset to choose the calibration data")
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from mixzoo.core.errors import InputError, MissingFileError, MixzooError, UnknownNameError
 from mixzoo.core.model_spec import ModelSpec
-from mixzoo.zoo.files import hub_cached_file, robustbench_zoo
+from mixzoo.zoo.files import check_files_offline, hub_cached_file, robustbench_zoo
 
 HF_PREFIX = "hf-hub:"
 
@@ -188,3 +188,42 @@ def robustbench_entry(dataset: str, threat: str, name: str) -> Mapping[str, Any]
     if name not in zoo:
         raise UnknownNameError(f"RobustBench {dataset}/{threat} model", name, zoo)
     return zoo[name]
+
+
+def check_pair_specs(abc_spec: Any, rbc_spec: Any, dataset: str | None = None) -> None:
+    """Refuse an ABC/RBC pair from their specs alone, before any weights load: an RBC that is an accurate
+    model, or two models of different classes, input sizes or (unless ``dataset`` chooses the calibration data)
+    datasets. ``None`` specs (plain modules) are checked once loaded (:func:`check_model_fits`)."""
+    if rbc_spec is not None and rbc_spec.role == "accurate":
+        swap = (f"; did you mean --abc {rbc_spec.name} --rbc {abc_spec.name}?"
+                if abc_spec is not None and abc_spec.role == "robust" else "; pass a robust model as --rbc")
+        raise InputError(f"RBC {rbc_spec.name!r} is an accurate (standard) model, not a robust one{swap}")
+    if abc_spec is not None and rbc_spec is not None:
+        if abc_spec.num_classes != rbc_spec.num_classes:
+            raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"
+                             f" has {rbc_spec.num_classes}; pick models of the same task")
+        if tuple(abc_spec.input_size) != tuple(rbc_spec.input_size):
+            raise InputError(f"ABC {abc_spec.name!r} takes images of shape {tuple(abc_spec.input_size)} but RBC"
+                             f" {rbc_spec.name!r} takes {tuple(rbc_spec.input_size)}; pick models of the same input")
+        if abc_spec.dataset != rbc_spec.dataset and dataset is None:
+            raise InputError(f"ABC {abc_spec.name!r} is for {abc_spec.dataset!r} but RBC {rbc_spec.name!r} is for"
+                             f" {rbc_spec.dataset!r}; pass --dataset to choose the calibration data")
+
+
+def check_pair_early(abc: Any, rbc: Any, dataset: str | None = None, data_dir: str | None = None) -> None:
+    """What can be refused about an ABC/RBC pair before any weights load: ``abc`` / ``rbc`` are names (resolved
+    to specs: registry, hub ``config.json``) or specs (None for plain modules). A pair that does not fit is refused
+    by :func:`check_pair_specs`; offline, a pair with files missing is refused naming all of them
+    (:func:`mixzoo.zoo.files.check_files_offline`), also when a name cannot be resolved because its
+    ``config.json`` is one of them."""
+    from mixzoo.core.registry import get_spec
+
+    names = [m for m in (abc, rbc) if isinstance(m, str)]
+    try:
+        abc_spec, rbc_spec = (get_spec(m) if isinstance(m, str) else m for m in (abc, rbc))
+    except MissingFileError:
+        check_files_offline(names, dataset, data_dir)
+        raise
+    check_pair_specs(abc_spec, rbc_spec, dataset)
+    check_files_offline(names, dataset, data_dir)
+
