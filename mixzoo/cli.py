@@ -274,9 +274,13 @@ def mix(
     """Fit a mixing method for an ABC/RBC pair and write the mix card. The method's own options are given as
     --KEY VALUE (--FLAG / --no-FLAG for true/false ones) or -O KEY=VALUE."""
     if abc and rbc and not show_options:  # refused from the specs and files, before torch is imported
+        from mixzoo.core.errors import UnknownNameError
         from mixzoo.zoo.specs import check_pair_early
 
-        check_pair_early(abc, rbc, dataset, data_dir)
+        try:
+            check_pair_early(abc, rbc, dataset, data_dir)
+        except UnknownNameError:
+            pass  # the fit says so, as for any name it cannot resolve
     from mixzoo.methods import default_method, fit, get_method
 
     chosen = get_method(method if method is not None else default_method())
