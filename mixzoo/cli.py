@@ -208,28 +208,68 @@ def _pct(v: Any) -> str:
 @app.command()
 @command
 @examples('mixzoo info fmnist-pgd', 'mixzoo info peng2023-rawrn-70-16 --json', 'mixzoo info mixednuts-cifar10')
-def info(name: Annotated[str, typer.Argument(help="a registry name or alias, or a published mix card's name")],
+def info(name: Annotated[str, typer.Argument(help="a registry name or alias, hf-hub: id, RobustBench name, or a "
+                                                  "published mix card's name")],
          as_json: AsJson = False) -> None:
-    """Show one registry entry (name or alias) or published mix card."""
+    """Show one model (registry name, alias, hf-hub: id or RobustBench name) or published mix card: its entry, and
+    where its files belong on this machine, whether they are there and their size. Loads no weights and uses no
+    network."""
     from mixzoo.core.catalog import card_entry
     from mixzoo.core.errors import UnknownNameError
     from mixzoo.core.plugins import published_cards
     from mixzoo.core.registry import get_spec
+    from mixzoo.zoo.files import model_files
 
     try:
-        entry = get_spec(name).to_dict()
+        spec = get_spec(name)
     except UnknownNameError:
         if name not in published_cards():
             raise
-        entry = card_entry(name)
+        spec = None
+    entry = spec.to_dict() if spec is not None else card_entry(name)
+    files = [f.to_dict() for f in model_files(spec)] if spec is not None else []
     if as_json:
-        print(json.dumps(entry, indent=2))
+        print(json.dumps({**entry, **({"files": files} if spec is not None else {})}, indent=2))
         return
     table = Table(title=entry["name"], show_header=False)
     for k, v in entry.items():
         text = eps_text(v) if k == "epsilon" and v else json.dumps(v) if isinstance(v, dict | list) else str(v)
         table.add_row(k, escape(text))
-    out_console.print(table)
+    for f in files:
+        state = f"present, {f['size']:,} bytes" if f["present"] and f["size"] is not None else (
+            "present" if f["present"] else "[red]missing")
+        table.add_row("file", f"{escape(f['path'])} ({state})")
+    _print_whole(table)
+
+
+@app.command("fetch-list")
+@command
+@examples('mixzoo fetch-list convnextv2-l liu2023-swin-l --data-dir /data/imagenet',
+          'mixzoo fetch-list card.toml --json', 'mixzoo fetch-list hf-hub:org/model cifar10/Linf/Wong2020Fast')
+def fetch_list_command(
+    names: Annotated[list[str], typer.Argument(help="model names, hf-hub: ids, RobustBench names or mix cards")],
+    dataset: Annotated[str | None, typer.Option(help="data set (default: each robust model's or card's)")] = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Every file mix, bench and sanity would read for these models and their data: where it belongs on this
+    machine, whether it is there, its size and how to fetch it, to prepare an offline machine in one go.
+    Exits 1 when a file is missing."""
+    from mixzoo.zoo.files import fetch_list
+
+    files = fetch_list(names, dataset=dataset, data_dir=data_dir)
+    if as_json:
+        print(json.dumps([f.to_dict() for f in files], indent=2))
+    else:
+        table = Table(title=f"files for {', '.join(names)}")
+        for col in ("for", "path", "present", "bytes", "fetch"):
+            table.add_column(col)
+        for f in files:
+            table.add_row(escape(f.what), escape(f.path), "yes" if f.present else "[red]no",
+                          f"{f.size:,}" if f.size is not None else "", escape(f.fetch))
+        _print_whole(table)
+    if not all(f.present for f in files):
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -302,6 +342,14 @@ def mix(
 ) -> None:
     """Fit a mixing method for an ABC/RBC pair and write the mix card. The method's own options are given as
     --KEY VALUE (--FLAG / --no-FLAG for true/false ones) or -O KEY=VALUE."""
+    if abc and rbc and not show_options:  # refused from the specs and files, before torch is imported
+        from mixzoo.core.errors import UnknownNameError
+        from mixzoo.zoo.specs import check_pair_early
+
+        try:
+            check_pair_early(abc, rbc, dataset, data_dir)
+        except UnknownNameError:
+            pass  # the fit says so, as for any name it cannot resolve
     from mixzoo.methods import default_method, fit, get_method
 
     chosen = get_method(method if method is not None else default_method())

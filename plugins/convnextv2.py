@@ -30,9 +30,14 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
     """``hf-hub:ORG/NAME[@REV]`` -> a spec from the hub config; None for other names."""
     if not name.startswith("hf-hub:"):  # mixzoo.zoo.loading.HF_PREFIX, checked before loading imports torch
         return None
-    from mixzoo.zoo import loading
+    from mixzoo.zoo import specs
 
-    return loading.timm_hub_spec(name, plugin="convnextv2")
+    try:
+        return specs.timm_hub_spec(name, plugin="convnextv2")  # config.json in the cache: no torch, no network
+    except specs.NotCachedError:
+        from mixzoo.zoo import loading
+
+        return loading.timm_hub_spec(name, plugin="convnextv2")
 
 
 @hookimpl

@@ -16,7 +16,9 @@ Split rules (calibration and evaluation never overlap; zoo models never see cali
   ``$MIXZOO_DATA_DIR`` (a default for the other sets) is ignored.
 * ``cifar10`` / ``cifar100``: train = the training set; calibration = a seeded (seed 0) half of the test set,
   evaluation = the other half. Files: torchvision's layout in the named directory, else ``~/.cache/mixzoo/data``
-  (downloaded there unless ``MIXZOO_OFFLINE=1``).
+  (downloaded there unless ``MIXZOO_OFFLINE=1``). A named directory whose files fail torchvision's md5 check
+  (other images in the same layout) is read when its structure holds: every batch file present, each a dict of
+  ``data`` (N x 3072 uint8) and labels, unpickled without running code.
 * ``imagenet``: an ImageFolder ``root/val``, resized to ``size * 256 / 224`` and centre-cropped to ``size``
   (default 224). Evaluation = RobustBench's 5,000-image subset when robustbench is installed and all of those
   images are in the folder, calibration = the rest in seeded order; otherwise seeded halves of the folder.
@@ -29,7 +31,9 @@ import functools
 import gzip
 import json
 import os
+import pickle
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -245,22 +249,76 @@ def _cifar(name: str, split: str, n: int | None, root: str | None) -> ImageDatas
         ds = cls(str(directory), train=train, download=False)
     except RuntimeError:  # torchvision: "Dataset not found or corrupted"
         if user is not None:
-            raise _cifar_dir_error(name, cls, user, root) from None
-        try:
-            if _offline():
-                raise OSError("MIXZOO_OFFLINE is set") from None
-            ds = cls(str(directory), train=train, download=True)
-        except Exception as exc:  # noqa: BLE001 - any download failure means: not available offline
-            raise MissingFileError(
-                f"{name} not found in {directory} and could not be downloaded ({type(exc).__name__});"
-                f" pass --data-dir DIR holding torchvision's {cls.base_folder}/"
-            ) from exc
+            ds = _cifar_unchecked(name, cls, user, root, train)
+        else:
+            try:
+                if _offline():
+                    raise OSError("MIXZOO_OFFLINE is set") from None
+                ds = cls(str(directory), train=train, download=True)
+            except Exception as exc:  # noqa: BLE001 - any download failure means: not available offline
+                raise MissingFileError(
+                    f"{name} not found in {directory} and could not be downloaded ({type(exc).__name__});"
+                    f" pass --data-dir DIR holding torchvision's {cls.base_folder}/"
+                ) from exc
     data, targets = torch.from_numpy(ds.data), torch.tensor(ds.targets, dtype=torch.int64)
     idx = torch.arange(data.shape[0]) if train else _half_split(data.shape[0], split)
     idx = idx[:n] if n is not None else idx
     images = data[idx].permute(0, 3, 1, 2).float().div_(255.0).contiguous()
     part = "train" if train else "test"
     return ImageDataset(name, split, images, targets[idx].clone(), len(ds.classes), idx, f"{name}/{part}")
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """Unpickles CIFAR batches (dicts of numpy arrays, lists, strings) and nothing that could run code."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a CIFAR batch")
+        return super().find_class(module, name)
+
+
+@dataclass
+class _CifarArrays:
+    data: Any
+    targets: list[int]
+    classes: list[str]
+
+
+def _cifar_unchecked(name: str, cls: Any, user: Path, root: str | None, train: bool) -> _CifarArrays:
+    """A CIFAR folder in torchvision's layout whose files fail torchvision's md5 check (a copy with other images
+    than the published set): every file present, each batch a dict of a uint8 ``data`` array of N x 3072 and N
+    labels, read without running pickled code; anything else raises the folder error."""
+    import numpy as np
+
+    folder = user / cls.base_folder
+    expected = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+    if not user.is_dir() or not all((folder / f).is_file() for f in expected):
+        raise _cifar_dir_error(name, cls, user, root)
+    label_key = "labels" if name == "cifar10" else "fine_labels"
+    data, targets = [], []
+    for fname, _ in cls.train_list if train else cls.test_list:
+        path = folder / fname
+        try:
+            with open(path, "rb") as fh:
+                entry = _ArraysOnly(fh, encoding="latin1").load()
+            arr = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+            labels = [int(v) for v in entry[label_key]]
+        except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"{name}: {path} is not a CIFAR batch in torchvision's format (a pickled dict with"
+                             f" 'data' (N x 3072 uint8) and '{label_key}'): {exc}; re-create it") from None
+        if len(labels) != arr.shape[0]:
+            raise InputError(f"{name}: {path} has {arr.shape[0]} images but {len(labels)} labels; re-create it")
+        data.append(arr)
+        targets.extend(labels)
+    images = np.concatenate(data).transpose(0, 2, 3, 1)
+    classes = [str(i) for i in range(10 if name == "cifar10" else 100)]
+    if targets and (min(targets) < 0 or max(targets) >= len(classes)):
+        raise InputError(f"{name}: labels in {folder} lie outside [0, {len(classes)}); re-create the files")
+    return _CifarArrays(images, targets, classes)
 
 
 def _cifar_dir_error(name: str, cls: Any, user: Path, root: str | None) -> MissingFileError:
@@ -375,5 +433,7 @@ def _decode_images(paths: list[Path], size: int) -> torch.Tensor:
 
 @hookimpl
 def mixzoo_datasets() -> dict[str, Any]:
+    from mixzoo_plugins.own_data import imagefolder, npz
+
     return {"fashion-mnist": fashion_mnist, "digits": digits, "cifar10": cifar10, "cifar100": cifar100,
-            "imagenet": imagenet}
+            "imagenet": imagenet, "imagefolder": imagefolder, "npz": npz}

@@ -33,9 +33,9 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
     """``imagenet/THREAT/Name`` -> a robust spec; None for other names."""
     if name.split("/", 1)[0] != DATASET:
         return None
-    from mixzoo.zoo import loading
+    from mixzoo.zoo import specs
 
-    return loading.robustbench_spec(name, plugin="swin")
+    return specs.robustbench_spec(name, plugin="swin")
 
 
 @hookimpl

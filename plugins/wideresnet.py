@@ -32,9 +32,9 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
     """``cifar10|cifar100/THREAT/Name`` -> a robust spec; None for other names."""
     if name.split("/", 1)[0] not in DATASETS:
         return None
-    from mixzoo.zoo import loading
+    from mixzoo.zoo import specs
 
-    return loading.robustbench_spec(name, plugin="wideresnet")
+    return specs.robustbench_spec(name, plugin="wideresnet")
 
 
 @hookimpl

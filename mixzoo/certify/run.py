@@ -42,7 +42,7 @@ from mixzoo.core.errors import InputError
 from mixzoo.core.machine import run_record
 from mixzoo.core.progress import next_phase
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.zoo.data import load_dataset
+from mixzoo.zoo.data import load_dataset, model_options
 from mixzoo.zoo.pairs import check_device, check_model_fits, resolve_model
 
 __all__ = ["SmoothingSettings", "abc_probabilities", "certify", "declared_lipschitz", "mixture_clean_accuracy"]
@@ -169,7 +169,7 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
     name = dataset or getattr(spec, "dataset", None) or (card.dataset if card is not None else None)
     if not name:
         raise InputError("the RBC has no registry entry naming its dataset; pass --dataset NAME")
-    data = load_dataset(name, split, n=n, root=data_dir)
+    data = load_dataset(name, split, n=n, root=data_dir, **model_options(rbc_m, abc_m))
     check_model_fits(rbc_m, data, "RBC")
     if abc_m is not None:
         check_model_fits(abc_m, data, "ABC")

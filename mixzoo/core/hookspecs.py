@@ -122,8 +122,11 @@ def mixzoo_datasets() -> dict[str, Any]:
     ``factory(split: str, n: int | None, root: str | None, **options) -> mixzoo.zoo.data.ImageDataset`` returning
     the first ``n`` examples (all if ``None``) of split ``"train"``, ``"calibration"`` or ``"evaluation"``;
     calibration and evaluation never overlap, and models shipped for the dataset are not trained on calibration
-    images. ``root`` is a user-named data directory (or ``None``); ``options`` are dataset-specific (e.g.
-    ``size`` for ``imagenet``). Call it through :func:`mixzoo.zoo.data.load_dataset`.
+    images. ``root`` is a user-named data directory or file (or ``None``; ``--dataset NAME:PATH`` names it too);
+    ``options`` are dataset-specific (e.g. ``size`` for ``imagenet``). A factory whose signature has
+    ``input_size`` and ``num_classes`` keywords receives the models' (for data that does not declare them, like
+    the built-in ``imagefolder`` and ``npz``); other factories never see them. Call it through
+    :func:`mixzoo.zoo.data.load_dataset`.
     """
 
 

@@ -265,7 +265,7 @@ def card_evaluation(card: Any, settings: RunSettings | None = None, **changes: A
     ``abc`` / ``rbc`` replace the card's), the card's mixed classifier (its method's ``build``), eps and norm (the
     settings', else the card's attack, else the RBC's threat model) and the first ``n`` evaluation images, refusing
     models that cannot classify them."""
-    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.data import load_dataset, model_options
 
     s = settings_of(settings, changes)
     card = load_card(card)
@@ -277,7 +277,8 @@ def card_evaluation(card: Any, settings: RunSettings | None = None, **changes: A
     attack = card.attack or {}
     eps, norm = _default_attack_setting(rbc_m, attack.get("eps") if s.eps is None else s.eps,
                                         attack.get("norm") if s.norm is None else s.norm)
-    data = load_dataset(card_dataset(card, rbc_m), "evaluation", n=s.n, root=s.data_dir)
+    data = load_dataset(card_dataset(card, rbc_m), "evaluation", n=s.n, root=s.data_dir,
+                        **model_options(rbc_m, abc_m))
     top_k = card.params.get("top_k")
     if top_k is not None and top_k > data.num_classes:
         raise InputError(f"the card's top_k ({top_k}) exceeds the {data.num_classes} classes of {data.name!r};"

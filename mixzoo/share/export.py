@@ -208,7 +208,7 @@ def export(card: Any, format: str = "onnx", out: str | Path = ".", *, abc: Any =
     import torch
 
     from mixzoo.core.card import MixCard
-    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.data import load_dataset, model_options
     from mixzoo.zoo.pairs import card_dataset, load_mixed
 
     check_format(format)
@@ -230,7 +230,7 @@ def export(card: Any, format: str = "onnx", out: str | Path = ".", *, abc: Any =
     check_output(out, directory=True, files={f"{stem}{FORMATS[format]}": holding(b"mixzoo")})
     model = load_mixed(card, abc=abc, rbc=rbc, allow_unsafe=allow_unsafe).cpu().eval()
     data = load_dataset(card_dataset(card, model.rbc if hasattr(model, "rbc") else None), "evaluation", n=check_n,
-                        root=data_dir)
+                        root=data_dir, **model_options(getattr(model, "rbc", None), getattr(model, "abc", None)))
     images = data.images[:check_n]
     input_size = tuple(images.shape[1:])
     with torch.no_grad():

@@ -77,22 +77,62 @@ def check_split(split: str) -> str:
     return split
 
 
+def split_dataset_name(name: str, root: str | None = None) -> tuple[str, str | None]:
+    """``(dataset, root)`` for a dataset named with its path: ``KIND:PATH`` (``imagefolder:/data/pets``) where
+    ``KIND`` is a dataset name, or a path ending in ``.npz`` (``npz``); other names are returned as they are. A
+    path in the name and a different ``root`` (``--data-dir``) at once raise :class:`InputError`."""
+    from mixzoo.core.plugins import datasets
+
+    kind, sep, path = name.partition(":")
+    if sep and path and kind in datasets():
+        named = path
+    elif name.lower().endswith(".npz") and name not in datasets():
+        kind, named = "npz", name
+    else:
+        return name, root
+    if root and root != named:
+        raise InputError(f"--dataset {name} names its path and --data-dir {root} names another; give the path once")
+    return kind, named
+
+
 def load_dataset(name: str, split: str, n: int | None = None, root: str | None = None,
                  **options: object) -> ImageDataset:
     """Load split ``split`` of dataset ``name`` (first ``n`` examples) through the ``mixzoo_datasets`` hook.
 
-    ``root`` is a directory holding the data where the plugin needs one; ``options`` go to the factory
-    (e.g. ``size=224`` for ``imagenet``). Unknown names raise :class:`~mixzoo.core.errors.UnknownNameError` with
-    suggestions.
+    ``root`` is a directory holding the data where the plugin needs one; a name may carry it
+    (``imagefolder:PATH``, ``PATH.npz``: :func:`split_dataset_name`). ``options`` go to the factory (e.g.
+    ``size=224`` for ``imagenet``); ``input_size`` and ``num_classes`` (what the models take, for data that does
+    not declare them) go only to factories whose signature names them. Unknown names raise
+    :class:`~mixzoo.core.errors.UnknownNameError` with suggestions.
     """
+    import inspect
+
     from mixzoo.core.plugins import lookup
 
+    name, root = split_dataset_name(name, root)
     factory = lookup("dataset", name)
     check_split(split)
     if n is not None and (not isinstance(n, int) or n < 0):
         raise InputError(f"n must be a non-negative integer or None, got {n!r}")
+    try:
+        accepted = inspect.signature(getattr(factory, "_target", factory)).parameters
+    except (TypeError, ValueError):
+        accepted = {}
+    for key in ("input_size", "num_classes"):
+        if key in options and key not in accepted:
+            options.pop(key)
     dataset = factory(split, n, root, **options)
     return dataset.subset(n)
+
+
+def model_options(*models: object) -> dict[str, object]:
+    """``input_size`` and ``num_classes`` of the first of ``models`` whose spec gives them (options for
+    :func:`load_dataset`, used by datasets that do not declare their own)."""
+    for model in models:
+        spec = getattr(model, "spec", None)
+        if spec is not None:
+            return {"input_size": tuple(spec.input_size), "num_classes": int(spec.num_classes)}
+    return {}
 
 
 def shortfall_note(data: ImageDataset, requested: int | None, option: str) -> str | None:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import pickle
 import re
@@ -48,27 +47,37 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.core.errors import InputError, MissingFileError, MixzooError, RegistryError, UnknownNameError
+from mixzoo.core.errors import InputError, MissingFileError, MixzooError, RegistryError
 from mixzoo.core.registry import ModelSpec
+from mixzoo.zoo import specs as _specs
+from mixzoo.zoo.files import (  # noqa: F401 - re-exported: part of this module's contract
+    hub_cached_file,
+    hub_repo_folder,
+    robustbench_checkpoints,
+    robustbench_dir,
+    robustbench_zoo,
+)
 from mixzoo.zoo.models import BaseClassifier
+from mixzoo.zoo.specs import (  # noqa: F401 - re-exported: part of this module's contract
+    DEFAULT_EPSILON,
+    HF_PREFIX,
+    HUB_DATASETS,
+    ROBUSTBENCH_DATASETS,
+    ROBUSTBENCH_THREATS,
+    hub_dataset,
+    parse_hf_hub,
+    parse_robustbench_name,
+    robustbench_entry,
+    robustbench_reported,
+    robustbench_spec,
+)
 
-HF_PREFIX = "hf-hub:"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # what timm pushes to the hub, safest first
 HUB_PROBE_TIMEOUT = 3.0  # seconds
 HUB_PROBE_TTL = 60.0  # seconds a reachability answer is reused
 _HUB_PROBES: dict[str, tuple[float, bool]] = {}
 ROBUSTBENCH_DIR_ENV = "MIXZOO_ROBUSTBENCH_DIR"
 ROBUSTBENCH_DEFAULT_DIR = "~/.cache/mixzoo/robustbench"
-# RobustBench datasets: classes and the resolution its leaderboard evaluates at.
-ROBUSTBENCH_DATASETS: dict[str, tuple[int, tuple[int, int, int]]] = {
-    "cifar10": (10, (3, 32, 32)), "cifar100": (100, (3, 32, 32)), "imagenet": (1000, (3, 224, 224)),
-}
-ROBUSTBENCH_THREATS = ("Linf", "L2", "corruptions")
-# RobustBench's standard radii (leaderboard settings): Linf 8/255 on CIFAR, 4/255 on ImageNet; L2 0.5.
-DEFAULT_EPSILON: dict[tuple[str, str], float] = {
-    ("cifar10", "Linf"): 8 / 255, ("cifar100", "Linf"): 8 / 255, ("imagenet", "Linf"): 4 / 255,
-    ("cifar10", "L2"): 0.5, ("cifar100", "L2"): 0.5, ("imagenet", "L2"): 0.5,
-}
 
 
 class UnsafeCheckpointError(MixzooError):
@@ -182,9 +191,15 @@ _WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "net")
 
 
 def state_dict_from(obj: Any, source: str) -> dict[str, torch.Tensor]:
-    """The tensor dict inside a checkpoint: unwraps ``{'state_dict': ...}`` / ``{'model': ...}`` and strips a
+    """The tensor dict inside a checkpoint: unwraps ``{'state_dict': ...}`` / ``{'model': ...}``, takes the
+    ``state_dict()`` of a pickled :class:`torch.nn.Module` (a checkpoint loaded with ``allow_unsafe``) and strips a
     ``module.`` prefix (DataParallel) carried by every key."""
+    if isinstance(obj, nn.Module):  # a pickled module (loaded with allow_unsafe): its weights
+        obj = obj.state_dict()
     for key in _WRAPPER_KEYS:
+        if isinstance(obj, Mapping) and isinstance(obj.get(key), nn.Module):
+            obj = obj[key].state_dict()
+            break
         if isinstance(obj, Mapping) and isinstance(obj.get(key), Mapping):
             obj = obj[key]
             break
@@ -265,6 +280,9 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None) -> Pa
     )
 
     where = f"{filename!r} of Hugging Face repo {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
+    cached, present = hub_cached_file(repo_id, filename, revision)
+    if present:
+        return cached
     try:
         try:
             return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=True))
@@ -298,15 +316,6 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None) -> Pa
         raise InputError(f"{repo_id!r} is not a valid Hugging Face repo id ({exc})") from None
 
 
-def parse_hf_hub(name: str) -> tuple[str, str | None]:
-    """``hf-hub:ORG/NAME[@REV]`` -> (``ORG/NAME``, ``REV`` or None)."""
-    body = name[len(HF_PREFIX):] if name.startswith(HF_PREFIX) else name
-    repo, _, revision = body.partition("@")
-    if repo.count("/") != 1 or not all(repo.split("/")):
-        raise InputError(f"{name!r} is not of the form hf-hub:ORG/NAME[@REVISION]")
-    return repo, revision or None
-
-
 def hub_weights(repo_id: str, revision: str | None = None) -> Path:
     """The weight file of a timm hub repo: ``model.safetensors`` if the repo (or cache) has it, else
     ``pytorch_model.bin``."""
@@ -321,6 +330,18 @@ def hub_weights(repo_id: str, revision: str | None = None) -> Path:
         if isinstance(cached, str):
             return Path(cached)
         raise
+
+
+def timm_hub_config(repo_id: str, revision: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """:func:`mixzoo.zoo.specs.timm_hub_config`, fetching ``config.json`` through :func:`hub_download` when it is
+    not cached."""
+    return _specs.timm_hub_config(repo_id, revision, fetch=hub_download)
+
+
+def timm_hub_spec(name: str, plugin: str) -> ModelSpec:
+    """:func:`mixzoo.zoo.specs.timm_hub_spec`, fetching ``config.json`` through :func:`hub_download` when it is not
+    cached."""
+    return _specs.timm_hub_spec(name, plugin, fetch=hub_download)
 
 
 # ----------------------------------------------------------------------------------------------------- timm
@@ -339,51 +360,6 @@ def timm_repo(model: str) -> tuple[str, str | None]:
         raise RegistryError(f"timm model {model!r} has no Hugging Face hub weights; use hf-hub:ORG/NAME or a"
                             " timm name with a pretrained tag (e.g. convnextv2_large.fcmae_ft_in22k_in1k)")
     return parse_hf_hub(cfg.hf_hub_id)
-
-
-def timm_hub_config(repo_id: str, revision: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """(architecture, pretrained_cfg, model_args) from a hub ``config.json``.
-
-    Mirrors ``timm.models._hub.load_model_config_from_hf`` but reads the file through :func:`hub_download`, so
-    offline errors say where the file belongs and nothing in timm touches the network.
-    """
-    hf_config = json.loads(hub_download(repo_id, "config.json", revision).read_text(encoding="utf-8"))
-    if "pretrained_cfg" not in hf_config:  # old form: the pretrained cfg is the whole file
-        pretrained_cfg = dict(hf_config)
-        hf_config = {"architecture": pretrained_cfg.pop("architecture", None)}
-        if "labels" in pretrained_cfg:
-            pretrained_cfg["label_names"] = pretrained_cfg.pop("labels")
-    else:
-        pretrained_cfg = dict(hf_config["pretrained_cfg"])
-    arch = hf_config.get("architecture") or pretrained_cfg.get("architecture")
-    if not arch:
-        raise MixzooError(f"config.json of {repo_id!r} names no timm architecture; is it a timm model repo?")
-    if "num_classes" in hf_config:
-        pretrained_cfg["num_classes"] = hf_config["num_classes"]
-    for key in ("label_names", "label_descriptions"):
-        if key in hf_config:
-            pretrained_cfg[key] = hf_config[key]
-    pretrained_cfg["hf_hub_id"] = f"{repo_id}@{revision}" if revision else repo_id
-    return arch, pretrained_cfg, dict(hf_config.get("model_args", {}))
-
-
-def timm_hub_spec(name: str, plugin: str) -> ModelSpec:
-    """A spec for any ``hf-hub:ORG/NAME`` timm model: accurate role; classes, input size and mean/std from the
-    hub config (dataset ``imagenet`` for 1000 classes, else ``unknown``)."""
-    repo, revision = parse_hf_hub(name)
-    arch, cfg, _ = timm_hub_config(repo, revision)
-    num_classes = int(cfg.get("num_classes", 1000))
-    size = [int(v) for v in cfg.get("input_size", (3, 224, 224))]
-    mean, std = list(cfg.get("mean", (0.485, 0.456, 0.406))), list(cfg.get("std", (0.229, 0.224, 0.225)))
-    return ModelSpec(
-        name=name, role="accurate", dataset="imagenet" if num_classes == 1000 else "unknown",
-        num_classes=num_classes, input_size=tuple(size), source={"kind": "timm", "model": name},
-        mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std),
-        license=str(cfg.get("license") or ""), citation=str(cfg.get("paper_name") or ""),
-        description=f"timm {arch} from the Hugging Face hub ({repo}); input size and normalization from its"
-                    " config.json",
-        plugin=plugin,
-    )
 
 
 def load_timm_hub(spec: ModelSpec, allow_unsafe: bool = False) -> nn.Module:
@@ -451,59 +427,11 @@ class InputResize(nn.Module):
         return f"size={self.size}, mode=bilinear"
 
 
-def robustbench_dir() -> Path:
-    """``$MIXZOO_ROBUSTBENCH_DIR`` or ``~/.cache/mixzoo/robustbench`` (RobustBench's ``model_dir``)."""
-    return Path(os.environ.get(ROBUSTBENCH_DIR_ENV) or ROBUSTBENCH_DEFAULT_DIR).expanduser()
-
-
-def parse_robustbench_name(name: str) -> tuple[str, str, str] | None:
-    """``dataset/threat/Name`` (e.g. ``cifar10/Linf/Ding2020MMA``) -> its parts; None for other names."""
-    parts = name.split("/")
-    if len(parts) == 3 and parts[0] in ROBUSTBENCH_DATASETS and parts[1] in ROBUSTBENCH_THREATS and parts[2]:
-        return parts[0], parts[1], parts[2]
-    return None
-
-
-def robustbench_entry(dataset: str, threat: str, name: str) -> Mapping[str, Any]:
-    """RobustBench's model-zoo entry (``{'model': constructor, 'gdrive_id': ...}``), or UnknownNameError."""
-    from mixzoo.core.compat import import_robustbench
-
-    import_robustbench()
-    from robustbench.model_zoo import model_dicts
-    from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
-
-    zoo = model_dicts[BenchmarkDataset(dataset)][ThreatModel(threat)]
-    if name not in zoo:
-        raise UnknownNameError(f"RobustBench {dataset}/{threat} model", name, zoo)
-    return zoo[name]
-
-
 def robustbench_files(dataset: str, threat: str, name: str, entry: Mapping[str, Any]) -> list[Path]:
     """Checkpoint paths RobustBench reads: ``{dir}/{dataset}/{threat}/{name}.pt``, or ``{name}.pt_m{i}.pt`` for
     each member of an ensemble."""
-    base = robustbench_dir() / dataset / threat / f"{name}.pt"
     ids = entry.get("gdrive_id")
-    if isinstance(ids, list):
-        return [Path(f"{base}_m{i}.pt") for i in range(len(ids))]
-    return [base]
-
-
-def robustbench_spec(name: str, plugin: str) -> ModelSpec | None:
-    """A robust spec for a RobustBench ``dataset/threat/Name``, eps from RobustBench's defaults; None if the name
-    is not of that form."""
-    parsed = parse_robustbench_name(name)
-    if parsed is None:
-        return None
-    dataset, threat, model = parsed
-    robustbench_entry(dataset, threat, model)  # unknown names fail here, with suggestions
-    classes, size = ROBUSTBENCH_DATASETS[dataset]
-    return ModelSpec(
-        name=name, role="robust", dataset=dataset, num_classes=classes, input_size=size,
-        source={"kind": "robustbench", "name": model, "dataset": dataset, "threat_model": threat},
-        threat_model=threat, epsilon=DEFAULT_EPSILON.get((dataset, threat)),
-        citation=f"RobustBench model {model}", plugin=plugin,
-        description="RobustBench model zoo entry; mean 0 / std 1 because the network normalizes internally",
-    )
+    return robustbench_checkpoints(dataset, threat, name, len(ids) if isinstance(ids, list) else 1)
 
 
 @contextlib.contextmanager
@@ -587,6 +515,15 @@ def _robustbench_build(name: str, dataset: str, threat: str, files: list[Path], 
     from mixzoo.core.compat import import_robustbench
 
     rb = import_robustbench()
+    if unsafe and len(files) == 1 and files[0].is_file():
+        pickled = load_checkpoint(files[0], allow_unsafe=True)
+        if isinstance(pickled, nn.Module) or (isinstance(pickled, Mapping) and any(
+                isinstance(pickled.get(k), nn.Module) for k in _WRAPPER_KEYS)):
+            # a pickled module, which RobustBench's loader cannot read (it calls .keys()): its weights go into
+            # the entry's own architecture
+            network = robustbench_entry(dataset, threat, name)["model"]()
+            load_state_dict_strict(network, state_dict_from(pickled, str(files[0])), str(files[0]))
+            return network.eval()
     try:
         with _torch_load_mode(unpickling=unsafe):
             return rb.load_model(name, model_dir=str(robustbench_dir()), dataset=dataset, threat_model=threat)

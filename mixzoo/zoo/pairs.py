@@ -17,6 +17,7 @@ from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.blackbox import is_black_box
 from mixzoo.zoo.models import BaseClassifier, load_model, weight_hash
+from mixzoo.zoo.specs import check_pair_early, check_pair_specs  # noqa: F401 - check_pair_specs re-exported
 
 DEFAULT_ABC = "fmnist-std"
 DEFAULT_RBC = "fmnist-pgd"
@@ -267,7 +268,7 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     """Load and check an ABC/RBC pair for fitting (a :class:`mixzoo.methods.FitRequest`): names or modules
     (default: the built-in Fashion-MNIST pair), roles, classes, input sizes, a white-box RBC, the calibration
     split and the threat model (given, else the RBC's); one-line errors before any attack."""
-    from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.data import load_dataset, model_options
 
     if request.n_calib is not None and request.n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {request.n_calib}")
@@ -280,28 +281,19 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
         from mixzoo.core.card import MixCard
 
         MixCard.check_path(request.out)
-    abc_m = resolve_model(request.abc if request.abc is not None else DEFAULT_ABC, device, request.allow_unsafe)
-    rbc_m = resolve_model(request.rbc if request.rbc is not None else DEFAULT_RBC, device, request.allow_unsafe)
+    abc_req = request.abc if request.abc is not None else DEFAULT_ABC
+    rbc_req = request.rbc if request.rbc is not None else DEFAULT_RBC
+    # the pair is checked on its specs (registry entries, hub config.json files) before any weights load
+    check_pair_early(*(m if isinstance(m, str) else getattr(m, "spec", None) for m in (abc_req, rbc_req)),
+                     request.dataset, request.data_dir)
+    abc_m = resolve_model(abc_req, device, request.allow_unsafe)
+    rbc_m = resolve_model(rbc_req, device, request.allow_unsafe)
     abc_spec, rbc_spec = getattr(abc_m, "spec", None), getattr(rbc_m, "spec", None)
     if is_black_box(rbc_m):
         name = rbc_spec.name if rbc_spec is not None else getattr(rbc_m, "name", "the RBC")
         raise InputError(f"RBC {name!r} is a black box (no gradients for MMAA); calibrate it from a white-box"
                          f" surrogate with `mixzoo transfer-params --from CARD --rbc {name}` (App. D.5)")
-    if rbc_spec is not None and rbc_spec.role == "accurate":
-        swap = (f"; did you mean --abc {rbc_spec.name} --rbc {abc_spec.name}?"
-                if abc_spec is not None and abc_spec.role == "robust" else "; pass a robust model as --rbc")
-        raise InputError(f"RBC {rbc_spec.name!r} is an accurate (standard) model, not a robust one{swap}")
     dataset = request.dataset
-    if abc_spec is not None and rbc_spec is not None:
-        if abc_spec.num_classes != rbc_spec.num_classes:
-            raise InputError(f"ABC {abc_spec.name!r} has {abc_spec.num_classes} classes but RBC {rbc_spec.name!r}"
-                             f" has {rbc_spec.num_classes}; pick models of the same task")
-        if tuple(abc_spec.input_size) != tuple(rbc_spec.input_size):
-            raise InputError(f"ABC {abc_spec.name!r} takes images of shape {tuple(abc_spec.input_size)} but RBC"
-                             f" {rbc_spec.name!r} takes {tuple(rbc_spec.input_size)}; pick models of the same input")
-        if abc_spec.dataset != rbc_spec.dataset and dataset is None:
-            raise InputError(f"ABC {abc_spec.name!r} is for {abc_spec.dataset!r} but RBC {rbc_spec.name!r} is for"
-                             f" {rbc_spec.dataset!r}; pass --dataset to choose the calibration data")
     known_spec = rbc_spec if rbc_spec is not None else abc_spec  # a plain-module RBC: the registered ABC tells
     dataset = dataset or (known_spec.dataset if known_spec is not None else None)
     if dataset is None:
@@ -309,7 +301,7 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     eps, norm = _default_attack_setting(rbc_m, request.eps, request.norm)
     # not given: DEFAULT_N_CALIB images, or every image of a smaller split (silently: nothing was asked for)
     n_calib = DEFAULT_N_CALIB if request.n_calib is None else request.n_calib
-    data = load_dataset(dataset, "calibration", n=n_calib, root=request.data_dir)
+    data = load_dataset(dataset, "calibration", n=n_calib, root=request.data_dir, **model_options(rbc_m, abc_m))
     check_model_fits(rbc_m, data, "RBC")
     check_model_fits(abc_m, data, "ABC")
     if top_k is not None and top_k > data.num_classes:  # fail now, not after the attack
@@ -320,5 +312,7 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     cached_logits(abc_m, data, cache=cache, device=device, progress=request.progress, what="ABC clean logits")
     return Pair(abc_m, rbc_m, dataset, data, eps, norm, cache, device,
                 seed=request.seed, batch_size=batch_size, progress=request.progress)
+
+
 
 

@@ -50,7 +50,10 @@ def probe(*args: str, status: int = 0) -> dict:
 @pytest.mark.parametrize(("args", "status"), [
     (("--import", "mixzoo"), 0), (("--import", "mixzoo.cli"), 0), (("--help",), 0), (("list",), 0),
     (("list", "--json"), 0), (("info", "digits-pgd"), 0), (("info", "no-such-model"), 2), (("plugins",), 0),
-    (("plugins", "--json"), 0)],
+    (("plugins", "--json"), 0),
+    (("info", "cifar10/Linf/Peng2023Robust"), 0), (("info", "imagenet/Linf/Liu2023Comprehensive_Swin-L"), 0),
+    (("info", "cifar10/Linf/Peng2023Robus"), 2), (("info", "convnextv2-l"), 0),
+    (("mix", "--abc", "fmnist-std", "--rbc", "cifar10/Linf/Wong2020Fast"), 2)],  # refused before torch
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else str(v))
 def test_command_imports_neither_torch_nor_a_method(args, status):
     seen = probe(*args, status=status)
