@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,18 +15,19 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
-from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
+from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key, stale_entry
 from mixzoo.core.checks import naming_model
 from mixzoo.core.distributed import check_shards, gather, world
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
+from mixzoo.core.record import sha256_of
 from mixzoo.core.settings import check_precision
 from mixzoo.zoo.pairs import model_device
 
 # Part of every cached outcome's key: it changes whenever the bench would compute other outcomes for the same
 # models, data and attack (components, layer norm, how random numbers are drawn), so older outcomes are not reused.
-BENCH_CODE_VERSION = "bench-6"
+BENCH_CODE_VERSION = "bench-7"
 BF16_COUNTS = ("found_bf16", "confirmed_float32", "rerun_float32")  # a bf16 component's record has these
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 
@@ -69,23 +71,21 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
         p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if legacy:  # an attack whose run() takes no index: batch seeds, said in the warnings
         per_example_seeds = False
-    key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
-                       "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION,
-                       **({"per_example_seeds": True} if per_example_seeds else {}),
-                       **({"precision": precision} if precision != "float32" else {}),
-                       **({"attack_code": attack_cls.code_version} if getattr(attack_cls, "code_version", None)
-                          else {})})
+    request = {**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
+               "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION,
+               **({"per_example_seeds": True} if per_example_seeds else {}),
+               **({"precision": precision} if precision != "float32" else {}),
+               **({"attack_code": attack_cls.code_version} if getattr(attack_cls, "code_version", None)
+                  else {})}
+    key, digest = content_key(request), sha256_of(request)
+    n = len(labels)
     final = cache.root / "bench" / f"{key}.json"
     final_adv = final.with_suffix(ADV_SUFFIX)
     hit = None
     if cache.enabled and final.exists() and (not save_adversarial or final_adv.exists()):
-        try:
-            hit = {**json.loads(final.read_text()), "cached": True}
-            if save_adversarial:
-                hit["adversarial"] = load_file(final_adv)
-        except (json.JSONDecodeError, SafetensorError):
-            final.unlink(missing_ok=True)
-            final_adv.unlink(missing_ok=True)
+        hit = _read_entry(final, final_adv if save_adversarial else None, n, digest)
+        if hit is not None:
+            hit["cached"] = True
     # under torchrun every rank must take the same path (the attack below is collective): the cached result is used
     # only when every rank has it, e.g. a shared cache directory
     w = world()
@@ -93,7 +93,6 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
         return hit
     if w.size > 1 and hit is None:
         gather(False)
-    n = len(labels)
     parts: dict[int, dict[str, Any]] = {}
     found: dict[int, dict[str, torch.Tensor]] = {}
     n_batches = -(-n // batch_size)
@@ -104,12 +103,11 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
             part_path = cache.root / "bench" / f"{key}.partial" / f"{index:06d}.json"
             part_adv = part_path.with_suffix(ADV_SUFFIX)
             if cache.enabled and part_path.exists() and (not save_adversarial or part_adv.exists()):
-                try:
-                    parts[index] = json.loads(part_path.read_text())
+                entry = _read_entry(part_path, part_adv if save_adversarial else None, stop - start, digest)
+                if entry is not None:
                     if save_adversarial:
-                        found[index] = load_file(part_adv)
-                except (json.JSONDecodeError, SafetensorError):
-                    parts.pop(index, None)
+                        found[index] = entry.pop("adversarial")
+                    parts[index] = entry
             if index not in parts and w.owns(index):  # under torchrun: batch k is attacked by rank k mod size
                 attack_batch = naming_model(label, _attack_batch)  # a NaN-logits error names the model
                 parts[index], points = attack_batch(model, images, labels, start, stop, batch_index=index,
@@ -122,7 +120,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                 if cache.enabled:
                     if save_adversarial:  # the points first: a batch counts as done once its outcome is written
                         atomic_save_tensors(part_adv, points)
-                    atomic_write_text(part_path, json.dumps(parts[index]))
+                    atomic_write_text(part_path, json.dumps({**parts[index], "digest": digest}))
             if index in parts:
                 bar.advance(task, stop - start)
         if w.size > 1:  # every rank gets every batch's outcome (the same merged result everywhere)
@@ -167,11 +165,75 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
     if cache.enabled:
         if adversarial is not None:
             atomic_save_tensors(final_adv, adversarial)
-        atomic_write_text(final, json.dumps(merged))
+        atomic_write_text(final, json.dumps({**merged, "digest": digest}))
         import shutil
 
         shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
     return merged if adversarial is None else {**merged, "adversarial": adversarial}
+
+
+def _read_entry(path: Path, adv_path: Path | None, n: int, digest: str) -> dict[str, Any] | None:
+    """A cached outcome (with its points from ``adv_path``) when it is this request's: it carries ``digest`` and
+    holds one outcome per asked example (``n``) with the right types; else ``None`` after one warning naming the
+    file (:func:`~mixzoo.core.cache.stale_entry`), and the outcome is computed again."""
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        stale_entry(path, "it is not JSON")
+        return None
+    why = outcome_problem(entry, n, digest)
+    if why is None and adv_path is not None:
+        try:
+            points = load_file(adv_path)
+        except (OSError, SafetensorError):
+            points = None
+        if points is None or _points_problem(points, entry):
+            why = f"its points ({adv_path.name}) do not match its outcomes"
+        else:
+            entry["adversarial"] = points
+    if why is not None:
+        stale_entry(path, why)
+        return None
+    entry.pop("digest")
+    return entry
+
+
+def _flags(value: Any, n: int) -> bool:
+    return isinstance(value, list) and len(value) == n and all(isinstance(v, bool) for v in value)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def outcome_problem(entry: Any, n: int, digest: str) -> str | None:
+    """Why ``entry`` is not the cached outcome of a request with ``digest`` on ``n`` examples (``None``: it is)."""
+    if not isinstance(entry, dict):
+        return f"it holds {type(entry).__name__}, not an outcome"
+    if entry.get("digest") != digest:
+        return "it does not carry this request's digest (written by an older mixzoo, or edited)"
+    for name in ("clean_correct", "robust_correct"):
+        if not _flags(entry.get(name), n):
+            got = entry.get(name)
+            size = f"{len(got)} values" if isinstance(got, list) else type(got).__name__
+            return f"its {name} is not {n} true/false values ({size})"
+    if any(r and not c for c, r in zip(entry["clean_correct"], entry["robust_correct"], strict=True)):
+        return "it calls an example robust that it calls misclassified"
+    comps = entry.get("components")
+    if not isinstance(comps, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("newly_broken"), int)
+            and _number(c.get("seconds")) for c in comps):
+        return "its components are not a list of {name, newly_broken, seconds}"
+    if not _number(entry.get("seconds")) or not isinstance(entry.get("warnings"), list) or not all(
+            isinstance(w, str) for w in entry["warnings"]):
+        return "its seconds or warnings have the wrong type"
+    return None
+
+
+def _points_problem(points: dict[str, torch.Tensor], entry: dict[str, Any]) -> bool:
+    index, images = points.get("index"), points.get("images")
+    broken = sum(c and not r for c, r in zip(entry["clean_correct"], entry["robust_correct"], strict=True))
+    return index is None or images is None or index.ndim != 1 or len(index) != len(images) or len(index) != broken
 
 
 def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, start: int, stop: int, *,
