@@ -123,7 +123,7 @@ def attack_code(attack: str) -> str | None:
         return None
 
 
-def check_ranks_agree(record: RunRecord, what: str = "run") -> None:
+def check_ranks_agree(record: RunRecord, what: str = "run record") -> None:
     """Under ``torchrun``: every rank's ``record`` gathered on every rank; when one differs, every rank stops with
     the same one-line error naming the first differing field and each rank's value (nothing in one process)."""
     from mixzoo.core.distributed import gather, world
@@ -137,8 +137,9 @@ def check_ranks_agree(record: RunRecord, what: str = "run") -> None:
         if diff:
             name, a, b = diff[0]
             more = f" (and {', '.join(d[0] for d in diff[1:])})" if len(diff) > 1 else ""
-            raise InputError(f"torchrun ranks disagree on the {what}'s {name}{more}: rank 0 has {a!r}, rank {rank} has "
-                             f"{b!r}; nothing was attacked or written: start every rank with the same arguments")
+            raise InputError(f"torchrun ranks disagree on the {what}: {name} is {a!r} on rank 0 and {b!r} on rank "
+                             f"{rank}{more}; nothing was attacked or written: start every rank with the same"
+                             " arguments")
 
 
 __all__ = ["RunRecord", "attack_code", "canonical_json", "check_ranks_agree", "sha256_of"]
