@@ -344,12 +344,14 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tenso
         subset = torch.tensor([i for i, ok in enumerate(ev["robust_correct"]) if ok], dtype=torch.long)
         if not len(subset):
             break
+        # the subset's examples keep their own indices (in the data set, when ``images`` are a subset of it)
+        index = subset if common.get("example_index") is None else common["example_index"][subset]
         options = {**common, "attack": extra.attack, "attack_options": dict(extra.options),
-                   "seed": common["seed"] + extra.seed_offset}
+                   "seed": common["seed"] + extra.seed_offset, "example_index": index}
         sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), images[subset], labels[subset],
                        key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
                                   "subset": content_key({"rows": subset.tolist()})},
-                       label=f"{label}: {extra.name}", example_index=subset, **options)
+                       label=f"{label}: {extra.name}", **options)
         ev = worst_case(ev, sub, subset, extra.name)
     return ev
 
