@@ -550,6 +550,11 @@ def verify(
                                   "device may flip them", highlight=False)
         for note in res.notes:
             out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+        if recheck:
+            for r in res.rows:
+                say = f"[red]{len(r.recheck_differs)} outcomes differ[/red]" if r.recheck_differs else "same outcomes"
+                out_console.print(f"recheck: {escape(r.name)}: {len(r.rechecked)} examples attacked again without "
+                                  f"the cache, {say}", highlight=False)
         verdict = "[green]verified[/green]: every" if res.passed else "[red]NOT verified[/red]: not every"
         out_console.print(f"{verdict} reported robust error has a point in the threat model that the model "
                           f"misclassifies ({res.seconds:.1f} s)", highlight=False)
