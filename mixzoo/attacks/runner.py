@@ -9,7 +9,6 @@ import hashlib
 import inspect
 import json
 import math
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,9 @@ from safetensors.torch import load_file
 from torch import nn
 
 from mixzoo.attacks.precision import resolve_precision
-from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key
+from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key, stale_entry
 from mixzoo.core.checks import naming_model
-from mixzoo.core.distributed import check_same_settings, check_shards, gather, world
+from mixzoo.core.distributed import check_shards, gather, world
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
@@ -81,9 +80,6 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                           else {})})
     w = world()
     n = len(labels)
-    if w.size > 1:  # every rank must attack the same examples with the same settings, or the merge is meaningless
-        check_same_settings({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
-                             "options": options, "precision": precision, "n_images": n}, f"{attack} on {label}")
     final = cache.root / "bench" / f"{key}.json"
     final_adv = final.with_suffix(ADV_SUFFIX)
     hit = None
@@ -203,7 +199,7 @@ def read_outcome(path: Path, key: str, start: int, stop: int,
         problem = f"it cannot be read ({type(exc).__name__})"
     if problem is None:
         return {k: v for k, v in entry.items() if k not in ("key", "digest")}
-    warnings.warn(f"cache entry {path} is not an outcome of this run ({problem}); attacking again", stacklevel=3)
+    stale_entry(path, problem)
     return None
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save
+from safetensors.torch import save
 
 from mixzoo.core.errors import InputError, MixzooError
 
@@ -123,6 +123,15 @@ def content_key(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:24]
 
 
+class CacheWarning(UserWarning):
+    """A cache entry that does not match its request (wrong digest, shape or types): it is recomputed."""
+
+
+def stale_entry(path: str | os.PathLike[str], why: str) -> None:
+    """Warn once that the cache entry at ``path`` is not used (``why``) and is computed again."""
+    warnings.warn(f"cache entry {path} is not used: {why}; computing it again", CacheWarning, stacklevel=3)
+
+
 class Cache:
     """Tensor results stored as ``ROOT/KIND/KEY.safetensors`` with ``KEY.json`` describing what made them."""
 
@@ -136,24 +145,37 @@ class Cache:
     def path(self, kind: str, key: str) -> Path:
         return self.root / kind / f"{key}.safetensors"
 
-    def load(self, kind: str, key: str) -> dict[str, torch.Tensor] | None:
-        """The cached tensors, or ``None`` when absent (or unreadable, which is treated as absent)."""
+    def load(self, kind: str, key: str, rows: int | None = None) -> dict[str, torch.Tensor] | None:
+        """The cached tensors, or ``None`` when absent, unreadable or not this request's entry: an entry carries
+        its key (``digest`` in its metadata) and, with ``rows``, must hold that many rows in every tensor. A
+        mismatch is a miss, with one warning naming the file (:func:`stale_entry`); it is recomputed."""
         path = self.path(kind, key)
         if not self.enabled or not path.exists():
             return None
         try:
-            tensors = load_file(path)
+            with safe_open(path, "pt") as f:
+                digest = (f.metadata() or {}).get("digest")
+                tensors = {name: f.get_tensor(name) for name in f.keys()}
         except Exception:  # noqa: BLE001 - a damaged entry is recomputed, never trusted
+            stale_entry(path, "it cannot be read as safetensors")
             path.unlink(missing_ok=True)
+            return None
+        if digest != key:
+            stale_entry(path, "it does not carry this request's digest (written by an older mixzoo, or edited)")
+            return None
+        if not tensors or (rows is not None and any(t.ndim == 0 or t.shape[0] != rows for t in tensors.values())):
+            got = sorted({t.shape[0] if t.ndim else 0 for t in tensors.values()})
+            stale_entry(path, f"it holds {', '.join(map(str, got)) or 'no'} rows where {rows} were asked")
             return None
         self.hits.append(f"{kind}/{key}")
         return tensors
 
     def save(self, kind: str, key: str, tensors: Mapping[str, torch.Tensor], describe: Mapping[str, Any]) -> None:
+        """Save an entry with its description (``KEY.json``); the tensors carry ``key`` as their digest."""
         if not self.enabled:
             return
         atomic_write_text(self.path(kind, key).with_suffix(".json"), json.dumps(describe, indent=2, default=str))
-        atomic_save_tensors(self.path(kind, key), tensors)
+        atomic_save_tensors(self.path(kind, key), tensors, {"digest": key})
 
     # -- per-batch progress, so that an interrupted computation resumes ---------------------------------------
     def partial_dir(self, kind: str, key: str) -> Path:
@@ -206,12 +228,7 @@ def batched_cached(cache: Cache, kind: str, key: str, n: int, batch_size: int, c
     from mixzoo.core.distributed import check_shards, gather, world
 
     w = world()
-    done = cache.load(kind, key)
-    if done is not None and (not done or any(t.ndim == 0 or t.shape[0] != n for t in done.values())):
-        rows = sorted({t.shape[0] if t.ndim else 0 for t in done.values()})
-        warnings.warn(f"cache entry {cache.path(kind, key)} holds {'/'.join(map(str, rows)) or 'no'} rows where {n}"
-                      " were asked; computing it again", stacklevel=2)
-        done = None
+    done = cache.load(kind, key, rows=n)
     # under torchrun every rank takes the same path (the batches below are shared out and gathered): a complete
     # entry is used only when every rank has it
     if done is not None and (w.size == 1 or all(gather(True))):

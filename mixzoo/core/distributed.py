@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
-import json
 import os
 import warnings
 from collections.abc import Iterator
@@ -191,26 +190,6 @@ def _timeout_as_input_error() -> Iterator[None]:
         raise InputError(f"rank {world().rank} waited more than {timeout_s(backend):.0f} s for the other ranks (one"
                          " rank's batches took that much longer); set MIXZOO_DIST_TIMEOUT to more seconds and run the"
                          " same command again (finished batches are cached)") from None
-
-
-def check_same_settings(settings: dict[str, Any], what: str) -> None:
-    """Stop every rank, before any work, when the ranks were started with different settings for ``what`` (the
-    eps, the seed, the examples, ...): their outcomes could not be merged into one result. Each rank sends its
-    settings (plain JSON values) to every other; all raise the same one-line error naming each field that differs
-    and its value per rank, so the command exits with status 2 and writes nothing."""
-    every = gather(json.loads(json.dumps(settings, sort_keys=True, default=str)))
-    fields = sorted({k for s in every for k in s})
-    differ = [k for k in fields if any(s.get(k) != every[0].get(k) for s in every[1:])]
-    if differ:
-        shown = "; ".join(f"{k}: " + ", ".join(f"rank {r} {_short(s.get(k))}" for r, s in enumerate(every))
-                          for k in differ[:3])
-        raise InputError(f"{what}: the ranks were started with different settings ({shown}); start every rank"
-                         " with the same command")
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_shards(done: set[int] | dict[int, Any], n: int, batch_size: int, what: str) -> None:

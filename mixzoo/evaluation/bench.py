@@ -32,6 +32,7 @@ from mixzoo.core.errors import InputError
 from mixzoo.core.labels import row_label
 from mixzoo.core.machine import run_record
 from mixzoo.core.progress import next_phase
+from mixzoo.core.record import RunRecord, check_ranks_agree, sha256_of
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.budget import Budget, budget_of, component_options, shared_attack, shared_options
 from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cells: their names here before
@@ -107,6 +108,8 @@ class Report:
     # versions, git commit, machine and finish time of this run (mixzoo.core.machine.run_record)
     run: dict[str, Any] = field(default_factory=dict)
     cards: list[Any] = field(default_factory=list)
+    # what decided the outcomes (mixzoo.core.record.RunRecord.to_dict) and its digest
+    record: dict[str, Any] = field(default_factory=dict)
 
     def row(self, kind: str) -> ModelResult:
         return next(m for m in self.models if m.kind == kind)
@@ -155,6 +158,7 @@ class Report:
             "comparisons": self.comparisons(),
             "notes": self.notes,
             "run": self.run,
+            "record": self.record,
         }
 
 
@@ -288,6 +292,14 @@ def card_evaluation(card: Any, settings: RunSettings | None = None, **changes: A
     return CardEvaluation(card, abc_m, rbc_m, mixed, data, eps, norm, notes)
 
 
+def run_record_of(settings: RunSettings, cards: list[Any], ce: CardEvaluation) -> RunRecord:
+    """The :class:`~mixzoo.core.record.RunRecord` of benching ``cards`` with ``settings`` (eps and norm as
+    resolved, the models and images ``ce`` loaded)."""
+    return RunRecord.from_settings(
+        settings, card=sha256_of([c.to_dict() for c in cards]), abc=model_key(ce.abc), rbc=model_key(ce.rbc),
+        dataset=ce.data.name, examples=ce.data.fingerprint, eps=float(ce.eps), norm=ce.norm)
+
+
 def _same_pair(cards: list[Any]) -> None:
     """Cards benched together must mix the same ABC and RBC (names and weights) on the same dataset."""
     first = cards[0]
@@ -351,12 +363,14 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tenso
         subset = torch.tensor([i for i, ok in enumerate(ev["robust_correct"]) if ok], dtype=torch.long)
         if not len(subset):
             break
+        # the subset's examples keep their own indices (in the data set, when ``images`` are a subset of it)
+        index = subset if common.get("example_index") is None else common["example_index"][subset]
         options = {**common, "attack": extra.attack, "attack_options": extra_options,
-                   "seed": common["seed"] + extra.seed_offset}
+                   "seed": common["seed"] + extra.seed_offset, "example_index": index}
         sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), images[subset], labels[subset],
                        key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
                                   "subset": content_key({"rows": subset.tolist()})},
-                       label=f"{label}: {extra.name}", example_index=subset, **options)
+                       label=f"{label}: {extra.name}", **options)
         ev = worst_case(ev, sub, subset, extra.name)
     return ev
 
@@ -442,6 +456,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     w = distributed.init(s.device)
     device, progress = distributed.rank_device(s.device), s.progress and w.main
     s = s.changed(device=device, progress=progress)
+    check_ranks_agree(RunRecord.from_settings(s), "settings")  # before any attack (fitting a card attacks too)
     if card is None:
         from mixzoo.methods import fit
 
@@ -465,6 +480,8 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
 
     for other in cards[1:]:
         notes += weight_mismatches(other, abc_m, rbc_m)
+    record = run_record_of(s, cards, ce)
+    check_ranks_agree(record)  # the cards, models and images too, before any attack
     cache = Cache(s.cache_dir, enabled=s.use_cache)
     images, labels = data.images, data.labels
     base = {"data": data.fingerprint}
@@ -559,6 +576,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     report.settings["code_versions"] = report_code_versions(report)  # what ran, for stale_code
     report.settings["seconds"] = time.perf_counter() - t0
     report.run = run_record(device)
+    report.record = {**record.to_dict(), "digest": record.digest()}
     if out is not None and w.main:
         next_phase()
         with distributed.alone():  # the other ranks have finished: the figures' cached steps must not wait for them

@@ -18,6 +18,7 @@ weights and this file can reproduce; when everything checks out it equals the re
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,11 +53,14 @@ class VerifiedRow:
     # many lie within FRAGILE of it (informative only: they count, but another device's rounding might flip them)
     closest_margin: float | None = None
     fragile: int = 0
+    # --recheck: example indices attacked again from scratch, and those whose outcome differs from the report's
+    rechecked: list[int] = field(default_factory=list)
+    recheck_differs: list[int] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return not (self.outside or self.not_misclassified or self.missing or self.unexpected
-                    or self.clean_disagrees)
+                    or self.clean_disagrees or self.recheck_differs)
 
 
 @dataclass
@@ -125,40 +129,22 @@ def load_points(path: Path) -> dict[str, dict[str, torch.Tensor]]:
     return points
 
 
-def threat_model_of(report: dict[str, Any], path: Path) -> tuple[float, str]:
-    """The (eps, norm) every part of a bench report states: each row's ``epsilon`` / ``norm`` and ``n``, and the
-    settings; parts that disagree (an edited report) make it unusable, so nothing is checked against one of them."""
-    settings, models, n = report["settings"], report["models"], report["dataset"].get("n")
-    if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
-        raise InputError(f"{path}: 'models' is not a list of rows; pass the --out directory of `mixzoo bench`")
-    stated = {("settings", "eps"): settings.get("eps"), ("settings", "norm"): settings.get("norm")}
-    for m in models:
-        stated[(f"row {m.get('name')!r}", "eps")] = m.get("epsilon", settings.get("eps"))
-        stated[(f"row {m.get('name')!r}", "norm")] = m.get("norm", settings.get("norm"))
-        if "n" in m and m["n"] != n:
-            raise InputError(f"{path}: row {m.get('name')!r} says n = {m['n']!r}, the data set n = {n!r}; the report"
-                             " was edited or mixes runs: run the bench again")
-    for what in ("eps", "norm"):
-        values = {where: v for (where, f), v in stated.items() if f == what}
-        if len({json.dumps(v) for v in values.values()}) > 1:
-            shown = ", ".join(f"{where} {v!r}" for where, v in values.items())
-            raise InputError(f"{path}: its parts disagree on {what} ({shown}); the report was edited or mixes runs:"
-                             " run the bench again")
-    eps, norm = stated[("settings", "eps")], stated[("settings", "norm")]
-    if type(eps) not in (int, float) or not 0 <= eps < float("inf") or not isinstance(norm, str):
-        raise InputError(f"{path}: eps {eps!r} / norm {norm!r} is not a threat model; run the bench again")
-    return float(eps), norm
-
-
 def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *, out: str | Path | None = None,
-                  **changes: Any) -> Verification:
+                  recheck: int = 0, **changes: Any) -> Verification:
     """Check the saved adversarial points of the bench report in ``report_dir`` (see the module docstring).
 
     Of the :class:`~mixzoo.core.settings.RunSettings` (keyword arguments named after its fields change them) this
     uses ``abc`` / ``rbc`` (replacing the models the card names, as in ``mixzoo bench``), ``data_dir``, ``device``,
     ``batch_size`` (images per forward pass) and ``allow_unsafe``; the threat model and images are the report's.
     ``out`` also writes the result as JSON there. Raises :class:`InputError` when the report, its points or its
-    evaluation images are not there.
+    evaluation images are not there, or when the report's parts disagree (the threat model of its settings, its
+    rows and its run record).
+
+    ``recheck`` = N > 0 also attacks again, from scratch and without any cache, the first N examples each row calls
+    robust and the first N it calls broken, with the report's attack, options, seed and precision (each example's
+    randomness is drawn from its index, so its outcome is the same as in the full run); a row fails when an
+    outcome differs (:attr:`VerifiedRow.recheck_differs`). This catches outcomes no saved point can refute, such
+    as a cache entry edited to call broken examples robust.
     """
     from mixzoo.core.card import MixCard
     from mixzoo.evaluation.bench import ADVERSARIAL_FILE, baseline_method, card_evaluation
@@ -178,27 +164,32 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     try:
         report = json.loads(report_path.read_text())
         settings, dataset, models = report["settings"], report["dataset"], report["models"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
         raise InputError(f"{report_path} is not a mixzoo bench report ({exc})") from None
+    if not isinstance(settings, dict) or not isinstance(dataset, dict) or not isinstance(report.get("card"), dict):
+        raise InputError(f"{report_path} is not a mixzoo bench report (settings, dataset and card must be objects)")
     if "adversarial_file" in settings and not settings["adversarial_file"]:
         raise InputError(f"{report_path} was written without --save-adversarial, so it has no points to check; run "
                          f"`mixzoo bench ... --save-adversarial --out {report_dir}`")
     points = load_points(report_dir / (settings.get("adversarial_file") or ADVERSARIAL_FILE))
     n = int(dataset["n"])
-    threat = threat_model_of(report, report_path)
     if batch_size <= 0:
         raise InputError(f"--batch-size must be positive, got {batch_size}")
+    if recheck < 0:
+        raise InputError(f"--recheck must be 0 or more examples, got {recheck}")
     check_device(device)  # not the attack: checking its points needs no attack, nor the plugin that provided it
     # a trained method's card finds its weight files next to the card file the report's mixed row records
     path = next((m["card_path"] for m in models if m.get("card_path") and m.get("kind") == report["card"].get(
         "method")), None)
     card = MixCard.from_dict(report["card"], source=str(report_path), path=Path(path) if path else None)
-    ce = card_evaluation(card, s.changed(eps=threat[0], norm=threat[1], n=n))
+    eps, norm = threat_model(report, report_path)
+    ce = card_evaluation(card, s.changed(eps=eps, norm=norm, n=n))
     if ce.data.fingerprint != dataset["fingerprint"]:
         raise InputError(f"the evaluation images here (fingerprint {ce.data.fingerprint}) are not the report's "
                          f"({dataset['fingerprint']}); pass --data-dir with the data set the report used")
     images, labels = ce.data.images, ce.data.labels
-    rows = []
+    check_points(points, images, report_dir / (settings.get("adversarial_file") or ADVERSARIAL_FILE))
+    rows, models_of = [], {}
     for m in models:
         kind = m["kind"]
         model = {"abc": ce.abc, "rbc": ce.rbc}.get(kind)
@@ -213,6 +204,15 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
         if model is None or kind not in points:
             raise InputError(f"{report_dir / ADVERSARIAL_FILE} has no points for row {m['name']!r} ({kind})")
         rows.append(_verify_row(m, model, points[kind], images, labels, ce.eps, ce.norm, batch_size, device))
+        models_of[m["name"]] = model
+    if recheck:
+        attack_settings = _attack_settings(settings, report_path, s)
+        for row, m in zip(rows, models, strict=True):
+            row_card = MixCard.from_dict(m["card"], source=f"{report_path} row {m['name']!r}",
+                                         path=Path(m["card_path"]) if m.get("card_path") else None) \
+                if m.get("card") else None
+            row.rechecked, row.recheck_differs = _recheck_row(
+                m, models_of[m["name"]], row_card, ce, images, labels, recheck, attack_settings)
     result = Verification(str(report_dir), rows, float(ce.eps), ce.norm, n, device, time.perf_counter() - t0,
                           notes=list(ce.notes))
     if out is not None:
@@ -220,6 +220,90 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
 
         atomic_write_text(out, json.dumps(result.to_dict(), indent=2) + "\n")
     return result
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def threat_model(report: dict[str, Any], path: Path) -> tuple[float, str]:
+    """The report's eps and norm, from every part that states them (its settings, each row, its run record);
+    a one-line error when one is missing or malformed, or when two parts disagree."""
+    stated: list[tuple[str, Any, Any]] = [("settings", report["settings"].get("eps"), report["settings"].get("norm"))]
+    models = report["models"]
+    if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
+        raise InputError(f"{path} has no rows (models) to verify; pass the --out directory of `mixzoo bench`")
+    stated += [(f"row {m.get('name')!r}", m.get("epsilon"), m.get("norm")) for m in models]
+    record = report.get("record")
+    if isinstance(record, dict) and record:
+        stated.append(("record", record.get("eps"), record.get("norm")))
+    for where, eps, norm in stated:
+        if not _number(eps) or eps < 0 or not isinstance(norm, str):
+            raise InputError(f"{path}: {where} gives no threat model (eps {eps!r}, norm {norm!r}); pass an unedited"
+                             " report of `mixzoo bench`")
+    first = stated[0]
+    for where, eps, norm in stated[1:]:
+        if (float(eps), norm) != (float(first[1]), first[2]):
+            raise InputError(f"{path} disagrees with itself on the threat model: {first[0]} say {first[2]} eps="
+                             f"{first[1]:g}, {where} says {norm} eps={eps:g}; the report was edited or mixes runs,"
+                             " re-run `mixzoo bench`")
+    return float(first[1]), first[2]
+
+
+def check_points(points: dict[str, dict[str, torch.Tensor]], images: torch.Tensor, path: Path) -> None:
+    """Each row's saved points: 1-D integer indices and floating images of the evaluation images' shape."""
+    for kind, pts in points.items():
+        index, adv = pts["index"], pts["images"]
+        if index.ndim != 1 or index.dtype.is_floating_point or index.dtype == torch.bool:
+            raise InputError(f"{path}: {kind}.index must be a 1-D tensor of example indices, got {index.dtype}"
+                             f" of shape {tuple(index.shape)}; run the bench again with --save-adversarial")
+        if not adv.dtype.is_floating_point or tuple(adv.shape[1:]) != tuple(images.shape[1:]):
+            raise InputError(f"{path}: {kind}.images has shape {tuple(adv.shape)} ({adv.dtype}) where images of "
+                             f"shape (k, {', '.join(map(str, images.shape[1:]))}) are expected; run the bench again"
+                             " with --save-adversarial")
+
+
+def _attack_settings(settings: dict[str, Any], path: Path, s: RunSettings) -> RunSettings:
+    """The report's attack as settings for a re-run (``--recheck``); refused when its outcomes depended on the
+    batches (``--batch-seeds``), as a subset could then not reproduce them."""
+    attack, options = settings.get("attack"), settings.get("attack_options") or {}
+    seed, precision = settings.get("seed", 0), settings.get("precision", "float32")
+    if not isinstance(attack, str) or not isinstance(options, dict) or not isinstance(seed, int) \
+            or isinstance(seed, bool):
+        raise InputError(f"{path}: settings name no attack, options and seed to re-run; pass an unedited report")
+    if settings.get("per_example_seeds") is False:
+        raise InputError(f"{path} was attacked with --batch-seeds: its outcomes depend on the batches, so a re-run "
+                         "of a few examples cannot reproduce them; run verify without --recheck")
+    return s.changed(attack=attack, attack_options=dict(options), seed=seed, precision=precision,
+                     extra_attacks=bool(settings.get("extra_attacks", True)), use_cache=False)
+
+
+def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images: torch.Tensor,
+                 labels: torch.Tensor, count: int, s: RunSettings) -> tuple[list[int], list[int]]:
+    """Attack again, without a cache, the first ``count`` examples row ``m`` calls robust and the first ``count``
+    it calls broken: (those examples, the ones whose robust outcome differs from the report's)."""
+    from mixzoo.attacks.runner import evaluate
+    from mixzoo.core.cache import Cache
+    from mixzoo.evaluation.bench import evaluate_card
+
+    n = len(labels)
+    clean = _outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])
+    robust = _outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
+    picked = torch.cat([torch.nonzero(robust).squeeze(1)[:count], torch.nonzero(clean & ~robust).squeeze(1)[:count]])
+    picked = picked.sort().values
+    if not len(picked):
+        return [], []
+    common = dict(attack=s.attack, eps=ce.eps, norm=ce.norm, seed=s.seed, batch_size=s.batch_size,
+                  cache=Cache(enabled=False), attack_options=s.attack_options, progress=False,
+                  per_example_seeds=True, precision=s.precision, example_index=picked)
+    x, y = images[picked], labels[picked]
+    if card is not None:
+        ev = evaluate_card(card, ce.abc, ce.rbc, x, y, key={}, label=f"{m['name']} (recheck)",
+                           extra_attacks=s.extra_attacks, **common)
+    else:
+        ev = evaluate(model, x, y, key_parts={}, label=f"{m['name']} (recheck)", **common)
+    again = torch.tensor(ev["robust_correct"], dtype=torch.bool)
+    return picked.tolist(), picked[again != robust[picked]].tolist()
 
 
 def _indices(mask: torch.Tensor) -> list[int]:
@@ -235,9 +319,6 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
     robust_reported = _outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
     broken_reported = clean_reported & ~robust_reported
     index = pts["index"].long()
-    if pts["index"].ndim != 1 or pts["images"].shape[1:] != images.shape[1:]:
-        raise InputError(f"the points of row {m['name']!r} have shape {tuple(pts['images'].shape)}, the images"
-                         f" {tuple(images.shape[1:])} each; the adversarial file does not belong to this report")
     if len(index) and (index.min() < 0 or index.max() >= n or len(index.unique()) != len(index)):
         raise InputError(f"the points of row {m['name']!r} index examples outside 0..{n - 1} or twice")
     clean_here = _outputs(model, images, batch_size, device).argmax(dim=1) == labels
@@ -260,4 +341,4 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
         fragile=int((margins > -FRAGILE).sum()))
 
 
-__all__ = ["VerifiedRow", "Verification", "load_points", "verify_report"]
+__all__ = ["VerifiedRow", "Verification", "check_points", "load_points", "threat_model", "verify_report"]

@@ -344,10 +344,10 @@ def test_verify_exit_status_follows_the_verdict_and_options_reach_the_library(mo
     spy = _spy(monkeypatch, "mixzoo.evaluation.verify.verify_report", _dict_result(passed=False))
     result = CliRunner().invoke(app, ["verify", str(tmp_path), "--abc", "a", "--rbc", "r", "--out",
                                       str(tmp_path / "v.json"), "--batch-size", "3", "--data-dir", "dd",
-                                      "--device", "cuda", "--allow-unsafe", "--json"])
+                                      "--device", "cuda", "--allow-unsafe", "--recheck", "4", "--json"])
     assert result.exit_code == 1
     (given, settings), kw = spy.calls[0]
-    assert given == tmp_path and kw == dict(out=tmp_path / "v.json")
+    assert given == tmp_path and kw == dict(out=tmp_path / "v.json", recheck=4)
     assert settings == RunSettings(abc="a", rbc="r", data_dir="dd", device="cuda", batch_size=3, allow_unsafe=True)
 
 

@@ -455,10 +455,11 @@ def test_an_l2_report_measures_points_in_l2(digits, tmp_path):
     dist = (points["abc.images"] - data.images[index]).flatten(1).norm(dim=1)
     eps = float(dist.median())  # an L2 radius with the saved L-inf points on both sides of it
 
-    def edit(report):  # every part of the report states the same threat model, as a bench at L2 would write it
+    def edit(report):  # every part that states the threat model (settings, rows, run record): they must agree
         report["settings"]["norm"], report["settings"]["eps"] = "L2", eps
-        for row in report["models"]:
-            row["norm"], row["epsilon"] = "L2", eps
+        for m in report["models"]:
+            m["norm"], m["epsilon"] = "L2", eps
+        report["record"].update(norm="L2", eps=eps)
 
     _edit_report(out, edit)
     far = index[dist > eps * (1 + 1e-3)].tolist()

@@ -1,0 +1,104 @@
+"""``mixzoo verify``: the threat model comes from every part of the report (settings, rows, run record), which
+must agree; unusable input is exit 2 with one line; ``--recheck N`` attacks examples again without the cache and
+catches a forged but well-formed cache entry that the saved points cannot refute."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from mixzoo.cli import app
+from mixzoo.evaluation.bench import ADVERSARIAL_FILE, bench
+
+N = 30
+BENCH = dict(attack="apgd", n=N, attack_options={"n_iter": 5, "n_target_classes": 2}, curve=None, plots=False,
+             baseline=None, batch_size=15, progress=False, eps=0.2, save_adversarial=True)
+
+
+@pytest.fixture(scope="module")
+def made(digits_card, tmp_path_factory):
+    root = tmp_path_factory.mktemp("recheck")
+    report = bench(digits_card, out=root / "bench", cache_dir=root / "cache", **BENCH)
+    return root, report
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, ["verify", *map(str, args)])
+
+
+def copy(made, tmp_path):
+    shutil.copytree(made[0] / "bench", tmp_path / "bench")
+    return tmp_path / "bench"
+
+
+def test_the_report_records_its_run_record(made):
+    data = json.loads((made[0] / "bench" / "report.json").read_text())
+    record = data["record"]
+    assert record["eps"] == 0.2 and record["norm"] == "Linf" and record["attack"] == "apgd"
+    assert record["n"] == N and record["examples"] == data["dataset"]["fingerprint"] and len(record["digest"]) == 64
+
+
+def test_a_genuine_report_passes_the_recheck(made):
+    res = cli(made[0] / "bench", "--recheck", 3, "--json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)["rows"]
+    assert all(r["rechecked"] and not r["recheck_differs"] for r in rows)
+
+
+def test_settings_eps_raised_over_the_rows_is_unusable_input(made, tmp_path):
+    """settings.eps 1.0 while the rows say 0.2, and a saved point moved outside the 0.2 ball: exit 2, not
+    'verified'."""
+    out = copy(made, tmp_path)
+    data = json.loads((out / "report.json").read_text())
+    data["settings"]["eps"] = 1.0
+    data.pop("record")  # a report without a record: the rows still hold the threat model
+    (out / "report.json").write_text(json.dumps(data))
+    points = load_file(out / ADVERSARIAL_FILE)
+    assert len(points["abc.index"])
+    points["abc.images"][0] = (points["abc.images"][0] + 0.6).clamp(0, 1)  # outside 0.2, inside 1.0
+    save_file(points, out / ADVERSARIAL_FILE)
+    res = cli(out)
+    assert res.exit_code == 2, res.output
+    assert "disagrees with itself on the threat model" in res.output and "eps=1" in res.output
+    assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
+
+
+def test_a_saved_point_of_the_wrong_shape_is_exit_2_in_one_line(made, tmp_path):
+    out = copy(made, tmp_path)
+    points = load_file(out / ADVERSARIAL_FILE)
+    points["abc.images"] = points["abc.images"].flatten(1)
+    save_file(points, out / ADVERSARIAL_FILE)
+    res = cli(out)
+    assert res.exit_code == 2 and "abc.images has shape" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_a_forged_well_formed_cache_entry_passes_the_points_but_not_the_recheck(made, digits_card, tmp_path):
+    """A cache entry edited to call every clean-correct example robust, digest kept, its points emptied: the
+    bench reports the forged row, the saved points cannot refute it, --recheck can (exit 1)."""
+    cache = tmp_path / "cache"
+    shutil.copytree(made[0] / "cache", cache)
+    forged = 0
+    for path in (cache / "bench").glob("*.json"):
+        entry = json.loads(path.read_text())
+        if len(entry["robust_correct"]) != N or entry["robust_correct"] == entry["clean_correct"]:
+            continue
+        entry["robust_correct"] = list(entry["clean_correct"])
+        path.write_text(json.dumps(entry))
+        save_file({"index": torch.zeros(0, dtype=torch.long), "images": torch.zeros(0, 1, 8, 8)},
+                  path.with_suffix(".adv.safetensors"))
+        forged += 1
+    assert forged
+    report = bench(digits_card, out=tmp_path / "bench", cache_dir=cache, **BENCH)
+    abc = report.row("abc")
+    assert abc.cached and abc.robust_accuracy == abc.clean_accuracy > made[1].row("abc").robust_accuracy
+    assert cli(tmp_path / "bench").exit_code == 0  # the points alone: "verified"
+    res = cli(tmp_path / "bench", "--recheck", 3, "--json")
+    assert res.exit_code == 1, res.output
+    rows = {r["kind"]: r for r in json.loads(res.output)["rows"]}
+    assert rows["abc"]["recheck_differs"] and rows["rbc"]["recheck_differs"]
