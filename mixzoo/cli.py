@@ -125,13 +125,15 @@ def _main(ctx: typer.Context,
     from mixzoo.core.threads import configure
 
     try:  # before any torch work: every command runs with the threads chosen for the machine and the work
-        configure(threads, torch_now=ctx.invoked_subcommand not in ("list", "info", "plugins"))
+        configure(threads, torch_now=ctx.invoked_subcommand not in ("list", "info", "plugins", "fetch-list", "mix"))
     except MixzooError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
-AttackBatch = Annotated[int, typer.Option(help="images per attack batch (larger is faster on a GPU; with per-example "
-                                               "seeds, the default, results do not depend on it)")]
+AttackBatch = Annotated[str, typer.Option(
+    help="images per attack batch, or auto: on a GPU the batch that fits in its free memory (one attack step's "
+         "measured memory per image), on a CPU 250; with per-example seeds, the default, results do not depend on "
+         "it; recorded in the report")]
 
 
 AttackOptions = Annotated[list[str] | None, typer.Option(
@@ -330,7 +332,8 @@ def mix(
     show_options: Annotated[bool, typer.Option("--show-options", help="print the method's options (type, default, "
                                                                       "meaning) and exit")] = False,
     seed: int = 0,
-    batch_size: AttackBatch = 250,
+    batch_size: Annotated[int, typer.Option(help="images per batch of the calibration attack (larger is faster on a "
+                                                 "GPU; with per-example seeds results do not depend on it)")] = 250,
     out: Annotated[Path, typer.Option(help="where to write the mix card (.toml or .json)")] = Path("card.toml"),
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
@@ -422,10 +425,7 @@ def bench(
     eps: Annotated[float | None, typer.Option(help="attack radius (default: the card's, else the RBC's)")] = None,
     norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the card's, else the RBC's)")] = None,
     seed: Annotated[int, typer.Option(help="seed of the attacks' random draws")] = 0,
-    batch_size: Annotated[str, typer.Option(
-        help="images per attack batch, or auto: on a GPU the batch that fits in its free memory (one attack step's "
-             "measured memory per image), on a CPU 250; with per-example seeds, the default, results do not depend "
-             "on it; recorded in the report")] = "250",
+    batch_size: AttackBatch = "250",
     curve: Annotated[bool, typer.Option(help="trade-off curve over beta / alpha (Fig. 8)")] = True,
     curve_n: Annotated[int | None, typer.Option(help="images attacked per curve point (default: the budget's)")]
     = None,
@@ -451,11 +451,11 @@ def bench(
     """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
     plots."""
     from mixzoo.attacks.memory import parse_batch_size
+    from mixzoo.core.budget import shared_attack
     from mixzoo.core.distributed import world as distributed_world
     from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation.bench import CurveSettings
     from mixzoo.evaluation.bench import bench as run_bench
-    from mixzoo.evaluation.budget import shared_attack
     from mixzoo.evaluation.report import print_report
 
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
@@ -524,9 +524,9 @@ def sanity(
     abc: CardABC = None,
     rbc: CardRBC = None,
     out: Annotated[Path, typer.Option(help="directory for sanity.json, sanity.md and sanity.png")] = Path("sanity"),
-    seed: int = 0,
-    batch_size: AttackBatch = 250,
-    norm: str | None = None,
+    seed: Annotated[int, typer.Option(help="seed of the attacks' random draws")] = 0,
+    batch_size: AttackBatch = "250",
+    norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the card's, else the RBC's)")] = None,
     per_example_seeds: PerExampleSeeds = True,
     extra_attacks: ExtraAttacks = True,
     strict: Annotated[bool, typer.Option("--strict", help="exit with status 1 when a check finds misses")] = False,
@@ -543,13 +543,15 @@ def sanity(
     """Does the attack find what there is to find? Robust accuracy over growing eps, checked for monotonicity and
     against the grey image (Carlini et al. 2019). The shared attack (default adaptive-apgd), the budget and -O
     are bench's."""
+    from mixzoo.attacks.memory import parse_batch_size
+    from mixzoo.core.budget import shared_attack
     from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation.bench import display_name
-    from mixzoo.evaluation.budget import shared_attack
     from mixzoo.evaluation.sanity import eps_sweep
 
     settings = RunSettings(attack=shared_attack(budget, attack, "adaptive-apgd"),
-                           attack_options=parse_attack_options(attack_option) or {}, n=n, batch_size=batch_size,
+                           attack_options=parse_attack_options(attack_option) or {}, n=n,
+                           batch_size=parse_batch_size(batch_size),
                            seed=seed, abc=abc, rbc=rbc, device=device, precision=precision,
                            norm=norm, per_example_seeds=per_example_seeds, extra_attacks=extra_attacks,
                            budget=budget, data_dir=data_dir,

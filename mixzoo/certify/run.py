@@ -98,6 +98,11 @@ class SmoothingSettings:
     confidence: float = 0.999
     kind: str = "hard"
 
+    def __post_init__(self) -> None:  # bad settings are refused where they are made, before any plan or work
+        from mixzoo.certify.smoothing import check_options
+
+        check_options(1.0 if self.sigma is None else self.sigma, self.samples, self.confidence, self.kind)
+
 
 def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: list[float] | None = None,
             radii: list[float] | None = None, dataset: str | None = None, split: str = "evaluation",

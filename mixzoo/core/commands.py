@@ -20,9 +20,9 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.markup import escape
 
+from mixzoo.core.budget import budget_help
 from mixzoo.core.errors import MixzooError
 from mixzoo.core.progress import console
-from mixzoo.evaluation.budget import budget_help
 
 out_console = console.__class__()  # stdout (``console``, the progress bars' and errors', is stderr)
 

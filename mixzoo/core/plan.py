@@ -111,11 +111,15 @@ def show_plan(plan: Plan, dry_run: bool, *, enabled: bool = True) -> None:
     from rich.markup import escape
 
     from mixzoo.core.commands import out_console
-    from mixzoo.core.progress import console
 
     if not dry_run and (not enabled or not plan.phases or (plan.seconds or 0.0) < LONG_WORK_S):
         return
-    to = out_console if dry_run else console
+    if not dry_run:  # printed when the first phase starts: after the command's own checks of its arguments
+        from mixzoo.core.progress import announce
+
+        announce(plan.lines())
+        return
+    to = out_console
     for line in plan.lines():
         to.print(escape(line), highlight=False, soft_wrap=True)
     if dry_run:

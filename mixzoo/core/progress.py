@@ -119,10 +119,27 @@ def phases(names: Sequence[str], estimates: Sequence[float | None] | None = None
         if ticker is not None:
             ticker.stop()
         _phases = outer
+        _announced.clear()
+
+
+_announced: list[str] = []  # a plan's lines, printed (stderr) when the first phase starts
+
+
+def announce(lines: Sequence[str]) -> None:
+    """Print ``lines`` (a plan) on stderr when the next phase starts, so a command that refuses its arguments first
+    prints only its one-line error."""
+    _announced[:] = list(lines)
 
 
 def next_phase(name: str | None = None) -> None:
-    """The next phase of the running :func:`phases` starts (``name`` replaces its planned name); else nothing."""
+    """The next phase of the running :func:`phases` starts (``name`` replaces its planned name); else nothing.
+    A plan :func:`announce` d before is printed first."""
+    if _announced:
+        from rich.markup import escape
+
+        for line in _announced:
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        _announced.clear()
     if _phases is not None:
         _phases.advance(name)
 

@@ -34,7 +34,7 @@ class RunSettings:
     ``"float32"``, ``"tf32"``, ``"bf16"`` (bfloat16 autocast) or ``"auto"`` (:mod:`mixzoo.attacks.precision`;
     every break is re-checked in float32 on the exact classifier, :meth:`mixzoo.attacks.evaluation.Attack.run`);
     ``budget``: how much every component of the evaluation spends, ``"quick"``, ``"standard"`` or ``"strong"``
-    (:data:`mixzoo.evaluation.budget.BUDGETS`: caps on the shared and the declared attacks' counts, the matched
+    (:data:`mixzoo.core.budget.BUDGETS`: caps on the shared and the declared attacks' counts, the matched
     baseline's and the curve's settings; ``attack=None`` takes the budget's attack, else the command's default);
     ``device`` (``"auto"``: ``"cuda"`` when a GPU is visible, else ``"cpu"``, resolved when the settings are made),
     ``data_dir``, ``cache_dir`` / ``use_cache``, ``allow_unsafe`` (pickled checkpoints) and ``progress`` (bars on
@@ -67,7 +67,7 @@ class RunSettings:
             from mixzoo.core.machine import resolve_device
 
             object.__setattr__(self, "device", resolve_device(self.device))
-        from mixzoo.evaluation.budget import budget_of
+        from mixzoo.core.budget import budget_of
 
         budget_of(self.budget)
 

@@ -26,6 +26,7 @@ from mixzoo.attacks.memory import auto_batch_size, parse_batch_size
 from mixzoo.attacks.precision import check_precision_device, resolve_precision
 from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, BF16_COUNTS, evaluate, merge_warnings  # noqa: F401
 from mixzoo.core import distributed
+from mixzoo.core.budget import Budget, budget_of, component_options, shared_attack, shared_options
 from mixzoo.core.cache import Cache, check_writable, content_key
 from mixzoo.core.checks import distinct_row_names, reach_note
 from mixzoo.core.errors import InputError
@@ -34,7 +35,6 @@ from mixzoo.core.machine import run_record
 from mixzoo.core.progress import next_phase
 from mixzoo.core.record import RunRecord, check_ranks_agree, sha256_of
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.budget import Budget, budget_of, component_options, shared_attack, shared_options
 from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cells: their names here before
     ADVERSARIAL_FILE,
     ci_cell,
@@ -340,7 +340,7 @@ def worst_case(ev: dict[str, Any], extra: dict[str, Any], subset: torch.Tensor, 
 def declared_attacks(card: Any, budget: str | Budget = "standard", overrides: dict[str, Any] | None = None
                      ) -> list[tuple[Any, dict[str, Any]]]:
     """The extra attacks ``card``'s method declares, each with the options it runs with under ``budget``
-    (:func:`~mixzoo.evaluation.budget.component_options`: the declared options, their counts capped by the budget,
+    (:func:`~mixzoo.core.budget.component_options`: the declared options, their counts capped by the budget,
     then set by ``overrides``, the user's ``-O``)."""
     return [(extra, component_options(budget, extra.attack, extra.options, overrides))
             for extra in card.mixing_method.extra_attacks(card)]
@@ -387,7 +387,7 @@ class MatchSettings:
 
     @classmethod
     def for_budget(cls, budget: str | Budget) -> MatchSettings:
-        """The matched baseline of ``budget`` (:data:`~mixzoo.evaluation.budget.BUDGETS`)."""
+        """The matched baseline of ``budget`` (:data:`~mixzoo.core.budget.BUDGETS`)."""
         b = budget_of(budget)
         return cls(options=dict(b.match_options), n=b.match_n)
 
@@ -404,7 +404,7 @@ class CurveSettings:
 
     @classmethod
     def for_budget(cls, budget: str | Budget) -> CurveSettings:
-        """The trade-off curve of ``budget`` (:data:`~mixzoo.evaluation.budget.BUDGETS`)."""
+        """The trade-off curve of ``budget`` (:data:`~mixzoo.core.budget.BUDGETS`)."""
         b = budget_of(budget)
         return cls(options=dict(b.curve_options), n=b.curve_n, points=b.curve_points)
 
@@ -431,7 +431,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     settings' budget's; ``None`` or ``False``: no such row) adds the baseline method at the parameter matched to
     the card's worst case, evaluated like the other rows. ``curve`` (:class:`CurveSettings`; ``True``: the budget's;
     ``None`` or ``False``: none) asks the first card's method for its trade-off curve; ``plots`` for its figures.
-    The settings' ``budget`` (:mod:`mixzoo.evaluation.budget`) reaches every component: the shared attack's
+    The settings' ``budget`` (:mod:`mixzoo.core.budget`) reaches every component: the shared attack's
     counts, each declared attack's, the baseline's and the curve's; ``-O`` counts (``attack_options``) set them
     on every component; the report records each component's attack and options (``settings.components``).
     Writes ``report.json``, ``report.md`` and plots to ``out`` when given.
@@ -471,10 +471,7 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     ce = card_evaluation(cards[0], s)
     abc_m, rbc_m, data, eps, norm = ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
     batch_policy = parse_batch_size(s.batch_size)
-    if batch_policy == "auto":  # from one step's memory of both networks at once (as the mixture holds them)
-        x = data.images[:2].to(device)
-        size = auto_batch_size(lambda v: abc_m(v) + rbc_m(v), x, data.labels[:2].to(device), n=len(data.labels))
-        s = s.changed(batch_size=min(distributed.gather(size)))  # one batch size on every rank: the same shards
+    s = s.changed(batch_size=resolved_batch_size(s.batch_size, abc_m, rbc_m, data, device))
     notes = list(ce.notes)  # the report must say so, not only the terminal
     notes += [note for note in [reach_note(eps, norm, data.input_size)] if note]  # eps beyond every image: said
 
@@ -584,10 +581,20 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     return report
 
 
+def resolved_batch_size(batch_size: int | str, abc: nn.Module, rbc: nn.Module, data: Any, device: str) -> int:
+    """``--batch-size`` as a number of images: ``"auto"`` from one attack step's memory of both networks at once (as
+    the mixture holds them), the same on every torchrun rank (the smallest), so the shards are the same."""
+    if parse_batch_size(batch_size) != "auto":
+        return int(batch_size)
+    x = data.images[:2].to(device)
+    size = auto_batch_size(lambda v: abc(v) + rbc(v), x, data.labels[:2].to(device), n=len(data.labels))
+    return min(distributed.gather(size))
+
+
 def budgeted(s: RunSettings, baseline: MatchSettings | bool | None, curve: CurveSettings | bool | None, *,
              default_attack: str) -> tuple[RunSettings, MatchSettings | None, CurveSettings | None]:
     """The settings, matched baseline and curve with the settings' budget applied
-    (:mod:`mixzoo.evaluation.budget`): the shared attack named (the given one, else the budget's, else
+    (:mod:`mixzoo.core.budget`): the shared attack named (the given one, else the budget's, else
     ``default_attack``) with the budget's caps under the user's ``-O``; ``True`` for the baseline or the curve:
     the budget's, ``False``: none; the ``-O`` counts set on the baseline's and the curve's attacks."""
     from dataclasses import replace

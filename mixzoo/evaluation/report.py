@@ -39,7 +39,7 @@ def options_text(options: dict[str, Any]) -> str:
 
 
 def budget_text(settings: dict[str, Any]) -> str:
-    """`` (quick budget)`` after a title when the report records its budget (:mod:`mixzoo.evaluation.budget`),
+    """`` (quick budget)`` after a title when the report records its budget (:mod:`mixzoo.core.budget`),
     else nothing (reports written before budgets existed)."""
     budget = settings.get("budget")
     return f" ({budget} budget)" if isinstance(budget, str) and budget else ""

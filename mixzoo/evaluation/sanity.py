@@ -39,7 +39,7 @@ from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_line, run_record
 from mixzoo.core.progress import next_phase
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.bench import MatchSettings
+from mixzoo.evaluation.bench import MatchSettings, resolved_batch_size
 from mixzoo.zoo.pairs import model_device, model_hash, model_key
 
 GREY = 0.5
@@ -113,7 +113,7 @@ class EpsSweep:
     files: list[str] = field(default_factory=list)
     attack_options: dict[str, Any] = field(default_factory=dict)  # as given; the attack's defaults for the rest
     precision: str = "float32"  # the attacks' arithmetic (bf16: breaks confirmed in float32)
-    budget: str = "standard"  # mixzoo.evaluation.budget: what every component spent
+    budget: str = "standard"  # mixzoo.core.budget: what every component spent
     # each component's attack and options under the budget (the shared attack, the declared ones, the baseline's)
     components: dict[str, Any] = field(default_factory=dict)
     # versions, commit, machine, time (mixzoo.core.machine.run_record)
@@ -191,7 +191,7 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     matches it (:class:`~mixzoo.evaluation.bench.MatchSettings`; ``True``: the settings' budget's, as the bench's,
     so after a bench with the same settings it is read from the cache), or at a given alpha (a number), or
     ``None``: no baseline row. The settings' ``budget`` and ``-O`` counts reach every component as in the bench
-    (:mod:`mixzoo.evaluation.budget`); ``attack=None`` takes the budget's attack, else ``adaptive-apgd``.
+    (:mod:`mixzoo.core.budget`); ``attack=None`` takes the budget's attack, else ``adaptive-apgd``.
     """
     from mixzoo.evaluation.bench import (
         baseline_method,
@@ -225,6 +225,7 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     t0 = time.perf_counter()
     ce = card_evaluation(card, s)
     card, abc_m, rbc_m, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
+    s = s.changed(batch_size=resolved_batch_size(s.batch_size, abc_m, rbc_m, data, str(model_device(rbc_m))))
     attack, attack_options, seed, batch_size, progress = (s.attack, s.attack_options, s.seed, s.batch_size,
                                                           s.progress)
     n = s.n

@@ -103,6 +103,7 @@ def test_the_bench_table_goes_to_stdout_and_progress_to_stderr(digits_card, tmp_
 
 def test_a_plan_goes_to_stderr_before_long_work_only(capsys):
     from mixzoo.core.plan import LONG_WORK_S, show_plan
+    from mixzoo.core.progress import next_phase
 
     plan = Plan("mixzoo bench x")
     plan.add("RBC", "adaptive on 1000 images", LONG_WORK_S / 2)
@@ -110,5 +111,9 @@ def test_a_plan_goes_to_stderr_before_long_work_only(capsys):
     assert capsys.readouterr().err == ""
     plan.add("MixedNUTS", "adaptive on 1000 images", LONG_WORK_S)
     show_plan(plan, dry_run=False)
+    assert capsys.readouterr().err == ""  # shown when the work starts, after the command has checked its arguments
+    next_phase()
     seen = capsys.readouterr()
     assert seen.err.startswith("plan of `mixzoo bench x` (2 phases):") and seen.out == ""
+    next_phase()
+    assert capsys.readouterr().err == ""  # once

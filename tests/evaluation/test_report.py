@@ -167,7 +167,8 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
     h = torch.tensor([[0.0, 10.0, 0.0, 0.0]] * n_all)  # the RBC: class 1, very sure on its raw scale
     labels = torch.zeros(n_all, dtype=torch.long)
     data = _dataset(split="evaluation", n=n_all, labels=labels, num_classes=4)
-    cal = types.SimpleNamespace(clean_logits=None, attacked_logits=None, labels=None)  # calibrate is replaced too
+    cal = types.SimpleNamespace(clean_logits=None, attacked_logits=None,  # calibrate is replaced too
+                                labels=torch.zeros(40, dtype=torch.long))
     monkeypatch.setattr(figures, "calibration_data_for", lambda *a, **k: cal)
     monkeypatch.setattr(mixzoo.zoo.pairs, "cached_logits", lambda model, d, **k: g if "ABC" in k["what"] else h)
     chosen = MixCard("mixednuts", {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.7, "beta": 0.9})

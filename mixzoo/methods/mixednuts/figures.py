@@ -66,7 +66,7 @@ def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cach
     ``points``: that many betas and alphas per curve, evenly spread over ``betas`` and ``alphas`` (the bench's
     budget; ``None``: all of them; the card's own beta is always among them).
     """
-    from mixzoo.evaluation.budget import curve_points
+    from mixzoo.core.budget import curve_points
 
     betas, alphas = curve_points(betas, points), curve_points(alphas, points)
     from mixzoo.attacks.runner import evaluate

@@ -1,5 +1,5 @@
 """``--budget quick|standard|strong`` and ``-O`` counts reach every component of bench and sanity: the shared
-attack, the declared attacks, the matched baseline and the curve (mixzoo/evaluation/budget.py)."""
+attack, the declared attacks, the matched baseline and the curve (mixzoo/core/budget.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import typer
 from typer.testing import CliRunner
 
 from mixzoo.cli import app
+from mixzoo.core.budget import BUDGETS, component_options, curve_points, shared_options
 from mixzoo.core.errors import InputError
 from mixzoo.core.settings import RunSettings
 from mixzoo.evaluation.bench import CURVE, MATCH, CurveSettings, MatchSettings, bench, budgeted, declared_attacks
-from mixzoo.evaluation.budget import BUDGETS, component_options, curve_points, shared_options
 
 
 def test_standard_is_what_the_bench_ran_before_budgets():
