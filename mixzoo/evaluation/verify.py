@@ -275,7 +275,8 @@ def _attack_settings(settings: dict[str, Any], path: Path, s: RunSettings) -> Ru
         raise InputError(f"{path} was attacked with --batch-seeds: its outcomes depend on the batches, so a re-run "
                          "of a few examples cannot reproduce them; run verify without --recheck")
     return s.changed(attack=attack, attack_options=dict(options), seed=seed, precision=precision,
-                     extra_attacks=bool(settings.get("extra_attacks", True)), use_cache=False)
+                     extra_attacks=bool(settings.get("extra_attacks", True)), use_cache=False,
+                     budget=settings.get("budget", "standard"))
 
 
 def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images: torch.Tensor,
@@ -299,7 +300,8 @@ def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images
     x, y = images[picked], labels[picked]
     if card is not None:
         ev = evaluate_card(card, ce.abc, ce.rbc, x, y, key={}, label=f"{m['name']} (recheck)",
-                           extra_attacks=s.extra_attacks, **common)
+                           extra_attacks=s.extra_attacks, budget=s.budget, overrides=dict(s.attack_options),
+                           **common)
     else:
         ev = evaluate(model, x, y, key_parts={}, label=f"{m['name']} (recheck)", **common)
     again = torch.tensor(ev["robust_correct"], dtype=torch.bool)

@@ -562,7 +562,6 @@ def _rows(report: Path) -> list[tuple]:
     return [(m["name"], m["n"], m["clean_accuracy"], m["robust_accuracy"]) for m in data["models"]]
 
 
-@pytest.mark.xfail(strict=False, reason="needs run-record cache checks")
 def test_hostile_cache_entries_recompute_or_fail_in_one_line(workdir, hostile_root, monkeypatch):
     monkeypatch.chdir(hostile_root / "work")
     card = str(workdir / ".cards" / "linear.toml")
@@ -601,5 +600,5 @@ def test_enough_cases_ran():
     print(f"\nCLI fuzz cases: {CASES} = {total}; in-process outcomes: {OUTCOMES}")
     if CASES["options"] and CASES["cards"]:  # the whole file ran (not a -k selection)
         assert total >= 500, CASES
-    if CASES["hostile cards"] and CASES["hostile reports"]:  # the cache cases may stop early while they xfail
+    if CASES["hostile cards"] and CASES["hostile reports"] and CASES["hostile cache"]:
         assert sum(CASES[k] for k in HOSTILE_CASES) >= 300, CASES

@@ -72,8 +72,8 @@ def one_and_two_ranks(args: list[str], tmp_path: Path, monkeypatch) -> tuple[sub
     done = torchrun_mix(2, [*args, "--out", str(tmp_path / "two" / "card.toml")], tmp_path / "cache2")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count('"card"') == 1  # rank 0 alone prints
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [
-        "card.mixing-network.safetensors", "card.toml", "card.training.pt"]
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [  # the card, its arrays sidecar and weights
+        "card.arrays.json", "card.mixing-network.safetensors", "card.toml", "card.training.pt"]
     a = load_file(tmp_path / "one" / "card.mixing-network.safetensors")
     b = load_file(tmp_path / "two" / "card.mixing-network.safetensors")
     assert a.keys() == b.keys()

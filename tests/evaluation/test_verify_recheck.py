@@ -79,8 +79,11 @@ def test_a_saved_point_of_the_wrong_shape_is_exit_2_in_one_line(made, tmp_path):
 
 
 def test_a_forged_well_formed_cache_entry_passes_the_points_but_not_the_recheck(made, digits_card, tmp_path):
-    """A cache entry edited to call every clean-correct example robust, digest kept, its points emptied: the
-    bench reports the forged row, the saved points cannot refute it, --recheck can (exit 1)."""
+    """A cache entry edited to call every clean-correct example robust, its content digest recomputed (a forger
+    who knows the format), its points emptied: the bench reports the forged row, the saved points cannot refute it,
+    --recheck can (exit 1)."""
+    from mixzoo.attacks.runner import outcome_digest
+
     cache = tmp_path / "cache"
     shutil.copytree(made[0] / "cache", cache)
     forged = 0
@@ -89,6 +92,7 @@ def test_a_forged_well_formed_cache_entry_passes_the_points_but_not_the_recheck(
         if len(entry["robust_correct"]) != N or entry["robust_correct"] == entry["clean_correct"]:
             continue
         entry["robust_correct"] = list(entry["clean_correct"])
+        entry["digest"] = outcome_digest(entry, entry["key"])
         path.write_text(json.dumps(entry))
         save_file({"index": torch.zeros(0, dtype=torch.long), "images": torch.zeros(0, 1, 8, 8)},
                   path.with_suffix(".adv.safetensors"))

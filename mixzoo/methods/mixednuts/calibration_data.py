@@ -98,13 +98,19 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
                               progress=lambda k: bar.advance(task, k))
 
 
+MIN_FIGURE_CALIBRATION = 100  # calibration images the figures attack at least, when the card's MMAA is not cached
+
+
 def calibration_data(abc: nn.Module | None, rbc: nn.Module, dataset: Any, *, eps: float, norm: str,
                      cache: Cache, n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1,
                      seed: int = 0, top_k: int | None = None, batch_size: int = 250, device: str = "cpu",
                      progress: bool = True, at_most: int | None = None) -> CalibrationData:
     """RBC clean logits, MMAA attacked logits (and ABC clean logits) on the calibration images, all cached.
     ``at_most``: when MMAA on the whole ``dataset`` is not cached, its first ``at_most`` images only (the bench's
-    figures: their calibration work then grows with the bench's images, not with the card's)."""
+    figures: their calibration work then grows with the bench's images, not with the card's), and never fewer than
+    :data:`MIN_FIGURE_CALIBRATION` (Algorithm 1 needs some of the RBC's mistakes to calibrate on)."""
+    if at_most is not None:
+        at_most = max(at_most, MIN_FIGURE_CALIBRATION)
     if at_most is not None and at_most < len(dataset.labels):
         whole = cached_mmaa(rbc, dataset, eps=eps, norm=norm, cache=cache, n_iter=n_iter,
                             n_target_classes=n_target_classes, n_restarts=n_restarts, seed=seed, top_k=top_k,

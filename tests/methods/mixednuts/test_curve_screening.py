@@ -61,6 +61,7 @@ def test_the_figures_calibration_work_scales_with_the_bench_unless_mix_cached_it
     many calibration images as the bench evaluates, not the card's whole split whatever --n."""
     from mixzoo.core.cache import Cache
     from mixzoo.core.card import MixCard
+    from mixzoo.methods.mixednuts.calibration_data import MIN_FIGURE_CALIBRATION
     from mixzoo.methods.mixednuts.figures import calibration_data_for
     from mixzoo.zoo.models import load_model
 
@@ -71,6 +72,7 @@ def test_the_figures_calibration_work_scales_with_the_bench_unless_mix_cached_it
     assert len(warm.labels) == 120 and warm.cache_hits["mmaa"]
     cold_cache = Cache(tmp_path / "cold")
     cold = calibration_data_for(card, rbc, cache=cold_cache, data_dir=None, device="cpu", progress=False, at_most=30)
-    assert len(cold.labels) == 30 and not cold.cache_hits["mmaa"]
-    assert torch.equal(cold.labels, warm.labels[:30])
-    assert torch.allclose(cold.clean_logits, warm.clean_logits[:30], atol=1e-6)
+    floor = MIN_FIGURE_CALIBRATION  # at least this many, whatever --n: Algorithm 1 needs some RBC mistakes
+    assert floor < 120 and len(cold.labels) == floor and not cold.cache_hits["mmaa"]
+    assert torch.equal(cold.labels, warm.labels[:floor])
+    assert torch.allclose(cold.clean_logits, warm.clean_logits[:floor], atol=1e-6)
