@@ -64,13 +64,15 @@ def steps(root: Path) -> list[tuple[str, list[str]]]:
         ("mix on an ImageFolder", ["mix", "--abc", HUB_NAME, "--rbc", RB_NAME, "--dataset",
                                    f"imagefolder:{root / 'pets'}", "--n-calib", "8", *cheap_mmaa,
                                    "--out", str(root / "card_pets.toml")]),
-        ("bench", ["bench", str(root / "card_pets.toml"), *cheap_attack, "--n", "4", "--no-curve", "--no-baseline",
-                   "--no-extra-attacks", "--no-plots", "--out", str(root / "bench")]),
+        ("bench", ["bench", str(root / "card_pets.toml"), "--budget", "quick", "--eps", "0.0314", "--n", "4",
+                   "--out", str(root / "bench")]),  # every component on: declared attacks, baseline, curve
         ("mix linear on an npz", ["mix", "--method", "linear", "-O", "alpha=0.5", "--abc", HUB_NAME, "--rbc",
                                   RB_NAME, "--dataset", str(root / "mine.npz"), "--n-calib", "8",
                                   "--out", str(root / "card_npz.toml")]),
         ("sanity", ["sanity", str(root / "card_npz.toml"), *cheap_attack, "--n", "2", "--no-linear",
                     "--out", str(root / "sanity")]),
+        ("sanity of MixedNUTS", ["sanity", str(root / "card_pets.toml"), "--budget", "quick", "--eps", "0.0314",
+                                 "--n", "2", "--out", str(root / "sanity_nuts")]),
         ("export", ["export", str(root / "card.toml"), "--format", "torch-export", "--check-n", "2",
                     "--data-dir", str(root / "cifar"), "--out", str(root / "export")]),
     ]
