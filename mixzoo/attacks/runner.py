@@ -5,7 +5,6 @@ the methods that fit against an attack (the linear baseline's alpha matching) an
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import math
@@ -24,6 +23,7 @@ from mixzoo.core.distributed import check_shards, gather, world
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
+from mixzoo.core.record import sha256_of
 from mixzoo.zoo.pairs import model_device
 
 # Part of every cached outcome's key: it changes whenever the bench would compute other outcomes for the same
@@ -235,8 +235,7 @@ def outcome_digest(entry: dict[str, Any], key: str) -> str:
     """sha256 of a cached outcome's content (every field but ``digest``) and its cache key: written with the entry
     and checked on every read, so an entry edited or damaged after it was written is a miss."""
     body = {k: v for k, v in entry.items() if k not in ("digest", "cached", "adversarial")}
-    blob = json.dumps({"key": key, "entry": body}, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()
+    return sha256_of({"key": key, "entry": body})
 
 
 def sealed(entry: dict[str, Any], key: str) -> str:
