@@ -16,6 +16,11 @@
 #               32 images, 5 iterations, 100 queries, scaled as in step 2), and the 5,000-image ESTIMATE
 #               (big/estimate.json) computed as step 2's; T_BIG seconds at most (default 240). The run for the
 #               precision policy and memory: STEPS=73 BUDGET=540 (one device call, timeout_s 570);
+#   8. stale:   the two 1,000-image Fashion-MNIST reports docs/results.md quotes, re-run with today's code on the GPU
+#               (stale/adaptive_apgd_n1000: the card under adaptive-apgd with its baseline and curve;
+#               stale/every_method: every method's card under adaptive plus declared attacks, as
+#               benchmarks/results/every_method_fmnist_n1000/run.sh). Replace the committed reports with them and run
+#               `make results`. Not in the default STEPS: STEPS=8 BUDGET=540 (one device call);
 #   4. export:  benchmarks/gpu_export.py: the card's torch.export / ONNX artifacts run on CUDA against mixzoo on CUDA;
 #   5. certify: benchmarks/certify_lipschitz_fmnist.py --device cuda: randomized smoothing (fmnist-rs050, fmnist-rs025;
 #               soft and hard from one pass) and the Lipschitz certificates (fmnist-lip050/075/100) on the first 1,000
@@ -284,6 +289,18 @@ PY
         --out "$RES/lip/${c%%:*}_${NORM}_${EPS}"
     done
   done
+}
+
+[[ $STEPS == *8* ]] && {
+  mkdir -p "$RES/stale"
+  SN=1000; SBS=500; [ "$SMOKE" = 1 ] && { SN=4; SBS=4; }
+  step stale/adaptive_apgd_n1000 "$(( $(left) / 3 ))" $PY -m mixzoo.cli bench "$CARD" --attack adaptive-apgd \
+    --n-images "$SN" --batch-size "$SBS" --save-adversarial --device "$DEV" --out "$RES/stale/adaptive_apgd_n1000"
+  D=benchmarks/results/every_method_fmnist_n1000
+  step stale/every_method "$(left)" $PY -m mixzoo.cli bench fmnist-adaptive-smoothing-c "$CARD" \
+    benchmarks/results/local_smoothing_fmnist/adaptive_full_split/card.toml fmnist-adaptive-smoothing-a \
+    fmnist-adaptive-smoothing-b $D/linear_card.toml --n-images "$SN" --attack adaptive --batch-size "$SBS" --no-curve \
+    --no-plots --save-adversarial --device "$DEV" --out "$RES/stale/every_method"
 }
 
 log done

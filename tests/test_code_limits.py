@@ -1,0 +1,75 @@
+"""Functions stay small enough to read and to change: the AST of every module of ``mixzoo`` and of the built-in
+plugins ``mixzoo_plugins`` is walked, and
+
+1. no function takes more than :data:`MAX_PARAMETERS` parameters (``self`` / ``cls`` not counted). Functions that
+   take settings take the settings object (:class:`mixzoo.core.settings.RunSettings`,
+   :class:`mixzoo.core.record.RunRecord`, a method's request) rather than its fields one by one. A typer command
+   function is exempt: its parameters are the command's options;
+2. no function is longer than :data:`MAX_LINES` lines (from ``def`` to its last line, decorators excluded), typer
+   commands included: a command is a thin layer over a library function.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ROOTS = (REPO / "mixzoo", REPO / "plugins")
+MAX_PARAMETERS = 10
+MAX_LINES = 80
+
+
+def _is_command(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A typer command: decorated with ``@command``, ``@app.command(...)`` or another ``*.command`` decorator."""
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "command":
+            return True
+    return False
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    args = node.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    return len(names) - (1 if names and names[0] in ("self", "cls") else 0)
+
+
+def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    found = []
+    for root in ROOTS:
+        for path in sorted(root.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found.append((f"{path.relative_to(REPO)}:{node.lineno} {node.name}", node))
+    return found
+
+
+FUNCTIONS = _functions()
+
+
+def test_the_walk_sees_the_package():
+    names = {where.split()[-1] for where, _ in FUNCTIONS}
+    assert {"evaluate", "bench", "lookup"} <= names and len(FUNCTIONS) > 500
+
+
+@pytest.mark.parametrize("limit", [MAX_PARAMETERS])
+def test_no_function_takes_too_many_parameters(limit):
+    over = [f"{where} ({_parameters(node)})" for where, node in FUNCTIONS
+            if _parameters(node) > limit and not _is_command(node)]
+    assert not over, f"more than {limit} parameters (pass the settings object instead): {over}"
+
+
+@pytest.mark.parametrize("limit", [MAX_LINES])
+def test_no_function_is_too_long(limit):
+    over = [f"{where} ({node.end_lineno - node.lineno + 1})" for where, node in FUNCTIONS
+            if node.end_lineno - node.lineno + 1 > limit]
+    assert not over, f"longer than {limit} lines (split it into named steps): {over}"
+
+
+def test_the_command_rule_sees_commands():
+    commands = {where.split()[-1] for where, node in FUNCTIONS if _is_command(node)}
+    assert {"bench", "mix", "sanity", "transfer_params"} <= commands
