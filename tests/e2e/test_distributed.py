@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from eval_requests import ask
 from safetensors.torch import load_file
 
 from mixzoo.core import distributed
@@ -141,9 +142,9 @@ def test_the_merge_refuses_a_missing_shard_and_names_it(monkeypatch, tmp_path, o
     monkeypatch.setattr(runner, "world", lambda: _LostBatchOne())
     store = Cache(tmp_path / "cache")
     with pytest.raises(InputError, match=r"1 of 3 batches are missing \(1 \(images 10-19\)\)"):
-        runner.evaluate(model, x[:25], y[:25], attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=10,
-                        cache=store, key_parts={"t": 1}, label="digits", attack_options={"n_iter": 2},
-                        progress=False)
+        runner.evaluate(model, x[:25], y[:25], ask(attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=10,
+                                                   cache=store, key_parts={"t": 1}, label="digits",
+                                                   attack_options={"n_iter": 2}, progress=False))
     assert not list((tmp_path / "cache" / "bench").glob("*.json"))  # only the finished batches' partial files
     assert len(list((tmp_path / "cache" / "bench").glob("*.partial/*.json"))) == 2
     monkeypatch.undo()

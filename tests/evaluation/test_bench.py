@@ -10,6 +10,7 @@ import types
 import pytest
 import torch
 from card_fields import nuts_card
+from eval_requests import ask
 from torch import nn
 
 import mixzoo
@@ -19,6 +20,7 @@ from mixzoo.attacks.result import ComponentStat, EvalResult
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
+from mixzoo.core.request import ReportRequest
 
 
 # ================================================================================================= bench
@@ -77,9 +79,9 @@ def run_evaluate(cache: Cache, n: int = 10, batch_size: int = 4, **kw):
     from mixzoo.evaluation.bench import evaluate
 
     images = indexed_images(n)
-    return evaluate(nn.Identity(), images, torch.zeros(n, dtype=torch.long), attack="scripted", eps=0.1,
-                    norm="Linf", seed=kw.pop("seed", 7), batch_size=batch_size, cache=cache,
-                    key_parts={"test": "merge"}, label="m", progress=False, **kw)
+    return evaluate(nn.Identity(), images, torch.zeros(n, dtype=torch.long),
+                    ask(attack="scripted", eps=0.1, norm="Linf", seed=kw.pop("seed", 7), batch_size=batch_size,
+                        cache=cache, key_parts={"test": "merge"}, label="m", progress=False, **kw))
 
 
 def test_evaluate_merges_batches_in_order_with_summed_counts_and_times(scripted, tmp_path):
@@ -209,10 +211,10 @@ def test_linear_baseline_is_matched_on_the_first_images_and_on_robust_accuracy(m
 
     seen = []
 
-    def fake_evaluate(model, images, labels, **kw):
-        seen.append((kw["label"], example_ids(images)))
+    def fake_evaluate(model, images, labels, request):
+        seen.append((request.label, example_ids(images)))
         run = {"clean_correct": [True] * len(images), "seconds": 1.0, "components": [], "warnings": []}
-        if kw["label"].startswith("MixedNUTS"):  # the shared attack and the extra one (apgd-bypass) alike
+        if request.label.startswith("MixedNUTS"):  # the shared attack and the extra one (apgd-bypass) alike
             return {**run, "robust_correct": [i < 2 for i in example_ids(images)]}
         return {**run, "robust_correct": linear_robust(model.alpha, len(images))}
 
@@ -221,9 +223,8 @@ def test_linear_baseline_is_matched_on_the_first_images_and_on_robust_accuracy(m
     data = types.SimpleNamespace(images=indexed_images(20), labels=torch.zeros(20, dtype=torch.long),
                                  fingerprint="f")
     ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
-    alpha, tried, target = matched_linear_alpha(ce, match_n=8, attack="apgd", eps=0.1, norm="Linf", seed=0,
-                                                batch_size=4, cache=Cache(enabled=False), attack_options=None,
-                                                progress=False)
+    alpha, tried, target = matched_linear_alpha(ce, ask(attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=4,
+                                                        progress=False), match_n=8)
     assert target == 2 / 8
     assert all(set(ids) <= set(range(8)) for _, ids in seen) and seen[0][1] == list(range(8))
     assert sum(linear_robust(alpha, 8)) == 2  # the chosen mixture matches: 2 robust examples of 8
@@ -240,7 +241,8 @@ def test_bench_rows_linear_mixture_and_points_are_each_their_own(monkeypatch):
     models: dict[str, nn.Module] = {}
     markers = {"digits-std": 0, "digits-pgd": 1, "MixedNUTS": 2}
 
-    def fake_evaluate(model, images, labels, *, label, save_adversarial=False, **kw):
+    def fake_evaluate(model, images, labels, request):
+        label, save_adversarial = request.label, request.save_adversarial
         n = len(images)
         models[label] = model
         if label.startswith("linear"):
@@ -298,15 +300,14 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
 
     alphas_attacked = []
 
-    def fake_evaluate(model, images, labels_r, **kw):
+    def fake_evaluate(model, images, labels_r, request):
         alphas_attacked.append(getattr(model, "alpha", None))  # the ABC and the RBC alone have none
         return {"robust_correct": [True] * len(images)}
 
     monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # the curve runs attacks through it
     card = MixCard("mixednuts", {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.75, "beta": 0.99})
-    cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
-                                n=4, eps=0.1, norm="Linf", seed=0, batch_size=4, betas=(0.9, 0.99), alphas=(),
-                                progress=False)
+    request = ReportRequest(ask(attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=4, progress=False), n=4)
+    cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, request, betas=(0.9, 0.99), alphas=())
 
     def clean(alpha: float) -> float:
         lp = mix_log_probs(g, h, s=1.0, p=1.0, c=0.0, alpha=alpha, clamp="gelu")
