@@ -247,7 +247,7 @@ def test_check_approximation_counts_on_its_own_points(fixed_logits, tmp_path):
         attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1, seed=0),
     )
 
-    def fake_mmaa(rbc, data, transform=None, **kw):
+    def fake_mmaa(rbc, data, mmaa, transform=None, **kw):
         return {"logits": direct if transform is not None else surrogate}
 
     fixed_logits(labels, clean, fake_mmaa)
