@@ -332,3 +332,38 @@ def test_a_matched_baseline_at_alpha_one_is_said_to_be_the_rbc(digits_card, tmp_
     linear = next(m for m in report.models if m.kind == "linear")
     assert linear.alpha == 1.0
     assert any("alpha 1.00, so it is the RBC alone" in n for n in report.notes), report.notes
+
+
+def test_an_old_style_baseline_method_is_matched_with_the_former_keywords(monkeypatch):
+    """A third-party baseline method written for mixzoo 0.1 (``match(..., **kw)``, no request) is still called,
+    with evaluate's former keyword arguments, and a DeprecationWarning says to take a request."""
+    import mixzoo.evaluation.bench as bench_module
+    from mixzoo.evaluation.bench import CardEvaluation, matched_linear_alpha
+
+    received = {}
+
+    class OldBaseline:
+        name = "old-baseline"
+
+        def match(self, abc, rbc, images, labels, target, **kw):
+            received.update(kw)
+            return 0.75, [{"alpha": 0.75, "robust_accuracy": target}]
+
+    def fake_evaluate(model, images, labels, request):
+        return {"clean_correct": [True] * len(images), "robust_correct": [True] * len(images), "seconds": 1.0,
+                "components": [], "warnings": []}
+
+    monkeypatch.setattr(bench_module, "baseline_method", lambda: OldBaseline())
+    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
+    data = types.SimpleNamespace(images=indexed_images(6), labels=torch.zeros(6, dtype=torch.long), fingerprint="f")
+    ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
+    request = ask(attack="apgd", eps=0.1, norm="Linf", seed=4, batch_size=3, attack_options={"n_iter": 2},
+                  progress=False)
+    with pytest.warns(DeprecationWarning, match="'old-baseline': match\\(abc, rbc, images, labels, target, \\*\\*kw\\)"):
+        alpha, _, target = matched_linear_alpha(ce, request, match_n=4, extra_attacks=False)
+    assert (alpha, target) == (0.75, 1.0)
+    assert {k: received[k] for k in ("attack", "eps", "norm", "seed", "batch_size", "attack_options",
+                                     "per_example_seeds", "progress")} == {
+        "attack": "apgd", "eps": 0.1, "norm": "Linf", "seed": 4, "batch_size": 3, "attack_options": {"n_iter": 2},
+        "per_example_seeds": True, "progress": False}
+    assert received["key_parts"]["match_n"] == 4 and received["cache"] is request.cache
