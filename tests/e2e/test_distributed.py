@@ -62,7 +62,7 @@ def test_two_ranks_give_the_one_process_results_and_resume_after_a_killed_rank(c
     assert done.returncode == 0, done.stderr[-3000:]
     assert rows(tmp_path / "two") == rows(tmp_path / "one")
     assert json.loads((tmp_path / "two" / "report.json").read_text())["settings"]["world_size"] == 2
-    assert list((tmp_path / "two").glob("*.png"))  # rank 0 drew the figures alone after the others had left
+    assert list((tmp_path / "two").glob("*.png"))  # every rank computed the figure data; rank 0 rendered it
     a, b = points(tmp_path / "one"), points(tmp_path / "two")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert any("0" in o for o in rows(tmp_path / "one").values())  # something was broken: the check has content
