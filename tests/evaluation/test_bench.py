@@ -359,7 +359,8 @@ def test_an_old_style_baseline_method_is_matched_with_the_former_keywords(monkey
     ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
     request = ask(attack="apgd", eps=0.1, norm="Linf", seed=4, batch_size=3, attack_options={"n_iter": 2},
                   progress=False)
-    with pytest.warns(DeprecationWarning, match="'old-baseline': match\\(abc, rbc, images, labels, target, \\*\\*kw\\)"):
+    deprecated = r"'old-baseline': match\(abc, rbc, images, labels, target, \*\*kw\)"
+    with pytest.warns(DeprecationWarning, match=deprecated):
         alpha, _, target = matched_linear_alpha(ce, request, match_n=4, extra_attacks=False)
     assert (alpha, target) == (0.75, 1.0)
     assert {k: received[k] for k in ("attack", "eps", "norm", "seed", "batch_size", "attack_options",
@@ -367,3 +368,33 @@ def test_an_old_style_baseline_method_is_matched_with_the_former_keywords(monkey
         "attack": "apgd", "eps": 0.1, "norm": "Linf", "seed": 4, "batch_size": 3, "attack_options": {"n_iter": 2},
         "per_example_seeds": True, "progress": False}
     assert received["key_parts"]["match_n"] == 4 and received["cache"] is request.cache
+
+
+def test_an_old_style_trade_off_curve_is_called_with_the_former_keywords():
+    """A third-party method whose tradeoff_curve takes mixzoo 0.1's keyword arguments (no request) still gets its
+    curve into the report, with the curve's settings as those keywords and a DeprecationWarning."""
+    from mixzoo.core.settings import RunSettings
+    from mixzoo.evaluation.bench import BenchRun, CurveSettings, _add_curve
+
+    received = {}
+
+    class OldCurve:
+        name = "old-curve"
+
+        def tradeoff_curve(self, card, abc, rbc, data, **kw):
+            received.update(kw)
+            return {"attack": kw["attack"], "points": []}
+
+    card = types.SimpleNamespace(mixing_method=OldCurve())
+    ce = types.SimpleNamespace(abc=nn.Identity(), rbc=nn.Identity(), data=types.SimpleNamespace(labels=torch.zeros(8)))
+    run = BenchRun(RunSettings(data_dir="d"), [card], ce, ask(attack="apgd", eps=0.1, norm="Linf", seed=2,
+                                                             batch_size=4, progress=False),
+                   {}, 4, [])
+    report = types.SimpleNamespace(curve=None, settings={"components": {}})
+    with pytest.warns(DeprecationWarning, match="'old-curve': tradeoff_curve"):
+        _add_curve(run, report, CurveSettings(attack="fast", options={"n_iter": 3}, n=6, points=2))
+    assert report.curve == {"attack": "fast", "points": []}
+    assert {k: received[k] for k in ("attack", "attack_options", "n", "eps", "norm", "seed", "batch_size",
+                                     "data_dir", "device", "progress", "points")} == {
+        "attack": "fast", "attack_options": {"n_iter": 3}, "n": 6, "eps": 0.1, "norm": "Linf", "seed": 2,
+        "batch_size": 4, "data_dir": "d", "device": "cpu", "progress": False, "points": 2}
