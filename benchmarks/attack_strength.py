@@ -30,6 +30,8 @@ from mixzoo.attacks.apgd import effective_n_targets
 from mixzoo.attacks.evaluation import extra_apgd
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
+from mixzoo.core.record import RunRecord
+from mixzoo.core.request import EvalRequest
 from mixzoo.evaluation.bench import evaluate, linear_key_parts, mixed_key_parts
 from mixzoo.methods.mixednuts.mixing import MixedClassifier
 from mixzoo.zoo.data import load_dataset
@@ -89,8 +91,9 @@ def main() -> None:
         if kind in saved:
             ev = json.loads(Path(saved[kind]).read_text())
         else:
-            ev = evaluate(model, data.images, data.labels, attack="adaptive", eps=eps, norm=norm, seed=0,
-                          batch_size=args.batch_size, cache=Cache(args.cache_dir), key_parts=key_parts, label=kind)
+            record = RunRecord(attack="adaptive", eps=eps, norm=norm, seed=0, batch_size=args.batch_size)
+            ev = evaluate(model, data.images, data.labels,
+                          EvalRequest(record, Cache(args.cache_dir), key_parts=key_parts, label=kind))
         robust = torch.tensor(ev["robust_correct"])
         idx = robust.nonzero().squeeze(1)
         x, y = data.images[idx].to(args.device), data.labels[idx].to(args.device)

@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 
 from mixzoo.core.cache import Cache
+from mixzoo.core.record import RunRecord
+from mixzoo.core.request import EvalRequest
 from mixzoo.evaluation.bench import evaluate, mixed_key_parts
 from mixzoo.methods.mixednuts.fitting import card_models, mix, model_hash
 from mixzoo.methods.mixednuts.mixing import MixedClassifier
@@ -45,15 +47,15 @@ def main() -> None:
         cards[label] = (res.card, time.perf_counter() - t0)
     abc, rbc = card_models(next(iter(cards.values()))[0])
     data = load_dataset("fashion-mnist", "evaluation", n=args.n)
-    common = dict(attack=args.attack, eps=0.1, norm="Linf", seed=0, batch_size=250, cache=cache, progress=True)
+    request = EvalRequest(RunRecord(attack=args.attack, eps=0.1, norm="Linf", seed=0, batch_size=250), cache)
     rows = []
-    ev = evaluate(rbc, data.images, data.labels, key_parts={"data": data.fingerprint, "model": model_hash(rbc)},
-                  label="RBC", **common)
+    ev = evaluate(rbc, data.images, data.labels,
+                  request.replace(key_parts={"data": data.fingerprint, "model": model_hash(rbc)}, label="RBC"))
     rows.append({"model": "RBC fmnist-pgd", **_row(ev)})
     for label, (card, seconds) in cards.items():
         model = MixedClassifier.from_card(card, abc, rbc)
-        ev = evaluate(model, data.images, data.labels, key_parts=mixed_key_parts(card, abc, rbc, data),
-                      label=f"MixedNUTS, {label}", **common)
+        ev = evaluate(model, data.images, data.labels,
+                      request.replace(key_parts=mixed_key_parts(card, abc, rbc, data), label=f"MixedNUTS, {label}"))
         rows.append(
             {
                 "model": f"MixedNUTS, {label}",

@@ -10,6 +10,7 @@ import torch
 
 from mixzoo.core.cache import Cache
 from mixzoo.methods.mixednuts.calibrate import CalibrationProblem, calibrate
+from mixzoo.methods.mixednuts.calibration_data import MMAASettings
 from mixzoo.methods.mixednuts.fitting import _default_attack_setting, calibration_data
 from mixzoo.methods.mixednuts.transforms import layer_norm
 from mixzoo.zoo.data import load_dataset
@@ -18,7 +19,7 @@ from mixzoo.zoo.models import load_model
 rbc = load_model("fmnist-pgd")
 data = load_dataset("fashion-mnist", "calibration", n=1000)
 eps, norm = _default_attack_setting(rbc, None, None)
-cd = calibration_data(None, rbc, data, eps=eps, norm=norm, cache=Cache(), progress=False)
+cd = calibration_data(None, rbc, data, MMAASettings(eps, norm), cache=Cache(), progress=False)
 print("cache hits", cd.cache_hits)
 kw = dict(clean_logits=cd.clean_logits, clean_labels=cd.labels, attacked_logits=cd.attacked_logits,
           attacked_labels=cd.labels, beta=0.985)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,14 @@ from safetensors.torch import load_file
 from torch import nn
 
 from mixzoo.attacks.precision import resolve_precision
-from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, content_key, stale_entry
+from mixzoo.core.cache import atomic_save_tensors, atomic_write_text, content_key, stale_entry
 from mixzoo.core.checks import naming_model
 from mixzoo.core.distributed import check_shards, gather, world
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
 from mixzoo.core.record import sha256_of
+from mixzoo.core.request import EvalRequest
 from mixzoo.zoo.pairs import model_device
 
 # Part of every cached outcome's key: it changes whenever the bench would compute other outcomes for the same
@@ -33,105 +35,174 @@ BF16_COUNTS = ("found_bf16", "confirmed_float32", "rerun_float32")  # a bf16 com
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 
 
-def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, attack: str, eps: float, norm: str,
-             seed: int, batch_size: int, cache: Cache, key_parts: dict[str, Any], label: str,
-             attack_options: dict[str, Any] | None = None, save_adversarial: bool = False,
-             progress: bool = True, per_example_seeds: bool = True,
-             example_index: torch.Tensor | None = None, precision: str = "float32") -> dict[str, Any]:
-    """Attack ``model`` batch by batch, saving each batch's outcome so an interrupted run resumes.
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, request: EvalRequest) -> dict[str, Any]:
+    """Attack ``model`` batch by batch as ``request`` (:class:`~mixzoo.core.request.EvalRequest`) asks, saving each
+    batch's outcome so an interrupted run resumes.
 
     Returns a dict with per-example ``clean_correct`` / ``robust_correct`` lists, per-component broken counts,
-    warnings and seconds. The attack object comes from the attack hook (``mixzoo.core.plugins.lookup``).
-    ``save_adversarial`` adds ``adversarial``: ``{"index", "images"}`` tensors, the point the attack found for each
-    example it broke (kept next to the cached outcome; a cached outcome without them is attacked again).
+    warnings and seconds. The attack object comes from the attack hook (``mixzoo.core.plugins.lookup``) by the
+    request's record (attack, its options, eps, norm, seed, batch size, per-example seeds, precision).
+    ``request.save_adversarial`` adds ``adversarial``: ``{"index", "images"}`` tensors, the point the attack found
+    for each example it broke (kept next to the cached outcome; a cached outcome without them is attacked again).
 
-    By default (``per_example_seeds``) every batch gets ``seed`` and the examples' indices, and the components that
-    support it (:attr:`mixzoo.attacks.evaluation.Component.per_example`: our APGD-CE / APGD-T, Square, FAB-T with
-    its single restart) draw their randomness per example (:mod:`mixzoo.core.rng`): an example's outcome is then
-    the same for any batch size and any number of processes. A component that cannot (pyautoattack's
-    APGD in ``autoattack``, ``autoattack-standard``, PGD) follows its batch's stream and says so in the warnings.
-    ``per_example_seeds=False`` restores the old scheme, batch ``k`` attacked with seed ``seed + k``.
-    ``example_index`` gives the images' indices in their data set when they are a subset of it (default
-    ``0 .. n-1``).
+    With per-example seeds (the record's default) every batch gets the seed and the examples' indices, and the
+    components that support it (:attr:`mixzoo.attacks.evaluation.Component.per_example`: our APGD-CE / APGD-T,
+    Square, FAB-T with its single restart) draw their randomness per example (:mod:`mixzoo.core.rng`): an example's
+    outcome is then the same for any batch size and any number of processes. A component that cannot
+    (pyautoattack's APGD in ``autoattack``, ``autoattack-standard``, PGD) follows its batch's stream and says so in
+    the warnings. Without them, batch ``k`` is attacked with seed ``seed + k``. ``request.example_index`` gives the
+    images' indices in their data set when they are a subset of it (default ``0 .. n-1``).
 
-    ``precision="bf16"`` runs the attack under bfloat16 autocast with float32 confirmation of every break
+    Precision ``"bf16"`` runs the attack under bfloat16 autocast with float32 confirmation of every break
     (:meth:`mixzoo.attacks.evaluation.Attack.run`); it is part of the cache key, and each component's record then
     has ``found_bf16`` and ``confirmed_float32``. An attack whose ``run()`` takes no ``precision`` is refused.
     """
+    run = plan_evaluation(request, images.device)
+    n = len(labels)
+    final = request.cache.root / "bench" / f"{run.key}.json"
+    hit = _whole_hit(run, final, n)
+    if hit is not None:
+        return hit
+    parts, found = _run_batches(model, images, labels, run)
+    n_batches = -(-n // run.batch_size)
+    merged = merge_outcomes([parts[i] for i in range(n_batches)], run.precision)
+    if run.legacy:
+        merged["warnings"].append(f"attack {run.attack!r} cannot draw its randomness per example (its run() takes"
+                                  " no index): batch k was attacked with seed + k, so results depend on the batch"
+                                  " size")
+    adversarial = None
+    if request.save_adversarial:
+        points = [found[i] for i in range(n_batches)]
+        adversarial = {"index": torch.cat([p["index"] for p in points]).long(),
+                       "images": torch.cat([p["images"] for p in points])}
+    if request.cache.enabled:
+        if adversarial is not None:
+            atomic_save_tensors(final.with_suffix(ADV_SUFFIX), adversarial)
+        atomic_write_text(final, sealed(merged, run.key))
+        import shutil
+
+        shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
+    return merged if adversarial is None else {**merged, "adversarial": adversarial}
+
+
+@dataclass(frozen=True)
+class PlannedEvaluation:
+    """An :class:`~mixzoo.core.request.EvalRequest` resolved against its attack plugin: the attack class, the
+    options, the concrete precision, whether per-example seeds are used (``legacy``: asked for, but the attack's
+    ``run()`` takes no index) and the cache key."""
+
+    request: EvalRequest
+    attack_cls: Any
+    options: dict[str, Any]
+    precision: str
+    per_example_seeds: bool
+    legacy: bool
+    key: str
+
+    @property
+    def attack(self) -> str:
+        return self.request.record.attack
+
+    @property
+    def batch_size(self) -> int:
+        return self.request.record.batch_size
+
+
+def plan_evaluation(request: EvalRequest, device: torch.device | str) -> PlannedEvaluation:
+    """``request`` resolved against its attack plugin (:class:`PlannedEvaluation`); a one-line error for a precision
+    the attack cannot run in."""
     from mixzoo.core.plugins import lookup
 
-    attack_cls = lookup("attack", attack)
-    options = dict(attack_options or {})
+    record = request.record
+    attack_cls = lookup("attack", record.attack)
     params = inspect.signature(attack_cls.run).parameters
-    precision = resolve_precision(precision, images.device)  # "auto": the concrete policy, cached and recorded
-    if precision != "float32" and "precision" not in params and not any(
-            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        raise InputError(f"attack {attack!r} cannot run in {precision} (its run() takes no precision); use"
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    precision = resolve_precision(record.precision, device)  # "auto": the concrete policy, cached and recorded
+    if precision != "float32" and "precision" not in params and not takes_any:
+        raise InputError(f"attack {record.attack!r} cannot run in {precision} (its run() takes no precision); use"
                          " --precision float32")
-    legacy = per_example_seeds and "index" not in params and not any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    if legacy:  # an attack whose run() takes no index: batch seeds, said in the warnings
-        per_example_seeds = False
-    key = content_key({**key_parts, "attack": attack, "eps": eps, "norm": norm, "seed": seed,
-                       "batch_size": batch_size, "options": options, "code": BENCH_CODE_VERSION,
+    # an attack whose run() takes no index: batch seeds, said in the warnings
+    legacy = record.per_example_seeds and "index" not in params and not takes_any
+    per_example_seeds = record.per_example_seeds and not legacy
+    options = record.options()
+    key = content_key({**request.key_parts, "attack": record.attack, "eps": record.eps, "norm": record.norm,
+                       "seed": record.seed, "batch_size": record.batch_size, "options": options,
+                       "code": BENCH_CODE_VERSION,
                        **({"per_example_seeds": True} if per_example_seeds else {}),
                        **({"precision": precision} if precision != "float32" else {}),
                        **({"attack_code": attack_cls.code_version} if getattr(attack_cls, "code_version", None)
                           else {})})
-    w = world()
-    n = len(labels)
-    final = cache.root / "bench" / f"{key}.json"
+    return PlannedEvaluation(request, attack_cls, options, precision, per_example_seeds, legacy, key)
+
+
+def _whole_hit(run: PlannedEvaluation, final: Path, n: int) -> dict[str, Any] | None:
+    """The whole evaluation from the cache, when every torchrun rank has it (the attack is collective: every rank
+    must take the same path; e.g. a shared cache directory), else ``None``."""
+    request = run.request
     final_adv = final.with_suffix(ADV_SUFFIX)
     hit = None
-    if cache.enabled and final.exists() and (not save_adversarial or final_adv.exists()):
-        hit = read_outcome(final, key, 0, n, final_adv if save_adversarial else None)
+    if request.cache.enabled and final.exists() and (not request.save_adversarial or final_adv.exists()):
+        hit = read_outcome(final, run.key, 0, n, final_adv if request.save_adversarial else None)
         if hit is not None:
             hit["cached"] = True
-    # under torchrun every rank must take the same path (the attack below is collective): the cached result is used
-    # only when every rank has it, e.g. a shared cache directory
+    w = world()
     if hit is not None and (w.size == 1 or all(gather(True))):
         return hit
     if w.size > 1 and hit is None:
         gather(False)
+    return None
+
+
+def _run_batches(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, run: PlannedEvaluation
+                 ) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, torch.Tensor]]]:
+    """Every batch's outcome (and, with ``save_adversarial``, its points), from the cache or attacked; under
+    torchrun batch k is attacked by rank k mod size and every rank gets every batch's outcome."""
+    request, w, n = run.request, world(), len(labels)
     parts: dict[int, dict[str, Any]] = {}
     found: dict[int, dict[str, torch.Tensor]] = {}
-    n_batches = -(-n // batch_size)
-    with progress_bar(progress and w.main) as bar:
-        task = bar.add_task(f"{attack} on {label}", total=n)
-        for index, start in enumerate(range(0, n, batch_size)):
-            stop = min(n, start + batch_size)
-            part_path = cache.root / "bench" / f"{key}.partial" / f"{index:06d}.json"
-            part_adv = part_path.with_suffix(ADV_SUFFIX)
-            if cache.enabled and part_path.exists() and (not save_adversarial or part_adv.exists()):
-                part = read_outcome(part_path, key, start, stop, part_adv if save_adversarial else None)
-                if part is not None:
-                    found_points = part.pop("adversarial", None)
-                    parts[index] = part
-                    if save_adversarial:
-                        found[index] = found_points
-            if index not in parts and w.owns(index):  # under torchrun: batch k is attacked by rank k mod size
-                attack_batch = naming_model(label, _attack_batch)  # a NaN-logits error names the model
-                parts[index], points = attack_batch(model, images, labels, start, stop, batch_index=index,
-                                                    attack=attack, attack_cls=attack_cls, eps=eps, norm=norm,
-                                                    seed=seed, options=options, save_adversarial=save_adversarial,
-                                                    per_example_seeds=per_example_seeds,
-                                                    example_index=example_index, precision=precision)
-                if save_adversarial:
+    with progress_bar(request.progress and w.main) as bar:
+        task = bar.add_task(f"{run.attack} on {request.label}", total=n)
+        for index, start in enumerate(range(0, n, run.batch_size)):
+            stop = min(n, start + run.batch_size)
+            part, points = _batch(model, images, labels, run, index, start, stop)
+            if part is not None:
+                parts[index] = part
+                if request.save_adversarial:
                     found[index] = points
-                if cache.enabled:
-                    if save_adversarial:  # the points first: a batch counts as done once its outcome is written
-                        atomic_save_tensors(part_adv, points)
-                    atomic_write_text(part_path, sealed(parts[index], key))
-            if index in parts:
                 bar.advance(task, stop - start)
         if w.size > 1:  # every rank gets every batch's outcome (the same merged result everywhere)
             for other_parts, other_found in gather((parts, found)):
                 parts.update(other_parts)
                 found.update(other_found)
             bar.update(task, completed=n)
-    check_shards(parts, n, batch_size, f"{attack} on {label}")
-    batches = [parts[i] for i in range(n_batches)]
-    points = [found[i] for i in range(n_batches)] if save_adversarial else []
+    check_shards(parts, n, run.batch_size, f"{run.attack} on {request.label}")
+    return parts, found
+
+
+def _batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, run: PlannedEvaluation, index: int,
+           start: int, stop: int) -> tuple[dict[str, Any] | None, Any]:
+    """Batch ``index`` (images ``start:stop``): its cached outcome, else attacked when this rank owns it (and
+    cached), else ``(None, None)``."""
+    request = run.request
+    part_path = request.cache.root / "bench" / f"{run.key}.partial" / f"{index:06d}.json"
+    part_adv = part_path.with_suffix(ADV_SUFFIX)
+    if request.cache.enabled and part_path.exists() and (not request.save_adversarial or part_adv.exists()):
+        part = read_outcome(part_path, run.key, start, stop, part_adv if request.save_adversarial else None)
+        if part is not None:
+            return part, part.pop("adversarial", None)
+    if not world().owns(index):  # under torchrun: batch k is attacked by rank k mod size
+        return None, None
+    attack_batch = naming_model(request.label, _attack_batch)  # a NaN-logits error names the model
+    part, points = attack_batch(model, images, labels, start, stop, index, run)
+    if request.cache.enabled:
+        if request.save_adversarial:  # the points first: a batch counts as done once its outcome is written
+            atomic_save_tensors(part_adv, points)
+        atomic_write_text(part_path, sealed(part, run.key))
+    return part, points
+
+
+def merge_outcomes(batches: list[dict[str, Any]], precision: str) -> dict[str, Any]:
+    """One outcome of the whole evaluation from its batches' outcomes, in batch order."""
     merged: dict[str, Any] = {
         "clean_correct": [v for b in batches for v in b["clean_correct"]],
         "robust_correct": [v for b in batches for v in b["robust_correct"]],
@@ -156,21 +227,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, at
                if all("found_bf16" in c for c in parts) else {}),
         })
     merged["warnings"] = merge_warnings([b["warnings"] for b in batches], merged["components"])
-    if legacy:
-        merged["warnings"].append(f"attack {attack!r} cannot draw its randomness per example (its run() takes no"
-                                  " index): batch k was attacked with seed + k, so results depend on the batch size")
-    adversarial = None
-    if save_adversarial:
-        adversarial = {"index": torch.cat([p["index"] for p in points]).long(),
-                       "images": torch.cat([p["images"] for p in points])}
-    if cache.enabled:
-        if adversarial is not None:
-            atomic_save_tensors(final_adv, adversarial)
-        atomic_write_text(final, sealed(merged, key))
-        import shutil
-
-        shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
-    return merged if adversarial is None else {**merged, "adversarial": adversarial}
+    return merged
 
 
 def read_outcome(path: Path, key: str, start: int, stop: int,
@@ -248,14 +305,14 @@ def _is_seconds(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value) and value >= 0
 
 
-def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, start: int, stop: int, *,
-                  batch_index: int, attack: str, attack_cls: Any, eps: float, norm: str, seed: int,
-                  options: dict[str, Any], save_adversarial: bool, per_example_seeds: bool,
-                  example_index: torch.Tensor | None,
-                  precision: str = "float32") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, start: int, stop: int,
+                  batch_index: int, run: PlannedEvaluation) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Attack images ``start:stop`` (batch number ``batch_index``): its outcome record and, with
     ``save_adversarial``, the points that broke its examples (indices into ``images``)."""
-    runner = attack_cls(eps=eps, norm=norm, seed=seed if per_example_seeds else seed + batch_index, **options)
+    record, example_index = run.request.record, run.request.example_index
+    per_example_seeds, precision = run.per_example_seeds, run.precision
+    runner = run.attack_cls(eps=record.eps, norm=record.norm,
+                            seed=record.seed if per_example_seeds else record.seed + batch_index, **run.options)
     device = model_device(model)
     extra = {"index": torch.arange(start, stop) if example_index is None
              else example_index[start:stop].long().cpu()} if per_example_seeds else {}
@@ -277,7 +334,7 @@ def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, 
         "machine": machine_summary(device),
     }
     points: dict[str, torch.Tensor] = {}
-    if save_adversarial:
+    if run.request.save_adversarial:
         broken = torch.nonzero(res.clean_correct.bool() & ~res.robust_correct.bool()).squeeze(1)
         points = {"index": broken + start, "images": res.adv_images[broken.to(res.adv_images.device)].cpu()}
     return part, points

@@ -64,6 +64,10 @@ class RunRecord:
     extra_attacks: bool = True
     mixzoo_version: str = ""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.attack_options, str):  # options given as a mapping: kept as their canonical JSON
+            object.__setattr__(self, "attack_options", canonical_json(dict(self.attack_options or {})))
+
     @classmethod
     def from_settings(cls, settings: Any, **fields: Any) -> RunRecord:
         """The record of a :class:`~mixzoo.core.settings.RunSettings` (its attack's code version looked up), with
@@ -83,8 +87,6 @@ class RunRecord:
         unknown = sorted(set(changes) - set(names))
         if unknown:
             raise InputError(f"unknown run record field {unknown[0]!r}; the fields are {', '.join(names)}")
-        if isinstance(changes.get("attack_options"), dict):
-            changes["attack_options"] = canonical_json(changes["attack_options"])
         if "attack" in changes and "attack_code" not in changes:
             changes["attack_code"] = attack_code(changes["attack"])
         return dataclasses.replace(self, **changes)

@@ -17,6 +17,8 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...] | None] = {
     # the method contract (hook mixzoo_mixing_methods)
     "mixzoo.methods": None,
     "mixzoo.methods.base": ("LegacyMethod", "number", "square_extra", "weight_hashes"),
+    # what the method contract's match / tradeoff_curve / figure_data take (mixzoo.attacks.runner.evaluate's request)
+    "mixzoo.core.request": ("EvalRequest", "ReportRequest"),
     # the attack base a plugin's attack subclasses (hook mixzoo_attacks) and what its run returns
     "mixzoo.attacks": ("Attack", "AttackResult", "Component", "ComponentStat", "EvalResult", "GradientVariants",
                        "with_gradient"),

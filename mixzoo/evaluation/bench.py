@@ -34,6 +34,7 @@ from mixzoo.core.labels import row_label
 from mixzoo.core.machine import run_record
 from mixzoo.core.progress import next_phase
 from mixzoo.core.record import RunRecord, check_ranks_agree, sha256_of
+from mixzoo.core.request import EvalRequest, ReportRequest
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cells: their names here before
     ADVERSARIAL_FILE,
@@ -110,6 +111,9 @@ class Report:
     cards: list[Any] = field(default_factory=list)
     # what decided the outcomes (mixzoo.core.record.RunRecord.to_dict) and its digest
     record: dict[str, Any] = field(default_factory=dict)
+    # per card (in the order of ``cards``): what its method's figures plot (MixingMethod.figure_data), computed by
+    # the bench; writing the report only renders it
+    figure_data: list[dict[str, Any] | None] = field(default_factory=list)
 
     def row(self, kind: str) -> ModelResult:
         return next(m for m in self.models if m.kind == kind)
@@ -159,6 +163,7 @@ class Report:
             "notes": self.notes,
             "run": self.run,
             "record": self.record,
+            "figure_data": self.figure_data,
         }
 
 
@@ -196,32 +201,37 @@ BENCH_MATCH_ATTACK = "adaptive-apgd"  # what matches the baseline's alpha: cheap
 BENCH_MATCH_OPTIONS: dict[str, Any] = {"n_iter": 25, "n_target_classes": 3}
 
 
-def matched_linear_alpha(ce: CardEvaluation, *, match_n: int, attack: str, eps: float, norm: str, seed: int,
-                         batch_size: int, cache: Cache, attack_options: dict[str, Any] | None, progress: bool = True,
-                         per_example_seeds: bool = True, extra_attacks: bool = True, budget: str | Budget = "standard",
-                         overrides: dict[str, Any] | None = None) -> tuple[float, list[dict], float]:
+def matched_linear_alpha(ce: CardEvaluation, request: EvalRequest, *, match_n: int, extra_attacks: bool = True,
+                         budget: str | Budget = "standard", overrides: dict[str, Any] | None = None
+                         ) -> tuple[float, list[dict], float]:
     """The matched baseline's alpha for a card: the card's worst-case robust accuracy on the first ``match_n``
-    evaluation images under ``attack`` and the extra attacks its method declares (:func:`evaluate_card`; none with
-    ``extra_attacks=False``, as the bench's rows then have none), then the
-    baseline method's ``match`` against it (for linear: bisection over its alpha grid). Returns the alpha, every
-    alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity`` share it, and so share its cached
-    evaluations. ``per_example_seeds`` is passed to every evaluation (and to the baseline method's ``match``);
-    ``budget`` and ``overrides`` (the user's ``-O``) to the declared attacks (:func:`declared_attacks`)."""
+    evaluation images under the attack of ``request`` (:class:`~mixzoo.core.request.EvalRequest`: its record names
+    the matching attack, its options, eps, norm, seed, batch size and per-example seeds; its cache and progress) and
+    the extra attacks its method declares (:func:`evaluate_card`; none with ``extra_attacks=False``, as the bench's
+    rows then have none), then the baseline method's ``match`` against it (for linear: bisection over its alpha
+    grid). Returns the alpha, every alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity`` share it, and
+    so share its cached evaluations. ``budget`` and ``overrides`` (the user's ``-O``) go to the declared attacks
+    (:func:`declared_attacks`)."""
+    from mixzoo.core.request import takes_request
+
     base = baseline_method()
     if base is None:
         raise InputError("no installed mixing method is marked as the bench's baseline; pass baseline=False")
     images, labels = ce.data.images[:match_n], ce.data.labels[:match_n]
-    common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
-                  attack_options=attack_options, progress=progress)
-    ev = evaluate_card(ce.card, ce.abc, ce.rbc, images, labels,
-                       key={**card_key_parts(ce.card, ce.abc, ce.rbc, ce.data), "match_n": match_n},
-                       label=f"{ce.card.mixing_method.title or ce.card.method} (matching attack)",
-                       extra_attacks=extra_attacks, per_example_seeds=per_example_seeds, budget=budget,
-                       overrides=overrides, **common)
+    card_request = request.replace(key_parts={**card_key_parts(ce.card, ce.abc, ce.rbc, ce.data), "match_n": match_n},
+                                   label=f"{ce.card.mixing_method.title or ce.card.method} (matching attack)")
+    ev = evaluate_card(ce.card, ce.abc, ce.rbc, images, labels, card_request, extra_attacks=extra_attacks,
+                       budget=budget, overrides=overrides)
     target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
     key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
-    alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, key_parts=key, **common,
-                              per_example_seeds=per_example_seeds)
+    match_request = request.replace(key_parts=key)
+    if takes_request(base.match):
+        alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, match_request)
+    else:  # a method written for mixzoo 0.1: match(..., **kw) with evaluate's former keyword arguments
+        warnings.warn(f"mixing method {base.name!r}: match(abc, rbc, images, labels, target, **kw) is deprecated and"
+                      " will not be called by mixzoo 0.3; take a request: match(abc, rbc, images, labels, target,"
+                      " request)", DeprecationWarning, stacklevel=2)
+        alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, **match_request.legacy_kwargs())
     return alpha, tried, target
 
 
@@ -346,17 +356,18 @@ def declared_attacks(card: Any, budget: str | Budget = "standard", overrides: di
             for extra in card.mixing_method.extra_attacks(card)]
 
 
-def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
-                  key: dict[str, Any], label: str, extra_attacks: bool = True, budget: str | Budget = "standard",
-                  overrides: dict[str, Any] | None = None, **common: Any) -> dict[str, Any]:
-    """A card's classifier under the shared attack (``common``: :func:`~mixzoo.attacks.runner.evaluate`'s
-    settings), then under each extra attack its method declares (:meth:`~mixzoo.methods.MixingMethod.
-    extra_attacks`) on the examples still robust, merged per example: the card's worst case, which every
-    evaluation of a card reports (bench rows, the matched baseline's target, sanity's sweep). ``key`` is the cache
-    key of the shared run (:func:`card_key_parts`); each extra's adds its name, gradient and subset. Each extra
-    runs with the options :func:`declared_attacks` gives it under ``budget`` and ``overrides``."""
+def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                  request: EvalRequest, *, extra_attacks: bool = True, budget: str | Budget = "standard",
+                  overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A card's classifier under the shared attack (``request``: :func:`~mixzoo.attacks.runner.evaluate`'s
+    request, its ``key_parts`` the cache key of the shared run, :func:`card_key_parts`), then under each extra attack
+    its method declares (:meth:`~mixzoo.methods.MixingMethod.extra_attacks`) on the examples still robust, merged per
+    example: the card's worst case, which every evaluation of a card reports (bench rows, the matched baseline's
+    target, sanity's sweep). Each extra's request is the shared one with the extra's attack, options and seed,
+    its cache key adding its name, gradient and subset; it runs with the options :func:`declared_attacks` gives it
+    under ``budget`` and ``overrides``."""
     method = card.mixing_method
-    ev = evaluate(method.build(abc, rbc, card), images, labels, key_parts=key, label=label, **common)
+    ev = evaluate(method.build(abc, rbc, card), images, labels, request)
     if not extra_attacks:
         return ev
     for extra, extra_options in declared_attacks(card, budget, overrides):
@@ -364,13 +375,14 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tenso
         if not len(subset):
             break
         # the subset's examples keep their own indices (in the data set, when ``images`` are a subset of it)
-        index = subset if common.get("example_index") is None else common["example_index"][subset]
-        options = {**common, "attack": extra.attack, "attack_options": extra_options,
-                   "seed": common["seed"] + extra.seed_offset, "example_index": index}
+        index = subset if request.example_index is None else request.example_index[subset]
+        sub_request = request.replace(
+            attack=extra.attack, attack_options=extra_options, seed=request.record.seed + extra.seed_offset,
+            example_index=index, label=f"{request.label}: {extra.name}",
+            key_parts={**request.key_parts, "extra": extra.name, "gradient": extra.gradient,
+                       "subset": content_key({"rows": subset.tolist()})})
         sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), images[subset], labels[subset],
-                       key_parts={**key, "extra": extra.name, "gradient": extra.gradient,
-                                  "subset": content_key({"rows": subset.tolist()})},
-                       label=f"{label}: {extra.name}", **options)
+                       sub_request)
         ev = worst_case(ev, sub, subset, extra.name)
     return ev
 
@@ -434,16 +446,58 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     The settings' ``budget`` (:mod:`mixzoo.core.budget`) reaches every component: the shared attack's
     counts, each declared attack's, the baseline's and the curve's; ``-O`` counts (``attack_options``) set them
     on every component; the report records each component's attack and options (``settings.components``).
-    Writes ``report.json``, ``report.md`` and plots to ``out`` when given.
+    Writes ``report.json``, ``report.md`` and plots to ``out`` when given; the data the plots show (each card's
+    method's :meth:`~mixzoo.methods.MixingMethod.figure_data`, ``report.figure_data``) is computed here, with
+    ``out`` and ``plots``, so writing the report attacks nothing.
     ``save_adversarial`` keeps, for each row, the point that broke each broken example and writes them to
     ``adversarial.safetensors`` next to the report, so anyone can check the robust errors without attacking
     (:func:`mixzoo.evaluation.verify.verify_report`, ``mixzoo verify``).
     """
-    from mixzoo.zoo.data import shortfall_note
-
     s = settings_of(settings, changes)
     given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
     s, baseline, curve = budgeted(s, baseline, curve, default_attack="adaptive")
+    _check_bench(s, out, curve)
+    t0 = time.perf_counter()
+    # under torchrun: every rank runs this function; the runner shares the batches out, rank 0 writes the report
+    w = distributed.init(s.device)
+    s = s.changed(device=distributed.rank_device(s.device), progress=s.progress and w.main)
+    check_ranks_agree(RunRecord.from_settings(s), "settings")  # before any attack (fitting a card attacks too)
+    run = _bench_run(card, s, given, save_adversarial)
+    next_phase()  # the phases of mixzoo.evaluation.plan.plan_bench, in its order
+    rows = [_model_row(run, "abc")]
+    next_phase()
+    rows.append(_model_row(run, "rbc"))
+    card_rows, kinds = _card_rows(run)
+    settings_record = _settings_record(run, card_rows, w.size)
+    lin = baseline_method()
+    if baseline is not None and len(run.cards) == 1 and lin is not None and run.cards[0].method != lin.name \
+            and lin.name not in kinds:
+        next_phase()
+        rows.append(_baseline_row(run, baseline, card_rows[0].name, settings_record))
+    rows += card_rows
+    report = _report(run, rows, settings_record)
+    if curve is not None:
+        next_phase()
+        _add_curve(run, report, curve)
+    from mixzoo.evaluation.versions import report_code_versions
+
+    report.settings["code_versions"] = report_code_versions(report)  # what ran, for stale_code
+    if out is not None:
+        next_phase()
+        if plots:  # what the figures plot, computed here with every rank (writing the report only renders it)
+            request = _report_request(run, curve)
+            report.figure_data = [c.mixing_method.figure_data(c, run.ce.abc, run.ce.rbc, run.ce.data, request)
+                                  for c in run.cards]
+    report.settings["seconds"] = time.perf_counter() - t0
+    report.run = run_record(run.s.device)
+    report.record = {**run.request.record.to_dict(), "digest": run.request.record.digest()}
+    if out is not None and w.main:
+        write_report(report, Path(out), plots=plots)
+    return report
+
+
+def _check_bench(s: RunSettings, out: str | Path | None, curve: CurveSettings | None) -> None:
+    """The bench's one-line errors before anything is loaded or attacked."""
     check_run_settings(s, out)
     if out is not None:  # a report.json mixzoo did not write, or a FIFO where one of the report's files goes
         from mixzoo.evaluation.report import check_report_dir
@@ -451,17 +505,44 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
         check_report_dir(Path(out))
     if curve is not None and curve.n <= 0:
         raise InputError(f"--curve-n must be positive, got {curve.n} (or pass --no-curve)")
-    t0 = time.perf_counter()
-    # under torchrun: every rank runs this function; the runner shares the batches out, rank 0 writes the report
-    w = distributed.init(s.device)
-    device, progress = distributed.rank_device(s.device), s.progress and w.main
-    s = s.changed(device=device, progress=progress)
-    check_ranks_agree(RunRecord.from_settings(s), "settings")  # before any attack (fitting a card attacks too)
+
+
+@dataclass
+class BenchRun:
+    """One bench run once its cards, models and images are loaded: the settings (batch size resolved), the cards,
+    the first card's :class:`CardEvaluation`, the rows' :class:`~mixzoo.core.request.EvalRequest` (its record the
+    run's :class:`~mixzoo.core.record.RunRecord`), the user's ``-O`` (``given``), the batch size policy, the notes
+    and, with ``save_adversarial``, the points each row's attack found."""
+
+    s: RunSettings
+    cards: list[Any]
+    ce: CardEvaluation
+    request: EvalRequest
+    given: dict[str, Any]
+    batch_policy: Any
+    notes: list[str]
+    points: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+    def row(self, name: str, kind: str, ev: dict[str, Any], alpha: float | None = None, card: Any = None
+            ) -> ModelResult:
+        if self.request.save_adversarial:
+            self.points[kind] = ev["adversarial"]
+        return _result(name, kind, ev, self.s.attack, self.ce.eps, self.ce.norm, alpha=alpha, card=card)
+
+    @property
+    def spend(self) -> dict[str, Any]:
+        """The declared attacks' budget and the user's ``-O`` (:func:`evaluate_card`'s ``budget``, ``overrides``)."""
+        return {"budget": self.s.budget, "overrides": self.given}
+
+
+def _bench_run(card: Any, s: RunSettings, given: dict[str, Any], save_adversarial: bool) -> BenchRun:
+    """Load what the bench evaluates (fitting a card first when none is given), resolve the batch size, and check
+    under torchrun that every rank has the same run record before any attack."""
     if card is None:
         from mixzoo.methods import fit
 
-        card = fit(None, s.abc, s.rbc, cache_dir=s.cache_dir, use_cache=s.use_cache, device=device,
-                   data_dir=s.data_dir, allow_unsafe=s.allow_unsafe, progress=progress, eps=s.eps, norm=s.norm,
+        card = fit(None, s.abc, s.rbc, cache_dir=s.cache_dir, use_cache=s.use_cache, device=s.device,
+                   data_dir=s.data_dir, allow_unsafe=s.allow_unsafe, progress=s.progress, eps=s.eps, norm=s.norm,
                    seed=s.seed).card
     cards = [load_card(c) for c in (card if isinstance(card, list | tuple) else [card])]
     if not cards:
@@ -469,116 +550,139 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     if s.abc is None and s.rbc is None:
         _same_pair(cards)
     ce = card_evaluation(cards[0], s)
-    abc_m, rbc_m, data, eps, norm = ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
     batch_policy = parse_batch_size(s.batch_size)
-    s = s.changed(batch_size=resolved_batch_size(s.batch_size, abc_m, rbc_m, data, device))
+    s = s.changed(batch_size=resolved_batch_size(s.batch_size, ce.abc, ce.rbc, ce.data, s.device))
     notes = list(ce.notes)  # the report must say so, not only the terminal
-    notes += [note for note in [reach_note(eps, norm, data.input_size)] if note]  # eps beyond every image: said
-
+    notes += [note for note in [reach_note(ce.eps, ce.norm, ce.data.input_size)] if note]  # eps beyond every image
     for other in cards[1:]:
-        notes += weight_mismatches(other, abc_m, rbc_m)
+        notes += weight_mismatches(other, ce.abc, ce.rbc)
     record = run_record_of(s, cards, ce)
     check_ranks_agree(record)  # the cards, models and images too, before any attack
-    cache = Cache(s.cache_dir, enabled=s.use_cache)
-    images, labels = data.images, data.labels
-    base = {"data": data.fingerprint}
-    common = dict(attack=s.attack, eps=eps, norm=norm, seed=s.seed, batch_size=s.batch_size, cache=cache,
-                  attack_options=s.attack_options, progress=progress, per_example_seeds=s.per_example_seeds)
-    spend = dict(budget=s.budget, overrides=given)  # the declared attacks' budget and the user's -O
-    # rows are labelled with the models actually evaluated (an --abc/--rbc override, not the card's names)
-    abc_name, rbc_name = evaluated_name(cards[0], "abc", abc_m), evaluated_name(cards[0], "rbc", rbc_m)
-    points: dict[str, dict[str, torch.Tensor]] = {}
+    # the rows' attacks in the settings' precision (breaks confirmed in float32)
+    request = EvalRequest(record, Cache(s.cache_dir, enabled=s.use_cache), progress=s.progress,
+                          save_adversarial=save_adversarial)
+    return BenchRun(s, cards, ce, request, given, batch_policy, notes)
 
-    def row(name: str, kind: str, ev: dict[str, Any], alpha: float | None = None, c: Any = None) -> ModelResult:
-        if save_adversarial:
-            points[kind] = ev["adversarial"]
-        return _result(name, kind, ev, s.attack, eps, norm, alpha=alpha, card=c)
 
-    rows = []
-    # the rows' attacks in the settings' precision (breaks confirmed in float32); the baseline's alpha search and
-    # the trade-off curve run in float32
-    main = dict(common, save_adversarial=save_adversarial, precision=s.precision)
-    next_phase()  # the phases of mixzoo.evaluation.plan.plan_bench, in its order
-    ev = evaluate(abc_m, images, labels, key_parts={**base, "model": model_key(abc_m)}, label=abc_name, **main)
-    rows.append(row(abc_name, "abc", ev))
-    next_phase()
-    ev = evaluate(rbc_m, images, labels, key_parts={**base, "model": model_key(rbc_m)}, label=rbc_name, **main)
-    rows.append(row(rbc_name, "rbc", ev))
+def _model_row(run: BenchRun, role: str) -> ModelResult:
+    """The ABC's or the RBC's row (labelled with the model actually evaluated, an --abc/--rbc override, not the
+    card's name)."""
+    model = getattr(run.ce, role)
+    name = evaluated_name(run.cards[0], role, model)
+    ev = evaluate(model, run.ce.data.images, run.ce.data.labels,
+                  run.request.replace(key_parts={"data": run.ce.data.fingerprint, "model": model_key(model)},
+                                      label=name))
+    return run.row(name, role, ev)
+
+
+def _card_rows(run: BenchRun) -> tuple[list[ModelResult], set[str]]:
+    """One row per card (its worst case over the shared attack and its method's extras) and the rows' kinds."""
+    abc_m, rbc_m, data = run.ce.abc, run.ce.rbc, run.ce.data
     card_rows, kinds = [], {"abc", "rbc"}
-    for c in cards:
+    for c in run.cards:
         method = c.mixing_method
         kind = method.name if method.name not in kinds else f"{method.name}-{len(kinds) - 1}"
         kinds.add(kind)
         title = method.title or method.name
-        label = title if len(cards) == 1 else f"{title} ({c.path.stem if c.path else kind})"
+        label = title if len(run.cards) == 1 else f"{title} ({c.path.stem if c.path else kind})"
         next_phase()
-        ev = evaluate_card(c, abc_m, rbc_m, images, labels, key=card_key_parts(c, abc_m, rbc_m, data), label=label,
-                           extra_attacks=s.extra_attacks, **spend, **main)
-        card_rows.append(row(label, kind, ev, alpha=c.params.get("alpha"), c=c))
-    distinct_row_names(card_rows, [c.path for c in cards])  # two cards with one file stem: rows told apart
-    settings_record: dict[str, Any] = {
-        "attack": s.attack, "eps": eps, "norm": norm, "seed": s.seed, "batch_size": s.batch_size,
-        "batch_size_policy": batch_policy,
-        "per_example_seeds": s.per_example_seeds, "world_size": w.size, "attack_options": s.attack_options or {},
+        ev = evaluate_card(c, abc_m, rbc_m, data.images, data.labels,
+                           run.request.replace(key_parts=card_key_parts(c, abc_m, rbc_m, data), label=label),
+                           extra_attacks=run.s.extra_attacks, **run.spend)
+        card_rows.append(run.row(label, kind, ev, alpha=c.params.get("alpha"), card=c))
+    distinct_row_names(card_rows, [c.path for c in run.cards])  # two cards with one file stem: rows told apart
+    return card_rows, kinds
+
+
+def _settings_record(run: BenchRun, card_rows: list[ModelResult], world_size: int) -> dict[str, Any]:
+    """The report's ``settings``: the shared attack, the threat model, the seeding, the device and precision, and
+    each component's attack and options."""
+    s, device = run.s, run.s.device
+    return {
+        "attack": s.attack, "eps": run.ce.eps, "norm": run.ce.norm, "seed": s.seed, "batch_size": s.batch_size,
+        "batch_size_policy": run.batch_policy,
+        "per_example_seeds": s.per_example_seeds, "world_size": world_size, "attack_options": s.attack_options or {},
         "extra_attacks": s.extra_attacks, "device": device,
         "precision": resolve_precision(s.precision, device), "precision_policy": s.precision,
-        "adversarial_file": ADVERSARIAL_FILE if save_adversarial else None, "seconds": None, "budget": s.budget,
+        "adversarial_file": ADVERSARIAL_FILE if run.request.save_adversarial else None, "seconds": None,
+        "budget": s.budget,
         "components": {"attack": {"attack": s.attack, "options": dict(s.attack_options)}, **{
             f"{row.name}: {extra.name}": {"attack": extra.attack, "options": opts}
-            for c, row in zip(cards, card_rows, strict=True) if s.extra_attacks
-            for extra, opts in declared_attacks(c, s.budget, given)}}}
-    lin = baseline_method()
-    if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name \
-            and lin.name not in kinds:
-        next_phase()
-        t_match = time.perf_counter()
-        alpha_lin, tried, target = matched_linear_alpha(
-            ce, match_n=baseline.n, extra_attacks=s.extra_attacks, **spend,
-            **dict(common, attack=baseline.attack, attack_options=baseline.options))
-        lin_card = lin.card_at(alpha_lin, cards[0])
-        ev = evaluate_card(lin_card, abc_m, rbc_m, images, labels, key=card_key_parts(lin_card, abc_m, rbc_m, data),
-                           label=f"{lin.title} alpha={alpha_lin}", extra_attacks=s.extra_attacks, **spend, **main)
-        rows.append(row(f"{lin.title} (alpha={alpha_lin:.2f})", lin.name, ev, alpha=alpha_lin, c=lin_card))
-        settings_record["components"]["baseline"] = {"attack": baseline.attack, "options": dict(baseline.options),
-                                                     "n": min(baseline.n, len(labels)),
-                                                     "seconds": time.perf_counter() - t_match}  # search and row
-        if alpha_lin >= 1.0:  # the matched baseline is the RBC itself: said where the row is read
-            notes.append(f"the matched {lin.title} row has alpha 1.00, so it is the RBC alone (on the first "
-                         f"{min(baseline.n, len(labels))} images, alpha 1 came closest to the card's robust accuracy, "
-                         f"{100 * target:.1f}%)")
-        settings_record.update(linear_alpha_search=tried, linear_alpha_match={
-            "attack": baseline.attack, "options": baseline.options, "n": min(baseline.n, len(labels)),
-            "card": card_rows[0].name, "target_robust_accuracy": target})
-    rows += card_rows
+            for c, row in zip(run.cards, card_rows, strict=True) if s.extra_attacks
+            for extra, opts in declared_attacks(c, s.budget, run.given)}}}
 
+
+def _baseline_row(run: BenchRun, baseline: MatchSettings, card_name: str, settings_record: dict[str, Any]
+                  ) -> ModelResult:
+    """The baseline method at the parameter matched to the card's worst case (its search in float32, under the
+    matching attack), evaluated like the other rows; the search is recorded in ``settings_record``."""
+    lin = baseline_method()
+    ce, n = run.ce, len(run.ce.data.labels)
+    t_match = time.perf_counter()
+    matching = run.request.replace(attack=baseline.attack, attack_options=baseline.options, precision="float32",
+                                   save_adversarial=False)
+    alpha_lin, tried, target = matched_linear_alpha(ce, matching, match_n=baseline.n,
+                                                    extra_attacks=run.s.extra_attacks, **run.spend)
+    lin_card = lin.card_at(alpha_lin, run.cards[0])
+    ev = evaluate_card(lin_card, ce.abc, ce.rbc, ce.data.images, ce.data.labels,
+                       run.request.replace(key_parts=card_key_parts(lin_card, ce.abc, ce.rbc, ce.data),
+                                           label=f"{lin.title} alpha={alpha_lin}"),
+                       extra_attacks=run.s.extra_attacks, **run.spend)
+    row = run.row(f"{lin.title} (alpha={alpha_lin:.2f})", lin.name, ev, alpha=alpha_lin, card=lin_card)
+    settings_record["components"]["baseline"] = {"attack": baseline.attack, "options": dict(baseline.options),
+                                                 "n": min(baseline.n, n),
+                                                 "seconds": time.perf_counter() - t_match}  # search and row
+    if alpha_lin >= 1.0:  # the matched baseline is the RBC itself: said where the row is read
+        run.notes.append(f"the matched {lin.title} row has alpha 1.00, so it is the RBC alone (on the first "
+                         f"{min(baseline.n, n)} images, alpha 1 came closest to the card's robust accuracy, "
+                         f"{100 * target:.1f}%)")
+    settings_record.update(linear_alpha_search=tried, linear_alpha_match={
+        "attack": baseline.attack, "options": baseline.options, "n": min(baseline.n, n),
+        "card": card_name, "target_robust_accuracy": target})
+    return row
+
+
+def _report(run: BenchRun, rows: list[ModelResult], settings_record: dict[str, Any]) -> Report:
+    from mixzoo.zoo.data import shortfall_note
+
+    data, cards = run.ce.data, run.cards
     report = Report(
         models=rows, card=cards[0], cards=cards,
-        dataset={"name": data.name, "split": "evaluation", "n": len(labels), "fingerprint": data.fingerprint,
+        dataset={"name": data.name, "split": "evaluation", "n": len(data.labels), "fingerprint": data.fingerprint,
                  "source": getattr(data, "source", ""), "calibration": cards[0].data},
-        settings=settings_record, adversarial=points,
+        settings=settings_record, adversarial=run.points,
     )
-    report.notes = notes + [note for note in [shortfall_note(data, s.n, "--n")] if note is not None]
-    if curve is not None:
-        next_phase()
-        t_curve = time.perf_counter()
-        report.curve = cards[0].mixing_method.tradeoff_curve(
-            cards[0], abc_m, rbc_m, data, cache=cache, attack=curve.attack, n=curve.n, eps=eps, norm=norm,
-            seed=s.seed, batch_size=s.batch_size, attack_options=curve.options, data_dir=s.data_dir, device=device,
-            progress=progress, **({} if curve.points is None else {"points": curve.points}))
-        report.settings["components"]["curve"] = {"attack": curve.attack, "options": dict(curve.options),
-                                                  "n": min(curve.n, len(labels)), "points": curve.points,
-                                                  "seconds": time.perf_counter() - t_curve}
-    from mixzoo.evaluation.versions import report_code_versions
-
-    report.settings["code_versions"] = report_code_versions(report)  # what ran, for stale_code
-    report.settings["seconds"] = time.perf_counter() - t0
-    report.run = run_record(device)
-    report.record = {**record.to_dict(), "digest": record.digest()}
-    if out is not None and w.main:
-        next_phase()
-        with distributed.alone():  # the other ranks have finished: the figures' cached steps must not wait for them
-            write_report(report, Path(out), rbc=rbc_m, plots=plots, cache=cache, data_dir=s.data_dir, device=device)
+    report.notes = run.notes + [note for note in [shortfall_note(data, run.s.n, "--n")] if note is not None]
     return report
+
+
+def _report_request(run: BenchRun, curve: CurveSettings | None) -> ReportRequest:
+    """What the first card's method computes its curve (``curve``'s attack, in float32, drawing per example) and
+    every card's method its figure data with."""
+    evaluation = run.request.replace(save_adversarial=False, precision="float32", per_example_seeds=True,
+                                     **({} if curve is None else {"attack": curve.attack,
+                                                                  "attack_options": curve.options}))
+    return ReportRequest(evaluation, data_dir=run.s.data_dir, device=run.s.device,
+                         n=run.s.n if curve is None else curve.n, points=None if curve is None else curve.points)
+
+
+def _add_curve(run: BenchRun, report: Report, curve: CurveSettings) -> None:
+    """The first card's method's trade-off curve (``report.curve``) and its component record."""
+    from mixzoo.core.request import takes_request
+
+    t_curve = time.perf_counter()
+    method, request = run.cards[0].mixing_method, _report_request(run, curve)
+    args = (run.cards[0], run.ce.abc, run.ce.rbc, run.ce.data)
+    if takes_request(method.tradeoff_curve):
+        report.curve = method.tradeoff_curve(*args, request)
+    else:  # a method written for mixzoo 0.1: tradeoff_curve(..., **kw) with the curve's keyword arguments
+        warnings.warn(f"mixing method {method.name!r}: tradeoff_curve(card, abc, rbc, data, **kw) is deprecated and"
+                      " will not be called by mixzoo 0.3; take a request: tradeoff_curve(card, abc, rbc, data,"
+                      " request)", DeprecationWarning, stacklevel=2)
+        report.curve = method.tradeoff_curve(*args, **request.legacy_kwargs())
+    report.settings["components"]["curve"] = {"attack": curve.attack, "options": dict(curve.options),
+                                              "n": min(curve.n, len(run.ce.data.labels)), "points": curve.points,
+                                              "seconds": time.perf_counter() - t_curve}
 
 
 def resolved_batch_size(batch_size: int | str, abc: nn.Module, rbc: nn.Module, data: Any, device: str) -> int:

@@ -8,6 +8,8 @@ from typing import Any
 from mixzoo.attacks.runner import evaluate
 from mixzoo.core.cache import Cache
 from mixzoo.core.plan import Plan, per_image
+from mixzoo.core.record import RunRecord
+from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.bench import (
     CURVE,
@@ -29,17 +31,17 @@ def _probe(ce: Any, s: RunSettings, attack: str, options: dict[str, Any] | None,
            card: Any = None, model: Any = None) -> float:
     """Seconds per image of ``attack`` on a card's classifier (with its extra attacks) or on ``model``: the real
     attack on a few evaluation images, nothing read from or written to the cache."""
-    off = Cache(None, enabled=False)
-    common = dict(attack=attack, eps=eps, norm=ce.norm, seed=s.seed, batch_size=s.batch_size, cache=off,
-                  attack_options=options, progress=False, per_example_seeds=s.per_example_seeds)
+    record = RunRecord.from_settings(s, eps=eps, norm=ce.norm, precision="float32").replace(
+        attack=attack, attack_options=options or {})
+    request = EvalRequest(record, Cache(None, enabled=False), label="plan", progress=False)
 
     def run(k: int) -> None:
         images, labels = ce.data.images[:k], ce.data.labels[:k]
         if card is not None:
-            evaluate_card(card, ce.abc, ce.rbc, images, labels, key={"plan": k}, label="plan",
-                          extra_attacks=s.extra_attacks, **common)
+            evaluate_card(card, ce.abc, ce.rbc, images, labels, request.replace(key_parts={"plan": k}),
+                          extra_attacks=s.extra_attacks)
         else:
-            evaluate(model, images, labels, key_parts={"plan": k}, label="plan", **common)
+            evaluate(model, images, labels, request.replace(key_parts={"plan": k}))
 
     return per_image(run, len(ce.data.labels))
 

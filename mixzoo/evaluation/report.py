@@ -7,9 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
-from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, staged_directory
+from mixzoo.core.cache import atomic_save_tensors, atomic_write_text, staged_directory
 from mixzoo.core.labels import eps_text, row_label
 from mixzoo.core.machine import machine_line
 from mixzoo.core.progress import console
@@ -161,17 +159,19 @@ def check_report_dir(out: Path, option: str = "--out") -> Path:
                                for name in names})
 
 
-def write_report(report: Any, out: Path, *, rbc: nn.Module, plots: bool = True, cache: Cache | None = None,
-                 data_dir: str | None = None, device: str = "cpu") -> list[Path]:
+def write_report(report: Any, out: Path, *, plots: bool = True) -> list[Path]:
     """Write report.json, report.md, the PNG plots and the adversarial points into ``out``, all or none
     (:func:`mixzoo.core.cache.staged_directory`: files of an earlier report there that this one does not have are
-    removed). ``rbc`` is the RBC the report evaluated (its cached calibration margins feed the Fig. 6 histograms)."""
+    removed). Only renders: each card's method draws its figures from the report (``report.curve``, the card, and
+    ``report.figure_data``, which the bench computed); nothing is attacked or computed here."""
     names: list[str] = []
     known = ("report.json", "report.md", "objective.png", "tradeoff.png", "margins.png", ADVERSARIAL_FILE)
+    figure_data = list(getattr(report, "figure_data", None) or [])
     with staged_directory(out, known) as stage:
         for index, card in enumerate(report.cards or [report.card]) if plots else ():
+            data = figure_data[index] if index < len(figure_data) else None
             names += card.mixing_method.figures(report, card, stage, prefix="" if index == 0 else f"card{index + 1}-",
-                                                rbc=rbc, cache=cache, data_dir=data_dir, device=device)
+                                                data=data)
         if report.adversarial:
             st = report.settings
             tensors = {f"{kind}.{what}": t for kind, pts in report.adversarial.items() for what, t in pts.items()}

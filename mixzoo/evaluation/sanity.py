@@ -38,6 +38,8 @@ from mixzoo.core.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_line, run_record
 from mixzoo.core.progress import next_phase
+from mixzoo.core.record import RunRecord
+from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.bench import MatchSettings, resolved_batch_size
 from mixzoo.zoo.pairs import model_device, model_hash, model_key
@@ -226,13 +228,14 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     ce = card_evaluation(card, s)
     card, abc_m, rbc_m, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
     s = s.changed(batch_size=resolved_batch_size(s.batch_size, abc_m, rbc_m, data, str(model_device(rbc_m))))
-    attack, attack_options, seed, batch_size, progress = (s.attack, s.attack_options, s.seed, s.batch_size,
-                                                          s.progress)
+    attack, attack_options = s.attack, s.attack_options
     n = s.n
     images, labels = data.images, data.labels
     reach = float(grey_distance(images, norm).max())
     radii = default_radii(eps, images, norm) if radii is None else sorted({float(r) for r in radii})
-    cache = Cache(s.cache_dir, enabled=s.use_cache)
+    # every radius's request: the run's record at that eps (sanity's rows in the settings' precision)
+    request = EvalRequest(RunRecord.from_settings(s, eps=eps, norm=norm),
+                          Cache(s.cache_dir, enabled=s.use_cache), progress=s.progress)
     base = {"data": data.fingerprint}
     # (name, kind, classifier, cache key, card: its worst case over the shared attack and its method's extras)
     models = [(_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)},
@@ -246,10 +249,9 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
             and card.method != base_method.name:
         if linear_alpha is None:
             next_phase()  # the phases of mixzoo.evaluation.plan.plan_sanity, in its order
-            linear_alpha, _, _ = matched_linear_alpha(
-                ce, match_n=match.n, attack=match.attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size,
-                cache=cache, progress=progress, attack_options=match.options, extra_attacks=s.extra_attacks,
-                per_example_seeds=s.per_example_seeds, **spend)
+            matching = request.replace(attack=match.attack, attack_options=match.options, precision="float32")
+            linear_alpha, _, _ = matched_linear_alpha(ce, matching, match_n=match.n, extra_attacks=s.extra_attacks,
+                                                      **spend)
             components["baseline"] = {"attack": match.attack, "options": dict(match.options),
                                       "n": min(match.n, len(labels))}
         base_card = base_method.card_at(linear_alpha, card)
@@ -264,13 +266,10 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     rows = []
     for name, kind, model, key, row_card in models:
         next_phase()
-        run = dict(attack=attack, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
-                   attack_options=attack_options, progress=progress, precision=s.precision,
-                   per_example_seeds=s.per_example_seeds)
-        evs = [evaluate(model, images, labels, eps=r, key_parts=key, label=f"{name} at eps {r:g}", **run)
-               if row_card is None else
-               evaluate_card(row_card, abc_m, rbc_m, images, labels, key=key, label=f"{name} at eps {r:g}", eps=r,
-                             extra_attacks=s.extra_attacks, **spend, **run) for r in radii]
+        at = [request.replace(eps=r, key_parts=key, label=f"{name} at eps {r:g}") for r in radii]
+        evs = [evaluate(model, images, labels, r) if row_card is None else
+               evaluate_card(row_card, abc_m, rbc_m, images, labels, r, extra_attacks=s.extra_attacks, **spend)
+               for r in at]
         rows.append(_row(name, kind, model, evs, radii, images, labels, norm,
                          alpha=linear_alpha if base_method is not None and kind == base_method.name else None))
     sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),

@@ -285,6 +285,8 @@ def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images
     it calls broken: (those examples, the ones whose robust outcome differs from the report's)."""
     from mixzoo.attacks.runner import evaluate
     from mixzoo.core.cache import Cache
+    from mixzoo.core.record import RunRecord
+    from mixzoo.core.request import EvalRequest
     from mixzoo.evaluation.bench import evaluate_card
 
     n = len(labels)
@@ -294,16 +296,15 @@ def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images
     picked = picked.sort().values
     if not len(picked):
         return [], []
-    common = dict(attack=s.attack, eps=ce.eps, norm=ce.norm, seed=s.seed, batch_size=s.batch_size,
-                  cache=Cache(enabled=False), attack_options=s.attack_options, progress=False,
-                  per_example_seeds=True, precision=s.precision, example_index=picked)
+    record = RunRecord.from_settings(s, eps=ce.eps, norm=ce.norm, per_example_seeds=True)
+    request = EvalRequest(record, Cache(enabled=False), label=f"{m['name']} (recheck)", example_index=picked,
+                          progress=False)
     x, y = images[picked], labels[picked]
     if card is not None:
-        ev = evaluate_card(card, ce.abc, ce.rbc, x, y, key={}, label=f"{m['name']} (recheck)",
-                           extra_attacks=s.extra_attacks, budget=s.budget, overrides=dict(s.attack_options),
-                           **common)
+        ev = evaluate_card(card, ce.abc, ce.rbc, x, y, request, extra_attacks=s.extra_attacks, budget=s.budget,
+                           overrides=dict(s.attack_options))
     else:
-        ev = evaluate(model, x, y, key_parts={}, label=f"{m['name']} (recheck)", **common)
+        ev = evaluate(model, x, y, request)
     again = torch.tensor(ev["robust_correct"], dtype=torch.bool)
     return picked.tolist(), picked[again != robust[picked]].tolist()
 

@@ -19,7 +19,8 @@ fitting                         :meth:`~MixingMethod.fit` from a :class:`FitRequ
                                 (typed :class:`MethodOption`, checked by :meth:`~MixingMethod.check_options`),
                                 :attr:`~MixingMethod.fit_cost`, :meth:`~MixingMethod.fit_summary` (``mixzoo mix``'s
                                 table)
-report                          :meth:`~MixingMethod.tradeoff_curve`, :meth:`~MixingMethod.figures`,
+report                          computed during the bench: :meth:`~MixingMethod.tradeoff_curve`,
+                                :meth:`~MixingMethod.figure_data`; rendered: :meth:`~MixingMethod.figures`,
                                 :meth:`~MixingMethod.markdown_lines`
 roles                           :attr:`~MixingMethod.default` (``mixzoo mix`` without ``--method``),
                                 :attr:`~MixingMethod.baseline` (the bench's matched row: :meth:`~MixingMethod.match`,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from mixzoo.core.card import MixCard
+    from mixzoo.core.request import EvalRequest, ReportRequest
 
 
 @dataclass(frozen=True)
@@ -375,17 +377,27 @@ class MixingMethod:
         return rows
 
     # --------------------------------------------------------------------------------------------- report
-    def tradeoff_curve(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, **kw: Any
+    def tradeoff_curve(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
                        ) -> dict[str, Any] | None:
-        """A clean / robust trade-off curve for the bench report (``report.curve``), or ``None`` (default).
-        ``kw``: ``cache``, ``attack``, ``n``, ``eps``, ``norm``, ``seed``, ``batch_size``, ``attack_options``,
-        ``data_dir``, ``device``, ``progress``, and ``points`` (the most points per curve, the bench's budget) only
-        when the budget limits them."""
+        """A clean / robust trade-off curve for the bench report (``report.curve``), or ``None`` (default), computed
+        during the bench. ``request`` (:class:`~mixzoo.core.request.ReportRequest`): the curve's
+        :class:`~mixzoo.core.request.EvalRequest` (its record names the curve's attack, options, eps, norm, seed and
+        batch size; the cache; progress), ``data_dir``, ``device``, ``n`` (the curve's images) and ``points`` (the
+        most points per curve, the bench's budget; ``None``: the method's own)."""
         return None
 
-    def figures(self, report: Any, card: MixCard, stage: Path, **kw: Any) -> list[str]:
-        """Write PNG figures for the bench report into ``stage`` (file names start with ``kw["prefix"]``) and
-        return their names; default none. ``kw``: ``prefix``, ``rbc``, ``cache``, ``data_dir``, ``device``."""
+    def figure_data(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
+                    ) -> dict[str, Any] | None:
+        """What :meth:`figures` will plot for ``card`` beyond the report's rows, card and curve, computed during the
+        bench (with ``request``, as :meth:`tradeoff_curve`) and kept in ``report.figure_data``: plain JSON values
+        (it is written to report.json). Default ``None``."""
+        return None
+
+    def figures(self, report: Any, card: MixCard, stage: Path, *, prefix: str = "",
+                data: dict[str, Any] | None = None) -> list[str]:
+        """Write PNG figures for the bench report into ``stage`` (file names start with ``prefix``) and return their
+        names; default none. Only renders, from the report, the card and ``data`` (what :meth:`figure_data`
+        returned for this card during the bench): writing a report computes and attacks nothing."""
         return []
 
     def markdown_lines(self, report: Any, card: MixCard) -> list[str]:
@@ -394,9 +406,11 @@ class MixingMethod:
 
     # --------------------------------------------------------------------------------------------- baseline role
     def match(self, abc: nn.Module, rbc: nn.Module, images: Any, labels: Any, target: float,
-              **kw: Any) -> tuple[float, list[dict[str, Any]]]:
+              request: EvalRequest | None = None, **legacy: Any) -> tuple[float, list[dict[str, Any]]]:
         """(baseline methods) The parameter whose robust accuracy on ``images`` is closest to ``target`` and every
-        value tried; ``kw`` are :func:`mixzoo.attacks.runner.evaluate`'s settings and ``key_parts``."""
+        value tried, evaluating with ``request`` (:class:`~mixzoo.core.request.EvalRequest`: the matching attack in
+        its record, the cache and the cache key's parts). ``legacy``: :func:`mixzoo.attacks.runner.evaluate`'s former
+        keyword arguments instead of a request (deprecated, removed in 0.3)."""
         raise InputError(f"mixing method {self.name!r} is not a baseline method")
 
     def card_at(self, alpha: float, template: MixCard | None = None) -> MixCard:
@@ -457,8 +471,8 @@ def baseline_method() -> MixingMethod | None:
 _CONTRACT_ATTRIBUTES = ("name", "title", "paper", "fit_cost", "options", "default", "baseline", "certificate",
                         "not_exportable")
 _CONTRACT_METHODS = ("validate", "upgrade_v1", "v1_warning", "summary_line", "key_parts", "gradients", "build",
-                     "extra_attacks", "certified_mixture", "fit", "fit_summary", "tradeoff_curve", "figures",
-                     "markdown_lines", "match", "card_at")
+                     "extra_attacks", "certified_mixture", "fit", "fit_summary", "tradeoff_curve", "figure_data",
+                     "figures", "markdown_lines", "match", "card_at")
 
 
 class LegacyMethod(MixingMethod):

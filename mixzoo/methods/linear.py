@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from mixzoo.core.cache import Cache
     from mixzoo.core.card import MixCard
+    from mixzoo.core.request import EvalRequest
 
 FITS = ("given", "linear", "matched")
 MATCH_ATTACK = "adaptive-apgd"  # what target_robust matches alpha with: cheaper than a bench's main attack
@@ -102,10 +102,17 @@ class Linear(MixingMethod):
         return card.params["alpha"], card.params["temperature"]
 
     def match(self, abc: nn.Module, rbc: nn.Module, images: Any, labels: Any, target: float,
-              **kw: Any) -> tuple[float, list[dict]]:
+              request: EvalRequest | None = None, **legacy: Any) -> tuple[float, list[dict]]:
         """The bench's matched baseline: the alpha whose robust accuracy is closest to ``target``
-        (:func:`match_linear_alpha`)."""
-        return match_linear_alpha(abc, rbc, images, labels, target, **kw)
+        (:func:`match_linear_alpha`) under ``request``; ``legacy``: the former keyword arguments instead
+        (deprecated)."""
+        from mixzoo.core.request import EvalRequest
+
+        if request is None:
+            request = EvalRequest.from_kwargs(legacy, "Linear.match")
+        elif legacy:
+            raise InputError(f"Linear.match takes a request or keyword arguments, not both (got {sorted(legacy)[0]!r})")
+        return match_linear_alpha(abc, rbc, images, labels, target, request)
 
     def card_at(self, alpha: float, template: MixCard | None = None, **params: Any) -> MixCard:
         """A linear card at ``alpha`` for the pair of ``template`` (the bench's matched baseline)."""
@@ -165,6 +172,8 @@ class Linear(MixingMethod):
                  opts: dict[str, Any]) -> tuple[MixCard, dict[str, Any]]:
         """The alpha whose robust accuracy on the calibration split is closest to ``target``."""
         from mixzoo.core.card import MixCard, provenance
+        from mixzoo.core.record import RunRecord
+        from mixzoo.core.request import EvalRequest
         from mixzoo.zoo.pairs import model_key, prepare_pair
 
         pair = prepare_pair(request)
@@ -172,12 +181,12 @@ class Linear(MixingMethod):
         if "n_iter" in opts:
             options["n_iter"] = int(opts["n_iter"])
         data = pair.data
-        alpha, tried = match_linear_alpha(
-            pair.abc, pair.rbc, data.images, data.labels, target, attack=opts.get("attack", MATCH_ATTACK),
-            attack_options=options, eps=pair.eps, norm=pair.norm, seed=request.seed,
-            batch_size=request.batch_size or 250, cache=pair.cache, progress=request.progress,
+        record = RunRecord(attack=opts.get("attack", MATCH_ATTACK), attack_options=options, eps=pair.eps,
+                           norm=pair.norm, seed=request.seed, batch_size=request.batch_size or 250)
+        alpha, tried = match_linear_alpha(pair.abc, pair.rbc, data.images, data.labels, target, EvalRequest(
+            record, pair.cache, progress=request.progress,
             key_parts={"data": data.fingerprint, "abc": model_key(pair.abc), "rbc": model_key(pair.rbc),
-                       "match_n": len(data.labels)})
+                       "match_n": len(data.labels)}))
         card = MixCard(self.name, {"alpha": alpha, "fit": "matched", "target_robust": target,
                                    "temperature": temperature}, abc=pair.info("abc"), rbc=pair.info("rbc"),
                        dataset=pair.dataset)
@@ -216,12 +225,11 @@ def _bisect(robust: Any, n: int, target: float) -> int:
 
 
 def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                       target: float, *, attack: str, eps: float, norm: str, seed: int, batch_size: int,
-                       cache: Cache, key_parts: dict[str, Any], attack_options: dict[str, Any] | None,
-                       grid: list[float] | None = None, progress: bool = True,
-                       per_example_seeds: bool = True) -> tuple[float, list[dict]]:
+                       target: float, request: EvalRequest, *, grid: list[float] | None = None
+                       ) -> tuple[float, list[dict]]:
     """Bisection over the alpha grid for the linear mixture whose robust accuracy is closest to
-    ``target`` (``per_example_seeds``: see :func:`mixzoo.attacks.runner.evaluate`).
+    ``target``, each alpha evaluated with ``request`` (:func:`mixzoo.attacks.runner.evaluate`; its cache key adds
+    the alpha).
 
     Robust accuracy of the linear mixture grows with alpha (more weight on the RBC), so a bisection over the grid
     needs about log2(51) = 6 evaluations; every evaluation tried is returned so the choice can be audited.
@@ -235,10 +243,9 @@ def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, lab
     def robust(i: int) -> float:
         if i not in tried:
             c = method.card_at(grid[i])
-            ev = evaluate(method.build(abc, rbc, c), images, labels, attack=attack, eps=eps, norm=norm, seed=seed,
-                          batch_size=batch_size, cache=cache, key_parts={**key_parts, **method.key_parts(c)},
-                          label=f"{method.name} alpha={grid[i]}", attack_options=attack_options, progress=progress,
-                          per_example_seeds=per_example_seeds)
+            ev = evaluate(method.build(abc, rbc, c), images, labels,
+                          request.replace(key_parts={**request.key_parts, **method.key_parts(c)},
+                                          label=f"{method.name} alpha={grid[i]}"))
             tried[i] = sum(ev["robust_correct"]) / len(ev["robust_correct"])
         return tried[i]
 

@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+from eval_requests import ask
 from torch import nn
 
 from mixzoo.attacks import precision as precision_mod
@@ -167,15 +168,15 @@ def test_the_cache_key_includes_the_precision(tmp_path):
     common = dict(attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=4, cache=cache, key_parts={"m": "tie"},
                   label="tie", attack_options={"n_iter": 3, "components": ["apgd-ce"], "n_target_classes": 0},
                   progress=False)
-    f32 = evaluate(tie_model(), x, y, **common)
+    f32 = evaluate(tie_model(), x, y, ask(**common))
     after_f32 = cached_files(tmp_path)
-    b16 = evaluate(tie_model(), x, y, precision="bf16", **common)
+    b16 = evaluate(tie_model(), x, y, ask(precision="bf16", **common))
     assert len(after_f32) == 1 and len(cached_files(tmp_path)) == 2  # a second outcome, not the float32 one
     assert not b16.get("cached") and b16["precision"] == "bf16" and f32["precision"] == "float32"
     (comp,) = b16["components"]
     assert (comp["found_bf16"], comp["confirmed_float32"], comp["rerun_float32"], comp["newly_broken"]) == (4, 0, 0, 0)
     assert "found_bf16" not in f32["components"][0]
-    again = evaluate(tie_model(), x, y, precision="float32", **common)  # float32 spelled out: the same outcome
+    again = evaluate(tie_model(), x, y, ask(precision="float32", **common))  # float32 spelled out: the same outcome
     assert again.get("cached") and len(cached_files(tmp_path)) == 2
 
 
@@ -221,8 +222,8 @@ def test_an_attack_without_a_precision_argument_is_refused_in_bf16(tmp_path, mon
 
     monkeypatch.setattr("mixzoo.core.plugins.lookup", lambda kind, name: Old)
     with pytest.raises(InputError, match="cannot run in bf16.*use --precision float32"):
-        evaluate(threshold_model(), *grey(2), attack="old", eps=0.1, norm="Linf", seed=0, batch_size=2,
-                 cache=Cache(tmp_path, enabled=False), key_parts={}, label="old", progress=False, precision="bf16")
+        evaluate(threshold_model(), *grey(2), ask(attack="old", eps=0.1, norm="Linf", seed=0, batch_size=2,
+                 cache=Cache(tmp_path, enabled=False), key_parts={}, label="old", progress=False, precision="bf16"))
 
 
 def test_a_gpu_without_bfloat16_is_refused_and_a_cpu_without_it_warned(monkeypatch):

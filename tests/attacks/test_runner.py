@@ -13,6 +13,8 @@ from torch import nn
 
 from mixzoo.attacks.runner import evaluate, outcome_digest
 from mixzoo.core.cache import Cache
+from mixzoo.core.record import RunRecord
+from mixzoo.core.request import EvalRequest
 
 N = 12
 
@@ -29,9 +31,10 @@ def run(cache: Cache, **kw):
     model, images, labels = tiny_case()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ev = evaluate(model, images, labels, attack="apgd", eps=kw.pop("eps", 0.05), norm="Linf", seed=0,
-                      batch_size=kw.pop("batch_size", 5), cache=cache, key_parts={"test": "runner"}, label="tiny",
-                      attack_options={"n_iter": 3, "n_target_classes": 1}, progress=False, **kw)
+        record = RunRecord(attack="apgd", eps=kw.pop("eps", 0.05), norm="Linf", seed=0,
+                           batch_size=kw.pop("batch_size", 5), attack_options={"n_iter": 3, "n_target_classes": 1})
+        ev = evaluate(model, images, labels, EvalRequest(record.replace(**kw), cache, key_parts={"test": "runner"},
+                                                         label="tiny", progress=False))
     return ev, [str(w.message) for w in caught if "cache entry" in str(w.message)]
 
 
@@ -109,3 +112,28 @@ def test_cached_outcomes_carry_their_key_and_digest_but_results_do_not(tmp_path)
     assert entry["digest"] == outcome_digest(entry, entry["key"])
     reused, _ = run(cache)
     assert "digest" not in reused and "key" not in reused
+
+
+# Cache keys and outcomes written by the runner before it took an EvalRequest (evaluate(..., attack=..., eps=...,
+# ...)), on tiny_case with key_parts {"test": "golden"}: the same request must find those files, so caches filled
+# before stay valid, and give the same outcome example by example.
+GOLDEN = {
+    "apgd": ({"attack": "apgd", "attack_options": {"n_iter": 3, "n_target_classes": 1}}, "5628ef47430abac83f9f0e6d",
+             "100101110111"),
+    "adaptive square": ({"attack": "adaptive", "attack_options": {"components": ["square"], "n_queries": 20},
+                         "seed": 3}, "f368f8410ffb19de87ffe259", "101111111111"),
+    "batch seeds": ({"attack": "apgd", "attack_options": {"n_iter": 3, "n_target_classes": 1},
+                     "per_example_seeds": False}, "a324929255a50cd37ebfdcaf", "100101110111"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_a_cache_written_before_the_request_object_is_still_hit(name, tmp_path):
+    fields, key, robust = GOLDEN[name]
+    model, images, labels = tiny_case()
+    record = RunRecord(**{"eps": 0.05, "norm": "Linf", "seed": 0, "batch_size": 5, **fields})
+    request = EvalRequest(record, Cache(tmp_path), key_parts={"test": "golden"}, label="golden", progress=False)
+    ev = evaluate(model, images, labels, request)
+    assert [p.stem for p in (tmp_path / "bench").glob("*.json")] == [key]
+    assert "".join("1" if r else "0" for r in ev["robust_correct"]) == robust
+    assert evaluate(model, images, labels, request).get("cached") is True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from digits_models import train_digits_mlp
+from eval_requests import ask
 from torch import nn
 
 from mixzoo.attacks.apgd import apgd_ce, apgd_t
@@ -268,8 +269,8 @@ def test_registered_as_fast_and_run_by_the_bench_runner_with_the_note(digits, tm
 
     assert lookup("attack", "fast") is FastScreening
     model, x, y = digits
-    ev = evaluate(model, x[:20], y[:20], attack="fast", eps=0.05, norm="Linf", seed=0, batch_size=8,
-                  cache=Cache(tmp_path), key_parts={"model": "digits-mlp"}, label="mlp",
-                  attack_options={"n_iter": 5}, progress=False)
+    ev = evaluate(model, x[:20], y[:20], ask(attack="fast", eps=0.05, norm="Linf", seed=0, batch_size=8,
+                                             cache=Cache(tmp_path), key_parts={"model": "digits-mlp"}, label="mlp",
+                                             attack_options={"n_iter": 5}, progress=False))
     assert any(w.startswith(SCREENING_NOTE) for w in ev["warnings"])
     assert [c["name"] for c in ev["components"]] == ["apgd-ce", "apgd-t"]

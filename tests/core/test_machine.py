@@ -8,6 +8,7 @@ import platform
 
 import pytest
 import torch
+from eval_requests import ask
 
 from mixzoo.core.cache import Cache
 from mixzoo.core.machine import describe_machine, machine_line, machine_summary, run_record
@@ -66,11 +67,11 @@ def test_a_resumed_evaluation_names_both_machines(tmp_path):
     kwargs = dict(attack="apgd", eps=0.2, norm="Linf", seed=0, batch_size=20, key_parts={"test": "machine"},
                   label="rbc", attack_options={"n_iter": 3, "n_target_classes": 1}, progress=False)
     here = machine_summary("cpu")
-    whole = evaluate(rbc, data.images, data.labels, cache=Cache(tmp_path / "a"), **kwargs)
+    whole = evaluate(rbc, data.images, data.labels, ask(cache=Cache(tmp_path / "a"), **kwargs))
     assert whole["machine"] == here
     # the same evaluation interrupted after its first batch on another machine, then finished here
     cache = Cache(tmp_path / "b")
-    evaluate(rbc, data.images, data.labels, cache=cache, **kwargs)
+    evaluate(rbc, data.images, data.labels, ask(cache=cache, **kwargs))
     [final] = (cache.root / "bench").glob("*.json")
     partial = final.with_suffix(".partial")
     partial.mkdir()
@@ -80,10 +81,10 @@ def test_a_resumed_evaluation_names_both_machines(tmp_path):
              "seconds": 1.0, "device": "cuda", "machine": "NVIDIA H100 80GB HBM3"}
     (partial / "000000.json").write_text(sealed(batch, final.stem))
     final.unlink()
-    resumed = evaluate(rbc, data.images, data.labels, cache=cache, **kwargs)
+    resumed = evaluate(rbc, data.images, data.labels, ask(cache=cache, **kwargs))
     assert resumed["machine"] == f"NVIDIA H100 80GB HBM3 + {here}"
     assert resumed["device"] == "cpu+cuda"
-    again = evaluate(rbc, data.images, data.labels, cache=cache, **kwargs)
+    again = evaluate(rbc, data.images, data.labels, ask(cache=cache, **kwargs))
     assert again["cached"] and again["machine"] == resumed["machine"]
 
 

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from eval_requests import ask
 
 from mixzoo.attacks.runner import evaluate
 from mixzoo.core.cache import Cache, CacheWarning, batched_cached
@@ -46,9 +47,9 @@ def digits(one_thread):
 
 def run(digits, cache, n=N):
     model, x, y = digits
-    return evaluate(model, x[:n], y[:n], attack="adaptive-apgd", attack_options=OPTIONS, eps=0.2, norm="Linf",
-                    seed=0, batch_size=10, cache=cache, key_parts={"model": "digits-pgd"}, label="RBC",
-                    progress=False)
+    return evaluate(model, x[:n], y[:n], ask(attack="adaptive-apgd", attack_options=OPTIONS, eps=0.2, norm="Linf",
+                                             seed=0, batch_size=10, cache=cache, key_parts={"model": "digits-pgd"},
+                                             label="RBC", progress=False))
 
 
 def entry(cache) -> tuple:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from eval_requests import ask
 from safetensors.torch import load_file
 
 from mixzoo.core import distributed
@@ -61,7 +62,7 @@ def test_two_ranks_give_the_one_process_results_and_resume_after_a_killed_rank(c
     assert done.returncode == 0, done.stderr[-3000:]
     assert rows(tmp_path / "two") == rows(tmp_path / "one")
     assert json.loads((tmp_path / "two" / "report.json").read_text())["settings"]["world_size"] == 2
-    assert list((tmp_path / "two").glob("*.png"))  # rank 0 drew the figures alone after the others had left
+    assert list((tmp_path / "two").glob("*.png"))  # every rank computed the figure data; rank 0 rendered it
     a, b = points(tmp_path / "one"), points(tmp_path / "two")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert any("0" in o for o in rows(tmp_path / "one").values())  # something was broken: the check has content
@@ -141,9 +142,9 @@ def test_the_merge_refuses_a_missing_shard_and_names_it(monkeypatch, tmp_path, o
     monkeypatch.setattr(runner, "world", lambda: _LostBatchOne())
     store = Cache(tmp_path / "cache")
     with pytest.raises(InputError, match=r"1 of 3 batches are missing \(1 \(images 10-19\)\)"):
-        runner.evaluate(model, x[:25], y[:25], attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=10,
-                        cache=store, key_parts={"t": 1}, label="digits", attack_options={"n_iter": 2},
-                        progress=False)
+        runner.evaluate(model, x[:25], y[:25], ask(attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=10,
+                                                   cache=store, key_parts={"t": 1}, label="digits",
+                                                   attack_options={"n_iter": 2}, progress=False))
     assert not list((tmp_path / "cache" / "bench").glob("*.json"))  # only the finished batches' partial files
     assert len(list((tmp_path / "cache" / "bench").glob("*.partial/*.json"))) == 2
     monkeypatch.undo()

@@ -10,6 +10,7 @@ import types
 import pytest
 import torch
 from card_fields import nuts_card
+from eval_requests import ask
 from torch import nn
 
 import mixzoo
@@ -19,6 +20,7 @@ from mixzoo.attacks.result import ComponentStat, EvalResult
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
+from mixzoo.core.request import ReportRequest
 
 
 # ================================================================================================= bench
@@ -77,9 +79,9 @@ def run_evaluate(cache: Cache, n: int = 10, batch_size: int = 4, **kw):
     from mixzoo.evaluation.bench import evaluate
 
     images = indexed_images(n)
-    return evaluate(nn.Identity(), images, torch.zeros(n, dtype=torch.long), attack="scripted", eps=0.1,
-                    norm="Linf", seed=kw.pop("seed", 7), batch_size=batch_size, cache=cache,
-                    key_parts={"test": "merge"}, label="m", progress=False, **kw)
+    return evaluate(nn.Identity(), images, torch.zeros(n, dtype=torch.long),
+                    ask(attack="scripted", eps=0.1, norm="Linf", seed=kw.pop("seed", 7), batch_size=batch_size,
+                        cache=cache, key_parts={"test": "merge"}, label="m", progress=False, **kw))
 
 
 def test_evaluate_merges_batches_in_order_with_summed_counts_and_times(scripted, tmp_path):
@@ -209,10 +211,10 @@ def test_linear_baseline_is_matched_on_the_first_images_and_on_robust_accuracy(m
 
     seen = []
 
-    def fake_evaluate(model, images, labels, **kw):
-        seen.append((kw["label"], example_ids(images)))
+    def fake_evaluate(model, images, labels, request):
+        seen.append((request.label, example_ids(images)))
         run = {"clean_correct": [True] * len(images), "seconds": 1.0, "components": [], "warnings": []}
-        if kw["label"].startswith("MixedNUTS"):  # the shared attack and the extra one (apgd-bypass) alike
+        if request.label.startswith("MixedNUTS"):  # the shared attack and the extra one (apgd-bypass) alike
             return {**run, "robust_correct": [i < 2 for i in example_ids(images)]}
         return {**run, "robust_correct": linear_robust(model.alpha, len(images))}
 
@@ -221,9 +223,8 @@ def test_linear_baseline_is_matched_on_the_first_images_and_on_robust_accuracy(m
     data = types.SimpleNamespace(images=indexed_images(20), labels=torch.zeros(20, dtype=torch.long),
                                  fingerprint="f")
     ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
-    alpha, tried, target = matched_linear_alpha(ce, match_n=8, attack="apgd", eps=0.1, norm="Linf", seed=0,
-                                                batch_size=4, cache=Cache(enabled=False), attack_options=None,
-                                                progress=False)
+    alpha, tried, target = matched_linear_alpha(ce, ask(attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=4,
+                                                        progress=False), match_n=8)
     assert target == 2 / 8
     assert all(set(ids) <= set(range(8)) for _, ids in seen) and seen[0][1] == list(range(8))
     assert sum(linear_robust(alpha, 8)) == 2  # the chosen mixture matches: 2 robust examples of 8
@@ -240,7 +241,8 @@ def test_bench_rows_linear_mixture_and_points_are_each_their_own(monkeypatch):
     models: dict[str, nn.Module] = {}
     markers = {"digits-std": 0, "digits-pgd": 1, "MixedNUTS": 2}
 
-    def fake_evaluate(model, images, labels, *, label, save_adversarial=False, **kw):
+    def fake_evaluate(model, images, labels, request):
+        label, save_adversarial = request.label, request.save_adversarial
         n = len(images)
         models[label] = model
         if label.startswith("linear"):
@@ -298,15 +300,14 @@ def test_each_curve_point_uses_the_alpha_calibrated_at_its_beta(monkeypatch):
 
     alphas_attacked = []
 
-    def fake_evaluate(model, images, labels_r, **kw):
+    def fake_evaluate(model, images, labels_r, request):
         alphas_attacked.append(getattr(model, "alpha", None))  # the ABC and the RBC alone have none
         return {"robust_correct": [True] * len(images)}
 
     monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # the curve runs attacks through it
     card = MixCard("mixednuts", {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.75, "beta": 0.99})
-    cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
-                                n=4, eps=0.1, norm="Linf", seed=0, batch_size=4, betas=(0.9, 0.99), alphas=(),
-                                progress=False)
+    request = ReportRequest(ask(attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=4, progress=False), n=4)
+    cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, request, betas=(0.9, 0.99), alphas=())
 
     def clean(alpha: float) -> float:
         lp = mix_log_probs(g, h, s=1.0, p=1.0, c=0.0, alpha=alpha, clamp="gelu")
@@ -331,3 +332,69 @@ def test_a_matched_baseline_at_alpha_one_is_said_to_be_the_rbc(digits_card, tmp_
     linear = next(m for m in report.models if m.kind == "linear")
     assert linear.alpha == 1.0
     assert any("alpha 1.00, so it is the RBC alone" in n for n in report.notes), report.notes
+
+
+def test_an_old_style_baseline_method_is_matched_with_the_former_keywords(monkeypatch):
+    """A third-party baseline method written for mixzoo 0.1 (``match(..., **kw)``, no request) is still called,
+    with evaluate's former keyword arguments, and a DeprecationWarning says to take a request."""
+    import mixzoo.evaluation.bench as bench_module
+    from mixzoo.evaluation.bench import CardEvaluation, matched_linear_alpha
+
+    received = {}
+
+    class OldBaseline:
+        name = "old-baseline"
+
+        def match(self, abc, rbc, images, labels, target, **kw):
+            received.update(kw)
+            return 0.75, [{"alpha": 0.75, "robust_accuracy": target}]
+
+    def fake_evaluate(model, images, labels, request):
+        return {"clean_correct": [True] * len(images), "robust_correct": [True] * len(images), "seconds": 1.0,
+                "components": [], "warnings": []}
+
+    monkeypatch.setattr(bench_module, "baseline_method", lambda: OldBaseline())
+    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
+    data = types.SimpleNamespace(images=indexed_images(6), labels=torch.zeros(6, dtype=torch.long), fingerprint="f")
+    ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
+    request = ask(attack="apgd", eps=0.1, norm="Linf", seed=4, batch_size=3, attack_options={"n_iter": 2},
+                  progress=False)
+    deprecated = r"'old-baseline': match\(abc, rbc, images, labels, target, \*\*kw\)"
+    with pytest.warns(DeprecationWarning, match=deprecated):
+        alpha, _, target = matched_linear_alpha(ce, request, match_n=4, extra_attacks=False)
+    assert (alpha, target) == (0.75, 1.0)
+    assert {k: received[k] for k in ("attack", "eps", "norm", "seed", "batch_size", "attack_options",
+                                     "per_example_seeds", "progress")} == {
+        "attack": "apgd", "eps": 0.1, "norm": "Linf", "seed": 4, "batch_size": 3, "attack_options": {"n_iter": 2},
+        "per_example_seeds": True, "progress": False}
+    assert received["key_parts"]["match_n"] == 4 and received["cache"] is request.cache
+
+
+def test_an_old_style_trade_off_curve_is_called_with_the_former_keywords():
+    """A third-party method whose tradeoff_curve takes mixzoo 0.1's keyword arguments (no request) still gets its
+    curve into the report, with the curve's settings as those keywords and a DeprecationWarning."""
+    from mixzoo.core.settings import RunSettings
+    from mixzoo.evaluation.bench import BenchRun, CurveSettings, _add_curve
+
+    received = {}
+
+    class OldCurve:
+        name = "old-curve"
+
+        def tradeoff_curve(self, card, abc, rbc, data, **kw):
+            received.update(kw)
+            return {"attack": kw["attack"], "points": []}
+
+    card = types.SimpleNamespace(mixing_method=OldCurve())
+    ce = types.SimpleNamespace(abc=nn.Identity(), rbc=nn.Identity(), data=types.SimpleNamespace(labels=torch.zeros(8)))
+    run = BenchRun(RunSettings(data_dir="d"), [card], ce, ask(attack="apgd", eps=0.1, norm="Linf", seed=2,
+                                                             batch_size=4, progress=False),
+                   {}, 4, [])
+    report = types.SimpleNamespace(curve=None, settings={"components": {}})
+    with pytest.warns(DeprecationWarning, match="'old-curve': tradeoff_curve"):
+        _add_curve(run, report, CurveSettings(attack="fast", options={"n_iter": 3}, n=6, points=2))
+    assert report.curve == {"attack": "fast", "points": []}
+    assert {k: received[k] for k in ("attack", "attack_options", "n", "eps", "norm", "seed", "batch_size",
+                                     "data_dir", "device", "progress", "points")} == {
+        "attack": "fast", "attack_options": {"n_iter": 3}, "n": 6, "eps": 0.1, "norm": "Linf", "seed": 2,
+        "batch_size": 4, "data_dir": "d", "device": "cpu", "progress": False, "points": 2}

@@ -80,13 +80,14 @@ def test_sanity_legend_outside_and_lines_distinguishable(tmp_path, captured):
 
 
 def test_margins_legend_does_not_cover_the_histograms(tmp_path, captured):
-    from mixzoo.methods.mixednuts.figures import plot_margins
+    from mixzoo.methods.mixednuts.figures import margin_histograms, plot_margins
 
     g = torch.Generator().manual_seed(0)
     cal = types.SimpleNamespace(clean_logits=torch.randn(40, 5, generator=g),
                                 attacked_logits=torch.randn(40, 5, generator=g),
                                 labels=torch.randint(0, 5, (40,), generator=g))
-    plot_margins(MixCard("mixednuts", {"s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.8, "beta": 0.985}), cal,
+    card = MixCard("mixednuts", {"s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.8, "beta": 0.985})
+    plot_margins(card, margin_histograms(card, cal),
                  tmp_path / "m.png")
     (fig,) = captured
     renderer = renderer_of(fig)

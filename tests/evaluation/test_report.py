@@ -9,10 +9,12 @@ import types
 import numpy as np
 import pytest
 import torch
+from eval_requests import ask
 from torch import nn
 
 import mixzoo.zoo.pairs
 from mixzoo.core.card import MixCard
+from mixzoo.core.request import ReportRequest
 from mixzoo.zoo.data import ImageDataset
 
 
@@ -90,7 +92,7 @@ def test_write_report_files_and_adversarial_metadata(tmp_path):
 
     report = _report()
     report.adversarial = {"mixednuts": {"index": torch.tensor([3, 7]), "images": torch.zeros(2, 1, 8, 8)}}
-    paths = write_report(report, tmp_path / "out", rbc=None, plots=False)
+    paths = write_report(report, tmp_path / "out", plots=False)
     assert [p.name for p in paths] == ["report.json", "report.md", ADVERSARIAL_FILE]
     with safe_open(str(tmp_path / "out" / ADVERSARIAL_FILE), "pt") as fh:
         meta = fh.metadata()
@@ -101,6 +103,13 @@ def test_write_report_files_and_adversarial_metadata(tmp_path):
     assert data["cards"] == [data["card"]]
     assert [m["kind"] for m in data["models"]] == ["abc", "rbc", "linear", "mixednuts"]
     assert data["models"][3]["card"] == data["card"] and data["models"][2]["card"]["linear"]["alpha"] == 0.7
+
+
+def _calibration() -> types.SimpleNamespace:
+    g = torch.Generator().manual_seed(0)
+    return types.SimpleNamespace(clean_logits=torch.randn(40, 5, generator=g),
+                                 attacked_logits=torch.randn(40, 5, generator=g),
+                                 labels=torch.randint(0, 5, (40,), generator=g))
 
 
 @pytest.fixture()
@@ -140,14 +149,10 @@ def test_objective_plot_marks_the_chosen_point_and_greys_only_objectives_above_o
 
 def test_margin_plot_draws_the_alpha_threshold(tmp_path, captured_figures):
     """Fig. 6: the mixture follows the RBC once its margin exceeds (1 - alpha) / alpha."""
-    from mixzoo.methods.mixednuts.figures import plot_margins
+    from mixzoo.methods.mixednuts.figures import margin_histograms, plot_margins
 
-    g = torch.Generator().manual_seed(0)
-    cal = types.SimpleNamespace(clean_logits=torch.randn(40, 5, generator=g),
-                                attacked_logits=torch.randn(40, 5, generator=g),
-                                labels=torch.randint(0, 5, (40,), generator=g))
-    card = MixCard("mixednuts", {"s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.8, "beta": 0.985})
-    plot_margins(card, cal, tmp_path / "m.png")
+    cal, card = _calibration(), MixCard("mixednuts", {"s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.8, "beta": 0.985})
+    plot_margins(card, margin_histograms(card, cal), tmp_path / "m.png")
     (fig,) = captured_figures
     lines = [line for line in fig.axes[1].lines if str(line.get_label()).startswith("(1-alpha)/alpha")]
     assert len(lines) == 1 and list(lines[0].get_xdata()) == pytest.approx([0.25, 0.25])
@@ -175,15 +180,15 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
     monkeypatch.setattr(importlib.import_module("mixzoo.methods.mixednuts.calibrate"), "calibrate", lambda **k: chosen)
     seen = []
 
-    def fake_evaluate(model, images, labels_r, **kw):
+    def fake_evaluate(model, images, labels_r, request):
         seen.append(len(images))
         return {"robust_correct": [i % 2 == 0 for i in range(len(images))]}
 
     monkeypatch.setattr(runner, "evaluate", fake_evaluate)
     card = MixCard("mixednuts", {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.7, "beta": 0.985})
-    cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, cache=Cache(enabled=False), attack="apgd",
-                                n=n_robust, eps=0.1, norm="Linf", seed=0, batch_size=4, betas=(0.9,),
-                                alphas=(0.5,), progress=False)
+    request = ReportRequest(ask(attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=4, progress=False,
+                                cache=Cache(enabled=False)), n=n_robust)
+    cur = figures.tradeoff_curve(card, nn.Flatten(), nn.Flatten(), data, request, betas=(0.9,), alphas=(0.5,))
     # beta 0.9 and the card's own 0.985, the linear alpha, then the ABC and the RBC alone: all on the same n images
     assert seen == [n_robust] * 5
     assert (cur["n_robust"], cur["n_clean"]) == (n_robust, n_robust) and cur["card_beta"] == 0.985
@@ -193,3 +198,81 @@ def test_tradeoff_curve_records_its_sizes_and_the_linear_baselines_own_clean_acc
     assert expected_linear == 0.0  # the raw-scale RBC wins: a different answer than with M(s, p, c) applied
     assert cur["linear"] == [{"alpha": 0.5, "clean_accuracy": expected_linear, "robust_accuracy": 0.5}]
     assert cur["mixednuts"][0]["robust_accuracy"] == 0.5 and cur["mixednuts"][0]["beta"] == 0.9
+
+
+def test_the_margin_histograms_draw_what_the_raw_margins_drew(tmp_path, captured_figures):
+    """Fig. 6 from the counts the bench keeps in the report: every histogram's steps are those matplotlib draws from
+    the margins themselves (density, 40 bins over [0, 1])."""
+    import matplotlib.pyplot as plt
+
+    from mixzoo.methods.mixednuts.figures import margin_histograms, plot_margins
+    from mixzoo.methods.mixednuts.transforms import confidence_margin, layer_norm, rbc_transform, transform_of
+
+    cal, card = _calibration(), MixCard("mixednuts", {"s": 2.0, "p": 2.0, "c": -0.5, "alpha": 0.8, "beta": 0.985})
+    plot_margins(card, margin_histograms(card, cal), tmp_path / "m.png")
+    (fig,) = captured_figures
+    stages = (lambda z: layer_norm(z, top_k=card.params["top_k"]),
+              lambda z: rbc_transform(z, **transform_of(card.params)))
+    bins = torch.linspace(0, 1, 41).numpy()
+    for ax, fn in zip(fig.axes[:2], stages, strict=True):
+        want_fig, want_ax = plt.subplots()
+        for logits in (cal.clean_logits, cal.attacked_logits):
+            m, correct = confidence_margin(fn(logits)), logits.argmax(1) == cal.labels
+            for mask in (correct, ~correct):
+                if mask.any():
+                    want_ax.hist(m[mask].numpy(), bins=bins, histtype="step", density=True)
+        got = [p.get_xy() for p in ax.patches]
+        want = [p.get_xy() for p in want_ax.patches]
+        assert len(got) == len(want) == 4
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+        plt.close(want_fig)
+
+
+def test_writing_a_report_attacks_nothing(tmp_path, monkeypatch):
+    """write_report only renders: with every attack and every calibration step unreachable, a MixedNUTS report
+    (a card calibrated by MMAA, its curve and its margin histograms, as the bench leaves them) is written with all
+    three figures."""
+    import mixzoo.attacks
+    import mixzoo.attacks.runner as runner
+    import mixzoo.core.cache as cache_module
+    import mixzoo.core.plugins as plugins
+    import mixzoo.methods.mixednuts.calibration_data as calibration_data
+    from mixzoo.core.errors import PluginError
+    from mixzoo.evaluation.report import write_report
+    from mixzoo.methods.mixednuts.figures import margin_histograms
+
+    real_lookup, asked = plugins.lookup, []
+
+    def no_attacks(kind, name, *a, **k):
+        if kind == "attack":
+            asked.append(name)
+            raise PluginError(f"no attack {name!r} in this process")
+        return real_lookup(kind, name, *a, **k)
+
+    def refuse(*a, **k):
+        raise AssertionError("writing a report attacked or computed")
+
+    monkeypatch.setattr(plugins, "lookup", no_attacks)
+    for module, name in ((runner, "evaluate"), (mixzoo.attacks, "mmaa"), (calibration_data, "cached_mmaa"),
+                         (calibration_data, "calibration_data"), (cache_module, "batched_cached"),
+                         (mixzoo.zoo.pairs, "cached_logits")):
+        monkeypatch.setattr(module, name, refuse)
+    curve = {"attack": "apgd", "n_robust": 30, "n_clean": 30, "card_beta": 0.985,
+             "mixednuts": [{"beta": 0.985, "alpha": 0.9, "clean_accuracy": 0.9, "robust_accuracy": 0.4}],
+             "linear": [{"alpha": 0.6, "clean_accuracy": 0.85, "robust_accuracy": 0.2}],
+             "abc": {"clean_accuracy": 0.95, "robust_accuracy": 0.0}, "rbc": {"clean_accuracy": 0.8,
+                                                                             "robust_accuracy": 0.45}}
+    report = _report(curve=curve)
+    card = report.card
+    card.attack, card.data = {"name": "mmaa", "eps": 0.2, "norm": "Linf"}, {"n": 40}
+    card.params["grid"] = {"s_values": [0.5, 2.0], "p_values": [2.0], "c_values": [-0.5, 0.0],
+                           "objectives": [[[0.3, 0.4]], [[0.2, 0.5]]]}
+    report.figure_data = [{"margins": margin_histograms(card, _calibration())}]
+    paths = write_report(report, tmp_path / "out")
+    assert {p.name for p in paths} == {"report.json", "report.md", "objective.png", "tradeoff.png", "margins.png"}
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert written["figure_data"][0]["margins"]["n_calibration"] == 40
+    # a report without figure data (a bench run without --out, or without plots) has no margins figure
+    report.figure_data = []
+    assert "margins.png" not in {p.name for p in write_report(report, tmp_path / "again")}

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+from eval_requests import ask
 from safetensors.torch import load_file, save_file
 from torch import nn
 from typer.testing import CliRunner
@@ -81,7 +82,7 @@ def test_an_interrupted_evaluation_resumes_with_its_points(tmp_path, monkeypatch
     kwargs = dict(attack="apgd", eps=0.2, norm="Linf", seed=0, batch_size=20, key_parts={"test": "resume"},
                   label="rbc", attack_options={"n_iter": 5, "n_target_classes": 2}, save_adversarial=True,
                   progress=False)
-    whole = evaluate(rbc, data.images, data.labels, cache=Cache(tmp_path / "a"), **kwargs)
+    whole = evaluate(rbc, data.images, data.labels, ask(cache=Cache(tmp_path / "a"), **kwargs))
     from mixzoo.attacks.evaluation import APGDEnsemble
 
     run, calls = APGDEnsemble.run, []
@@ -94,8 +95,8 @@ def test_an_interrupted_evaluation_resumes_with_its_points(tmp_path, monkeypatch
 
     monkeypatch.setattr(APGDEnsemble, "run", flaky)
     with pytest.raises(KeyboardInterrupt):
-        evaluate(rbc, data.images, data.labels, cache=Cache(tmp_path / "b"), **kwargs)
-    resumed = evaluate(rbc, data.images, data.labels, cache=Cache(tmp_path / "b"), **kwargs)
+        evaluate(rbc, data.images, data.labels, ask(cache=Cache(tmp_path / "b"), **kwargs))
+    resumed = evaluate(rbc, data.images, data.labels, ask(cache=Cache(tmp_path / "b"), **kwargs))
     assert len(calls) == 4  # batch 0 was read back, with its points; batches 1 and 2 attacked
     assert resumed["robust_correct"] == whole["robust_correct"]
     assert torch.equal(resumed["adversarial"]["index"], whole["adversarial"]["index"])

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from mixzoo.core.errors import InputError
+from mixzoo.core.request import EvalRequest
 
 ALPHA_MIN_GRID = (0.0, 0.5, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99)
 SEARCH_OPTIONS: dict[str, Any] = {"n_iter": 25, "n_target_classes": 3}  # the linear alpha match's budget
@@ -65,14 +66,15 @@ def _worst_case(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, at
 
 
 def search_alpha_min(build: Callable[[float], nn.Module], rbc: nn.Module, images: torch.Tensor,
-                     labels: torch.Tensor, *, robust_drop: float, evaluate_kw: dict[str, Any],
+                     labels: torch.Tensor, *, robust_drop: float, request: EvalRequest,
                      key_parts: Callable[[float], dict[str, Any]], rbc_key: dict[str, Any],
                      grid: tuple[float, ...] = ALPHA_MIN_GRID) -> tuple[float, dict[str, Any]]:
     """The smallest ``alpha_min`` of ``grid`` whose robust accuracy on ``images`` is at least the RBC's minus
     ``robust_drop`` points, and the record of the search (every candidate tried, for the card).
 
-    ``build(alpha_min)``: the adaptively smoothed classifier with that bound; ``evaluate_kw``: the arguments of
-    :func:`mixzoo.attacks.runner.evaluate` shared by every run (eps, norm, seed, batch size, cache, progress);
+    ``build(alpha_min)``: the adaptively smoothed classifier with that bound; ``request``: the
+    :func:`mixzoo.attacks.runner.evaluate` request every run starts from (eps, norm, seed, batch size, cache,
+    progress; each run sets its attack, options, label and cache key);
     ``key_parts(alpha_min)`` / ``rbc_key``: the cache keys of the candidates and of the RBC.
     """
     from mixzoo.attacks.runner import evaluate
@@ -82,8 +84,8 @@ def search_alpha_min(build: Callable[[float], nn.Module], rbc: nn.Module, images
 
     def run_with(keys: dict[str, Any]) -> Callable[..., dict[str, Any]]:
         def run(model: nn.Module, attack: str, options: dict[str, Any], label: str) -> dict[str, Any]:
-            return evaluate(model, images, labels, attack=attack, attack_options=options, label=label,
-                            key_parts=keys, **evaluate_kw)
+            return evaluate(model, images, labels, request.replace(attack=attack, attack_options=options, label=label,
+                                                                   key_parts=keys))
         return run
 
     rbc_clean, rbc_robust = _worst_case(rbc, images, labels, SEARCH_ATTACKS[:1], run=run_with(rbc_key),

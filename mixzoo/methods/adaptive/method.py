@@ -268,6 +268,8 @@ class AdaptiveSmoothing(MixingMethod):
                           robust_drop: float, request: FitRequest) -> tuple[float, dict[str, Any]]:
         """alpha_min=search (:func:`.bounds.search_alpha_min`) on the pair's calibration images."""
         from mixzoo.core.card import MixCard
+        from mixzoo.core.record import RunRecord
+        from mixzoo.core.request import EvalRequest
         from mixzoo.methods.adaptive.bounds import ALPHA_MIN_GRID, search_alpha_min
         from mixzoo.zoo.pairs import model_key
 
@@ -287,8 +289,9 @@ class AdaptiveSmoothing(MixingMethod):
             lambda a: self.build(pair.abc, pair.rbc, at(a)), pair.rbc, pair.data.images, pair.data.labels,
             robust_drop=robust_drop, grid=grid, rbc_key={**base, "model": "rbc"},
             key_parts=lambda a: {**base, **self.key_parts(at(a))},
-            evaluate_kw={"eps": pair.eps, "norm": pair.norm, "seed": request.seed, "cache": pair.cache,
-                         "batch_size": request.batch_size or 250, "progress": request.progress})
+            request=EvalRequest(RunRecord(eps=pair.eps, norm=pair.norm, seed=request.seed,
+                                          batch_size=request.batch_size or 250), pair.cache,
+                                progress=request.progress))
 
 
 def _float_option(opts: dict[str, Any], key: str, default: float) -> float:

@@ -107,7 +107,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     from mixzoo.core.cache import Cache
     from mixzoo.core.card import MixCard
     from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
-    from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
+    from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
     from mixzoo.methods.mixednuts.transforms import confidence_margin, rbc_transform, transform_of
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.pairs import cached_logits, card_dataset, card_model, check_device, check_model_fits
@@ -129,13 +129,14 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
                          f" ones the card was calibrated on ({card.data.get('fingerprint')}); pass the same data"
                          " directory (--data-dir) as for `mixzoo mix`")
     cache = Cache(cache_dir, enabled=use_cache)
-    settings = dict(mmaa_settings(card.attack, card.params["top_k"]), cache=cache, device=device, progress=progress)
+    mmaa = MMAASettings(**mmaa_settings(card.attack, card.params["top_k"]))
+    settings = dict(cache=cache, device=device, progress=progress)
     clean = cached_logits(rbc_m, data, cache=cache, device=device, progress=progress, what="RBC clean logits")
     hits_before = len(cache.hits)
-    surrogate = cached_mmaa(rbc_m, data, **settings)
+    surrogate = cached_mmaa(rbc_m, data, mmaa, **settings)
     hits = {"mmaa_ln": len(cache.hits) > hits_before}
     hits_before = len(cache.hits)
-    direct = cached_mmaa(rbc_m, data, transform=card, **settings)
+    direct = cached_mmaa(rbc_m, data, mmaa, transform=card, **settings)
     hits["mmaa_m"] = len(cache.hits) > hits_before
 
     point = Grid.point(card.params["s"], card.params["p"], card.params["c"])
@@ -189,9 +190,10 @@ def refit_alpha(card: Any, rbc: nn.Module, cdata: Any, *, cache: Any, device: st
     :class:`mixzoo.zoo.pairs.CalibrationData`. The card's grid heat map stays the first pass's.
     """
     from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
-    from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
+    from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
 
-    direct = cached_mmaa(rbc, cdata.dataset, **mmaa_settings(cdata.attack, card.params["top_k"]), cache=cache,
+    direct = cached_mmaa(rbc, cdata.dataset, MMAASettings(**mmaa_settings(cdata.attack, card.params["top_k"])),
+                         cache=cache,
                          device=device,
                          progress=progress, transform=card)
     worst = worst_points(card, cdata.attacked_logits, direct["logits"], labels=cdata.labels)

@@ -7,6 +7,7 @@ The linear method's margin rule (Bai et al. 2024b, Eq. 3.4 with Algorithm 1's al
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,12 +40,39 @@ class CalibrationData:
     cache_hits: dict[str, bool] = field(default_factory=dict)
 
 
-def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: Cache, n_iter: int = 100,
-                n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0, top_k: int | None = None,
-                batch_size: int = 250, device: str = "cpu", progress: bool = True,
-                transform: Any = None, only_cached: bool = False) -> dict[str, torch.Tensor] | None:
-    """MMAA (App. B.1) on LN(RBC) over ``dataset``, cached per batch; returns the RBC's raw ``logits`` at the
-    perturbed images and the ``margins`` the attack minimised.
+@dataclass(frozen=True)
+class MMAASettings:
+    """How MMAA (App. B.1) runs: the threat model (``eps``, ``norm``), APGD's iterations, the target classes, the
+    restarts, the seed of its per-example random starts, the layer norm's ``top_k`` and the batch size."""
+
+    eps: float
+    norm: str
+    n_iter: int = 100
+    n_target_classes: int = 9
+    n_restarts: int = 1
+    seed: int = 0
+    top_k: int | None = None
+    batch_size: int = 250
+
+    def record(self) -> dict[str, Any]:
+        """The attack record a card keeps (``card.attack``)."""
+        return {"name": "mmaa", **dataclasses.asdict(self)}
+
+
+def mmaa_of_card(card: Any) -> MMAASettings:
+    """The MMAA settings a card's attack record names (mix's defaults for the counts it does not record; the layer
+    norm's ``top_k`` of its section)."""
+    att = card.attack
+    return MMAASettings(att["eps"], att["norm"], n_iter=att.get("n_iter", 100),
+                        n_target_classes=att.get("n_target_classes", 9), n_restarts=att.get("n_restarts", 1),
+                        seed=att.get("seed", 0), top_k=card.params["top_k"], batch_size=att.get("batch_size", 250))
+
+
+def cached_mmaa(rbc: nn.Module, dataset: Any, mmaa: MMAASettings, *, cache: Cache, device: str = "cpu",
+                progress: bool = True, transform: Any = None, only_cached: bool = False
+                ) -> dict[str, torch.Tensor] | None:
+    """MMAA (App. B.1) with ``mmaa``'s settings on LN(RBC) over ``dataset``, cached per batch; returns the RBC's raw
+    ``logits`` at the perturbed images and the ``margins`` the attack minimised.
 
     ``transform`` (a MixedNUTS card: its section's ``s``, ``p``, ``c``, ``clamp``, ``top_k``) attacks the
     transformed RBC h^M(s, p, c) instead, with margins of its softmax (the App. D.9 check,
@@ -53,12 +81,10 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     not depend on ``batch_size`` or on the number of processes, and an interrupted run resumes with
     identical results. ``only_cached``: the complete cached result, or None without attacking.
     """
-    from mixzoo.attacks import mmaa
     from mixzoo.core.cache import content_key
 
-    settings = {"eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,
-                "n_restarts": n_restarts, "seed": seed, "top_k": top_k, "batch_size": batch_size,
-                "attack_all": False, "code": ATTACK_CODE_VERSION, "randomness": "per-example"}
+    settings = {**dataclasses.asdict(mmaa), "attack_all": False, "code": ATTACK_CODE_VERSION,
+                "randomness": "per-example"}
     attacked, what = rbc, f"MMAA on LN({model_name(rbc)})"
     if transform is not None:
         from mixzoo.methods.mixednuts.mixing import transformed_rbc
@@ -70,7 +96,19 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     key = content_key(key_parts)
     if only_cached:
         return cache.load("mmaa", key)
-    n = len(dataset.labels)
+    compute = _mmaa_batches(rbc, attacked, dataset, mmaa, device, transform)
+    with progress_bar(progress) as bar:
+        task = bar.add_task(what, total=len(dataset.labels))
+        return batched_cached(cache, "mmaa", key, len(dataset.labels), mmaa.batch_size, compute,
+                              {**key_parts, "model_name": model_name(rbc), "dataset": dataset.name},
+                              progress=lambda k: bar.advance(task, k))
+
+
+def _mmaa_batches(rbc: nn.Module, attacked: nn.Module, dataset: Any, mmaa: MMAASettings, device: str,
+                  transform: Any) -> Any:
+    """``compute(a, b)``: MMAA on images ``a:b`` of ``dataset`` (:func:`cached_mmaa`'s batches)."""
+    from mixzoo.attacks import mmaa as run_mmaa
+
     store_images = dataset.images[0].numel() <= 3 * 64 * 64
 
     # attack_all=False: once a point is misclassified its margin is irrelevant to Algorithm 1 (it is not in the
@@ -78,10 +116,10 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
     # component and the same minimum-margin perturbation (benchmarks/mmaa_speed.md: half the passes).
     def compute(a: int, b: int) -> dict[str, torch.Tensor]:
         where = model_device(rbc, device)
-        res = mmaa(attacked, dataset.images[a:b].to(where), dataset.labels[a:b].to(where), eps=eps, norm=norm,
-                   n_iter=n_iter, n_target_classes=n_target_classes, n_restarts=n_restarts,
-                   seed=seed, top_k=top_k, batch_size=batch_size, progress=False, attack_all=False,
-                   layer_norm=transform is None, index=torch.arange(a, b))
+        res = run_mmaa(attacked, dataset.images[a:b].to(where), dataset.labels[a:b].to(where), eps=mmaa.eps,
+                       norm=mmaa.norm, n_iter=mmaa.n_iter, n_target_classes=mmaa.n_target_classes,
+                       n_restarts=mmaa.n_restarts, seed=mmaa.seed, top_k=mmaa.top_k, batch_size=mmaa.batch_size,
+                       progress=False, attack_all=False, layer_norm=transform is None, index=torch.arange(a, b))
         logits = res.logits
         if transform is not None:  # the record holds h^M's log-probabilities; Algorithm 1 takes raw logits
             with torch.no_grad():
@@ -91,30 +129,23 @@ def cached_mmaa(rbc: nn.Module, dataset: Any, *, eps: float, norm: str, cache: C
             out["adv_images"] = res.adv_images.cpu()
         return out
 
-    with progress_bar(progress) as bar:
-        task = bar.add_task(what, total=n)
-        return batched_cached(cache, "mmaa", key, n, batch_size, compute,
-                              {**key_parts, "model_name": model_name(rbc), "dataset": dataset.name},
-                              progress=lambda k: bar.advance(task, k))
+    return compute
 
 
 MIN_FIGURE_CALIBRATION = 100  # calibration images the figures attack at least, when the card's MMAA is not cached
 
 
-def calibration_data(abc: nn.Module | None, rbc: nn.Module, dataset: Any, *, eps: float, norm: str,
-                     cache: Cache, n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1,
-                     seed: int = 0, top_k: int | None = None, batch_size: int = 250, device: str = "cpu",
-                     progress: bool = True, at_most: int | None = None) -> CalibrationData:
-    """RBC clean logits, MMAA attacked logits (and ABC clean logits) on the calibration images, all cached.
-    ``at_most``: when MMAA on the whole ``dataset`` is not cached, its first ``at_most`` images only (the bench's
-    figures: their calibration work then grows with the bench's images, not with the card's), and never fewer than
-    :data:`MIN_FIGURE_CALIBRATION` (Algorithm 1 needs some of the RBC's mistakes to calibrate on)."""
+def calibration_data(abc: nn.Module | None, rbc: nn.Module, dataset: Any, mmaa: MMAASettings, *, cache: Cache,
+                     device: str = "cpu", progress: bool = True, at_most: int | None = None) -> CalibrationData:
+    """RBC clean logits, MMAA (with ``mmaa``'s settings) attacked logits (and ABC clean logits) on the calibration
+    images, all cached. ``at_most``: when MMAA on the whole ``dataset`` is not cached, its first ``at_most`` images
+    only (the bench's figures: their calibration work then grows with the bench's images, not with the card's),
+    and never fewer than :data:`MIN_FIGURE_CALIBRATION` (Algorithm 1 needs some of the RBC's mistakes to calibrate
+    on)."""
     if at_most is not None:
         at_most = max(at_most, MIN_FIGURE_CALIBRATION)
     if at_most is not None and at_most < len(dataset.labels):
-        whole = cached_mmaa(rbc, dataset, eps=eps, norm=norm, cache=cache, n_iter=n_iter,
-                            n_target_classes=n_target_classes, n_restarts=n_restarts, seed=seed, top_k=top_k,
-                            batch_size=batch_size, device=device, progress=False, only_cached=True)
+        whole = cached_mmaa(rbc, dataset, mmaa, cache=cache, device=device, progress=False, only_cached=True)
         dataset = dataset if whole is not None else dataset.subset(max(1, at_most))
     if len(dataset.labels) == 0:
         raise InputError("the calibration set is empty; use --n-calib > 0")
@@ -124,19 +155,15 @@ def calibration_data(abc: nn.Module | None, rbc: nn.Module, dataset: Any, *, eps
     t1 = time.perf_counter()
     hits = {"rbc_logits": len(cache.hits) > n_hits}
     n_hits = len(cache.hits)
-    mm = cached_mmaa(rbc, dataset, eps=eps, norm=norm, cache=cache, n_iter=n_iter,
-                     n_target_classes=n_target_classes, n_restarts=n_restarts, seed=seed, top_k=top_k,
-                     batch_size=batch_size, device=device, progress=progress)
+    mm = cached_mmaa(rbc, dataset, mmaa, cache=cache, device=device, progress=progress)
     t2 = time.perf_counter()
     hits["mmaa"] = len(cache.hits) > n_hits
     abc_logits = None
     if abc is not None:
         abc_logits = pairs.cached_logits(abc, dataset, cache=cache, device=device, progress=progress,
-                                   what="ABC clean logits")
+                                         what="ABC clean logits")
     t3 = time.perf_counter()
-    attack = {"name": "mmaa", "eps": eps, "norm": norm, "n_iter": n_iter, "n_target_classes": n_target_classes,
-              "n_restarts": n_restarts, "seed": seed, "top_k": top_k, "batch_size": batch_size}
-    return CalibrationData(clean, dataset.labels, mm["logits"], abc_logits, dataset, attack,
+    return CalibrationData(clean, dataset.labels, mm["logits"], abc_logits, dataset, mmaa.record(),
                            seconds={"rbc_logits": t1 - t0, "mmaa": t2 - t1, "abc_logits": t3 - t2},
                            cache_hits=hits)
 
@@ -145,7 +172,7 @@ def pair_calibration_data(pair: Any, *, abc: bool = False, n_iter: int = 100, n_
                           n_restarts: int = 1, top_k: int | None = None) -> CalibrationData:
     """:func:`calibration_data` of a checked pair (:func:`mixzoo.zoo.pairs.prepare_pair`): the RBC's clean logits
     and MMAA on the calibration split, and the ABC's clean logits when ``abc``."""
-    return calibration_data(pair.abc if abc else None, pair.rbc, pair.data, eps=pair.eps, norm=pair.norm,
-                            cache=pair.cache, n_iter=n_iter, n_target_classes=n_target_classes,
-                            n_restarts=n_restarts, seed=pair.seed, top_k=top_k, batch_size=pair.batch_size,
+    mmaa = MMAASettings(pair.eps, pair.norm, n_iter=n_iter, n_target_classes=n_target_classes,
+                        n_restarts=n_restarts, seed=pair.seed, top_k=top_k, batch_size=pair.batch_size)
+    return calibration_data(pair.abc if abc else None, pair.rbc, pair.data, mmaa, cache=pair.cache,
                             device=pair.device, progress=pair.progress)

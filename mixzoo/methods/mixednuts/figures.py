@@ -10,35 +10,34 @@ method.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from mixzoo.core.cache import Cache
 from mixzoo.core.figures import figure_module as _figure
 from mixzoo.core.figures import save_png as _save_png
+
+if TYPE_CHECKING:
+    from mixzoo.core.request import EvalRequest, ReportRequest
 
 DEFAULT_BETAS = (0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.995)
 DEFAULT_LINEAR_ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
 
 
-def calibration_data_for(card: Any, rbc: nn.Module, *, cache: Cache, data_dir: str | None, device: str,
-                         progress: bool, at_most: int | None = None):
+def calibration_data_for(card: Any, rbc: nn.Module, request: ReportRequest, at_most: int | None = None):
     """The cached calibration data behind a card (recomputed with the card's settings if the cache is cold: then on
-    its first ``at_most`` calibration images only, when given)."""
-    from mixzoo.methods.mixednuts.calibration_data import calibration_data
+    its first ``at_most`` calibration images only, when given), with the cache, data directory, device and progress
+    of ``request`` (:class:`~mixzoo.core.request.ReportRequest`). The bench calls it; writing a report never does."""
+    from mixzoo.methods.mixednuts.calibration_data import calibration_data, mmaa_of_card
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.pairs import card_dataset
 
-    att = card.attack
-    data = load_dataset(card_dataset(card, rbc), "calibration", n=card.data.get("n"), root=data_dir)
-    return calibration_data(None, rbc, data, eps=att["eps"], norm=att["norm"], cache=cache,
-                            n_iter=att.get("n_iter", 100), n_target_classes=att.get("n_target_classes", 9),
-                            n_restarts=att.get("n_restarts", 1), seed=att.get("seed", 0), top_k=card.params["top_k"],
-                            batch_size=att.get("batch_size", 250), device=device, progress=progress,
-                            at_most=at_most)
+    data = load_dataset(card_dataset(card, rbc), "calibration", n=card.data.get("n"), root=request.data_dir)
+    return calibration_data(None, rbc, data, mmaa_of_card(card), cache=request.evaluation.cache,
+                            device=request.device, progress=request.evaluation.progress, at_most=at_most)
 
 
 def screening(attack: str) -> str | None:
@@ -53,87 +52,122 @@ def screening(attack: str) -> str | None:
         return None
 
 
-def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, *, cache: Cache, attack: str, n: int,
-                   eps: float, norm: str, seed: int, batch_size: int, attack_options: dict | None = None,
-                   betas: tuple[float, ...] = DEFAULT_BETAS, alphas: tuple[float, ...] = DEFAULT_LINEAR_ALPHAS,
-                   data_dir: str | None = None, device: str = "cpu", progress: bool = True,
-                   points: int | None = None) -> dict[str, Any]:
+def tradeoff_curve(card: Any, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest, *,
+                   betas: tuple[float, ...] = DEFAULT_BETAS,
+                   alphas: tuple[float, ...] = DEFAULT_LINEAR_ALPHAS) -> dict[str, Any]:
     """Fig. 8: MixedNUTS recalibrated at each beta (cached MMAA, so seconds each; the card's own beta among them)
     vs the linear mixture over alpha, and the ABC and RBC alone.
 
-    Every point is measured on the same first ``n`` evaluation images: clean accuracy from cached logits, robust
-    accuracy under ``attack`` (a cheaper attack than the main table's by default; the plot says which).
-    ``points``: that many betas and alphas per curve, evenly spread over ``betas`` and ``alphas`` (the bench's
-    budget; ``None``: all of them; the card's own beta is always among them).
+    Every point is measured on the same first ``request.n`` evaluation images: clean accuracy from cached logits,
+    robust accuracy under the attack of ``request.evaluation`` (a cheaper attack than the main table's by default;
+    the plot says which). ``request.points``: that many betas and alphas per curve, evenly spread over ``betas``
+    and ``alphas`` (the bench's budget; ``None``: all of them; the card's own beta is always among them).
     """
     from mixzoo.core.budget import curve_points
+    from mixzoo.zoo.pairs import cached_logits
 
-    betas, alphas = curve_points(betas, points), curve_points(alphas, points)
-    from mixzoo.attacks.runner import evaluate
-    from mixzoo.methods.mixednuts.calibrate import calibrate
-    from mixzoo.methods.mixednuts.mixing import MixedClassifier, mix_log_probs
-    from mixzoo.zoo.pairs import cached_logits, model_key
-    from mixzoo.zoo.pairs import card_key_parts as mixed_key_parts
-
+    betas, alphas = curve_points(betas, request.points), curve_points(alphas, request.points)
     # the card's calibration data when `mixzoo mix` cached it here; else as many calibration images as the bench
     # evaluates (its --n), not the card's whole split
-    cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=progress,
-                               at_most=len(data.labels))
-    abc_logits = cached_logits(abc, data, cache=cache, device=device, progress=progress, what="ABC eval logits")
-    rbc_logits = cached_logits(rbc, data, cache=cache, device=device, progress=progress, what="RBC eval logits")
-    n = min(n, len(data.labels))
-    abc_logits, rbc_logits = abc_logits[:n], rbc_logits[:n]
-    labels = data.labels[:n]
-    images_r, labels_r = data.images[:n], labels
-    base = {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc), "curve_n": n}
-    common = dict(attack=attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
-                  attack_options=attack_options, progress=progress)
-    from mixzoo.methods.mixednuts.calibrate import Grid
-
-    grid = Grid.from_record(card.params["grid"])
-
-    def clean_acc(**kw: Any) -> float:
-        lp = mix_log_probs(abc_logits, rbc_logits, **kw)
-        return float((lp.argmax(1) == labels).float().mean())
-
+    cal = calibration_data_for(card, rbc, request, at_most=len(data.labels))
+    ev = request.evaluation
+    logits = {role: cached_logits(model, data, cache=ev.cache, device=request.device, progress=ev.progress,
+                                  what=f"{role.upper()} eval logits") for role, model in (("abc", abc), ("rbc", rbc))}
+    n = min(request.n, len(data.labels))
+    points = CurvePoints(abc, rbc, data, n, logits["abc"][:n], logits["rbc"][:n], ev)
     own = card.params.get("beta")
     betas = tuple(sorted({*betas, *((float(own),) if isinstance(own, int | float) else ())}))
-    nuts = []
-    for beta in betas:
+    nuts = [points.mixednuts(card, cal, beta) for beta in betas]
+    linear = [points.linear(alpha) for alpha in alphas]
+    r = ev.record
+    return {"attack": r.attack, "attack_options": r.options(), "screening": screening(r.attack), "n_robust": n,
+            "n_clean": n, "n_calibration": len(cal.labels), "card_beta": own, "mixednuts": nuts, "linear": linear,
+            **points.bases(linear)}
+
+
+@dataclass(frozen=True)
+class CurvePoints:
+    """The trade-off curve's points on the first ``n`` evaluation images: clean accuracy from the cached logits,
+    robust accuracy under ``request``'s attack (each point cached under its own key)."""
+
+    abc: nn.Module
+    rbc: nn.Module
+    data: Any
+    n: int
+    abc_logits: torch.Tensor
+    rbc_logits: torch.Tensor
+    request: EvalRequest
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.data.labels[:self.n]
+
+    def clean_accuracy(self, **mix: Any) -> float:
+        from mixzoo.methods.mixednuts.mixing import mix_log_probs
+
+        lp = mix_log_probs(self.abc_logits, self.rbc_logits, **mix)
+        return float((lp.argmax(1) == self.labels).float().mean())
+
+    def robust_accuracy(self, model: nn.Module, key_parts: dict[str, Any], label: str) -> float:
+        from mixzoo.attacks.runner import evaluate
+
+        ev = evaluate(model, self.data.images[:self.n], self.labels,
+                      self.request.replace(key_parts=key_parts, label=label))
+        return sum(ev["robust_correct"]) / len(ev["robust_correct"])
+
+    def base_key(self) -> dict[str, Any]:
+        from mixzoo.zoo.pairs import model_key
+
+        return {"data": self.data.fingerprint, "abc": model_key(self.abc), "rbc": model_key(self.rbc),
+                "curve_n": self.n}
+
+    def mixednuts(self, card: Any, cal: Any, beta: float) -> dict[str, Any]:
+        """MixedNUTS recalibrated at ``beta`` on the card's calibration data, and its accuracies."""
+        from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+        from mixzoo.methods.mixednuts.mixing import MixedClassifier
+        from mixzoo.zoo.pairs import card_key_parts
+
         with warnings.catch_warnings():  # the curve's other betas: Algorithm 1's notes on them are not the card's
             warnings.simplefilter("ignore")
             c = calibrate(clean_logits=cal.clean_logits, clean_labels=cal.labels,
                           attacked_logits=cal.attacked_logits, attacked_labels=cal.labels, beta=beta,
-                          clamp=card.params["clamp"], top_k=card.params["top_k"], grid=grid)
+                          clamp=card.params["clamp"], top_k=card.params["top_k"],
+                          grid=Grid.from_record(card.params["grid"]))
         q = c.params
-        model = MixedClassifier(abc, rbc, s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"], clamp=q["clamp"],
-                                top_k=q["top_k"], alpha_d=q["alpha_d"])
-        ev = evaluate(model, images_r, labels_r, key_parts={**mixed_key_parts(c, abc, rbc, data), "curve_n": n},
-                      label=f"MixedNUTS beta={beta}", **common)
-        nuts.append({"beta": beta, "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],
-                     "clean_accuracy": clean_acc(s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"], clamp=q["clamp"],
-                                                 top_k=q["top_k"]),
-                     "robust_accuracy": sum(ev["robust_correct"]) / len(ev["robust_correct"])})
-    linear = []
-    for alpha in alphas:
-        ev = evaluate(MixedClassifier.linear(abc, rbc, alpha=alpha), images_r, labels_r,
-                      key_parts={**base, "linear_alpha": alpha}, label=f"linear alpha={alpha}", **common)
-        linear.append({"alpha": alpha,
-                       "clean_accuracy": clean_acc(s=1.0, p=1.0, c=0.0, alpha=alpha, temperature=1.0,
-                                                   transform=False),
-                       "robust_accuracy": sum(ev["robust_correct"]) / len(ev["robust_correct"])})
-    bases = {}
-    for role, model, logits in (("abc", abc, abc_logits), ("rbc", rbc, rbc_logits)):
-        alone = next((r for r in linear if r["alpha"] == 1.0), None) if role == "rbc" else None
-        if alone is None:
-            ev = evaluate(model, images_r, labels_r, key_parts={**base, "model": model_key(model)},
-                          label=f"{role.upper()} (curve)", **common)
-            alone = {"robust_accuracy": sum(ev["robust_correct"]) / len(ev["robust_correct"])}
-        bases[role] = {"clean_accuracy": float((logits.argmax(1) == labels).float().mean()),
-                       "robust_accuracy": alone["robust_accuracy"]}
-    return {"attack": attack, "attack_options": attack_options or {}, "screening": screening(attack),
-            "n_robust": len(labels_r), "n_clean": len(labels), "n_calibration": len(cal.labels), "card_beta": own,
-            "mixednuts": nuts, "linear": linear, **bases}
+        model = MixedClassifier(self.abc, self.rbc, s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"],
+                                clamp=q["clamp"], top_k=q["top_k"], alpha_d=q["alpha_d"])
+        robust = self.robust_accuracy(model, {**card_key_parts(c, self.abc, self.rbc, self.data), "curve_n": self.n},
+                                      f"MixedNUTS beta={beta}")
+        return {"beta": beta, "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],
+                "clean_accuracy": self.clean_accuracy(s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"],
+                                                      clamp=q["clamp"], top_k=q["top_k"]),
+                "robust_accuracy": robust}
+
+    def linear(self, alpha: float) -> dict[str, Any]:
+        """The linear mixture at ``alpha`` and its accuracies."""
+        from mixzoo.methods.mixednuts.mixing import MixedClassifier
+
+        robust = self.robust_accuracy(MixedClassifier.linear(self.abc, self.rbc, alpha=alpha),
+                                      {**self.base_key(), "linear_alpha": alpha}, f"linear alpha={alpha}")
+        return {"alpha": alpha,
+                "clean_accuracy": self.clean_accuracy(s=1.0, p=1.0, c=0.0, alpha=alpha, temperature=1.0,
+                                                      transform=False),
+                "robust_accuracy": robust}
+
+    def bases(self, linear: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+        """The ABC and the RBC alone (the RBC's robust accuracy is the linear mixture's at alpha 1 when the curve
+        has it)."""
+        from mixzoo.zoo.pairs import model_key
+
+        out = {}
+        for role, model, logits in (("abc", self.abc, self.abc_logits), ("rbc", self.rbc, self.rbc_logits)):
+            alone = next((r["robust_accuracy"] for r in linear if r["alpha"] == 1.0), None) if role == "rbc" else None
+            if alone is None:
+                alone = self.robust_accuracy(model, {**self.base_key(), "model": model_key(model)},
+                                             f"{role.upper()} (curve)")
+            out[role] = {"clean_accuracy": float((logits.argmax(1) == self.labels).float().mean()),
+                         "robust_accuracy": alone}
+        return out
 
 
 def plot_tradeoff(report: Any, path: Path) -> None:
@@ -187,27 +221,62 @@ def _report_row(report: Any, kind: str) -> dict[str, Any] | None:
     return None if m is None else {"clean_accuracy": m.clean_accuracy, "robust_accuracy": m.robust_accuracy}
 
 
-def plot_margins(card: Any, cal: Any, path: Path) -> None:
+MARGIN_BINS = 40  # the Fig. 6 histograms' bins over [0, 1]
+
+
+def margin_histograms(card: Any, cal: Any) -> dict[str, Any]:
+    """The Fig. 6 histograms of the RBC's confidence margins on the calibration images ``cal``: before (LN(h)) and
+    after M(s, p, c), clean and attacked (MMAA), correct and incorrect (by the raw logits), as counts per bin of
+    ``bins`` with each group's size: what :func:`plot_margins` draws, computed during the bench."""
+    import numpy as np
+
     from mixzoo.methods.mixednuts.transforms import confidence_margin, layer_norm, rbc_transform, transform_of
+
+    stages = {"before": lambda z: layer_norm(z, top_k=card.params["top_k"]),
+              "after": lambda z: rbc_transform(z, **transform_of(card.params))}
+    bins = torch.linspace(0, 1, MARGIN_BINS + 1).numpy()
+    out: dict[str, Any] = {"bins": bins.tolist(), "n_calibration": len(cal.labels)}
+    for stage, fn in stages.items():
+        out[stage] = {}
+        for logits, what in ((cal.clean_logits, "clean"), (cal.attacked_logits, "attacked")):
+            m = confidence_margin(fn(logits)).numpy()
+            correct = (logits.argmax(1) == cal.labels).numpy()
+            out[stage][what] = {ok: {"n": int(mask.sum()), "counts": np.histogram(m[mask], bins)[0].tolist()}
+                                for mask, ok in ((correct, "correct"), (~correct, "incorrect"))}
+    return out
+
+
+def figure_data(card: Any, rbc: nn.Module, data: Any, request: ReportRequest) -> dict[str, Any] | None:
+    """What MixedNUTS's figures plot beyond the card and the curve: the Fig. 6 margin histograms on the card's
+    calibration data (:func:`margin_histograms`; cached by ``mixzoo mix`` on this machine, else MMAA on as many
+    calibration images as the bench evaluates). ``None`` for a card calibrated without MMAA records."""
+    if not (card.attack and card.attack.get("name") == "mmaa" and card.data.get("n")):
+        return None
+    cal = calibration_data_for(card, rbc, request, at_most=len(data.labels))
+    return {"margins": margin_histograms(card, cal)}
+
+
+def plot_margins(card: Any, margins: dict[str, Any], path: Path) -> None:
+    """Fig. 6 as ``margins.png`` from :func:`margin_histograms`' counts."""
+    import numpy as np
 
     plt = _figure()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    stages = [("before: LN(h_rob)", lambda z: layer_norm(z, top_k=card.params["top_k"])),
-              (f"after: M(s={card.params['s']:.3g}, p={card.params['p']:.3g}, c={card.params['c']:.3g})",
-               lambda z: rbc_transform(z, **transform_of(card.params)))]
-    bins = torch.linspace(0, 1, 41).numpy()
-    for ax, (title, fn) in zip(axes, stages, strict=True):
-        for logits, what in ((cal.clean_logits, "clean"), (cal.attacked_logits, "attacked")):
-            m = confidence_margin(fn(logits))
-            correct = logits.argmax(1) == cal.labels
-            for mask, ok in ((correct, "correct"), (~correct, "incorrect")):
-                if mask.any():
-                    ax.hist(m[mask].numpy(), bins=bins, histtype="step", density=True, linewidth=1.5,
-                            label=f"{what} {ok} (n={int(mask.sum())})")
+    titles = {"before": "before: LN(h_rob)",
+              "after": f"after: M(s={card.params['s']:.3g}, p={card.params['p']:.3g}, c={card.params['c']:.3g})"}
+    bins = np.asarray(margins["bins"], dtype=float)
+    centres = (bins[:-1] + bins[1:]) / 2
+    for ax, stage in zip(axes, ("before", "after"), strict=True):
+        for what in ("clean", "attacked"):
+            for ok in ("correct", "incorrect"):
+                group = margins[stage][what][ok]
+                if group["n"]:
+                    ax.hist(centres, bins=bins, weights=np.asarray(group["counts"], dtype=float), histtype="step",
+                            density=True, linewidth=1.5, label=f"{what} {ok} (n={group['n']})")
         q = (1 - card.params["alpha"]) / card.params["alpha"]
-        if title.startswith("after"):
+        if stage == "after":
             ax.axvline(q, color="k", linestyle=":", label=f"(1-alpha)/alpha = {q:.3f}")
-        ax.set_title(title)
+        ax.set_title(titles[stage])
         ax.set_xlabel("confidence margin (top-1 minus top-2 probability)")
         ax.set_yscale("log")
     axes[0].set_ylabel("density")
@@ -256,9 +325,10 @@ def plot_objective(card: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def figures(report: Any, card: Any, stage: Path, *, prefix: str = "", rbc: nn.Module, cache: Cache | None,
-            data_dir: str | None, device: str) -> list[str]:
-    """Write this card's figures into ``stage`` (names prefixed by ``prefix``); returns the file names."""
+def figures(report: Any, card: Any, stage: Path, *, prefix: str = "", data: dict[str, Any] | None = None
+            ) -> list[str]:
+    """Write this card's figures into ``stage`` (names prefixed by ``prefix``) from the report, the card and
+    ``data`` (:func:`figure_data`, computed by the bench); returns the file names. Only renders."""
     names = []
     if card.params["grid"]:
         plot_objective(card, stage / f"{prefix}objective.png")
@@ -266,10 +336,8 @@ def figures(report: Any, card: Any, stage: Path, *, prefix: str = "", rbc: nn.Mo
     if report.curve and not prefix:
         plot_tradeoff(report, stage / "tradeoff.png")
         names.append("tradeoff.png")
-    if cache is not None and card.attack and card.attack.get("name") == "mmaa" and card.data.get("n"):
-        cal = calibration_data_for(card, rbc, cache=cache, data_dir=data_dir, device=device, progress=False,
-                                   at_most=report.dataset.get("n"))
-        plot_margins(card, cal, stage / f"{prefix}margins.png")
+    if data and data.get("margins"):
+        plot_margins(card, data["margins"], stage / f"{prefix}margins.png")
         names.append(f"{prefix}margins.png")
     return names
 

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from mixzoo.core.card import MixCard
+    from mixzoo.core.request import ReportRequest
 
 FITS = ("mmaa", "transfer", "square", "both", "guess", "published")
 _V1_KEYS = ("s", "p", "c", "alpha", "beta", "clamp", "top_k", "temperature", "alpha_d", "objective", "grid")
@@ -162,7 +163,7 @@ class MixedNUTS(MixingMethod):
         from mixzoo.core.cache import Cache
         from mixzoo.core.plan import per_image
         from mixzoo.methods.mixednuts.calibrate import check_settings
-        from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
+        from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = dict(request.options)
@@ -174,9 +175,9 @@ class MixedNUTS(MixingMethod):
         mmaa = {k: opts[k] for k in ("n_iter", "n_target_classes", "n_restarts") if k in opts}
 
         def run(k: int) -> None:
-            cached_mmaa(pair.rbc, pair.data.subset(k), eps=pair.eps, norm=pair.norm, cache=Cache(None, enabled=False),
-                        seed=pair.seed, top_k=opts.get("top_k"), batch_size=pair.batch_size, device=pair.device,
-                        progress=False, **mmaa)
+            cached_mmaa(pair.rbc, pair.data.subset(k), MMAASettings(pair.eps, pair.norm, seed=pair.seed,
+                        top_k=opts.get("top_k"), batch_size=pair.batch_size, **mmaa),
+                        cache=Cache(None, enabled=False), device=pair.device, progress=False)
 
         sec = per_image(run, n)
         steps = f"{mmaa.get('n_iter', 100)} steps, {mmaa.get('n_target_classes', 9)} target classes"
@@ -218,16 +219,25 @@ class MixedNUTS(MixingMethod):
         return rows
 
     # ---------------------------------------------------------------------------- the bench's extras (Fig. 6, 8, 9)
-    def tradeoff_curve(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, **kw: Any) -> dict[str, Any]:
+    def tradeoff_curve(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
+                       ) -> dict[str, Any]:
         """Fig. 8: MixedNUTS over beta against the linear mixture over alpha (:mod:`.figures`)."""
         from mixzoo.methods.mixednuts.figures import tradeoff_curve
 
-        return tradeoff_curve(card, abc, rbc, data, **kw)
+        return tradeoff_curve(card, abc, rbc, data, request)
 
-    def figures(self, report: Any, card: MixCard, stage: Any, **kw: Any) -> list[str]:
+    def figure_data(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
+                    ) -> dict[str, Any] | None:
+        """Fig. 6's margin histograms on the card's calibration data (:func:`.figures.figure_data`)."""
+        from mixzoo.methods.mixednuts.figures import figure_data
+
+        return figure_data(card, rbc, data, request)
+
+    def figures(self, report: Any, card: MixCard, stage: Any, *, prefix: str = "",
+                data: dict[str, Any] | None = None) -> list[str]:
         from mixzoo.methods.mixednuts.figures import figures
 
-        return figures(report, card, stage, **kw)
+        return figures(report, card, stage, prefix=prefix, data=data)
 
     def markdown_lines(self, report: Any, card: MixCard) -> list[str]:
         from mixzoo.methods.mixednuts.figures import markdown_lines

@@ -504,15 +504,15 @@ def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, eps: f
     cache (same settings as the card's run, so a surrogate calibrated by ``mixzoo mix`` on these images is not
     attacked again); the model itself when there is no radius or the cache does not keep images (large inputs), so
     that :func:`transfer_params` runs MMAA or names what is missing."""
-    from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
+    from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
 
     a = card.attack
     if eps is None:
         return model
-    res = cached_mmaa(model, data, eps=float(eps), norm=norm, cache=cache,
-                      n_iter=int(a.get("n_iter", 100)), n_target_classes=int(a.get("n_target_classes", 9)),
-                      n_restarts=int(a.get("n_restarts", 1)), seed=int(a.get("seed", seed)), top_k=card.params["top_k"],
-                      batch_size=int(a.get("batch_size", 250)), device=device, progress=progress)
+    res = cached_mmaa(model, data, MMAASettings(
+        float(eps), norm, n_iter=int(a.get("n_iter", 100)), n_target_classes=int(a.get("n_target_classes", 9)),
+        n_restarts=int(a.get("n_restarts", 1)), seed=int(a.get("seed", seed)), top_k=card.params["top_k"],
+        batch_size=int(a.get("batch_size", 250))), cache=cache, device=device, progress=progress)
     if "adv_images" not in res:
         return model
     return res["adv_images"].to(device)

@@ -23,17 +23,17 @@ def main() -> None:
 
     real, attacked = runner._attack_batch, []
 
-    def counted(*args, **kwargs):  # which batches this rank attacked (printed at the end), and the kill
-        if kill_rank == rank and attacked:
+    def counted(model, images, labels, start, stop, batch_index, run):  # which batches this rank attacked (printed
+        if kill_rank == rank and attacked:                                # at the end), and the kill
             os._exit(17)  # the next batch never comes
-        attacked.append(kwargs["batch_index"])
-        return real(*args, **kwargs)
+        attacked.append(batch_index)
+        return real(model, images, labels, start, stop, batch_index, run)
 
     runner._attack_batch = counted
     from mixzoo.evaluation.bench import bench
 
-    # plots=True: rank 0 draws the card method's figures alone after the others have left (their cached steps
-    # must not enter a collective)
+    # plots=True: every rank computes the card method's figure data (its cached steps share their batches out);
+    # rank 0 renders the figures
     bench(card, attack="adaptive-apgd", n=60, attack_options={"n_iter": 6, "n_target_classes": 2},
           curve=None, baseline=None, plots=kill_rank is None, progress=False, batch_size=int(batch_size), out=out,
           cache_dir=cache, save_adversarial=True)

@@ -480,9 +480,9 @@ def test_the_extra_square_is_a_second_restart_not_a_replay(fitted, pair, monkeyp
     seeds: dict[str, int] = {}
     real = bench_module.evaluate
 
-    def recording(*args, **kw):
-        seeds[kw["label"]] = kw["seed"]
-        return real(*args, **kw)
+    def recording(model, images, labels, request):
+        seeds[request.label] = request.record.seed
+        return real(model, images, labels, request)
 
     monkeypatch.setattr(bench_module, "evaluate", recording)
     bench_module.bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 2, "n_target_classes": 1},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -73,6 +74,7 @@ def test_check_reproduces_the_card_and_attacks_the_transformed_rbc(calibrated):
 
 def test_transformed_mmaa_returns_raw_logits_whose_transform_gives_its_margins(calibrated):
     from mixzoo.core.cache import Cache
+    from mixzoo.methods.mixednuts.calibration_data import MMAASettings
     from mixzoo.methods.mixednuts.fitting import cached_mmaa
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.models import load_model
@@ -80,10 +82,10 @@ def test_transformed_mmaa_returns_raw_logits_whose_transform_gives_its_margins(c
     res, root = calibrated
     card, rbc = res.card, load_model("digits-pgd")
     data = load_dataset("digits", "calibration", n=150)
-    settings = dict(eps=0.2, norm="Linf", n_iter=8, n_target_classes=2, batch_size=75, progress=False,
-                    cache=Cache(root / "cache"))
-    direct = cached_mmaa(rbc, data, transform=card, **settings)
-    surrogate = cached_mmaa(rbc, data, **settings)
+    mmaa = MMAASettings(eps=0.2, norm="Linf", n_iter=8, n_target_classes=2, batch_size=75)
+    settings = dict(progress=False, cache=Cache(root / "cache"))
+    direct = cached_mmaa(rbc, data, mmaa, transform=card, **settings)
+    surrogate = cached_mmaa(rbc, data, mmaa, **settings)
     m = rbc_transform(
         direct["logits"], card.params["s"], card.params["p"], card.params["c"], clamp=card.params["clamp"]
     )
@@ -245,7 +247,7 @@ def test_check_approximation_counts_on_its_own_points(fixed_logits, tmp_path):
         attack=dict(eps=0.1, norm="Linf", n_iter=5, n_target_classes=3, n_restarts=1, seed=0),
     )
 
-    def fake_mmaa(rbc, data, transform=None, **kw):
+    def fake_mmaa(rbc, data, mmaa, transform=None, **kw):
         return {"logits": direct if transform is not None else surrogate}
 
     fixed_logits(labels, clean, fake_mmaa)
@@ -370,8 +372,8 @@ def test_check_approximation_counts_by_algorithm_1s_rules(fixed_logits, tmp_path
                                                  seed=0))
     calls = []
 
-    def fake_mmaa(rbc, data, transform=None, **kw):
-        calls.append(kw)
+    def fake_mmaa(rbc, data, mmaa, transform=None, **kw):
+        calls.append({**dataclasses.asdict(mmaa), **kw})
         return {"logits": direct if transform is not None else sur}
 
     fixed_logits(y, clean, fake_mmaa)
@@ -448,8 +450,8 @@ def test_refit_alpha_takes_the_larger_alpha_of_the_two_passes_on_the_worst_point
     s, p, c, beta, top_k = 3.0, 2.0, -1.0, 0.8, 4
     calls = []
 
-    def fake_mmaa(rbc, data, transform=None, **kw):
-        calls.append(kw)
+    def fake_mmaa(rbc, data, mmaa, transform=None, **kw):
+        calls.append({**dataclasses.asdict(mmaa), **kw})
         return {"logits": direct}
 
     monkeypatch.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa", fake_mmaa)

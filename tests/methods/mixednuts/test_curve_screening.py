@@ -3,7 +3,9 @@
 from types import SimpleNamespace
 
 import torch
+from eval_requests import ask
 
+from mixzoo.core.request import ReportRequest
 from mixzoo.evaluation.bench import CURVE
 from mixzoo.methods.mixednuts.figures import markdown_lines, screening
 
@@ -49,9 +51,10 @@ def test_the_curves_recalibrations_do_not_warn(digits_card, tmp_path) -> None:
     data = load_dataset("digits", "evaluation", n=4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        curve = tradeoff_curve(card, abc, rbc, data, cache=Cache(digits_card.parent / "cache"), attack="apgd", n=4,
-                               eps=0.2, norm="Linf", seed=0, batch_size=4, betas=(0.0, 0.9),
-                               alphas=(1.0,), attack_options={"n_iter": 1, "n_target_classes": 1}, progress=False)
+        request = ReportRequest(ask(attack="apgd", eps=0.2, norm="Linf", seed=0, batch_size=4, progress=False,
+                                    attack_options={"n_iter": 1, "n_target_classes": 1},
+                                    cache=Cache(digits_card.parent / "cache")), n=4)
+        curve = tradeoff_curve(card, abc, rbc, data, request, betas=(0.0, 0.9), alphas=(1.0,))
     assert [r["beta"] for r in curve["mixednuts"]] == sorted({0.0, 0.9, card.params["beta"]})  # with the card's
     assert not [w for w in caught if "Algorithm 1" in str(w.message)], [str(w.message) for w in caught]
 
@@ -67,11 +70,11 @@ def test_the_figures_calibration_work_scales_with_the_bench_unless_mix_cached_it
 
     card, rbc = MixCard.load(digits_card), load_model("digits-pgd")
     assert card.data["n"] == 120
-    warm = calibration_data_for(card, rbc, cache=Cache(digits_card.parent / "cache"), data_dir=None, device="cpu",
-                                progress=False, at_most=30)
+    warm = calibration_data_for(card, rbc, ReportRequest(ask(cache=Cache(digits_card.parent / "cache"),
+                                                             progress=False)), at_most=30)
     assert len(warm.labels) == 120 and warm.cache_hits["mmaa"]
     cold_cache = Cache(tmp_path / "cold")
-    cold = calibration_data_for(card, rbc, cache=cold_cache, data_dir=None, device="cpu", progress=False, at_most=30)
+    cold = calibration_data_for(card, rbc, ReportRequest(ask(cache=cold_cache, progress=False)), at_most=30)
     floor = MIN_FIGURE_CALIBRATION  # at least this many, whatever --n: Algorithm 1 needs some RBC mistakes
     assert floor < 120 and len(cold.labels) == floor and not cold.cache_hits["mmaa"]
     assert torch.equal(cold.labels, warm.labels[:floor])

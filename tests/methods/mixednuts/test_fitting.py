@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from dataclasses import replace
@@ -24,6 +25,7 @@ from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, UnknownNameError
 from mixzoo.evaluation.bench import CurveSettings, MatchSettings
 from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+from mixzoo.methods.mixednuts.calibration_data import MMAASettings
 from mixzoo.methods.mixednuts.fitting import (
     CalibrationData,
     _default_attack_setting,
@@ -543,27 +545,27 @@ def test_every_mmaa_setting_the_data_and_the_model_are_part_of_the_cache_key(tmp
     cache = Cache(tmp_path)
     pgd = load_model("digits-pgd")
     data = load_dataset("digits", "calibration", n=12)
-    base = dict(eps=0.2, norm="Linf", n_iter=1, n_target_classes=1, n_restarts=1, seed=0, top_k=None,
-                batch_size=12, progress=False)
-    cached_mmaa(pgd, data, cache=cache, **base)
+    base = MMAASettings(eps=0.2, norm="Linf", n_iter=1, n_target_classes=1, n_restarts=1, seed=0, top_k=None,
+                        batch_size=12)
+    cached_mmaa(pgd, data, base, cache=cache, progress=False)
     assert len(mmaa_calls) == 1
-    cached_mmaa(pgd, data, cache=cache, **base)
+    cached_mmaa(pgd, data, base, cache=cache, progress=False)
     assert len(mmaa_calls) == 1  # the same settings: served from the cache
     for change in ({"eps": 0.1}, {"norm": "L2"}, {"n_iter": 2}, {"n_target_classes": 2}, {"n_restarts": 2},
                    {"seed": 1}, {"top_k": 3}, {"batch_size": 6}):
         before = len(mmaa_calls)
-        cached_mmaa(pgd, data, cache=cache, **{**base, **change})
+        cached_mmaa(pgd, data, dataclasses.replace(base, **change), cache=cache, progress=False)
         assert len(mmaa_calls) > before, f"{change} reused another setting's cached attack"
     for other_data, other_model in ((load_dataset("digits", "evaluation", n=12), pgd),
                                     (data, load_model("digits-std"))):
         before = len(mmaa_calls)
-        cached_mmaa(other_model, other_data, cache=cache, **base)
+        cached_mmaa(other_model, other_data, base, cache=cache, progress=False)
         assert len(mmaa_calls) > before
     before = len(mmaa_calls)
-    cached_mmaa(pgd, data, cache=cache, transform=_card(clamp="relu"), **base)
+    cached_mmaa(pgd, data, base, cache=cache, transform=_card(clamp="relu"), progress=False)
     assert len(mmaa_calls) > before, "the attack on h^M reused the attack on LN(h)"
     before = len(mmaa_calls)
-    cached_mmaa(pgd, data, cache=cache, transform=_card(clamp="relu", s=3.0), **base)
+    cached_mmaa(pgd, data, base, cache=cache, transform=_card(clamp="relu", s=3.0), progress=False)
     assert len(mmaa_calls) > before, "another transform reused the first transform's attack"
 
 
@@ -599,8 +601,8 @@ def test_each_mmaa_batch_gets_the_seed_its_images_indices_the_given_settings_and
     the RBC's raw logits at the perturbed images, which lie in the eps-ball."""
     rbc = load_model("digits-pgd")
     data = load_dataset("digits", "calibration", n=25)
-    out = cached_mmaa(rbc, data, eps=0.15, norm="Linf", cache=Cache(tmp_path), n_iter=2, n_target_classes=1,
-                      n_restarts=1, seed=7, top_k=3, batch_size=10, progress=False)
+    out = cached_mmaa(rbc, data, MMAASettings(eps=0.15, norm="Linf", n_iter=2, n_target_classes=1, n_restarts=1,
+                                              seed=7, top_k=3, batch_size=10), cache=Cache(tmp_path), progress=False)
     assert [kw["seed"] for _, _, kw in mmaa_calls] == [7, 7, 7]
     for (images, labels, kw), (a, b) in zip(mmaa_calls, ((0, 10), (10, 20), (20, 25)), strict=True):
         assert torch.equal(images, data.images[a:b]) and torch.equal(labels, data.labels[a:b])
@@ -620,8 +622,8 @@ def test_mmaa_on_the_transformed_rbc_attacks_h_m_without_layer_norm_and_records_
     rbc = load_model("digits-pgd")
     data = load_dataset("digits", "calibration", n=15)
     card = _card(clamp="relu")
-    out = cached_mmaa(rbc, data, eps=0.2, norm="Linf", cache=Cache(tmp_path), n_iter=2, n_target_classes=1,
-                      batch_size=15, progress=False, transform=card)
+    out = cached_mmaa(rbc, data, MMAASettings(eps=0.2, norm="Linf", n_iter=2, n_target_classes=1, batch_size=15),
+                      cache=Cache(tmp_path), progress=False, transform=card)
     assert [kw["layer_norm"] for _, _, kw in mmaa_calls] == [False]
     with torch.no_grad():
         raw = rbc(out["adv_images"])
@@ -650,8 +652,9 @@ def test_attack_defaults_come_from_the_rbc_and_given_values_win():
 def test_calibration_data_passes_top_k_to_mmaa_and_computes_the_abcs_own_logits(tmp_path, mmaa_calls):
     abc, rbc = load_model("digits-std"), load_model("digits-pgd")
     data = load_dataset("digits", "calibration", n=20)
-    cdata = calibration_data(abc, rbc, data, eps=0.2, norm="Linf", cache=Cache(tmp_path), n_iter=2,
-                             n_target_classes=1, top_k=4, batch_size=20, progress=False)
+    cdata = calibration_data(abc, rbc, data, MMAASettings(eps=0.2, norm="Linf", n_iter=2, n_target_classes=1,
+                                                          top_k=4, batch_size=20), cache=Cache(tmp_path),
+                             progress=False)
     assert [kw["top_k"] for _, _, kw in mmaa_calls] == [4]
     with torch.no_grad():
         torch.testing.assert_close(cdata.abc_clean_logits, abc(data.images), rtol=0, atol=1e-6)
@@ -662,8 +665,8 @@ def test_calibration_data_passes_top_k_to_mmaa_and_computes_the_abcs_own_logits(
 def test_an_empty_calibration_set_is_an_input_error(tmp_path):
     empty = load_dataset("digits", "calibration", n=0)
     with pytest.raises(InputError, match="calibration set is empty"):
-        calibration_data(None, load_model("digits-pgd"), empty, eps=0.2, norm="Linf", cache=Cache(tmp_path),
-                         progress=False)
+        calibration_data(None, load_model("digits-pgd"), empty, MMAASettings(eps=0.2, norm="Linf"),
+                         cache=Cache(tmp_path), progress=False)
 
 
 # ----------------------------------------------------------------------------------------- margin_summary (Fig. 6)
@@ -885,9 +888,10 @@ def test_refit_alpha_keeps_the_relaxed_objective_of_the_first_pass(tmp_path):
     refit = mix("digits-std", "digits-pgd", refit_alpha=True, **settings_).card
     data = load_dataset("digits", "calibration", n=TINY_MIX["n_calib"])
     cache = Cache(tmp_path)
-    cdata = calibration_data(None, rbc, data, eps=0.2, norm="Linf", cache=cache, n_iter=TINY_MIX["n_iter"],
-                             n_target_classes=TINY_MIX["n_target_classes"], batch_size=TINY_MIX["batch_size"],
-                             progress=False)
+    cdata = calibration_data(None, rbc, data, MMAASettings(eps=0.2, norm="Linf", n_iter=TINY_MIX["n_iter"],
+                                                           n_target_classes=TINY_MIX["n_target_classes"],
+                                                           batch_size=TINY_MIX["batch_size"]),
+                             cache=cache, progress=False)
     with torch.no_grad():
         abc_correct = abc(data.images).argmax(1) == data.labels
     passes = {}
@@ -913,7 +917,7 @@ def test_the_same_weights_behind_another_normalisation_get_their_own_cached_logi
         second = cached_logits(shifted, data, cache=cache, progress=False)
         torch.testing.assert_close(second, shifted(data.images), rtol=0, atol=1e-6)
     assert not torch.allclose(first, second)
-    cached_mmaa(pgd, data, eps=0.1, norm="Linf", cache=cache, n_iter=2, progress=False)
+    cached_mmaa(pgd, data, MMAASettings(eps=0.1, norm="Linf", n_iter=2), cache=cache, progress=False)
     before = len(mmaa_calls)
-    cached_mmaa(shifted, data, eps=0.1, norm="Linf", cache=cache, n_iter=2, progress=False)
+    cached_mmaa(shifted, data, MMAASettings(eps=0.1, norm="Linf", n_iter=2), cache=cache, progress=False)
     assert len(mmaa_calls) > before, "the shifted model reused the first model's attack"

@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from eval_requests import ask
 from torch import nn
 
 from mixzoo.core.cache import Cache
@@ -65,14 +66,15 @@ def test_an_mmaa_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path,
 
     monkeypatch.setattr(mixzoo.attacks, "mmaa", spy)
     rbc, data, cache = load_model("digits-pgd"), load_dataset("digits", "calibration", n=6), Cache(tmp_path)
-    settings = dict(eps=0.1, norm="Linf", cache=cache, n_iter=1, n_target_classes=1, batch_size=6, progress=False)
+    mmaa = calibration_data.MMAASettings(eps=0.1, norm="Linf", n_iter=1, n_target_classes=1, batch_size=6)
+    settings = dict(cache=cache, progress=False)
     with monkeypatch.context() as m:
         m.setattr(calibration_data, "ATTACK_CODE_VERSION", "mmaa-2")  # the version before the fix
-        calibration_data.cached_mmaa(rbc, data, **settings)
+        calibration_data.cached_mmaa(rbc, data, mmaa, **settings)
     assert len(calls) == 1
-    calibration_data.cached_mmaa(rbc, data, **settings)
+    calibration_data.cached_mmaa(rbc, data, mmaa, **settings)
     assert len(calls) == 2, "an MMAA result computed with the old layer norm was reused"
-    calibration_data.cached_mmaa(rbc, data, **settings)
+    calibration_data.cached_mmaa(rbc, data, mmaa, **settings)
     assert len(calls) == 2  # the new entry itself is reused
 
 
@@ -85,9 +87,9 @@ def test_a_bench_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path,
     labels = torch.tensor([0, 1, 2, 0, 1])
 
     def run() -> dict:
-        return mixzoo.evaluation.bench.evaluate(model, images, labels, attack="pgd", eps=0.05, norm="Linf", seed=0,
-                                     batch_size=5, cache=Cache(tmp_path), key_parts={"model": "m"}, label="m",
-                                     attack_options={"n_iter": 1}, progress=False)
+        return mixzoo.evaluation.bench.evaluate(model, images, labels, ask(
+            attack="pgd", eps=0.05, norm="Linf", seed=0, batch_size=5, cache=Cache(tmp_path), key_parts={"model": "m"},
+            label="m", attack_options={"n_iter": 1}, progress=False))
 
     with monkeypatch.context() as m:
         m.setattr(mixzoo.attacks.runner, "BENCH_CODE_VERSION", "bench-3")  # the version before the fix

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 from types import SimpleNamespace
@@ -725,9 +726,9 @@ def test_by_name_passes_the_cards_mmaa_settings_and_its_own_options_on(pgd_card,
     path, _ = pgd_card
     calls, real = [], pipeline.cached_mmaa
 
-    def spy(model, data, **kw):
-        calls.append(kw)
-        return real(model, data, **kw)
+    def spy(model, data, mmaa, **kw):
+        calls.append({**dataclasses.asdict(mmaa), **kw})
+        return real(model, data, mmaa, **kw)
 
     monkeypatch.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa", spy)
     out = transfer_params_by_name(path, "digits-std", n_calib=60, beta=0.8, seed=7, cache_dir=tmp_path / "c",
@@ -801,9 +802,9 @@ def _by_name_setup(tmp_path, monkeypatch, attack: dict, **black_spec) -> tuple:
                         lambda name, query_budget=None, **kw: as_black_box(black))
     calls, real = [], pipeline.cached_mmaa
 
-    def spy(model, data, **kw):
-        calls.append(kw)
-        return real(model, data, **kw)
+    def spy(model, data, mmaa, **kw):
+        calls.append({**dataclasses.asdict(mmaa), **kw})
+        return real(model, data, mmaa, **kw)
 
     monkeypatch.setattr(mixzoo.methods.mixednuts.calibration_data, "cached_mmaa", spy)
     return path, calls

@@ -1,0 +1,126 @@
+"""One evaluation asked for, passed whole: :class:`EvalRequest` (what :func:`mixzoo.attacks.runner.evaluate` runs
+and a baseline method's :meth:`~mixzoo.methods.MixingMethod.match` searches with) and :class:`ReportRequest` (what a
+method computes its report data with during the bench: :meth:`~mixzoo.methods.MixingMethod.tradeoff_curve`,
+:meth:`~mixzoo.methods.MixingMethod.figure_data`).
+
+An :class:`EvalRequest` carries the :class:`~mixzoo.core.record.RunRecord` (everything that decides the outcome:
+attack, its options, eps, norm, seed, batch size, per-example seeds, precision) and what only this call has: the
+cache, the cache key's parts, the progress label, the examples' indices, whether to keep the adversarial points,
+whether to show progress. Variants (the matched baseline's attack, a curve point, an extra attack on the examples
+still robust) are :meth:`EvalRequest.replace` d copies: a record field changes the record
+(:meth:`RunRecord.replace <mixzoo.core.record.RunRecord.replace>`), any other field the request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mixzoo.core.cache import Cache
+from mixzoo.core.errors import InputError
+from mixzoo.core.record import RunRecord
+
+if TYPE_CHECKING:
+    import torch
+
+# what ``match(..., **kw)`` and ``tradeoff_curve(..., **kw)`` received before they took a request
+LEGACY_RECORD_FIELDS = ("attack", "eps", "norm", "seed", "batch_size", "attack_options", "per_example_seeds",
+                        "precision")
+
+
+def _no_cache() -> Cache:
+    return Cache(None, enabled=False)
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """One evaluation: ``record`` (what decides its outcome) and how this call runs.
+
+    ``cache``: where each batch's outcome is kept (default: none); ``key_parts``: what the cache key adds to the
+    record (the model's weights, the data's fingerprint, ...); ``label``: the progress bar's and errors' name of
+    the model; ``example_index``: the images' indices in their data set when they are a subset of it (default
+    ``0 .. n-1``; per-example random draws follow them); ``save_adversarial``: keep the point that broke each
+    broken example; ``progress``: show a progress bar.
+    """
+
+    record: RunRecord
+    cache: Cache = field(default_factory=_no_cache)
+    key_parts: dict[str, Any] = field(default_factory=dict)
+    label: str = ""
+    example_index: torch.Tensor | None = None
+    save_adversarial: bool = False
+    progress: bool = True
+
+    def replace(self, **changes: Any) -> EvalRequest:
+        """A copy with ``changes``: run record fields (``attack``, ``attack_options`` as a dict, ``eps``, ``seed``,
+        ...) change the record, the others the request; an unknown name is a one-line error."""
+        own = {f.name for f in dataclasses.fields(self)}
+        mine = {k: v for k, v in changes.items() if k in own}
+        theirs = {k: v for k, v in changes.items() if k not in own}
+        if theirs:
+            mine["record"] = mine.get("record", self.record).replace(**theirs)
+        return dataclasses.replace(self, **mine)
+
+    def options(self) -> dict[str, Any]:
+        """The attack's options as a dict."""
+        return self.record.options()
+
+    def legacy_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments a method's ``match(..., **kw)`` received before it took a request."""
+        r = self.record
+        return {"attack": r.attack, "eps": r.eps, "norm": r.norm, "seed": r.seed, "batch_size": r.batch_size,
+                "attack_options": r.options(), "per_example_seeds": r.per_example_seeds, "cache": self.cache,
+                "key_parts": dict(self.key_parts), "progress": self.progress}
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any], what: str) -> EvalRequest:
+        """The request of an old-style call (``what``, e.g. ``Linear.match``) with :func:`evaluate`'s former
+        keyword arguments, with a :class:`DeprecationWarning` saying to pass a request."""
+        import warnings
+
+        warnings.warn(f"{what}(..., attack=..., eps=..., ...) is deprecated and will be removed in mixzoo 0.3; pass"
+                      " a mixzoo.core.request.EvalRequest", DeprecationWarning, stacklevel=3)
+        own = {f.name for f in dataclasses.fields(cls)} - {"record"}
+        unknown = sorted(set(kwargs) - own - set(LEGACY_RECORD_FIELDS))
+        if unknown:
+            raise InputError(f"{what} takes no argument {unknown[0]!r}; pass a mixzoo.core.request.EvalRequest")
+        record = RunRecord(**{k: v for k, v in kwargs.items() if k in LEGACY_RECORD_FIELDS and v is not None})
+        return cls(record, **{k: v for k, v in kwargs.items() if k in own})
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    """What a method computes the data of its report sections and figures with, during the bench (never while the
+    report is written): ``evaluation`` (the trade-off curve's attack in its record, the cache, progress),
+    ``data_dir`` (where the data sets are: a method's calibration split), ``device``, ``n`` (the curve's images,
+    the first ``n`` evaluation images) and ``points`` (the most points per curve, the bench's budget; ``None``: the
+    method's own)."""
+
+    evaluation: EvalRequest
+    data_dir: str | None = None
+    device: str = "cpu"
+    n: int = 300
+    points: int | None = None
+
+    def legacy_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments a method's ``tradeoff_curve(..., **kw)`` received before it took a request."""
+        r, ev = self.evaluation.record, self.evaluation
+        return {"cache": ev.cache, "attack": r.attack, "n": self.n, "eps": r.eps, "norm": r.norm, "seed": r.seed,
+                "batch_size": r.batch_size, "attack_options": r.options(), "data_dir": self.data_dir,
+                "device": self.device, "progress": ev.progress, **({} if self.points is None else
+                                                                   {"points": self.points})}
+
+
+def takes_request(function: Any) -> bool:
+    """Whether a method's ``match`` / ``tradeoff_curve`` takes a request (a parameter named ``request``), rather than
+    the keyword arguments of mixzoo 0.1 (``**kw``)."""
+    import inspect
+
+    try:
+        return "request" in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return True
+
+
+__all__ = ["EvalRequest", "ReportRequest", "takes_request"]
