@@ -155,7 +155,9 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     t0 = time.perf_counter()
     if out is not None:
         from mixzoo.core.cache import check_writable
+        from mixzoo.core.paths import check_output, json_with
 
+        check_output(out, ours=json_with("report", "rows", "passed"), what="a verify result mixzoo wrote")
         check_writable(out, what="--out file")
     report_dir = Path(report_dir)
     report_path = report_dir / "report.json"

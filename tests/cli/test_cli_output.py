@@ -77,7 +77,23 @@ WRITERS = {
     "push": (["push", "CARD", "--repo", "me/lin", "--dry-run", "--out", "OUT/hub"], "hub"),
     "train": (["train", "digits-std", "--out", "OUT"], "digits-std.safetensors"),
     "certify": (["certify", "CARD", "--norm", "l2", "--n", "5", "--out", "OUT"], "certify.json"),
+    "verify": (["verify", "BENCH", "--out", "OUT/verify.json"], "verify.json"),
+    # a trained method's own files next to its card, refused before training starts
+    "mix-trained-weights": (["mix", "--method", "adaptive-smoothing", "--abc", "digits-std", "--rbc", "digits-pgd",
+                             "--out", "OUT/card.toml"], "card.mixing-network.safetensors"),
+    "mix-trained-checkpoint": (["mix", "--method", "local-smoothing-adaptive", "--abc", "digits-std", "--rbc",
+                                "digits-pgd", "--out", "OUT/card.toml"], "card.training.pt"),
 }
+
+
+@pytest.fixture(scope="module")
+def bench_dir(linear_card, tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench")
+    res = CliRunner().invoke(app, ["bench", str(linear_card), "--n", "3", "--attack", "apgd", "-O", "n_iter=1",
+                                   "--no-curve", "--no-plots", "--no-baseline", "--save-adversarial", "--out",
+                                   str(path)])
+    assert res.exit_code == 0, res.output
+    return path
 
 
 def _put(path, kind, tmp_path):
@@ -101,7 +117,8 @@ def _state(root):
 
 @pytest.mark.parametrize("kind", ["fifo", "directory", "link", "unrelated"])
 @pytest.mark.parametrize("command", sorted(WRITERS))
-def test_every_writing_command_refuses_what_it_did_not_write_at_its_output(linear_card, tmp_path, command, kind):
+def test_every_writing_command_refuses_what_it_did_not_write_at_its_output(linear_card, bench_dir, tmp_path,
+                                                                           command, kind):
     args, name = WRITERS[command]
     if command == "push" and kind == "unrelated":
         kind = "file"  # a folder's place: a plain file there
@@ -109,7 +126,8 @@ def test_every_writing_command_refuses_what_it_did_not_write_at_its_output(linea
     out.mkdir()
     _put(out / name, kind if kind != "file" else "unrelated", tmp_path)
     before = _state(tmp_path)
-    args = [a.replace("OUT", str(out)).replace("CARD", str(linear_card)) for a in args]
+    args = [a.replace("OUT", str(out)).replace("CARD", str(linear_card)).replace("BENCH", str(bench_dir))
+            for a in args]
     res = CliRunner().invoke(app, args)
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (res.output,

@@ -188,6 +188,7 @@ class AdaptiveSmoothing(MixingMethod):
             raise InputError("adaptive-smoothing writes its network's weights next to the card; pass out= (--out)")
         out = Path(given)
         MixCard.check_path(out)
+        check_training_outputs(out)
         t0 = time.perf_counter()
         known = {f.name for f in fields(TrainConfig)}
         cfg_kw = {k: opts[k] for k in _TRAIN_KEYS + ("temperature", "width", "blocks") if k in opts and k in known}
@@ -359,6 +360,21 @@ def card_taps(abc: nn.Module, rbc: nn.Module, card: MixCard) -> tuple[Any, Any]:
         rec = card.params["taps"][role]
         out.append(check_taps(model, Taps(rec["early"], rec["middle"], bool(rec.get("nhwc", False))), role.upper()))
     return out[0], out[1]
+
+
+def check_training_outputs(out: Path) -> None:
+    """Refuse, before training starts, what a trained method would write next to the card ``out`` over a file
+    mixzoo did not write: the network's weights (``STEM.mixing-network.safetensors``, a safetensors file) and the
+    resumable checkpoint (``STEM.training.pt``, a torch zip archive); a FIFO, directory or link at either path is
+    refused too (:func:`mixzoo.core.paths.check_output`)."""
+    import zipfile
+
+    from mixzoo.core.paths import check_output, is_safetensors
+
+    check_output(out.with_name(f"{out.stem}.mixing-network.safetensors"), ours=is_safetensors,
+                 what="the mixing network's weights mixzoo wrote")
+    check_output(out.with_name(f"{out.stem}.training.pt"), ours=zipfile.is_zipfile,
+                 what="a training checkpoint mixzoo wrote")
 
 
 def save_network(state: dict[str, Any], out: Path) -> tuple[str, str]:

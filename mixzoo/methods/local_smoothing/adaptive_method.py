@@ -230,7 +230,7 @@ class LocalSmoothingAdaptive(MixingMethod):
 
         from mixzoo.core import distributed
         from mixzoo.core.card import MixCard, provenance
-        from mixzoo.methods.adaptive.method import save_network
+        from mixzoo.methods.adaptive.method import check_training_outputs, save_network
         from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
         from mixzoo.methods.adaptive.training import train
         from mixzoo.methods.local_smoothing.crossover import check_alpha_ts, measure_crossover
@@ -246,6 +246,7 @@ class LocalSmoothingAdaptive(MixingMethod):
             raise InputError(f"{self.name} writes its policy's weights next to the card; pass out= (--out)")
         out = Path(given)
         MixCard.check_path(out)
+        check_training_outputs(out)
         cfg = self.config(opts, request.seed)
         given_beta0 = "beta0" in opts
         sweep = check_alpha_ts(opts["crossover_alpha_ts"], "crossover_alpha_ts") \
