@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = "benchmarks/results"
 PAGE = "docs/results.md"
-FIGURE = f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_n1000_cpu/tradeoff.png"
+FIGURE = f"{RESULTS}/mixednuts_fmnist/demo_adaptive_apgd_n200/tradeoff.png"
 FIGURE_COPY = "docs/assets/tradeoff.png"
 Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile (as mixzoo.evaluation.stats)
 
@@ -48,6 +48,7 @@ class Source:
     column: str  # what the column measured, for its header
     machine: str = ""  # for reports without a run record only: the machine, as the note below recorded it
     recorded_in: str = ""  # that note
+    loaded: str = ""  # what else ran on the machine while it was measured ("" : a quiet machine)
 
 
 @dataclass(frozen=True)
@@ -74,29 +75,14 @@ TABLES: tuple[Table, ...] = (
         ),
     ),
     Table(
-        "population-ln",
-        "MixedNUTS with the population-variance layer norm, on GPU and CPU",
-        "The same pair and images, a MixedNUTS card calibrated with the population-variance layer norm "
-        "(`benchmarks/results/cards/fmnist_mixednuts_population_ln.toml`; current cards use the authors' unbiased "
-        "one). `adaptive-strong` adds exact, bypass and re-seeded APGD before FAB-T and Square.",
-        (
-            Source(f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_strong_n1000_h100/report.json",
-                   "adaptive-strong, H100",
-                   machine="one NVIDIA H100", recorded_in="benchmarks/fmnist_results.md"),
-            Source(f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_n1000_h100/report.json",
-                   "adaptive, H100",
-                   machine="one NVIDIA H100", recorded_in="benchmarks/fmnist_results.md"),
-            Source(f"{RESULTS}/mixednuts_fmnist/population_ln/adaptive_n1000_cpu/report.json",
-                   "adaptive, CPU",
-                   machine="2-core x86_64 CPU, no GPU", recorded_in="benchmarks/fmnist_results.md"),
-        ),
-    ),
-    Table(
         "demo",
-        "`make demo`",
-        "The built-in Fashion-MNIST pair, the first 200 evaluation images, the gradient half of the adaptive "
-        "attack (`adaptive-apgd`), as `make demo` runs it.",
-        (Source(f"{RESULTS}/mixednuts_fmnist/demo_adaptive_apgd_n200/report.json", "adaptive-apgd"),),
+        "The Fashion-MNIST card on 200 images",
+        "The card `benchmarks/results/cards/fmnist_mixednuts.toml` on the first 200 evaluation images under the "
+        "gradient half of the adaptive attack (`adaptive-apgd`), the trade-off curve on the same 200 images: "
+        "`mixzoo bench benchmarks/results/cards/fmnist_mixednuts.toml --n 200 --attack adaptive-apgd` (`make "
+        "demo` runs the same with a card it fits and a 100-image curve).",
+        (Source(f"{RESULTS}/mixednuts_fmnist/demo_adaptive_apgd_n200/report.json", "adaptive-apgd",
+                loaded="other jobs shared the two cores"),),
     ),
     Table(
         "quickstart",
@@ -204,7 +190,7 @@ def describe(report: dict, source: Source) -> str:
     bits = [f"`{source.path}`", f"attack `{s['attack']}`" + (" with each card's declared attacks"
                                                              if s.get("extra_attacks") else ""),
             f"{d['n']:,} {d['name']} {d['split']} images", f"{s['norm'].replace('inf', '-inf')} eps {s['eps']:g}",
-            short_commit(report), machine_source(report, source)]
+            short_commit(report), machine_source(report, source) + (f" ({source.loaded})" if source.loaded else "")]
     when = created(report)
     if when:
         bits.append(when)
@@ -471,8 +457,8 @@ def results_page(built: dict[str, Built]) -> str:
         "",
         "![Clean against robust accuracy of MixedNUTS and the linear mix on the built-in pair](assets/tradeoff.png)",
         "",
-        f"Trade-off curve (MixedNUTS over beta, the linear mix over alpha; the card calibrated with the "
-        f"population-variance layer norm, 1,000 images) from `{FIGURE}`.",
+        f"Trade-off curve (MixedNUTS over beta, the linear mix over alpha; 200 images, each point under the "
+        f"screening attack `fast`) from `{FIGURE}`.",
         "",
     ]
     for b in built.values():
@@ -536,13 +522,13 @@ def readme_quickstart(built: dict[str, Built]) -> str:
 
 
 def readme_cost(built: dict[str, Built]) -> str:
-    b = built["population-ln"]
-    gpu_rep, gpu_src = b.reports[1], b.table.sources[1]
-    cpu_rep, cpu_src = b.reports[2], b.table.sources[2]
-    return (f"`mixzoo bench --attack adaptive` on 1,000 Fashion-MNIST images (the four rows and the trade-off "
-            f"curve) took {duration(seconds(gpu_rep))} on {machine(gpu_rep, gpu_src)} (`{gpu_src.path}`) and "
-            f"{duration(seconds(cpu_rep))} on a {machine(cpu_rep, cpu_src)} (`{cpu_src.path}`; machines as "
-            f"recorded in `{cpu_src.recorded_in}`).\n")
+    b = built["demo"]
+    rep, src = b.reports[0], b.table.sources[0]
+    curve = rep["settings"]["components"]["curve"]
+    return (f"`mixzoo bench --attack adaptive-apgd` of the Fashion-MNIST card on 200 images (the four rows, the "
+            f"matched baseline's alpha search and a {len(rep['curve']['mixednuts']) + len(rep['curve']['linear'])}"
+            f"-point trade-off curve under `{curve['attack']}`) took {duration(seconds(rep))} on "
+            f"{machine(rep, src)}, {src.loaded} (`{src.path}`).\n")
 
 
 SNIPPETS: dict[str, Callable[[dict[str, Built]], str]] = {

@@ -220,7 +220,7 @@ def test_cited_path_exists(doc, cited, path):
 def test_the_path_check_finds_paths():
     """The extraction is not vacuous: README's figure and the benchmarks index are among the cited paths."""
     cited = {c for _, c, _ in ALL_PATHS}
-    assert "benchmarks/results/mixednuts_fmnist/population_ln/adaptive_n1000_cpu/tradeoff.png" in cited
+    assert "benchmarks/results/mixednuts_fmnist/demo_adaptive_apgd_n200/tradeoff.png" in cited
     assert "docs/results.md" in cited
 
 

@@ -21,13 +21,6 @@ KNOWN_STALE = {
     "benchmarks/results/every_method_fmnist_n1000/report/report.json":
         "adaptive had no code version at 34e8c08; today lean-1 (default components, early stopping)",
     "benchmarks/results/mixednuts_fmnist/adaptive_apgd_n1000/report.json": "bench-5 at b8fd5ae4; today bench-6",
-    "benchmarks/results/mixednuts_fmnist/demo_adaptive_apgd_n200/report.json": "bench-5 at 0ed7425; today bench-6",
-    "benchmarks/results/mixednuts_fmnist/population_ln/adaptive_strong_n1000_h100/report.json":
-        "no commit recorded; the population-variance layer norm (ln-1)",
-    "benchmarks/results/mixednuts_fmnist/population_ln/adaptive_n1000_h100/report.json":
-        "no commit recorded; the population-variance layer norm (ln-1)",
-    "benchmarks/results/mixednuts_fmnist/population_ln/adaptive_n1000_cpu/report.json":
-        "no commit recorded; the population-variance layer norm (ln-1)",
 }
 
 

@@ -190,7 +190,7 @@ def plot_tradeoff(report: Any, path: Path) -> None:
     beta = cur.get("card_beta", (card.get("mixednuts") or {}).get("beta", card.get("beta")))
     own = next((r for r in nuts if beta is not None and r["beta"] == beta), None)
     if own is not None:
-        ax.plot(*xy(own), "*", color="C3", ms=13, zorder=5, label=f"this card (beta {own['beta']:g})")
+        ax.plot(*xy(own), "*", color="C3", ms=13, zorder=5, label=f"the card's beta ({own['beta']:g}) on this curve")
     bases = [(cur.get(role) or (None if "abc" in cur else _report_row(report, role)), role.upper())
              for role in ("abc", "rbc")]
     for r in (r for r, _ in bases if r is not None):
