@@ -28,9 +28,11 @@ MATCH_STEPS = 6  # the baseline's bisection over its alpha grid: about log2(51) 
 
 
 def _probe(ce: Any, s: RunSettings, attack: str, options: dict[str, Any] | None, eps: float,
-           card: Any = None, model: Any = None) -> float:
-    """Seconds per image of ``attack`` on a card's classifier (with its extra attacks) or on ``model``: the real
-    attack on a few evaluation images, nothing read from or written to the cache."""
+           card: Any = None, model: Any = None, extra_attacks: bool | None = None) -> float:
+    """Seconds per image of ``attack`` on a card's classifier (with its extra attacks unless ``extra_attacks`` is
+    false; default: as the settings say) or on ``model``: the real attack on a few evaluation images, nothing read
+    from or written to the cache."""
+    extras = s.extra_attacks if extra_attacks is None else extra_attacks
     record = RunRecord.from_settings(s, eps=eps, norm=ce.norm, precision="float32").replace(
         attack=attack, attack_options=options or {})
     request = EvalRequest(record, Cache(None, enabled=False), label="plan", progress=False)
@@ -39,7 +41,7 @@ def _probe(ce: Any, s: RunSettings, attack: str, options: dict[str, Any] | None,
         images, labels = ce.data.images[:k], ce.data.labels[:k]
         if card is not None:
             evaluate_card(card, ce.abc, ce.rbc, images, labels, request.replace(key_parts={"plan": k}),
-                          extra_attacks=s.extra_attacks)
+                          extra_attacks=extras)
         else:
             evaluate(model, images, labels, request.replace(key_parts={"plan": k}))
 
@@ -82,7 +84,9 @@ def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: Matc
     points = method.curve_points
     if curve is not None:
         curve_n = min(curve.n, n)
-        sec = _probe(ce, s, curve.attack, curve.options, ce.eps, card=cards[0]) if points else None
+        # the curve's points get the curve's attack alone, never the card's extra attacks
+        sec = _probe(ce, s, curve.attack, curve.options, ce.eps, card=cards[0], extra_attacks=False) if points \
+            else None
         count = str(points) if points else "the method's"
         plan.add("trade-off curve", f"{count} points under {curve.attack} on {curve_n} images",
                  None if sec is None else points * sec * curve_n)
