@@ -27,7 +27,10 @@ from mixzoo.core.compat import import_timm
 from mixzoo.core.errors import InputError, MissingFileError, MixzooError, RegistryError
 from mixzoo.core.plugins import clear_caches, get_plugin_manager
 from mixzoo.core.registry import ModelSpec
+from mixzoo.zoo import hub as _hub
 from mixzoo.zoo import loading as _loading
+from mixzoo.zoo import robustbench_loading as _rb_loading
+from mixzoo.zoo import timm_hub as _timm_hub
 from mixzoo.zoo.loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
 from mixzoo_plugins import bit, convnextv2, swin, wideresnet
 
@@ -472,7 +475,7 @@ def test_mixzoo_offline_never_downloads_even_when_the_hub_answers(tmp_path, monk
         return str(tmp_path / "downloaded")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    monkeypatch.setattr(_loading, "hub_reachable", lambda: True)
+    monkeypatch.setattr(_hub, "hub_reachable", lambda: True)
     with pytest.raises(MissingFileError, match="downloads are off"):
         _loading.hub_download("foo/bar", "config.json")
     assert calls == [True]
@@ -518,12 +521,12 @@ def test_hub_spec_calls_only_1000_class_models_imagenet(hf_cache, classes, datas
 
 def test_normalization_check_broadcasts_one_value_and_checks_std_too():
     cfg = {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
-    _loading._check_normalization(spec(mean=(0.5,), std=(0.25,)), cfg)  # one value stands for every channel
-    _loading._check_normalization(spec(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)), cfg)
+    _timm_hub.check_normalization(spec(mean=(0.5,), std=(0.25,)), cfg)  # one value stands for every channel
+    _timm_hub.check_normalization(spec(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)), cfg)
     with pytest.raises(RegistryError, match=r"std \[0\.2\] differs"):
-        _loading._check_normalization(spec(mean=(0.5,), std=(0.2,)), cfg)
+        _timm_hub.check_normalization(spec(mean=(0.5,), std=(0.2,)), cfg)
     with pytest.raises(RegistryError, match="mean"):
-        _loading._check_normalization(spec(mean=(0.4,), std=(0.25,)), cfg)
+        _timm_hub.check_normalization(spec(mean=(0.4,), std=(0.25,)), cfg)
 
 
 # ---------------------------------------------------------------------------------------------- RobustBench
@@ -547,7 +550,7 @@ def test_torch_load_switches_are_restored_after_a_robustbench_load(monkeypatch, 
         monkeypatch.delenv(k, raising=False)
     if before is not None:
         monkeypatch.setenv(keys[unpickling], before)
-    with _loading._torch_load_mode(unpickling):
+    with _rb_loading._torch_load_mode(unpickling):
         assert os.environ.get(keys[unpickling]) == "1" and keys[not unpickling] not in os.environ
     assert os.environ.get(keys[unpickling]) == before and keys[not unpickling] not in os.environ
 
@@ -570,7 +573,7 @@ def test_a_freshly_downloaded_checkpoint_is_checked_against_the_registry(rb_dir,
         files[0].write_bytes(b"what the download delivered")
         return nn.Identity()
 
-    monkeypatch.setattr(_loading, "_robustbench_build", fake_build)
+    monkeypatch.setattr(_rb_loading, "_robustbench_build", fake_build)
     wanted = dataclasses.replace(mixzoo.get_spec("cifar10/Linf/Ding2020MMA"), sha256="ab" * 32)
     with pytest.raises(_loading.ChecksumError, match="expects abababab"):
         mixzoo.load_model(wanted)
