@@ -1,5 +1,5 @@
-"""The built-in zoo: small Fashion-MNIST and digits models trained by :mod:`mixzoo.training.train` (hook
-``mixzoo_load_model`` for ``source.kind == "zoo"``).
+"""The built-in zoo: small Fashion-MNIST and digits models trained by :mod:`mixzoo.training.train` (source kind
+``zoo``, hook ``mixzoo_model_sources``).
 
 A registry entry names the architecture (``source.arch``, see :mod:`mixzoo_plugins.zoo_arch`), its keyword
 arguments (``source.kwargs``) and the safetensors file (``source.file``, relative to ``plugins/weights/`` or
@@ -92,7 +92,12 @@ def mixzoo_weights_dir(kind: str) -> Path | None:
 
 
 @hookimpl
-def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Module | None:
-    if spec.source.get("kind") not in SOURCE_KINDS:
-        return None
+def mixzoo_model_sources() -> dict[str, Any]:
+    """``zoo``: :func:`load_zoo_network`."""
+    return {"zoo": load}
+
+
+def load(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Module:
+    """The loader of source kind ``zoo``: :func:`load_zoo_network` (safetensors only, so ``allow_unsafe`` is not
+    needed)."""
     return load_zoo_network(spec, device)

@@ -12,8 +12,8 @@ from mixzoo.methods.mixednuts.calibrate import CalibrationProblem, SearchResult
 CONTRIBUTING = (Path(__file__).resolve().parent.parent / "CONTRIBUTING.md").read_text()
 
 
-def test_load_model_hook_asks_for_normalized_input_as_the_wrapper_and_contributing_do():
-    doc = " ".join(hookspecs.mixzoo_load_model.__doc__.split())
+def test_model_sources_hook_asks_for_normalized_input_as_the_wrapper_and_contributing_do():
+    doc = " ".join(hookspecs.mixzoo_model_sources.__doc__.split())
     assert "NORMALIZED input" in doc and "normalization inside it" not in doc
     assert "NORMALIZED input" in CONTRIBUTING
 

@@ -4,12 +4,11 @@ A plugin is a module (or object) registered under the entry-point group ``mixzoo
 the hooks below, decorated with :data:`mixzoo.hookimpl`. The built-in plugins in ``plugins/`` are ordinary
 plugins registered the same way, so each hook here has at least one real implementation in this repository.
 
-Hooks that *collect* (model specs, clamps, attacks, optimizers, datasets, mixing methods, cards) are called on every
-plugin and their
-results are merged by :mod:`mixzoo.core.plugins`; a name provided twice is left out and reported by ``mixzoo plugins``,
-and using it is an error naming both plugins (the other names keep working). Hooks that
-*resolve* (loading a model, resolving a name that is not in any registry) are ``firstresult``: plugins answer
-``None`` for what they do not handle and the first non-``None`` answer wins.
+Hooks that *collect* (model specs, model sources, clamps, attacks, optimizers, datasets, mixing methods, cards) are
+called on every plugin and their results are merged by :mod:`mixzoo.core.plugins`; a name provided twice is left out
+and reported by ``mixzoo plugins``, and using it is an error naming both plugins (the other names keep working).
+Hooks that *resolve* (a name that is not in any registry, a weights directory, a card reference) are
+``firstresult``: plugins answer ``None`` for what they do not handle and the first non-``None`` answer wins.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ def mixzoo_model_specs() -> list[ModelSpec | dict[str, Any]]:
     Called once when the registry is first built (``mixzoo list``, ``load_model``, ...). Return a list of
     :class:`~mixzoo.core.registry.ModelSpec` or plain dicts with the fields of a ``registry.toml`` entry; dicts are
     validated exactly like the file. Each entry's ``source.kind`` must be a kind some plugin can load
-    (see :func:`mixzoo_load_model`).
+    (see :func:`mixzoo_model_sources`).
     """
 
 
@@ -47,18 +46,32 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
     of a form this plugin understands. First non-``None`` result wins."""
 
 
+@hookspec
+def mixzoo_model_sources() -> dict[str, Callable[[ModelSpec, str, bool], torch.nn.Module]]:
+    """Model loaders by source kind: ``{kind: loader}``, called as ``loader(spec, device, allow_unsafe)`` for every
+    spec whose ``spec.source['kind']`` is ``kind``.
+
+    Called once when a model is first loaded (:func:`mixzoo.load_model`); mixzoo picks the loader by the spec's
+    kind, so a loader sees only its own kinds. It returns a plain ``nn.Module`` taking NORMALIZED input (NCHW float32
+    at ``spec.input_size``) and returning logits: mixzoo wraps it in :class:`mixzoo.zoo.models.BaseClassifier`,
+    which applies the spec's ``mean`` / ``std`` to [0, 1] images, freezes it and puts it in eval mode. A network that
+    normalizes internally needs a spec with ``mean = [0.0]``, ``std = [1.0]`` (or return a ready
+    ``BaseClassifier``), else it normalizes twice. An exception raised by a loader is reported as a one-line error
+    naming the plugin and the model; a :class:`~mixzoo.core.errors.MixzooError` it raises on purpose passes as it
+    is. ``allow_unsafe`` is the user's explicit permission to unpickle arbitrary checkpoint objects; without it
+    only safetensors or ``torch.load(weights_only=True)`` may be used. A kind two plugins provide is left out, and
+    loading a model of that kind is an error naming both.
+    """
+
+
 @hookspec(firstresult=True)
 def mixzoo_load_model(spec: ModelSpec, device: str, allow_unsafe: bool) -> torch.nn.Module | None:
-    """Load the network behind ``spec`` when ``spec.source['kind']`` is a kind this plugin handles.
+    """Deprecated (removed in mixzoo 0.3): return ``{kind: loader}`` from :func:`mixzoo_model_sources` instead.
 
-    Called by :func:`mixzoo.load_model`. Return a plain ``nn.Module`` taking NORMALIZED input (NCHW float32 at
-    ``spec.input_size``) and returning logits: mixzoo wraps it in :class:`mixzoo.zoo.models.BaseClassifier`, which
-    applies the spec's ``mean`` / ``std`` to [0, 1] images, freezes it and puts it in eval mode. A network that
-    normalizes internally needs a spec with ``mean = [0.0]``, ``std = [1.0]`` (or return a ready
-    ``BaseClassifier``), else it normalizes twice. Return ``None`` for source kinds handled elsewhere. An exception
-    raised here is reported as a one-line error naming the plugin and the model. ``allow_unsafe`` is the user's explicit
-    permission to unpickle arbitrary checkpoint objects; without it only safetensors or
-    ``torch.load(weights_only=True)`` may be used. First non-``None`` result wins.
+    Load the network behind ``spec`` when ``spec.source['kind']`` is a kind this plugin handles (what a
+    :func:`mixzoo_model_sources` loader returns), else return ``None``. Asked, with a ``DeprecationWarning``, only
+    for a kind no :func:`mixzoo_model_sources` table provides; a plugin whose hook raises for a kind another plugin
+    loads is passed over. First non-``None`` result wins.
     """
 
 
@@ -68,7 +81,7 @@ def mixzoo_architectures() -> dict[str, Callable[..., torch.nn.Module]]:
 
     Called when :mod:`mixzoo.training` builds a recipe's network. Each value is a constructor
     ``builder(**kwargs) -> nn.Module`` returning a freshly initialised network that takes NORMALIZED input and
-    returns logits (as :func:`mixzoo_load_model` returns).
+    returns logits (as a :func:`mixzoo_model_sources` loader returns).
     """
 
 

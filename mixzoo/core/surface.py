@@ -25,7 +25,8 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...] | None] = {
     # every hook (names, arguments, firstresult)
     "mixzoo.core.hookspecs": ("mixzoo_architectures", "mixzoo_attacks", "mixzoo_calibration_optimizers",
                               "mixzoo_cards", "mixzoo_cli_commands", "mixzoo_clamp_functions", "mixzoo_datasets",
-                              "mixzoo_load_model", "mixzoo_mixing_methods", "mixzoo_model_specs",
+                              "mixzoo_load_model", "mixzoo_mixing_methods", "mixzoo_model_sources",
+                              "mixzoo_model_specs",
                               "mixzoo_resolve_card", "mixzoo_resolve_model_name", "mixzoo_weights_dir"),
     # the plugin manager's public functions (CONTRIBUTING.md, "Writing a plugin")
     "mixzoo.core.plugins": ("clear_caches", "get_plugin_manager", "hookimpl", "lookup", "plugin_infos",

@@ -1,7 +1,8 @@
 """Loading base classifiers by name, and the wrapper every loaded model wears.
 
-``load_model(name)`` -> registry spec -> the plugin whose ``mixzoo_load_model`` handles ``spec.source['kind']`` ->
-:class:`BaseClassifier`: frozen, eval mode, images in [0, 1] at the spec's input size, normalization inside.
+``load_model(name)`` -> registry spec -> the loader of ``spec.source['kind']`` (hook ``mixzoo_model_sources``,
+:func:`mixzoo.core.plugins.load_network`) -> :class:`BaseClassifier`: frozen, eval mode, images in [0, 1] at the
+spec's input size, normalization inside.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from mixzoo.core.errors import InputError, MixzooError
+from mixzoo.core.errors import InputError
 from mixzoo.core.registry import ModelSpec, get_spec
 
 
@@ -91,17 +92,11 @@ def load_model(name: str | ModelSpec, device: str | torch.device = "cpu", allow_
     Returns a frozen eval-mode :class:`BaseClassifier` taking [0, 1] NCHW images and returning logits.
     ``allow_unsafe`` permits checkpoints that need arbitrary unpickling (refused by default).
     """
-    from mixzoo.core.plugins import first_result
+    from mixzoo.core.plugins import load_network
 
     spec = name if isinstance(name, ModelSpec) else get_spec(name)
     # any exception inside a plugin's loader (a corrupt file, a bug) becomes one line naming the plugin and model
-    network = first_result("mixzoo_load_model", f"load model {spec.name!r}", spec=spec, device=str(device),
-                           allow_unsafe=allow_unsafe)
-    if network is None:
-        raise MixzooError(
-            f"no installed plugin loads source kind {spec.source.get('kind')!r} (model {spec.name!r});"
-            " install the plugin that provides it (see `mixzoo plugins`)"
-        )
+    network = load_network(spec, str(device), allow_unsafe)
     if isinstance(network, BaseClassifier):
         model = network
     else:

@@ -72,7 +72,11 @@ def one_error_line(result) -> str:
 
 # ------------------------------------------------------------------------------------------- third-party plugins
 class ForeignLoader:
-    """A load hook that raises for every source kind, its own included (a plugin author's bug)."""
+    """A (deprecated) load hook that raises for every source kind, its own included (a plugin author's bug)."""
+
+    @hookimpl
+    def mixzoo_model_specs(self):
+        return [{"name": "i46-foreign-model", "role": "accurate", **DIGITS, "source": {"kind": "i46-foreign"}}]
 
     @hookimpl
     def mixzoo_load_model(self, spec, device, allow_unsafe):
@@ -91,8 +95,8 @@ class Specs:
                 for name in self.networks]
 
     @hookimpl
-    def mixzoo_load_model(self, spec, device, allow_unsafe):
-        return self.networks.get(spec.name) if spec.source.get("kind") == "i46" else None
+    def mixzoo_model_sources(self):
+        return {"i46": lambda spec, device, allow_unsafe: self.networks[spec.name]}
 
 
 class Clashes:
@@ -175,9 +179,13 @@ def linear_card(path: Path, alpha: float = 0.9, method: str | None = None) -> Pa
 # ------------------------------------------------------------------------------------------------------ item 1
 def test_a_load_hook_raising_for_kinds_it_does_not_own_breaks_no_other_model(plugin):
     plugin(ForeignLoader(), "i46-foreign-loader")
-    assert load_model("digits-std").name == "digits-std"  # the zoo plugin answers; the raising one is passed over
+    assert load_model("digits-std").name == "digits-std"  # the zoo's loader is the table's: the hook is not asked
+    with pytest.raises(PluginError, match="plugin 'i46-foreign-loader' failed to load model 'i46-foreign-model':"
+                                          " KeyError: 'i46-foreign'"):
+        load_model("i46-foreign-model")
     infos = {i.name: i.error for i in plugin_infos()}
-    assert "at run time" in infos["i46-foreign-loader"] and "load model 'digits-std'" in infos["i46-foreign-loader"]
+    assert "at run time" in infos["i46-foreign-loader"] and "load model 'i46-foreign-model'" in \
+        infos["i46-foreign-loader"]
     result = run("plugins", "--json")
     assert result.exit_code == 0
     shown = {p["name"]: p["error"] for p in json.loads(result.stdout)}
@@ -187,7 +195,8 @@ def test_a_load_hook_raising_for_kinds_it_does_not_own_breaks_no_other_model(plu
 @pytest.mark.subprocess
 def test_plugins_shows_a_load_hook_fault_seen_in_an_earlier_process(tmp_path):
     """A real installed plugin (entry point in a dist-info on the path), two processes: the first loads a model
-    (fine, although the plugin's hook raised), the second, `mixzoo plugins`, shows the fault."""
+    (fine: the plugin's hook is not asked) and then the plugin's own model (its hook raises), the second, `mixzoo
+    plugins`, shows the fault."""
     dist = tmp_path / "i46_foreign-0.3.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: i46-foreign\nVersion: 0.3\n")
@@ -196,18 +205,25 @@ def test_plugins_shows_a_load_hook_fault_seen_in_an_earlier_process(tmp_path):
         from mixzoo.core.plugins import hookimpl
 
         @hookimpl
+        def mixzoo_model_specs():
+            return [{"name": "i46-own", "role": "accurate", "dataset": "digits", "num_classes": 10,
+                     "input_size": [1, 8, 8], "source": {"kind": "i46-own"}}]
+
+        @hookimpl
         def mixzoo_load_model(spec, device, allow_unsafe):
             raise KeyError(spec.source["kind"])
     """))
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "MIXZOO_CACHE": str(tmp_path / "cache")}
-    load = "from mixzoo.zoo.models import load_model; print(load_model('digits-std').name)"
+    load = ("from mixzoo.zoo.models import load_model\nfrom mixzoo.core.errors import PluginError\n"
+            "print(load_model('digits-std').name)\ntry:\n    load_model('i46-own')\nexcept PluginError:\n"
+            "    print('refused')")
     out = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "digits-std", out.stderr
+    assert out.returncode == 0 and out.stdout.split() == ["digits-std", "refused"], out.stderr
     out = subprocess.run([sys.executable, "-m", "mixzoo.cli", "plugins", "--json"], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     error = {p["name"]: p["error"] for p in json.loads(out.stdout)}["zz-i46-foreign"]
-    assert "at run time" in error and "load model 'digits-std'" in error and "KeyError" in error
+    assert "at run time" in error and "load model 'i46-own'" in error and "KeyError" in error
 
 
 # ------------------------------------------------------------------------------------------------------ item 2

@@ -66,8 +66,8 @@ POISON = {
 }
 ARGUMENT_PATHS = {"bench": ["notcard.toml", "missing.toml", "adir", "empty.toml", "binary.toml", "no-such-card",
                             "mixednuts-cifar10"]}
-BUILT_IN_PLUGINS = ("zoo", "datasets", "clamps", "attacks", "optimizers", "bit", "convnextv2", "swin",
-                    "wideresnet", "transfer", "methods")
+BUILT_IN_PLUGINS = ("zoo", "datasets", "clamps", "attacks", "optimizers", "bit", "timm-hub", "robustbench",
+                    "transfer", "methods")
 
 
 def _recipes() -> set[str]:

@@ -89,7 +89,7 @@ def test_installed_plugin_model_clamp_and_method_are_listed(venv, tmp_path):
     proc = mixzoo_cli(venv, "plugins", "--json", cwd=tmp_path, env=cache)  # from metadata: no hook called
     assert proc.returncode == 0, proc.stderr[-2000:]
     example = {p["name"]: p for p in json.loads(proc.stdout)}["example"]
-    assert {"mixzoo_clamp_functions", "mixzoo_mixing_methods", "mixzoo_load_model"} <= set(example["hooks"])
+    assert {"mixzoo_clamp_functions", "mixzoo_mixing_methods", "mixzoo_model_sources"} <= set(example["hooks"])
     proc = mixzoo_cli(venv, "plugins", "--check", "--json", cwd=tmp_path, env=cache)
     assert proc.returncode == 0, proc.stderr[-2000:]
     plugins = {p["name"]: p for p in json.loads(proc.stdout)}

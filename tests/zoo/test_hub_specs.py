@@ -18,12 +18,12 @@ from mixzoo.zoo import loading as _loading
 
 def test_a_10_class_32px_hub_model_is_cifar10_and_a_named_dataset_wins(hf_cache):
     put_timm_model(hf_cache, "org/r18-c10", files=("config.json",))
-    spec = _loading.timm_hub_spec("hf-hub:org/r18-c10", plugin="convnextv2")
+    spec = _loading.timm_hub_spec("hf-hub:org/r18-c10", plugin="timm-hub")
     assert (spec.num_classes, spec.input_size, spec.dataset) == (10, (3, 32, 32), "cifar10")
     config = json.loads((hf_cache / "models--org--r18-c10" / "snapshots" / REV / "config.json").read_text())
     assert spec.mean == tuple(config["pretrained_cfg"]["mean"]) and spec.std == tuple(config["pretrained_cfg"]["std"])
     put_hf_file(hf_cache, "org/svhn", "config.json", json.dumps({**config, "dataset": "svhn"}).encode())
-    assert _loading.timm_hub_spec("hf-hub:org/svhn", plugin="convnextv2").dataset == "svhn"
+    assert _loading.timm_hub_spec("hf-hub:org/svhn", plugin="timm-hub").dataset == "svhn"
 
 
 def test_a_hand_written_ref_with_a_trailing_newline_is_read(hf_cache):
@@ -31,7 +31,7 @@ def test_a_hand_written_ref_with_a_trailing_newline_is_read(hf_cache):
     (hf_cache / "models--org--r18" / "refs" / "main").write_text(REV + "\n")
     path, present = _loading.hub_cached_file("org/r18", "config.json")
     assert present and path.parent.name == REV
-    assert _loading.timm_hub_spec("hf-hub:org/r18", plugin="convnextv2").num_classes == 10
+    assert _loading.timm_hub_spec("hf-hub:org/r18", plugin="timm-hub").num_classes == 10
 
 
 @pytest.mark.usefixtures("rb_dir")

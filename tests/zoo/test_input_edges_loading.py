@@ -18,6 +18,7 @@ from hub_cache import put_hf_file
 import mixzoo.training.train as training
 from mixzoo.core.errors import InputError, MissingFileError
 from mixzoo.core.plugins import clear_caches
+from mixzoo.zoo import hub as _hub
 from mixzoo.zoo import loading as _loading
 from mixzoo.zoo.data import load_dataset
 from mixzoo_plugins import datasets as ds
@@ -161,7 +162,7 @@ def online_hf_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.delenv("MIXZOO_OFFLINE", raising=False)
-    monkeypatch.setattr(_loading, "_HUB_PROBES", {}, raising=False)
+    monkeypatch.setattr(_hub, "_HUB_PROBES", {}, raising=False)
     return cache
 
 
@@ -214,7 +215,7 @@ def test_reachable_hub_still_downloads(online_hf_cache, monkeypatch, tmp_path):
         return str(fetched)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    monkeypatch.setattr(_loading, "hub_reachable", lambda: True)
+    monkeypatch.setattr(_hub, "hub_reachable", lambda: True)
     assert _loading.hub_download("foo/bar", "config.json") == fetched and calls == [True, False]
 
 
@@ -234,7 +235,7 @@ def test_hub_reachable_probes_once_and_any_answer_counts(monkeypatch):
             return object()
 
     for fail in (True, False):
-        monkeypatch.setattr(_loading, "_HUB_PROBES", {})
+        monkeypatch.setattr(_hub, "_HUB_PROBES", {})
         monkeypatch.setattr(huggingface_hub.utils, "get_session", lambda fail=fail: Session(fail))
         assert _loading.hub_reachable() is (not fail) and _loading.hub_reachable() is (not fail)
     assert heads == [_loading.HUB_PROBE_TIMEOUT] * 2

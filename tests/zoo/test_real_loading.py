@@ -25,11 +25,14 @@ import mixzoo.attacks.runner
 import mixzoo.zoo.pairs
 from mixzoo.core.compat import import_timm
 from mixzoo.core.errors import InputError, MissingFileError, MixzooError, RegistryError
-from mixzoo.core.plugins import clear_caches, get_plugin_manager
+from mixzoo.core.plugins import clear_caches, model_sources, provider
 from mixzoo.core.registry import ModelSpec
+from mixzoo.zoo import hub as _hub
 from mixzoo.zoo import loading as _loading
+from mixzoo.zoo import robustbench_loading as _rb_loading
+from mixzoo.zoo import timm_hub as _timm_hub
 from mixzoo.zoo.loading import ChecksumError, NormalizationInside, UnsafeCheckpointError
-from mixzoo_plugins import bit, convnextv2, swin, wideresnet
+from mixzoo_plugins import bit, bit_arch
 
 ATTO_REPO = "timm/convnextv2_atto.fcmae_ft_in1k"
 
@@ -116,15 +119,12 @@ def test_paper_pairs_resolve_from_the_shipped_registry():
         assert not rep or isinstance(rep.get("source"), str), f"{name}: reported figures need a source"
 
 
-def test_every_published_entry_has_a_loader_plugin():
-    kinds = {"timm": "convnextv2", "bit-hf": "bit", "robustbench": None}
-    pm = get_plugin_manager()
+def test_every_registry_entry_has_its_loader_in_the_sources_table():
+    sources = model_sources()
+    owners = {kind: provider("source", kind)[0] for kind in ("timm", "bit-hf", "robustbench", "zoo")}
+    assert owners == {"timm": "timm-hub", "bit-hf": "bit", "robustbench": "robustbench", "zoo": "zoo"}
     for spec in mixzoo.list_models():
-        kind = spec.source["kind"]
-        if kind not in kinds:
-            continue
-        owner = kinds[kind] or ("swin" if spec.source["dataset"] == "imagenet" else "wideresnet")
-        assert pm.get_plugin(owner) is not None, f"{spec.name}: plugin {owner} not loaded"
+        assert spec.source["kind"] in sources, f"{spec.name}: no loader for source kind {spec.source['kind']!r}"
 
 
 # ------------------------------------------------------------------------------------------------ timm hub path
@@ -140,7 +140,7 @@ def test_hf_hub_name_loads_without_registry_entry(hf_cache, atto):
     spec = mixzoo.get_spec(f"hf-hub:{ATTO_REPO}")
     cfg = reference.pretrained_cfg
     assert spec.input_size == tuple(cfg["input_size"]) and spec.mean == tuple(cfg["mean"])
-    assert (spec.num_classes, spec.role, spec.plugin) == (10, "accurate", "convnextv2")
+    assert (spec.num_classes, spec.role, spec.plugin) == (10, "accurate", "timm-hub")
     model = mixzoo.load_model(f"hf-hub:{ATTO_REPO}")
     assert_same_weights(model.network, reference.state_dict())
     x = torch.rand(2, *spec.input_size, generator=torch.Generator().manual_seed(0))
@@ -252,7 +252,7 @@ def test_bit_hf_checkpoint_in_authors_layout_loads_and_matches(hf_cache, registr
     model = mixzoo.load_model("tiny-bit")
     resize, network = model.network
     assert isinstance(resize, _loading.InputResize) and resize.size == 128
-    converted, norm = bit.bit_to_timm(authors.state_dict())
+    converted, norm = bit_arch.bit_to_timm(authors.state_dict())
     assert set(norm) == {"mean", "std"}
     assert_same_weights(network, converted)
     x = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(3))
@@ -270,13 +270,13 @@ def test_bit_builder_matches_timm_registered_architecture():
     import_timm()
     import timm
 
-    ours = bit.build_bit(*bit.bit_layers({"arch": "resnetv2_50x1_bit"}, "t"), num_classes=10)
+    ours = bit_arch.build_bit(*bit_arch.bit_layers({"arch": "resnetv2_50x1_bit"}, "t"), num_classes=10)
     theirs = timm.create_model("resnetv2_50x1_bit", num_classes=10)
     shapes = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
     assert shapes == {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
-    assert bit.bit_layers({"arch": "resnetv2_152x2_bit"}, "t") == ([3, 8, 36, 3], 2)
+    assert bit_arch.bit_layers({"arch": "resnetv2_152x2_bit"}, "t") == ([3, 8, 36, 3], 2)
     with pytest.raises(RegistryError, match="arch"):
-        bit.bit_layers({"arch": "resnet152"}, "t")
+        bit_arch.bit_layers({"arch": "resnet152"}, "t")
 
 
 def test_bit_unsafe_checkpoint_refused_then_allowed(hf_cache, registry_file, tmp_path):
@@ -288,7 +288,7 @@ def test_bit_unsafe_checkpoint_refused_then_allowed(hf_cache, registry_file, tmp
     with pytest.raises(UnsafeCheckpointError, match="NotATensor"):
         mixzoo.load_model("tiny-bit")
     model = mixzoo.load_model("tiny-bit", allow_unsafe=True)
-    assert_same_weights(model.network[1], bit.bit_to_timm(authors.state_dict())[0])
+    assert_same_weights(model.network[1], bit_arch.bit_to_timm(authors.state_dict())[0])
 
 
 # --------------------------------------------------------------------------------------------- RobustBench path
@@ -343,9 +343,9 @@ sha256 = "{sha}"
         mixzoo.load_model("tiny-rb")
 
 
-def test_robustbench_imagenet_names_resolve_through_swin_plugin(rb_dir):
+def test_robustbench_imagenet_names_resolve_at_224(rb_dir):
     spec = mixzoo.get_spec("imagenet/Linf/Liu2023Comprehensive_Swin-L")
-    assert (spec.plugin, spec.input_size, spec.num_classes) == ("swin", (3, 224, 224), 1000)
+    assert (spec.plugin, spec.input_size, spec.num_classes) == ("robustbench", (3, 224, 224), 1000)
     assert spec.epsilon == pytest.approx(4 / 255)
     assert mixzoo.get_spec("cifar10/L2/Wang2023Better_WRN-70-16").epsilon == 0.5
     with pytest.raises(RegistryError, match="224"):
@@ -472,7 +472,7 @@ def test_mixzoo_offline_never_downloads_even_when_the_hub_answers(tmp_path, monk
         return str(tmp_path / "downloaded")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    monkeypatch.setattr(_loading, "hub_reachable", lambda: True)
+    monkeypatch.setattr(_hub, "hub_reachable", lambda: True)
     with pytest.raises(MissingFileError, match="downloads are off"):
         _loading.hub_download("foo/bar", "config.json")
     assert calls == [True]
@@ -503,7 +503,7 @@ def test_old_form_hub_config_is_read_like_timm_reads_it(hf_cache):
     assert arch == "convnextv2_atto" and model_args == {}
     assert cfg["num_classes"] == 7 and cfg["label_names"] == old["labels"] and "labels" not in cfg
     assert cfg["input_size"] == [3, 64, 64] and cfg["hf_hub_id"] == "org/old"
-    got = _loading.timm_hub_spec("hf-hub:org/old", plugin="convnextv2")
+    got = _loading.timm_hub_spec("hf-hub:org/old", plugin="timm-hub")
     assert (got.num_classes, got.input_size, got.mean, got.std) == (7, (3, 64, 64), (0.5,) * 3, (0.25,) * 3)
 
 
@@ -512,18 +512,18 @@ def test_hub_spec_calls_only_1000_class_models_imagenet(hf_cache, classes, datas
     config = {"architecture": "convnextv2_atto", "num_classes": classes,
               "pretrained_cfg": {"input_size": [3, 224, 224], "mean": [0.5] * 3, "std": [0.5] * 3}}
     put_hf_file(hf_cache, "org/m", "config.json", json.dumps(config).encode())
-    got = _loading.timm_hub_spec("hf-hub:org/m", plugin="convnextv2")
+    got = _loading.timm_hub_spec("hf-hub:org/m", plugin="timm-hub")
     assert (got.num_classes, got.dataset) == (classes, dataset)
 
 
 def test_normalization_check_broadcasts_one_value_and_checks_std_too():
     cfg = {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
-    _loading._check_normalization(spec(mean=(0.5,), std=(0.25,)), cfg)  # one value stands for every channel
-    _loading._check_normalization(spec(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)), cfg)
+    _timm_hub.check_normalization(spec(mean=(0.5,), std=(0.25,)), cfg)  # one value stands for every channel
+    _timm_hub.check_normalization(spec(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)), cfg)
     with pytest.raises(RegistryError, match=r"std \[0\.2\] differs"):
-        _loading._check_normalization(spec(mean=(0.5,), std=(0.2,)), cfg)
+        _timm_hub.check_normalization(spec(mean=(0.5,), std=(0.2,)), cfg)
     with pytest.raises(RegistryError, match="mean"):
-        _loading._check_normalization(spec(mean=(0.4,), std=(0.25,)), cfg)
+        _timm_hub.check_normalization(spec(mean=(0.4,), std=(0.25,)), cfg)
 
 
 # ---------------------------------------------------------------------------------------------- RobustBench
@@ -547,7 +547,7 @@ def test_torch_load_switches_are_restored_after_a_robustbench_load(monkeypatch, 
         monkeypatch.delenv(k, raising=False)
     if before is not None:
         monkeypatch.setenv(keys[unpickling], before)
-    with _loading._torch_load_mode(unpickling):
+    with _rb_loading._torch_load_mode(unpickling):
         assert os.environ.get(keys[unpickling]) == "1" and keys[not unpickling] not in os.environ
     assert os.environ.get(keys[unpickling]) == before and keys[not unpickling] not in os.environ
 
@@ -570,26 +570,18 @@ def test_a_freshly_downloaded_checkpoint_is_checked_against_the_registry(rb_dir,
         files[0].write_bytes(b"what the download delivered")
         return nn.Identity()
 
-    monkeypatch.setattr(_loading, "_robustbench_build", fake_build)
+    monkeypatch.setattr(_rb_loading, "_robustbench_build", fake_build)
     wanted = dataclasses.replace(mixzoo.get_spec("cifar10/Linf/Ding2020MMA"), sha256="ab" * 32)
     with pytest.raises(_loading.ChecksumError, match="expects abababab"):
         mixzoo.load_model(wanted)
 
 
-def test_robustbench_hooks_take_only_their_own_datasets(rb_dir):
-    cifar = mixzoo.get_spec("cifar10/Linf/Ding2020MMA")
-    assert swin.mixzoo_load_model(cifar, "cpu", False) is None
-    imagenet = mixzoo.get_spec("imagenet/Linf/Liu2023Comprehensive_Swin-L")
-    assert wideresnet.mixzoo_load_model(imagenet, "cpu", False) is None
+def test_robustbench_names_of_every_dataset_resolve_through_one_plugin(rb_dir):
+    for name in ("cifar10/Linf/Ding2020MMA", "imagenet/Linf/Liu2023Comprehensive_Swin-L"):
+        assert mixzoo.get_spec(name).plugin == "robustbench"
     c100 = mixzoo.get_spec("cifar100/Linf/Wang2023Better_WRN-70-16")
-    assert (c100.plugin, c100.num_classes, c100.dataset) == ("wideresnet", 100, "cifar100")
+    assert (c100.plugin, c100.num_classes, c100.dataset) == ("robustbench", 100, "cifar100")
     assert c100.epsilon == pytest.approx(8 / 255)
-
-
-def test_timm_hook_leaves_other_kinds_alone():
-    for kind in ("bit-hf", "robustbench", "zoo"):
-        assert convnextv2.mixzoo_load_model(spec(source={"kind": kind}), "cpu", False) is None
-    assert bit.mixzoo_load_model(spec(source={"kind": "timm"}), "cpu", False) is None
 
 
 # ------------------------------------------------------------------------------------------------------ BiT
@@ -605,14 +597,14 @@ def test_bit_checkpoint_normalization_compares_each_key_and_broadcasts_one_value
 
 def test_bit_depths_are_the_resnet_stage_counts():
     """ResNet-50/101/152 (He et al. 2016, Table 1): 3-4-6-3, 3-4-23-3 and 3-8-36-3 bottleneck blocks."""
-    assert bit.bit_layers({"arch": "resnetv2_50x1_bit"}, "t") == ([3, 4, 6, 3], 1)
-    assert bit.bit_layers({"arch": "resnetv2_101x3_bit"}, "t") == ([3, 4, 23, 3], 3)
-    assert bit.bit_layers({"arch": "resnetv2_152x4_bit"}, "t") == ([3, 8, 36, 3], 4)
+    assert bit_arch.bit_layers({"arch": "resnetv2_50x1_bit"}, "t") == ([3, 4, 6, 3], 1)
+    assert bit_arch.bit_layers({"arch": "resnetv2_101x3_bit"}, "t") == ([3, 4, 23, 3], 3)
+    assert bit_arch.bit_layers({"arch": "resnetv2_152x4_bit"}, "t") == ([3, 8, 36, 3], 4)
 
 
 def _tiny_bit_file(tmp_path: Path) -> tuple[Path, nn.Module]:
     torch.manual_seed(5)
-    net = bit.build_bit([1, 1, 1, 1], 1, num_classes=10).eval()
+    net = bit_arch.build_bit([1, 1, 1, 1], 1, num_classes=10).eval()
     path = tmp_path / "tiny-bit.pt"
     torch.save(net.state_dict(), path)
     return path, net

@@ -105,9 +105,8 @@ def test_missing_weights_and_wrong_architecture_are_named():
         mixzoo.zoo.models.load_model(_zoo_spec(source={**src, "kwargs": {"widths": [8], "input_hw": 8}}))
 
 
-def test_other_source_kinds_are_left_to_other_plugins():
-    spec = _zoo_spec(source={"kind": "timm", "model": "x"})
-    assert zoo.mixzoo_load_model(spec=spec, device="cpu", allow_unsafe=False) is None
+def test_the_zoo_plugin_loads_the_zoo_source_kind_only():
+    assert zoo.mixzoo_model_sources() == {"zoo": zoo.load} and zoo.SOURCE_KINDS == ["zoo"]
 
 
 @pytest.mark.parametrize("method", ["standard", "pgd", "trades", "mart", "hat", "pgd+awp"])

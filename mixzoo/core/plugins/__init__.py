@@ -11,7 +11,9 @@ Isolation is a rule applied here, where hooks are called and plugin objects coll
   passes unchanged. Such run-time faults are remembered (:func:`runtime_failures`, kept in the cache directory for
   the installed plugin version) so that ``mixzoo plugins`` shows them in a later process too. ``MIXZOO_DEBUG=1``
   lets the original exception through, with its traceback, for the plugin's author;
-* a load hook that raises for a model another plugin loads costs nothing: the next plugin answers;
+* a model's loader is picked by its source kind from the table of the hook ``mixzoo_model_sources``
+  (:func:`load_network`), so a loader sees only its own kinds and its errors are never passed over; a resolver
+  (``firstresult`` hook) that raises for a name another plugin resolves costs nothing: the next plugin answers;
 * a name a built-in plugin provides stays the built-in's: a third party's entry of that name is left out, with a
   warning naming both (:func:`builtin_wins`). A name two third parties provide is left out for both, and using it
   is an error naming both.
@@ -20,17 +22,19 @@ The modules, by job: :mod:`~mixzoo.core.plugins.state` (what the process remembe
 :mod:`~mixzoo.core.plugins.manager` (the pluggy manager, entry points, versions from distribution metadata),
 :mod:`~mixzoo.core.plugins.hooks` (calling hooks plugin by plugin), :mod:`~mixzoo.core.plugins.guard` (third-party
 calls as one-line errors), :mod:`~mixzoo.core.plugins.failures` (run-time faults, kept on disk),
-:mod:`~mixzoo.core.plugins.tables` (the table of collecting hooks and their merge) and
-:mod:`~mixzoo.core.plugins.listing` (``mixzoo plugins``).
+:mod:`~mixzoo.core.plugins.tables` (the table of collecting hooks and their merge),
+:mod:`~mixzoo.core.plugins.sources` (a model's loader by its source kind) and :mod:`~mixzoo.core.plugins.listing`
+(``mixzoo plugins``).
 """
 
 from __future__ import annotations
 
 from mixzoo.core.plugins.failures import record_runtime_failure, runtime_failures
 from mixzoo.core.plugins.guard import Guarded, GuardedFactory, file_problem, guarded_call, plugin_error
-from mixzoo.core.plugins.hooks import collect, first_result
+from mixzoo.core.plugins.hooks import collect, first_answer, first_result
 from mixzoo.core.plugins.listing import PluginInfo, plugin_infos
 from mixzoo.core.plugins.manager import get_plugin_manager, hookimpl, is_builtin
+from mixzoo.core.plugins.sources import load_network
 from mixzoo.core.plugins.state import PROJECT, STATE, PluginState
 from mixzoo.core.plugins.tables import (
     KINDS,
@@ -46,7 +50,9 @@ from mixzoo.core.plugins.tables import (
     failures_so_far,
     lookup,
     mixing_methods,
+    model_sources,
     plugin_failures,
+    provider,
     published_cards,
     record_failure,
     register_derived,
@@ -57,9 +63,9 @@ from mixzoo.core.plugins.tables import (
 __all__ = [
     "KINDS", "PROJECT", "STATE", "Guarded", "GuardedFactory", "Kind", "PluginInfo", "PluginState", "attacks",
     "builtin_wins", "calibration_optimizers", "clamp_functions", "clear_caches", "collect", "collect_named",
-    "collision_message", "datasets", "failures_so_far", "file_problem", "first_result", "get_plugin_manager",
-    "guarded_call",
-    "hookimpl", "is_builtin", "lookup", "mixing_methods", "plugin_error", "plugin_failures", "plugin_infos",
-    "published_cards", "record_failure", "record_runtime_failure", "register_derived", "register_plugin",
-    "runtime_failures", "unregister_plugin",
+    "collision_message", "datasets", "failures_so_far", "file_problem", "first_answer", "first_result",
+    "get_plugin_manager", "guarded_call", "hookimpl", "is_builtin", "load_network", "lookup", "mixing_methods",
+    "model_sources", "plugin_error", "plugin_failures", "plugin_infos", "provider", "published_cards",
+    "record_failure", "record_runtime_failure", "register_derived", "register_plugin", "runtime_failures",
+    "unregister_plugin",
 ]

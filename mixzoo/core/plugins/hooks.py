@@ -32,15 +32,21 @@ def collect(hook_name: str) -> list[tuple[str, Any]]:
 
 
 def first_result(hook_name: str, doing: str, **kwargs: Any) -> Any:
-    """Call a ``firstresult`` hook in pluggy's order (first non-``None`` answer wins), but knowing which plugin
-    answers and passing over a plugin whose hook raises.
+    """The answer of :func:`first_answer`, without the plugin that gave it (``None`` when no plugin answers)."""
+    answer = first_answer(hook_name, doing, **kwargs)
+    return None if answer is None else answer[1]
 
-    pluggy's own firstresult call stops at the first exception, so a load hook that raises for a source kind it
-    does not own would break the models other plugins load; here such a plugin is recorded
+
+def first_answer(hook_name: str, doing: str, **kwargs: Any) -> tuple[str, Any] | None:
+    """Call a ``firstresult`` hook in pluggy's order (first non-``None`` answer wins), but knowing which plugin
+    answers (``(plugin_name, answer)``) and passing over a plugin whose hook raises.
+
+    pluggy's own firstresult call stops at the first exception, so a resolver that raises for a name it does not
+    own would break the names other plugins resolve; here such a plugin is recorded
     (:func:`~mixzoo.core.plugins.runtime_failures`) and the next one answers. When no plugin answers, the first
     exception is raised: a :class:`~mixzoo.core.errors.MixzooError` (which already reads as one line) as it is, any
-    other as a one-line :class:`~mixzoo.core.errors.PluginError` naming the plugin and ``doing`` (e.g. "load
-    model 'x'")."""
+    other as a one-line :class:`~mixzoo.core.errors.PluginError` naming the plugin and ``doing`` (e.g. "resolve
+    model name 'x'")."""
     first: BaseException | None = None
     failed: list[tuple[str, BaseException]] = []
     for impl in reversed(getattr(get_plugin_manager().hook, hook_name).get_hookimpls()):
@@ -64,7 +70,7 @@ def first_result(hook_name: str, doing: str, **kwargs: Any) -> Any:
         if result is not None:
             for plugin_name, exc in failed:  # it raised for what another plugin handles: its fault, shown later
                 record_runtime_failure(plugin_name, f"{doing} (another plugin handles it)", exc)
-            return result
+            return impl.plugin_name, result
     if first is not None:
         for plugin_name, exc in failed:
             if not isinstance(exc, MixzooError):

@@ -44,6 +44,8 @@ KINDS: dict[str, Kind] = {
     "method": Kind("mixzoo_mixing_methods", "methods", "mixing method", "object",
                    adapt="mixzoo.methods.base:adapt_method"),
     "card": Kind("mixzoo_cards", "cards", "card"),
+    # loaders are called through guarded_call by mixzoo.core.plugins.sources, which names the model being loaded
+    "source": Kind("mixzoo_model_sources", "loads source kinds", "model source"),
     "command": Kind("mixzoo_cli_commands", "commands", "CLI command"),
 }
 _BY_HOOK = {k.hook: k for k in KINDS.values()}
@@ -89,7 +91,7 @@ def collect_named(hook_name: str, what: str) -> dict[str, Any]:
     in :data:`KINDS` (then nothing is guarded or adapted)."""
     kind = _BY_HOOK.get(hook_name)
     merged: dict[str, Any] = {}
-    owners: dict[str, list[str]] = {}
+    claims: dict[str, list[str]] = {}
     values: dict[tuple[str, str], Any] = {}
     provided: dict[str, list[str]] = {}
     for plugin_name, result in collect(hook_name):
@@ -99,19 +101,21 @@ def collect_named(hook_name: str, what: str) -> dict[str, Any]:
         provided[plugin_name] = sorted(result)
         for key, value in result.items():
             value = _adapt(kind, plugin_name, value)
-            owners.setdefault(key, []).append(plugin_name)
+            claims.setdefault(key, []).append(plugin_name)
             values[(key, plugin_name)] = value
             merged.setdefault(key, guard(kind.guard if kind else None, f"{what} {key!r}", plugin_name, value))
-    clashes = {key: names for key, names in owners.items() if len(names) > 1}
+    owners = {key: names[0] for key, names in claims.items()}
+    clashes = {key: names for key, names in claims.items() if len(names) > 1}
     for key, winner in builtin_wins(what, clashes).items():
-        merged[key] = values[(key, winner)]
+        merged[key], owners[key] = values[(key, winner)], winner
         del clashes[key]
     for key, names in clashes.items():
-        del merged[key]
+        del merged[key], owners[key]
         for plugin_name in names:
             others = ", ".join(repr(n) for n in names if n != plugin_name)
             STATE.record_failure(plugin_name, f"{what} {key!r} left out: plugin {others} provides it too")
     STATE.collisions[hook_name] = clashes
+    STATE.owners[hook_name] = owners
     STATE.provided[hook_name] = provided
     return merged
 
@@ -151,6 +155,23 @@ def mixing_methods() -> dict[str, Any]:
 def published_cards() -> dict[str, Any]:
     """All published mix cards by name (paths of card files shipped with plugins)."""
     return table("card")
+
+
+def model_sources() -> dict[str, Any]:
+    """All model loaders by source kind (hook ``mixzoo_model_sources``)."""
+    return table("source")
+
+
+def provider(kind: str, name: str) -> tuple[str, Any] | None:
+    """``(plugin, entry)`` for ``name`` in the table of ``kind`` (a key of :data:`KINDS`), or ``None`` when no plugin
+    provides it; a name two plugins provide is the one-line :class:`~mixzoo.core.errors.PluginError` naming both."""
+    found = table(kind)
+    if name in found:
+        return STATE.owners[KINDS[kind].hook][name], found[name]
+    clash = STATE.collisions.get(KINDS[kind].hook, {}).get(name)
+    if clash:
+        raise PluginError(collision_message(KINDS[kind].what, name, clash))
+    return None
 
 
 def register_derived(derived: Any, *, name: str, label: str, entries: Any) -> None:
@@ -221,10 +242,7 @@ def record_failure(plugin_name: str, reason: str) -> None:
 def lookup(kind: str, name: str) -> Any:
     """Find a clamp / attack / calibration optimizer / dataset / method / card by name, suggesting close names if
     unknown."""
-    found = table(kind)
-    if name not in found:
-        clash = STATE.collisions.get(KINDS[kind].hook, {}).get(name)
-        if clash:
-            raise PluginError(collision_message(KINDS[kind].what, name, clash))
-        raise UnknownNameError(kind, name, found, failed=plugin_failures())
-    return found[name]
+    found = provider(kind, name)
+    if found is None:
+        raise UnknownNameError(kind, name, table(kind), failed=plugin_failures())
+    return found[1]

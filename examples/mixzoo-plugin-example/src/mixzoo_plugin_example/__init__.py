@@ -4,7 +4,7 @@ Registered through the entry point ``[project.entry-points.mixzoo] example = "mi
 calls the hooks below (specified in :mod:`mixzoo.core.hookspecs`):
 
 * ``mixzoo_model_specs``: one registry entry, ``example-digits-linear`` (robust, digits, Linf 0.1);
-* ``mixzoo_load_model``: builds models of source kind ``example-digits``; returns None for any other kind;
+* ``mixzoo_model_sources``: the loader of source kind ``example-digits`` (:func:`load`);
 * ``mixzoo_clamp_functions``: ``tanh-clamp`` for the RBC transform M(s, p, c) (paper 000, Eq. 4);
 * ``mixzoo_mixing_methods``: ``example-confidence-switch``, a mixing method of its own (:class:`ConfidenceSwitch`,
   written from the "A mixing method" section of mixzoo's CONTRIBUTING.md): the RBC's prediction where the RBC is
@@ -86,13 +86,16 @@ def mixzoo_model_specs() -> list[dict[str, Any]]:
     }]
 
 
-@hookimpl
-def mixzoo_load_model(spec: Any, device: str, allow_unsafe: bool) -> nn.Module | None:
-    if spec.source.get("kind") != KIND:
-        return None
+def load(spec: Any, device: str, allow_unsafe: bool) -> nn.Module:
+    """The network of an ``example-digits`` spec, trained as its source says."""
     src = spec.source
     return linear_digits_classifier(seed=int(src.get("seed", 0)), adv_eps=float(src.get("adv_eps", 0.1)),
                                     steps=int(src.get("steps", 150)))
+
+
+@hookimpl
+def mixzoo_model_sources() -> dict[str, Any]:
+    return {KIND: load}
 
 
 @hookimpl

@@ -1,0 +1,60 @@
+"""Source kind ``robustbench``: the models of RobustBench's model zoo on CIFAR-10, CIFAR-100 and ImageNet, among them
+the robust base classifiers of Bai et al. 2024a (App. C.1, Table 2: Peng et al. 2023 RaWideResNet-70-16 on CIFAR-10,
+Wang et al. 2023 WideResNet-70-16 on CIFAR-100, Liu et al. 2023 Swin-L on ImageNet, Linf 4/255; Table 5 reports
+78.92% clean, 59.56% AutoAttack for the last).
+
+``{kind = "robustbench", name = "Wang2023Better_WRN-70-16", dataset = "cifar100", threat_model = "Linf"}``. Checkpoints
+are read from ``$MIXZOO_ROBUSTBENCH_DIR/{dataset}/{threat_model}/{name}.pt`` (default ``~/.cache/mixzoo/robustbench``);
+RobustBench downloads missing ones unless offline (:func:`mixzoo.zoo.robustbench_loading.load_robustbench`). The
+networks normalize internally: specs carry mean 0 / std 1 and the wrapper's normalization step says so
+(:class:`mixzoo.zoo.input_layers.NormalizationInside`). RobustBench evaluates ImageNet at 224x224 (and Swin's 7x7
+windows need exactly that), so ImageNet entries must say ``input_size = [3, 224, 224]``. The accurate Swin-L
+(``swin-l``) is a timm hub model (plugin ``timm-hub``).
+
+Names no registry knows: ``dataset/threat/Name`` (``cifar10/Linf/Ding2020MMA``, ``imagenet/Linf/...``) resolves to a
+robust spec with RobustBench's default radius (Linf 8/255 on CIFAR, 4/255 on ImageNet; L2 0.5).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mixzoo.core.errors import RegistryError
+from mixzoo.core.plugins import hookimpl
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from mixzoo.core.registry import ModelSpec
+
+PLUGIN = "robustbench"  # the entry-point name, recorded as the plugin of the specs it resolves
+SOURCE_KINDS = ["robustbench"]
+NAME_FORMS = "DATASET/THREAT/Name"
+DATASETS = ("cifar10", "cifar100", "imagenet")
+IMAGENET_INPUT_SIZE = (3, 224, 224)
+
+
+def load(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Module:
+    """The RobustBench model of a ``robustbench`` spec (ImageNet entries at 224x224 only)."""
+    if spec.source.get("dataset") == "imagenet" and tuple(spec.input_size) != IMAGENET_INPUT_SIZE:
+        raise RegistryError(f"registry entry {spec.name!r}: RobustBench ImageNet models take 224x224 input; set"
+                            " input_size = [3, 224, 224]")
+    from mixzoo.zoo.robustbench_loading import load_robustbench
+
+    return load_robustbench(spec, allow_unsafe)
+
+
+@hookimpl
+def mixzoo_model_sources() -> dict[str, Any]:
+    """``robustbench``: :func:`load`."""
+    return {"robustbench": load}
+
+
+@hookimpl
+def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
+    """``cifar10|cifar100|imagenet/THREAT/Name`` -> a robust spec; None for other names."""
+    if name.split("/", 1)[0] not in DATASETS:
+        return None
+    from mixzoo.zoo import specs
+
+    return specs.robustbench_spec(name, plugin=PLUGIN)
