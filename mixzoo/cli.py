@@ -776,10 +776,6 @@ def train(
 for _info in app.registered_commands:  # each command's --help ends with its examples
     _info.epilog = _info.epilog or epilog_of(_info.callback)
 
-from mixzoo.share.cli import register as _share_commands  # noqa: E402 - push, export, report
-
-_share_commands(app)
-
 
 def main() -> None:
     app()

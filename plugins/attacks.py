@@ -1,4 +1,5 @@
-"""Built-in attacks, registered through the attack hook like any third party's (``mixzoo bench --attack NAME``)."""
+"""Every built-in attack, registered here in one place through the attack hook like any third party's (``mixzoo
+bench --attack NAME``)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ def mixzoo_attacks() -> dict[str, Any]:
     network alone, :mod:`mixzoo.methods.adaptive.attacks`); ``adaptive-smoothing-gate`` and
     ``local-smoothing-policy-gate`` (the attacks on a learned gate's logit, :mod:`mixzoo.methods.adaptive.gate_attacks`,
     :mod:`mixzoo.methods.local_smoothing.policy_attacks`); ``fast``, the screening attack with MALT's target
-    selection (:mod:`mixzoo.attacks.screening`)."""
-    from mixzoo.attacks.evaluation import (
+    selection (:mod:`mixzoo.attacks.screening`); ``min-margin-square``, the minimum-margin Square attack as a
+    gradient-free evaluation (forward queries only: any model, black boxes included; Bai et al. 2024a, App. D.5)."""
+    from mixzoo.attacks.suites import (
         AdaptiveAPGD,
         AdaptiveAutoAttack,
         AdaptiveStrong,
         APGDEnsemble,
         AutoAttackEval,
+        MinMarginSquareAttack,
         PGDAttack,
     )
     from mixzoo.attacks.screening import FastScreening
@@ -39,6 +42,6 @@ def mixzoo_attacks() -> dict[str, Any]:
         "adaptive-smoothing-apgd": AlphaAPGD,
         "adaptive-smoothing-gate": AdaptiveGateAttack,
         "local-smoothing-policy-gate": PolicyGateAttack,
+        "min-margin-square": MinMarginSquareAttack,
     }
-    # The min-margin Square attack is provided by the transfer plugin (plugins/transfer.py) as "min-margin-square".
     return attacks

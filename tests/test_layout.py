@@ -190,3 +190,37 @@ def test_the_checks_can_fail():
                                                          modules_only=True)
     assert cycles({"a": {"b"}, "b": set()}) == []
     assert "mixzoo.core.hookspecs" in GRAPH["mixzoo.core.plugins.manager"]
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to for rule 4: ``mixzoo.<sub>`` (``mixzoo`` for top-level modules) or
+    ``mixzoo_plugins``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "mixzoo" and len(parts) > 2 else parts[0]
+
+
+def private_imports(extra: dict[str, str] | None = None) -> list[str]:
+    """4. No private name crosses a package: ``from a.b import _name`` only inside a.b's own package (a leading
+    underscore says "this package's business"; what other packages use is public, named and documented).
+    ``extra``: more modules (name -> source) to check, for the test that the check can fail."""
+    sources = {m: (p.read_text(), p.name == "__init__.py", _place(m)) for m, p in MODULES.items()}
+    sources.update({m: (text, False, m) for m, text in (extra or {}).items()})
+    bad = []
+    for module, (text, is_package, where) in sources.items():
+        for name, line in imported_names(text, module, is_package):
+            owner, _, leaf = name.rpartition(".")
+            if not leaf.startswith("_") or leaf.startswith("__") or _own_module(owner) != owner:
+                continue
+            if _package(owner) != _package(module):
+                bad.append(f"{where}:{line} imports {name}")
+    return sorted(set(bad))
+
+
+def test_no_private_name_crosses_a_package():
+    assert not private_imports(), private_imports()
+
+
+def test_the_private_name_check_can_fail():
+    found = private_imports({"mixzoo.evaluation.zz_fake": "from mixzoo.core.card import _secret, MixCard\n",
+                             "mixzoo.core.zz_same": "from mixzoo.core.card import _inside\n"})
+    assert found == ["mixzoo.evaluation.zz_fake:1 imports mixzoo.core.card._secret"]

@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.apgd import apgd_run, clean_record, effective_n_targets, pair, target_classes
-from mixzoo.attacks.evaluation import Attack, Component, _select
+from mixzoo.attacks.evaluation import Attack, Component, select_components
 from mixzoo.attacks.result import EvalResult
 from mixzoo.attacks.variants import PairedOutput
 from mixzoo.core import rng
@@ -220,7 +220,7 @@ class FastScreening(Attack):
     screening_note: ClassVar[str] = SCREENING_NOTE  # reports print it beside the attack's name
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
-        chosen = _select(self.options, COMPONENTS, self.name)
+        chosen = select_components(self.options, COMPONENTS, self.name)
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
         forward = model.forward_pair if isinstance(model, PairedOutput) else model
         opts = dict(eps=self.eps, norm=self.norm, n_iter=int(self.options["n_iter"]), seed=self.seed)

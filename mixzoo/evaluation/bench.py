@@ -47,13 +47,13 @@ from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cell
 )
 from mixzoo.methods.base import baseline_method
 from mixzoo.zoo.pairs import (  # noqa: F401 - mixed_key_parts: the name scripts used
-    _default_attack_setting,
     card_dataset,
     card_key_parts,
     card_models,
     check_device,
     check_model_fits,
     model_key,
+    threat_model_of,
     weight_mismatches,
 )
 
@@ -289,7 +289,7 @@ def card_evaluation(card: Any, settings: RunSettings | None = None, **changes: A
         warnings.warn(note, stacklevel=3)
     mixed = card.mixing_method.build(abc_m, rbc_m, card)
     attack = card.attack or {}
-    eps, norm = _default_attack_setting(rbc_m, attack.get("eps") if s.eps is None else s.eps,
+    eps, norm = threat_model_of(rbc_m, attack.get("eps") if s.eps is None else s.eps,
                                         attack.get("norm") if s.norm is None else s.norm)
     data = load_dataset(card_dataset(card, rbc_m), "evaluation", n=s.n, root=s.data_dir,
                         **model_options(rbc_m, abc_m))

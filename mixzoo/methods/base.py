@@ -266,6 +266,12 @@ class MixingMethod:
         :class:`~mixzoo.core.errors.InputError` naming ``SECTION.FIELD`` (SECTION is :attr:`name`)."""
         raise NotImplementedError
 
+    def check_records(self, card: MixCard, source: str) -> None:
+        """Check the card's records that this method alone reads besides its section (e.g. the calibration
+        attack ``[attack]`` it re-runs), when the card loads; raise a one-line
+        :class:`~mixzoo.core.errors.InputError` naming ``TABLE.FIELD``. Default: nothing to check."""
+        return None
+
     def upgrade_v1(self, data: dict[str, Any], source: str) -> dict[str, Any] | None:
         """The section for a schema-1 card (parameters at the top level) this method claims; default ``None``:
         not this method's. Called only by :meth:`MixCard.load <mixzoo.core.card.MixCard.load>`."""
@@ -284,9 +290,9 @@ class MixingMethod:
     def key_parts(self, card: MixCard) -> dict[str, Any]:
         """What a cached evaluation of this card's classifier depends on, besides the models and the data; default:
         the whole section and the weight files' hashes."""
-        from mixzoo.core.card import _plain
+        from mixzoo.core.card import plain_value
 
-        return {"method": self.name, "params": _plain(card.params), "weights": weight_hashes(card)}
+        return {"method": self.name, "params": plain_value(card.params), "weights": weight_hashes(card)}
 
     # --------------------------------------------------------------------------------------------- model
     def gradients(self, card: MixCard) -> tuple[str, ...]:

@@ -135,13 +135,13 @@ def report_cmd(
 COMMANDS: dict[str, Callable[..., None]] = {"push": push_cmd, "export": export_cmd, "report": report_cmd}
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``push``, ``export`` and ``report`` to ``app``, each with the commands' one-line error handling
+def commands() -> dict[str, Any]:
+    """``push``, ``export`` and ``report`` as the hook ``mixzoo_cli_commands`` hands them to the CLI (the built-in
+    plugin ``share`` does, as a third party's would), each with the commands' one-line error handling
     (:func:`mixzoo.core.commands.command`)."""
-    from mixzoo.core.commands import command, epilog_of
+    from mixzoo.core.commands import command
 
-    for name, fn in COMMANDS.items():
-        app.command(name, epilog=epilog_of(fn))(command(fn))
+    return {name: command(fn) for name, fn in COMMANDS.items()}
 
 
-__all__ = ["COMMANDS", "register"]
+__all__ = ["COMMANDS", "commands"]

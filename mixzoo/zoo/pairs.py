@@ -128,13 +128,14 @@ def weight_mismatches(card: Any, abc: nn.Module | None, rbc: nn.Module | None) -
         if model is not None and expected:
             actual = model_hash(model)
             if actual != expected:
-                messages.append(f"{_model_name(model, role)} has weight hash {actual} but the mix card was"
+                messages.append(f"{model_label(model, role)} has weight hash {actual} but the mix card was"
                                 f" calibrated for {recorded.get('name', '?')!r} with hash {expected}; re-run"
                                 " `mixzoo mix` for these weights")
     return messages
 
 
-def _model_name(model: nn.Module | None, role: str) -> str:
+def model_label(model: nn.Module | None, role: str) -> str:
+    """How messages name a base model: ``ROLE 'registry-name'``, or ``ROLE (ClassName)`` without a spec."""
     spec = getattr(model, "spec", None)
     return f"{role} {spec.name!r}" if spec is not None else f"{role} ({type(model).__name__})"
 
@@ -223,7 +224,9 @@ def cached_logits(model: nn.Module, dataset: Any, *, cache: Cache, batch_size: i
     return out["logits"]
 
 
-def _default_attack_setting(rbc: nn.Module, eps: float | None, norm: str | None) -> tuple[float, str]:
+def threat_model_of(rbc: nn.Module, eps: float | None, norm: str | None) -> tuple[float, str]:
+    """(eps, norm) of an evaluation: the given ones, else what the RBC's registry spec records (norm default
+    ``Linf``); a one-line error when no eps is known or it is not a positive finite number."""
     spec = getattr(rbc, "spec", None)
     if eps is None:
         eps = getattr(spec, "epsilon", None)
@@ -298,7 +301,7 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     dataset = dataset or (known_spec.dataset if known_spec is not None else None)
     if dataset is None:
         raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
-    eps, norm = _default_attack_setting(rbc_m, request.eps, request.norm)
+    eps, norm = threat_model_of(rbc_m, request.eps, request.norm)
     # not given: DEFAULT_N_CALIB images, or every image of a smaller split (silently: nothing was asked for)
     n_calib = DEFAULT_N_CALIB if request.n_calib is None else request.n_calib
     data = load_dataset(dataset, "calibration", n=n_calib, root=request.data_dir, **model_options(rbc_m, abc_m))

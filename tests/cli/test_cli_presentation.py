@@ -112,3 +112,26 @@ def test_published_cards_are_listed_and_shown():
     assert (data["method"], data["dataset"], data["rbc"]) == ("mixednuts", "cifar10", "peng2023-rawrn-70-16")
     unknown = CliRunner().invoke(app, ["info", "mixednuts-cifar11"])
     assert unknown.exit_code == 2 and "unknown model" in unknown.output
+
+
+def test_commands_arrive_one_way_the_core_then_the_plugins_hook():
+    """The core's commands are cli.py's own; every other command (the built-in plugins' included: push, export,
+    report, check, transfer-params) arrives through the hook ``mixzoo_cli_commands``, as a third party's does."""
+    import mixzoo.cli as cli
+    from mixzoo.core.plugins import clear_caches, get_plugin_manager
+
+    core = {c.callback.__module__ for c in cli.app.registered_commands}
+    assert core == {"mixzoo.cli"}, core
+    names = set(_commands())
+    assert names == {"list", "info", "fetch-list", "plugins", "mix", "bench", "sanity", "certify", "verify", "train",
+                     "push", "export", "report", "check", "transfer-params"}
+    pm = get_plugin_manager()
+    share = pm.get_plugin("share")
+    assert share is not None
+    pm.unregister(share)
+    clear_caches()
+    try:
+        assert {"push", "export", "report"}.isdisjoint(_commands())
+    finally:
+        pm.register(share, name="share")
+        clear_caches()

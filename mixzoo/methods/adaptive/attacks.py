@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixzoo.attacks.apgd import apgd_run, clean_record, dlr_targeted_loss, effective_n_targets, target_classes
-from mixzoo.attacks.evaluation import Attack, Component, _select
+from mixzoo.attacks.evaluation import Attack, Component, select_components
 from mixzoo.core.errors import InputError
 
 ALPHA_COMPONENTS = ("apgd-ce-alpha", "apgd-t-alpha", "alpha-only")
@@ -114,7 +114,8 @@ class AlphaAPGD(Attack):
         if not 0.0 <= w <= 1.0:
             raise InputError(f"option alpha_weight of attack {self.name!r} must lie in [0, 1], got {w}")
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
-        chosen = [k for k in _select(self.options, ALPHA_COMPONENTS, self.name) if k != "apgd-t-alpha" or n_targets]
+        chosen = [k for k in select_components(self.options, ALPHA_COMPONENTS, self.name)
+                  if k != "apgd-t-alpha" or n_targets]
         n_iter, restarts = int(self.options["n_iter"]), int(self.options["n_restarts"])
         gen = torch.Generator().manual_seed(self.seed)
 

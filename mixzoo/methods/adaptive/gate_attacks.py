@@ -56,7 +56,7 @@ from mixzoo.attacks.apgd import (
     effective_n_targets,
     target_classes,
 )
-from mixzoo.attacks.evaluation import Attack, Component, _select
+from mixzoo.attacks.evaluation import Attack, Component, select_components
 from mixzoo.attacks.margins import MarginRecord
 from mixzoo.attacks.result import EvalResult
 from mixzoo.core import rng
@@ -307,7 +307,7 @@ class GateLogitAttack(Attack):
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         opts = self.options
-        chosen = _select(opts, GATE_COMPONENTS, self.name)
+        chosen = select_components(opts, GATE_COMPONENTS, self.name)
         gate = self.gate(model)
         n_targets = effective_n_targets(n_classes, int(opts["n_target_classes"]))
         screen = self.screen(model)

@@ -109,10 +109,18 @@ class MixedNUTS(MixingMethod):
         grid = params.setdefault("grid", {})
         if not isinstance(grid, dict):
             raise InputError(f"{source}: field '{sec}.grid' must be a table, got {type(grid).__name__}")
-        from mixzoo.core.card import _plain, validate_grid
+        from mixzoo.core.card import plain_value
+        from mixzoo.methods.mixednuts.card_checks import validate_grid
 
-        validate_grid(_plain(grid), source, section=f"{sec}.grid")
+        validate_grid(plain_value(grid), source, section=f"{sec}.grid")
         return params
+
+    def check_records(self, card: Any, source: str) -> None:
+        """The MMAA record ``[attack]`` and the calibration size ``[data].n`` this card's fit wrote
+        (:func:`~mixzoo.methods.mixednuts.card_checks.check_mmaa_record`)."""
+        from mixzoo.methods.mixednuts.card_checks import check_mmaa_record
+
+        check_mmaa_record(card, source)
 
     def upgrade_v1(self, data: dict[str, Any], source: str) -> dict[str, Any] | None:
         if data.get("method", "mmaa") == "linear":

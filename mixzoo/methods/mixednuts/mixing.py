@@ -26,7 +26,7 @@ from mixzoo.methods.mixednuts.transforms import (
     rbc_transform,
     transform_of,
 )
-from mixzoo.zoo.pairs import _model_name, weight_mismatches  # noqa: F401 - weight_mismatches: importable from here too
+from mixzoo.zoo.pairs import model_label, weight_mismatches  # noqa: F401 - weight_mismatches: importable from here too
 
 
 def _check_alpha(alpha: float, allow_any_alpha: bool = True, what: str = "alpha") -> float:
@@ -194,7 +194,7 @@ class MixedClassifier(nn.Module):
         out = model(x)
         if not torch.compiler.is_exporting() and not torch.isfinite(out).all():  # no data-dependent check in a graph
             bad = int((~torch.isfinite(out)).flatten(1).any(1).sum())
-            raise InputError(f"the {_model_name(model, role)} returned NaN or infinite logits for {bad} of"
+            raise InputError(f"the {model_label(model, role)} returned NaN or infinite logits for {bad} of"
                              f" {len(out)} images; check its weights and that images lie in [0, 1]")
         return out
 

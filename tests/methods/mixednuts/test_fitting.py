@@ -28,7 +28,6 @@ from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
 from mixzoo.methods.mixednuts.calibration_data import MMAASettings
 from mixzoo.methods.mixednuts.fitting import (
     CalibrationData,
-    _default_attack_setting,
     cached_logits,
     cached_mmaa,
     calibration_data,
@@ -37,6 +36,7 @@ from mixzoo.methods.mixednuts.fitting import (
     load_mixed,
     margin_summary,
     mix,
+    threat_model_of,
 )
 from mixzoo.methods.mixednuts.transforms import rbc_transform
 from mixzoo.zoo.data import load_dataset
@@ -635,17 +635,17 @@ def test_mmaa_on_the_transformed_rbc_attacks_h_m_without_layer_norm_and_records_
 def test_attack_defaults_come_from_the_rbc_and_given_values_win():
     pgd = load_model("digits-pgd")  # registry: Linf, eps 0.2
     assert (pgd.spec.epsilon, pgd.spec.threat_model) == (0.2, "Linf")
-    assert _default_attack_setting(pgd, None, None) == (0.2, "Linf")
-    assert _default_attack_setting(pgd, 0.05, None) == (0.05, "Linf")
-    assert _default_attack_setting(pgd, None, "L2") == (0.2, "L2")
-    assert _default_attack_setting(pgd, 0.5, "L2") == (0.5, "L2")
+    assert threat_model_of(pgd, None, None) == (0.2, "Linf")
+    assert threat_model_of(pgd, 0.05, None) == (0.05, "Linf")
+    assert threat_model_of(pgd, None, "L2") == (0.2, "L2")
+    assert threat_model_of(pgd, 0.5, "L2") == (0.5, "L2")
     plain = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
-    assert _default_attack_setting(plain, 0.1, None) == (0.1, "Linf")  # the paper's default threat model
+    assert threat_model_of(plain, 0.1, None) == (0.1, "Linf")  # the paper's default threat model
     with pytest.raises(InputError, match="records no epsilon; pass --eps"):
-        _default_attack_setting(plain, None, None)
+        threat_model_of(plain, None, None)
     for bad in (0.0, -0.1, float("inf")):
         with pytest.raises(InputError, match="positive finite"):
-            _default_attack_setting(pgd, bad, None)
+            threat_model_of(pgd, bad, None)
 
 
 # ------------------------------------------------------------------------------------------- calibration_data
