@@ -357,35 +357,41 @@ def mix(
 
     chosen = get_method(method if method is not None else default_method())
     if show_options:
-        table = Table(title=f"options of mixing method {chosen.name} (--KEY VALUE or -O KEY=VALUE)")
-        for col in ("option", "type", "default", "meaning"):
-            table.add_column(col, no_wrap=col == "option", overflow="fold")
-        for key, spec in sorted(chosen.option_specs().items()):
-            table.add_row(*(Text(cell) for cell in (f"--{key.replace('_', '-')}", spec.type_name, spec.default_text,
-                                                    spec.help)))
-        out_console.print(table)
+        _print_method_options(chosen)
         return
     options = chosen.options_from_args(ctx.args)
     options.update(parse_attack_options(option) or {})
     request = dict(dataset=dataset, n_calib=n_calib, eps=eps, norm=norm, seed=seed, batch_size=batch_size,
                    data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache, device=device,
                    allow_unsafe=allow_unsafe, progress=not as_json, command=command_line())
-    from mixzoo.core.plan import make_plan, show_plan
-    from mixzoo.core.progress import phases
+    from mixzoo.core.plan import planned_work
     from mixzoo.methods import plan_fit
 
-    plan = make_plan(lambda: plan_fit(chosen.name, abc, rbc, options=options, out=out, **request), command_line(),
-                     dry_run=dry_run, wanted=not as_json)
-    show_plan(plan, dry_run, enabled=not as_json)
-    if dry_run:
-        return
-    with phases(plan.names(), plan.estimates(), enabled=not as_json):
+    with planned_work(lambda: plan_fit(chosen.name, abc, rbc, options=options, out=out, **request), dry_run=dry_run,
+                      wanted=not as_json) as plan:
+        if plan is None:
+            return
         res = fit(chosen.name, abc, rbc, options=options, out=out, **request)
-    card = res.card
     from mixzoo.core.distributed import world
 
-    if not world().main:
-        return  # under torchrun only rank 0 prints
+    if world().main:  # under torchrun only rank 0 prints
+        _print_fit(chosen, res, as_json)
+
+
+def _print_method_options(chosen: Any) -> None:
+    """``mix --show-options``: the method's options as a table (option, type, default, meaning)."""
+    table = Table(title=f"options of mixing method {chosen.name} (--KEY VALUE or -O KEY=VALUE)")
+    for col in ("option", "type", "default", "meaning"):
+        table.add_column(col, no_wrap=col == "option", overflow="fold")
+    for key, spec in sorted(chosen.option_specs().items()):
+        table.add_row(*(Text(cell) for cell in (f"--{key.replace('_', '-')}", spec.type_name, spec.default_text,
+                                                spec.help)))
+    out_console.print(table)
+
+
+def _print_fit(chosen: Any, res: Any, as_json: bool) -> None:
+    """What ``mix`` prints once the card is written: the method's fit summary (or JSON), its notes, the path."""
+    card = res.card
     if as_json:
         print(json.dumps({"card": str(res.path), "method": card.method, **{
             k: v for k, v in card.params.items() if k != "grid"}, "summary": res.summary, "seconds": res.seconds,
@@ -456,7 +462,6 @@ def bench(
     from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation.bench import CurveSettings
     from mixzoo.evaluation.bench import bench as run_bench
-    from mixzoo.evaluation.report import print_report
 
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
     settings = RunSettings(attack=shared_attack(budget, attack, "adaptive"),
@@ -466,30 +471,35 @@ def bench(
                            budget=budget, data_dir=data_dir,
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
-    from mixzoo.core.plan import Plan, make_plan, show_plan
-    from mixzoo.core.progress import phases
+    from mixzoo.core.plan import Plan, planned_work
     from mixzoo.evaluation.bench import budgeted
     from mixzoo.evaluation.plan import plan_bench
 
     chosen_curve = curve and (True if curve_n is None else replace(CurveSettings.for_budget(budget), n=curve_n))
     shape = dict(baseline=True if baseline else None, curve=chosen_curve or None)
     planned, match_s, curve_s = budgeted(settings, shape["baseline"], shape["curve"], default_attack="adaptive")
-    plan = make_plan(lambda: plan_bench(card, planned, plots=plots, command=command_line(), baseline=match_s,
-                                        curve=curve_s), command_line(), dry_run=dry_run, wanted=not as_json) \
+    build = (lambda: plan_bench(card, planned, plots=plots, command=command_line(), baseline=match_s, curve=curve_s)) \
         if card is not None else \
-        Plan(command_line(), notes=["no card: the pair is fitted first (`mixzoo mix --dry-run` plans that)"])
-    show_plan(plan, dry_run, enabled=not as_json and distributed_world().main)
-    if dry_run:
-        return
-    with phases(plan.names(), plan.estimates(), enabled=not as_json and bool(plan.phases)):
+        (lambda: Plan(command_line(), notes=["no card: the pair is fitted first (`mixzoo mix --dry-run` plans that)"]))
+    with planned_work(build, dry_run=dry_run, wanted=not as_json, shown=not as_json and distributed_world().main) \
+            as plan:
+        if plan is None:
+            return
         report = run_bench(card, settings, out=out, plots=plots, save_adversarial=save_adversarial, **shape)
-    if not distributed_world().main:
-        return  # under torchrun only rank 0 prints
+    if distributed_world().main:  # under torchrun only rank 0 prints
+        _print_bench(report, out, as_json)
+
+
+def _print_bench(report: Any, out: Path, as_json: bool) -> None:
+    """What ``bench`` prints: the results table (stdout; progress and warnings go to stderr) or JSON, and where
+    the report was written."""
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
         return
-    print_report(report, to=out_console)  # the results on stdout; progress and warnings on stderr
     from mixzoo.core.checks import listing
+    from mixzoo.evaluation.report import print_report
+
+    print_report(report, to=out_console)
 
     out_console.print(f"report written to {out}/{listing(['report.json', 'report.md', *report.files])}",
                       soft_wrap=True)
@@ -558,19 +568,15 @@ def sanity(
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
     baseline = None if not linear else linear_alpha if linear_alpha is not None else True
-    from mixzoo.core.plan import make_plan, show_plan
-    from mixzoo.core.progress import phases
+    from mixzoo.core.plan import planned_work
     from mixzoo.evaluation.bench import MatchSettings
     from mixzoo.evaluation.plan import plan_sanity
 
     planned_baseline = MatchSettings.for_budget(budget) if baseline is True else baseline
-    plan = make_plan(lambda: plan_sanity(card, settings, radii=_parse_floats(eps, "--eps"), baseline=planned_baseline,
-                                         command=command_line()), command_line(), dry_run=dry_run,
-                     wanted=not as_json)
-    show_plan(plan, dry_run, enabled=not as_json)
-    if dry_run:
-        return
-    with phases(plan.names(), plan.estimates(), enabled=not as_json):
+    with planned_work(lambda: plan_sanity(card, settings, radii=_parse_floats(eps, "--eps"), baseline=planned_baseline,
+                                          command=command_line()), dry_run=dry_run, wanted=not as_json) as plan:
+        if plan is None:
+            return
         sweep = eps_sweep(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, out=out)
     if as_json:
         print(json.dumps(sweep.to_dict(), indent=2))
@@ -646,19 +652,15 @@ def certify_cmd(
     settings = RunSettings(norm=norm, n=n, batch_size=batch_size, seed=seed, abc=abc, rbc=rbc, device=device,
                            data_dir=data_dir, allow_unsafe=allow_unsafe, progress=not as_json)
     from mixzoo.certify.plan import plan_certify
-    from mixzoo.core.plan import make_plan, show_plan
-    from mixzoo.core.progress import phases
+    from mixzoo.core.plan import planned_work
 
     smoothing_settings = SmoothingSettings(sigma=sigma, samples=samples, selection_samples=n0, confidence=confidence,
                                            kind=smoothing)
-    plan = make_plan(lambda: plan_certify(card, settings, smoothing=smoothing_settings, dataset=dataset, split=split,
-                                          estimate_eps=_parse_floats(estimate, "--estimate"),
-                                          command=command_line()), command_line(), dry_run=dry_run,
-                     wanted=not as_json)
-    show_plan(plan, dry_run, enabled=not as_json)
-    if dry_run:
-        return
-    with phases(plan.names(), plan.estimates(), enabled=not as_json):
+    with planned_work(lambda: plan_certify(card, settings, smoothing=smoothing_settings, dataset=dataset, split=split,
+                                           estimate_eps=_parse_floats(estimate, "--estimate"),
+                                           command=command_line()), dry_run=dry_run, wanted=not as_json) as plan:
+        if plan is None:
+            return
         result = certify(card, settings, alphas=alpha, radii=_parse_floats(radii, "--radii"), dataset=dataset,
                          split=split, smoothing=smoothing_settings, estimate_eps=_parse_floats(estimate, "--estimate"),
                          out=out)

@@ -17,6 +17,7 @@ def mixzoo_attacks() -> dict[str, Any]:
     :mod:`mixzoo.methods.local_smoothing.policy_attacks`); ``fast``, the screening attack with MALT's target
     selection (:mod:`mixzoo.attacks.screening`); ``min-margin-square``, the minimum-margin Square attack as a
     gradient-free evaluation (forward queries only: any model, black boxes included; Bai et al. 2024a, App. D.5)."""
+    from mixzoo.attacks.screening import FastScreening
     from mixzoo.attacks.suites import (
         AdaptiveAPGD,
         AdaptiveAutoAttack,
@@ -26,7 +27,6 @@ def mixzoo_attacks() -> dict[str, Any]:
         MinMarginSquareAttack,
         PGDAttack,
     )
-    from mixzoo.attacks.screening import FastScreening
     from mixzoo.methods.adaptive.attacks import AlphaAPGD
     from mixzoo.methods.adaptive.gate_attacks import AdaptiveGateAttack
     from mixzoo.methods.local_smoothing.policy_attacks import PolicyGateAttack

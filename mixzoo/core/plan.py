@@ -11,7 +11,8 @@ Estimates count every phase as if nothing were cached; cached phases finish at o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +84,7 @@ def per_image(run: Callable[[int], Any], n: int, k: int = 4) -> float:
     return (time.perf_counter() - t0) / k
 
 
-__all__ = ["LONG_WORK_S", "Phase", "Plan", "make_plan", "per_image", "show_plan"]
+__all__ = ["LONG_WORK_S", "Phase", "Plan", "make_plan", "per_image", "planned_work", "show_plan"]
 
 
 def make_plan(build: Callable[[], Plan], command: str, *, dry_run: bool, wanted: bool = True) -> Plan:
@@ -124,3 +125,22 @@ def show_plan(plan: Plan, dry_run: bool, *, enabled: bool = True) -> None:
         to.print(escape(line), highlight=False, soft_wrap=True)
     if dry_run:
         to.print("--dry-run: stopped before the work; nothing was written", highlight=False)
+
+
+@contextmanager
+def planned_work(build: Callable[[], Plan], *, dry_run: bool, wanted: bool = True,
+                 shown: bool | None = None) -> Iterator[Plan | None]:
+    """A command's long work with its plan: the plan ``build`` makes (:func:`make_plan`), shown (:func:`show_plan`;
+    ``shown`` defaults to ``wanted``, false e.g. for ``--json`` or a torchrun rank other than 0), then the body run
+    as the plan's phases with their progress line. Yields ``None`` with ``--dry-run`` (the body must then stop:
+    nothing is run or written), else the plan."""
+    from mixzoo.core.commands import command_line
+    from mixzoo.core.progress import phases
+
+    plan = make_plan(build, command_line(), dry_run=dry_run, wanted=wanted)
+    show_plan(plan, dry_run, enabled=wanted if shown is None else shown)
+    if dry_run:
+        yield None
+        return
+    with phases(plan.names(), plan.estimates(), enabled=wanted):
+        yield plan
