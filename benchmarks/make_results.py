@@ -264,6 +264,17 @@ def warnings(b: Built) -> str:
     return "Warnings the report [1] carries:\n\n" + "\n".join(lines) + "\n"
 
 
+def older_code(b: Built) -> str:
+    """A note under a table whose reports were made by other code than today's attacks, runner and methods
+    (:func:`mixzoo.evaluation.versions.stale_code`): their numbers stand as measured, a re-run may differ."""
+    from mixzoo.evaluation.versions import stale_code
+
+    lines = [f"- [{i}] was made by older code ({'; '.join(why)}): a re-run with today's code may give other numbers;"
+             " `benchmarks/gpu_checks.sh` step 8 re-runs it on a GPU (1,000 images)."
+             for i, rep in enumerate(b.reports, 1) if (why := stale_code(rep))]
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def seconds(report: dict) -> float:
     return float(report["settings"]["seconds"])
 
@@ -463,7 +474,7 @@ def results_page(built: dict[str, Built]) -> str:
     ]
     for b in built.values():
         parts += [f"## {b.table.title}", "", b.table.about, "", markdown_table(b).rstrip("\n"), ""]
-        for extra in (paired(b), warnings(b)):
+        for extra in (older_code(b), paired(b), warnings(b)):
             if extra:
                 parts += [extra.rstrip("\n"), ""]
         if b.table.sources[0].path == GATE_LINEAGE.path:
