@@ -91,8 +91,8 @@ class MixCard:
     def to_dict(self) -> dict[str, Any]:
         """Plain Python values (lists, dicts, numbers, strings, None): the common fields, then the method's
         section under the method's name."""
-        out = {k: _plain(getattr(self, k)) for k in _COMMON}
-        out[self.method] = _plain(self.params)
+        out = {k: plain_values(getattr(self, k)) for k in _COMMON}
+        out[self.method] = plain_values(self.params)
         return out
 
     @classmethod
@@ -298,76 +298,40 @@ def _validate(card: MixCard, source: str) -> None:
     for name, digest in card.weights.items():
         plain_name(name, f"{source}: field 'weights' entry")
         if not (isinstance(digest, str) and len(digest) == 64):
-            raise _field_error(source, f"weights.{name}", "a sha256 hex digest", digest)
+            raise field_error(source, f"weights.{name}", "a sha256 hex digest", digest)
     if not isinstance(card.params, dict):
         raise InputError(f"{source}: the method's section [{card.method}] must be a table")
     card.params = _method(card.method, source).validate(dict(card.params), source)
     _validate_records(card, source)
 
 
-_MMAA_KEYS = {"eps": "a positive number", "norm": "'Linf' or 'L2'", "n_iter": "a positive integer",
-              "n_target_classes": "an integer >= 0", "n_restarts": "a positive integer", "seed": "an integer"}
-
-
-def _field_error(source: str, name: str, want: str, got: Any) -> InputError:
+def field_error(source: str, name: str, want: str, got: Any) -> InputError:
+    """The one-line error of a card field ``name`` (``TABLE.FIELD``) that is not ``want``, naming ``source``; what
+    :meth:`~mixzoo.methods.MixingMethod.check_card` raises for the tables a method writes."""
     text = repr(got)
     text = text if len(text) <= 80 else text[:77] + "..."
     return InputError(f"{source}: field {name!r} must be {want}, got {text}; write the card with `mixzoo mix`")
 
 
-def _is_int(v: Any, low: int | None = None) -> bool:
+def is_int(v: Any, low: int | None = None) -> bool:
+    """``v`` is an int (not a bool), at least ``low`` when given."""
     return isinstance(v, int) and not isinstance(v, bool) and (low is None or v >= low)
 
 
 def _validate_records(card: MixCard, source: str) -> None:
-    """The nested tables other commands read (models, the MMAA record, the data record, the grid) are typed here,
+    """The nested tables other commands read (the models, the data record) are typed here, and the tables the
+    method writes by the method (:meth:`~mixzoo.methods.MixingMethod.check_card`, e.g. MixedNUTS's attack record),
     so that a hand-edited card fails on loading, not after an evaluation."""
     for role in ("abc", "rbc"):
         for key in ("name", "weight_hash"):
             value = getattr(card, role).get(key)
             if value is not None and not (isinstance(value, str) and value):
-                raise _field_error(source, f"{role}.{key}", "a non-empty string", value)
-    att, data = _plain(card.attack), _plain(card.data)  # an in-memory card may hold tensors or tuples
-    if att.get("name") == "mmaa":  # the record `mixzoo mix` writes; check, bench and sanity re-run it
-        for key, want in _MMAA_KEYS.items():
-            v = att.get(key)
-            ok = {"eps": isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
-                  "norm": v in ("Linf", "L2"), "n_iter": _is_int(v, 1), "n_target_classes": _is_int(v, 0),
-                  "n_restarts": _is_int(v, 1), "seed": _is_int(v)}[key]
-            if not ok:
-                raise _field_error(source, f"attack.{key}", want, v)
-        for key in ("batch_size", "top_k"):
-            if att.get(key) is not None and not _is_int(att[key], 1):
-                raise _field_error(source, f"attack.{key}", "a positive integer", att[key])
-        if not _is_int(data.get("n"), 1):
-            raise _field_error(source, "data.n", "the number of calibration images", data.get("n"))
+                raise field_error(source, f"{role}.{key}", "a non-empty string", value)
+    _method(card.method, source).check_card(card, source)
+    data = plain_values(card.data)  # an in-memory card may hold tensors or tuples
     for key in ("n", "n_clean", "n_attacked"):
-        if data.get(key) is not None and not _is_int(data[key], 0):
-            raise _field_error(source, f"data.{key}", "an integer >= 0", data[key])
-
-
-def validate_grid(grid: dict[str, Any], source: str, section: str = "grid") -> None:
-    """A search grid record (``s_values``, ``p_values``, ``c_values``, ``objectives`` / ``alphas`` as nested
-    [s][p][c] lists), as Algorithm 1 writes it."""
-    if not grid:
-        return
-    axes = ("s_values", "p_values", "c_values")
-    lengths = []
-    for key in axes:
-        v = grid.get(key)
-        if not (isinstance(v, list) and v and all(isinstance(x, int | float) for x in v)):
-            raise _field_error(source, f"{section}.{key}", "a non-empty list of numbers", v)
-        lengths.append(len(v))
-    for key in ("objectives", "alphas"):
-        if key not in grid and key == "alphas":
-            continue
-        try:
-            shape = list(np.shape(np.asarray(grid.get(key), dtype=float)))
-        except (TypeError, ValueError):
-            shape = None
-        if shape != lengths:
-            raise _field_error(source, f"{section}.{key}", f"a {'x'.join(map(str, lengths))} nested list of numbers",
-                               "another shape" if shape is not None else grid.get(key))
+        if data.get(key) is not None and not is_int(data[key], 0):
+            raise field_error(source, f"data.{key}", "an integer >= 0", data[key])
 
 
 ARRAYS_SUFFIX = ".arrays.json"
@@ -418,7 +382,7 @@ def _join_arrays(data: dict[str, Any], path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: field 'arrays' must be a table with file and sha256; write the card with"
                          " `mixzoo mix`")
     if not re.fullmatch(r"[0-9a-f]{64}", ref["sha256"]):
-        raise _field_error(str(path), "arrays.sha256", "a sha256 hex digest", ref["sha256"])
+        raise field_error(str(path), "arrays.sha256", "a sha256 hex digest", ref["sha256"])
     file = path.parent / ref["file"]
     if Path(ref["file"]).name != ref["file"] or not ref["file"].isprintable() or not ref["file"].strip():
         raise InputError(f"{path}: arrays.file {ref['file']!r} must be a file name beside the card")
@@ -467,7 +431,7 @@ def _compact_toml(text: str, width: int = 100) -> str:
     return compact if tomllib.loads(compact) == tomllib.loads(text) else text
 
 
-def _plain(v: Any) -> Any:
+def plain_values(v: Any) -> Any:
     """Tensors, numpy values, paths and tuples to plain JSON/TOML values."""
     if isinstance(v, torch.Tensor):
         return v.detach().cpu().tolist()
@@ -478,9 +442,9 @@ def _plain(v: Any) -> Any:
     if isinstance(v, Path):
         return str(v)
     if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
+        return {str(k): plain_values(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
-        return [_plain(x) for x in v]
+        return [plain_values(x) for x in v]
     return v
 
 
@@ -518,4 +482,5 @@ def provenance(**extra: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ARRAYS_SUFFIX", "SCHEMA_VERSION", "MixCard", "git_commit", "provenance", "upgrade_v1", "validate_grid"]
+__all__ = ["ARRAYS_SUFFIX", "SCHEMA_VERSION", "MixCard", "field_error", "git_commit", "is_int", "plain_values",
+           "provenance", "upgrade_v1"]

@@ -108,10 +108,17 @@ class MixedNUTS(MixingMethod):
         grid = params.setdefault("grid", {})
         if not isinstance(grid, dict):
             raise InputError(f"{source}: field '{sec}.grid' must be a table, got {type(grid).__name__}")
-        from mixzoo.core.card import _plain, validate_grid
+        from mixzoo.core.card import plain_values
+        from mixzoo.methods.mixednuts.records import validate_grid
 
-        validate_grid(_plain(grid), source, section=f"{sec}.grid")
+        validate_grid(plain_values(grid), source, section=f"{sec}.grid")
         return params
+
+    def check_card(self, card: MixCard, source: str) -> None:
+        """The MMAA record of the fit (``[attack]``, ``data.n``: :func:`.records.check_mmaa_record`)."""
+        from mixzoo.methods.mixednuts.records import check_mmaa_record
+
+        check_mmaa_record(card, source)
 
     def upgrade_v1(self, data: dict[str, Any], source: str) -> dict[str, Any] | None:
         if data.get("method", "mmaa") == "linear":
