@@ -168,14 +168,12 @@ class MixedNUTS(MixingMethod):
 
         from mixzoo.core.cache import Cache
         from mixzoo.core.plan import per_image
-        from mixzoo.methods.mixednuts.calibrate import check_settings
         from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
+        from mixzoo.methods.mixednuts.fitting import MixSettings
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = dict(request.options)
-        check_settings(beta=opts.get("beta", 0.985), clamp=opts.get("clamp", "gelu"),  # as mix() does, first
-                       objective=opts.get("objective", "standard"), optimizer=opts.get("optimizer", "grid"),
-                       grid=opts.get("grid"), top_k=opts.get("top_k"), search=opts.get("search", "mixzoo"))
+        MixSettings.from_options(opts).check()  # as mix() does, first
         pair = prepare_pair(replace(request, progress=False, use_cache=False), top_k=opts.get("top_k"))
         n = len(pair.data.labels)
         mmaa = {k: opts[k] for k in ("n_iter", "n_target_classes", "n_restarts") if k in opts}
@@ -198,13 +196,7 @@ class MixedNUTS(MixingMethod):
     def fit(self, request: FitRequest) -> FitResult:
         from mixzoo.methods.mixednuts.fitting import mix
 
-        opts = dict(request.options)
-        kw = {} if request.batch_size is None else {"batch_size": request.batch_size}
-        res = mix(request.abc, request.rbc, dataset=request.dataset, n_calib=request.n_calib, eps=request.eps,
-                  norm=request.norm, seed=request.seed, out=request.out, data_dir=request.data_dir,
-                  cache_dir=request.cache_dir, use_cache=request.use_cache, device=request.device,
-                  allow_unsafe=request.allow_unsafe, progress=request.progress, command=request.command, **kw,
-                  **opts)
+        res = mix(request)
         return FitResult(res.card, res.path, res.summary, res.seconds, res.cache_hits)
 
     def fit_summary(self, result: FitResult) -> list[tuple[str, str]]:
