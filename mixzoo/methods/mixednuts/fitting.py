@@ -153,7 +153,8 @@ def mix(request: FitRequest | str | nn.Module | None = None, rbc: str | nn.Modul
         warnings.warn("mix(abc, rbc, KEY=VALUE, ...) is deprecated and will be removed in mixzoo 0.3; pass a"
                       " request: mix(FitRequest(abc, rbc, options={...}, out=...)) (mixzoo.methods.FitRequest)",
                       DeprecationWarning, stacklevel=2)
-        request = _request_of_keywords(request, rbc, keywords)
+        abc, rbc = keywords.pop("abc", request), keywords.pop("rbc", rbc)  # mix(abc=..., rbc=...) too
+        request = _request_of_keywords(abc, rbc, keywords)
     elif rbc is not None or keywords:
         raise TypeError("mix(request) takes the FitRequest alone; put the models and settings in it")
     return _mix(request, MixSettings.from_options(dict(request.options)))
