@@ -28,7 +28,6 @@ from mixzoo.methods.mixednuts.calibration_data import (  # noqa: F401 - also the
 from mixzoo.zoo.pairs import (  # noqa: F401 - the old mixzoo.pipeline's names, for scripts that import them there
     DEFAULT_ABC,
     DEFAULT_RBC,
-    _default_attack_setting,
     cached_logits,
     card_dataset,
     card_model,

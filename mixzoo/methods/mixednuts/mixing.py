@@ -26,7 +26,7 @@ from mixzoo.methods.mixednuts.transforms import (
     rbc_transform,
     transform_of,
 )
-from mixzoo.zoo.pairs import _model_name, weight_mismatches  # noqa: F401 - weight_mismatches: importable from here too
+from mixzoo.zoo.pairs import weight_mismatches  # noqa: F401 - importable from here too
 
 
 def _check_alpha(alpha: float, allow_any_alpha: bool = True, what: str = "alpha") -> float:
@@ -91,6 +91,12 @@ def auxiliary_log_probs(abc_logits: torch.Tensor | None, rbc_logits: torch.Tenso
         terms.append(math.log(alpha_d * (1 - r_d))
                      + rbc_log_probs(rbc_logits, s=s, p=p, c=c, clamp=clamp, top_k=top_k, transform=transform))
     return terms[0] if len(terms) == 1 else torch.logsumexp(torch.stack(terms), dim=0)
+
+
+def _role_name(model: nn.Module | None, role: str) -> str:
+    """How errors name a base classifier: its role and its spec's name (else its class)."""
+    spec = getattr(model, "spec", None)
+    return f"{role} {spec.name!r}" if spec is not None else f"{role} ({type(model).__name__})"
 
 
 def _is_number(v: Any) -> bool:
@@ -194,7 +200,7 @@ class MixedClassifier(nn.Module):
         out = model(x)
         if not torch.compiler.is_exporting() and not torch.isfinite(out).all():  # no data-dependent check in a graph
             bad = int((~torch.isfinite(out)).flatten(1).any(1).sum())
-            raise InputError(f"the {_model_name(model, role)} returned NaN or infinite logits for {bad} of"
+            raise InputError(f"the {_role_name(model, role)} returned NaN or infinite logits for {bad} of"
                              f" {len(out)} images; check its weights and that images lie in [0, 1]")
         return out
 

@@ -26,7 +26,6 @@ from mixzoo.evaluation.bench import CurveSettings, MatchSettings
 from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
 from mixzoo.methods.mixednuts.fitting import (
     CalibrationData,
-    _default_attack_setting,
     cached_logits,
     cached_mmaa,
     calibration_data,
@@ -39,6 +38,7 @@ from mixzoo.methods.mixednuts.fitting import (
 from mixzoo.methods.mixednuts.transforms import rbc_transform
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import BaseClassifier, load_model
+from mixzoo.zoo.pairs import _default_attack_setting
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 
