@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -39,12 +40,15 @@ def phases(report: dict) -> dict:
 
 
 def one(mixzoo: str, n: int, attack: str) -> dict:
+    """The bench at ``--n n`` timed in a fresh process with an empty cache, and the estimate its ``--dry-run``
+    plan printed (a separate process, not timed)."""
+    args = ["bench", str(ROOT / CARD), "--n", str(n), "--attack", attack]
     with tempfile.TemporaryDirectory(prefix="mixzoo-small-n-") as tmp:
         env = {**os.environ, "MIXZOO_CACHE": str(Path(tmp) / "cache")}
-        step = timed([mixzoo, "bench", str(ROOT / CARD), "--n", str(n), "--attack", attack, "--out",
-                      str(Path(tmp) / "bench")], ROOT, env)
+        dry = subprocess.run([mixzoo, *args, "--dry-run"], cwd=ROOT, env=env, capture_output=True, text=True)
+        estimate = re.search(r"estimate: ~(\S+)", dry.stdout)
+        step = timed([mixzoo, *args, "--out", str(Path(tmp) / "bench")], ROOT, env)
         report = Path(tmp) / "bench" / "report.json"
-        estimate = re.search(r"estimate: ~(\S+)", step["stdout"] + step.get("stderr_tail", ""))
         return {**step, "plan_estimate": estimate.group(1) if estimate else None,
                 "phases": phases(json.loads(report.read_text())) if report.exists() else None}
 

@@ -105,12 +105,14 @@ def transfer_params(
     """Calibrate without the RBC's gradients (Bai et al. 2024a, App. D.5): transfer, min-margin Square, or educated
     guess."""
     from mixzoo.core.machine import resolve_device
-    from mixzoo.methods.mixednuts.transfer import transfer_params_by_name
+    from mixzoo.methods.mixednuts.transfer import BlackBoxSource, TransferSettings, transfer_params_by_name
 
-    card = transfer_params_by_name(from_card, rbc, dataset=dataset, n_calib=n_calib, method=method,
-                                   queries=queries, query_budget=query_budget, out=out, seed=seed, beta=beta,
-                                   eps=eps, norm=norm, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
-                                   device=resolve_device(device), allow_unsafe=allow_unsafe, progress=not as_json)
+    settings = TransferSettings(method=method, queries=queries, beta=beta, eps=eps, norm=norm, seed=seed,
+                                progress=not as_json)
+    source = BlackBoxSource(dataset=dataset, n_calib=n_calib, out=out, query_budget=query_budget, data_dir=data_dir,
+                            cache_dir=cache_dir, use_cache=not no_cache, device=resolve_device(device),
+                            allow_unsafe=allow_unsafe)
+    card = transfer_params_by_name(from_card, rbc, settings, source)
     q = card.params
     summary = {"card": str(out), "method": q["fit"], "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],
                "objective": q["objective"]}

@@ -120,7 +120,8 @@ def test_import_mixzoo_imports_nothing_for_the_shims_and_calibrate_stays_callabl
             "try:\n    from mixzoo.calibrate import grid_search\nexcept DeprecationWarning as w:\n    print(w)\n"
             "warnings.simplefilter('ignore')\nfrom mixzoo.calibrate import grid_search\n"
             "import inspect\nassert callable(mixzoo.calibrate)\n"
-            "try:\n    mixzoo.calibrate(no_such_argument=1)\nexcept TypeError as e:\n    print('TypeError', e)\n")
+            "try:\n    mixzoo.calibrate(clean_logits=None, clean_labels=None, attacked_logits=None,"
+            " attacked_labels=None, no_such_argument=1)\nexcept TypeError as e:\n    print('TypeError', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "mixzoo.calibrate.grid_search is deprecated" in proc.stdout

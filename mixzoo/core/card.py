@@ -91,8 +91,8 @@ class MixCard:
     def to_dict(self) -> dict[str, Any]:
         """Plain Python values (lists, dicts, numbers, strings, None): the common fields, then the method's
         section under the method's name."""
-        out = {k: plain_value(getattr(self, k)) for k in _COMMON}
-        out[self.method] = plain_value(self.params)
+        out = {k: plain_values(getattr(self, k)) for k in _COMMON}
+        out[self.method] = plain_values(self.params)
         return out
 
     @classmethod
@@ -301,37 +301,36 @@ def _validate(card: MixCard, source: str) -> None:
             raise field_error(source, f"weights.{name}", "a sha256 hex digest", digest)
     if not isinstance(card.params, dict):
         raise InputError(f"{source}: the method's section [{card.method}] must be a table")
-    method = _method(card.method, source)
-    card.params = method.validate(dict(card.params), source)
+    card.params = _method(card.method, source).validate(dict(card.params), source)
     _validate_records(card, source)
-    check_records = getattr(method, "check_records", None)  # a 0.1.0 plain-object method has none
-    if check_records is not None:
-        check_records(card, source)
 
 
 def field_error(source: str, name: str, want: str, got: Any) -> InputError:
-    """The one-line error for a card field ``name`` that is not ``want``: names the file, the field and the fix."""
+    """The one-line error of a card field ``name`` (``TABLE.FIELD``) that is not ``want``, naming ``source``; what
+    :meth:`~mixzoo.methods.MixingMethod.check_card` raises for the tables a method writes."""
     text = repr(got)
     text = text if len(text) <= 80 else text[:77] + "..."
     return InputError(f"{source}: field {name!r} must be {want}, got {text}; write the card with `mixzoo mix`")
 
 
-def _is_int(v: Any, low: int | None = None) -> bool:
+def is_int(v: Any, low: int | None = None) -> bool:
+    """``v`` is an int (not a bool), at least ``low`` when given."""
     return isinstance(v, int) and not isinstance(v, bool) and (low is None or v >= low)
 
 
 def _validate_records(card: MixCard, source: str) -> None:
-    """The nested tables every method's card has (the models, the data record) are typed here, so that a
-    hand-edited card fails on loading, not after an evaluation; the records a method alone reads are its own
-    :meth:`~mixzoo.methods.MixingMethod.check_records`."""
+    """The nested tables other commands read (the models, the data record) are typed here, and the tables the
+    method writes by the method (:meth:`~mixzoo.methods.MixingMethod.check_card`, e.g. MixedNUTS's attack record),
+    so that a hand-edited card fails on loading, not after an evaluation."""
     for role in ("abc", "rbc"):
         for key in ("name", "weight_hash"):
             value = getattr(card, role).get(key)
             if value is not None and not (isinstance(value, str) and value):
                 raise field_error(source, f"{role}.{key}", "a non-empty string", value)
-    data = plain_value(card.data)  # an in-memory card may hold tensors or tuples
+    _method(card.method, source).check_card(card, source)
+    data = plain_values(card.data)  # an in-memory card may hold tensors or tuples
     for key in ("n", "n_clean", "n_attacked"):
-        if data.get(key) is not None and not _is_int(data[key], 0):
+        if data.get(key) is not None and not is_int(data[key], 0):
             raise field_error(source, f"data.{key}", "an integer >= 0", data[key])
 
 
@@ -432,7 +431,7 @@ def _compact_toml(text: str, width: int = 100) -> str:
     return compact if tomllib.loads(compact) == tomllib.loads(text) else text
 
 
-def plain_value(v: Any) -> Any:
+def plain_values(v: Any) -> Any:
     """Tensors, numpy values, paths and tuples to plain JSON/TOML values."""
     if isinstance(v, torch.Tensor):
         return v.detach().cpu().tolist()
@@ -443,9 +442,9 @@ def plain_value(v: Any) -> Any:
     if isinstance(v, Path):
         return str(v)
     if isinstance(v, dict):
-        return {str(k): plain_value(x) for k, x in v.items()}
+        return {str(k): plain_values(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
-        return [plain_value(x) for x in v]
+        return [plain_values(x) for x in v]
     return v
 
 
@@ -483,5 +482,5 @@ def provenance(**extra: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ARRAYS_SUFFIX", "SCHEMA_VERSION", "MixCard", "field_error", "git_commit", "plain_value", "provenance",
-           "upgrade_v1"]
+__all__ = ["ARRAYS_SUFFIX", "SCHEMA_VERSION", "MixCard", "field_error", "git_commit", "is_int", "plain_values",
+           "provenance", "upgrade_v1"]

@@ -8,7 +8,8 @@ method's own folder asks a method for anything else. Each capability has a docum
 overrides only :meth:`~MixingMethod.validate`, :meth:`~MixingMethod.build` and :meth:`~MixingMethod.fit`:
 
 ==============================  =====================================================================================
-card section                    :meth:`~MixingMethod.validate`, :meth:`~MixingMethod.summary_line`,
+card section                    :meth:`~MixingMethod.validate`, :meth:`~MixingMethod.check_card`,
+                                :meth:`~MixingMethod.summary_line`,
                                 :meth:`~MixingMethod.key_parts`, schema-1 cards: :meth:`~MixingMethod.upgrade_v1`,
                                 :meth:`~MixingMethod.v1_warning`
 classifier and its gradients    :meth:`~MixingMethod.build` with ``gradient=NAME`` for a name of
@@ -266,10 +267,11 @@ class MixingMethod:
         :class:`~mixzoo.core.errors.InputError` naming ``SECTION.FIELD`` (SECTION is :attr:`name`)."""
         raise NotImplementedError
 
-    def check_records(self, card: MixCard, source: str) -> None:
-        """Check the card's records that this method alone reads besides its section (e.g. the calibration
-        attack ``[attack]`` it re-runs), when the card loads; raise a one-line
-        :class:`~mixzoo.core.errors.InputError` naming ``TABLE.FIELD``. Default: nothing to check."""
+    def check_card(self, card: MixCard, source: str) -> None:
+        """Check the card's tables besides the section that this method's fit writes (e.g. MixedNUTS's attack and
+        data records), after :meth:`validate`, when a card is made or loaded; raise a one-line
+        :class:`~mixzoo.core.errors.InputError` naming ``TABLE.FIELD`` (:func:`mixzoo.core.card.field_error`).
+        Default: accept."""
         return None
 
     def upgrade_v1(self, data: dict[str, Any], source: str) -> dict[str, Any] | None:
@@ -290,9 +292,9 @@ class MixingMethod:
     def key_parts(self, card: MixCard) -> dict[str, Any]:
         """What a cached evaluation of this card's classifier depends on, besides the models and the data; default:
         the whole section and the weight files' hashes."""
-        from mixzoo.core.card import plain_value
+        from mixzoo.core.card import plain_values
 
-        return {"method": self.name, "params": plain_value(card.params), "weights": weight_hashes(card)}
+        return {"method": self.name, "params": plain_values(card.params), "weights": weight_hashes(card)}
 
     # --------------------------------------------------------------------------------------------- model
     def gradients(self, card: MixCard) -> tuple[str, ...]:
@@ -478,7 +480,7 @@ _CONTRACT_ATTRIBUTES = ("name", "title", "paper", "fit_cost", "options", "defaul
                         "not_exportable")
 _CONTRACT_METHODS = ("validate", "upgrade_v1", "v1_warning", "summary_line", "key_parts", "gradients", "build",
                      "extra_attacks", "certified_mixture", "fit", "fit_summary", "tradeoff_curve", "figure_data",
-                     "figures", "markdown_lines", "match", "card_at")
+                     "figures", "markdown_lines", "match", "card_at", "check_card")
 
 
 class LegacyMethod(MixingMethod):

@@ -66,6 +66,12 @@ class Linear(MixingMethod):
             raise InputError(f"{source}: missing field '{sec}.beta' (required for fit 'linear')")
         return params
 
+    def check_card(self, card: MixCard, source: str) -> None:
+        """A beta fit's MMAA record (``[attack]``, ``data.n``), as MixedNUTS checks it."""
+        from mixzoo.methods.mixednuts.records import check_mmaa_record
+
+        check_mmaa_record(card, source)
+
     def upgrade_v1(self, data: dict[str, Any], source: str) -> dict[str, Any] | None:
         if data.get("method") != "linear":
             return None

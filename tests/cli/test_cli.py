@@ -8,6 +8,7 @@ here runs an attack.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import inspect
 import json
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from mixzoo.cli import _parse_floats, app, parse_attack_options
+from mixzoo.methods import FitRequest
 from mixzoo.methods.mixednuts.calibrate import Grid
 
 
@@ -46,13 +48,26 @@ def one_line_error(result) -> str:
 
 
 class Spy:
-    """Stands in for a library function: records its keyword arguments and returns a canned result."""
+    """Stands in for a library function: records its keyword arguments and returns a canned result. A FitRequest
+    (its models are recorded as the arguments, its options as keywords) and transfer's settings objects are recorded
+    as the keywords of their fields."""
 
     def __init__(self, result):
         self.result, self.calls = result, []
 
     def __call__(self, *args, **kwargs):
-        self.calls.append((args, kwargs))
+        from mixzoo.methods.mixednuts.transfer import BlackBoxSource, TransferSettings
+
+        flat, kept = dict(kwargs), []
+        for arg in args:
+            if not isinstance(arg, FitRequest | TransferSettings | BlackBoxSource):
+                kept.append(arg)
+                continue
+            flat.update({f.name: getattr(arg, f.name) for f in dataclasses.fields(arg) if f.name != "options"})
+            flat.update(getattr(arg, "options", {}))
+            if isinstance(arg, FitRequest):
+                kept += [flat.pop("abc"), flat.pop("rbc")]
+        self.calls.append((tuple(kept), flat))
         return self.result
 
     @property
@@ -68,6 +83,9 @@ def _spy(monkeypatch, target: str, result) -> Spy:
 
 
 def _library_defaults(fn) -> dict:
+    if isinstance(fn, tuple):  # the settings objects a library function takes: their fields' defaults
+        return {f.name: f.default for cls in fn for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING}
     return {k: p.default for k, p in inspect.signature(fn).parameters.items()
             if p.default is not inspect.Parameter.empty}
 
@@ -186,12 +204,13 @@ def _assert_library_defaults(kwargs: dict, fn, skip=()) -> None:
 def test_mix_without_options_passes_the_library_defaults(monkeypatch):
     from mixzoo.methods.mixednuts import fitting as pipeline
 
-    real = pipeline.mix
+    real = (FitRequest, pipeline.MixSettings)
     spy = _spy(monkeypatch, "mixzoo.methods.mixednuts.fitting.mix", _mix_result())
     result = CliRunner().invoke(app, ["mix", "--json"])
     assert result.exit_code == 0, result.output
     assert spy.calls[0][0] == (None, None)
-    _assert_library_defaults(spy.kwargs, real)
+    _assert_library_defaults(spy.kwargs, real, skip=("batch_size",))
+    assert spy.kwargs["batch_size"] == 250  # what FitRequest's None stands for (mixzoo.zoo.pairs.prepare_pair)
     assert spy.kwargs["out"] == Path("card.toml") and spy.kwargs["progress"] is False
 
 
@@ -382,7 +401,7 @@ def test_check_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
 def test_transfer_params_defaults_and_options_reach_the_library(monkeypatch, tmp_path):
     from mixzoo.methods.mixednuts import transfer
 
-    real = transfer.transfer_params_by_name
+    real = (transfer.TransferSettings, transfer.BlackBoxSource)
     card = tmp_path / "card.toml"
     spy = _spy(monkeypatch, "mixzoo.methods.mixednuts.transfer.transfer_params_by_name", _card())
     result = CliRunner().invoke(app, ["transfer-params", "--from", str(card), "--rbc", "bb", "--json"])
@@ -398,10 +417,10 @@ def test_transfer_params_defaults_and_options_reach_the_library(monkeypatch, tmp
         "--norm", "L2", "--seed", "5", "--out", str(tmp_path / "t.toml"), "--data-dir", "dd", "--cache-dir",
         str(tmp_path / "c"), "--no-cache", "--device", "cuda", "--allow-unsafe", "--json"])
     assert result.exit_code == 0, result.output
-    assert spy.kwargs == dict(dataset="digits", n_calib=30, method="square", queries=50, query_budget=900,
-                              out=tmp_path / "t.toml", seed=5, beta=0.9, eps=0.05, norm="L2", data_dir="dd",
-                              cache_dir=tmp_path / "c",
-                              use_cache=False, device="cuda", allow_unsafe=True, progress=False)
+    expected = dict(dataset="digits", n_calib=30, method="square", queries=50, query_budget=900,
+                    out=tmp_path / "t.toml", seed=5, beta=0.9, eps=0.05, norm="L2", data_dir="dd",
+                    cache_dir=tmp_path / "c", use_cache=False, device="cuda", allow_unsafe=True, progress=False)
+    assert {k: spy.kwargs[k] for k in expected} == expected
 
 
 def test_train_without_a_name_lists_the_recipes_and_trains_nothing(monkeypatch, tmp_path):

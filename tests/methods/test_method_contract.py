@@ -133,3 +133,61 @@ def test_mix_with_a_named_method_records_the_command_line(tmp_path):
                                       "--alpha", "0.8", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert MixCard.load(out).params["alpha"] == 0.8
+
+
+class _StrictMethod(MixingMethod):
+    """A third-party method that checks a table its fit writes (``attack.kind``) besides its section."""
+
+    name = "test-strict"
+
+    def validate(self, params, source):
+        return params
+
+    def check_card(self, card, source):
+        from mixzoo.core.card import field_error
+
+        if card.attack.get("kind") not in (None, "ok"):
+            raise field_error(source, "attack.kind", "'ok'", card.attack["kind"])
+
+
+class _StrictPlugin:
+    from mixzoo.core.plugins import hookimpl
+
+    @hookimpl
+    def mixzoo_mixing_methods(self):
+        return {"test-strict": _StrictMethod()}
+
+
+def test_a_method_checks_its_own_card_tables_on_construction_and_loading(tmp_path):
+    """MixingMethod.check_card runs where the core validates a card: construction and file loading both refuse a
+    bad table the method owns, in one line naming the field; the default accepts anything."""
+    import json
+
+    from mixzoo.core.plugins import register_plugin, unregister_plugin
+
+    name = register_plugin(_StrictPlugin(), name="test-strict-plugin")
+    try:
+        MixCard("test-strict", {}, attack={"kind": "ok"})
+        with pytest.raises(InputError, match=r"field 'attack.kind' must be 'ok', got 'bad'"):
+            MixCard("test-strict", {}, attack={"kind": "bad"})
+        path = MixCard("test-strict", {}).save(tmp_path / "card.json")
+        data = json.loads(path.read_text())
+        data["attack"] = {"kind": "bad"}
+        path.write_text(json.dumps(data))
+        with pytest.raises(InputError, match=rf"^{path}: field 'attack.kind'"):
+            MixCard.load(path)
+    finally:
+        unregister_plugin(name)
+    assert MixingMethod().check_card(MixCard("linear", {"alpha": 0.9}, attack={"kind": "bad"}), "x") is None
+
+
+@pytest.mark.parametrize("method", ["mixednuts", "linear"])
+def test_the_mmaa_record_is_checked_by_the_methods_that_write_it(method):
+    """The MMAA record (written by MixedNUTS's and the linear method's beta fits) is checked by those methods, not
+    (``MixingMethod.check_card``); construction refuses a bad one in one line."""
+    attack = {"name": "mmaa", "eps": -1.0, "norm": "Linf", "n_iter": 10, "n_target_classes": 9, "n_restarts": 1,
+              "seed": 0}
+    with pytest.raises(InputError, match="field 'attack.eps' must be a positive number"):
+        params = {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.9, "beta": 0.985} if method == "mixednuts" else \
+            {"alpha": 0.9}
+        MixCard(method, params, attack=attack, data={"n": 100})

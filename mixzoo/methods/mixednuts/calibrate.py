@@ -51,7 +51,7 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -512,40 +512,72 @@ def check_settings(*, beta: float, clamp: str, objective: str, optimizer: str, g
     lookup("optimizer", optimizer)
 
 
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """The knobs of :func:`calibrate` (its docstring says what each does)."""
+
+    beta: float = 0.985
+    clamp: str = "gelu"
+    top_k: int | None = None
+    grid: Grid | None = None
+    objective: str = "standard"
+    optimizer: str = "grid"
+    linear: bool = False
+    max_argmax_change: float | None = 0.005
+    chunk_size: int = DEFAULT_CHUNK
+    dtype: torch.dtype = torch.float32
+    progress: bool = False
+    search: str = "mixzoo"
+    more_images: bool = True
+
+
+@dataclass(frozen=True)
+class CardRecords:
+    """What :func:`calibrate` records in the card besides the fit: the models (``{name, weight_hash}`` dicts or the
+    models themselves), the dataset, and the data and attack records."""
+
+    abc: Any = None
+    rbc: Any = None
+    dataset: str | None = None
+    data_info: dict[str, Any] | None = None
+    attack_info: dict[str, Any] | None = None
+
+
+def _settings_of(settings: CalibrationSettings | None, records: CardRecords | None, changes: dict[str, Any]
+                 ) -> tuple[CalibrationSettings, CardRecords]:
+    """``settings`` and ``records`` (default: the defaults) with the keywords of ``changes`` named after fields."""
+    settings = settings if settings is not None else CalibrationSettings()
+    records = records if records is not None else CardRecords()
+    names = {f.name for f in fields(CalibrationSettings)}
+    record_names = {f.name for f in fields(CardRecords)}
+    for key in changes:
+        if key not in names and key not in record_names:
+            raise TypeError(f"calibrate() got an unexpected keyword argument {key!r}")
+    settings = replace(settings, **{k: v for k, v in changes.items() if k in names})
+    return settings, replace(records, **{k: v for k, v in changes.items() if k in record_names})
+
+
 def calibrate(
     *,
     clean_logits: torch.Tensor,
     clean_labels: torch.Tensor,
     attacked_logits: torch.Tensor,
     attacked_labels: torch.Tensor,
-    beta: float = 0.985,
-    clamp: str = "gelu",
-    top_k: int | None = None,
-    grid: Grid | None = None,
-    objective: str = "standard",
     abc_clean_correct: torch.Tensor | None = None,
-    optimizer: str = "grid",
-    linear: bool = False,
-    abc: Any = None,
-    rbc: Any = None,
-    dataset: str | None = None,
-    data_info: dict[str, Any] | None = None,
-    attack_info: dict[str, Any] | None = None,
-    max_argmax_change: float | None = 0.005,
-    chunk_size: int = DEFAULT_CHUNK,
-    dtype: torch.dtype = torch.float32,
-    progress: bool = False,
-    search: str = "mixzoo",
-    more_images: bool = True,
+    settings: CalibrationSettings | None = None,
+    records: CardRecords | None = None,
+    **changes: Any,
 ) -> MixCard:
     """Algorithm 1 (Sec. 4.3): s, p, c and alpha of MixedNUTS from the RBC's clean and MMAA-attacked logits.
 
     ``clean_logits``/``attacked_logits`` are raw RBC logits (N, K) on the calibration images and on their
-    minimum-margin perturbations. ``objective="relaxed"`` (App. D.8.3) needs ``abc_clean_correct`` (bool per clean
-    example). ``optimizer`` names a search from the ``mixzoo_calibration_optimizers`` hook (``grid``, ``refine``).
-    ``linear=True`` calibrates only alpha for the linear baseline (raw logits, s = p = 1, c = 0). Every card also
-    gets ``alpha_d`` for the auxiliary mixture of Eq. 8. ``abc``/``rbc`` are ``{name, weight_hash}`` dicts or the
-    models themselves; ``data_info``/``attack_info`` are recorded in the card.
+    minimum-margin perturbations. ``settings`` (:class:`CalibrationSettings`) and ``records``
+    (:class:`CardRecords`); keywords named after their fields change a copy (``calibrate(..., beta=0.99)``).
+    ``objective="relaxed"`` (App. D.8.3) needs ``abc_clean_correct`` (bool per clean example). ``optimizer`` names
+    a search from the ``mixzoo_calibration_optimizers`` hook (``grid``, ``refine``). ``linear=True`` calibrates only
+    alpha for the linear baseline (raw logits, s = p = 1, c = 0). Every card also gets ``alpha_d`` for the auxiliary
+    mixture of Eq. 8. ``abc``/``rbc`` are ``{name, weight_hash}`` dicts or the models themselves;
+    ``data_info``/``attack_info`` are recorded in the card.
 
     ``max_argmax_change`` (App. D.8.2): grid points whose transform changes the RBC's predicted class on more than
     this share of the clean and attacked-correct calibration images are infeasible (GELU is not monotone below
@@ -557,128 +589,180 @@ def calibrate(
     throughout); ``max_argmax_change`` then only warns. Warns (one line each) when thresholds saturate and when beta
     is degenerate (many grid points tie at the optimum).
     """
-    from mixzoo.core.card import MixCard, provenance
-    from mixzoo.core.plugins import lookup
+    cs, records = _settings_of(settings, records, changes)
+    sel = _Selection.of(clean_logits, clean_labels, attacked_logits, attacked_labels, cs)
+    warn_change = cs.max_argmax_change
+    if cs.search == "authors":  # the authors' code filters nothing (difference b) and computes in float64
+        cs = replace(cs, max_argmax_change=None, dtype=torch.float64)
+    weights = sel.relaxed_weights(cs.objective, abc_clean_correct)
+    result, problem, alpha_d = _search(sel, cs, weights)
+    notes = list(result.notes)
+    notes += _search_warnings(result, float(cs.beta), cs.search, cs.linear, cs.more_images)
+    notes += _filter_notes(result, problem, cs, warn_change)
+    data = sel.record(cs, weights)
+    if not cs.linear:
+        moved = _argmax_changed(sel.clean_ln, result, cs.clamp)
+        data["transform_argmax_changed"] = moved
+        if moved > 0.01:
+            notes.append(f"M(s*, p*, c*) changes the RBC's prediction on {moved:.1%} of clean images (App. D.8.2);"
+                         " consider another clamp or grid")
+    data.update(records.data_info or {})
+    if cs.search == "authors":
+        data["search"] = "authors"
+    return _card(result, cs, records, data, notes, alpha_d)
 
-    _check_logits(clean_logits, "clean_logits")
-    _check_logits(attacked_logits, "attacked_logits")
-    n_c, k = clean_logits.shape
-    n_a = attacked_logits.shape[0]
-    if attacked_logits.shape[1] != k:
-        raise InputError(f"clean_logits have {k} classes but attacked_logits have {attacked_logits.shape[1]};"
-                         " they must come from the same RBC")
-    _check_labels(clean_labels, n_c, k, "clean_labels")
-    _check_labels(attacked_labels, n_a, k, "attacked_labels")
-    if n_c == 0 or n_a == 0:
-        raise InputError("the calibration set is empty; pass logits of at least a few hundred images")
-    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k,
-                   search=search)
-    authors = search == "authors"
-    warn_change = max_argmax_change
-    if authors:  # the authors' code filters nothing (difference b) and computes in float64
-        max_argmax_change, dtype = None, torch.float64
-    grid = Grid() if grid is None else grid
-    if top_k is not None and (top_k < 2 or top_k > k):
-        raise InputError(f"top_k must lie in [2, {k}] (number of classes), got {top_k}")
 
-    clean_ln = layer_norm(clean_logits.detach().to(torch.float64), top_k)
-    attacked_ln = layer_norm(attacked_logits.detach().to(torch.float64), top_k)
-    clean_wrong = clean_ln.argmax(1) != clean_labels.to(clean_ln.device)
-    attacked_right = attacked_ln.argmax(1) == attacked_labels.to(attacked_ln.device)
-    n_wrong, n_right = int(clean_wrong.sum()), int(attacked_right.sum())
-    if n_wrong == 0:
-        raise InputError(f"the RBC makes no mistakes on the {n_c} calibration images; use more images")
-    if n_right == 0:
-        raise InputError(f"the RBC is wrong on all {n_a} attacked images, so there is no robustness to keep;"
-                         " check the attack radius (eps) and the RBC")
+@dataclass
+class _Selection:
+    """Algorithm 1's data: the layer-normed logits, the clean mistakes and the attacked-correct examples."""
 
-    weights = None
-    if objective == "relaxed":
+    clean_logits: torch.Tensor
+    attacked_logits: torch.Tensor
+    clean_ln: torch.Tensor
+    attacked_ln: torch.Tensor
+    clean_wrong: torch.Tensor
+    attacked_right: torch.Tensor
+
+    @classmethod
+    def of(cls, clean_logits: torch.Tensor, clean_labels: torch.Tensor, attacked_logits: torch.Tensor,
+           attacked_labels: torch.Tensor, cs: CalibrationSettings) -> _Selection:
+        """The inputs checked (one-line errors), then selected as Algorithm 1 lines 1-3 do."""
+        _check_logits(clean_logits, "clean_logits")
+        _check_logits(attacked_logits, "attacked_logits")
+        n_c, k = clean_logits.shape
+        n_a = attacked_logits.shape[0]
+        if attacked_logits.shape[1] != k:
+            raise InputError(f"clean_logits have {k} classes but attacked_logits have {attacked_logits.shape[1]};"
+                             " they must come from the same RBC")
+        _check_labels(clean_labels, n_c, k, "clean_labels")
+        _check_labels(attacked_labels, n_a, k, "attacked_labels")
+        if n_c == 0 or n_a == 0:
+            raise InputError("the calibration set is empty; pass logits of at least a few hundred images")
+        check_settings(beta=cs.beta, clamp=cs.clamp, objective=cs.objective, optimizer=cs.optimizer, grid=cs.grid,
+                       top_k=cs.top_k, search=cs.search)
+        top_k = cs.top_k
+        if top_k is not None and (top_k < 2 or top_k > k):
+            raise InputError(f"top_k must lie in [2, {k}] (number of classes), got {top_k}")
+        clean_ln = layer_norm(clean_logits.detach().to(torch.float64), top_k)
+        attacked_ln = layer_norm(attacked_logits.detach().to(torch.float64), top_k)
+        clean_wrong = clean_ln.argmax(1) != clean_labels.to(clean_ln.device)
+        attacked_right = attacked_ln.argmax(1) == attacked_labels.to(attacked_ln.device)
+        if int(clean_wrong.sum()) == 0:
+            raise InputError(f"the RBC makes no mistakes on the {n_c} calibration images; use more images")
+        if int(attacked_right.sum()) == 0:
+            raise InputError(f"the RBC is wrong on all {n_a} attacked images, so there is no robustness to keep;"
+                             " check the attack radius (eps) and the RBC")
+        return cls(clean_logits, attacked_logits, clean_ln, attacked_ln, clean_wrong, attacked_right)
+
+    def relaxed_weights(self, objective: str, abc_clean_correct: Any) -> torch.Tensor | None:
+        """App. D.8.3: the clean mistakes the ABC gets right (``objective="relaxed"``), else ``None``."""
+        if objective != "relaxed":
+            return None
+        n_c = len(self.clean_logits)
         if abc_clean_correct is None:
             raise InputError("objective='relaxed' (App. D.8.3) needs abc_clean_correct, one bool per clean image")
         abc_clean_correct = torch.as_tensor(abc_clean_correct)
         if abc_clean_correct.shape != (n_c,):
             raise InputError(f"abc_clean_correct has shape {tuple(abc_clean_correct.shape)} for {n_c} clean"
                              " images; it must be one bool per image")
-        weights = abc_clean_correct.to(torch.bool).to(clean_wrong.device)[clean_wrong]
+        weights = abc_clean_correct.to(torch.bool).to(self.clean_wrong.device)[self.clean_wrong]
         if not weights.any():
             raise InputError("the ABC is wrong on every clean image the RBC gets wrong, so the relaxed objective"
                              " is undefined; use objective='standard' or more images")
+        return weights
 
-    common = dict(beta=float(beta), clean_weights=weights, chunk_size=chunk_size, dtype=dtype, search=search)
+    def record(self, cs: CalibrationSettings, weights: torch.Tensor | None) -> dict[str, Any]:
+        """The card's data table: the counts of Algorithm 1's sets and the hash of the selection."""
+        data: dict[str, Any] = {
+            "n_clean": len(self.clean_logits), "n_clean_incorrect": int(self.clean_wrong.sum()),
+            "n_attacked": len(self.attacked_logits), "n_attacked_correct": int(self.attacked_right.sum()),
+            "objective_kind": cs.objective, "selection_hash": _selection_hash(self.clean_wrong, self.attacked_right),
+        }
+        if weights is not None:
+            data["n_clean_incorrect_abc_correct"] = int(weights.sum())
+        return data
+
+
+def _search(sel: _Selection, cs: CalibrationSettings, weights: torch.Tensor | None
+            ) -> tuple[SearchResult, CalibrationProblem | None, float]:
+    """Algorithm 1's search (or the linear method's alpha), the problem it ran on, and alpha_d of Eq. 8."""
+    from mixzoo.core.plugins import lookup
+
+    clean_wrong, attacked_right = sel.clean_wrong, sel.attacked_right
+    common = dict(beta=float(cs.beta), clean_weights=weights, chunk_size=cs.chunk_size, dtype=cs.dtype,
+                  search=cs.search)
     one_point = {**common, "dtype": torch.float64}  # a single (s, p, c): exact arithmetic costs nothing
-    aux_problem = CalibrationProblem(clean_ln[clean_wrong], attacked_ln[attacked_right], clamp="linear", **one_point)
+    aux_problem = CalibrationProblem(sel.clean_ln[clean_wrong], sel.attacked_ln[attacked_right], clamp="linear",
+                                     **one_point)
     alpha_d = float(aux_problem.evaluate([1.0], [1.0], [0.0]).alphas[0, 0, 0])
-    if linear:
-        raw = CalibrationProblem(clean_logits.detach().to(torch.float64)[clean_wrong],
-                                 attacked_logits.detach().to(torch.float64)[attacked_right], clamp="linear",
+    if cs.linear:
+        raw = CalibrationProblem(sel.clean_logits.detach().to(torch.float64)[clean_wrong],
+                                 sel.attacked_logits.detach().to(torch.float64)[attacked_right], clamp="linear",
                                  **one_point)
-        result = raw.result(raw.evaluate([1.0], [1.0], [0.0]), method="linear")
-        optimizer_name = "linear"
-    else:
-        problem = CalibrationProblem(clean_ln[clean_wrong], attacked_ln[attacked_right], clamp=clamp,
-                                     progress=progress, reference=torch.cat([clean_ln, attacked_ln[attacked_right]]),
-                                     max_argmax_change=max_argmax_change, **common)
-        search_fn = lookup("optimizer", optimizer)
-        result = search_fn(problem, grid)
-        if not isinstance(result, SearchResult):
-            from mixzoo.core.errors import PluginError
+        return raw.result(raw.evaluate([1.0], [1.0], [0.0]), method="linear"), None, alpha_d
+    problem = CalibrationProblem(sel.clean_ln[clean_wrong], sel.attacked_ln[attacked_right], clamp=cs.clamp,
+                                 progress=cs.progress,
+                                 reference=torch.cat([sel.clean_ln, sel.attacked_ln[attacked_right]]),
+                                 max_argmax_change=cs.max_argmax_change, **common)
+    search_fn = lookup("optimizer", cs.optimizer)
+    result = search_fn(problem, Grid() if cs.grid is None else cs.grid)
+    if not isinstance(result, SearchResult):
+        from mixzoo.core.errors import PluginError
 
-            raise PluginError(f"calibration optimizer {optimizer!r} returned {type(result).__name__}, expected"
-                              " mixzoo.methods.mixednuts.calibrate.SearchResult")
-        result = problem.exact(result)
-        optimizer_name = optimizer
+        raise PluginError(f"calibration optimizer {cs.optimizer!r} returned {type(result).__name__}, expected"
+                          " mixzoo.methods.mixednuts.calibrate.SearchResult")
+    return problem.exact(result), problem, alpha_d
 
-    notes = list(result.notes)
-    ev = result.evaluation
-    notes += _search_warnings(result, float(beta), search, linear, more_images)
-    if authors and not linear and warn_change is not None:
+
+def _filter_notes(result: SearchResult, problem: CalibrationProblem | None, cs: CalibrationSettings,
+                  warn_change: float | None) -> list[str]:
+    """The notes (and, for ``search="authors"``, the warning) of App. D.8.2's filter and of optima on the grid's
+    edge; an error when the filter leaves no c."""
+    if cs.linear or problem is None:
+        return []
+    notes, ev, max_change = [], result.evaluation, cs.max_argmax_change
+    if cs.search == "authors" and warn_change is not None:
         moved = problem.argmax_change(result.c)
         if moved > warn_change:
             notes.append(_warn(f"search='authors' keeps c = {result.c:.4g}, where the transform changes {moved:.1%} of"
                                f" the RBC's calibration predictions (over {warn_change:.1%}; the authors' code only"
-                               " warns, mixzoo's default search drops such c, App. D.8.2)", stacklevel=3))
-    if not linear and max_argmax_change is not None:
-        excluded = [c for c in ev.c_values.tolist() if problem.argmax_change(c) > max_argmax_change]
+                               " warns, mixzoo's default search drops such c, App. D.8.2)", stacklevel=4))
+    if max_change is not None:
+        excluded = [c for c in ev.c_values.tolist() if problem.argmax_change(c) > max_change]
         if len(excluded) == len(ev.c_values):
-            raise InputError(f"every c in the grid changes more than {max_argmax_change:.1%} of the RBC's"
+            raise InputError(f"every c in the grid changes more than {max_change:.1%} of the RBC's"
                              " predictions (App. D.8.2); widen the c range towards 0, use another clamp, or pass"
                              " max_argmax_change=None")
         if excluded:
             notes.append(f"c values {', '.join(f'{c:.3g}' for c in excluded)} excluded: the transform changes more"
-                         f" than {max_argmax_change:.1%} of the RBC's predictions there (App. D.8.2)")
-    if not linear:
-        for axis, values, v in (("s", ev.s_values, result.s), ("p", ev.p_values, result.p),
-                                ("c", ev.c_values, result.c)):
-            if len(values) > 1 and (v <= float(values.min()) or v >= float(values.max())):
-                notes.append(f"the optimum {axis} = {v:.4g} is on the edge of the grid; consider widening it")
-    data: dict[str, Any] = {
-        "n_clean": n_c, "n_clean_incorrect": n_wrong, "n_attacked": n_a, "n_attacked_correct": n_right,
-        "objective_kind": objective, "selection_hash": _selection_hash(clean_wrong, attacked_right),
-    }
-    if weights is not None:
-        data["n_clean_incorrect_abc_correct"] = int(weights.sum())
-    if not linear:
-        moved = _argmax_changed(clean_ln, result, clamp)
-        data["transform_argmax_changed"] = moved
-        if moved > 0.01:
-            notes.append(f"M(s*, p*, c*) changes the RBC's prediction on {moved:.1%} of clean images (App. D.8.2);"
-                         " consider another clamp or grid")
-    data.update(data_info or {})
-    if authors:
-        data["search"] = "authors"
-    grid_info = {"optimizer": optimizer_name, "n_evaluated": result.n_evaluated,
+                         f" than {max_change:.1%} of the RBC's predictions there (App. D.8.2)")
+    for axis, values, v in (("s", ev.s_values, result.s), ("p", ev.p_values, result.p),
+                            ("c", ev.c_values, result.c)):
+        if len(values) > 1 and (v <= float(values.min()) or v >= float(values.max())):
+            notes.append(f"the optimum {axis} = {v:.4g} is on the edge of the grid; consider widening it")
+    return notes
+
+
+def _card(result: SearchResult, cs: CalibrationSettings, records: CardRecords, data: dict[str, Any],
+          notes: list[str], alpha_d: float) -> MixCard:
+    """The mix card of Algorithm 1's result (the linear method's card when ``cs.linear``)."""
+    from mixzoo.core.card import MixCard, provenance
+
+    ev = result.evaluation
+    grid_info = {"optimizer": "linear" if cs.linear else cs.optimizer, "n_evaluated": result.n_evaluated,
                  "s_values": ev.s_values.tolist(), "p_values": ev.p_values.tolist(),
                  "c_values": ev.c_values.tolist(), "objectives": ev.objectives.tolist(), "alphas": ev.alphas.tolist()}
-    if linear:  # the linear method's section: Algorithm 1's alpha on the raw RBC logits
-        method, params = "linear", {"alpha": result.alpha, "beta": float(beta), "temperature": 1.0, "fit": "linear"}
+    if cs.linear:  # the linear method's section: Algorithm 1's alpha on the raw RBC logits
+        method, params = "linear", {"alpha": result.alpha, "beta": float(cs.beta), "temperature": 1.0,
+                                    "fit": "linear"}
     else:
         method, params = "mixednuts", {
-            "s": result.s, "p": result.p, "c": result.c, "alpha": result.alpha, "beta": float(beta), "clamp": clamp,
-            "top_k": top_k, "temperature": 0.0, "alpha_d": alpha_d, "objective": result.objective, "grid": grid_info,
-            "fit": "mmaa"}
-    return MixCard(method, params, abc=_model_info(abc), rbc=_model_info(rbc), dataset=dataset, data=data,
-                   attack=dict(attack_info or {}), provenance=provenance(layer_norm=LAYER_NORM_VERSION), notes=notes)
+            "s": result.s, "p": result.p, "c": result.c, "alpha": result.alpha, "beta": float(cs.beta),
+            "clamp": cs.clamp, "top_k": cs.top_k, "temperature": 0.0, "alpha_d": alpha_d,
+            "objective": result.objective, "grid": grid_info, "fit": "mmaa"}
+    return MixCard(method, params, abc=_model_info(records.abc), rbc=_model_info(records.rbc),
+                   dataset=records.dataset, data=data, attack=dict(records.attack_info or {}),
+                   provenance=provenance(layer_norm=LAYER_NORM_VERSION), notes=notes)
 
 
 def _warn(message: str, stacklevel: int = 4) -> str:

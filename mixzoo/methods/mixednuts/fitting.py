@@ -7,7 +7,8 @@ A second call with another beta, clamp or grid takes seconds.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from torch import nn
 
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import next_phase
+from mixzoo.methods.base import FitRequest
 from mixzoo.methods.mixednuts.calibration_data import (  # noqa: F401 - also the names of the old mixzoo.pipeline
     ATTACK_CODE_VERSION,
     CalibrationData,
@@ -81,90 +83,134 @@ def margin_summary(data: CalibrationData, card: Any) -> dict[str, Any]:
     return out
 
 
-def mix(
-    abc: str | nn.Module | None = None,
-    rbc: str | nn.Module | None = None,
-    *,
-    dataset: str | None = None,
-    beta: float = 0.985,
-    clamp: str = "gelu",
-    n_calib: int | None = None,
-    grid: Any = None,
-    objective: str = "standard",
-    optimizer: str = "grid",
-    top_k: int | None = None,
-    search: str = "mixzoo",
-    refit_alpha: bool = False,
-    eps: float | None = None,
-    norm: str | None = None,
-    n_iter: int = 100,
-    n_target_classes: int = 9,
-    n_restarts: int = 1,
-    seed: int = 0,
-    batch_size: int = 250,
-    out: str | Path | None = None,
-    data_dir: str | None = None,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
-    device: str = "cpu",
-    allow_unsafe: bool = False,
-    progress: bool = True,
-    command: str | None = None,
-) -> MixResult:
-    """Calibrate MixedNUTS for an ABC/RBC pair by name (Bai et al. 2024a, Algorithm 1) and write the mix card.
+@dataclass(frozen=True)
+class MixSettings:
+    """MixedNUTS's fit options (``FitRequest.options``; :attr:`.method.MixedNUTS.options` says what each does):
+    Algorithm 1's ``beta``, ``clamp``, ``grid``, ``objective``, ``optimizer``, ``top_k``, ``search``, the second
+    pass ``refit_alpha`` and MMAA's ``n_iter``, ``n_target_classes``, ``n_restarts``."""
 
-    With no names, the built-in Fashion-MNIST pair is used. The RBC's clean logits and its MMAA margins are cached,
-    so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds. ``refit_alpha`` adds a second
-    pass that re-chooses alpha on MMAA points of the transformed RBC (:func:`.approximation.refit_alpha`).
+    beta: float = 0.985
+    clamp: str = "gelu"
+    grid: Any = None
+    objective: str = "standard"
+    optimizer: str = "grid"
+    top_k: int | None = None
+    search: str = "mixzoo"
+    refit_alpha: bool = False
+    n_iter: int = 100
+    n_target_classes: int = 9
+    n_restarts: int = 1
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> MixSettings:
+        """The settings of ``options``; a one-line error for a name MixedNUTS does not take."""
+        from mixzoo.core.errors import InputError
+
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise InputError(f"mixing method 'mixednuts' takes no option {unknown[0]!r} (its options:"
+                             f" {', '.join(sorted(names))}); see `mixzoo plugins`")
+        return cls(**options)
+
+    def check(self) -> None:
+        """One-line errors for a bad Algorithm 1 setting, before any attack (:func:`.calibrate.check_settings`)."""
+        from mixzoo.methods.mixednuts.calibrate import check_settings
+
+        check_settings(beta=self.beta, clamp=self.clamp, objective=self.objective, optimizer=self.optimizer,
+                       grid=self.grid, top_k=self.top_k, search=self.search)
+
+
+# the keywords of mix's keyword form: the FitRequest's fields (the rest are MixSettings)
+_REQUEST_KEYWORDS = ("dataset", "n_calib", "eps", "norm", "seed", "batch_size", "out", "data_dir", "cache_dir",
+                     "use_cache", "device", "allow_unsafe", "progress", "command")
+
+
+def _request_of_keywords(abc: Any, rbc: Any, keywords: dict[str, Any]) -> FitRequest:
+    """The :class:`FitRequest` of ``mix(abc, rbc, KEY=VALUE, ...)`` (the keyword form of mixzoo 0.1)."""
+    settings = {f.name for f in fields(MixSettings)}
+    for key in keywords:
+        if key not in settings and key not in _REQUEST_KEYWORDS:
+            raise TypeError(f"mix() got an unexpected keyword argument {key!r}")
+    request = {k: v for k, v in keywords.items() if k in _REQUEST_KEYWORDS}
+    return FitRequest(abc, rbc, options={k: v for k, v in keywords.items() if k in settings}, **request)
+
+
+def mix(request: FitRequest | str | nn.Module | None = None, rbc: str | nn.Module | None = None,
+        **keywords: Any) -> MixResult:
+    """Calibrate MixedNUTS for the ABC/RBC pair of ``request`` (Bai et al. 2024a, Algorithm 1) and write the mix
+    card to ``request.out`` when given; ``request.options`` are :class:`MixSettings`' fields.
+
+    With no model names, the built-in Fashion-MNIST pair is used. The RBC's clean logits and its MMAA margins are
+    cached, so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds. ``refit_alpha`` adds a
+    second pass that re-chooses alpha on MMAA points of the transformed RBC (:func:`.approximation.refit_alpha`).
     ``search="authors"`` runs Algorithm 1 exactly as the authors' code does (see :mod:`.calibrate`).
-    """
-    from mixzoo.methods.base import FitRequest
-    from mixzoo.methods.mixednuts.calibrate import calibrate, check_settings
-    from mixzoo.zoo.data import shortfall_note
-    from mixzoo.zoo.pairs import DEFAULT_N_CALIB
 
-    check_settings(beta=beta, clamp=clamp, objective=objective, optimizer=optimizer, grid=grid, top_k=top_k,
-                   search=search)
+    Deprecated form (until mixzoo 0.3): ``mix(abc, rbc, beta=..., out=..., ...)``, the request's fields and the
+    options as keywords.
+    """
+    if not isinstance(request, FitRequest):
+        warnings.warn("mix(abc, rbc, KEY=VALUE, ...) is deprecated and will be removed in mixzoo 0.3; pass a"
+                      " request: mix(FitRequest(abc, rbc, options={...}, out=...)) (mixzoo.methods.FitRequest)",
+                      DeprecationWarning, stacklevel=2)
+        abc, rbc = keywords.pop("abc", request), keywords.pop("rbc", rbc)  # mix(abc=..., rbc=...) too
+        request = _request_of_keywords(abc, rbc, keywords)
+    elif rbc is not None or keywords:
+        raise TypeError("mix(request) takes the FitRequest alone; put the models and settings in it")
+    return _mix(request, MixSettings.from_options(dict(request.options)))
+
+
+def _mix(request: FitRequest, opts: MixSettings) -> MixResult:
+    """:func:`mix`: the pair, the calibration data, Algorithm 1 (and the App. D.9 second pass), the card."""
+    from mixzoo.zoo.data import shortfall_note
+
+    opts.check()
     t0 = time.perf_counter()
-    pair = prepare_pair(FitRequest(abc, rbc, dataset=dataset, n_calib=n_calib, eps=eps, norm=norm, seed=seed,
-                                   batch_size=batch_size, out=out, data_dir=data_dir, cache_dir=cache_dir,
-                                   use_cache=use_cache, device=device, allow_unsafe=allow_unsafe,
-                                   progress=progress), top_k=top_k)
-    rbc_m, data, cache, dataset = pair.rbc, pair.data, pair.cache, pair.dataset
+    pair = prepare_pair(request, top_k=opts.top_k)
     t1 = time.perf_counter()
     next_phase()  # the phases of the method's plan_fit: calibration data, then Algorithm 1
-    cdata = pair_calibration_data(pair, abc=objective == "relaxed", n_iter=n_iter, n_target_classes=n_target_classes,
-                                  n_restarts=n_restarts, top_k=top_k)
+    cdata = pair_calibration_data(pair, abc=opts.objective == "relaxed", n_iter=opts.n_iter,
+                                  n_target_classes=opts.n_target_classes, n_restarts=opts.n_restarts, top_k=opts.top_k)
     t2 = time.perf_counter()
-    abc_correct = None
-    if objective == "relaxed":
-        abc_correct = cdata.abc_clean_logits.argmax(1) == cdata.labels
     next_phase()
-    card = calibrate(
-        clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=cdata.attacked_logits,
-        attacked_labels=cdata.labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid, objective=objective,
-        abc_clean_correct=abc_correct, optimizer=optimizer, progress=progress, search=search,
-        abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=dataset, data_info=pair.data_info(),
-        attack_info=cdata.attack,
-        # the split gave fewer images than asked for (or than the default): more cannot be had
-        more_images=len(data) >= (DEFAULT_N_CALIB if n_calib is None else n_calib),
-    )
-    if refit_alpha:
-        from mixzoo.methods.mixednuts.approximation import refit_alpha as second_pass
-
-        card = second_pass(card, rbc_m, cdata, cache=cache, device=device, progress=progress,
-                           abc_clean_correct=abc_correct)
+    card = _algorithm_1(pair, cdata, request, opts)
     # the machine of this run; when MMAA came from the cache, the attack itself may have run elsewhere
-    card.provenance.update({"seed": seed, "command": command or "mixzoo.mix()", "device": device,
-                            "machine": machine_summary(device), "mmaa_from_cache": bool(cdata.cache_hits.get("mmaa"))})
-    if (note := shortfall_note(data, n_calib, "--n-calib")) is not None:
+    card.provenance.update({"seed": request.seed, "command": request.command or "mixzoo.mix()",
+                            "device": request.device, "machine": machine_summary(request.device),
+                            "mmaa_from_cache": bool(cdata.cache_hits.get("mmaa"))})
+    if (note := shortfall_note(pair.data, request.n_calib, "--n-calib")) is not None:
         card.notes.append(note)
     t3 = time.perf_counter()
     path = None
-    if out is not None:
-        path = Path(out)
+    if request.out is not None:
+        path = Path(request.out)
         card.save(path)
     summary = margin_summary(cdata, card)
     seconds = {"load": t1 - t0, **cdata.seconds, "calibration_data": t2 - t1, "search": t3 - t2,
                "total": time.perf_counter() - t0}
     return MixResult(card, path, summary, seconds, cdata.cache_hits)
+
+
+def _algorithm_1(pair: Any, cdata: CalibrationData, request: FitRequest, opts: MixSettings) -> Any:
+    """The card of Algorithm 1 on ``cdata`` (:func:`.calibrate.calibrate`), with the second pass when asked."""
+    from mixzoo.methods.mixednuts.calibrate import calibrate
+    from mixzoo.zoo.pairs import DEFAULT_N_CALIB
+
+    abc_correct = None
+    if opts.objective == "relaxed":
+        abc_correct = cdata.abc_clean_logits.argmax(1) == cdata.labels
+    card = calibrate(
+        clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=cdata.attacked_logits,
+        attacked_labels=cdata.labels, beta=opts.beta, clamp=opts.clamp, top_k=opts.top_k, grid=opts.grid,
+        objective=opts.objective, abc_clean_correct=abc_correct, optimizer=opts.optimizer, progress=request.progress,
+        search=opts.search, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
+        data_info=pair.data_info(), attack_info=cdata.attack,
+        # the split gave fewer images than asked for (or than the default): more cannot be had
+        more_images=len(pair.data) >= (DEFAULT_N_CALIB if request.n_calib is None else request.n_calib),
+    )
+    if opts.refit_alpha:
+        from mixzoo.methods.mixednuts.approximation import refit_alpha as second_pass
+
+        card = second_pass(card, pair.rbc, cdata, cache=pair.cache, device=request.device,
+                           progress=request.progress, abc_clean_correct=abc_correct)
+    return card

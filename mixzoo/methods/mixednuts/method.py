@@ -109,16 +109,15 @@ class MixedNUTS(MixingMethod):
         grid = params.setdefault("grid", {})
         if not isinstance(grid, dict):
             raise InputError(f"{source}: field '{sec}.grid' must be a table, got {type(grid).__name__}")
-        from mixzoo.core.card import plain_value
-        from mixzoo.methods.mixednuts.card_checks import validate_grid
+        from mixzoo.core.card import plain_values
+        from mixzoo.methods.mixednuts.records import validate_grid
 
-        validate_grid(plain_value(grid), source, section=f"{sec}.grid")
+        validate_grid(plain_values(grid), source, section=f"{sec}.grid")
         return params
 
-    def check_records(self, card: Any, source: str) -> None:
-        """The MMAA record ``[attack]`` and the calibration size ``[data].n`` this card's fit wrote
-        (:func:`~mixzoo.methods.mixednuts.card_checks.check_mmaa_record`)."""
-        from mixzoo.methods.mixednuts.card_checks import check_mmaa_record
+    def check_card(self, card: MixCard, source: str) -> None:
+        """The MMAA record of the fit (``[attack]``, ``data.n``: :func:`.records.check_mmaa_record`)."""
+        from mixzoo.methods.mixednuts.records import check_mmaa_record
 
         check_mmaa_record(card, source)
 
@@ -170,14 +169,12 @@ class MixedNUTS(MixingMethod):
 
         from mixzoo.core.cache import Cache
         from mixzoo.core.plan import per_image
-        from mixzoo.methods.mixednuts.calibrate import check_settings
         from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
+        from mixzoo.methods.mixednuts.fitting import MixSettings
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = dict(request.options)
-        check_settings(beta=opts.get("beta", 0.985), clamp=opts.get("clamp", "gelu"),  # as mix() does, first
-                       objective=opts.get("objective", "standard"), optimizer=opts.get("optimizer", "grid"),
-                       grid=opts.get("grid"), top_k=opts.get("top_k"), search=opts.get("search", "mixzoo"))
+        MixSettings.from_options(opts).check()  # as mix() does, first
         pair = prepare_pair(replace(request, progress=False, use_cache=False), top_k=opts.get("top_k"))
         n = len(pair.data.labels)
         mmaa = {k: opts[k] for k in ("n_iter", "n_target_classes", "n_restarts") if k in opts}
@@ -200,13 +197,7 @@ class MixedNUTS(MixingMethod):
     def fit(self, request: FitRequest) -> FitResult:
         from mixzoo.methods.mixednuts.fitting import mix
 
-        opts = dict(request.options)
-        kw = {} if request.batch_size is None else {"batch_size": request.batch_size}
-        res = mix(request.abc, request.rbc, dataset=request.dataset, n_calib=request.n_calib, eps=request.eps,
-                  norm=request.norm, seed=request.seed, out=request.out, data_dir=request.data_dir,
-                  cache_dir=request.cache_dir, use_cache=request.use_cache, device=request.device,
-                  allow_unsafe=request.allow_unsafe, progress=request.progress, command=request.command, **kw,
-                  **opts)
+        res = mix(request)
         return FitResult(res.card, res.path, res.summary, res.seconds, res.cache_hits)
 
     def fit_summary(self, result: FitResult) -> list[tuple[str, str]]:

@@ -93,6 +93,7 @@ def auxiliary_log_probs(abc_logits: torch.Tensor | None, rbc_logits: torch.Tenso
     return terms[0] if len(terms) == 1 else torch.logsumexp(torch.stack(terms), dim=0)
 
 
+
 def _is_number(v: Any) -> bool:
     """A real number; ``True``/``False`` are ints to Python but never a meant parameter value."""
     return isinstance(v, int | float) and not isinstance(v, bool)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -164,12 +165,64 @@ def _check_classes(card: MixCard | None, bb: BlackBoxModel, n_classes: int, surr
                          " classes; use a card of a model with the same classes")
 
 
-def _surrogate_adv(surrogate: Any, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str,
-                   top_k: int | None, n_iter: int, seed: int, batch_size: int, progress: bool,
-                   n_classes: int) -> tuple[torch.Tensor, dict[str, Any]]:
+@dataclass(frozen=True)
+class TransferSettings:
+    """The settings of :func:`transfer_params`: the route ``method`` (:data:`METHODS`), the Square budget
+    ``queries`` per image, ``beta`` / ``eps`` / ``norm`` (default: the card's, then the black box's spec), ``seed``,
+    ``progress``, ``search`` (Algorithm 1's full grid instead of the card's s, p, c; default: only for ``square``),
+    ``guess`` (s, p, c of method ``guess``), MMAA's ``n_iter`` on the surrogate, ``batch_size`` and
+    ``max_argmax_change`` (as in :func:`mixzoo.methods.mixednuts.calibrate.calibrate`)."""
+
+    method: str = "transfer"
+    queries: int = 5000
+    beta: float | None = None
+    eps: float | None = None
+    norm: str | None = None
+    seed: int = 0
+    progress: bool = True
+    search: bool | None = None
+    guess: tuple[float, float, float] | None = None
+    n_iter: int = 100
+    batch_size: int = 250
+    max_argmax_change: float | None = 0.005
+
+    def changed(self, **changes: Any) -> TransferSettings:
+        """A copy with ``changes`` (keywords named after the fields)."""
+        names = {f.name for f in fields(self)}
+        for key in changes:
+            if key not in names:
+                raise TypeError(f"transfer_params() got an unexpected keyword argument {key!r}")
+        return replace(self, **changes) if changes else self
+
+
+@dataclass
+class _Run:
+    """What :func:`transfer_params` has established before attacking: the card, the black box, the threat model and
+    the records it fills."""
+
+    card: MixCard | None
+    card_path: str | None
+    bb: BlackBoxModel
+    beta: float
+    eps: float | None
+    norm: str | None
+    clamp: str
+    top_k: int | None
+    clean: torch.Tensor
+    labels: torch.Tensor
+    q0: int
+    query_log: dict[str, int]
+    attack: dict[str, Any]
+    notes: list[str]
+    data: dict[str, Any]
+
+
+def _surrogate_adv(surrogate: Any, images: torch.Tensor, run: _Run, st: TransferSettings
+                   ) -> tuple[torch.Tensor, dict[str, Any]]:
     """The surrogate's MMAA perturbations: run MMAA on a white-box model, or take given images / an MMAAResult."""
     from mixzoo.attacks import mmaa
 
+    eps, norm, labels, n_classes = float(run.eps), run.norm, run.labels, int(run.clean.shape[1])  # type: ignore[arg-type]
     if surrogate is None:
         raise InputError("method 'transfer' needs a surrogate: a white-box robust model (or its MMAA adversarial"
                          " images); pass surrogate=..., or use method 'square' or 'guess'")
@@ -186,14 +239,20 @@ def _surrogate_adv(surrogate: Any, images: torch.Tensor, labels: torch.Tensor, *
         if k != n_classes:
             raise InputError(f"surrogate {_name(surrogate)!r} returns {k} classes but the black box returns"
                              f" {n_classes}; use a surrogate of the same task")
-        res = mmaa(surrogate, images, labels, eps=eps, norm=norm, n_iter=n_iter, seed=seed, top_k=top_k,
-                   batch_size=batch_size, progress=progress, index=torch.arange(len(labels)),
+        res = mmaa(surrogate, images, labels, eps=eps, norm=norm, n_iter=st.n_iter, seed=st.seed, top_k=run.top_k,
+                   batch_size=st.batch_size, progress=st.progress, index=torch.arange(len(labels)),
                    attack_all=True)  # the lowest surrogate margins transfer best
         adv, info = res.adv_images, {"source": "mmaa on the surrogate", **res.settings,
                                      "surrogate_robust_accuracy": res.robust_accuracy}
     else:
         raise InputError(f"surrogate must be a model, adversarial images or an MMAAResult, got"
                          f" {type(surrogate).__name__}")
+    _check_perturbations(adv, images, eps, norm)  # type: ignore[arg-type]
+    return adv, info
+
+
+def _check_perturbations(adv: Any, images: torch.Tensor, eps: float, norm: str) -> None:
+    """The surrogate's adversarial images are images of the calibration set's shape within ``eps`` in ``norm``."""
     if not isinstance(adv, torch.Tensor) or adv.shape != images.shape:
         shape = tuple(adv.shape) if isinstance(adv, torch.Tensor) else type(adv).__name__
         raise InputError(f"the surrogate's adversarial images have shape {shape} but the calibration images"
@@ -204,7 +263,6 @@ def _surrogate_adv(surrogate: Any, images: torch.Tensor, labels: torch.Tensor, *
     if float(size.max()) > eps * (1 + 1e-4) + 1e-6:
         raise InputError(f"the surrogate's adversarial images are up to {float(size.max()):.4g} away from the"
                          f" calibration images in {norm}, beyond eps = {eps:.4g}; pass matching eps and norm")
-    return adv, info
 
 
 # ---------------------------------------------------------------------------------------------- public API
@@ -213,21 +271,11 @@ def transfer_params(
     rbc: nn.Module,
     calib_images: torch.Tensor,
     calib_labels: torch.Tensor,
+    settings: TransferSettings | None = None,
     *,
-    method: str = "transfer",
     surrogate: nn.Module | torch.Tensor | MMAAResult | None = None,
-    queries: int = 5000,
-    beta: float | None = None,
-    eps: float | None = None,
-    norm: str | None = None,
-    seed: int = 0,
-    progress: bool = True,
-    search: bool | None = None,
-    guess: tuple[float, float, float] | None = None,
-    n_iter: int = 100,
-    batch_size: int = 250,
     data_info: dict[str, Any] | None = None,
-    max_argmax_change: float | None = 0.005,
+    **changes: Any,
 ) -> MixCard:
     """Mix card for a black-box RBC by one of the routes of App. D.5 (see the module docstring).
 
@@ -235,11 +283,23 @@ def transfer_params(
     supplies s, p, c (transfer / both), clamp, top_k, temperature, beta, the ABC and the attack radius. ``rbc`` is
     treated as a black box (wrapped in :class:`~mixzoo.zoo.blackbox.BlackBoxModel` unless it is one; its query budget
     is checked before the first query). ``surrogate`` is the white-box model of the card (MMAA runs on it) or its
-    MMAA adversarial images / :class:`~mixzoo.attacks.mmaa.MMAAResult`. ``queries`` is the Square budget per image.
-    ``beta``, ``eps``, ``norm`` default to the card's (then to the black box's spec). ``search`` runs the full grid
-    search of Algorithm 1 instead of keeping the card's s, p, c (default: only for ``square``), with
-    ``max_argmax_change`` as in :func:`mixzoo.methods.mixednuts.calibrate.calibrate`.
+    MMAA adversarial images / :class:`~mixzoo.attacks.mmaa.MMAAResult`. ``settings`` (:class:`TransferSettings`:
+    the route ``method``, the Square budget ``queries`` per image, ``beta``, ``eps``, ``norm``, ``search``, ...);
+    keywords named after its fields change a copy (``transfer_params(card, bb, x, y, method="square")``).
+    ``data_info`` is recorded in the card's data table.
     """
+    st = (settings if settings is not None else TransferSettings()).changed(**changes)
+    run = _start(card, rbc, calib_images, calib_labels, st, surrogate, data_info)
+    attacked = _attacked_logits(run, st, surrogate, calib_images)
+    result = _fit(run, st, attacked)
+    return _transfer_card(run, st, result, surrogate)
+
+
+def _start(card: MixCard | str | Path | None, rbc: nn.Module, calib_images: torch.Tensor, calib_labels: torch.Tensor,
+           st: TransferSettings, surrogate: Any, data_info: dict[str, Any] | None) -> _Run:
+    """:func:`transfer_params`'s checks (settings, card, images, threat model, the whole query bill, refused up
+    front if the budget cannot pay it) and the black box's clean logits."""
+    method = st.method
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
     card, card_path = _load_card(card)
@@ -250,19 +310,18 @@ def transfer_params(
     n = int(calib_images.shape[0])
     if n == 0:
         raise InputError("the calibration set is empty; pass at least a few hundred images")
-    if isinstance(queries, bool) or int(queries) < 1:
-        raise InputError(f"queries must be at least 1, got {queries}")
-    queries = int(queries)
+    if isinstance(st.queries, bool) or int(st.queries) < 1:
+        raise InputError(f"queries must be at least 1, got {st.queries}")
+    queries = int(st.queries)
     bb = as_black_box(rbc)
     spec = bb.spec
     _check_dataset(card, bb)
     recorded = card.params["beta"] if card is not None else None
-    beta = float(beta if beta is not None else (recorded if recorded is not None
-                                                else DEFAULT_BETA))
+    beta = float(st.beta if st.beta is not None else (recorded if recorded is not None
+                                                      else DEFAULT_BETA))
     if not 0.0 <= beta <= 1.0:
         raise InputError(f"beta must lie in [0, 1], got {beta}")
-    attack_rec = card.attack if card is not None else {}
-    eps, norm = _threat_model(card, spec, eps, norm)
+    eps, norm = _threat_model(card, spec, st.eps, st.norm)
     if method != "guess" and (eps is None or not eps > 0):
         raise InputError(f"no attack radius: the card records no eps and black-box model {bb.name!r} none either;"
                          " pass --eps (eps= in Python)")
@@ -282,220 +341,286 @@ def transfer_params(
                                                                  if method in ("square", "both") else ""))
     q0 = bb.queries
 
-    clean = _forward(bb, calib_images, batch_size)
+    clean = _forward(bb, calib_images, st.batch_size)
     n_classes = int(clean.shape[1])
     check_labels(calib_labels, n, n_classes, what="calib_labels")
     labels = calib_labels.to(clean.device)
     _check_classes(card, bb, n_classes, surrogate if isinstance(surrogate, nn.Module) else None)
-    query_log: dict[str, int] = {"clean": bb.queries - q0}
     attack: dict[str, Any] = {"name": f"black-box {method}", "method": method}
     if method != "guess":
-        attack.update({"eps": float(eps), "norm": norm})
-    notes: list[str] = []
-    data: dict[str, Any] = dict(data_info or {})
+        attack.update({"eps": float(eps), "norm": norm})  # type: ignore[arg-type]
+    return _Run(card, card_path, bb, beta, eps, norm, clamp, top_k, clean, labels, q0, {"clean": bb.queries - q0},
+                attack, [], dict(data_info or {}))
 
-    # ---------------------------------------------------------------- attacked logits of the black box
+
+def _attacked_logits(run: _Run, st: TransferSettings, surrogate: Any, calib_images: torch.Tensor
+                     ) -> torch.Tensor | None:
+    """The black box's logits at the attacked points of the route: the surrogate's MMAA points transferred,
+    min-margin Square on the black box, or per example the lower margin of both; ``None`` for ``guess``."""
+    method, bb, labels, top_k, queries = st.method, run.bb, run.labels, run.top_k, int(st.queries)
     attacked = None
     if method in ("transfer", "both"):
-        adv, info = _surrogate_adv(surrogate, calib_images, labels, eps=float(eps), norm=norm, top_k=top_k,
-                                   n_iter=n_iter, seed=seed, batch_size=batch_size, progress=progress,
-                                   n_classes=n_classes)
+        adv, info = _surrogate_adv(surrogate, calib_images, run, st)
         q = bb.queries
-        transferred = _forward(bb, adv, batch_size)
-        query_log["transfer"] = bb.queries - q
-        attacked, used_clean = _pick(transferred, clean, labels, top_k)
-        attack["transfer"] = {k: v for k, v in info.items() if k not in ("margin",)}
-        data["transfer_flipped"] = int((transferred.argmax(1) != labels).sum())
-        data["transfer_kept_clean_point"] = int(used_clean.sum())
+        transferred = _forward(bb, adv, st.batch_size)
+        run.query_log["transfer"] = bb.queries - q
+        attacked, used_clean = _pick(transferred, run.clean, labels, top_k)
+        run.attack["transfer"] = {k: v for k, v in info.items() if k not in ("margin",)}
+        run.data["transfer_flipped"] = int((transferred.argmax(1) != labels).sum())
+        run.data["transfer_kept_clean_point"] = int(used_clean.sum())
     if method in ("square", "both"):
         from mixzoo.attacks.square import min_margin_square
 
         q = bb.queries
-        res = min_margin_square(bb, calib_images, labels, eps=float(eps), norm=norm, n_queries=queries, seed=seed,
-                                top_k=top_k, batch_size=batch_size, progress=progress,
-                                index=torch.arange(len(labels)))
-        query_log["square"] = bb.queries - q
+        res = min_margin_square(bb, calib_images, labels, eps=float(run.eps), norm=run.norm,  # type: ignore[arg-type]
+                                n_queries=queries, seed=st.seed, top_k=top_k, batch_size=st.batch_size,
+                                progress=st.progress, index=torch.arange(len(labels)))
+        run.query_log["square"] = bb.queries - q
         if queries < WEAK_SQUARE_QUERIES:
-            notes.append(f"min-margin Square ran {queries} queries per image (AutoAttack uses 5000); margins this"
-                         " close to clean ones make alpha too small: robustness unverified")
-        attack["square"] = {k: v for k, v in res.settings.items() if k not in ("margin", "eps", "norm")}
-        data["square_flipped"] = int(res.misclassified.sum())
+            run.notes.append(f"min-margin Square ran {queries} queries per image (AutoAttack uses 5000); margins"
+                             " this close to clean ones make alpha too small: robustness unverified")
+        run.attack["square"] = {k: v for k, v in res.settings.items() if k not in ("margin", "eps", "norm")}
+        run.data["square_flipped"] = int(res.misclassified.sum())
         if attacked is None:
             attacked = res.logits
         else:
             attacked, used_square = _pick(attacked, res.logits, labels, top_k)
-            data["both_square_won"] = int(used_square.sum())
-    query_log["total"] = bb.queries - q0
-    attack["queries"] = query_log
+            run.data["both_square_won"] = int(used_square.sum())
+    run.query_log["total"] = bb.queries - run.q0
+    run.attack["queries"] = run.query_log
+    return attacked
 
-    # ---------------------------------------------------------------- Algorithm 1 on the black box's margins
-    search = (method == "square") if search is None else bool(search)
+
+_ROUTES = {"transfer": "the surrogate's MMAA points transferred to the black box",
+           "square": "min-margin Square on the black box",
+           "both": "per example the lower margin of the transferred MMAA points and min-margin Square"}
+
+
+def _fit(run: _Run, st: TransferSettings, attacked: torch.Tensor | None) -> MixCard:
+    """Algorithm 1 on the black box's margins: at the card's (s, p, c) (alpha recalibrated), on the whole grid
+    (``search``), or, for ``guess``, at the guessed (s, p, c) on clean margins."""
+    card, clean, labels, method = run.card, run.clean, run.labels, st.method
+    common = {"beta": run.beta, "clamp": run.clamp, "top_k": run.top_k}
+    search = (method == "square") if st.search is None else bool(st.search)
     if method == "guess":
+        guess = st.guess
         s, p, c = guess if guess is not None else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"])
-        result = _algorithm1(clean, clean, labels, beta=beta, clamp=clamp, top_k=top_k, grid=Grid.point(s, p, c))
-        notes.append(f"educated guess (App. D.5): s={s:g}, p={p:g}, c={c:g}"
-                     + (" (Bai et al. 2024a, Table 3, CIFAR-10)" if guess is None else " (given)")
-                     + "; alpha chosen so that a share beta of correctly classified clean examples keeps margin"
-                     " >= (1 - alpha) / alpha (clean margins only, no attack)")
-        notes.append(GUESS_WARNING)
-        warnings.warn(GUESS_WARNING, UserWarning, stacklevel=2)
-        data["alpha_from"] = "clean correct margins"
+        result = _algorithm1(clean, clean, labels, grid=Grid.point(s, p, c), **common)
+        run.notes.append(f"educated guess (App. D.5): s={s:g}, p={p:g}, c={c:g}"
+                         + (" (Bai et al. 2024a, Table 3, CIFAR-10)" if guess is None else " (given)")
+                         + "; alpha chosen so that a share beta of correctly classified clean examples keeps margin"
+                         " >= (1 - alpha) / alpha (clean margins only, no attack)")
+        run.notes.append(GUESS_WARNING)
+        warnings.warn(GUESS_WARNING, UserWarning, stacklevel=3)  # the caller of transfer_params
+        run.data["alpha_from"] = "clean correct margins"
+        return result
+    point = Grid.point(card.params["s"], card.params["p"], card.params["c"])  # type: ignore[union-attr]
+    grid = _grid_from_card(card) if search else point
+    result = _algorithm1(clean, attacked, labels, grid=grid, progress=st.progress and search,  # type: ignore[arg-type]
+                         max_argmax_change=st.max_argmax_change, **common)
+    if card is not None:
+        fixed = result if not search else _algorithm1(clean, attacked, labels, grid=point,  # type: ignore[arg-type]
+                                                      **common)
+        run.data["objective_transferred"] = fixed.params["objective"]
+        run.data["alpha_transferred"] = fixed.params["alpha"]
+    if search:
+        run.notes.append(f"s, p, c and alpha by Algorithm 1 on black-box margins from {_ROUTES[method]} (App. D.5)")
     else:
-        grid = _grid_from_card(card) if search else Grid.point(card.params["s"], card.params["p"], card.params["c"])
-        result = _algorithm1(clean, attacked, labels, beta=beta, clamp=clamp, top_k=top_k, grid=grid,
-                             progress=progress and search, max_argmax_change=max_argmax_change)
-        if card is not None:
-            fixed = result if not search else _algorithm1(clean, attacked, labels, beta=beta, clamp=clamp,
-                                                          top_k=top_k,
-                                                          grid=Grid.point(card.params["s"], card.params["p"],
-                                                                          card.params["c"]))
-            data["objective_transferred"] = fixed.params["objective"]
-            data["alpha_transferred"] = fixed.params["alpha"]
-        route = {"transfer": "the surrogate's MMAA points transferred to the black box",
-                 "square": "min-margin Square on the black box",
-                 "both": "per example the lower margin of the transferred MMAA points and min-margin Square"}[method]
-        if search:
-            notes.append(f"s, p, c and alpha by Algorithm 1 on black-box margins from {route} (App. D.5)")
-        else:
-            notes.append(f"s, p, c transferred from the surrogate card (App. D.5); alpha recalibrated on black-box"
-                         f" margins from {route}")
+        run.notes.append(f"s, p, c transferred from the surrogate card (App. D.5); alpha recalibrated on black-box"
+                         f" margins from {_ROUTES[method]}")
+    return result
+
+
+def _surrogate_record(run: _Run, surrogate: Any) -> dict[str, Any]:
+    """The provenance's record of the surrogate (its card's RBC, or the model given); a note when the model's
+    weights are not those the card saw."""
+    card = run.card
+    if card is None:
+        return {}
+    info = {"name": card.rbc.get("name"), "weight_hash": card.rbc.get("weight_hash"), "card": run.card_path,
+            "method": card.params["fit"], **{k: card.params[k] for k in ("s", "p", "c", "alpha", "objective")},
+            "dataset": card.dataset}
+    if isinstance(surrogate, nn.Module):
+        info["name"] = _name(surrogate) or info["name"]
+        actual = _hash(surrogate)
+        if card.rbc.get("weight_hash") and actual != card.rbc.get("weight_hash"):
+            run.notes.append(f"the surrogate model's weight hash {actual} differs from the card's"
+                             f" {card.rbc.get('weight_hash')}; its MMAA points are not those the card saw")
+        info["weight_hash"] = actual
+    return info
+
+
+def _transfer_card(run: _Run, st: TransferSettings, result: MixCard, surrogate: Any) -> MixCard:
+    """The black box's mix card: Algorithm 1's parameters, the surrogate card's clamp, top_k, temperature and ABC,
+    the records of the run."""
+    card, data, notes, eps = run.card, run.data, run.notes, run.eps
     if card is not None:
         data["surrogate_objective"] = card.params["objective"]
     data.update({k: v for k, v in result.data.items() if k not in data})
     notes.extend(n_ for n_ in result.notes if n_ not in notes)
-
-    surrogate_info: dict[str, Any] = {}
-    if card is not None:
-        surrogate_info = {"name": card.rbc.get("name"), "weight_hash": card.rbc.get("weight_hash"),
-                          "card": card_path, "method": card.params["fit"],
-                          **{k: card.params[k] for k in ("s", "p", "c", "alpha", "objective")}, "dataset": card.dataset}
-        if isinstance(surrogate, nn.Module):
-            surrogate_info["name"] = _name(surrogate) or surrogate_info["name"]
-            actual = _hash(surrogate)
-            if card.rbc.get("weight_hash") and actual != card.rbc.get("weight_hash"):
-                notes.append(f"the surrogate model's weight hash {actual} differs from the card's"
-                             f" {card.rbc.get('weight_hash')}; its MMAA points are not those the card saw")
-            surrogate_info["weight_hash"] = actual
-    black_box = {"name": bb.name, "weight_hash": bb.weight_hash, "black_box": True}
-    prov = provenance(layer_norm=LAYER_NORM_VERSION, seed=seed,
+    surrogate_info = _surrogate_record(run, surrogate)
+    black_box = {"name": run.bb.name, "weight_hash": run.bb.weight_hash, "black_box": True}
+    prov = provenance(layer_norm=LAYER_NORM_VERSION, seed=st.seed,
                       surrogate={k: v for k, v in surrogate_info.items() if v is not None},
-                      black_box={**black_box, "queries": query_log["total"]},
+                      black_box={**black_box, "queries": run.query_log["total"]},
                       command="mixzoo.methods.mixednuts.transfer.transfer_params()")
     if card is not None and card.provenance.get("git_commit"):
         prov["surrogate_git_commit"] = card.provenance["git_commit"]
-    if card is not None and method != "guess" and attack_rec.get("eps") not in (None, eps):
+    attack_rec = card.attack if card is not None else {}
+    if card is not None and st.method != "guess" and attack_rec.get("eps") not in (None, eps):
         notes.append(f"attack radius {eps:g} differs from the surrogate card's {attack_rec.get('eps'):g}")
-    dataset = (card.dataset if card is not None else None) or getattr(spec, "dataset", None)
-    params = {**{k: result.params[k] for k in ("s", "p", "c", "alpha", "alpha_d", "objective", "grid")}, "beta": beta,
-              "clamp": clamp, "top_k": top_k, "temperature": card.params["temperature"] if card is not None else 0.0,
-              "fit": method}
+    dataset = (card.dataset if card is not None else None) or getattr(run.bb.spec, "dataset", None)
+    params = {**{k: result.params[k] for k in ("s", "p", "c", "alpha", "alpha_d", "objective", "grid")},
+              "beta": run.beta, "clamp": run.clamp, "top_k": run.top_k,
+              "temperature": card.params["temperature"] if card is not None else 0.0, "fit": st.method}
     return MixCard("mixednuts", params, abc=dict(card.abc) if card is not None else {}, rbc=black_box,
-                   dataset=dataset, data=data, attack=attack, provenance=prov, notes=notes)
+                   dataset=dataset, data=data, attack=run.attack, provenance=prov, notes=notes)
+@dataclass(frozen=True)
+class BlackBoxSource:
+    """Where :func:`transfer_params_by_name` gets its inputs: ``n_calib`` calibration images of ``dataset`` (default:
+    the card's, else the model's) under ``data_dir``, the black box's ``query_budget``, the MMAA cache
+    (``cache_dir``, ``use_cache``), ``device``, ``allow_unsafe`` (pickled checkpoints) and the card file ``out``."""
+
+    dataset: str | None = None
+    n_calib: int = 1000
+    out: str | Path | None = None
+    query_budget: int | None = None
+    data_dir: str | None = None
+    cache_dir: str | Path | None = None
+    use_cache: bool = True
+    device: str = "cpu"
+    allow_unsafe: bool = False
+
+
+def _split_changes(settings: TransferSettings | None, source: BlackBoxSource | None, changes: dict[str, Any]
+                   ) -> tuple[TransferSettings, BlackBoxSource]:
+    """``settings`` and ``source`` with the keywords of ``changes`` named after their fields."""
+    st = settings if settings is not None else TransferSettings()
+    src = source if source is not None else BlackBoxSource()
+    names = {f.name for f in fields(BlackBoxSource)}
+    src_changes = {k: v for k, v in changes.items() if k in names}
+    st = st.changed(**{k: v for k, v in changes.items() if k not in names})
+    return st, replace(src, **src_changes) if src_changes else src
+
+
+def _check_by_name(st: TransferSettings, src: BlackBoxSource) -> None:
+    """One-line errors for :func:`transfer_params_by_name`'s settings, before anything loads."""
+    from mixzoo.zoo.pairs import check_device
+
+    check_device(src.device)
+    if st.method not in METHODS:
+        raise InputError(f"unknown method {st.method!r}; use one of {', '.join(METHODS)}")
+    if src.out is not None:
+        MixCard.check_path(src.out)
+    if src.n_calib <= 0:
+        raise InputError(f"--n-calib must be positive, got {src.n_calib}")
+    if st.queries < 1:
+        raise InputError(f"queries must be at least 1, got {st.queries}")
+    if st.beta is not None and not 0.0 <= st.beta <= 1.0:
+        raise InputError(f"beta must lie in [0, 1], got {st.beta}")
+    eps = st.eps
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps)
+                            or eps <= 0):
+        raise InputError(f"--eps must be a positive finite number, got {eps!r}")
+    if st.norm is not None and st.norm not in NORMS:
+        raise InputError(f"unknown --norm {st.norm!r}; use one of {', '.join(NORMS)}")
 
 
 def transfer_params_by_name(
     card_path: str | Path | None,
     rbc_name: str,
-    *,
-    dataset: str | None = None,
-    n_calib: int = 1000,
-    method: str = "transfer",
-    queries: int = 5000,
-    out: str | Path | None = None,
-    seed: int = 0,
-    progress: bool = True,
-    query_budget: int | None = None,
-    beta: float | None = None,
-    eps: float | None = None,
-    norm: str | None = None,
-    data_dir: str | None = None,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
-    device: str = "cpu",
-    allow_unsafe: bool = False,
+    settings: TransferSettings | None = None,
+    source: BlackBoxSource | None = None,
+    **changes: Any,
 ) -> MixCard:
     """:func:`transfer_params` by names (``mixzoo transfer-params``): loads the surrogate card, the black-box RBC
-    ``rbc_name`` (always wrapped as a black box, with ``query_budget``), ``n_calib`` calibration images of
-    ``dataset`` (default: the card's, else the model's) and, for ``transfer``/``both``, the surrogate named in the
-    card (its MMAA comes from the cache when ``mixzoo mix`` already ran it on the same images); writes the card to
-    ``out`` atomically. ``eps`` / ``norm`` default to the card's attack record, then to the black box's spec
-    (:func:`_threat_model`); the surrogate's MMAA and the checks of :func:`transfer_params` use the same radius."""
+    ``rbc_name`` (always wrapped as a black box, with ``source.query_budget``), ``source.n_calib`` calibration
+    images of ``source.dataset`` (default: the card's, else the model's) and, for ``transfer``/``both``, the
+    surrogate named in the card (its MMAA comes from the cache when ``mixzoo mix`` already ran it on the same
+    images); writes the card to ``source.out`` atomically. ``eps`` / ``norm`` default to the card's attack record,
+    then to the black box's spec (:func:`_threat_model`); the surrogate's MMAA and the checks of
+    :func:`transfer_params` use the same radius. Keywords named after the fields of :class:`TransferSettings` or
+    :class:`BlackBoxSource` change a copy of them (``transfer_params_by_name(card, name, method="square")``)."""
     from mixzoo.zoo.blackbox import load_black_box
-    from mixzoo.zoo.data import load_dataset
-    from mixzoo.zoo.models import load_model
-    from mixzoo.zoo.pairs import check_device
 
-    check_device(device)
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
-    if out is not None:
-        MixCard.check_path(out)
-    if n_calib <= 0:
-        raise InputError(f"--n-calib must be positive, got {n_calib}")
-    if queries < 1:
-        raise InputError(f"queries must be at least 1, got {queries}")
-    if beta is not None and not 0.0 <= beta <= 1.0:
-        raise InputError(f"beta must lie in [0, 1], got {beta}")
-    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps)
-                            or eps <= 0):
-        raise InputError(f"--eps must be a positive finite number, got {eps!r}")
-    if norm is not None and norm not in NORMS:
-        raise InputError(f"unknown --norm {norm!r}; use one of {', '.join(NORMS)}")
+    st, src = _split_changes(settings, source, changes)
+    _check_by_name(st, src)
     card = MixCard.load(card_path) if card_path is not None else None
-    if card is None and method != "guess":
-        raise InputError(f"method {method!r} needs the surrogate's mix card; pass --from CARD")
-    cache = Cache(cache_dir, enabled=use_cache) if method in ("transfer", "both") else None
-    bb = load_black_box(rbc_name, query_budget=query_budget, device=device, allow_unsafe=allow_unsafe)
-    spec = bb.spec
-    if card is not None and card.dataset and spec is not None and card.dataset != spec.dataset:
-        raise InputError(f"surrogate card {str(card_path)!r} was calibrated on dataset {card.dataset!r} but black-box"
-                         f" model {bb.name!r} is for {spec.dataset!r}; use a card calibrated on {spec.dataset!r}")
-    dataset = dataset or (card.dataset if card is not None else None) or getattr(spec, "dataset", None)
-    if dataset is None:
-        raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
-    data = load_dataset(dataset, "calibration", n=n_calib, root=data_dir)
-    if spec is not None and tuple(data.images.shape[1:]) != tuple(spec.input_size):
-        raise InputError(f"dataset {dataset!r} gives images of shape {tuple(data.images.shape[1:])} but"
-                         f" {bb.name!r} expects {tuple(spec.input_size)}; choose a matching dataset")
-
-    surrogate: Any = None
-    sur_model: Any = None
-    if method in ("transfer", "both"):
-        sur_name = card.rbc.get("name")
-        if not sur_name:
-            raise InputError(f"card {str(card_path)!r} does not name its RBC (field rbc.name), so there is no"
-                             " surrogate to attack; use --method square or guess")
-        sur_model = load_model(sur_name, device=device, allow_unsafe=allow_unsafe)
-        if spec_is_black_box(sur_model.spec):
-            raise InputError(f"the surrogate {sur_name!r} is itself marked black-box, so MMAA cannot run on it;"
-                             " use --method square")
-        if spec is not None and sur_model.spec.num_classes != spec.num_classes:
-            raise InputError(f"surrogate {sur_name!r} has {sur_model.spec.num_classes} classes but black-box model"
-                             f" {bb.name!r} has {spec.num_classes}; use a surrogate of the same task")
-        eps, norm = _threat_model(card, spec, eps, norm)  # the radius transfer_params checks the points against
-        surrogate = _cached_surrogate_mmaa(sur_model, data, card, eps=eps, norm=norm, cache=cache, seed=seed,
-                                           device=device, progress=progress)
-    result = transfer_params(card, bb, data.images.to(device), data.labels.to(device), method=method,
-                             surrogate=surrogate, queries=queries, beta=beta, eps=eps, norm=norm, seed=seed,
-                             progress=progress,
+    if card is None and st.method != "guess":
+        raise InputError(f"method {st.method!r} needs the surrogate's mix card; pass --from CARD")
+    cache = Cache(src.cache_dir, enabled=src.use_cache) if st.method in ("transfer", "both") else None
+    bb = load_black_box(rbc_name, query_budget=src.query_budget, device=src.device, allow_unsafe=src.allow_unsafe)
+    data = _calibration_images(card, card_path, bb, src)
+    surrogate, sur_model = None, None
+    if st.method in ("transfer", "both"):
+        sur_model = _surrogate_model(card, card_path, bb, src)
+        eps, norm = _threat_model(card, bb.spec, st.eps, st.norm)  # the radius transfer_params checks points against
+        st = st.changed(eps=eps, norm=norm)
+        surrogate = _cached_surrogate_mmaa(sur_model, data, card, eps=eps, norm=norm,  # type: ignore[arg-type]
+                                           cache=cache, seed=st.seed,
+                                           device=src.device, progress=st.progress)
+    result = transfer_params(card, bb, data.images.to(src.device), data.labels.to(src.device), st,
+                             surrogate=surrogate,
                              data_info={"split": "calibration", "n": len(data.labels),
                                         "fingerprint": data.fingerprint, "source": data.source})
     sur_info = result.provenance.setdefault("surrogate", {})
     if card_path is not None:
         sur_info["card"] = str(card_path)
     if sur_model is not None and not isinstance(surrogate, nn.Module):  # MMAA images came from the cache
-        recorded = card.rbc.get("weight_hash")
-        if recorded and sur_model.weight_hash != recorded:
-            result.notes.append(f"the surrogate model's weight hash {sur_model.weight_hash} differs from the"
-                                f" card's {recorded}; its MMAA points are not those the card saw")
-        sur_info.update({"name": sur_model.spec.name, "weight_hash": sur_model.weight_hash})
-        result.attack["transfer"] = {"source": "mmaa on the surrogate (calibration_data.cached_mmaa)",
-                                     **{k: v for k, v in card.attack.items() if k not in ("name", "eps", "norm")}}
+        _record_cached_surrogate(result, card, sur_model, sur_info)  # type: ignore[arg-type]
     result.provenance["command"] = "mixzoo.methods.mixednuts.transfer.transfer_params_by_name()"
-    result.provenance["device"] = device
-    if out is not None:
-        result.save(out)
+    result.provenance["device"] = src.device
+    if src.out is not None:
+        result.save(src.out)
     return result
+
+
+def _calibration_images(card: MixCard | None, card_path: Any, bb: BlackBoxModel, src: BlackBoxSource) -> Any:
+    """The calibration images of the card's (or the black box's) dataset, checked against the black box's spec."""
+    from mixzoo.zoo.data import load_dataset
+
+    spec = bb.spec
+    if card is not None and card.dataset and spec is not None and card.dataset != spec.dataset:
+        raise InputError(f"surrogate card {str(card_path)!r} was calibrated on dataset {card.dataset!r} but black-box"
+                         f" model {bb.name!r} is for {spec.dataset!r}; use a card calibrated on {spec.dataset!r}")
+    dataset = src.dataset or (card.dataset if card is not None else None) or getattr(spec, "dataset", None)
+    if dataset is None:
+        raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
+    data = load_dataset(dataset, "calibration", n=src.n_calib, root=src.data_dir)
+    if spec is not None and tuple(data.images.shape[1:]) != tuple(spec.input_size):
+        raise InputError(f"dataset {dataset!r} gives images of shape {tuple(data.images.shape[1:])} but"
+                         f" {bb.name!r} expects {tuple(spec.input_size)}; choose a matching dataset")
+    return data
+
+
+def _surrogate_model(card: MixCard, card_path: Any, bb: BlackBoxModel, src: BlackBoxSource) -> Any:
+    """The white-box surrogate the card names (its RBC), checked against the black box's task."""
+    from mixzoo.zoo.models import load_model
+
+    spec = bb.spec
+    sur_name = card.rbc.get("name")
+    if not sur_name:
+        raise InputError(f"card {str(card_path)!r} does not name its RBC (field rbc.name), so there is no"
+                         " surrogate to attack; use --method square or guess")
+    sur_model = load_model(sur_name, device=src.device, allow_unsafe=src.allow_unsafe)
+    if spec_is_black_box(sur_model.spec):
+        raise InputError(f"the surrogate {sur_name!r} is itself marked black-box, so MMAA cannot run on it;"
+                         " use --method square")
+    if spec is not None and sur_model.spec.num_classes != spec.num_classes:
+        raise InputError(f"surrogate {sur_name!r} has {sur_model.spec.num_classes} classes but black-box model"
+                         f" {bb.name!r} has {spec.num_classes}; use a surrogate of the same task")
+    return sur_model
+
+
+def _record_cached_surrogate(result: MixCard, card: MixCard, sur_model: Any, sur_info: dict[str, Any]) -> None:
+    """The card's record of a surrogate whose MMAA images came from the cache."""
+    recorded = card.rbc.get("weight_hash")
+    if recorded and sur_model.weight_hash != recorded:
+        result.notes.append(f"the surrogate model's weight hash {sur_model.weight_hash} differs from the"
+                            f" card's {recorded}; its MMAA points are not those the card saw")
+    sur_info.update({"name": sur_model.spec.name, "weight_hash": sur_model.weight_hash})
+    result.attack["transfer"] = {"source": "mmaa on the surrogate (calibration_data.cached_mmaa)",
+                                 **{k: v for k, v in card.attack.items() if k not in ("name", "eps", "norm")}}
 
 
 def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, eps: float | None, norm: str, cache: Any,
@@ -518,4 +643,5 @@ def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, eps: f
     return res["adv_images"].to(device)
 
 
-__all__ = ["DEFAULT_GUESS", "METHODS", "transfer_params", "transfer_params_by_name"]
+__all__ = ["BlackBoxSource", "DEFAULT_GUESS", "METHODS", "TransferSettings", "transfer_params",
+           "transfer_params_by_name"]

@@ -576,3 +576,20 @@ def test_card_alpha_is_exact_after_a_float32_search():
     )
     q = float(m[min(int(math.floor((1 - beta) * len(m) + 1e-9)), len(m) - 1)])
     assert card.params["alpha"] == pytest.approx(1 / (1 + q), rel=1e-10, abs=0)
+
+
+def test_settings_objects_and_keywords_give_the_same_card():
+    """calibrate takes CalibrationSettings and CardRecords; keywords named after their fields change a copy (the
+    same card, number for number); a keyword that is no field is refused as Python refuses it."""
+    from mixzoo.methods.mixednuts.calibrate import CalibrationSettings, CardRecords
+
+    data = calibration_set(300, 10, seed=3)
+    by_keywords = calibrate(**data, beta=0.9, clamp="relu", grid=Grid(s_n=3, p_n=3, c_n=3), dataset="digits",
+                            abc={"name": "a"})
+    settings = CalibrationSettings(beta=0.9, clamp="relu", grid=Grid(s_n=3, p_n=3, c_n=3))
+    by_objects = calibrate(**data, settings=settings, records=CardRecords(dataset="digits", abc={"name": "a"}))
+    assert by_objects.params == by_keywords.params and by_objects.data == by_keywords.data
+    assert by_objects.dataset == "digits" and by_objects.abc == {"name": "a"}
+    assert calibrate(**data, settings=settings, beta=0.5).params["beta"] == 0.5
+    with pytest.raises(TypeError, match="unexpected keyword argument 'betta'"):
+        calibrate(**data, betta=0.9)

@@ -921,3 +921,60 @@ def test_the_same_weights_behind_another_normalisation_get_their_own_cached_logi
     before = len(mmaa_calls)
     cached_mmaa(shifted, data, MMAASettings(eps=0.1, norm="Linf", n_iter=2), cache=cache, progress=False)
     assert len(mmaa_calls) > before, "the shifted model reused the first model's attack"
+
+
+def test_mix_takes_the_request_and_the_keyword_form_warns_and_gives_the_same_card(tmp_path, shared_cache):
+    """``mix(FitRequest)`` is the form MixedNUTS.fit uses; the keyword form of 0.1 still works, with a
+    DeprecationWarning, and gives the same card, number for number."""
+    import warnings
+
+    from mixzoo.methods import FitRequest
+
+    options = {"n_iter": 8, "n_target_classes": 2, "beta": 0.9}
+    request = FitRequest("digits-std", "digits-pgd", options=options, n_calib=120, batch_size=60, progress=False,
+                         cache_dir=shared_cache, out=tmp_path / "new.toml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        new = mix(request)
+    with pytest.warns(DeprecationWarning, match=r"mix\(FitRequest\(abc, rbc, options="):
+        old = mix("digits-std", "digits-pgd", beta=0.9, out=tmp_path / "old.toml", cache_dir=shared_cache, **FAST)
+    assert new.card.params == old.card.params and new.card.attack == old.card.attack
+    assert new.card.data == old.card.data and new.summary == old.summary
+    with pytest.raises(TypeError, match="unexpected keyword argument 'betta'"), pytest.warns(DeprecationWarning):
+        mix("digits-std", "digits-pgd", betta=0.9)
+    with pytest.raises(TypeError, match="FitRequest alone"):
+        mix(request, beta=0.9)
+    with pytest.raises(InputError, match="takes no option 'betta'"):
+        mix(FitRequest("digits-std", "digits-pgd", options={"betta": 0.9}))
+
+
+def test_mixednuts_fit_hands_its_request_to_mix(monkeypatch, tmp_path):
+    """MixedNUTS.fit passes its FitRequest through (no unpacking into keywords and repacking)."""
+    from mixzoo.core.plugins import lookup
+    from mixzoo.methods import FitRequest
+
+    seen = []
+
+    def spy(request, rbc=None, **keywords):
+        seen.append((request, rbc, keywords))
+        return pipeline.MixResult(None, None, {}, {}, {})
+
+    monkeypatch.setattr(pipeline, "mix", spy)
+    request = FitRequest("digits-std", "digits-pgd", options={"beta": 0.9}, batch_size=None)
+    lookup("method", "mixednuts").fit(request)
+    assert seen == [(request, None, {})]
+
+
+def test_mix_settings_defaults_are_the_documented_option_defaults():
+    """MixSettings (what mix applies) and MixedNUTS.options (what --show-options prints) agree on every default
+    that is a value."""
+    from dataclasses import fields
+
+    from mixzoo.core.plugins import lookup
+
+    specs = lookup("method", "mixednuts").option_specs()
+    defaults = {f.name: f.default for f in fields(pipeline.MixSettings)}
+    assert set(specs) == set(defaults)
+    for name, spec in specs.items():
+        if not isinstance(spec.default, str) or spec.type is str:
+            assert spec.default == defaults[name], name

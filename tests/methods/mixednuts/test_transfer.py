@@ -839,3 +839,27 @@ def test_by_name_takes_eps_and_norm_when_neither_card_nor_black_box_has_a_radius
         with pytest.raises(InputError, match=match):
             transfer_params_by_name(path, "digits-std", out=tmp_path / "bad.toml", **bad, **kw)
     assert len(calls) == 1 and not (tmp_path / "bad.toml").exists()
+
+
+def test_settings_objects_and_keywords_give_the_same_card(setup):
+    """transfer_params takes a TransferSettings; keywords named after its fields change a copy (same card, number
+    for number); a keyword that is no field is refused as Python refuses it."""
+    from mixzoo.methods.mixednuts.transfer import TransferSettings
+
+    settings = TransferSettings(method="square", queries=30, progress=False, n_iter=MMAA_KW["n_iter"])
+    by_settings = transfer_params(setup["card"], BlackBoxModel(setup["b"]), setup["x"], setup["y"], settings)
+    by_keywords = transfer_params(setup["card"], BlackBoxModel(setup["b"]), setup["x"], setup["y"], method="square",
+                                  queries=30, progress=False, n_iter=MMAA_KW["n_iter"])
+    changed = transfer_params(setup["card"], BlackBoxModel(setup["b"]), setup["x"], setup["y"],
+                              settings.changed(method="transfer"), queries=30, surrogate=setup["a"])
+    assert by_settings.params == by_keywords.params and by_settings.attack == by_keywords.attack
+    assert by_settings.data == by_keywords.data and by_settings.params["fit"] == "square"
+    assert changed.params["fit"] == "transfer"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'querys'"):
+        transfer_params(setup["card"], BlackBoxModel(setup["b"]), setup["x"], setup["y"], querys=30)
+    from mixzoo.methods.mixednuts.transfer import BlackBoxSource, transfer_params_by_name
+
+    with pytest.raises(InputError, match="--n-calib must be positive"):
+        transfer_params_by_name(None, "digits-pgd", TransferSettings(method="guess"), BlackBoxSource(n_calib=0))
+    with pytest.raises(InputError, match="--n-calib must be positive"):
+        transfer_params_by_name(None, "digits-pgd", method="guess", n_calib=0)
