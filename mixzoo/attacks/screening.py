@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.apgd import apgd_run, clean_record, effective_n_targets, pair, target_classes
-from mixzoo.attacks.evaluation import Attack, Component, _select
+from mixzoo.attacks.base import Attack, Component, _select
 from mixzoo.attacks.result import EvalResult
 from mixzoo.attacks.variants import PairedOutput
 from mixzoo.core import rng
