@@ -228,16 +228,8 @@ class Attack:
                                            own if comp.scope == "clean" else None,
                                            found_low if low else None, confirmed if low else None,
                                            rerun if low else None))
-                if index is not None and not comp.per_example and len(todo):
-                    notes.append(f"{comp.name}: draws its randomness per batch, so its outcome can depend on the"
-                                 " batch size and the number of processes")
-                notes += [f"{comp.name}: {m}" for m in dict.fromkeys(str(w.message) for w in caught)]
-                if outside:
-                    notes.append(f"{comp.name} returned {outside} points outside the eps-ball or [0, 1];"
-                                 " they were not counted")
-                if sum(comp.zero_grad):
-                    notes.append(f"{comp.name}: {sum(comp.zero_grad)} example runs had an all-zero loss gradient at"
-                                 " the starting point (possible gradient masking)")
+                notes += _component_notes(comp, index is not None and not comp.per_example and len(todo) > 0,
+                                          [str(w.message) for w in caught], outside)
         square = [s for s in stats if s.name == "square"]
         if square and square[0].newly_broken and len(stats) > 1:
             notes.append(square_masking_note(square[0].newly_broken))
@@ -260,6 +252,23 @@ class Attack:
         if torch.isnan(out[inside]).any():
             raise nan_error(int(torch.isnan(out[inside]).any(dim=1).sum()), f"at points found by {comp.name}")
         return cand, inside, out
+
+
+def _component_notes(comp: Component, batch_stream: bool, caught: list[str], outside: int) -> list[str]:
+    """The result's warnings about one component: it drew per batch though indices were given
+    (``batch_stream``), the warnings it raised, candidates outside the threat model, all-zero starting gradients."""
+    notes: list[str] = []
+    if batch_stream:
+        notes.append(f"{comp.name}: draws its randomness per batch, so its outcome can depend on the"
+                     " batch size and the number of processes")
+    notes += [f"{comp.name}: {m}" for m in dict.fromkeys(caught)]
+    if outside:
+        notes.append(f"{comp.name} returned {outside} points outside the eps-ball or [0, 1];"
+                     " they were not counted")
+    if sum(comp.zero_grad):
+        notes.append(f"{comp.name}: {sum(comp.zero_grad)} example runs had an all-zero loss gradient at"
+                     " the starting point (possible gradient masking)")
+    return notes
 
 
 def _select(opts: dict[str, Any], available: tuple[str, ...], attack: str,
