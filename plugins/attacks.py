@@ -1,5 +1,5 @@
-"""Every built-in attack, registered here in one place through the attack hook like any third party's (``mixzoo
-bench --attack NAME``)."""
+"""Built-in attacks, all registered here through the attack hook like any third party's
+(``mixzoo bench --attack NAME``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from mixzoo.core.plugins import hookimpl
 @hookimpl
 def mixzoo_attacks() -> dict[str, Any]:
     """``pgd``, ``apgd``, ``autoattack``, ``adaptive``, ``adaptive-strong`` and ``adaptive-apgd``
-    (see :mod:`mixzoo.attacks.evaluation`), and ``adaptive-smoothing-apgd`` (setting D and the attack on the mixing
-    network alone, :mod:`mixzoo.methods.adaptive.attacks`); ``adaptive-smoothing-gate`` and
-    ``local-smoothing-policy-gate`` (the attacks on a learned gate's logit, :mod:`mixzoo.methods.adaptive.gate_attacks`,
+    (see :mod:`mixzoo.attacks.suites`); ``min-margin-square``, the minimum-margin Square attack as a gradient-free
+    robustness evaluation (forward queries only, so usable on black boxes; Bai et al. 2024a, App. D.5);
+    ``adaptive-smoothing-apgd`` (setting D and the attack on the mixing network alone,
+    :mod:`mixzoo.methods.adaptive.attacks`); ``adaptive-smoothing-gate`` and ``local-smoothing-policy-gate`` (the
+    attacks on a learned gate's logit, :mod:`mixzoo.methods.adaptive.gate_attacks`,
     :mod:`mixzoo.methods.local_smoothing.policy_attacks`); ``fast``, the screening attack with MALT's target
-    selection (:mod:`mixzoo.attacks.screening`); ``min-margin-square``, the minimum-margin Square attack as a
-    gradient-free evaluation (forward queries only: any model, black boxes included; Bai et al. 2024a, App. D.5)."""
+    selection (:mod:`mixzoo.attacks.screening`)."""
     from mixzoo.attacks.screening import FastScreening
     from mixzoo.attacks.suites import (
         AdaptiveAPGD,
@@ -31,17 +32,16 @@ def mixzoo_attacks() -> dict[str, Any]:
     from mixzoo.methods.adaptive.gate_attacks import AdaptiveGateAttack
     from mixzoo.methods.local_smoothing.policy_attacks import PolicyGateAttack
 
-    attacks: dict[str, Any] = {
+    return {
         "pgd": PGDAttack,
         "apgd": APGDEnsemble,
         "autoattack": AutoAttackEval,
         "adaptive": AdaptiveAutoAttack,
         "adaptive-apgd": AdaptiveAPGD,
         "adaptive-strong": AdaptiveStrong,
+        "min-margin-square": MinMarginSquareAttack,
         "fast": FastScreening,
         "adaptive-smoothing-apgd": AlphaAPGD,
         "adaptive-smoothing-gate": AdaptiveGateAttack,
         "local-smoothing-policy-gate": PolicyGateAttack,
-        "min-margin-square": MinMarginSquareAttack,
     }
-    return attacks

@@ -1,6 +1,6 @@
-"""The components the built-in attacks are made of (:class:`~mixzoo.attacks.base.Component`): our per-example
-APGD-CE / APGD-T and Square, the installed ``pyautoattack``'s APGD, FAB-T and Square behind :class:`FiniteGuard`,
-and AutoAttack's standard evaluation on the exact classifier; :func:`select_components` picks them by name."""
+"""Components that wrap an attack routine: our APGD-CE / APGD-T (:func:`_ours`), the installed AutoAttack's
+components (:func:`_pyautoattack`, :func:`_standard_exact`) behind :class:`FiniteGuard`, and Square with per-example
+randomness (:func:`_square_each`). The evaluations of :mod:`mixzoo.attacks.suites` assemble them."""
 
 from __future__ import annotations
 
@@ -15,9 +15,6 @@ from mixzoo.attacks.base import Component
 from mixzoo.attacks.result import nan_error
 from mixzoo.attacks.square import min_margin_square
 from mixzoo.attacks.variants import with_gradient
-from mixzoo.core.errors import InputError
-
-# ---------------------------------------------------------------------------------------------------- components
 
 
 def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: str, seed: int,
@@ -165,14 +162,3 @@ def _standard_exact(model: nn.Module, opts: dict[str, Any], eps: float, norm: st
 
     return Component("autoattack-standard", fn, scope="clean")
 
-
-def select_components(opts: dict[str, Any], available: tuple[str, ...], attack: str,
-                      default: tuple[str, ...] | None = None) -> list[str]:
-    """The components an attack runs: its ``components`` option, else ``default``, else all ``available``; a
-    one-line error naming the choices for an unknown one."""
-    chosen = opts.get("components") or list(default or available)
-    unknown = [c for c in chosen if c not in available]
-    if unknown:
-        raise InputError(f"unknown component(s) {', '.join(unknown)} for attack {attack!r};"
-                         f" choose from {', '.join(available)}")
-    return [c for c in available if c in chosen]

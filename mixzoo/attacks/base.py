@@ -1,8 +1,20 @@
-"""The attack base a plugin's attack subclasses (hook ``mixzoo_attacks``): :class:`Attack` with its run loop (each
-component attacks the examples still classified correctly, every candidate judged on the model's float32 output in
-the threat model; Bai et al. 2024a, App. B.2), :class:`Component`, and the checks they share. The built-in attacks
-are in :mod:`mixzoo.attacks.suites`, their components in :mod:`mixzoo.attacks.adapters`; how they fit together:
-:mod:`mixzoo.attacks.evaluation`."""
+"""The evaluation base: :class:`Attack` (options, the run loop) and :class:`Component` (one stage of it).
+
+Each evaluation is a sequence of components run as AutoAttack runs them: every component attacks only the examples
+still classified correctly, and the per-component count of newly broken examples is reported. A component's output
+counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary output) misclassifies it.
+
+Precision. ``run(..., precision="bf16")`` runs every component under bfloat16 autocast
+(:mod:`mixzoo.attacks.precision`); the clean accuracy and every candidate are still judged on the model's float32
+output outside autocast, so a break bfloat16 rounding alone produced is dropped (and that component attacks those
+examples again in float32), and each component reports how many candidates bfloat16 saw as broken, how many of
+those float32 confirmed, and how many the float32 re-run broke. Gradient-free components (Square) run in float32:
+their search accepts a step when the loss improves, and bfloat16 rounds small improvements away.
+
+When the black-box Square breaks examples the gradient components missed, the result carries the warning
+"potentially unreliable: ..." (gradient masking, App. B.2.1); examples with an all-zero loss gradient at an APGD
+starting point, and AutoAttack's own warnings, are reported too.
+"""
 
 from __future__ import annotations
 
@@ -216,16 +228,8 @@ class Attack:
                                            own if comp.scope == "clean" else None,
                                            found_low if low else None, confirmed if low else None,
                                            rerun if low else None))
-                if index is not None and not comp.per_example and len(todo):
-                    notes.append(f"{comp.name}: draws its randomness per batch, so its outcome can depend on the"
-                                 " batch size and the number of processes")
-                notes += [f"{comp.name}: {m}" for m in dict.fromkeys(str(w.message) for w in caught)]
-                if outside:
-                    notes.append(f"{comp.name} returned {outside} points outside the eps-ball or [0, 1];"
-                                 " they were not counted")
-                if sum(comp.zero_grad):
-                    notes.append(f"{comp.name}: {sum(comp.zero_grad)} example runs had an all-zero loss gradient at"
-                                 " the starting point (possible gradient masking)")
+                notes += _component_notes(comp, index is not None and not comp.per_example and len(todo) > 0,
+                                          [str(w.message) for w in caught], outside)
         square = [s for s in stats if s.name == "square"]
         if square and square[0].newly_broken and len(stats) > 1:
             notes.append(square_masking_note(square[0].newly_broken))
@@ -248,3 +252,32 @@ class Attack:
         if torch.isnan(out[inside]).any():
             raise nan_error(int(torch.isnan(out[inside]).any(dim=1).sum()), f"at points found by {comp.name}")
         return cand, inside, out
+
+
+def _component_notes(comp: Component, batch_stream: bool, caught: list[str], outside: int) -> list[str]:
+    """The result's warnings about one component: it drew per batch though indices were given
+    (``batch_stream``), the warnings it raised, candidates outside the threat model, all-zero starting gradients."""
+    notes: list[str] = []
+    if batch_stream:
+        notes.append(f"{comp.name}: draws its randomness per batch, so its outcome can depend on the"
+                     " batch size and the number of processes")
+    notes += [f"{comp.name}: {m}" for m in dict.fromkeys(caught)]
+    if outside:
+        notes.append(f"{comp.name} returned {outside} points outside the eps-ball or [0, 1];"
+                     " they were not counted")
+    if sum(comp.zero_grad):
+        notes.append(f"{comp.name}: {sum(comp.zero_grad)} example runs had an all-zero loss gradient at"
+                     " the starting point (possible gradient masking)")
+    return notes
+
+
+def select_components(opts: dict[str, Any], available: tuple[str, ...], attack: str,
+                      default: tuple[str, ...] | None = None) -> list[str]:
+    """The components an attack runs: its ``components`` option, else ``default``, else all ``available``; a
+    one-line error naming the choices for an unknown one."""
+    chosen = opts.get("components") or list(default or available)
+    unknown = [c for c in chosen if c not in available]
+    if unknown:
+        raise InputError(f"unknown component(s) {', '.join(unknown)} for attack {attack!r};"
+                         f" choose from {', '.join(available)}")
+    return [c for c in available if c in chosen]
