@@ -155,8 +155,10 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     t0 = time.perf_counter()
     if out is not None:
         from mixzoo.core.cache import check_writable
+        from mixzoo.core.paths import check_output, json_with
 
         check_writable(out, what="--out file")
+        check_output(out, what="a mixzoo verify result", ours=json_with("report", "rows", "passed"))
     report_dir = Path(report_dir)
     report_path = report_dir / "report.json"
     if not report_path.is_file():
