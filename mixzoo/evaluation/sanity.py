@@ -177,6 +177,57 @@ def _notes(sweep: EpsSweep) -> list[str]:
     return notes
 
 
+def _check_sweep_args(out: str | Path | None, radii: list[float] | None,
+                      baseline: MatchSettings | float | bool | None) -> float | None:
+    """Refuse, before any work, what :func:`eps_sweep` could not write or run; the linear baseline's alpha when
+    ``baseline`` gives one (a number), else ``None``."""
+    if out is not None:  # a sanity.json mixzoo did not write, or a FIFO where one of its files goes
+        from mixzoo.core.paths import check_output, json_with
+
+        check_output(out, directory=True, files={name: json_with("radii") if name == "sanity.json" else None
+                                                 for name in ("sanity.json", "sanity.md", "sanity.png")})
+    if radii is not None and (not radii or min(radii) <= 0):
+        raise InputError(f"--eps values must be positive, got {radii}")
+    linear_alpha = float(baseline) if isinstance(baseline, int | float) and not isinstance(baseline, bool) else None
+    if linear_alpha is not None and not 0.5 <= linear_alpha <= 1.0:
+        raise InputError(f"--linear-alpha must be in [0.5, 1] (Bai et al. 2024a, footnote 1), got {linear_alpha}")
+    return linear_alpha
+
+
+def _matched_alpha(ce: Any, s: RunSettings, match: MatchSettings, cache: Cache, spend: dict[str, Any]) -> float:
+    """The linear baseline's alpha matched to the card's worst case, exactly as ``mixzoo bench`` matches it."""
+    from mixzoo.evaluation.bench import matched_linear_alpha
+
+    alpha, _, _ = matched_linear_alpha(
+        ce, match_n=match.n, attack=match.attack, eps=ce.eps, norm=ce.norm, seed=s.seed, batch_size=s.batch_size,
+        cache=cache, progress=s.progress, attack_options=match.options, extra_attacks=s.extra_attacks,
+        per_example_seeds=s.per_example_seeds, **spend)
+    return alpha
+
+
+def _base_entry(ce: Any, kind: str) -> tuple[str, str, nn.Module, dict[str, Any], None]:
+    """The sweep's entry for the card's ABC or RBC (``kind``): name, kind, classifier, cache key, no card."""
+    model, recorded = (ce.abc, ce.card.abc) if kind == "abc" else (ce.rbc, ce.card.rbc)
+    return (_name(model, model_hash(model), recorded, kind.upper()), kind, model,
+            {"data": ce.data.fingerprint, "model": model_key(model)}, None)
+
+
+def _sweep_row(entry: tuple[str, str, nn.Module, dict[str, Any], Any], ce: Any, radii: list[float],
+               run: dict[str, Any], spend: dict[str, Any], extra_attacks: bool, alpha: float | None) -> SweepRow:
+    """One model of the sweep (``entry``: name, kind, classifier, cache key, its card or ``None``) attacked at every
+    radius; a mixed row is its card's worst case over the shared attack and its method's extras, as in the bench."""
+    from mixzoo.evaluation.bench import evaluate, evaluate_card
+
+    name, kind, model, key, row_card = entry
+    images, labels = ce.data.images, ce.data.labels
+    next_phase()
+    evs = [evaluate(model, images, labels, eps=r, key_parts=key, label=f"{name} at eps {r:g}", **run)
+           if row_card is None else
+           evaluate_card(row_card, ce.abc, ce.rbc, images, labels, key=key, label=f"{name} at eps {r:g}", eps=r,
+                         extra_attacks=extra_attacks, **spend, **run) for r in radii]
+    return _row(name, kind, model, evs, radii, images, labels, run["norm"], alpha=alpha)
+
+
 def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[float] | None = None,
               baseline: MatchSettings | float | bool | None = True, out: str | Path | None = None, plots: bool = True,
               **changes: Any) -> EpsSweep:
@@ -200,56 +251,34 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
         card_key_parts,
         check_run_settings,
         declared_attacks,
-        evaluate,
-        evaluate_card,
-        matched_linear_alpha,
     )
     from mixzoo.zoo.data import shortfall_note
 
     s = settings_of(settings, changes, attack=None, n=200)
     given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
-    s, match_settings, _ = budgeted(s, baseline if not isinstance(baseline, int | float) or isinstance(
+    s, match, _ = budgeted(s, baseline if not isinstance(baseline, int | float) or isinstance(
         baseline, bool) else None, None, default_attack="adaptive-apgd")
     check_run_settings(s, out)
-    if out is not None:  # a sanity.json mixzoo did not write, or a FIFO where one of its files goes
-        from mixzoo.core.paths import check_output, json_with
-
-        check_output(out, directory=True, files={name: json_with("radii") if name == "sanity.json" else None
-                                                 for name in ("sanity.json", "sanity.md", "sanity.png")})
-    if radii is not None and (not radii or min(radii) <= 0):
-        raise InputError(f"--eps values must be positive, got {radii}")
-    match = match_settings
-    linear_alpha = float(baseline) if isinstance(baseline, int | float) and not isinstance(baseline, bool) else None
-    if linear_alpha is not None and not 0.5 <= linear_alpha <= 1.0:
-        raise InputError(f"--linear-alpha must be in [0.5, 1] (Bai et al. 2024a, footnote 1), got {linear_alpha}")
+    linear_alpha = _check_sweep_args(out, radii, baseline)
     t0 = time.perf_counter()
     ce = card_evaluation(card, s)
     card, abc_m, rbc_m, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
     s = s.changed(batch_size=resolved_batch_size(s.batch_size, abc_m, rbc_m, data, str(model_device(rbc_m))))
-    attack, attack_options, seed, batch_size, progress = (s.attack, s.attack_options, s.seed, s.batch_size,
-                                                          s.progress)
-    n = s.n
+    attack, attack_options, seed, batch_size, progress, n = s.attack, s.attack_options, s.seed, s.batch_size, \
+        s.progress, s.n
     images, labels = data.images, data.labels
     reach = float(grey_distance(images, norm).max())
     radii = default_radii(eps, images, norm) if radii is None else sorted({float(r) for r in radii})
     cache = Cache(s.cache_dir, enabled=s.use_cache)
-    base = {"data": data.fingerprint}
     # (name, kind, classifier, cache key, card: its worst case over the shared attack and its method's extras)
-    models = [(_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)},
-               None),
-              (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)},
-               None)]
-    base_method = baseline_method()
-    spend = dict(budget=s.budget, overrides=given)
+    models = [_base_entry(ce, "abc"), _base_entry(ce, "rbc")]
+    base_method, spend = baseline_method(), dict(budget=s.budget, overrides=given)
     components: dict[str, Any] = {"attack": {"attack": s.attack, "options": dict(s.attack_options)}}
     if (match is not None or linear_alpha is not None) and base_method is not None \
             and card.method != base_method.name:
         if linear_alpha is None:
             next_phase()  # the phases of mixzoo.evaluation.plan.plan_sanity, in its order
-            linear_alpha, _, _ = matched_linear_alpha(
-                ce, match_n=match.n, attack=match.attack, eps=eps, norm=norm, seed=seed, batch_size=batch_size,
-                cache=cache, progress=progress, attack_options=match.options, extra_attacks=s.extra_attacks,
-                per_example_seeds=s.per_example_seeds, **spend)
+            linear_alpha = _matched_alpha(ce, s, match, cache, spend)
             components["baseline"] = {"attack": match.attack, "options": dict(match.options),
                                       "n": min(match.n, len(labels))}
         base_card = base_method.card_at(linear_alpha, card)
@@ -258,30 +287,22 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
                        base_card))
     title = card.mixing_method.title or card.method
     models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card))
-    if s.extra_attacks:
-        components.update({f"{title}: {extra.name}": {"attack": extra.attack, "options": opts}
-                           for extra, opts in declared_attacks(card, s.budget, given)})
-    rows = []
-    for name, kind, model, key, row_card in models:
-        next_phase()
-        run = dict(attack=attack, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
-                   attack_options=attack_options, progress=progress, precision=s.precision,
-                   per_example_seeds=s.per_example_seeds)
-        evs = [evaluate(model, images, labels, eps=r, key_parts=key, label=f"{name} at eps {r:g}", **run)
-               if row_card is None else
-               evaluate_card(row_card, abc_m, rbc_m, images, labels, key=key, label=f"{name} at eps {r:g}", eps=r,
-                             extra_attacks=s.extra_attacks, **spend, **run) for r in radii]
-        rows.append(_row(name, kind, model, evs, radii, images, labels, norm,
-                         alpha=linear_alpha if base_method is not None and kind == base_method.name else None))
+    components.update({f"{title}: {extra.name}": {"attack": extra.attack, "options": opts}
+                       for extra, opts in (declared_attacks(card, s.budget, given) if s.extra_attacks else [])})
+    run = dict(attack=attack, norm=norm, seed=seed, batch_size=batch_size, cache=cache,
+               attack_options=attack_options, progress=progress, precision=s.precision,
+               per_example_seeds=s.per_example_seeds)
+    rows = [_sweep_row(entry, ce, radii, run, spend, s.extra_attacks,
+                       alpha=linear_alpha if base_method is not None and entry[1] == base_method.name else None)
+            for entry in models]
     sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),
                      dataset={"name": card.dataset, "split": "evaluation", "n": len(labels),
                               "fingerprint": data.fingerprint, "source": getattr(data, "source", "")},
                      reach=reach, seconds=0.0, attack_options=dict(attack_options or {}),
                      precision=s.precision, budget=s.budget, components=components)
     sweep.notes = ce.notes + [note for note in [shortfall_note(data, n, "--n")] if note] + _notes(sweep)
-    if max(radii) < reach:
-        sweep.notes.append(f"the largest eps ({max(radii):g}) is below {reach:g}, where the grey image reaches every"
-                           " example; add it to --eps for the chance-level check")
+    sweep.notes += [f"the largest eps ({max(radii):g}) is below {reach:g}, where the grey image reaches every"
+                    " example; add it to --eps for the chance-level check"] if max(radii) < reach else []
     sweep.seconds = time.perf_counter() - t0
     sweep.run = run_record(s.device)
     if out is not None:
