@@ -662,7 +662,7 @@ def certify_cmd(
         if plan is None:
             return
         result = certify(card, settings, alphas=alpha, radii=_parse_floats(radii, "--radii"), dataset=dataset,
-                         split=split, smoothing=smoothing_settings, estimate_eps=_parse_floats(estimate, "--estimate"),
+                         split=split, smoothing=smoothing_settings, estimate=_parse_floats(estimate, "--estimate"),
                          out=out)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,8 @@ from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.zoo.data import load_dataset, model_options
 from mixzoo.zoo.pairs import check_device, check_model_fits, resolve_model
 
-__all__ = ["SmoothingSettings", "abc_probabilities", "certify", "declared_lipschitz", "mixture_clean_accuracy"]
+__all__ = ["EstimateSettings", "SmoothingSettings", "abc_probabilities", "certify", "declared_lipschitz",
+           "mixture_clean_accuracy"]
 
 
 def mixture_clean_accuracy(abc_probs: torch.Tensor | None, rbc_probs: torch.Tensor, labels: torch.Tensor,
@@ -104,47 +107,66 @@ class SmoothingSettings:
         check_options(1.0 if self.sigma is None else self.sigma, self.samples, self.confidence, self.kind)
 
 
-def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: list[float] | None = None,
-            radii: list[float] | None = None, dataset: str | None = None, split: str = "evaluation",
-            smoothing: SmoothingSettings | None = None, temperature: float | None = None,
-            estimate_eps: list[float] | None = None, estimate_steps: int = 20, out: str | Path | None = None,
-            **changes: Any) -> CertifyResult:
-    """Certified accuracy of the RBC alone (alpha = 1) and of each mixture, over a radius grid.
+@dataclass(frozen=True)
+class EstimateSettings:
+    """The App. C.3 estimate (Bai et al. 2024b): local Lipschitz constants found by PGD with ``steps`` steps within
+    each radius of ``eps``; labelled "estimated", never a certificate."""
 
-    ``card``: a mix card (file, name or :class:`~mixzoo.core.card.MixCard`) whose method mixes probabilities with a
-    constant alpha (others raise a one-line explanation); its alpha is certified, plus any ``alphas`` given.
-    Of the :class:`~mixzoo.core.settings.RunSettings` (default: 500 images, 1000 per forward batch, l2; keyword
-    arguments named after its fields change them) this uses ``abc`` / ``rbc`` (without a card they name the pair;
-    ``abc`` is needed when an alpha < 1 is asked for), ``norm`` (``l2`` or ``linf``), ``n``, ``batch_size``,
-    ``seed``, ``device``, ``data_dir``, ``allow_unsafe`` and ``progress``. ``smoothing`` sets the Monte Carlo
-    certification of a randomized-smoothing RBC (:class:`SmoothingSettings`; hard votes by default); an RBC whose
-    registry entry declares a Lipschitz constant is certified deterministically from it (no Monte Carlo);
-    ``estimate_eps`` adds App. C.3 estimated curves at those radii (labelled "estimated"). ``radii`` defaults to 26
-    points from 0 to the largest certified radius. ``out`` gets certify.json, certify.md, certify.png (and
-    estimated.png).
-    """
-    s = settings_of(settings, changes, n=500, batch_size=1000)
-    sm = smoothing if smoothing is not None else SmoothingSettings()
-    abc, rbc, n, batch_size, seed = s.abc, s.rbc, s.n, s.batch_size, s.seed
-    device, data_dir, progress, allow_unsafe = s.device, s.data_dir, s.progress, s.allow_unsafe
-    norm = (s.norm or "l2").lower()
-    sigma, samples, selection_samples, confidence = sm.sigma, sm.samples, sm.selection_samples, sm.confidence
-    kind = sm.kind
-    t0 = time.perf_counter()
-    check_device(device)
-    if out is not None:  # refuse before the (long) Monte Carlo what could not be written
-        from mixzoo.core.cache import check_writable
+    eps: tuple[float, ...] = ()
+    steps: int = 20
 
-        check_writable(out, directory=True, what="certify output directory")
-        from mixzoo.certify.report import FILES
-        from mixzoo.core.paths import check_output, json_with
 
-        report = json_with("settings", "certified")
-        check_output(out, directory=True, files={name: report if name == "certify.json" else None for name in FILES})
-    if norm not in ("l2", "linf"):
-        raise InputError(f"unknown norm {norm!r}; certify takes l2 or linf")
-    if not isinstance(n, int) or n < 1:
-        raise InputError(f"n must be a positive number of images, got {n!r}")
+def _estimate_of(estimate: EstimateSettings | Sequence[float] | None, changes: dict[str, Any]) -> EstimateSettings:
+    """``estimate`` as :class:`EstimateSettings` (a list of radii: those, at 20 steps); the former keywords
+    ``estimate_eps`` / ``estimate_steps``, taken out of ``changes``, still work with a :class:`DeprecationWarning`."""
+    if isinstance(estimate, EstimateSettings):
+        est = estimate
+    else:
+        est = EstimateSettings(tuple(float(e) for e in (estimate or ())))
+    old = {key: changes.pop(key) for key in ("estimate_eps", "estimate_steps") if key in changes}
+    if old:
+        warnings.warn("certify(estimate_eps=..., estimate_steps=...) is deprecated and will be removed in mixzoo 0.3;"
+                      " use certify(estimate=EstimateSettings(eps=..., steps=...))", DeprecationWarning, stacklevel=3)
+        est = EstimateSettings(tuple(float(e) for e in (old.get("estimate_eps") or est.eps)),
+                               int(old.get("estimate_steps", est.steps)))
+    return est
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What the certificates of one :func:`certify` call are computed on: the RBC (and its registry entry), the
+    evaluation data (on the device), the alphas, the ABC's probabilities, the l2/linf norm and the run settings."""
+
+    rbc: nn.Module
+    spec: Any
+    data: Any
+    images: torch.Tensor
+    labels: torch.Tensor
+    alphas: torch.Tensor
+    abc_probs: torch.Tensor | None
+    norm: str
+    run: RunSettings
+
+
+RawCurve = tuple[str, float, str, torch.Tensor, torch.Tensor, float]  # label, alpha, bound, radius, correct, clean
+
+
+def _check_certify_out(out: str | Path) -> None:
+    """Refuse before the (long) Monte Carlo what could not be written."""
+    from mixzoo.certify.report import FILES
+    from mixzoo.core.cache import check_writable
+    from mixzoo.core.paths import check_output, json_with
+
+    check_writable(out, directory=True, what="certify output directory")
+    report = json_with("settings", "certified")
+    check_output(out, directory=True, files={name: report if name == "certify.json" else None for name in FILES})
+
+
+def _pair(card: Any, s: RunSettings, alphas: list[float] | None
+          ) -> tuple[Any, nn.Module, nn.Module | None, torch.Tensor, float | None]:
+    """The card (loaded), the RBC and ABC (the settings' replacing the card's), the alphas to certify (the card's,
+    ``alphas`` and 1, descending) and the card's ABC temperature; one-line errors for a missing model."""
+    abc, rbc, device, allow_unsafe = s.abc, s.rbc, s.device, s.allow_unsafe
     wanted = [float(a) for a in (alphas or [])]
     card_temperature = None
     if card is not None:
@@ -164,9 +186,44 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
         raise InputError("an alpha below 1 mixes in an ABC; pass --abc NAME (or a card)")
     rbc_m = resolve_model(rbc, device, allow_unsafe)
     abc_m = resolve_model(abc, device, allow_unsafe) if abc is not None else None
+    return card, rbc_m, abc_m, alpha_t, card_temperature
+
+
+def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: list[float] | None = None,
+            radii: list[float] | None = None, dataset: str | None = None, split: str = "evaluation",
+            smoothing: SmoothingSettings | None = None, temperature: float | None = None,
+            estimate: EstimateSettings | Sequence[float] | None = None, out: str | Path | None = None,
+            **changes: Any) -> CertifyResult:
+    """Certified accuracy of the RBC alone (alpha = 1) and of each mixture, over a radius grid.
+
+    ``card``: a mix card (file, name or :class:`~mixzoo.core.card.MixCard`) whose method mixes probabilities with a
+    constant alpha (others raise a one-line explanation); its alpha is certified, plus any ``alphas`` given.
+    Of the :class:`~mixzoo.core.settings.RunSettings` (default: 500 images, 1000 per forward batch, l2; keyword
+    arguments named after its fields change them) this uses ``abc`` / ``rbc`` (without a card they name the pair;
+    ``abc`` is needed when an alpha < 1 is asked for), ``norm`` (``l2`` or ``linf``), ``n``, ``batch_size``,
+    ``seed``, ``device``, ``data_dir``, ``allow_unsafe`` and ``progress``. ``smoothing`` sets the Monte Carlo
+    certification of a randomized-smoothing RBC (:class:`SmoothingSettings`; hard votes by default); an RBC whose
+    registry entry declares a Lipschitz constant is certified deterministically from it (no Monte Carlo);
+    ``estimate`` (:class:`EstimateSettings`, or just its radii) adds App. C.3 estimated curves at those radii
+    (labelled "estimated"). ``radii`` defaults to 26 points from 0 to the largest certified radius. ``out`` gets
+    certify.json, certify.md, certify.png (and estimated.png).
+    """
+    est = _estimate_of(estimate, changes)
+    s = settings_of(settings, changes, n=500, batch_size=1000)
+    sm = smoothing if smoothing is not None else SmoothingSettings()
+    n, device = s.n, s.device
+    norm = (s.norm or "l2").lower()
+    t0 = time.perf_counter()
+    check_device(device)
+    if out is not None:
+        _check_certify_out(out)
+    if norm not in ("l2", "linf"):
+        raise InputError(f"unknown norm {norm!r}; certify takes l2 or linf")
+    if not isinstance(n, int) or n < 1:
+        raise InputError(f"n must be a positive number of images, got {n!r}")
+    card, rbc_m, abc_m, alpha_t, card_temperature = _pair(card, s, alphas)
     spec = getattr(rbc_m, "spec", None)
-    sigma = sigma if sigma is not None else getattr(spec, "smoothing_sigma", None)
-    mode = "randomized smoothing" if sigma is not None else "Lipschitz"
+    sigma = sm.sigma if sm.sigma is not None else getattr(spec, "smoothing_sigma", None)
     if sigma is not None and norm != "l2":
         raise InputError("randomized smoothing certifies l2 radii (Bai et al. 2024b, Thm A.2); pass --norm l2")
     if temperature is None:
@@ -174,96 +231,119 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
     name = dataset or getattr(spec, "dataset", None) or (card.dataset if card is not None else None)
     if not name:
         raise InputError("the RBC has no registry entry naming its dataset; pass --dataset NAME")
-    data = load_dataset(name, split, n=n, root=data_dir, **model_options(rbc_m, abc_m))
+    data = load_dataset(name, split, n=n, root=s.data_dir, **model_options(rbc_m, abc_m))
     check_model_fits(rbc_m, data, "RBC")
     if abc_m is not None:
         check_model_fits(abc_m, data, "ABC")
     images, labels = data.images.to(device), data.labels.to(device)
     if abc_m is not None:
         next_phase()  # the phases of mixzoo.certify.plan.plan_certify: the ABC, the RBC (or its smoothing), estimates
-    abc_probs = abc_probabilities(abc_m, images, temperature, batch_size) if abc_m is not None else None
+    abc_probs = abc_probabilities(abc_m, images, temperature, s.batch_size) if abc_m is not None else None
     notes: list[str] = []
-    curves_raw: list[tuple[str, float, str, torch.Tensor, torch.Tensor, float]] = []
     settings: dict[str, Any] = {
         "rbc": getattr(spec, "name", type(rbc_m).__name__), "abc": getattr(getattr(abc_m, "spec", None), "name", None),
-        "alphas": alpha_t.tolist(), "norm": norm, "mode": mode, "n": len(data), "dataset": name, "split": split,
-        "abc_temperature": temperature, "seed": seed, "card": str(getattr(card, "path", "") or "") or None}
+        "alphas": alpha_t.tolist(), "norm": norm, "mode": "randomized smoothing" if sigma is not None else "Lipschitz",
+        "n": len(data), "dataset": name, "split": split, "abc_temperature": temperature, "seed": s.seed,
+        "card": str(getattr(card, "path", "") or "") or None}
+    inputs = _Inputs(rbc_m, spec, data, images, labels, alpha_t, abc_probs, norm, s)
     next_phase()
     if sigma is not None:
-        check_options(sigma, samples, confidence, kind)
-        smallest = float(alpha_t.min())
-        if smallest == 0.5:
-            raise InputError("alpha 0.5 certifies nothing with a smoothed RBC (Thm A.2 needs Phi^-1(p/2) >"
-                             " Phi^-1(q/2 + 1/2), impossible for p <= 1); pass alphas above 0.5")
-        with torch.no_grad():
-            classes = int(rbc_m(images[:1]).shape[1])
-        need = minimum_samples(classes, confidence, kind, smallest)
-        if samples < need:
-            raise InputError(f"{samples} Monte Carlo samples cannot certify anything at confidence {confidence:g}"
-                             f" and alpha {smallest:g} (even a unanimous vote); use --samples {need} or more")
-        est = smoothed_estimate(rbc_m, images, float(sigma), samples=samples, selection_samples=selection_samples,
-                                confidence=confidence, kind=kind, seed=seed, batch_size=batch_size,
-                                progress=progress)
-        correct = (est.top == labels) & ~est.abstain
-        lip = smoothing_lipschitz_constant(float(sigma))
-        bounds2 = torch.stack([est.p_top_lower, est.p_other_upper], 1)
-        r_lip = lipschitz_radius(bounds2, lip, alpha_t, top=torch.zeros(len(data), dtype=torch.long))
-        r_rs = smoothing_radius(est.p_top_lower, est.p_other_upper, float(sigma), alpha_t)
-        r_lip[:, est.abstain], r_rs[:, est.abstain] = -math.inf, -math.inf
-        clean = mixture_clean_accuracy(abc_probs, est.mean, labels, alpha_t)
-        for k, a in enumerate(alpha_t.tolist()):
-            curves_raw.append((_label(a, "Thm A.2"), a, "smoothing", r_rs[k], correct, float(clean[k])))
-            curves_raw.append((_label(a, "Thm 3.5"), a, "smoothing-lipschitz", r_lip[k], correct, float(clean[k])))
-        settings.update(sigma=float(sigma), samples=samples, selection_samples=selection_samples,
-                        confidence=confidence, smoothing=kind, lipschitz_constant=lip)
-        notes.append(f"randomized smoothing, sigma {sigma:g}, {kind} votes: {samples} Monte Carlo samples per"
-                     f" image ({selection_samples} more to choose the class), bounds jointly valid with probability"
-                     f" {confidence:g} per image; the RBC abstains on {int(est.abstain.sum())} of {len(data)} images.")
-        notes.append(f"the clean column of a smoothed classifier is its Monte Carlo mean prediction (an estimate)."
-                     f" Lipschitz constant of each smoothed class probability sqrt(2/(pi sigma^2)) = {lip:.4g}.")
+        curves_raw = _smoothing_curves(inputs, float(sigma), sm, settings, notes)
     else:
-        with torch.no_grad():
-            logits = torch.cat([rbc_m(images[i:i + batch_size]).float() for i in range(0, len(data), batch_size)])
-        probs = logits.double().softmax(1)
-        correct = probs.argmax(1) == labels
-        clean = mixture_clean_accuracy(abc_probs, probs, labels, alpha_t)
-        declared = dict(getattr(spec, "lipschitz", None) or {})
-        if declared:
-            constant, checked = declared_lipschitz(rbc_m, spec, tuple(data.input_size))
-            radius = logit_lipschitz_radius(logits, constant, alpha_t)
-            if norm == "linf":
-                radius = radius / math.sqrt(math.prod(data.input_size))
-            for k, a in enumerate(alpha_t.tolist()):
-                curves_raw.append((_label(a, "Lipschitz logits"), a, "lipschitz-logits",
-                                   radius[k], correct, float(clean[k])))
-            settings.update(lipschitz={"declared": declared, "constant": constant, "layer_norm_product": checked,
-                                       "kind": "declared by the architecture, checked against the weights"})
-            notes.append(f"the registry declares Lip_l2(logits) <= {constant:g} for {settings['rbc']}; the product"
-                         f" of its exact layer norms is {checked:.6g} (checked <= the declared constant). Radii:"
-                         " logit margin / (sqrt(2) L) alone, Lemma 3.2 through the softmax for mixtures"
-                         f"{'; l-inf radii are l2 radii / sqrt(dim)' if norm == 'linf' else ''}.")
-        else:
-            bound = lipschitz_bound(rbc_m, tuple(data.input_size), norm)
-            radius = lipschitz_radius(probs, bound.probs, alpha_t)
-            for k, a in enumerate(alpha_t.tolist()):
-                curves_raw.append((_label(a, "Thm 3.5, provable bound"), a, "lipschitz", radius[k], correct,
-                                   float(clean[k])))
-            settings.update(lipschitz=bound.to_dict())
-            notes += _loose_bound_notes(bound, probs, correct, spec, norm)
-        if estimate_eps:
+        curves_raw, (probs, correct, clean) = _lipschitz_curves(inputs, settings, notes)
+        if est.eps:
             notes.append("estimated curves (App. C.3) use local Lipschitz constants found by PGD within each radius;"
                          " an attack can miss the maximum, so they are NOT certificates.")
     grid = _grid(radii, torch.stack([c[3] for c in curves_raw]))
     curves = [_curve(label, a, kind, r, ok, clean_a, grid) for label, a, kind, r, ok, clean_a in curves_raw]
-    if sigma is None and estimate_eps:
+    if sigma is None and est.eps:
         next_phase()
-        curves += _estimated(rbc_m, images, probs, correct, alpha_t, clean, estimate_eps, norm, estimate_steps,
-                             batch_size, seed)
+        curves += _estimated(inputs, probs, correct, clean, est)
     settings["seconds"] = time.perf_counter() - t0
     result = CertifyResult(settings, curves, notes, run_record(device), labels.tolist())
     if out is not None:
         result.save(out)
     return result
+
+
+def _smoothing_curves(inputs: _Inputs, sigma: float, sm: SmoothingSettings, settings: dict[str, Any],
+                      notes: list[str]) -> list[RawCurve]:
+    """Thm A.2 and Thm 3.5 curves of a randomized-smoothing RBC from its Monte Carlo bounds (Bai et al. 2024b,
+    App. A.2); records its settings in ``settings`` and its notes in ``notes``."""
+    samples, selection_samples, confidence, kind = sm.samples, sm.selection_samples, sm.confidence, sm.kind
+    alpha_t, images, labels, s = inputs.alphas, inputs.images, inputs.labels, inputs.run
+    n = len(inputs.data)
+    check_options(sigma, samples, confidence, kind)
+    smallest = float(alpha_t.min())
+    if smallest == 0.5:
+        raise InputError("alpha 0.5 certifies nothing with a smoothed RBC (Thm A.2 needs Phi^-1(p/2) >"
+                         " Phi^-1(q/2 + 1/2), impossible for p <= 1); pass alphas above 0.5")
+    with torch.no_grad():
+        classes = int(inputs.rbc(images[:1]).shape[1])
+    need = minimum_samples(classes, confidence, kind, smallest)
+    if samples < need:
+        raise InputError(f"{samples} Monte Carlo samples cannot certify anything at confidence {confidence:g}"
+                         f" and alpha {smallest:g} (even a unanimous vote); use --samples {need} or more")
+    est = smoothed_estimate(inputs.rbc, images, sigma, samples=samples, selection_samples=selection_samples,
+                            confidence=confidence, kind=kind, seed=s.seed, batch_size=s.batch_size,
+                            progress=s.progress)
+    correct = (est.top == labels) & ~est.abstain
+    lip = smoothing_lipschitz_constant(sigma)
+    bounds2 = torch.stack([est.p_top_lower, est.p_other_upper], 1)
+    r_lip = lipschitz_radius(bounds2, lip, alpha_t, top=torch.zeros(n, dtype=torch.long))
+    r_rs = smoothing_radius(est.p_top_lower, est.p_other_upper, sigma, alpha_t)
+    r_lip[:, est.abstain], r_rs[:, est.abstain] = -math.inf, -math.inf
+    clean = mixture_clean_accuracy(inputs.abc_probs, est.mean, labels, alpha_t)
+    curves: list[RawCurve] = []
+    for k, a in enumerate(alpha_t.tolist()):
+        curves.append((_label(a, "Thm A.2"), a, "smoothing", r_rs[k], correct, float(clean[k])))
+        curves.append((_label(a, "Thm 3.5"), a, "smoothing-lipschitz", r_lip[k], correct, float(clean[k])))
+    settings.update(sigma=sigma, samples=samples, selection_samples=selection_samples,
+                    confidence=confidence, smoothing=kind, lipschitz_constant=lip)
+    notes.append(f"randomized smoothing, sigma {sigma:g}, {kind} votes: {samples} Monte Carlo samples per"
+                 f" image ({selection_samples} more to choose the class), bounds jointly valid with probability"
+                 f" {confidence:g} per image; the RBC abstains on {int(est.abstain.sum())} of {n} images.")
+    notes.append(f"the clean column of a smoothed classifier is its Monte Carlo mean prediction (an estimate)."
+                 f" Lipschitz constant of each smoothed class probability sqrt(2/(pi sigma^2)) = {lip:.4g}.")
+    return curves
+
+
+def _lipschitz_curves(inputs: _Inputs, settings: dict[str, Any], notes: list[str]
+                      ) -> tuple[list[RawCurve], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Curves of a Lipschitz RBC from one forward pass: its declared constant (checked against the weights) or the
+    provable bound of its layers (Thm 3.5); records them in ``settings`` and ``notes``. Also returns the RBC's
+    probabilities, which images it gets right and the mixtures' clean accuracy (for the App. C.3 estimate)."""
+    rbc_m, spec, data, labels, alpha_t, norm = (inputs.rbc, inputs.spec, inputs.data, inputs.labels, inputs.alphas,
+                                                inputs.norm)
+    images, batch_size = inputs.images, inputs.run.batch_size
+    with torch.no_grad():
+        logits = torch.cat([rbc_m(images[i:i + batch_size]).float() for i in range(0, len(data), batch_size)])
+    probs = logits.double().softmax(1)
+    correct = probs.argmax(1) == labels
+    clean = mixture_clean_accuracy(inputs.abc_probs, probs, labels, alpha_t)
+    curves: list[RawCurve] = []
+    declared = dict(getattr(spec, "lipschitz", None) or {})
+    if declared:
+        constant, checked = declared_lipschitz(rbc_m, spec, tuple(data.input_size))
+        radius = logit_lipschitz_radius(logits, constant, alpha_t)
+        if norm == "linf":
+            radius = radius / math.sqrt(math.prod(data.input_size))
+        for k, a in enumerate(alpha_t.tolist()):
+            curves.append((_label(a, "Lipschitz logits"), a, "lipschitz-logits", radius[k], correct, float(clean[k])))
+        settings.update(lipschitz={"declared": declared, "constant": constant, "layer_norm_product": checked,
+                                   "kind": "declared by the architecture, checked against the weights"})
+        notes.append(f"the registry declares Lip_l2(logits) <= {constant:g} for {settings['rbc']}; the product"
+                     f" of its exact layer norms is {checked:.6g} (checked <= the declared constant). Radii:"
+                     " logit margin / (sqrt(2) L) alone, Lemma 3.2 through the softmax for mixtures"
+                     f"{'; l-inf radii are l2 radii / sqrt(dim)' if norm == 'linf' else ''}.")
+    else:
+        bound = lipschitz_bound(rbc_m, tuple(data.input_size), norm)
+        radius = lipschitz_radius(probs, bound.probs, alpha_t)
+        for k, a in enumerate(alpha_t.tolist()):
+            curves.append((_label(a, "Thm 3.5, provable bound"), a, "lipschitz", radius[k], correct, float(clean[k])))
+        settings.update(lipschitz=bound.to_dict())
+        notes += _loose_bound_notes(bound, probs, correct, spec, norm)
+    return curves, (probs, correct, clean)
 
 
 def declared_lipschitz(model: nn.Module, spec: Any, input_size: tuple[int, int, int],
@@ -313,11 +393,12 @@ def _loose_bound_notes(bound: Any, probs: torch.Tensor, correct: torch.Tensor, s
     return notes
 
 
-def _estimated(rbc: nn.Module, images: torch.Tensor, probs: torch.Tensor, correct: torch.Tensor,
-               alphas: torch.Tensor, clean: torch.Tensor, eps_list: list[float], norm: str, steps: int,
-               batch_size: int, seed: int) -> list[CertCurve]:
+def _estimated(inputs: _Inputs, probs: torch.Tensor, correct: torch.Tensor, clean: torch.Tensor,
+               estimate: EstimateSettings) -> list[CertCurve]:
     """App. C.3: at each eps, "robust within eps" when Eq. 3.5 with the local constants gives r >= eps."""
-    eps_t = torch.tensor(sorted(float(e) for e in eps_list), dtype=torch.float64)
+    rbc, images, alphas, norm, steps = inputs.rbc, inputs.images, inputs.alphas, inputs.norm, estimate.steps
+    batch_size, seed = inputs.run.batch_size, inputs.run.seed
+    eps_t = torch.tensor(sorted(float(e) for e in estimate.eps), dtype=torch.float64)
     if bool((eps_t <= 0).any()):
         raise InputError("estimate radii must be positive, e.g. --estimate 0.05,0.1")
     chunk = max(1, batch_size // probs.shape[1])

@@ -71,22 +71,38 @@ NOISE_BLOCK = 100
 
 def monte_carlo_probs(model: nn.Module, images: torch.Tensor, sigma: float, samples: int, *, kind: str = "soft",
                       seed: int = 0, stage: int = 0, first_index: int = 0, batch_size: int = 1000,
-                      progress: bool = True, what: str = "Monte Carlo") -> torch.Tensor:
+                      progress: bool = True) -> torch.Tensor:
     """``(n, c)`` mean over ``samples`` noisy copies of each image of the base network's probabilities (soft) or
     one-hot predictions (hard). Example ``first_index + j`` draws its noise from its own generator in blocks of
     :data:`NOISE_BLOCK`; the blocks of consecutive examples are packed into batches of about ``batch_size`` noisy
     images, so the draws do not depend on the batch size (the sums only up to the forward's float rounding)."""
     check_options(sigma, samples, 0.5, kind)
     return monte_carlo_means(model, images, sigma, samples, kinds=(kind,), seed=seed, stage=stage,
-                             first_index=first_index, batch_size=batch_size, progress=progress, what=what)[kind]
+                             first_index=first_index, batch_size=batch_size, progress=progress)[kind]
 
 
 def monte_carlo_means(model: nn.Module, images: torch.Tensor, sigma: float, samples: int, *,
                       kinds: tuple[str, ...] = KINDS, seed: int = 0, stage: int = 0, first_index: int = 0,
-                      batch_size: int = 1000, progress: bool = True, what: str = "Monte Carlo"
-                      ) -> dict[str, torch.Tensor]:
+                      batch_size: int = 1000, progress: bool = True) -> dict[str, torch.Tensor]:
     """:func:`monte_carlo_probs` for several kinds from the same forward passes on the same noise (a paired
     comparison of soft and hard smoothing at the cost of one): ``{kind: (n, c) mean}``."""
+    return _means(model, images, sigma, samples, kinds, _Draws(seed, stage, first_index), batch_size, progress,
+                  "Monte Carlo")
+
+
+@dataclass(frozen=True)
+class _Draws:
+    """Which noise a Monte Carlo run draws: example ``first_index + j`` of stage ``stage`` (0: selection, 1:
+    estimation) under ``seed`` (:func:`_example_generator`)."""
+
+    seed: int = 0
+    stage: int = 0
+    first_index: int = 0
+
+
+def _means(model: nn.Module, images: torch.Tensor, sigma: float, samples: int, kinds: tuple[str, ...],
+           draws: _Draws, batch_size: int, progress: bool, what: str) -> dict[str, torch.Tensor]:
+    """:func:`monte_carlo_means` with its progress bar labelled ``what``."""
     for kind in kinds:
         check_options(sigma, samples, 0.5, kind)
     n, device = images.shape[0], images.device
@@ -109,7 +125,7 @@ def monte_carlo_means(model: nn.Module, images: torch.Tensor, sigma: float, samp
         task = bar.add_task(f"{what} (sigma {sigma:g}, {samples} samples/image)", total=n)
         rows = 0
         for j in range(n):  # only the noise streams are per example; the forward runs on packed batches
-            gen = _example_generator(seed, first_index + j, stage, device)
+            gen = _example_generator(draws.seed, draws.first_index + j, draws.stage, device)
             for done in range(0, samples, NOISE_BLOCK):
                 m = min(NOISE_BLOCK, samples - done)
                 noise = torch.randn((m, *images.shape[1:]), generator=gen, device=device)
@@ -195,9 +211,11 @@ def smoothed_estimates(model: nn.Module, images: torch.Tensor, sigma: float, *, 
         check_options(sigma, samples, confidence, kind)
     if not isinstance(selection_samples, int) or selection_samples < 1:
         raise InputError(f"selection samples (n0) must be a positive integer, got {selection_samples!r}")
-    common = dict(kinds=tuple(kinds), seed=seed, first_index=first_index, batch_size=batch_size, progress=progress)
-    select = monte_carlo_means(model, images, sigma, selection_samples, stage=0, what="select top class", **common)
-    means = monte_carlo_means(model, images, sigma, samples, stage=1, what="estimate", **common)
+    kinds = tuple(kinds)
+    select = _means(model, images, sigma, selection_samples, kinds, _Draws(seed, 0, first_index), batch_size,
+                    progress, "select top class")
+    means = _means(model, images, sigma, samples, kinds, _Draws(seed, 1, first_index), batch_size, progress,
+                   "estimate")
     out = {}
     for kind in kinds:
         top = select[kind].argmax(1)

@@ -147,7 +147,7 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     as a cache entry edited to call broken examples robust.
     """
     from mixzoo.core.card import MixCard
-    from mixzoo.evaluation.bench import ADVERSARIAL_FILE, baseline_method, card_evaluation
+    from mixzoo.evaluation.bench import ADVERSARIAL_FILE, card_evaluation
     from mixzoo.zoo.pairs import check_device
 
     s = settings_of(settings, changes)
@@ -157,22 +157,12 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
         from mixzoo.core.cache import check_writable
         from mixzoo.core.paths import check_output, json_with
 
-        check_output(out, ours=json_with("report", "rows", "passed"), what="a verify result mixzoo wrote")
+        check_output(out, what="a mixzoo verify result", ours=json_with("report", "rows", "passed"))
         check_writable(out, what="--out file")
     report_dir = Path(report_dir)
     report_path = report_dir / "report.json"
-    if not report_path.is_file():
-        raise InputError(f"{report_path} not found; pass the --out directory of `mixzoo bench`")
-    try:
-        report = json.loads(report_path.read_text())
-        settings, dataset, models = report["settings"], report["dataset"], report["models"]
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
-        raise InputError(f"{report_path} is not a mixzoo bench report ({exc})") from None
-    if not isinstance(settings, dict) or not isinstance(dataset, dict) or not isinstance(report.get("card"), dict):
-        raise InputError(f"{report_path} is not a mixzoo bench report (settings, dataset and card must be objects)")
-    if "adversarial_file" in settings and not settings["adversarial_file"]:
-        raise InputError(f"{report_path} was written without --save-adversarial, so it has no points to check; run "
-                         f"`mixzoo bench ... --save-adversarial --out {report_dir}`")
+    report = _load_report(report_path)
+    settings, dataset, models = report["settings"], report["dataset"], report["models"]
     points = load_points(report_dir / (settings.get("adversarial_file") or ADVERSARIAL_FILE))
     n = int(dataset["n"])
     if batch_size <= 0:
@@ -193,28 +183,16 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     check_points(points, images, report_dir / (settings.get("adversarial_file") or ADVERSARIAL_FILE))
     rows, models_of = [], {}
     for m in models:
-        kind = m["kind"]
-        model = {"abc": ce.abc, "rbc": ce.rbc}.get(kind)
-        if model is None and m.get("card"):  # a mixed row records its card: rebuilt by the card's method
-            row_card = MixCard.from_dict(m["card"], source=f"{report_path} row {m['name']!r}",
-                                         path=Path(m["card_path"]) if m.get("card_path") else None)
-            model = row_card.mixing_method.build(ce.abc, ce.rbc, row_card)
-        elif model is None and kind == card.method:  # reports before rows recorded cards: the report's card
-            model = ce.mixed
-        elif model is None and m.get("alpha") is not None and (base := baseline_method()) is not None:
-            model = base.build(ce.abc, ce.rbc, base.card_at(float(m["alpha"])))  # ... and its matched baseline
-        if model is None or kind not in points:
-            raise InputError(f"{report_dir / ADVERSARIAL_FILE} has no points for row {m['name']!r} ({kind})")
-        rows.append(_verify_row(m, model, points[kind], images, labels, ce.eps, ce.norm, batch_size, device))
+        model = _row_model(m, card, ce, report_path)
+        if model is None or m["kind"] not in points:
+            raise InputError(f"{report_dir / ADVERSARIAL_FILE} has no points for row {m['name']!r} ({m['kind']})")
+        rows.append(_verify_row(m, model, points[m["kind"]], images, labels, ce.eps, ce.norm, batch_size, device))
         models_of[m["name"]] = model
     if recheck:
         attack_settings = _attack_settings(settings, report_path, s)
         for row, m in zip(rows, models, strict=True):
-            row_card = MixCard.from_dict(m["card"], source=f"{report_path} row {m['name']!r}",
-                                         path=Path(m["card_path"]) if m.get("card_path") else None) \
-                if m.get("card") else None
             row.rechecked, row.recheck_differs = _recheck_row(
-                m, models_of[m["name"]], row_card, ce, images, labels, recheck, attack_settings)
+                m, models_of[m["name"]], _row_card(m, report_path), ce, images, labels, recheck, attack_settings)
     result = Verification(str(report_dir), rows, float(ce.eps), ce.norm, n, device, time.perf_counter() - t0,
                           notes=list(ce.notes))
     if out is not None:
@@ -222,6 +200,50 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
 
         atomic_write_text(out, json.dumps(result.to_dict(), indent=2) + "\n")
     return result
+
+
+def _load_report(report_path: Path) -> dict[str, Any]:
+    """``report.json`` of a bench run with saved points; a one-line error when it is missing, not a bench report,
+    or written without ``--save-adversarial``."""
+    if not report_path.is_file():
+        raise InputError(f"{report_path} not found; pass the --out directory of `mixzoo bench`")
+    try:
+        report = json.loads(report_path.read_text())
+        settings, dataset, _ = report["settings"], report["dataset"], report["models"]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
+        raise InputError(f"{report_path} is not a mixzoo bench report ({exc})") from None
+    if not isinstance(settings, dict) or not isinstance(dataset, dict) or not isinstance(report.get("card"), dict):
+        raise InputError(f"{report_path} is not a mixzoo bench report (settings, dataset and card must be objects)")
+    if "adversarial_file" in settings and not settings["adversarial_file"]:
+        raise InputError(f"{report_path} was written without --save-adversarial, so it has no points to check; run "
+                         f"`mixzoo bench ... --save-adversarial --out {report_path.parent}`")
+    return report
+
+
+def _row_card(m: dict[str, Any], report_path: Path) -> Any:
+    """The card a mixed row records (``None`` for a row without one)."""
+    from mixzoo.core.card import MixCard
+
+    if not m.get("card"):
+        return None
+    return MixCard.from_dict(m["card"], source=f"{report_path} row {m['name']!r}",
+                             path=Path(m["card_path"]) if m.get("card_path") else None)
+
+
+def _row_model(m: dict[str, Any], card: Any, ce: Any, report_path: Path) -> nn.Module | None:
+    """The classifier of report row ``m``: the ABC, the RBC, a mixed row's card rebuilt by its method, or (reports
+    before rows recorded cards) the report's card and its matched baseline; ``None`` when none fits."""
+    from mixzoo.evaluation.bench import baseline_method
+
+    model = {"abc": ce.abc, "rbc": ce.rbc}.get(m["kind"])
+    if model is None and m.get("card"):  # a mixed row records its card: rebuilt by the card's method
+        row_card = _row_card(m, report_path)
+        model = row_card.mixing_method.build(ce.abc, ce.rbc, row_card)
+    elif model is None and m["kind"] == card.method:  # reports before rows recorded cards: the report's card
+        model = ce.mixed
+    elif model is None and m.get("alpha") is not None and (base := baseline_method()) is not None:
+        model = base.build(ce.abc, ce.rbc, base.card_at(float(m["alpha"])))  # ... and its matched baseline
+    return model
 
 
 def _number(value: Any) -> bool:

@@ -879,7 +879,7 @@ def test_cli_estimates_are_kept_out_of_the_certified_results(tmp_path):
 
 
 def test_certify_png_draws_only_certified_curves():
-    result = certify(rbc="digits-pgd", norm="linf", estimate_eps=[0.05, 0.1], n=10, progress=False)
+    result = certify(rbc="digits-pgd", norm="linf", estimate=[0.05, 0.1], n=10, progress=False)
     assert result.estimated_curves
     figure = result.figure()
     labels = figure.axes[0].get_legend_handles_labels()[1]
