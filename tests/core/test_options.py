@@ -133,3 +133,18 @@ def test_method_ranges_refused_before_any_work(name: str, raw: dict, words: list
         get_method(name).check_options(raw)
     for word in words:
         assert word in str(exc.value)
+
+
+def test_show_options_renders_type_default_and_range_from_the_spec() -> None:
+    from typer.testing import CliRunner
+
+    from mixzoo.cli import app
+
+    result = CliRunner().invoke(app, ["mix", "--method", "adaptive-smoothing", "--show-options"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:5]]
+            for line in result.output.splitlines() if line.startswith("│ --")}
+    assert rows["--n-val"] == ["int", "200", ">= 0"]
+    assert rows["--robust-drop"] == ["float", "1.5", "[0, 100]"]
+    assert rows["--eval-n-queries"] == ["int", "5000", ">= 1"]
