@@ -37,7 +37,7 @@ from mixzoo.zoo.models import load_model
 
 
 class ExtraAPGD(AdaptiveStrong):
-    """One variant of the extra gradient attacks (``mixzoo.attacks.evaluation.extra_apgd``) on its own."""
+    """One variant of the extra gradient attacks (``mixzoo.attacks.suites.extra_apgd``) on its own."""
 
     name = "attack-strength"
     defaults = {**AdaptiveStrong.defaults, "variant": "exact"}

@@ -2,20 +2,19 @@
 robustness evaluations ``pgd`` / ``apgd`` / ``autoattack`` / ``adaptive`` (App. B.2) that the attack hook registers."""
 
 from mixzoo.attacks.apgd import apgd_ce, apgd_run, apgd_t
-from mixzoo.attacks.evaluation import (
-    AdaptiveAPGD,
-    AdaptiveAutoAttack,
-    AdaptiveStrong,
-    APGDEnsemble,
-    Attack,
-    AutoAttackEval,
-    Component,
-    PGDAttack,
-)
+from mixzoo.attacks.base import Attack, Component
 from mixzoo.attacks.margins import MarginRecord, signed_margin
 from mixzoo.attacks.mmaa import MMAAResult, mmaa
 from mixzoo.attacks.pgd import pgd
 from mixzoo.attacks.result import AttackResult, ComponentStat, EvalResult
+from mixzoo.attacks.suites import (
+    AdaptiveAPGD,
+    AdaptiveAutoAttack,
+    AdaptiveStrong,
+    APGDEnsemble,
+    AutoAttackEval,
+    PGDAttack,
+)
 from mixzoo.attacks.variants import GradientVariants, with_gradient
 
 __all__ = [

@@ -17,6 +17,7 @@ point) offers its judged logits to a :class:`~mixzoo.attacks.margins.MarginRecor
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -165,54 +166,38 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
     record.update(x_adv, judged)
     record.check_finite()  # NaN at a visited point: stop now, not after the whole attack
     record.zero_grad |= grad.flatten(1).abs().sum(dim=1) == 0
-    x_best, grad_best, loss_best = x_adv.clone(), grad.clone(), loss_indiv.clone()
-
-    step_size = _view(torch.full((n,), 2.0 * eps, device=x.device, dtype=x.dtype), x.ndim)
-    x_adv_old = x_adv.clone()
-    loss_steps = torch.zeros(n_iter, n, device=x.device, dtype=loss_indiv.dtype)
-    loss_best_last_check = loss_best.clone()
-    reduced_last_check = torch.ones_like(loss_best)
+    s = _Trajectory(x, labels, target, x_adv, x_adv.clone(), x_adv.clone(), grad, grad.clone(), loss_indiv.clone(),
+                    _view(torch.full((n,), 2.0 * eps, device=x.device, dtype=x.dtype), x.ndim),
+                    torch.zeros(n_iter, n, device=x.device, dtype=loss_indiv.dtype), loss_indiv.clone(),
+                    torch.ones_like(loss_indiv))
     k, counter3 = n_iter_2, 0
     # the active rows (positions in x) and their part of the record; full size until an example is dropped
-    active, rec, loss_out = None, record, loss_best
+    active, rec, loss_out = None, record, s.loss_best
     if early_stop:
-        loss_out = loss_best.clone()
+        loss_out = s.loss_best.clone()
         n_groups = int(group.max()) + 1 if group is not None and n else 0
 
     for i in range(n_iter):
         with torch.no_grad():
-            prev_step = x_adv - x_adv_old
-            x_adv_old = x_adv.clone()
+            prev_step = s.x_adv - s.x_adv_old
+            s.x_adv_old = s.x_adv.clone()
             a = 0.75 if i > 0 else 1.0
-            direction = grad.sign() if norm == "Linf" else _normalize(grad, "L2")
-            x_adv = _project_step(x, x_adv, x_adv + step_size * direction, eps, norm, a, prev_step)
+            direction = s.grad.sign() if norm == "Linf" else _normalize(s.grad, "L2")
+            s.x_adv = _project_step(s.x, s.x_adv, s.x_adv + s.step_size * direction, eps, norm, a, prev_step)
 
-        judged, loss_indiv, grad = _loss_and_grad(forward, x_adv, labels, loss_fn, target)
-        rec.update(x_adv, judged)
+        judged, loss_indiv, s.grad = _loss_and_grad(forward, s.x_adv, s.labels, loss_fn, s.target)
+        rec.update(s.x_adv, judged)
 
         with torch.no_grad():
-            loss_steps[i] = loss_indiv
-            better = loss_indiv > loss_best
-            x_best = torch.where(_view(better, x.ndim), x_adv, x_best)  # no host synchronisation per step
-            grad_best = torch.where(_view(better, x.ndim), grad, grad_best)
-            loss_best = torch.where(better, loss_indiv, loss_best)
+            s.loss_steps[i] = loss_indiv
+            better = loss_indiv > s.loss_best
+            s.x_best = torch.where(_view(better, x.ndim), s.x_adv, s.x_best)  # no host synchronisation per step
+            s.grad_best = torch.where(_view(better, x.ndim), s.grad, s.grad_best)
+            s.loss_best = torch.where(better, loss_indiv, s.loss_best)
             counter3 += 1
             checkpoint = counter3 == k
             if checkpoint:
-                # oscillation check over the last k steps; index i-k wraps to the (still zero) last row exactly as
-                # AutoAttack's check_oscillation does at the first checkpoint
-                js = torch.arange(i, i - k, -1, device=x.device)
-                increases = (loss_steps[js % n_iter] > loss_steps[(js - 1) % n_iter]).sum(dim=0)
-                fl_osc = (increases <= k * rho).to(loss_best.dtype)
-                fl_no_impr = (1.0 - reduced_last_check) * (loss_best_last_check >= loss_best).to(loss_best.dtype)
-                fl_osc = torch.max(fl_osc, fl_no_impr)
-                reduced_last_check = fl_osc.clone()
-                loss_best_last_check = loss_best.clone()
-                reduce = fl_osc > 0
-                # where, not boolean indexing behind ``reduce.any()``: no host synchronisation
-                step_size = torch.where(_view(reduce, x.ndim), step_size / 2.0, step_size)
-                x_adv = torch.where(_view(reduce, x.ndim), x_best, x_adv)
-                grad = torch.where(_view(reduce, x.ndim), grad_best, grad)
+                s.reduce_step(i, k, rho)
                 k = max(k - size_decr, n_iter_min)
                 counter3 = 0
             if checkpoint or (i + 1) % DROP_EVERY == 0 or i == n_iter - 1:
@@ -220,38 +205,90 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
         if on_iter is not None:
             on_iter(n)
         if early_stop and i < n_iter - 1 and (checkpoint or (i + 1) % DROP_EVERY == 0):
-            with torch.no_grad():
-                done = rec.misclassified
-                if group is not None:  # all copies of an example leave once one of them is misclassified
-                    rows = group if active is None else group[active]
-                    hit = torch.zeros(n_groups, dtype=torch.bool, device=done.device)
-                    hit.index_fill_(0, rows[done], True)
-                    done = hit[rows]
-                keep = ~done
-                n_keep = int(keep.sum())
-            if n_keep == keep.shape[0]:
-                continue
-            pos = torch.arange(n, device=x.device) if active is None else active
-            loss_out[pos] = loss_best
-            if active is not None:
-                record.merge(active, rec)
-            if n_keep == 0:
-                active = pos[:0]
-                rec = record.subset(active)
+            active, rec = _drop_broken(s, record, rec, active, group, n_groups, loss_out)
+            if active is not None and not active.numel():
                 break
-            active = pos[keep]
-            rec = record.subset(active)
-            x, x_adv, x_adv_old, x_best = x[keep], x_adv[keep], x_adv_old[keep], x_best[keep]
-            grad, grad_best, loss_best, step_size = grad[keep], grad_best[keep], loss_best[keep], step_size[keep]
-            loss_steps, loss_best_last_check = loss_steps[:, keep], loss_best_last_check[keep]
-            reduced_last_check, labels = reduced_last_check[keep], labels[keep]
-            target = None if target is None else target[keep]
     if active is not None:
         if active.numel():
-            loss_out[active] = loss_best
+            loss_out[active] = s.loss_best
             record.merge(active, rec)
         return loss_out
-    return loss_best
+    return s.loss_best
+
+
+@dataclass
+class _Trajectory:
+    """One APGD run's per-example state (:func:`apgd_run`): every tensor has the active examples along its first
+    dimension, ``loss_steps`` (``[n_iter, examples]``) along its second."""
+
+    x: torch.Tensor
+    labels: torch.Tensor
+    target: torch.Tensor | None
+    x_adv: torch.Tensor
+    x_adv_old: torch.Tensor
+    x_best: torch.Tensor
+    grad: torch.Tensor
+    grad_best: torch.Tensor
+    loss_best: torch.Tensor
+    step_size: torch.Tensor
+    loss_steps: torch.Tensor
+    loss_best_last_check: torch.Tensor
+    reduced_last_check: torch.Tensor
+
+    def reduce_step(self, i: int, k: int, rho: float) -> None:
+        """AutoAttack's checkpoint at iteration ``i``: halve the step size of the examples whose loss oscillated
+        over the last ``k`` steps or did not improve since the last checkpoint, and restart them at their best
+        point. Index ``i - k`` wraps to the (still zero) last row exactly as AutoAttack's check_oscillation does at
+        the first checkpoint; ``torch.where``, not boolean indexing behind ``any()``: no host synchronisation."""
+        n_iter = self.loss_steps.shape[0]
+        js = torch.arange(i, i - k, -1, device=self.x.device)
+        increases = (self.loss_steps[js % n_iter] > self.loss_steps[(js - 1) % n_iter]).sum(dim=0)
+        fl_osc = (increases <= k * rho).to(self.loss_best.dtype)
+        fl_no_impr = (1.0 - self.reduced_last_check) * (self.loss_best_last_check >= self.loss_best).to(
+            self.loss_best.dtype)
+        fl_osc = torch.max(fl_osc, fl_no_impr)
+        self.reduced_last_check = fl_osc.clone()
+        self.loss_best_last_check = self.loss_best.clone()
+        reduce = _view(fl_osc > 0, self.x.ndim)
+        self.step_size = torch.where(reduce, self.step_size / 2.0, self.step_size)
+        self.x_adv = torch.where(reduce, self.x_best, self.x_adv)
+        self.grad = torch.where(reduce, self.grad_best, self.grad)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only the examples where the boolean mask ``rows`` is True."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                setattr(self, f.name, value[:, rows] if f.name == "loss_steps" else value[rows])
+
+
+def _drop_broken(s: _Trajectory, record: MarginRecord, rec: MarginRecord, active: torch.Tensor | None,
+                 group: torch.Tensor | None, n_groups: int,
+                 loss_out: torch.Tensor) -> tuple[torch.Tensor | None, MarginRecord]:
+    """``early_stop`` of :func:`apgd_run`: the examples ``rec`` (the active rows' part of ``record``) holds a
+    misclassified point for leave the trajectory ``s`` (with ``group``: every copy of an example once one copy is
+    misclassified); their best loss goes to ``loss_out`` and their record part back into ``record``. Returns the
+    new active rows (positions in ``record``; None while nothing was dropped, empty when all left) and their part
+    of the record."""
+    with torch.no_grad():
+        done = rec.misclassified
+        if group is not None:  # all copies of an example leave once one of them is misclassified
+            rows = group if active is None else group[active]
+            hit = torch.zeros(n_groups, dtype=torch.bool, device=done.device)
+            hit.index_fill_(0, rows[done], True)
+            done = hit[rows]
+        keep = ~done
+        n_keep = int(keep.sum())
+    if n_keep == keep.shape[0]:
+        return active, rec
+    pos = torch.arange(loss_out.shape[0], device=s.x.device) if active is None else active
+    loss_out[pos] = s.loss_best
+    if active is not None:
+        record.merge(active, rec)
+    active = pos[keep] if n_keep else pos[:0]
+    if n_keep:
+        s.keep(keep)
+    return active, record.subset(active)
 
 
 def check_attack_settings(eps: float, norm: str, n_iter: int = 1, n_restarts: int = 1) -> None:
@@ -300,11 +337,29 @@ def stack_runs_default(device: torch.device | str) -> bool:
     return torch.device(device).type == "cuda"
 
 
-def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
-          norm: str, n_iter: int, loss: str | LossFn, seed: int, attack_all: bool, rho: float,
-          on_iter: OnIter | None, plan: list[torch.Tensor | None],
-          index: torch.Tensor | None = None, early_stop: bool = False, stack: bool = False,
-          stack_rows: int | None = None) -> MarginRecord:
+@dataclass(frozen=True)
+class ApgdRuns:
+    """The settings every APGD run of one attack shares (:func:`_runs`; each as in :func:`apgd_run`, ``seed`` the
+    attack's seed)."""
+
+    eps: float
+    norm: str
+    n_iter: int
+    loss: str | LossFn
+    seed: int
+    rho: float = 0.75
+    on_iter: OnIter | None = None
+    early_stop: bool = False
+
+    @property
+    def loss_name(self) -> str:
+        """The loss's name in the per-example random streams (``custom`` for a loss function)."""
+        return self.loss if isinstance(self.loss, str) else "custom"
+
+
+def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, cfg: ApgdRuns, *,
+          plan: list[torch.Tensor | None], attack_all: bool, index: torch.Tensor | None = None,
+          stack: bool = False, stack_rows: int | None = None) -> MarginRecord:
     """Run APGD once per entry of ``plan`` (targets, or None for untargeted), each on the current groups.
 
     With ``index`` (each example's index in its whole data set) every run's random start is drawn per example from
@@ -322,43 +377,40 @@ def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: Ma
             m = int((~record.misclassified).sum())
             per = max(1, min(len(plan), int(stack_rows) // max(m, 1)))
         for first in range(0, len(plan), per):
-            _stacked_runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss=loss, seed=seed,
-                          rho=rho, on_iter=on_iter, plan=plan[first:first + per], index=index,
-                          early_stop=early_stop, first_run=first)
+            _stacked_runs(model, images, labels, record, cfg, plan=plan[first:first + per], index=index,
+                          first_run=first)
         return record
-    main_gen, extra_gen = _generators(seed)
-    name = loss if isinstance(loss, str) else "custom"
+    main_gen, extra_gen = _generators(cfg.seed)
     for run, target in enumerate(plan):
         for idx, main in _groups(record, attack_all):
             part = record.subset(idx)
-            draw = None if index is None else (seed, f"apgd/{name}/run{run}", index[idx.to(index.device)])
-            apgd_run(model, images[idx], labels[idx], part, eps=eps, norm=norm, n_iter=n_iter, loss=loss,
-                     target=None if target is None else target[idx], generator=main_gen if main else extra_gen,
-                     draw=draw, rho=rho, on_iter=on_iter, early_stop=early_stop and main)
+            draw = None if index is None else (cfg.seed, f"apgd/{cfg.loss_name}/run{run}",
+                                               index[idx.to(index.device)])
+            apgd_run(model, images[idx], labels[idx], part, eps=cfg.eps, norm=cfg.norm, n_iter=cfg.n_iter,
+                     loss=cfg.loss, target=None if target is None else target[idx],
+                     generator=main_gen if main else extra_gen, draw=draw, rho=cfg.rho, on_iter=cfg.on_iter,
+                     early_stop=cfg.early_stop and main)
             record.merge(idx, part)
     return record
 
 
-def _stacked_runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
-                  norm: str, n_iter: int, loss: str | LossFn, seed: int, rho: float, on_iter: OnIter | None,
-                  plan: list[torch.Tensor | None], index: torch.Tensor, early_stop: bool,
-                  first_run: int = 0) -> MarginRecord:
+def _stacked_runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, cfg: ApgdRuns,
+                  *, plan: list[torch.Tensor | None], index: torch.Tensor, first_run: int = 0) -> MarginRecord:
     """:func:`_runs` with the runs stacked along the batch (see there); per example the record keeps the best
     point over all its runs. ``plan[j]`` is run ``first_run + j`` (its random starts' stream)."""
-    name = loss if isinstance(loss, str) else "custom"
     idx = torch.nonzero(~record.misclassified).squeeze(1)
     if not idx.numel():
         return record
     m, r = idx.numel(), len(plan)
     where = index[idx.to(index.device)]
-    noise = torch.cat([start_noise((seed, f"apgd/{name}/run{first_run + run}", where), norm, images.shape[1:])
-                       for run in range(r)])
+    noise = torch.cat([start_noise((cfg.seed, f"apgd/{cfg.loss_name}/run{first_run + run}", where), cfg.norm,
+                                   images.shape[1:]) for run in range(r)])
     rows = idx.repeat(r)
     target = None if plan[0] is None else torch.cat([t[idx] for t in plan])
     part = record.subset(rows)
     group = torch.arange(m, device=idx.device).repeat(r)
-    apgd_run(model, images[rows], labels[rows], part, eps=eps, norm=norm, n_iter=n_iter, loss=loss, target=target,
-             noise=noise, rho=rho, on_iter=on_iter, early_stop=early_stop, group=group)
+    apgd_run(model, images[rows], labels[rows], part, eps=cfg.eps, norm=cfg.norm, n_iter=cfg.n_iter, loss=cfg.loss,
+             target=target, noise=noise, rho=cfg.rho, on_iter=cfg.on_iter, early_stop=cfg.early_stop, group=group)
     best = part.key.view(r, m).argmin(dim=0)  # per example, its best run
     record.merge(idx, part.subset(best * m + torch.arange(m, device=best.device)))
     return record
@@ -381,9 +433,8 @@ def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: 
     """
     check_attack_settings(eps, norm, n_iter, n_restarts)
     record = clean_record(model, images, labels, margin_fn) if record is None else record
-    return _runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss="ce", seed=seed,
-                 attack_all=attack_all, rho=rho, on_iter=on_iter, plan=[None] * n_restarts, index=index,
-                 early_stop=early_stop)
+    cfg = ApgdRuns(eps, norm, n_iter, "ce", seed, rho, on_iter, early_stop)
+    return _runs(model, images, labels, record, cfg, plan=[None] * n_restarts, attack_all=attack_all, index=index)
 
 
 def target_classes(loss_logits: torch.Tensor, labels: torch.Tensor, n_target_classes: int) -> torch.Tensor:
@@ -434,6 +485,6 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: f
 
         per = step_bytes_per_image(model, images, labels)
         stack_rows = rows_that_fit(free_bytes(images.device) or 0, per or 0.0)
-    return _runs(model, images, labels, record, eps=eps, norm=norm, n_iter=n_iter, loss="dlr-targeted", seed=seed,
-                 attack_all=attack_all, rho=rho, on_iter=on_iter, plan=plan, index=index, early_stop=early_stop,
-                 stack=stack, stack_rows=stack_rows)
+    cfg = ApgdRuns(eps, norm, n_iter, "dlr-targeted", seed, rho, on_iter, early_stop)
+    return _runs(model, images, labels, record, cfg, plan=plan, attack_all=attack_all, index=index, stack=stack,
+                 stack_rows=stack_rows)

@@ -19,7 +19,7 @@ With ``precision="bf16"`` an attack's forward and backward passes (its component
 FAB-T and Square, a method's declared extra attacks) run under ``torch.autocast(device_type, torch.bfloat16)``:
 matrix products and convolutions in bfloat16 (8 significant bits), the rest as autocast decides. The judgement of
 every candidate, and the clean accuracy, are the model's ordinary float32 output outside autocast
-(:meth:`mixzoo.attacks.evaluation.Attack.run`), so a point counts as a break only if the exact classifier
+(:meth:`mixzoo.attacks.base.Attack.run`), so a point counts as a break only if the exact classifier
 misclassifies it; what bfloat16 alone saw as broken is reported beside it
 (:class:`~mixzoo.attacks.result.ComponentStat`). An example whose bfloat16 candidate float32 does not confirm was
 left by the attack at a false break (its search stops at what looks like a success), so the same component attacks

@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.apgd import apgd_run, clean_record, effective_n_targets, pair, target_classes
-from mixzoo.attacks.evaluation import Attack, Component, _select
+from mixzoo.attacks.base import Attack, Component, _select
 from mixzoo.attacks.result import EvalResult
 from mixzoo.attacks.variants import PairedOutput
 from mixzoo.core import rng
@@ -169,11 +169,12 @@ def _start(seed: int, runs: torch.Tensor | None, index: torch.Tensor | None, gen
 
 
 def early_stop_apgd(forward: Forward, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_iter: int,
-                    seed: int, targets: torch.Tensor | None = None, runs: torch.Tensor | None = None,
+                    seed: int, targets: tuple[torch.Tensor, torch.Tensor | None] | None = None,
                     index: torch.Tensor | None = None, zero_grad: list[int] | None = None) -> torch.Tensor:
-    """APGD-CE (``targets`` None) or APGD-T on each column of ``targets`` in turn, one restart each, with early
-    stop (:class:`EarlyStopForward`); each target attacks only the examples no earlier run broke. Returns per
-    example the point kept by the margin record (the breaking point where one was found). Random starts, given
+    """APGD-CE (``targets`` None) or APGD-T on each column of the target classes in turn, one restart each, with
+    early stop (:class:`EarlyStopForward`); each target attacks only the examples no earlier run broke. Returns per
+    example the point kept by the margin record (the breaking point where one was found). ``targets`` is
+    ``(classes, runs)`` as :func:`malt_targets` returns them (``runs`` may be None). Random starts, given
     ``index``: per example the streams of ``adaptive``'s APGD, ``apgd/ce/run0`` and ``apgd/dlr-targeted/run{r}``
     with ``r = runs[i, j]`` for example i's j-th target (default j); :class:`FastScreening` passes each target's
     logit rank, so its run on target t starts, and moves, exactly as ``adaptive``'s APGD-T run on t. Without
@@ -182,7 +183,8 @@ def early_stop_apgd(forward: Forward, x: torch.Tensor, y: torch.Tensor, *, eps: 
     own, so they retrace the same trajectories in the smaller batch, and the per-step work shrinks with the batch."""
     record = clean_record(forward, x, y)
     gen = torch.Generator().manual_seed(seed)
-    plan = [None] if targets is None else [targets[:, j] for j in range(targets.shape[1])]
+    classes, runs = (None, None) if targets is None else targets
+    plan = [None] if classes is None else [classes[:, j] for j in range(classes.shape[1])]
     for run, target in enumerate(plan):
         idx = torch.nonzero(~record.misclassified).squeeze(1)
         flagged = record.zero_grad.clone()
@@ -232,9 +234,8 @@ class FastScreening(Attack):
 
             def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None, *, kind: str = kind,
                    zero_grad: list[int] = zero_grad) -> torch.Tensor:
-                targets, runs = malt_targets(forward, x, y, n_targets, self.norm) if kind == "apgd-t" else (None, None)
-                return early_stop_apgd(forward, x, y, targets=targets, runs=runs, index=index, zero_grad=zero_grad,
-                                       **opts)
+                targets = malt_targets(forward, x, y, n_targets, self.norm) if kind == "apgd-t" else None
+                return early_stop_apgd(forward, x, y, targets=targets, index=index, zero_grad=zero_grad, **opts)
 
             comps.append(Component(kind, fn, zero_grad=zero_grad, per_example=True))
         return comps

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -305,14 +306,14 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
         raise InputError(f"index has {len(index)} entries for {n} images; pass one index per image")
     margin_fn = _logit_margin if loss == "logit" else ln_signed_margin(top_k) if layer_norm else signed_margin
 
+    search = _Search(eps, norm, n_queries, p_init, margin_fn)
     adv, logits_out, margins, clean_out = [], [], [], []
     total_queries = 0
     with progress_bar(progress) as bar:
         task = bar.add_task(f"min-margin Square {norm} eps={eps:.4g}", total=math.ceil(n / batch_size) * n_queries)
         for start in range(0, n, batch_size):
             x, y = images[start:start + batch_size], labels[start:start + batch_size]
-            res = _attack_batch(model, x, y, eps=eps, norm=norm, n_queries=n_queries, p_init=p_init,
-                                seed=seed + start if index is None else seed, margin_fn=margin_fn,
+            res = _attack_batch(model, x, y, search, seed=seed + start if index is None else seed,
                                 on_iter=lambda k: bar.advance(task, k),
                                 index=None if index is None else index[start:start + batch_size])
             adv.append(res[0])
@@ -382,15 +383,43 @@ def _proposal_each(draws: _ExampleDraws, active: torch.Tensor, it: int, x: torch
                          sign)
 
 
-def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_queries: int,
-                  p_init: float, seed: int, margin_fn: Any, on_iter: Any,
+@dataclass(frozen=True)
+class _Search:
+    """The settings of one Square search that every batch shares (:func:`_attack_batch`)."""
+
+    eps: float
+    norm: str
+    n_queries: int
+    p_init: float
+    margin_fn: Any
+
+
+def _proposal_batch(gen: torch.Generator, active: torch.Tensor, n: int, xa: torch.Tensor, ba: torch.Tensor,
+                    eps: float, norm: str, p: float) -> torch.Tensor:
+    """A proposal for the active rows ``xa`` (best points ``ba``) of an ``n``-row batch, drawn from the batch's
+    generator ``gen`` (AutoAttack's Square: one window per step, signs for every row of the batch)."""
+    _, c, h, w = xa.shape
+    n_features = c * h * w
+    sign = _signs((n, c, 1, 1), gen)[active.cpu()].to(xa)
+    if norm == "Linf":
+        s = _linf_side(p, n_features, c, h, w)
+        vh, vw = (int(v) for v in torch.randint(0, h - s + 1, (1,), generator=gen).tolist()
+                  + torch.randint(0, w - s + 1, (1,), generator=gen).tolist())
+        return _linf_step(xa, ba, eps, s, vh, vw, sign)
+    s = _l2_side(p, n_features, c, h, w)
+    pos = [int(torch.randint(0, lim - s + 1, (1,), generator=gen)) for lim in (h, w, h, w)]
+    return _l2_step(xa, ba, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), _eta(s, gen).to(xa), sign)
+
+
+def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, search: _Search, *, seed: int, on_iter: Any,
                   index: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """One batch: returns (adv images, raw logits, margins, clean logits, queries made). With ``index`` (the
     examples' indices in the whole data set) every random draw is per example (:class:`_ExampleDraws`)."""
+    eps, norm, n_queries, p_init, margin_fn = search.eps, search.norm, search.n_queries, search.p_init, \
+        search.margin_fn
     gen = torch.Generator().manual_seed(int(seed))
     draws = None if index is None else _ExampleDraws(seed, index, x.device)
     n, c, h, w = x.shape
-    n_features = c * h * w
 
     clean = model(x)
     check_labels(y, n, clean.shape[1])
@@ -426,17 +455,8 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: fl
         xa, ba = x[active], x_best[active]
         if draws is not None:
             cand = _proposal_each(draws, active, it, xa, ba, eps, norm, p)
-        elif norm == "Linf":
-            sign = _signs((n, c, 1, 1), gen)[active.cpu()].to(x)
-            s = _linf_side(p, n_features, c, h, w)
-            vh, vw = (int(v) for v in torch.randint(0, h - s + 1, (1,), generator=gen).tolist()
-                      + torch.randint(0, w - s + 1, (1,), generator=gen).tolist())
-            cand = _linf_step(xa, ba, eps, s, vh, vw, sign)
         else:
-            sign = _signs((n, c, 1, 1), gen)[active.cpu()].to(x)
-            s = _l2_side(p, n_features, c, h, w)
-            pos = [int(torch.randint(0, lim - s + 1, (1,), generator=gen)) for lim in (h, w, h, w)]
-            cand = _l2_step(xa, ba, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), _eta(s, gen).to(x), sign)
+            cand = _proposal_batch(gen, active, n, xa, ba, eps, norm, p)
         out = model(cand)
         queries += int(active.numel())
         nan_seen[active] |= torch.isnan(out).any(dim=1)

@@ -113,7 +113,7 @@ def test_the_bench_command_takes_auto_and_refuses_other_words(monkeypatch):
 
 
 def test_square_takes_several_attack_batches_at_once_on_a_gpu_with_the_same_outcomes(monkeypatch):
-    from mixzoo.attacks import evaluation
+    from mixzoo.attacks import base, evaluation
     from mixzoo.core.plugins import lookup
 
     square = evaluation._square_each(Rows(), {"n_queries": 5}, 0.05, "Linf", 0)
@@ -129,7 +129,7 @@ def test_square_takes_several_attack_batches_at_once_on_a_gpu_with_the_same_outc
                                           components=["square"])
     plain_model = Rows()
     plain = attack.run(plain_model, x, y, progress=False, index=torch.arange(6))
-    monkeypatch.setattr(evaluation, "forward_only_batches", lambda comp, device, per_example: 3)
+    monkeypatch.setattr(base, "forward_only_batches", lambda comp, device, per_example: 3)
     model = Rows()
     larger = attack.run(model, x, y, progress=False, index=torch.arange(6))
     assert torch.equal(plain.robust_correct, larger.robust_correct) and torch.equal(plain.adv_images,

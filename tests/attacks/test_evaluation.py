@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from mixzoo.attacks import AdaptiveAutoAttack, APGDEnsemble, AutoAttackEval, EvalResult, PGDAttack
+from mixzoo.attacks import AdaptiveAutoAttack, APGDEnsemble, AutoAttackEval, EvalResult, PGDAttack, adapters, suites
 from mixzoo.attacks import evaluation as ev
 from mixzoo.attacks.evaluation import AdaptiveStrong, Attack, Component, within_threat_model
 from mixzoo.core.errors import InputError, UnknownNameError
@@ -566,8 +566,8 @@ def apgd_calls(monkeypatch):
             return _FakeRecord(x, bad=kw.get("seed") == 666, zero=kw.get("seed") == 13)
         return fn
 
-    monkeypatch.setattr(ev, "apgd_ce", recorder("ce"))
-    monkeypatch.setattr(ev, "apgd_t", recorder("t"))
+    monkeypatch.setattr(adapters, "apgd_ce", recorder("ce"))
+    monkeypatch.setattr(adapters, "apgd_t", recorder("t"))
     return calls
 
 
@@ -802,7 +802,7 @@ def test_autoattack_standard_component_attacks_every_clean_correct_example_on_th
         return adv, y
 
     monkeypatch.setattr(aa.AutoAttack, "run_standard_evaluation", fake)
-    monkeypatch.setattr(ev, "extra_apgd", lambda *a, **k: [])  # only the component under test
+    monkeypatch.setattr(suites, "extra_apgd", lambda *a, **k: [])  # only the component under test
     model = TenClass()
     model.lin.weight.data.zero_()
     model.lin.weight.data[1, 0] = 100.0
@@ -831,7 +831,7 @@ def test_pgd_evaluation_passes_steps_step_size_random_start_and_seed(monkeypatch
         calls.append(dict(eps=eps, state=kw["generator"].get_state(), **kw))
         return x.clone()
 
-    monkeypatch.setattr(ev, "pgd", fake_pgd)
+    monkeypatch.setattr(suites, "pgd", fake_pgd)
     model = TenClass(pair=False)
     model.lin.bias.data[:] = torch.arange(10.0) * -10
     x, y = _images()

@@ -144,8 +144,8 @@ def test_each_target_run_starts_from_adaptives_draw_for_that_target(norm):
         seen.append(t.detach().clone())
         return model(t)
 
-    early_stop_apgd(recording, x, y, eps=0.1, norm=norm, n_iter=1, seed=3, targets=torch.tensor([[2], [3], [1]]),
-                    runs=runs, index=index)
+    early_stop_apgd(recording, x, y, eps=0.1, norm=norm, n_iter=1, seed=3,
+                    targets=(torch.tensor([[2], [3], [1]]), runs), index=index)
     start = seen[1]  # seen[0]: the clean record's pass
     for i, r in enumerate(runs[:, 0].tolist()):
         want = random_start(x[i:i + 1], 0.1, norm, draw=(3, f"apgd/dlr-targeted/run{r}", index[i:i + 1]))

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixzoo.attacks.apgd import apgd_run, clean_record, dlr_targeted_loss, effective_n_targets, target_classes
-from mixzoo.attacks.evaluation import Attack, Component, _select
+from mixzoo.attacks.base import Attack, Component, _select
 from mixzoo.core.errors import InputError
 
 ALPHA_COMPONENTS = ("apgd-ce-alpha", "apgd-t-alpha", "alpha-only")

@@ -56,7 +56,7 @@ from mixzoo.attacks.apgd import (
     effective_n_targets,
     target_classes,
 )
-from mixzoo.attacks.evaluation import Attack, Component, _select
+from mixzoo.attacks.base import Attack, Component, _select
 from mixzoo.attacks.margins import MarginRecord
 from mixzoo.attacks.result import EvalResult
 from mixzoo.core import rng

@@ -470,7 +470,7 @@ def test_the_extra_square_is_a_second_restart_not_a_replay(fitted, pair, monkeyp
     d = load_dataset("digits", "evaluation", n=16)
     index = torch.arange(16)
 
-    def square(seed: int) -> torch.Tensor:  # the extra's search (mixzoo.attacks.evaluation._square_each)
+    def square(seed: int) -> torch.Tensor:  # the extra's search (mixzoo.attacks.adapters._square_each)
         return min_margin_square(model, d.images, d.labels, eps=EPS, n_queries=8, p_init=0.8, seed=seed,
                                  layer_norm=False, progress=False, index=index, loss="logit").adv_images
 

@@ -1,0 +1,164 @@
+"""Components that wrap an attack routine: our APGD-CE / APGD-T (:func:`_ours`), the installed AutoAttack's
+components (:func:`_pyautoattack`, :func:`_standard_exact`) behind :class:`FiniteGuard`, and Square with per-example
+randomness (:func:`_square_each`). The evaluations of :mod:`mixzoo.attacks.suites` assemble them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from mixzoo.attacks.apgd import apgd_ce, apgd_t
+from mixzoo.attacks.base import Component
+from mixzoo.attacks.result import nan_error
+from mixzoo.attacks.square import min_margin_square
+from mixzoo.attacks.variants import with_gradient
+
+
+def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: str, seed: int,
+          n_targets: int) -> Component:
+    """Our APGD-CE / APGD-T as a component (AutoAttack's behaviour: only still-robust examples); given the examples'
+    indices, its random starts are drawn per example (:func:`mixzoo.attacks.apgd.apgd_ce`)."""
+    def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        common = dict(eps=eps, norm=norm, n_iter=int(opts["n_iter"]), n_restarts=int(opts["n_restarts"]),
+                      seed=seed, index=index, early_stop=True)
+        if kind == "apgd-ce":
+            rec = apgd_ce(forward, x, y, **common)
+        else:
+            rec = apgd_t(forward, x, y, n_target_classes=n_targets, stack=None, **common)
+        rec.check_finite()
+        comp.zero_grad.append(int(rec.zero_grad.sum()))
+        return rec.x
+
+    comp = Component(kind, fn, per_example=True)
+    return comp
+
+
+def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int,
+                  n_targets: int, gradient: str | None) -> Component:
+    """A component of the installed AutoAttack with the settings of its 'standard' version, on the model's gradient
+    variant ``gradient`` where it offers one."""
+    from mixzoo.core.compat import import_autoattack
+
+    aa = import_autoattack()
+    n_iter, n_restarts = int(opts["n_iter"]), int(opts["n_restarts"])
+    model = FiniteGuard(with_gradient(model, gradient), f"at points visited by {kind}")
+
+    def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        dev = x.device
+        if kind == "apgd-ce":
+            attack = aa.autopgd_base.APGDAttack(model, n_restarts=n_restarts, n_iter=n_iter, verbose=False, eps=eps,
+                                                norm=norm, eot_iter=1, rho=0.75, seed=seed, device=dev, loss="ce")
+        elif kind == "apgd-t":
+            attack = aa.autopgd_base.APGDAttack_targeted(model, n_restarts=n_restarts, n_iter=n_iter, verbose=False,
+                                                         eps=eps, norm=norm, eot_iter=1, rho=0.75, seed=seed,
+                                                         device=dev, n_target_classes=n_targets)
+        elif kind == "fab-t":
+            attack = aa.fab_pt.FABAttack_PT(model, n_restarts=1, n_iter=n_iter, eps=eps, seed=seed, norm=norm,
+                                            verbose=False, device=dev, targeted=True, n_target_classes=n_targets)
+        else:
+            attack = aa.square.SquareAttack(model, p_init=0.8, n_queries=int(opts["n_queries"]), eps=eps, norm=norm,
+                                            n_restarts=1, seed=seed, verbose=False, device=dev, resc_schedule=False)
+        model.reset()
+        with torch.no_grad():
+            adv = attack.perturb(x.clone(), y.clone())
+        model.finish()  # NaN outputs since the guard's last periodic check
+        return adv
+
+    # FAB-T with one restart draws no random number (see the module docstring): its run on an example is the same
+    # in any batch, so it counts as per-example; the index is not needed
+    return Component(kind, fn, gradient_based=kind != "square", per_example=kind == "fab-t")
+
+
+def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int) -> Component:
+    """Square on the model's output with every random draw per example (:func:`mixzoo.attacks.square.
+    min_margin_square` with ``loss="logit"``, AutoAttack's margin loss, ``p_init`` 0.8, ``n_queries`` of the
+    options), replacing AutoAttack's batch-seeded Square when the examples' indices are known."""
+    def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+        return min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=int(opts["n_queries"]), p_init=0.8,
+                                 seed=seed, layer_norm=False, batch_size=len(x), progress=False, index=index,
+                                 loss="logit").adv_images
+
+    return Component("square", fn, gradient_based=False, per_example=True, forward_only=True)
+
+
+class FiniteGuard(nn.Module):
+    """``model`` that raises :func:`nan_error` soon after its first NaN output, so that an attack we do not control
+    (the installed AutoAttack's components) stops within a few steps of the first bad one instead of running its
+    whole budget.
+
+    On a GPU the check stays on the device: the largest number of NaN rows in one output is kept there and read
+    (one host synchronisation) every :attr:`CHECK_EVERY` calls and by :meth:`finish`, which the caller runs when the
+    attack returns; on the CPU, where reading it costs nothing, after every call. Outcomes do not depend on when
+    the check runs: it only decides whether the run is refused."""
+
+    CHECK_EVERY = 32
+    EAGER_ON_CPU = True  # on the CPU a read costs nothing: check after every call
+
+    def __init__(self, model: nn.Module, where: str):
+        super().__init__()
+        self.model, self.where = model, where
+        self._nan: torch.Tensor | None = None
+        self._calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.model(x)
+        if isinstance(out, torch.Tensor):
+            rows = torch.isnan(out.detach()).flatten(1).any(dim=1).sum()
+            self._nan = rows if self._nan is None else torch.maximum(self._nan, rows)
+            self._calls += 1
+            # on the CPU reading the flag costs nothing: check every call; on a GPU every CHECK_EVERY calls
+            if (self.EAGER_ON_CPU and out.device.type == "cpu") or self._calls % self.CHECK_EVERY == 0:
+                self._check()
+        return out
+
+    def _check(self) -> None:
+        if self._nan is not None and bool(self._nan > 0):
+            count = int(self._nan)
+            self.reset()
+            raise nan_error(count, self.where)
+
+    def reset(self) -> None:
+        """Forget the outputs seen so far (a new attack run)."""
+        self._nan, self._calls = None, 0
+
+    def finish(self) -> None:
+        """Raise :func:`nan_error` if an output since the last reset had NaN rows; then reset."""
+        try:
+            self._check()
+        finally:
+            self.reset()
+
+
+def _standard_exact(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int,
+                    n_targets: int) -> Component:
+    """``autoattack-standard``: the installed AutoAttack's whole standard evaluation (APGD-CE, APGD-T, FAB-T,
+    Square, chained as AutoAttack chains them) on the model's exact output, run afresh on every clean-correct
+    example of the batch (``scope="clean"``) with the evaluation's seed: what a user who runs
+    ``AutoAttack(model, version="standard", seed=seed).run_standard_evaluation`` on the same batch finds, example
+    by example. The options (``n_iter``, ``n_restarts``, ``n_target_classes``, ``n_queries``) are the standard
+    version's by default."""
+    from mixzoo.core.compat import import_autoattack
+
+    aa = import_autoattack()
+    model = with_gradient(model, "exact")
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        attack = aa.AutoAttack(model, norm=norm, eps=eps, seed=seed, version="standard", device=x.device)
+        attack.verbose = False
+        n_iter, n_restarts = int(opts["n_iter"]), int(opts["n_restarts"])
+        for part in (attack.apgd, attack.apgd_targeted, attack.fab):
+            part.n_iter, part.n_restarts = n_iter, n_restarts
+        attack.apgd_targeted.n_target_classes = attack.fab.n_target_classes = n_targets
+        attack.fab.n_restarts = 1  # AutoAttack runs FAB-T with one restart whatever it was given
+        attack.square.n_queries = int(opts["n_queries"])
+        if not n_targets:
+            attack.attacks_to_run = [k for k in attack.attacks_to_run if k not in ("apgd-t", "fab-t")]
+        with torch.no_grad():
+            adv, _ = attack.run_standard_evaluation(x.clone(), y.clone(), batch_size=len(x))
+        return adv
+
+    return Component("autoattack-standard", fn, scope="clean")
+
