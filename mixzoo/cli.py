@@ -15,7 +15,6 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from mixzoo.core.checks import NOT_JSON, option_value
 from mixzoo.core.commands import (
     AllowUnsafe,
     AsJson,
@@ -143,21 +142,11 @@ AttackOptions = Annotated[list[str] | None, typer.Option(
 
 
 def parse_attack_options(values: list[str] | None) -> dict[str, Any] | None:
-    """``["n_iter=200", "components=apgd-ce,apgd-t"]`` -> ``{"n_iter": 200, "components": ["apgd-ce", "apgd-t"]}``:
-    JSON values where they parse (numbers, true/false, null), comma-separated text as a list, else the text."""
-    if not values:
-        return None
-    options: dict[str, Any] = {}
-    for item in values:
-        key, sep, text = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key.isidentifier():
-            raise MixzooError(f"--attack-option {item!r} is not KEY=VALUE; write e.g. -O n_iter=200")
-        value: Any = option_value(text, f"--attack-option {key}")
-        if value is NOT_JSON:
-            value = [v.strip() for v in text.split(",")] if "," in text else text.strip()
-        options[key] = value
-    return options
+    """``["n_iter=200", "components=apgd-ce,apgd-t"]`` -> ``{"n_iter": 200, "components": ["apgd-ce", "apgd-t"]}``,
+    read by mixzoo's one ``KEY=VALUE`` parser (:func:`mixzoo.core.options.parse_pairs`)."""
+    from mixzoo.core.options import parse_pairs
+
+    return parse_pairs(values, "--attack-option") if values else None
 
 
 @app.command("list")
@@ -381,11 +370,11 @@ def mix(
 def _print_method_options(chosen: Any) -> None:
     """``mix --show-options``: the method's options as a table (option, type, default, meaning)."""
     table = Table(title=f"options of mixing method {chosen.name} (--KEY VALUE or -O KEY=VALUE)")
-    for col in ("option", "type", "default", "meaning"):
+    for col in ("option", "type", "default", "range", "meaning"):
         table.add_column(col, no_wrap=col == "option", overflow="fold")
     for key, spec in sorted(chosen.option_specs().items()):
         table.add_row(*(Text(cell) for cell in (f"--{key.replace('_', '-')}", spec.type_name, spec.default_text,
-                                                spec.help)))
+                                                spec.range_text, spec.help)))
     out_console.print(table)
 
 

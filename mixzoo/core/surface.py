@@ -34,6 +34,8 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...] | None] = {
     "mixzoo.core.errors": ("InputError", "MissingFileError", "MixzooError", "PluginError", "PluginWarning",
                            "UnknownNameError"),
     "mixzoo.core.registry": ("ModelSpec", "get_spec", "list_models"),
+    # the one option spec (methods' options) and KEY=VALUE parser
+    "mixzoo.core.options": None,
     # the mix card schema (card files) and the bench report schema (report.json)
     "mixzoo.core.card": ("SCHEMA_VERSION", "MixCard", "provenance"),
     "mixzoo.evaluation.bench": ("ModelResult", "Report"),

@@ -11,6 +11,7 @@ from typing import Any
 from torch import nn
 
 from mixzoo.core import distributed
+from mixzoo.core.options import OptionSpec
 from mixzoo.methods.base import (
     ExtraAttack,
     FitRequest,
@@ -78,5 +79,5 @@ def plan_fit(method: str | None = None, abc: str | nn.Module | None = None, rbc:
     return plan
 
 
-__all__ = ["ExtraAttack", "FitRequest", "FitResult", "MethodOption", "MixingMethod", "baseline_method",
+__all__ = ["ExtraAttack", "FitRequest", "FitResult", "MethodOption", "MixingMethod", "OptionSpec", "baseline_method",
            "default_method", "fit", "get_method", "plan_fit"]

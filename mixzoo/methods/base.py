@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
+from mixzoo.core.options import OptionSpec, fill_options
+from mixzoo.core.options import parse_value as _parse_value
 
 if TYPE_CHECKING:
     from torch import nn
@@ -94,34 +95,11 @@ def square_extra(n_queries: int, why: str = "gradient-free: breaks what masked g
 
 
 # ------------------------------------------------------------------------------------------------ options
-_TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", list: "a list"}
-
-
 @dataclass(frozen=True)
-class MethodOption:
-    """One fit option of a method: ``mixzoo mix -O KEY=VALUE`` (or ``--KEY VALUE``) and ``fit(options={KEY: ...})``.
-
-    ``type`` is ``int``, ``float``, ``bool``, ``str``, ``list`` (a comma-separated list on the command line), a
-    function ``value -> converted value`` raising ``ValueError`` with the reason, or ``None`` (any value, as parsed).
-    ``default`` is documentation (the method applies it when the key is absent): ``None`` means "see help".
-    """
-
-    help: str
-    type: type | Callable[[Any], Any] | None = None
-    default: Any = None
-    metavar: str | None = None
-
-    @property
-    def type_name(self) -> str:
-        """How help texts and errors name the type: ``metavar`` if given, else the type's name (``value`` for a
-        private converter function)."""
-        if self.metavar:
-            return self.metavar
-        if self.type is None:
-            return "any"
-        name = {int: "int", float: "float", bool: "bool", str: "text", list: "list"}.get(
-            self.type, getattr(self.type, "__name__", "value"))
-        return "value" if name.startswith("_") else name
+class MethodOption(OptionSpec):
+    """A fit option whose ``default`` is documentation only (the method applies it when the key is absent).
+    Deprecated: declare :class:`mixzoo.core.options.OptionSpec`, whose default :meth:`MixingMethod.check_options`
+    fills in, so ``fit`` reads the filled value."""
 
     @property
     def default_text(self) -> str:
@@ -134,62 +112,13 @@ class MethodOption:
 
     def convert(self, key: str, value: Any, method: str) -> Any:
         """``value`` as this option's type; a one-line :class:`InputError` naming the option and its type."""
-        t = self.type
-        if t is None or value is None:
-            return value
-        try:
-            return _convert(t, value)
-        except (TypeError, ValueError) as exc:
-            flag = f"option {key} (--{key.replace('_', '-')}) of mixing method {method!r}"
-            if t in _TYPE_NAMES:
-                raise InputError(f"{flag} must be {_TYPE_NAMES[t]}, got {value!r}; {key}: {self.help}") from None
-            raise InputError(f"{flag}: {exc}" if str(exc) else f"{flag} is not valid, got {value!r}") from None
-
-
-def _convert(t: Any, value: Any) -> Any:
-    if t is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ValueError("not a boolean")
-    if t is int:
-        if isinstance(value, bool):
-            raise ValueError("a boolean")
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return int(value) if isinstance(value, int | str) else _fail()
-    if t is float:
-        if isinstance(value, bool):
-            raise ValueError("a boolean")
-        out = float(value) if isinstance(value, int | float | str) else _fail()
-        if not math.isfinite(out):
-            raise ValueError("not finite")
-        return out
-    if t is str:
-        return value if isinstance(value, str) else _fail()
-    if t is list:
-        if isinstance(value, list | tuple):
-            return list(value)
-        if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
-        return [value]
-    return t(value)
-
-
-def _fail() -> Any:
-    raise TypeError("wrong type")
+        owner = method if method.startswith("mixing method ") else f"mixing method {method!r}"
+        return OptionSpec.convert(self, key, value, owner)
 
 
 def parse_value(text: str) -> Any:
-    """A command-line value: JSON where it parses (numbers, true/false, null), comma-separated text as a list, else
-    the text. Options declared with a type convert it further (:meth:`MethodOption.convert`)."""
-    from mixzoo.core.checks import NOT_JSON, option_value
-
-    value = option_value(text, "option value")
-    if value is NOT_JSON:
-        return [v for v in text.split(",")] if "," in text else text
-    return value
+    """A command-line value, read by mixzoo's one parser (:func:`mixzoo.core.options.parse_value`)."""
+    return _parse_value(text)
 
 
 @dataclass
@@ -251,7 +180,7 @@ class MixingMethod:
     fit_cost: str = ""  # one line: what fitting costs (training-free calibration, training, ...)
     # fit options (``mixzoo mix -O key=value`` / ``--key value``): name -> MethodOption (a plain string is its help,
     # of any type); default: none
-    options: dict[str, MethodOption | str] = {}
+    options: dict[str, OptionSpec | str] = {}
     default: bool = False  # fitted by ``mixzoo mix`` when no --method is given (one method at most)
     baseline: bool = False  # the bench's matched row (one method at most): implements match() and card_at()
     certificate: str | None = None  # why no certified radius exists, when none does (``mixzoo certify``)
@@ -333,20 +262,19 @@ class MixingMethod:
         estimated."""
         return [("fit", f"{self.title or self.name} on the calibration split", None)]
 
-    def option_specs(self) -> dict[str, MethodOption]:
-        """:attr:`options` with every entry as a :class:`MethodOption`."""
-        return {k: v if isinstance(v, MethodOption) else MethodOption(str(v)) for k, v in self.options.items()}
+    def option_specs(self) -> dict[str, OptionSpec]:
+        """:attr:`options` with every entry as an :class:`~mixzoo.core.options.OptionSpec` (a plain string as a
+        :class:`MethodOption` of that help)."""
+        return {k: v if isinstance(v, OptionSpec) else MethodOption(str(v)) for k, v in self.options.items()}
 
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The options converted to their declared types; refuses, before any work, an option this method does not
-        declare or a value of the wrong type (one line naming the option and its type)."""
+        """The options converted to their declared types and ranges, with the default of every absent
+        :class:`~mixzoo.core.options.OptionSpec` filled in (a :class:`MethodOption`'s default is documentation and
+        is not); refuses, before any work, an option this method does not declare or a bad value (one line naming
+        the option and the fix)."""
         specs = self.option_specs()
-        unknown = sorted(set(options) - set(specs))
-        if unknown:
-            known = ", ".join(sorted(specs)) or "none"
-            raise InputError(f"mixing method {self.name!r} takes no option {unknown[0]!r} (its options: {known});"
-                             " see `mixzoo plugins`")
-        return {k: specs[k].convert(k, v, self.name) for k, v in options.items()}
+        filled = fill_options(specs, options, f"mixing method {self.name!r}")
+        return {k: v for k, v in filled.items() if k in options or not isinstance(specs[k], MethodOption)}
 
     def options_from_args(self, args: list[str]) -> dict[str, Any]:
         """Options from command-line words ``--key VALUE``, ``--key=VALUE``, ``--flag`` / ``--no-flag`` (bool

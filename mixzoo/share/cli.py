@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 import typer
 
-from mixzoo.core.checks import option_value
 from mixzoo.core.commands import examples
 from mixzoo.core.errors import InputError
 
@@ -92,14 +91,15 @@ def export_cmd(
 
 
 def _fields(values: list[str] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in values or []:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"--set {item!r} is not KEY=VALUE; write e.g. --set venue='ICML 2024'")
-        value: Any = option_value(text, f"--set {key.strip()}")
-        out[key.strip()] = value if isinstance(value, bool | str) else text
-    return out
+    from mixzoo.core.options import parse_pairs
+
+    out = parse_pairs(values or [], "--set")
+    return {k: v if isinstance(v, bool | str) else _raw_text(values or [], k) for k, v in out.items()}
+
+
+def _raw_text(values: list[str], key: str) -> str:
+    """The raw text after ``KEY=`` in ``values`` (a card field keeps numbers and lists as written)."""
+    return next(t for k, _, t in (v.partition("=") for v in values) if k.strip().replace("-", "_") == key)
 
 
 @examples('mixzoo report bench/ --format robustbench --out model_info/',

@@ -20,7 +20,7 @@ from mixzoo.cli import app
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
 from mixzoo.core.plugins import mixing_methods
-from mixzoo.methods import MethodOption, MixingMethod
+from mixzoo.methods import MixingMethod, OptionSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTSIDE = [p for p in sorted((ROOT / "mixzoo").rglob("*.py")) if "methods" not in p.relative_to(ROOT).parts] + \
@@ -83,7 +83,7 @@ def test_builtin_methods_subclass_the_contract_and_type_their_options():
         assert isinstance(method, MixingMethod), name
         specs = method.option_specs()
         assert "command" not in specs, name  # the command line is FitRequest.command, not an option
-        assert all(isinstance(s, MethodOption) and s.help for s in specs.values()), name
+        assert all(isinstance(s, OptionSpec) and s.help for s in specs.values()), name
 
 
 def test_mixednuts_variants_keep_the_values_and_change_the_gradient():

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
+from mixzoo.core.options import OptionSpec
 from mixzoo.methods.base import (
     ExtraAttack,
     FitRequest,
@@ -57,7 +58,7 @@ class AdaptiveSmoothing(MixingMethod):
         "n_train": MethodOption(
             "train-split images used (default: all; the last n_val of them are held out for validation)",
             int),
-        "n_val": MethodOption("train-split images held out for the per-epoch validation (default 200)", int),
+        "n_val": OptionSpec("train-split images held out for the per-epoch validation", int, 200, low=0),
         "batch_size": MethodOption("clean images per batch (default 128; the attacked copies are added)", int),
         "lr": MethodOption("AdamW learning rate (default 1e-4)", float),
         "weight_decay": MethodOption("AdamW weight decay (default 1e-5)", float),
@@ -74,10 +75,9 @@ class AdaptiveSmoothing(MixingMethod):
             "evaluation-time lower bound of alpha (App. D.1; default 0), or 'search': the smallest of a grid"
             " whose robust accuracy on the calibration split (--n-calib images, APGD and setting D) is within"
             " robust_drop points of the RBC's"),
-        "robust_drop": MethodOption(
-            "points of robust accuracy alpha_min=search may give up against the RBC (default 1.5)",
-            float),
-        "alpha_max": MethodOption("evaluation-time upper bound of alpha (App. D.1; default 1)", float),
+        "robust_drop": OptionSpec(
+            "points of robust accuracy alpha_min=search may give up against the RBC", float, 1.5, low=0, high=100),
+        "alpha_max": OptionSpec("evaluation-time upper bound of alpha (App. D.1)", float, 1.0),
         "width": MethodOption("channels of the mixing network (default 32)", int),
         "blocks": MethodOption("residual blocks after the join (default 2)", int),
         "steps": MethodOption("attack steps per batch, drawn uniformly from LO,HI (default 5,15)"),
@@ -87,13 +87,12 @@ class AdaptiveSmoothing(MixingMethod):
             "the alpha-lowering attack term's weight is drawn from U(0, this) (default 0.5)",
             float),
         "n_target_classes": MethodOption("APGD-T targets in setting C (default 1)", int),
-        "resume": MethodOption("resume from the checkpoint next to the card (default true)", bool),
-        "checkpoint_every": MethodOption(
-            "batches between mid-epoch checkpoints (default 50; 0 = after each epoch only)",
-            int),
-        "eval_n_iter": MethodOption("iterations of the extra attacks the card declares (default 100)", int),
-        "eval_n_queries": MethodOption("queries of the extra Square attack (default 5000)", int),
-        "eval_n_target_classes": MethodOption("APGD-T targets of the extra attacks (default 9, AutoAttack's)", int),
+        "resume": OptionSpec("resume from the checkpoint next to the card", bool, True),
+        "checkpoint_every": OptionSpec(
+            "batches between mid-epoch checkpoints (0 = after each epoch only)", int, 50, low=0),
+        "eval_n_iter": OptionSpec("iterations of the extra attacks the card declares", int, 100, low=1),
+        "eval_n_queries": OptionSpec("queries of the extra Square attack", int, 5000, low=1),
+        "eval_n_target_classes": OptionSpec("APGD-T targets of the extra attacks (AutoAttack's)", int, 9, low=0),
     }
 
     # ------------------------------------------------------------------------------------------------ card
@@ -179,7 +178,7 @@ class AdaptiveSmoothing(MixingMethod):
         from mixzoo.zoo.data import load_dataset
         from mixzoo.zoo.pairs import prepare_pair
 
-        opts = dict(request.options)
+        opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
         world = distributed.world()
         # under torchrun only rank 0 is handed out=; every rank trains (each on its shard of every batch) and needs the
         # checkpoint's path to resume from it, but only rank 0 writes
@@ -199,18 +198,17 @@ class AdaptiveSmoothing(MixingMethod):
         if isinstance(opts.get("alpha_min"), str) and not search:
             raise InputError(f"option alpha_min of adaptive-smoothing must be a number or 'search', got"
                              f" {opts['alpha_min']!r}")
-        alpha_min, alpha_max = check_bounds(0.0 if search else _float_option(opts, "alpha_min", 0.0),
-                                            _float_option(opts, "alpha_max", 1.0), "options alpha_min, alpha_max")
-        robust_drop = _float_option(opts, "robust_drop", 1.5)
-        if not 0 <= robust_drop <= 100:
-            raise InputError(f"option robust_drop of adaptive-smoothing must be in [0, 100] points, got {robust_drop}")
-        n_val = _int_option(opts, "n_val", 200, low=0)
-        n_train = opts.get("n_train")
-        n_train = None if n_train is None else _int_option(opts, "n_train", 0, low=n_val + 1)
-        eval_n_iter = _int_option(opts, "eval_n_iter", 100, low=1)
-        eval_n_queries = _int_option(opts, "eval_n_queries", 5000, low=1)
-        eval_targets = _int_option(opts, "eval_n_target_classes", 9, low=0)
-        checkpoint_every = _int_option(opts, "checkpoint_every", 50, low=0)
+        alpha_min = opts.get("alpha_min", 0.0)
+        if isinstance(alpha_min, bool) or not (search or isinstance(alpha_min, int | float)):
+            raise InputError(f"option alpha_min of adaptive-smoothing must be a number, got {alpha_min!r}")
+        alpha_min, alpha_max = check_bounds(0.0 if search else float(alpha_min),
+                                            opts["alpha_max"], "options alpha_min, alpha_max")
+        robust_drop, n_val, n_train = opts["robust_drop"], opts["n_val"], opts.get("n_train")
+        if n_train is not None and n_train < n_val + 1:
+            raise InputError(f"option n_train of adaptive-smoothing must be an integer >= {n_val + 1} (n_val + 1),"
+                             f" got {n_train!r}")
+        eval_n_iter, eval_n_queries = opts["eval_n_iter"], opts["eval_n_queries"]
+        eval_targets, checkpoint_every = opts["eval_n_target_classes"], opts["checkpoint_every"]
         pair = prepare_pair(request)
         taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
         cfg.eps, cfg.norm = pair.eps, pair.norm
@@ -293,20 +291,6 @@ class AdaptiveSmoothing(MixingMethod):
             request=EvalRequest(RunRecord(eps=pair.eps, norm=pair.norm, seed=request.seed,
                                           batch_size=request.batch_size or 250), pair.cache,
                                 progress=request.progress))
-
-
-def _float_option(opts: dict[str, Any], key: str, default: float) -> float:
-    v = opts.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise InputError(f"option {key} of adaptive-smoothing must be a number, got {v!r}")
-    return float(v)
-
-
-def _int_option(opts: dict[str, Any], key: str, default: int, low: int) -> int:
-    v = opts.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise InputError(f"option {key} of adaptive-smoothing must be an integer >= {low}, got {v!r}")
-    return v
 
 
 def check_network_fields(params: dict[str, Any], source: str, sec: str) -> None:

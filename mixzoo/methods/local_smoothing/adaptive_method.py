@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
+from mixzoo.core.options import OptionSpec
 from mixzoo.methods.base import (
     ExtraAttack,
     FitRequest,
@@ -44,15 +45,6 @@ _CONFIG_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "ema", "clean_weig
                 "c2", "c3", "alpha_ts", "r", "space", "accelerated", "eps_c", "width", "blocks")
 
 
-def _int_option(opts: dict[str, Any], key: str, default: int, low: int) -> int:
-    v = opts.get(key, default)
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise InputError(f"option {key} of {SECTION} must be an integer >= {low}, got {v!r}")
-    return v
-
-
 class LocalSmoothingAdaptive(MixingMethod):
     """Bai et al. (local smoothing), Eq. 7: ``(g_i + exp(beta_theta(x)) R_i h_i) / (1 + exp(beta_theta(x)) R_i)``,
     beta_theta a policy network on both base models' features trained with Eq. 9 around the measured crossover
@@ -72,9 +64,9 @@ class LocalSmoothingAdaptive(MixingMethod):
             "log alpha_0, Eq. 9's threshold, given (default: measured, the crossover of Bai et al. (local smoothing),"
             " Fig. 4)",
             float),
-        "n_crossover": MethodOption("calibration images of the crossover sweep (default 200; at most --n-calib)", int),
-        "crossover_steps": MethodOption("PGD steps of the crossover sweep (default 10, as Bai et al. (local"
-                                        " smoothing)'s PGD-10)", int),
+        "n_crossover": OptionSpec("calibration images of the crossover sweep (at most --n-calib)", int, 200, low=1),
+        "crossover_steps": OptionSpec("PGD steps of the crossover sweep (as Bai et al. (local smoothing)'s PGD-10)",
+                                      int, 10, low=1),
         "crossover_alpha_ts": MethodOption("attack-time alphas of the sweep (default: alpha_ts)"),
         "alpha_ts": MethodOption(
             "attack-time alphas of the training attacks (default Bai et al. (local smoothing), Sec. 6.3's"
@@ -94,7 +86,7 @@ class LocalSmoothingAdaptive(MixingMethod):
         "n_train": MethodOption(
             "train-split images used (default: all; the last n_val of them are held out for validation)",
             int),
-        "n_val": MethodOption("train-split images held out for the per-epoch validation (default 200)", int),
+        "n_val": OptionSpec("train-split images held out for the per-epoch validation", int, 200, low=0),
         "batch_size": MethodOption("clean images per batch (default 128; two attacked copies are added)", int),
         "lr": MethodOption("AdamW learning rate (default 1e-4; Bai et al. (local smoothing) uses Adam)", float),
         "weight_decay": MethodOption("AdamW weight decay (1e-5)", float),
@@ -105,15 +97,13 @@ class LocalSmoothingAdaptive(MixingMethod):
         "eps_factor": MethodOption("attack radius factor drawn from LO,HI per example (default 1,1: the full radius)"),
         "width": MethodOption("channels of the policy network (default 32)", int),
         "blocks": MethodOption("residual blocks (default 2)", int),
-        "resume": MethodOption("resume from the checkpoint next to the card (default true)", bool),
-        "checkpoint_every": MethodOption(
-            "batches between mid-epoch checkpoints (default 50; 0 = after each epoch only)",
-            int),
-        "eval_n_iter": MethodOption("iterations of the extra APGD attacks (default 100)", int),
-        "eval_n_queries": MethodOption("queries of the extra Square attack (default 5000)", int),
-        "eval_n_target_classes": MethodOption(
-            "APGD-T targets of the extra attacks (default 3: each step costs a Jacobian)",
-            int),
+        "resume": OptionSpec("resume from the checkpoint next to the card", bool, True),
+        "checkpoint_every": OptionSpec(
+            "batches between mid-epoch checkpoints (0 = after each epoch only)", int, 50, low=0),
+        "eval_n_iter": OptionSpec("iterations of the extra APGD attacks", int, 100, low=1),
+        "eval_n_queries": OptionSpec("queries of the extra Square attack", int, 5000, low=1),
+        "eval_n_target_classes": OptionSpec(
+            "APGD-T targets of the extra attacks (3: each step costs a Jacobian)", int, 3, low=0),
     }
 
     # ------------------------------------------------------------------------------------------------ card
@@ -238,7 +228,7 @@ class LocalSmoothingAdaptive(MixingMethod):
         from mixzoo.zoo.data import load_dataset
         from mixzoo.zoo.pairs import prepare_pair
 
-        opts = dict(request.options)
+        opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
         world = distributed.world()
         # under torchrun only rank 0 is handed out=; every rank trains its shards and resumes from the checkpoint
         given = distributed.gather(None if request.out is None else str(request.out))[0]
@@ -251,14 +241,12 @@ class LocalSmoothingAdaptive(MixingMethod):
         given_beta0 = "beta0" in opts
         sweep = check_alpha_ts(opts["crossover_alpha_ts"], "crossover_alpha_ts") \
             if "crossover_alpha_ts" in opts else list(cfg.alpha_ts)
-        n_cross = _int_option(opts, "n_crossover", 200, low=1)
-        cross_steps = _int_option(opts, "crossover_steps", 10, low=1)
-        checkpoint_every = _int_option(opts, "checkpoint_every", 50, low=0)
-        n_val = _int_option(opts, "n_val", 200, low=0)
-        n_train = None if opts.get("n_train") is None else _int_option(opts, "n_train", 0, low=n_val + 1)
-        evals = {k: _int_option(opts, k, d, low=lo) for k, d, lo in (("eval_n_iter", 100, 1),
-                                                                     ("eval_n_queries", 5000, 1),
-                                                                     ("eval_n_target_classes", 3, 0))}
+        n_cross, cross_steps = opts["n_crossover"], opts["crossover_steps"]
+        checkpoint_every, n_val, n_train = opts["checkpoint_every"], opts["n_val"], opts.get("n_train")
+        if n_train is not None and n_train < n_val + 1:
+            raise InputError(f"option n_train of {SECTION} must be an integer >= {n_val + 1} (n_val + 1), got"
+                             f" {n_train!r}")
+        evals = {k: opts[k] for k in ("eval_n_iter", "eval_n_queries", "eval_n_target_classes")}
         pair = prepare_pair(request)
         if pair.norm not in DUAL_ORDER:
             raise InputError(f"--norm must be one of {', '.join(DUAL_ORDER)} for {self.name}, got {pair.norm!r}")

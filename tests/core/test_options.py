@@ -1,0 +1,150 @@
+"""mixzoo.core.options: the one option spec (fills defaults, checks types and ranges) and the one KEY=VALUE parser,
+used by methods, ``mixzoo mix``/``bench`` -O and ``mixzoo share --set``."""
+
+from __future__ import annotations
+
+import string
+import warnings
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mixzoo.core.errors import InputError
+from mixzoo.core.options import OptionSpec, fill_options, parse_pairs, parse_value
+
+SPECS = {"n_iter": OptionSpec("APGD iterations", int, 100, low=1),
+         "rate": OptionSpec("a rate", float, 0.5, low=0, high=1),
+         "kind": OptionSpec("which kind", str, "a", choices=("a", "b")),
+         "given": OptionSpec("no default", int)}
+
+
+def test_fill_options_fills_defaults_and_converts() -> None:
+    assert fill_options(SPECS, {}, "attack 'x'") == {"n_iter": 100, "rate": 0.5, "kind": "a"}
+    assert fill_options(SPECS, {"n_iter": "7", "given": 3}, "attack 'x'")["n_iter"] == 7
+
+
+@pytest.mark.parametrize(("raw", "words"), [
+    ({"n_iter": 0}, ["n_iter", ">= 1", "got 0"]),
+    ({"rate": 2}, ["rate", "[0, 1]"]),
+    ({"kind": "c"}, ["kind", "one of a | b"]),
+    ({"n_iter": 2 ** 63}, ["n_iter", "64-bit"]),
+    ({"n_iter": "many"}, ["n_iter", "an integer"]),
+    ({"nope": 1}, ["takes no option 'nope'", "given, kind, n_iter, rate"]),
+])
+def test_fill_options_refuses_in_one_line(raw: dict, words: list[str]) -> None:
+    with pytest.raises(InputError) as exc:
+        fill_options(SPECS, raw, "attack 'x'")
+    assert "\n" not in str(exc.value)
+    for word in words:
+        assert word in str(exc.value)
+
+
+def test_show_options_text() -> None:
+    assert (SPECS["rate"].range_text, SPECS["n_iter"].range_text, SPECS["kind"].range_text) == (
+        "[0, 1]", ">= 1", "a | b")
+    assert SPECS["n_iter"].default_text == "100" and SPECS["given"].default_text == ""
+
+
+def test_parser_rules() -> None:
+    assert parse_pairs(["components=a, b", "n-iter=200", 'name="a, b"', "empty=", "flag=true"]) == {
+        "components": ["a", "b"], "n_iter": 200, "name": "a, b", "empty": "", "flag": True}
+    assert parse_value(" a ,, b ") == ["a", "b"]
+    for bad in (["x"], ["=1"], ["a b=1"], ["k=1", "k=2"]):
+        with pytest.raises(InputError):
+            parse_pairs(bad)
+
+
+_keys = st.text(string.ascii_lowercase + "_", min_size=1, max_size=8).filter(str.isidentifier)
+_items = st.text(string.ascii_letters + string.digits + " ", min_size=0, max_size=6)
+
+
+@given(st.dictionaries(_keys, st.lists(_items, min_size=2, max_size=4), min_size=1, max_size=4))
+def test_parser_comma_lists_round_trip(values: dict[str, list[str]]) -> None:
+    """Text with a comma (not JSON) is the list of its stripped, non-empty items, whatever the spacing."""
+    got = parse_pairs([f"{k}={', '.join(v)}" for k, v in values.items()])
+    for key, items in values.items():
+        want = [i.strip() for i in items if i.strip()]
+        text = ", ".join(items)
+        if text.strip().lstrip("-").replace(".", "", 1).isdigit():
+            continue
+        assert got[key] == want
+
+
+@given(st.integers(min_value=-(2 ** 63), max_value=2 ** 63 - 1))
+def test_parser_integers(n: int) -> None:
+    assert parse_pairs([f"n={n}"]) == {"n": n}
+
+
+def test_cli_and_share_and_methods_use_the_one_parser() -> None:
+    from mixzoo.cli import parse_attack_options
+    from mixzoo.methods import get_method
+    from mixzoo.share.cli import _fields
+
+    assert parse_attack_options(["components=apgd-ce, apgd-t"]) == {"components": ["apgd-ce", "apgd-t"]}
+    with pytest.raises(InputError, match="given twice"):
+        parse_attack_options(["n_iter=1", "n_iter=2"])
+    with pytest.raises(InputError, match="given twice"):
+        _fields(["venue=a", "venue=b"])
+    assert _fields(["venue=ICML 2024", "year=2024"]) == {"venue": "ICML 2024", "year": "2024"}
+    assert get_method("linear").options_from_args(["--x", "a, b"]) == {"x": ["a", "b"]}
+
+
+def test_method_option_is_kept_and_is_an_option_spec() -> None:
+    from mixzoo.methods import MethodOption
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt = MethodOption("iterations (default 5)", int)
+    assert isinstance(opt, OptionSpec) and opt.default_text == "5"
+    with pytest.raises(InputError, match="of mixing method 'm' must be an integer"):
+        opt.convert("k", "x", "m")
+
+
+# what each method's fit used when the option was absent, before the spec filled it (read from the old fit code)
+_OLD_FIT_DEFAULTS = {
+    "adaptive-smoothing": {"n_val": 200, "eval_n_iter": 100, "eval_n_queries": 5000, "eval_n_target_classes": 9,
+                           "checkpoint_every": 50, "alpha_max": 1.0, "robust_drop": 1.5, "resume": True},
+    "local-smoothing-adaptive": {"n_crossover": 200, "crossover_steps": 10, "checkpoint_every": 50, "n_val": 200,
+                                 "eval_n_iter": 100, "eval_n_queries": 5000, "eval_n_target_classes": 3,
+                                 "resume": True},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OLD_FIT_DEFAULTS))
+def test_filled_method_defaults_equal_the_old_fit_defaults(name: str) -> None:
+    from mixzoo.methods import get_method
+
+    filled = get_method(name).check_options({})
+    assert filled == _OLD_FIT_DEFAULTS[name]
+    assert all(type(filled[k]) is type(v) for k, v in _OLD_FIT_DEFAULTS[name].items())
+
+
+@pytest.mark.parametrize(("name", "raw", "words"), [
+    ("adaptive-smoothing", {"n_val": -1}, ["n_val", ">= 0"]),
+    ("adaptive-smoothing", {"robust_drop": 101}, ["robust_drop", "[0, 100]"]),
+    ("local-smoothing-adaptive", {"n_crossover": 0}, ["n_crossover", ">= 1"]),
+    ("local-smoothing-adaptive", {"eval_n_iter": 2 ** 64}, ["eval_n_iter", "64-bit"]),
+])
+def test_method_ranges_refused_before_any_work(name: str, raw: dict, words: list[str]) -> None:
+    from mixzoo.methods import get_method
+
+    with pytest.raises(InputError) as exc:
+        get_method(name).check_options(raw)
+    for word in words:
+        assert word in str(exc.value)
+
+
+def test_show_options_renders_type_default_and_range_from_the_spec() -> None:
+    from typer.testing import CliRunner
+
+    from mixzoo.cli import app
+
+    result = CliRunner().invoke(app, ["mix", "--method", "adaptive-smoothing", "--show-options"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:5]]
+            for line in result.output.splitlines() if line.startswith("│ --")}
+    assert rows["--n-val"] == ["int", "200", ">= 0"]
+    assert rows["--robust-drop"] == ["float", "1.5", "[0, 100]"]
+    assert rows["--eval-n-queries"] == ["int", "5000", ">= 1"]
