@@ -25,45 +25,23 @@ MAX_LINES = 80
 
 # "path::function" of the functions over a limit when the limits were set: to be split, never to grow
 OVER_PARAMETERS = {
-    "mixzoo/attacks/apgd.py::_runs",
-    "mixzoo/attacks/apgd.py::_stacked_runs",
     "mixzoo/attacks/apgd.py::apgd_ce",
     "mixzoo/attacks/apgd.py::apgd_run",
     "mixzoo/attacks/apgd.py::apgd_t",
     "mixzoo/attacks/mmaa.py::mmaa",
-    "mixzoo/attacks/screening.py::early_stop_apgd",
-    "mixzoo/attacks/square.py::_attack_batch",
     "mixzoo/attacks/square.py::min_margin_square",
-    "mixzoo/certify/run.py::_estimated",
-    "mixzoo/certify/run.py::certify",
-    "mixzoo/certify/smoothing.py::monte_carlo_means",
-    "mixzoo/certify/smoothing.py::monte_carlo_probs",
     "mixzoo/certify/smoothing.py::smoothed_estimate",
     "mixzoo/certify/smoothing.py::smoothed_estimates",
     "mixzoo/methods/adaptive/attacks.py::alpha_apgd",
     "mixzoo/methods/adaptive/gate_attacks.py::gate_apgd",
     "mixzoo/methods/adaptive/training.py::train",
-    "mixzoo/methods/mixednuts/calibrate.py::calibrate",
-    "mixzoo/methods/mixednuts/fitting.py::mix",
     "mixzoo/methods/mixednuts/mixing.py::__init__",
-    "mixzoo/methods/mixednuts/transfer.py::_surrogate_adv",
-    "mixzoo/methods/mixednuts/transfer.py::transfer_params",
-    "mixzoo/methods/mixednuts/transfer.py::transfer_params_by_name",
 }
 OVER_LINES = {
-    "mixzoo/attacks/apgd.py::apgd_run",
-    "mixzoo/attacks/base.py::_run",
-    "mixzoo/attacks/square.py::_attack_batch",
-    "mixzoo/certify/run.py::certify",
     "mixzoo/evaluation/sanity.py::eps_sweep",
-    "mixzoo/evaluation/verify.py::verify_report",
     "mixzoo/methods/adaptive/method.py::fit",
     "mixzoo/methods/adaptive/training.py::train",
     "mixzoo/methods/local_smoothing/adaptive_method.py::fit",
-    "mixzoo/methods/mixednuts/calibrate.py::calibrate",
-    "mixzoo/methods/mixednuts/fitting.py::mix",
-    "mixzoo/methods/mixednuts/transfer.py::transfer_params",
-    "mixzoo/methods/mixednuts/transfer.py::transfer_params_by_name",
     "mixzoo/training/train.py::train_model",
 }
 
@@ -126,7 +104,7 @@ def test_no_function_is_too_long():
 
 
 def test_the_lists_only_shrink():
-    assert len(OVER_PARAMETERS) <= 24 and len(OVER_LINES) <= 14
+    assert len(OVER_PARAMETERS) <= 11 and len(OVER_LINES) <= 5
 
 
 def test_the_command_rule_sees_commands():
