@@ -146,7 +146,7 @@ def parse_attack_options(values: list[str] | None) -> dict[str, Any] | None:
     read by mixzoo's one ``KEY=VALUE`` parser (:func:`mixzoo.core.options.parse_pairs`)."""
     from mixzoo.core.options import parse_pairs
 
-    return parse_pairs(values, "--attack-option") if values else None
+    return parse_pairs(values, "-O") if values else None
 
 
 @app.command("list")

@@ -497,7 +497,7 @@ def test_malformed_attack_options_name_the_fix(item):
     from mixzoo.cli import parse_attack_options
     from mixzoo.core.errors import MixzooError
 
-    with pytest.raises(MixzooError, match="is not KEY=VALUE; write e.g. -O n_iter=200"):
+    with pytest.raises(MixzooError, match="is not KEY=VALUE; write e.g. -O n_iter="):
         parse_attack_options([item])
 
 
