@@ -14,11 +14,10 @@ from typing import Annotated, Any
 
 import typer
 
-from mixzoo.core.commands import examples
+from mixzoo.core.commands import AsJson, examples
 from mixzoo.core.errors import InputError
 
 CardArg = Annotated[str, typer.Argument(help="a mix card file, a published card's name or an hf-hub:ORG/NAME id")]
-AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @examples('mixzoo push card.toml --repo my-org/fmnist-mixednuts --dry-run --out hub/',
