@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -135,10 +136,12 @@ AttackBatch = Annotated[str, typer.Option(
          "it; recorded in the report")]
 
 
+ShowAttackOptions = Annotated[bool, typer.Option("--show-options", help="print the attack's options (type, default, "
+                                                                     "range, meaning) and exit")]
 AttackOptions = Annotated[list[str] | None, typer.Option(
     "--attack-option", "-O", metavar="KEY=VALUE",
     help="an option of the attack, repeatable, e.g. -O n_iter=200 -O n_restarts=2 (numbers, true/false, "
-         "comma-separated lists); an unknown key is refused with the attack's known keys")]
+         "comma-separated lists); --show-options lists the attack's options")]
 
 
 def parse_attack_options(values: list[str] | None) -> dict[str, Any] | None:
@@ -368,13 +371,27 @@ def mix(
 
 
 def _print_method_options(chosen: Any) -> None:
-    """``mix --show-options``: the method's options as a table (option, type, default, meaning)."""
-    table = Table(title=f"options of mixing method {chosen.name} (--KEY VALUE or -O KEY=VALUE)")
+    """``mix --show-options``: the method's options as a table (option, type, default, range, meaning)."""
+    _print_options(f"options of mixing method {chosen.name} (--KEY VALUE or -O KEY=VALUE)", chosen.option_specs(),
+                   lambda key: f"--{key.replace('_', '-')}")
+
+
+def _print_attack_options(name: str) -> None:
+    """``bench --show-options`` / ``sanity --show-options``: the attack's options as a table."""
+    from mixzoo.core.plugins import lookup
+
+    _print_options(f"options of attack {name} (-O KEY=VALUE)", lookup("attack", name).options_spec,
+                   lambda key: key)
+
+
+def _print_options(title: str, specs: dict[str, Any], spelled: Callable[[str], str]) -> None:
+    """Option specs (:class:`mixzoo.core.options.OptionSpec`) as a table: option, type, default, range, meaning."""
+    table = Table(title=title)
     for col in ("option", "type", "default", "range", "meaning"):
         table.add_column(col, no_wrap=col == "option", overflow="fold")
-    for key, spec in sorted(chosen.option_specs().items()):
-        table.add_row(*(Text(cell) for cell in (f"--{key.replace('_', '-')}", spec.type_name, spec.default_text,
-                                                spec.range_text, spec.help)))
+    for key, spec in sorted(specs.items()):
+        table.add_row(*(Text(cell) for cell in (spelled(key), spec.type_name, spec.default_text, spec.range_text,
+                                                spec.help)))
     out_console.print(table)
 
 
@@ -428,6 +445,7 @@ def bench(
                                              "calibration data, e.g. MixedNUTS's MMAA; rank 0 alone under torchrun)")
                      ] = True,
     attack_option: AttackOptions = None,
+    show_options: ShowAttackOptions = False,
     save_adversarial: Annotated[bool, typer.Option(
         "--save-adversarial", help="also write adversarial.safetensors: the point that broke each broken example, "
                                    "for `mixzoo verify`")] = False,
@@ -452,6 +470,8 @@ def bench(
     from mixzoo.evaluation.bench import CurveSettings
     from mixzoo.evaluation.bench import bench as run_bench
 
+    if show_options:
+        return _print_attack_options(shared_attack(budget, attack, "adaptive"))
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
     settings = RunSettings(attack=shared_attack(budget, attack, "adaptive"),
                            attack_options=parse_attack_options(attack_option) or {}, eps=eps, norm=norm, n=n,
@@ -510,7 +530,8 @@ def _parse_floats(text: str | None, option: str) -> list[float] | None:
     'mixzoo sanity card.toml --eps 0.05,0.1,0.2,0.4 --attack adaptive-apgd --out sanity/',
 )
 def sanity(
-    card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name")],
+    card: Annotated[Path | None, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name",
+                                                show_default=False)] = None,
     eps: Annotated[str | None, typer.Option(help="radii, comma-separated (default: eps, 2 eps, 4 eps and the "
                                                  "radius where the grey image reaches every example)")] = None,
     attack: AttackName = None,
@@ -530,6 +551,7 @@ def sanity(
     extra_attacks: ExtraAttacks = True,
     strict: Annotated[bool, typer.Option("--strict", help="exit with status 1 when a check finds misses")] = False,
     attack_option: AttackOptions = None,
+    show_options: ShowAttackOptions = False,
     precision: Precision = "float32",
     data_dir: DataDir = None,
     cache_dir: CacheDir = None,
@@ -545,9 +567,13 @@ def sanity(
     from mixzoo.attacks.memory import parse_batch_size
     from mixzoo.core.budget import shared_attack
     from mixzoo.core.settings import RunSettings
-    from mixzoo.evaluation.bench import display_name
     from mixzoo.evaluation.sanity import eps_sweep
 
+    if show_options:
+        return _print_attack_options(shared_attack(budget, attack, "adaptive-apgd"))
+    if card is None:
+        raise typer.BadParameter("a mix card is needed (a file written by `mixzoo mix` or a published card's name)",
+                                 param_hint="'CARD'")
     settings = RunSettings(attack=shared_attack(budget, attack, "adaptive-apgd"),
                            attack_options=parse_attack_options(attack_option) or {}, n=n,
                            batch_size=parse_batch_size(batch_size),
@@ -567,28 +593,35 @@ def sanity(
         if plan is None:
             return
         sweep = eps_sweep(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline, out=out)
-    if as_json:
-        print(json.dumps(sweep.to_dict(), indent=2))
-    else:
-        arithmetic = "" if sweep.precision == "float32" else f" in {sweep.precision}, breaks confirmed in float32"
-        table = Table(title=f"robust % under {sweep.attack} ({sweep.budget} budget){arithmetic} over {sweep.norm} eps "
-                            f"(n={sweep.n}; nominal eps {eps_text(sweep.eps)}; the grey image reaches every example "
-                            f"at {eps_text(sweep.reach)})")
-        for col in ("model", "clean %", "class at grey", *(f"eps {eps_text(r)}" for r in sweep.radii)):
-            table.add_column(col, justify="left" if col == "model" else "right")
-        for m in sweep.models:
-            cells = [f"{100 * r:.1f}" if not k else f"[red]{100 * r:.1f} -> {100 * c:.1f} ({k} missed)"
-                     for r, c, k in zip(m.robust_accuracy, m.checked_robust_accuracy, m.misses, strict=True)]
-            table.add_row(display_name(m), f"{100 * m.clean_accuracy:.1f}", str(m.grey_class), *cells)
-        out_console.print(table)
-        for note in sweep.notes:
-            style = "green" if sweep.passed else "yellow"
-            label = "ok" if sweep.passed else "note"
-            out_console.print(f"[{style}]{label}:[/{style}] {escape(note)}", highlight=False)
-        out_console.print(f"{sweep.seconds:.1f} s; written to {out}/sanity.json, sanity.md, "
-                          f"{', '.join(sweep.files)}")
+    _print_sweep(sweep, out, as_json)
     if strict and not sweep.passed:
         raise typer.Exit(1)
+
+def _print_sweep(sweep: Any, out: Path, as_json: bool) -> None:
+    """What ``sanity`` prints: the robust accuracy table over eps with the misses in red, the notes, the files (or
+    the JSON)."""
+    from mixzoo.evaluation.bench import display_name
+
+    if as_json:
+        print(json.dumps(sweep.to_dict(), indent=2))
+        return
+    arithmetic = "" if sweep.precision == "float32" else f" in {sweep.precision}, breaks confirmed in float32"
+    table = Table(title=f"robust % under {sweep.attack} ({sweep.budget} budget){arithmetic} over {sweep.norm} eps "
+                        f"(n={sweep.n}; nominal eps {eps_text(sweep.eps)}; the grey image reaches every example "
+                        f"at {eps_text(sweep.reach)})")
+    for col in ("model", "clean %", "class at grey", *(f"eps {eps_text(r)}" for r in sweep.radii)):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for m in sweep.models:
+        cells = [f"{100 * r:.1f}" if not k else f"[red]{100 * r:.1f} -> {100 * c:.1f} ({k} missed)"
+                 for r, c, k in zip(m.robust_accuracy, m.checked_robust_accuracy, m.misses, strict=True)]
+        table.add_row(display_name(m), f"{100 * m.clean_accuracy:.1f}", str(m.grey_class), *cells)
+    out_console.print(table)
+    for note in sweep.notes:
+        style = "green" if sweep.passed else "yellow"
+        label = "ok" if sweep.passed else "note"
+        out_console.print(f"[{style}]{label}:[/{style}] {escape(note)}", highlight=False)
+    out_console.print(f"{sweep.seconds:.1f} s; written to {out}/sanity.json, sanity.md, "
+                      f"{', '.join(sweep.files)}")
 
 
 @app.command("certify")

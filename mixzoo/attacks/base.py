@@ -37,8 +37,8 @@ from mixzoo.attacks.precision import (
     uses_channels_last,
 )
 from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
-from mixzoo.core.checks import check_typed_options
 from mixzoo.core.errors import InputError
+from mixzoo.core.options import OptionSpec, did_you_mean, names, specs_from_defaults
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
 
@@ -97,20 +97,47 @@ def _logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Te
         return torch.cat([model(chunk) for chunk in images.split(batch_size)]) if len(images) else torch.empty(0)
 
 
+# the options most attacks share, as each declares them in its ``options_spec`` (``dataclasses.replace`` changes a
+# default: PGD's n_iter is 20)
+N_ITER = OptionSpec("iterations of each APGD / PGD run", int, 100, low=1)
+N_RESTARTS = OptionSpec("random restarts of each APGD run", int, 1, low=1)
+N_TARGET_CLASSES = OptionSpec("target classes of APGD-T (AutoAttack's: 9; 0 leaves APGD-T out)", int, 9, low=0)
+N_QUERIES = OptionSpec("queries of the Square attack per example", int, 5000, low=1)
+BATCH_SIZE = OptionSpec("examples per forward pass", int, 500, low=1)
+COMPONENTS_OPTION = OptionSpec("the components to run, in the attack's order (default: the attack's own choice)", names)
+
+
 class Attack:
     """Base class of evaluations: ``Attack(eps, norm, seed, **options).run(model, images, labels)``.
 
-    Subclasses set ``name``, ``defaults`` (every accepted option with its default) and :meth:`components`.
+    Subclasses set ``name``, ``options_spec`` (every accepted option: :class:`~mixzoo.core.options.OptionSpec`
+    with type, default, range and help; ``mixzoo attacks`` and ``--show-options`` print them) and
+    :meth:`components`. :attr:`defaults` is derived from ``options_spec``. A subclass that declares only a
+    ``defaults`` table (and ``option_types``), as mixzoo 0.1's documentation said, still works: its specs are
+    derived from the table (:func:`~mixzoo.core.options.specs_from_defaults`), with a :class:`DeprecationWarning`.
     """
 
     name: ClassVar[str] = "attack"
-    defaults: ClassVar[dict[str, Any]] = {"batch_size": 500}
-    # each option's type where its default does not say it (a default None); the others have their default's type
-    option_types: ClassVar[dict[str, type]] = {"step_size": float, "components": list}
+    options_spec: ClassVar[dict[str, OptionSpec]] = {"batch_size": BATCH_SIZE}
+    defaults: ClassVar[dict[str, Any]] = {"batch_size": 500}  # every option with its default, from options_spec
+    # each option's type (derived from options_spec; declared by subclasses written before it)
+    option_types: ClassVar[dict[str, Any]] = {"batch_size": int}
     # a subclass changes it when its outcomes change for the same options: the bench's cache key includes it, so
     # outcomes cached by the older code are attacked again (and no other attack's cache is touched)
     code_version: ClassVar[str | None] = None
     per_example: bool = False  # set by run(): the examples' indices were given (per-example randomness wanted)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "options_spec" not in own and ("defaults" in own or "option_types" in own):
+            pywarnings.warn(f"attack class {cls.__qualname__} declares `defaults` / `option_types`; declare"
+                            " `options_spec = {name: mixzoo.core.options.OptionSpec(help, type, default)}` instead"
+                            " (CONTRIBUTING.md, 'Rules for attacks'); mixzoo 0.3 will not read `defaults`",
+                            DeprecationWarning, stacklevel=2)
+            cls.options_spec = specs_from_defaults(cls.defaults, own.get("option_types"), cls.options_spec)
+        cls.defaults = {key: spec.default for key, spec in cls.options_spec.items()}
+        cls.option_types = {key: spec.type for key, spec in cls.options_spec.items() if spec.type is not None}
 
     def __init__(self, eps: float, norm: str = "Linf", seed: int = 0, **options: Any):
         check_attack_settings(eps, norm)
@@ -119,26 +146,18 @@ class Attack:
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> dict[str, Any]:
-        """The options merged over :attr:`defaults`; one-line errors for unknown keys (with close names) and
-        counts out of range, so a run can refuse bad options before it attacks anything."""
-        import difflib
-
-        unknown = sorted(set(options) - set(cls.defaults))
+        """Every option of :attr:`options_spec`: the given ones converted to their types and checked against their
+        ranges, the others at their defaults; one-line errors for unknown keys (with the closest name) and bad
+        values, so a run refuses bad options before it attacks anything."""
+        unknown = sorted(set(options) - set(cls.options_spec))
         if unknown:
-            close = [c for k in unknown for c in difflib.get_close_matches(k, cls.defaults, n=1, cutoff=0.6)]
-            hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise InputError(f"unknown option(s) {', '.join(unknown)} for attack {cls.name!r}; {hint}"
-                             f"known: {', '.join(sorted(cls.defaults))}")
-        if isinstance(options.get("components"), str):
-            options = {**options, "components": [options["components"]]}
-        merged = {**cls.defaults, **options}
-        check_typed_options(f"attack {cls.name!r}", options, cls.defaults, cls.option_types)
-        for key in ("n_iter", "n_restarts", "n_queries", "batch_size"):
-            if key in merged and int(merged[key]) < 1:
-                raise InputError(f"option {key} must be at least 1, got {merged[key]}")
-        if int(merged.get("n_target_classes", 0)) < 0:
-            raise InputError(f"option n_target_classes must be non-negative, got {merged['n_target_classes']}")
-        return merged
+            hint = did_you_mean(unknown[0], cls.options_spec)
+            raise InputError(f"unknown option(s) {', '.join(unknown)} for attack {cls.name!r}"
+                             f"{hint}{' ' if hint else '; '}known: {', '.join(sorted(cls.options_spec))}")
+        owner = f"attack {cls.name!r}"
+        given = {key: cls.options_spec[key].convert(key, value, owner, flag=f"-O {key}")
+                 for key, value in options.items()}
+        return {**cls.defaults, **given}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         raise NotImplementedError

@@ -37,17 +37,27 @@ figure to report; every result and report of ``fast`` says so (:data:`SCREENING_
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from mixzoo.attacks.apgd import apgd_run, clean_record, effective_n_targets, pair, target_classes
-from mixzoo.attacks.base import Attack, Component, select_components
+from mixzoo.attacks.base import (
+    BATCH_SIZE,
+    COMPONENTS_OPTION,
+    N_ITER,
+    N_TARGET_CLASSES,
+    Attack,
+    Component,
+    select_components,
+)
 from mixzoo.attacks.result import EvalResult
 from mixzoo.attacks.variants import PairedOutput
 from mixzoo.core import rng
 from mixzoo.core.errors import InputError
+from mixzoo.core.options import OptionSpec
 
 COMPONENTS = ("apgd-ce", "apgd-t")
 MAX_CANDIDATES = 100  # classes scored per example: the highest-logit ones when a model has more
@@ -216,8 +226,10 @@ class FastScreening(Attack):
     docstring). A screening attack: its robust accuracy is an upper bound to confirm with ``adaptive``."""
 
     name: ClassVar[str] = "fast"
-    defaults: ClassVar[dict[str, Any]] = {"n_iter": 100, "n_target_classes": 3, "batch_size": 500,
-                                          "components": None}
+    options_spec: ClassVar[dict[str, OptionSpec]] = {
+        "n_iter": N_ITER, "n_target_classes": replace(N_TARGET_CLASSES, help="MALT's top target classes for APGD-T",
+                                                      default=3),
+        "batch_size": BATCH_SIZE, "components": COMPONENTS_OPTION}
     code_version: ClassVar[str | None] = "malt-1"
     screening_note: ClassVar[str] = SCREENING_NOTE  # reports print it beside the attack's name
 

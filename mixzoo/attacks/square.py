@@ -280,9 +280,10 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     See the module docstring for the search and its schedule.
 
     ``index`` (each example's index in its whole data set) draws every random number per example from
-    ``(seed, index)`` (:mod:`mixzoo.core.rng`), so an example's run does not depend on the batch it is in; without it each batch has a
-    generator seeded ``seed + first index of the batch``. ``loss="logit"`` searches on the logit margin ``z_y - max_{i != y} z_i`` (the loss of AutoAttack's Square) instead of the
-    signed probability margin; the returned ``margins`` are then logit margins.
+    ``(seed, index)`` (:mod:`mixzoo.core.rng`), so an example's run does not depend on the batch it is in; without it
+    each batch has a generator seeded ``seed + first index of the batch``. ``loss="logit"`` searches on the logit
+    margin ``z_y - max_{i != y} z_i`` (the loss of AutoAttack's Square) instead of the signed probability margin;
+    the returned ``margins`` are then logit margins.
     """
     check_images(images)
     check_attack_settings(eps, norm)

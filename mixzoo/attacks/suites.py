@@ -55,6 +55,7 @@ installed AutoAttack are in :mod:`mixzoo.attacks.adapters`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import torch
@@ -62,10 +63,21 @@ from torch import nn
 
 from mixzoo.attacks.adapters import _ours, _pyautoattack, _square_each, _standard_exact
 from mixzoo.attacks.apgd import effective_n_targets
-from mixzoo.attacks.base import Attack, Component, select_components
+from mixzoo.attacks.base import (
+    BATCH_SIZE,
+    COMPONENTS_OPTION,
+    N_ITER,
+    N_QUERIES,
+    N_RESTARTS,
+    N_TARGET_CLASSES,
+    Attack,
+    Component,
+    select_components,
+)
 from mixzoo.attacks.pgd import pgd
 from mixzoo.attacks.square import min_margin_square
 from mixzoo.attacks.variants import PairedOutput, offers, with_gradient
+from mixzoo.core.options import OptionSpec
 
 AUTOATTACK_COMPONENTS = ("apgd-ce", "apgd-t", "fab-t", "square")
 # the adaptive attack's components, in order: "apgd-ce" / "apgd-t" are App. B.2.1's transfer APGD, "-exact" the same
@@ -83,7 +95,10 @@ class PGDAttack(Attack):
     """Plain PGD (fixed step 2.5 * eps / n_iter, cross-entropy, random start), ``n_iter`` steps."""
 
     name: ClassVar[str] = "pgd"
-    defaults: ClassVar[dict[str, Any]] = {"n_iter": 20, "step_size": None, "batch_size": 500}
+    options_spec: ClassVar[dict[str, OptionSpec]] = {
+        "n_iter": replace(N_ITER, help="PGD steps", default=20),
+        "step_size": OptionSpec("step size (default 2.5 * eps / n_iter)", float, low=0),
+        "batch_size": BATCH_SIZE}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         gen: dict[str, torch.Generator] = {}
@@ -101,8 +116,9 @@ class APGDEnsemble(Attack):
     """Our APGD-CE then APGD-T (targeted DLR) on the model's own output (exact or bypass gradients)."""
 
     name: ClassVar[str] = "apgd"
-    defaults: ClassVar[dict[str, Any]] = {"n_iter": 100, "n_target_classes": 9, "n_restarts": 1, "batch_size": 500,
-                                          "components": None}
+    options_spec: ClassVar[dict[str, OptionSpec]] = {
+        "n_iter": N_ITER, "n_target_classes": N_TARGET_CLASSES, "n_restarts": N_RESTARTS, "batch_size": BATCH_SIZE,
+        "components": replace(COMPONENTS_OPTION, help="apgd-ce, apgd-t (default: both)")}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
@@ -116,8 +132,9 @@ class AutoAttackEval(Attack):
     models with a ``gradient`` attribute are attacked in ``"bypass"`` mode (App. B.2.2)."""
 
     name: ClassVar[str] = "autoattack"
-    defaults: ClassVar[dict[str, Any]] = {"n_iter": 100, "n_target_classes": 9, "n_restarts": 1, "n_queries": 5000,
-                                          "batch_size": 500, "components": None}
+    options_spec: ClassVar[dict[str, OptionSpec]] = {
+        "n_iter": N_ITER, "n_target_classes": N_TARGET_CLASSES, "n_restarts": N_RESTARTS, "n_queries": N_QUERIES,
+        "batch_size": BATCH_SIZE, "components": COMPONENTS_OPTION}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         return self._standard(model, n_classes, select_components(self.options, AUTOATTACK_COMPONENTS, self.name))
@@ -225,7 +242,9 @@ class AdaptiveStrong(AdaptiveAutoAttack):
     code_version: ClassVar[str | None] = "aa-standard-2"
     available: ClassVar[tuple[str, ...]] = STRONG_COMPONENTS
     default_components: ClassVar[tuple[str, ...] | None] = None  # all of them
-    defaults: ClassVar[dict[str, Any]] = {**AdaptiveAutoAttack.defaults, "extra_seeds": 1}
+    options_spec: ClassVar[dict[str, OptionSpec]] = {
+        **AdaptiveAutoAttack.options_spec,
+        "extra_seeds": OptionSpec("extra re-seeded APGD runs of each gradient (0: none)", int, 1, low=0)}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         base = super().components(model, n_classes)
@@ -248,7 +267,8 @@ class AdaptiveAPGD(AdaptiveAutoAttack):
     ``adaptive`` on a CPU, but without Square's check for gradient masking."""
 
     name: ClassVar[str] = "adaptive-apgd"
-    defaults: ClassVar[dict[str, Any]] = {**AdaptiveAutoAttack.defaults, "components": ["apgd-ce", "apgd-t"]}
+    options_spec: ClassVar[dict[str, OptionSpec]] = {
+        **AdaptiveAutoAttack.options_spec, "components": replace(COMPONENTS_OPTION, default=["apgd-ce", "apgd-t"])}
     code_version: ClassVar[str | None] = None  # its components are unaffected by adaptive's code_version
 
 
@@ -257,7 +277,13 @@ class MinMarginSquareAttack(Attack):
     gradient-free check, judged on the model's own output (App. B.2.1 uses Square to detect gradient masking)."""
 
     name: ClassVar[str] = "min-margin-square"
-    defaults: ClassVar[dict[str, Any]] = {"n_queries": 5000, "p_init": 0.8, "batch_size": 500, "layer_norm": False}
+    options_spec: ClassVar[dict[str, OptionSpec]] = {
+        "n_queries": N_QUERIES,
+        "p_init": OptionSpec("initial share of pixels a Square update changes (Andriushchenko et al.)", float, 0.8,
+                             low=0, high=1),
+        "batch_size": BATCH_SIZE,
+        "layer_norm": OptionSpec("search on the layer-normed logits (MixedNUTS App. D.5) instead of the raw ones",
+                                 bool, False)}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         opts = self.options

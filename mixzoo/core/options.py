@@ -14,6 +14,7 @@ How ``KEY=VALUE`` words read (the same for ``mixzoo mix -O``, method ``--KEY VAL
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from typing import Any
 
 from mixzoo.core.errors import InputError
 
-__all__ = ["OptionSpec", "fill_options", "parse_pairs", "parse_value"]
+__all__ = ["OptionSpec", "did_you_mean", "fill_options", "names", "numbers", "parse_pairs", "parse_value",
+           "specs_from_defaults"]
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 _TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", list: "a list"}
@@ -56,6 +58,8 @@ class OptionSpec:
     @property
     def default_text(self) -> str:
         """The default as ``mixzoo mix --show-options`` prints it (empty when none)."""
+        if isinstance(self.default, list | tuple):
+            return ",".join(map(str, self.default))
         return "" if self.default is None else str(self.default)
 
     @property
@@ -69,12 +73,19 @@ class OptionSpec:
             return f">= {self.low:g}"
         return f"<= {self.high:g}" if self.high is not None else ""
 
-    def convert(self, key: str, value: Any, owner: str) -> Any:
-        """``value`` as this option's type, in range; a one-line :class:`InputError` naming the option, what it
-        must be and its help."""
+    @property
+    def bound_text(self) -> str:
+        """The allowed numbers in words, as error messages say them (``at least 1``, ``in [0, 1]``)."""
+        if self.low is not None and self.high is not None:
+            return f"in [{self.low:g}, {self.high:g}]"
+        return f"at least {self.low:g}" if self.low is not None else f"at most {self.high:g}"
+
+    def convert(self, key: str, value: Any, owner: str, flag: str | None = None) -> Any:
+        """``value`` as this option's type, in range; a one-line :class:`InputError` naming the option (as the
+        user spells it: ``flag``, by default ``--KEY``), what it must be and its help."""
         if self.type is None or value is None:
             return value
-        flag = f"option {key} (--{key.replace('_', '-')}) of {owner}"
+        flag = f"option {key} ({flag or '--' + key.replace('_', '-')}) of {owner}"
         try:
             out = _convert(self.type, value)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -86,7 +97,7 @@ class OptionSpec:
             raise InputError(f"{flag} must be one of {self.range_text}, got {value!r}")
         if isinstance(out, int | float) and not isinstance(out, bool) and (
                 (self.low is not None and out < self.low) or (self.high is not None and out > self.high)):
-            raise InputError(f"{flag} must be {self.range_text}, got {value!r}; {key}: {self.help}")
+            raise InputError(f"{flag} must be {self.bound_text}, got {value!r}; {key}: {self.help}")
         return out
 
 
@@ -134,11 +145,64 @@ def fill_options(specs: Mapping[str, OptionSpec], raw: Mapping[str, Any], owner:
     unknown = sorted(set(raw) - set(specs))
     if unknown:
         known = ", ".join(sorted(specs)) or "none"
-        raise InputError(f"{owner} takes no option {unknown[0]!r} (its options: {known}); see `mixzoo plugins`")
+        raise InputError(f"{owner} takes no option {unknown[0]!r}{did_you_mean(unknown[0], specs)} (its options:"
+                         f" {known}); see `mixzoo plugins`")
     out = {k: specs[k].convert(k, v, owner) for k, v in raw.items()}
     for key, spec in specs.items():
         if key not in out and spec.default is not None:
             out[key] = spec.default
+    return out
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """``"; did you mean KEY?"`` for the closest known name, or the empty string when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def names(value: Any) -> list[str]:
+    """An option type: a list of non-empty names; one name (or a comma list ``"a, b"``) is read as a list."""
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",")]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"must be a list of names (e.g. apgd-ce,apgd-t), got {value!r}")
+    return list(value)
+
+
+def numbers(value: Any) -> list[int | float]:
+    """An option type: a non-empty list of finite numbers (a sweep); one number is a list of one, and text
+    ``"0, 0.1"`` is read item by item."""
+    items = value if isinstance(value, list | tuple) else [value]
+    if isinstance(value, str):
+        items = [parse_value(v, "number") for v in value.split(",")]
+    ok = bool(items) and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                             for v in items)
+    if not ok:
+        raise ValueError(f"must be a comma-separated list of numbers (e.g. 0,0.1), got {value!r}")
+    return list(items)
+
+
+def specs_from_defaults(defaults: Mapping[str, Any], types: Mapping[str, Any] | None = None,
+                        known: Mapping[str, OptionSpec] | None = None) -> dict[str, OptionSpec]:
+    """Option specs for a ``{name: default}`` table (how attacks declared their options before
+    :class:`OptionSpec`): each option's spec from ``known`` when it has one (with this default), else its type from
+    ``types`` or its default's type (a list of numbers: :func:`numbers`; a list: :func:`names`; a default ``None``
+    without a type: any value)."""
+    types, known = dict(types or {}), dict(known or {})
+    out: dict[str, OptionSpec] = {}
+    for key, default in defaults.items():
+        kind = types.get(key)
+        if key in known and kind in (None, known[key].type):
+            out[key] = dataclasses.replace(known[key], default=default)
+            continue
+        if kind is None and default is not None:
+            kind = type(default)
+        if kind in (list, tuple):
+            is_numbers = isinstance(default, list | tuple) and default and not isinstance(default[0], str)
+            kind = numbers if is_numbers else names
+        out[key] = OptionSpec("", kind, default)
     return out
 
 

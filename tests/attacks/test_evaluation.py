@@ -292,7 +292,7 @@ def test_attack_options_are_checked_before_any_attack_with_close_names():
         AdaptiveAPGD.check_options({"n_iter": "many"})
     with pytest.raises(InputError, match="must be an integer, got True"):
         AdaptiveAPGD.check_options({"n_iter": True})
-    with pytest.raises(InputError, match="n_iter must be at least 1"):
+    with pytest.raises(InputError, match=r"option n_iter \(-O n_iter\) of attack '[a-z-]+' must be at least 1"):
         AdaptiveAPGD.check_options({"n_iter": 0})
     merged = AdaptiveAPGD.check_options({"components": "apgd-ce", "n_iter": 7})
     assert merged["components"] == ["apgd-ce"] and merged["n_iter"] == 7
@@ -675,9 +675,10 @@ def test_extra_components_come_before_fab_t_and_square_and_zero_targets_drop_the
 
 def test_option_counts_are_checked():
     assert AutoAttackEval.check_options({"n_target_classes": 0})["n_target_classes"] == 0
-    with pytest.raises(InputError, match="n_queries must be at least 1"):
+    with pytest.raises(InputError, match=r"option n_queries \(-O n_queries\) of attack '[a-z-]+' must be at least 1"):
         AutoAttackEval.check_options({"n_queries": 0})
-    with pytest.raises(InputError, match="option n_queries of attack 'autoattack' must be an integer, got True"):
+    with pytest.raises(InputError, match=r"option n_queries \(-O n_queries\) of attack 'autoattack' must be an"
+                                         " integer, got True"):
         AutoAttackEval.check_options({"n_queries": True})
 
 

@@ -217,9 +217,9 @@ def test_results_and_reports_label_it_a_screening_attack(digits):
 
 @pytest.mark.parametrize(("options", "match"), [
     ({"n_restarts": 2}, "unknown option"),
-    ({"n_iter": 0}, "n_iter must be at least 1"),
-    ({"n_target_classes": -1}, "n_target_classes must be non-negative"),
-    ({"batch_size": 0}, "batch_size must be at least 1"),
+    ({"n_iter": 0}, r"option n_iter \(-O n_iter\) of attack '[a-z-]+' must be at least 1"),
+    ({"n_target_classes": -1}, r"option n_target_classes \(-O n_target_classes\) of attack 'fast' must be at least 0"),
+    ({"batch_size": 0}, r"option batch_size \(-O batch_size\) of attack '[a-z-]+' must be at least 1"),
 ])
 def test_bad_options_are_refused(options, match):
     with pytest.raises(InputError, match=match):

@@ -277,18 +277,22 @@ def test_a_network_that_cannot_take_its_declared_input_size_fails_when_loaded(pl
 def test_attack_options_of_the_wrong_type_are_one_line_naming_option_and_type(tmp_path):
     from mixzoo.attacks.evaluation import AdaptiveAutoAttack, PGDAttack
 
-    with pytest.raises(InputError, match="option n_iter of attack 'adaptive' must be an integer, got 2.5"):
+    with pytest.raises(InputError, match=r"option n_iter \(-O n_iter\) of attack 'adaptive' must be an"
+                                         " integer, got 2.5"):
         AdaptiveAutoAttack.check_options({"n_iter": 2.5})
-    with pytest.raises(InputError, match="option step_size of attack 'pgd' must be a number"):
+    with pytest.raises(InputError, match=r"option step_size \(-O step_size\) of attack 'pgd' must be a"
+                                         " finite number"):
         PGDAttack.check_options({"step_size": "big"})
-    with pytest.raises(InputError, match="option layer_norm of attack 'min-margin-square' must be true or false"):
+    with pytest.raises(InputError, match=r"option layer_norm \(-O layer_norm\) of attack"
+                                         " 'min-margin-square' must be true or false"):
         lookup("attack", "min-margin-square").check_options({"layer_norm": 3})
     out = tmp_path / "bench"
-    for option, kind in (("n_iter=2.5", "an integer"), ("n_restarts=abc", "an integer"),
-                         ("components=1", "a comma-separated list of names")):
+    for option, kind in (("n_iter=2.5", " must be an integer"), ("n_restarts=abc", " must be an integer"),
+                         ("components=1", ": must be a list of names")):
         line = one_error_line(run("bench", "--abc", "digits-std", "--rbc", "digits-pgd", "-O", option,
                                   "--out", str(out)))
-        assert f"option {option.split('=')[0]} of attack 'adaptive' must be {kind}" in line
+        key = option.split("=")[0]
+        assert f"option {key} (-O {key}) of attack 'adaptive'{kind}" in line
     assert not out.exists()
 
 
@@ -308,7 +312,7 @@ def test_a_plugin_attack_declares_its_option_types(plugin, tmp_path):
     plugin(TunedPlugin(), "i46-tuned-attack")
     line = one_error_line(run("bench", "--abc", "digits-std", "--rbc", "digits-pgd", "--attack", "i46-tuned",
                               "-O", "temperature=warm", "--out", str(tmp_path / "b")))
-    assert "option temperature of attack 'i46-tuned' must be a number, got 'warm'" in line
+    assert "option temperature (-O temperature) of attack 'i46-tuned' must be a finite number, got 'warm'" in line
 
 
 # ------------------------------------------------------------------------------------------------------ item 6
@@ -526,15 +530,20 @@ def test_ctrl_c_says_that_a_rerun_resumes_from_the_cache(tmp_path):
 
 
 def test_a_list_of_numbers_option_takes_numbers_and_refuses_names():
-    """An option whose default is a list of numbers (a sweep, e.g. the gate attack's ``mus``) takes numbers, one
-    or several, and refuses names, NaN and booleans in one line naming the option."""
-    from mixzoo.core.checks import check_typed_options
+    """An option of type ``numbers`` (a sweep, e.g. the gate attack's ``mus``) takes numbers, one or several, and
+    refuses names, NaN and booleans in one line naming the option; one of type ``names`` refuses numbers. A legacy
+    ``defaults`` table whose default is a list of numbers / names gets those types."""
+    from mixzoo.core.options import names, numbers, specs_from_defaults
 
-    defaults = {"mus": [0.0, 0.3], "components": ["square"]}
-    check_typed_options("attack 'x'", {"mus": [0.0, 0.1], "components": ["a", "b"]}, defaults)
-    check_typed_options("attack 'x'", {"mus": 0.1}, defaults)
+    specs = specs_from_defaults({"mus": [0.0, 0.3], "components": ["square"]})
+    assert specs["mus"].type is numbers and specs["components"].type is names
+    assert specs["mus"].convert("mus", [0.0, 0.1], "attack 'x'") == [0.0, 0.1]
+    assert specs["mus"].convert("mus", 0.1, "attack 'x'") == [0.1]
+    assert specs["mus"].convert("mus", "0, 0.1", "attack 'x'") == [0, 0.1]
+    assert specs["components"].convert("components", "a, b", "attack 'x'") == ["a", "b"]
     for bad in (["a"], [0.1, float("nan")], [True], "x"):
-        with pytest.raises(InputError, match=r"^option mus of attack 'x' must be a comma-separated list of numbers"):
-            check_typed_options("attack 'x'", {"mus": bad}, defaults)
+        with pytest.raises(InputError, match=r"^option mus \(-O mus\) of attack 'x': must be a comma-separated list"
+                                             " of numbers"):
+            specs["mus"].convert("mus", bad, "attack 'x'", flag="-O mus")
     with pytest.raises(InputError, match="list of names"):
-        check_typed_options("attack 'x'", {"components": [1, 2]}, defaults)
+        specs["components"].convert("components", [1, 2], "attack 'x'")

@@ -25,12 +25,13 @@ def test_fill_options_fills_defaults_and_converts() -> None:
 
 
 @pytest.mark.parametrize(("raw", "words"), [
-    ({"n_iter": 0}, ["n_iter", ">= 1", "got 0"]),
-    ({"rate": 2}, ["rate", "[0, 1]"]),
+    ({"n_iter": 0}, ["n_iter", "must be at least 1", "got 0"]),
+    ({"rate": 2}, ["rate", "must be in [0, 1]"]),
     ({"kind": "c"}, ["kind", "one of a | b"]),
     ({"n_iter": 2 ** 63}, ["n_iter", "64-bit"]),
     ({"n_iter": "many"}, ["n_iter", "an integer"]),
     ({"nope": 1}, ["takes no option 'nope'", "given, kind, n_iter, rate"]),
+    ({"n_iters": 1}, ["takes no option 'n_iters'; did you mean n_iter?"]),
 ])
 def test_fill_options_refuses_in_one_line(raw: dict, words: list[str]) -> None:
     with pytest.raises(InputError) as exc:
@@ -121,9 +122,9 @@ def test_filled_method_defaults_equal_the_old_fit_defaults(name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "raw", "words"), [
-    ("adaptive-smoothing", {"n_val": -1}, ["n_val", ">= 0"]),
-    ("adaptive-smoothing", {"robust_drop": 101}, ["robust_drop", "[0, 100]"]),
-    ("local-smoothing-adaptive", {"n_crossover": 0}, ["n_crossover", ">= 1"]),
+    ("adaptive-smoothing", {"n_val": -1}, ["n_val", "at least 0"]),
+    ("adaptive-smoothing", {"robust_drop": 101}, ["robust_drop", "in [0, 100]"]),
+    ("local-smoothing-adaptive", {"n_crossover": 0}, ["n_crossover", "at least 1"]),
     ("local-smoothing-adaptive", {"eval_n_iter": 2 ** 64}, ["eval_n_iter", "64-bit"]),
 ])
 def test_method_ranges_refused_before_any_work(name: str, raw: dict, words: list[str]) -> None:

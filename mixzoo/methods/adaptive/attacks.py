@@ -16,8 +16,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixzoo.attacks.apgd import apgd_run, clean_record, dlr_targeted_loss, effective_n_targets, target_classes
-from mixzoo.attacks.base import Attack, Component, select_components
+from mixzoo.attacks.base import (
+    BATCH_SIZE,
+    COMPONENTS_OPTION,
+    N_ITER,
+    N_RESTARTS,
+    N_TARGET_CLASSES,
+    Attack,
+    Component,
+    select_components,
+)
 from mixzoo.core.errors import InputError
+from mixzoo.core.options import OptionSpec
 
 ALPHA_COMPONENTS = ("apgd-ce-alpha", "apgd-t-alpha", "alpha-only")
 
@@ -103,8 +113,10 @@ class AlphaAPGD(Attack):
 
     name: ClassVar[str] = "adaptive-smoothing-apgd"
     code_version: ClassVar[str] = "per-example-2"  # part of the bench's cache key: older outcomes drew per batch
-    defaults: ClassVar[dict[str, Any]] = {"n_iter": 100, "n_target_classes": 9, "n_restarts": 1, "batch_size": 500,
-                                          "components": None, "alpha_weight": 0.5}
+    options_spec: ClassVar[dict[str, OptionSpec]] = {
+        "n_iter": N_ITER, "n_target_classes": N_TARGET_CLASSES, "n_restarts": N_RESTARTS, "batch_size": BATCH_SIZE,
+        "components": COMPONENTS_OPTION,
+        "alpha_weight": OptionSpec("weight of the alpha term in the loss of setting D", float, 0.5, low=0, high=1)}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         if not hasattr(model, "forward_alpha"):

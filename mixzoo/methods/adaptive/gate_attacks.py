@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
@@ -56,11 +56,21 @@ from mixzoo.attacks.apgd import (
     effective_n_targets,
     target_classes,
 )
-from mixzoo.attacks.base import Attack, Component, select_components
+from mixzoo.attacks.base import (
+    BATCH_SIZE,
+    COMPONENTS_OPTION,
+    N_ITER,
+    N_RESTARTS,
+    N_TARGET_CLASSES,
+    Attack,
+    Component,
+    select_components,
+)
 from mixzoo.attacks.margins import MarginRecord
 from mixzoo.attacks.result import EvalResult
 from mixzoo.core import rng
 from mixzoo.core.errors import InputError
+from mixzoo.core.options import OptionSpec, numbers
 
 GATE_COMPONENTS = ("rbc-screen", "gate-ce", "gate-t", "gate-refine")
 GateForward = Callable[[torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
@@ -229,10 +239,16 @@ class GateLogitAttack(Attack):
 
     name: ClassVar[str] = "gate-logit"
     code_version: ClassVar[str] = "gate-logit-1"
-    defaults: ClassVar[dict[str, Any]] = {"n_iter": 100, "n_restarts": 1, "n_target_classes": 3,
-                                          "mus": [0.0, 0.03, 0.1, 0.3], "refine_steps": 50,
-                                          "refine_first_step": 0.1, "screen_n_iter": 100,
-                                          "screen_n_target_classes": 9, "batch_size": 500, "components": None}
+    options_spec: ClassVar[dict[str, OptionSpec]] = {
+        "n_iter": N_ITER, "n_restarts": N_RESTARTS, "n_target_classes": replace(N_TARGET_CLASSES, default=3),
+        "mus": OptionSpec("weights of the gate term in the gate attacks' losses (a sweep)", numbers,
+                          [0.0, 0.03, 0.1, 0.3]),
+        "refine_steps": OptionSpec("bisection steps of the boundary refinement", int, 50, low=0),
+        "refine_first_step": OptionSpec("first step of the boundary refinement, as a fraction of eps", float, 0.1,
+                                        low=0),
+        "screen_n_iter": replace(N_ITER, help="iterations of the attack on the RBC alone (the screen)"),
+        "screen_n_target_classes": replace(N_TARGET_CLASSES, help="APGD-T targets of the screen"),
+        "batch_size": BATCH_SIZE, "components": COMPONENTS_OPTION}
 
     def gate(self, model: nn.Module) -> GateForward:
         """``x -> (log-probabilities of the classifier, the gate's logit)``."""
