@@ -73,6 +73,7 @@ def test_plugins_lists_everything_the_old_plugin_provides(site, tmp_path):
     assert old["deprecations"][0] == ("mixzoo.plugins.hookimpl is deprecated and will be removed in mixzoo 0.3; use"
                                       " mixzoo.hookimpl")
     assert "does not subclass mixzoo.methods.MixingMethod" in old["deprecations"][1]
+    assert old["deprecations"][2].startswith("mixzoo.core.hookspecs.mixzoo_load_model is deprecated")
     plain = {p["name"]: p for p in json.loads(mixzoo(site, tmp_path, "plugins", "--json").stdout)}["olddocs"]
     assert plain["deprecations"] == old["deprecations"][:1] and plain["error"] is None
 
