@@ -131,10 +131,10 @@ class Attack:
         super().__init_subclass__(**kwargs)
         own = vars(cls)
         if "options_spec" not in own and ("defaults" in own or "option_types" in own):
-            pywarnings.warn(f"attack class {cls.__qualname__} declares `defaults` / `option_types`; declare"
+            pywarnings.warn(f"mixzoo.attacks.Attack.defaults is deprecated and will not be read by mixzoo 0.3:"
+                            f" attack class {cls.__qualname__} declares `defaults` / `option_types`; declare"
                             " `options_spec = {name: mixzoo.core.options.OptionSpec(help, type, default)}` instead"
-                            " (CONTRIBUTING.md, 'Rules for attacks'); mixzoo 0.3 will not read `defaults`",
-                            DeprecationWarning, stacklevel=2)
+                            " (CONTRIBUTING.md, 'Rules for attacks')", DeprecationWarning, stacklevel=2)
             cls.options_spec = specs_from_defaults(cls.defaults, own.get("option_types"), cls.options_spec)
         cls.defaults = {key: spec.default for key, spec in cls.options_spec.items()}
         cls.option_types = {key: spec.type for key, spec in cls.options_spec.items() if spec.type is not None}
