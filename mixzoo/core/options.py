@@ -34,7 +34,10 @@ _REQUIRED = object()
 class OptionSpec:
     """One option: ``help``; ``type`` (``int``, ``float``, ``bool``, ``str``, ``list``, a converter function raising
     ``ValueError`` with the reason, or ``None`` for any value); ``default`` (filled by :func:`fill_options` when the
-    key is absent; ``None`` leaves the key absent); ``low``/``high`` (inclusive bounds of numbers) or ``choices``."""
+    key is absent; ``None`` leaves the key absent); ``low``/``high`` (inclusive bounds of numbers) or ``choices``;
+    ``default_note``: what the owner does when the key is absent, for a default that is not one value (it depends on
+    other options, e.g. ``"0.985 when neither alpha nor target_robust is given"``): shown by ``--show-options``,
+    never filled."""
 
     help: str
     type: type | Callable[[Any], Any] | None = None
@@ -43,6 +46,7 @@ class OptionSpec:
     low: float | None = None
     high: float | None = None
     choices: tuple[Any, ...] | None = None
+    default_note: str | None = None
 
     @property
     def type_name(self) -> str:
@@ -60,7 +64,7 @@ class OptionSpec:
         """The default as ``mixzoo mix --show-options`` prints it (empty when none)."""
         if isinstance(self.default, list | tuple):
             return ",".join(map(str, self.default))
-        return "" if self.default is None else str(self.default)
+        return (self.default_note or "") if self.default is None else str(self.default)
 
     @property
     def range_text(self) -> str:

@@ -17,7 +17,8 @@ classifier and its gradients    :meth:`~MixingMethod.build` with ``gradient=NAME
 honest evaluation               :meth:`~MixingMethod.extra_attacks` (run by bench, sanity and the matched baseline's
                                 target on top of the shared attack; worst case per example)
 fitting                         :meth:`~MixingMethod.fit` from a :class:`FitRequest`; :attr:`~MixingMethod.options`
-                                (typed :class:`MethodOption`, checked by :meth:`~MixingMethod.check_options`),
+                                (:class:`~mixzoo.core.options.OptionSpec` s, checked by
+                                :meth:`~MixingMethod.check_options`),
                                 :attr:`~MixingMethod.fit_cost`, :meth:`~MixingMethod.fit_summary` (``mixzoo mix``'s
                                 table)
 report                          computed during the bench: :meth:`~MixingMethod.tradeoff_curve`,
@@ -98,8 +99,17 @@ def square_extra(n_queries: int, why: str = "gradient-free: breaks what masked g
 @dataclass(frozen=True)
 class MethodOption(OptionSpec):
     """A fit option whose ``default`` is documentation only (the method applies it when the key is absent).
-    Deprecated: declare :class:`mixzoo.core.options.OptionSpec`, whose default :meth:`MixingMethod.check_options`
-    fills in, so ``fit`` reads the filled value."""
+    Deprecated: declare :class:`mixzoo.core.options.OptionSpec`, whose ``default`` :meth:`MixingMethod.check_options`
+    fills in (so ``fit`` reads the filled value), or whose ``default_note`` says what an absent option means when
+    that is not one value."""
+
+    def __post_init__(self) -> None:
+        import warnings
+
+        warnings.warn("mixzoo.methods.MethodOption is deprecated and will be removed in mixzoo 0.3; declare"
+                      " mixzoo.core.options.OptionSpec(help, type, default) (the default is filled in) or"
+                      " OptionSpec(help, type, default_note=...) (shown, not filled)", DeprecationWarning,
+                      stacklevel=3)
 
     @property
     def default_text(self) -> str:
@@ -178,7 +188,7 @@ class MixingMethod:
     title: str = ""  # the row label in reports, e.g. "MixedNUTS" (default: name)
     paper: str = ""  # where the formula comes from
     fit_cost: str = ""  # one line: what fitting costs (training-free calibration, training, ...)
-    # fit options (``mixzoo mix -O key=value`` / ``--key value``): name -> MethodOption (a plain string is its help,
+    # fit options (``mixzoo mix -O key=value`` / ``--key value``): name -> OptionSpec (a plain string is its help,
     # of any type); default: none
     options: dict[str, OptionSpec | str] = {}
     default: bool = False  # fitted by ``mixzoo mix`` when no --method is given (one method at most)
@@ -263,9 +273,9 @@ class MixingMethod:
         return [("fit", f"{self.title or self.name} on the calibration split", None)]
 
     def option_specs(self) -> dict[str, OptionSpec]:
-        """:attr:`options` with every entry as an :class:`~mixzoo.core.options.OptionSpec` (a plain string as a
-        :class:`MethodOption` of that help)."""
-        return {k: v if isinstance(v, OptionSpec) else MethodOption(str(v)) for k, v in self.options.items()}
+        """:attr:`options` with every entry as an :class:`~mixzoo.core.options.OptionSpec` (a plain string as the
+        spec of that help, any type, no default)."""
+        return {k: v if isinstance(v, OptionSpec) else OptionSpec(str(v)) for k, v in self.options.items()}
 
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """The options converted to their declared types and ranges, with the default of every absent

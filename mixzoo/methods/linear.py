@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import FitRequest, FitResult, MethodOption, MixingMethod, number
+from mixzoo.core.options import OptionSpec
+from mixzoo.methods.base import FitRequest, FitResult, MixingMethod, number
 
 if TYPE_CHECKING:
     import torch
@@ -43,14 +44,15 @@ class Linear(MixingMethod):
     fit_cost = "a given alpha is free; beta: MMAA on the calibration images (cached); target_robust: ~6 attacks"
     baseline = True
     options = {
-        "alpha": MethodOption("the RBC's weight, given (in [1/2, 1])", float),
-        "beta": MethodOption("choose alpha by Algorithm 1's margin rule on the raw RBC logits (default 0.985)", float),
-        "target_robust": MethodOption(
-            "choose alpha whose robust accuracy on the calibration split is closest to this",
-            float),
-        "temperature": MethodOption("the ABC's softmax temperature (default 1)", float),
-        "attack": MethodOption("attack for target_robust (default adaptive-apgd)", str),
-        "n_iter": MethodOption("APGD iterations (MMAA for beta; the attack for target_robust)", int),
+        "alpha": OptionSpec("the RBC's weight, given", float, low=0.5, high=1.0),
+        "beta": OptionSpec("choose alpha by Algorithm 1's margin rule on the raw RBC logits", float, low=0, high=1,
+                           default_note="0.985 when neither alpha nor target_robust is given"),
+        "target_robust": OptionSpec(
+            "choose alpha whose robust accuracy on the calibration split is closest to this", float, low=0, high=1),
+        "temperature": OptionSpec("the ABC's softmax temperature", float, 1.0, low=0),
+        "attack": OptionSpec("attack for target_robust", str, MATCH_ATTACK),
+        "n_iter": OptionSpec("APGD iterations (MMAA for beta; the attack for target_robust)", int, low=1,
+                             default_note="100 for beta; the matching attack's for target_robust"),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:

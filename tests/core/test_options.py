@@ -4,7 +4,6 @@ used by methods, ``mixzoo mix``/``bench`` -O and ``mixzoo share --set``."""
 from __future__ import annotations
 
 import string
-import warnings
 
 import pytest
 from hypothesis import given
@@ -91,11 +90,10 @@ def test_cli_and_share_and_methods_use_the_one_parser() -> None:
     assert get_method("linear").options_from_args(["--x", "a, b"]) == {"x": ["a", "b"]}
 
 
-def test_method_option_is_kept_and_is_an_option_spec() -> None:
+def test_method_option_is_kept_and_is_an_option_spec_with_a_deprecation_warning() -> None:
     from mixzoo.methods import MethodOption
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with pytest.warns(DeprecationWarning, match=r"^mixzoo.methods.MethodOption is deprecated .* default_note"):
         opt = MethodOption("iterations (default 5)", int)
     assert isinstance(opt, OptionSpec) and opt.default_text == "5"
     with pytest.raises(InputError, match="of mixing method 'm' must be an integer"):
@@ -149,3 +147,28 @@ def test_show_options_renders_type_default_and_range_from_the_spec() -> None:
     assert rows["--n-val"] == ["int", "200", ">= 0"]
     assert rows["--robust-drop"] == ["float", "1.5", "[0, 100]"]
     assert rows["--eval-n-queries"] == ["int", "5000", ">= 1"]
+
+
+def test_no_built_in_method_declares_the_deprecated_method_option() -> None:
+    """Importing every built-in method (in a fresh process, so that no module is already imported) gives no
+    DeprecationWarning of mixzoo's, and no method declares a MethodOption."""
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.filterwarnings('error', message='mixzoo', category=DeprecationWarning);"
+            " from mixzoo.core.plugins import mixing_methods; from mixzoo.methods import MethodOption;"
+            " bad = [n for n, m in mixing_methods().items()"
+            " if any(isinstance(s, MethodOption) for s in m.option_specs().values())]; print(bad)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr[-2000:]
+
+
+def test_a_default_that_is_no_one_value_is_shown_and_not_filled() -> None:
+    from mixzoo.methods import get_method
+
+    linear = get_method("linear")
+    spec = linear.option_specs()["beta"]
+    assert spec.default is None and spec.default_text.startswith("0.985 when neither")
+    filled = linear.check_options({"alpha": 0.9})
+    assert filled == {"alpha": 0.9, "temperature": 1.0, "attack": "adaptive-apgd"}  # no beta next to alpha
+    assert get_method("knn-smoothing").check_options({})["k"] == 5

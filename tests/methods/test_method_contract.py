@@ -115,7 +115,9 @@ def test_typed_option_refused_in_one_line_naming_it_and_its_type(tmp_path):
     with pytest.raises(InputError, match=r"option refit_alpha \(--refit-alpha\) of mixing method 'mixednuts' must"
                                          r" be true or false"):
         mixing_methods()["mixednuts"].check_options({"refit_alpha": "maybe"})
-    assert mixing_methods()["mixednuts"].check_options({"n_iter": "7", "beta": 1}) == {"n_iter": 7, "beta": 1.0}
+    checked = mixing_methods()["mixednuts"].check_options({"n_iter": "7", "beta": 1})
+    assert (checked["n_iter"], checked["beta"]) == (7, 1.0) and checked["n_restarts"] == 1  # the others filled
+    assert "grid" not in checked and "top_k" not in checked  # defaults that are no one value: shown, not filled
     shown = CliRunner().invoke(app, ["mix", "--method", "linear", "--show-options"])
     assert shown.exit_code == 0 and "--target-robust" in shown.output and "float" in shown.output
 

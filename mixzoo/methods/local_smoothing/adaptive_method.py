@@ -25,7 +25,6 @@ from mixzoo.methods.base import (
     ExtraAttack,
     FitRequest,
     FitResult,
-    MethodOption,
     MixingMethod,
     number,
     square_extra,
@@ -60,43 +59,49 @@ class LocalSmoothingAdaptive(MixingMethod):
                    " (local smoothing), Thm 2"
                    " (fixed alpha) does not cover")
     options = {
-        "beta0": MethodOption(
+        "beta0": OptionSpec(
             "log alpha_0, Eq. 9's threshold, given (default: measured, the crossover of Bai et al. (local smoothing),"
             " Fig. 4)",
-            float),
+            float, default_note="measured"),
         "n_crossover": OptionSpec("calibration images of the crossover sweep (at most --n-calib)", int, 200, low=1),
         "crossover_steps": OptionSpec("PGD steps of the crossover sweep (as Bai et al. (local smoothing)'s PGD-10)",
                                       int, 10, low=1),
-        "crossover_alpha_ts": MethodOption("attack-time alphas of the sweep (default: alpha_ts)"),
-        "alpha_ts": MethodOption(
+        "crossover_alpha_ts": OptionSpec("attack-time alphas of the sweep (default: alpha_ts)",
+                                         default_note="alpha_ts"),
+        "alpha_ts": OptionSpec(
             "attack-time alphas of the training attacks (default Bai et al. (local smoothing), Sec. 6.3's"
-            " 0,0.316,...,3162,inf)"),
-        "r": MethodOption(f"R_i(x): {', '.join(R_OPTIONS)} (Bai et al. 2024b, App. B.1; default ratio, Bai et al."
-                          " (local smoothing), Eq. 7)", str),
-        "space": MethodOption("logits | probabilities (default logits, Bai et al. (local smoothing))", str),
-        "accelerated": MethodOption(
+            " 0,0.316,...,3162,inf)", default_note="Bai et al. (local smoothing"),
+        "r": OptionSpec(f"R_i(x): {', '.join(R_OPTIONS)} (Bai et al. 2024b, App. B.1; default ratio, Bai et al."
+                          " (local smoothing), Eq. 7)", str, default_note="ratio"),
+        "space": OptionSpec("logits | probabilities (default logits, Bai et al. (local smoothing))", str,
+                            default_note="logits"),
+        "accelerated": OptionSpec(
             "true: Bai et al. (local smoothing), App. A.1's one gradient per model instead of the Jacobian (r grad_g"
             " or ratio)",
             bool),
-        "eps_c": MethodOption("added to ||grad h_i||_* in R_i = ratio (default 1e-6)", float),
-        "c1": MethodOption("Eq. 9's c1 (default 0.5, Bai et al. (local smoothing), Sec. 6.3)", float),
-        "c2": MethodOption("Eq. 9's c2 (default 0.8)", float),
-        "c3": MethodOption("Eq. 9's c3 (default 3.2)", float),
-        "epochs": MethodOption("training epochs (default 5)", int),
-        "n_train": MethodOption(
+        "eps_c": OptionSpec("added to ||grad h_i||_* in R_i = ratio (default 1e-6)", float, default_note="1e-6"),
+        "c1": OptionSpec("Eq. 9's c1 (default 0.5, Bai et al. (local smoothing), Sec. 6.3)", float, default_note="0.5"),
+        "c2": OptionSpec("Eq. 9's c2 (default 0.8)", float, default_note="0.8"),
+        "c3": OptionSpec("Eq. 9's c3 (default 3.2)", float, default_note="3.2"),
+        "epochs": OptionSpec("training epochs (default 5)", int, default_note="5"),
+        "n_train": OptionSpec(
             "train-split images used (default: all; the last n_val of them are held out for validation)",
-            int),
+            int, default_note="all"),
         "n_val": OptionSpec("train-split images held out for the per-epoch validation", int, 200, low=0),
-        "batch_size": MethodOption("clean images per batch (default 128; two attacked copies are added)", int),
-        "lr": MethodOption("AdamW learning rate (default 1e-4; Bai et al. (local smoothing) uses Adam)", float),
-        "weight_decay": MethodOption("AdamW weight decay (1e-5)", float),
-        "ema": MethodOption("EMA decay of the weights, 0 = off (default 0)", float),
-        "clean_weight": MethodOption("loss weight of clean images (default 1)", float),
-        "steps": MethodOption(
-            "PGD steps through the policy, drawn from LO,HI per batch; the alpha_t attacks use HI (default 5,10)"),
-        "eps_factor": MethodOption("attack radius factor drawn from LO,HI per example (default 1,1: the full radius)"),
-        "width": MethodOption("channels of the policy network (default 32)", int),
-        "blocks": MethodOption("residual blocks (default 2)", int),
+        "batch_size": OptionSpec("clean images per batch (default 128; two attacked copies are added)", int,
+                                 default_note="128"),
+        "lr": OptionSpec("AdamW learning rate (default 1e-4; Bai et al. (local smoothing) uses Adam)", float,
+                         default_note="1e-4"),
+        "weight_decay": OptionSpec("AdamW weight decay (1e-5)", float),
+        "ema": OptionSpec("EMA decay of the weights, 0 = off (default 0)", float, default_note="0"),
+        "clean_weight": OptionSpec("loss weight of clean images (default 1)", float, default_note="1"),
+        "steps": OptionSpec(
+            "PGD steps through the policy, drawn from LO,HI per batch; the alpha_t attacks use HI (default 5,10)",
+                default_note="5,10"),
+        "eps_factor": OptionSpec("attack radius factor drawn from LO,HI per example (default 1,1: the full radius)",
+                                 default_note="1,1"),
+        "width": OptionSpec("channels of the policy network (default 32)", int, default_note="32"),
+        "blocks": OptionSpec("residual blocks (default 2)", int, default_note="2"),
         "resume": OptionSpec("resume from the checkpoint next to the card", bool, True),
         "checkpoint_every": OptionSpec(
             "batches between mid-epoch checkpoints (0 = after each epoch only)", int, 50, low=0),

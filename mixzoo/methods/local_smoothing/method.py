@@ -24,7 +24,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MethodOption, MixingMethod, number, square_extra
+from mixzoo.core.options import OptionSpec
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
 
@@ -149,21 +150,20 @@ class LocalSmoothing(MixingMethod):
                    " gradients); certify a"
                    " linear card, which is R_i = 1 on probabilities")
     options = {
-        "alpha": MethodOption("the smoothing strength alpha >= 0 (0: the ABC; large: the RBC)", float),
-        "r": MethodOption(f"R_i(x): {', '.join(R_OPTIONS)} (Bai et al. 2024b, App. B.1; default ratio, Bai et al."
-                          " (local smoothing), Eq. 5)", str),
-        "space": MethodOption("logits | probabilities: what is smoothed (Bai et al. 2024b, Sec. 3; default logits, Bai"
-                              " et al. (local smoothing))", str),
-        "accelerated": MethodOption(
+        "alpha": OptionSpec("the smoothing strength alpha (0: the ABC; large: the RBC)", float, low=0,
+                            default_note="none: give alpha or target_clean"),
+        "r": OptionSpec("R_i(x) (Bai et al. 2024b, App. B.1; ratio: Bai et al. (local smoothing), Eq. 5)", str,
+                        choices=tuple(R_OPTIONS), default_note="ratio (the card's default)"),
+        "space": OptionSpec("what is smoothed (Bai et al. 2024b, Sec. 3)", str, choices=tuple(SPACES),
+                            default_note="logits (the card's default)"),
+        "accelerated": OptionSpec(
             "true: one gradient per model instead of the Jacobian (Bai et al. (local smoothing), App. A.1; R_i grad_g"
-            " or ratio)",
-            bool),
-        "target_clean": MethodOption(
-            "instead of alpha: the largest alpha whose clean accuracy on the calibration split is at"
-            " least this (no attack)",
-            float),
-        "eps_c": MethodOption("added to ||grad h_i||_* in R_i = ratio (Bai et al. (local smoothing), Sec. 4; default"
-                              " 1e-6)", float),
+            " or ratio)", bool, default_note="false (the card's default)"),
+        "target_clean": OptionSpec(
+            "instead of alpha: the largest alpha whose clean accuracy on the calibration split is at least this (no"
+            " attack)", float, low=0, high=1),
+        "eps_c": OptionSpec("added to ||grad h_i||_* in R_i = ratio (Bai et al. (local smoothing), Sec. 4)", float,
+                            low=0, default_note="1e-6 (the card's default)"),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
@@ -244,11 +244,12 @@ class KNNSmoothing(MixingMethod):
                    " radius needs Lipschitz constants of grad g that mixzoo does not bound")
     not_exportable = "its K-NN oracle searches the train split at every prediction, so the artifact would need it"
     options = {
-        "alpha": MethodOption("the smoothing strength alpha >= 0 (0: the ABC; large: the K-NN oracle)", float),
-        "k": MethodOption("K, the neighbours voting (1 <= K <= the train images; default 5)", int, 5),
-        "n_train": MethodOption("use the first N train images (default: the whole train split)", int),
-        "target_clean": MethodOption("instead of alpha: the largest alpha whose clean accuracy on the calibration"
-                                     " split is at least this (no attack)", float),
+        "alpha": OptionSpec("the smoothing strength alpha (0: the ABC; large: the K-NN oracle)", float, low=0,
+                            default_note="none: give alpha or target_clean"),
+        "k": OptionSpec("K, the neighbours voting (at most the train images)", int, 5, low=1),
+        "n_train": OptionSpec("use the first N train images", int, low=1, default_note="the whole train split"),
+        "target_clean": OptionSpec("instead of alpha: the largest alpha whose clean accuracy on the calibration"
+                                   " split is at least this (no attack)", float, low=0, high=1),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:

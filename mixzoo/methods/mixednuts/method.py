@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MethodOption, MixingMethod, number
+from mixzoo.core.options import OptionSpec
+from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number
 
 if TYPE_CHECKING:
     from torch import nn
@@ -62,26 +63,27 @@ class MixedNUTS(MixingMethod):
                 " 1e-8), so its s, p, c and alpha do not fit this mixzoo; run `mixzoo mix` again")
 
     options = {
-        "beta": MethodOption(
+        "beta": OptionSpec(
             "share of the RBC's attacked-correct margins to keep (Algorithm 1; 0.985 CIFAR, 0.99 ImageNet)",
-            float, 0.985),
-        "clamp": MethodOption("clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)", str,
-                              "gelu"),
-        "grid": MethodOption(
+            float, 0.985, low=0, high=1),
+        "clamp": OptionSpec("clamp function of M(s, p, c) (gelu, relu, elu, softplus, linear, or a plugin's)", str,
+                            "gelu"),
+        "grid": OptionSpec(
             "search grid (mixzoo.methods.mixednuts.calibrate.Grid or s=MIN:MAX:N,p=...,c=...)",
-            _grid_option, "Grid(): 8x8x8", metavar="grid"),
-        "objective": MethodOption("standard | relaxed (App. D.8.3)", str, "standard"),
-        "optimizer": MethodOption("calibration optimizer from the plugin hook (grid, refine, ...)", str, "grid"),
-        "top_k": MethodOption("layer-norm statistics over the top-k logits (App. D.7)", int, "all logits"),
-        "search": MethodOption(
-            "mixzoo | authors: Algorithm 1 exactly as the authors' code (percentile threshold, no App. D.8.2"
+            _grid_option, metavar="grid", default_note="Grid(): 8x8x8"),
+        "objective": OptionSpec("Algorithm 1's objective (App. D.8.3)", str, "standard",
+                                choices=("standard", "relaxed")),
+        "optimizer": OptionSpec("calibration optimizer from the plugin hook (grid, refine, ...)", str, "grid"),
+        "top_k": OptionSpec("layer-norm statistics over the top-k logits (App. D.7)", int,
+                            default_note="all logits"),
+        "search": OptionSpec(
+            "authors: Algorithm 1 exactly as the authors' code (percentile threshold, no App. D.8.2"
             " filter; see mixzoo.methods.mixednuts.calibrate)",
-            str, "mixzoo"),
-        "refit_alpha": MethodOption("second pass: alpha chosen again on MMAA points of h^M (App. D.9)", bool,
-                                    False),
-        "n_iter": MethodOption("APGD iterations in MMAA", int, 100),
-        "n_target_classes": MethodOption("APGD-T target classes in MMAA", int, 9),
-        "n_restarts": MethodOption("restarts in MMAA", int, 1),
+            str, "mixzoo", choices=("mixzoo", "authors")),
+        "refit_alpha": OptionSpec("second pass: alpha chosen again on MMAA points of h^M (App. D.9)", bool, False),
+        "n_iter": OptionSpec("APGD iterations in MMAA", int, 100, low=1),
+        "n_target_classes": OptionSpec("APGD-T target classes in MMAA", int, 9, low=0),
+        "n_restarts": OptionSpec("restarts in MMAA", int, 1, low=1),
     }
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
