@@ -90,10 +90,14 @@ def export_cmd(
 
 
 def _fields(values: list[str] | None) -> dict[str, Any]:
+    """``--set KEY=VALUE`` words as model_info fields, read by the one parser; a text field whose value reads as a
+    number or list keeps it as written (``--set venue=2024`` is the text "2024"). Their specs convert them."""
     from mixzoo.core.options import parse_pairs
+    from mixzoo.share.robustbench import USER_FIELDS
 
     out = parse_pairs(values or [], "--set")
-    return {k: v if isinstance(v, bool | str) else _raw_text(values or [], k) for k, v in out.items()}
+    text = {k for k, spec in USER_FIELDS.items() if spec.type is str}
+    return {k: _raw_text(values or [], k) if k in text and not isinstance(v, str) else v for k, v in out.items()}
 
 
 def _raw_text(values: list[str], key: str) -> str:
@@ -109,7 +113,8 @@ def report_cmd(
     card_name: Annotated[str | None, typer.Option(help="the card row to submit when the report has several")] = None,
     set_field: Annotated[list[str] | None, typer.Option(
         "--set", "-s", metavar="KEY=VALUE", help="a paper field, repeatable: link, name, authors, venue, footnote, "
-                                                 "additional_data (true/false), architecture, unreliable")] = None,
+                                                 "additional_data (true/false), architecture, unreliable "
+                                                 "(true/false)")] = None,
     out: Annotated[Path | None, typer.Option(help="also write it as OUT/DATASET/THREAT_MODEL/FILE.json, RobustBench's"
                                                   " model_info layout")] = None,
     file_name: Annotated[str | None, typer.Option(help="the file name under --out (default: the card file's)")]

@@ -28,6 +28,7 @@ from typing import Any
 from mixzoo.core.errors import InputError
 from mixzoo.core.labels import eps_fraction, row_label
 from mixzoo.core.labels import eps_text as eps_label
+from mixzoo.core.options import OptionSpec
 
 # the fields of RobustBench's model_info/*/Linf|L2/*.json files (RobustBench/robustbench, model_info/)
 MODEL_INFO_FIELDS = ("link", "name", "authors", "additional_data", "number_forward_passes", "dataset", "venue",
@@ -38,7 +39,17 @@ STRONG_ATTACK = "adaptive-strong"
 # RobustBench's leaderboards: the data sets it ranks and the test images it evaluates on (the whole CIFAR test set;
 # its fixed 5,000-image ImageNet subset)
 LEADERBOARD_IMAGES = {"cifar10": 10_000, "cifar100": 10_000, "imagenet": 5_000}
-USER_FIELDS = ("link", "name", "authors", "venue", "footnote", "additional_data", "architecture", "unreliable")
+# the fields a user sets (``mixzoo report --set KEY=VALUE``); the others come from the report
+USER_FIELDS: dict[str, OptionSpec] = {
+    "link": OptionSpec("the paper's URL", str),
+    "name": OptionSpec("the paper's title", str, default_note="the card row's label"),
+    "authors": OptionSpec("the paper's authors", str),
+    "venue": OptionSpec("where the paper appeared (e.g. ICML 2024)", str),
+    "footnote": OptionSpec("the leaderboard's footnote", str, default_note="how mixzoo evaluated the row"),
+    "additional_data": OptionSpec("trained with data beyond the leaderboard's training set", bool, False),
+    "architecture": OptionSpec("the architecture column", str, default_note="the two base models' architectures"),
+    "unreliable": OptionSpec("flag the evaluation as unreliable", bool, False),
+}
 
 
 def _pct(v: float) -> str:
@@ -159,6 +170,7 @@ def model_info(bench_dir: str | Path, *, card_name: str | None = None,
     if unknown:
         raise InputError(f"model_info field {unknown[0]!r} cannot be set (the figures come from the report); settable:"
                          f" {', '.join(USER_FIELDS)}")
+    fields = {k: USER_FIELDS[k].convert(k, v, "model_info", flag=f"--set {k}") for k, v in fields.items()}
     report = read_report(bench_dir)
     row = pick_row(report, card_name)
     st, ds = report["settings"], report.get("dataset") or {}

@@ -619,3 +619,18 @@ def test_a_hub_card_naming_weights_out_of_its_snapshot_is_the_cards_fault(hf_cac
         mixzoo.load_mixed(f"hf-hub:{REPO}")
     assert "report it" not in str(err.value) and "\n" not in str(err.value) and "card.toml" in str(err.value)
     assert runtime_failures() == before
+
+
+def test_report_fields_are_checked_by_their_specs(strong_report):
+    """``--set`` fields are OptionSpecs: a flag reads true/false, a bad one is one line naming it, a text field keeps
+    a number as written."""
+    fields = rb.model_info(strong_report, fields={"unreliable": "true", "venue": "2024"})[0]
+    assert fields["unreliable"] is True and fields["venue"] == "2024"
+    with pytest.raises(InputError, match=r"^option additional_data \(--set additional_data\) of model_info must be"
+                                         " true or false, got 'maybe'"):
+        rb.model_info(strong_report, fields={"additional_data": "maybe"})
+    res = CliRunner().invoke(app, ["report", str(strong_report), "--format", "robustbench", "-s", "venue=2024",
+                                   "-s", "name=1.50"])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.stdout)
+    assert info["venue"] == "2024" and info["name"] == "1.50"
