@@ -10,12 +10,13 @@ saying where it belongs. ``mixzoo.load_mixed``, ``mixzoo bench`` and ``mixzoo ce
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from mixzoo.core.errors import InputError, MissingFileError, damaged_file
+from mixzoo.core.errors import InputError, MissingFileError, MixzooError, damaged_file
 from mixzoo.core.paths import plain_name
+from mixzoo.zoo.files import offline
+from mixzoo.zoo.hub import hub_reachable
 
 HUB_PREFIX = "hf-hub:"
 CARD_FILE = "card.toml"
@@ -40,50 +41,22 @@ def parse_hub_id(ref: str) -> tuple[str, str | None]:
     return repo, revision or None
 
 
-def offline() -> bool:
-    """Downloads (and uploads) are off: ``HF_HUB_OFFLINE`` as huggingface_hub read it, or ``MIXZOO_OFFLINE=1``."""
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0")
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hub endpoint (``HF_ENDPOINT``) answers one HEAD request at all; asked before any download or
-    upload, because huggingface_hub retries an unreachable Hub five times with back-off (about 25 s)."""
-    from huggingface_hub import constants
-    from huggingface_hub.utils import get_session
-
-    try:
-        get_session().head(constants.ENDPOINT, timeout=timeout)
-    except OSError:  # requests' connection errors and timeouts
-        return False
-    return True
-
-
 def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
-    """One file of a Hub repository: from the local cache, else downloaded when downloads are on and the Hub
-    answers; a file neither cached nor downloadable is a one-line :class:`MissingFileError` naming where it
-    belongs."""
-    from huggingface_hub import constants, hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError
+    """One file of a Hub repository written by ``mixzoo push``: from the local cache, else downloaded when downloads
+    are on and the Hub answers (:func:`mixzoo.zoo.hub.hub_download`, whose one-line
+    :class:`MissingFileError` says where a file neither cached nor downloadable belongs); a file the repository does
+    not have, a file name huggingface_hub refuses or a failed download are one-line errors too."""
+    from huggingface_hub.errors import HFValidationError
+
+    from mixzoo.zoo.hub import HubEntryNotFoundError, hub_download
 
     where = f"{filename!r} of Hugging Face repository {repo!r}" + (f" at revision {revision!r}" if revision else "")
     try:
-        try:
-            return Path(hf_hub_download(repo, filename, revision=revision, local_files_only=True))
-        except LocalEntryNotFoundError:
-            if offline() or not hub_reachable():
-                raise
-        return Path(hf_hub_download(repo, filename, revision=revision))
-    except LocalEntryNotFoundError:  # (a subclass of EntryNotFoundError: caught first)
-        folder = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}"
-        why = ("downloads are off (HF_HUB_OFFLINE or MIXZOO_OFFLINE)" if offline()
-               else f"the Hub ({constants.ENDPOINT}) is unreachable")
-        raise MissingFileError(f"{where} is not in the Hugging Face cache and {why}; run `huggingface-cli download"
-                               f" {repo}` where there is network and copy the cache, or place it in"
-                               f" {folder}/snapshots/<commit>/") from None
-    except EntryNotFoundError:
+        return hub_download(repo, filename, revision)
+    except HubEntryNotFoundError:
         raise MissingFileError(f"{where} does not exist; is {repo!r} a repository written by `mixzoo push`?") from None
+    except MixzooError:
+        raise
     except HFValidationError as exc:
         raise InputError(f"{repo!r} is not a valid Hugging Face repository id ({exc})") from None
     except (ValueError, RuntimeError) as exc:  # huggingface_hub's refusal of a file name or a broken cache entry

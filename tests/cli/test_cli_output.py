@@ -7,6 +7,7 @@ import os
 import warnings
 
 import pytest
+from foreign_files import put_foreign, tree_state
 from typer.testing import CliRunner
 
 from mixzoo.cli import app
@@ -96,25 +97,6 @@ def bench_dir(linear_card, tmp_path_factory):
     return path
 
 
-def _put(path, kind, tmp_path):
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-        (path / "keep.txt").write_text("mine\n")
-    elif kind == "link":
-        target = tmp_path / "elsewhere"
-        target.write_text("someone's file\n")
-        path.symlink_to(target)
-    else:
-        path.write_text('{"name": "an unrelated file"}\n')
-
-
-def _state(root):
-    return sorted((str(p.relative_to(root)), p.is_symlink() or not p.is_file() or p.read_bytes())
-                  for p in root.rglob("*"))
-
-
 @pytest.mark.parametrize("kind", ["fifo", "directory", "link", "unrelated"])
 @pytest.mark.parametrize("command", sorted(WRITERS))
 def test_every_writing_command_refuses_what_it_did_not_write_at_its_output(linear_card, bench_dir, tmp_path,
@@ -124,8 +106,8 @@ def test_every_writing_command_refuses_what_it_did_not_write_at_its_output(linea
         kind = "file"  # a folder's place: a plain file there
     out = tmp_path / "out"
     out.mkdir()
-    _put(out / name, kind if kind != "file" else "unrelated", tmp_path)
-    before = _state(tmp_path)
+    put_foreign(out / name, kind if kind != "file" else "unrelated", tmp_path)
+    before = tree_state(tmp_path)
     args = [a.replace("OUT", str(out)).replace("CARD", str(linear_card)).replace("BENCH", str(bench_dir))
             for a in args]
     res = CliRunner().invoke(app, args)
@@ -133,7 +115,7 @@ def test_every_writing_command_refuses_what_it_did_not_write_at_its_output(linea
     assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (res.output,
                                                                                        repr(res.exception))
     assert name in lines[0], lines[0]
-    assert _state(tmp_path) == before  # the thing in the way untouched, nothing written beside it
+    assert tree_state(tmp_path) == before  # the thing in the way untouched, nothing written beside it
 
 
 def test_integers_beyond_64_bits_are_one_line_errors(linear_card, tmp_path):

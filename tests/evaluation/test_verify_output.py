@@ -4,9 +4,9 @@ mixzoo did not write, no special file written through, nothing written on a refu
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
+from foreign_files import put_foreign, tree_state
 from typer.testing import CliRunner
 
 from mixzoo.cli import app
@@ -27,26 +27,6 @@ def bench_dir(tmp_path_factory):
     return root / "bench"
 
 
-def _put(path, kind, tmp_path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-        (path / "keep.txt").write_text("mine\n")
-    elif kind == "link":
-        target = tmp_path / "elsewhere.json"
-        target.write_text('{"name": "someone else\'s file"}\n')
-        path.symlink_to(target)
-    else:  # an unrelated JSON file, e.g. a package's
-        path.write_text('{"name": "an unrelated file", "version": "1.0"}\n')
-
-
-def _state(root):
-    return sorted((str(p.relative_to(root)), p.is_symlink() or not p.is_file() or p.read_bytes())
-                  for p in root.rglob("*"))
-
-
 @pytest.mark.parametrize("kind", ["fifo", "directory", "link", "unrelated", "bench report"])
 def test_verify_refuses_what_it_did_not_write_at_its_out(bench_dir, tmp_path, kind):
     if kind == "bench report":  # --out pointed at the report being verified
@@ -55,8 +35,8 @@ def test_verify_refuses_what_it_did_not_write_at_its_out(bench_dir, tmp_path, ki
         target.write_bytes((bench_dir / "report.json").read_bytes())
     else:
         target = tmp_path / "out" / "verify.json"
-        _put(target, kind, tmp_path)
-    before = _state(tmp_path)
+        put_foreign(target, kind, tmp_path)
+    before = tree_state(tmp_path)
     res = CliRunner().invoke(app, ["verify", str(bench_dir), "--out", str(target)])
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (res.output,
@@ -64,7 +44,7 @@ def test_verify_refuses_what_it_did_not_write_at_its_out(bench_dir, tmp_path, ki
     assert target.name in lines[0] and "--out" in lines[0], lines[0]
     with pytest.raises(InputError, match="--out"):
         verify_report(bench_dir, out=target)
-    assert _state(tmp_path) == before  # the thing in the way untouched, nothing written beside it
+    assert tree_state(tmp_path) == before  # the thing in the way untouched, nothing written beside it
 
 
 def test_verify_replaces_its_own_result_and_writes_a_new_one(bench_dir, tmp_path):
