@@ -35,8 +35,8 @@ ALPHAS = [round(1.0 - 0.02 * k, 2) for k in range(25)]  # 1.00 ... 0.52 (0.5 cer
 def matched_alpha(abc: str, rbc: str, sigma: float, target: float, n: int, samples: int, seed: int) -> dict:
     """The alpha of the grid whose mixture clean accuracy on the calibration split is closest to ``target``."""
     data = load_dataset("fashion-mnist", "calibration", n=n)
-    est = smoothed_estimate(load_model(rbc), data.images, sigma, samples=samples, selection_samples=1,
-                            confidence=0.999, seed=seed + 17, progress=False)
+    est = smoothed_estimate(load_model(rbc), data.images, SmoothingSettings(sigma, samples, selection_samples=1,
+                            confidence=0.999, kind="soft"), seed=seed + 17, progress=False)
     g = abc_probabilities(load_model(abc), data.images, 0.0, 1000)
     alphas = torch.tensor(ALPHAS, dtype=torch.float64)
     acc = mixture_clean_accuracy(g, est.mean, data.labels, alphas)

@@ -34,7 +34,7 @@ import torch
 
 from mixzoo.certify import certified_accuracy, certify, mixture_clean_accuracy, smoothing_radius
 from mixzoo.certify.run import abc_probabilities
-from mixzoo.certify.smoothing import smoothed_estimates
+from mixzoo.certify.smoothing import SmoothingSettings, smoothed_estimates
 from mixzoo.core.cache import atomic_write_text
 from mixzoo.core.figures import figure_module, save_png
 from mixzoo.core.machine import machine_line, run_record
@@ -67,10 +67,9 @@ def rs_stage(out: Path, n: int, samples: int, seed: int, names: list[str], devic
         if start >= n:
             continue
         t0 = time.perf_counter()
-        est = smoothed_estimates(load_model(name, device=device).eval(), data.images[start:].to(device), sigma,
-                                 samples=samples,
-                                 selection_samples=100, confidence=0.999, seed=seed, first_index=start,
-                                 batch_size=batch_size, progress=False)
+        est = smoothed_estimates(load_model(name, device=device).eval(), data.images[start:].to(device),
+                                 SmoothingSettings(sigma, samples, selection_samples=100, confidence=0.999),
+                                 seed=seed, first_index=start, batch_size=batch_size, progress=False)
         seconds = time.perf_counter() - t0 + (old["seconds"] if start else 0.0)
         new = {k: {f: getattr(e, f).cpu() for f in fields} for k, e in est.items()}
         if start:

@@ -30,8 +30,6 @@ OVER_PARAMETERS = {
     "mixzoo/attacks/apgd.py::apgd_t",
     "mixzoo/attacks/mmaa.py::mmaa",
     "mixzoo/attacks/square.py::min_margin_square",
-    "mixzoo/certify/smoothing.py::smoothed_estimate",
-    "mixzoo/certify/smoothing.py::smoothed_estimates",
     "mixzoo/methods/adaptive/attacks.py::alpha_apgd",
     "mixzoo/methods/adaptive/gate_attacks.py::gate_apgd",
     "mixzoo/methods/adaptive/training.py::train",

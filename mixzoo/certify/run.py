@@ -22,7 +22,7 @@ import math
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from mixzoo.certify.radii import (
     smoothing_radius,
 )
 from mixzoo.certify.report import CertCurve, CertifyResult
-from mixzoo.certify.smoothing import check_options, minimum_samples, smoothed_estimate
+from mixzoo.certify.smoothing import SmoothingSettings, check_options, minimum_samples, smoothed_estimate
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import run_record
 from mixzoo.core.progress import next_phase
@@ -86,25 +86,6 @@ def _grid(radii: list[float] | None, radius: torch.Tensor) -> torch.Tensor:
 
 def _label(alpha: float, what: str) -> str:
     return f"RBC alone ({what})" if alpha == 1.0 else f"mixture alpha={alpha:g} ({what})"
-
-
-@dataclass(frozen=True)
-class SmoothingSettings:
-    """Monte Carlo certification of a randomized-smoothing RBC (Bai et al. 2024b, App. A.2, Cohen et al.): noise
-    ``sigma`` (default: the RBC's registry ``smoothing_sigma``), ``samples`` per image plus ``selection_samples`` that
-    choose the class, bounds jointly valid with probability ``confidence`` per image, ``kind`` ``soft`` (average
-    probabilities, Bai et al. 2024b, App. A) or ``hard`` (votes)."""
-
-    sigma: float | None = None
-    samples: int = 10_000
-    selection_samples: int = 100
-    confidence: float = 0.999
-    kind: str = "hard"
-
-    def __post_init__(self) -> None:  # bad settings are refused where they are made, before any plan or work
-        from mixzoo.certify.smoothing import check_options
-
-        check_options(1.0 if self.sigma is None else self.sigma, self.samples, self.confidence, self.kind)
 
 
 @dataclass(frozen=True)
@@ -284,8 +265,7 @@ def _smoothing_curves(inputs: _Inputs, sigma: float, sm: SmoothingSettings, sett
     if samples < need:
         raise InputError(f"{samples} Monte Carlo samples cannot certify anything at confidence {confidence:g}"
                          f" and alpha {smallest:g} (even a unanimous vote); use --samples {need} or more")
-    est = smoothed_estimate(inputs.rbc, images, sigma, samples=samples, selection_samples=selection_samples,
-                            confidence=confidence, kind=kind, seed=s.seed, batch_size=s.batch_size,
+    est = smoothed_estimate(inputs.rbc, images, replace(sm, sigma=sigma), seed=s.seed, batch_size=s.batch_size,
                             progress=s.progress)
     correct = (est.top == labels) & ~est.abstain
     lip = smoothing_lipschitz_constant(sigma)

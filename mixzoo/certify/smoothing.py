@@ -30,6 +30,23 @@ __all__ = ["SmoothedEstimate", "check_options", "confidence_bounds", "minimum_sa
 KINDS = ("soft", "hard")
 
 
+@dataclass(frozen=True)
+class SmoothingSettings:
+    """Monte Carlo certification of a randomized-smoothing RBC (Bai et al. 2024b, App. A.2, Cohen et al.): noise
+    ``sigma`` (default: the RBC's registry ``smoothing_sigma``), ``samples`` per image plus ``selection_samples`` that
+    choose the class, bounds jointly valid with probability ``confidence`` per image, ``kind`` ``soft`` (average
+    probabilities, Bai et al. 2024b, App. A) or ``hard`` (votes)."""
+
+    sigma: float | None = None
+    samples: int = 10_000
+    selection_samples: int = 100
+    confidence: float = 0.999
+    kind: str = "hard"
+
+    def __post_init__(self) -> None:  # bad settings are refused where they are made, before any plan or work
+        check_options(1.0 if self.sigma is None else self.sigma, self.samples, self.confidence, self.kind)
+
+
 @dataclass
 class SmoothedEstimate:
     """Per example: ``top`` (the class y chosen on the selection samples), ``mean`` ((n, c) Monte Carlo mean of
@@ -192,21 +209,27 @@ def minimum_samples(classes: int, confidence: float, kind: str = "soft", alpha: 
     return hi
 
 
-def smoothed_estimate(model: nn.Module, images: torch.Tensor, sigma: float, *, samples: int = 10_000,
-                      selection_samples: int = 100, confidence: float = 0.999, kind: str = "soft", seed: int = 0,
+def smoothed_estimate(model: nn.Module, images: torch.Tensor, settings: SmoothingSettings, *, seed: int = 0,
                       first_index: int = 0, batch_size: int = 1000, progress: bool = True) -> SmoothedEstimate:
-    """Choose each example's top class on ``selection_samples`` draws, then bound it on ``samples`` fresh draws."""
-    return smoothed_estimates(model, images, sigma, samples=samples, selection_samples=selection_samples,
-                              confidence=confidence, kinds=(kind,), seed=seed, first_index=first_index,
-                              batch_size=batch_size, progress=progress)[kind]
+    """Cohen et al.'s CERTIFY estimate for ``settings.kind``: each example's top class chosen on
+    ``settings.selection_samples`` noise draws of std ``settings.sigma``, then bounded on ``settings.samples`` fresh
+    draws at ``settings.confidence`` (:func:`smoothed_estimates` with one kind)."""
+    return smoothed_estimates(model, images, settings, kinds=(settings.kind,), seed=seed, first_index=first_index,
+                              batch_size=batch_size, progress=progress)[settings.kind]
 
 
-def smoothed_estimates(model: nn.Module, images: torch.Tensor, sigma: float, *, samples: int = 10_000,
-                       selection_samples: int = 100, confidence: float = 0.999, kinds: tuple[str, ...] = KINDS,
-                       seed: int = 0, first_index: int = 0, batch_size: int = 1000,
+def smoothed_estimates(model: nn.Module, images: torch.Tensor, settings: SmoothingSettings, *,
+                       kinds: tuple[str, ...] = KINDS, seed: int = 0, first_index: int = 0, batch_size: int = 1000,
                        progress: bool = True) -> dict[str, SmoothedEstimate]:
     """:func:`smoothed_estimate` for several kinds on the same noise draws, one forward pass per draw:
-    ``{kind: estimate}``; each kind chooses its class on its own selection means and bounds it its own way."""
+    ``{kind: estimate}``; each kind chooses its class on its own selection means and bounds it its own way.
+    ``settings.kind`` is not read (``kinds`` are); ``settings.sigma`` must be given. The draws of example ``i`` come
+    from ``(seed, first_index + i)``, so an example's estimate depends neither on ``batch_size`` nor on the other
+    images."""
+    if settings.sigma is None:
+        raise InputError("smoothed_estimate needs the noise sigma: SmoothingSettings(sigma=...)")
+    sigma, samples, selection_samples = float(settings.sigma), settings.samples, settings.selection_samples
+    confidence = settings.confidence
     for kind in kinds:
         check_options(sigma, samples, confidence, kind)
     if not isinstance(selection_samples, int) or selection_samples < 1:

@@ -622,11 +622,11 @@ def test_smoothing_radii_against_the_exact_radius_of_a_half_space(monkeypatch, s
 def test_monte_carlo_does_not_depend_on_batch_size_or_on_the_other_images(kind):
     rbc = frozen("digits-rs050")
     images, _ = digits(20)
-    common = dict(samples=300, selection_samples=50, kind=kind, progress=False)
-    small = smoothed_estimate(rbc, images[:10], 0.5, batch_size=64, **common)
-    large = smoothed_estimate(rbc, images[:10], 0.5, batch_size=1000, **common)
-    wide = smoothed_estimate(rbc, images, 0.5, batch_size=1000, **common)
-    tail = smoothed_estimate(rbc, images[5:10], 0.5, batch_size=64, first_index=5, **common)
+    settings = SmoothingSettings(sigma=0.5, samples=300, selection_samples=50, kind=kind)
+    small = smoothed_estimate(rbc, images[:10], settings, batch_size=64, progress=False)
+    large = smoothed_estimate(rbc, images[:10], settings, batch_size=1000, progress=False)
+    wide = smoothed_estimate(rbc, images, settings, batch_size=1000, progress=False)
+    tail = smoothed_estimate(rbc, images[5:10], settings, batch_size=64, first_index=5, progress=False)
     pairs = [(small, slice(None), slice(None)), (wide, slice(0, 10), slice(None)), (tail, slice(None), slice(5, 10))]
     for est, own, ref in pairs:  # each against batch_size 1000 on images 0..9
         assert torch.equal(est.top[own], large.top[ref])
@@ -636,7 +636,7 @@ def test_monte_carlo_does_not_depend_on_batch_size_or_on_the_other_images(kind):
                 assert torch.equal(got, want), field
             else:
                 assert torch.allclose(got, want, rtol=0, atol=1e-9), field
-    other_seed = smoothed_estimate(rbc, images[:10], 0.5, seed=1, **common)
+    other_seed = smoothed_estimate(rbc, images[:10], settings, seed=1, progress=False)
     assert not torch.equal(other_seed.mean, large.mean)  # the seed does change the draws
 
 
