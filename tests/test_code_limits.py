@@ -36,7 +36,6 @@ OVER_PARAMETERS = {
     "mixzoo/methods/mixednuts/mixing.py::__init__",
 }
 OVER_LINES = {
-    "mixzoo/evaluation/sanity.py::eps_sweep",
     "mixzoo/methods/adaptive/method.py::fit",
     "mixzoo/methods/adaptive/training.py::train",
     "mixzoo/methods/local_smoothing/adaptive_method.py::fit",

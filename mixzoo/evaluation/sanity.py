@@ -199,12 +199,9 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
         baseline_method,
         budgeted,
         card_evaluation,
-        card_key_parts,
         check_run_settings,
-        declared_attacks,
         evaluate,
         evaluate_card,
-        matched_linear_alpha,
     )
     from mixzoo.zoo.data import shortfall_note
 
@@ -213,17 +210,8 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     s, match_settings, _ = budgeted(s, baseline if not isinstance(baseline, int | float) or isinstance(
         baseline, bool) else None, None, default_attack="adaptive-apgd")
     check_run_settings(s, out)
-    if out is not None:  # a sanity.json mixzoo did not write, or a FIFO where one of its files goes
-        from mixzoo.core.paths import check_output, json_with
-
-        check_output(out, directory=True, files={name: json_with("radii") if name == "sanity.json" else None
-                                                 for name in ("sanity.json", "sanity.md", "sanity.png")})
-    if radii is not None and (not radii or min(radii) <= 0):
-        raise InputError(f"--eps values must be positive, got {radii}")
+    linear_alpha = _checked_inputs(out, radii, baseline)
     match = match_settings
-    linear_alpha = float(baseline) if isinstance(baseline, int | float) and not isinstance(baseline, bool) else None
-    if linear_alpha is not None and not 0.5 <= linear_alpha <= 1.0:
-        raise InputError(f"--linear-alpha must be in [0.5, 1] (Bai et al. 2024a, footnote 1), got {linear_alpha}")
     t0 = time.perf_counter()
     ce = card_evaluation(card, s)
     card, abc_m, rbc_m, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
@@ -236,33 +224,9 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     # every radius's request: the run's record at that eps (sanity's rows in the settings' precision)
     request = EvalRequest(RunRecord.from_settings(s, eps=eps, norm=norm),
                           Cache(s.cache_dir, enabled=s.use_cache), progress=s.progress)
-    base = {"data": data.fingerprint}
-    # (name, kind, classifier, cache key, card: its worst case over the shared attack and its method's extras)
-    models = [(_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)},
-               None),
-              (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)},
-               None)]
     base_method = baseline_method()
     spend = dict(budget=s.budget, overrides=given)
-    components: dict[str, Any] = {"attack": {"attack": s.attack, "options": dict(s.attack_options)}}
-    if (match is not None or linear_alpha is not None) and base_method is not None \
-            and card.method != base_method.name:
-        if linear_alpha is None:
-            next_phase()  # the phases of mixzoo.evaluation.plan.plan_sanity, in its order
-            matching = request.replace(attack=match.attack, attack_options=match.options, precision="float32")
-            linear_alpha, _, _ = matched_linear_alpha(ce, matching, match_n=match.n, extra_attacks=s.extra_attacks,
-                                                      **spend)
-            components["baseline"] = {"attack": match.attack, "options": dict(match.options),
-                                      "n": min(match.n, len(labels))}
-        base_card = base_method.card_at(linear_alpha, card)
-        models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
-                       base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data),
-                       base_card))
-    title = card.mixing_method.title or card.method
-    models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card))
-    if s.extra_attacks:
-        components.update({f"{title}: {extra.name}": {"attack": extra.attack, "options": opts}
-                           for extra, opts in declared_attacks(card, s.budget, given)})
+    models, components, linear_alpha = _sweep_models(ce, s, request, match, linear_alpha, given)
     rows = []
     for name, kind, model, key, row_card in models:
         next_phase()
@@ -286,6 +250,60 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     if out is not None:
         write_sweep(sweep, Path(out), plots=plots)
     return sweep
+
+
+def _checked_inputs(out: str | Path | None, radii: list[float] | None,
+                    baseline: MatchSettings | float | bool | None) -> float | None:
+    """One-line errors for a foreign file where a sanity file goes, non-positive radii or a given linear alpha
+    outside [1/2, 1]; the given alpha (``None`` when the baseline is matched or left out)."""
+    if out is not None:  # a sanity.json mixzoo did not write, or a FIFO where one of its files goes
+        from mixzoo.core.paths import check_output, json_with
+
+        check_output(out, directory=True, files={name: json_with("radii") if name == "sanity.json" else None
+                                                 for name in ("sanity.json", "sanity.md", "sanity.png")})
+    if radii is not None and (not radii or min(radii) <= 0):
+        raise InputError(f"--eps values must be positive, got {radii}")
+    linear_alpha = float(baseline) if isinstance(baseline, int | float) and not isinstance(baseline, bool) else None
+    if linear_alpha is not None and not 0.5 <= linear_alpha <= 1.0:
+        raise InputError(f"--linear-alpha must be in [0.5, 1] (Bai et al. 2024a, footnote 1), got {linear_alpha}")
+    return linear_alpha
+
+
+def _sweep_models(ce: Any, s: RunSettings, request: EvalRequest, match: MatchSettings | None,
+                  linear_alpha: float | None,
+                  given: dict[str, Any]) -> tuple[list[tuple], dict[str, Any], float | None]:
+    """The sweep's rows to attack, ``(name, kind, classifier, cache key, card)`` (a card row's worst case is over
+    the shared attack and its method's extras): the ABC, the RBC, the baseline method's row (at ``linear_alpha``,
+    else matched to the card's worst case as the bench matches it) and the card; with the components record and
+    the baseline's alpha."""
+    from mixzoo.evaluation.bench import baseline_method, card_key_parts, declared_attacks, matched_linear_alpha
+
+    card, abc_m, rbc_m, data = ce.card, ce.abc, ce.rbc, ce.data
+    base = {"data": data.fingerprint}
+    models: list[tuple] = [
+        (_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)}, None),
+        (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)}, None)]
+    base_method = baseline_method()
+    components: dict[str, Any] = {"attack": {"attack": s.attack, "options": dict(s.attack_options)}}
+    if (match is not None or linear_alpha is not None) and base_method is not None \
+            and card.method != base_method.name:
+        if linear_alpha is None:
+            next_phase()  # the phases of mixzoo.evaluation.plan.plan_sanity, in its order
+            matching = request.replace(attack=match.attack, attack_options=match.options, precision="float32")
+            linear_alpha, _, _ = matched_linear_alpha(ce, matching, match_n=match.n, extra_attacks=s.extra_attacks,
+                                                      budget=s.budget, overrides=given)
+            components["baseline"] = {"attack": match.attack, "options": dict(match.options),
+                                      "n": min(match.n, len(data.labels))}
+        base_card = base_method.card_at(linear_alpha, card)
+        models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
+                       base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data),
+                       base_card))
+    title = card.mixing_method.title or card.method
+    models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card))
+    if s.extra_attacks:
+        components.update({f"{title}: {extra.name}": {"attack": extra.attack, "options": opts}
+                           for extra, opts in declared_attacks(card, s.budget, given)})
+    return models, components, linear_alpha
 
 
 def markdown(sweep: EpsSweep) -> str:
