@@ -39,7 +39,6 @@ OVER_LINES = {
     "mixzoo/methods/adaptive/method.py::fit",
     "mixzoo/methods/adaptive/training.py::train",
     "mixzoo/methods/local_smoothing/adaptive_method.py::fit",
-    "mixzoo/training/train.py::train_model",
 }
 
 

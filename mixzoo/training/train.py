@@ -492,105 +492,21 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
     recipe = get_recipe(name_or_recipe)
     if seed is not None and seed != recipe.seed:
         recipe = recipe.replace(seed=seed)
-    pinned = None
-    if save:  # refuse before the (long) training what could not be written
-        from mixzoo.core.cache import check_writable
-
-        check_writable(out_dir or default_weights_dir(), directory=True, what="weights directory")
-        from mixzoo.core.paths import check_output, holding, is_safetensors
-
-        check_output(out_dir or default_weights_dir(), option="--out-dir", directory=True,
-                     files={recipe.file: is_safetensors, f"{recipe.name}.sha256": holding(recipe.file.encode())})
-    if save and out_dir is None:
-        shipped_path = default_weights_dir() / recipe.file
-        pinned = shipped_sha256(shipped_path)
-        changes = _recipe_changes(recipe) if pinned is not None else []
-        if changes:
-            what = f"seed {recipe.seed}" if changes == ["seed"] else f"changed {', '.join(changes)}"
-            raise InputError(f"{recipe.name} with {what} would not reproduce the shipped weights {shipped_path},"
-                             " which the registry pins by sha256; pass --out DIR (out_dir) to write them elsewhere")
+    pinned = _check_destination(recipe, out_dir, save)
     train = load_dataset(recipe.dataset, "train", n=recipe.train_n, root=data_root)
     prev_det = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
     try:
-        torch.manual_seed(recipe.seed)
-        gen = torch.Generator().manual_seed(recipe.seed)  # data order and augmentation
-        attack_gen = torch.Generator(device=device).manual_seed(recipe.seed + 1)  # attack starts
-        network = build_network(recipe)
-        if hasattr(network, "training_form"):  # trained re-parametrised, shipped plain (see export_vanilla below)
-            network = network.training_form()
-        model = nn.Sequential(Normalize(recipe.mean, recipe.std), network).to(device)
-        images, labels = train.images.to(device), train.labels.to(device)
-        params = model.parameters()
-        if recipe.optimizer == "adam":
-            opt = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
-        else:
-            opt = torch.optim.SGD(params, lr=recipe.lr, momentum=0.9, nesterov=True, weight_decay=recipe.weight_decay)
-        averaged = _weight_average(model, recipe.ema)
-        helper = None
-        if recipe.method == "hat":
-            from mixzoo.zoo.models import load_model
-
-            helper = load_model(recipe.helper, device=device)
-        n = len(train)
-        per_epoch = math.ceil(n / recipe.batch_size)
-        total = max(1, round(recipe.epochs * per_epoch))
-        t0 = time.perf_counter()
-        with progress_bar(progress) as bar:
-            task = bar.add_task(f"train {recipe.name}", total=total)
-            step, order = 0, torch.empty(0, dtype=torch.long)
-            while step < total:
-                if step % per_epoch == 0:
-                    order = torch.randperm(n, generator=gen)
-                i = step % per_epoch
-                idx = order[i * recipe.batch_size:(i + 1) * recipe.batch_size]
-                idx = idx.to(device)
-                x, y = images[idx], labels[idx]
-                if recipe.augment:
-                    x = augment_batch(x, recipe.crop_padding, gen)
-                ramp = min(1.0, (step + 1) / (recipe.eps_warmup * total)) if recipe.eps_warmup > 0 else 1.0
-                for group in opt.param_groups:
-                    group["lr"] = recipe.lr * _lr_factor(step, total, recipe.warmup)
-                model.train()
-                train_eps = recipe.eps if recipe.train_eps is None else recipe.train_eps
-                objective = _objective(model, recipe, x, y, train_eps * ramp, attack_gen, helper)
-                # AWP: the gradient at the worst nearby weights, applied to the unperturbed ones
-                shift = weight_perturbation(model, objective(), recipe.awp) if recipe.awp > 0 else {}
-                shift_weights(model, shift, 1.0)
-                loss = objective()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                shift_weights(model, shift, -1.0)
-                opt.step()
-                if averaged is not None:
-                    averaged.update_parameters(model)
-                step += 1
-                bar.advance(task)
-        seconds = time.perf_counter() - t0
+        model, seconds = _fit(recipe, train, device, progress)
     finally:
         torch.use_deterministic_algorithms(prev_det)
-    if averaged is not None:
-        model = averaged.module
-    model.eval()
     network = model[1]
     if hasattr(network, "export_vanilla"):  # a re-parametrised network ships its plain form (checked equal there)
-        network = network.export_vanilla(images[:256].cpu()).to(device)
+        network = network.export_vanilla(train.images[:256].cpu()).to(device)
         model = nn.Sequential(model[0], network).eval()
     state = {k: v.detach().cpu().contiguous().clone() for k, v in network.state_dict().items()}
-    metrics: dict[str, float] = {}
-    metrics500: dict[str, float] = {}
-    logits: dict[str, torch.Tensor] = {}
-    if evaluate:
-        evaluation = load_dataset(recipe.dataset, "evaluation", n=eval_n, root=data_root)
-        eps = recipe.eps if recipe.robust else None
-        clean_logits, adv_logits = model_logits(model, evaluation, eps=eps, progress=progress)
-        metrics = margin_metrics(evaluation.labels, clean_logits, adv_logits)
-        logits = {"clean": clean_logits, "labels": evaluation.labels}
-        if adv_logits is not None:
-            logits["pgd"] = adv_logits
-        if robust_eps := (recipe.eps if recipe.robust else None):
-            metrics["eps"] = robust_eps
-        metrics500 = evaluate_model(model, evaluation.subset(500), eps=None)
+    metrics, metrics500, logits = _evaluate_trained(model, recipe, eval_n, data_root, progress) if evaluate \
+        else ({}, {}, {})
     path, sha = None, _state_sha256(state, recipe)
     if pinned is not None and sha != pinned:
         from mixzoo.core.cache import default_cache_dir
@@ -603,6 +519,105 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
     if save:
         path, sha = save_weights(state, Path(out_dir) if out_dir is not None else default_weights_dir(), recipe)
     return TrainResult(recipe, path, sha, seconds, metrics, metrics500, state, logits)
+
+
+def _check_destination(recipe: Recipe, out_dir: str | Path | None, save: bool) -> str | None:
+    """Refuse before the (long) training what could not be written: an unwritable or foreign ``out_dir``, or a
+    changed recipe or seed that would replace the shipped, sha256-pinned weights. Returns the pinned sha256 the
+    result must have (``None`` when nothing shipped is in the way)."""
+    if not save:
+        return None
+    from mixzoo.core.cache import check_writable
+    from mixzoo.core.paths import check_output, holding, is_safetensors
+
+    check_writable(out_dir or default_weights_dir(), directory=True, what="weights directory")
+    check_output(out_dir or default_weights_dir(), option="--out-dir", directory=True,
+                 files={recipe.file: is_safetensors, f"{recipe.name}.sha256": holding(recipe.file.encode())})
+    if out_dir is not None:
+        return None
+    shipped_path = default_weights_dir() / recipe.file
+    pinned = shipped_sha256(shipped_path)
+    changes = _recipe_changes(recipe) if pinned is not None else []
+    if changes:
+        what = f"seed {recipe.seed}" if changes == ["seed"] else f"changed {', '.join(changes)}"
+        raise InputError(f"{recipe.name} with {what} would not reproduce the shipped weights {shipped_path},"
+                         " which the registry pins by sha256; pass --out DIR (out_dir) to write them elsewhere")
+    return pinned
+
+
+def _fit(recipe: Recipe, train: Any, device: str, progress: bool) -> tuple[nn.Module, float]:
+    """The recipe's training run, seeded from ``recipe.seed`` (model init, data order and augmentation, attack
+    starts): the trained model (its weight average when the recipe keeps one) in eval mode, and the seconds."""
+    torch.manual_seed(recipe.seed)
+    gen = torch.Generator().manual_seed(recipe.seed)  # data order and augmentation
+    attack_gen = torch.Generator(device=device).manual_seed(recipe.seed + 1)  # attack starts
+    network = build_network(recipe)
+    if hasattr(network, "training_form"):  # trained re-parametrised, shipped plain (see export_vanilla)
+        network = network.training_form()
+    model = nn.Sequential(Normalize(recipe.mean, recipe.std), network).to(device)
+    images, labels = train.images.to(device), train.labels.to(device)
+    if recipe.optimizer == "adam":
+        opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=0.9, nesterov=True,
+                              weight_decay=recipe.weight_decay)
+    averaged = _weight_average(model, recipe.ema)
+    helper = None
+    if recipe.method == "hat":
+        from mixzoo.zoo.models import load_model
+
+        helper = load_model(recipe.helper, device=device)
+    n = len(train)
+    per_epoch = math.ceil(n / recipe.batch_size)
+    total = max(1, round(recipe.epochs * per_epoch))
+    t0 = time.perf_counter()
+    with progress_bar(progress) as bar:
+        task = bar.add_task(f"train {recipe.name}", total=total)
+        order = torch.empty(0, dtype=torch.long)
+        for step in range(total):
+            if step % per_epoch == 0:
+                order = torch.randperm(n, generator=gen)
+            i = step % per_epoch
+            idx = order[i * recipe.batch_size:(i + 1) * recipe.batch_size].to(device)
+            x, y = images[idx], labels[idx]
+            if recipe.augment:
+                x = augment_batch(x, recipe.crop_padding, gen)
+            ramp = min(1.0, (step + 1) / (recipe.eps_warmup * total)) if recipe.eps_warmup > 0 else 1.0
+            for group in opt.param_groups:
+                group["lr"] = recipe.lr * _lr_factor(step, total, recipe.warmup)
+            model.train()
+            train_eps = recipe.eps if recipe.train_eps is None else recipe.train_eps
+            objective = _objective(model, recipe, x, y, train_eps * ramp, attack_gen, helper)
+            # AWP: the gradient at the worst nearby weights, applied to the unperturbed ones
+            shift = weight_perturbation(model, objective(), recipe.awp) if recipe.awp > 0 else {}
+            shift_weights(model, shift, 1.0)
+            loss = objective()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            shift_weights(model, shift, -1.0)
+            opt.step()
+            if averaged is not None:
+                averaged.update_parameters(model)
+            bar.advance(task)
+    seconds = time.perf_counter() - t0
+    model = averaged.module if averaged is not None else model
+    return model.eval(), seconds
+
+
+def _evaluate_trained(model: nn.Module, recipe: Recipe, eval_n: int | None, data_root: str | None,
+                      progress: bool) -> tuple[dict[str, float], dict[str, float], dict[str, torch.Tensor]]:
+    """Clean and PGD-20 accuracy (robust recipes) with the RBC margin statistics on the first ``eval_n`` evaluation
+    images, the same on the first 500, and the logits they came from."""
+    evaluation = load_dataset(recipe.dataset, "evaluation", n=eval_n, root=data_root)
+    eps = recipe.eps if recipe.robust else None
+    clean_logits, adv_logits = model_logits(model, evaluation, eps=eps, progress=progress)
+    metrics = margin_metrics(evaluation.labels, clean_logits, adv_logits)
+    logits = {"clean": clean_logits, "labels": evaluation.labels}
+    if adv_logits is not None:
+        logits["pgd"] = adv_logits
+    if robust_eps := (recipe.eps if recipe.robust else None):
+        metrics["eps"] = robust_eps
+    return metrics, evaluate_model(model, evaluation.subset(500), eps=None), logits
 
 
 def _serialize(state: dict[str, torch.Tensor], recipe: Recipe) -> bytes:
