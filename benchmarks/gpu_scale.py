@@ -108,7 +108,7 @@ def imagenet_pair(n: int, device: str, archs: tuple[str, str] = ("convnextv2_lar
     from torch import nn
 
     from mixzoo.core.compat import import_timm
-    from mixzoo.methods.mixednuts.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier, MixingParams
     from mixzoo.zoo.models import Normalize, freeze
 
     timm = import_timm()
@@ -119,9 +119,9 @@ def imagenet_pair(n: int, device: str, archs: tuple[str, str] = ("convnextv2_lar
                                     timm.create_model(name, pretrained=False)).to(device))
 
     p = tomllib.loads(IMAGENET_CARD.read_text())["mixednuts"]
-    mix = MixedClassifier(net(archs[0]), net(archs[1]), s=p["s"], p=p["p"],
-                          c=p["c"], alpha=p["alpha"], clamp=p["clamp"], temperature=p["temperature"],
-                          top_k=p["top_k"]).eval()
+    mix = MixedClassifier(net(archs[0]), net(archs[1]), MixingParams(
+        s=p["s"], p=p["p"], c=p["c"], alpha=p["alpha"], clamp=p["clamp"], temperature=p["temperature"],
+        top_k=p["top_k"])).eval()
     x = torch.rand(n, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(device)
     with torch.no_grad():
         y = torch.cat([mix(c).argmax(1) for c in x.split(16)])

@@ -21,7 +21,8 @@ moved.install()  # the module names of mixzoo 0.1's documentation (mixzoo.plugin
 # public name -> the module that defines it
 _PUBLIC = {
     "BaseClassifier": "mixzoo.zoo.models", "InputError": "mixzoo.core.errors", "MixCard": "mixzoo.core.card",
-    "MixedClassifier": "mixzoo.methods.mixednuts.mixing", "MixzooError": "mixzoo.core.errors",
+    "MixedClassifier": "mixzoo.methods.mixednuts.mixing", "MixingParams": "mixzoo.methods.mixednuts.mixing",
+    "MixzooError": "mixzoo.core.errors",
     "ModelSpec": "mixzoo.core.registry", "UnknownNameError": "mixzoo.core.errors",
     "calibrate": "mixzoo.methods.mixednuts.calibrate", "get_plugin_manager": "mixzoo.core.plugins",
     "get_spec": "mixzoo.core.registry", "hookimpl": "mixzoo.core.plugins", "list_models": "mixzoo.core.registry",
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from mixzoo.core.plugins import get_plugin_manager, hookimpl
     from mixzoo.core.registry import ModelSpec, get_spec, list_models
     from mixzoo.methods.mixednuts.calibrate import calibrate
-    from mixzoo.methods.mixednuts.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier, MixingParams
     from mixzoo.zoo.models import BaseClassifier, load_model
     from mixzoo.zoo.pairs import load_mixed
 
@@ -58,6 +59,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "BaseClassifier", "InputError", "MixCard", "MixedClassifier", "MixzooError", "ModelSpec", "UnknownNameError",
-    "__version__", "calibrate", "get_plugin_manager", "get_spec", "hookimpl", "list_models", "load_mixed", "load_model",
+    "BaseClassifier", "InputError", "MixCard", "MixedClassifier", "MixingParams", "MixzooError", "ModelSpec",
+    "UnknownNameError", "__version__", "calibrate", "get_plugin_manager", "get_spec", "hookimpl", "list_models",
+    "load_mixed", "load_model",
 ]

@@ -33,7 +33,6 @@ OVER_PARAMETERS = {
     "mixzoo/methods/adaptive/attacks.py::alpha_apgd",
     "mixzoo/methods/adaptive/gate_attacks.py::gate_apgd",
     "mixzoo/methods/adaptive/training.py::train",
-    "mixzoo/methods/mixednuts/mixing.py::__init__",
 }
 OVER_LINES = {
     "mixzoo/methods/adaptive/method.py::fit",

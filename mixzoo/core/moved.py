@@ -46,7 +46,7 @@ ALSO_IN: dict[str, tuple[str, ...]] = {
 # names the top-level package offers itself: the warning points there rather than at the defining module
 TOP_LEVEL = frozenset({"hookimpl", "get_plugin_manager", "MixCard", "InputError", "MixzooError", "UnknownNameError",
                        "ModelSpec", "get_spec", "list_models", "BaseClassifier", "load_model", "load_mixed",
-                       "MixedClassifier"})
+                       "MixedClassifier", "MixingParams"})
 
 
 def new_place(old: str, name: str) -> tuple[str, Any]:

@@ -99,10 +99,11 @@ class Linear(MixingMethod):
 
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
-        from mixzoo.methods.mixednuts.mixing import MixedClassifier
+        from mixzoo.methods.mixednuts.mixing import MixedClassifier, MixingParams
 
-        return MixedClassifier(abc, rbc, alpha=card.params["alpha"], temperature=card.params["temperature"],
-                               transform=False, gradient=gradient)
+        return MixedClassifier(abc, rbc, MixingParams(alpha=card.params["alpha"],
+                                                      temperature=card.params["temperature"], transform=False),
+                               gradient=gradient)
 
     def certified_mixture(self, card: MixCard) -> tuple[float, float]:
         """The card's alpha and ABC temperature: Bai et al. 2024b, Eq. 3.4 itself, so Lemma 3.2 applies (``mixzoo

@@ -208,11 +208,11 @@ def test_bad_input_and_nan(digits):
 def test_mixed_classifier_evaluations(digits):
     """On a real MixedClassifier (T = 0 ABC, no ABC gradient in exact mode): the transfer-based and bypass
     evaluations are at least as strong as attacking the exact gradient, and the gradient mode is restored."""
-    from mixzoo.methods.mixednuts.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier, MixingParams
 
     abc, x, y = digits
     rbc = train_digits_mlp(seed=1)[0]
-    mix = MixedClassifier(abc, rbc, s=2.0, p=2.0, c=0.0, alpha=0.7, temperature=0.0)
+    mix = MixedClassifier(abc, rbc, MixingParams(s=2.0, p=2.0, c=0.0, alpha=0.7, temperature=0.0))
     opts = dict(eps=0.1, n_iter=20, components=["apgd-ce", "apgd-t"])
     exact = APGDEnsemble(**opts).run(mix, x, y, progress=False)
     adaptive = AdaptiveAutoAttack(**opts).run(mix, x, y, progress=False)
@@ -234,14 +234,15 @@ def test_mixed_classifier_is_a_drop_in_model_for_robustbench_benchmark(digits, m
     """RobustBench's ``benchmark()`` (clean accuracy, then standard AutoAttack) runs on a MixedClassifier in bypass
     mode. Only its data loader is replaced: CIFAR-10 cannot be downloaded here, so it gets digits images."""
     from mixzoo.core.compat import import_robustbench
-    from mixzoo.methods.mixednuts.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier, MixingParams
 
     import_robustbench()
     import robustbench.eval as rb_eval
 
     abc, x, y = digits
     x, y = x[:24], y[:24]
-    mix = MixedClassifier(abc, train_digits_mlp(seed=1)[0], s=2.0, p=2.0, c=0.0, alpha=0.7, gradient="bypass")
+    mix = MixedClassifier(abc, train_digits_mlp(seed=1)[0], MixingParams(s=2.0, p=2.0, c=0.0, alpha=0.7),
+                          gradient="bypass")
     monkeypatch.setattr(rb_eval, "load_clean_dataset", lambda *args, **kwargs: (x, y))
     clean, robust = rb_eval.benchmark(mix, n_examples=len(y), dataset="cifar10", threat_model="Linf", eps=0.1,
                                       batch_size=len(y))
@@ -256,11 +257,11 @@ def test_adaptive_strong_adds_gradient_attacks_and_never_reports_more_robustness
     """``adaptive-strong`` = the adaptive attack's components, then exact-, bypass- and re-seeded APGD on what is
     still robust (before FAB-T / Square): its robust set is a subset of ``adaptive``'s with the same seed."""
     from mixzoo.attacks import AdaptiveStrong
-    from mixzoo.methods.mixednuts.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier, MixingParams
 
     abc, x, y = digits
     rbc = train_digits_mlp(seed=1)[0]
-    mix = MixedClassifier(abc, rbc, s=2.0, p=2.0, c=0.0, alpha=0.7, temperature=0.0)
+    mix = MixedClassifier(abc, rbc, MixingParams(s=2.0, p=2.0, c=0.0, alpha=0.7, temperature=0.0))
     opts = dict(eps=0.1, n_iter=10, components=["apgd-ce", "apgd-t", "square"], n_queries=50)
     adaptive = AdaptiveAutoAttack(**opts).run(mix, x, y, progress=False)
     strong = lookup("attack", "adaptive-strong")(**opts).run(mix, x, y, progress=False)
@@ -309,11 +310,12 @@ def test_adaptive_strong_breaks_every_example_standard_autoattack_breaks(digits)
     checks the containment itself. Square gets 100 queries on both sides, and the bypass FAB-T and Square components
     of ``adaptive`` are left out, for time."""
     from mixzoo.core.compat import import_autoattack
-    from mixzoo.methods.mixednuts.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier, MixingParams
 
     aa = import_autoattack()
     abc, x, y = digits
-    mix = MixedClassifier(abc, train_digits_mlp(seed=1)[0], s=2.0, p=2.0, c=0.0, alpha=0.7, temperature=0.0)
+    mix = MixedClassifier(abc, train_digits_mlp(seed=1)[0],
+                          MixingParams(s=2.0, p=2.0, c=0.0, alpha=0.7, temperature=0.0))
     direct = aa.AutoAttack(mix, norm="Linf", eps=0.1, seed=0, version="standard")
     direct.verbose, direct.square.n_queries = False, 100
     with torch.no_grad():

@@ -87,11 +87,11 @@ def test_builtin_methods_subclass_the_contract_and_type_their_options():
 
 
 def test_mixednuts_variants_keep_the_values_and_change_the_gradient():
-    from mixzoo.methods.mixednuts.mixing import MixedClassifier
+    from mixzoo.methods.mixednuts.mixing import MixedClassifier, MixingParams
 
     torch.manual_seed(0)
     abc, rbc = nn.Linear(6, 4), nn.Linear(6, 4)
-    model = MixedClassifier(abc, rbc, s=2.0, p=2.0, c=-0.5, alpha=0.8)
+    model = MixedClassifier(abc, rbc, MixingParams(s=2.0, p=2.0, c=-0.5, alpha=0.8))
     bypass = with_gradient(model, "bypass")
     assert isinstance(model, GradientVariants) and bypass is not model and model.gradient == "exact"
     assert bypass.abc is abc and bypass.rbc is rbc and with_gradient(bypass, "exact").gradient == "exact"

@@ -124,7 +124,7 @@ class CurvePoints:
     def mixednuts(self, card: Any, cal: Any, beta: float) -> dict[str, Any]:
         """MixedNUTS recalibrated at ``beta`` on the card's calibration data, and its accuracies."""
         from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
-        from mixzoo.methods.mixednuts.mixing import MixedClassifier
+        from mixzoo.methods.mixednuts.mixing import MixedClassifier, MixingParams
         from mixzoo.zoo.pairs import card_key_parts
 
         with warnings.catch_warnings():  # the curve's other betas: Algorithm 1's notes on them are not the card's
@@ -134,8 +134,9 @@ class CurvePoints:
                           clamp=card.params["clamp"], top_k=card.params["top_k"],
                           grid=Grid.from_record(card.params["grid"]))
         q = c.params
-        model = MixedClassifier(self.abc, self.rbc, s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"],
-                                clamp=q["clamp"], top_k=q["top_k"], alpha_d=q["alpha_d"])
+        model = MixedClassifier(self.abc, self.rbc, MixingParams(s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"],
+                                                                 clamp=q["clamp"], top_k=q["top_k"],
+                                                                 alpha_d=q["alpha_d"]))
         robust = self.robust_accuracy(model, {**card_key_parts(c, self.abc, self.rbc, self.data), "curve_n": self.n},
                                       f"MixedNUTS beta={beta}")
         return {"beta": beta, "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],

@@ -151,12 +151,12 @@ class MixedNUTS(MixingMethod):
 
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
-        from mixzoo.methods.mixednuts.mixing import MixedClassifier
+        from mixzoo.methods.mixednuts.mixing import MixedClassifier, MixingParams
 
         q = card.params
-        return MixedClassifier(abc, rbc, s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"], clamp=q["clamp"],
-                               temperature=q["temperature"], top_k=q["top_k"], gradient=gradient,
-                               alpha_d=q["alpha_d"])
+        return MixedClassifier(abc, rbc, MixingParams(s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"],
+                                                      clamp=q["clamp"], temperature=q["temperature"],
+                                                      top_k=q["top_k"], alpha_d=q["alpha_d"]), gradient=gradient)
 
     @property
     def curve_points(self) -> int:  # type: ignore[override]

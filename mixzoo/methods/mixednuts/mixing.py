@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,64 +100,124 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+@dataclass(frozen=True)
+class MixingParams:
+    """MixedNUTS's parameters (Bai et al. 2024a): ``s``, ``p``, ``c`` of the RBC's logit transform M(s, p, c)
+    (Eq. 4) with its ``clamp`` and layer-norm statistics over the ``top_k`` logits (App. D.7; ``None``: all),
+    ``alpha`` the RBC's weight in the mixture (Eq. 5; required), ``temperature`` T of the ABC's softmax (0: hard
+    max, Sec. 3.1), ``r_d`` and ``alpha_d`` (default: ``alpha``) of the auxiliary mixture whose gradient the
+    ``bypass`` mode follows (Eq. 8). ``transform=False`` leaves the RBC's logits raw: with ``temperature=1`` that is
+    the linear mixture (Eq. 1). Bad values are refused where the parameters are made (one line each)."""
+
+    alpha: float | None = None
+    s: float = 1.0
+    p: float = 1.0
+    c: float = 0.0
+    clamp: str | ClampFn = "gelu"
+    temperature: float = 0.0
+    top_k: int | None = None
+    r_d: float = 0.9
+    alpha_d: float | None = None
+    transform: bool = True
+
+    def __post_init__(self) -> None:
+        if self.alpha is None:
+            raise InputError("MixedClassifier needs alpha (the RBC's mixing weight, in [1/2, 1]); see MixCard")
+        _check_alpha(self.alpha)
+        for name, v in (("s", self.s), ("p", self.p)):
+            if not (_is_number(v) and math.isfinite(v) and v > 0):
+                raise InputError(f"{name} must be a positive number (Bai et al. 2024a, Eq. 4), got {v!r}")
+        if not (_is_number(self.c) and math.isfinite(self.c)):
+            raise InputError(f"c must be a finite number, got {self.c!r}")
+        if not (_is_number(self.temperature) and math.isfinite(self.temperature) and self.temperature >= 0):
+            raise InputError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        check_top_k(self.top_k)
+        if not (isinstance(self.r_d, int | float) and 0.0 <= self.r_d <= 1.0):
+            raise InputError(f"r_d must lie in [0, 1] (Eq. 8), got {self.r_d!r}")
+        if self.alpha_d is not None:
+            _check_alpha(self.alpha_d, what="alpha_d")
+        get_clamp(self.clamp)  # unknown names fail now, not in the first forward pass
+
+
+# the constructor's parameters before MixingParams, in their order: still taken, with a DeprecationWarning
+_OLD_PARAMETERS = ("s", "p", "c", "alpha", "clamp", "temperature", "top_k", "gradient", "r_d", "alpha_d", "transform",
+                   "allow_any_alpha")
+
+
+def _old_call(first: Any, positional: tuple[Any, ...], keywords: dict[str, Any], gradient: str,
+              allow_any_alpha: bool) -> tuple[MixingParams, str, bool]:
+    """``MixedClassifier(abc, rbc, s, p, ..., alpha=...)`` (the signature before :class:`MixingParams`) as the new
+    call's ``(params, gradient, allow_any_alpha)``; a :class:`DeprecationWarning` naming the new form."""
+    given = dict(zip(_OLD_PARAMETERS, ((first,) if first is not None else ()) + positional, strict=False))
+    if len(positional) + (first is not None) > len(_OLD_PARAMETERS):
+        raise TypeError(f"MixedClassifier() takes at most {len(_OLD_PARAMETERS) + 2} positional arguments")
+    for key, value in keywords.items():
+        if key not in _OLD_PARAMETERS:
+            raise TypeError(f"MixedClassifier() got an unexpected keyword argument {key!r}")
+        if key in given:
+            raise TypeError(f"MixedClassifier() got multiple values for argument {key!r}")
+        given[key] = value
+    if given:
+        warnings.warn("MixedClassifier(abc, rbc, s=..., alpha=..., ...) is deprecated and will be removed in mixzoo"
+                      " 0.3; use MixedClassifier(abc, rbc, MixingParams(alpha=..., s=..., ...), gradient=...)",
+                      DeprecationWarning, stacklevel=3)
+    gradient = given.pop("gradient", gradient)
+    allow_any_alpha = given.pop("allow_any_alpha", allow_any_alpha)
+    return MixingParams(**given), gradient, allow_any_alpha
+
+
 class MixedClassifier(nn.Module):
-    """MixedNUTS (Eq. 5) around an accurate (``abc``) and a robust (``rbc``) base classifier.
+    """MixedNUTS (Eq. 5) around an accurate (``abc``) and a robust (``rbc``) base classifier, with the parameters
+    ``params`` (:class:`MixingParams`).
 
     Takes images in [0, 1] and returns log-probabilities (valid logits), so it drops into AutoAttack or
     RobustBench's ``benchmark()``. ``gradient="exact"`` back-propagates through the formula (the T = 0 ABC
     contributes no gradient); ``gradient="bypass"`` (App. B.2.2) returns the MixedNUTS values with the gradient of
-    the auxiliary mixture of Eq. 8 (:meth:`auxiliary`). ``alpha_d`` defaults to ``alpha``. ``transform=False`` with
-    ``temperature=1`` is the linear baseline (:meth:`linear`).
+    the auxiliary mixture of Eq. 8 (:meth:`auxiliary`). ``allow_any_alpha`` admits alpha below 1/2 (paper footnote
+    1). The parameters are also attributes (``self.s``, ``self.alpha``, ...). The former keyword form
+    ``MixedClassifier(abc, rbc, s=..., alpha=...)`` still works until mixzoo 0.3, with a DeprecationWarning.
     """
 
-    def __init__(self, abc: nn.Module | None, rbc: nn.Module | None, s: float = 1.0, p: float = 1.0, c: float = 0.0,
-                 alpha: float | None = None, clamp: str | ClampFn = "gelu", temperature: float = 0.0,
-                 top_k: int | None = None, gradient: str = "exact", r_d: float = 0.9, alpha_d: float | None = None,
-                 transform: bool = True, allow_any_alpha: bool = False):
+    def __init__(self, abc: nn.Module | None, rbc: nn.Module | None, params: MixingParams | None = None,
+                 *old_positional: Any, gradient: str = "exact", allow_any_alpha: bool = False, **old_keywords: Any):
         super().__init__()
-        if alpha is None:
-            raise InputError("MixedClassifier needs alpha (the RBC's mixing weight, in [1/2, 1]); see MixCard")
-        self.alpha = _check_alpha(alpha, allow_any_alpha)
+        if not isinstance(params, MixingParams):
+            params, gradient, allow_any_alpha = _old_call(params, old_positional, old_keywords, gradient,
+                                                          allow_any_alpha)
+        elif old_positional or old_keywords:
+            raise TypeError("MixedClassifier(abc, rbc, params, *, gradient, allow_any_alpha): give the mixing"
+                            " parameters in params alone")
+        self.params = params
+        self.alpha = _check_alpha(params.alpha, allow_any_alpha)
         if abc is None and self.alpha < 1:
             raise InputError(f"abc is None but alpha = {self.alpha} < 1 gives the ABC weight; pass an ABC or alpha=1")
         if rbc is None and self.alpha > 0:
             raise InputError(f"rbc is None but alpha = {self.alpha} > 0 gives the RBC weight; pass an RBC or alpha=0")
-        for name, v in (("s", s), ("p", p)):
-            if not (_is_number(v) and math.isfinite(v) and v > 0):
-                raise InputError(f"{name} must be a positive number (Bai et al. 2024a, Eq. 4), got {v!r}")
-        if not (_is_number(c) and math.isfinite(c)):
-            raise InputError(f"c must be a finite number, got {c!r}")
-        if not (_is_number(temperature) and math.isfinite(temperature) and temperature >= 0):
-            raise InputError(f"temperature must be a finite number >= 0, got {temperature!r}")
-        check_top_k(top_k)
         if gradient not in ("exact", "bypass"):
             raise InputError(f"gradient must be 'exact' or 'bypass' (App. B.2.2), got {gradient!r}")
-        if not (isinstance(r_d, int | float) and 0.0 <= r_d <= 1.0):
-            raise InputError(f"r_d must lie in [0, 1] (Eq. 8), got {r_d!r}")
-        get_clamp(clamp)  # unknown names fail now, not in the first forward pass
         self.abc, self.rbc = abc, rbc
-        self.s, self.p, self.c = float(s), float(p), float(c)
-        self.clamp, self.temperature, self.top_k = clamp, float(temperature), top_k
-        self.gradient, self.r_d, self.transform = gradient, float(r_d), bool(transform)
-        self.alpha_d = self.alpha if alpha_d is None else _check_alpha(alpha_d, what="alpha_d")
+        self.s, self.p, self.c = float(params.s), float(params.p), float(params.c)
+        self.clamp, self.temperature, self.top_k = params.clamp, float(params.temperature), params.top_k
+        self.gradient, self.r_d, self.transform = gradient, float(params.r_d), bool(params.transform)
+        self.alpha_d = self.alpha if params.alpha_d is None else _check_alpha(params.alpha_d, what="alpha_d")
 
     # -------------------------------------------------------------------------------------- constructors
     @classmethod
     def rbc_only(cls, rbc: nn.Module) -> MixedClassifier:
         """The RBC alone (log-softmax of its raw logits)."""
-        return cls(None, rbc, alpha=1.0, temperature=1.0, transform=False)
+        return cls(None, rbc, MixingParams(alpha=1.0, temperature=1.0, transform=False))
 
     @classmethod
     def abc_only(cls, abc: nn.Module) -> MixedClassifier:
         """The ABC alone (log-softmax of its raw logits, T = 1, so attacks get its gradient)."""
-        return cls(abc, None, alpha=0.0, temperature=1.0, transform=False, allow_any_alpha=True)
+        return cls(abc, None, MixingParams(alpha=0.0, temperature=1.0, transform=False), allow_any_alpha=True)
 
     @classmethod
     def linear(cls, abc: nn.Module, rbc: nn.Module, alpha: float, allow_any_alpha: bool = False,
                gradient: str = "exact") -> MixedClassifier:
         """The linear mixture of Bai et al. (Eq. 1): constant alpha, no LN/clamp/power, ABC at T = 1."""
-        return cls(abc, rbc, alpha=alpha, temperature=1.0, transform=False, allow_any_alpha=allow_any_alpha,
-                   gradient=gradient)
+        return cls(abc, rbc, MixingParams(alpha=alpha, temperature=1.0, transform=False),
+                   allow_any_alpha=allow_any_alpha, gradient=gradient)
 
     @classmethod
     def from_card(cls, card: Any, abc: nn.Module | None, rbc: nn.Module | None,
@@ -246,4 +307,4 @@ class MixedClassifier(nn.Module):
 def transformed_rbc(rbc: nn.Module, card: Any) -> nn.Module:
     """h^M(s*, p*, c*) of a card as a model: [0, 1] images -> log-softmax of the transformed RBC logits (Eq. 4), i.e.
     the mixed classifier at alpha = 1, whose softmax margins are those Algorithm 1 thresholds."""
-    return MixedClassifier(None, rbc, alpha=1.0, **transform_of(card.params))
+    return MixedClassifier(None, rbc, MixingParams(alpha=1.0, **transform_of(card.params)))

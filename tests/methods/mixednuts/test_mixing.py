@@ -15,7 +15,13 @@ from torch import nn
 
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
-from mixzoo.methods.mixednuts.mixing import MixedClassifier, auxiliary_log_probs, mix_log_probs, weight_mismatches
+from mixzoo.methods.mixednuts.mixing import (
+    MixedClassifier,
+    MixingParams,
+    auxiliary_log_probs,
+    mix_log_probs,
+    weight_mismatches,
+)
 from mixzoo.methods.mixednuts.transforms import rbc_transform
 from mixzoo.zoo.models import weight_hash
 
@@ -105,36 +111,36 @@ def test_alpha_zero_hard_max_is_the_exact_one_hot_log():
 def test_mixed_classifier_forward_equals_formula_and_validates():
     abc, rbc = Counting(0, 3.0), Counting(1)
     x = images()
-    model = MixedClassifier(abc, rbc, s=2.0, p=3.0, c=-0.5, alpha=0.8)
+    model = MixedClassifier(abc, rbc, MixingParams(s=2.0, p=3.0, c=-0.5, alpha=0.8))
     out = model(x)
     expected = mix_log_probs(abc(x), rbc(x), s=2.0, p=3.0, c=-0.5, alpha=0.8)
     assert torch.allclose(out, expected)
     with pytest.raises(InputError, match="below 1/2"):
-        MixedClassifier(abc, rbc, alpha=0.3)
-    assert MixedClassifier(abc, rbc, alpha=0.3, allow_any_alpha=True).alpha == 0.3
+        MixedClassifier(abc, rbc, MixingParams(alpha=0.3))
+    assert MixedClassifier(abc, rbc, MixingParams(alpha=0.3), allow_any_alpha=True).alpha == 0.3
     with pytest.raises(InputError, match="abc is None"):
-        MixedClassifier(None, rbc, alpha=0.9)
+        MixedClassifier(None, rbc, MixingParams(alpha=0.9))
     with pytest.raises(InputError, match="rbc is None"):
-        MixedClassifier(abc, None, alpha=0.5)
-    assert torch.allclose(MixedClassifier(abc, None, alpha=0.0, allow_any_alpha=True, temperature=1.0)(x),
+        MixedClassifier(abc, None, MixingParams(alpha=0.5))
+    assert torch.allclose(MixedClassifier(abc, None, MixingParams(alpha=0.0, temperature=1.0), allow_any_alpha=True)(x),
                           torch.log_softmax(abc(x), -1))
     with pytest.raises(InputError, match="needs alpha"):
         MixedClassifier(abc, rbc)
     with pytest.raises(InputError, match="gradient"):
-        MixedClassifier(abc, rbc, alpha=0.9, gradient="magic")
+        MixedClassifier(abc, rbc, MixingParams(alpha=0.9), gradient="magic")
 
 
 def test_nan_logits_name_the_model():
     with pytest.raises(InputError, match="ABC"):
-        MixedClassifier(NaNModel(), Counting(1), alpha=0.9)(images())
+        MixedClassifier(NaNModel(), Counting(1), MixingParams(alpha=0.9))(images())
     with pytest.raises(InputError, match="RBC"):
-        MixedClassifier(Counting(0), NaNModel(), alpha=0.9)(images())
+        MixedClassifier(Counting(0), NaNModel(), MixingParams(alpha=0.9))(images())
 
 
 def test_bypass_has_mixednuts_values_and_auxiliary_gradients():
     abc, rbc = Counting(0, 3.0), Counting(1)
-    exact = MixedClassifier(abc, rbc, s=1.5, p=2.0, c=-0.3, alpha=0.9, alpha_d=0.7)
-    bypass = MixedClassifier(abc, rbc, s=1.5, p=2.0, c=-0.3, alpha=0.9, alpha_d=0.7, gradient="bypass")
+    exact = MixedClassifier(abc, rbc, MixingParams(s=1.5, p=2.0, c=-0.3, alpha=0.9, alpha_d=0.7))
+    bypass = MixedClassifier(abc, rbc, MixingParams(s=1.5, p=2.0, c=-0.3, alpha=0.9, alpha_d=0.7), gradient="bypass")
     weights = torch.randn(6, K)
 
     def value_and_grad(fn):
@@ -162,7 +168,7 @@ def test_auxiliary_is_equation_8():
 
 def test_forward_pair_runs_each_model_once():
     abc, rbc = Counting(0, 3.0), Counting(1)
-    model = MixedClassifier(abc, rbc, s=1.5, p=2.0, c=-0.3, alpha=0.9)
+    model = MixedClassifier(abc, rbc, MixingParams(s=1.5, p=2.0, c=-0.3, alpha=0.9))
     x = images()
     mixed, aux = model.forward_pair(x)
     assert (abc.calls, rbc.calls) == (1, 1)
@@ -171,7 +177,7 @@ def test_forward_pair_runs_each_model_once():
 
 def test_exact_mode_gives_no_gradient_to_the_hard_max_abc():
     abc, rbc = Counting(0, 3.0), Counting(1)
-    model = MixedClassifier(abc, rbc, s=1.5, p=2.0, c=-0.3, alpha=0.9)
+    model = MixedClassifier(abc, rbc, MixingParams(s=1.5, p=2.0, c=-0.3, alpha=0.9))
     model(images())[:, 1].sum().backward()
     assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in abc.parameters())
     assert any(p.grad is not None and torch.count_nonzero(p.grad) > 0 for p in rbc.parameters())
@@ -237,7 +243,7 @@ def test_from_card_keeps_the_cards_clamp_and_top_k():
 def test_mixed_classifier_refuses_invalid_parameters(field, value, match):
     kwargs = {"s": 1.0, "p": 1.0, "c": 0.0, "alpha": 0.9, field: value}
     with pytest.raises(InputError, match=match):
-        MixedClassifier(Counting(0), Counting(1), **kwargs)
+        MixedClassifier(Counting(0), Counting(1), MixingParams(**kwargs))
 
 
 def test_attack_through_the_mixed_classifier():
@@ -247,7 +253,7 @@ def test_attack_through_the_mixed_classifier():
     abc, rbc = Counting(0, 3.0), Counting(1)
     x, y = images(8), torch.arange(8) % K
     for mode in ("exact", "bypass"):
-        model = MixedClassifier(abc, rbc, s=1.5, p=2.0, c=-0.3, alpha=0.9, gradient=mode)
+        model = MixedClassifier(abc, rbc, MixingParams(s=1.5, p=2.0, c=-0.3, alpha=0.9), gradient=mode)
         adv = pgd(model, x, y, eps=0.1, steps=3)
         assert adv.shape == x.shape and (adv - x).abs().max() <= 0.1 + 1e-6
         with torch.no_grad():  # the attack made progress on the true MixedNUTS output, in either gradient mode
@@ -332,11 +338,12 @@ def test_alpha_that_is_not_a_number_in_the_unit_interval_is_refused(bad):
     with pytest.raises(InputError, match=r"alpha must be a number in \[0, 1\]"):
         mix_log_probs(G, H, s=1, p=1, c=0, alpha=bad)
     with pytest.raises(InputError, match=r"alpha must be a number in \[0, 1\]"):
-        MixedClassifier(Net(0), Net(1), alpha=bad, allow_any_alpha=True)
+        MixedClassifier(Net(0), Net(1), MixingParams(alpha=bad), allow_any_alpha=True)
 
 
 def test_alpha_of_exactly_one_half_is_allowed_without_allow_any_alpha():
-    assert MixedClassifier(Net(0), Net(1), alpha=0.5).alpha == 0.5  # footnote 1: below 1/2 is refused, 1/2 is not
+    # footnote 1: below 1/2 is refused, 1/2 is not
+    assert MixedClassifier(Net(0), Net(1), MixingParams(alpha=0.5)).alpha == 0.5
 
 
 def test_missing_rbc_logits_with_positive_alpha_is_an_input_error():
@@ -375,7 +382,7 @@ def test_auxiliary_with_a_missing_model_uses_the_other_one_alone():
 @pytest.mark.parametrize("r_d", [0.0, 1.0])
 def test_mixed_classifier_accepts_the_r_d_endpoints(r_d):
     abc, rbc = Net(0, 3.0), Net(1)
-    model = MixedClassifier(abc, rbc, s=1.7, p=1.5, c=-0.4, alpha=0.8, r_d=r_d, gradient="bypass")
+    model = MixedClassifier(abc, rbc, MixingParams(s=1.7, p=1.5, c=-0.4, alpha=0.8, r_d=r_d), gradient="bypass")
     x = images_2x2()
     with torch.no_grad():
         g, h = abc(x), rbc(x)
@@ -386,7 +393,7 @@ def test_mixed_classifier_accepts_the_r_d_endpoints(r_d):
 @pytest.mark.parametrize("bad", [1.5, -0.2, math.nan, True])
 def test_alpha_d_is_validated(bad):
     with pytest.raises(InputError, match="alpha_d"):
-        MixedClassifier(Net(0), Net(1), alpha=0.8, alpha_d=bad)
+        MixedClassifier(Net(0), Net(1), MixingParams(alpha=0.8, alpha_d=bad))
 
 
 def input_gradient(fn, weights, n=5):
@@ -400,7 +407,7 @@ def test_bypass_with_alpha_one_still_takes_the_auxiliary_gradient_through_the_ab
     """alpha = 1 serves the RBC values, but App. B.2.2's bypass gradient is that of Eq. 8 with alpha_d < 1, which
     involves the ABC."""
     abc, rbc = Net(0, 3.0), Net(1)
-    model = MixedClassifier(abc, rbc, s=1.5, p=2.0, c=-0.3, alpha=1.0, alpha_d=0.6, gradient="bypass")
+    model = MixedClassifier(abc, rbc, MixingParams(s=1.5, p=2.0, c=-0.3, alpha=1.0, alpha_d=0.6), gradient="bypass")
     weights = torch.randn(5, K4, generator=torch.Generator().manual_seed(3))
     values, grad = input_gradient(model, weights)
     _, aux_grad = input_gradient(model.auxiliary, weights)
@@ -413,7 +420,7 @@ def test_bypass_with_alpha_one_still_takes_the_auxiliary_gradient_through_the_ab
 
 def test_forward_pair_in_bypass_mode_gives_the_bypass_gradient():
     abc, rbc = Net(0, 3.0), Net(1)
-    model = MixedClassifier(abc, rbc, s=1.5, p=2.0, c=-0.3, alpha=0.9, alpha_d=0.7, gradient="bypass")
+    model = MixedClassifier(abc, rbc, MixingParams(s=1.5, p=2.0, c=-0.3, alpha=0.9, alpha_d=0.7), gradient="bypass")
     weights = torch.randn(5, K4, generator=torch.Generator().manual_seed(4))
     v_pair, g_pair = input_gradient(lambda x: model.forward_pair(x)[0], weights)
     v_fwd, g_fwd = input_gradient(model, weights)
@@ -448,7 +455,7 @@ class RowNaN(nn.Module):
 
 def test_non_finite_logits_are_counted_per_image():
     with pytest.raises(InputError, match="for 2 of 5 images"):
-        MixedClassifier(RowNaN(2), Net(1), alpha=0.9)(images_2x2())
+        MixedClassifier(RowNaN(2), Net(1), MixingParams(alpha=0.9))(images_2x2())
 
 
 def card_for(abc_hash: str | None, rbc_hash: str | None) -> MixCard:
@@ -507,3 +514,23 @@ def test_from_card_warning_points_at_the_callers_line():
         wrapper(card, Net(0), Net(5))
     (w,) = caught
     assert Path(w.filename).resolve() == Path(__file__).resolve() and w.lineno == line
+
+
+def test_the_keyword_form_before_mixing_params_still_works_with_a_deprecation_warning():
+    """``MixedClassifier(abc, rbc, s=..., alpha=...)`` and the old positional order give the same classifier as
+    ``MixingParams``, with a DeprecationWarning naming the new form; an unknown keyword is still a TypeError."""
+    abc, rbc, x = Net(0), Net(1), images_2x2()
+    new = MixedClassifier(abc, rbc, MixingParams(s=1.5, p=2.0, c=-0.3, alpha=0.9, alpha_d=0.7), gradient="bypass")
+    with pytest.warns(DeprecationWarning, match=r"use MixedClassifier\(abc, rbc, MixingParams\(alpha=\.\.\."):
+        old = MixedClassifier(abc, rbc, s=1.5, p=2.0, c=-0.3, alpha=0.9, alpha_d=0.7, gradient="bypass")
+    with pytest.warns(DeprecationWarning):
+        positional = MixedClassifier(abc, rbc, 1.5, 2.0, -0.3, 0.9, "gelu", 0.0, None, "bypass", 0.9, 0.7)
+    for model in (old, positional):
+        assert model.params == new.params and model.gradient == "bypass"
+        assert torch.equal(model(x), new(x)) and torch.equal(model.auxiliary(x), new.auxiliary(x))
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match="below 1/2"):
+        MixedClassifier(abc, rbc, alpha=0.3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'beta'"):
+        MixedClassifier(abc, rbc, alpha=0.9, beta=0.5)
+    with pytest.raises(TypeError, match="give the mixing parameters in params alone"):
+        MixedClassifier(abc, rbc, MixingParams(alpha=0.9), s=2.0)
