@@ -25,7 +25,7 @@ from torch import nn
 from mixzoo import hookimpl
 from mixzoo.core.card import MixCard, provenance
 from mixzoo.core.errors import InputError
-from mixzoo.methods import ExtraAttack, FitRequest, FitResult, MethodOption, MixingMethod
+from mixzoo.methods import ExtraAttack, FitRequest, FitResult, MixingMethod, OptionSpec
 from mixzoo.methods.base import square_extra
 from mixzoo.zoo.pairs import prepare_pair
 
@@ -134,8 +134,8 @@ class ConfidenceSwitch(MixingMethod):
     title = "Confidence switch"
     paper = "example plugin (not from the papers)"
     fit_cost = "free: tau is given"
-    options = {"tau": MethodOption("the RBC's confidence at and above which its prediction is used, in (0, 1]",
-                                   float, 0.9)}
+    options = {"tau": OptionSpec("the RBC's confidence at and above which its prediction is used", float, 0.9,
+                                 low=0, high=1)}
 
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
         tau = params.get("tau")
@@ -157,7 +157,7 @@ class ConfidenceSwitch(MixingMethod):
 
     def fit(self, request: FitRequest) -> FitResult:
         pair = prepare_pair(request)  # loads and checks the pair and its calibration split
-        card = MixCard(self.name, {"tau": request.options.get("tau", 0.9)}, abc=pair.info("abc"), rbc=pair.info("rbc"),
+        card = MixCard(self.name, {"tau": request.options["tau"]}, abc=pair.info("abc"), rbc=pair.info("rbc"),
                        dataset=pair.dataset, data=pair.data_info(), attack={"eps": pair.eps, "norm": pair.norm},
                        provenance=provenance(command=request.provenance_command))
         with torch.no_grad():
