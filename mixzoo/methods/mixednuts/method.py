@@ -74,7 +74,7 @@ class MixedNUTS(MixingMethod):
         "objective": OptionSpec("Algorithm 1's objective (App. D.8.3)", str, "standard",
                                 choices=("standard", "relaxed")),
         "optimizer": OptionSpec("calibration optimizer from the plugin hook (grid, refine, ...)", str, "grid"),
-        "top_k": OptionSpec("layer-norm statistics over the top-k logits (App. D.7)", int,
+        "top_k": OptionSpec("layer-norm statistics over the top-k logits (App. D.7)", int, low=2,
                             default_note="all logits"),
         "search": OptionSpec(
             "authors: Algorithm 1 exactly as the authors' code (percentile threshold, no App. D.8.2"
