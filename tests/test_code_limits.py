@@ -30,13 +30,9 @@ OVER_PARAMETERS = {
     "mixzoo/attacks/apgd.py::apgd_t",
     "mixzoo/attacks/mmaa.py::mmaa",
     "mixzoo/attacks/square.py::min_margin_square",
-    "mixzoo/methods/adaptive/attacks.py::alpha_apgd",
-    "mixzoo/methods/adaptive/gate_attacks.py::gate_apgd",
-    "mixzoo/methods/adaptive/training.py::train",
 }
 OVER_LINES = {
     "mixzoo/methods/adaptive/method.py::fit",
-    "mixzoo/methods/adaptive/training.py::train",
     "mixzoo/methods/local_smoothing/adaptive_method.py::fit",
 }
 

@@ -9,6 +9,7 @@ the mixing network output"). ``w = 1`` attacks the mixing network alone.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -51,18 +52,27 @@ def alpha_loss(base: str, w: torch.Tensor | float) -> Any:
     return loss
 
 
-def alpha_apgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, norm: str, n_iter: int,
-               base: str, w: torch.Tensor | float, generator: torch.Generator | None,
-               target: torch.Tensor | None = None, noise: torch.Tensor | None = None,
-               draw: tuple[int, str, torch.Tensor] | None = None) -> torch.Tensor:
-    """One APGD run (:func:`mixzoo.attacks.apgd.apgd_run`) on :func:`alpha_loss`; returns the best point found for
-    the judged output (the record's point: misclassified if any visited point was). The random start comes from
-    ``noise`` or the per-example ``draw`` (:func:`mixzoo.attacks.apgd.random_start`) if given, else from
-    ``generator``."""
+@dataclass(frozen=True)
+class AttackBall:
+    """One attack run's threat model and length: radius ``eps`` in ``norm`` (``Linf`` or ``L2``), ``n_iter`` APGD
+    iterations."""
+
+    eps: float
+    norm: str
+    n_iter: int
+
+
+def alpha_apgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ball: AttackBall, *, base: str,
+               w: torch.Tensor | float, generator: torch.Generator | None, target: torch.Tensor | None = None,
+               noise: torch.Tensor | None = None, draw: tuple[int, str, torch.Tensor] | None = None) -> torch.Tensor:
+    """One APGD run (:func:`mixzoo.attacks.apgd.apgd_run`) in ``ball`` on :func:`alpha_loss` (Bai et al. 2024b,
+    Sec. 4.2 setting D: ``(1 - w) L + w (-log a(x))``); returns the best point found for the judged output (the
+    record's point: misclassified if any visited point was). The random start comes from ``noise`` or the
+    per-example ``draw`` (:func:`mixzoo.attacks.apgd.random_start`) if given, else from ``generator``."""
     forward = _packed(model)
     record = clean_record(forward, x, y)
-    apgd_run(forward, x, y, record, eps=eps, norm=norm, n_iter=n_iter, loss=alpha_loss(base, w), target=target,
-             generator=generator, noise=noise, draw=draw)
+    apgd_run(forward, x, y, record, eps=ball.eps, norm=ball.norm, n_iter=ball.n_iter, loss=alpha_loss(base, w),
+             target=target, generator=generator, noise=noise, draw=draw)
     return record.x
 
 
@@ -144,7 +154,7 @@ class AlphaAPGD(Attack):
                 base = {"apgd-ce-alpha": "ce", "apgd-t-alpha": "dlr-targeted", "alpha-only": "none"}[kind]
                 for run, target in enumerate(plan):
                     draw = None if index is None else (self.seed, f"{kind}/run{run}", index.cpu())
-                    adv = alpha_apgd(model, x, y, eps=self.eps, norm=self.norm, n_iter=n_iter, base=base, w=w,
+                    adv = alpha_apgd(model, x, y, AttackBall(self.eps, self.norm, n_iter), base=base, w=w,
                                      generator=gen, target=target, draw=draw)
                     with torch.no_grad():
                         now = (model(adv).argmax(1) != y) & ~broken

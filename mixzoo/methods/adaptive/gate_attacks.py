@@ -71,6 +71,7 @@ from mixzoo.attacks.result import EvalResult
 from mixzoo.core import rng
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec, numbers
+from mixzoo.methods.adaptive.attacks import AttackBall
 
 GATE_COMPONENTS = ("rbc-screen", "gate-ce", "gate-t", "gate-refine")
 GateForward = Callable[[torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
@@ -129,8 +130,8 @@ def _start_noise(seed: int, stream: str, index: torch.Tensor, shape: tuple[int, 
     return rng.normal(seed, stream, index.cpu(), shape)
 
 
-def gate_apgd(gate: GateForward, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor, *, eps: float, norm: str,
-              n_iter: int, mus: tuple[float, ...], base: str, seed: int, stream: str,
+def gate_apgd(gate: GateForward, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor, ball: AttackBall, *,
+              mus: tuple[float, ...], base: str, seed: int, stream: str,
               target: torch.Tensor | None = None) -> MarginRecord:
     """One APGD run of ``L - mu * logit`` for every ``mu`` of ``mus`` at once (the examples stacked once per mu);
     returns, per example, the best point over all mus (a :class:`~mixzoo.attacks.margins.MarginRecord`: any
@@ -140,11 +141,12 @@ def gate_apgd(gate: GateForward, x: torch.Tensor, y: torch.Tensor, index: torch.
     xs, ys = x.repeat(k, *([1] * (x.ndim - 1))), y.repeat(k)
     ts = None if target is None else target.repeat(k)
     mu = torch.tensor(mus, dtype=x.dtype, device=x.device).repeat_interleave(n)
-    noise = torch.cat([_start_noise(seed, f"{stream}/mu{j}", index, tuple(x.shape[1:]), norm) for j in range(k)])
+    noise = torch.cat([_start_noise(seed, f"{stream}/mu{j}", index, tuple(x.shape[1:]), ball.norm)
+                       for j in range(k)])
     forward = _packed(gate)
     record = clean_record(forward, xs, ys)
-    apgd_run(forward, xs, ys, record, eps=eps, norm=norm, n_iter=n_iter, loss=gate_loss(base, mu), target=ts,
-             noise=noise.to(device=x.device, dtype=x.dtype))
+    apgd_run(forward, xs, ys, record, eps=ball.eps, norm=ball.norm, n_iter=ball.n_iter, loss=gate_loss(base, mu),
+             target=ts, noise=noise.to(device=x.device, dtype=x.dtype))
     record.check_finite()
     best = record.key.view(k, n).argmin(dim=0) * n + torch.arange(n, device=x.device)
     return record.subset(best)
@@ -371,8 +373,8 @@ class GateLogitAttack(Attack):
                     rows = torch.nonzero(live).squeeze(1)
                     if not len(rows):
                         break
-                    rec = gate_apgd(gate, x[rows], y[rows], index[rows.cpu()], eps=eps, norm=norm,
-                                    n_iter=int(opts["n_iter"]), mus=mus, base=base, seed=seed,
+                    rec = gate_apgd(gate, x[rows], y[rows], index[rows.cpu()],
+                                    AttackBall(eps, norm, int(opts["n_iter"])), mus=mus, base=base, seed=seed,
                                     stream=f"{kind}/run{run}", target=None if target is None else target[rows])
                     self._state.offer(index[rows.cpu()], rec)
                     hit = rec.misclassified

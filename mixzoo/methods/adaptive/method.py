@@ -176,7 +176,7 @@ class AdaptiveSmoothing(MixingMethod):
         from mixzoo.core.card import MixCard, provenance
         from mixzoo.methods.adaptive.mixing import check_bounds
         from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
-        from mixzoo.methods.adaptive.training import TrainConfig, train
+        from mixzoo.methods.adaptive.training import TrainConfig, TrainRun, train
         from mixzoo.zoo.data import load_dataset
         from mixzoo.zoo.pairs import prepare_pair
 
@@ -225,9 +225,9 @@ class AdaptiveSmoothing(MixingMethod):
         if not bool(opts.get("resume", True)) and world.main:
             ckpt.unlink(missing_ok=True)
         distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
-        res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
-                    val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
-                    progress=request.progress, checkpoint_every=checkpoint_every)
+        res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg, run=TrainRun(
+            val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt, progress=request.progress,
+            checkpoint_every=checkpoint_every))
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"setting": cfg.setting, "epochs": cfg.epochs, "rank": world.rank},
                              {"train": time.perf_counter() - t0})

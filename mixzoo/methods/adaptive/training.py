@@ -58,7 +58,7 @@ from mixzoo.core import distributed
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import console, progress_bar
 from mixzoo.methods.adaptive import parallel
-from mixzoo.methods.adaptive.attacks import alpha_apgd, pgd_alpha
+from mixzoo.methods.adaptive.attacks import AttackBall, alpha_apgd, pgd_alpha
 from mixzoo.methods.adaptive.loss import LABEL_RULES, composite_loss, pseudo_labels
 from mixzoo.methods.adaptive.mixing import AdaptiveClassifier, adaptive_log_probs
 from mixzoo.methods.adaptive.network import MixingNetwork
@@ -184,7 +184,7 @@ def attack_batch(model: AdaptiveClassifier, x: torch.Tensor, y: torch.Tensor, cf
         eps = cfg.eps * float(cfg.eps_factor[0] + (cfg.eps_factor[1] - cfg.eps_factor[0])
                               * torch.rand(1, generator=gen))
         noise = 2 * torch.rand(shape, generator=gen) - 1 if cfg.norm == "Linf" else torch.randn(shape, generator=gen)
-        out.append(alpha_apgd(model, x, y, eps=eps, norm=cfg.norm, n_iter=steps,
+        out.append(alpha_apgd(model, x, y, AttackBall(eps, cfg.norm, steps),
                               base="ce" if target is None else "dlr-targeted", w=w, generator=None, target=target,
                               noise=noise[lo:hi]))
     return out
@@ -273,129 +273,166 @@ class TrainResult:
     resumed_batches: int = 0  # batches of the then unfinished epoch restored from a mid-epoch checkpoint
 
 
+@dataclass(frozen=True)
+class TrainRun:
+    """How a :func:`train` run reports and keeps its state (none of it changes the trained weights): ``val``, images
+    and labels (held out of the train split) for the per-epoch clean and attacked accuracy; ``checkpoint``, a file
+    written after every epoch and resumed from; ``checkpoint_every``, batches between mid-epoch checkpoints (0: after
+    each epoch only); ``progress``, the progress bar; ``on_epoch(e)``, called after epoch ``e``'s checkpoint is
+    written; ``on_batch(epoch, b)``, called after batch ``b`` (1-based) of epoch ``epoch`` (0-based) and its
+    checkpoint, if any."""
+
+    val: tuple[torch.Tensor, torch.Tensor] | None = None
+    checkpoint: str | Path | None = None
+    checkpoint_every: int = 50
+    progress: bool = True
+    on_epoch: Callable[[int], None] | None = None
+    on_batch: Callable[[int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        every = self.checkpoint_every
+        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+            raise InputError(f"checkpoint_every must be an integer >= 0 (0: after each epoch only), got {every!r}")
+
+
 def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig, *,
-          val: tuple[torch.Tensor, torch.Tensor] | None = None, checkpoint: str | Path | None = None,
-          progress: bool = True, on_epoch: Callable[[int], None] | None = None,
-          objective: Objective | None = None, checkpoint_every: int = 50,
-          on_batch: Callable[[int, int], None] | None = None) -> TrainResult:
-    """Train a mixing network for ``abc`` and ``rbc`` on ``images`` / ``labels`` (train split only).
+          objective: Objective | None = None, run: TrainRun | None = None) -> TrainResult:
+    """Train a mixing network for ``abc`` and ``rbc`` on ``images`` / ``labels`` (train split only) for
+    ``cfg.epochs`` epochs, each in its own seeded order (:func:`epoch_generator`), resuming from ``run.checkpoint``
+    when it holds part of this run. ``objective``: what is trained (default :class:`AdaptiveObjective`, Bai et al.
+    2024b, Eq. 4.2); ``run``: validation, checkpoints, progress and callbacks (:class:`TrainRun`)."""
+    trainer = _Trainer(abc, rbc, images, labels, cfg, objective if objective is not None else AdaptiveObjective(),
+                       run if run is not None else TrainRun())
+    trainer.resume()
+    with progress_bar(trainer.run.progress and trainer.world.main) as bar:
+        for epoch in range(trainer.start, cfg.epochs):
+            trainer.epoch(epoch, bar)
+    final = trainer.ema if trainer.ema is not None else trainer.net.state_dict()
+    return TrainResult({k: v.detach().clone() for k, v in final.items()}, trainer.history, trainer.start,
+                       trainer.resumed_batches)
 
-    ``val``: images and labels for the per-epoch clean and attacked accuracy (held out of the train split);
-    ``checkpoint``: a file written after every epoch and resumed from; ``on_epoch(e)``: called after epoch ``e``'s
-    checkpoint is written; ``objective``: what is trained (default :class:`AdaptiveObjective`, Bai et al. 2024b, Eq.
-    4.2); ``checkpoint_every``: batches between mid-epoch checkpoints (0 = only after each epoch; it does not change the
-    result); ``on_batch(epoch, b)``: called after batch ``b`` (1-based) of epoch ``epoch`` (0-based) and its
-    checkpoint, if any.
-    """
-    from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
 
-    objective = objective if objective is not None else AdaptiveObjective()
-    cfg.check()
-    taps = (model_taps(abc, "ABC"), model_taps(rbc, "RBC"))
-    size = tuple(images.shape[1:])
-    sg, sh = tap_shapes(abc, taps[0], size), tap_shapes(rbc, taps[1], size)
-    net = new_network([sg["early"][0], sh["early"][0]], [sg["middle"][0], sh["middle"][0]], cfg)
-    device = images.device
-    net.to(device)
-    world = distributed.world()
-    n, bs = len(labels), cfg.batch_size
-    if world.size > 1 and min(bs, n % bs or bs) < world.size:
-        raise InputError(f"every batch needs at least one image per process: batch_size={bs} over {n} images"
-                         f" leaves a batch smaller than the {world.size} processes; raise batch_size or n_train")
-    model = objective.classifier(abc, rbc, net, taps, cfg)
-    # the attacks run the plain network (eval mode, no gradient sync); the training forward runs it through DDP
-    trained = model if world.size == 1 else objective.classifier(abc, rbc, parallel.wrap(net, torch.device(device)),
-                                                                 taps, cfg)
-    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    ema = {k: v.detach().clone() for k, v in net.state_dict().items()} if cfg.ema > 0 else None
-    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
-        raise InputError(f"checkpoint_every must be an integer >= 0 (0: after each epoch only), got"
-                         f" {checkpoint_every!r}")
-    history: list[dict[str, float]] = []
-    start = 0
-    mid: dict[str, Any] | None = None  # the unfinished epoch's saved position
-    ckpt = Path(checkpoint) if checkpoint is not None else None
-    if ckpt is not None and ckpt.is_file():
-        state = torch.load(ckpt, weights_only=True, map_location=device)
+class _Trainer:
+    """The state of one :func:`train` run: the network, the classifier around it, the optimizer, the EMA weights, the
+    history, and where a checkpoint says to resume."""
+
+    def __init__(self, abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig,
+                 objective: Objective, run: TrainRun):
+        from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
+
+        cfg.check()
+        self.images, self.labels, self.cfg, self.objective, self.run = images, labels, cfg, objective, run
+        taps = (model_taps(abc, "ABC"), model_taps(rbc, "RBC"))
+        size = tuple(images.shape[1:])
+        sg, sh = tap_shapes(abc, taps[0], size), tap_shapes(rbc, taps[1], size)
+        self.net = new_network([sg["early"][0], sh["early"][0]], [sg["middle"][0], sh["middle"][0]], cfg)
+        self.device = images.device
+        self.net.to(self.device)
+        self.world = world = distributed.world()
+        n, bs = len(labels), cfg.batch_size
+        if world.size > 1 and min(bs, n % bs or bs) < world.size:
+            raise InputError(f"every batch needs at least one image per process: batch_size={bs} over {n} images"
+                             f" leaves a batch smaller than the {world.size} processes; raise batch_size or n_train")
+        self.model = objective.classifier(abc, rbc, self.net, taps, cfg)
+        # the attacks run the plain network (eval mode, no gradient sync); the training forward runs it through DDP
+        self.trained = self.model if world.size == 1 else objective.classifier(
+            abc, rbc, parallel.wrap(self.net, torch.device(self.device)), taps, cfg)
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.ema = {k: v.detach().clone() for k, v in self.net.state_dict().items()} if cfg.ema > 0 else None
+        self.history: list[dict[str, float]] = []
+        self.start, self.resumed_batches = 0, 0
+        self.mid: dict[str, Any] | None = None  # the unfinished epoch's saved position
+        self.ckpt = Path(run.checkpoint) if run.checkpoint is not None else None
+
+    def resume(self) -> None:
+        """The state of ``run.checkpoint`` when it exists: refused when written with other options or holding more
+        than ``cfg.epochs``."""
+        ckpt, cfg = self.ckpt, self.cfg
+        if ckpt is None or not ckpt.is_file():
+            return
+        state = torch.load(ckpt, weights_only=True, map_location=self.device)
         if state.get("config") != _config_key(cfg):
             raise InputError(f"checkpoint {ckpt} was written with other training options; delete it or train with"
                              " the same options to resume")
-        net.load_state_dict(state["net"])
-        opt.load_state_dict(state["opt"])
-        ema = state.get("ema") or ema
-        history, start = list(state["history"]), int(state["epoch"])
-        mid = state.get("mid")
-        if start > cfg.epochs or (start == cfg.epochs and mid is not None):
-            held = f"{start} epochs" + (" and part of the next" if mid is not None else "")
-            need = start + (mid is not None)
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["opt"])
+        self.ema = state.get("ema") or self.ema
+        self.history, self.start = list(state["history"]), int(state["epoch"])
+        self.mid = mid = state.get("mid")
+        if self.start > cfg.epochs or (self.start == cfg.epochs and mid is not None):
+            held = f"{self.start} epochs" + (" and part of the next" if mid is not None else "")
+            need = self.start + (mid is not None)
             raise InputError(f"checkpoint {ckpt} already holds {held}, more than epochs={cfg.epochs}; train with"
                              f" epochs >= {need}, or delete it (resume=false) to start again")
 
-    def save(epoch: int, position: dict[str, Any] | None) -> None:
-        if ckpt is None:
+    def save(self, epoch: int, position: dict[str, Any] | None) -> None:
+        """The checkpoint after ``epoch`` epochs (and ``position`` in the next one), written by rank 0."""
+        if self.ckpt is None:
             return
-        if world.main:
-            _save(ckpt, {"epoch": epoch, "net": net.state_dict(), "opt": opt.state_dict(), "ema": ema,
-                         "history": history, "config": _config_key(cfg), "mid": position})
+        if self.world.main:
+            _save(self.ckpt, {"epoch": epoch, "net": self.net.state_dict(), "opt": self.opt.state_dict(),
+                              "ema": self.ema, "history": self.history, "config": _config_key(self.cfg),
+                              "mid": position})
         distributed.barrier()  # written before any rank may stop and later resume from it
 
-    resumed_batches = 0
-    with progress_bar(progress and world.main) as bar:
-        for epoch in range(start, cfg.epochs):
-            gen = epoch_generator(cfg.seed, epoch)
-            order = torch.randperm(n, generator=gen)
-            batches = order.split(bs)
-            label = objective.label(cfg)
-            sums = dict.fromkeys(objective.keys, 0.0)
-            first = 0
-            if mid is not None and epoch == start:
-                # the generator's state after the saved batch: the rest of the epoch draws what it would have drawn
-                gen.set_state(mid["gen"].cpu())
-                first = resumed_batches = int(mid["batch"])
-                sums.update(mid["sums"])
-            task = bar.add_task(f"{label}: epoch {epoch + 1}/{cfg.epochs}", total=n,
-                                completed=sum(len(c) for c in batches[:first]))
-            for b in range(first, len(batches)):
-                batch = batches[b]
-                lo, hi = parallel.shard(len(batch), world)
-                idx = batch[lo:hi]
-                x, y = images[idx], labels[idx]
-                net.eval()
-                attacked = objective.attacks(model, x, y, cfg, gen, (lo, hi, len(batch)))
-                net.train()
-                loss, parts = objective.loss(trained, x, y, attacked, cfg)
-                opt.zero_grad(set_to_none=True)
-                # DDP averages the ranks' gradients: weigh each shard's mean by its share of the global batch so
-                # the average is the gradient of the global batch's mean (factor 1 in one process)
-                (loss * (len(idx) * world.size / len(batch))).backward()
-                opt.step()
-                if ema is not None:
-                    with torch.no_grad():
-                        for k, v in net.state_dict().items():
-                            ema[k] = ema[k] * cfg.ema + v.detach() * (1 - cfg.ema) if v.is_floating_point() \
-                                else v.detach().clone()
-                if world.size > 1:
-                    parts = _global_means(parts, len(idx))
-                for k in sums:
-                    sums[k] += parts[k]
-                mean = {k: v / (b + 1) for k, v in sums.items()}
-                shown = " ".join(f"{k} {v:.3f}" for k, v in mean.items())
-                bar.update(task, advance=len(batch), description=f"{label}: epoch {epoch + 1}/{cfg.epochs} {shown}")
-                if checkpoint_every and (b + 1) % checkpoint_every == 0 and b + 1 < len(batches):
-                    save(epoch, {"batch": b + 1, "gen": gen.get_state(), "sums": dict(sums)})
-                if on_batch is not None:
-                    on_batch(epoch, b + 1)
-            record = {"epoch": epoch + 1, **{k: v / (b + 1) for k, v in sums.items()}}
-            if val is not None and world.main:  # the other ranks go on to the next epoch's first all-reduce
-                record.update(validate(model, net, ema, val, cfg, objective))
-                if progress:
-                    console.print(f"epoch {epoch + 1}: {objective.describe(record)}")
-            history.append(record)
-            save(epoch + 1, None)
-            if on_epoch is not None:
-                on_epoch(epoch + 1)
-    final = ema if ema is not None else net.state_dict()
-    return TrainResult({k: v.detach().clone() for k, v in final.items()}, history, start, resumed_batches)
+    def epoch(self, epoch: int, bar: Any) -> None:
+        """One epoch: its batches (from the saved position of a resumed one), validation, checkpoint, callback."""
+        cfg, run, objective = self.cfg, self.run, self.objective
+        gen = epoch_generator(cfg.seed, epoch)
+        batches = torch.randperm(len(self.labels), generator=gen).split(cfg.batch_size)
+        label = objective.label(cfg)
+        sums = dict.fromkeys(objective.keys, 0.0)
+        first = 0
+        if self.mid is not None and epoch == self.start:
+            # the generator's state after the saved batch: the rest of the epoch draws what it would have drawn
+            gen.set_state(self.mid["gen"].cpu())
+            first = self.resumed_batches = int(self.mid["batch"])
+            sums.update(self.mid["sums"])
+        task = bar.add_task(f"{label}: epoch {epoch + 1}/{cfg.epochs}", total=len(self.labels),
+                            completed=sum(len(c) for c in batches[:first]))
+        for b in range(first, len(batches)):
+            parts = self.step(batches[b], gen)
+            for k in sums:
+                sums[k] += parts[k]
+            shown = " ".join(f"{k} {v / (b + 1):.3f}" for k, v in sums.items())
+            bar.update(task, advance=len(batches[b]), description=f"{label}: epoch {epoch + 1}/{cfg.epochs} {shown}")
+            if run.checkpoint_every and (b + 1) % run.checkpoint_every == 0 and b + 1 < len(batches):
+                self.save(epoch, {"batch": b + 1, "gen": gen.get_state(), "sums": dict(sums)})
+            if run.on_batch is not None:
+                run.on_batch(epoch, b + 1)
+        record = {"epoch": epoch + 1, **{k: v / len(batches) for k, v in sums.items()}}
+        if run.val is not None and self.world.main:  # the other ranks go on to the next epoch's first all-reduce
+            record.update(validate(self.model, self.net, self.ema, run.val, cfg, objective))
+            if run.progress:
+                console.print(f"epoch {epoch + 1}: {objective.describe(record)}")
+        self.history.append(record)
+        self.save(epoch + 1, None)
+        if run.on_epoch is not None:
+            run.on_epoch(epoch + 1)
+
+    def step(self, batch: torch.Tensor, gen: torch.Generator) -> dict[str, float]:
+        """One batch (this process's shard of it): attacked copies made with the plain network in eval mode, the
+        objective's loss on clean and attacked images, an AdamW step, the EMA update; the loss parts (global means
+        under torchrun)."""
+        cfg, world, net = self.cfg, self.world, self.net
+        lo, hi = parallel.shard(len(batch), world)
+        idx = batch[lo:hi]
+        x, y = self.images[idx], self.labels[idx]
+        net.eval()
+        attacked = self.objective.attacks(self.model, x, y, cfg, gen, (lo, hi, len(batch)))
+        net.train()
+        loss, parts = self.objective.loss(self.trained, x, y, attacked, cfg)
+        self.opt.zero_grad(set_to_none=True)
+        # DDP averages the ranks' gradients: weigh each shard's mean by its share of the global batch so the average
+        # is the gradient of the global batch's mean (factor 1 in one process)
+        (loss * (len(idx) * world.size / len(batch))).backward()
+        self.opt.step()
+        if self.ema is not None:
+            with torch.no_grad():
+                for k, v in net.state_dict().items():
+                    self.ema[k] = self.ema[k] * cfg.ema + v.detach() * (1 - cfg.ema) if v.is_floating_point() \
+                        else v.detach().clone()
+        return _global_means(parts, len(idx)) if world.size > 1 else parts
 
 
 def _global_means(parts: dict[str, float], count: int) -> dict[str, float]:

@@ -227,7 +227,7 @@ class LocalSmoothingAdaptive(MixingMethod):
         from mixzoo.core.card import MixCard, provenance
         from mixzoo.methods.adaptive.method import check_training_outputs, save_network
         from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
-        from mixzoo.methods.adaptive.training import train
+        from mixzoo.methods.adaptive.training import TrainRun, train
         from mixzoo.methods.local_smoothing.crossover import check_alpha_ts, measure_crossover
         from mixzoo.methods.local_smoothing.policy import PolicyObjective, smoothing_classifier
         from mixzoo.zoo.data import load_dataset
@@ -282,10 +282,9 @@ class LocalSmoothingAdaptive(MixingMethod):
             ckpt.unlink(missing_ok=True)
         distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
         t1 = time.perf_counter()
-        res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg,
-                    val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt,
-                    progress=request.progress, objective=PolicyObjective(),
-                    checkpoint_every=checkpoint_every)
+        res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg, objective=PolicyObjective(), run=TrainRun(
+            val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt, progress=request.progress,
+            checkpoint_every=checkpoint_every))
         seconds["train"] = time.perf_counter() - t1
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"beta0": cfg.beta0, "epochs": cfg.epochs, "rank": world.rank}, seconds)

@@ -129,13 +129,13 @@ def test_taps_shapes_and_alignment(pair):
 def test_model_without_taps_is_refused_naming_the_field(pair, train_data):
     from mixzoo.core.registry import spec_from_dict
     from mixzoo.methods.adaptive.taps import Taps, check_taps, model_taps
-    from mixzoo.methods.adaptive.training import TrainConfig, train
+    from mixzoo.methods.adaptive.training import TrainConfig, TrainRun, train
 
     mlp = nn.Sequential(nn.Flatten(), nn.Linear(64, 10)).eval()
     with pytest.raises(InputError, match=r"ABC 'Sequential' declares no layer taps.*taps = \{early"):
         model_taps(mlp, "ABC")
     with pytest.raises(InputError, match="no layer taps"):
-        train(mlp, pair[1], *train_data, TrainConfig(epochs=1), progress=False)
+        train(mlp, pair[1], *train_data, TrainConfig(epochs=1), run=TrainRun(progress=False))
     with pytest.raises(InputError, match=r"taps.middle = 'features.99' is not a module"):
         check_taps(pair[0], Taps("features.2", "features.99"))
     with pytest.raises(RegistryError, match="field 'taps'"):
@@ -191,14 +191,14 @@ def _cfg(**kw):
 
 @pytest.mark.slow
 def test_training_is_deterministic_and_resumes_after_a_kill(pair, train_data, tmp_path):
-    from mixzoo.methods.adaptive.training import train
+    from mixzoo.methods.adaptive.training import TrainRun, train
 
     abc, rbc = pair
     x, y = train_data[0][:96], train_data[1][:96]
-    a = train(abc, rbc, x, y, _cfg(ema=0.8), progress=False)
-    b = train(abc, rbc, x, y, _cfg(ema=0.8), progress=False)
+    a = train(abc, rbc, x, y, _cfg(ema=0.8), run=TrainRun(progress=False))
+    b = train(abc, rbc, x, y, _cfg(ema=0.8), run=TrainRun(progress=False))
     assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
-    other = train(abc, rbc, x, y, _cfg(ema=0.8, seed=1), progress=False)
+    other = train(abc, rbc, x, y, _cfg(ema=0.8, seed=1), run=TrainRun(progress=False))
     assert not all(torch.equal(a.state[k], other.state[k]) for k in a.state)
 
     class Killed(Exception):
@@ -209,27 +209,27 @@ def test_training_is_deterministic_and_resumes_after_a_kill(pair, train_data, tm
 
     ckpt = tmp_path / "run.training.pt"
     with pytest.raises(Killed):
-        train(abc, rbc, x, y, _cfg(ema=0.8), checkpoint=ckpt, progress=False, on_epoch=kill)
-    resumed = train(abc, rbc, x, y, _cfg(ema=0.8), checkpoint=ckpt, progress=False)
+        train(abc, rbc, x, y, _cfg(ema=0.8), run=TrainRun(checkpoint=ckpt, progress=False, on_epoch=kill))
+    resumed = train(abc, rbc, x, y, _cfg(ema=0.8), run=TrainRun(checkpoint=ckpt, progress=False))
     assert resumed.resumed_epochs == 1
     assert all(torch.equal(a.state[k], resumed.state[k]) for k in a.state)
     assert [h["loss"] for h in resumed.history] == [h["loss"] for h in a.history]
     with pytest.raises(InputError, match="other training options"):
-        train(abc, rbc, x, y, _cfg(ema=0.8, lr=5e-4), checkpoint=ckpt, progress=False)
+        train(abc, rbc, x, y, _cfg(ema=0.8, lr=5e-4), run=TrainRun(checkpoint=ckpt, progress=False))
     with pytest.raises(InputError, match="already holds 2 epochs"):
-        train(abc, rbc, x, y, _cfg(ema=0.8, epochs=1), checkpoint=ckpt, progress=False)
+        train(abc, rbc, x, y, _cfg(ema=0.8, epochs=1), run=TrainRun(checkpoint=ckpt, progress=False))
 
 
 @pytest.mark.slow
 def test_training_resumes_inside_an_epoch(pair, train_data, tmp_path):
     """A kill between mid-epoch checkpoints loses only the batches since the last one; the resumed run ends with the
     uninterrupted run's weights and loss history (an epoch of the whole train split is long on a CPU)."""
-    from mixzoo.methods.adaptive.training import train
+    from mixzoo.methods.adaptive.training import TrainRun, train
 
     abc, rbc = pair
     x, y = train_data[0][:96], train_data[1][:96]  # 6 batches of 16 per epoch
     cfg = dict(ema=0.8, batch_size=16)
-    a = train(abc, rbc, x, y, _cfg(**cfg), progress=False)
+    a = train(abc, rbc, x, y, _cfg(**cfg), run=TrainRun(progress=False))
 
     class Killed(Exception):
         pass
@@ -243,32 +243,34 @@ def test_training_resumes_inside_an_epoch(pair, train_data, tmp_path):
 
     ckpt = tmp_path / "not" / "made" / "yet" / "run.training.pt"  # `mix --out` may name a new folder
     with pytest.raises(Killed):
-        train(abc, rbc, x, y, _cfg(**cfg), checkpoint=ckpt, progress=False, checkpoint_every=2, on_batch=kill)
+        train(abc, rbc, x, y, _cfg(**cfg), run=TrainRun(checkpoint=ckpt, progress=False, checkpoint_every=2,
+                                                        on_batch=kill))
     assert torch.load(ckpt, weights_only=True)["mid"]["batch"] == 4
     redone = []
-    resumed = train(abc, rbc, x, y, _cfg(**cfg), checkpoint=ckpt, progress=False, checkpoint_every=2,
-                    on_batch=lambda e, b: redone.append((e, b)))
+    resumed = train(abc, rbc, x, y, _cfg(**cfg), run=TrainRun(checkpoint=ckpt, progress=False, checkpoint_every=2,
+                                                              on_batch=lambda e, b: redone.append((e, b))))
     assert (resumed.resumed_epochs, resumed.resumed_batches) == (1, 4)
     assert redone == [(1, 5), (1, 6)]
     assert all(torch.equal(a.state[k], resumed.state[k]) for k in a.state)
     assert [h["loss"] for h in resumed.history] == [h["loss"] for h in a.history]
     with pytest.raises(Killed):
-        train(abc, rbc, x, y, _cfg(**cfg, epochs=3), checkpoint=ckpt, progress=False, checkpoint_every=4,
-              on_batch=lambda e, b: (_ for _ in ()).throw(Killed()) if b == 5 else None)
+        train(abc, rbc, x, y, _cfg(**cfg, epochs=3), run=TrainRun(
+            checkpoint=ckpt, progress=False, checkpoint_every=4,
+            on_batch=lambda e, b: (_ for _ in ()).throw(Killed()) if b == 5 else None))
     with pytest.raises(InputError, match="2 epochs and part of the next.*epochs >= 3"):
-        train(abc, rbc, x, y, _cfg(**cfg), checkpoint=ckpt, progress=False)
+        train(abc, rbc, x, y, _cfg(**cfg), run=TrainRun(checkpoint=ckpt, progress=False))
     with pytest.raises(InputError, match="checkpoint_every"):
-        train(abc, rbc, x, y, _cfg(**cfg), progress=False, checkpoint_every=-1)
+        train(abc, rbc, x, y, _cfg(**cfg), run=TrainRun(progress=False, checkpoint_every=-1))
 
 
 @pytest.mark.parametrize("setting", ["A", "B"])
 def test_training_learns_to_raise_alpha_on_attacked_inputs(pair, train_data, setting):
-    from mixzoo.methods.adaptive.training import train
+    from mixzoo.methods.adaptive.training import TrainRun, train
 
     abc, rbc = pair
     x, y = train_data
     res = train(abc, rbc, x[:160], y[:160], _cfg(setting=setting, epochs=3, width=16),
-                val=(x[160:], y[160:]), progress=False)
+                run=TrainRun(val=(x[160:], y[160:]), progress=False))
     last = res.history[-1]
     assert last["alpha_attacked"] > last["alpha_clean"] + 0.01
     assert set(last) >= {"loss", "ce", "bce", "val_clean", "val_attacked"}
@@ -375,14 +377,14 @@ def test_bounds_from_the_card_apply_at_evaluation(fitted, pair):
 
 def test_alpha_only_attack_lowers_alpha(fitted, pair):
     from mixzoo.core.card import MixCard
-    from mixzoo.methods.adaptive.attacks import alpha_apgd
+    from mixzoo.methods.adaptive.attacks import AttackBall, alpha_apgd
     from mixzoo.zoo.data import load_dataset
 
     _, root = fitted
     card = MixCard.load(root / "card.toml")
     model = card.mixing_method.build(*pair, card)
     d = load_dataset("digits", "evaluation", n=30)
-    adv = alpha_apgd(model, d.images, d.labels, eps=EPS, norm="Linf", n_iter=10, base="none", w=1.0,
+    adv = alpha_apgd(model, d.images, d.labels, AttackBall(EPS, "Linf", 10), base="none", w=1.0,
                      generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert float(model.alpha(adv).mean()) < float(model.alpha(d.images).mean())
@@ -520,12 +522,12 @@ def test_mix_by_name_through_the_cli_resumes(tmp_path, monkeypatch):
 def test_ema_is_the_decayed_average_of_the_weights(pair, train_data):
     """One batch, one step: the EMA weights are 0.8 * initial + 0.2 * trained (App. D.1's decay 0.8)."""
     from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
-    from mixzoo.methods.adaptive.training import new_network, train
+    from mixzoo.methods.adaptive.training import TrainRun, new_network, train
 
     abc, rbc = pair
     x, y = train_data[0][:32], train_data[1][:32]
-    live = train(abc, rbc, x, y, _cfg(epochs=1, ema=0.0), progress=False).state
-    avg = train(abc, rbc, x, y, _cfg(epochs=1, ema=0.8), progress=False).state
+    live = train(abc, rbc, x, y, _cfg(epochs=1, ema=0.0), run=TrainRun(progress=False)).state
+    avg = train(abc, rbc, x, y, _cfg(epochs=1, ema=0.8), run=TrainRun(progress=False)).state
     sg, sh = tap_shapes(abc, model_taps(abc), (1, 8, 8)), tap_shapes(rbc, model_taps(rbc), (1, 8, 8))
     init = new_network([sg["early"][0], sh["early"][0]], [sg["middle"][0], sh["middle"][0]], _cfg()).state_dict()
     for k, v in live.items():

@@ -209,15 +209,15 @@ def _cfg(**kw):
 
 
 def test_training_is_deterministic_for_a_seed(pair, train_data):
-    from mixzoo.methods.adaptive.training import train
+    from mixzoo.methods.adaptive.training import TrainRun, train
 
     abc, rbc = pair
     x, y = train_data[0][:64], train_data[1][:64]
-    a = train(abc, rbc, x, y, _cfg(), progress=False, objective=PolicyObjective())
-    b = train(abc, rbc, x, y, _cfg(), progress=False, objective=PolicyObjective())
+    a = train(abc, rbc, x, y, _cfg(), objective=PolicyObjective(), run=TrainRun(progress=False))
+    b = train(abc, rbc, x, y, _cfg(), objective=PolicyObjective(), run=TrainRun(progress=False))
     assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
     assert [h["loss"] for h in a.history] == [h["loss"] for h in b.history]
-    other = train(abc, rbc, x, y, _cfg(seed=1), progress=False, objective=PolicyObjective())
+    other = train(abc, rbc, x, y, _cfg(seed=1), objective=PolicyObjective(), run=TrainRun(progress=False))
     assert not all(torch.equal(a.state[k], other.state[k]) for k in a.state)
     assert set(a.history[0]) == {"epoch", "loss", "ce", "hinge"}
 
@@ -225,14 +225,14 @@ def test_training_is_deterministic_for_a_seed(pair, train_data):
 def test_training_learns_beta_up_on_attacks_aimed_at_g_and_down_on_clean(pair, train_data):
     """Eq. 9's supervision with beta_0 = log 20: clean points push beta below -c3, points attacked at alpha_t <= 20
     above +c3; after training the policy tells them apart on held-out images."""
-    from mixzoo.methods.adaptive.training import train
+    from mixzoo.methods.adaptive.training import TrainRun, train
     from mixzoo.methods.local_smoothing.crossover import attack_at_alpha
 
     abc, rbc = pair
     x, y = train_data
     cfg = _cfg(epochs=6, width=16, lr=1e-2, beta0=math.log(20.0), alpha_ts=[0.0, 1.0])
-    res = train(abc, rbc, x[:160], y[:160], cfg, val=(x[160:], y[160:]), progress=False,
-                objective=PolicyObjective())
+    res = train(abc, rbc, x[:160], y[:160], cfg, objective=PolicyObjective(),
+                run=TrainRun(val=(x[160:], y[160:]), progress=False))
     model = PolicyObjective().classifier(abc, rbc, _net(res.state, abc, rbc, cfg), _taps(abc, rbc), cfg)
     xv, yv = x[160:], y[160:]
     adv = attack_at_alpha(model, xv, yv, torch.zeros(len(xv), dtype=torch.float64), eps=torch.full((len(xv),), EPS),
