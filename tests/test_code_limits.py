@@ -31,10 +31,7 @@ OVER_PARAMETERS = {
     "mixzoo/attacks/mmaa.py::mmaa",
     "mixzoo/attacks/square.py::min_margin_square",
 }
-OVER_LINES = {
-    "mixzoo/methods/adaptive/method.py::fit",
-    "mixzoo/methods/local_smoothing/adaptive_method.py::fit",
-}
+OVER_LINES: set[str] = set()
 
 
 def _is_command(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -95,7 +92,7 @@ def test_no_function_is_too_long():
 
 
 def test_the_lists_only_shrink():
-    assert len(OVER_PARAMETERS) <= 11 and len(OVER_LINES) <= 5
+    assert len(OVER_PARAMETERS) <= 5 and not OVER_LINES
 
 
 def test_the_command_rule_sees_commands():

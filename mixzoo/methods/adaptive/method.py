@@ -170,84 +170,47 @@ class AdaptiveSmoothing(MixingMethod):
 
     # ------------------------------------------------------------------------------------------------ fitting
     def fit(self, request: FitRequest) -> FitResult:
-        import torch
-
         from mixzoo.core import distributed
         from mixzoo.core.card import MixCard, provenance
-        from mixzoo.methods.adaptive.mixing import check_bounds
-        from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
         from mixzoo.methods.adaptive.training import TrainConfig, TrainRun, train
-        from mixzoo.zoo.data import load_dataset
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
         world = distributed.world()
-        # under torchrun only rank 0 is handed out=; every rank trains (each on its shard of every batch) and needs the
-        # checkpoint's path to resume from it, but only rank 0 writes
-        given = distributed.gather(None if request.out is None else str(request.out))[0]
-        if given is None:
-            raise InputError("adaptive-smoothing writes its network's weights next to the card; pass out= (--out)")
-        out = Path(given)
-        MixCard.check_path(out)
-        check_training_outputs(out)
+        out = training_out(request, "adaptive-smoothing writes its network's weights")
         t0 = time.perf_counter()
         known = {f.name for f in fields(TrainConfig)}
         cfg_kw = {k: opts[k] for k in _TRAIN_KEYS + ("temperature", "width", "blocks") if k in opts and k in known}
         cfg = TrainConfig(**cfg_kw, seed=int(request.seed))
         cfg.eps = 1.0  # placeholder until the pair's threat model is known; checked again below
         cfg.check()
-        search = opts.get("alpha_min") == "search"
-        if isinstance(opts.get("alpha_min"), str) and not search:
-            raise InputError(f"option alpha_min of adaptive-smoothing must be a number or 'search', got"
-                             f" {opts['alpha_min']!r}")
-        alpha_min = opts.get("alpha_min", 0.0)
-        if isinstance(alpha_min, bool) or not (search or isinstance(alpha_min, int | float)):
-            raise InputError(f"option alpha_min of adaptive-smoothing must be a number, got {alpha_min!r}")
-        alpha_min, alpha_max = check_bounds(0.0 if search else float(alpha_min),
-                                            opts["alpha_max"], "options alpha_min, alpha_max")
-        robust_drop, n_val, n_train = opts["robust_drop"], opts["n_val"], opts.get("n_train")
-        if n_train is not None and n_train < n_val + 1:
-            raise InputError(f"option n_train of adaptive-smoothing must be an integer >= {n_val + 1} (n_val + 1),"
-                             f" got {n_train!r}")
-        eval_n_iter, eval_n_queries = opts["eval_n_iter"], opts["eval_n_queries"]
-        eval_targets, checkpoint_every = opts["eval_n_target_classes"], opts["checkpoint_every"]
+        search, alpha_min, alpha_max = _alpha_bounds(opts)
+        n_val, n_train = opts["n_val"], opts.get("n_train")
+        check_n_train(n_train, n_val, "adaptive-smoothing")
         pair = prepare_pair(request)
-        taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
         cfg.eps, cfg.norm = pair.eps, pair.norm
         cfg.check()
-        data = load_dataset(pair.dataset, "train", n=n_train, root=request.data_dir)
-        if len(data) <= n_val:
-            raise InputError(f"the {pair.dataset} train split has {len(data)} images, not more than n_val={n_val}")
-        device = torch.device(request.device)
-        images, labels = data.images.to(device), data.labels.to(device)
-        split = len(data) - n_val
-        ckpt = out.with_name(f"{out.stem}.training.pt")
-        if not bool(opts.get("resume", True)) and world.main:
-            ckpt.unlink(missing_ok=True)
-        distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
+        data, images, labels, split = train_split(pair, n_train, n_val, request)
+        ckpt = training_checkpoint(out, bool(opts.get("resume", True)))
         res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg, run=TrainRun(
             val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt, progress=request.progress,
-            checkpoint_every=checkpoint_every))
+            checkpoint_every=opts["checkpoint_every"]))
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"setting": cfg.setting, "epochs": cfg.epochs, "rank": world.rank},
                              {"train": time.perf_counter() - t0})
         weights_name, digest = save_network(res.state, out)
-        size = tuple(data.images.shape[1:])
-        sg, sh = tap_shapes(pair.abc, taps["abc"], size), tap_shapes(pair.rbc, taps["rbc"], size)
-        arch = {"early_channels": [sg["early"][0], sh["early"][0]],
-                "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": cfg.width, "blocks": cfg.blocks}
         config = asdict(cfg)
         params = {"setting": cfg.setting, "temperature": cfg.temperature, "alpha_min": alpha_min,
-                  "alpha_max": alpha_max, "weights_file": weights_name, "network": arch,
-                  "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()},
+                  "alpha_max": alpha_max, "weights_file": weights_name,
+                  **network_record(pair, tuple(data.images.shape[1:]), cfg.width, cfg.blocks),
                   "training": {k: config[k] for k in (*_TRAIN_KEYS, "eps", "norm", "seed")},
-                  "history": res.history, "eval_n_iter": eval_n_iter, "eval_n_queries": eval_n_queries,
-                  "eval_n_target_classes": eval_targets,
+                  "history": res.history, "eval_n_iter": opts["eval_n_iter"], "eval_n_queries": opts["eval_n_queries"],
+                  "eval_n_target_classes": opts["eval_n_target_classes"],
                   "epochs": cfg.epochs}
         if search:  # rank 0 alone under torchrun: the other ranks have finished
             with distributed.alone():
                 params["alpha_min"], params["alpha_min_search"] = self._search_alpha_min(
-                    pair, params, weights_name, out, robust_drop, request)
+                    pair, params, weights_name, out, opts["robust_drop"], request)
         card = MixCard(self.name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
                        data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
                              "source": getattr(data, "source", "")},
@@ -293,6 +256,22 @@ class AdaptiveSmoothing(MixingMethod):
             request=EvalRequest(RunRecord(eps=pair.eps, norm=pair.norm, seed=request.seed,
                                           batch_size=request.batch_size or 250), pair.cache,
                                 progress=request.progress))
+
+
+def _alpha_bounds(opts: dict[str, Any]) -> tuple[bool, float, float]:
+    """``(search, alpha_min, alpha_max)`` of the options (App. D.1's evaluation-time bounds; ``alpha_min="search"``
+    searches it after training, from 0); one-line errors for values that are not numbers or bounds."""
+    from mixzoo.methods.adaptive.mixing import check_bounds
+
+    search = opts.get("alpha_min") == "search"
+    if isinstance(opts.get("alpha_min"), str) and not search:
+        raise InputError(f"option alpha_min of adaptive-smoothing must be a number or 'search', got"
+                         f" {opts['alpha_min']!r}")
+    alpha_min = opts.get("alpha_min", 0.0)
+    if isinstance(alpha_min, bool) or not (search or isinstance(alpha_min, int | float)):
+        raise InputError(f"option alpha_min of adaptive-smoothing must be a number, got {alpha_min!r}")
+    low, high = check_bounds(0.0 if search else float(alpha_min), opts["alpha_max"], "options alpha_min, alpha_max")
+    return search, low, high
 
 
 def check_network_fields(params: dict[str, Any], source: str, sec: str) -> None:
@@ -371,3 +350,65 @@ def save_network(state: dict[str, Any], out: Path) -> tuple[str, str]:
     name = f"{out.stem}.mixing-network.safetensors"
     path = atomic_save_tensors(out.with_name(name), state)
     return name, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def training_out(request: FitRequest, writes: str) -> Path:
+    """The card path a trained method writes to (rank 0's ``out`` under torchrun: every rank needs the checkpoint's
+    path), checked as a card path with nothing foreign where its weights and checkpoint go; ``writes`` says what a
+    missing ``out`` leaves nowhere to go (e.g. "adaptive-smoothing writes its network's weights")."""
+    from mixzoo.core import distributed
+    from mixzoo.core.card import MixCard
+
+    given = distributed.gather(None if request.out is None else str(request.out))[0]
+    if given is None:
+        raise InputError(f"{writes} next to the card; pass out= (--out)")
+    out = Path(given)
+    MixCard.check_path(out)
+    check_training_outputs(out)
+    return out
+
+
+def check_n_train(n_train: int | None, n_val: int, method: str) -> None:
+    """``n_train`` leaves at least one training image besides the ``n_val`` held out (one-line error otherwise)."""
+    if n_train is not None and n_train < n_val + 1:
+        raise InputError(f"option n_train of {method} must be an integer >= {n_val + 1} (n_val + 1), got"
+                         f" {n_train!r}")
+
+
+def train_split(pair: Any, n_train: int | None, n_val: int, request: FitRequest) -> tuple[Any, Any, Any, int]:
+    """The first ``n_train`` train-split images (all if ``None``) of the pair's data set: ``(data, images, labels,
+    split)`` with images and labels on the request's device; the last ``n_val`` (from ``split`` on) are held out for
+    the per-epoch validation."""
+    import torch
+
+    from mixzoo.zoo.data import load_dataset
+
+    data = load_dataset(pair.dataset, "train", n=n_train, root=request.data_dir)
+    if len(data) <= n_val:
+        raise InputError(f"the {pair.dataset} train split has {len(data)} images, not more than n_val={n_val}")
+    device = torch.device(request.device)
+    return data, data.images.to(device), data.labels.to(device), len(data) - n_val
+
+
+def training_checkpoint(out: Path, resume: bool) -> Path:
+    """The training checkpoint next to the card ``out``; deleted first (by rank 0, before any rank reads it) when
+    ``resume`` is false."""
+    from mixzoo.core import distributed
+
+    ckpt = out.with_name(f"{out.stem}.training.pt")
+    if not resume and distributed.world().main:
+        ckpt.unlink(missing_ok=True)
+    distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
+    return ckpt
+
+
+def network_record(pair: Any, image_size: tuple[int, ...], width: int, blocks: int) -> dict[str, Any]:
+    """The card's ``network`` (channels at the taps of both models, width, blocks) and ``taps`` fields, from which
+    :func:`load_network` rebuilds the network."""
+    from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
+
+    taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
+    sg, sh = tap_shapes(pair.abc, taps["abc"], image_size), tap_shapes(pair.rbc, taps["rbc"], image_size)
+    return {"network": {"early_channels": [sg["early"][0], sh["early"][0]],
+                        "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": width, "blocks": blocks},
+            "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()}}

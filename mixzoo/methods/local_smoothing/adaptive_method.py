@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
@@ -221,86 +220,58 @@ class LocalSmoothingAdaptive(MixingMethod):
         return cfg.check()
 
     def fit(self, request: FitRequest) -> FitResult:
-        import torch
-
         from mixzoo.core import distributed
         from mixzoo.core.card import MixCard, provenance
-        from mixzoo.methods.adaptive.method import check_training_outputs, save_network
-        from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
+        from mixzoo.methods.adaptive.method import (
+            check_n_train,
+            network_record,
+            save_network,
+            train_split,
+            training_checkpoint,
+            training_out,
+        )
         from mixzoo.methods.adaptive.training import TrainRun, train
-        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts, measure_crossover
-        from mixzoo.methods.local_smoothing.policy import PolicyObjective, smoothing_classifier
-        from mixzoo.zoo.data import load_dataset
+        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts
+        from mixzoo.methods.local_smoothing.policy import PolicyObjective
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
         world = distributed.world()
-        # under torchrun only rank 0 is handed out=; every rank trains its shards and resumes from the checkpoint
-        given = distributed.gather(None if request.out is None else str(request.out))[0]
-        if given is None:
-            raise InputError(f"{self.name} writes its policy's weights next to the card; pass out= (--out)")
-        out = Path(given)
-        MixCard.check_path(out)
-        check_training_outputs(out)
+        out = training_out(request, f"{self.name} writes its policy's weights")
         cfg = self.config(opts, request.seed)
         given_beta0 = "beta0" in opts
         sweep = check_alpha_ts(opts["crossover_alpha_ts"], "crossover_alpha_ts") \
             if "crossover_alpha_ts" in opts else list(cfg.alpha_ts)
-        n_cross, cross_steps = opts["n_crossover"], opts["crossover_steps"]
-        checkpoint_every, n_val, n_train = opts["checkpoint_every"], opts["n_val"], opts.get("n_train")
-        if n_train is not None and n_train < n_val + 1:
-            raise InputError(f"option n_train of {SECTION} must be an integer >= {n_val + 1} (n_val + 1), got"
-                             f" {n_train!r}")
+        n_val, n_train = opts["n_val"], opts.get("n_train")
+        check_n_train(n_train, n_val, SECTION)
         evals = {k: opts[k] for k in ("eval_n_iter", "eval_n_queries", "eval_n_target_classes")}
         pair = prepare_pair(request)
         if pair.norm not in DUAL_ORDER:
             raise InputError(f"--norm must be one of {', '.join(DUAL_ORDER)} for {self.name}, got {pair.norm!r}")
         cfg.eps, cfg.norm = pair.eps, pair.norm
         cfg.check()
-        data = load_dataset(pair.dataset, "train", n=n_train, root=request.data_dir)
-        if len(data) <= n_val:
-            raise InputError(f"the {pair.dataset} train split has {len(data)} images, not more than n_val={n_val}")
+        data, images, labels, split = train_split(pair, n_train, n_val, request)
         seconds: dict[str, float] = {}
         crossover = None
         if not given_beta0:
             t1 = time.perf_counter()
-            calib = pair.data
-            k = min(n_cross, len(calib.labels))
-            clf = smoothing_classifier(pair.abc, pair.rbc, cfg)
-            if world.main:  # rank 0 measures, the others take its beta_0
-                with distributed.alone():
-                    crossover = measure_crossover(clf, calib.images[:k].to(pair.device), calib.labels[:k], sweep,
-                                                  eps=pair.eps, norm=pair.norm, steps=cross_steps,
-                                                  seed=request.seed, batch_size=pair.batch_size)
-            cfg.beta0 = distributed.gather(None if crossover is None else crossover.beta0)[0]
+            crossover = _measure_beta0(pair, cfg, sweep, opts["n_crossover"], opts["crossover_steps"], request.seed)
             seconds["crossover"] = time.perf_counter() - t1
-        device = torch.device(request.device)
-        images, labels = data.images.to(device), data.labels.to(device)
-        split = len(data) - n_val
-        ckpt = out.with_name(f"{out.stem}.training.pt")
-        if not bool(opts.get("resume", True)) and world.main:
-            ckpt.unlink(missing_ok=True)
-        distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
+        ckpt = training_checkpoint(out, bool(opts.get("resume", True)))
         t1 = time.perf_counter()
         res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg, objective=PolicyObjective(), run=TrainRun(
             val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt, progress=request.progress,
-            checkpoint_every=checkpoint_every))
+            checkpoint_every=opts["checkpoint_every"]))
         seconds["train"] = time.perf_counter() - t1
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"beta0": cfg.beta0, "epochs": cfg.epochs, "rank": world.rank}, seconds)
         weights_name, digest = save_network(res.state, out)
-        taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
-        size = tuple(data.images.shape[1:])
-        sg, sh = tap_shapes(pair.abc, taps["abc"], size), tap_shapes(pair.rbc, taps["rbc"], size)
         config = asdict(cfg)
         config["alpha_ts"] = [a if math.isfinite(a) else "inf" for a in cfg.alpha_ts]
         params = {"r": cfg.r, "space": cfg.space, "norm": cfg.norm, "accelerated": cfg.accelerated,
                   "eps_c": cfg.eps_c, "beta0": cfg.beta0, "beta0_source": "given" if given_beta0 else "measured",
                   "weights_file": weights_name,
-                  "network": {"early_channels": [sg["early"][0], sh["early"][0]],
-                              "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": cfg.width,
-                              "blocks": cfg.blocks},
-                  "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()},
+                  **network_record(pair, tuple(data.images.shape[1:]), cfg.width, cfg.blocks),
                   "training": {k: config[k] for k in (*_CONFIG_KEYS, "eps", "norm", "seed") if k in config},
                   "history": res.history, **evals, "epochs": cfg.epochs}
         if crossover is not None:
@@ -321,6 +292,28 @@ class LocalSmoothingAdaptive(MixingMethod):
         if crossover is not None:
             summary["crossover"] = crossover.where
         return FitResult(card, path, summary, seconds, {"checkpoint": res.resumed_epochs > 0})
+
+
+def _measure_beta0(pair: Any, cfg: Any, sweep: list[float], n_crossover: int, steps: int, seed: int) -> Any:
+    """The crossover of Bai et al. (local smoothing), Fig. 4 / Eq. 9 on the first ``n_crossover`` calibration images
+    (:func:`~mixzoo.methods.local_smoothing.crossover.measure_crossover`, PGD with ``steps`` steps over the
+    attack-time alphas ``sweep``), measured by rank 0 alone; every rank's ``cfg.beta0`` is set to its beta_0.
+    Returns the measurement (``None`` on the other ranks)."""
+    from mixzoo.core import distributed
+    from mixzoo.methods.local_smoothing.crossover import measure_crossover
+    from mixzoo.methods.local_smoothing.policy import smoothing_classifier
+
+    calib = pair.data
+    k = min(n_crossover, len(calib.labels))
+    clf = smoothing_classifier(pair.abc, pair.rbc, cfg)
+    crossover = None
+    if distributed.world().main:  # rank 0 measures, the others take its beta_0
+        with distributed.alone():
+            crossover = measure_crossover(clf, calib.images[:k].to(pair.device), calib.labels[:k], sweep,
+                                          eps=pair.eps, norm=pair.norm, steps=steps, seed=seed,
+                                          batch_size=pair.batch_size)
+    cfg.beta0 = distributed.gather(None if crossover is None else crossover.beta0)[0]
+    return crossover
 
 
 def _float(v: Any) -> float:
