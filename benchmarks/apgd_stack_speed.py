@@ -23,6 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_speed import load, machine  # noqa: E402
 
+from mixzoo.attacks.apgd import ApgdSettings
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,8 +52,9 @@ def main() -> None:
             if x.device.type == "cuda":
                 torch.cuda.synchronize()
             t0, c0 = time.perf_counter(), time.process_time()
-            rec = apgd_t(model.forward_pair, x, y, eps=eps, norm=norm, index=index, early_stop=True,
-                         stack=way == "stacked", n_iter=args.n_iter)
+            rec = apgd_t(model.forward_pair, x, y,
+                         ApgdSettings(eps=eps, norm=norm, early_stop=True, n_iter=args.n_iter), index=index,
+                         stack=way == "stacked")
             broken[way] = index[rec.misclassified.cpu()].tolist()
             times[way].append(time.perf_counter() - t0)
             cpu[way].append(time.process_time() - c0)

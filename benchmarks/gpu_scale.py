@@ -52,6 +52,8 @@ from typing import Any
 
 import torch
 
+from mixzoo.attacks.apgd import ApgdSettings
+
 ROOT = Path(__file__).resolve().parent.parent
 FMNIST_CARD = ROOT / "benchmarks/results/cards/fmnist_mixednuts.toml"
 IMAGENET_CARD = ROOT / "plugins/cards/mixednuts-imagenet.toml"
@@ -168,7 +170,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     if not args.skip_mmaa:
         with Phase(dev) as ph:
-            res = mmaa(rbc, x, y, eps=eps, norm=norm, n_iter=args.mmaa_iter, n_target_classes=args.targets,
+            res = mmaa(rbc, x, y,
+                       ApgdSettings(eps=eps, norm=norm, n_iter=args.mmaa_iter, n_target_classes=args.targets),
                        batch_size=bs, progress=False, top_k=getattr(mix, "top_k", None))
         factor = DEFAULT_ITERS["n_iter"] * 10 / (args.mmaa_iter * (1 + args.targets))  # APGD-CE + 9 x APGD-T
         out["phases"]["mmaa"] = {**ph.row, "n_iter": args.mmaa_iter, "n_target_classes": args.targets,

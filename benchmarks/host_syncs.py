@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_speed import FMNIST_CARD  # noqa: E402
 
+from mixzoo.attacks.square import SquareSettings
+
 SYNCS = ("aten._local_scalar_dense", "aten.nonzero", "aten.masked_select")
 
 
@@ -104,9 +106,9 @@ def main() -> None:
     def square_mixzoo(n_queries: int) -> Count:
         count = Count()
         with torch.no_grad(), count:
-            min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=n_queries, p_init=0.8, seed=0,
-                              layer_norm=False, batch_size=len(x), progress=False, index=torch.arange(len(x)),
-                              loss="logit")
+            min_margin_square(model, x, y,
+                              SquareSettings(eps=eps, norm=norm, n_queries=n_queries, p_init=0.8, seed=0, loss="logit"),
+                              layer_norm=False, batch_size=len(x), progress=False, index=torch.arange(len(x)))
         return count
 
     forward_only = Count()

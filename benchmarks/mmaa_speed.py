@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixzoo.attacks import APGDEnsemble, mmaa
+from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.attacks.margins import layer_norm
 from mixzoo.core.compat import import_autoattack
 
@@ -149,7 +150,9 @@ def compare(name: str, model: nn.Module, x, y, eps: float, args, ours: str = "mm
     for _ in range(args.repeats):
         c = Counting(model)
         if ours.startswith("mmaa"):
-            ours_t.append(timed(lambda c=c: mmaa(c, x, y, eps=eps, n_iter=args.n_iter, n_target_classes=args.targets,
+            ours_t.append(timed(lambda c=c: mmaa(c, x, y,
+                                                 ApgdSettings(eps=eps, n_iter=args.n_iter,
+                                                              n_target_classes=args.targets),
                                                  batch_size=len(y), attack_all=ours == "mmaa", progress=False),
                                 args.device))
         else:

@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_speed import FMNIST_CARD, machine  # noqa: E402
 
+from mixzoo.attacks.square import SquareSettings
+
 
 def _clock(device: str) -> float:
     if device.startswith("cuda"):
@@ -86,9 +88,10 @@ def main() -> None:
             return att.perturb(x.clone(), y.clone())
 
     def square_mixzoo() -> torch.Tensor:
-        return min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=args.queries, p_init=0.8, seed=0,
-                                 layer_norm=False, batch_size=n, progress=False, index=index,
-                                 loss="logit").adv_images
+        return min_margin_square(model, x, y,
+                                 SquareSettings(eps=eps, norm=norm, n_queries=args.queries, p_init=0.8, seed=0,
+                                                loss="logit"),
+                                 layer_norm=False, batch_size=n, progress=False, index=index).adv_images
 
     runs: dict[str, list[float]] = {}
     outputs: dict[str, torch.Tensor] = {}

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from mixzoo.attacks import mmaa
+from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.core.errors import MissingFileError, MixzooError
 from mixzoo.core.plugins import lookup
 from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
@@ -178,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     white: dict[str, dict[str, Any]] = {}
     for name, m in rbcs.items():
         t = time.perf_counter()
-        res = mmaa(m, cal.images, cal.labels, eps=args.eps, norm="Linf", n_iter=args.mmaa_iter,
-                   n_target_classes=args.mmaa_targets, progress=False)
+        res = mmaa(m, cal.images, cal.labels,
+                   ApgdSettings(eps=args.eps, norm="Linf", n_iter=args.mmaa_iter, n_target_classes=args.mmaa_targets),
+                   progress=False)
         with torch.no_grad():
             clean = m(cal.images)
         card = calibrate(clean_logits=clean, clean_labels=cal.labels, attacked_logits=res.logits,

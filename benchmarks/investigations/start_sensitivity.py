@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from mixzoo.attacks.apgd import ApgdSettings
+
 # (name, gradient: "exact" or "transfer", loss, targeted at AutoAttack's found class, iterations)
 VARIANTS = [
     ("exact CE", "exact", "ce", False, 100),
@@ -79,7 +81,7 @@ def breaks(model, x1, y1, eps, norm, noise, gradient, loss, target, n_iter) -> i
     forward = model.forward_pair if gradient == "transfer" else model
     model.gradient = "exact"
     rec = clean_record(forward, xs, ys, signed_margin)
-    apgd_run(forward, xs, ys, rec, eps=eps, norm=norm, n_iter=n_iter, loss=loss,
+    apgd_run(forward, xs, ys, rec, ApgdSettings(eps=eps, norm=norm, n_iter=n_iter, loss=loss),
              target=None if target is None else torch.full((k,), target), noise=noise)
     with torch.no_grad():
         return int((model(rec.x).argmax(1) != ys).sum())

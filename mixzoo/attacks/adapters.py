@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import apgd_ce, apgd_t
+from mixzoo.attacks.apgd import ApgdSettings, apgd_ce, apgd_t
 from mixzoo.attacks.base import Component
 from mixzoo.attacks.result import nan_error
-from mixzoo.attacks.square import min_margin_square
+from mixzoo.attacks.square import SquareSettings, min_margin_square
 from mixzoo.attacks.variants import with_gradient
 
 
@@ -22,12 +22,12 @@ def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: 
     """Our APGD-CE / APGD-T as a component (AutoAttack's behaviour: only still-robust examples); given the examples'
     indices, its random starts are drawn per example (:func:`mixzoo.attacks.apgd.apgd_ce`)."""
     def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
-        common = dict(eps=eps, norm=norm, n_iter=int(opts["n_iter"]), n_restarts=int(opts["n_restarts"]),
-                      seed=seed, index=index, early_stop=True)
+        cfg = ApgdSettings(eps, norm, int(opts["n_iter"]), seed=seed, early_stop=True,
+                           n_restarts=int(opts["n_restarts"]), n_target_classes=n_targets)
         if kind == "apgd-ce":
-            rec = apgd_ce(forward, x, y, **common)
+            rec = apgd_ce(forward, x, y, cfg, index=index)
         else:
-            rec = apgd_t(forward, x, y, n_target_classes=n_targets, stack=None, **common)
+            rec = apgd_t(forward, x, y, cfg, index=index, stack=None)
         rec.check_finite()
         comp.zero_grad.append(int(rec.zero_grad.sum()))
         return rec.x
@@ -77,9 +77,10 @@ def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, 
     min_margin_square` with ``loss="logit"``, AutoAttack's margin loss, ``p_init`` 0.8, ``n_queries`` of the
     options), replacing AutoAttack's batch-seeded Square when the examples' indices are known."""
     def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
-        return min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=int(opts["n_queries"]), p_init=0.8,
-                                 seed=seed, layer_norm=False, batch_size=len(x), progress=False, index=index,
-                                 loss="logit").adv_images
+        return min_margin_square(model, x, y,
+                                 SquareSettings(eps=eps, norm=norm, n_queries=int(opts["n_queries"]), p_init=0.8,
+                                                seed=seed, loss="logit"),
+                                 layer_norm=False, batch_size=len(x), progress=False, index=index).adv_images
 
     return Component("square", fn, gradient_based=False, per_example=True, forward_only=True)
 

@@ -17,7 +17,7 @@ point) offers its judged logits to a :class:`~mixzoo.attacks.margins.MarginRecor
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
@@ -136,12 +136,12 @@ def _loss_and_grad(forward: Forward, x_adv: torch.Tensor, labels: torch.Tensor, 
     return judged.detach(), loss.detach(), grad.detach()
 
 
-def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: MarginRecord, *, eps: float,
-             norm: str = "Linf", n_iter: int = 100, loss: str | LossFn = "ce", target: torch.Tensor | None = None,
-             generator: torch.Generator | None = None, draw: tuple[int, str, torch.Tensor] | None = None,
-             rho: float = 0.75, on_iter: OnIter | None = None, noise: torch.Tensor | None = None,
-             early_stop: bool = False, group: torch.Tensor | None = None) -> torch.Tensor:
-    """One APGD run from a random start (``attack_single_run`` of AutoAttack, L-inf / L2).
+def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: MarginRecord, cfg: ApgdSettings, *,
+             target: torch.Tensor | None = None, generator: torch.Generator | None = None,
+             draw: tuple[int, str, torch.Tensor] | None = None, noise: torch.Tensor | None = None,
+             group: torch.Tensor | None = None) -> torch.Tensor:
+    """One APGD run from a random start (``attack_single_run`` of AutoAttack, L-inf / L2) with ``cfg``'s eps, norm,
+    n_iter, loss, rho, on_iter and early_stop (its seed, n_restarts and n_target_classes are the callers').
 
     Offers the judged logits of all ``n_iter + 1`` visited points to ``record`` (same examples as ``x``) and returns
     the per-example best loss. ``on_iter(n_examples)`` is called after each iteration. The start comes from
@@ -156,7 +156,8 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
     when any of them is misclassified. Without ``early_stop`` every example runs all iterations (MMAA needs every
     visited margin).
     """
-    loss_fn = LOSSES[loss] if isinstance(loss, str) else loss
+    eps, norm, n_iter, rho, on_iter, early_stop = cfg.eps, cfg.norm, cfg.n_iter, cfg.rho, cfg.on_iter, cfg.early_stop
+    loss_fn = LOSSES[cfg.loss] if isinstance(cfg.loss, str) else cfg.loss
     n = x.shape[0]
     x = x.detach()
     n_iter_2, n_iter_min, size_decr = max(int(0.22 * n_iter), 1), max(int(0.06 * n_iter), 1), max(int(0.03 * n_iter), 1)
@@ -338,18 +339,24 @@ def stack_runs_default(device: torch.device | str) -> bool:
 
 
 @dataclass(frozen=True)
-class ApgdRuns:
-    """The settings every APGD run of one attack shares (:func:`_runs`; each as in :func:`apgd_run`, ``seed`` the
-    attack's seed)."""
+class ApgdSettings:
+    """APGD's settings (Croce & Hein 2020, AutoAttack's APGD-CE and APGD-T), shared by every run of one attack:
+    radius ``eps`` in ``norm`` (``Linf`` or ``L2``), ``n_iter`` iterations per run, the ``loss`` of
+    :func:`apgd_run` (``ce``, ``dlr``, ``dlr-targeted`` or a loss function; :func:`apgd_ce` and :func:`apgd_t` use
+    their own), ``seed`` of the random starts, ``n_restarts`` runs (per target for APGD-T), ``n_target_classes``
+    targets of APGD-T, the step-size checkpoint fraction ``rho``, ``on_iter(n_examples)`` called after each
+    iteration, and ``early_stop`` (:func:`apgd_run`)."""
 
     eps: float
-    norm: str
-    n_iter: int
-    loss: str | LossFn
-    seed: int
+    norm: str = "Linf"
+    n_iter: int = 100
+    loss: str | LossFn = "ce"
+    seed: int = 0
     rho: float = 0.75
     on_iter: OnIter | None = None
     early_stop: bool = False
+    n_restarts: int = 1
+    n_target_classes: int = 9
 
     @property
     def loss_name(self) -> str:
@@ -357,7 +364,7 @@ class ApgdRuns:
         return self.loss if isinstance(self.loss, str) else "custom"
 
 
-def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, cfg: ApgdRuns, *,
+def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, cfg: ApgdSettings, *,
           plan: list[torch.Tensor | None], attack_all: bool, index: torch.Tensor | None = None,
           stack: bool = False, stack_rows: int | None = None) -> MarginRecord:
     """Run APGD once per entry of ``plan`` (targets, or None for untargeted), each on the current groups.
@@ -386,15 +393,14 @@ def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: Ma
             part = record.subset(idx)
             draw = None if index is None else (cfg.seed, f"apgd/{cfg.loss_name}/run{run}",
                                                index[idx.to(index.device)])
-            apgd_run(model, images[idx], labels[idx], part, eps=cfg.eps, norm=cfg.norm, n_iter=cfg.n_iter,
-                     loss=cfg.loss, target=None if target is None else target[idx],
-                     generator=main_gen if main else extra_gen, draw=draw, rho=cfg.rho, on_iter=cfg.on_iter,
-                     early_stop=cfg.early_stop and main)
+            apgd_run(model, images[idx], labels[idx], part, cfg if main else replace(cfg, early_stop=False),
+                     target=None if target is None else target[idx], generator=main_gen if main else extra_gen,
+                     draw=draw)
             record.merge(idx, part)
     return record
 
 
-def _stacked_runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, cfg: ApgdRuns,
+def _stacked_runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, cfg: ApgdSettings,
                   *, plan: list[torch.Tensor | None], index: torch.Tensor, first_run: int = 0) -> MarginRecord:
     """:func:`_runs` with the runs stacked along the batch (see there); per example the record keeps the best
     point over all its runs. ``plan[j]`` is run ``first_run + j`` (its random starts' stream)."""
@@ -409,32 +415,30 @@ def _stacked_runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, re
     target = None if plan[0] is None else torch.cat([t[idx] for t in plan])
     part = record.subset(rows)
     group = torch.arange(m, device=idx.device).repeat(r)
-    apgd_run(model, images[rows], labels[rows], part, eps=cfg.eps, norm=cfg.norm, n_iter=cfg.n_iter, loss=cfg.loss,
-             target=target, noise=noise, rho=cfg.rho, on_iter=cfg.on_iter, early_stop=cfg.early_stop, group=group)
+    apgd_run(model, images[rows], labels[rows], part, cfg, target=target, noise=noise, group=group)
     best = part.key.view(r, m).argmin(dim=0)  # per example, its best run
     record.merge(idx, part.subset(best * m + torch.arange(m, device=best.device)))
     return record
 
 
-def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str = "Linf",
-            n_iter: int = 100, n_restarts: int = 1, seed: int = 0, record: MarginRecord | None = None,
-            attack_all: bool = False, margin_fn: MarginFn = signed_margin, rho: float = 0.75,
-            on_iter: OnIter | None = None, index: torch.Tensor | None = None,
-            early_stop: bool = False) -> MarginRecord:
-    """Untargeted APGD on the cross-entropy (AutoAttack's APGD-CE) with margin tracking.
+def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, cfg: ApgdSettings, *,
+            record: MarginRecord | None = None, attack_all: bool = False, margin_fn: MarginFn = signed_margin,
+            index: torch.Tensor | None = None) -> MarginRecord:
+    """Untargeted APGD on the cross-entropy (AutoAttack's APGD-CE) with margin tracking: ``cfg.n_restarts`` runs of
+    ``cfg.n_iter`` iterations at ``cfg.eps`` (``cfg.loss`` is not read).
 
     ``model(x)`` returns logits or ``(judged, loss)`` logits. With ``attack_all=False`` (AutoAttack) each restart
     attacks only examples not yet misclassified; with ``attack_all=True`` (MMAA) every example is attacked in every
     restart, the misclassified ones in a separate batch with their own random stream. Returns the (updated) record:
     per example the visited point of lowest selection key (:mod:`mixzoo.attacks.margins`). ``index`` (the examples'
-    indices in their data set) makes the random starts per-example draws (:func:`_runs`). ``early_stop``: an
+    indices in their data set) makes the random starts per-example draws (:func:`_runs`). ``cfg.early_stop``: an
     example leaves a run once misclassified (:func:`apgd_run`; only for the examples AutoAttack would attack, so
     ``attack_all``'s margins of misclassified examples are still tracked over every iteration).
     """
-    check_attack_settings(eps, norm, n_iter, n_restarts)
+    check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts)
     record = clean_record(model, images, labels, margin_fn) if record is None else record
-    cfg = ApgdRuns(eps, norm, n_iter, "ce", seed, rho, on_iter, early_stop)
-    return _runs(model, images, labels, record, cfg, plan=[None] * n_restarts, attack_all=attack_all, index=index)
+    return _runs(model, images, labels, record, replace(cfg, loss="ce"), plan=[None] * cfg.n_restarts,
+                 attack_all=attack_all, index=index)
 
 
 def target_classes(loss_logits: torch.Tensor, labels: torch.Tensor, n_target_classes: int) -> torch.Tensor:
@@ -455,12 +459,12 @@ def effective_n_targets(n_classes: int, n_target_classes: int) -> int:
     return min(n_target_classes, n_classes - 1)
 
 
-def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str = "Linf",
-           n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0,
+def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, cfg: ApgdSettings, *,
            record: MarginRecord | None = None, attack_all: bool = False, margin_fn: MarginFn = signed_margin,
-           rho: float = 0.75, on_iter: OnIter | None = None, index: torch.Tensor | None = None,
-           early_stop: bool = False, stack: bool | None = False, stack_rows: int | None = None) -> MarginRecord:
-    """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking.
+           index: torch.Tensor | None = None, stack: bool | None = False,
+           stack_rows: int | None = None) -> MarginRecord:
+    """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking: ``cfg.n_restarts`` runs
+    towards each of ``cfg.n_target_classes`` targets (``cfg.loss`` is not read).
 
     Targets come from the clean loss logits (one forward pass for all targets; AutoAttack recomputes them per
     target), see :func:`target_classes`. ``stack``: run the targets and restarts as one stacked batch (with
@@ -469,22 +473,21 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     rows that fit in its free memory (:func:`mixzoo.attacks.memory.rows_that_fit` of one step's measured memory
     per image), elsewhere no limit. Other arguments as in :func:`apgd_ce`.
     """
-    check_attack_settings(eps, norm, n_iter, n_restarts)
-    if n_target_classes < 0:
-        raise InputError(f"n_target_classes must be non-negative, got {n_target_classes}")
+    check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts)
+    if cfg.n_target_classes < 0:
+        raise InputError(f"n_target_classes must be non-negative, got {cfg.n_target_classes}")
     with torch.no_grad():
         judged, loss_logits = pair(model(images))
     if record is None:
         record = MarginRecord.start(images, judged, labels, margin_fn)
-    n_targets = effective_n_targets(loss_logits.shape[1], n_target_classes)
+    n_targets = effective_n_targets(loss_logits.shape[1], cfg.n_target_classes)
     targets = target_classes(loss_logits, labels, n_targets)
-    plan = [targets[:, j] for j in range(n_targets) for _ in range(n_restarts)]
+    plan = [targets[:, j] for j in range(n_targets) for _ in range(cfg.n_restarts)]
     stack = stack_runs_default(images.device) if stack is None else stack
     if stack and stack_rows is None and images.device.type == "cuda" and len(plan) > 1:
         from mixzoo.attacks.memory import free_bytes, rows_that_fit, step_bytes_per_image
 
         per = step_bytes_per_image(model, images, labels)
         stack_rows = rows_that_fit(free_bytes(images.device) or 0, per or 0.0)
-    cfg = ApgdRuns(eps, norm, n_iter, "dlr-targeted", seed, rho, on_iter, early_stop)
-    return _runs(model, images, labels, record, cfg, plan=plan, attack_all=attack_all, index=index, stack=stack,
-                 stack_rows=stack_rows)
+    return _runs(model, images, labels, record, replace(cfg, loss="dlr-targeted"), plan=plan, attack_all=attack_all,
+                 index=index, stack=stack, stack_rows=stack_rows)

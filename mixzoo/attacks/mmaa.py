@@ -23,13 +23,13 @@ The margins come from logits the attack computes anyway: no forward or backward 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import apgd_ce, apgd_t, check_attack_settings, effective_n_targets, pair
+from mixzoo.attacks.apgd import ApgdSettings, apgd_ce, apgd_t, check_attack_settings, effective_n_targets, pair
 from mixzoo.attacks.margins import MarginRecord, ln_signed_margin, signed_margin
 from mixzoo.attacks.margins import layer_norm as ln_logits
 from mixzoo.core.errors import InputError
@@ -74,16 +74,17 @@ class _LayerNormed(nn.Module):
         return logits, ln_logits(logits, self.top_k)
 
 
-def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: float, norm: str = "Linf",
-         n_iter: int = 100, n_target_classes: int = 9, n_restarts: int = 1, seed: int = 0, batch_size: int = 500,
-         layer_norm: bool = True, top_k: int | None = None, progress: bool = True,
-         attack_all: bool = False, index: torch.Tensor | None = None) -> MMAAResult:
+def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: ApgdSettings, *, batch_size: int = 500,
+         layer_norm: bool = True, top_k: int | None = None, progress: bool = True, attack_all: bool = False,
+         index: torch.Tensor | None = None) -> MMAAResult:
     """Minimum-margin AutoAttack of ``model`` (images in [0, 1] -> logits) on h^LN (App. B.1).
 
-    Runs APGD-CE (``n_restarts`` runs) then APGD-T (``n_target_classes`` targets x ``n_restarts``) on every example,
-    in batches of ``batch_size``; each batch's components use random streams seeded with ``seed`` as AutoAttack
-    does. ``layer_norm=False`` attacks and measures the raw logits instead; ``top_k`` restricts the LN statistics
-    to the largest logits (App. D.7). See the module docstring for how this differs from AutoAttack.
+    Runs APGD-CE (``cfg.n_restarts`` runs of ``cfg.n_iter`` iterations at ``cfg.eps`` in ``cfg.norm``) then APGD-T
+    (``cfg.n_target_classes`` targets x ``cfg.n_restarts``) on every example, in batches of ``batch_size``; each
+    batch's components use random streams seeded with ``cfg.seed`` as AutoAttack does
+    (:class:`~mixzoo.attacks.apgd.ApgdSettings`; its loss, on_iter and early_stop are MMAA's own).
+    ``layer_norm=False`` attacks and measures the raw logits instead; ``top_k`` restricts the LN statistics to the
+    largest logits (App. D.7). See the module docstring for how this differs from AutoAttack.
 
     ``attack_all=False`` (default) attacks, like AutoAttack, only examples no visited point has flipped yet;
     ``attack_all=True`` attacks every example in every run. The examples
@@ -99,9 +100,10 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: f
     images are split across processes; without it, each batch uses AutoAttack's generators.
     """
     check_images(images)
+    eps, norm, n_iter, n_restarts, seed = cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts, cfg.seed
     check_attack_settings(eps, norm, n_iter, n_restarts)
-    if n_target_classes < 0:
-        raise InputError(f"n_target_classes must be non-negative, got {n_target_classes}")
+    if cfg.n_target_classes < 0:
+        raise InputError(f"n_target_classes must be non-negative, got {cfg.n_target_classes}")
     if batch_size < 1:
         raise InputError(f"batch_size must be at least 1, got {batch_size}")
     forward = _LayerNormed(model, top_k) if layer_norm else model
@@ -115,7 +117,7 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: f
         n_classes = pair(forward(images[:1]))[0].shape[1]
     check_labels(labels, n, n_classes)
     labels = labels.to(images.device)
-    n_targets = effective_n_targets(n_classes, n_target_classes)
+    n_targets = effective_n_targets(n_classes, cfg.n_target_classes)
     runs_per_batch = n_restarts * (1 + n_targets)
 
     adv, logits_out, margins, clean_logits = [], [], [], []
@@ -131,12 +133,12 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: f
             def advance(k: int, size: int = size) -> None:
                 bar.advance(task, k / size)
 
-            common = dict(eps=eps, norm=norm, n_iter=n_iter, n_restarts=n_restarts, seed=seed, record=record,
-                          attack_all=attack_all, margin_fn=margin_fn, on_iter=advance,
+            run = replace(cfg, on_iter=advance, n_target_classes=n_targets, early_stop=False)  # every margin
+            common = dict(record=record, attack_all=attack_all, margin_fn=margin_fn,
                           index=None if index is None else index[start:start + batch_size])
-            apgd_ce(forward, x, y, **common)
+            apgd_ce(forward, x, y, run, **common)
             if n_targets > 0:
-                apgd_t(forward, x, y, n_target_classes=n_targets, **common)
+                apgd_t(forward, x, y, run, **common)
             record.check_finite()
             adv.append(record.x)
             logits_out.append(record.logits)

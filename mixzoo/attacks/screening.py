@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import apgd_run, clean_record, effective_n_targets, pair, target_classes
+from mixzoo.attacks.apgd import ApgdSettings, apgd_run, clean_record, effective_n_targets, pair, target_classes
 from mixzoo.attacks.base import (
     BATCH_SIZE,
     COMPONENTS_OPTION,
@@ -206,8 +206,8 @@ def early_stop_apgd(forward: Forward, x: torch.Tensor, y: torch.Tensor, *, eps: 
             # restarting on the survivors replays their trajectories only when each start is drawn per example
             wrapped = EarlyStopForward(forward, y[idx], SHRINK_BELOW if index is not None else 0.0)
             try:
-                apgd_run(wrapped, x[idx], y[idx], part, eps=eps, norm=norm, n_iter=n_iter,
-                         loss="ce" if target is None else "dlr-targeted",
+                apgd_run(wrapped, x[idx], y[idx], part,
+                         ApgdSettings(eps, norm, n_iter, "ce" if target is None else "dlr-targeted"),
                          target=None if target is None else target[idx],
                          **_start(seed, sub_runs, sub_index, gen, tuple(x.shape[1:]), norm))
                 survivors = idx[:0]

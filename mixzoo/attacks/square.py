@@ -264,12 +264,27 @@ class _ExampleDraws:
 
 
 # ---------------------------------------------------------------------------------------------------- attack
-def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *, eps: float,
-                      norm: str = "Linf", n_queries: int = 5000, p_init: float = 0.8, seed: int = 0,
+@dataclass(frozen=True)
+class SquareSettings:
+    """The Square attack's settings (Andriushchenko et al. 2020): radius ``eps`` in ``norm``, ``n_queries`` forward
+    queries per example, the initial fraction ``p_init`` of pixels a square changes (halved on the schedule of
+    :func:`p_selection`), the ``seed`` of its random draws, and the ``loss`` searched: ``probability``, the signed
+    margin of the softmax probabilities (MixedNUTS App. D.5), or ``logit``, ``z_y - max_{i != y} z_i`` (AutoAttack's
+    Square)."""
+
+    eps: float
+    norm: str = "Linf"
+    n_queries: int = 5000
+    p_init: float = 0.8
+    seed: int = 0
+    loss: str = "probability"
+
+
+def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: SquareSettings, *,
                       layer_norm: bool = True, top_k: int | None = None, batch_size: int = 500,
-                      progress: bool = True, index: torch.Tensor | None = None,
-                      loss: str = "probability") -> MMAAResult:
-    """Minimum-margin Square attack of ``model`` (images in [0, 1] -> logits) using forward queries only.
+                      progress: bool = True, index: torch.Tensor | None = None) -> MMAAResult:
+    """Minimum-margin Square attack of ``model`` (images in [0, 1] -> logits) using forward queries only, with the
+    settings ``cfg`` (:class:`SquareSettings`).
 
     Returns, for every example, the visited point of smallest signed margin of softmax(LN(logits)) (raw logits
     with ``layer_norm=False``; ``top_k`` as in :func:`mixzoo.methods.mixednuts.transforms.layer_norm`), the raw logits
@@ -280,12 +295,12 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     See the module docstring for the search and its schedule.
 
     ``index`` (each example's index in its whole data set) draws every random number per example from
-    ``(seed, index)`` (:mod:`mixzoo.core.rng`), so an example's run does not depend on the batch it is in; without it
-    each batch has a generator seeded ``seed + first index of the batch``. ``loss="logit"`` searches on the logit
-    margin ``z_y - max_{i != y} z_i`` (the loss of AutoAttack's Square) instead of the signed probability margin;
-    the returned ``margins`` are then logit margins.
+    ``(cfg.seed, index)`` (:mod:`mixzoo.core.rng`), so an example's run does not depend on the batch it is in;
+    without it each batch has a generator seeded ``cfg.seed + first index of the batch``. With ``cfg.loss="logit"``
+    the returned ``margins`` are logit margins.
     """
     check_images(images)
+    eps, norm, n_queries, p_init, seed, loss = cfg.eps, cfg.norm, cfg.n_queries, cfg.p_init, cfg.seed, cfg.loss
     check_attack_settings(eps, norm)
     if isinstance(n_queries, bool) or int(n_queries) < 1:
         raise InputError(f"n_queries must be at least 1, got {n_queries}")
@@ -487,4 +502,4 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, search: _S
     return adv, logits.detach(), margin, clean.detach(), queries
 
 
-__all__ = ["min_margin_square", "p_selection", "square_queries_needed"]
+__all__ = ["SquareSettings", "min_margin_square", "p_selection", "square_queries_needed"]

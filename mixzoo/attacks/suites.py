@@ -75,7 +75,7 @@ from mixzoo.attacks.base import (
     select_components,
 )
 from mixzoo.attacks.pgd import pgd
-from mixzoo.attacks.square import min_margin_square
+from mixzoo.attacks.square import SquareSettings, min_margin_square
 from mixzoo.attacks.variants import PairedOutput, offers, with_gradient
 from mixzoo.core.options import OptionSpec
 
@@ -289,8 +289,9 @@ class MinMarginSquareAttack(Attack):
         opts = self.options
 
         def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
-            return min_margin_square(model, x, y, eps=self.eps, norm=self.norm, n_queries=int(opts["n_queries"]),
-                                     p_init=float(opts["p_init"]), seed=self.seed,
+            return min_margin_square(model, x, y,
+                                     SquareSettings(eps=self.eps, norm=self.norm, n_queries=int(opts["n_queries"]),
+                                                    p_init=float(opts["p_init"]), seed=self.seed),
                                      layer_norm=bool(opts["layer_norm"]), batch_size=int(opts["batch_size"]),
                                      progress=False, index=index).adv_images
 

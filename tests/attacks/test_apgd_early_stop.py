@@ -4,11 +4,13 @@ fewer examples pushed through the model."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from digits_models import train_digits_mlp
 
-from mixzoo.attacks.apgd import apgd_ce, apgd_t
+from mixzoo.attacks.apgd import ApgdSettings, apgd_ce, apgd_t
 
 EPS = 0.12
 
@@ -48,8 +50,8 @@ def test_early_stop_keeps_each_examples_outcome_and_skips_broken_examples(digits
     eps = EPS if norm == "Linf" else 1.0
     index = torch.arange(len(y))
     full, lean = Counting(model), Counting(model)
-    plain = apgd_ce(full, x, y, eps=eps, norm=norm, n_iter=40, index=index)
-    early = apgd_ce(lean, x, y, eps=eps, norm=norm, n_iter=40, index=index, early_stop=True)
+    plain = apgd_ce(full, x, y, ApgdSettings(eps=eps, norm=norm, n_iter=40), index=index)
+    early = apgd_ce(lean, x, y, ApgdSettings(eps=eps, norm=norm, n_iter=40, early_stop=True), index=index)
     assert 0 < int(plain.misclassified.sum()) < len(y)  # the check has both kinds of examples
     _same_outcome(plain, early, model, y)
     assert lean.rows < 0.8 * full.rows, (lean.rows, full.rows)
@@ -58,24 +60,24 @@ def test_early_stop_keeps_each_examples_outcome_and_skips_broken_examples(digits
 def test_stacked_targets_give_the_sequential_runs_outcome(digits):
     model, x, y = digits
     index = torch.arange(len(y))
-    common = dict(eps=0.06, n_iter=30, n_target_classes=4, index=index, early_stop=True)
-    seq = apgd_t(model, x, y, stack=False, **common)
+    cfg = ApgdSettings(eps=0.06, n_iter=30, n_target_classes=4, early_stop=True)
+    seq = apgd_t(model, x, y, cfg, index=index, stack=False)
     counted = Counting(model)
-    stacked = apgd_t(counted, x, y, stack=True, **common)
+    stacked = apgd_t(counted, x, y, cfg, index=index, stack=True)
     assert 0 < int(seq.misclassified.sum()) < len(y)
     _same_outcome(seq, stacked, model, y)
     # all copies of a broken example leave the stacked batch
     everything = Counting(model)
-    apgd_t(everything, x, y, stack=True, **{**common, "early_stop": False})
+    apgd_t(everything, x, y, replace(cfg, early_stop=False), index=index, stack=True)
     assert counted.rows < 0.9 * everything.rows, (counted.rows, everything.rows)
     # and an example's outcome does not depend on the batch it is stacked in
-    halves = [apgd_t(model, x[s], y[s], stack=True, **{**common, "index": index[s]})
+    halves = [apgd_t(model, x[s], y[s], cfg, index=index[s], stack=True)
               for s in (slice(0, 37), slice(37, None))]
     assert torch.equal(torch.cat([h.misclassified for h in halves]), stacked.misclassified)
 
 
 def test_early_stop_with_restarts_and_without_index(digits):
     model, x, y = digits
-    plain = apgd_ce(model, x, y, eps=EPS, n_iter=20, n_restarts=2, seed=3)
-    early = apgd_ce(model, x, y, eps=EPS, n_iter=20, n_restarts=2, seed=3, early_stop=True)
+    plain = apgd_ce(model, x, y, ApgdSettings(eps=EPS, n_iter=20, n_restarts=2, seed=3))
+    early = apgd_ce(model, x, y, ApgdSettings(eps=EPS, n_iter=20, n_restarts=2, seed=3, early_stop=True))
     _same_outcome(plain, early, model, y)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import apgd_t
+from mixzoo.attacks.apgd import ApgdSettings, apgd_t
 from mixzoo.attacks.memory import (
     CPU_BATCH,
     auto_batch_size,
@@ -42,13 +42,13 @@ def data(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("stack_rows", [1, 12, 13])
 def test_chunked_stacking_caps_the_rows_and_keeps_every_outcome(stack_rows):
     x, y = data()
-    common = dict(eps=0.01, norm="Linf", n_iter=8, n_target_classes=5, seed=0, index=torch.arange(6),
-                  early_stop=True)
-    sequential = apgd_t(Rows(), x, y, stack=False, **common)
+    cfg = ApgdSettings(eps=0.01, norm="Linf", n_iter=8, n_target_classes=5, seed=0, early_stop=True)
+    index = torch.arange(6)
+    sequential = apgd_t(Rows(), x, y, cfg, index=index, stack=False)
     full_model = Rows()
-    full = apgd_t(full_model, x, y, stack=True, **common)
+    full = apgd_t(full_model, x, y, cfg, index=index, stack=True)
     model = Rows()
-    chunked = apgd_t(model, x, y, stack=True, stack_rows=stack_rows, **common)
+    chunked = apgd_t(model, x, y, cfg, index=index, stack=True, stack_rows=stack_rows)
     assert torch.equal(chunked.misclassified, full.misclassified)
     assert torch.equal(chunked.misclassified, sequential.misclassified)
     assert 0 < int(full.misclassified.sum()) < 6  # some break, some do not: the comparison means something

@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mixzoo.attacks.apgd import ApgdSettings
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -57,7 +59,7 @@ def test_the_network_time_inside_the_attack_counts_every_step_and_every_no_grad_
     with script.timed_steps("cpu") as steps:
         from mixzoo.attacks import apgd
 
-        apgd.apgd_ce(rec, x, y, eps=1e-4, n_iter=3, seed=0, index=torch.arange(2))
+        apgd.apgd_ce(rec, x, y, ApgdSettings(eps=1e-4, n_iter=3, seed=0), index=torch.arange(2))
     assert len(steps) == 3 + 1  # the start and every iteration
     assert len(rec.seconds) == sum(1 for _, grad in rec.log if not grad) == 1  # the clean record's pass
     from mixzoo.attacks import apgd as restored

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from mixzoo.attacks import MarginRecord, apgd_ce, apgd_run, mmaa, signed_margin
-from mixzoo.attacks.apgd import LOSSES, apgd_t, clean_record, effective_n_targets, target_classes
+from mixzoo.attacks.apgd import LOSSES, ApgdSettings, apgd_t, clean_record, effective_n_targets, target_classes
 from mixzoo.attacks.margins import layer_norm, ln_signed_margin, selection_key
 from mixzoo.attacks.pgd import pgd, project
 from mixzoo.core.compat import import_autoattack
@@ -40,7 +41,7 @@ def test_apgd_run_follows_autoattack_trajectory(digits, norm, eps):
         torch.manual_seed(3)
         _, _, ref_best, _ = ref.attack_single_run(x, y)
         record = MarginRecord.start(x, model(x), y)
-        ours = apgd_run(model, x, y, record, eps=eps, norm=norm, n_iter=N_ITER, loss=loss,
+        ours = apgd_run(model, x, y, record, ApgdSettings(eps=eps, norm=norm, n_iter=N_ITER, loss=loss),
                         generator=torch.Generator().manual_seed(3))
         torch.testing.assert_close(ours, ref_best, rtol=1e-5, atol=1e-5)
 
@@ -56,7 +57,8 @@ def test_record_is_minimum_over_every_visited_point(digits):
 
     record = MarginRecord.start(x, model(x), y)
     keys = [record.key.clone()]
-    apgd_run(forward, x, y, record, eps=0.08, n_iter=12, loss="dlr", generator=torch.Generator().manual_seed(0))
+    apgd_run(forward, x, y, record, ApgdSettings(eps=0.08, n_iter=12, loss="dlr"),
+             generator=torch.Generator().manual_seed(0))
     assert len(seen) == 13  # starting point + 12 iterations, no extra pass
     keys += [selection_key(z, signed_margin(z, y), y) for z in seen]
     best = torch.stack(keys).min(dim=0).values
@@ -81,7 +83,7 @@ def test_mmaa_margins_not_above_autoattack_points(digits):
     (the clean point where it finds nothing); robust accuracy identical."""
     model, x, y = digits
     for norm, eps in (("Linf", 0.1), ("L2", 0.5)):
-        res = mmaa(model, x, y, eps=eps, norm=norm, n_iter=N_ITER, progress=False)
+        res = mmaa(model, x, y, ApgdSettings(eps=eps, norm=norm, n_iter=N_ITER), progress=False)
         x_aa = run_autoattack_apgd(LN(model), x, y, eps, norm)
         with torch.no_grad():
             aa_margin = signed_margin(layer_norm(model(x_aa)), y)
@@ -95,7 +97,8 @@ def test_mmaa_margins_not_above_autoattack_points(digits):
 def test_mmaa_result_fields_are_consistent(digits, norm, eps):
     model, x, y = digits
     x, y = x[:120], y[:120]
-    res = mmaa(model, x, y, eps=eps, norm=norm, n_iter=8, n_target_classes=3, batch_size=50, progress=False)
+    res = mmaa(model, x, y, ApgdSettings(eps=eps, norm=norm, n_iter=8, n_target_classes=3), batch_size=50,
+               progress=False)
     assert res.adv_images.shape == x.shape and res.logits.shape == (120, 10) and res.margins.shape == (120,)
     delta = (res.adv_images - x).flatten(1)
     size = delta.abs().max(1).values if norm == "Linf" else delta.norm(dim=1)
@@ -111,7 +114,8 @@ def test_mmaa_result_fields_are_consistent(digits, norm, eps):
     assert (res.margins <= clean_margin + 1e-6).all()
     assert res.settings["n_target_classes"] == 3 and res.settings["norm"] == norm
     # without LN the margins are those of the raw softmax
-    raw = mmaa(model, x, y, eps=eps, norm=norm, n_iter=4, n_target_classes=1, layer_norm=False, progress=False)
+    raw = mmaa(model, x, y, ApgdSettings(eps=eps, norm=norm, n_iter=4, n_target_classes=1), layer_norm=False,
+               progress=False)
     torch.testing.assert_close(signed_margin(model(raw.adv_images), y), raw.margins, rtol=1e-4, atol=1e-4)
 
 
@@ -127,8 +131,8 @@ def test_mmaa_adds_no_forward_or_backward_pass(digits):
             return model(inp)
 
     n_iter, targets, restarts = 5, 3, 2
-    mmaa(Counting(), x, y, eps=0.1, n_iter=n_iter, n_target_classes=targets, n_restarts=restarts, progress=False,
-         attack_all=True)
+    mmaa(Counting(), x, y, ApgdSettings(eps=0.1, n_iter=n_iter, n_target_classes=targets, n_restarts=restarts),
+         progress=False, attack_all=True)
     # every example, every run: the start point and n_iter steps, one forward+backward each
     assert counts["grad_examples"] == restarts * (1 + targets) * 40 * (n_iter + 1)
 
@@ -136,16 +140,16 @@ def test_mmaa_adds_no_forward_or_backward_pass(digits):
 def test_mmaa_seeded_runs_reproduce(digits):
     model, x, y = digits
     x, y = x[:60], y[:60]
-    kw = dict(eps=0.1, n_iter=6, n_target_classes=2, progress=False)
-    a, b = mmaa(model, x, y, seed=1, **kw), mmaa(model, x, y, seed=1, **kw)
-    c = mmaa(model, x, y, seed=2, **kw)
+    cfg = ApgdSettings(eps=0.1, n_iter=6, n_target_classes=2, seed=1)
+    a, b = mmaa(model, x, y, cfg, progress=False), mmaa(model, x, y, cfg, progress=False)
+    c = mmaa(model, x, y, replace(cfg, seed=2), progress=False)
     assert torch.equal(a.adv_images, b.adv_images) and torch.equal(a.margins, b.margins)
     assert not torch.equal(a.adv_images, c.adv_images)
 
 
 def test_mmaa_top_k_layer_norm(digits):
     model, x, y = digits
-    res = mmaa(model, x[:30], y[:30], eps=0.1, n_iter=3, n_target_classes=1, top_k=4, progress=False)
+    res = mmaa(model, x[:30], y[:30], ApgdSettings(eps=0.1, n_iter=3, n_target_classes=1), top_k=4, progress=False)
     expected = signed_margin(layer_norm(model(res.adv_images), top_k=4), y[:30])
     torch.testing.assert_close(expected, res.margins, rtol=1e-4, atol=1e-4)
 
@@ -160,7 +164,7 @@ def test_apgd_stays_in_ball_and_box(seed, eps, norm, loss):
     y = torch.randint(0, 6, (5,), generator=gen)
     target = target_classes(model(x), y, 1)[:, 0]
     record = MarginRecord.start(x, model(x), y)
-    apgd_run(model, x, y, record, eps=eps, norm=norm, n_iter=7, loss=loss, target=target, generator=gen)
+    apgd_run(model, x, y, record, ApgdSettings(eps=eps, norm=norm, n_iter=7, loss=loss), target=target, generator=gen)
     delta = (record.x - x).flatten(1)
     size = delta.abs().max(1).values if norm == "Linf" else delta.norm(dim=1)
     assert (size <= eps * (1 + 1e-5) + 1e-7).all()
@@ -193,12 +197,12 @@ def test_bad_inputs(digits):
         kw.update(change)
         images, labels = kw.pop("images"), kw.pop("labels")
         with pytest.raises(InputError, match=message) as info:
-            mmaa(model, images, labels, progress=False, **kw)
+            mmaa(model, images, labels, ApgdSettings(**kw), progress=False)
         assert "\n" not in str(info.value)
     with pytest.raises(InputError, match="at least 4 classes"):
-        mmaa(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)), x, y % 3, eps=0.1, n_iter=2, progress=False)
-    res = mmaa(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)), x, y % 3, eps=0.1, n_iter=2, n_target_classes=0,
-               progress=False)
+        mmaa(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)), x, y % 3, ApgdSettings(eps=0.1, n_iter=2), progress=False)
+    res = mmaa(nn.Sequential(nn.Flatten(), nn.Linear(64, 3)), x, y % 3,
+               ApgdSettings(eps=0.1, n_iter=2, n_target_classes=0), progress=False)
     assert res.settings["n_target_classes"] == 0
 
 
@@ -206,20 +210,20 @@ def test_nan_model_is_reported(digits):
     model, x, y = digits
     x, y = x[:20], y[:20]
     with pytest.raises(InputError, match="model returned NaN logits for 3 examples"):
-        mmaa(NaNOff(model, clean_nan=3), x, y, eps=0.01, n_iter=2, progress=False)
+        mmaa(NaNOff(model, clean_nan=3), x, y, ApgdSettings(eps=0.01, n_iter=2), progress=False)
     # reported at the first step that meets NaN: the 19 clean-correct examples' batch (the misclassified one is
     # attacked in a batch of its own, later)
     with pytest.raises(InputError, match="NaN logits for 19 examples during the attack"):
-        mmaa(NaNOff(model), x, y, eps=0.2, n_iter=2, n_target_classes=1, progress=False)
+        mmaa(NaNOff(model), x, y, ApgdSettings(eps=0.2, n_iter=2, n_target_classes=1), progress=False)
     with pytest.raises(InputError, match="NaN"):
-        apgd_ce(NaNOff(model), x, y, eps=0.2, n_iter=2).check_finite()
+        apgd_ce(NaNOff(model), x, y, ApgdSettings(eps=0.2, n_iter=2)).check_finite()
 
 
 def test_attack_all_changes_only_flipped_examples(digits):
     """The still-correct examples get identical points either way; Algorithm 1 only uses those (see mmaa)."""
     model, x, y = digits
-    kw = dict(eps=0.1, n_iter=10, n_target_classes=3, progress=False)
-    full, lean = mmaa(model, x, y, attack_all=True, **kw), mmaa(model, x, y, **kw)  # the default is lean
+    cfg = ApgdSettings(eps=0.1, n_iter=10, n_target_classes=3)
+    full, lean = mmaa(model, x, y, cfg, attack_all=True, progress=False), mmaa(model, x, y, cfg, progress=False)
     assert torch.equal(full.misclassified, lean.misclassified)
     kept = ~full.misclassified
     assert torch.equal(full.adv_images[kept], lean.adv_images[kept])
@@ -256,7 +260,7 @@ def test_apgd_checkpoints_at_100_iterations_follow_autoattack(zoo_digits, norm, 
     torch.manual_seed(5)
     _, _, ref_best, _ = ref.attack_single_run(x, y)
     rec = clean_record(model, x, y)
-    ours = apgd_run(model, x, y, rec, eps=eps, norm=norm, n_iter=100, loss=loss,
+    ours = apgd_run(model, x, y, rec, ApgdSettings(eps=eps, norm=norm, n_iter=100, loss=loss),
                     generator=torch.Generator().manual_seed(5))
     torch.testing.assert_close(ours, ref_best, rtol=1e-5, atol=1e-5)
 
@@ -271,7 +275,7 @@ def test_apgd_ce_restarts_and_rho_follow_autoattack(zoo_digits, norm, eps):
     ref = aa.autopgd_base.APGDAttack(model, n_restarts=2, n_iter=20, eps=eps, norm=norm, loss="ce", seed=0, rho=0.5)
     with torch.no_grad():
         ref_wrong = model(ref.perturb(x, y)).argmax(1) != y
-    rec = apgd_ce(model, x, y, eps=eps, norm=norm, n_iter=20, n_restarts=2, seed=0, rho=0.5)
+    rec = apgd_ce(model, x, y, ApgdSettings(eps=eps, norm=norm, n_iter=20, n_restarts=2, seed=0, rho=0.5))
     assert 0 < int(ref_wrong.sum()) < len(y)
     assert torch.equal(rec.misclassified, ref_wrong)
 
@@ -287,7 +291,8 @@ def test_apgd_t_targets_restarts_and_rho_follow_autoattack(zoo_digits, norm, eps
                                               n_target_classes=3)
     with torch.no_grad():
         ref_wrong = model(ref.perturb(x, y)).argmax(1) != y
-    rec = apgd_t(model, x, y, eps=eps, norm=norm, n_iter=20, n_target_classes=3, n_restarts=2, seed=0, rho=0.5)
+    rec = apgd_t(model, x, y,
+                 ApgdSettings(eps=eps, norm=norm, n_iter=20, n_target_classes=3, n_restarts=2, seed=0, rho=0.5))
     assert 0 < int(ref_wrong.sum()) < len(y)
     assert torch.equal(rec.misclassified, ref_wrong)
 
@@ -310,9 +315,9 @@ def test_apgd_t_takes_its_targets_from_the_loss_logits(zoo_digits):
 
     by_hand = (judged + bias).scatter(1, y[:, None], float("-inf")).argmax(1)
     assert torch.equal(by_hand, third) and not torch.equal(by_hand, masked.argmax(1))
-    ours = apgd_t(forward, x, y, eps=0.1, n_iter=6, n_target_classes=1, seed=0)
+    ours = apgd_t(forward, x, y, ApgdSettings(eps=0.1, n_iter=6, n_target_classes=1, seed=0))
     ref = clean_record(forward, x, y)
-    apgd_run(forward, x, y, ref, eps=0.1, n_iter=6, loss="dlr-targeted", target=by_hand,
+    apgd_run(forward, x, y, ref, ApgdSettings(eps=0.1, n_iter=6, loss="dlr-targeted"), target=by_hand,
              generator=torch.Generator().manual_seed(0))
     assert torch.equal(ours.x, ref.x)
 
@@ -322,11 +327,11 @@ def test_apgd_ce_passes_rho_to_every_run(zoo_digits):
     the oscillation threshold of the step-size checkpoints), and rho = 0.75 would visit others."""
     model, x, y = _correct(*zoo_digits)
     x, y = x[:40], y[:40]
-    ours = apgd_ce(model, x, y, eps=0.1, n_iter=40, seed=0, rho=0.5)
+    ours = apgd_ce(model, x, y, ApgdSettings(eps=0.1, n_iter=40, seed=0, rho=0.5))
     runs = {}
     for rho in (0.5, 0.75):
         runs[rho] = clean_record(model, x, y)
-        apgd_run(model, x, y, runs[rho], eps=0.1, n_iter=40, loss="ce", rho=rho,
+        apgd_run(model, x, y, runs[rho], ApgdSettings(eps=0.1, n_iter=40, loss="ce", rho=rho),
                  generator=torch.Generator().manual_seed(0))
     assert not torch.equal(runs[0.5].x, runs[0.75].x)
     assert torch.equal(ours.x, runs[0.5].x)
@@ -338,7 +343,7 @@ def test_apgd_t_runs_every_restart_of_a_target_before_the_next_target(zoo_digits
     model, x, y = _correct(*zoo_digits)
     x, y = x[:60], y[:60]
     eps, n_iter = 0.08, 8
-    ours = apgd_t(model, x, y, eps=eps, n_iter=n_iter, n_target_classes=2, n_restarts=2, seed=0)
+    ours = apgd_t(model, x, y, ApgdSettings(eps=eps, n_iter=n_iter, n_target_classes=2, n_restarts=2, seed=0))
     with torch.no_grad():
         order = model(x).argsort(dim=1, descending=True)  # all correct: column 0 is the true class
     ref = clean_record(model, x, y)
@@ -347,7 +352,7 @@ def test_apgd_t_runs_every_restart_of_a_target_before_the_next_target(zoo_digits
         for _ in range(2):
             idx = torch.nonzero(~ref.misclassified).squeeze(1)
             part = ref.subset(idx)
-            apgd_run(model, x[idx], y[idx], part, eps=eps, n_iter=n_iter, loss="dlr-targeted",
+            apgd_run(model, x[idx], y[idx], part, ApgdSettings(eps=eps, n_iter=n_iter, loss="dlr-targeted"),
                      target=order[idx, j], generator=gen)
             ref.merge(idx, part)
     assert 0 < int(ref.misclassified.sum()) < len(y)
@@ -375,7 +380,7 @@ def test_zero_gradient_flag_marks_exactly_the_examples_without_gradient():
     x = torch.rand(6, 1, 4, 4, generator=torch.Generator().manual_seed(1)) * 0.5 + 0.25
     x[:, 0, 0, 0] = torch.where(flat, 0.9, 0.1)  # eps = 0.01 never crosses 0.5
     y = torch.tensor([0, 1, 2, 3, 4, 0])
-    rec = apgd_ce(model, x, y, eps=0.01, n_iter=2, attack_all=True)
+    rec = apgd_ce(model, x, y, ApgdSettings(eps=0.01, n_iter=2), attack_all=True)
     assert rec.zero_grad.tolist() == flat.tolist()
 
 
@@ -384,11 +389,11 @@ def test_apgd_refuses_counts_that_would_attack_nothing(zoo_digits):
     robust: both are refused with a one-line error."""
     model, x, y = zoo_digits
     with pytest.raises(InputError, match="n_restarts"):
-        apgd_ce(model, x[:5], y[:5], eps=0.1, n_iter=2, n_restarts=0)
+        apgd_ce(model, x[:5], y[:5], ApgdSettings(eps=0.1, n_iter=2, n_restarts=0))
     with pytest.raises(InputError, match="n_restarts"):
-        apgd_t(model, x[:5], y[:5], eps=0.1, n_iter=2, n_restarts=0)
+        apgd_t(model, x[:5], y[:5], ApgdSettings(eps=0.1, n_iter=2, n_restarts=0))
     with pytest.raises(InputError, match="n_target_classes"):
-        apgd_t(model, x[:5], y[:5], eps=0.1, n_iter=2, n_target_classes=-1)
+        apgd_t(model, x[:5], y[:5], ApgdSettings(eps=0.1, n_iter=2, n_target_classes=-1))
 
 
 # ------------------------------------------------------------------------------------------------------- PGD
@@ -528,7 +533,7 @@ def test_mmaa_runs_apgd_t_with_a_single_target_class(digits):
     model, x, y = digits
     x, y = x[:20], y[:20]
     counting, counts = _count_grad_examples(model)
-    res = mmaa(counting, x, y, eps=0.1, n_iter=3, n_target_classes=1, progress=False, attack_all=True)
+    res = mmaa(counting, x, y, ApgdSettings(eps=0.1, n_iter=3, n_target_classes=1), progress=False, attack_all=True)
     assert res.settings["n_target_classes"] == 1
     assert counts["n"] == (1 + 1) * 20 * (3 + 1)  # APGD-CE and one APGD-T run, start point + 3 steps each
 
@@ -538,13 +543,15 @@ def test_mmaa_attack_loss_sees_the_top_k_layer_norm(digits):
     (raw logits, LN_top_k(raw logits)) with the matching margin."""
     model, x, y = digits
     x, y = x[:40], y[:40]
-    res = mmaa(model, x, y, eps=0.1, n_iter=6, n_target_classes=0, top_k=3, progress=False, attack_all=True)
+    res = mmaa(model, x, y, ApgdSettings(eps=0.1, n_iter=6, n_target_classes=0), top_k=3, progress=False,
+               attack_all=True)
 
     def forward(inp):
         out = model(inp)
         return out, layer_norm(out, 3)
 
-    record = apgd_ce(forward, x, y, eps=0.1, n_iter=6, seed=0, attack_all=True, margin_fn=ln_signed_margin(3))
+    record = apgd_ce(forward, x, y, ApgdSettings(eps=0.1, n_iter=6, seed=0), attack_all=True,
+                     margin_fn=ln_signed_margin(3))
     assert torch.equal(res.adv_images, record.x) and torch.equal(res.margins, record.margin)
 
 
@@ -553,9 +560,9 @@ def test_mmaa_batches_are_independent_and_seeded_alike(digits):
     equals separate runs on the batches."""
     model, x, y = digits
     x, y = x[:40], y[:40]
-    kw = dict(eps=0.1, n_iter=4, n_target_classes=1, batch_size=20, progress=False)
-    whole = mmaa(model, x, y, **kw)
-    parts = [mmaa(model, x[a:a + 20], y[a:a + 20], **kw) for a in (0, 20)]
+    cfg, kw = ApgdSettings(eps=0.1, n_iter=4, n_target_classes=1), dict(batch_size=20, progress=False)
+    whole = mmaa(model, x, y, cfg, **kw)
+    parts = [mmaa(model, x[a:a + 20], y[a:a + 20], cfg, **kw) for a in (0, 20)]
     assert torch.equal(whole.adv_images, torch.cat([p.adv_images for p in parts]))
     assert torch.equal(whole.margins, torch.cat([p.margins for p in parts]))
 
@@ -573,7 +580,7 @@ def test_mmaa_counts_a_tie_against_the_label_as_misclassified():
     prediction is wrong although the signed margin is exactly 0."""
     x = torch.rand(3, 1, 2, 2, generator=torch.Generator().manual_seed(0))
     labels = torch.tensor([1, 1, 0])
-    res = mmaa(TiedTopTwo(), x, labels, eps=0.05, n_iter=2, n_target_classes=0, progress=False)
+    res = mmaa(TiedTopTwo(), x, labels, ApgdSettings(eps=0.05, n_iter=2, n_target_classes=0), progress=False)
     assert res.margins.tolist() == [0.0, 0.0, 0.0]
     assert res.misclassified.tolist() == [True, True, False]
     assert res.robust_accuracy == pytest.approx(1 / 3)

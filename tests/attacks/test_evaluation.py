@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 
 import pytest
@@ -15,6 +16,7 @@ from torch import nn
 
 from mixzoo.attacks import AdaptiveAutoAttack, APGDEnsemble, AutoAttackEval, EvalResult, PGDAttack, adapters, suites
 from mixzoo.attacks import evaluation as ev
+from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.attacks.evaluation import AdaptiveStrong, Attack, Component, within_threat_model
 from mixzoo.core.errors import InputError, UnknownNameError
 from mixzoo.core.plugins import lookup
@@ -563,9 +565,9 @@ def apgd_calls(monkeypatch):
     calls = []
 
     def recorder(kind):
-        def fn(forward, x, y, **kw):
-            calls.append(dict(kind=kind, forward=forward, mode=gradient_of(forward), **kw))
-            return _FakeRecord(x, bad=kw.get("seed") == 666, zero=kw.get("seed") == 13)
+        def fn(forward, x, y, cfg, **kw):
+            calls.append(dict(kind=kind, forward=forward, mode=gradient_of(forward), **dataclasses.asdict(cfg), **kw))
+            return _FakeRecord(x, bad=cfg.seed == 666, zero=cfg.seed == 13)
         return fn
 
     monkeypatch.setattr(adapters, "apgd_ce", recorder("ce"))
@@ -864,7 +866,7 @@ def test_mmaa_records_the_settings_it_ran_with_and_the_clean_logits():
     with torch.no_grad():
         y = model(x).argmax(1)
         clean = model(x)
-    res = mmaa(model, x, y, eps=0.05, n_iter=2, n_target_classes=9, layer_norm=False, attack_all=False,
+    res = mmaa(model, x, y, ApgdSettings(eps=0.05, n_iter=2, n_target_classes=9), layer_norm=False, attack_all=False,
                progress=False)
     assert res.settings["n_target_classes"] == 3  # at most n_classes - 1 targets
     assert res.settings["layer_norm"] is False and res.settings["attack_all"] is False
@@ -888,12 +890,12 @@ def test_mmaa_accepts_zero_targets_and_refuses_a_zero_batch_or_mismatched_labels
     model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
     x = torch.rand(4, 1, 2, 2)
     y = torch.zeros(4, dtype=torch.long)
-    res = mmaa(model, x, y, eps=0.05, n_iter=1, n_target_classes=0, progress=False)
+    res = mmaa(model, x, y, ApgdSettings(eps=0.05, n_iter=1, n_target_classes=0), progress=False)
     assert res.settings["n_target_classes"] == 0 and len(res.margins) == 4
     with pytest.raises(InputError, match="batch_size"):
-        mmaa(model, x, y, eps=0.05, n_iter=1, n_target_classes=0, batch_size=0, progress=False)
+        mmaa(model, x, y, ApgdSettings(eps=0.05, n_iter=1, n_target_classes=0), batch_size=0, progress=False)
     with pytest.raises(InputError):
-        mmaa(model, x, y[:3], eps=0.05, n_iter=1, n_target_classes=0, progress=False)
+        mmaa(model, x, y[:3], ApgdSettings(eps=0.05, n_iter=1, n_target_classes=0), progress=False)
 
 
 K = 10

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mixzoo.attacks.evaluation import FiniteGuard
-from mixzoo.attacks.square import NAN_CHECK_EVERY, min_margin_square
+from mixzoo.attacks.square import NAN_CHECK_EVERY, SquareSettings, min_margin_square
 from mixzoo.core.errors import InputError
 
 
@@ -38,8 +38,8 @@ def _square_syncs(n_queries: int, norm: str) -> int:
     x, y = torch.rand(16, 3, 4, 4), torch.randint(0, 10, (16,))
     count = CountSyncs()
     with torch.no_grad(), count:
-        min_margin_square(model, x, y, eps=1e-4, norm=norm, n_queries=n_queries, seed=0, layer_norm=False,
-                          progress=False, index=torch.arange(16), loss="logit")
+        min_margin_square(model, x, y, SquareSettings(eps=1e-4, norm=norm, n_queries=n_queries, seed=0, loss="logit"),
+                          layer_norm=False, progress=False, index=torch.arange(16))
     return sum(count.n.values())
 
 
@@ -115,7 +115,7 @@ def test_square_stops_within_a_check_of_the_first_nan():
     """A NaN at a proposal is still an error, raised at the next check, not after the whole budget."""
     model = RightThenNaN(4)  # clean and initial point fine, NaN from the second proposal on
     with pytest.raises(InputError, match="NaN logits for 2 examples during the Square attack"):
-        min_margin_square(model, torch.rand(3, 1, 4, 4), torch.zeros(3, dtype=torch.long), eps=0.1,
-                          n_queries=10 * NAN_CHECK_EVERY, seed=0, layer_norm=False, progress=False,
-                          index=torch.arange(3), loss="logit")
+        min_margin_square(model, torch.rand(3, 1, 4, 4), torch.zeros(3, dtype=torch.long),
+                          SquareSettings(eps=0.1, n_queries=10 * NAN_CHECK_EVERY, seed=0, loss="logit"),
+                          layer_norm=False, progress=False, index=torch.arange(3))
     assert model.calls <= 2 + NAN_CHECK_EVERY

@@ -11,7 +11,7 @@ from digits_models import train_digits_mlp
 from eval_requests import ask
 from torch import nn
 
-from mixzoo.attacks.apgd import apgd_ce, apgd_t
+from mixzoo.attacks.apgd import ApgdSettings, apgd_ce, apgd_t
 from mixzoo.attacks.evaluation import APGDEnsemble, within_threat_model
 from mixzoo.attacks.screening import (
     SCREENING_NOTE,
@@ -97,7 +97,7 @@ def test_early_stop_keeps_the_breaks_of_the_full_run_and_skips_broken_rows(digit
     evaluated."""
     model, x, y = digits
     index = torch.arange(len(y))
-    full = apgd_ce(model, x, y, eps=eps, n_iter=30, index=index)
+    full = apgd_ce(model, x, y, ApgdSettings(eps=eps, n_iter=30), index=index)
     rows = []
 
     def counting(t: torch.Tensor) -> torch.Tensor:
@@ -123,7 +123,7 @@ def test_with_every_target_fast_breaks_exactly_what_adaptives_apgd_t_breaks(digi
     eps, n_iter = 0.05, 10
     fast = FastScreening(eps, n_iter=n_iter, n_target_classes=9, components=["apgd-t"]).run(
         model, x, y, progress=False, index=index)
-    reference = apgd_t(model, x, y, eps=eps, n_iter=n_iter, n_target_classes=9, index=index).misclassified
+    reference = apgd_t(model, x, y, ApgdSettings(eps=eps, n_iter=n_iter, n_target_classes=9), index=index).misclassified
     broken = fast.clean_correct & ~fast.robust_correct
     assert torch.equal(broken, reference & fast.clean_correct)
     assert 0 < int(broken.sum()) < int(fast.clean_correct.sum())

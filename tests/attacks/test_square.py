@@ -16,6 +16,7 @@ from mixzoo.attacks.margins import ln_signed_margin, signed_margin
 from mixzoo.attacks.mmaa import MMAAResult
 from mixzoo.attacks.result import EvalResult
 from mixzoo.attacks.square import (
+    SquareSettings,
     _eta_base,
     _l2_init,
     _l2_step,
@@ -52,7 +53,7 @@ NORM_EPS = [("Linf", 0.1), ("Linf", 0.3), ("L2", 0.5), ("L2", 1.5)]
 def test_result_is_in_ball_and_box_and_consistent(digits, norm, eps):
     model, x, y = digits
     x, y = x[:40], y[:40]
-    res = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=80, progress=False)
+    res = min_margin_square(model, x, y, SquareSettings(eps=eps, norm=norm, n_queries=80), progress=False)
     assert isinstance(res, MMAAResult)
     assert (_size(res.adv_images - x, norm) <= eps * (1 + 1e-5) + 1e-6).all()
     assert res.adv_images.min() >= 0 and res.adv_images.max() <= 1
@@ -87,7 +88,7 @@ def test_reported_margin_is_the_minimum_over_every_query(digits, norm, eps):
     model, x, y = digits
     for i in range(6):
         rec = Recorder(model, y[i:i + 1])
-        res = min_margin_square(rec, x[i:i + 1], y[i:i + 1], eps=eps, norm=norm, n_queries=60, seed=i,
+        res = min_margin_square(rec, x[i:i + 1], y[i:i + 1], SquareSettings(eps=eps, norm=norm, n_queries=60, seed=i),
                                 progress=False)
         seen = torch.cat(rec.margins)
         assert len(seen) == res.settings["queries"]
@@ -99,7 +100,7 @@ def test_breaks_a_weak_model_and_stops_on_misclassified(digits):
     x, y = x[:100], y[:100]
     with torch.no_grad():
         clean_acc = float((model(x).argmax(1) == y).float().mean())
-    res = min_margin_square(model, x, y, eps=0.3, norm="Linf", n_queries=300, progress=False)
+    res = min_margin_square(model, x, y, SquareSettings(eps=0.3, norm="Linf", n_queries=300), progress=False)
     assert clean_acc > 0.85
     assert res.robust_accuracy < clean_acc - 0.5
     # broken examples are not queried further: far fewer queries than the worst case
@@ -109,8 +110,8 @@ def test_breaks_a_weak_model_and_stops_on_misclassified(digits):
 def test_margins_decrease_with_more_queries_on_average(digits):
     model, x, y = digits
     x, y = x[:60], y[:60]
-    few = min_margin_square(model, x, y, eps=0.1, n_queries=5, progress=False)
-    many = min_margin_square(model, x, y, eps=0.1, n_queries=200, progress=False)
+    few = min_margin_square(model, x, y, SquareSettings(eps=0.1, n_queries=5), progress=False)
+    many = min_margin_square(model, x, y, SquareSettings(eps=0.1, n_queries=200), progress=False)
     assert float(many.margins.mean()) < float(few.margins.mean())
 
 
@@ -119,9 +120,9 @@ def test_seeded_runs_reproduce(digits, norm):
     model, x, y = digits
     x, y = x[:30], y[:30]
     eps = 0.1 if norm == "Linf" else 0.6
-    a = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=50, seed=3, progress=False)
-    b = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=50, seed=3, progress=False)
-    c = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=50, seed=4, progress=False)
+    a = min_margin_square(model, x, y, SquareSettings(eps=eps, norm=norm, n_queries=50, seed=3), progress=False)
+    b = min_margin_square(model, x, y, SquareSettings(eps=eps, norm=norm, n_queries=50, seed=3), progress=False)
+    c = min_margin_square(model, x, y, SquareSettings(eps=eps, norm=norm, n_queries=50, seed=4), progress=False)
     assert torch.equal(a.adv_images, b.adv_images) and torch.equal(a.margins, b.margins)
     assert not torch.equal(a.adv_images, c.adv_images)
 
@@ -129,8 +130,10 @@ def test_seeded_runs_reproduce(digits, norm):
 def test_batches_are_independent_of_each_other(digits):
     """Batch k uses seed + its first index: splitting into batches gives the same result as separate calls."""
     model, x, y = digits
-    whole = min_margin_square(model, x[:20], y[:20], eps=0.1, n_queries=40, seed=0, batch_size=10, progress=False)
-    second = min_margin_square(model, x[10:20], y[10:20], eps=0.1, n_queries=40, seed=10, progress=False)
+    whole = min_margin_square(model, x[:20], y[:20], SquareSettings(eps=0.1, n_queries=40, seed=0), batch_size=10,
+                              progress=False)
+    second = min_margin_square(model, x[10:20], y[10:20], SquareSettings(eps=0.1, n_queries=40, seed=10),
+                               progress=False)
     assert torch.equal(whole.adv_images[10:], second.adv_images)
 
 
@@ -140,8 +143,8 @@ def test_needs_only_forward_queries(digits, norm, eps):
     x, y = x[:25], y[:25]
     bb = BlackBoxModel(model)
     with torch.enable_grad():
-        res = min_margin_square(bb, x, y, eps=eps, norm=norm, n_queries=50, progress=False)
-    plain = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=50, progress=False)
+        res = min_margin_square(bb, x, y, SquareSettings(eps=eps, norm=norm, n_queries=50), progress=False)
+    plain = min_margin_square(model, x, y, SquareSettings(eps=eps, norm=norm, n_queries=50), progress=False)
     assert torch.equal(res.adv_images, plain.adv_images)
     assert bb.queries == res.settings["queries"] <= square_queries_needed(25, 50)
 
@@ -150,13 +153,14 @@ def test_budget_too_small_is_refused_before_any_query(digits):
     model, x, y = digits
     bb = BlackBoxModel(model, query_budget=1000)
     with pytest.raises(QueryBudgetExceeded, match=r"needs up to 1020 queries"):
-        min_margin_square(bb, x[:20], y[:20], eps=0.1, n_queries=50, progress=False)
+        min_margin_square(bb, x[:20], y[:20], SquareSettings(eps=0.1, n_queries=50), progress=False)
     assert bb.queries == 0
 
 
 def test_raw_logit_margins_without_layer_norm(digits):
     model, x, y = digits
-    res = min_margin_square(model, x[:20], y[:20], eps=0.1, n_queries=30, layer_norm=False, progress=False)
+    res = min_margin_square(model, x[:20], y[:20], SquareSettings(eps=0.1, n_queries=30), layer_norm=False,
+                            progress=False)
     with torch.no_grad():
         torch.testing.assert_close(res.margins, signed_margin(model(res.adv_images), y[:20]))
 
@@ -166,9 +170,9 @@ def test_bad_arguments(digits):
     for kwargs, match in (({"eps": 0.0}, "epsilon"), ({"eps": 0.1, "norm": "L1"}, "norm"),
                           ({"eps": 0.1, "n_queries": 0}, "n_queries"), ({"eps": 0.1, "p_init": 0.0}, "p_init")):
         with pytest.raises(InputError, match=match):
-            min_margin_square(model, x[:3], y[:3], progress=False, **kwargs)
+            min_margin_square(model, x[:3], y[:3], SquareSettings(**kwargs), progress=False)
     with pytest.raises(InputError, match="labels"):
-        min_margin_square(model, x[:3], y[:2], eps=0.1, progress=False)
+        min_margin_square(model, x[:3], y[:2], SquareSettings(eps=0.1), progress=False)
 
 
 # ------------------------------------------------------------------------------------------ proposal geometry
@@ -247,7 +251,7 @@ def test_the_clean_point_is_returned_when_no_query_beats_it(norm):
     x = torch.rand(4, 1, 6, 6, generator=g) * 0.8 + 0.1
     y = torch.tensor([0, 3, 5, 9])
     model = AwayIsSafer(x, y)
-    res = min_margin_square(model, x, y, eps=0.1, norm=norm, n_queries=20, seed=0, progress=False)
+    res = min_margin_square(model, x, y, SquareSettings(eps=0.1, norm=norm, n_queries=20, seed=0), progress=False)
     assert torch.equal(res.adv_images, x)
     assert torch.equal(res.logits, model(x))
 
@@ -341,7 +345,7 @@ def test_equal_keys_go_to_the_lower_logit_margin(norm, eps):
     x = torch.rand(4, 1, 6, 6, generator=g) * 0.6 + 0.2
     y = torch.tensor([1, 4, 7, 2])
     model = SaturatedScale(y)
-    res = min_margin_square(model, x, y, eps=eps, norm=norm, n_queries=40, seed=0, layer_norm=False,
+    res = min_margin_square(model, x, y, SquareSettings(eps=eps, norm=norm, n_queries=40, seed=0), layer_norm=False,
                             progress=False)
     assert (res.margins == 1.0).all()  # the keys really are all equal
     assert len(model.outputs) == 41  # clean + initial point + 39 proposals, all examples every time (none broken)
@@ -389,7 +393,7 @@ def test_clean_misclassified_examples_are_not_queried_further(norm, eps):
         assert (model(x).argmax(1) != y).tolist() == [True] * n_wrong + [False] * (6 - n_wrong)
         model.queried.zero_()
     bb = BlackBoxModel(model)
-    res = min_margin_square(bb, x, y, eps=eps, norm=norm, n_queries=n_queries, seed=0, progress=False)
+    res = min_margin_square(bb, x, y, SquareSettings(eps=eps, norm=norm, n_queries=n_queries, seed=0), progress=False)
     expected = [2] * n_wrong + [n_queries + 1] * (6 - n_wrong)
     assert model.queried.tolist() == expected
     assert res.settings["queries"] == bb.queries == sum(expected)
@@ -449,8 +453,10 @@ def test_first_square_side_is_the_reference_side_for_colour_images(monkeypatch, 
     monkeypatch.setattr(square, name, spy)
     x = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     with pytest.raises(_Stop):
-        square.min_margin_square(Constant(), x, torch.zeros(2, dtype=torch.long), eps=0.1 if norm == "Linf" else 0.5,
-                                 norm=norm, n_queries=5000, p_init=p_init, progress=False)
+        square.min_margin_square(Constant(), x, torch.zeros(2, dtype=torch.long),
+                                 SquareSettings(eps=0.1 if norm == "Linf" else 0.5, norm=norm, n_queries=5000,
+                                                p_init=p_init),
+                                 progress=False)
     assert seen == [_reference_side(norm, p_init, 3, 16, 16)]
 
 
@@ -472,7 +478,8 @@ def test_linf_initial_point_is_vertical_stripes_of_plus_minus_eps():
     down each column, both signs drawn (away from the box's edges, so nothing is clipped)."""
     x = torch.rand(6, 3, 8, 8, generator=torch.Generator().manual_seed(2)) * 0.6 + 0.2
     model = FirstQueries(2)
-    square.min_margin_square(model, x, torch.zeros(6, dtype=torch.long), eps=0.1, n_queries=1, progress=False)
+    square.min_margin_square(model, x, torch.zeros(6, dtype=torch.long), SquareSettings(eps=0.1, n_queries=1),
+                             progress=False)
     delta = model.inputs[1] - x
     torch.testing.assert_close(delta.abs(), torch.full_like(delta, 0.1), rtol=0, atol=1e-6)
     torch.testing.assert_close(delta, delta[:, :, :1, :].expand_as(delta), rtol=0, atol=1e-6)
@@ -484,8 +491,8 @@ def test_l2_initial_point_tiles_the_reference_grid():
     pixel but row 0 and column 0 moves; the perturbation has L2 norm exactly eps (nothing clipped here)."""
     x = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(3)) * 0.6 + 0.2
     model = FirstQueries(2)
-    square.min_margin_square(model, x, torch.zeros(4, dtype=torch.long), eps=0.5, norm="L2", n_queries=1,
-                             progress=False)
+    square.min_margin_square(model, x, torch.zeros(4, dtype=torch.long),
+                             SquareSettings(eps=0.5, norm="L2", n_queries=1), progress=False)
     delta = model.inputs[1] - x
     moved = delta.abs() > 1e-7
     assert not moved[:, :, 0, :].any() and not moved[:, :, :, 0].any()
@@ -565,10 +572,11 @@ def test_square_evaluation_passes_its_options_on(zoo_digits):
     for seed, p_init in ((3, 0.3), (0, 0.05)):
         res = lookup("attack", "min-margin-square")(eps=0.15, norm="Linf", seed=seed, n_queries=25,
                                                      p_init=p_init).run(model, x, y, progress=False)
-        direct = square.min_margin_square(model, x, y, eps=0.15, n_queries=25, p_init=p_init, seed=seed,
+        direct = square.min_margin_square(model, x, y, SquareSettings(eps=0.15, n_queries=25, p_init=p_init, seed=seed),
                                           layer_norm=False, progress=False)
         assert torch.equal(res.robust_correct, ~direct.misclassified)
-        others = square.min_margin_square(model, x, y, eps=0.15, n_queries=25, p_init=0.8, seed=seed + 1,
+        others = square.min_margin_square(model, x, y,
+                                          SquareSettings(eps=0.15, n_queries=25, p_init=0.8, seed=seed + 1),
                                           layer_norm=False, progress=False)
         assert not torch.equal(direct.misclassified, others.misclassified)
 
@@ -576,7 +584,8 @@ def test_square_evaluation_passes_its_options_on(zoo_digits):
 def test_square_top_k_reaches_the_margin(zoo_digits):
     """With top_k the tracked margin is that of softmax(LN over the top-k logits) (App. D.7), not of the full LN."""
     model, x, y = zoo_digits
-    res = square.min_margin_square(model, x[:30], y[:30], eps=0.1, n_queries=10, top_k=3, progress=False)
+    res = square.min_margin_square(model, x[:30], y[:30], SquareSettings(eps=0.1, n_queries=10), top_k=3,
+                                   progress=False)
     torch.testing.assert_close(res.margins, ln_signed_margin(3)(res.logits, y[:30]))
     assert not torch.allclose(res.margins, ln_signed_margin()(res.logits, y[:30]))
     assert not torch.allclose(res.margins, signed_margin(res.logits, y[:30]))
@@ -591,9 +600,9 @@ def test_one_examples_search_does_not_depend_on_which_others_are_active(zoo_digi
         margins = signed_margin(model(x), y)
     wrong = int(torch.nonzero(margins < 0)[0])
     a, b = (int(i) for i in margins.argsort(descending=True)[:2])  # the two safest examples: active throughout
-    kw = dict(eps=eps, norm=norm, n_queries=30, seed=0, progress=False)
-    beside_wrong = square.min_margin_square(model, x[[a, wrong]], y[[a, wrong]], **kw)
-    beside_right = square.min_margin_square(model, x[[a, b]], y[[a, b]], **kw)
+    cfg = SquareSettings(eps=eps, norm=norm, n_queries=30, seed=0)
+    beside_wrong = square.min_margin_square(model, x[[a, wrong]], y[[a, wrong]], cfg, progress=False)
+    beside_right = square.min_margin_square(model, x[[a, b]], y[[a, b]], cfg, progress=False)
     assert not beside_right.misclassified.any() and not torch.equal(beside_right.adv_images[0], x[a])
     assert torch.equal(beside_wrong.adv_images[0], beside_right.adv_images[0])
 
@@ -615,8 +624,9 @@ def test_square_positions_cover_every_offset_of_a_non_square_image(monkeypatch, 
     monkeypatch.setattr(square, name, spy)
     h, w = 5, 12
     x = torch.rand(2, 1, h, w, generator=torch.Generator().manual_seed(0)) * 0.6 + 0.2
-    square.min_margin_square(Constant(), x, torch.zeros(2, dtype=torch.long), eps=0.1 if norm == "Linf" else 0.5,
-                             norm=norm, n_queries=400, p_init=0.05, progress=False)
+    square.min_margin_square(Constant(), x, torch.zeros(2, dtype=torch.long),
+                             SquareSettings(eps=0.1 if norm == "Linf" else 0.5, norm=norm, n_queries=400, p_init=0.05),
+                             progress=False)
     assert all(0 <= vh <= h - s and 0 <= vw <= w - s for s, vh, vw in seen)
     s = max({s for s, _, _ in seen}, key=[t[0] for t in seen].count)  # the most frequent side
     assert {vh for t, vh, _ in seen if t == s} == set(range(h - s + 1))
@@ -641,8 +651,8 @@ def test_square_reports_nan_at_a_proposal():
     """A NaN output at a proposal is an error, never a robust example (NaN compares False with every key)."""
     x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     with pytest.raises(InputError, match="NaN logits for 3 examples during the Square attack"):
-        square.min_margin_square(NaNFromCall(3), x, torch.zeros(3, dtype=torch.long), eps=0.1, n_queries=10,
-                                 progress=False)
+        square.min_margin_square(NaNFromCall(3), x, torch.zeros(3, dtype=torch.long),
+                                 SquareSettings(eps=0.1, n_queries=10), progress=False)
 
 
 def test_square_signs_are_drawn_per_channel(monkeypatch):
@@ -657,12 +667,13 @@ def test_square_signs_are_drawn_per_channel(monkeypatch):
 
     monkeypatch.setattr(square, "_linf_step", spy)
     x = torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(4)) * 0.6 + 0.2
-    square.min_margin_square(Constant(), x, torch.zeros(4, dtype=torch.long), eps=0.1, n_queries=6, progress=False)
+    square.min_margin_square(Constant(), x, torch.zeros(4, dtype=torch.long), SquareSettings(eps=0.1, n_queries=6),
+                             progress=False)
     sign = torch.cat(signs)
     assert sign.shape[1:] == (3, 1, 1) and (sign != sign[:, :1]).any()
     model = FirstQueries(2)
-    square.min_margin_square(model, x, torch.zeros(4, dtype=torch.long), eps=0.5, norm="L2", n_queries=1,
-                             progress=False)
+    square.min_margin_square(model, x, torch.zeros(4, dtype=torch.long),
+                             SquareSettings(eps=0.5, norm="L2", n_queries=1), progress=False)
     delta = model.inputs[1] - x
     torch.testing.assert_close(delta[:, 0].abs(), delta[:, 1].abs(), rtol=1e-4, atol=1e-7)
     assert not torch.allclose(delta[:, 0], delta[:, 1])
@@ -677,8 +688,8 @@ def test_square_counts_an_argmax_tie_against_the_label_as_misclassified():
             return torch.tensor([1.0, 1.0, 0.0, 0.0]).expand(len(x), 4).clone()
 
     x = torch.rand(3, 1, 4, 4, generator=torch.Generator().manual_seed(0))
-    res = square.min_margin_square(Tied(), x, torch.tensor([1, 1, 0]), eps=0.1, n_queries=3, layer_norm=False,
-                                   progress=False)
+    res = square.min_margin_square(Tied(), x, torch.tensor([1, 1, 0]), SquareSettings(eps=0.1, n_queries=3),
+                                   layer_norm=False, progress=False)
     assert res.margins.tolist() == [0.0, 0.0, 0.0]
     assert res.misclassified.tolist() == [True, True, False]
 
@@ -688,5 +699,5 @@ def test_square_reports_nan_at_its_initial_point():
     out of the search and they came back with margin NaN, not misclassified, robust accuracy 1.0."""
     x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     with pytest.raises(InputError, match="NaN logits for 3 examples at the Square attack's initial point"):
-        square.min_margin_square(NaNFromCall(2), x, torch.zeros(3, dtype=torch.long), eps=0.1, n_queries=10,
-                                 progress=False)
+        square.min_margin_square(NaNFromCall(2), x, torch.zeros(3, dtype=torch.long),
+                                 SquareSettings(eps=0.1, n_queries=10), progress=False)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mixzoo.attacks.square import (
+    SquareSettings,
     _eta_base,
     _ExampleDraws,
     _l2_step,
@@ -72,11 +73,11 @@ def test_an_examples_run_does_not_depend_on_its_batch(digits, norm, eps):
     model, x, y = digits
     x, y = x[:30], y[:30]
     index = torch.arange(100, 130)
-    kw = dict(eps=eps, norm=norm, n_queries=60, seed=3, progress=False)
-    whole = min_margin_square(model, x, y, index=index, batch_size=30, **kw)
-    split = min_margin_square(model, x, y, index=index, batch_size=7, **kw)
+    cfg, kw = SquareSettings(eps=eps, norm=norm, n_queries=60, seed=3), dict(progress=False)
+    whole = min_margin_square(model, x, y, cfg, index=index, batch_size=30, **kw)
+    split = min_margin_square(model, x, y, cfg, index=index, batch_size=7, **kw)
     perm = torch.randperm(30, generator=torch.Generator().manual_seed(0))
-    shuffled = min_margin_square(model, x[perm], y[perm], index=index[perm], batch_size=11, **kw)
+    shuffled = min_margin_square(model, x[perm], y[perm], cfg, index=index[perm], batch_size=11, **kw)
     for other in (split,):
         torch.testing.assert_close(other.adv_images, whole.adv_images, rtol=0, atol=1e-6)
         torch.testing.assert_close(other.margins, whole.margins, rtol=0, atol=1e-6)
@@ -87,7 +88,7 @@ def test_an_examples_run_does_not_depend_on_its_batch(digits, norm, eps):
     assert (whole.adv_images != x).flatten(1).any(dim=1).all()
     assert whole.misclassified.any()
     # the batch-seeded search is a different one (positions shared by the batch)
-    plain = min_margin_square(model, x, y, batch_size=30, **kw)
+    plain = min_margin_square(model, x, y, cfg, batch_size=30, **kw)
     assert not torch.equal(plain.adv_images, whole.adv_images)
 
 
@@ -113,8 +114,8 @@ def test_the_index_and_the_seed_choose_the_draws():
 
 def test_logit_loss_reports_logit_margins(digits):
     model, x, y = digits
-    res = min_margin_square(model, x[:20], y[:20], eps=0.2, n_queries=30, index=torch.arange(20), loss="logit",
-                            progress=False)
+    res = min_margin_square(model, x[:20], y[:20], SquareSettings(eps=0.2, n_queries=30, loss="logit"),
+                            index=torch.arange(20), progress=False)
     with torch.no_grad():
         z = model(res.adv_images).double()
     zy = z.gather(1, y[:20, None]).squeeze(1)
@@ -127,6 +128,7 @@ def test_logit_loss_reports_logit_margins(digits):
 def test_bad_loss_and_index_are_one_line_errors(digits):
     model, x, y = digits
     with pytest.raises(InputError, match="loss must be"):
-        min_margin_square(model, x[:4], y[:4], eps=0.1, n_queries=2, loss="ce", progress=False)
+        min_margin_square(model, x[:4], y[:4], SquareSettings(eps=0.1, n_queries=2, loss="ce"), progress=False)
     with pytest.raises(InputError, match="one index per image"):
-        min_margin_square(model, x[:4], y[:4], eps=0.1, n_queries=2, index=torch.arange(3), progress=False)
+        min_margin_square(model, x[:4], y[:4], SquareSettings(eps=0.1, n_queries=2), index=torch.arange(3),
+                          progress=False)

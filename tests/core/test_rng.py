@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.core import rng
 
 U32 = st.integers(min_value=0, max_value=2 ** 32 - 1)
@@ -121,9 +122,9 @@ def test_apgd_per_example_starts_make_outcomes_independent_of_the_batch_split(no
     index = torch.arange(len(y)) + 1000  # indices in a larger data set
 
     def attack(sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rec = apgd_ce(model, x[sel], y[sel], eps=eps, norm=norm, n_iter=10, n_restarts=2, seed=3, index=index[sel],
-                      attack_all=True)
-        rec = apgd_t(model, x[sel], y[sel], eps=eps, norm=norm, n_iter=10, n_target_classes=3, seed=3,
+        rec = apgd_ce(model, x[sel], y[sel], ApgdSettings(eps=eps, norm=norm, n_iter=10, n_restarts=2, seed=3),
+                      index=index[sel], attack_all=True)
+        rec = apgd_t(model, x[sel], y[sel], ApgdSettings(eps=eps, norm=norm, n_iter=10, n_target_classes=3, seed=3),
                      record=rec, index=index[sel], attack_all=True)
         return rec.margin, rec.x
 
@@ -137,8 +138,9 @@ def test_apgd_per_example_starts_make_outcomes_independent_of_the_batch_split(no
         torch.testing.assert_close(points, whole_x[chunk], rtol=0, atol=1e-4)
     assert (whole_margin < 0).float().mean() > 0.2  # the attack does break examples: the comparison has content
     # the batch generators instead (AutoAttack's streams): the same examples start elsewhere in another batch
-    rec = apgd_ce(model, x[:37], y[:37], eps=eps, norm=norm, n_iter=10, n_restarts=2, seed=3, attack_all=True)
-    rec2 = apgd_ce(model, x[perm[:37]], y[perm[:37]], eps=eps, norm=norm, n_iter=10, n_restarts=2, seed=3,
+    rec = apgd_ce(model, x[:37], y[:37], ApgdSettings(eps=eps, norm=norm, n_iter=10, n_restarts=2, seed=3),
+                  attack_all=True)
+    rec2 = apgd_ce(model, x[perm[:37]], y[perm[:37]], ApgdSettings(eps=eps, norm=norm, n_iter=10, n_restarts=2, seed=3),
                    attack_all=True)
     common = [int(i) for i in perm[:37] if i < 37]
     assert common and not torch.equal(rec.x[common], rec2.x[[int((perm[:37] == i).nonzero()) for i in common]])

@@ -121,23 +121,25 @@ def test_mmaa_with_indices_is_independent_of_the_batch_size(one_thread):
     from digits_models import train_digits_mlp
 
     from mixzoo.attacks import mmaa
+    from mixzoo.attacks.apgd import ApgdSettings
 
     model, x, y = train_digits_mlp(steps=150)
     x, y = x[:36], y[:36]
-    kw = dict(eps=0.1, n_iter=5, n_target_classes=2, n_restarts=1, seed=4, progress=False, attack_all=False)
+    cfg = ApgdSettings(eps=0.1, n_iter=5, n_target_classes=2, n_restarts=1, seed=4)
+    kw = dict(progress=False, attack_all=False)
     index = torch.arange(36)
-    whole = mmaa(model, x, y, batch_size=36, index=index, **kw)
-    split = mmaa(model, x, y, batch_size=8, index=index, **kw)
+    whole = mmaa(model, x, y, cfg, batch_size=36, index=index, **kw)
+    split = mmaa(model, x, y, cfg, batch_size=8, index=index, **kw)
     torch.testing.assert_close(split.margins, whole.margins, rtol=0, atol=1e-6)
     torch.testing.assert_close(split.adv_images, whole.adv_images, rtol=0, atol=1e-6)
     perm = torch.randperm(36, generator=torch.Generator().manual_seed(1))
-    shuffled = mmaa(model, x[perm], y[perm], batch_size=10, index=index[perm], **kw)
+    shuffled = mmaa(model, x[perm], y[perm], cfg, batch_size=10, index=index[perm], **kw)
     torch.testing.assert_close(shuffled.margins, whole.margins[perm], rtol=0, atol=1e-6)
     assert whole.settings["randomness"] == "per-example"
-    batchwise = [mmaa(model, x, y, batch_size=bs, **kw).margins for bs in (36, 8)]
+    batchwise = [mmaa(model, x, y, cfg, batch_size=bs, **kw).margins for bs in (36, 8)]
     assert not torch.equal(batchwise[0], batchwise[1])
     with pytest.raises(InputError, match="one index per image"):
-        mmaa(model, x, y, batch_size=8, index=index[:5], **kw)
+        mmaa(model, x, y, cfg, batch_size=8, index=index[:5], **kw)
 
 
 def test_an_attacks_code_version_keys_its_cached_outcomes(card, tmp_path, monkeypatch, one_thread):

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from mixzoo.attacks import mmaa
+from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.core.errors import MixzooError
 from mixzoo.core.registry import ModelSpec
 from mixzoo.zoo.blackbox import (
@@ -98,7 +99,8 @@ def test_backpropagation_is_refused_with_a_clear_error(how):
 def test_gradient_attack_through_black_box_fails_loudly():
     bb = as_black_box(_net())
     with pytest.raises(NoGradientError):
-        mmaa(bb, _images(4), torch.tensor([0, 1, 2, 3]), eps=0.1, n_iter=2, n_target_classes=0, progress=False)
+        mmaa(bb, _images(4), torch.tensor([0, 1, 2, 3]), ApgdSettings(eps=0.1, n_iter=2, n_target_classes=0),
+             progress=False)
 
 
 def test_queries_are_counted_and_reset():

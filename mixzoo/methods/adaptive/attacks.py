@@ -16,7 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixzoo.attacks.apgd import apgd_run, clean_record, dlr_targeted_loss, effective_n_targets, target_classes
+from mixzoo.attacks.apgd import (
+    ApgdSettings,
+    apgd_run,
+    clean_record,
+    dlr_targeted_loss,
+    effective_n_targets,
+    target_classes,
+)
 from mixzoo.attacks.base import (
     BATCH_SIZE,
     COMPONENTS_OPTION,
@@ -71,8 +78,9 @@ def alpha_apgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ball: AttackB
     per-example ``draw`` (:func:`mixzoo.attacks.apgd.random_start`) if given, else from ``generator``."""
     forward = _packed(model)
     record = clean_record(forward, x, y)
-    apgd_run(forward, x, y, record, eps=ball.eps, norm=ball.norm, n_iter=ball.n_iter, loss=alpha_loss(base, w),
-             target=target, generator=generator, noise=noise, draw=draw)
+    apgd_run(forward, x, y, record,
+             ApgdSettings(eps=ball.eps, norm=ball.norm, n_iter=ball.n_iter, loss=alpha_loss(base, w)), target=target,
+             generator=generator, noise=noise, draw=draw)
     return record.x
 
 

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixzoo.attacks.apgd import (
+    ApgdSettings,
     apgd_ce,
     apgd_run,
     apgd_t,
@@ -145,8 +146,9 @@ def gate_apgd(gate: GateForward, x: torch.Tensor, y: torch.Tensor, index: torch.
                        for j in range(k)])
     forward = _packed(gate)
     record = clean_record(forward, xs, ys)
-    apgd_run(forward, xs, ys, record, eps=ball.eps, norm=ball.norm, n_iter=ball.n_iter, loss=gate_loss(base, mu),
-             target=ts, noise=noise.to(device=x.device, dtype=x.dtype))
+    apgd_run(forward, xs, ys, record,
+             ApgdSettings(eps=ball.eps, norm=ball.norm, n_iter=ball.n_iter, loss=gate_loss(base, mu)), target=ts,
+             noise=noise.to(device=x.device, dtype=x.dtype))
     record.check_finite()
     best = record.key.view(k, n).argmin(dim=0) * n + torch.arange(n, device=x.device)
     return record.subset(best)
@@ -343,11 +345,11 @@ class GateLogitAttack(Attack):
         def screen_fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
             assert screen is not None
             rbc, thr = screen
-            common = dict(eps=eps, norm=norm, n_iter=int(opts["screen_n_iter"]), seed=seed, index=index)
-            rec = apgd_ce(rbc, x, y, **common)
             k = effective_n_targets(n_classes, int(opts["screen_n_target_classes"]))
+            cfg = ApgdSettings(eps, norm, int(opts["screen_n_iter"]), seed=seed, n_target_classes=k)
+            rec = apgd_ce(rbc, x, y, cfg, index=index)
             if k:
-                rec = apgd_t(rbc, x, y, n_target_classes=k, record=rec, **common)
+                rec = apgd_t(rbc, x, y, cfg, record=rec, index=index)
             rec.check_finite()
             margin = torch.where(rec.misclassified, torch.full_like(rec.margin, -1.0), rec.margin).cpu()
             self._state.rbc_margin[self._state.rows(index)] = margin

@@ -58,6 +58,13 @@ class MMAASettings:
         """The attack record a card keeps (``card.attack``)."""
         return {"name": "mmaa", **dataclasses.asdict(self)}
 
+    def apgd(self) -> Any:
+        """The :class:`~mixzoo.attacks.apgd.ApgdSettings` of its APGD-CE and APGD-T runs."""
+        from mixzoo.attacks.apgd import ApgdSettings
+
+        return ApgdSettings(self.eps, self.norm, self.n_iter, seed=self.seed, n_restarts=self.n_restarts,
+                            n_target_classes=self.n_target_classes)
+
 
 def mmaa_of_card(card: Any) -> MMAASettings:
     """The MMAA settings a card's attack record names (mix's defaults for the counts it does not record; the layer
@@ -116,10 +123,9 @@ def _mmaa_batches(rbc: nn.Module, attacked: nn.Module, dataset: Any, mmaa: MMAAS
     # component and the same minimum-margin perturbation (benchmarks/mmaa_speed.md: half the passes).
     def compute(a: int, b: int) -> dict[str, torch.Tensor]:
         where = model_device(rbc, device)
-        res = run_mmaa(attacked, dataset.images[a:b].to(where), dataset.labels[a:b].to(where), eps=mmaa.eps,
-                       norm=mmaa.norm, n_iter=mmaa.n_iter, n_target_classes=mmaa.n_target_classes,
-                       n_restarts=mmaa.n_restarts, seed=mmaa.seed, top_k=mmaa.top_k, batch_size=mmaa.batch_size,
-                       progress=False, attack_all=False, layer_norm=transform is None, index=torch.arange(a, b))
+        res = run_mmaa(attacked, dataset.images[a:b].to(where), dataset.labels[a:b].to(where), mmaa.apgd(),
+                       top_k=mmaa.top_k, batch_size=mmaa.batch_size, progress=False, attack_all=False,
+                       layer_norm=transform is None, index=torch.arange(a, b))
         logits = res.logits
         if transform is not None:  # the record holds h^M's log-probabilities; Algorithm 1 takes raw logits
             with torch.no_grad():

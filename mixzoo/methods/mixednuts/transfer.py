@@ -45,9 +45,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import NORMS
+from mixzoo.attacks.apgd import NORMS, ApgdSettings
 from mixzoo.attacks.margins import LAYER_NORM_VERSION, ln_signed_margin, selection_key
 from mixzoo.attacks.mmaa import MMAAResult
+from mixzoo.attacks.square import SquareSettings
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard, provenance
 from mixzoo.core.errors import InputError
@@ -239,8 +240,8 @@ def _surrogate_adv(surrogate: Any, images: torch.Tensor, run: _Run, st: Transfer
         if k != n_classes:
             raise InputError(f"surrogate {_name(surrogate)!r} returns {k} classes but the black box returns"
                              f" {n_classes}; use a surrogate of the same task")
-        res = mmaa(surrogate, images, labels, eps=eps, norm=norm, n_iter=st.n_iter, seed=st.seed, top_k=run.top_k,
-                   batch_size=st.batch_size, progress=st.progress, index=torch.arange(len(labels)),
+        res = mmaa(surrogate, images, labels, ApgdSettings(eps=eps, norm=norm, n_iter=st.n_iter, seed=st.seed),
+                   top_k=run.top_k, batch_size=st.batch_size, progress=st.progress, index=torch.arange(len(labels)),
                    attack_all=True)  # the lowest surrogate margins transfer best
         adv, info = res.adv_images, {"source": "mmaa on the surrogate", **res.settings,
                                      "surrogate_robust_accuracy": res.robust_accuracy}
@@ -372,9 +373,10 @@ def _attacked_logits(run: _Run, st: TransferSettings, surrogate: Any, calib_imag
         from mixzoo.attacks.square import min_margin_square
 
         q = bb.queries
-        res = min_margin_square(bb, calib_images, labels, eps=float(run.eps), norm=run.norm,  # type: ignore[arg-type]
-                                n_queries=queries, seed=st.seed, top_k=top_k, batch_size=st.batch_size,
-                                progress=st.progress, index=torch.arange(len(labels)))
+        res = min_margin_square(bb, calib_images, labels,
+                                SquareSettings(eps=float(run.eps), norm=run.norm, n_queries=queries, seed=st.seed),
+                                top_k=top_k, batch_size=st.batch_size, progress=st.progress,
+                                index=torch.arange(len(labels)))
         run.query_log["square"] = bb.queries - q
         if queries < WEAK_SQUARE_QUERIES:
             run.notes.append(f"min-margin Square ran {queries} queries per image (AutoAttack uses 5000); margins"

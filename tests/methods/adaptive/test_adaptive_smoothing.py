@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from mixzoo.attacks.square import SquareSettings
 from mixzoo.core.errors import InputError, RegistryError
 
 EPS = 0.1
@@ -473,8 +474,9 @@ def test_the_extra_square_is_a_second_restart_not_a_replay(fitted, pair, monkeyp
     index = torch.arange(16)
 
     def square(seed: int) -> torch.Tensor:  # the extra's search (mixzoo.attacks.adapters._square_each)
-        return min_margin_square(model, d.images, d.labels, eps=EPS, n_queries=8, p_init=0.8, seed=seed,
-                                 layer_norm=False, progress=False, index=index, loss="logit").adv_images
+        return min_margin_square(model, d.images, d.labels,
+                                 SquareSettings(eps=EPS, n_queries=8, p_init=0.8, seed=seed, loss="logit"),
+                                 layer_norm=False, progress=False, index=index).adv_images
 
     torch.testing.assert_close(square(5), square(5), rtol=0, atol=0)  # the replay the offset avoids
     assert not torch.allclose(square(5), square(6))

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 import mixzoo.attacks as attacks
 import mixzoo.methods.mixednuts.fitting as pipeline
 import mixzoo.zoo.pairs
+from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.cli import app
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
@@ -523,9 +524,9 @@ def mmaa_calls(monkeypatch):
     real = attacks.mmaa
     calls: list[tuple[torch.Tensor, torch.Tensor, dict]] = []
 
-    def spy(model, images, labels, **kwargs):
-        calls.append((images.detach().clone(), labels.detach().clone(), kwargs))
-        return real(model, images, labels, **kwargs)
+    def spy(model, images, labels, cfg, **kwargs):  # the settings and the keywords in one flat record
+        calls.append((images.detach().clone(), labels.detach().clone(), {**dataclasses.asdict(cfg), **kwargs}))
+        return real(model, images, labels, cfg, **kwargs)
 
     monkeypatch.setattr(attacks, "mmaa", spy)
     return calls
@@ -757,9 +758,9 @@ def test_mix_is_algorithm_1_on_the_rbcs_clean_logits_and_its_mmaa_logits(tmp_pat
     with torch.no_grad():
         clean = rbc(data.images)
         abc_correct = abc(data.images).argmax(1) == data.labels
-    adv = attacks.mmaa(rbc, data.images, data.labels, eps=0.2, norm="Linf", n_iter=3, n_target_classes=2,
-                       n_restarts=1, seed=seed, top_k=3, batch_size=n, progress=False, attack_all=False,
-                       index=torch.arange(n))
+    adv = attacks.mmaa(rbc, data.images, data.labels,
+                       ApgdSettings(eps=0.2, norm="Linf", n_iter=3, n_target_classes=2, n_restarts=1, seed=seed),
+                       top_k=3, batch_size=n, progress=False, attack_all=False, index=torch.arange(n))
     settings_ = dict(beta=0.9, clamp="relu", top_k=3, grid=grid, objective="relaxed", optimizer="refine")
     ref = calibrate(clean_logits=clean, clean_labels=data.labels, attacked_logits=adv.logits,
                     attacked_labels=data.labels, abc_clean_correct=abc_correct, **settings_)

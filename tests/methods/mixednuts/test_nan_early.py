@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from mixzoo.attacks import mmaa
+from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.core.errors import InputError
 from mixzoo.core.plugins import lookup
 from mixzoo.methods.mixednuts.fitting import mix
@@ -54,7 +55,7 @@ def test_mmaa_stops_at_the_first_nan_step(digits):
     model, x, y = digits
     wrapped = NaNOffClean(model, x)
     with pytest.raises(InputError, match="NaN logits .* during the attack"):
-        mmaa(wrapped, x, y, eps=0.1, n_iter=100, n_target_classes=2, progress=False)
+        mmaa(wrapped, x, y, ApgdSettings(eps=0.1, n_iter=100, n_target_classes=2), progress=False)
     assert wrapped.calls <= 5, wrapped.calls  # the budget is 3 runs x 100 iterations
 
 

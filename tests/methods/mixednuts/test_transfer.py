@@ -21,7 +21,9 @@ from torch.nn import functional as F  # noqa: N812
 import mixzoo.methods.mixednuts.calibration_data
 import mixzoo.zoo.models
 from mixzoo.attacks import mmaa
+from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.attacks.margins import ln_signed_margin, selection_key
+from mixzoo.attacks.square import SquareSettings
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, MissingFileError
 from mixzoo.core.registry import ModelSpec
@@ -79,7 +81,7 @@ def setup(one_thread):
     data = load_dataset("digits", "calibration", n=N_CALIB)
     x, y = data.images, data.labels
     # what transfer_params runs on a surrogate model: starts per image index, every image attacked (lowest margins)
-    res = mmaa(a, x, y, progress=False, index=torch.arange(len(y)), attack_all=True, **MMAA_KW)
+    res = mmaa(a, x, y, ApgdSettings(**MMAA_KW), progress=False, index=torch.arange(len(y)), attack_all=True)
     with torch.no_grad():
         clean = a(x)
     card = calibrate(clean_logits=clean, clean_labels=y, attacked_logits=res.logits, attacked_labels=y, beta=0.95,
@@ -387,8 +389,8 @@ def test_both_counts_the_images_where_square_won(setup):
         clean, moved = b(x), b(adv)
     top_k = card.params["top_k"]
     transfer_side = torch.where((_key(clean, y, top_k) < _key(moved, y, top_k)).view(-1, 1), clean, moved)
-    sq = min_margin_square(b, x, y, eps=EPS, norm="Linf", n_queries=queries, seed=0, top_k=top_k, batch_size=250,
-                           progress=False, index=torch.arange(len(y)))
+    sq = min_margin_square(b, x, y, SquareSettings(eps=EPS, norm="Linf", n_queries=queries, seed=0), top_k=top_k,
+                           batch_size=250, progress=False, index=torch.arange(len(y)))
     key_t, key_s = _key(transfer_side, y, top_k), _key(sq.logits, y, top_k)
     square_won, transfer_won = key_s < key_t, key_t < key_s
     assert 0 < int(square_won.sum()) != int(transfer_won.sum())  # the two counts tell the roles apart
@@ -619,7 +621,8 @@ def test_class_and_top_k_checks_against_the_black_box(table):
 
 
 def _fake_square(t, calls):
-    def fake(model, images, labels, **kw):
+    def fake(model, images, labels, cfg, **kw):
+        kw = {**dataclasses.asdict(cfg), **kw}
         calls.append(kw)
         logits = model(t.adv)  # a Square run that ended at the transferred points
         return SimpleNamespace(logits=logits, misclassified=logits.argmax(1) != labels,
