@@ -59,8 +59,8 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
     """
     run = plan_evaluation(request, images.device)
     n = len(labels)
-    final = request.cache.root / "bench" / f"{run.key}.json"
-    hit = _whole_hit(run, final, n)
+    final = _outcome_path(run)
+    hit = _whole_hit(run, n)
     if hit is not None:
         return hit
     parts, found = _run_batches(model, images, labels, run)
@@ -135,16 +135,51 @@ def plan_evaluation(request: EvalRequest, device: torch.device | str) -> Planned
     return PlannedEvaluation(request, attack_cls, options, precision, per_example_seeds, legacy, key)
 
 
-def _whole_hit(run: PlannedEvaluation, final: Path, n: int) -> dict[str, Any] | None:
+def _outcome_path(run: PlannedEvaluation, batch: int | None = None) -> Path:
+    """Where :func:`evaluate` keeps the outcome of ``run``: the whole evaluation's, or batch ``batch``'s while it is
+    under way."""
+    final = run.request.cache.root / "bench" / f"{run.key}.json"
+    return final if batch is None else final.with_suffix(".partial") / f"{batch:06d}.json"
+
+
+def _cached_part(run: PlannedEvaluation, start: int, stop: int, batch: int | None = None) -> dict[str, Any] | None:
+    """The cached outcome of examples ``start:stop`` (the whole evaluation's, or batch ``batch``'s) as
+    :func:`evaluate` would read it (with its saved points when the request keeps them), else ``None``."""
+    request = run.request
+    path = _outcome_path(run, batch)
+    adv = path.with_suffix(ADV_SUFFIX)
+    if not request.cache.enabled or not path.exists() or (request.save_adversarial and not adv.exists()):
+        return None
+    return read_outcome(path, run.key, start, stop, adv if request.save_adversarial else None)
+
+
+def cached_outcome(request: EvalRequest, n: int, device: torch.device | str = "cpu") -> dict[str, Any] | None:
+    """The whole outcome :func:`evaluate` would return for the first ``n`` examples under ``request`` without
+    attacking (its cache holds the finished evaluation), else ``None``; reads the cache, writes nothing."""
+    hit = _cached_part(plan_evaluation(request, device), 0, n)
+    return None if hit is None else {**hit, "cached": True}
+
+
+def cached_examples(request: EvalRequest, n: int, device: torch.device | str = "cpu") -> int:
+    """How many of the first ``n`` examples :func:`evaluate` would read from the cache under ``request`` rather than
+    attack: all of them when the finished evaluation is cached, else those of the batches an interrupted run
+    saved (the same cache key and the same files :func:`evaluate` reads; nothing is written). A plan counts only
+    the others (:func:`mixzoo.evaluation.plan.plan_bench`)."""
+    if not request.cache.enabled or n <= 0:
+        return 0
+    run = plan_evaluation(request, device)
+    if _cached_part(run, 0, n) is not None:
+        return n
+    return sum(min(n, start + run.batch_size) - start for index, start in enumerate(range(0, n, run.batch_size))
+               if _cached_part(run, start, min(n, start + run.batch_size), index) is not None)
+
+
+def _whole_hit(run: PlannedEvaluation, n: int) -> dict[str, Any] | None:
     """The whole evaluation from the cache, when every torchrun rank has it (the attack is collective: every rank
     must take the same path; e.g. a shared cache directory), else ``None``."""
-    request = run.request
-    final_adv = final.with_suffix(ADV_SUFFIX)
-    hit = None
-    if request.cache.enabled and final.exists() and (not request.save_adversarial or final_adv.exists()):
-        hit = read_outcome(final, run.key, 0, n, final_adv if request.save_adversarial else None)
-        if hit is not None:
-            hit["cached"] = True
+    hit = _cached_part(run, 0, n)
+    if hit is not None:
+        hit["cached"] = True
     w = world()
     if hit is not None and (w.size == 1 or all(gather(True))):
         return hit
@@ -184,12 +219,11 @@ def _batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, run: Pl
     """Batch ``index`` (images ``start:stop``): its cached outcome, else attacked when this rank owns it (and
     cached), else ``(None, None)``."""
     request = run.request
-    part_path = request.cache.root / "bench" / f"{run.key}.partial" / f"{index:06d}.json"
+    part_path = _outcome_path(run, index)
     part_adv = part_path.with_suffix(ADV_SUFFIX)
-    if request.cache.enabled and part_path.exists() and (not request.save_adversarial or part_adv.exists()):
-        part = read_outcome(part_path, run.key, start, stop, part_adv if request.save_adversarial else None)
-        if part is not None:
-            return part, part.pop("adversarial", None)
+    part = _cached_part(run, start, stop, index)
+    if part is not None:
+        return part, part.pop("adversarial", None)
     if not world().owns(index):  # under torchrun: batch k is attacked by rank k mod size
         return None, None
     attack_batch = naming_model(request.label, _attack_batch)  # a NaN-logits error names the model
