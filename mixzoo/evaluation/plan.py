@@ -23,8 +23,6 @@ from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.bench import (
-    CURVE,
-    MATCH,
     CurveSettings,
     MatchSettings,
     budgeted,
@@ -148,14 +146,15 @@ class Probes:
 
 def _fractions(attack: str, options: dict[str, Any]) -> tuple[float, float]:
     """:data:`FRACTIONS` as the cut counts make them (rounded up): those of the attack's largest iteration count
-    (``(1, 1)``, no cut, for an attack without one)."""
+    (``(1, 1)``, no cut, for an attack without one or with one too small to cut twice)."""
     full = scaled_counts(attack, options, 1.0)
     counted = [(v, k) for k, v in full.items() if any(k == c or k.endswith("_" + c) for c in LINEAR_COUNTS)
                and isinstance(v, int) and not isinstance(v, bool) and v > 0 and k not in ("n_queries",)]
     if not counted:
         return (1.0, 1.0)
     value, key = max(counted)
-    return tuple(scaled_counts(attack, options, f)[key] / value for f in FRACTIONS)  # type: ignore[return-value]
+    f1, f2 = (scaled_counts(attack, options, f)[key] / value for f in FRACTIONS)
+    return (f1, f2) if f1 < f2 else (1.0, 1.0)  # counts too small to cut twice: timed whole
 
 
 def _cached_text(shared: int, n: int, extras_cached: bool, what: str = "") -> str:
@@ -176,8 +175,8 @@ def _probes(cards: list[Any], s: RunSettings, given: dict[str, Any], save_advers
     return Probes(ce, s, given, request)
 
 
-def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: MatchSettings | bool | None = MATCH,
-               curve: CurveSettings | bool | None = CURVE, plots: bool = True, command: str = "mixzoo bench",
+def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: MatchSettings | bool | None = True,
+               curve: CurveSettings | bool | None = True, plots: bool = True, command: str = "mixzoo bench",
                save_adversarial: bool = False, **changes: Any) -> Plan:
     """What :func:`~mixzoo.evaluation.bench.bench` will run for ``card`` (one card or a list of one pair's cards)
     with these settings (their budget applied as the bench applies it; ``baseline`` and ``curve`` as the bench
@@ -248,7 +247,7 @@ def _bench_tail(plan: Plan, p: Probes, cards: list[Any], baseline: MatchSettings
 
 
 def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[float] | None = None,
-                baseline: MatchSettings | float | bool | None = MATCH, command: str = "mixzoo sanity",
+                baseline: MatchSettings | float | bool | None = True, command: str = "mixzoo sanity",
                 **changes: Any) -> Plan:
     """What :func:`~mixzoo.evaluation.sanity.eps_sweep` will run: each model at each radius, with the settings'
     budget applied as the sweep applies it (``baseline`` as the sweep takes it: ``True``, the budget's matched
