@@ -5,9 +5,12 @@ the methods that fit against an attack (the linear baseline's alpha matching) an
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,25 @@ from mixzoo.zoo.pairs import model_device
 BENCH_CODE_VERSION = "bench-6"
 BF16_COUNTS = ("found_bf16", "confirmed_float32", "rerun_float32")  # a bf16 component's record has these
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
+
+
+_CACHE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("mixzoo_cache_only", default=False)
+
+
+class NotCached(Exception):  # noqa: N818 - a plan's control flow, not an error a user sees
+    """What :func:`evaluate` raises inside :func:`cache_only` when the cache does not hold the finished evaluation."""
+
+
+@contextmanager
+def cache_only() -> Iterator[None]:
+    """Within it :func:`evaluate` returns finished evaluations from the cache and raises :class:`NotCached` instead
+    of attacking (nothing is attacked or written): a plan replays a composite evaluation (the matched baseline's
+    search) to learn whether the cache holds all of it, and its result when it does."""
+    token = _CACHE_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _CACHE_ONLY.reset(token)
 
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, request: EvalRequest) -> dict[str, Any]:
@@ -63,6 +85,8 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
     hit = _whole_hit(run, n)
     if hit is not None:
         return hit
+    if _CACHE_ONLY.get():
+        raise NotCached(f"{run.attack} on {request.label or 'a model'}: not in the cache")
     parts, found = _run_batches(model, images, labels, run)
     n_batches = -(-n // run.batch_size)
     merged = merge_outcomes([parts[i] for i in range(n_batches)], run.precision)

@@ -34,6 +34,7 @@ from mixzoo.evaluation.bench import (
     evaluated_name,
     extra_request,
     load_card,
+    matched_linear_alpha,
     model_key_parts,
     resolved_batch_size,
     run_record_of,
@@ -144,6 +145,23 @@ class Probes:
             extras_cached
 
 
+    def matched_alpha(self, match: MatchSettings) -> float | None:
+        """The matched baseline's alpha when the cache holds its whole search (the bench's search replayed from the
+        cache: nothing attacked or written), else ``None``."""
+        from mixzoo.attacks.runner import NotCached, cache_only
+
+        matching = self.request.replace(attack=match.attack, attack_options=match.options, precision="float32",
+                                        save_adversarial=False)
+        try:
+            with cache_only():
+                alpha, _, _ = matched_linear_alpha(self.ce, matching, match_n=match.n,
+                                                   extra_attacks=self.s.extra_attacks, budget=self.s.budget,
+                                                   overrides=self.given)
+        except NotCached:
+            return None
+        return alpha
+
+
 def _fractions(attack: str, options: dict[str, Any]) -> tuple[float, float]:
     """:data:`FRACTIONS` as the cut counts make them (rounded up): those of the attack's largest iteration count
     (``(1, 1)``, no cut, for an attack without one or with one too small to cut twice)."""
@@ -217,8 +235,8 @@ def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: Matc
         plan.notes.append("attacks stop on an example once it is broken, so the estimate follows the sample's "
                           "robust share")
     if any_cached:
-        plan.notes.append("the matched baseline's search and the trade-off curve are estimated as if nothing were "
-                          "cached")
+        plan.notes.append("a matched baseline's search counts as cached only when the cache holds all of it; the "
+                          "trade-off curve is estimated as if nothing were cached")
     return plan
 
 
@@ -229,12 +247,21 @@ def _bench_tail(plan: Plan, p: Probes, cards: list[Any], baseline: MatchSettings
     lin = baseline_method()
     if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name:
         match_n = min(baseline.n, n)
-        sec = p.cost(baseline.attack, baseline.options, ce.eps, card=lin.card_at(0.9, cards[0])).total
-        card_sec = p.cost(s.attack, s.attack_options, ce.eps, card=cards[0]).total
-        plan.add(f"matched {lin.title}",
-                 f"{cards[0].mixing_method.title or cards[0].method} and about {MATCH_STEPS} alphas under "
-                 f"{baseline.attack} on {match_n} images, then its row: {attack} on {n} images",
-                 (MATCH_STEPS + 1) * sec * match_n + card_sec * n)
+        search = f"{cards[0].mixing_method.title or cards[0].method} and about {MATCH_STEPS} alphas under " \
+                 f"{baseline.attack} on {match_n} images"
+        alpha = p.matched_alpha(baseline)
+        if alpha is None:  # its row's cost: the card's, as the baseline's alpha is not known yet
+            sec = p.cost(baseline.attack, baseline.options, ce.eps, card=lin.card_at(0.9, cards[0])).total
+            card_sec = p.cost(s.attack, s.attack_options, ce.eps, card=cards[0]).total
+            plan.add(f"matched {lin.title}", f"{search}, then its row: {attack} on {n} images",
+                     (MATCH_STEPS + 1) * sec * match_n + card_sec * n)
+        else:
+            lin_card = lin.card_at(alpha, cards[0])
+            sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(lin_card, ce.abc, ce.rbc, ce.data)),
+                                      lambda: p.cost(s.attack, s.attack_options, ce.eps, card=lin_card),
+                                      card=lin_card, extra_attacks=s.extra_attacks)
+            plan.add(f"matched {lin.title}", f"{search} (cached: alpha {alpha:.2f}), then its row: {attack} on {n} "
+                                             f"images{_cached_text(shared, n, done)}", sec)
     points = cards[0].mixing_method.curve_points
     if curve is not None:
         curve_n = min(curve.n, n)
@@ -265,13 +292,17 @@ def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[f
     plan = Plan(command)
     rows: list[tuple[str, Any, Any]] = [("ABC", None, ce.abc), ("RBC", None, ce.rbc)]
     lin = baseline_method()
+    alpha = float(baseline) if fixed else None  # type: ignore[arg-type]
     if (match is not None or fixed) and lin is not None and ce.card.method != lin.name:
         if match is not None:
-            sec = p.cost(match.attack, match.options, ce.eps, card=lin.card_at(0.9, ce.card)).total
+            alpha = p.matched_alpha(match)
+            sec = 0.0 if alpha is not None else \
+                p.cost(match.attack, match.options, ce.eps, card=lin.card_at(0.9, ce.card)).total
             plan.add(f"matched {lin.title} alpha", f"about {MATCH_STEPS} alphas under {match.attack} on "
-                                                   f"{min(match.n, n)} images",
+                                                   f"{min(match.n, n)} images"
+                                                   f"{'' if alpha is None else f' (cached: {alpha:.2f})'}",
                      (MATCH_STEPS + 1) * sec * min(match.n, n))
-        rows.append((lin.title, lin.card_at(float(baseline) if fixed else 0.9, ce.card), None))  # type: ignore[arg-type]
+        rows.append((lin.title, lin.card_at(0.9 if alpha is None else alpha, ce.card), None))
     rows.append((ce.card.mixing_method.title or ce.card.method, ce.card, None))
     listed = ", ".join(f"{r:g}" for r in radii)
     for name, c, model in rows:
@@ -280,8 +311,8 @@ def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[f
             return p.cost(s.attack, s.attack_options, min(radii), card=c, model=model)
 
         key = model_key_parts(model, ce.data) if c is None else card_key_parts(c, ce.abc, ce.rbc, ce.data)
-        # the matched baseline's alpha is known only once matched: its rows are estimated as uncached
-        known = c is None or c is ce.card or fixed
+        # the matched baseline's alpha is known only once matched (or its search is cached): else estimated uncached
+        known = c is None or c is ce.card or alpha is not None
         at = [p.row(p.request.replace(eps=r, key_parts=key), cost, card=c, extra_attacks=s.extra_attacks)
               if known else (cost().total * n, 0, False) for r in radii]
         shared, done = sum(a[1] for a in at), all(a[2] for a in at)

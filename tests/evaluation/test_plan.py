@@ -4,7 +4,7 @@ trade-off curve's points with the curve's attack alone (as :meth:`MixingMethod.t
 from __future__ import annotations
 
 import mixzoo.evaluation.plan as plan_module
-from mixzoo.evaluation.bench import CurveSettings
+from mixzoo.evaluation.bench import CurveSettings, MatchSettings
 from mixzoo.evaluation.plan import plan_bench
 
 
@@ -87,34 +87,42 @@ def test_the_cut_timings_extrapolate_along_a_line(monkeypatch):
     assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0)) - 3.5) < 1e-9  # nothing to cut: timed whole
 
 
+TINY_MATCH = MatchSettings(attack="apgd", options={"n_iter": 2, "n_target_classes": 1}, n=10)
+
+
 def _bench_args(tmp_path):
-    return dict(n=10, attack="apgd", attack_options={"n_iter": 2}, baseline=None, curve=None, cache_dir=tmp_path)
+    return dict(n=10, attack="apgd", attack_options={"n_iter": 2}, baseline=TINY_MATCH, curve=None,
+                cache_dir=tmp_path)
 
 
 def test_rows_the_cache_holds_are_estimated_at_nothing_and_not_probed(digits_card, monkeypatch, tmp_path):
     from mixzoo.evaluation.bench import bench
 
     fresh = plan_bench(str(digits_card), **_bench_args(tmp_path))
-    assert all(p.seconds > 0 and "cached" not in p.what for p in fresh.phases[:3]), fresh.lines()
-    bench(str(digits_card), plots=False, progress=False, **_bench_args(tmp_path))
+    assert all(p.seconds > 0 and "cached" not in p.what for p in fresh.phases[:4]), fresh.lines()
+    report = bench(str(digits_card), plots=False, progress=False, **_bench_args(tmp_path))
     seen = _seen_options(monkeypatch)
     plan = plan_bench(str(digits_card), **_bench_args(tmp_path))
-    assert [p.seconds for p in plan.phases[:3]] == [0.0, 0.0, 0.0], plan.lines()
-    assert all("on 10 images, 10 of 10 cached" in p.what for p in plan.phases[:3]), plan.lines()
+    assert [p.name for p in plan.phases][3] == "matched Linear mix"
+    assert [p.seconds for p in plan.phases[:4]] == [0.0, 0.0, 0.0, 0.0], plan.lines()
+    assert all(p.what.endswith("on 10 images, 10 of 10 cached") for p in plan.phases[:4]), plan.lines()
+    alpha = report.row("linear").alpha
+    assert f"(cached: alpha {alpha:.2f})" in plan.phases[3].what  # the search replayed from the cache
     assert _n_iters(seen) == set()  # nothing probed
     # the run keeps adversarial points this time: outcomes cached without them are attacked again
     again = plan_bench(str(digits_card), save_adversarial=True, **_bench_args(tmp_path))
-    assert all(p.seconds > 0 for p in again.phases[:3])
+    assert all(p.seconds > 0 for p in again.phases[:4])
 
 
 def test_the_sanity_plan_counts_what_the_sweep_cached(digits_card, tmp_path):
     from mixzoo.evaluation.sanity import eps_sweep
 
-    args = dict(n=10, attack="apgd", attack_options={"n_iter": 2}, baseline=None, cache_dir=tmp_path)
+    args = dict(n=10, attack="apgd", attack_options={"n_iter": 2}, baseline=TINY_MATCH, cache_dir=tmp_path)
     eps_sweep(str(digits_card), radii=[0.1, 0.2], progress=False, **args)
     plan = plan_module.plan_sanity(str(digits_card), radii=[0.1, 0.2, 0.3], **args)
-    assert [p.name for p in plan.phases] == ["ABC", "RBC", "MixedNUTS"]
-    for p in plan.phases:
+    assert [p.name for p in plan.phases] == ["matched Linear mix alpha", "ABC", "RBC", "Linear mix", "MixedNUTS"]
+    assert plan.phases[0].seconds == 0.0 and "(cached: " in plan.phases[0].what
+    for p in plan.phases[1:]:
         assert "20 of 30 cached" in p.what and p.seconds > 0, plan.lines()
     done = plan_module.plan_sanity(str(digits_card), radii=[0.1, 0.2], **args)
-    assert [p.seconds for p in done.phases] == [0.0, 0.0, 0.0], done.lines()
+    assert [p.seconds for p in done.phases] == [0.0] * 5, done.lines()
