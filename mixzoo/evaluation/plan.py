@@ -123,7 +123,7 @@ class Probes:
             return shared, card is None or not extra_attacks
         ev = cached_outcome(request, self.n, device)
         for extra, options in declared_attacks(card, self.s.budget, self.given):
-            subset = torch.tensor([i for i, ok in enumerate(ev["robust_correct"]) if ok], dtype=torch.long)
+            subset = torch.nonzero(torch.tensor(ev["robust_correct"], dtype=torch.bool)).flatten()  # as evaluate_card
             if not len(subset):
                 break
             sub = cached_outcome(extra_request(request, extra, options, subset), len(subset), device)
