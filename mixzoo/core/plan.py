@@ -5,9 +5,9 @@ components, the images, the curve points), each with an estimate from timing a f
 (:func:`per_image`), and print it; ``--dry-run`` stops there. While the command runs, the plan's phases are the
 overall progress line's "phase k of m" and its ETA (:func:`mixzoo.core.progress.phases`).
 
-A row's estimate counts only the examples the cache does not hold (they cost about nothing); the phases whose
-outcomes cannot be looked up before they run (a matched baseline's search, a trade-off curve) are estimated as if
-nothing were cached.
+A row's estimate counts only the examples the cache does not hold (they cost about nothing); a matched baseline's
+search counts as cached only when the cache holds all of it, and a trade-off curve is estimated as if nothing were
+cached.
 """
 
 from __future__ import annotations
