@@ -481,13 +481,12 @@ def bench(
                            cache_dir=cache_dir, use_cache=not no_cache, allow_unsafe=allow_unsafe,
                            progress=not as_json)
     from mixzoo.core.plan import Plan, planned_work
-    from mixzoo.evaluation.bench import budgeted
     from mixzoo.evaluation.plan import plan_bench
 
     chosen_curve = curve and (True if curve_n is None else replace(CurveSettings.for_budget(budget), n=curve_n))
     shape = dict(baseline=True if baseline else None, curve=chosen_curve or None)
-    planned, match_s, curve_s = budgeted(settings, shape["baseline"], shape["curve"], default_attack="adaptive")
-    build = (lambda: plan_bench(card, planned, plots=plots, command=command_line(), baseline=match_s, curve=curve_s)) \
+    build = (lambda: plan_bench(card, settings, plots=plots, command=command_line(), save_adversarial=save_adversarial,
+                                **shape)) \
         if card is not None else \
         (lambda: Plan(command_line(), notes=["no card: the pair is fitted first (`mixzoo mix --dry-run` plans that)"]))
     with planned_work(build, dry_run=dry_run, wanted=not as_json, shown=not as_json and distributed_world().main) \
@@ -584,11 +583,9 @@ def sanity(
                            progress=not as_json)
     baseline = None if not linear else linear_alpha if linear_alpha is not None else True
     from mixzoo.core.plan import planned_work
-    from mixzoo.evaluation.bench import MatchSettings
     from mixzoo.evaluation.plan import plan_sanity
 
-    planned_baseline = MatchSettings.for_budget(budget) if baseline is True else baseline
-    with planned_work(lambda: plan_sanity(card, settings, radii=_parse_floats(eps, "--eps"), baseline=planned_baseline,
+    with planned_work(lambda: plan_sanity(card, settings, radii=_parse_floats(eps, "--eps"), baseline=baseline,
                                           command=command_line()), dry_run=dry_run, wanted=not as_json) as plan:
         if plan is None:
             return

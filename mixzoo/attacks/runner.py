@@ -5,9 +5,12 @@ the methods that fit against an attack (the linear baseline's alpha matching) an
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,25 @@ BF16_COUNTS = ("found_bf16", "confirmed_float32", "rerun_float32")  # a bf16 com
 ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 
 
+_CACHE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("mixzoo_cache_only", default=False)
+
+
+class NotCached(Exception):  # noqa: N818 - a plan's control flow, not an error a user sees
+    """What :func:`evaluate` raises inside :func:`cache_only` when the cache does not hold the finished evaluation."""
+
+
+@contextmanager
+def cache_only() -> Iterator[None]:
+    """Within it :func:`evaluate` returns finished evaluations from the cache and raises :class:`NotCached` instead
+    of attacking (nothing is attacked or written): a plan replays a composite evaluation (the matched baseline's
+    search) to learn whether the cache holds all of it, and its result when it does."""
+    token = _CACHE_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _CACHE_ONLY.reset(token)
+
+
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, request: EvalRequest) -> dict[str, Any]:
     """Attack ``model`` batch by batch as ``request`` (:class:`~mixzoo.core.request.EvalRequest`) asks, saving each
     batch's outcome so an interrupted run resumes.
@@ -59,10 +81,12 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
     """
     run = plan_evaluation(request, images.device)
     n = len(labels)
-    final = request.cache.root / "bench" / f"{run.key}.json"
-    hit = _whole_hit(run, final, n)
+    final = _outcome_path(run)
+    hit = _whole_hit(run, n)
     if hit is not None:
         return hit
+    if _CACHE_ONLY.get():
+        raise NotCached(f"{run.attack} on {request.label or 'a model'}: not in the cache")
     parts, found = _run_batches(model, images, labels, run)
     n_batches = -(-n // run.batch_size)
     merged = merge_outcomes([parts[i] for i in range(n_batches)], run.precision)
@@ -135,16 +159,51 @@ def plan_evaluation(request: EvalRequest, device: torch.device | str) -> Planned
     return PlannedEvaluation(request, attack_cls, options, precision, per_example_seeds, legacy, key)
 
 
-def _whole_hit(run: PlannedEvaluation, final: Path, n: int) -> dict[str, Any] | None:
+def _outcome_path(run: PlannedEvaluation, batch: int | None = None) -> Path:
+    """Where :func:`evaluate` keeps the outcome of ``run``: the whole evaluation's, or batch ``batch``'s while it is
+    under way."""
+    final = run.request.cache.root / "bench" / f"{run.key}.json"
+    return final if batch is None else final.with_suffix(".partial") / f"{batch:06d}.json"
+
+
+def _cached_part(run: PlannedEvaluation, start: int, stop: int, batch: int | None = None) -> dict[str, Any] | None:
+    """The cached outcome of examples ``start:stop`` (the whole evaluation's, or batch ``batch``'s) as
+    :func:`evaluate` would read it (with its saved points when the request keeps them), else ``None``."""
+    request = run.request
+    path = _outcome_path(run, batch)
+    adv = path.with_suffix(ADV_SUFFIX)
+    if not request.cache.enabled or not path.exists() or (request.save_adversarial and not adv.exists()):
+        return None
+    return read_outcome(path, run.key, start, stop, adv if request.save_adversarial else None)
+
+
+def cached_outcome(request: EvalRequest, n: int, device: torch.device | str = "cpu") -> dict[str, Any] | None:
+    """The whole outcome :func:`evaluate` would return for the first ``n`` examples under ``request`` without
+    attacking (its cache holds the finished evaluation), else ``None``; reads the cache, writes nothing."""
+    hit = _cached_part(plan_evaluation(request, device), 0, n)
+    return None if hit is None else {**hit, "cached": True}
+
+
+def cached_examples(request: EvalRequest, n: int, device: torch.device | str = "cpu") -> int:
+    """How many of the first ``n`` examples :func:`evaluate` would read from the cache under ``request`` rather than
+    attack: all of them when the finished evaluation is cached, else those of the batches an interrupted run
+    saved (the same cache key and the same files :func:`evaluate` reads; nothing is written). A plan counts only
+    the others (:func:`mixzoo.evaluation.plan.plan_bench`)."""
+    if not request.cache.enabled or n <= 0:
+        return 0
+    run = plan_evaluation(request, device)
+    if _cached_part(run, 0, n) is not None:
+        return n
+    return sum(min(n, start + run.batch_size) - start for index, start in enumerate(range(0, n, run.batch_size))
+               if _cached_part(run, start, min(n, start + run.batch_size), index) is not None)
+
+
+def _whole_hit(run: PlannedEvaluation, n: int) -> dict[str, Any] | None:
     """The whole evaluation from the cache, when every torchrun rank has it (the attack is collective: every rank
     must take the same path; e.g. a shared cache directory), else ``None``."""
-    request = run.request
-    final_adv = final.with_suffix(ADV_SUFFIX)
-    hit = None
-    if request.cache.enabled and final.exists() and (not request.save_adversarial or final_adv.exists()):
-        hit = read_outcome(final, run.key, 0, n, final_adv if request.save_adversarial else None)
-        if hit is not None:
-            hit["cached"] = True
+    hit = _cached_part(run, 0, n)
+    if hit is not None:
+        hit["cached"] = True
     w = world()
     if hit is not None and (w.size == 1 or all(gather(True))):
         return hit
@@ -184,12 +243,11 @@ def _batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, run: Pl
     """Batch ``index`` (images ``start:stop``): its cached outcome, else attacked when this rank owns it (and
     cached), else ``(None, None)``."""
     request = run.request
-    part_path = request.cache.root / "bench" / f"{run.key}.partial" / f"{index:06d}.json"
+    part_path = _outcome_path(run, index)
     part_adv = part_path.with_suffix(ADV_SUFFIX)
-    if request.cache.enabled and part_path.exists() and (not request.save_adversarial or part_adv.exists()):
-        part = read_outcome(part_path, run.key, start, stop, part_adv if request.save_adversarial else None)
-        if part is not None:
-            return part, part.pop("adversarial", None)
+    part = _cached_part(run, start, stop, index)
+    if part is not None:
+        return part, part.pop("adversarial", None)
     if not world().owns(index):  # under torchrun: batch k is attacked by rank k mod size
         return None, None
     attack_batch = naming_model(request.label, _attack_batch)  # a NaN-logits error names the model

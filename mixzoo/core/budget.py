@@ -112,6 +112,28 @@ def component_options(budget: str | Budget, attack: str, declared: dict[str, Any
     return out
 
 
+LINEAR_COUNTS = ("n_iter", "n_queries")  # the counts an attack's time grows linearly with (a plan's probes cut them)
+
+
+def scaled_counts(attack: str, options: dict[str, Any] | None, fraction: float) -> dict[str, Any]:
+    """``options`` of ``attack`` with each count of :data:`LINEAR_COUNTS` it accepts (also options named after them,
+    e.g. ``screen_n_iter``) at ``fraction`` of its value (the option given, else the attack's default), rounded up,
+    at least 1: a cut of the attack whose time past a fixed part is about ``fraction`` of its own (a plan times two
+    cuts and extrapolates). ``fraction=1`` gives every such count its value. An attack that does not declare its
+    options is left as given."""
+    import math
+
+    out = dict(options or {})
+    accepted = _accepted(attack)
+    if accepted is None:
+        return out
+    for key, default in accepted.items():
+        value = out.get(key, default)
+        if _count_of(key) in LINEAR_COUNTS and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            out[key] = max(1, math.ceil(value * fraction))
+    return out
+
+
 def shared_options(budget: str | Budget, attack: str, given: dict[str, Any] | None) -> dict[str, Any]:
     """The shared attack's options: the budget's caps on its counts (where below the attack's defaults), then the
     options given (``-O``) as they are."""
@@ -159,5 +181,5 @@ def budget_table() -> list[dict[str, Any]]:
              "curve_n": b.curve_n, "curve_points": b.curve_points} for b in BUDGETS.values()]
 
 
-__all__ = ["BUDGETS", "COUNTS", "DEFAULT_BUDGET", "Budget", "budget_help", "budget_of", "budget_table",
-           "component_options", "curve_points", "shared_attack", "shared_options"]
+__all__ = ["BUDGETS", "COUNTS", "DEFAULT_BUDGET", "LINEAR_COUNTS", "Budget", "budget_help", "budget_of", "budget_table",
+           "component_options", "curve_points", "scaled_counts", "shared_attack", "shared_options"]

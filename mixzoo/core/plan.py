@@ -5,7 +5,9 @@ components, the images, the curve points), each with an estimate from timing a f
 (:func:`per_image`), and print it; ``--dry-run`` stops there. While the command runs, the plan's phases are the
 overall progress line's "phase k of m" and its ETA (:func:`mixzoo.core.progress.phases`).
 
-Estimates count every phase as if nothing were cached; cached phases finish at once.
+A row's estimate counts only the examples the cache does not hold (they cost about nothing); a matched baseline's
+search counts as cached only when the cache holds all of it, and a trade-off curve is estimated as if nothing were
+cached.
 """
 
 from __future__ import annotations
@@ -84,7 +86,23 @@ def per_image(run: Callable[[int], Any], n: int, k: int = 4) -> float:
     return (time.perf_counter() - t0) / k
 
 
-__all__ = ["LONG_WORK_S", "Phase", "Plan", "make_plan", "per_image", "planned_work", "show_plan"]
+def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[float, float], k: int = 4) -> float:
+    """Seconds per image of the whole work from ``run(k, f)``: the work on the first ``k`` (at most ``n``) images
+    cut to fraction ``f`` of its iterations (its time linear in them past a fixed part), timed at both
+    ``fractions`` after a warm-up call on one image, and extrapolated to ``f = 1`` along the line through the two
+    (never below the larger time)."""
+    k, (f1, f2) = max(1, min(k, n)), fractions
+    run(1, f1)
+    took = []
+    for f in dict.fromkeys((f1, f2)):  # one timing when there is nothing to cut (both fractions 1)
+        t0 = time.perf_counter()
+        run(k, f)
+        took.append(time.perf_counter() - t0)
+    slope = max(0.0, (took[-1] - took[0]) / (f2 - f1)) if f2 > f1 else 0.0
+    return (took[-1] + (1.0 - f2) * slope) / k
+
+
+__all__ = ["LONG_WORK_S", "Phase", "Plan", "make_plan", "per_image", "per_image_cut", "planned_work", "show_plan"]
 
 
 def make_plan(build: Callable[[], Plan], command: str, *, dry_run: bool, wanted: bool = True) -> Plan:

@@ -172,6 +172,11 @@ def mixed_key_parts(card: Any, abc: nn.Module, rbc: nn.Module, data: Any) -> dic
     return card_key_parts(card, abc, rbc, data)
 
 
+def model_key_parts(model: nn.Module, data: Any) -> dict[str, Any]:
+    """Cache key of the ABC's or the RBC's evaluation row."""
+    return {"data": data.fingerprint, "model": model_key(model)}
+
+
 def linear_key_parts(abc: nn.Module, rbc: nn.Module, data: Any, alpha: float) -> dict[str, Any]:
     """Cache key of the linear baseline's evaluation row at ``alpha``."""
     return {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc), "linear_alpha": alpha}
@@ -374,17 +379,24 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tenso
         subset = torch.tensor([i for i, ok in enumerate(ev["robust_correct"]) if ok], dtype=torch.long)
         if not len(subset):
             break
-        # the subset's examples keep their own indices (in the data set, when ``images`` are a subset of it)
-        index = subset if request.example_index is None else request.example_index[subset]
-        sub_request = request.replace(
-            attack=extra.attack, attack_options=extra_options, seed=request.record.seed + extra.seed_offset,
-            example_index=index, label=f"{request.label}: {extra.name}",
-            key_parts={**request.key_parts, "extra": extra.name, "gradient": extra.gradient,
-                       "subset": content_key({"rows": subset.tolist()})})
+        sub_request = extra_request(request, extra, extra_options, subset)
         sub = evaluate(method.build(abc, rbc, card, gradient=extra.gradient), images[subset], labels[subset],
                        sub_request)
         ev = worst_case(ev, sub, subset, extra.name)
     return ev
+
+
+def extra_request(request: EvalRequest, extra: Any, options: dict[str, Any], subset: torch.Tensor) -> EvalRequest:
+    """The request of declared attack ``extra`` (with ``options``) on the examples ``subset`` still robust under the
+    shared attack's ``request`` (:func:`evaluate_card`): the extra's attack, options and seed, the subset's own
+    indices (in the data set, when the images are a subset of it), its cache key adding its name, gradient and
+    subset."""
+    index = subset if request.example_index is None else request.example_index[subset]
+    return request.replace(
+        attack=extra.attack, attack_options=options, seed=request.record.seed + extra.seed_offset,
+        example_index=index, label=f"{request.label}: {extra.name}",
+        key_parts={**request.key_parts, "extra": extra.name, "gradient": extra.gradient,
+                   "subset": content_key({"rows": subset.tolist()})})
 
 
 @dataclass(frozen=True)
@@ -570,8 +582,7 @@ def _model_row(run: BenchRun, role: str) -> ModelResult:
     model = getattr(run.ce, role)
     name = evaluated_name(run.cards[0], role, model)
     ev = evaluate(model, run.ce.data.images, run.ce.data.labels,
-                  run.request.replace(key_parts={"data": run.ce.data.fingerprint, "model": model_key(model)},
-                                      label=name))
+                  run.request.replace(key_parts=model_key_parts(model, run.ce.data), label=name))
     return run.row(name, role, ev)
 
 

@@ -1,133 +1,326 @@
 """The plans of ``mixzoo bench`` and ``mixzoo sanity`` (:class:`~mixzoo.core.plan.Plan`): their rows, attacks, images
-and curve points, each phase estimated from the real attack timed on a few evaluation images (uncached)."""
+and curve points, each phase estimated from the real attack timed on a few evaluation images (uncached), with the
+settings' budget applied as the commands apply it (:func:`~mixzoo.evaluation.bench.budgeted`).
+
+A probe times the attack cut to a tenth and a fifth of its iteration and query counts (APGD's and Square's time is
+linear in them) and extrapolates to the full counts (:func:`~mixzoo.core.plan.per_image_cut`). A row counts only the
+examples whose outcomes the cache does not hold (:func:`~mixzoo.attacks.runner.cached_examples`: the same cache keys
+the run reads); a row the cache holds whole is not probed at all."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
-from mixzoo.attacks.runner import evaluate
+import torch
+
+from mixzoo.attacks.runner import cached_examples, cached_outcome, evaluate
+from mixzoo.core.budget import LINEAR_COUNTS, scaled_counts
 from mixzoo.core.cache import Cache
-from mixzoo.core.plan import Plan, per_image
+from mixzoo.core.plan import Plan, per_image_cut
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.bench import (
-    CURVE,
-    MATCH,
     CurveSettings,
     MatchSettings,
+    budgeted,
     card_evaluation,
+    card_key_parts,
     check_run_settings,
+    declared_attacks,
     evaluate_card,
     evaluated_name,
+    extra_request,
     load_card,
+    matched_linear_alpha,
+    model_key_parts,
+    resolved_batch_size,
+    run_record_of,
+    worst_case,
 )
 from mixzoo.methods.base import baseline_method
 
 MATCH_STEPS = 6  # the baseline's bisection over its alpha grid: about log2(51) evaluations
+FRACTIONS = (0.1, 0.2)  # the probes' cuts of each iteration / query count
 
 
-def _probe(ce: Any, s: RunSettings, attack: str, options: dict[str, Any] | None, eps: float,
-           card: Any = None, model: Any = None, extra_attacks: bool | None = None) -> float:
-    """Seconds per image of ``attack`` on a card's classifier (with its extra attacks unless ``extra_attacks`` is
-    false; default: as the settings say) or on ``model``: the real attack on a few evaluation images, nothing read
-    from or written to the cache."""
-    extras = s.extra_attacks if extra_attacks is None else extra_attacks
-    record = RunRecord.from_settings(s, eps=eps, norm=ce.norm, precision="float32").replace(
-        attack=attack, attack_options=options or {})
-    request = EvalRequest(record, Cache(None, enabled=False), label="plan", progress=False)
+@dataclass(frozen=True)
+class Cost:
+    """A row's seconds per image: ``total`` (its shared attack and its declared attacks) and ``extras`` (the declared
+    attacks' part)."""
 
-    def run(k: int) -> None:
-        images, labels = ce.data.images[:k], ce.data.labels[:k]
-        if card is not None:
-            evaluate_card(card, ce.abc, ce.rbc, images, labels, request.replace(key_parts={"plan": k}),
-                          extra_attacks=extras)
-        else:
-            evaluate(model, images, labels, request.replace(key_parts={"plan": k}))
-
-    return per_image(run, len(ce.data.labels))
+    total: float
+    extras: float = 0.0
 
 
-def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: MatchSettings | None = MATCH,
-               curve: CurveSettings | None = CURVE, plots: bool = True, command: str = "mixzoo bench",
-               **changes: Any) -> Plan:
+@dataclass
+class Probes:
+    """The timings and cache look-ups of one plan: the card evaluation ``ce``, the settings (budget applied),
+    ``given`` (the user's ``-O``, which the declared attacks' counts follow) and the request whose cache and key
+    the run uses (``request``)."""
+
+    ce: Any
+    s: RunSettings
+    given: dict[str, Any]
+    request: EvalRequest
+    memo: dict[Any, Cost] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.ce.data.labels)
+
+    def cost(self, attack: str, options: dict[str, Any] | None, eps: float, *, card: Any = None, model: Any = None,
+             extra_attacks: bool | None = None) -> Cost:
+        """Seconds per image of ``attack`` (with ``options``, as the run has them) at ``eps`` on ``card``'s classifier
+        (with its declared attacks unless ``extra_attacks`` is false; default: as the settings say) or on
+        ``model``: the attack cut to :data:`FRACTIONS` of its counts on a few evaluation images, nothing read from or
+        written to the cache, extrapolated to the full counts."""
+        extras = bool(card is not None and (self.s.extra_attacks if extra_attacks is None else extra_attacks))
+        memo_key = (attack, repr(sorted((options or {}).items())), eps, id(card), id(model), extras)
+        if memo_key not in self.memo:
+            self.memo[memo_key] = self._timed(attack, options or {}, eps, card if card is not None else model,
+                                              extras)
+        return self.memo[memo_key]
+
+    def _timed(self, attack: str, options: dict[str, Any], eps: float, target: Any, extras: bool) -> Cost:
+        from mixzoo.core.card import MixCard
+
+        is_card = isinstance(target, MixCard)
+        declared = declared_attacks(target, self.s.budget, self.given) if is_card and extras else []
+        # the declared attacks' counts cut through -O counts: each the cut of the largest among them
+        top = {c: max([v for e, o in declared for k, v in scaled_counts(e.attack, o, 1.0).items()
+                       if (k == c or k.endswith("_" + c)) and isinstance(v, int)] or [0]) for c in LINEAR_COUNTS}
+        record = RunRecord.from_settings(self.s, eps=eps, norm=self.ce.norm, precision="float32")
+        request = EvalRequest(record, Cache(None, enabled=False), label="plan", progress=False)
+        last: dict[str, Any] = {}
+
+        def run(k: int, f: float) -> None:
+            images, labels = self.ce.data.images[:k], self.ce.data.labels[:k]
+            cut = request.replace(attack=attack, attack_options=scaled_counts(attack, options, f),
+                                  key_parts={"plan": k})
+            if is_card:
+                over = {**self.given, **{c: max(1, math.ceil(v * f)) for c, v in top.items() if v}}
+                last["ev"] = evaluate_card(target, self.ce.abc, self.ce.rbc, images, labels, cut,
+                                           extra_attacks=extras, budget=self.s.budget, overrides=over)
+            else:
+                last["ev"] = evaluate(target, images, labels, cut)
+
+        sec = per_image_cut(run, self.n, _fractions(attack, options))
+        ev = last["ev"]
+        names = {e.name for e, _ in declared}
+        share = sum(c["seconds"] for c in ev["components"] if c["name"] in names) / ev["seconds"] \
+            if names and ev["seconds"] > 0 else 0.0
+        return Cost(sec, sec * min(1.0, share))
+
+    def cached(self, request: EvalRequest, *, card: Any = None, extra_attacks: bool = True) -> tuple[int, bool]:
+        """How many of the row's examples the cache holds under the shared attack's ``request``, and whether it
+        holds the row's declared attacks too (on the examples the cached outcome leaves robust)."""
+        device = self.ce.data.images.device
+        shared = cached_examples(request, self.n, device)
+        if card is None or not extra_attacks or shared < self.n:
+            return shared, card is None or not extra_attacks
+        ev = cached_outcome(request, self.n, device)
+        for extra, options in declared_attacks(card, self.s.budget, self.given):
+            subset = torch.nonzero(torch.tensor(ev["robust_correct"], dtype=torch.bool)).flatten()  # as evaluate_card
+            if not len(subset):
+                break
+            sub = cached_outcome(extra_request(request, extra, options, subset), len(subset), device)
+            if sub is None:
+                return shared, False
+            ev = worst_case(ev, sub, subset, extra.name)
+        return shared, True
+
+    def row(self, request: EvalRequest, cost: Any, *, card: Any = None, extra_attacks: bool = True
+            ) -> tuple[float, int, bool]:
+        """A row's estimate under ``request`` (the run's cache key), its cached examples and whether its declared
+        attacks are cached; ``cost()`` (:meth:`cost`'s) is called only when something is left to run."""
+        shared, extras_cached = self.cached(request, card=card, extra_attacks=extra_attacks)
+        if shared == self.n and extras_cached:
+            return 0.0, shared, True
+        c = cost()
+        # a shared outcome not whole in the cache changes the robust subset: the declared attacks run on all of it
+        return (c.total - c.extras) * (self.n - shared) + (0.0 if extras_cached else c.extras * self.n), shared, \
+            extras_cached
+
+
+    def matched_alpha(self, match: MatchSettings) -> float | None:
+        """The matched baseline's alpha when the cache holds its whole search (the bench's search replayed from the
+        cache: nothing attacked or written), else ``None``."""
+        from mixzoo.attacks.runner import NotCached, cache_only
+
+        matching = self.request.replace(attack=match.attack, attack_options=match.options, precision="float32",
+                                        save_adversarial=False)
+        try:
+            with cache_only():
+                alpha, _, _ = matched_linear_alpha(self.ce, matching, match_n=match.n,
+                                                   extra_attacks=self.s.extra_attacks, budget=self.s.budget,
+                                                   overrides=self.given)
+        except NotCached:
+            return None
+        return alpha
+
+
+def _fractions(attack: str, options: dict[str, Any]) -> tuple[float, float]:
+    """:data:`FRACTIONS` as the cut counts make them (rounded up): those of the attack's largest iteration count
+    (``(1, 1)``, no cut, for an attack without one or with one too small to cut twice)."""
+    full = scaled_counts(attack, options, 1.0)
+    counted = [(v, k) for k, v in full.items() if any(k == c or k.endswith("_" + c) for c in LINEAR_COUNTS)
+               and isinstance(v, int) and not isinstance(v, bool) and v > 0 and k not in ("n_queries",)]
+    if not counted:
+        return (1.0, 1.0)
+    value, key = max(counted)
+    f1, f2 = (scaled_counts(attack, options, f)[key] / value for f in FRACTIONS)
+    return (f1, f2) if f1 < f2 else (1.0, 1.0)  # counts too small to cut twice: timed whole
+
+
+def _cached_text(shared: int, n: int, extras_cached: bool, what: str = "") -> str:
+    """The ", N of M cached" a row's line adds when the cache holds any of it."""
+    if not shared:
+        return ""
+    return f", {shared} of {n} cached{what}" + ("" if extras_cached or shared < n else
+                                                " (not its extra attacks' outcomes)")
+
+
+def _probes(cards: list[Any], s: RunSettings, given: dict[str, Any], save_adversarial: bool) -> Probes:
+    """The plan's :class:`Probes`: the first card's evaluation and the run's request (batch size resolved, its
+    record the run's, the run's cache)."""
+    ce = card_evaluation(cards[0], s)
+    s = s.changed(batch_size=resolved_batch_size(s.batch_size, ce.abc, ce.rbc, ce.data, s.device))
+    request = EvalRequest(run_record_of(s, cards, ce), Cache(s.cache_dir, enabled=s.use_cache), progress=False,
+                          save_adversarial=save_adversarial)
+    return Probes(ce, s, given, request)
+
+
+def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: MatchSettings | bool | None = True,
+               curve: CurveSettings | bool | None = True, plots: bool = True, command: str = "mixzoo bench",
+               save_adversarial: bool = False, **changes: Any) -> Plan:
     """What :func:`~mixzoo.evaluation.bench.bench` will run for ``card`` (one card or a list of one pair's cards)
-    with these settings, phase by phase, each estimated from its attack timed on a few images."""
+    with these settings (their budget applied as the bench applies it; ``baseline`` and ``curve`` as the bench
+    takes them, ``True``: the budget's), phase by phase, each estimated from its attack timed on a few images and
+    counting only what the cache does not hold (``save_adversarial``: the run keeps the adversarial points, so a
+    cached outcome without them is attacked again)."""
     s = settings_of(settings, changes)
+    given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
+    s, baseline, curve = budgeted(s, baseline, curve, default_attack="adaptive")
     check_run_settings(s)
     cards = [load_card(c) for c in (card if isinstance(card, list | tuple) else [card])]
-    ce = card_evaluation(cards[0], s)
-    n = len(ce.data.labels)
+    p = _probes(cards, s, given, save_adversarial)
+    ce, s, n = p.ce, p.s, p.n
     plan = Plan(command)
-    given = ", ".join(f"{k}={v}" for k, v in sorted(s.attack_options.items()))
-    attack = f"{s.attack} ({given})" if given else s.attack
+    opts = ", ".join(f"{k}={v}" for k, v in sorted(given.items()))
+    attack = f"{s.attack} ({opts})" if opts else s.attack
+    any_cached = False
     for role, model in (("ABC", ce.abc), ("RBC", ce.rbc)):
-        sec = _probe(ce, s, s.attack, s.attack_options, ce.eps, model=model)
-        plan.add(f"{role} {evaluated_name(cards[0], role.lower(), model)}", f"{attack} on {n} images", sec * n)
-    card_sec = None
+        sec, shared, done = p.row(p.request.replace(key_parts=model_key_parts(model, ce.data)),
+                                  lambda m=model: p.cost(s.attack, s.attack_options, ce.eps, model=m))
+        any_cached |= shared > 0
+        plan.add(f"{role} {evaluated_name(cards[0], role.lower(), model)}",
+                 f"{attack} on {n} images{_cached_text(shared, n, done)}", sec)
     for c in cards:
         method = c.mixing_method
         extras = [e.name for e in method.extra_attacks(c)] if s.extra_attacks else []
-        sec = _probe(ce, s, s.attack, s.attack_options, ce.eps, card=c)
-        card_sec = card_sec if card_sec is not None else sec
+        sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(c, ce.abc, ce.rbc, ce.data)),
+                                  lambda c=c: p.cost(s.attack, s.attack_options, ce.eps, card=c),
+                                  card=c, extra_attacks=s.extra_attacks)
+        any_cached |= shared > 0
         plus = f" + {', '.join(extras)} on the examples still robust" if extras else ""
-        plan.add(method.title or method.name, f"{attack}{plus} on {n} images", sec * n)
-    lin = baseline_method()
-    if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name:
-        match_n = min(baseline.n, n)
-        sec = _probe(ce, s, baseline.attack, baseline.options, ce.eps, card=lin.card_at(0.9, cards[0]))
-        plan.add(f"matched {lin.title}",
-                 f"{cards[0].mixing_method.title or cards[0].method} and about {MATCH_STEPS} alphas under "
-                 f"{baseline.attack} on {match_n} images, then its row: {attack} on {n} images",
-                 (MATCH_STEPS + 1) * sec * match_n + (card_sec or 0.0) * n)
-    method = cards[0].mixing_method
-    points = method.curve_points
-    if curve is not None:
-        curve_n = min(curve.n, n)
-        # the curve's points get the curve's attack alone, never the card's extra attacks
-        sec = _probe(ce, s, curve.attack, curve.options, ce.eps, card=cards[0], extra_attacks=False) if points \
-            else None
-        count = str(points) if points else "the method's"
-        plan.add("trade-off curve", f"{count} points under {curve.attack} on {curve_n} images",
-                 None if sec is None else points * sec * curve_n)
+        plan.add(method.title or method.name, f"{attack}{plus} on {n} images{_cached_text(shared, n, done)}", sec)
+    _bench_tail(plan, p, cards, baseline, curve, attack)
     figures = (" and figures (a method's figures may need its calibration data: cached by `mixzoo mix` on this "
                "machine)") if plots else ""
     plan.add("report", f"report.json, report.md{figures}", None)
     if s.attack_options.get("n_iter") is None:
         plan.notes.append("attacks stop on an example once it is broken, so the estimate follows the sample's "
                           "robust share")
+    if any_cached:
+        plan.notes.append("a matched baseline's search counts as cached only when the cache holds all of it; the "
+                          "trade-off curve is estimated as if nothing were cached")
     return plan
 
 
+def _bench_tail(plan: Plan, p: Probes, cards: list[Any], baseline: MatchSettings | None,
+                curve: CurveSettings | None, attack: str) -> None:
+    """The bench plan's matched baseline and trade-off curve phases."""
+    ce, s, n = p.ce, p.s, p.n
+    lin = baseline_method()
+    if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name:
+        match_n = min(baseline.n, n)
+        search = f"{cards[0].mixing_method.title or cards[0].method} and about {MATCH_STEPS} alphas under " \
+                 f"{baseline.attack} on {match_n} images"
+        alpha = p.matched_alpha(baseline)
+        if alpha is None:  # its row's cost: the card's, as the baseline's alpha is not known yet
+            sec = p.cost(baseline.attack, baseline.options, ce.eps, card=lin.card_at(0.9, cards[0])).total
+            card_sec = p.cost(s.attack, s.attack_options, ce.eps, card=cards[0]).total
+            plan.add(f"matched {lin.title}", f"{search}, then its row: {attack} on {n} images",
+                     (MATCH_STEPS + 1) * sec * match_n + card_sec * n)
+        else:
+            lin_card = lin.card_at(alpha, cards[0])
+            sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(lin_card, ce.abc, ce.rbc, ce.data)),
+                                      lambda: p.cost(s.attack, s.attack_options, ce.eps, card=lin_card),
+                                      card=lin_card, extra_attacks=s.extra_attacks)
+            plan.add(f"matched {lin.title}", f"{search} (cached: alpha {alpha:.2f}), then its row: {attack} on {n} "
+                                             f"images{_cached_text(shared, n, done)}", sec)
+    points = cards[0].mixing_method.curve_points
+    if curve is not None:
+        curve_n = min(curve.n, n)
+        # the curve's points get the curve's attack alone, never the card's extra attacks
+        sec = p.cost(curve.attack, curve.options, ce.eps, card=cards[0], extra_attacks=False).total if points \
+            else None
+        count = str(points) if points else "the method's"
+        plan.add("trade-off curve", f"{count} points under {curve.attack} on {curve_n} images",
+                 None if sec is None else points * sec * curve_n)
+
+
 def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[float] | None = None,
-                baseline: MatchSettings | float | None = MATCH, command: str = "mixzoo sanity",
+                baseline: MatchSettings | float | bool | None = True, command: str = "mixzoo sanity",
                 **changes: Any) -> Plan:
-    """What :func:`~mixzoo.evaluation.sanity.eps_sweep` will run: each model at each radius."""
+    """What :func:`~mixzoo.evaluation.sanity.eps_sweep` will run: each model at each radius, with the settings'
+    budget applied as the sweep applies it (``baseline`` as the sweep takes it: ``True``, the budget's matched
+    baseline; a number, the baseline at that alpha), counting only what the cache does not hold."""
     from mixzoo.evaluation.sanity import default_radii
 
-    s = settings_of(settings, changes, attack="adaptive-apgd", n=200)
+    s = settings_of(settings, changes, attack=None, n=200)
+    given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
+    fixed = isinstance(baseline, int | float) and not isinstance(baseline, bool)  # a given alpha: no matching
+    s, match, _ = budgeted(s, None if fixed else baseline, None, default_attack="adaptive-apgd")
     check_run_settings(s)
-    ce = card_evaluation(load_card(card), s)
-    n = len(ce.data.labels)
+    p = _probes([load_card(card)], s, given, False)
+    ce, s, n = p.ce, p.s, p.n
     radii = default_radii(ce.eps, ce.data.images, ce.norm) if radii is None else sorted({float(r) for r in radii})
     plan = Plan(command)
-    top = max(radii)
-    rows = [("ABC", None, ce.abc), ("RBC", None, ce.rbc)]
+    rows: list[tuple[str, Any, Any]] = [("ABC", None, ce.abc), ("RBC", None, ce.rbc)]
     lin = baseline_method()
-    if baseline is not None and lin is not None and ce.card.method != lin.name:
-        if isinstance(baseline, MatchSettings):
-            sec = _probe(ce, s, baseline.attack, baseline.options, ce.eps, card=lin.card_at(0.9, ce.card))
-            plan.add(f"matched {lin.title} alpha", f"about {MATCH_STEPS} alphas under {baseline.attack} on "
-                                                   f"{min(baseline.n, n)} images",
-                     (MATCH_STEPS + 1) * sec * min(baseline.n, n))
-        rows.append((lin.title, lin.card_at(0.9, ce.card), None))
+    alpha = float(baseline) if fixed else None  # type: ignore[arg-type]
+    if (match is not None or fixed) and lin is not None and ce.card.method != lin.name:
+        if match is not None:
+            alpha = p.matched_alpha(match)
+            sec = 0.0 if alpha is not None else \
+                p.cost(match.attack, match.options, ce.eps, card=lin.card_at(0.9, ce.card)).total
+            plan.add(f"matched {lin.title} alpha", f"about {MATCH_STEPS} alphas under {match.attack} on "
+                                                   f"{min(match.n, n)} images"
+                                                   f"{'' if alpha is None else f' (cached: {alpha:.2f})'}",
+                     (MATCH_STEPS + 1) * sec * min(match.n, n))
+        rows.append((lin.title, lin.card_at(0.9 if alpha is None else alpha, ce.card), None))
     rows.append((ce.card.mixing_method.title or ce.card.method, ce.card, None))
+    listed = ", ".join(f"{r:g}" for r in radii)
     for name, c, model in rows:
         # the smallest radius is the slowest (fewest examples break early): timed there, counted for every radius
-        sec = _probe(ce, s, s.attack, s.attack_options, min(radii), card=c, model=model)
-        listed = ", ".join(f"{r:g}" for r in radii)
-        plan.add(str(name), f"{s.attack} on {n} images at {len(radii)} radii (eps {listed})", sec * n * len(radii))
-    plan.notes.append(f"the largest radius, {top:g}, breaks most examples at once: the estimate is an upper bound")
+        def cost(c: Any = c, model: Any = model) -> Any:
+            return p.cost(s.attack, s.attack_options, min(radii), card=c, model=model)
+
+        key = model_key_parts(model, ce.data) if c is None else card_key_parts(c, ce.abc, ce.rbc, ce.data)
+        # the matched baseline's alpha is known only once matched (or its search is cached): else estimated uncached
+        known = c is None or c is ce.card or alpha is not None
+        at = [p.row(p.request.replace(eps=r, key_parts=key), cost, card=c, extra_attacks=s.extra_attacks)
+              if known else (cost().total * n, 0, False) for r in radii]
+        shared, done = sum(a[1] for a in at), all(a[2] for a in at)
+        plan.add(str(name), f"{s.attack} on {n} images at {len(radii)} radii (eps {listed})"
+                            f"{_cached_text(shared, n * len(radii), done, ' (images x radii)')}",
+                 sum(a[0] for a in at))
+    plan.notes.append(f"the largest radius, {max(radii):g}, breaks most examples at once: the estimate is an upper "
+                      "bound")
     return plan
 
 

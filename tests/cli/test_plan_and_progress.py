@@ -117,3 +117,17 @@ def test_a_plan_goes_to_stderr_before_long_work_only(capsys):
     assert seen.err.startswith("plan of `mixzoo bench x` (2 phases):") and seen.out == ""
     next_phase()
     assert capsys.readouterr().err == ""  # once
+
+
+def test_a_dry_run_after_the_run_counts_its_rows_as_cached(digits_card, tmp_path):
+    args = ["bench", str(digits_card), "--n", "10", "--attack", "apgd", "-O", "n_iter=2", "--no-curve", "--no-plots",
+            "--no-baseline", "--out", str(tmp_path / "b"), "--cache-dir", str(tmp_path / "c")]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    res = CliRunner().invoke(app, [*args, "--dry-run"])
+    assert res.exit_code == 0, res.output
+    for phase in ("1. ABC digits-std", "2. RBC digits-pgd", "3. MixedNUTS"):
+        line = next(x for x in res.stdout.splitlines() if phase in x)
+        assert line.endswith("on 10 images, 10 of 10 cached (~0:00)"), line
+    # the same run keeping its adversarial points: the cached outcomes lack them, so they are attacked again
+    res = CliRunner().invoke(app, [*args, "--save-adversarial", "--dry-run"])
+    assert "cached" not in next(x for x in res.stdout.splitlines() if "1. ABC" in x)

@@ -4,7 +4,7 @@ trade-off curve's points with the curve's attack alone (as :meth:`MixingMethod.t
 from __future__ import annotations
 
 import mixzoo.evaluation.plan as plan_module
-from mixzoo.evaluation.bench import CurveSettings
+from mixzoo.evaluation.bench import CurveSettings, MatchSettings
 from mixzoo.evaluation.plan import plan_bench
 
 
@@ -23,3 +23,106 @@ def test_the_curve_is_timed_without_the_cards_extra_attacks(digits_card, monkeyp
     curve_calls = [extras for attack, extras in seen if attack == "apgd" and extras is False]
     assert curve_calls, seen  # the curve's points: the curve's attack alone
     assert [p.name for p in plan.phases][-2:] == ["trade-off curve", "report"]
+
+
+def _seen_options(monkeypatch):
+    """Every evaluation's (label, options) as the runner resolves it: probes, cache look-ups, declared attacks."""
+    import mixzoo.attacks.runner as runner
+
+    seen: list[tuple[str, dict]] = []
+    real = runner.plan_evaluation
+
+    def spy(request, device):
+        # an APGD run without n_iter runs APGD's own 100 iterations
+        options = request.record.options()
+        seen.append((request.label, {"n_iter": 100, **options} if "apgd" in request.record.attack else options))
+        return real(request, device)
+
+    monkeypatch.setattr(runner, "plan_evaluation", spy)
+    return seen
+
+
+def _n_iters(seen, prefix="plan"):
+    return {o["n_iter"] for label, o in seen if label.startswith(prefix) and "n_iter" in o}
+
+
+def test_the_sanity_plan_applies_the_budget_as_the_sweep_does(digits_card, monkeypatch, tmp_path):
+    seen = _seen_options(monkeypatch)
+    plan = plan_module.plan_sanity(str(digits_card), n=120, radii=[0.1], budget="quick", cache_dir=tmp_path)
+    # quick: every count at most 10 (shared attack, matching attack, declared attacks), its baseline on 100 images
+    assert _n_iters(seen) and max(_n_iters(seen)) <= 10, seen
+    assert max(_n_iters(seen, "")) <= 10
+    assert "about 6 alphas under adaptive-apgd on 100 images" in plan.phases[0].what
+    seen.clear()
+    plan = plan_module.plan_sanity(str(digits_card), n=120, radii=[0.1], budget="standard", cache_dir=tmp_path)
+    # standard caps nothing: the probes cut APGD's own 100 iterations (to 10 and 20); its baseline on all 120
+    assert max(_n_iters(seen)) == 20 and "on 120 images" in plan.phases[0].what
+
+
+def test_the_bench_plan_applies_the_budget_to_the_declared_attacks(digits_card, monkeypatch, tmp_path):
+    seen = _seen_options(monkeypatch)
+    plan_bench(str(digits_card), n=8, attack="apgd", budget="quick", eps=0.01, baseline=None, curve=None,
+               cache_dir=tmp_path)  # a small eps: examples stay robust, so the declared attack runs
+    assert any(label.endswith("apgd-bypass") for label, _ in seen), seen  # the card's declared attack was timed
+    assert max(_n_iters(seen, "")) <= 10, seen
+
+
+def test_probes_time_cut_iteration_counts(digits_card, monkeypatch, tmp_path):
+    seen = _seen_options(monkeypatch)
+    plan = plan_bench(str(digits_card), n=8, attack="apgd", baseline=None, curve=None, cache_dir=tmp_path)
+    assert _n_iters(seen) == {10, 20}, seen  # a tenth and a fifth of APGD's 100 iterations, never all of them
+    assert all(p.seconds > 0 for p in plan.phases[:3])
+
+
+def test_the_cut_timings_extrapolate_along_a_line(monkeypatch):
+    import mixzoo.core.plan as core_plan
+
+    clock = [0.0]
+    monkeypatch.setattr(core_plan.time, "perf_counter", lambda: clock[0])
+
+    def run(k, f):  # per image: 0.5 s fixed and 3 s for the whole iteration count
+        clock[0] += k * (0.5 + 3.0 * f)
+
+    assert abs(core_plan.per_image_cut(run, 100, (0.1, 0.2)) - 3.5) < 1e-9
+    assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0)) - 3.5) < 1e-9  # nothing to cut: timed whole
+
+
+TINY_MATCH = MatchSettings(attack="apgd", options={"n_iter": 2, "n_target_classes": 1}, n=10)
+
+
+def _bench_args(tmp_path):
+    return dict(n=10, attack="apgd", attack_options={"n_iter": 2}, baseline=TINY_MATCH, curve=None,
+                cache_dir=tmp_path)
+
+
+def test_rows_the_cache_holds_are_estimated_at_nothing_and_not_probed(digits_card, monkeypatch, tmp_path):
+    from mixzoo.evaluation.bench import bench
+
+    fresh = plan_bench(str(digits_card), **_bench_args(tmp_path))
+    assert all(p.seconds > 0 and "cached" not in p.what for p in fresh.phases[:4]), fresh.lines()
+    report = bench(str(digits_card), plots=False, progress=False, **_bench_args(tmp_path))
+    seen = _seen_options(monkeypatch)
+    plan = plan_bench(str(digits_card), **_bench_args(tmp_path))
+    assert [p.name for p in plan.phases][3] == "matched Linear mix"
+    assert [p.seconds for p in plan.phases[:4]] == [0.0, 0.0, 0.0, 0.0], plan.lines()
+    assert all(p.what.endswith("on 10 images, 10 of 10 cached") for p in plan.phases[:4]), plan.lines()
+    alpha = report.row("linear").alpha
+    assert f"(cached: alpha {alpha:.2f})" in plan.phases[3].what  # the search replayed from the cache
+    assert _n_iters(seen) == set()  # nothing probed
+    # the run keeps adversarial points this time: outcomes cached without them are attacked again
+    again = plan_bench(str(digits_card), save_adversarial=True, **_bench_args(tmp_path))
+    assert all(p.seconds > 0 for p in again.phases[:4])
+
+
+def test_the_sanity_plan_counts_what_the_sweep_cached(digits_card, tmp_path):
+    from mixzoo.evaluation.sanity import eps_sweep
+
+    args = dict(n=10, attack="apgd", attack_options={"n_iter": 2}, baseline=TINY_MATCH, cache_dir=tmp_path)
+    eps_sweep(str(digits_card), radii=[0.1, 0.2], progress=False, **args)
+    plan = plan_module.plan_sanity(str(digits_card), radii=[0.1, 0.2, 0.3], **args)
+    assert [p.name for p in plan.phases] == ["matched Linear mix alpha", "ABC", "RBC", "Linear mix", "MixedNUTS"]
+    assert plan.phases[0].seconds == 0.0 and "(cached: " in plan.phases[0].what
+    for p in plan.phases[1:]:
+        assert "20 of 30 cached" in p.what and p.seconds > 0, plan.lines()
+    done = plan_module.plan_sanity(str(digits_card), radii=[0.1, 0.2], **args)
+    assert [p.seconds for p in done.phases] == [0.0] * 5, done.lines()
