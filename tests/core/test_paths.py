@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from foreign_files import put_foreign
 from typer.testing import CliRunner
 
 from mixzoo.cli import app
@@ -122,26 +123,13 @@ def test_safe_component_keeps_names_in_their_folder():
 
 
 # ----------------------------------------------------------------------------------------------------- outputs
-def _special(path: Path, kind: str, tmp_path: Path) -> None:
-    """Put a special file at ``path``: a FIFO, a directory, a symbolic link to a file elsewhere."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    else:
-        target = tmp_path / "elsewhere.txt"
-        target.write_text("someone's file\n")
-        path.symlink_to(target)
-
-
 def test_check_output_refuses_special_and_foreign_files(tmp_path):
     from mixzoo.core.paths import check_output, json_with
 
     ours = json_with("models")
     for kind in ("fifo", "directory", "link"):
         path = tmp_path / kind / "report.json"
-        _special(path, kind, tmp_path)
+        put_foreign(path, kind, tmp_path)
         with pytest.raises(InputError, match="a FIFO|a directory|a symbolic link"):
             check_output(path, ours=ours)
         with pytest.raises(InputError):
@@ -154,7 +142,7 @@ def test_check_output_refuses_special_and_foreign_files(tmp_path):
     foreign.write_text('{"models": []}')
     assert check_output(foreign, ours=ours) == foreign
     assert check_output(tmp_path / "new" / "x.json", ours=ours) == tmp_path / "new" / "x.json"
-    assert (tmp_path / "link" / "report.json").is_symlink() and (tmp_path / "elsewhere.txt").read_text()
+    assert (tmp_path / "link" / "report.json").is_symlink() and (tmp_path / "elsewhere.json").read_text()
 
 
 def test_a_hugging_face_snapshot_links_its_weights_to_its_blobs(tmp_path):
