@@ -90,14 +90,15 @@ def export_cmd(
 
 
 def _fields(values: list[str] | None) -> dict[str, Any]:
-    """``--set KEY=VALUE`` words as model_info fields, read by the one parser; a text field whose value reads as a
-    number or list keeps it as written (``--set venue=2024`` is the text "2024"). Their specs convert them."""
+    """``--set KEY=VALUE`` words as model_info fields, read by the one parser; a value that reads as a number or
+    list keeps its text as written (``--set venue=2024`` is the text "2024") unless its field's spec has another
+    type. The specs convert them (:func:`mixzoo.share.robustbench.model_info`)."""
     from mixzoo.core.options import parse_pairs
     from mixzoo.share.robustbench import USER_FIELDS
 
     out = parse_pairs(values or [], "--set")
-    text = {k for k, spec in USER_FIELDS.items() if spec.type is str}
-    return {k: _raw_text(values or [], k) if k in text and not isinstance(v, str) else v for k, v in out.items()}
+    typed = {k for k, spec in USER_FIELDS.items() if spec.type not in (str, None)}
+    return {k: v if isinstance(v, bool | str) or k in typed else _raw_text(values or [], k) for k, v in out.items()}
 
 
 def _raw_text(values: list[str], key: str) -> str:

@@ -50,45 +50,44 @@ class AdaptiveSmoothing(MixingMethod):
                    " alpha_min > 0 a bound holds only through alpha_min, which mixzoo does not compute")
     options = {
         "setting": OptionSpec(
-            "training attack (Bai et al. 2024b, Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T"
-            " (default C)",
+            "training attack (Bai et al. 2024b, Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T",
             str, default_note="C"),
-        "epochs": OptionSpec("training epochs (default 5)", int, default_note="5"),
+        "epochs": OptionSpec("training epochs", int, default_note="5"),
         "n_train": OptionSpec(
-            "train-split images used (default: all; the last n_val of them are held out for validation)",
+            "train-split images used (the last n_val of them are held out for validation)",
             int, default_note="all"),
         "n_val": OptionSpec("train-split images held out for the per-epoch validation", int, 200, low=0),
-        "batch_size": OptionSpec("clean images per batch (default 128; the attacked copies are added)", int,
+        "batch_size": OptionSpec("clean images per batch (the attacked copies are added)", int,
                                  default_note="128"),
-        "lr": OptionSpec("AdamW learning rate (default 1e-4)", float, default_note="1e-4"),
-        "weight_decay": OptionSpec("AdamW weight decay (default 1e-5)", float, default_note="1e-5"),
+        "lr": OptionSpec("AdamW learning rate", float, default_note="1e-4"),
+        "weight_decay": OptionSpec("AdamW weight decay", float, default_note="1e-5"),
         "ema": OptionSpec("EMA decay of the weights, 0 = off (App. D.1: 0.8)", float),
-        "c_ce": OptionSpec("weight of the cross-entropy in Eq. 4.2 (default 0.5)", float, default_note="0.5"),
-        "c_bce": OptionSpec("weight of the BCE on alpha in Eq. 4.2 (default 1)", float, default_note="1"),
-        "c_prod": OptionSpec("weight of CE x BCE in Eq. 4.2 (default 0.1)", float, default_note="0.1"),
-        "clean_weight": OptionSpec("loss weight of clean examples (default 2)", float, default_note="2"),
+        "c_ce": OptionSpec("weight of the cross-entropy in Eq. 4.2", float, default_note="0.5"),
+        "c_bce": OptionSpec("weight of the BCE on alpha in Eq. 4.2", float, default_note="1"),
+        "c_prod": OptionSpec("weight of CE x BCE in Eq. 4.2", float, default_note="0.1"),
+        "clean_weight": OptionSpec("loss weight of clean examples", float, default_note="2"),
         "pseudo_labels": OptionSpec(
             "authors (clean 0, attacked 1) | oracle (flipped where only the other model is right)",
             str),
-        "temperature": OptionSpec("the ABC's softmax temperature (default 1; 0 = hard max, as MixedNUTS)", float,
+        "temperature": OptionSpec("the ABC's softmax temperature (0 = hard max, as MixedNUTS)", float,
                                   default_note="1"),
         "alpha_min": OptionSpec(
-            "evaluation-time lower bound of alpha (App. D.1; default 0), or 'search': the smallest of a grid"
+            "evaluation-time lower bound of alpha (App. D.1), or 'search': the smallest of a grid"
             " whose robust accuracy on the calibration split (--n-calib images, APGD and setting D) is within"
             " robust_drop points of the RBC's", default_note="0"),
         "robust_drop": OptionSpec(
             "points of robust accuracy alpha_min=search may give up against the RBC", float, 1.5, low=0, high=100),
         "alpha_max": OptionSpec("evaluation-time upper bound of alpha (App. D.1)", float, 1.0),
-        "width": OptionSpec("channels of the mixing network (default 32)", int, default_note="32"),
-        "blocks": OptionSpec("residual blocks after the join (default 2)", int, default_note="2"),
-        "steps": OptionSpec("attack steps per batch, drawn uniformly from LO,HI (default 5,15)", default_note="5,15"),
+        "width": OptionSpec("channels of the mixing network", int, default_note="32"),
+        "blocks": OptionSpec("residual blocks after the join", int, default_note="2"),
+        "steps": OptionSpec("attack steps per batch, drawn uniformly from LO,HI", default_note="5,15"),
         "eps_factor": OptionSpec(
-            "attack radius factor drawn uniformly from LO,HI (default 0.4,1.1; authors' U(.4, 1.1))",
+            "attack radius factor drawn uniformly from LO,HI (authors' U(.4, 1.1))",
                 default_note="0.4,1.1"),
         "alpha_loss_max": OptionSpec(
-            "the alpha-lowering attack term's weight is drawn from U(0, this) (default 0.5)",
+            "the alpha-lowering attack term's weight is drawn from U(0, this)",
             float, default_note="0.5"),
-        "n_target_classes": OptionSpec("APGD-T targets in setting C (default 1)", int, default_note="1"),
+        "n_target_classes": OptionSpec("APGD-T targets in setting C", int, default_note="1"),
         "resume": OptionSpec("resume from the checkpoint next to the card", bool, True),
         "checkpoint_every": OptionSpec(
             "batches between mid-epoch checkpoints (0 = after each epoch only)", int, 50, low=0),

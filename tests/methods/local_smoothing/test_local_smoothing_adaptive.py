@@ -340,12 +340,12 @@ def test_mix_by_name_through_the_cli_with_a_given_beta0(tmp_path, monkeypatch, o
     assert q["training"]["alpha_ts"] == [0.0, 1.0, "inf"]
     bad_args = ["r=nope" if a == "r=one" else a for a in args[:-3]]  # a key given twice is refused, so replace it
     bad = CliRunner().invoke(app, [*bad_args, "--out", str(tmp_path / "x.toml")])
-    assert bad.exit_code == 2 and "option r of local-smoothing-adaptive" in bad.output
+    assert bad.exit_code == 2 and "option r (--r) of mixing method 'local-smoothing-adaptive'" in bad.output
     assert not (tmp_path / "x.toml").exists()
 
 
 @pytest.mark.parametrize(("options", "match"), [
-    ({"r": "grad"}, "option r of local-smoothing-adaptive must be one of"),
+    ({"r": "grad"}, r"option r \(--r\) of mixing method 'local-smoothing-adaptive' must be one of"),
     ({"space": "odds"}, "option space"),
     ({"beta0": "nan"}, "option beta0 .* finite"),
     ({"beta0": math.inf}, "option beta0"),
