@@ -173,8 +173,8 @@ class MixedClassifier(nn.Module):
     Takes images in [0, 1] and returns log-probabilities (valid logits), so it drops into AutoAttack or
     RobustBench's ``benchmark()``. ``gradient="exact"`` back-propagates through the formula (the T = 0 ABC
     contributes no gradient); ``gradient="bypass"`` (App. B.2.2) returns the MixedNUTS values with the gradient of
-    the auxiliary mixture of Eq. 8 (:meth:`auxiliary`). ``allow_any_alpha`` admits alpha below 1/2 (paper footnote
-    1). The parameters are also attributes (``self.s``, ``self.alpha``, ...). The former keyword form
+    the auxiliary mixture of Eq. 8 (:meth:`auxiliary`). ``allow_any_alpha`` admits alpha below 1/2 (Bai et al.
+    2024a, footnote 1). The parameters are also attributes (``self.s``, ``self.alpha``, ...). The former keyword form
     ``MixedClassifier(abc, rbc, s=..., alpha=...)`` still works until mixzoo 0.3, with a DeprecationWarning.
     """
 
