@@ -111,7 +111,7 @@ class Attack:
     """Base class of evaluations: ``Attack(eps, norm, seed, **options).run(model, images, labels)``.
 
     Subclasses set ``name``, ``options_spec`` (every accepted option: :class:`~mixzoo.core.options.OptionSpec`
-    with type, default, range and help; ``mixzoo attacks`` and ``--show-options`` print them) and
+    with type, default, range and help; ``mixzoo bench --attack NAME --show-options`` prints them) and
     :meth:`components`. :attr:`defaults` is derived from ``options_spec``. A subclass that declares only a
     ``defaults`` table (and ``option_types``), as mixzoo 0.1's documentation said, still works: its specs are
     derived from the table (:func:`~mixzoo.core.options.specs_from_defaults`), with a :class:`DeprecationWarning`.
