@@ -99,11 +99,14 @@ def _logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Te
 
 # the options most attacks share, as each declares them in its ``options_spec`` (``dataclasses.replace`` changes a
 # default: PGD's n_iter is 20)
-N_ITER = OptionSpec("iterations of each APGD / PGD run", int, 100, low=1)
-N_RESTARTS = OptionSpec("random restarts of each APGD run", int, 1, low=1)
-N_TARGET_CLASSES = OptionSpec("target classes of APGD-T (AutoAttack's: 9; 0 leaves APGD-T out)", int, 9, low=0)
-N_QUERIES = OptionSpec("queries of the Square attack per example", int, 5000, low=1)
-BATCH_SIZE = OptionSpec("examples per forward pass", int, 500, low=1)
+# upper bounds: far above any published evaluation (AutoAttack: 100 iterations, 5000 queries), below what a run's
+# per-iteration records (n_iter x batch numbers) or a count of seconds can hold
+N_ITER = OptionSpec("iterations of each APGD / PGD run", int, 100, low=1, high=100_000)
+N_RESTARTS = OptionSpec("random restarts of each APGD run", int, 1, low=1, high=10_000)
+N_TARGET_CLASSES = OptionSpec("target classes of APGD-T (AutoAttack's: 9; 0 leaves APGD-T out)", int, 9, low=0,
+                              high=100_000)
+N_QUERIES = OptionSpec("queries of the Square attack per example", int, 5000, low=1, high=10_000_000)
+BATCH_SIZE = OptionSpec("examples per forward pass", int, 500, low=1, high=10_000_000)
 COMPONENTS_OPTION = OptionSpec("the components to run, in the attack's order (default: the attack's own choice)", names)
 
 

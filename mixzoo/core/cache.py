@@ -24,18 +24,23 @@ from safetensors import safe_open
 from safetensors.torch import save
 
 from mixzoo.core.errors import InputError, MixzooError
+from mixzoo.core.paths import check_name_fits, env_folder
+
+DEFAULT_CACHE_DIR = "~/.cache/mixzoo"
 
 
 def default_cache_dir() -> Path:
-    """``$MIXZOO_CACHE`` if set, else ``~/.cache/mixzoo``."""
-    return Path(os.environ.get("MIXZOO_CACHE", Path.home() / ".cache" / "mixzoo"))
+    """``$MIXZOO_CACHE`` if set and not empty, else ``~/.cache/mixzoo``; a relative value is a one-line error
+    (:func:`mixzoo.core.paths.env_folder`, the one reader of folder variables)."""
+    return env_folder("MIXZOO_CACHE", DEFAULT_CACHE_DIR)
 
 
 def check_writable(path: str | os.PathLike[str], *, directory: bool = False, what: str = "output") -> Path:
     """Refuse, before any work is done, a path that cannot be written: one that names a directory where a file is
     meant (or the reverse), lies below an existing file, or sits in a directory that is not writable (tried with
-    a temporary file, removed at once). Creates nothing else."""
-    path = Path(path)
+    a temporary file, removed at once), or has a name longer than that file system takes
+    (:func:`~mixzoo.core.paths.check_name_fits`). Creates nothing else."""
+    path = check_name_fits(path, what)
     if path.exists() and path.is_dir() != directory:
         kind, want = ("a file", "directory") if directory else ("a directory", "file")
         raise InputError(f"{what} {path} is {kind}; pass a {want} path")

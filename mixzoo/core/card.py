@@ -142,7 +142,7 @@ class MixCard:
 
             data, arrays = _split_arrays(data, self.method)
             if arrays:
-                sidecar = path.with_name(f"{path.stem}{ARRAYS_SUFFIX}")
+                sidecar = check_sidecar(path)
                 sidecar_text = json.dumps({"format": ARRAYS_FORMAT, "arrays": arrays}, indent=1) + "\n"
                 atomic_write_text(sidecar, sidecar_text)
                 data["arrays"] = {"file": sidecar.name, "sha256": _text_sha256(sidecar_text),
@@ -191,6 +191,8 @@ class MixCard:
             raise InputError(f"card path {path} must end in .toml or .json")
         check_writable(path, what="card")
         refuse_foreign_file(path)  # never replace a file that is not a card (e.g. --out pyproject.toml)
+        if path.suffix == ".toml":
+            check_sidecar(path)
         return path
 
     @classmethod
@@ -339,6 +341,15 @@ ARRAYS_FORMAT = "mixzoo card arrays 1"
 INLINE_NUMBERS = 4  # an array of the method's section with more numbers than this goes to the sidecar
 
 
+def check_sidecar(path: Path) -> Path:
+    """The arrays sidecar ``STEM.arrays.json`` of the TOML card ``path``, refused (one line, before anything is
+    written) when what is there is not a sidecar mixzoo wrote: another file, a directory, a FIFO, a link."""
+    from mixzoo.core.paths import check_output, json_with
+
+    return check_output(path.with_name(f"{path.stem}{ARRAYS_SUFFIX}"), what="a mix card's arrays file",
+                        ours=json_with("format", "arrays"))
+
+
 def _count_numbers(v: Any) -> int:
     if isinstance(v, list | dict):
         return sum(_count_numbers(x) for x in (v.values() if isinstance(v, dict) else v))
@@ -383,9 +394,9 @@ def _join_arrays(data: dict[str, Any], path: Path) -> dict[str, Any]:
                          " `mixzoo mix`")
     if not re.fullmatch(r"[0-9a-f]{64}", ref["sha256"]):
         raise field_error(str(path), "arrays.sha256", "a sha256 hex digest", ref["sha256"])
-    file = path.parent / ref["file"]
-    if Path(ref["file"]).name != ref["file"] or not ref["file"].isprintable() or not ref["file"].strip():
+    if not ref["file"].isprintable() or not ref["file"].strip():
         raise InputError(f"{path}: arrays.file {ref['file']!r} must be a file name beside the card")
+    file = inside(path.parent, ref["file"], f"{path}: field 'arrays.file'")  # a link out of the folder is refused
     if not file.is_file():
         raise MissingFileError(f"{file} (the large arrays of {path}) does not exist; keep it next to the card")
     import hashlib

@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from mixzoo.core.budget import budget_help
 from mixzoo.core.errors import MixzooError
+from mixzoo.core.options import world_size_env
 from mixzoo.core.progress import console
 
 out_console = console.__class__()  # stdout (``console``, the progress bars' and errors', is stderr)
@@ -68,10 +69,11 @@ def command(fn: F) -> F:
             from mixzoo.core.checks import check_int_arguments
 
             check_int_arguments(kwargs)  # `--n 99999999999999999999` fits no tensor, seed or count
+            launched = world_size_env()[0] > 1  # `WORLD_SIZE=abc`: one line before any work
             with warnings.catch_warnings():  # the filters stay the user's; only the printing changes
                 warnings.showwarning = show_warning
                 result = fn(*args, **kwargs)
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: every rank done before any leaves
+            if launched:  # under torchrun: every rank done before any leaves
                 from mixzoo.core.distributed import finish
 
                 finish()
@@ -87,6 +89,13 @@ def command(fn: F) -> F:
         except OSError as exc:  # a file system refusal the up-front checks could not foresee (disk full, ...)
             where = f": {exc.filename}" if exc.filename else ""
             message = f"{exc.strerror or exc}{where}"
+        except (MemoryError, RuntimeError) as exc:  # memory that cannot be allocated is the user's to lower
+            from mixzoo.core.plugins.guard import out_of_memory
+
+            problem = out_of_memory(exc, "run the command")
+            if problem is None:
+                raise
+            message = str(problem)
         console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 

@@ -28,8 +28,10 @@ import torch
 import torch.distributed as dist
 
 from mixzoo.core.errors import InputError
+from mixzoo.core.options import world_size_env
 
 DEFAULT_TIMEOUT_S = {"nccl": 1800, "gloo": 86400}
+MAX_TIMEOUT_S = 366 * 86400  # a year: what a timedelta and every backend hold
 
 
 @dataclass(frozen=True)
@@ -50,9 +52,14 @@ class World:
         return batch % self.size == self.rank
 
 
+def local_rank() -> int:
+    """``LOCAL_RANK`` (0 when unset), checked as :func:`~mixzoo.core.options.world_size_env` says."""
+    return world_size_env()[1]
+
+
 def launched() -> bool:
     """Whether this process was started by torchrun (or another launcher that sets ``WORLD_SIZE`` > 1)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return world_size_env()[0] > 1
 
 
 _ALONE = [False]  # inside alone(): this rank works by itself, whatever the process group
@@ -75,7 +82,7 @@ def world() -> World:
     if _ALONE[0]:
         return World()
     if dist.is_available() and dist.is_initialized():
-        return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+        return World(dist.get_rank(), dist.get_world_size(), local_rank())
     return World()
 
 
@@ -89,8 +96,9 @@ def timeout_s(backend: str) -> float:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not value > 0:
-        raise InputError(f"MIXZOO_DIST_TIMEOUT={raw!r} is not a positive number of seconds; set it to e.g. 86400")
+    if not 0 < value <= MAX_TIMEOUT_S:
+        raise InputError(f"MIXZOO_DIST_TIMEOUT={raw!r} is not a number of seconds in (0, {MAX_TIMEOUT_S}]; set it"
+                         " to e.g. 86400")
     return value
 
 
@@ -107,8 +115,8 @@ def init(device: str = "cpu") -> World:
     backend = "nccl" if cuda else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s(backend))
     if cuda:
-        check_gpu_per_rank(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count())
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        check_gpu_per_rank(local_rank(), torch.cuda.device_count())
+        torch.cuda.set_device(local_rank())
     try:
         dist.init_process_group(backend, timeout=timeout)
     except (ValueError, RuntimeError) as err:  # e.g. WORLD_SIZE set by hand without torchrun's rendezvous variables
@@ -154,7 +162,7 @@ def finish() -> None:
 def rank_device(device: str) -> str:
     """``device`` for this rank: ``"cuda"`` becomes ``"cuda:LOCAL_RANK"`` under torchrun."""
     if device == "cuda" and launched():
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        return f"cuda:{local_rank()}"
     return device
 
 

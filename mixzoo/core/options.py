@@ -210,6 +210,40 @@ def specs_from_defaults(defaults: Mapping[str, Any], types: Mapping[str, Any] | 
     return out
 
 
+def env_int(name: str, default: int, low: int, high: int, fix: str) -> int:
+    """The integer environment variable ``name`` (``default`` when unset or empty), in ``[low, high]``: text that
+    is not a whole number, or one out of range, is a one-line :class:`InputError` naming the variable, its range
+    and ``fix``."""
+    import os
+    import re
+
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    text = raw.strip()
+    value = int(text) if re.fullmatch(r"[+-]?[0-9]{1,30}", text) else None
+    if value is None or not low <= value <= high:
+        shown = raw if len(raw) <= 30 else raw[:27] + "..."
+        raise InputError(f"{name}={shown!r} is not a whole number in [{low}, {high}]; {fix}")
+    return value
+
+
+MAX_WORLD_SIZE = 1 << 20  # processes of one job; more than any torchrun job holds
+_LAUNCH_FIX = "launch with torchrun (which sets it), or unset it for one process"
+
+
+def world_size_env() -> tuple[int, int]:
+    """``(WORLD_SIZE, LOCAL_RANK)`` as torchrun sets them (1 and 0 when unset): ``WORLD_SIZE`` a whole number in
+    ``[1, MAX_WORLD_SIZE]``, and in a job of several processes ``RANK`` and ``LOCAL_RANK`` in
+    ``[0, WORLD_SIZE - 1]`` (one process ignores them); anything else is a one-line :class:`InputError` naming the
+    variable (read here, before any work, not by torch mid-run)."""
+    size = env_int("WORLD_SIZE", 1, 1, MAX_WORLD_SIZE, _LAUNCH_FIX)
+    if size == 1:
+        return 1, 0
+    env_int("RANK", 0, 0, size - 1, _LAUNCH_FIX)
+    return size, env_int("LOCAL_RANK", 0, 0, size - 1, _LAUNCH_FIX)
+
+
 def parse_value(text: str, what: str = "option value") -> Any:
     """A command-line value, as the module docstring says: JSON where it parses, a comma list of stripped non-empty
     items, else the stripped text; an integer beyond 64 bits is a one-line :class:`InputError` naming ``what``."""

@@ -4,6 +4,12 @@
 * :func:`inside`: ``folder / name`` for such a name, checked to stay in ``folder`` (symbolic links included).
 * :func:`safe_component`: a value from a report or card (a data set name, a threat model) reduced to one safe path
   component, for output paths built under ``--out``.
+* :func:`below`: ``folder / part / ...`` for such components, refused when any component below ``folder`` that
+  exists is a symbolic link (so the path cannot leave ``folder``).
+* :func:`env_folder`: the folder an environment variable names (``MIXZOO_CACHE``, ``MIXZOO_ROBUSTBENCH_DIR``):
+  unset or empty means the default; a relative value is refused (the folder would move with the current one).
+* :func:`check_name_fits`: every component of an output path (and the temporary names mixzoo writes beside it)
+  fits the file system's name limit (``NAME_MAX``, 255 bytes on most).
 * :func:`read_safetensors`: a safetensors file, a damaged one a one-line error naming it and how to fetch it again.
 * :func:`check_output`: refuse, before any work, an output path that holds a file mixzoo did not write or anything
   that is not a regular file (a FIFO, a device, a directory where a file is meant, a symbolic link).
@@ -26,22 +32,23 @@ from mixzoo.core.errors import InputError, damaged_file
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]+")
 
 
-def plain_name(name: object, what: str) -> str:
+def plain_name(name: object, what: str, beside: str = "the card") -> str:
     """``name`` if it is a plain file name (no folder, not ``.`` / ``..``, not absolute, no NUL, no backslash),
-    else a one-line :class:`InputError` naming ``what`` (e.g. ``"card.toml: field 'weights'"``)."""
+    else a one-line :class:`InputError` naming ``what`` (e.g. ``"card.toml: field 'weights'"``) and the file it
+    must lie ``beside``."""
     if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
             or "\0" in name or os.sep in name or (os.altsep and os.altsep in name)):
-        raise InputError(f"{what} must be a plain file name in the card's folder (no folder part), got {name!r};"
-                         " keep the file next to the card and write its bare name")
+        raise InputError(f"{what} must be a plain file name in {beside}'s folder (no folder part), got {name!r};"
+                         f" keep the file next to {beside} and write its bare name")
     return name
 
 
-def inside(folder: str | os.PathLike[str], name: object, what: str) -> Path:
+def inside(folder: str | os.PathLike[str], name: object, what: str, beside: str = "the card") -> Path:
     """``folder / name`` for a plain file name (:func:`plain_name`) that, with symbolic links resolved, is still in
     ``folder`` (or, for a Hugging Face cache snapshot, in that repository's ``blobs``); a one-line
     :class:`InputError` otherwise."""
     folder = Path(folder)
-    path = folder / plain_name(name, what)
+    path = folder / plain_name(name, what, beside)
     try:
         real, base = path.resolve(), folder.resolve()
     except (OSError, RuntimeError):  # a symbolic link loop
@@ -68,6 +75,69 @@ def safe_component(value: object, what: str) -> str:
     if not text or text.strip("._") == "":
         raise InputError(f"{what} {value!r} gives no usable file or folder name; correct it in the file")
     return text[:200]
+
+
+def below(folder: str | os.PathLike[str], *parts: str, what: str) -> Path:
+    """``folder / parts[0] / parts[1] ...``, each part one component (:func:`safe_component`), checked component by
+    component: one that exists and is a symbolic link (or resolves outside ``folder``) is a one-line
+    :class:`InputError` naming it, so a file written there stays in ``folder``. Creates nothing."""
+    folder = Path(folder)
+    path = folder
+    for part in parts:
+        if part in ("", ".", "..") or "/" in part or "\\" in part or "\0" in part:
+            raise InputError(f"{what}: {part!r} is not one plain folder or file name")
+        path = path / part
+        if path.is_symlink():
+            raise InputError(f"{what}: {path} is a symbolic link (it could point out of {folder}); remove it or"
+                             " pass another folder")
+    if os.path.lexists(path) and folder.exists() and not path.resolve().is_relative_to(folder.resolve()):
+        raise InputError(f"{what}: {path} resolves outside {folder}; pass another folder")
+    return path
+
+
+def env_folder(name: str, default: str | os.PathLike[str]) -> Path:
+    """The folder the environment variable ``name`` names, read the same way for every such variable: unset, empty
+    or blank means ``default`` (as the XDG base-directory rule reads an empty variable); ``~`` is expanded; a
+    relative value (which would move with the current folder) or one holding NUL is a one-line
+    :class:`InputError` naming the variable and the fix."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return Path(default).expanduser()
+    path = Path(raw).expanduser()
+    if "\0" in raw or not path.is_absolute():
+        raise InputError(f"{name}={raw!r} is not an absolute folder path; set it to a full path (e.g."
+                         f" {name}=$PWD/{raw.strip().lstrip('./') or 'cache'}) or unset it for {default}")
+    return path
+
+
+TEMP_NAME_EXTRA = 14  # what the temporary names beside a file add: ``.`` + name + ``.`` + 8 random + ``.tmp``
+
+
+def name_max(path: Path) -> int:
+    """The longest file name (bytes) the file system holding ``path`` (or its nearest existing folder) takes."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return int(os.pathconf(probe if probe.is_dir() else probe.parent, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def check_name_fits(path: str | os.PathLike[str], option: str = "--out", *, extra: int = TEMP_NAME_EXTRA) -> Path:
+    """Refuse, before any work, an output path with a component longer than the file system takes (``NAME_MAX``
+    bytes); the last component must leave room for ``extra`` bytes more (the temporary name a write goes
+    through). A one-line :class:`InputError` naming the option and the limit; returns ``Path(path)``."""
+    path = Path(path)
+    limit = name_max(path)
+    parts = path.parts
+    for i, part in enumerate(parts):
+        room = limit - (extra if i == len(parts) - 1 else 0)
+        size = len(os.fsencode(part))
+        if size > room:
+            raise InputError(f"{option} {path}: the name {part[:40]!r}... is {size} bytes, more than this file"
+                             f" system takes ({room} bytes here); pass a shorter name")
+    return path
 
 
 def read_safetensors(path: str | os.PathLike[str], device: str = "cpu", fix: str | None = None) -> dict[str, Any]:
@@ -155,17 +225,19 @@ def check_output(path: str | os.PathLike[str], *, option: str = "--out", what: s
     symbolic link) or, with ``ours``, a non-empty file ``ours`` does not recognise; for a directory, anything at
     ``path`` that is not a directory and, for each of ``files`` (name -> ``ours`` or ``None``), the same checks on
     ``path / name``. Creates and changes nothing; returns ``Path(path)``."""
-    path = Path(path)
+    path = check_name_fits(path, option)
     if not directory:
         _check_file(path, option, ours, what)
         return path
     if path.exists() and not path.is_dir():
         raise InputError(f"{option} {path} is not a directory; pass a directory path")
+    for name in files or {}:
+        check_name_fits(path / name, option)
     if path.is_dir():
         for name, check in (files or {}).items():
             _check_file(path / name, option, check, f"a file mixzoo wrote ({name})")
     return path
 
 
-__all__ = ["check_output", "holding", "inside", "is_safetensors", "json_with", "plain_name", "read_safetensors",
-           "safe_component"]
+__all__ = ["below", "check_name_fits", "check_output", "env_folder", "holding", "inside", "is_safetensors",
+           "json_with", "plain_name", "read_safetensors", "safe_component"]

@@ -163,7 +163,11 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     report_path = report_dir / "report.json"
     report = _load_report(report_path)
     settings, dataset, models = report["settings"], report["dataset"], report["models"]
-    points = load_points(report_dir / (settings.get("adversarial_file") or ADVERSARIAL_FILE))
+    from mixzoo.core.paths import inside
+
+    points_file = inside(report_dir, settings.get("adversarial_file") or ADVERSARIAL_FILE,
+                         f"{report_path}: field 'settings.adversarial_file'", "the report")
+    points = load_points(points_file)
     n = int(dataset["n"])
     if batch_size <= 0:
         raise InputError(f"--batch-size must be positive, got {batch_size}")
@@ -180,7 +184,7 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
         raise InputError(f"the evaluation images here (fingerprint {ce.data.fingerprint}) are not the report's "
                          f"({dataset['fingerprint']}); pass --data-dir with the data set the report used")
     images, labels = ce.data.images, ce.data.labels
-    check_points(points, images, report_dir / (settings.get("adversarial_file") or ADVERSARIAL_FILE))
+    check_points(points, images, points_file)
     rows, models_of = [], {}
     for m in models:
         model = _row_model(m, card, ce, report_path)

@@ -201,7 +201,7 @@ def write_model_info(bench_dir: str | Path, out: str | Path, *, card_name: str |
     """Write :func:`model_info` where RobustBench keeps it: ``out/{dataset}/{threat_model}/{file_name}.json``
     (default file name: the card's file stem); returns the path."""
     from mixzoo.core.cache import atomic_write_text
-    from mixzoo.core.paths import check_output, safe_component
+    from mixzoo.core.paths import below, check_output, safe_component
 
     info, where = model_info(bench_dir, card_name=card_name, fields=fields)
     row = pick_row(read_report(bench_dir), card_name)
@@ -210,9 +210,11 @@ def write_model_info(bench_dir: str | Path, out: str | Path, *, card_name: str |
         raise InputError(f"--file-name {file_name!r} must be a plain file name, e.g. Bai2024MixedNUTS")
     # every part read from the report is reduced to one safe component, so the file stays under ``out``
     stem = safe_component(file_name or Path(row.get("card_path") or row["kind"]).stem, "the file name")
-    path = (Path(out) / safe_component(where["dataset"], "the report's field 'dataset.name'")
-            / safe_component(where["threat_model"], "the report's field 'settings.norm'") / f"{stem}.json")
     check_output(out, option="--out", directory=True)
+    # every folder between ``out`` and the file is checked too: a symbolic link there would lead the file elsewhere
+    path = below(out, safe_component(where["dataset"], "the report's field 'dataset.name'"),
+                 safe_component(where["threat_model"], "the report's field 'settings.norm'"), f"{stem}.json",
+                 what="--out")
     check_output(path, option="--out", what="a RobustBench model_info file", ours=_is_model_info)
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, json.dumps(info, indent=2) + "\n")

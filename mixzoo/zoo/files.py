@@ -111,7 +111,9 @@ def _hub_repo(model: str) -> tuple[str, str | None]:
 # ------------------------------------------------------------------------------------------------ RobustBench
 def robustbench_dir() -> Path:
     """``$MIXZOO_ROBUSTBENCH_DIR`` or ``~/.cache/mixzoo/robustbench`` (RobustBench's ``model_dir``)."""
-    return Path(os.environ.get(ROBUSTBENCH_DIR_ENV) or ROBUSTBENCH_DEFAULT_DIR).expanduser()
+    from mixzoo.core.paths import env_folder
+
+    return env_folder(ROBUSTBENCH_DIR_ENV, ROBUSTBENCH_DEFAULT_DIR)
 
 
 @functools.cache

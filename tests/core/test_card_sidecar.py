@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from foreign_files import KINDS, put_foreign, tree_state
 
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, MissingFileError
@@ -77,3 +78,61 @@ def test_save_as_copies_the_arrays_under_the_new_name(tmp_path):
     assert MixCard.load(new).to_dict()["adaptive-smoothing"] == {
         **card.to_dict()["adaptive-smoothing"],
         "weights_file": MixCard.load(new).params["weights_file"]}
+
+
+# --------------------------------------------------------------------------------------- the sidecar's place
+FMNIST = ROOT / "benchmarks" / "results" / "cards" / "fmnist_mixednuts.toml"
+
+
+def test_a_sidecar_that_links_out_of_the_cards_folder_is_refused(tmp_path):
+    out = MixCard.load(FMNIST).save(tmp_path / "cards" / "card.toml")
+    side = out.with_name("card.arrays.json")
+    elsewhere = tmp_path / "elsewhere" / "arrays.json"
+    elsewhere.parent.mkdir()
+    side.rename(elsewhere)  # the right bytes (the digest matches), but outside the card's folder
+    side.symlink_to(elsewhere)
+    with pytest.raises(InputError, match=r"arrays\.file.*symbolic link out of") as err:
+        MixCard.load(out)
+    assert "\n" not in str(err.value)
+    side.unlink()
+    shutil.copy(elsewhere, side)  # the file itself, beside the card: loads
+    assert MixCard.load(out).params["grid"] == MixCard.load(FMNIST).params["grid"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_card_never_replaces_what_is_not_its_sidecar(tmp_path, kind):
+    """``STEM.arrays.json`` is part of the card's output: what is there and is not a sidecar mixzoo wrote (an
+    unrelated file, a FIFO, a directory, a link) is refused before anything is written, by check_path (before a
+    fit) and by save."""
+    card = MixCard.load(FMNIST)
+    path = tmp_path / "y.toml"
+    put_foreign(path.with_name("y.arrays.json"), kind, tmp_path)
+    before = tree_state(tmp_path)
+    with pytest.raises(InputError, match=r"y\.arrays\.json") as err:
+        MixCard.check_path(path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(InputError, match=r"y\.arrays\.json"):
+        card.save(path)
+    assert tree_state(tmp_path) == before and not path.exists()
+
+
+def test_a_card_replaces_its_own_sidecar(tmp_path):
+    card = MixCard.load(FMNIST)
+    path = card.save(tmp_path / "y.toml")
+    assert MixCard.check_path(path) == path and card.save(path) == path
+    assert MixCard.load(path).to_dict() == card.to_dict()
+
+
+@pytest.mark.parametrize("kind", ["directory", "unrelated"])
+def test_mix_refuses_a_foreign_sidecar_before_the_fit(tmp_path, kind):
+    from typer.testing import CliRunner
+
+    from mixzoo.cli import app
+
+    put_foreign(tmp_path / "y.arrays.json", kind, tmp_path)
+    before = tree_state(tmp_path)
+    res = CliRunner().invoke(app, ["mix", "--abc", "digits-std", "--rbc", "digits-pgd", "--out",
+                                   str(tmp_path / "y.toml"), "--cache-dir", str(tmp_path / "cache")])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "y.arrays.json" in lines[0], res.output
+    assert tree_state(tmp_path) == before

@@ -38,7 +38,7 @@ def guarded_call(plugin_name: str, doing: str, fn: Any, *args: Any, **kwargs: An
     except Exception as exc:  # noqa: BLE001 - contain third-party failures
         if debug():
             raise
-        problem = file_problem(plugin_name, doing, exc)
+        problem = file_problem(plugin_name, doing, exc) or out_of_memory(exc, doing)
         if problem is not None:  # a damaged file the plugin read: the user's, not the plugin's fault
             raise problem from exc
         record_runtime_failure(plugin_name, doing, exc)
@@ -61,6 +61,24 @@ def file_problem(plugin_name: str, doing: str, exc: BaseException) -> Any:
     return FileProblemError(f"could not {doing}: a file plugin {plugin_name!r} read is damaged or not what its name"
                             f" says ({type(exc).__name__}: {text}); delete that file and fetch it again (for the"
                             " Hugging Face cache: `huggingface-cli download REPO --force-download`)")
+
+
+def out_of_memory(exc: BaseException, doing: str = "run") -> Any:
+    """The one-line :class:`~mixzoo.core.errors.InputError` for memory that cannot be allocated (``MemoryError``,
+    torch's CPU allocator refusal, a CUDA out-of-memory error), or ``None`` for any other exception: the size
+    asked for is the user's to lower, never a plugin's fault."""
+    import re
+
+    from mixzoo.core.errors import InputError
+
+    text = str(exc)
+    if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "not enough memory" in text)):
+        return None
+    asked = re.search(r"allocate (\d+) bytes", text) or re.search(r"allocate ([0-9.]+ [KMGTP]?i?B)", text)
+    size = f" ({asked.group(1)}{' bytes' if asked.group(1).isdigit() else ''} were asked)" if asked else ""
+    return InputError(f"not enough memory to {doing}{size}; lower --batch-size, --n or the attack's iteration,"
+                      " restart or query counts (-O n_iter=..., see --show-options)")
 
 
 _VERBS = {"run": "run", "fit": "fit", "build": "build", "__call__": "create"}

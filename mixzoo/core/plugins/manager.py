@@ -62,15 +62,26 @@ def get_plugin_manager() -> pluggy.PluginManager:
             with noting_deprecations(ep.name):
                 plugin = ep.load()
             pm.register(plugin, name=ep.name)
-        except Exception as exc:  # noqa: BLE001 - any failure of a third-party import must be contained
+        except BaseException as exc:  # noqa: BLE001 - a plugin's import is contained, sys.exit and Ctrl-C included
             STATE.import_failed.add(ep.name)
-            STATE.record_failure(ep.name, f"{type(exc).__name__}: {exc}")
+            STATE.record_failure(ep.name, import_failure(exc))
             continue
         STATE.versions[ep.name] = distribution_version(ep)
         STATE.entry_points.add(ep.name)
         if is_mixzoo_distribution(ep):
             STATE.builtin.add(ep.name)
     return pm
+
+
+def import_failure(exc: BaseException) -> str:
+    """How a plugin's failed import is shown (``mixzoo plugins``): ``Type: message``; a ``SystemExit`` (the plugin
+    called ``sys.exit``) and a ``KeyboardInterrupt`` raised by its import are named as such, since they say
+    nothing themselves."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the plugin called sys.exit({exc.code!r}) while being imported"
+    if isinstance(exc, KeyboardInterrupt):
+        return "KeyboardInterrupt: the plugin's import raised KeyboardInterrupt (or was interrupted)"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def is_builtin(plugin_name: str) -> bool:
