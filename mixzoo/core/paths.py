@@ -98,13 +98,13 @@ def below(folder: str | os.PathLike[str], *parts: str, what: str) -> Path:
 def env_folder(name: str, default: str | os.PathLike[str]) -> Path:
     """The folder the environment variable ``name`` names, read the same way for every such variable: unset, empty
     or blank means ``default`` (as the XDG base-directory rule reads an empty variable); ``~`` is expanded; a
-    relative value (which would move with the current folder) or one holding NUL is a one-line
-    :class:`InputError` naming the variable and the fix."""
+    relative value (which would move with the current folder) is a one-line :class:`InputError` naming the
+    variable and the fix."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return Path(default).expanduser()
     path = Path(raw).expanduser()
-    if "\0" in raw or not path.is_absolute():
+    if not path.is_absolute():
         raise InputError(f"{name}={raw!r} is not an absolute folder path; set it to a full path (e.g."
                          f" {name}=$PWD/{raw.strip().lstrip('./') or 'cache'}) or unset it for {default}")
     return path
@@ -116,10 +116,10 @@ TEMP_NAME_EXTRA = 14  # what the temporary names beside a file add: ``.`` + name
 def name_max(path: Path) -> int:
     """The longest file name (bytes) the file system holding ``path`` (or its nearest existing folder) takes."""
     probe = path
-    while not probe.exists() and probe != probe.parent:
+    while not os.path.isdir(probe) and probe != probe.parent:  # os.path: a name too long reads as absent
         probe = probe.parent
     try:
-        return int(os.pathconf(probe if probe.is_dir() else probe.parent, "PC_NAME_MAX"))
+        return int(os.pathconf(probe, "PC_NAME_MAX"))
     except (OSError, ValueError, AttributeError):
         return 255
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+import torch
 from foreign_files import put_foreign
 from typer.testing import CliRunner
 
@@ -159,3 +160,74 @@ def test_a_hugging_face_snapshot_links_its_weights_to_its_blobs(tmp_path):
     card = MixCard.load(snapshot / AS_CARD.name)
     name = "fmnist-adaptive-smoothing-a.mixing-network.safetensors"
     assert card.weight_file(name) == snapshot / name
+
+
+# ------------------------------------------------------------------------------------ folders, names, variables
+def test_below_refuses_a_symbolic_link_in_any_component(tmp_path):
+    from mixzoo.core.paths import below
+
+    out, elsewhere = tmp_path / "mi", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert below(out, "digits", "Linf", "card.json", what="--out") == out / "digits" / "Linf" / "card.json"
+    out.mkdir()
+    (out / "digits").symlink_to(elsewhere)
+    for parts in (("digits", "Linf", "card.json"), ("digits",)):
+        with pytest.raises(InputError, match=r"mi/digits is a symbolic link") as err:
+            below(out, *parts, what="--out")
+        assert "\n" not in str(err.value)
+    for bad in ("..", ".", "", "a/b"):
+        with pytest.raises(InputError, match="not one plain"):
+            below(out, bad, what="--out")
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_folder_variable_means_the_default(monkeypatch, tmp_path, value):
+    from mixzoo.core.cache import default_cache_dir
+    from mixzoo.core.plugins.failures import failure_file
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MIXZOO_CACHE", value)
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "mixzoo"
+    assert Path(failure_file()).parent == default_cache_dir()
+
+
+@pytest.mark.parametrize("name", ["MIXZOO_CACHE", "MIXZOO_ROBUSTBENCH_DIR"])
+@pytest.mark.parametrize("value", ["cache", "./cache", "."])
+def test_a_relative_folder_variable_is_one_line(monkeypatch, name, value):
+    from mixzoo.core.cache import default_cache_dir
+    from mixzoo.zoo.files import robustbench_dir
+
+    monkeypatch.setenv(name, value)
+    read = default_cache_dir if name == "MIXZOO_CACHE" else robustbench_dir
+    with pytest.raises(InputError, match=rf"{name}=.* is not an absolute folder path") as err:
+        read()
+    assert "\n" not in str(err.value)
+
+
+def test_a_cache_with_an_empty_variable_is_not_written_in_the_current_folder(monkeypatch, tmp_path):
+    from mixzoo.core.cache import Cache
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MIXZOO_CACHE", "")
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    cache = Cache()
+    cache.save("k", "key", {"x": torch.arange(3)}, {})
+    assert cache.root == tmp_path / "home" / ".cache" / "mixzoo" and os.listdir(tmp_path / "work") == []
+
+
+def test_names_longer_than_the_file_system_takes_are_refused_before_any_work(tmp_path):
+    from mixzoo.core.cache import check_writable
+    from mixzoo.core.paths import check_name_fits, check_output, name_max
+
+    limit = name_max(tmp_path)
+    fits = tmp_path / ("a" * (limit - 14))
+    assert check_name_fits(fits) == fits and check_writable(fits) == fits
+    for path in (tmp_path / ("a" * (limit - 13)), tmp_path / ("d" * (limit + 1)) / "x.json"):
+        for check in (check_name_fits, check_output, check_writable):
+            with pytest.raises(InputError, match="bytes, more than this file system takes") as err:
+                check(path)
+            assert "\n" not in str(err.value)
+    with pytest.raises(InputError, match="more than this file system takes"):
+        check_output(tmp_path, directory=True, files={"b" * limit: None})
+    assert sorted(os.listdir(tmp_path)) == []
