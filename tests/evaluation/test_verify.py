@@ -616,3 +616,20 @@ def test_fragile_points_are_those_within_1e_4_of_the_boundary():
     assert row.passed and row.confirmed == 2 and row.verified_robust_accuracy == 0.0
     assert row.fragile == 1 and row.closest_margin == pytest.approx(-5e-5, rel=1e-3)
 
+
+
+@pytest.mark.parametrize("where", ["../outside/x.safetensors", "ABSOLUTE", "sub/x.safetensors"])
+def test_the_points_file_is_a_name_in_the_reports_folder(digits, tmp_path, where):
+    """``settings.adversarial_file`` naming a file elsewhere (the right points, copied there) is refused in one line:
+    verify reads its points only from the report's folder."""
+    out = _copy(digits, tmp_path)
+    outside = tmp_path / "outside" / "x.safetensors"
+    outside.parent.mkdir()
+    shutil.copy(out / ADVERSARIAL_FILE, outside)
+    (out / "sub").mkdir()
+    shutil.copy(out / ADVERSARIAL_FILE, out / "sub" / "x.safetensors")
+    name = str(outside) if where == "ABSOLUTE" else where
+    _edit_report(out, lambda r: r["settings"].update(adversarial_file=name))
+    with pytest.raises(InputError, match=r"settings\.adversarial_file.*plain file name in the report's folder") as e:
+        verify_report(out)
+    assert "\n" not in str(e.value)

@@ -597,6 +597,20 @@ def test_report_never_replaces_an_unrelated_file(strong_report, tmp_path):
     assert res.exit_code == 2 and "FIFO" in res.stderr
 
 
+def test_report_out_follows_no_symbolic_link_below_out(strong_report, tmp_path):
+    """``--out mi`` where ``mi/digits`` (or ``mi/digits/Linf``) is a link elsewhere: refused, nothing written there."""
+    elsewhere = tmp_path / "elsewhere"
+    for link in ("digits", "digits/Linf"):
+        out = tmp_path / f"mi-{link.count('/')}"
+        (out / link).parent.mkdir(parents=True, exist_ok=True)
+        (elsewhere / link).mkdir(parents=True, exist_ok=True)
+        (out / link).symlink_to(elsewhere / link)
+        res = CliRunner().invoke(app, ["report", str(strong_report), "--format", "robustbench", "--out", str(out)])
+        errors = [line for line in res.stderr.splitlines() if not line.startswith("warning: ") and line.strip()]
+        assert res.exit_code == 2 and len(errors) == 1 and "is a symbolic link" in errors[0], res.output
+        assert not list(elsewhere.rglob("*.json"))
+
+
 # ----------------------------------------------------------------------------------------------- hub ids, files
 @pytest.mark.parametrize("repo", ["../..", "a/..", "..--../x", "a--b/c", "-a/b", "a/b.git", "org/" + "x" * 97])
 def test_push_refuses_repo_ids_the_hub_rejects_and_writes_nothing(digits_card, tmp_path, monkeypatch, repo):
