@@ -71,18 +71,20 @@ class OptionSpec:
         """The allowed values as ``mixzoo mix --show-options`` prints them (empty when any value of the type)."""
         if self.choices is not None:
             return " | ".join(map(str, self.choices))
+        low, high = _number_text(self.low), _number_text(self.high)
         if self.low is not None and self.high is not None:
-            return f"[{self.low:g}, {self.high:g}]"
+            return f"[{low}, {high}]"
         if self.low is not None:
-            return f">= {self.low:g}"
-        return f"<= {self.high:g}" if self.high is not None else ""
+            return f">= {low}"
+        return f"<= {high}" if self.high is not None else ""
 
     @property
     def bound_text(self) -> str:
         """The allowed numbers in words, as error messages say them (``at least 1``, ``in [0, 1]``)."""
+        low, high = _number_text(self.low), _number_text(self.high)
         if self.low is not None and self.high is not None:
-            return f"in [{self.low:g}, {self.high:g}]"
-        return f"at least {self.low:g}" if self.low is not None else f"at most {self.high:g}"
+            return f"in [{low}, {high}]"
+        return f"at least {low}" if self.low is not None else f"at most {high}"
 
     def convert(self, key: str, value: Any, owner: str, flag: str | None = None) -> Any:
         """``value`` as this option's type, in range; a one-line :class:`InputError` naming the option (as the
@@ -103,6 +105,13 @@ class OptionSpec:
                 (self.low is not None and out < self.low) or (self.high is not None and out > self.high)):
             raise InputError(f"{flag} must be {self.bound_text}, got {value!r}; {key}: {self.help}")
         return out
+
+
+def _number_text(x: float | None) -> str:
+    """A bound as people read it: whole numbers in full (``100000``), others as ``:g`` gives them."""
+    if x is None:
+        return ""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 def _convert(t: Any, value: Any) -> Any:

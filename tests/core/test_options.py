@@ -4,6 +4,7 @@ used by methods, ``mixzoo mix``/``bench`` -O and ``mixzoo share --set``."""
 from __future__ import annotations
 
 import string
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -172,3 +173,76 @@ def test_a_default_that_is_no_one_value_is_shown_and_not_filled() -> None:
     filled = linear.check_options({"alpha": 0.9})
     assert filled == {"alpha": 0.9, "temperature": 1.0, "attack": "adaptive-apgd"}  # no beta next to alpha
     assert get_method("knn-smoothing").check_options({})["k"] == 5
+
+
+# ------------------------------------------------------------------------------------------- numbers at the edge
+@pytest.mark.parametrize("name", ["n_iter", "n_restarts", "n_target_classes", "n_queries", "batch_size"])
+@pytest.mark.parametrize("value", [1e11, 10 ** 12, 2 ** 63 - 1, 2 ** 70])
+def test_the_shared_attack_counts_have_an_upper_bound(name, value) -> None:
+    """An iteration count whose per-iteration records no machine can hold (``n_iter=1e11``: 3.7e18 bytes) is one
+    line naming the option and its range, before any work."""
+    from mixzoo.core.plugins import lookup
+
+    attack = lookup("attack", "autoattack")
+    specs = attack.options_spec if name in attack.options_spec else lookup("attack", "square").options_spec
+    with pytest.raises(InputError, match=rf"{name}.* must be (in \[\d+, \d+\]|an integer \(64-bit\))") as err:
+        fill_options(specs, {name: value}, "attack 'autoattack'")
+    assert "\n" not in str(err.value) and specs[name].high is not None
+
+
+def test_cli_refuses_an_iteration_count_no_memory_holds(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from mixzoo.cli import app
+
+    card = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cards" / "digits_mixednuts.toml"
+    res = CliRunner().invoke(app, ["bench", str(card), "--n", "20", "--attack", "apgd", "-O", "n_iter=1e11",
+                                   "--dry-run", "--cache-dir", str(tmp_path / "cache")])
+    lines = [line for line in res.stderr.splitlines() if line.startswith("error")]
+    assert res.exit_code == 2 and len(lines) == 1 and "n_iter" in lines[0] and "100000" in lines[0], res.output
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE"), ({"WORLD_SIZE": "0"}, "WORLD_SIZE"), ({"WORLD_SIZE": "-3"}, "WORLD_SIZE"),
+    ({"WORLD_SIZE": str(2 ** 63 - 1)}, "WORLD_SIZE"), ({"WORLD_SIZE": str(2 ** 70)}, "WORLD_SIZE"),
+    ({"WORLD_SIZE": "1.5"}, "WORLD_SIZE"), ({"WORLD_SIZE": "²"}, "WORLD_SIZE"),
+    ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK"), ({"WORLD_SIZE": "2", "RANK": "x"}, "RANK"),
+    ({"WORLD_SIZE": "2", "LOCAL_RANK": "-1"}, "LOCAL_RANK"), ({"WORLD_SIZE": "4", "LOCAL_RANK": str(2 ** 70)},
+                                                               "LOCAL_RANK"),
+])
+def test_launcher_variables_out_of_range_are_one_line(monkeypatch, env, named) -> None:
+    from mixzoo.core.options import world_size_env
+
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(InputError, match=rf"^{named}=.* is not a whole number in \[") as err:
+        world_size_env()
+    assert "\n" not in str(err.value)
+
+
+def test_launcher_variables_read_as_torchrun_sets_them(monkeypatch) -> None:
+    from mixzoo.core.options import world_size_env
+
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    assert world_size_env() == (1, 0)
+    monkeypatch.setenv("RANK", "7")  # one process ignores the ranks (a scheduler may set them for other tools)
+    monkeypatch.setenv("WORLD_SIZE", " ")
+    assert world_size_env() == (1, 0)
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert world_size_env() == (8, 3)
+
+
+def test_a_command_under_a_bad_world_size_is_one_line_before_any_work(monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from mixzoo.cli import app
+
+    monkeypatch.setenv("WORLD_SIZE", "abc")
+    res = CliRunner().invoke(app, ["list"])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: WORLD_SIZE='abc'"), res.output
+    assert res.stdout == ""

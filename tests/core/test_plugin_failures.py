@@ -170,3 +170,43 @@ def test_an_exception_in_a_plugin_loader_is_one_line_naming_plugin_and_model(plu
                                       "--out", str(tmp_path / "card.toml")])
     assert result.exit_code == 2 and "i31-corrupt-plugin" in one_line(result)
     assert not (tmp_path / "card.toml").exists()
+
+
+# ------------------------------------------------------------------------------------------ memory at the edge
+def test_memory_that_cannot_be_allocated_is_the_users_one_line_not_a_plugin_fault():
+    """A real allocation no machine can make (torch's CPU allocator refuses it) inside a plugin call: one line
+    naming the size and the fix, not recorded as a plugin's fault."""
+    import torch
+
+    from mixzoo.core.plugins.guard import guarded_call
+    from mixzoo.core.plugins.state import STATE
+
+    name = "memory-test-plugin"  # not an installed entry point: nothing is kept on disk
+    try:
+        with pytest.raises(MixzooError, match=r"not enough memory to run attack 'x' \(\d+ bytes were asked\)") as err:
+            guarded_call(name, "run attack 'x'", torch.zeros, 10 ** 11, 10 ** 7)
+        assert "\n" not in str(err.value) and "--batch-size" in str(err.value)
+        assert name not in runtime_failures()
+        with pytest.raises(PluginError):  # any other failure is still the plugin's
+            guarded_call(name, "run attack 'x'", torch.zeros, -1)
+        assert name in runtime_failures()
+    finally:
+        STATE.runtime.pop(name, None)
+
+
+def test_a_command_that_cannot_allocate_its_memory_ends_in_one_line():
+    import torch
+    import typer
+
+    from mixzoo.core.commands import command
+
+    app = typer.Typer()
+
+    @app.command()
+    @command
+    def huge() -> None:
+        torch.empty(2 ** 62, dtype=torch.uint8)
+
+    res = CliRunner().invoke(app, [])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: not enough memory"), res.output

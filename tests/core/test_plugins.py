@@ -96,6 +96,31 @@ def test_plugin_that_fails_to_import_is_reported_and_others_work(tmp_path):
     assert shown["zoo"]["error"] is None and shown["zoo"]["version"] == md.version("mixzoo")
 
 
+@pytest.mark.subprocess
+@pytest.mark.parametrize(("body", "named"), [
+    ("import sys\nsys.exit(3)\n", "SystemExit: the plugin called sys.exit(3)"),
+    ("raise SystemExit\n", "SystemExit: the plugin called sys.exit(None)"),
+    ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
+])
+def test_a_plugin_that_exits_or_is_interrupted_at_import_is_contained_and_named(tmp_path, body, named):
+    """A real entry point whose module calls ``sys.exit`` (or raises ``KeyboardInterrupt``) on import: every command
+    still runs (exit 0), and `mixzoo plugins` names what the plugin did."""
+    dist = tmp_path / "exiting_mixzoo_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: exiting-mixzoo-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[mixzoo]\nexiting = exiting_mixzoo_plugin_mod\n")
+    (tmp_path / "exiting_mixzoo_plugin_mod.py").write_text(body)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "MIXZOO_CACHE": str(tmp_path / "cache")}
+    run = [sys.executable, "-c", "from mixzoo.cli import main; main()"]
+    out = subprocess.run([*run, "plugins", "--json"], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    shown = {p["name"]: p for p in json.loads(out.stdout)}
+    assert named in shown["exiting"]["error"] and shown["zoo"]["error"] is None
+    out = subprocess.run([*run, "list"], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "digits-std" in out.stdout, out.stderr
+
+
 ACCURATE = {"role": "accurate", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
             "source": {"kind": "zoo"}}
 
