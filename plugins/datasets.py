@@ -59,8 +59,9 @@ def _offline() -> bool:
 
 
 def _user_dir(root: str | None) -> Path | None:
-    named = root or os.environ.get("MIXZOO_DATA_DIR")
-    return Path(named).expanduser() if named else None
+    from mixzoo.core.paths import env_folder
+
+    return Path(root).expanduser() if root else env_folder("MIXZOO_DATA_DIR", None)
 
 
 def _named_by(root: str | None) -> str:

@@ -95,19 +95,30 @@ def below(folder: str | os.PathLike[str], *parts: str, what: str) -> Path:
     return path
 
 
-def env_folder(name: str, default: str | os.PathLike[str]) -> Path:
-    """The folder the environment variable ``name`` names, read the same way for every such variable: unset, empty
-    or blank means ``default`` (as the XDG base-directory rule reads an empty variable); ``~`` is expanded; a
-    relative value (which would move with the current folder) is a one-line :class:`InputError` naming the
-    variable and the fix."""
+def env_folder(name: str, default: str | os.PathLike[str] | None) -> Path | None:
+    """The folder the environment variable ``name`` names, read the same way for every such variable
+    (``MIXZOO_CACHE``, ``MIXZOO_ROBUSTBENCH_DIR``, ``MIXZOO_DATA_DIR``): unset, empty or blank means ``default``
+    (as the XDG base-directory rule reads an empty variable; ``None``: no folder); ``~`` is expanded; a relative
+    value (which would move with the current folder) is a one-line :class:`InputError` naming the variable and
+    the fix."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
-        return Path(default).expanduser()
+        return None if default is None else Path(default).expanduser()
     path = Path(raw).expanduser()
     if not path.is_absolute():
         raise InputError(f"{name}={raw!r} is not an absolute folder path; set it to a full path (e.g."
                          f" {name}=$PWD/{raw.strip().lstrip('./') or 'cache'}) or unset it for {default}")
     return path
+
+
+DEFAULT_CACHE_DIR = "~/.cache/mixzoo"
+
+
+def cache_folder() -> Path:
+    """mixzoo's cache folder: ``$MIXZOO_CACHE`` (read by :func:`env_folder`), else :data:`DEFAULT_CACHE_DIR`."""
+    folder = env_folder("MIXZOO_CACHE", DEFAULT_CACHE_DIR)
+    assert folder is not None  # a default is given
+    return folder
 
 
 TEMP_NAME_EXTRA = 14  # what the temporary names beside a file add: ``.`` + name + ``.`` + 8 random + ``.tmp``
@@ -239,5 +250,5 @@ def check_output(path: str | os.PathLike[str], *, option: str = "--out", what: s
     return path
 
 
-__all__ = ["below", "check_name_fits", "check_output", "env_folder", "holding", "inside", "is_safetensors",
-           "json_with", "plain_name", "read_safetensors", "safe_component"]
+__all__ = ["below", "cache_folder", "check_name_fits", "check_output", "env_folder", "holding", "inside",
+           "is_safetensors", "json_with", "plain_name", "read_safetensors", "safe_component"]

@@ -203,8 +203,9 @@ def _dataset_files(name: str, root: str | None) -> list[NeededFile]:
     from mixzoo.zoo.data import split_dataset_name
 
     name, root = split_dataset_name(name, root)
-    named = root or os.environ.get("MIXZOO_DATA_DIR")
-    user = Path(named).expanduser() if named else None
+    from mixzoo.core.paths import env_folder
+
+    user = Path(root).expanduser() if root else env_folder("MIXZOO_DATA_DIR", None)
     if name in CIFAR_FILES:
         folder, files = CIFAR_FILES[name]
         base = (user or Path.home() / ".cache" / "mixzoo" / "data") / folder

@@ -191,14 +191,15 @@ def test_an_empty_folder_variable_means_the_default(monkeypatch, tmp_path, value
     assert Path(failure_file()).parent == default_cache_dir()
 
 
-@pytest.mark.parametrize("name", ["MIXZOO_CACHE", "MIXZOO_ROBUSTBENCH_DIR"])
+@pytest.mark.parametrize("name", ["MIXZOO_CACHE", "MIXZOO_ROBUSTBENCH_DIR", "MIXZOO_DATA_DIR"])
 @pytest.mark.parametrize("value", ["cache", "./cache", "."])
 def test_a_relative_folder_variable_is_one_line(monkeypatch, name, value):
     from mixzoo.core.cache import default_cache_dir
-    from mixzoo.zoo.files import robustbench_dir
+    from mixzoo.zoo.files import dataset_files, robustbench_dir
 
     monkeypatch.setenv(name, value)
-    read = default_cache_dir if name == "MIXZOO_CACHE" else robustbench_dir
+    read = {"MIXZOO_CACHE": default_cache_dir, "MIXZOO_ROBUSTBENCH_DIR": robustbench_dir,
+            "MIXZOO_DATA_DIR": lambda: dataset_files("cifar10")}[name]
     with pytest.raises(InputError, match=rf"{name}=.* is not an absolute folder path") as err:
         read()
     assert "\n" not in str(err.value)

@@ -20,9 +20,9 @@ def exception_text(exc: BaseException) -> str:
 def failure_file() -> str:
     """Where run-time faults of installed plugins are kept: ``failed-plugins.json`` in the cache directory
     (``$MIXZOO_CACHE``, else ``~/.cache/mixzoo``, as :func:`mixzoo.core.cache.default_cache_dir`)."""
-    from mixzoo.core.paths import env_folder
+    from mixzoo.core.paths import cache_folder
 
-    root = env_folder("MIXZOO_CACHE", os.path.join("~", ".cache", "mixzoo"))
+    root = cache_folder()
     return os.path.join(root, "failed-plugins.json")
 
 
