@@ -82,8 +82,8 @@ class OptionSpec:
     def bound_text(self) -> str:
         """The allowed numbers in words, as error messages say them (``at least 1``, ``in [0, 1]``)."""
         low, high = _number_text(self.low), _number_text(self.high)
-        if self.low is not None and self.high is not None:
-            return f"in [{low}, {high}]"
+        if self.low is not None and self.high is not None:  # a count's cap: its lower bound is what people meet
+            return f"at least {low} and at most {high}" if self.type is int else f"in [{low}, {high}]"
         return f"at least {low}" if self.low is not None else f"at most {high}"
 
     def convert(self, key: str, value: Any, owner: str, flag: str | None = None) -> Any:
