@@ -166,6 +166,8 @@ class MixCard:
         path = check_writable(Path(path), what="card")
         if path.suffix not in (".toml", ".json"):
             raise InputError(f"card path {path} must end in .toml or .json")
+        if path.suffix == ".toml":
+            check_sidecar(path)  # before any weight file is copied
         old_stem = self.path.stem if self.path is not None else None
         sources = {name: self.weight_file(name) for name in self.weights}  # checked before anything is written
         renamed = {name: (f"{path.stem}{name[len(old_stem):]}" if old_stem and name.startswith(f"{old_stem}.")
@@ -316,8 +318,10 @@ def field_error(source: str, name: str, want: str, got: Any) -> InputError:
 
 
 def is_int(v: Any, low: int | None = None) -> bool:
-    """``v`` is an int (not a bool), at least ``low`` when given."""
-    return isinstance(v, int) and not isinstance(v, bool) and (low is None or v >= low)
+    """``v`` is an int (not a bool) that a 64-bit integer holds (every count, seed and size mixzoo stores in a
+    tensor or passes to torch), at least ``low`` when given."""
+    return (isinstance(v, int) and not isinstance(v, bool) and -(2 ** 63) <= v <= 2 ** 63 - 1
+            and (low is None or v >= low))
 
 
 def _validate_records(card: MixCard, source: str) -> None:

@@ -136,3 +136,22 @@ def test_mix_refuses_a_foreign_sidecar_before_the_fit(tmp_path, kind):
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.exit_code == 2 and len(lines) == 1 and "y.arrays.json" in lines[0], res.output
     assert tree_state(tmp_path) == before
+
+
+def test_save_as_checks_the_sidecar_before_copying_weights(tmp_path):
+    card = MixCard.load(ROOT / "plugins" / "cards" / "fmnist-adaptive-smoothing-a.toml")
+    put_foreign(tmp_path / "mine.arrays.json", "unrelated", tmp_path)
+    before = tree_state(tmp_path)
+    with pytest.raises(InputError, match=r"mine\.arrays\.json exists and is not"):
+        card.save_as(tmp_path / "mine.toml")
+    assert tree_state(tmp_path) == before
+
+
+@pytest.mark.parametrize("value", [2 ** 63, 2 ** 70, -1])
+def test_a_count_in_a_card_beyond_64_bits_is_one_line(value):
+    """A card built in memory (``MixCard.from_dict``, no file schema in between) checks its counts as a file does."""
+    data = MixCard.load(FMNIST).to_dict()
+    data["data"] = {**data["data"], "n": value}
+    with pytest.raises(InputError, match=r"field 'data\.n' must be ") as err:
+        MixCard.from_dict(data, source="card")
+    assert "\n" not in str(err.value)
