@@ -232,3 +232,16 @@ def test_names_longer_than_the_file_system_takes_are_refused_before_any_work(tmp
     with pytest.raises(InputError, match="more than this file system takes"):
         check_output(tmp_path, directory=True, files={"b" * limit: None})
     assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_every_folder_variable_is_read_by_env_folder():
+    """The library reads no folder variable but through :func:`mixzoo.core.paths.env_folder` (one rule for empty
+    and relative values): a scan of the source for ``environ`` reads of them; the scan finds a planted read."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    pattern = re.compile(r"environ(?:\.get)?\(?\[?\s*['\"](MIXZOO_CACHE|MIXZOO_DATA_DIR|MIXZOO_ROBUSTBENCH_DIR)")
+    files = [p for base in ("mixzoo", "plugins") for p in (root / base).rglob("*.py")]
+    found = [f"{p.relative_to(root)}: {m.group(0)}" for p in files for m in pattern.finditer(p.read_text())]
+    assert found == []
+    assert pattern.search('os.environ.get("MIXZOO_CACHE", "x")') and pattern.search("os.environ['MIXZOO_DATA_DIR']")
