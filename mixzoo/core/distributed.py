@@ -97,8 +97,8 @@ def timeout_s(backend: str) -> float:
     except ValueError:
         value = float("nan")
     if not 0 < value <= MAX_TIMEOUT_S:
-        raise InputError(f"MIXZOO_DIST_TIMEOUT={raw!r} is not a number of seconds in (0, {MAX_TIMEOUT_S}]; set it"
-                         " to e.g. 86400")
+        raise InputError(f"MIXZOO_DIST_TIMEOUT={raw!r} is not a positive number of seconds (at most"
+                         f" {MAX_TIMEOUT_S}, a year); set it to e.g. 86400")
     return value
 
 
