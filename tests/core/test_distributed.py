@@ -36,7 +36,7 @@ def test_a_bad_launcher_variable_is_one_line_wherever_it_is_read(launcher, env, 
 @pytest.mark.parametrize("value", ["1e400", "inf", "nan", "0", "-1", str(2 ** 70), "x", str(MAX_TIMEOUT_S + 1)])
 def test_a_timeout_beyond_what_a_backend_holds_is_one_line(launcher, value) -> None:
     launcher.setenv("MIXZOO_DIST_TIMEOUT", value)
-    with pytest.raises(InputError, match=r"MIXZOO_DIST_TIMEOUT=.* is not a positive number of seconds \(at most \d+") as err:
+    with pytest.raises(InputError, match=r"MIXZOO_DIST_TIMEOUT=.* is not a positive number of seconds \(at") as err:
         timeout_s("gloo")
     assert "\n" not in str(err.value)
     launcher.setenv("MIXZOO_DIST_TIMEOUT", str(MAX_TIMEOUT_S))
