@@ -88,8 +88,9 @@ def bench(
 
     chosen_curve = curve and (True if curve_n is None else replace(CurveSettings.for_budget(attack.budget), n=curve_n))
     shape = dict(baseline=True if baseline else None, curve=chosen_curve or None)
-    build = (lambda: plan_bench(card, settings, plots=plots, command=command_line(), save_adversarial=save_adversarial,
-                                **shape)) \
+    build = (lambda: _unless_missing(lambda: plan_bench(card, settings, plots=plots, command=command_line(),
+                                                        save_adversarial=save_adversarial, **shape),
+                                     [*(cards or []), *(m for m in (abc, rbc) if m)], machine.data_dir)) \
         if card is not None else \
         (lambda: Plan(command_line(), notes=["no card: the pair is fitted first (`mixzoo mix --dry-run` plans that)"]))
     with planned_work(build, dry_run=dry_run, wanted=not as_json, shown=not as_json and distributed_world().main) \
@@ -99,6 +100,23 @@ def bench(
         report = run_bench(card, settings, out=out, plots=plots, save_adversarial=save_adversarial, **shape)
     if distributed_world().main:  # under torchrun only rank 0 prints
         _print_bench(report, out, as_json)
+
+
+def _unless_missing(build: Callable[[], Any], names: list[str], data_dir: str | None) -> Any:
+    """The plan ``build`` makes; when a file it needs is not on this machine, a plan without estimates whose
+    notes list every missing file of ``names`` (cards and models) and their data
+    (:func:`mixzoo.zoo.files.fetch_list`)."""
+    from mixzoo.core.errors import MissingFileError
+    from mixzoo.core.plan import Plan
+    from mixzoo.zoo.files import fetch_list, missing_summary
+
+    try:
+        return build()
+    except MissingFileError:
+        summary = missing_summary(fetch_list(names, data_dir=data_dir))
+        if summary is None:
+            raise
+        return Plan(command_line(), notes=[f"not estimated (the phases are timed on the models): {summary}"])
 
 
 def _print_bench(report: Any, out: Path, as_json: bool) -> None:

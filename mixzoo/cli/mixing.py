@@ -102,7 +102,32 @@ def _print_fit(chosen: Any, res: Any, as_json: bool) -> None:
     out_console.print(table)
     for note in card.notes:
         out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
-    out_console.print(f"mix card written to {res.path}")
+    out_console.print(written_message(res.path, card), soft_wrap=True)
+
+
+def card_files(path: Path, card: Any) -> list[Path]:
+    """The files loading the card written at ``path`` reads: the card, the arrays sidecar its ``[arrays]`` table
+    names (TOML cards) and its weight files, all beside it."""
+    import tomllib
+
+    files = [path]
+    if path.suffix == ".toml" and path.is_file():
+        sidecar = tomllib.loads(path.read_text()).get("arrays", {}).get("file")
+        files += [path.with_name(sidecar)] if sidecar else []
+    return files + [path.with_name(name) for name in getattr(card, "weights", None) or {}]
+
+
+def written_message(path: Path | None, card: Any) -> str:
+    """``mix card written to card.toml``, naming every file beside it that loading needs (copy them together)."""
+    if path is None:
+        return "mix card written to None"
+    files = card_files(Path(path), card)
+    if len(files) == 1:
+        return f"mix card written to {path}"
+    others = ", ".join(f.name for f in files[1:-1])
+    both = "both" if len(files) == 2 else "them all"
+    return (f"mix card written to {path} and {others + ' and ' if others else ''}{files[-1].name} beside it; "
+            f"loading the card reads {both}, so copy {both} together")
 
 
 COMMANDS: dict[str, Callable[..., None]] = {"mix": mix}

@@ -4,8 +4,10 @@ files a command would read (:func:`mixzoo.core.registry.list_models`, :func:`mix
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -39,7 +41,7 @@ def list_cmd(
     for s in specs:
         rep = s.reported or {}
         table.add_row(s.name, s.role, s.dataset, s.threat_model or "", eps_text(s.epsilon) if s.epsilon else "",
-                      _pct(rep.get("clean")), _pct(rep.get("autoattack", rep.get("robust"))), s.plugin)
+                      _pct(rep.get("clean")), reported_robust(rep), s.plugin)
     for c in cards:
         table.add_row(c["name"], f"{c['role']} ({c['method']})", c["dataset"] or "", c["threat_model"] or "",
                       eps_text(c["epsilon"]) if c["epsilon"] else "", "", "", "")
@@ -47,7 +49,52 @@ def list_cmd(
 
 
 def _pct(v: Any) -> str:
-    return f"{100 * v:.2f}%" if isinstance(v, int | float) else ""
+    return f"{100 * v:.2f}%" if isinstance(v, int | float) and not isinstance(v, bool) else ""
+
+
+# the robust accuracies a registry entry may report, in the order ``list`` prefers them, with their labels
+ROBUST_REPORTED = (("autoattack", "AutoAttack"), ("robust", ""), ("pgd20", "PGD-20"))
+
+
+def reported_robust(reported: dict[str, Any]) -> str:
+    """``list``'s robust cell: the first robust accuracy of :data:`ROBUST_REPORTED` the entry reports, labelled
+    with the attack that measured it (``44.47% PGD-20``)."""
+    for key, label in ROBUST_REPORTED:
+        if _pct(reported.get(key)):
+            return f"{_pct(reported[key])} {label}".strip()
+    return ""
+
+
+def _empty(v: Any) -> bool:
+    return v is None or (isinstance(v, str | list | dict | tuple) and not v)
+
+
+def _cell(v: Any) -> str:
+    """A value as text: lists comma-separated, tables as ``key value; ...``, numbers as written."""
+    if isinstance(v, dict):
+        return "; ".join(f"{k} {_cell(x)}" for k, x in v.items() if not _empty(x))
+    if isinstance(v, list | tuple):
+        return ", ".join(_cell(x) for x in v)
+    return str(v)
+
+
+def info_rows(entry: dict[str, Any]) -> list[tuple[str, str]]:
+    """``info``'s rows (label, text) of a spec's or card's entry: empty fields left out, a table's fields one row
+    each (``reported clean``: its accuracies as percentages), each note a row, eps with its /255 form."""
+    rows: list[tuple[str, str]] = []
+    for key, value in entry.items():
+        if _empty(value):
+            continue
+        if key == "epsilon":
+            rows.append((key, eps_text(value)))
+        elif isinstance(value, dict):
+            rows += [(f"{key} {k}", (_pct(x) if key == "reported" and isinstance(x, float) else "") or _cell(x))
+                     for k, x in value.items() if not _empty(x)]
+        elif key == "notes":
+            rows += [("note", _cell(note)) for note in value]
+        else:
+            rows.append((key, _cell(value)))
+    return rows
 
 
 @command
@@ -59,31 +106,49 @@ def info(name: Annotated[str, typer.Argument(help="a registry name or alias, hf-
     where its files belong on this machine, whether they are there and their size. Loads no weights and uses no
     network."""
     from mixzoo.core.catalog import card_entry
-    from mixzoo.core.errors import UnknownNameError
+    from mixzoo.core.errors import MissingFileError, UnknownNameError
     from mixzoo.core.plugins import published_cards
     from mixzoo.core.registry import get_spec
     from mixzoo.zoo.files import model_files
 
     try:
-        spec = get_spec(name)
+        with downloads_off():
+            spec = get_spec(name)
     except UnknownNameError:
         if name not in published_cards():
             raise
         spec = None
+    except MissingFileError as exc:
+        raise MissingFileError(f"{name}: {exc}; `mixzoo info` uses no network (`mixzoo fetch-list {name}` says how "
+                               "to fetch it)") from None
     entry = spec.to_dict() if spec is not None else card_entry(name)
     files = [f.to_dict() for f in model_files(spec)] if spec is not None else []
     if as_json:
         print(json.dumps({**entry, **({"files": files} if spec is not None else {})}, indent=2))
         return
     table = Table(title=entry["name"], show_header=False)
-    for k, v in entry.items():
-        text = eps_text(v) if k == "epsilon" and v else json.dumps(v) if isinstance(v, dict | list) else str(v)
-        table.add_row(k, escape(text))
+    for label, text in info_rows(entry):
+        table.add_row(label, escape(text))
     for f in files:
         state = f"present, {f['size']:,} bytes" if f["present"] and f["size"] is not None else (
             "present" if f["present"] else "[red]missing")
         table.add_row("file", f"{escape(f['path'])} ({state})")
     out_console.print(table)
+
+
+@contextlib.contextmanager
+def downloads_off() -> Iterator[None]:
+    """Name resolution from the local caches only: ``MIXZOO_OFFLINE=1`` while the block runs
+    (:func:`mixzoo.zoo.files.offline`), so a hub file that is not cached is a one-line error, not a download."""
+    before = os.environ.get("MIXZOO_OFFLINE")
+    os.environ["MIXZOO_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["MIXZOO_OFFLINE"]
+        else:
+            os.environ["MIXZOO_OFFLINE"] = before
 
 
 @command
