@@ -124,10 +124,11 @@ def written_message(path: Path | None, card: Any) -> str:
     files = card_files(Path(path), card)
     if len(files) == 1:
         return f"mix card written to {path}"
-    others = ", ".join(f.name for f in files[1:-1])
+    names = [f.name for f in files[1:]]
+    beside = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
     both = "both" if len(files) == 2 else "them all"
-    return (f"mix card written to {path} and {others + ' and ' if others else ''}{files[-1].name} beside it; "
-            f"loading the card reads {both}, so copy {both} together")
+    return (f"mix card written to {path}, with {beside} beside it; loading the card reads {both}, so copy {both} "
+            "together")
 
 
 COMMANDS: dict[str, Callable[..., None]] = {"mix": mix}

@@ -22,9 +22,24 @@ def test_mix_names_the_card_and_its_arrays_file_copy_both(tmp_path):
     card = MixCard.load(out)
     assert sidecar.is_file() and card_files(out, card) == [out, sidecar]
     said = " ".join(result.stdout.split())
-    assert f"mix card written to {out} and {sidecar.name} beside it" in said and "copy both together" in said
+    assert f"mix card written to {out}, with {sidecar.name} beside it;" in said and "copy both together" in said
     sidecar.unlink()
     assert card_files(out, card) == [out, sidecar]  # what the card references, present or not
+
+
+def test_a_card_with_weight_files_names_them_all(tmp_path):
+    from mixzoo.cli.mixing import written_message
+
+    card = MixCard("linear", {"alpha": 0.9, "temperature": 1.0, "fit": "given"}, abc={"name": "a"},
+                   rbc={"name": "b"}, dataset="digits")
+    card.weights = {"net.mixing-network.safetensors": "0" * 64}
+    path = tmp_path / "net.toml"
+    path.write_text("")
+    assert written_message(path, card) == (f"mix card written to {path}, with net.mixing-network.safetensors beside"
+                                           " it; loading the card reads both, so copy both together")
+    card.weights["net.other.safetensors"] = "1" * 64
+    assert ", with net.mixing-network.safetensors and net.other.safetensors beside it; loading the card reads them " \
+           "all, so copy them all together" in written_message(path, card)
 
 
 def test_a_card_without_companions_is_named_alone(tmp_path):
