@@ -21,6 +21,6 @@ def mixzoo_resolve_card(name: str) -> str | None:
 def mixzoo_cli_commands() -> dict[str, Any]:
     """``mixzoo push`` (a card to the Hub), ``mixzoo export`` (torch.export / ONNX) and ``mixzoo report`` (a bench
     report in another format, e.g. RobustBench's)."""
-    from mixzoo.share.cli import commands
+    from mixzoo.cli.share import commands
 
     return commands()

@@ -51,6 +51,10 @@ def mixzoo_resolve_model_name(name: str) -> ModelSpec | None:
     try:
         return specs.timm_hub_spec(name, plugin=PLUGIN)  # config.json in the cache: no torch, no network
     except specs.NotCachedError:
+        from mixzoo.zoo.files import offline
+
+        if offline():  # downloads off (MIXZOO_OFFLINE=1, `mixzoo info`): the cache is all there is
+            raise
         from mixzoo.zoo.timm_hub import timm_hub_spec
 
         return timm_hub_spec(name, plugin=PLUGIN)

@@ -5,7 +5,7 @@ Every ``import`` and ``from ... import`` counts: at module level, inside functio
 dependency, only a later one) and under ``if TYPE_CHECKING`` (a type a module names belongs to its design).
 
 1. The library knows no method, model family or plugin: core/, zoo/, attacks/, evaluation/, certify/, training/,
-   share/ and cli.py import no mixing method (``mixzoo.methods.<name>``; the interface, ``mixzoo.methods`` and
+   share/ and cli/ import no mixing method (``mixzoo.methods.<name>``; the interface, ``mixzoo.methods`` and
    ``mixzoo.methods.base``, is allowed), no plugin module (``mixzoo_plugins.*``, which holds the built-in model
    families, datasets and methods' registration) and no third-party model family (a network definition module such
    as ``timm.models.resnetv2``). Methods, models and datasets reach the library through plugin hooks only.

@@ -25,7 +25,31 @@ from mixzoo.core.errors import MixzooError
 from mixzoo.core.options import world_size_env
 from mixzoo.core.progress import console
 
-out_console = console.__class__()  # stdout (``console``, the progress bars' and errors', is stderr)
+
+class WholeTables(console.__class__):  # type: ignore[misc]
+    """stdout's console, with one rule for every table a command prints: on a terminal a table fits the terminal's
+    width; without one (a pipe, a file) it is printed at its natural width, so that no name or number is cut or
+    folded at 80 columns."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        from rich.measure import Measurement
+        from rich.table import Table
+
+        tables = [o for o in objects if isinstance(o, Table)]
+        if not tables or self.is_terminal or kwargs.get("width") is not None:
+            return super().print(*objects, **kwargs)
+        wide = self.options.update(max_width=10_000)
+        natural = max(Measurement.get(self, wide, t).maximum for t in tables)
+        if natural <= self.width:
+            return super().print(*objects, **kwargs)
+        detected, self._width = self._width, natural
+        try:
+            return super().print(*objects, **kwargs)
+        finally:
+            self._width = detected
+
+
+out_console = WholeTables()  # stdout (``console``, the progress bars' and errors', is stderr)
 
 # options several commands share
 DataDir = Annotated[str | None, typer.Option(help="directory holding the data set files")]
@@ -140,5 +164,5 @@ def command_line() -> str:
 
 
 __all__ = ["AllowUnsafe", "AsJson", "CacheDir", "CardABC", "CardRBC", "DataDir", "DryRun", "NoCache",
-           "Precision", "command", "command_line", "epilog_of", "examples", "interrupted_message", "out_console",
-           "show_warning"]
+           "Precision", "WholeTables", "command", "command_line", "epilog_of", "examples", "interrupted_message",
+           "out_console", "show_warning"]

@@ -179,6 +179,9 @@ def _notes(sweep: EpsSweep) -> list[str]:
     return notes
 
 
+SWEEP_ATTACK = "adaptive-apgd"  # the shared attack when neither the settings nor their budget name one
+
+
 def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[float] | None = None,
               baseline: MatchSettings | float | bool | None = True, out: str | Path | None = None, plots: bool = True,
               **changes: Any) -> EpsSweep:
@@ -208,7 +211,7 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     s = settings_of(settings, changes, attack=None, n=200)
     given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
     s, match_settings, _ = budgeted(s, baseline if not isinstance(baseline, int | float) or isinstance(
-        baseline, bool) else None, None, default_attack="adaptive-apgd")
+        baseline, bool) else None, None, default_attack=SWEEP_ATTACK)
     check_run_settings(s, out)
     linear_alpha = _checked_inputs(out, radii, baseline)
     match = match_settings

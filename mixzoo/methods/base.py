@@ -315,11 +315,13 @@ class MixingMethod:
         return out
 
     def fit_summary(self, result: FitResult) -> list[tuple[str, str]]:
-        """Rows ``(label, value)`` of ``mixzoo mix``'s table; default: the section's numbers and strings, then the
-        total seconds."""
-        rows = [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in result.card.params.items()
+        """Rows ``(label, value)`` of ``mixzoo mix``'s table; default: the section's numbers and strings, then those
+        of :attr:`FitResult.summary` the section does not hold, then the total seconds (``seconds["total"]``, else
+        the sum of the steps')."""
+        shown = {**result.card.params, **{k: v for k, v in result.summary.items() if k not in result.card.params}}
+        rows = [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in shown.items()
                 if isinstance(v, int | float | str)]
-        rows.append(("seconds", f"{result.seconds.get('total', 0.0):.1f}"))
+        rows.append(("seconds", f"{result.seconds.get('total', sum(result.seconds.values())):.1f}"))
         return rows
 
     # --------------------------------------------------------------------------------------------- report

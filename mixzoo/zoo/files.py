@@ -230,16 +230,18 @@ def _dataset_files(name: str, root: str | None) -> list[NeededFile]:
 
 def fetch_list(names: Sequence[str], dataset: str | None = None, data_dir: str | None = None) -> list[NeededFile]:
     """Every file ``mix`` / ``bench`` would read for ``names`` (model names, aliases, ``hf-hub:`` ids, RobustBench
-    names, or mix-card files, whose ABC, RBC and data set count) and their data: ``dataset`` when given, else each
-    robust model's (or card's) data set. Hub names whose ``config.json`` is not cached are listed by that file."""
+    names, or mix cards: files or published names, whose ABC, RBC and data set count) and their data: ``dataset``
+    when given, else each robust model's (or card's) data set. Hub names whose ``config.json`` is not cached are
+    listed by that file."""
     from mixzoo.core.errors import MissingFileError
+    from mixzoo.core.plugins import published_cards
     from mixzoo.core.registry import get_spec
 
     out: list[NeededFile] = []
     datasets: list[str] = [dataset] if dataset else []
     models: list[str] = []
     for name in names:
-        if name.endswith(".toml") and Path(name).is_file():
+        if name in published_cards() or (Path(name).suffix in (".toml", ".json") and Path(name).is_file()):
             from mixzoo.core.card import MixCard
 
             card = MixCard.load(name)

@@ -1,4 +1,4 @@
-"""The command line (mixzoo/cli.py): option parsing, one-line errors, and every command handing its options on.
+"""The command line (mixzoo/cli/): option parsing, one-line errors, and every command handing its options on.
 
 The CLI is a thin layer over library functions, so most command tests replace the library function by a spy that
 records what it was called with: a command must hand every option it is given to the library, and with no option
@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from mixzoo.cli import _parse_floats, app, parse_attack_options
+from mixzoo.cli import app, parse_attack_options, parse_floats
 from mixzoo.methods import FitRequest
 from mixzoo.methods.mixednuts.calibrate import Grid
 
@@ -183,9 +183,9 @@ def test_grid_option_with_an_unknown_axis_names_the_axes():
 
 
 def test_eps_list_keeps_every_radius_in_order():
-    assert _parse_floats("0.1, 0.2,0.5", "--eps") == [0.1, 0.2, 0.5]
-    assert _parse_floats("0.3", "--eps") == [0.3]
-    assert _parse_floats(None, "--eps") is None
+    assert parse_floats("0.1, 0.2,0.5", "--eps") == [0.1, 0.2, 0.5]
+    assert parse_floats("0.3", "--eps") == [0.3]
+    assert parse_floats(None, "--eps") is None
 
 
 # --------------------------------------------------------------------------------------------- commands -> library

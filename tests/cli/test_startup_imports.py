@@ -53,6 +53,7 @@ def probe(*args: str, status: int = 0) -> dict:
     (("plugins", "--json"), 0),
     (("info", "cifar10/Linf/Peng2023Robust"), 0), (("info", "imagenet/Linf/Liu2023Comprehensive_Swin-L"), 0),
     (("info", "cifar10/Linf/Peng2023Robus"), 2), (("info", "convnextv2-l"), 0),
+    (("info", "hf-hub:org/a-model-not-in-the-cache"), 2),  # the cache only: no download, no torch
     (("mix", "--abc", "fmnist-std", "--rbc", "cifar10/Linf/Wong2020Fast"), 2)],  # refused before torch
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else str(v))
 def test_command_imports_neither_torch_nor_a_method(args, status):

@@ -79,8 +79,8 @@ def test_parser_integers(n: int) -> None:
 
 def test_cli_and_share_and_methods_use_the_one_parser() -> None:
     from mixzoo.cli import parse_attack_options
+    from mixzoo.cli.share import _fields
     from mixzoo.methods import get_method
-    from mixzoo.share.cli import _fields
 
     assert parse_attack_options(["components=apgd-ce, apgd-t"]) == {"components": ["apgd-ce", "apgd-t"]}
     with pytest.raises(InputError, match="given twice"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
@@ -205,7 +206,7 @@ class MixedNUTS(MixingMethod):
     def fit_summary(self, result: FitResult) -> list[tuple[str, str]]:
         """The card's parameters, then Fig. 6's summary: calibration images, clean mistakes, attacked-correct
         examples and the median margins before and after M(s, p, c)."""
-        rows = super().fit_summary(result)[:-1]
+        rows = super().fit_summary(dataclasses.replace(result, summary={}))[:-1]  # the summary: the rows below
         sm = result.summary
         if "n_attacked_correct" in sm:
             rows.append(("calibration images / clean mistakes / attacked correct",

@@ -1,0 +1,5 @@
+"""``python -m mixzoo.cli``: the ``mixzoo`` command."""
+
+from mixzoo.cli import main
+
+main()
