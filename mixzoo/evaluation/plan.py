@@ -107,7 +107,7 @@ class Probes:
             else:
                 last["ev"] = evaluate(target, images, labels, cut)
 
-        sec = per_image_cut(run, self.n, _fractions(attack, options))
+        sec = per_image_cut(run, self.n, _fractions(attack, options), batch=self.s.batch_size)
         ev = last["ev"]
         names = {e.name for e, _ in declared}
         share = sum(c["seconds"] for c in ev["components"] if c["name"] in names) / ev["seconds"] \
