@@ -41,7 +41,8 @@ from mixzoo.core.progress import next_phase
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.bench import MatchSettings, resolved_batch_size
+from mixzoo.evaluation.job import MatchSettings
+from mixzoo.evaluation.loading import resolved_batch_size
 from mixzoo.zoo.pairs import model_device, model_hash, model_key
 
 GREY = 0.5
@@ -195,14 +196,11 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     ``None``: no baseline row. The settings' ``budget`` and ``-O`` counts reach every component as in the bench
     (:mod:`mixzoo.core.budget`); ``attack=None`` takes the budget's attack, else ``adaptive-apgd``.
     """
-    from mixzoo.evaluation.bench import (
-        baseline_method,
-        budgeted,
-        card_evaluation,
-        check_run_settings,
-        evaluate,
-        evaluate_card,
-    )
+    from mixzoo.attacks.runner import evaluate
+    from mixzoo.evaluation.job import budgeted
+    from mixzoo.evaluation.loading import card_evaluation, check_run_settings
+    from mixzoo.evaluation.worst_case import evaluate_card
+    from mixzoo.methods.base import baseline_method
     from mixzoo.zoo.data import shortfall_note
 
     s = settings_of(settings, changes, attack=None, n=200)
@@ -276,7 +274,10 @@ def _sweep_models(ce: Any, s: RunSettings, request: EvalRequest, match: MatchSet
     the shared attack and its method's extras): the ABC, the RBC, the baseline method's row (at ``linear_alpha``,
     else matched to the card's worst case as the bench matches it) and the card; with the components record and
     the baseline's alpha."""
-    from mixzoo.evaluation.bench import baseline_method, card_key_parts, declared_attacks, matched_linear_alpha
+    from mixzoo.evaluation.matching import matched_linear_alpha
+    from mixzoo.evaluation.worst_case import declared_attacks
+    from mixzoo.methods.base import baseline_method
+    from mixzoo.zoo.pairs import card_key_parts
 
     card, abc_m, rbc_m, data = ce.card, ce.abc, ce.rbc, ce.data
     base = {"data": data.fingerprint}
