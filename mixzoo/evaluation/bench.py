@@ -245,19 +245,24 @@ def _model_row(run: BenchRun, role: str) -> ModelResult:
 
 
 def _card_row(run: BenchRun, c: Any, kinds: set[str]) -> ModelResult:
-    """Card ``c``'s row (its worst case over the shared attack and its method's extras), of a kind not in ``kinds``;
-    with several cards named by its method's title and the card's file stem, once (a title that already ends with
-    the stem keeps it)."""
+    """Card ``c``'s row (its worst case over the shared attack and its method's extras; :func:`row_name`), of a kind
+    not in ``kinds``."""
     abc_m, rbc_m, data = run.ce.abc, run.ce.rbc, run.ce.data
     method = c.mixing_method
     kind = method.name if method.name not in kinds else f"{method.name}-{len(kinds) - 1}"
-    title = method.title or method.name
-    tag = f"({c.path.stem if c.path else kind})"
-    label = title if len(run.cards) == 1 or title.endswith(tag) else f"{title} {tag}"
+    label = row_name(c, kind, len(run.cards))
     ev = evaluate_card(c, abc_m, rbc_m, data.images, data.labels,
                        run.request.replace(key_parts=card_key_parts(c, abc_m, rbc_m, data), label=label),
                        extra_attacks=run.s.extra_attacks, **run.job.spend)
     return run.row(label, kind, ev, alpha=c.params.get("alpha"), card=c)
+
+
+def row_name(card: Any, kind: str, n_cards: int) -> str:
+    """A card row's name: its method's title; with several cards also the card's file stem (else its kind) in
+    parentheses, once (a title that already ends with it keeps it)."""
+    title = card.mixing_method.title or card.mixing_method.name
+    tag = f"({card.path.stem if card.path else kind})"
+    return title if n_cards == 1 or title.endswith(tag) else f"{title} {tag}"
 
 
 def _settings_record(run: BenchRun, card_rows: list[ModelResult], world_size: int) -> dict[str, Any]:
