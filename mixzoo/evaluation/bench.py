@@ -23,6 +23,7 @@ import torch
 from mixzoo.attacks import runner
 from mixzoo.attacks.memory import parse_batch_size
 from mixzoo.attacks.precision import resolve_precision
+from mixzoo.attacks.result import Outcome
 from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, BF16_COUNTS, evaluate, merge_warnings  # noqa: F401
 from mixzoo.core import distributed
 from mixzoo.core.cache import Cache
@@ -197,10 +198,11 @@ class BenchRun:
     def cards(self) -> list[Any]:
         return list(self.job.cards)
 
-    def row(self, name: str, kind: str, ev: dict[str, Any], alpha: float | None = None, card: Any = None
+    def row(self, name: str, kind: str, ev: Outcome, alpha: float | None = None, card: Any = None
             ) -> ModelResult:
+        ev = Outcome.of(ev)
         if self.request.save_adversarial:
-            self.points[kind] = ev["adversarial"]
+            self.points[kind] = ev.adversarial
         return row_result(name, kind, ev, self.s.attack, self.ce.eps, self.ce.norm, alpha=alpha, card=card)
 
 

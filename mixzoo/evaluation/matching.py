@@ -35,7 +35,7 @@ def matched_linear_alpha(ce: CardEvaluation, request: EvalRequest, *, match_n: i
                                    label=f"{ce.card.mixing_method.title or ce.card.method} (matching attack)")
     ev = evaluate_card(ce.card, ce.abc, ce.rbc, images, labels, card_request, extra_attacks=extra_attacks,
                        budget=budget, overrides=overrides)
-    target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
+    target = sum(ev.robust_correct) / ev.n
     key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
     match_request = request.replace(key_parts=key)
     if takes_request(base.match):

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from mixzoo.attacks.result import Outcome
 from mixzoo.attacks.runner import cached_examples, cached_outcome, evaluate
 from mixzoo.core.budget import LINEAR_COUNTS, scaled_counts
 from mixzoo.core.cache import Cache
@@ -102,13 +103,13 @@ class Probes:
                 last["ev"] = evaluate_card(target, self.ce.abc, self.ce.rbc, images, labels, cut,
                                            extra_attacks=extras, budget=self.s.budget, overrides=over)
             else:
-                last["ev"] = evaluate(target, images, labels, cut)
+                last["ev"] = Outcome.of(evaluate(target, images, labels, cut))
 
         sec = per_image_cut(run, self.n, _fractions(attack, options), batch=self.s.batch_size)
         ev = last["ev"]
         names = {e.name for e, _ in declared}
-        share = sum(c["seconds"] for c in ev["components"] if c["name"] in names) / ev["seconds"] \
-            if names and ev["seconds"] > 0 else 0.0
+        share = sum(c["seconds"] for c in ev.components if c["name"] in names) / ev.seconds \
+            if names and ev.seconds > 0 else 0.0
         return Cost(sec, sec * min(1.0, share))
 
     def cached(self, request: EvalRequest, *, card: Any = None, extra_attacks: bool = True) -> tuple[int, bool]:
@@ -120,7 +121,7 @@ class Probes:
             return shared, card is None or not extra_attacks
         ev = cached_outcome(request, self.n, device)
         for extra, options in declared_attacks(card, self.s.budget, self.given):
-            subset = torch.nonzero(torch.tensor(ev["robust_correct"], dtype=torch.bool)).flatten()  # as evaluate_card
+            subset = torch.nonzero(torch.tensor(ev.robust_correct, dtype=torch.bool)).flatten()  # as evaluate_card
             if not len(subset):
                 break
             sub = cached_outcome(extra_request(request, extra, options, subset), len(subset), device)

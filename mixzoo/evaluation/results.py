@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from mixzoo.attacks.result import Outcome
 from mixzoo.core.labels import row_label
 
 
@@ -121,22 +123,24 @@ class Report:
         }
 
 
-def row_result(name: str, kind: str, ev: dict[str, Any], attack: str, eps: float, norm: str,
-            alpha: float | None = None, card: Any = None) -> ModelResult:
+def row_result(name: str, kind: str, ev: Outcome | Mapping[str, Any], attack: str, eps: float, norm: str,
+               alpha: float | None = None, card: Any = None) -> ModelResult:
+    """A bench row from its evaluation's :class:`~mixzoo.attacks.result.Outcome` (accuracies, their 95 % Wilson
+    intervals, the outcomes per example), its attack and threat model, and for a mixed row its alpha and card."""
     from mixzoo.evaluation.stats import wilson_interval
 
-    n = len(ev["clean_correct"])
-    clean, robust = sum(ev["clean_correct"]), sum(ev["robust_correct"])
+    ev = Outcome.of(ev)
+    n = ev.n
+    clean, robust = sum(ev.clean_correct), sum(ev.robust_correct)
     return ModelResult(
         name=name, kind=kind, clean_accuracy=clean / n, robust_accuracy=robust / n, attack=attack, epsilon=eps,
-        norm=norm, n=n, seconds=ev["seconds"], alpha=alpha, components=ev["components"], warnings=ev["warnings"],
-        device=ev.get("device", "unknown"), machine=ev.get("machine", "unknown"), cached=bool(ev.get("cached", False)),
+        norm=norm, n=n, seconds=ev.seconds, alpha=alpha, components=ev.components, warnings=ev.warnings,
+        device=ev.device, machine=ev.machine, cached=bool(ev.cached),
         clean_ci=list(wilson_interval(clean, n)), robust_ci=list(wilson_interval(robust, n)),
-        clean_outcomes="".join("1" if v else "0" for v in ev["clean_correct"]),
-        robust_outcomes="".join("1" if v else "0" for v in ev["robust_correct"]),
+        clean_outcomes="".join("1" if v else "0" for v in ev.clean_correct),
+        robust_outcomes="".join("1" if v else "0" for v in ev.robust_correct),
         method=None if card is None else card.method,
         card=None if card is None else card.to_dict(),
         card_path=None if card is None or card.path is None else str(card.path),
-        precision=ev.get("precision", "float32"),
+        precision=ev.precision,
     )
-

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixzoo.attacks.result import Outcome
 from mixzoo.core.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_line, run_record
@@ -133,10 +134,11 @@ class EpsSweep:
         return {**out, "passed": self.passed}
 
 
-def _row(name: str, kind: str, model: nn.Module, evs: list[dict[str, Any]], radii: list[float],
+def _row(name: str, kind: str, model: nn.Module, outcomes: list[Outcome], radii: list[float],
          images: torch.Tensor, labels: torch.Tensor, norm: str, alpha: float | None = None) -> SweepRow:
-    robust = torch.tensor([ev["robust_correct"] for ev in evs], dtype=torch.bool)
-    clean = torch.tensor(evs[0]["clean_correct"], dtype=torch.bool)
+    evs = [Outcome.of(ev) for ev in outcomes]
+    robust = torch.tensor([ev.robust_correct for ev in evs], dtype=torch.bool)
+    clean = torch.tensor(evs[0].clean_correct, dtype=torch.bool)
     with torch.no_grad():
         grey_class = int(model(torch.full_like(images[:1], GREY).to(model_device(model))).argmax(dim=1))
     reach = grey_distance(images, norm)[None, :] <= torch.tensor(radii)[:, None]
@@ -149,7 +151,7 @@ def _row(name: str, kind: str, model: nn.Module, evs: list[dict[str, Any]], radi
         monotone_misses=(robust & ~grey_breakable & ~checked).sum(dim=1).tolist(),
         grey_misses=(robust & grey_breakable).sum(dim=1).tolist(), grey_class=grey_class,
         grey_bound=(~grey_breakable).double().mean(dim=1).tolist(), n=len(labels),
-        seconds=[float(ev["seconds"]) for ev in evs], cached=[bool(ev.get("cached", False)) for ev in evs],
+        seconds=[float(ev.seconds) for ev in evs], cached=[bool(ev.cached) for ev in evs],
         alpha=alpha)
 
 

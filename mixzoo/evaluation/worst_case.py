@@ -4,39 +4,43 @@ it (the bench's rows, the matched baseline's target, sanity's sweep)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from mixzoo.attacks import runner
+from mixzoo.attacks.result import Outcome
 from mixzoo.attacks.runner import BF16_COUNTS
 from mixzoo.core.budget import Budget, component_options
 from mixzoo.core.cache import content_key
 from mixzoo.core.request import EvalRequest
 
 
-def worst_case(ev: dict[str, Any], extra: dict[str, Any], subset: torch.Tensor, name: str) -> dict[str, Any]:
+def worst_case(ev: Outcome | Mapping[str, Any], extra: Outcome | Mapping[str, Any], subset: torch.Tensor,
+               name: str) -> Outcome:
     """Merge an extra attack run on the still-robust examples ``subset`` into evaluation ``ev`` example by
     example: robust only if both attacks failed; the extra attack's breaks are a component named ``name``."""
-    robust = list(ev["robust_correct"])
+    ev, extra = Outcome.of(ev), Outcome.of(extra)
+    robust = list(ev.robust_correct)
     broken = 0
-    for i, ok in zip(subset.tolist(), extra["robust_correct"], strict=True):
+    for i, ok in zip(subset.tolist(), extra.robust_correct, strict=True):
         if robust[i] and not ok:
             robust[i], broken = False, broken + 1
-    stat = {"name": name, "newly_broken": broken, "seconds": extra["seconds"]}
-    if extra.get("components") and all("found_bf16" in c for c in extra["components"]):  # a bf16 run's two counts
-        stat.update({k: sum(c.get(k, 0) for c in extra["components"]) for k in BF16_COUNTS})
-    merged = {**ev, "robust_correct": robust, "seconds": ev["seconds"] + extra["seconds"],
-              "components": [*ev["components"], stat],
-              "warnings": [*ev["warnings"], *(f"{name}: {w}" for w in extra["warnings"])],
-              "cached": bool(ev.get("cached")) and bool(extra.get("cached"))}
-    if "adversarial" in ev:
-        pts = extra["adversarial"]
+    stat = {"name": name, "newly_broken": broken, "seconds": extra.seconds}
+    if extra.components and all("found_bf16" in c for c in extra.components):  # a bf16 run's two counts
+        stat.update({k: sum(c.get(k, 0) for c in extra.components) for k in BF16_COUNTS})
+    adversarial = ev.adversarial
+    if adversarial is not None:
+        pts = extra.adversarial
         index = subset[pts["index"]] if len(pts["index"]) else pts["index"]
-        merged["adversarial"] = {"index": torch.cat([ev["adversarial"]["index"], index]).long(),
-                                 "images": torch.cat([ev["adversarial"]["images"], pts["images"]])}
-    return merged
+        adversarial = {"index": torch.cat([adversarial["index"], index]).long(),
+                       "images": torch.cat([adversarial["images"], pts["images"]])}
+    return replace(ev, robust_correct=robust, seconds=ev.seconds + extra.seconds, components=[*ev.components, stat],
+                   warnings=[*ev.warnings, *(f"{name}: {w}" for w in extra.warnings)],
+                   cached=bool(ev.cached) and bool(extra.cached), adversarial=adversarial)
 
 
 def declared_attacks(card: Any, budget: str | Budget = "standard", overrides: dict[str, Any] | None = None
@@ -50,7 +54,7 @@ def declared_attacks(card: Any, budget: str | Budget = "standard", overrides: di
 
 def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                   request: EvalRequest, *, extra_attacks: bool = True, budget: str | Budget = "standard",
-                  overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                  overrides: dict[str, Any] | None = None) -> Outcome:
     """A card's classifier under the shared attack (``request``: :func:`~mixzoo.attacks.runner.evaluate`'s
     request, its ``key_parts`` the cache key of the shared run, :func:`card_key_parts`), then under each extra attack
     its method declares (:meth:`~mixzoo.methods.MixingMethod.extra_attacks`) on the examples still robust, merged per
@@ -59,11 +63,11 @@ def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tenso
     its cache key adding its name, gradient and subset; it runs with the options :func:`declared_attacks` gives it
     under ``budget`` and ``overrides``."""
     method = card.mixing_method
-    ev = runner.evaluate(method.build(abc, rbc, card), images, labels, request)
+    ev = Outcome.of(runner.evaluate(method.build(abc, rbc, card), images, labels, request))
     if not extra_attacks:
         return ev
     for extra, extra_options in declared_attacks(card, budget, overrides):
-        subset = torch.tensor([i for i, ok in enumerate(ev["robust_correct"]) if ok], dtype=torch.long)
+        subset = torch.tensor([i for i, ok in enumerate(ev.robust_correct) if ok], dtype=torch.long)
         if not len(subset):
             break
         sub_request = extra_request(request, extra, extra_options, subset)
