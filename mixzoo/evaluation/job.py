@@ -161,5 +161,16 @@ class BenchJob:
         return [*out, Step("report")]
 
 
+def sweep_steps(card: Any, *, matched: bool, alpha_given: bool) -> list[Step]:
+    """The work list of sanity's eps sweep (:func:`mixzoo.evaluation.sanity.eps_sweep` runs it, its plan
+    :func:`mixzoo.evaluation.plan.plan_sanity` estimates it), in order: the baseline's matching (``matched`` and no
+    alpha given), then the rows: the ABC, the RBC, the baseline method's row (matched, or at the given alpha; not for
+    a card of the baseline method), the card."""
+    lin = baseline_method()
+    baseline = (matched or alpha_given) and lin is not None and card.method != lin.name
+    return [*([Step("match", card)] if baseline and not alpha_given else []), Step("abc"), Step("rbc"),
+            *([Step("baseline", card)] if baseline else []), Step("card", card)]
+
+
 __all__ = ["BENCH_MATCH_ATTACK", "BENCH_MATCH_OPTIONS", "CURVE", "MATCH", "BenchJob", "CurveSettings",
-           "MatchSettings", "Step", "budgeted", "curve_size"]
+           "MatchSettings", "Step", "budgeted", "curve_size", "sweep_steps"]

@@ -24,7 +24,7 @@ from mixzoo.core.plan import Plan, per_image_cut
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.job import BenchJob, CurveSettings, MatchSettings, Step, budgeted
+from mixzoo.evaluation.job import BenchJob, CurveSettings, MatchSettings, Step, budgeted, sweep_steps
 from mixzoo.evaluation.loading import (
     card_evaluation,
     card_key_parts,
@@ -309,11 +309,11 @@ def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[f
     ce, s, n = p.ce, p.s, p.n
     radii = default_radii(ce.eps, ce.data.images, ce.norm) if radii is None else sorted({float(r) for r in radii})
     plan = Plan(command)
-    rows: list[tuple[str, Any, Any]] = [("ABC", None, ce.abc), ("RBC", None, ce.rbc)]
+    rows: list[tuple[str, Any, Any]] = []
     lin = baseline_method()
     alpha = float(baseline) if fixed else None  # type: ignore[arg-type]
-    if (match is not None or fixed) and lin is not None and ce.card.method != lin.name:
-        if match is not None:
+    for step in sweep_steps(ce.card, matched=match is not None, alpha_given=fixed):
+        if step.kind == "match":
             alpha = p.matched_alpha(match)
             sec = 0.0 if alpha is not None else \
                 p.cost(match.attack, match.options, ce.eps, card=lin.card_at(0.9, ce.card)).total
@@ -321,8 +321,12 @@ def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[f
                                                    f"{min(match.n, n)} images"
                                                    f"{'' if alpha is None else f' (cached: {alpha:.2f})'}",
                      (MATCH_STEPS + 1) * sec * min(match.n, n))
-        rows.append((lin.title, lin.card_at(0.9 if alpha is None else alpha, ce.card), None))
-    rows.append((ce.card.mixing_method.title or ce.card.method, ce.card, None))
+        elif step.kind == "baseline":
+            rows.append((lin.title, lin.card_at(0.9 if alpha is None else alpha, ce.card), None))
+        elif step.kind == "card":
+            rows.append((ce.card.mixing_method.title or ce.card.method, ce.card, None))
+        else:
+            rows.append((step.kind.upper(), None, getattr(ce, step.kind)))
     listed = ", ".join(f"{r:g}" for r in radii)
     for name, c, model in rows:
         # the smallest radius is the slowest (fewest examples break early): timed there, counted for every radius

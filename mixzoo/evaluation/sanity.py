@@ -276,6 +276,7 @@ def _sweep_models(ce: Any, s: RunSettings, request: EvalRequest, match: MatchSet
     the shared attack and its method's extras): the ABC, the RBC, the baseline method's row (at ``linear_alpha``,
     else matched to the card's worst case as the bench matches it) and the card; with the components record and
     the baseline's alpha."""
+    from mixzoo.evaluation.job import sweep_steps
     from mixzoo.evaluation.matching import matched_linear_alpha
     from mixzoo.evaluation.worst_case import declared_attacks
     from mixzoo.methods.base import baseline_method
@@ -283,24 +284,26 @@ def _sweep_models(ce: Any, s: RunSettings, request: EvalRequest, match: MatchSet
 
     card, abc_m, rbc_m, data = ce.card, ce.abc, ce.rbc, ce.data
     base = {"data": data.fingerprint}
-    models: list[tuple] = [
-        (_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)}, None),
-        (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)}, None)]
     base_method = baseline_method()
     components: dict[str, Any] = {"attack": {"attack": s.attack, "options": dict(s.attack_options)}}
-    if (match is not None or linear_alpha is not None) and base_method is not None \
-            and card.method != base_method.name:
-        if linear_alpha is None:
+    models: list[tuple] = []
+    for step in sweep_steps(card, matched=match is not None, alpha_given=linear_alpha is not None):
+        if step.kind in ("abc", "rbc"):
+            model = getattr(ce, step.kind)
+            models.append((_name(model, model_hash(model), getattr(card, step.kind), step.kind.upper()), step.kind,
+                           model, {**base, "model": model_key(model)}, None))
+        elif step.kind == "match":
             next_phase()  # the phases of mixzoo.evaluation.plan.plan_sanity, in its order
             matching = request.replace(attack=match.attack, attack_options=match.options, precision="float32")
             linear_alpha, _, _ = matched_linear_alpha(ce, matching, match_n=match.n, extra_attacks=s.extra_attacks,
                                                       budget=s.budget, overrides=given)
             components["baseline"] = {"attack": match.attack, "options": dict(match.options),
                                       "n": min(match.n, len(data.labels))}
-        base_card = base_method.card_at(linear_alpha, card)
-        models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
-                       base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data),
-                       base_card))
+        elif step.kind == "baseline":
+            base_card = base_method.card_at(linear_alpha, card)
+            models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
+                           base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data),
+                           base_card))
     title = card.mixing_method.title or card.method
     models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card))
     if s.extra_attacks:
