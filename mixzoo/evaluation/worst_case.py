@@ -22,25 +22,29 @@ from mixzoo.core.request import EvalRequest
 def worst_case(ev: Outcome | Mapping[str, Any], extra: Outcome | Mapping[str, Any], subset: torch.Tensor,
                name: str) -> Outcome:
     """Merge an extra attack run on the still-robust examples ``subset`` into evaluation ``ev`` example by
-    example: robust only if both attacks failed; the extra attack's breaks are a component named ``name``."""
-    ev, extra = Outcome.of(ev), Outcome.of(extra)
+    example: robust only if both attacks failed; the extra attack's breaks are a component named ``name``
+    (``extra``: its outcome, read by name: ``robust_correct``, ``seconds``, ``warnings``, ``components``,
+    ``cached``, ``adversarial``)."""
+    ev = Outcome.of(ev)
     robust = list(ev.robust_correct)
     broken = 0
-    for i, ok in zip(subset.tolist(), extra.robust_correct, strict=True):
+    for i, ok in zip(subset.tolist(), extra["robust_correct"], strict=True):
         if robust[i] and not ok:
             robust[i], broken = False, broken + 1
-    stat = {"name": name, "newly_broken": broken, "seconds": extra.seconds}
-    if extra.components and all("found_bf16" in c for c in extra.components):  # a bf16 run's two counts
-        stat.update({k: sum(c.get(k, 0) for c in extra.components) for k in BF16_COUNTS})
+    stat = {"name": name, "newly_broken": broken, "seconds": extra["seconds"]}
+    parts = extra.get("components") or []
+    if parts and all("found_bf16" in c for c in parts):  # a bf16 run's two counts
+        stat.update({k: sum(c.get(k, 0) for c in parts) for k in BF16_COUNTS})
     adversarial = ev.adversarial
     if adversarial is not None:
-        pts = extra.adversarial
+        pts = extra["adversarial"]
         index = subset[pts["index"]] if len(pts["index"]) else pts["index"]
         adversarial = {"index": torch.cat([adversarial["index"], index]).long(),
                        "images": torch.cat([adversarial["images"], pts["images"]])}
-    return replace(ev, robust_correct=robust, seconds=ev.seconds + extra.seconds, components=[*ev.components, stat],
-                   warnings=[*ev.warnings, *(f"{name}: {w}" for w in extra.warnings)],
-                   cached=bool(ev.cached) and bool(extra.cached), adversarial=adversarial)
+    return replace(ev, robust_correct=robust, seconds=ev.seconds + extra["seconds"],
+                   components=[*ev.components, stat],
+                   warnings=[*ev.warnings, *(f"{name}: {w}" for w in extra["warnings"])],
+                   cached=bool(ev.cached) and bool(extra.get("cached")), adversarial=adversarial)
 
 
 def declared_attacks(card: Any, budget: str | Budget = "standard", overrides: dict[str, Any] | None = None
