@@ -94,8 +94,9 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     (:func:`mixzoo.attacks.runner.evaluate` says which components cannot, and the report's warnings name them).
 
     With one card whose method is not the baseline method, ``baseline`` (:class:`MatchSettings`; ``True``: the
-    settings' budget's; ``None`` or ``False``: no such row) adds the baseline method at the parameter matched to
-    the card's worst case, evaluated like the other rows. ``curve`` (:class:`CurveSettings`; ``True``: the budget's;
+    settings' budget's, matched under the rows' attack when the settings name one other than the budget's
+    default; ``None`` or ``False``: no such row) adds the baseline method at the parameter matched to the card's
+    worst case, evaluated like the other rows. ``curve`` (:class:`CurveSettings`; ``True``: the budget's;
     ``None`` or ``False``: none) asks the first card's method for its trade-off curve; ``plots`` for its figures.
     The settings' ``budget`` (:mod:`mixzoo.core.budget`) reaches every component: the shared attack's
     counts, each declared attack's, the baseline's and the curve's; ``-O`` counts (``attack_options``) set them
