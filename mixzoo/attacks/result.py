@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 
@@ -56,6 +58,55 @@ class EvalResult:
 
 
 AttackResult = EvalResult  # the name the hook specification uses
+
+
+@dataclass
+class Outcome(Mapping[str, Any]):
+    """What :func:`mixzoo.attacks.runner.evaluate` returns for a data set: per example ``clean_correct`` and
+    ``robust_correct`` (robust: correct under every component), each component's record (``name``,
+    ``newly_broken``, ``seconds``, and ``own_broken`` / the bf16 counts where recorded), the warnings, the attack
+    seconds, where it ran (``device``, ``machine``), the arithmetic (``precision``), whether it was read from the
+    cache (``cached``) and, when asked for, ``adversarial`` (``{"index", "images"}``: the point that broke each
+    broken example). Read as fields; it is also a read-only mapping of the same names (``ev["robust_correct"]``),
+    the form a method's ``match`` / ``tradeoff_curve`` and a cached outcome's JSON use, ``adversarial`` present
+    only when kept."""
+
+    clean_correct: list[bool]
+    robust_correct: list[bool]
+    components: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    device: str = "unknown"
+    machine: str = "unknown"
+    precision: str = "float32"
+    cached: bool = False
+    adversarial: dict[str, torch.Tensor] | None = None
+
+    @classmethod
+    def of(cls, value: Mapping[str, Any]) -> Outcome:
+        """``value`` (an outcome, or a mapping with its fields; other keys are not kept) as an :class:`Outcome`."""
+        if isinstance(value, Outcome):
+            return value
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in value.items() if k in names})
+
+    @property
+    def n(self) -> int:
+        return len(self.clean_correct)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def _keys(self) -> list[str]:
+        return [f.name for f in fields(self) if f.name != "adversarial" or self.adversarial is not None]
 
 
 def nan_error(count: int, where: str) -> InputError:

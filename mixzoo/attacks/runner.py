@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from mixzoo.attacks.precision import resolve_precision
+from mixzoo.attacks.result import Outcome
 from mixzoo.core.cache import atomic_save_tensors, atomic_write_text, content_key, stale_entry
 from mixzoo.core.checks import naming_model
 from mixzoo.core.distributed import check_shards, gather, world
@@ -57,13 +58,14 @@ def cache_only() -> Iterator[None]:
         _CACHE_ONLY.reset(token)
 
 
-def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, request: EvalRequest) -> dict[str, Any]:
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, request: EvalRequest) -> Outcome:
     """Attack ``model`` batch by batch as ``request`` (:class:`~mixzoo.core.request.EvalRequest`) asks, saving each
     batch's outcome so an interrupted run resumes.
 
-    Returns a dict with per-example ``clean_correct`` / ``robust_correct`` lists, per-component broken counts,
-    warnings and seconds. The attack object comes from the attack hook (``mixzoo.core.plugins.lookup``) by the
-    request's record (attack, its options, eps, norm, seed, batch size, per-example seeds, precision).
+    Returns an :class:`~mixzoo.attacks.result.Outcome`: per-example ``clean_correct`` / ``robust_correct`` lists,
+    per-component broken counts, warnings and seconds. The attack object comes from the attack hook
+    (``mixzoo.core.plugins.lookup``) by the request's record (attack, its options, eps, norm, seed, batch size,
+    per-example seeds, precision).
     ``request.save_adversarial`` adds ``adversarial``: ``{"index", "images"}`` tensors, the point the attack found
     for each example it broke (kept next to the cached outcome; a cached outcome without them is attacked again).
 
@@ -84,7 +86,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
     final = _outcome_path(run)
     hit = _whole_hit(run, n)
     if hit is not None:
-        return hit
+        return Outcome.of(hit)
     if _CACHE_ONLY.get():
         raise NotCached(f"{run.attack} on {request.label or 'a model'}: not in the cache")
     parts, found = _run_batches(model, images, labels, run)
@@ -106,7 +108,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
         import shutil
 
         shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
-    return merged if adversarial is None else {**merged, "adversarial": adversarial}
+    return Outcome.of({**merged, "adversarial": adversarial})
 
 
 @dataclass(frozen=True)
@@ -177,11 +179,11 @@ def _cached_part(run: PlannedEvaluation, start: int, stop: int, batch: int | Non
     return read_outcome(path, run.key, start, stop, adv if request.save_adversarial else None)
 
 
-def cached_outcome(request: EvalRequest, n: int, device: torch.device | str = "cpu") -> dict[str, Any] | None:
+def cached_outcome(request: EvalRequest, n: int, device: torch.device | str = "cpu") -> Outcome | None:
     """The whole outcome :func:`evaluate` would return for the first ``n`` examples under ``request`` without
     attacking (its cache holds the finished evaluation), else ``None``; reads the cache, writes nothing."""
     hit = _cached_part(plan_evaluation(request, device), 0, n)
-    return None if hit is None else {**hit, "cached": True}
+    return None if hit is None else Outcome.of({**hit, "cached": True})
 
 
 def cached_examples(request: EvalRequest, n: int, device: torch.device | str = "cpu") -> int:

@@ -118,9 +118,9 @@ def grouped(fn: F) -> F:
 
 def default_attack() -> str | None:
     """The shared attack when neither ``--attack`` nor the budget names one: :class:`RunSettings`'s default."""
-    from mixzoo.core.settings import RunSettings
+    from mixzoo.core.settings import DEFAULT_ATTACK
 
-    return {f.name: f.default for f in dataclasses.fields(RunSettings)}["attack"]
+    return DEFAULT_ATTACK
 
 
 def chosen_attack(group: AttackGroup, default: str | None = None) -> str:

@@ -2,8 +2,9 @@
 
 ``mixzoo bench``, ``sanity``, ``mix`` and ``certify`` first build a :class:`Plan`: its phases in order (the rows, the
 components, the images, the curve points), each with an estimate from timing a few real calls on a few images
-(:func:`per_image`), and print it; ``--dry-run`` stops there. While the command runs, the plan's phases are the
-overall progress line's "phase k of m" and its ETA (:func:`mixzoo.core.progress.phases`).
+(:func:`per_image`: a call's fixed share counted once per call of the run), and print it; ``--dry-run`` stops
+there. While the command runs, the plan's phases are the overall progress line's "phase k of m" and its ETA
+(:func:`mixzoo.core.progress.phases`).
 
 A row's estimate counts only the examples the cache does not hold (they cost about nothing); a matched baseline's
 search counts as cached only when the cache holds all of it, and a trade-off curve is estimated as if nothing were
@@ -76,21 +77,21 @@ class Plan:
                 "notes": self.notes}
 
 
-def per_image(run: Callable[[int], Any], n: int, k: int = 4) -> float:
-    """Seconds per image of ``run(k)``: the real call on the first ``k`` (at most ``n``) images, timed once after
-    a first call on one image has warmed the kernels up."""
-    k = max(1, min(k, n))
-    run(1)
-    t0 = time.perf_counter()
-    run(k)
-    return (time.perf_counter() - t0) / k
+def per_image(run: Callable[[int], Any], n: int, k: int = 4, *, batch: int | None = None) -> float:
+    """Seconds per image of ``run(k)`` on ``n`` images in calls of ``batch`` (``None``: one call for all of them):
+    :func:`per_image_cut` with nothing to cut."""
+    return per_image_cut(lambda m, f: run(m), n, (1.0, 1.0), k, batch=batch)
 
 
-def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[float, float], k: int = 4) -> float:
-    """Seconds per image of the whole work from ``run(k, f)``: the work on the first ``k`` (at most ``n``) images
-    cut to fraction ``f`` of its iterations (its time linear in them past a fixed part), timed at both
-    ``fractions`` after a warm-up call on one image, and extrapolated to ``f = 1`` along the line through the two
-    (never below the larger time)."""
+def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[float, float], k: int = 4, *,
+                  batch: int | None = None) -> float:
+    """Seconds per image of the whole work on ``n`` images in calls of ``batch`` images (``None``: one call), from
+    ``run(m, f)``: the work on the first ``m`` images cut to fraction ``f`` of its iterations (its time linear in
+    them past a fixed part). After a warm-up call on one image it is timed on ``k`` (at most ``n``) images at both
+    ``fractions`` and extrapolated to ``f = 1`` along the line through the two (never below the larger time); one
+    more call on one image separates each call's fixed share (what does not grow with the images: per-iteration
+    overhead, setup) from the per-image part, so the estimate counts that share once per call of the run, not once
+    per ``k`` images."""
     k, (f1, f2) = max(1, min(k, n)), fractions
     run(1, f1)
     took = []
@@ -99,7 +100,15 @@ def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[flo
         run(k, f)
         took.append(time.perf_counter() - t0)
     slope = max(0.0, (took[-1] - took[0]) / (f2 - f1)) if f2 > f1 else 0.0
-    return (took[-1] + (1.0 - f2) * slope) / k
+    whole = took[-1] + (1.0 - f2) * slope  # k images at the full counts
+    share = 0.0
+    if k > 1 and took[-1] > 0:
+        t0 = time.perf_counter()
+        run(1, f2)
+        one = time.perf_counter() - t0
+        share = min(1.0, max(0.0, (k * one - took[-1]) / (k - 1) / took[-1]))  # t(m) = F + m v, at f2
+    calls = 1 if batch is None else -(-n // max(1, batch))
+    return whole * (1.0 - share) / k + whole * share * min(calls, n) / max(1, n)
 
 
 __all__ = ["LONG_WORK_S", "Phase", "Plan", "make_plan", "per_image", "per_image_cut", "planned_work", "show_plan"]

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 console = Console(stderr=True)
 
 PLAIN_INTERVAL = 30.0  # seconds between two plain progress lines when stderr is not a terminal
+SCALED_FROM_S = 2.0  # a phase estimated below this many seconds does not rescale the ETA of the others
 
 
 def clock(seconds: float | None) -> str:
@@ -32,8 +33,7 @@ def clock(seconds: float | None) -> str:
 
 class Phases:
     """The phases of a command's plan, in order, with their estimated seconds: which one runs, how long the whole
-    has taken and how long it should still take (the estimates of the phases left, scaled by how the finished ones
-    compared with theirs; the running phase from its bar's progress when it has one)."""
+    has taken and how long it should still take (:meth:`eta`)."""
 
     def __init__(self, names: Sequence[str], estimates: Sequence[float | None] | None = None) -> None:
         self.names = list(names)
@@ -53,14 +53,24 @@ class Phases:
             self.names[self.k - 1] = name
         self.phase_t0, self.bar = now, None
 
+    def scale(self) -> float:
+        """How the measured time compares with the estimates: finished phases and the running phase's measured
+        progress (its bar), counting only phases estimated at :data:`SCALED_FROM_S` or more (a phase planned at
+        about nothing, e.g. cached, that takes seconds says nothing about the others); 1 when none counts."""
+        pairs = [(t, e) for t, e in zip(self.took, self.estimates, strict=False) if e and e >= SCALED_FROM_S]
+        current = self.estimates[self.k - 1] if self.k else None
+        if current and current >= SCALED_FROM_S and self.bar and self.bar[2] and self.bar[1] > 0:
+            pairs.append((time.perf_counter() - self.phase_t0, current * self.bar[1] / self.bar[2]))
+        return sum(t for t, _ in pairs) / sum(e for _, e in pairs) if pairs else 1.0
+
     def eta(self) -> float | None:
-        """Seconds still to go, or None when nothing is estimated."""
-        known = [(t, e) for t, e in zip(self.took, self.estimates, strict=False) if e]
-        scale = sum(t for t, _ in known) / sum(e for _, e in known) if known else 1.0
+        """Seconds still to go, or None when nothing is estimated: the running phase from its bar's measured
+        progress when it has one (else its estimate less its time so far), the phases left from their estimates
+        times :meth:`scale`."""
         left = [e for e in self.estimates[self.k:] if e is not None]
         if not left and not self.k:
             return None
-        rest = scale * sum(left)
+        scale = self.scale()
         now_in = time.perf_counter() - self.phase_t0
         current = self.estimates[self.k - 1] if self.k else None
         if self.bar and self.bar[2] and self.bar[1] > 0:
@@ -69,7 +79,7 @@ class Phases:
             running = max(0.0, scale * current - now_in)
         else:
             running = 0.0
-        return rest + running
+        return scale * sum(left) + running
 
     def line(self) -> str:
         name = self.names[self.k - 1] if self.k else "starting"
@@ -84,18 +94,21 @@ _phases: Phases | None = None
 
 
 class _Ticker:
-    """Prints ``progress: LINE`` on stderr every ``interval`` seconds from a daemon thread until stopped."""
+    """Prints ``progress: LINE`` on stderr every ``interval`` seconds from a daemon thread until stopped (without
+    ``repeat``: only when LINE differs from the one printed before)."""
 
-    def __init__(self, line: Any, interval: float) -> None:
-        self._line, self._stop = line, threading.Event()
+    def __init__(self, line: Any, interval: float, *, repeat: bool = True) -> None:
+        self._line, self._stop, self._repeat = line, threading.Event(), repeat
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
         self._thread.start()
 
     def _run(self, interval: float) -> None:
+        last = None
         while not self._stop.wait(interval):
             text = self._line()
-            if text:
+            if text and (self._repeat or text != last):
                 console.print(f"progress: {escape(text)}", highlight=False, soft_wrap=True)
+            last = text
 
     def stop(self) -> None:
         self._stop.set()
@@ -161,7 +174,8 @@ class _PlainProgress(_NoProgress):
 
     def __init__(self, interval: float) -> None:
         self.tasks: dict[int, list[Any]] = {}
-        self._ticker = None if _phases is not None else _Ticker(self.line, interval)
+        # its own line carries no clock: one that says nothing new (no bar advanced) is not printed again
+        self._ticker = None if _phases is not None else _Ticker(self.line, interval, repeat=False)
 
     def add_task(self, description: str, total: float | None = None, **kwargs: Any) -> int:
         self.tasks[len(self.tasks)] = [description, float(kwargs.get("completed", 0)), total]

@@ -19,6 +19,8 @@ from mixzoo.core.errors import InputError
 if TYPE_CHECKING:
     from torch import nn
 
+DEFAULT_ATTACK = "adaptive"  # the shared attack when neither the command nor its budget names one
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -41,7 +43,7 @@ class RunSettings:
     stderr) as their names say.
     """
 
-    attack: str | None = "adaptive"
+    attack: str | None = DEFAULT_ATTACK
     attack_options: dict[str, Any] = field(default_factory=dict)
     eps: float | None = None
     norm: str | None = None

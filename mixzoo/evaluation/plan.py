@@ -1,6 +1,7 @@
 """The plans of ``mixzoo bench`` and ``mixzoo sanity`` (:class:`~mixzoo.core.plan.Plan`): their rows, attacks, images
 and curve points, each phase estimated from the real attack timed on a few evaluation images (uncached), with the
-settings' budget applied as the commands apply it (:func:`~mixzoo.evaluation.bench.budgeted`).
+settings' budget applied as the commands apply it (:func:`~mixzoo.evaluation.job.budgeted`); the bench's plan
+estimates the bench's own work list (:class:`~mixzoo.evaluation.job.BenchJob`).
 
 A probe times the attack cut to a tenth and a fifth of its iteration and query counts (APGD's and Square's time is
 linear in them) and extrapolates to the full counts (:func:`~mixzoo.core.plan.per_image_cut`). A row counts only the
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 
+from mixzoo.attacks.result import Outcome
 from mixzoo.attacks.runner import cached_examples, cached_outcome, evaluate
 from mixzoo.core.budget import LINEAR_COUNTS, scaled_counts
 from mixzoo.core.cache import Cache
@@ -22,24 +24,19 @@ from mixzoo.core.plan import Plan, per_image_cut
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.bench import (
-    CurveSettings,
-    MatchSettings,
-    budgeted,
+from mixzoo.evaluation.job import BenchJob, CurveSettings, MatchSettings, Step, budgeted, sweep_steps
+from mixzoo.evaluation.loading import (
     card_evaluation,
     card_key_parts,
     check_run_settings,
-    declared_attacks,
-    evaluate_card,
     evaluated_name,
-    extra_request,
     load_card,
-    matched_linear_alpha,
     model_key_parts,
     resolved_batch_size,
     run_record_of,
-    worst_case,
 )
+from mixzoo.evaluation.matching import matched_linear_alpha
+from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card, extra_request, worst_case
 from mixzoo.methods.base import baseline_method
 
 MATCH_STEPS = 6  # the baseline's bisection over its alpha grid: about log2(51) evaluations
@@ -66,6 +63,7 @@ class Probes:
     given: dict[str, Any]
     request: EvalRequest
     memo: dict[Any, Cost] = field(default_factory=dict)
+    job: BenchJob | None = None  # the work list the plan estimates
 
     @property
     def n(self) -> int:
@@ -105,13 +103,13 @@ class Probes:
                 last["ev"] = evaluate_card(target, self.ce.abc, self.ce.rbc, images, labels, cut,
                                            extra_attacks=extras, budget=self.s.budget, overrides=over)
             else:
-                last["ev"] = evaluate(target, images, labels, cut)
+                last["ev"] = Outcome.of(evaluate(target, images, labels, cut))
 
-        sec = per_image_cut(run, self.n, _fractions(attack, options))
+        sec = per_image_cut(run, self.n, _fractions(attack, options), batch=self.s.batch_size)
         ev = last["ev"]
         names = {e.name for e, _ in declared}
-        share = sum(c["seconds"] for c in ev["components"] if c["name"] in names) / ev["seconds"] \
-            if names and ev["seconds"] > 0 else 0.0
+        share = sum(c["seconds"] for c in ev.components if c["name"] in names) / ev.seconds \
+            if names and ev.seconds > 0 else 0.0
         return Cost(sec, sec * min(1.0, share))
 
     def cached(self, request: EvalRequest, *, card: Any = None, extra_attacks: bool = True) -> tuple[int, bool]:
@@ -123,7 +121,7 @@ class Probes:
             return shared, card is None or not extra_attacks
         ev = cached_outcome(request, self.n, device)
         for extra, options in declared_attacks(card, self.s.budget, self.given):
-            subset = torch.nonzero(torch.tensor(ev["robust_correct"], dtype=torch.bool)).flatten()  # as evaluate_card
+            subset = torch.nonzero(torch.tensor(ev.robust_correct, dtype=torch.bool)).flatten()  # as evaluate_card
             if not len(subset):
                 break
             sub = cached_outcome(extra_request(request, extra, options, subset), len(subset), device)
@@ -183,55 +181,40 @@ def _cached_text(shared: int, n: int, extras_cached: bool, what: str = "") -> st
                                                 " (not its extra attacks' outcomes)")
 
 
-def _probes(cards: list[Any], s: RunSettings, given: dict[str, Any], save_adversarial: bool) -> Probes:
+def _probes(job: BenchJob, save_adversarial: bool) -> Probes:
     """The plan's :class:`Probes`: the first card's evaluation and the run's request (batch size resolved, its
     record the run's, the run's cache)."""
-    ce = card_evaluation(cards[0], s)
+    s = job.settings
+    ce = card_evaluation(job.cards[0], s)
     s = s.changed(batch_size=resolved_batch_size(s.batch_size, ce.abc, ce.rbc, ce.data, s.device))
-    request = EvalRequest(run_record_of(s, cards, ce), Cache(s.cache_dir, enabled=s.use_cache), progress=False,
-                          save_adversarial=save_adversarial)
-    return Probes(ce, s, given, request)
+    request = EvalRequest(run_record_of(s, list(job.cards), ce), Cache(s.cache_dir, enabled=s.use_cache),
+                          progress=False, save_adversarial=save_adversarial)
+    return Probes(ce, s, job.given, request, job=job)
 
 
 def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: MatchSettings | bool | None = True,
                curve: CurveSettings | bool | None = True, plots: bool = True, command: str = "mixzoo bench",
                save_adversarial: bool = False, **changes: Any) -> Plan:
     """What :func:`~mixzoo.evaluation.bench.bench` will run for ``card`` (one card or a list of one pair's cards)
-    with these settings (their budget applied as the bench applies it; ``baseline`` and ``curve`` as the bench
-    takes them, ``True``: the budget's), phase by phase, each estimated from its attack timed on a few images and
-    counting only what the cache does not hold (``save_adversarial``: the run keeps the adversarial points, so a
-    cached outcome without them is attacked again)."""
-    s = settings_of(settings, changes)
-    given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
-    s, baseline, curve = budgeted(s, baseline, curve, default_attack="adaptive")
-    check_run_settings(s)
-    cards = [load_card(c) for c in (card if isinstance(card, list | tuple) else [card])]
-    p = _probes(cards, s, given, save_adversarial)
-    ce, s, n = p.ce, p.s, p.n
+    with these settings: the same work list (:meth:`~mixzoo.evaluation.job.BenchJob.steps`, the budget applied as
+    the bench applies it; ``baseline`` and ``curve`` as the bench takes them, ``True``: the budget's), one phase
+    per step, each estimated from its attack timed on a few images and counting only what the cache does not hold
+    (``save_adversarial``: the run keeps the adversarial points, so a cached outcome without them is attacked
+    again)."""
+    job = BenchJob.of(settings_of(settings, changes), baseline, curve)
+    check_run_settings(job.settings)
+    job = job.changed(cards=[load_card(c) for c in (card if isinstance(card, list | tuple) else [card])])
+    p = _probes(job, save_adversarial)
     plan = Plan(command)
-    opts = ", ".join(f"{k}={v}" for k, v in sorted(given.items()))
-    attack = f"{s.attack} ({opts})" if opts else s.attack
     any_cached = False
-    for role, model in (("ABC", ce.abc), ("RBC", ce.rbc)):
-        sec, shared, done = p.row(p.request.replace(key_parts=model_key_parts(model, ce.data)),
-                                  lambda m=model: p.cost(s.attack, s.attack_options, ce.eps, model=m))
-        any_cached |= shared > 0
-        plan.add(f"{role} {evaluated_name(cards[0], role.lower(), model)}",
-                 f"{attack} on {n} images{_cached_text(shared, n, done)}", sec)
-    for c in cards:
-        method = c.mixing_method
-        extras = [e.name for e in method.extra_attacks(c)] if s.extra_attacks else []
-        sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(c, ce.abc, ce.rbc, ce.data)),
-                                  lambda c=c: p.cost(s.attack, s.attack_options, ce.eps, card=c),
-                                  card=c, extra_attacks=s.extra_attacks)
-        any_cached |= shared > 0
-        plus = f" + {', '.join(extras)} on the examples still robust" if extras else ""
-        plan.add(method.title or method.name, f"{attack}{plus} on {n} images{_cached_text(shared, n, done)}", sec)
-    _bench_tail(plan, p, cards, baseline, curve, attack)
-    figures = (" and figures (a method's figures may need its calibration data: cached by `mixzoo mix` on this "
-               "machine)") if plots else ""
-    plan.add("report", f"report.json, report.md{figures}", None)
-    if s.attack_options.get("n_iter") is None:
+    for step in job.steps():
+        if step.kind == "report":
+            figures = (" and figures (a method's figures may need its calibration data: cached by `mixzoo mix` on "
+                       "this machine)") if plots else ""
+            plan.add("report", f"report.json, report.md{figures}", None)
+        else:
+            any_cached |= _PLANNERS[step.kind](plan, p, step)
+    if p.s.attack_options.get("n_iter") is None:
         plan.notes.append("attacks stop on an example once it is broken, so the estimate follows the sample's "
                           "robust share")
     if any_cached:
@@ -240,37 +223,73 @@ def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: Matc
     return plan
 
 
-def _bench_tail(plan: Plan, p: Probes, cards: list[Any], baseline: MatchSettings | None,
-                curve: CurveSettings | None, attack: str) -> None:
-    """The bench plan's matched baseline and trade-off curve phases."""
+def _attack_text(p: Probes) -> str:
+    opts = ", ".join(f"{k}={v}" for k, v in sorted(p.given.items()))
+    return f"{p.s.attack} ({opts})" if opts else p.s.attack
+
+
+def _plan_model(plan: Plan, p: Probes, step: Step) -> bool:
+    """The ABC's or the RBC's row; whether the cache holds any of it."""
     ce, s, n = p.ce, p.s, p.n
-    lin = baseline_method()
-    if baseline is not None and len(cards) == 1 and lin is not None and cards[0].method != lin.name:
-        match_n = min(baseline.n, n)
-        search = f"{cards[0].mixing_method.title or cards[0].method} and about {MATCH_STEPS} alphas under " \
-                 f"{baseline.attack} on {match_n} images"
-        alpha = p.matched_alpha(baseline)
-        if alpha is None:  # its row's cost: the card's, as the baseline's alpha is not known yet
-            sec = p.cost(baseline.attack, baseline.options, ce.eps, card=lin.card_at(0.9, cards[0])).total
-            card_sec = p.cost(s.attack, s.attack_options, ce.eps, card=cards[0]).total
-            plan.add(f"matched {lin.title}", f"{search}, then its row: {attack} on {n} images",
-                     (MATCH_STEPS + 1) * sec * match_n + card_sec * n)
-        else:
-            lin_card = lin.card_at(alpha, cards[0])
-            sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(lin_card, ce.abc, ce.rbc, ce.data)),
-                                      lambda: p.cost(s.attack, s.attack_options, ce.eps, card=lin_card),
-                                      card=lin_card, extra_attacks=s.extra_attacks)
-            plan.add(f"matched {lin.title}", f"{search} (cached: alpha {alpha:.2f}), then its row: {attack} on {n} "
-                                             f"images{_cached_text(shared, n, done)}", sec)
-    points = cards[0].mixing_method.curve_points
-    if curve is not None:
-        curve_n = min(curve.n, n)
-        # the curve's points get the curve's attack alone, never the card's extra attacks
-        sec = p.cost(curve.attack, curve.options, ce.eps, card=cards[0], extra_attacks=False).total if points \
-            else None
-        count = str(points) if points else "the method's"
-        plan.add("trade-off curve", f"{count} points under {curve.attack} on {curve_n} images",
-                 None if sec is None else points * sec * curve_n)
+    model = getattr(ce, step.kind)
+    sec, shared, done = p.row(p.request.replace(key_parts=model_key_parts(model, ce.data)),
+                              lambda: p.cost(s.attack, s.attack_options, ce.eps, model=model))
+    plan.add(f"{step.kind.upper()} {evaluated_name(p.job.cards[0], step.kind, model)}",
+             f"{_attack_text(p)} on {n} images{_cached_text(shared, n, done)}", sec)
+    return shared > 0
+
+
+def _plan_card(plan: Plan, p: Probes, step: Step) -> bool:
+    """A card's row: the shared attack and its method's extra attacks on the examples still robust."""
+    ce, s, n, c = p.ce, p.s, p.n, step.card
+    method = c.mixing_method
+    extras = [e.name for e in method.extra_attacks(c)] if s.extra_attacks else []
+    sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(c, ce.abc, ce.rbc, ce.data)),
+                              lambda: p.cost(s.attack, s.attack_options, ce.eps, card=c),
+                              card=c, extra_attacks=s.extra_attacks)
+    plus = f" + {', '.join(extras)} on the examples still robust" if extras else ""
+    plan.add(method.title or method.name, f"{_attack_text(p)}{plus} on {n} images{_cached_text(shared, n, done)}",
+             sec)
+    return shared > 0
+
+
+def _plan_baseline(plan: Plan, p: Probes, step: Step) -> bool:
+    """The matched baseline: its search (cached only when the cache holds all of it), then its row."""
+    ce, s, n, baseline, lin = p.ce, p.s, p.n, p.job.baseline, baseline_method()
+    match_n = min(baseline.n, n)
+    search = f"{step.card.mixing_method.title or step.card.method} and about {MATCH_STEPS} alphas under " \
+             f"{baseline.attack} on {match_n} images"
+    alpha = p.matched_alpha(baseline)
+    if alpha is None:  # its row's cost: the card's, as the baseline's alpha is not known yet
+        sec = p.cost(baseline.attack, baseline.options, ce.eps, card=lin.card_at(0.9, step.card)).total
+        card_sec = p.cost(s.attack, s.attack_options, ce.eps, card=step.card).total
+        plan.add(f"matched {lin.title}", f"{search}, then its row: {_attack_text(p)} on {n} images",
+                 (MATCH_STEPS + 1) * sec * match_n + card_sec * n)
+        return False
+    lin_card = lin.card_at(alpha, step.card)
+    sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(lin_card, ce.abc, ce.rbc, ce.data)),
+                              lambda: p.cost(s.attack, s.attack_options, ce.eps, card=lin_card),
+                              card=lin_card, extra_attacks=s.extra_attacks)
+    plan.add(f"matched {lin.title}", f"{search} (cached: alpha {alpha:.2f}), then its row: {_attack_text(p)} on {n} "
+                                     f"images{_cached_text(shared, n, done)}", sec)
+    return shared > 0
+
+
+def _plan_curve(plan: Plan, p: Probes, step: Step) -> bool:
+    """The first card's trade-off curve: as many classifiers as the job's curve attacks (:attr:`Step.points`),
+    each under the curve's attack alone (never the card's extra attacks)."""
+    curve = p.job.curve
+    curve_n = min(curve.n, p.n)
+    sec = p.cost(curve.attack, curve.options, p.ce.eps, card=step.card, extra_attacks=False).total \
+        if step.points else None
+    count = f"{step.points} classifiers" if step.points else "the method's points"
+    plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images",
+             None if sec is None else step.points * sec * curve_n)
+    return False
+
+
+_PLANNERS = {"abc": _plan_model, "rbc": _plan_model, "card": _plan_card, "baseline": _plan_baseline,
+             "curve": _plan_curve}
 
 
 def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[float] | None = None,
@@ -279,22 +298,22 @@ def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[f
     """What :func:`~mixzoo.evaluation.sanity.eps_sweep` will run: each model at each radius, with the settings'
     budget applied as the sweep applies it (``baseline`` as the sweep takes it: ``True``, the budget's matched
     baseline; a number, the baseline at that alpha), counting only what the cache does not hold."""
-    from mixzoo.evaluation.sanity import default_radii
+    from mixzoo.evaluation.sanity import SWEEP_ATTACK, default_radii
 
     s = settings_of(settings, changes, attack=None, n=200)
     given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
     fixed = isinstance(baseline, int | float) and not isinstance(baseline, bool)  # a given alpha: no matching
-    s, match, _ = budgeted(s, None if fixed else baseline, None, default_attack="adaptive-apgd")
+    s, match, _ = budgeted(s, None if fixed else baseline, None, default_attack=SWEEP_ATTACK)
     check_run_settings(s)
-    p = _probes([load_card(card)], s, given, False)
+    p = _probes(BenchJob(s, given, match, None, (load_card(card),)), False)
     ce, s, n = p.ce, p.s, p.n
     radii = default_radii(ce.eps, ce.data.images, ce.norm) if radii is None else sorted({float(r) for r in radii})
     plan = Plan(command)
-    rows: list[tuple[str, Any, Any]] = [("ABC", None, ce.abc), ("RBC", None, ce.rbc)]
+    rows: list[tuple[str, Any, Any]] = []
     lin = baseline_method()
     alpha = float(baseline) if fixed else None  # type: ignore[arg-type]
-    if (match is not None or fixed) and lin is not None and ce.card.method != lin.name:
-        if match is not None:
+    for step in sweep_steps(ce.card, matched=match is not None, alpha_given=fixed):
+        if step.kind == "match":
             alpha = p.matched_alpha(match)
             sec = 0.0 if alpha is not None else \
                 p.cost(match.attack, match.options, ce.eps, card=lin.card_at(0.9, ce.card)).total
@@ -302,8 +321,12 @@ def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[f
                                                    f"{min(match.n, n)} images"
                                                    f"{'' if alpha is None else f' (cached: {alpha:.2f})'}",
                      (MATCH_STEPS + 1) * sec * min(match.n, n))
-        rows.append((lin.title, lin.card_at(0.9 if alpha is None else alpha, ce.card), None))
-    rows.append((ce.card.mixing_method.title or ce.card.method, ce.card, None))
+        elif step.kind == "baseline":
+            rows.append((lin.title, lin.card_at(0.9 if alpha is None else alpha, ce.card), None))
+        elif step.kind == "card":
+            rows.append((ce.card.mixing_method.title or ce.card.method, ce.card, None))
+        else:
+            rows.append((step.kind.upper(), None, getattr(ce, step.kind)))
     listed = ", ".join(f"{r:g}" for r in radii)
     for name, c, model in rows:
         # the smallest radius is the slowest (fewest examples break early): timed there, counted for every radius

@@ -261,8 +261,11 @@ def print_report(report: Any, *, to: Console | None = None) -> None:
                  "when the component ran again in float32 on the dropped ones)", highlight=False)
     for line in comparison_lines(report):
         to.print(line, highlight=False)
+    rows_of: dict[str, list[str]] = {}  # a warning several rows share is printed once, naming them
     for m in report.models:
         for w in m.warnings:
-            to.print(f"[yellow]warning ({escape(row_label(m))}): {escape(w)}")
+            rows_of.setdefault(w, []).append(row_label(m))
+    for w, rows in rows_of.items():
+        to.print(f"[yellow]warning ({escape(', '.join(rows))}): {escape(w)}")
     for note in report.notes:
         to.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)

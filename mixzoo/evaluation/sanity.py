@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixzoo.attacks.result import Outcome
 from mixzoo.core.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_line, run_record
@@ -41,7 +42,8 @@ from mixzoo.core.progress import next_phase
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.bench import MatchSettings, resolved_batch_size
+from mixzoo.evaluation.job import MatchSettings
+from mixzoo.evaluation.loading import resolved_batch_size
 from mixzoo.zoo.pairs import model_device, model_hash, model_key
 
 GREY = 0.5
@@ -132,10 +134,11 @@ class EpsSweep:
         return {**out, "passed": self.passed}
 
 
-def _row(name: str, kind: str, model: nn.Module, evs: list[dict[str, Any]], radii: list[float],
+def _row(name: str, kind: str, model: nn.Module, outcomes: list[Outcome], radii: list[float],
          images: torch.Tensor, labels: torch.Tensor, norm: str, alpha: float | None = None) -> SweepRow:
-    robust = torch.tensor([ev["robust_correct"] for ev in evs], dtype=torch.bool)
-    clean = torch.tensor(evs[0]["clean_correct"], dtype=torch.bool)
+    evs = [Outcome.of(ev) for ev in outcomes]
+    robust = torch.tensor([ev.robust_correct for ev in evs], dtype=torch.bool)
+    clean = torch.tensor(evs[0].clean_correct, dtype=torch.bool)
     with torch.no_grad():
         grey_class = int(model(torch.full_like(images[:1], GREY).to(model_device(model))).argmax(dim=1))
     reach = grey_distance(images, norm)[None, :] <= torch.tensor(radii)[:, None]
@@ -148,7 +151,7 @@ def _row(name: str, kind: str, model: nn.Module, evs: list[dict[str, Any]], radi
         monotone_misses=(robust & ~grey_breakable & ~checked).sum(dim=1).tolist(),
         grey_misses=(robust & grey_breakable).sum(dim=1).tolist(), grey_class=grey_class,
         grey_bound=(~grey_breakable).double().mean(dim=1).tolist(), n=len(labels),
-        seconds=[float(ev["seconds"]) for ev in evs], cached=[bool(ev.get("cached", False)) for ev in evs],
+        seconds=[float(ev.seconds) for ev in evs], cached=[bool(ev.cached) for ev in evs],
         alpha=alpha)
 
 
@@ -198,14 +201,11 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     ``None``: no baseline row. The settings' ``budget`` and ``-O`` counts reach every component as in the bench
     (:mod:`mixzoo.core.budget`); ``attack=None`` takes the budget's attack, else ``adaptive-apgd``.
     """
-    from mixzoo.evaluation.bench import (
-        baseline_method,
-        budgeted,
-        card_evaluation,
-        check_run_settings,
-        evaluate,
-        evaluate_card,
-    )
+    from mixzoo.attacks.runner import evaluate
+    from mixzoo.evaluation.job import budgeted
+    from mixzoo.evaluation.loading import card_evaluation, check_run_settings
+    from mixzoo.evaluation.worst_case import evaluate_card
+    from mixzoo.methods.base import baseline_method
     from mixzoo.zoo.data import shortfall_note
 
     s = settings_of(settings, changes, attack=None, n=200)
@@ -279,28 +279,34 @@ def _sweep_models(ce: Any, s: RunSettings, request: EvalRequest, match: MatchSet
     the shared attack and its method's extras): the ABC, the RBC, the baseline method's row (at ``linear_alpha``,
     else matched to the card's worst case as the bench matches it) and the card; with the components record and
     the baseline's alpha."""
-    from mixzoo.evaluation.bench import baseline_method, card_key_parts, declared_attacks, matched_linear_alpha
+    from mixzoo.evaluation.job import sweep_steps
+    from mixzoo.evaluation.matching import matched_linear_alpha
+    from mixzoo.evaluation.worst_case import declared_attacks
+    from mixzoo.methods.base import baseline_method
+    from mixzoo.zoo.pairs import card_key_parts
 
     card, abc_m, rbc_m, data = ce.card, ce.abc, ce.rbc, ce.data
     base = {"data": data.fingerprint}
-    models: list[tuple] = [
-        (_name(abc_m, model_hash(abc_m), card.abc, "ABC"), "abc", abc_m, {**base, "model": model_key(abc_m)}, None),
-        (_name(rbc_m, model_hash(rbc_m), card.rbc, "RBC"), "rbc", rbc_m, {**base, "model": model_key(rbc_m)}, None)]
     base_method = baseline_method()
     components: dict[str, Any] = {"attack": {"attack": s.attack, "options": dict(s.attack_options)}}
-    if (match is not None or linear_alpha is not None) and base_method is not None \
-            and card.method != base_method.name:
-        if linear_alpha is None:
+    models: list[tuple] = []
+    for step in sweep_steps(card, matched=match is not None, alpha_given=linear_alpha is not None):
+        if step.kind in ("abc", "rbc"):
+            model = getattr(ce, step.kind)
+            models.append((_name(model, model_hash(model), getattr(card, step.kind), step.kind.upper()), step.kind,
+                           model, {**base, "model": model_key(model)}, None))
+        elif step.kind == "match":
             next_phase()  # the phases of mixzoo.evaluation.plan.plan_sanity, in its order
             matching = request.replace(attack=match.attack, attack_options=match.options, precision="float32")
             linear_alpha, _, _ = matched_linear_alpha(ce, matching, match_n=match.n, extra_attacks=s.extra_attacks,
                                                       budget=s.budget, overrides=given)
             components["baseline"] = {"attack": match.attack, "options": dict(match.options),
                                       "n": min(match.n, len(data.labels))}
-        base_card = base_method.card_at(linear_alpha, card)
-        models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
-                       base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data),
-                       base_card))
+        elif step.kind == "baseline":
+            base_card = base_method.card_at(linear_alpha, card)
+            models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
+                           base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data),
+                           base_card))
     title = card.mixing_method.title or card.method
     models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card))
     if s.extra_attacks:

@@ -137,3 +137,18 @@ def test_a_cache_written_before_the_request_object_is_still_hit(name, tmp_path):
     assert [p.stem for p in (tmp_path / "bench").glob("*.json")] == [key]
     assert "".join("1" if r else "0" for r in ev["robust_correct"]) == robust
     assert evaluate(model, images, labels, request).get("cached") is True
+
+
+def test_evaluate_returns_a_typed_outcome_that_reads_as_its_mapping_too(tmp_path):
+    from mixzoo.attacks.result import Outcome
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 5))
+    images, labels = torch.rand(5, 1, 2, 2), torch.tensor([0, 1, 2, 3, 4])
+    request = EvalRequest(RunRecord(attack="apgd", attack_options={"n_iter": 2}, eps=0.1, norm="Linf", batch_size=5),
+                          Cache(tmp_path), progress=False)
+    ev = evaluate(model, images, labels, request)
+    assert isinstance(ev, Outcome) and ev.n == 5 and not ev.cached and ev.adversarial is None
+    assert ev["robust_correct"] == ev.robust_correct and "adversarial" not in ev and ev.get("device") == "cpu"
+    again = evaluate(model, images, labels, request)
+    assert again.cached and again.robust_correct == ev.robust_correct and again.clean_correct == ev.clean_correct

@@ -25,9 +25,13 @@ def test_bench_dry_run_prints_the_plan_and_writes_nothing(digits_card, tmp_path)
     assert res.exit_code == 0, res.output
     text = res.stdout
     assert text.startswith("plan of `") and "(6 phases)" in text
+    from mixzoo.core.card import MixCard
+    from mixzoo.evaluation.job import curve_size
+
+    size = curve_size(MixCard.load(digits_card), None)  # every beta and alpha of the standard budget, the ABC
     for phase in ("1. ABC digits-std: apgd (n_iter=2) on 20 images", "2. RBC digits-pgd", "3. MixedNUTS: apgd",
                   "4. matched Linear mix",
-                  "5. trade-off curve: 16 points under fast on 20 images", "6. report"):
+                  f"5. trade-off curve: {size} classifiers under fast on 20 images", "6. report"):
         assert phase in text, text
     assert "estimate: ~" in text and "nothing was written" in text
     assert not out.exists() and _files(cache) == []
@@ -131,3 +135,33 @@ def test_a_dry_run_after_the_run_counts_its_rows_as_cached(digits_card, tmp_path
     # the same run keeping its adversarial points: the cached outcomes lack them, so they are attacked again
     res = CliRunner().invoke(app, [*args, "--save-adversarial", "--dry-run"])
     assert "cached" not in next(x for x in res.stdout.splitlines() if "1. ABC" in x)
+
+
+def test_a_phase_planned_at_about_nothing_does_not_rescale_the_eta():
+    tracker = progress.Phases(["cached", "b", "c"], [0.01, 20.0, 30.0])
+    tracker.advance()
+    tracker.took, tracker.k = [6.0], 2  # a phase planned at ~0 s (cached) took 6 s
+    tracker.phase_t0 = time.perf_counter()
+    assert 49.0 < tracker.eta() <= 50.0  # b's 20 and c's 30 as planned, not scaled 600x
+
+
+def test_the_eta_follows_the_running_phases_measured_progress():
+    tracker = progress.Phases(["a", "b"], [10.0, 10.0])
+    tracker.advance()
+    tracker.phase_t0 = time.perf_counter() - 10.0  # a has run 10 s and done a quarter: 4x slower than planned
+    tracker.bar = ("attack", 25.0, 100.0)
+    assert 69.0 < tracker.eta() <= 71.0  # 30 s left of a, b's 10 s at the same pace (40 s)
+
+
+def test_plain_progress_without_phases_prints_a_line_once_until_it_changes(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    monkeypatch.setattr(progress, "console", Console(file=buf, force_terminal=False, width=200))
+    with progress.progress_bar(interval=0.05) as bar:
+        task = bar.add_task("attack", total=1000)
+        bar.advance(task, 250)
+        time.sleep(0.3)
+    assert buf.getvalue().count("progress: attack 250/1000") == 1, buf.getvalue()

@@ -146,7 +146,7 @@ def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
 
 
 def test_each_rows_interval_is_that_of_its_own_accuracy():
-    from mixzoo.evaluation.bench import _result
+    from mixzoo.evaluation.results import row_result as _result
 
     ev = {"clean_correct": [True] * 8 + [False] * 2, "robust_correct": [True] * 3 + [False] * 7, "seconds": 1.0,
           "components": [], "warnings": []}
@@ -206,7 +206,6 @@ def linear_robust(alpha: float, n: int) -> list[bool]:
 def test_linear_baseline_is_matched_on_the_first_images_and_on_robust_accuracy(monkeypatch):
     """MixedNUTS's robust accuracy on the first match_n = 8 of 20 images is 2/8 (its clean accuracy 1, on all
     images 2/20): the target is 1/4 and every evaluation sees those 8 images."""
-    import mixzoo.evaluation.bench as bench_module
     from mixzoo.evaluation.bench import CardEvaluation, matched_linear_alpha
 
     seen = []
@@ -218,8 +217,7 @@ def test_linear_baseline_is_matched_on_the_first_images_and_on_robust_accuracy(m
             return {**run, "robust_correct": [i < 2 for i in example_ids(images)]}
         return {**run, "robust_correct": linear_robust(model.alpha, len(images))}
 
-    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)  # the card's matching run
-    monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # the linear method's bisection
+    monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # the card's run, the linear bisection
     data = types.SimpleNamespace(images=indexed_images(20), labels=torch.zeros(20, dtype=torch.long),
                                  fingerprint="f")
     ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
@@ -235,7 +233,6 @@ def test_bench_rows_linear_mixture_and_points_are_each_their_own(monkeypatch):
     """bench() with the attack replaced: the linear row is Bai et al.'s mixture (1 - a) softmax(g) + a softmax(h)
     at the matched alpha (not the card's), the matching covers min(match_n, n) images, and every row keeps its own
     saved points."""
-    import mixzoo.evaluation.bench as bench_module
     from mixzoo.evaluation.bench import bench
 
     models: dict[str, nn.Module] = {}
@@ -257,8 +254,7 @@ def test_bench_rows_linear_mixture_and_points_are_each_their_own(monkeypatch):
             ev["adversarial"] = {"index": torch.tensor([markers.get(label, 3)]), "images": torch.zeros(1, 1, 8, 8)}
         return ev
 
-    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
-    monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # the linear method's bisection
+    monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)  # every row, the linear bisection
     report = bench(digits_card(), attack="apgd", n=12, curve=None, plots=False, save_adversarial=True,
                    use_cache=False, progress=False, extra_attacks=False)  # MixedNUTS's own: methods/test_methods.py
     linear = report.row("linear")
@@ -337,7 +333,7 @@ def test_a_matched_baseline_at_alpha_one_is_said_to_be_the_rbc(digits_card, tmp_
 def test_an_old_style_baseline_method_is_matched_with_the_former_keywords(monkeypatch):
     """A third-party baseline method written for mixzoo 0.1 (``match(..., **kw)``, no request) is still called,
     with evaluate's former keyword arguments, and a DeprecationWarning says to take a request."""
-    import mixzoo.evaluation.bench as bench_module
+    import mixzoo.evaluation.matching as matching_module
     from mixzoo.evaluation.bench import CardEvaluation, matched_linear_alpha
 
     received = {}
@@ -353,8 +349,8 @@ def test_an_old_style_baseline_method_is_matched_with_the_former_keywords(monkey
         return {"clean_correct": [True] * len(images), "robust_correct": [True] * len(images), "seconds": 1.0,
                 "components": [], "warnings": []}
 
-    monkeypatch.setattr(bench_module, "baseline_method", lambda: OldBaseline())
-    monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
+    monkeypatch.setattr(matching_module, "baseline_method", lambda: OldBaseline())
+    monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)
     data = types.SimpleNamespace(images=indexed_images(6), labels=torch.zeros(6, dtype=torch.long), fingerprint="f")
     ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
     request = ask(attack="apgd", eps=0.1, norm="Linf", seed=4, batch_size=3, attack_options={"n_iter": 2},
@@ -375,6 +371,7 @@ def test_an_old_style_trade_off_curve_is_called_with_the_former_keywords():
     curve into the report, with the curve's settings as those keywords and a DeprecationWarning."""
     from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation.bench import BenchRun, CurveSettings, _add_curve
+    from mixzoo.evaluation.job import BenchJob, Step
 
     received = {}
 
@@ -387,13 +384,13 @@ def test_an_old_style_trade_off_curve_is_called_with_the_former_keywords():
 
     card = types.SimpleNamespace(mixing_method=OldCurve())
     ce = types.SimpleNamespace(abc=nn.Identity(), rbc=nn.Identity(), data=types.SimpleNamespace(labels=torch.zeros(8)))
-    run = BenchRun(RunSettings(data_dir="d"), [card], ce, ask(attack="apgd", eps=0.1, norm="Linf", seed=2,
-                                                             batch_size=4, progress=False),
-                   {}, 4, [])
+    curve = CurveSettings(attack="fast", options={"n_iter": 3}, n=6, points=2)
+    run = BenchRun(BenchJob(RunSettings(data_dir="d"), {}, None, curve, (card,)), ce,
+                   ask(attack="apgd", eps=0.1, norm="Linf", seed=2, batch_size=4, progress=False), 4, [])
     report = types.SimpleNamespace(curve=None, settings={"components": {}})
     with pytest.warns(DeprecationWarning, match="'old-curve': tradeoff_curve"):
-        _add_curve(run, report, CurveSettings(attack="fast", options={"n_iter": 3}, n=6, points=2))
-    assert report.curve == {"attack": "fast", "points": []}
+        _add_curve(run, report, Step("curve", card, 2))
+    assert run.curve_data == {"attack": "fast", "points": []}
     assert {k: received[k] for k in ("attack", "attack_options", "n", "eps", "norm", "seed", "batch_size",
                                      "data_dir", "device", "progress", "points")} == {
         "attack": "fast", "attack_options": {"n_iter": 3}, "n": 6, "eps": 0.1, "norm": "Linf", "seed": 2,

@@ -87,6 +87,20 @@ def test_the_cut_timings_extrapolate_along_a_line(monkeypatch):
     assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0)) - 3.5) < 1e-9  # nothing to cut: timed whole
 
 
+def test_a_calls_fixed_share_is_counted_once_per_call_of_the_run(monkeypatch):
+    import mixzoo.core.plan as core_plan
+
+    clock = [0.0]
+    monkeypatch.setattr(core_plan.time, "perf_counter", lambda: clock[0])
+
+    def run(k, f):  # per call: 2 s per iteration count that do not grow with the images, plus 1 s per image
+        clock[0] += f * (2.0 + 1.0 * k)
+
+    assert abs(core_plan.per_image_cut(run, 8, (0.1, 0.2)) * 8 - (2.0 + 8.0)) < 1e-9  # one call on 8 images
+    assert abs(core_plan.per_image_cut(run, 100, (0.1, 0.2), batch=25) * 100 - (4 * 2.0 + 100.0)) < 1e-9
+    assert abs(core_plan.per_image(lambda k: run(k, 1.0), 16) * 16 - 18.0) < 1e-9
+
+
 TINY_MATCH = MatchSettings(attack="apgd", options={"n_iter": 2, "n_target_classes": 1}, n=10)
 
 

@@ -276,3 +276,20 @@ def test_writing_a_report_attacks_nothing(tmp_path, monkeypatch):
     # a report without figure data (a bench run without --out, or without plots) has no margins figure
     report.figure_data = []
     assert "margins.png" not in {p.name for p in write_report(report, tmp_path / "again")}
+
+
+def test_a_warning_several_rows_share_is_printed_once_naming_them():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from mixzoo.evaluation.report import print_report
+
+    report = _report()
+    note = "square: draws its randomness per batch, so its outcome can depend on the batch size"
+    for m in report.models:
+        m.warnings = [note]
+    buf = StringIO()
+    print_report(report, to=Console(file=buf, width=300))
+    assert buf.getvalue().count("draws its randomness per batch") == 1, buf.getvalue()
+    assert all(m.name in buf.getvalue().split("draws its randomness")[0].splitlines()[-1] for m in report.models)

@@ -435,3 +435,22 @@ def test_eps_sweep_counts_each_miss_once():
     # eps 0.1: examples 0 and 1 are within reach of the grey image (class 0 != 1) yet reported robust -> 2 grey
     # misses; eps 0.6: example 1 and 2 are robust and grey-breakable -> 2 grey misses, and no monotone miss counted
     assert row.grey_misses == [2, 2] and row.monotone_misses == [0, 0]
+
+
+@pytest.mark.slow
+def test_cli_sanity_prints_the_time_the_command_took(card, tmp_path):
+    """Its plan and its files included: a sweep the cache holds takes next to nothing itself, the command not."""
+    import re
+    import time
+
+    path, cache = card
+    args = ["sanity", str(path), "--n", str(N), "--batch-size", str(N), "--cache-dir", str(cache), "--no-linear",
+            "--attack", "pgd", "-O", "n_iter=2", "--eps", "0.1", "--out", str(tmp_path / "s")]
+    CliRunner().invoke(app, args)  # fills the cache
+    t0 = time.perf_counter()
+    res = CliRunner().invoke(app, args)
+    took = time.perf_counter() - t0
+    assert res.exit_code == 0, res.output
+    printed = float(re.search(r"^([0-9.]+) s; written to", res.output, re.M).group(1))
+    swept = json.loads((tmp_path / "s" / "sanity.json").read_text())["seconds"]
+    assert printed > swept + 0.05 and printed <= took + 0.05, (printed, swept, took)

@@ -165,6 +165,16 @@ class MixedNUTS(MixingMethod):
 
         return len(DEFAULT_BETAS) + len(DEFAULT_LINEAR_ALPHAS)
 
+    def curve_size(self, card: MixCard, points: int | None) -> int:
+        """How many classifiers :meth:`tradeoff_curve` attacks with at most ``points`` betas and alphas (``None``:
+        all): the betas kept plus the card's own, the alphas kept (alpha 1 among them: the RBC alone), the ABC."""
+        from mixzoo.core.budget import curve_points
+        from mixzoo.methods.mixednuts.figures import DEFAULT_BETAS, DEFAULT_LINEAR_ALPHAS
+
+        own = card.params.get("beta")
+        betas = {*curve_points(DEFAULT_BETAS, points), *((float(own),) if isinstance(own, int | float) else ())}
+        return len(betas) + len(curve_points(DEFAULT_LINEAR_ALPHAS, points)) + 1
+
     def plan_fit(self, request: FitRequest) -> list[tuple[str, str, float | None]]:
         """The calibration data (the RBC's clean logits and MMAA on the calibration images, timed on a few of them
         with the cache off), then Algorithm 1's search (not timed: seconds next to the attack)."""

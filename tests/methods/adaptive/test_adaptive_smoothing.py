@@ -462,6 +462,7 @@ def test_the_extra_square_is_a_second_restart_not_a_replay(fitted, pair, monkeyp
     """Square's draws are functions of (seed, example index): at the bench's seed the declared extra Square would
     replay the shared attack's Square point for point and could never break anything new. It runs at seed + 1,
     every other extra attack at the bench's seed."""
+    import mixzoo.attacks.runner
     from mixzoo.attacks.square import min_margin_square
     from mixzoo.core.card import MixCard
     from mixzoo.evaluation import bench as bench_module
@@ -482,13 +483,13 @@ def test_the_extra_square_is_a_second_restart_not_a_replay(fitted, pair, monkeyp
     assert not torch.allclose(square(5), square(6))
 
     seeds: dict[str, int] = {}
-    real = bench_module.evaluate
+    real = mixzoo.attacks.runner.evaluate
 
     def recording(model, images, labels, request):
         seeds[request.label] = request.record.seed
         return real(model, images, labels, request)
 
-    monkeypatch.setattr(bench_module, "evaluate", recording)
+    monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", recording)
     bench_module.bench(str(root / "card.toml"), attack="apgd", attack_options={"n_iter": 2, "n_target_classes": 1},
                        n=12, eps=EPS, seed=5, curve=None, baseline=None, cache_dir=root / "cache-seeds",
                        progress=False, plots=False)
