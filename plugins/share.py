@@ -9,6 +9,8 @@ from typing import Any
 
 from mixzoo.core.plugins import hookimpl
 
+PROVIDES = {"commands": ["export", "push", "report"]}  # what `mixzoo plugins` lists
+
 
 @hookimpl
 def mixzoo_resolve_card(name: str) -> str | None:
