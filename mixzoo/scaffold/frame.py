@@ -6,7 +6,7 @@ plus ``PLUGDIST`` (the distribution name), ``PLUGKINDS`` (the README's list) and
 from __future__ import annotations
 
 PYPROJECT = '''[build-system]
-requires = ["setuptools>=68", "wheel"]
+requires = ["setuptools>=77"]
 build-backend = "setuptools.build_meta"
 
 [project]
@@ -15,7 +15,7 @@ version = "0.1.0"
 description = "A mixzoo plugin: PLUGNAME."
 readme = "README.md"
 requires-python = ">=3.11"
-license = { text = "MIT" }
+license = "MIT"
 dependencies = ["mixzoo>=PLUGVERSION", "torch"]
 
 [project.optional-dependencies]

@@ -9,8 +9,9 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from mixzoo.core import __version__
 from mixzoo.core.errors import InputError
-from mixzoo.scaffold import frame
+from mixzoo.scaffold.frame import INIT, PYPROJECT, README, TEST_HEAD
 from mixzoo.scaffold.kinds import ATTACK, CLAMP, DATASET, MODEL, OPTIMIZER, KindTemplate
 from mixzoo.scaffold.method_kinds import COMMAND, METHOD
 
@@ -48,23 +49,21 @@ def _provides(templates: list[KindTemplate]) -> str:
 def render(name: str, kinds: Iterable[str] | None = None) -> dict[str, str]:
     """The files of plugin ``name`` holding ``kinds`` (default: every kind of :data:`KINDS`): relative path ->
     text. Nothing is written (:func:`new_plugin` writes them)."""
-    import mixzoo
-
     name = check_name(name)
     templates = [KINDS[k] for k in check_kinds(kinds)]
     module = "mixzoo_plugin_" + name.replace("-", "_")
     dist = PREFIX + name
-    init = frame.INIT + "".join(t.declares for t in templates) + "".join("\n" + t.hook for t in templates)
+    init = INIT + "".join(t.declares for t in templates) + "".join("\n" + t.hook for t in templates)
     tests = "".join(t.test for t in templates)
     imports = "".join(f"\nimport {m}" for m in ("torch", "typer") if f"{m}." in tests)
     files = {
-        "pyproject.toml": frame.PYPROJECT,
-        "README.md": frame.README.replace("PLUGKINDS", "\n".join(f"- {t.readme}" for t in templates)),
+        "pyproject.toml": PYPROJECT,
+        "README.md": README.replace("PLUGKINDS", "\n".join(f"- {t.readme}" for t in templates)),
         f"src/{module}/__init__.py": init.replace("PLUGPROVIDES", _provides(templates)),
         **{f"src/{module}/{t.module}": t.source for t in templates},
-        "tests/test_plugin.py": frame.TEST_HEAD.replace("PLUGIMPORTS", imports) + tests,
+        "tests/test_plugin.py": TEST_HEAD.replace("PLUGIMPORTS", imports) + tests,
     }
-    version = mixzoo.__version__.split("+")[0]
+    version = __version__.split("+")[0]
     return {path: text.replace("PLUGDIST", dist).replace("PLUGMOD", module).replace("PLUGNAME", name)
             .replace("PLUGVERSION", version) for path, text in files.items()}
 

@@ -24,7 +24,7 @@ from mixzoo.core.registry import get_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mixzoo-plugin-example"
-MODEL, CLAMP, METHOD = "example-digits-linear", "tanh-clamp", "example-confidence-switch"
+MODEL, CLAMP, METHOD = "example-digits-linear", "example-tanh", "example-switch"
 PIP = [sys.executable, "-m", "pip"]
 
 
