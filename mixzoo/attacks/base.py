@@ -54,10 +54,11 @@ def square_masking_note(count: int) -> str:
 class Component:
     """One stage of an evaluation: ``fn(x, y)`` returns candidate adversarial images for still-robust examples."""
 
-    name: str
-    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    name: str  # shown in reports, one row per component
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, y) -> candidates of x's shape
+    # False: a gradient-free search (Square), run in float32 under any precision
     gradient_based: bool = True
-    zero_grad: list[int] = field(default_factory=list)
+    zero_grad: list[int] = field(default_factory=list)  # per run: examples with an all-zero starting gradient
     # "robust": attack the examples still robust (AutoAttack's chaining); "clean": attack every clean-correct example
     # afresh (a whole evaluation reproduced as it runs on its own), only its breaks of still-robust ones are new
     scope: str = "robust"
