@@ -1,7 +1,7 @@
 """Sharing: mix cards on the Hugging Face Hub (hook ``mixzoo_resolve_card``): ``hf-hub:ORG/NAME[@REVISION]`` wherever
 a card is taken (``mixzoo.load_mixed``, ``mixzoo bench``, ``mixzoo certify``), read from the local Hugging Face cache
-(:func:`mixzoo.share.hub.resolve_card`); and the commands ``mixzoo push``, ``export`` and ``report`` (hook
-``mixzoo_cli_commands``, as any plugin adds commands)."""
+(:func:`mixzoo.share.hub.resolve_card`); and the commands ``mixzoo push``, ``export``, ``report`` and
+``new-plugin`` (hook ``mixzoo_cli_commands``, as any plugin adds commands)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from mixzoo.core.plugins import hookimpl
 
-PROVIDES = {"commands": ["export", "push", "report"]}  # what `mixzoo plugins` lists
+PROVIDES = {"commands": ["export", "new-plugin", "push", "report"]}  # what `mixzoo plugins` lists
 
 
 @hookimpl
@@ -21,8 +21,9 @@ def mixzoo_resolve_card(name: str) -> str | None:
 
 @hookimpl
 def mixzoo_cli_commands() -> dict[str, Any]:
-    """``mixzoo push`` (a card to the Hub), ``mixzoo export`` (torch.export / ONNX) and ``mixzoo report`` (a bench
-    report in another format, e.g. RobustBench's)."""
+    """``mixzoo push`` (a card to the Hub), ``mixzoo export`` (torch.export / ONNX), ``mixzoo report`` (a bench
+    report in another format, e.g. RobustBench's) and ``mixzoo new-plugin`` (a plugin package to publish)."""
+    from mixzoo.scaffold.command import new_plugin_command
     from mixzoo.share.cli import commands
 
-    return commands()
+    return {**commands(), "new-plugin": new_plugin_command}
