@@ -141,7 +141,7 @@ class Attack:
             pywarnings.warn(f"mixzoo.attacks.Attack.defaults is deprecated and will not be read by mixzoo 0.3:"
                             f" attack class {cls.__qualname__} declares `defaults` / `option_types`; declare"
                             " `options_spec = {name: mixzoo.core.options.OptionSpec(help, type, default)}` instead"
-                            " (CONTRIBUTING.md, 'Rules for attacks')", DeprecationWarning, stacklevel=2)
+                            " (docs: Plugin rules, 'Rules for attacks')", DeprecationWarning, stacklevel=2)
             cls.options_spec = specs_from_defaults(cls.defaults, own.get("option_types"), cls.options_spec)
         missing = {key: spec for key, spec in REQUIRED_OPTIONS.items() if key not in cls.options_spec}
         if missing:

@@ -465,6 +465,6 @@ def adapt_method(value: Any, plugin_name: str) -> Any:
         return value
     warnings.warn(f"mixing method {getattr(value, 'name', '?')!r} of plugin {plugin_name!r} does not subclass"
                   " mixzoo.methods.MixingMethod; it is adapted for now, and mixzoo 0.3 will leave it out: subclass"
-                  " mixzoo.methods.MixingMethod (CONTRIBUTING.md, 'Writing a mixing method')", DeprecationWarning,
+                  " mixzoo.methods.MixingMethod (docs: Plugin rules, 'A mixing method')", DeprecationWarning,
                   stacklevel=2)
     return LegacyMethod(value)
