@@ -2,7 +2,7 @@
 
 By default it reads the entry points' distribution metadata and imports the plugin modules (a plugin whose import
 fails shows its error), and calls no hook, so it needs neither torch nor a mixing method: what a plugin provides
-comes from its module's declaration :data:`DECLARATION` (``PROVIDES = {"clamps": ["tanh-clamp"], ...}``, labels of
+comes from its module's declaration :data:`DECLARATION` (``PROVIDES = {"clamps": ["acme-tanh"], ...}``, labels of
 :data:`LABELS`), and each entry point's import time is shown, with :data:`IMPORT_HINT` when it exceeds
 :data:`SLOW_IMPORT_S`. ``check=True`` (``mixzoo plugins --check``) also calls every collecting hook and builds every
 table, the registry included: it lists the names each plugin provides and the faults found there (a hook that
