@@ -91,6 +91,6 @@ def test_provides_is_what_the_hooks_give():
     from mixzoo.core.plugins import plugin_infos
 
     info = next(i for i in plugin_infos(check=True) if i.name == "PLUGNAME")
-    assert info.error is None, info.error
+    assert "differs from the hooks" not in (info.error or ""), info.error
     assert {label: info.provides[label] for label in PLUGMOD.PROVIDES} == PLUGMOD.PROVIDES
 '''
