@@ -17,8 +17,10 @@ after one untimed warm-up run, and three figures are recorded for each, with the
 
 Every run starts in a temporary directory, so the installed package is what runs, never a copy that happens to
 sit in the current directory. A separate run of each command records how many modules it imported, whether torch
-was one of them, and which mixing-method modules (``mixzoo.methods.<name>``) it imported. The machine (CPU model,
-vector flags, cores) and the load average before and after go with the figures, and the run record of
+was one of them, and which mixing-method modules (``mixzoo.methods.<name>``) it imported; one run of ``mixzoo plugins
+--json`` records each plugin's import time (``import_s``, with the hint ``mixzoo plugins`` gives over 0.2 s) and
+the names per kind it lists without calling a hook. The machine (CPU model,
+vector flags, cores), ``uptime`` and the load average before and after go with the figures, and the run record of
 :func:`mixzoo.core.machine.run_record` (versions, commit, machine); the file says "shared with other jobs" when the
 1-minute load average exceeded 0.5.
 
@@ -127,8 +129,25 @@ def imported(args: list[str]) -> dict[str, Any]:
         return json.loads(out.read_text())
 
 
+def plugin_imports(script: Path) -> dict[str, Any]:
+    """Per plugin, from one ``mixzoo plugins --json``: its import time, hints and how many names per kind it lists."""
+    proc = subprocess.run([str(script), "plugins", "--json"], capture_output=True, text=True, check=True,
+                          cwd=tempfile.gettempdir())
+    return {p["name"]: {"import_s": None if p.get("import_s") is None else round(p["import_s"], 4),
+                        "hints": p.get("hints", []), "provides": {k: len(v) for k, v in p["provides"].items()}}
+            for p in json.loads(proc.stdout)}
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return "?"
+
+
 def measure(repeats: int) -> dict[str, Any]:
     script = cli_script()
+    uptime_before = uptime()
     load_before = os.getloadavg()
     results: dict[str, Any] = {}
     for label, args in COMMANDS.items():
@@ -147,6 +166,7 @@ def measure(repeats: int) -> dict[str, Any]:
         print(f"{label:28s} wall {row['wall_s_median']:.3f} s  cpu {row['cpu_s_median']:.3f} s  imports "
               f"{row['import_s_median']:.3f} s  modules {row['modules']}  torch {row['torch']}", flush=True)
     load_after = os.getloadavg()
+    uptime_after = uptime()
     shared = max(load_before[0], load_after[0]) > QUIET_LOAD
     from mixzoo.core.machine import run_record
 
@@ -154,6 +174,7 @@ def measure(repeats: int) -> dict[str, Any]:
         "run": run_record("cpu"),
         "machine": {**machine(), "load_average_before": [round(v, 2) for v in load_before],
                     "load_average_after": [round(v, 2) for v in load_after],
+                    "uptime_before": uptime_before, "uptime_after": uptime_after,
                     "load": "shared with other jobs" if shared else "quiet"},
         "repeats": repeats,
         "figures": {
@@ -169,6 +190,7 @@ def measure(repeats: int) -> dict[str, Any]:
         "targets": "on a quiet 2-core machine, median wall_s: mixzoo --help <= 0.5 s, mixzoo plugins <= 0.5 s, "
                    "mixzoo list <= 2 s; on a shared machine the wall times are upper bounds of the quiet ones",
         "commands": results,
+        "plugin_imports": plugin_imports(script),
     }
 
 

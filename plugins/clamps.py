@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from mixzoo.core.plugins import hookimpl
 
+PROVIDES = {"clamps": ["elu", "gelu", "linear", "relu", "softplus"]}  # what `mixzoo plugins` lists
+
 if TYPE_CHECKING:
     import torch
 

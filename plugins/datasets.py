@@ -40,6 +40,9 @@ from typing import TYPE_CHECKING, Any
 from mixzoo.core.errors import InputError, MissingFileError
 from mixzoo.core.plugins import hookimpl
 
+PROVIDES = {  # what `mixzoo plugins` lists
+    "datasets": ["cifar10", "cifar100", "digits", "fashion-mnist", "imagefolder", "imagenet", "npz"]}
+
 if TYPE_CHECKING:
     import numpy as np
     import torch

@@ -7,6 +7,13 @@ from typing import Any
 
 from mixzoo.core.plugins import hookimpl
 
+PROVIDES = {  # what `mixzoo plugins` lists
+    "methods": ["adaptive-smoothing", "knn-smoothing", "linear", "local-smoothing", "local-smoothing-adaptive",
+                "mixednuts"],
+    "cards": ["fmnist-adaptive-smoothing-a", "fmnist-adaptive-smoothing-b", "fmnist-adaptive-smoothing-c",
+              "mixednuts-cifar10", "mixednuts-cifar100", "mixednuts-imagenet"],
+    "commands": ["check", "transfer-params"]}
+
 
 @hookimpl
 def mixzoo_mixing_methods() -> dict[str, Any]:

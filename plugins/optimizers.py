@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from mixzoo.core.plugins import hookimpl
 
+PROVIDES = {"optimizers": ["grid", "refine"]}  # what `mixzoo plugins` lists
+
 if TYPE_CHECKING:
     import torch
 

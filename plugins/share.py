@@ -1,13 +1,15 @@
 """Sharing: mix cards on the Hugging Face Hub (hook ``mixzoo_resolve_card``): ``hf-hub:ORG/NAME[@REVISION]`` wherever
 a card is taken (``mixzoo.load_mixed``, ``mixzoo bench``, ``mixzoo certify``), read from the local Hugging Face cache
-(:func:`mixzoo.share.hub.resolve_card`); and the commands ``mixzoo push``, ``export`` and ``report`` (hook
-``mixzoo_cli_commands``, as any plugin adds commands)."""
+(:func:`mixzoo.share.hub.resolve_card`); and the commands ``mixzoo push``, ``export`` and ``report``
+(hook ``mixzoo_cli_commands``, as any plugin adds commands)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mixzoo.core.plugins import hookimpl
+
+PROVIDES = {"commands": ["export", "push", "report"]}  # what `mixzoo plugins` lists
 
 
 @hookimpl

@@ -23,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = {"mixzoo": REPO / "mixzoo", "mixzoo_plugins": REPO / "plugins"}
-LAYERS = ["core", "zoo", "attacks", "training", "methods", "certify", "evaluation", "share", "cli"]
+LAYERS = ["core", "zoo", "attacks", "training", "methods", "certify", "evaluation", "share", "scaffold", "cli"]
 LIBRARY = ("core", "zoo", "attacks", "evaluation", "certify", "training", "share", "cli")
 METHOD_INTERFACE = {"mixzoo.methods", "mixzoo.methods.base"}
 MODEL_FAMILY_MODULES = ("timm.models.", "torchvision.models", "robustbench.model_zoo.architectures")

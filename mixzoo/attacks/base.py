@@ -37,7 +37,7 @@ from mixzoo.attacks.precision import (
     uses_channels_last,
 )
 from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
-from mixzoo.core.errors import InputError
+from mixzoo.core.errors import InputError, PluginError
 from mixzoo.core.options import OptionSpec, did_you_mean, names, specs_from_defaults
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
@@ -54,10 +54,11 @@ def square_masking_note(count: int) -> str:
 class Component:
     """One stage of an evaluation: ``fn(x, y)`` returns candidate adversarial images for still-robust examples."""
 
-    name: str
-    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    name: str  # shown in reports, one row per component
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, y) -> candidates of x's shape
+    # False: a gradient-free search (Square), run in float32 under any precision
     gradient_based: bool = True
-    zero_grad: list[int] = field(default_factory=list)
+    zero_grad: list[int] = field(default_factory=list)  # per run: examples with an all-zero starting gradient
     # "robust": attack the examples still robust (AutoAttack's chaining); "clean": attack every clean-correct example
     # afresh (a whole evaluation reproduced as it runs on its own), only its breaks of still-robust ones are new
     scope: str = "robust"
@@ -108,23 +109,29 @@ N_TARGET_CLASSES = OptionSpec("target classes of APGD-T (AutoAttack's: 9; 0 leav
 N_QUERIES = OptionSpec("queries of the Square attack per example", int, 5000, low=1, high=10_000_000)
 BATCH_SIZE = OptionSpec("examples per forward pass", int, 500, low=1, high=10_000_000)
 COMPONENTS_OPTION = OptionSpec("the components to run, in the attack's order (default: the attack's own choice)", names)
+# the options Attack's run loop reads: merged into every subclass's options_spec that lacks them
+REQUIRED_OPTIONS: dict[str, OptionSpec] = {"batch_size": BATCH_SIZE}
 
 
 class Attack:
     """Base class of evaluations: ``Attack(eps, norm, seed, **options).run(model, images, labels)``.
 
-    Subclasses set ``name``, ``options_spec`` (every accepted option: :class:`~mixzoo.core.options.OptionSpec`
+    Subclasses set ``name``, ``options_spec`` (the options of their own: :class:`~mixzoo.core.options.OptionSpec`
     with type, default, range and help; ``mixzoo bench --attack NAME --show-options`` prints them) and
-    :meth:`components`. :attr:`defaults` is derived from ``options_spec``. A subclass that declares only a
+    :meth:`components`. The options the run loop itself reads (:data:`REQUIRED_OPTIONS`: ``batch_size``) are
+    merged into every subclass's ``options_spec`` where it does not declare them. A subclass that names itself
+    (its own ``name``) without :meth:`components` or ``run`` is refused at class creation with one line saying what
+    to add. :attr:`defaults` is derived from ``options_spec``. A subclass that declares only a
     ``defaults`` table (and ``option_types``), as mixzoo 0.1's documentation said, still works: its specs are
     derived from the table (:func:`~mixzoo.core.options.specs_from_defaults`), with a :class:`DeprecationWarning`.
     """
 
     name: ClassVar[str] = "attack"
-    options_spec: ClassVar[dict[str, OptionSpec]] = {"batch_size": BATCH_SIZE}
-    defaults: ClassVar[dict[str, Any]] = {"batch_size": 500}  # every option with its default, from options_spec
+    options_spec: ClassVar[dict[str, OptionSpec]] = REQUIRED_OPTIONS
+    # every option with its default, from options_spec
+    defaults: ClassVar[dict[str, Any]] = {key: spec.default for key, spec in REQUIRED_OPTIONS.items()}
     # each option's type (derived from options_spec; declared by subclasses written before it)
-    option_types: ClassVar[dict[str, Any]] = {"batch_size": int}
+    option_types: ClassVar[dict[str, Any]] = {key: spec.type for key, spec in REQUIRED_OPTIONS.items()}
     # a subclass changes it when its outcomes change for the same options: the bench's cache key includes it, so
     # outcomes cached by the older code are attacked again (and no other attack's cache is touched)
     code_version: ClassVar[str | None] = None
@@ -137,8 +144,15 @@ class Attack:
             pywarnings.warn(f"mixzoo.attacks.Attack.defaults is deprecated and will not be read by mixzoo 0.3:"
                             f" attack class {cls.__qualname__} declares `defaults` / `option_types`; declare"
                             " `options_spec = {name: mixzoo.core.options.OptionSpec(help, type, default)}` instead"
-                            " (CONTRIBUTING.md, 'Rules for attacks')", DeprecationWarning, stacklevel=2)
+                            " (docs: Plugin rules, 'Rules for attacks')", DeprecationWarning, stacklevel=2)
             cls.options_spec = specs_from_defaults(cls.defaults, own.get("option_types"), cls.options_spec)
+        missing = {key: spec for key, spec in REQUIRED_OPTIONS.items() if key not in cls.options_spec}
+        if missing:
+            cls.options_spec = {**cls.options_spec, **missing}
+        if "name" in own and cls.components is Attack.components and cls.run is Attack.run:
+            raise PluginError(f"attack class {cls.__qualname__} ({cls.name!r}) has no components(); add `def"
+                              " components(self, model, n_classes) -> list[mixzoo.attacks.Component]` (docs:"
+                              " Writing a plugin)")
         cls.defaults = {key: spec.default for key, spec in cls.options_spec.items()}
         cls.option_types = {key: spec.type for key, spec in cls.options_spec.items() if spec.type is not None}
 
@@ -163,7 +177,9 @@ class Attack:
         return {**cls.defaults, **given}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
-        raise NotImplementedError
+        """The stages this evaluation runs on ``model`` (``n_classes`` outputs), in order; every subclass that
+        names itself defines it."""
+        raise NotImplementedError(f"attack {self.name!r} defines no components()")
 
     def run(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor, progress: bool = True,
             index: torch.Tensor | None = None, precision: str = "float32") -> EvalResult:

@@ -1,10 +1,12 @@
-"""``mixzoo plugins``: the installed plugins, their versions, modules and hooks
-(:func:`mixzoo.core.plugins.plugin_infos`)."""
+"""``mixzoo plugins``: the installed plugins, their versions, modules and what each provides
+(:func:`mixzoo.core.plugins.plugin_infos`); ``mixzoo new-plugin``: a plugin package to publish
+(:func:`mixzoo.scaffold.new_plugin`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -41,10 +43,29 @@ def plugins(
         status = f"[red]{escape(i.error)}" if i.error else "[green]ok"
         if i.deprecations:
             status += "\n[yellow]deprecated: " + escape("; ".join(i.deprecations))
+        if i.hints:
+            status += "\n[yellow]" + escape("; ".join(i.hints))
         table.add_row(escape(i.name), i.version, escape(i.module), escape(provides), status)
     out_console.print(table)
     if not check:
-        out_console.print("`mixzoo plugins --check` calls every hook and lists what each plugin provides")
+        out_console.print("`mixzoo plugins --check` calls every hook and compares what each plugin declares with them")
 
 
-COMMANDS: dict[str, Callable[..., None]] = {"plugins": plugins}
+@command
+@examples("mixzoo new-plugin acme", "mixzoo new-plugin acme --kinds model,attack --directory ~/src")
+def new_plugin(
+    name: Annotated[str, typer.Argument(help="the plugin's name: the package is mixzoo-plugin-NAME, every entry"
+                                             " NAME-...")],
+    kinds: Annotated[str, typer.Option(help="comma-separated kinds to include, of model, dataset, clamp, optimizer,"
+                                            " attack, method, command (default: all)")] = "",
+    directory: Annotated[Path, typer.Option(help="where to create the package's folder")] = Path("."),
+) -> None:
+    """Write a plugin package (pyproject with the mixzoo entry point, one module per kind, tests, README) that
+    installs and runs at once: `pip install -e FOLDER`, then `mixzoo plugins` lists it."""
+    from mixzoo.scaffold import new_plugin as write_package
+
+    target = write_package(name, directory, kinds=kinds.split(",") if kinds else None)
+    print(f"wrote {target}; next: pip install -e {target} && python -m pytest {target}/tests && mixzoo plugins")
+
+
+COMMANDS: dict[str, Callable[..., None]] = {"plugins": plugins, "new-plugin": new_plugin}

@@ -122,8 +122,8 @@ def mixzoo_calibration_optimizers() -> dict[str, Callable[..., Any]]:
     Called once when optimizers are first looked up. Each value is
     ``optimizer(problem: mixzoo.methods.mixednuts.calibrate.CalibrationProblem, grid:
     mixzoo.methods.mixednuts.calibrate.Grid) -> SearchResult``;
-    CONTRIBUTING.md ("Calibration optimizers") documents ``problem.evaluate`` / ``best_index`` / ``result`` and the
-    fields of :class:`~mixzoo.methods.mixednuts.calibrate.SearchResult`.
+    the Plugin rules page ("Calibration optimizers") documents ``problem.evaluate`` / ``best_index`` / ``result``
+    and the fields of :class:`~mixzoo.methods.mixednuts.calibrate.SearchResult`.
     """
 
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mixzoo.core.errors import InputError
+from mixzoo.core.errors import InputError, PluginWarning
 from mixzoo.core.options import OptionSpec, fill_options
 from mixzoo.core.options import parse_value as _parse_value
 
@@ -444,15 +444,29 @@ class LegacyMethod(MixingMethod):
         return super().check_options(options)
 
 
+# what a MixingMethod subclass must define: the line to add
+_REQUIRED = {"validate": "def validate(self, params, source) -> dict",
+             "build": "def build(self, abc, rbc, card, *, gradient='exact') -> nn.Module",
+             "fit": "def fit(self, request: FitRequest) -> FitResult"}
+
+
 def adapt_method(value: Any, plugin_name: str) -> Any:
-    """``value`` from hook ``mixzoo_mixing_methods``: a :class:`MixingMethod` as it is; an old-style object (0.1's
-    documentation) as a :class:`LegacyMethod`, with a :class:`DeprecationWarning` naming the base class to use."""
+    """``value`` from hook ``mixzoo_mixing_methods``: a :class:`MixingMethod` as it is (a
+    :class:`~mixzoo.core.errors.PluginWarning` naming the lines to add when its class lacks ``validate``, ``build``
+    or ``fit``); an old-style object (0.1's documentation) as a :class:`LegacyMethod`, with a
+    :class:`DeprecationWarning` naming the base class to use."""
     import warnings
 
-    if isinstance(value, MixingMethod) or not hasattr(value, "fit") or not hasattr(value, "build"):
+    if isinstance(value, MixingMethod):
+        lacking = [line for key, line in _REQUIRED.items() if getattr(type(value), key) is getattr(MixingMethod, key)]
+        if lacking:
+            warnings.warn(f"mixing method {value.name!r} of plugin {plugin_name!r} cannot run: add"
+                          f" `{'`, `'.join(lacking)}` to class {type(value).__name__}", PluginWarning, stacklevel=2)
+        return value
+    if not hasattr(value, "fit") or not hasattr(value, "build"):
         return value
     warnings.warn(f"mixing method {getattr(value, 'name', '?')!r} of plugin {plugin_name!r} does not subclass"
                   " mixzoo.methods.MixingMethod; it is adapted for now, and mixzoo 0.3 will leave it out: subclass"
-                  " mixzoo.methods.MixingMethod (CONTRIBUTING.md, 'Writing a mixing method')", DeprecationWarning,
+                  " mixzoo.methods.MixingMethod (docs: Plugin rules, 'A mixing method')", DeprecationWarning,
                   stacklevel=2)
     return LegacyMethod(value)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from mixzoo.core.errors import InputError
+from mixzoo.core.errors import InputError, PluginError
 
 SPLITS: tuple[str, ...] = ("train", "calibration", "evaluation")
 
@@ -121,7 +121,15 @@ def load_dataset(name: str, split: str, n: int | None = None, root: str | None =
     for key in ("input_size", "num_classes"):
         if key in options and key not in accepted:
             options.pop(key)
-    dataset = factory(split, n, root, **options)
+    kinds = [p.kind for p in accepted.values()]  # a factory without a root parameter is called without one
+    takes_root = not accepted or inspect.Parameter.VAR_POSITIONAL in kinds or sum(
+        k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds) >= 3
+    if not takes_root and root is not None:
+        raise InputError(f"dataset {name!r} reads no data directory; leave out --data-dir / root")
+    dataset = factory(split, n, root, **options) if takes_root else factory(split, n, **options)
+    if not isinstance(dataset, ImageDataset):
+        raise PluginError(f"dataset {name!r} returned {type(dataset).__name__}; its factory must return"
+                          " mixzoo.zoo.data.ImageDataset(name, split, images, labels, num_classes, indices, source)")
     return dataset.subset(n)
 
 

@@ -24,7 +24,7 @@ from mixzoo.core.registry import get_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mixzoo-plugin-example"
-MODEL, CLAMP, METHOD = "example-digits-linear", "tanh-clamp", "example-confidence-switch"
+MODEL, CLAMP, METHOD = "example-digits-linear", "example-tanh", "example-switch"
 PIP = [sys.executable, "-m", "pip"]
 
 
@@ -125,7 +125,7 @@ source = { kind = "example-digits", seed = 1, adv_eps = 0.0, steps = 150 }
 
 @pytest.mark.subprocess
 def test_the_plugins_method_through_mix_bench_sanity_and_verify(venv, tmp_path):
-    """The example's method, written from CONTRIBUTING alone, works by name like a built-in one: `mixzoo mix
+    """The example's method (the scaffold's) works by name like a built-in one: `mixzoo mix
     --method` fits a card (its typed option checked), `mixzoo bench` runs the extra attacks it declares and matches
     the linear baseline to the card's worst case, `mixzoo sanity` sweeps that worst case and `mixzoo verify`
     confirms every reported robust error."""

@@ -12,7 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mixzoo.core.errors import InputError, MissingFileError, UnknownNameError
+from mixzoo.core.errors import InputError, MissingFileError, PluginError, UnknownNameError
+from mixzoo.core.plugins import hookimpl, register_plugin, unregister_plugin
 from mixzoo.zoo.data import ImageDataset, load_dataset, shortfall_note
 from mixzoo_plugins import datasets as ds
 
@@ -337,3 +338,29 @@ def test_shortfall_note_only_when_fewer_images_than_asked(held, requested):
     else:
         assert note is not None and f"--n {requested}" in note and f"all {held} were used" in note
     assert shortfall_note(_dataset(n=held), None, "--n") is None
+
+
+class _PlainDatasets:
+    """A third party's datasets: one factory without a ``root`` parameter, one returning the wrong type."""
+
+    @hookimpl
+    def mixzoo_datasets(self):
+        def flipped(split, n=None):
+            base = load_dataset("digits", split, n)
+            return ImageDataset("test-flipped", split, base.images.flip(-1), base.labels, base.num_classes,
+                                base.indices, "digits/flipped")
+
+        return {"test-flipped": flipped, "test-not-a-dataset": lambda split, n=None, root=None: [1, 2]}
+
+
+def test_a_dataset_without_root_loads_and_a_wrong_return_type_is_named():
+    name = register_plugin(_PlainDatasets(), name="test-plain-datasets")
+    try:
+        data = load_dataset("test-flipped", "calibration", n=5)
+        assert len(data) == 5 and torch.equal(data.images, load_dataset("digits", "calibration", 5).images.flip(-1))
+        with pytest.raises(InputError, match="reads no data directory"):
+            load_dataset("test-flipped", "calibration", root="/tmp")
+        with pytest.raises(PluginError, match="returned list; its factory must return mixzoo.zoo.data.ImageDataset"):
+            load_dataset("test-not-a-dataset", "evaluation")
+    finally:
+        unregister_plugin(name)

@@ -1,10 +1,12 @@
-"""What ``mixzoo plugins`` shows: every plugin with its version, module, hooks and errors.
+"""What ``mixzoo plugins`` shows: every plugin with its version, module, hooks, what it provides and errors.
 
 By default it reads the entry points' distribution metadata and imports the plugin modules (a plugin whose import
-fails shows its error), and calls no hook, so it needs neither torch nor a mixing method. ``check=True`` (``mixzoo
-plugins --check``) also calls every collecting hook and builds every table, the registry included: it lists the
-names each plugin provides and the faults found there (a hook that raises, a name two plugins provide, an invalid
-registry entry).
+fails shows its error), and calls no hook, so it needs neither torch nor a mixing method: what a plugin provides
+comes from its module's declaration :data:`DECLARATION` (``PROVIDES = {"clamps": ["acme-tanh"], ...}``, labels of
+:data:`LABELS`), and each entry point's import time is shown, with :data:`IMPORT_HINT` when it exceeds
+:data:`SLOW_IMPORT_S`. ``check=True`` (``mixzoo plugins --check``) also calls every collecting hook and builds every
+table, the registry included: it lists the names each plugin provides and the faults found there (a hook that
+raises, a name two plugins provide, an invalid registry entry, a declaration that differs from the hooks).
 """
 
 from __future__ import annotations
@@ -33,6 +35,46 @@ class PluginInfo:
     error: str | None = None
     hooks: list[str] = field(default_factory=list)
     deprecations: list[str] = field(default_factory=list)
+    import_s: float | None = None  # seconds the entry point's module took to import (None: registered at run time)
+    hints: list[str] = field(default_factory=list)  # e.g. a slow import and what to do about it
+
+
+DECLARATION = "PROVIDES"  # the module attribute: {label: [names]}, what the plugin's hooks provide
+# the labels a declaration may use: the tables' (mixzoo.core.plugins.tables.KINDS) and the registry's models
+LABELS = (*(k.label for k in KINDS.values() if k.hook != "mixzoo_model_sources"), "models")
+SLOW_IMPORT_S = 0.2
+IMPORT_HINT = "import torch and heavy modules inside the hooks, not at module level"
+
+
+def declared(plugin: Any) -> dict[str, list[str]]:
+    """A plugin module's :data:`DECLARATION`, each label's names sorted (``{}`` when it declares none); read from
+    the module, no hook called. A malformed declaration is ``{"(invalid PROVIDES)": [...]}``, shown as it is."""
+    value = getattr(plugin, DECLARATION, None)
+    if value is None:
+        return {}
+    ok = isinstance(value, dict) and all(k in LABELS and isinstance(v, list | tuple) and all(isinstance(n, str)
+                                                                                           for n in v)
+                                         for k, v in value.items())
+    if not ok:
+        return {f"(invalid {DECLARATION})": [f"a dict of {', '.join(LABELS)} -> lists of names"]}
+    return {label: sorted(names) for label, names in value.items()}
+
+
+def drift(declaration: dict[str, list[str]], provided: dict[str, list[str]]) -> str | None:
+    """The one-line fault when a plugin's declaration differs from what its hooks provide (``provided``: label ->
+    names, from the built tables), else ``None``."""
+    labels = sorted((set(declaration) | set(provided)) & set(LABELS))
+    wrong = [f"{label}: declared {', '.join(declaration.get(label, [])) or 'none'}, hooks give"
+             f" {', '.join(sorted(provided.get(label, []))) or 'none'}" for label in labels
+             if sorted(provided.get(label, [])) != declaration.get(label, [])]
+    return f"{DECLARATION} differs from the hooks ({'; '.join(wrong)}); update {DECLARATION}" if wrong else None
+
+
+def import_hint(seconds: float | None) -> str | None:
+    """:data:`IMPORT_HINT` with the time, when an import took longer than :data:`SLOW_IMPORT_S`."""
+    if seconds is None or seconds <= SLOW_IMPORT_S:
+        return None
+    return f"imports in {seconds:.2f} s (over {SLOW_IMPORT_S} s): {IMPORT_HINT}"
 
 
 def _module_facts(plugin: Any) -> dict[str, list[str]]:
@@ -70,6 +112,7 @@ def plugin_infos(check: bool = True) -> list[PluginInfo]:
         note_old_loaders()
     provided = _provided() if check else {}
     infos: dict[str, PluginInfo] = {}
+    drifted: dict[str, str] = {}
     for name, plugin in pm.list_name_plugin():
         if name is None or plugin is None:
             continue
@@ -79,10 +122,18 @@ def plugin_infos(check: bool = True) -> list[PluginInfo]:
         for label, by_plugin in provided.items():
             if by_plugin.get(name):
                 info.provides[label] = by_plugin[name]
-        for label, facts in _module_facts(plugin).items():  # what the tables list comes first
+        declaration = declared(plugin)
+        fault = drift(declaration, info.provides) if check and declaration else None
+        if fault:
+            drifted[name] = fault
+        for label, facts in {**declaration, **_module_facts(plugin)}.items():  # what the tables list comes first
             info.provides.setdefault(label, facts)
+        info.import_s = STATE.import_seconds.get(name)
+        info.hints = [hint for hint in (import_hint(info.import_s),) if hint]
         infos[name] = info
     errors = STATE.failure_texts()
+    for name, fault in drifted.items():
+        errors[name] = f"{errors[name]}; {fault}" if name in errors else fault
     for name, reasons in runtime_failures().items():
         seen = "at run time: " + "; ".join(reasons)
         errors[name] = f"{errors[name]}; {seen}" if name in errors else seen

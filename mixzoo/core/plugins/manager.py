@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata as md
+import time
 import warnings
 from collections.abc import Iterator
 
@@ -59,8 +60,10 @@ def get_plugin_manager() -> pluggy.PluginManager:
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
         try:
+            start = time.perf_counter()
             with noting_deprecations(ep.name):
                 plugin = ep.load()
+            STATE.import_seconds[ep.name] = time.perf_counter() - start
             pm.register(plugin, name=ep.name)
         except BaseException as exc:  # noqa: BLE001 - a plugin's import is contained, sys.exit and Ctrl-C included
             STATE.import_failed.add(ep.name)

@@ -21,7 +21,7 @@ class PluginState:
     kind -> plugin -> the names it provides (``mixzoo plugins``);
     ``derived``: cached tables other modules build from hook results, with their ``mixzoo plugins`` labels;
     ``deprecations``: plugin name -> the deprecation warnings mixzoo gave it (a moved name it imports, an old-style
-    entry it provides).
+    entry it provides); ``import_seconds``: entry-point name -> seconds its module took to import.
     """
 
     failures: dict[str, list[str]] = field(default_factory=dict)
@@ -37,6 +37,7 @@ class PluginState:
     derived: list[Any] = field(default_factory=list)
     derived_entries: dict[str, Any] = field(default_factory=dict)
     deprecations: dict[str, list[str]] = field(default_factory=dict)
+    import_seconds: dict[str, float] = field(default_factory=dict)
 
     def record_deprecation(self, plugin_name: str, message: str) -> None:
         """Note that ``plugin_name`` uses a deprecated name of mixzoo (``mixzoo plugins`` shows it)."""
