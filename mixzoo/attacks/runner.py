@@ -27,6 +27,7 @@ from mixzoo.core.distributed import check_shards, gather, world
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
+from mixzoo.core.reading import read_data
 from mixzoo.core.record import sha256_of
 from mixzoo.core.request import EvalRequest
 from mixzoo.zoo.pairs import model_device
@@ -300,7 +301,7 @@ def read_outcome(path: Path, key: str, start: int, stop: int,
     attacks again without the cache.
     """
     try:
-        entry = json.loads(path.read_text())
+        entry = read_data(path, "json", what="cache entry")
         problem = outcome_problem(entry, key, stop - start)
         if problem is None and adv_path is not None:
             points = load_file(adv_path)
@@ -310,8 +311,10 @@ def read_outcome(path: Path, key: str, start: int, stop: int,
                 problem = f"its saved points {adv_path.name} are not one per broken example"
             else:
                 entry["adversarial"] = points
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, SafetensorError) as exc:
+    except (OSError, SafetensorError) as exc:
         problem = f"it cannot be read ({type(exc).__name__})"
+    except InputError as exc:  # too large, not text, not JSON, nested too deep, a key twice
+        problem = f"it cannot be read ({str(exc).removeprefix(f'cache entry {path} ').removeprefix(str(path) + ': ')})"
     if problem is None:
         return {k: v for k, v in entry.items() if k not in ("key", "digest")}
     stale_entry(path, problem)
