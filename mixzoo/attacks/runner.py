@@ -340,6 +340,9 @@ def outcome_problem(entry: Any, key: str, n: int) -> str | None:
             isinstance(c, dict) and isinstance(c.get("name"), str) and type(c.get("newly_broken")) is int
             and c["newly_broken"] >= 0 and _is_seconds(c.get("seconds")) for c in components):
         return "components is not a list of {name, newly_broken, seconds}"
+    broken = sum(c and not r for c, r in zip(flags["clean_correct"], flags["robust_correct"], strict=True))
+    if sum(c["newly_broken"] for c in components) != broken:
+        return f"its components broke {sum(c['newly_broken'] for c in components)} examples, its outcomes {broken}"
     if not isinstance(entry.get("warnings"), list) or not all(isinstance(w, str) for w in entry["warnings"]):
         return "warnings is not a list of strings"
     if not _is_seconds(entry.get("seconds")):

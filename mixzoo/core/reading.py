@@ -59,6 +59,8 @@ def check_text_depth(text: str, kind: str, source: str, limit: int = MAX_DEPTH) 
     """A one-line :class:`InputError` when the brackets of ``text`` (outside strings and comments) nest deeper
     than ``limit``, measured before parsing: each pass removes the innermost pairs, so at most ``limit`` passes."""
     brackets = _NOT_BRACKET.sub("", (_JSON_SKIP if kind == "json" else _TOML_SKIP).sub("", text))
+    if kind == "toml":  # a TOML document is a table without brackets: one level the text does not show
+        limit -= 1
     for _ in range(limit):
         fewer = _PAIR.sub("", brackets)
         if fewer == brackets:  # balanced and gone, or unbalanced (which the parser then names)

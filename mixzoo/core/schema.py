@@ -193,7 +193,7 @@ SETTINGS_FROM_RECORD = {"attack": "attack", "eps": "eps", "norm": "norm", "seed"
 def record_problem(report: ReportFile) -> str | None:
     """Why the report's parts disagree with its run record (``None`` when they agree or there is no record): the
     record's digest recomputed from its fields, every settings field that copies one of them
-    (:data:`SETTINGS_FROM_RECORD`), the data set's name, size and fingerprint, each row's size."""
+    (:data:`SETTINGS_FROM_RECORD`), the cards' digest, the data set's name and fingerprint, each row's size."""
     from mixzoo.core.record import canonical_json, sha256_of
 
     record = getattr(report, "record", None)
@@ -214,6 +214,9 @@ def record_problem(report: ReportFile) -> str | None:
     if isinstance(component, dict):
         copies += [("settings.components.attack.attack", component.get("attack"), record.get("attack")),
                    ("settings.components.attack.options", component.get("options"), record.get("attack_options"))]
+    cards = getattr(report, "cards", None)
+    if cards and record.get("card") is not None:  # the cards benched: their digest is the record's
+        copies.append(("the cards' digest (field 'cards')", sha256_of(cards), record["card"]))
     ds = report.dataset
     copies += [(f"dataset.{k}", getattr(ds, k), record.get(r)) for k, r in (("name", "dataset"),
                                                                             ("fingerprint", "examples"))

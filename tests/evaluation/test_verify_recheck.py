@@ -79,8 +79,8 @@ def test_a_saved_point_of_the_wrong_shape_is_exit_2_in_one_line(made, tmp_path):
 
 
 def test_a_forged_well_formed_cache_entry_passes_the_points_but_not_the_recheck(made, digits_card, tmp_path):
-    """A cache entry edited to call every clean-correct example robust, its content digest recomputed (a forger
-    who knows the format), its points emptied: the bench reports the forged row, the saved points cannot refute it,
+    """A cache entry edited to call every clean-correct example robust, its components' breaks set to none and its
+    content digest recomputed (a forger who knows the format), its points emptied: the bench reports the forged row, the saved points cannot refute it,
     --recheck can (exit 1)."""
     from mixzoo.attacks.runner import outcome_digest
 
@@ -92,6 +92,8 @@ def test_a_forged_well_formed_cache_entry_passes_the_points_but_not_the_recheck(
         if len(entry["robust_correct"]) != N or entry["robust_correct"] == entry["clean_correct"]:
             continue
         entry["robust_correct"] = list(entry["clean_correct"])
+        for component in entry["components"]:  # its breaks made to add up to the forged outcomes
+            component["newly_broken"] = 0
         entry["digest"] = outcome_digest(entry, entry["key"])
         path.write_text(json.dumps(entry))
         save_file({"index": torch.zeros(0, dtype=torch.long), "images": torch.zeros(0, 1, 8, 8)},
@@ -101,7 +103,8 @@ def test_a_forged_well_formed_cache_entry_passes_the_points_but_not_the_recheck(
     report = bench(digits_card, out=tmp_path / "bench", cache_dir=cache, **BENCH)
     abc = report.row("abc")
     assert abc.cached and abc.robust_accuracy == abc.clean_accuracy > made[1].row("abc").robust_accuracy
-    assert cli(tmp_path / "bench").exit_code == 0  # the points alone: "verified"
+    plain = cli(tmp_path / "bench")
+    assert plain.exit_code == 0, plain.output  # the points alone: "verified"
     res = cli(tmp_path / "bench", "--recheck", 3, "--json")
     assert res.exit_code == 1, res.output
     rows = {r["kind"]: r for r in json.loads(res.output)["rows"]}

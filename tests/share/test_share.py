@@ -555,10 +555,19 @@ def test_report_robustbench_refuses_a_hand_edited_report_in_one_line(strong_repo
     assert not out.exists() and res.stdout == ""
 
 
+def _forge_dataset_name(data: dict, name: str) -> None:
+    """The data set's name edited where the report states it and in its run record, the digest recomputed (a
+    forger who knows the format; the name alone would disagree with the record)."""
+    from mixzoo.core.record import sha256_of
+
+    data["dataset"]["name"] = data["record"]["dataset"] = name
+    data["record"]["digest"] = sha256_of({k: v for k, v in data["record"].items() if k != "digest"})
+
+
 @pytest.mark.parametrize("name", ["../../X", "/ABS/X", "..", "a/../../b", "digits"])
 def test_report_out_keeps_every_file_under_out(strong_report, tmp_path, name):
     name = name.replace("/ABS", str(tmp_path / "abs"))
-    folder = _edited(strong_report, tmp_path, lambda d: d["dataset"].update(name=name))
+    folder = _edited(strong_report, tmp_path, lambda d: _forge_dataset_name(d, name))
     out = tmp_path / "deep" / "down" / "model_info"
     res = CliRunner().invoke(app, ["report", str(folder), "--format", "robustbench", "--out", str(out)])
     if res.exit_code == 2:  # a name with nothing usable in it
