@@ -153,10 +153,11 @@ class ReportRow(Record):
         if counted and None not in counted and sum(counted) != clean - robust:  # type: ignore[arg-type]
             raise ValueError(f"{where}: its components broke {sum(counted)} images (newly_broken)"  # type: ignore
                              f" but its accuracies say {clean - robust} ({clean} clean, {robust} robust)")
-        for comp in self.components:
-            if comp.own_broken is not None and comp.own_broken > clean - robust:
-                raise ValueError(f"{where}: component {comp.name!r} broke {comp.own_broken} images on its own, more"
-                                 f" than the {clean - robust} the row's worst case broke")
+        for comp in self.components:  # on its own it broke at least its new breaks, at most the worst case's
+            low, high = comp.newly_broken or 0, clean - robust
+            if comp.own_broken is not None and not low <= comp.own_broken <= high:
+                raise ValueError(f"{where}: component {comp.name!r} broke {comp.own_broken} images on its own, outside"
+                                 f" {low} (its newly_broken) to {high} (the row's worst case)")
         return self
 
 
