@@ -32,7 +32,7 @@ MAX_BYTES = 64 << 20  # a report of 10,000 images is about 1 MB; a cache entry o
 CARD_BYTES = 4 << 20  # a card and its arrays sidecar are a few kB (a MixedNUTS grid: 512 numbers)
 
 # what the nesting count skips: JSON strings; TOML strings (basic, literal, multi-line) and comments
-_JSON_SKIP = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_JSON_SKIP = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _TOML_SKIP = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _PAIR = re.compile(r"\[\]|\{\}")
@@ -52,7 +52,8 @@ def check_depth(value: Any, source: str, limit: int = MAX_DEPTH) -> None:
         if isinstance(item, dict | list):
             if depth >= limit:
                 raise depth_error(source)
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+                         if isinstance(v, dict | list))
 
 
 def check_text_depth(text: str, kind: str, source: str, limit: int = MAX_DEPTH) -> None:
@@ -97,7 +98,8 @@ def parse_text(text: str, kind: str, source: str) -> Any:
         raise depth_error(source) from None
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise InputError(f"{source}: not valid {kind.upper()} ({str(exc).splitlines()[0][:200]})") from None
-    check_depth(data, source)
+    if kind == "toml":  # dotted keys and table headers nest tables without brackets
+        check_depth(data, source)
     return data
 
 
