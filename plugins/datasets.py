@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import gzip
-import json
 import os
 import pickle
 import zlib
@@ -37,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mixzoo.core.errors import InputError, MissingFileError
+from mixzoo.core.errors import InputError, MissingFileError, MixzooError
 from mixzoo.core.plugins import hookimpl
+from mixzoo.core.reading import read_data
 
 PROVIDES = {  # what `mixzoo plugins` lists
     "datasets": ["cifar10", "cifar100", "digits", "fashion-mnist", "imagefolder", "imagenet", "npz"]}
@@ -368,8 +368,8 @@ def _robustbench_subset() -> tuple[list[str], dict[str, int]] | None:
     try:
         ids = [line.strip() for line in (helper / "imagenet_test_image_ids.txt").read_text().splitlines()
                if line.strip()]
-        wnids = json.loads((helper / "imagenet_class_to_id_map.json").read_text())
-    except OSError:
+        wnids = read_data(helper / "imagenet_class_to_id_map.json", "json")
+    except (OSError, MixzooError):
         return None
     return ids, wnids
 

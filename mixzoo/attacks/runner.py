@@ -28,6 +28,7 @@ from mixzoo.core.distributed import check_shards, gather, world
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
+from mixzoo.core.reading import read_data
 from mixzoo.core.record import sha256_of
 from mixzoo.core.request import EvalRequest
 from mixzoo.zoo.pairs import model_device
@@ -302,7 +303,7 @@ def read_outcome(path: Path, key: str, start: int, stop: int,
     attacks again without the cache.
     """
     try:
-        entry = json.loads(path.read_text())
+        entry = read_data(path, "json", what="cache entry")
         problem = outcome_problem(entry, key, stop - start)
         if problem is None and adv_path is not None:
             points = load_file(adv_path)
@@ -312,8 +313,10 @@ def read_outcome(path: Path, key: str, start: int, stop: int,
                 problem = f"its saved points {adv_path.name} are not one per broken example"
             else:
                 entry["adversarial"] = points
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, SafetensorError) as exc:
+    except (OSError, SafetensorError) as exc:
         problem = f"it cannot be read ({type(exc).__name__})"
+    except InputError as exc:  # too large, not text, not JSON, nested too deep, a key twice
+        problem = f"it cannot be read ({str(exc).removeprefix(f'cache entry {path} ').removeprefix(str(path) + ': ')})"
     if problem is None:
         return {k: v for k, v in entry.items() if k not in ("key", "digest")}
     stale_entry(path, problem)
@@ -339,6 +342,9 @@ def outcome_problem(entry: Any, key: str, n: int) -> str | None:
             isinstance(c, dict) and isinstance(c.get("name"), str) and type(c.get("newly_broken")) is int
             and c["newly_broken"] >= 0 and _is_seconds(c.get("seconds")) for c in components):
         return "components is not a list of {name, newly_broken, seconds}"
+    broken = sum(c and not r for c, r in zip(flags["clean_correct"], flags["robust_correct"], strict=True))
+    if sum(c["newly_broken"] for c in components) != broken:
+        return f"its components broke {sum(c['newly_broken'] for c in components)} examples, its outcomes {broken}"
     if not isinstance(entry.get("warnings"), list) or not all(isinstance(w, str) for w in entry["warnings"]):
         return "warnings is not a list of strings"
     if not _is_seconds(entry.get("seconds")):

@@ -21,7 +21,6 @@ import math
 import os
 import re
 import subprocess
-import tomllib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch
 from mixzoo.core.checks import refuse_foreign_file
 from mixzoo.core.errors import InputError, MissingFileError
 from mixzoo.core.paths import inside, plain_name
+from mixzoo.core.reading import copy_of, parse_text
 
 SCHEMA_VERSION = 2
 _COMMON = ("schema_version", "method", "dataset", "notes", "abc", "rbc", "data", "attack", "weights", "provenance")
@@ -209,13 +209,10 @@ class MixCard:
             raise InputError(f"mix card {path} is a directory; pass the card file `mixzoo mix --out` wrote")
         if not path.is_file():
             raise MissingFileError(f"mix card {path} does not exist; create it with `mixzoo mix --out {path}`")
-        from mixzoo.core.schema import CardFile, parse_text, validate
+        from mixzoo.core.reading import CARD_BYTES, read_data
+        from mixzoo.core.schema import CardFile, validate
 
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise InputError(f"{path}: not a text file (not UTF-8); pass the card `mixzoo mix --out` wrote") from None
-        data = parse_text(text, path.suffix[1:], str(path))
+        data = read_data(path, path.suffix[1:], limit=CARD_BYTES, what="mix card")
         if isinstance(data, dict) and data.get("schema_version") == 1:
             data = upgrade_v1(data, str(path))
         if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION:
@@ -405,20 +402,19 @@ def _join_arrays(data: dict[str, Any], path: Path) -> dict[str, Any]:
         raise MissingFileError(f"{file} (the large arrays of {path}) does not exist; keep it next to the card")
     import hashlib
 
-    blob = file.read_bytes()
-    digest = hashlib.sha256(blob).hexdigest()
+    from mixzoo.core.reading import CARD_BYTES, read_text
+
+    text = read_text(file, limit=CARD_BYTES, what="card arrays file")  # its size checked before reading
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if digest != ref["sha256"]:
         raise InputError(f"{file} has sha256 {digest[:12]}... but {path} records {ref['sha256'][:12]}...; restore"
                          " the file written with the card, or write the card again")
-    try:
-        side = json.loads(blob)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{file}: not valid JSON ({exc})") from None
+    side = parse_text(text, "json", str(file))
     arrays = side.get("arrays") if isinstance(side, dict) else None
     if not isinstance(arrays, dict):
         raise InputError(f"{file}: not a mixzoo card arrays file (no table 'arrays')")
     out = {k: v for k, v in data.items() if k != "arrays"}
-    out[method] = json.loads(json.dumps(out.get(method, {})))  # a copy the arrays are put into
+    out[method] = copy_of(out.get(method, {}))  # a copy the arrays are put into
     for key, value in arrays.items():
         parts = key.split(".")
         if parts[0] != method or len(parts) < 2:
@@ -443,7 +439,8 @@ def _compact_toml(text: str, width: int = 100) -> str:
         return one if len(one) <= width else m.group(0)
 
     compact = re.sub(r"(?m)^([^\n=]+= )\[\n((?: {4}[^\[\]\n]*,\n)+)\]", join, text)
-    return compact if tomllib.loads(compact) == tomllib.loads(text) else text
+    same = parse_text(compact, "toml", "the compact card") == parse_text(text, "toml", "the card")
+    return compact if same else text
 
 
 def plain_values(v: Any) -> Any:

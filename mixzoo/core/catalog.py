@@ -5,8 +5,6 @@ card is validated when it is used (:meth:`mixzoo.core.card.MixCard.load`)."""
 
 from __future__ import annotations
 
-import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +22,11 @@ def card_entry(name: str) -> dict[str, Any]:
     if name not in cards:
         raise UnknownNameError("published card", name, cards)
     path = Path(cards[name])
+    from mixzoo.core.reading import CARD_BYTES, read_data
+
     try:
-        text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = read_data(path, "toml" if path.suffix == ".toml" else "json", limit=CARD_BYTES, what="mix card")
+    except OSError as exc:
         raise InputError(f"published card {name!r} ({path}) cannot be read: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(f"published card {name!r} ({path}) is not a table of fields")

@@ -10,15 +10,14 @@
 from __future__ import annotations
 
 import functools
-import json
 import math
-import tomllib
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from mixzoo.core.errors import InputError, NaNLogitsError
+from mixzoo.core.reading import json_value
 
 T = TypeVar("T")
 
@@ -28,10 +27,12 @@ _CARD_KEYS = ("schema_version", "method")
 def _is_card(path: Path) -> bool:
     """Whether ``path`` parses as a mix card's TOML or JSON (a table with ``method`` / ``schema_version``, or the
     ``abc`` and ``rbc`` tables every card has)."""
+    from mixzoo.core.errors import MixzooError
+    from mixzoo.core.reading import CARD_BYTES, read_data
+
     try:
-        text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (OSError, UnicodeDecodeError, ValueError):
+        data = read_data(path, "toml" if path.suffix == ".toml" else "json", limit=CARD_BYTES)
+    except (OSError, MixzooError):
         return False
     return isinstance(data, dict) and (any(k in data for k in _CARD_KEYS) or
                                        (isinstance(data.get("abc"), dict) and isinstance(data.get("rbc"), dict)))
@@ -64,7 +65,7 @@ def option_value(text: str, what: str) -> Any:
     """A command-line value as JSON where it parses (numbers, true/false, null), else ``None`` for the caller's own
     reading (comma-separated lists, text); an integer beyond 64 bits is a one-line :class:`InputError`."""
     try:
-        return json.loads(text, parse_int=lambda digits: int64(int(digits), what))
+        return json_value(text, parse_int=lambda digits: int64(int(digits), what))
     except InputError:
         raise
     except (ValueError, RecursionError):

@@ -19,7 +19,6 @@ Each refusal is a one-line :class:`~mixzoo.core.errors.InputError` naming the fi
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -195,9 +194,12 @@ def json_with(*keys: str) -> Callable[[Path], bool]:
     """A recogniser for :func:`check_output`: a JSON object holding every one of ``keys`` (a file mixzoo wrote)."""
 
     def ours(path: Path) -> bool:
+        from mixzoo.core.errors import MixzooError
+        from mixzoo.core.reading import read_data
+
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            data = read_data(path, "json")
+        except (OSError, MixzooError):
             return False
         return isinstance(data, dict) and set(keys) <= set(data)
 

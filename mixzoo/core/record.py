@@ -93,7 +93,9 @@ class RunRecord:
 
     def options(self) -> dict[str, Any]:
         """The attack options as a dict."""
-        return json.loads(self.attack_options)
+        from mixzoo.core.reading import json_value
+
+        return json_value(self.attack_options)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain values (the options as a dict), for reports."""

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import functools
 import os
-import tomllib
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from mixzoo.core.errors import PluginError, RegistryError, UnknownNameError
+from mixzoo.core.errors import InputError, PluginError, RegistryError, UnknownNameError
 from mixzoo.core.model_spec import ModelSpec
 
 ROLES: tuple[str, ...] = ("accurate", "robust")
@@ -112,11 +111,15 @@ def load_registry_file(path: str | os.PathLike[str] | Traversable) -> list[Model
         hint = ("set MIXZOO_REGISTRY to an existing file or unset it" if os.environ.get("MIXZOO_REGISTRY")
                 else "reinstall mixzoo (its package data is missing)")
         raise RegistryError(f"registry file {path} does not exist; {hint}")
+    from mixzoo.core.reading import CARD_BYTES, read_data
+
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise RegistryError(f"registry file {path} is not valid TOML: {exc}") from exc
+        data = read_data(path, "toml", limit=CARD_BYTES, what="registry file")
+    except InputError as exc:  # too large, not text, not TOML, nested too deep: one line naming the file
+        raise RegistryError(str(exc)) from None
     models = data.get("models", {})
+    if not isinstance(models, dict):
+        raise RegistryError(f"registry file {path}: field 'models' must be a table of [models.NAME] tables")
     return [spec_from_dict(name, raw, plugin=path.name) for name, raw in models.items()]
 
 

@@ -2,8 +2,8 @@
 (``report.json``), a pushed repository's base-model references, and anything else a caller describes with a
 pydantic model (cache entries).
 
-Every file is untrusted input. :func:`parse_text` reads TOML or JSON with a bound on nesting (a file nested 10,000
-levels deep is a one-line error, not a ``RecursionError``); :func:`validate` checks a value against a pydantic model
+Every file is untrusted input, read by :mod:`mixzoo.core.reading` (:func:`parse_text`: size, nesting and duplicate
+keys checked, each a one-line error naming the file); :func:`validate` checks a value against a pydantic model
 and turns the first problem into one line naming the file and the field (``report.json: field
 'models[1].clean_accuracy' must be ... got -3``). Models allow fields they do not name (files carry more than a
 reader needs); the fields they name are typed strictly (``"ten"`` is not a number, ``true`` is not 1).
@@ -11,16 +11,13 @@ reader needs); the fields they name are typed strictly (``"ten"`` is not a numbe
 
 from __future__ import annotations
 
-import json
 import math
-import tomllib
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mixzoo.core.errors import InputError
-
-MAX_DEPTH = 64  # no mixzoo file nests deeper than about 8 levels
+from mixzoo.core.reading import MAX_DEPTH, check_depth, depth_error, parse_text  # noqa: F401 - their names here too
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -38,36 +35,6 @@ class Record(BaseModel):
     """A table of a file: the fields it names are checked, any others are kept as they are."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
-
-
-def depth_error(source: str) -> InputError:
-    return InputError(f"{source}: nested deeper than {MAX_DEPTH} levels, which no mixzoo file is; pass the file"
-                      " mixzoo wrote")
-
-
-def check_depth(value: Any, source: str, limit: int = MAX_DEPTH) -> None:
-    """A one-line :class:`InputError` when ``value`` (parsed TOML / JSON) nests lists or tables deeper than
-    ``limit``; iterative, so any depth is measured without recursion."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth >= limit:
-                raise depth_error(source)
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-
-
-def parse_text(text: str, kind: str, source: str) -> Any:
-    """TOML (``kind="toml"``) or JSON text as Python values, nesting bounded (:data:`MAX_DEPTH`); a file that is not
-    valid, or nested too deep, is a one-line :class:`InputError` naming ``source``."""
-    try:
-        data = tomllib.loads(text) if kind == "toml" else json.loads(text)
-    except RecursionError:
-        raise depth_error(source) from None
-    except (tomllib.TOMLDecodeError, ValueError) as exc:
-        raise InputError(f"{source}: not valid {kind.upper()} ({str(exc).splitlines()[0][:200]})") from None
-    check_depth(data, source)
-    return data
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -88,6 +55,9 @@ def validation_message(exc: ValidationError, source: str, fix: str) -> str:
     where = _loc(tuple(err.get("loc", ())))
     if err.get("type") == "missing":
         return f"{source}: missing field {where!r}; {fix}"
+    if err.get("type") == "value_error":  # a check of ours: its message names the values
+        msg = " ".join(str((err.get("ctx") or {}).get("error", err.get("msg"))).split())
+        return f"{source}: {msg}; {fix}" if where == "(the whole file)" else f"{source}: field {where!r}: {msg}; {fix}"
     msg = " ".join(str(err.get("msg", "is not valid")).split())
     msg = msg[0].lower() + msg[1:] if msg else msg
     return f"{source}: field {where!r}: {msg}, got {_short(err.get('input'))}; {fix}"
@@ -126,10 +96,25 @@ class CardFile(Record):
 
 
 # ---------------------------------------------------------------------------------------------- bench reports
+# A report keeps each truth once and its copies beside it: a row's figures beside its per-image outcomes, the
+# settings beside the run record, the record beside its digest. Reading one checks every copy against its truth,
+# so no reader (verify, report --format robustbench, push) can print a figure the outcomes do not give.
+Outcomes = Annotated[str, Field(strict=True, pattern=r"^[01]*$")]
+
+
 class Component(Record):
     name: Name
+    newly_broken: Count | None = None
     own_broken: Count | None = None
     broken: Count | None = None
+
+
+def whole(fraction: float, n: int, what: str) -> int:
+    """``fraction`` of ``n`` images as a count; a ``ValueError`` when it is no whole number of them."""
+    count = round(fraction * n)
+    if not math.isclose(count, fraction * n, abs_tol=1e-6):
+        raise ValueError(f"{what} {fraction} is no whole number of the row's {n} images")
+    return count
 
 
 class ReportRow(Record):
@@ -142,19 +127,48 @@ class ReportRow(Record):
     method: Text | None = None
     card: dict[str, Any] | None = None
     card_path: Text | None = None
+    clean_outcomes: Outcomes | None = None
+    robust_outcomes: Outcomes | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ReportRow:
+        where = f"row {self.name!r}"
         if self.robust_accuracy > self.clean_accuracy + 1e-9:
-            raise ValueError(f"robust_accuracy {self.robust_accuracy} is above clean_accuracy"
+            raise ValueError(f"{where}: robust_accuracy {self.robust_accuracy} is above clean_accuracy"
                              f" {self.clean_accuracy}, which no attack gives")
-        clean = round(self.clean_accuracy * self.n)
-        if not math.isclose(clean, self.clean_accuracy * self.n, abs_tol=1e-6):
-            raise ValueError(f"clean_accuracy {self.clean_accuracy} is no whole number of the row's {self.n} images")
-        for comp in self.components:
-            if comp.own_broken is not None and comp.own_broken > clean:
-                raise ValueError(f"component {comp.name!r} broke {comp.own_broken} of {clean} clean-correct images")
+        clean = whole(self.clean_accuracy, self.n, f"{where}: clean_accuracy")
+        robust = whole(self.robust_accuracy, self.n, f"{where}: robust_accuracy")
+        for what, text, count in (("clean", self.clean_outcomes, clean), ("robust", self.robust_outcomes, robust)):
+            if text is None:
+                continue  # a report of a mixzoo before outcomes were kept: its figures stand alone
+            if len(text) != self.n:
+                raise ValueError(f"{where}: {what}_outcomes has {len(text)} images, the row says n = {self.n}")
+            if text.count("1") != count:
+                raise ValueError(f"{where}: {what}_accuracy is {count / self.n!r} but its {what}_outcomes give"
+                                 f" {text.count('1') / self.n!r} ({text.count('1')} of {self.n})")
+        if self.clean_outcomes is not None and self.robust_outcomes is not None and any(
+                r == "1" and c == "0" for c, r in zip(self.clean_outcomes, self.robust_outcomes, strict=True)):
+            raise ValueError(f"{where}: an image is robust but not clean in its outcomes, which no attack gives")
+        counted = [c.newly_broken for c in self.components]
+        if counted and None not in counted and sum(counted) != clean - robust:  # type: ignore[arg-type]
+            raise ValueError(f"{where}: its components broke {sum(counted)} images (newly_broken)"  # type: ignore
+                             f" but its accuracies say {clean - robust} ({clean} clean, {robust} robust)")
+        for comp in self.components:  # on its own it broke at least its new breaks, at most the worst case's
+            low, high = comp.newly_broken or 0, clean - robust
+            if comp.own_broken is not None and not low <= comp.own_broken <= high:
+                raise ValueError(f"{where}: component {comp.name!r} broke {comp.own_broken} images on its own, outside"
+                                 f" {low} (its newly_broken) to {high} (the row's worst case)")
         return self
+
+
+def counts(row: dict[str, Any]) -> tuple[int, int, int]:
+    """``(n, clean-correct, robust)`` images of a report row (:class:`ReportRow`, already validated): counted in its
+    per-image outcomes, or, in a report of a mixzoo before outcomes were kept, its accuracies' whole numbers.
+    Every figure a reader prints, exports or pushes is derived from these."""
+    n = int(row["n"])
+    clean, robust = row.get("clean_outcomes"), row.get("robust_outcomes")
+    return (n, clean.count("1") if clean is not None else round(row["clean_accuracy"] * n),
+            robust.count("1") if robust is not None else round(row["robust_accuracy"] * n))
 
 
 class ReportSettings(Record):
@@ -167,14 +181,69 @@ class ReportSettings(Record):
 class ReportDataset(Record):
     name: Name | None = None
     split: Text | None = None
+    n: PositiveCount | None = None
+    fingerprint: Text | None = None
+
+
+# settings field -> the run record's field it copies (mixzoo.core.record.RunRecord)
+SETTINGS_FROM_RECORD = {"attack": "attack", "eps": "eps", "norm": "norm", "seed": "seed", "batch_size": "batch_size",
+                        "per_example_seeds": "per_example_seeds", "extra_attacks": "extra_attacks",
+                        "attack_options": "attack_options", "precision_policy": "precision"}
+
+
+def record_problem(report: ReportFile) -> str | None:
+    """Why the report's parts disagree with its run record (``None`` when they agree or there is no record): the
+    record's digest recomputed from its fields, every settings field that copies one of them
+    (:data:`SETTINGS_FROM_RECORD`), the cards' digest, the data set's name and fingerprint, each row's size."""
+    from mixzoo.core.record import canonical_json, sha256_of
+
+    record = getattr(report, "record", None)
+    if not record:  # a report of a mixzoo before run records: nothing to check against
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("digest"), str):
+        return "field 'record' is not a run record with its digest"
+    fields = {k: v for k, v in record.items() if k != "digest"}
+    if sha256_of(fields) != record["digest"]:
+        return (f"the run record's digest {record['digest'][:12]}... is not the digest of its fields"
+                f" ({sha256_of(fields)[:12]}...)")
+    settings = report.settings.model_dump()
+    copies = [(f"settings.{k}", settings[k], record.get(r)) for k, r in SETTINGS_FROM_RECORD.items() if k in settings]
+    if "precision" in settings and record.get("precision") != "auto":
+        copies.append(("settings.precision", settings["precision"], record.get("precision")))
+    component = (settings.get("components") or {}).get("attack") if isinstance(settings.get("components"),
+                                                                               dict) else None
+    if isinstance(component, dict):
+        copies += [("settings.components.attack.attack", component.get("attack"), record.get("attack")),
+                   ("settings.components.attack.options", component.get("options"), record.get("attack_options"))]
+    cards = getattr(report, "cards", None)
+    if cards and record.get("card") is not None:  # the cards benched: their digest is the record's
+        copies.append(("the cards' digest (field 'cards')", sha256_of(cards), record["card"]))
+    ds = report.dataset
+    copies += [(f"dataset.{k}", getattr(ds, k), record.get(r)) for k, r in (("name", "dataset"),
+                                                                            ("fingerprint", "examples"))
+               if getattr(ds, k) is not None]
+    copies += [(f"row {m.name!r} n", m.n, ds.n) for m in report.models if ds.n is not None]
+    for where, stated, truth in copies:
+        if canonical_json(stated) != canonical_json(truth):
+            return f"{where} is {_short(stated)} but the run record says {_short(truth)}"
+    return None
 
 
 class ReportFile(Record):
-    """A ``mixzoo bench`` report.json, as far as other commands read it."""
+    """A ``mixzoo bench`` report.json, as far as other commands read it: every figure checked against the
+    per-image outcomes it copies (:class:`ReportRow`), the settings against the run record, the record against
+    its digest (:func:`record_problem`)."""
 
     settings: ReportSettings
     models: Annotated[list[ReportRow], Field(min_length=1)]
     dataset: ReportDataset = ReportDataset()
+
+    @model_validator(mode="after")
+    def _agrees(self) -> ReportFile:
+        problem = record_problem(self)
+        if problem is not None:
+            raise ValueError(f"{problem}; the report was edited or mixes runs")
+        return self
 
 
 # ------------------------------------------------------------------------------------- a pushed Hub repository
@@ -191,5 +260,5 @@ class BaseModelsFile(Record):
 
 
 __all__ = ["MAX_DEPTH", "BaseModelsFile", "CardFile", "Count", "Fraction", "Int64", "Name", "PositiveCount", "Record",
-           "ReportFile", "ReportRow", "ReportSettings", "Sha256", "check_depth", "parse_text", "validate",
-           "validation_message"]
+           "ReportFile", "ReportRow", "ReportSettings", "Sha256", "check_depth", "counts", "parse_text",
+           "record_problem", "validate", "validation_message", "whole"]

@@ -193,7 +193,7 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
         rows.append(_verify_row(m, model, points[m["kind"]], images, labels, ce.eps, ce.norm, batch_size, device))
         models_of[m["name"]] = model
     if recheck:
-        attack_settings = _attack_settings(settings, report_path, s)
+        attack_settings = _attack_settings(report, report_path, s)
         for row, m in zip(rows, models, strict=True):
             row.rechecked, row.recheck_differs = _recheck_row(
                 m, models_of[m["name"]], _row_card(m, report_path), ce, images, labels, recheck, attack_settings)
@@ -207,17 +207,25 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
 
 
 def _load_report(report_path: Path) -> dict[str, Any]:
-    """``report.json`` of a bench run with saved points; a one-line error when it is missing, not a bench report,
-    or written without ``--save-adversarial``."""
+    """``report.json`` of a bench run with saved points, read by the one reader and checked by the report schema
+    (every figure against its outcomes, the settings against the run record, the record against its digest:
+    :class:`mixzoo.core.schema.ReportFile`); a one-line error when it is missing, not a bench report, its parts
+    disagree, or it was written without ``--save-adversarial``."""
+    from mixzoo.core.reading import read_data
+    from mixzoo.core.schema import ReportFile, validate
+
     if not report_path.is_file():
         raise InputError(f"{report_path} not found; pass the --out directory of `mixzoo bench`")
-    try:
-        report = json.loads(report_path.read_text())
-        settings, dataset, _ = report["settings"], report["dataset"], report["models"]
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
-        raise InputError(f"{report_path} is not a mixzoo bench report ({exc})") from None
-    if not isinstance(settings, dict) or not isinstance(dataset, dict) or not isinstance(report.get("card"), dict):
+    report = read_data(report_path, "json", what="bench report")
+    if not isinstance(report, dict) or not isinstance(report.get("settings"), dict) or not isinstance(
+            report.get("dataset"), dict) or not isinstance(report.get("card"), dict) or "models" not in report:
         raise InputError(f"{report_path} is not a mixzoo bench report (settings, dataset and card must be objects)")
+    validate(ReportFile, report, str(report_path), "pass the report.json `mixzoo bench` wrote, or run the bench"
+             " again")
+    settings, dataset = report["settings"], report["dataset"]
+    if type(dataset.get("n")) is not int or not isinstance(dataset.get("fingerprint"), str):
+        raise InputError(f"{report_path}: field 'dataset' names no number of images and fingerprint; pass the"
+                         " report.json `mixzoo bench` wrote")
     if "adversarial_file" in settings and not settings["adversarial_file"]:
         raise InputError(f"{report_path} was written without --save-adversarial, so it has no points to check; run "
                          f"`mixzoo bench ... --save-adversarial --out {report_path.parent}`")
@@ -291,19 +299,27 @@ def check_points(points: dict[str, dict[str, torch.Tensor]], images: torch.Tenso
                              " with --save-adversarial")
 
 
-def _attack_settings(settings: dict[str, Any], path: Path, s: RunSettings) -> RunSettings:
-    """The report's attack as settings for a re-run (``--recheck``); refused when its outcomes depended on the
-    batches (``--batch-seeds``), as a subset could then not reproduce them."""
-    attack, options = settings.get("attack"), settings.get("attack_options") or {}
-    seed, precision = settings.get("seed", 0), settings.get("precision", "float32")
-    if not isinstance(attack, str) or not isinstance(options, dict) or not isinstance(seed, int) \
-            or isinstance(seed, bool):
-        raise InputError(f"{path}: settings name no attack, options and seed to re-run; pass an unedited report")
-    if settings.get("per_example_seeds") is False:
+def _attack_settings(report: dict[str, Any], path: Path, s: RunSettings) -> RunSettings:
+    """The attack of the report's run record as settings for a re-run (``--recheck``): its attack, options, seed,
+    precision and extra attacks (the settings copy them and were checked against it on reading; only the budget,
+    which the record does not hold, is the settings'). Refused without a record, or when the outcomes depended on
+    the batches (``--batch-seeds``), as a subset could then not reproduce them."""
+    record, settings = report.get("record"), report["settings"]
+    if not record:
+        raise InputError(f"{path} has no run record, so there is no attack to re-run; run `mixzoo bench` again"
+                         " with this version, or verify without --recheck")
+    if record.get("per_example_seeds") is False:
         raise InputError(f"{path} was attacked with --batch-seeds: its outcomes depend on the batches, so a re-run "
                          "of a few examples cannot reproduce them; run verify without --recheck")
+    attack, options, seed = record.get("attack"), record.get("attack_options"), record.get("seed")
+    if not isinstance(attack, str) or not isinstance(options, dict) or type(seed) is not int:
+        raise InputError(f"{path}: the run record names no attack, options and seed to re-run; pass an unedited"
+                         " report")
+    precision = record.get("precision", "float32")
+    if precision == "auto":  # resolved on the bench's device: the settings say to what (checked to be a name)
+        precision = settings.get("precision", "float32")
     return s.changed(attack=attack, attack_options=dict(options), seed=seed, precision=precision,
-                     extra_attacks=bool(settings.get("extra_attacks", True)), use_cache=False,
+                     extra_attacks=bool(record.get("extra_attacks", True)), use_cache=False,
                      budget=settings.get("budget", "standard"))
 
 
@@ -362,7 +378,8 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
     saved = torch.zeros(n, dtype=torch.bool)
     saved[index] = True
     return VerifiedRow(
-        name=m["name"], kind=m["kind"], alpha=m.get("alpha"), n=n, reported_robust_accuracy=float(m["robust_accuracy"]),
+        name=m["name"], kind=m["kind"], alpha=m.get("alpha"), n=n,
+        reported_robust_accuracy=int(robust_reported.sum()) / n,  # the report's figure, from its outcomes
         verified_robust_accuracy=(int(clean_here.sum()) - int(confirmed.sum())) / n,
         broken_reported=int(broken_reported.sum()), points_saved=len(index), confirmed=int(confirmed.sum()),
         outside=index[~inside].tolist(), not_misclassified=index[inside & ~wrong].tolist(),

@@ -75,12 +75,9 @@ def resolve_card(ref: str) -> Path:
     any bundled base-model weights (:data:`BASE_MODELS_FILE`) beside it in the same cache snapshot."""
     repo, revision = parse_hub_id(ref)
     card = hub_file(repo, CARD_FILE, revision)
-    from mixzoo.core.schema import parse_text
+    from mixzoo.core.reading import CARD_BYTES, parse_text, read_text
 
-    try:
-        text = card.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{ref}: {CARD_FILE} is not a valid TOML card (not UTF-8)") from None
+    text = read_text(card, limit=CARD_BYTES, what=f"{ref}: {CARD_FILE}")  # its size checked before reading
     data = parse_text(text, "toml", f"{ref}: {CARD_FILE}")
     if not isinstance(data, dict):
         raise InputError(f"{ref}: {CARD_FILE} is not a mix card; push the card again")
@@ -102,12 +99,10 @@ def base_models(ref: str) -> dict[str, dict[str, Any]]:
     the weight hash the card records, the registry's weight-file sha256 and, when bundled, the file and its sha256."""
     repo, revision = parse_hub_id(ref)
     path = hub_file(repo, BASE_MODELS_FILE, revision)
-    from mixzoo.core.schema import BaseModelsFile, parse_text, validate
+    from mixzoo.core.reading import CARD_BYTES, parse_text, read_text
+    from mixzoo.core.schema import BaseModelsFile, validate
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{ref}: {BASE_MODELS_FILE} is not valid JSON (not UTF-8)") from None
+    text = read_text(path, limit=CARD_BYTES, what=f"{ref}: {BASE_MODELS_FILE}")
     data = parse_text(text, "json", f"{ref}: {BASE_MODELS_FILE}")
     if not isinstance(data, dict) or not all(isinstance(data.get(r), dict) for r in ("abc", "rbc")):
         raise InputError(f"{ref}: {BASE_MODELS_FILE} must hold the tables abc and rbc; push the card again")

@@ -25,6 +25,7 @@ from typing import Any
 
 from mixzoo.core.errors import InputError, MixzooError
 from mixzoo.core.labels import eps_text, row_label
+from mixzoo.core.reading import copy_of
 from mixzoo.share.hub import BASE_MODELS_FILE, CARD_FILE, HUB_PREFIX, hub_reachable, offline, parse_hub_id
 
 REPORT_DIR = "bench"
@@ -77,18 +78,11 @@ def card_row(report: dict[str, Any], card: Any) -> dict[str, Any] | None:
 
 
 def _read_report(path: Path) -> dict[str, Any]:
-    file = path / "report.json" if path.is_dir() else path
-    if not file.is_file():
-        raise InputError(f"{path} holds no report.json; pass the --out directory of `mixzoo bench`")
-    from mixzoo.core.schema import parse_text
+    """A bench report.json (the directory or the file), read and checked as every reader of reports does
+    (:func:`mixzoo.share.robustbench.read_report`: figures against outcomes, settings against the run record)."""
+    from mixzoo.share.robustbench import read_report
 
-    try:
-        data = parse_text(file.read_text(encoding="utf-8"), "json", str(file))
-    except UnicodeDecodeError:
-        raise InputError(f"{file} is not a bench report.json (not UTF-8 text)") from None
-    if not isinstance(data, dict) or not isinstance(data.get("models"), list):
-        raise InputError(f"{file} is not a bench report.json (no models); pass the --out directory of `mixzoo bench`")
-    return data
+    return read_report(path)
 
 
 def find_report(card: Any, report: str | Path | None = None) -> tuple[Path, dict[str, Any]] | None:
@@ -152,15 +146,22 @@ def bench_figures(report: dict[str, Any], card: Any) -> dict[str, Any]:
     row = card_row(report, card)
     if row is None:
         raise InputError("the bench report has no row for this card")
+    from mixzoo.core.schema import counts
+    from mixzoo.evaluation.stats import wilson_interval
+
     st = report.get("settings", {})
     rows = [m for m in report["models"] if m.get("kind") in ("abc", "rbc")] + [row]
+
+    def figures(m: dict[str, Any]) -> dict[str, Any]:  # every figure from the row's outcomes
+        n, clean, robust = counts(m)
+        return {"clean_accuracy": clean / n, "robust_accuracy": robust / n,
+                "clean_ci": list(wilson_interval(clean, n)), "robust_ci": list(wilson_interval(robust, n))}
+
     return {"attack": st.get("attack"), "eps": st.get("eps"), "norm": st.get("norm"), "seed": st.get("seed"),
             "dataset": (report.get("dataset") or {}).get("name"), "split": (report.get("dataset") or {}).get("split"),
             "n": row.get("n"), "created": (report.get("run") or {}).get("created"),
             "extra_attacks": st.get("extra_attacks", True),
-            "rows": [{"name": m["name"], "kind": m["kind"], "alpha": m.get("alpha"),
-                      "clean_accuracy": m["clean_accuracy"], "robust_accuracy": m["robust_accuracy"],
-                      "clean_ci": m.get("clean_ci"), "robust_ci": m.get("robust_ci")} for m in rows],
+            "rows": [{"name": m["name"], "kind": m["kind"], "alpha": m.get("alpha"), **figures(m)} for m in rows],
             "card_row": row["name"]}
 
 
@@ -180,7 +181,7 @@ def base_model_reference(card: Any, role: str, folder: Path | None = None) -> di
     entry: dict[str, Any] = {"name": name, "weight_hash": recorded.get("weight_hash")}
     try:
         spec = get_spec(name)
-        entry.update(file_sha256=spec.sha256, source=json.loads(json.dumps(dict(spec.source), default=str)),
+        entry.update(file_sha256=spec.sha256, source=copy_of(dict(spec.source)),
                      dataset=spec.dataset, role=spec.role)
     except (UnknownNameError, MissingFileError):  # not registered, or an hf-hub: name whose config is not cached
         entry.update(file_sha256=None, source=None)

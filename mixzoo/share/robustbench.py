@@ -76,18 +76,17 @@ def leaderboard_warnings(dataset: str | None, n: int) -> list[str]:
 
 
 def read_report(bench_dir: str | Path) -> dict[str, Any]:
-    """A bench ``report.json`` (the directory ``mixzoo bench --out`` wrote, or the file)."""
+    """A bench ``report.json`` (the directory ``mixzoo bench --out`` wrote, or the file), read by the one reader
+    and checked by the report schema (:class:`mixzoo.core.schema.ReportFile`: figures against outcomes, settings
+    against the run record)."""
     path = Path(bench_dir)
     file = path / "report.json" if path.is_dir() else path
     if not file.is_file():
         raise InputError(f"{path} holds no report.json; pass the --out directory of `mixzoo bench`")
-    from mixzoo.core.schema import ReportFile, parse_text, validate
+    from mixzoo.core.reading import read_data
+    from mixzoo.core.schema import ReportFile, validate
 
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{file} is not a bench report.json (not UTF-8 text)") from None
-    data = parse_text(text, "json", str(file))
+    data = read_data(file, "json", what="bench report")
     if not isinstance(data, dict) or not isinstance(data.get("models"), list) or not isinstance(
             data.get("settings"), dict):
         raise InputError(f"{file} is not a bench report.json; pass the --out directory of `mixzoo bench`")
@@ -135,8 +134,9 @@ def autoattack_accuracy(row: dict[str, Any]) -> float:
     if "own_broken" not in comp:
         raise InputError(f"the report's {STANDARD_COMPONENT} component records only the breaks new to it (an older"
                          f" mixzoo or its cache); run `mixzoo bench CARD --attack {STRONG_ATTACK} --no-cache`")
-    n = int(row["n"])
-    clean = round(row["clean_accuracy"] * n)
+    from mixzoo.core.schema import counts
+
+    n, clean, _ = counts(row)
     return (clean - int(comp["own_broken"])) / n
 
 
@@ -180,7 +180,10 @@ def model_info(bench_dir: str | Path, *, card_name: str | None = None,
     aa = autoattack_accuracy(row)
     for note in leaderboard_warnings(ds.get("name"), int(row["n"])):
         warnings.warn(note, stacklevel=2)
-    worst = float(row["robust_accuracy"])
+    from mixzoo.core.schema import counts
+
+    n, clean, robust = counts(row)  # every figure from the row's outcomes
+    worst = robust / n
     method = row.get("method") or row["kind"]
     footnote = (f"A mixed classifier ({method}) of two base classifiers, one forward pass each. Evaluated by mixzoo"
                 f" `mixzoo bench --attack {STRONG_ATTACK}` ({st.get('norm')}, eps {eps_label(st.get('eps'))}) on the"
@@ -189,7 +192,7 @@ def model_info(bench_dir: str | Path, *, card_name: str | None = None,
     info: dict[str, Any] = {
         "link": "", "name": row_label(row), "authors": "", "additional_data": False, "number_forward_passes": 2,
         "dataset": ds.get("name"), "venue": "", "architecture": _architecture(row), "eps": eps_text(st["eps"]),
-        "clean_acc": _pct(row["clean_accuracy"]), "reported": _pct(worst), "autoattack_acc": _pct(aa),
+        "clean_acc": _pct(clean / n), "reported": _pct(worst), "autoattack_acc": _pct(aa),
         "external": _pct(worst), "footnote": footnote, "unreliable": False,
     }
     info.update(fields)
@@ -222,9 +225,12 @@ def write_model_info(bench_dir: str | Path, out: str | Path, *, card_name: str |
 
 def _is_model_info(path: Path) -> bool:
     """Whether ``path`` holds a RobustBench model_info JSON object (one this function may replace)."""
+    from mixzoo.core.errors import MixzooError
+    from mixzoo.core.reading import read_data
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        data = read_data(path, "json")
+    except (OSError, MixzooError):
         return False
     return isinstance(data, dict) and {"clean_acc", "autoattack_acc"} <= set(data)
 

@@ -14,13 +14,13 @@ re-exports these names.
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from mixzoo.core.errors import InputError, MissingFileError, MixzooError, UnknownNameError
 from mixzoo.core.model_spec import ModelSpec
+from mixzoo.core.reading import read_data
 from mixzoo.zoo.files import check_files_offline, hub_cached_file, robustbench_zoo
 
 HF_PREFIX = "hf-hub:"
@@ -97,10 +97,10 @@ def robustbench_reported(source: Mapping[str, Any]) -> tuple[dict[str, Any], str
         rel = Path("model_info") / str(source["dataset"]) / str(source["threat_model"]) / f"{source['name']}.json"
         for info_file in (package / rel, package.parent / rel):
             try:
-                info = json.loads(info_file.read_text(encoding="utf-8"))
+                info = read_data(info_file, "json", what="RobustBench model_info file")
                 reported = {k: float(info[f]) / 100 for k, f in (("clean", "clean_acc"),
                                                                   ("autoattack", "autoattack_acc")) if info.get(f)}
-            except (OSError, ValueError, TypeError):
+            except (OSError, ValueError, TypeError):  # InputError is a ValueError: a damaged file is skipped
                 continue
             reported["source"] = f"RobustBench {rel}"
             citation = f"{info.get('name', '')}, {info.get('venue', '')}".strip(", ")
@@ -121,7 +121,7 @@ def timm_hub_config(repo_id: str, revision: str | None = None,
         if fetch is None:
             raise NotCachedError(f"config.json of Hugging Face repo {repo_id!r} is not in the local cache ({cached})")
         cached = fetch(repo_id, "config.json", revision)
-    hf_config = json.loads(cached.read_text(encoding="utf-8"))
+    hf_config = read_data(cached, "json", what="hub config.json")
     if "pretrained_cfg" not in hf_config:  # old form: the pretrained cfg is the whole file
         pretrained_cfg = dict(hf_config)
         hf_config = {"architecture": pretrained_cfg.pop("architecture", None)}

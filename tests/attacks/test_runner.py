@@ -85,10 +85,25 @@ def test_a_consistent_forgery_with_its_digest_recomputed_is_not_caught_by_the_ca
     path = only_entry(cache)
     entry = json.loads(path.read_text())
     entry["robust_correct"] = list(entry["clean_correct"])
+    for component in entry["components"]:  # its breaks made to add up to the forged outcomes
+        component["newly_broken"] = 0
     entry["digest"] = outcome_digest(entry, entry["key"])
     path.write_text(json.dumps(entry))
     forged, warned = run(cache)
     assert forged.get("cached") and all(forged["robust_correct"]) and not warned
+
+
+def test_a_forgery_whose_components_do_not_add_up_is_attacked_again(tmp_path, truth):
+    cache = Cache(tmp_path)
+    run(cache)
+    path = only_entry(cache)
+    entry = json.loads(path.read_text())
+    entry["robust_correct"] = list(entry["clean_correct"])  # the components still count the breaks
+    entry["digest"] = outcome_digest(entry, entry["key"])
+    path.write_text(json.dumps(entry))
+    again, warned = run(cache)
+    assert again["robust_correct"] == truth["robust_correct"] and not again.get("cached")
+    assert len(warned) == 1 and "components broke" in warned[0]
 
 
 def test_a_damaged_partial_batch_is_attacked_again(tmp_path, truth):

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tomllib
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomli_w
@@ -27,7 +29,8 @@ from typer.testing import CliRunner
 
 from mixzoo.cli import app
 
-CASES = {"options": 0, "cards": 0, "subprocess": 0, "hostile cards": 0, "hostile reports": 0, "hostile cache": 0}
+CASES = {"options": 0, "cards": 0, "subprocess": 0, "hostile cards": 0, "hostile reports": 0, "hostile cache": 0,
+         "edited numbers": 0}
 OUTCOMES: dict[str, int] = {}  # "cards: exit 0" -> count
 OPTION_CASES, CARD_CASES = 405, 100
 FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None,
@@ -325,7 +328,7 @@ def test_the_installed_command_fails_in_one_line(workdir, args):
 # files (read by `report --format robustbench`) and bench cache entries (read by the next `bench`). Every case must
 # succeed or fail with one line; on failure nothing is written, on success nothing outside --out; and no number
 # may differ from the one the untouched file gives.
-HOSTILE_CASES = {"hostile cards": 150, "hostile reports": 160, "hostile cache": 40}
+HOSTILE_CASES = {"hostile cards": 150, "hostile reports": 160, "hostile cache": 40, "edited numbers": 60}
 DEEP = "__DEEP__"  # replaced in the file's text by arrays nested 10,000 levels deep
 TRAVERSING = ["../outside/net.safetensors", "OUTSIDE", "sub/net.safetensors", "..", ".", "a\\b", "", "é/x"]
 NAMES_BAD = ["../../X", "/ABS/X", ".", "..", "", "a/b", "é", "x" * 300, "\\..\\x", None, 5, [], {}, DEEP]
@@ -400,14 +403,14 @@ def check_hostile(result, root: Path, before: dict, out: str, what: str) -> None
 def hostile_root(workdir, tmp_path_factory):
     """A folder for the hostile-file cases: ``work/`` (the current directory, outputs go to ``work/out``),
     ``cards/`` (with a ``sub/`` folder), ``outside/net.safetensors`` (a real file a card must not reach),
-    ``reports/`` and a clean adaptive-strong report of the linear card in ``clean/``."""
+    ``reports/`` and a clean adaptive-strong report of the linear card, with its points, in ``clean/``."""
     root = tmp_path_factory.mktemp("hostile")
     for d in ("work", "cards/sub", "outside", "reports"):
         (root / d).mkdir(parents=True)
     (root / "outside" / "net.safetensors").write_bytes(b"weights from elsewhere")
     res = invoke(["bench", str(workdir / ".cards" / "linear.toml"), "--n", "10", "--attack", "adaptive-strong", "-O",
                   "n_iter=2", "-O", "n_queries=20", "-O", "n_target_classes=1", "--no-curve", "--no-plots",
-                  "--no-baseline", "--no-extra-attacks", "--out", str(root / "clean")])
+                  "--no-baseline", "--no-extra-attacks", "--save-adversarial", "--out", str(root / "clean")])
     assert res.exit_code == 0, res.output
     return root
 
@@ -592,6 +595,113 @@ def test_hostile_cache_entries_recompute_or_fail_in_one_line(workdir, hostile_ro
             shutil.rmtree(hostile_root / "work" / "out", ignore_errors=True)
 
     bench_again()
+
+
+# --------------------------------------------------------------------------------------------- edited numbers
+# A report whose figures, keys or settings were edited by hand: each stored figure is a copy of the per-image
+# outcomes, the settings a copy of the run record, the record sealed by its digest. Whatever is edited, verify,
+# report --format robustbench and push --dry-run --report refuse it in one line (exit 2) or give the clean
+# report's numbers; verify may also find outcomes edited consistently refuted by the saved points (exit 1).
+FIGURES = ("clean_accuracy", "robust_accuracy")
+RECORD_COPIES = {"attack": ["pgd", "apgd", "fast"], "seed": [1, -1, 2 ** 40], "eps": [0.1, 0.3, 1.0],
+                 "attack_options": [{"n_iter": 1}, {}], "per_example_seeds": [False], "extra_attacks": [True],
+                 "batch_size": [1, 7], "precision_policy": ["bf16", "auto"], "norm": ["L2"]}
+
+
+@st.composite
+def edited_numbers(draw, clean: dict) -> tuple[dict, list[tuple[str, str]], str]:
+    """(report, keys written twice as (key, value text), what was edited)."""
+    report = json.loads(json.dumps(clean))
+    twice: list[tuple[str, str]] = []
+    done = []
+    for _ in range(draw(st.integers(1, 3))):
+        key = ""
+        action = draw(st.sampled_from(["figure", "figure", "outcome", "component", "twice", "settings", "record"]))
+        row = report["models"][draw(st.integers(0, len(report["models"]) - 1))]
+        n = row["n"]
+        if action == "figure":
+            key = draw(st.sampled_from(FIGURES))
+            row[key] = draw(st.integers(0, n)) / n  # a whole number of images: only the outcomes can refute it
+        elif action == "outcome":
+            field = draw(st.sampled_from(["clean_outcomes", "robust_outcomes"]))
+            i = draw(st.integers(0, n - 1))
+            row[field] = row[field][:i] + ("0" if row[field][i] == "1" else "1") + row[field][i + 1:]
+        elif action == "component" and row["components"]:
+            comp = row["components"][draw(st.integers(0, len(row["components"]) - 1))]
+            key = draw(st.sampled_from(["newly_broken", "own_broken"]))
+            broken = row["clean_outcomes"].count("1") - row["robust_outcomes"].count("1")
+            # own_broken has no outcomes of its own: only a count outside newly_broken..broken can be refuted
+            comp[key] = draw(st.integers(0, n) if key == "newly_broken" else st.integers(broken + 1, n + 1))
+        elif action == "twice":
+            key = draw(st.sampled_from([*FIGURES, "attack", "eps", "seed"]))
+            twice.append((key, json.dumps(draw(st.sampled_from([0.9, 0.0, 1.0, "pgd", 5])))))
+        elif action == "settings":
+            key = draw(st.sampled_from(sorted(RECORD_COPIES)))
+            report["settings"][key] = draw(st.sampled_from(RECORD_COPIES[key]))
+        else:
+            key = draw(st.sampled_from(sorted(set(RECORD_COPIES) - {"precision_policy"})))
+            report["record"][key] = draw(st.sampled_from(RECORD_COPIES[key]))
+        done.append(f"{action} {key}")
+    return report, twice, ", ".join(done)
+
+
+def _write_twice(text: str, twice: list[tuple[str, str]]) -> str:
+    """``text`` with each ``(key, value)`` written a second time right after the key's first occurrence."""
+    for key, value in twice:
+        text = re.sub(rf'("{key}": [^,}}]+)', rf'\1, "{key}": {value}', text, count=1)
+    return text
+
+
+def _numbers(args: list[str], res, root: Path) -> Any:
+    """What a successful command reports: verify's rows, model_info's figures, the pushed model card's metrics."""
+    if args[0] == "verify":
+        return [(r["name"], r["reported_robust_accuracy"], r["verified_robust_accuracy"], r["passed"])
+                for r in json.loads(res.stdout)["rows"]]
+    if args[0] == "report":
+        return {k: json.loads(res.stdout)[k] for k in NUMBERS}
+    return [line for line in (root / "work" / "out" / "README.md").read_text().splitlines() if "%" in line
+            or "value" in line]
+
+
+def test_edited_numbers_are_refused_in_one_line_or_give_the_clean_numbers(workdir, hostile_root, monkeypatch):
+    monkeypatch.chdir(hostile_root / "work")
+    folder = hostile_root / "numbers"
+    folder.mkdir(exist_ok=True)
+    shutil.copy(hostile_root / "clean" / "adversarial.safetensors", folder / "adversarial.safetensors")
+    commands = [["verify", str(folder), "--json"],
+                ["report", str(folder), "--format", "robustbench", "--out", "out"],
+                ["push", str(workdir / ".cards" / "linear.toml"), "--repo", "me/numbers", "--dry-run", "--out",
+                 "out", "--report", str(folder)]]
+    clean_text = (hostile_root / "clean" / "report.json").read_text()
+    clean_numbers = []
+    for args in commands:
+        (folder / "report.json").write_text(clean_text)
+        res = invoke_fast(args)
+        assert res.exit_code == 0, (args, res.output)
+        clean_numbers.append(_numbers(args, res, hostile_root))
+        shutil.rmtree(hostile_root / "work" / "out", ignore_errors=True)
+
+    @settings(max_examples=HOSTILE_CASES["edited numbers"], **FUZZ_SETTINGS)
+    @given(case=edited_numbers(json.loads(clean_text)), which=st.integers(0, len(commands) - 1))
+    def run(case, which):
+        CASES["edited numbers"] += 1
+        report, twice, done = case
+        text = _write_twice(json.dumps(report, indent=1), twice)
+        (folder / "report.json").write_text(text)
+        args = commands[which]
+        before = _files(hostile_root)
+        res = invoke_fast(args)
+        what = f"edited numbers: {args[0]} after {done} {twice}"
+        if args[0] == "verify" and res.exit_code == 1:  # consistent edits of outcomes: the points refute them
+            assert json.loads(res.stdout)["passed"] is False and _files(hostile_root) == before, what
+            OUTCOMES["edited numbers: exit 1"] = OUTCOMES.get("edited numbers: exit 1", 0) + 1
+        else:
+            check_hostile(res, hostile_root, before, "work/out", what)
+        if res.exit_code == 0:
+            assert _numbers(args, res, hostile_root) == clean_numbers[which], (what, res.output[-1500:])
+        shutil.rmtree(hostile_root / "work" / "out", ignore_errors=True)
+
+    run()
 
 
 def test_enough_cases_ran():

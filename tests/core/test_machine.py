@@ -76,8 +76,10 @@ def test_a_resumed_evaluation_names_both_machines(tmp_path):
     partial = final.with_suffix(".partial")
     partial.mkdir()
     first = json.loads((tmp_path / "a" / "bench" / final.name).read_text())
+    broken = sum(c and not r for c, r in zip(first["clean_correct"][:20], first["robust_correct"][:20], strict=True))
     batch = {"clean_correct": first["clean_correct"][:20], "robust_correct": first["robust_correct"][:20],
-             "components": [{**c, "newly_broken": 0} for c in first["components"]], "warnings": [],
+             "components": [{**c, "newly_broken": broken if i == 0 else 0} for i, c in enumerate(first["components"])],
+             "warnings": [],
              "seconds": 1.0, "device": "cuda", "machine": "NVIDIA H100 80GB HBM3"}
     (partial / "000000.json").write_text(sealed(batch, final.stem))
     final.unlink()

@@ -3,6 +3,9 @@ and the field."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from mixzoo.core.card import MixCard
@@ -35,3 +38,70 @@ def test_validate_names_the_file_and_the_field():
         assert str(err.value).startswith(f"r.json: field '{field}") and "\n" not in str(err.value), str(err.value)
     with pytest.raises(InputError, match="r.json: missing field 'models\\[0\\].name'"):
         validate(ReportFile, {**report, "models": [{k: v for k, v in row.items() if k != "name"}]}, "r.json")
+
+
+# ------------------------------------------------------------------------- a report's copies against their truth
+REAL = Path(__file__).resolve().parents[2] / "benchmarks/results/mixednuts_fmnist/demo_adaptive_apgd_n200/report.json"
+
+
+def _real() -> dict:
+    return json.loads(REAL.read_text())
+
+
+def _flip_first_broken(m: dict) -> None:
+    i = next(i for i, (c, r) in enumerate(zip(m["clean_outcomes"], m["robust_outcomes"], strict=True)) if c > r)
+    m["robust_outcomes"] = m["robust_outcomes"][:i] + "1" + m["robust_outcomes"][i + 1:]
+
+
+# edit -> what the one line must name (the row or field and both values)
+def _row(i: int, **changes):
+    return lambda d: d["models"][i].update(**changes)
+
+
+def _step_off(d: dict) -> None:
+    d["models"][0]["clean_accuracy"] -= 1 / 200
+
+
+def _more_breaks(d: dict) -> None:
+    d["models"][0]["components"][0]["newly_broken"] += 1
+
+
+EDITS = {
+    "robust_accuracy 0.8": (_row(1, robust_accuracy=0.8), ["row 'fmnist-pgd'", "0.8", "robust_outcomes give"]),
+    "clean_accuracy a step off": (_step_off, ["clean_accuracy is", "clean_outcomes give"]),
+    "an outcome flipped": (lambda d: _flip_first_broken(d["models"][2]), ["robust_accuracy is", "outcomes give"]),
+    "robust_accuracy no whole number": (_row(0, robust_accuracy=0.0001), ["no whole number", "robust_accuracy"]),
+    "outcomes too short": (lambda d: d["models"][0].update(clean_outcomes="1" * 199), ["199 images", "n = 200"]),
+    "a component's breaks": (_more_breaks, ["newly_broken", "accuracies say"]),
+    "settings.attack": (lambda d: d["settings"].update(attack="pgd"), ["settings.attack is 'pgd'", "'adaptive-apgd'"]),
+    "settings.attack_options": (lambda d: d["settings"].update(attack_options={"n_iter": 1}),
+                                ["settings.attack_options", "run record says"]),
+    "settings.seed": (lambda d: d["settings"].update(seed=7), ["settings.seed is 7", "run record says 0"]),
+    "the record's attack": (lambda d: d["record"].update(attack="pgd"), ["not the digest of its fields"]),
+    "the record's digest": (lambda d: d["record"].update(digest="0" * 64), ["digest 000000000000"]),
+    "a card's parameter": (lambda d: d["cards"][0]["mixednuts"].update(s=0.5), ["cards' digest"]),
+    "dataset.fingerprint": (lambda d: d["dataset"].update(fingerprint="0" * 16), ["dataset.fingerprint"]),
+}
+
+
+def test_a_real_report_passes_and_its_figures_are_counted_from_its_outcomes():
+    from mixzoo.core.schema import ReportFile, counts, validate
+
+    data = _real()
+    validate(ReportFile, data, str(REAL))
+    for m in data["models"]:
+        n, clean, robust = counts(m)
+        assert (clean / n, robust / n) == (m["clean_accuracy"], m["robust_accuracy"])
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_a_report_whose_copies_disagree_is_refused_naming_both_values(edit):
+    from mixzoo.core.schema import ReportFile, validate
+
+    change, needles = EDITS[edit]
+    data = _real()
+    change(data)
+    with pytest.raises(InputError) as err:
+        validate(ReportFile, data, "report.json")
+    text = str(err.value)
+    assert text.startswith("report.json: ") and "\n" not in text and all(n in text for n in needles), text

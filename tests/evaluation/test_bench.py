@@ -43,7 +43,8 @@ def robust_ok(i: int) -> bool:
 
 class Scripted:
     """A stand-in attack with known outcomes: example i is clean-correct unless i % 3 == 0 and robust only if
-    i % 3 == 1. Each batch reports two components (``apgd-ce`` breaking what it breaks, ``square`` one more) and
+    i % 3 == 1. Each batch reports two components (``square`` breaking one of its broken examples, ``apgd-ce`` the
+    others: their counts add up to the outcomes, as a cache entry's must) and
     takes ``len(batch)`` seconds. Records the seed of every batch; ``fail_on`` interrupts that run call."""
 
     seeds: list[int] = []
@@ -62,7 +63,8 @@ class Scripted:
         robust = torch.tensor([robust_ok(i) for i in ids])
         broken = int((clean & ~robust).sum())
         return EvalResult("scripted", 0.1, "Linf", len(ids), clean, robust, images + 0.001,
-                          [ComponentStat("apgd-ce", broken, 0.5), ComponentStat("square", 1, 0.25)], [],
+                          [ComponentStat("apgd-ce", broken - min(broken, 1), 0.5),
+                           ComponentStat("square", min(broken, 1), 0.25)], [],
                           float(len(ids)))
 
 
@@ -96,7 +98,7 @@ def test_evaluate_merges_batches_in_order_with_summed_counts_and_times(scripted,
     assert ev["robust_correct"] == [robust_ok(i) for i in range(10)]
     assert ev["seconds"] == pytest.approx(4 + 4 + 2)
     broken = sum(clean_ok(i) and not robust_ok(i) for i in range(10))  # examples 2, 5, 8
-    assert ev["components"] == [{"name": "apgd-ce", "newly_broken": broken, "seconds": pytest.approx(1.5)},
+    assert ev["components"] == [{"name": "apgd-ce", "newly_broken": broken - 3, "seconds": pytest.approx(1.5)},
                                 {"name": "square", "newly_broken": 3, "seconds": pytest.approx(0.75)}]
     assert ev["warnings"][0] == square_masking_note(3) and len(ev["warnings"]) == 2
     assert "cannot draw its randomness per example" in ev["warnings"][1]

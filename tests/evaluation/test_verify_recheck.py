@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from mixzoo.cli import app
+from mixzoo.core.errors import InputError
 from mixzoo.evaluation.bench import ADVERSARIAL_FILE, bench
 
 N = 30
@@ -79,9 +81,9 @@ def test_a_saved_point_of_the_wrong_shape_is_exit_2_in_one_line(made, tmp_path):
 
 
 def test_a_forged_well_formed_cache_entry_passes_the_points_but_not_the_recheck(made, digits_card, tmp_path):
-    """A cache entry edited to call every clean-correct example robust, its content digest recomputed (a forger
-    who knows the format), its points emptied: the bench reports the forged row, the saved points cannot refute it,
-    --recheck can (exit 1)."""
+    """A cache entry edited to call every clean-correct example robust, its components' breaks set to none and its
+    content digest recomputed (a forger who knows the format), its points emptied: the bench reports the forged
+    row, the saved points cannot refute it, --recheck can (exit 1)."""
     from mixzoo.attacks.runner import outcome_digest
 
     cache = tmp_path / "cache"
@@ -92,6 +94,8 @@ def test_a_forged_well_formed_cache_entry_passes_the_points_but_not_the_recheck(
         if len(entry["robust_correct"]) != N or entry["robust_correct"] == entry["clean_correct"]:
             continue
         entry["robust_correct"] = list(entry["clean_correct"])
+        for component in entry["components"]:  # its breaks made to add up to the forged outcomes
+            component["newly_broken"] = 0
         entry["digest"] = outcome_digest(entry, entry["key"])
         path.write_text(json.dumps(entry))
         save_file({"index": torch.zeros(0, dtype=torch.long), "images": torch.zeros(0, 1, 8, 8)},
@@ -101,8 +105,71 @@ def test_a_forged_well_formed_cache_entry_passes_the_points_but_not_the_recheck(
     report = bench(digits_card, out=tmp_path / "bench", cache_dir=cache, **BENCH)
     abc = report.row("abc")
     assert abc.cached and abc.robust_accuracy == abc.clean_accuracy > made[1].row("abc").robust_accuracy
-    assert cli(tmp_path / "bench").exit_code == 0  # the points alone: "verified"
+    plain = cli(tmp_path / "bench")
+    assert plain.exit_code == 0, plain.output  # the points alone: "verified"
     res = cli(tmp_path / "bench", "--recheck", 3, "--json")
     assert res.exit_code == 1, res.output
     rows = {r["kind"]: r for r in json.loads(res.output)["rows"]}
     assert rows["abc"]["recheck_differs"] and rows["rbc"]["recheck_differs"]
+
+
+def _edited(made, tmp_path, edit) -> Path:
+    out = copy(made, tmp_path)
+    data = json.loads((out / "report.json").read_text())
+    text = edit(data)
+    (out / "report.json").write_text(text if isinstance(text, str) else json.dumps(data))
+    return out
+
+
+def _one_line_exit_2(res, *needles):
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "Traceback" not in res.output, res.output
+    assert all(n in lines[0] for n in needles), lines[0]
+
+
+def test_a_robust_figure_the_outcomes_do_not_give_is_exit_2_naming_the_row_and_both_values(made, tmp_path):
+    def edit(data):
+        row = next(m for m in data["models"] if m["robust_outcomes"].count("1") < m["clean_outcomes"].count("1"))
+        row["robust_accuracy"] = row["clean_accuracy"]
+        edit.row = row
+    out = _edited(made, tmp_path, edit)
+    row = edit.row
+    given = row["robust_outcomes"].count("1") / N
+    _one_line_exit_2(cli(out), str(out / "report.json"), f"row {row['name']!r}", f"robust_accuracy is"
+                     f" {row['clean_accuracy']!r}", f"give {given!r}")
+
+
+def test_a_figure_written_twice_is_exit_2(made, tmp_path):
+    def edit(data):
+        key = f'"robust_outcomes": "{data["models"][0]["robust_outcomes"]}"'
+        return json.dumps(data).replace(key, f'"robust_accuracy": 0.0, {key}', 1)
+
+    _one_line_exit_2(cli(_edited(made, tmp_path, edit)), "'robust_accuracy' appears twice")
+
+
+def test_settings_moved_away_from_the_record_are_exit_2_even_for_the_recheck(made, tmp_path):
+    """settings.attack changed to a 1-step pgd, the run record left alone: refused before anything is re-run."""
+    def edit(data):
+        data["settings"].update(attack="pgd", attack_options={"n_iter": 1})
+
+    out = _edited(made, tmp_path, edit)
+    _one_line_exit_2(cli(out, "--recheck", 3), "settings.attack is 'pgd'", "run record says 'apgd'")
+    data = json.loads((made[0] / "bench" / "report.json").read_text())
+    data["record"]["eps"] = 0.3  # the record edited alone: its digest no longer matches
+    (out / "report.json").write_text(json.dumps(data))
+    _one_line_exit_2(cli(out, "--recheck", 3), "not the digest of its fields")
+
+
+def test_the_recheck_attack_is_the_run_records(made):
+    from mixzoo.core.settings import RunSettings
+    from mixzoo.evaluation.verify import _attack_settings
+
+    data = json.loads((made[0] / "bench" / "report.json").read_text())
+    data["settings"].update(attack="pgd", attack_options={"n_iter": 1}, seed=5, extra_attacks=False)
+    s = _attack_settings(data, made[0] / "bench" / "report.json", RunSettings())
+    record = data["record"]
+    assert (s.attack, dict(s.attack_options), s.seed, s.extra_attacks) == (
+        record["attack"], record["attack_options"], record["seed"], record["extra_attacks"])
+    data.pop("record")
+    with pytest.raises(InputError, match="has no run record"):
+        _attack_settings(data, made[0] / "bench" / "report.json", RunSettings())

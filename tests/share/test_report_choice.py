@@ -57,7 +57,8 @@ def _strong_report(tmp_path: Path, dataset: str, n: int) -> Path:
     card = {"method": "mixednuts", "abc": {"name": "digits-std"}, "rbc": {"name": "digits-pgd"}, "mixednuts": {}}
     row = {"name": "MixedNUTS", "kind": "mixednuts", "n": n, "alpha": 0.9, "clean_accuracy": 0.9,
            "robust_accuracy": 0.5, "card": card, "card_path": "card.toml",
-           "components": [{"name": "autoattack-standard", "newly_broken": 1, "own_broken": n // 4}]}
+           "components": [{"name": "apgd-ce", "newly_broken": round(0.4 * n)},
+                          {"name": "autoattack-standard", "newly_broken": 0, "own_broken": n // 4}]}
     folder = tmp_path / f"{dataset}-{n}"
     folder.mkdir()
     (folder / "report.json").write_text(json.dumps({

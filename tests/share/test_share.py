@@ -555,10 +555,19 @@ def test_report_robustbench_refuses_a_hand_edited_report_in_one_line(strong_repo
     assert not out.exists() and res.stdout == ""
 
 
+def _forge_dataset_name(data: dict, name: str) -> None:
+    """The data set's name edited where the report states it and in its run record, the digest recomputed (a
+    forger who knows the format; the name alone would disagree with the record)."""
+    from mixzoo.core.record import sha256_of
+
+    data["dataset"]["name"] = data["record"]["dataset"] = name
+    data["record"]["digest"] = sha256_of({k: v for k, v in data["record"].items() if k != "digest"})
+
+
 @pytest.mark.parametrize("name", ["../../X", "/ABS/X", "..", "a/../../b", "digits"])
 def test_report_out_keeps_every_file_under_out(strong_report, tmp_path, name):
     name = name.replace("/ABS", str(tmp_path / "abs"))
-    folder = _edited(strong_report, tmp_path, lambda d: d["dataset"].update(name=name))
+    folder = _edited(strong_report, tmp_path, lambda d: _forge_dataset_name(d, name))
     out = tmp_path / "deep" / "down" / "model_info"
     res = CliRunner().invoke(app, ["report", str(folder), "--format", "robustbench", "--out", str(out)])
     if res.exit_code == 2:  # a name with nothing usable in it
@@ -648,3 +657,50 @@ def test_report_fields_are_checked_by_their_specs(strong_report):
     assert res.exit_code == 0, res.output
     info = json.loads(res.stdout)
     assert info["venue"] == "2024" and info["name"] == "1.50"
+
+
+# ------------------------------------------------------------------------------ figures derived from the outcomes
+def _duplicated_robust_figure(text: str, row: dict) -> str:
+    """The card row's ``robust_accuracy`` written twice, the second 0.9 (JSON would keep the last)."""
+    key = f'"robust_outcomes": "{row["robust_outcomes"]}"'
+    assert text.count(key) >= 1
+    return text.replace(key, f'"robust_accuracy": 0.9, {key}', 1)
+
+
+@pytest.mark.parametrize("how", ["key twice", "figure edited"])
+def test_report_and_push_refuse_a_robust_figure_the_outcomes_do_not_give(strong_report, digits_card, tmp_path,
+                                                                         how):
+    """report --format robustbench and push --dry-run --report: exit 2 in one line naming the file, not 90.00."""
+    data = json.loads((strong_report / "report.json").read_text())
+    row = _card_row(data)
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    if how == "key twice":
+        text = _duplicated_robust_figure(json.dumps(data), row)
+    else:
+        row["robust_accuracy"] = row["clean_accuracy"]
+        assert row["robust_outcomes"].count("1") != round(row["clean_accuracy"] * row["n"])
+        text = json.dumps(data)
+    (folder / "report.json").write_text(text)
+    runner = CliRunner()
+    for args in (["report", str(folder), "--format", "robustbench", "--out", str(tmp_path / "mi")],
+                 ["push", str(digits_card), "--repo", REPO, "--dry-run", "--out", str(tmp_path / "hub"), "--report",
+                  str(folder)]):
+        res = runner.invoke(app, args)
+        lines = [line for line in res.stderr.splitlines() if line.strip()]
+        assert res.exit_code == 2 and len(lines) == 1, (args[0], res.output)
+        assert str(folder / "report.json") in lines[0], lines[0]
+        assert ("appears twice" if how == "key twice" else "robust_outcomes give") in lines[0], lines[0]
+    assert not (tmp_path / "mi").exists() and not (tmp_path / "hub").exists()
+
+
+def test_pushed_figures_and_intervals_are_counted_from_the_outcomes(strong_report, digits_card):
+    from mixzoo.evaluation.stats import wilson_interval
+
+    data = json.loads((strong_report / "report.json").read_text())
+    figures = share_push.bench_figures(data, MixCard.load(digits_card))
+    for shown in figures["rows"]:
+        m = next(m for m in data["models"] if m["name"] == shown["name"])
+        n, robust = len(m["robust_outcomes"]), m["robust_outcomes"].count("1")
+        assert shown["robust_accuracy"] == robust / n
+        assert shown["robust_ci"] == list(wilson_interval(robust, n))

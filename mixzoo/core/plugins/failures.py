@@ -28,12 +28,14 @@ def failure_file() -> str:
 
 def read_kept() -> dict[str, Any]:
     """The kept faults file (an unreadable or malformed file reads as empty: it is a cache)."""
+    from mixzoo.core.errors import MixzooError
+    from mixzoo.core.reading import read_data
+
     try:
-        with open(failure_file(), encoding="utf-8") as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+        data = read_data(failure_file(), "json", limit=1 << 20, what="plugin faults file")
+    except (OSError, MixzooError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def record_runtime_failure(plugin_name: str, doing: str, exc: BaseException) -> None:
