@@ -52,7 +52,8 @@ from mixzoo.attacks.square import SquareSettings
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard, provenance
 from mixzoo.core.errors import InputError
-from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+from mixzoo.methods.mixednuts.calibrate import calibrate
+from mixzoo.methods.mixednuts.grid import Grid
 from mixzoo.zoo.blackbox import BlackBoxModel, as_black_box, spec_is_black_box
 from mixzoo.zoo.models import check_images, check_labels
 
