@@ -30,8 +30,8 @@ from mixzoo.methods.base import (
     weight_hashes,
 )
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
-from mixzoo.methods.local_smoothing.method import _choice, _flag
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
+from mixzoo.methods.shared.card_fields import choice, flag
 
 if TYPE_CHECKING:
     from torch import nn
@@ -110,13 +110,13 @@ class LocalSmoothingAdaptive(MixingMethod):
 
     # ------------------------------------------------------------------------------------------------ card
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
-        from mixzoo.methods.adaptive.method import check_network_fields
+        from mixzoo.methods.shared.network_files import check_network_fields
 
         sec = self.name
-        _choice(params, "r", R_OPTIONS, source, sec, "ratio")
-        _choice(params, "space", SPACES, source, sec, "logits")
-        _choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
-        _flag(params, "accelerated", source, sec)
+        choice(params, "r", R_OPTIONS, source, sec, "ratio")
+        choice(params, "space", SPACES, source, sec, "logits")
+        choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
+        flag(params, "accelerated", source, sec)
         number(params, "eps_c", source, sec, positive=True, default=1e-6)
         number(params, "beta0", source, sec)
         if not math.isfinite(params["beta0"]):
@@ -143,9 +143,9 @@ class LocalSmoothingAdaptive(MixingMethod):
     # ------------------------------------------------------------------------------------------------ model
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
-        from mixzoo.methods.adaptive.method import card_taps, load_network
         from mixzoo.methods.local_smoothing.policy import Policy
         from mixzoo.methods.local_smoothing.smoothing import LocalSmoothingClassifier
+        from mixzoo.methods.shared.network_files import card_taps, load_network
         from mixzoo.zoo.pairs import model_device
 
         if abc is None or rbc is None:
@@ -161,7 +161,7 @@ class LocalSmoothingAdaptive(MixingMethod):
         gradient bypassed; Eq. 6 at fixed alpha_t = 0 (transfer from g), inf (transfer from h) and alpha_0 (the
         crossover); the policy attacked toward g (APGD whose loss also lowers beta, and beta alone); Square
         (gradient-free); the policy attacked through beta_theta before its crop and exp."""
-        from mixzoo.methods.adaptive.gate_attacks import gate_logit_extra
+        from mixzoo.methods.shared.gate_attacks import gate_logit_extra
 
         q = card.params
         apgd = {"n_iter": int(q["eval_n_iter"]), "n_target_classes": int(q["eval_n_target_classes"])}
@@ -220,7 +220,9 @@ class LocalSmoothingAdaptive(MixingMethod):
     def fit(self, request: FitRequest) -> FitResult:
         from mixzoo.core import distributed
         from mixzoo.core.card import MixCard, provenance
-        from mixzoo.methods.adaptive.method import (
+        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts
+        from mixzoo.methods.local_smoothing.policy import PolicyObjective
+        from mixzoo.methods.shared.network_files import (
             check_n_train,
             network_record,
             save_network,
@@ -228,9 +230,7 @@ class LocalSmoothingAdaptive(MixingMethod):
             training_checkpoint,
             training_out,
         )
-        from mixzoo.methods.adaptive.training import TrainRun, train
-        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts
-        from mixzoo.methods.local_smoothing.policy import PolicyObjective
+        from mixzoo.methods.shared.training_loop import TrainRun, train
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
