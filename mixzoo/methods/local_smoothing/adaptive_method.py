@@ -29,9 +29,9 @@ from mixzoo.methods.base import (
     square_extra,
     weight_hashes,
 )
+from mixzoo.methods.card_fields import choice, flag
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
-from mixzoo.methods.shared.card_fields import choice, flag
 
 if TYPE_CHECKING:
     from torch import nn

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
 from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra
+from mixzoo.methods.card_fields import choice, flag
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
-from mixzoo.methods.shared.card_fields import choice, flag
 
 if TYPE_CHECKING:
     import torch
