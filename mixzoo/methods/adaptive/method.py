@@ -33,7 +33,9 @@ from mixzoo.methods.shared.network_files import (
     load_network,
     network_record,
     save_network,
+    train_on_split,
     train_split,
+    trained_card,
     training_checkpoint,
     training_out,
 )
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SECTION", "AdaptiveSmoothing", "card_taps", "check_n_train", "check_network_fields",
            "check_training_outputs", "load_network", "network_record", "save_network", "train_split",
-           "training_checkpoint", "training_out"]
+           "training_checkpoint", "training_out", "trained_card", "train_on_split"]
 
 SECTION = "adaptive-smoothing"
 _TRAIN_KEYS = ("setting", "epochs", "batch_size", "lr", "weight_decay", "ema", "c_ce", "c_bce", "c_prod",
@@ -186,8 +188,7 @@ class AdaptiveSmoothing(MixingMethod):
     # ------------------------------------------------------------------------------------------------ fitting
     def fit(self, request: FitRequest) -> FitResult:
         from mixzoo.core import distributed
-        from mixzoo.core.card import MixCard, provenance
-        from mixzoo.methods.adaptive.training import TrainConfig, TrainRun, train
+        from mixzoo.methods.adaptive.training import AdaptiveObjective, TrainConfig
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
@@ -206,10 +207,8 @@ class AdaptiveSmoothing(MixingMethod):
         cfg.eps, cfg.norm = pair.eps, pair.norm
         cfg.check()
         data, images, labels, split = train_split(pair, n_train, n_val, request)
-        ckpt = training_checkpoint(out, bool(opts.get("resume", True)))
-        res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg, run=TrainRun(
-            val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt, progress=request.progress,
-            checkpoint_every=opts["checkpoint_every"]))
+        res = train_on_split(pair, cfg, AdaptiveObjective(), images, labels, split, n_val, out=out, request=request,
+                             opts=opts)
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"setting": cfg.setting, "epochs": cfg.epochs, "rank": world.rank},
                              {"train": time.perf_counter() - t0})
@@ -226,21 +225,16 @@ class AdaptiveSmoothing(MixingMethod):
             with distributed.alone():
                 params["alpha_min"], params["alpha_min_search"] = self._search_alpha_min(
                     pair, params, weights_name, out, opts["robust_drop"], request)
-        card = MixCard(self.name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
-                       data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
-                             "source": getattr(data, "source", "")},
-                       attack={"eps": pair.eps, "norm": pair.norm, "training_setting": cfg.setting},
-                       weights={weights_name: digest},
-                       provenance=provenance(command=request.provenance_command))
-        path = card.save(out)
-        card.path = path
+        card = trained_card(self.name, params, pair, data, split, n_val, request=request, out=out,
+                            attack={"eps": pair.eps, "norm": pair.norm, "training_setting": cfg.setting},
+                            weights={weights_name: digest})
         seconds = time.perf_counter() - t0
         last = res.history[-1] if res.history else {}
         summary = {"setting": cfg.setting, "epochs": cfg.epochs, "resumed_epochs": res.resumed_epochs,
                    "alpha_min": params["alpha_min"],
                    **{k: last[k] for k in ("val_clean", "val_attacked", "alpha_clean", "alpha_attacked")
                       if k in last}}
-        return FitResult(card, path, summary, {"train": seconds}, {"checkpoint": res.resumed_epochs > 0})
+        return FitResult(card, card.path, summary, {"train": seconds}, {"checkpoint": res.resumed_epochs > 0})
 
 
     def _search_alpha_min(self, pair: Any, params: dict[str, Any], weights_name: str, out: Path,

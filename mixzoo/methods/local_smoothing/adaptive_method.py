@@ -219,18 +219,17 @@ class LocalSmoothingAdaptive(MixingMethod):
 
     def fit(self, request: FitRequest) -> FitResult:
         from mixzoo.core import distributed
-        from mixzoo.core.card import MixCard, provenance
         from mixzoo.methods.local_smoothing.crossover import check_alpha_ts
         from mixzoo.methods.local_smoothing.policy import PolicyObjective
         from mixzoo.methods.shared.network_files import (
             check_n_train,
             network_record,
             save_network,
+            train_on_split,
             train_split,
-            training_checkpoint,
+            trained_card,
             training_out,
         )
-        from mixzoo.methods.shared.training_loop import TrainRun, train
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
@@ -255,11 +254,9 @@ class LocalSmoothingAdaptive(MixingMethod):
             t1 = time.perf_counter()
             crossover = _measure_beta0(pair, cfg, sweep, opts["n_crossover"], opts["crossover_steps"], request.seed)
             seconds["crossover"] = time.perf_counter() - t1
-        ckpt = training_checkpoint(out, bool(opts.get("resume", True)))
         t1 = time.perf_counter()
-        res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg, objective=PolicyObjective(), run=TrainRun(
-            val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt, progress=request.progress,
-            checkpoint_every=opts["checkpoint_every"]))
+        res = train_on_split(pair, cfg, PolicyObjective(), images, labels, split, n_val, out=out, request=request,
+                             opts=opts)
         seconds["train"] = time.perf_counter() - t1
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"beta0": cfg.beta0, "epochs": cfg.epochs, "rank": world.rank}, seconds)
@@ -275,21 +272,15 @@ class LocalSmoothingAdaptive(MixingMethod):
         if crossover is not None:
             params["crossover"] = {**crossover.record(), "split": "calibration",
                                    "fingerprint": getattr(pair.data, "fingerprint", "")}
-        card = MixCard(self.name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
-                       data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
-                             "source": getattr(data, "source", "")},
-                       attack={"eps": pair.eps, "norm": pair.norm},
-                       weights={weights_name: digest},
-                       provenance=provenance(command=request.provenance_command))
-        path = card.save(out)
-        card.path = path
+        card = trained_card(self.name, params, pair, data, split, n_val, attack={"eps": pair.eps, "norm": pair.norm},
+                            weights={weights_name: digest}, request=request, out=out)
         last = res.history[-1] if res.history else {}
         summary = {"beta0": cfg.beta0, "beta0_source": params["beta0_source"], "epochs": cfg.epochs,
                    "resumed_epochs": res.resumed_epochs,
                    **{k: v for k, v in last.items() if k.startswith(("val_", "beta_"))}}
         if crossover is not None:
             summary["crossover"] = crossover.where
-        return FitResult(card, path, summary, seconds, {"checkpoint": res.resumed_epochs > 0})
+        return FitResult(card, card.path, summary, seconds, {"checkpoint": res.resumed_epochs > 0})
 
 
 def _measure_beta0(pair: Any, cfg: Any, sweep: list[float], n_crossover: int, steps: int, seed: int) -> Any:

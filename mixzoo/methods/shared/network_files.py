@@ -155,3 +155,30 @@ def network_record(pair: Any, image_size: tuple[int, ...], width: int, blocks: i
     return {"network": {"early_channels": [sg["early"][0], sh["early"][0]],
                         "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": width, "blocks": blocks},
             "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()}}
+
+
+def train_on_split(pair: Any, cfg: Any, objective: Any, images: Any, labels: Any, split: int, n_val: int, *,
+                   out: Path, request: FitRequest, opts: dict[str, Any]) -> Any:
+    """Train ``objective``'s network on the first ``split`` train-split images, validating on the rest when
+    ``n_val``, with the checkpoint next to the card ``out`` (resumed unless option ``resume`` is false) and the
+    options ``checkpoint_every``; the :class:`~mixzoo.methods.shared.training_loop.TrainResult`."""
+    from mixzoo.methods.shared.training_loop import TrainRun, train
+
+    ckpt = training_checkpoint(out, bool(opts.get("resume", True)))
+    return train(pair.abc, pair.rbc, images[:split], labels[:split], cfg, objective=objective, run=TrainRun(
+        val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt, progress=request.progress,
+        checkpoint_every=opts["checkpoint_every"]))
+
+
+def trained_card(name: str, params: dict[str, Any], pair: Any, data: Any, split: int, n_val: int, *,
+                 attack: dict[str, Any], weights: dict[str, str], request: FitRequest, out: Path) -> MixCard:
+    """The card of a trained method, saved to ``out`` (``card.path``): the pair, the train split it was trained on
+    (``split`` images, ``n_val`` more held out), ``attack`` and the ``weights`` file's sha256."""
+    from mixzoo.core.card import MixCard, provenance
+
+    card = MixCard(name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
+                   data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
+                         "source": getattr(data, "source", "")},
+                   attack=attack, weights=weights, provenance=provenance(command=request.provenance_command))
+    card.path = card.save(out)
+    return card
