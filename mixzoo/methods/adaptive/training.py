@@ -33,13 +33,13 @@ from mixzoo.methods.shared.alpha_attacks import AttackBall, alpha_apgd, pgd_alph
 from mixzoo.methods.shared.network import MixingNetwork
 from mixzoo.methods.shared.training_loop import (
     SETTINGS,
-    Objective,
     TrainConfig,
     TrainResult,
     TrainRun,
     epoch_generator,
     new_network,
 )
+from mixzoo.methods.shared.training_loop import Objective as TrainingObjective
 
 __all__ = ["SETTINGS", "AdaptiveObjective", "Objective", "TrainConfig", "TrainResult", "TrainRun", "attack_batch",
            "epoch_generator", "new_network", "train", "validate"]
@@ -82,7 +82,7 @@ def attack_batch(model: AdaptiveClassifier, x: torch.Tensor, y: torch.Tensor, cf
     return out
 
 
-class AdaptiveObjective(Objective):
+class AdaptiveObjective(TrainingObjective):
     """Adaptive smoothing's objective (Bai et al. 2024b, Eq. 4.2) for the shared loop: the classifier
     :class:`~mixzoo.methods.adaptive.mixing.AdaptiveClassifier`, the setting's attacks, the composite loss.
 
@@ -136,8 +136,11 @@ class AdaptiveObjective(Objective):
                 f" {record['alpha_clean']:.3f} attacked {record['alpha_attacked']:.3f}")
 
 
+
+Objective = AdaptiveObjective  # this module's objective; the contract is mixzoo.methods.shared.training_loop.Objective
+
 def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig, *,
-          objective: Objective | None = None, run: TrainRun | None = None) -> TrainResult:
+          objective: TrainingObjective | None = None, run: TrainRun | None = None) -> TrainResult:
     """:func:`mixzoo.methods.shared.training_loop.train` with adaptive smoothing's objective by default
     (:class:`AdaptiveObjective`, Bai et al. 2024b, Eq. 4.2)."""
     return training_loop.train(abc, rbc, images, labels, cfg,
@@ -146,7 +149,7 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
 
 def validate(model: nn.Module, net: MixingNetwork, ema: dict[str, torch.Tensor] | None,
              val: tuple[torch.Tensor, torch.Tensor], cfg: TrainConfig,
-             objective: Objective | None = None) -> dict[str, float]:
+             objective: TrainingObjective | None = None) -> dict[str, float]:
     """:func:`mixzoo.methods.shared.training_loop.validate` with adaptive smoothing's objective by default."""
     return training_loop.validate(model, net, ema, val, cfg,
                                   objective if objective is not None else AdaptiveObjective())
