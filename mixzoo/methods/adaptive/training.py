@@ -3,7 +3,7 @@
 Each batch: the clean images and attacks on them regenerated against the current mixed classifier (mixing network
 in eval mode while attacking, as the authors' trainer does), with a per-example radius ``eps * U(0.4, 1.1)``, a
 random number of steps in ``steps`` and a random weight ``w ~ U(0, alpha_loss_max)`` of the term that lowers a(x)
-(:mod:`.attacks`):
+(:mod:`mixzoo.methods.shared.alpha_attacks`):
 
 * ``A``: gray-box PGD (the mixing network's features detached: no gradient through it);
 * ``B``: white-box PGD, end-to-end;

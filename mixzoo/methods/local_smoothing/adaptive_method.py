@@ -3,7 +3,7 @@ per-input strength.
 
 ``fit`` measures beta_0 on the pair (Bai et al. (local smoothing), Fig. 4's crossover, :mod:`.crossover`, on the first
 ``n_crossover`` calibration images; or takes ``beta0`` as given), trains the policy beta_theta on the train split with
-the shared adaptive-smoothing trainer and Bai et al. (local smoothing), Eq. 9 (:mod:`.policy`), and writes the card,
+the shared trainer (:mod:`mixzoo.methods.shared.training_loop`) and Bai et al. (local smoothing), Eq. 9 (:mod:`.policy`), and writes the card,
 the crossover curves and the policy's weights (safetensors next to the card, sha256 in the card's ``[weights]``).
 ``build`` is
 :class:`~.smoothing.LocalSmoothingClassifier` with the policy as its ``log_alpha``. ``extra_attacks`` are the attacks
