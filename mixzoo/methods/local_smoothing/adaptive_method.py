@@ -3,12 +3,11 @@ per-input strength.
 
 ``fit`` measures beta_0 on the pair (Bai et al. (local smoothing), Fig. 4's crossover, :mod:`.crossover`, on the first
 ``n_crossover`` calibration images; or takes ``beta0`` as given), trains the policy beta_theta on the train split with
-the shared trainer (:mod:`mixzoo.methods.shared.training_loop`) and Bai et al. (local smoothing), Eq. 9 (:mod:`.policy`), and writes the card,
-the crossover curves and the policy's weights (safetensors next to the card, sha256 in the card's ``[weights]``).
-``build`` is
-:class:`~.smoothing.LocalSmoothingClassifier` with the policy as its ``log_alpha``. ``extra_attacks`` are the attacks
-of Bai et al. (local smoothing), Sec. 4.2 and 5.1 an adversary who knows the method runs
-(:meth:`LocalSmoothingAdaptive.extra_attacks`).
+the shared trainer (:mod:`mixzoo.methods.shared.training_loop`) and Bai et al. (local smoothing), Eq. 9
+(:mod:`.policy`), and writes the card, the crossover curves and the policy's weights (safetensors next to the card,
+sha256 in the card's ``[weights]``). ``build`` is :class:`~.smoothing.LocalSmoothingClassifier` with the policy as its
+``log_alpha``. ``extra_attacks`` are the attacks of Bai et al. (local smoothing), Sec. 4.2 and 5.1 an adversary who
+knows the method runs (:meth:`LocalSmoothingAdaptive.extra_attacks`).
 """
 
 from __future__ import annotations
