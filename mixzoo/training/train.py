@@ -50,7 +50,7 @@ from mixzoo.training.objectives import (
     weight_perturbation,
 )
 from mixzoo.training.recipes import METHODS, RECIPES, Recipe, get_recipe
-from mixzoo.training.weights import _state_sha256, default_weights_dir, save_weights, shipped_sha256
+from mixzoo.training.weights import _state_sha256, default_weights_dir, save_weights
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import Normalize
 
@@ -93,6 +93,21 @@ class TrainResult:
         robust = f", PGD-20 {100 * m['pgd']:.2f}%" if "pgd" in m else ""
         return (f"{self.recipe.name}: clean {100 * m.get('clean', float('nan')):.2f}%{robust}"
                 f" on {int(m.get('n', 0))} evaluation images; trained in {self.seconds:.0f} s; sha256 {self.sha256}")
+
+
+def shipped_sha256(path: Path) -> str | None:
+    """The sha256 a registry zoo entry pins for the weights file ``path`` (a shipped file), or None."""
+    from mixzoo.core.registry import list_models
+
+    target = path.resolve()
+    for spec in list_models():
+        file = spec.source.get("file")
+        if spec.source.get("kind") != "zoo" or not spec.sha256 or not isinstance(file, str):
+            continue
+        where = Path(file).expanduser()
+        if (where if where.is_absolute() else default_weights_dir() / where).resolve() == target:
+            return spec.sha256
+    return None
 
 
 def _recipe_changes(recipe: Recipe) -> list[str]:

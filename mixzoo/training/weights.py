@@ -1,5 +1,5 @@
-"""The weight files of the built-in zoo: where they are read from, the sha256 the registry pins for a shipped one, and
-writing ``NAME.safetensors`` (recipe JSON in the metadata) with ``NAME.sha256``."""
+"""The weight files of the built-in zoo: where they are read from, and writing ``NAME.safetensors`` (recipe JSON in
+the metadata) with ``NAME.sha256``."""
 
 from __future__ import annotations
 
@@ -23,21 +23,6 @@ def default_weights_dir() -> Path:
         raise PluginError("no plugin loads source kind 'zoo' (mixzoo's built-in plugin 'zoo' does); reinstall mixzoo"
                           " or pass --out DIR")
     return Path(directory)
-
-
-def shipped_sha256(path: Path) -> str | None:
-    """The sha256 a registry zoo entry pins for the weights file ``path`` (a shipped file), or None."""
-    from mixzoo.core.registry import list_models
-
-    target = path.resolve()
-    for spec in list_models():
-        file = spec.source.get("file")
-        if spec.source.get("kind") != "zoo" or not spec.sha256 or not isinstance(file, str):
-            continue
-        where = Path(file).expanduser()
-        if (where if where.is_absolute() else default_weights_dir() / where).resolve() == target:
-            return spec.sha256
-    return None
 
 
 def _serialize(state: dict[str, torch.Tensor], recipe: Recipe) -> bytes:
