@@ -1,5 +1,6 @@
-"""Built-in mixing methods, their commands and published cards, registered through the hooks like any third party's
-(``mixzoo mix --method``, ``mixzoo check``, ``mixzoo bench NAME``)."""
+"""Built-in mixing methods, the attacks made for their classifiers, their commands and published cards, registered
+through the hooks like any third party's (``mixzoo mix --method``, ``mixzoo bench --attack``, ``mixzoo check``,
+``mixzoo bench NAME``)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,21 @@ def mixzoo_mixing_methods() -> dict[str, Any]:
             "knn-smoothing": KNNSmoothing(), "local-smoothing": LocalSmoothing(),
             "local-smoothing-adaptive": LocalSmoothingAdaptive()}
 
+
+
+@hookimpl
+def mixzoo_attacks() -> dict[str, Any]:
+    """The attacks a method declares for its own classifier (its ``extra_attacks``): ``adaptive-smoothing-apgd``
+    (setting D and the attack on the mixing network alone, Bai et al. 2024b, Sec. 4.2,
+    :mod:`mixzoo.methods.adaptive.attacks`), ``adaptive-smoothing-gate`` (the attack on the mixing network's logit,
+    :mod:`mixzoo.methods.adaptive.gate_attacks`) and ``local-smoothing-policy-gate`` (the same on the policy's logit,
+    :mod:`mixzoo.methods.local_smoothing.policy_attacks`)."""
+    from mixzoo.methods.adaptive.attacks import AlphaAPGD
+    from mixzoo.methods.adaptive.gate_attacks import AdaptiveGateAttack
+    from mixzoo.methods.local_smoothing.policy_attacks import PolicyGateAttack
+
+    return {"adaptive-smoothing-apgd": AlphaAPGD, "adaptive-smoothing-gate": AdaptiveGateAttack,
+            "local-smoothing-policy-gate": PolicyGateAttack}
 
 @hookimpl
 def mixzoo_cli_commands() -> dict[str, Any]:

@@ -21,7 +21,8 @@ PROVIDES = {"optimizers": ["grid", "refine"]}  # what `mixzoo plugins` lists
 if TYPE_CHECKING:
     import torch
 
-    from mixzoo.methods.mixednuts.calibrate import CalibrationProblem, Grid, SearchResult
+    from mixzoo.methods.mixednuts.calibration_problem import CalibrationProblem
+    from mixzoo.methods.mixednuts.grid import Grid, SearchResult
 
 
 def _around(values: torch.Tensor, i: int, n: int, log: bool) -> torch.Tensor:
@@ -38,7 +39,8 @@ def _around(values: torch.Tensor, i: int, n: int, log: bool) -> torch.Tensor:
 
 def refine(problem: CalibrationProblem, grid: Grid) -> SearchResult:
     """Coarse grid, then a grid of the same shape around its optimum; the better (same tie rule) wins."""
-    from mixzoo.methods.mixednuts.calibrate import SearchResult, grid_search
+    from mixzoo.methods.mixednuts.calibration_problem import grid_search
+    from mixzoo.methods.mixednuts.grid import SearchResult
 
     coarse = grid_search(problem, grid)
     ev = coarse.evaluation
@@ -55,6 +57,6 @@ def refine(problem: CalibrationProblem, grid: Grid) -> SearchResult:
 
 @hookimpl
 def mixzoo_calibration_optimizers() -> dict[str, Callable[[CalibrationProblem, Grid], SearchResult]]:
-    from mixzoo.methods.mixednuts.calibrate import grid_search
+    from mixzoo.methods.mixednuts.calibration_problem import grid_search
 
     return {"grid": grid_search, "refine": refine}

@@ -33,6 +33,10 @@ MOVED_MODULES: dict[str, str] = {
     "mixzoo.report": "mixzoo.evaluation.report", "mixzoo.verify": "mixzoo.evaluation.verify",
     "mixzoo.sanity": "mixzoo.evaluation.sanity", "mixzoo.stats": "mixzoo.evaluation.stats",
     "mixzoo.train": "mixzoo.training.train", "mixzoo.calibrate": "mixzoo.methods.mixednuts.calibrate",
+    # the parts adaptive smoothing shares with local-smoothing-adaptive
+    "mixzoo.methods.adaptive.taps": "mixzoo.methods.shared.taps",
+    "mixzoo.methods.adaptive.network": "mixzoo.methods.shared.network",
+    "mixzoo.methods.adaptive.parallel": "mixzoo.methods.shared.parallel",
 }
 # ``mixzoo.calibrate`` is also the top-level function: importing the old module binds ``mixzoo.calibrate`` to it, so
 # it stays callable as that function (:class:`CallableMovedModule`)

@@ -41,142 +41,25 @@ variant's output misclassifies it, and variants share the values, so a break on 
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError, PluginWarning
 from mixzoo.core.options import OptionSpec, fill_options
-from mixzoo.core.options import parse_value as _parse_value
+from mixzoo.methods.card_fields import number
+from mixzoo.methods.extra_attacks import ExtraAttack, square_extra, weight_hashes
+from mixzoo.methods.fit_request import FitRequest, FitResult
+from mixzoo.methods.method_options import MethodOption, parse_value
+
+__all__ = ["ExtraAttack", "FitRequest", "FitResult", "LegacyMethod", "MethodOption", "MixingMethod", "adapt_method",
+           "baseline_method", "default_method", "method_for", "number", "parse_value", "square_extra",
+           "weight_hashes"]
 
 if TYPE_CHECKING:
     from torch import nn
 
     from mixzoo.core.card import MixCard
     from mixzoo.core.request import EvalRequest, ReportRequest
-
-
-@dataclass(frozen=True)
-class ExtraAttack:
-    """An attack that an honest evaluation of a method needs besides the shared attack.
-
-    ``attack`` names an attack plugin (``mixzoo bench --attack`` names), run with ``options`` on the module
-    ``build(abc, rbc, card, gradient=gradient)``; ``name`` is how reports label its breaks; ``why`` cites the
-    paper's reason in one line. It runs on the examples the shared attack (and the extras before it) left robust,
-    and its breaks are merged example by example into the worst case. ``seed_offset`` is added to the run's seed:
-    random draws are functions of (seed, example index) (:mod:`mixzoo.core.rng`), so an extra attack that repeats a
-    component of the shared attack on the same output (Square) must draw at another seed, or it replays the shared
-    run example by example and cannot break anything new.
-    """
-
-    name: str
-    attack: str
-    options: dict[str, Any] = field(default_factory=dict)
-    gradient: str = "exact"
-    why: str = ""
-    seed_offset: int = 0
-
-
-def weight_hashes(card: MixCard) -> list[str]:
-    """The sha256 of a card's weight files, for cache keys: the contents, not the file names, so that a copy saved
-    under another name (:meth:`MixCard.save_as`, a published card) finds the evaluations cached for the original."""
-    return sorted(card.weights.values())
-
-
-def square_extra(n_queries: int, why: str = "gradient-free: breaks what masked gradients hide (App. B.2.1)"
-                 ) -> ExtraAttack:
-    """The gradient-free check every gradient-based method declares: a second Square run (at the run's seed + 1)
-    with ``n_queries`` on the model's output, through the ``adaptive`` attack, whose Square draws its windows per
-    example (AutoAttack's own Square draws per batch, so its outcomes would depend on the batch size). At the
-    run's own seed it would replay the shared attack's Square exactly."""
-    return ExtraAttack("square", "adaptive", {"components": ["square"], "n_queries": int(n_queries)}, why=why,
-                       seed_offset=1)
-
-
-# ------------------------------------------------------------------------------------------------ options
-@dataclass(frozen=True)
-class MethodOption(OptionSpec):
-    """A fit option whose ``default`` is documentation only (the method applies it when the key is absent).
-    Deprecated: declare :class:`mixzoo.core.options.OptionSpec`, whose ``default`` :meth:`MixingMethod.check_options`
-    fills in (so ``fit`` reads the filled value), or whose ``default_note`` says what an absent option means when
-    that is not one value."""
-
-    def __post_init__(self) -> None:
-        import warnings
-
-        warnings.warn("mixzoo.methods.MethodOption is deprecated and will be removed in mixzoo 0.3; declare"
-                      " mixzoo.core.options.OptionSpec(help, type, default) (the default is filled in) or"
-                      " OptionSpec(help, type, default_note=...) (shown, not filled)", DeprecationWarning,
-                      stacklevel=3)
-
-    @property
-    def default_text(self) -> str:
-        """The default as ``mixzoo mix --show-options`` prints it: ``default``, else the ``default X`` the help text
-        names, else empty."""
-        if self.default is not None:
-            return str(self.default)
-        found = re.search(r"\bdefault:? ([^;,)]+)", self.help)
-        return found.group(1).strip() if found else ""
-
-    def convert(self, key: str, value: Any, method: str) -> Any:
-        """``value`` as this option's type; a one-line :class:`InputError` naming the option and its type."""
-        owner = method if method.startswith("mixing method ") else f"mixing method {method!r}"
-        return OptionSpec.convert(self, key, value, owner)
-
-
-def parse_value(text: str) -> Any:
-    """A command-line value, read by mixzoo's one parser (:func:`mixzoo.core.options.parse_value`)."""
-    return _parse_value(text)
-
-
-@dataclass
-class FitRequest:
-    """Everything a method's :meth:`~MixingMethod.fit` may use. ``options`` are the method's own, already checked
-    and converted by :meth:`MixingMethod.check_options`; ``command`` is the command line to record in the card's
-    provenance (``None`` for a library call: record ``"mixzoo.methods.fit()"``)."""
-
-    abc: str | nn.Module | None = None
-    rbc: str | nn.Module | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    dataset: str | None = None
-    n_calib: int | None = None  # None: DEFAULT_N_CALIB, or all the calibration split holds when fewer
-    eps: float | None = None
-    norm: str | None = None
-    seed: int = 0
-    batch_size: int | None = None
-    out: str | Path | None = None
-    data_dir: str | None = None
-    cache_dir: str | Path | None = None
-    use_cache: bool = True
-    device: str = "cpu"
-    allow_unsafe: bool = False
-    progress: bool = True
-    command: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.device == "auto":  # resolved here, so that the card records the device that ran
-            from mixzoo.core.machine import resolve_device
-
-            self.device = resolve_device(self.device)
-
-    @property
-    def provenance_command(self) -> str:
-        """What a card's ``provenance.command`` records for this request."""
-        return self.command or "mixzoo.methods.fit()"
-
-
-@dataclass
-class FitResult:
-    """What :meth:`MixingMethod.fit` returns: the card, where it was written, a summary for the terminal (and
-    ``mixzoo mix --json``), seconds per step and which steps came from the cache."""
-
-    card: Any
-    path: Path | None
-    summary: dict[str, Any] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    cache_hits: dict[str, bool] = field(default_factory=dict)
 
 
 class MixingMethod:
@@ -370,24 +253,6 @@ class MixingMethod:
 def _short(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
-
-def number(params: dict[str, Any], key: str, source: str, section: str, *, low: float | None = None,
-           high: float | None = None, positive: bool = False, default: Any = ..., allow_none: bool = False) -> None:
-    """Check ``params[key]`` is a finite real number (bounds inclusive), converting it to float in place; a
-    missing key takes ``default`` (required when no default is given)."""
-    if key not in params or (params[key] is None and allow_none):
-        if key in params or default is not ...:
-            params[key] = None if key in params else default
-            return
-        raise InputError(f"{source}: missing field '{section}.{key}'; write the card with `mixzoo mix`")
-    v = params[key]
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise InputError(f"{source}: field '{section}.{key}' must be a finite number, got {v!r}")
-    if (positive and v <= 0) or (low is not None and v < low) or (high is not None and v > high):
-        bounds = "positive" if positive else f"in [{low if low is not None else '-inf'}, " \
-                                             f"{high if high is not None else 'inf'}]"
-        raise InputError(f"{source}: field '{section}.{key}' must be {bounds}, got {v!r}")
-    params[key] = float(v)
 
 
 def method_for(card: MixCard) -> MixingMethod:

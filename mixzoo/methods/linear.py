@@ -164,7 +164,6 @@ class Linear(MixingMethod):
                      opts: dict[str, Any]) -> tuple[MixCard, dict[str, Any]]:
         """Algorithm 1's alpha on the raw RBC logits (no LN, clamp or power), from the cached MMAA of
         ``mixzoo mix``."""
-        from mixzoo.methods.mixednuts.calibrate import calibrate_alpha_linear
         from mixzoo.methods.mixednuts.calibration_data import pair_calibration_data
         from mixzoo.zoo.pairs import prepare_pair
 
@@ -260,3 +259,12 @@ def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, lab
 
     best = _bisect(robust, len(grid), target)
     return grid[best], [{"alpha": grid[i], "robust_accuracy": r} for i, r in sorted(tried.items())]
+
+
+def calibrate_alpha_linear(**kwargs: Any) -> MixCard:
+    """Alpha of the linear baseline (Bai et al. 2024b, Eq. 3.4: constant alpha, no LN/clamp/power, ABC at T = 1) by
+    Algorithm 1 of Bai et al. 2024a on the raw logits; the arguments of
+    :func:`mixzoo.methods.mixednuts.calibrate.calibrate`."""
+    from mixzoo.methods.mixednuts.calibrate import calibrate
+
+    return calibrate(linear=True, **kwargs)

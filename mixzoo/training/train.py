@@ -22,169 +22,42 @@ Sec. 3.1 and App. D.7).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.optim.swa_utils import AveragedModel
 
-from mixzoo.attacks.margins import layer_norm
-from mixzoo.attacks.pgd import pgd
 from mixzoo.core.errors import InputError, UnknownNameError
 from mixzoo.core.progress import progress_bar
-from mixzoo.zoo.data import ImageDataset, load_dataset
+from mixzoo.training.model_metrics import _ln_margin as _ln_margin
+from mixzoo.training.model_metrics import evaluate_model, margin_metrics, model_logits
+from mixzoo.training.objectives import (
+    _lr_factor,
+    _objective,
+    _weight_average,
+    augment_batch,
+    hat_loss,
+    lipschitz_loss,
+    mart_loss,
+    shift_weights,
+    trades_adversary,
+    trades_loss,
+    weight_perturbation,
+)
+from mixzoo.training.recipes import METHODS, RECIPES, Recipe, get_recipe
+from mixzoo.training.weights import _state_sha256, default_weights_dir, save_weights
+from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import Normalize
 
-METHODS: tuple[str, ...] = ("standard", "pgd", "trades", "mart", "hat", "gaussian", "lipschitz")
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """Everything that determines a zoo model's weights (with the machine's floating-point behaviour)."""
-
-    name: str
-    dataset: str
-    method: str = "standard"
-    arch: str = "convnet"
-    arch_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    mean: tuple[float, ...] = (0.2860,)
-    std: tuple[float, ...] = (0.3530,)
-    epochs: float = 3.0
-    batch_size: int = 128
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    warmup: float = 0.0
-    augment: bool = False
-    crop_padding: int = 2
-    eps: float = 0.1
-    attack_steps: int = 7
-    eps_warmup: float = 0.0
-    trades_beta: float = 6.0  # the regulariser's weight: beta of TRADES, lambda of MART
-    train_eps: float | None = None
-    seed: int = 0
-    train_n: int | None = None
-    ema: float = 0.0
-    helper: str = ""  # HAT: the registered standard model that labels the helper examples
-    helper_weight: float = 0.5  # HAT: gamma
-    helper_scale: float = 2.0  # HAT: h, the helper example is x + h * (x' - x)
-    awp: float = 0.0  # adversarial weight perturbation size gamma (0 = off)
-    noise_sigma: float = 0.0  # gaussian: std of the N(0, sigma^2 I) noise added to [0, 1] images (Cohen et al.)
-    loss_tau: float = 0.0  # lipschitz: temperature of the cross-entropy on the logits of a 1-Lipschitz network
-    margin_offset: float = 0.0  # lipschitz: subtracted from the true-class logit before the cross-entropy
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise InputError(f"recipe {self.name!r}: method must be one of {METHODS}, got {self.method!r}")
-        if self.optimizer not in ("adam", "sgd"):
-            raise InputError(f"recipe {self.name!r}: optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        if self.epochs <= 0 or self.batch_size <= 0 or self.lr <= 0:
-            raise InputError(f"recipe {self.name!r}: epochs, batch_size and lr must be positive")
-        if not 0.0 <= self.ema < 1.0:
-            raise InputError(f"recipe {self.name!r}: ema is a decay in [0, 1) (0 = off), got {self.ema!r}")
-        if self.method == "hat" and not self.helper:
-            raise InputError(f"recipe {self.name!r}: method 'hat' needs helper=NAME, a registered standard model")
-        if self.awp < 0:
-            raise InputError(f"recipe {self.name!r}: awp is a perturbation size >= 0 (0 = off), got {self.awp!r}")
-        if (self.method == "gaussian") != (self.noise_sigma > 0):
-            raise InputError(f"recipe {self.name!r}: method 'gaussian' needs noise_sigma > 0, and only it takes one"
-                             f" (got method {self.method!r}, noise_sigma {self.noise_sigma!r})")
-        if (self.method == "lipschitz") != (self.loss_tau > 0):
-            raise InputError(f"recipe {self.name!r}: method 'lipschitz' needs loss_tau > 0, and only it takes one"
-                             f" (got method {self.method!r}, loss_tau {self.loss_tau!r})")
-
-    @property
-    def file(self) -> str:
-        return f"{self.name}.safetensors"
-
-    @property
-    def robust(self) -> bool:
-        """Adversarially trained (evaluated with PGD at ``eps``); Gaussian-noise training is for randomized
-        smoothing, whose robustness is certified (:mod:`mixzoo.certify`), not attacked."""
-        return self.method not in ("standard", "gaussian")
-
-    @property
-    def certified(self) -> bool:
-        """Robust by construction: a Lipschitz network whose logits certify l2 radii (:mod:`mixzoo.certify`)."""
-        return self.method == "lipschitz"
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["arch_kwargs"], d["mean"], d["std"] = dict(self.arch_kwargs), list(self.mean), list(self.std)
-        # fields added after weights were shipped are left out at their defaults, so those files keep their bytes
-        defaults = {f.name: f.default for f in dataclasses.fields(Recipe)}
-        late = ("ema", "awp", "noise_sigma", "loss_tau", "margin_offset")
-        late += () if self.method == "hat" else ("helper", "helper_weight", "helper_scale")
-        for key in late:
-            if d[key] == defaults[key]:
-                del d[key]
-        return d
-
-    def replace(self, **changes: Any) -> Recipe:
-        return dataclasses.replace(self, **changes)
-
-
-_FMNIST = {"dataset": "fashion-mnist", "mean": (0.2860,), "std": (0.3530,)}
-_DIGITS = {"dataset": "digits", "mean": (0.3,), "std": (0.4,)}
-_DIGITS_LIP = {"dataset": "digits", "mean": (0.0,), "std": (1.0,)}  # a Lipschitz constant holds on [0, 1] inputs
-_SMALL = {"widths": (32, 64), "hidden": 128}
-_DIGITS_NET = {"widths": (16, 32), "hidden": 64, "input_hw": 8}
-
-RECIPES: dict[str, Recipe] = {r.name: r for r in [
-    Recipe("fmnist-std", **_FMNIST, method="standard",
-           arch_kwargs={"widths": (32, 64, 128), "hidden": 256, "convs_per_stage": 2, "batch_norm": True},
-           epochs=8, batch_size=128, optimizer="adam", lr=2e-3, weight_decay=5e-4, warmup=0.05, augment=True,
-           description="accurate CNN (2x conv per stage, batch norm), random crop + flip, 8 epochs"),
-    Recipe("fmnist-pgd", **_FMNIST, method="pgd", arch_kwargs=_SMALL, epochs=6, optimizer="adam", lr=1e-3,
-           warmup=0.05, eps=0.1, attack_steps=7, eps_warmup=0.2,
-           description="PGD-7 adversarial training, Linf eps 0.1, 6 epochs"),
-    Recipe("fmnist-trades", **_FMNIST, method="trades", arch_kwargs=_SMALL, epochs=6, optimizer="adam", lr=1e-3,
-           warmup=0.05, eps=0.1, attack_steps=7, eps_warmup=0.2, trades_beta=6.0,
-           description="TRADES (beta 6, KL-PGD-7), Linf eps 0.1, 6 epochs"),
-    Recipe("digits-std", **_DIGITS, method="standard", arch_kwargs=_DIGITS_NET, epochs=30, batch_size=64,
-           optimizer="adam", lr=3e-3, description="accurate digits CNN, trains in seconds"),
-    Recipe("digits-pgd", **_DIGITS, method="pgd", arch_kwargs=_DIGITS_NET, epochs=40, batch_size=64,
-           optimizer="adam", lr=3e-3, eps=0.2, attack_steps=5, eps_warmup=0.2,
-           description="PGD-5 adversarial training on digits, Linf eps 0.2 (at 0.1 it is as accurate as digits-std)"),
-    *[Recipe(f"fmnist-rs{round(100 * s):03d}", **_FMNIST, method="gaussian", noise_sigma=s, arch_kwargs=_SMALL,
-             epochs=6, optimizer="adam", lr=1e-3, warmup=0.05,
-             description=f"base of a randomized-smoothing RBC: Gaussian noise augmentation sigma {s}, 6 epochs")
-      for s in (0.25, 0.5, 1.0)],
-    *[Recipe(f"fmnist-lip{round(100 * r):03d}", dataset="fashion-mnist", mean=(0.0,), std=(1.0,), method="lipschitz",
-             arch="lipconvnet", arch_kwargs={"widths": (16, 32), "hidden": hidden}, epochs=epochs, batch_size=128,
-             optimizer="adam", lr=2e-3, warmup=0.05, loss_tau=8.0, margin_offset=r * math.sqrt(2), eps=0.1,
-             description=f"1-Lipschitz (l2) CNN, deel-torchlip layers, cross-entropy with temperature 8.0 and logit"
-                         f" margin {r * math.sqrt(2):.3g} (aims at certified l2 radius {r:g}),"
-                         # the description is in the weights' metadata: the width-128 models keep their bytes
-                         f"{f' hidden width {hidden},' if hidden != 128 else ''} {epochs} epochs; no normalisation,"
-                         " so the constant holds for [0, 1] images")
-      for r, hidden, epochs in ((0.5, 128, 4), (0.75, 128, 12), (1.0, 256, 12))],
-    Recipe("digits-lip", **_DIGITS_LIP, method="lipschitz", arch="lipconvnet",
-           arch_kwargs={"widths": (16,), "hidden": 64, "input_hw": 8}, epochs=20, batch_size=64, optimizer="adam",
-           lr=5e-3, loss_tau=8.0, margin_offset=0.5, eps=0.2,
-           description="1-Lipschitz (l2) CNN on digits (tests), deel-torchlip layers, trains in seconds"),
-    Recipe("digits-rs050", **_DIGITS, method="gaussian", noise_sigma=0.5, arch_kwargs=_DIGITS_NET, epochs=40,
-           batch_size=64, optimizer="adam", lr=3e-3,
-           description="base of a randomized-smoothing RBC on digits: Gaussian noise augmentation sigma 0.5"),
-]}
-
-
-def get_recipe(name_or_recipe: str | Recipe) -> Recipe:
-    """A recipe by name (unknown names get suggestions), or the recipe itself."""
-    if isinstance(name_or_recipe, Recipe):
-        return name_or_recipe
-    if name_or_recipe not in RECIPES:
-        raise UnknownNameError("recipe", name_or_recipe, RECIPES)
-    return RECIPES[name_or_recipe]
+__all__ = ["METHODS", "RECIPES", "Recipe", "TrainResult", "augment_batch", "build_network", "default_weights_dir",
+           "evaluate_model", "get_recipe", "hat_loss", "lipschitz_loss", "margin_metrics", "mart_loss", "model_logits",
+           "registry_entry", "save_weights", "shift_weights", "shipped_sha256", "trades_adversary", "trades_loss",
+           "train_model", "weight_perturbation"]
 
 
 def build_network(recipe: Recipe) -> nn.Module:
@@ -198,114 +71,7 @@ def build_network(recipe: Recipe) -> nn.Module:
     return architectures[recipe.arch](**dict(recipe.arch_kwargs))
 
 
-# --------------------------------------------------------------------------------------------- ingredients
-def augment_batch(x: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:
-    """Random crop with zero padding ``padding`` and random horizontal flip, vectorised over the batch."""
-    n, c, h, w = x.shape
-    padded = F.pad(x, (padding,) * 4)
-    dev = x.device
-    dy = torch.randint(0, 2 * padding + 1, (n,), generator=generator).to(dev)
-    dx = torch.randint(0, 2 * padding + 1, (n,), generator=generator).to(dev)
-    rows = (dy[:, None] + torch.arange(h, device=dev))[:, None, :, None]  # n,1,h,1
-    cols = (dx[:, None] + torch.arange(w, device=dev))[:, None, None, :]  # n,1,1,w
-    idx_n, idx_c = torch.arange(n, device=dev)[:, None, None, None], torch.arange(c, device=dev)[None, :, None, None]
-    out = padded[idx_n, idx_c, rows, cols]
-    flip = (torch.rand(n, generator=generator) < 0.5).to(dev)
-    return torch.where(flip[:, None, None, None], out.flip(-1), out)
 
-
-def trades_adversary(model: nn.Module, x: torch.Tensor, eps: float, steps: int,
-                     generator: torch.Generator, step_size: float | None = None) -> torch.Tensor:
-    """TRADES inner maximisation: ``argmax_{||x'-x||_inf <= eps} KL(f(x) || f(x'))`` by sign-gradient ascent
-    from ``x + 0.001 * N(0, I)`` (Zhang et al. 2019, Alg. 1); the result is clipped to [0, 1]."""
-    step_size = 2.5 * eps / steps if step_size is None else step_size
-    with torch.no_grad():
-        p_clean = F.softmax(model(x), dim=1)
-    noise = torch.randn(x.shape, generator=generator, device=generator.device).to(x.device)
-    x_adv = (x + 0.001 * noise).clamp(0, 1)
-    for _ in range(steps):
-        x_adv.requires_grad_(True)
-        loss = F.kl_div(F.log_softmax(model(x_adv), dim=1), p_clean, reduction="sum")
-        (grad,) = torch.autograd.grad(loss, x_adv)
-        with torch.no_grad():
-            x_adv = torch.min(torch.max(x_adv + step_size * grad.sign(), x - eps), x + eps).clamp(0, 1)
-    return x_adv.detach()
-
-
-def _lr_factor(step: int, total: int, warmup: float) -> float:
-    """Linear warm-up over ``warmup * total`` steps, then cosine decay to zero."""
-    w = int(warmup * total)
-    if step < w:
-        return (step + 1) / w
-    return 0.5 * (1 + math.cos(math.pi * (step - w) / max(1, total - w)))
-
-
-def _ln_margin(logits: torch.Tensor) -> torch.Tensor:
-    """Top-1 minus top-2 probability of softmax(LN(logits)) (Bai et al. 2024a, Sec. 3.1, App. D.7; LN of
-    :func:`mixzoo.attacks.margins.layer_norm`)."""
-    top2 = F.softmax(layer_norm(logits), dim=1).topk(2, dim=1).values
-    return top2[:, 0] - top2[:, 1]
-
-
-# ------------------------------------------------------------------------------------------------ evaluation
-def model_logits(model: nn.Module, data: ImageDataset, eps: float | None = 0.1, steps: int = 20,
-                 batch_size: int = 500, seed: int = 0, progress: bool = False
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Clean logits and (``eps`` given) logits of PGD-``steps`` L-inf examples, on the CPU. Eval mode."""
-    model.eval()
-    device = next(iter(model.parameters()), torch.empty(0)).device
-    gen = torch.Generator(device=device).manual_seed(seed)
-    clean, adv = [], []
-    with progress_bar(progress) as bar:
-        task = bar.add_task(f"evaluate ({'clean' if eps is None else f'PGD-{steps}'})", total=len(data))
-        for start in range(0, len(data), batch_size):
-            x = data.images[start:start + batch_size].to(device)
-            y = data.labels[start:start + batch_size].to(device)
-            with torch.no_grad():
-                clean.append(model(x).cpu())
-            if eps is not None:
-                x_adv = pgd(model, x, y, eps=eps, steps=steps, generator=gen)
-                with torch.no_grad():
-                    adv.append(model(x_adv).cpu())
-            bar.advance(task, len(y))
-    return torch.cat(clean), (torch.cat(adv) if eps is not None else None)
-
-
-def margin_metrics(labels: torch.Tensor, clean_logits: torch.Tensor, adv_logits: torch.Tensor | None = None,
-                   betas: tuple[float, ...] = (0.985, 0.95)) -> dict[str, float]:
-    """Accuracies and the margin statistics that select an RBC, from logits (see :func:`evaluate_model`)."""
-    correct, margin = clean_logits.argmax(1) == labels, _ln_margin(clean_logits)
-    out: dict[str, float] = {"n": float(len(labels)), "clean": correct.float().mean().item()}
-    mistakes = margin[~correct]
-    out["clean_mistake_margin_median"] = mistakes.median().item() if mistakes.numel() else float("nan")
-    if adv_logits is not None:
-        a_correct = adv_logits.argmax(1) == labels
-        out["pgd"] = a_correct.float().mean().item()
-        kept = _ln_margin(adv_logits)[a_correct]
-        for beta in betas:
-            key = f"{1 - beta:.3g}"
-            q = torch.quantile(kept, 1 - beta).item() if kept.numel() else float("nan")
-            out[f"attacked_correct_margin_q{key}"] = q
-            out[f"fixable_mistakes_q{key}"] = (mistakes < q).float().mean().item() if mistakes.numel() else 0.0
-    return out
-
-
-def evaluate_model(model: nn.Module, data: ImageDataset, eps: float | None = 0.1, steps: int = 20,
-                   batch_size: int = 500, seed: int = 0, betas: tuple[float, ...] = (0.985, 0.95),
-                   progress: bool = False) -> dict[str, float]:
-    """Clean and PGD-``steps`` accuracy (L-inf ``eps``) plus the margin statistics that select an RBC.
-
-    Returns ``clean``, ``pgd`` (accuracies in [0, 1]), ``clean_mistake_margin_median``, for each beta
-    ``attacked_correct_margin_q{1-beta}`` (the (1 - beta)-quantile of margins of PGD-attacked examples still
-    classified correctly, Bai et al. 2024a, Sec. 4.3), and ``fixable_mistakes_q{1-beta}``: the share of clean mistakes
-    whose margin is below that quantile, i.e. the mistakes an ABC could overrule without hurting robustness at
-    level beta with the identity transform. ``model`` takes [0, 1] images; it is put in eval mode.
-    """
-    clean, adv = model_logits(model, data, eps, steps, batch_size, seed, progress)
-    return margin_metrics(data.labels, clean, adv, betas)
-
-
-# -------------------------------------------------------------------------------------------------- training
 @dataclass
 class TrainResult:
     """What :func:`train_model` produced: the weights file, its sha256, timings and measured accuracies."""
@@ -327,125 +93,6 @@ class TrainResult:
         robust = f", PGD-20 {100 * m['pgd']:.2f}%" if "pgd" in m else ""
         return (f"{self.recipe.name}: clean {100 * m.get('clean', float('nan')):.2f}%{robust}"
                 f" on {int(m.get('n', 0))} evaluation images; trained in {self.seconds:.0f} s; sha256 {self.sha256}")
-
-
-def default_weights_dir() -> Path:
-    """Where the plugin that loads ``zoo`` sources reads relative weight files from (hook ``mixzoo_weights_dir``;
-    the built-in zoo's is ``plugins/weights``)."""
-    from mixzoo.core.errors import PluginError
-    from mixzoo.core.plugins import first_result
-
-    directory = first_result("mixzoo_weights_dir", "name its weights directory", kind="zoo")
-    if directory is None:
-        raise PluginError("no plugin loads source kind 'zoo' (mixzoo's built-in plugin 'zoo' does); reinstall mixzoo"
-                          " or pass --out DIR")
-    return Path(directory)
-
-
-def _objective(model: nn.Module, recipe: Recipe, x: torch.Tensor, y: torch.Tensor, eps: float,
-               gen: torch.Generator, helper: nn.Module | None = None) -> Callable[[], torch.Tensor]:
-    """Run a step's inner maximisation now and return its outer loss as a function of the current weights
-    (evaluated once, or twice with adversarial weight perturbation): standard CE, CE on PGD examples (Madry et
-    al.), the TRADES objective, MART or HAT."""
-    if recipe.method == "gaussian":  # Cohen et al. 2019: train the base of a smoothed classifier on x + N(0, s^2)
-        noise = torch.randn(x.shape, generator=gen, device=gen.device).to(x.device)
-        x_noisy = x + recipe.noise_sigma * noise
-        return lambda: F.cross_entropy(model(x_noisy), y)
-    if recipe.method == "lipschitz":  # no attack: the architecture bounds every perturbation's effect
-        return lambda: lipschitz_loss(model(x), y, recipe.loss_tau, recipe.margin_offset)
-    if recipe.method == "standard" or eps <= 0:
-        return lambda: F.cross_entropy(model(x), y)
-    model.eval()  # attacks see running statistics, as in the TRADES reference code
-    if recipe.method in ("pgd", "mart"):
-        x_adv = pgd(model, x, y, eps=eps, steps=recipe.attack_steps, generator=gen)
-    else:
-        x_adv = trades_adversary(model, x, eps, recipe.attack_steps, gen)
-    model.train()
-    if recipe.method == "pgd":
-        return lambda: F.cross_entropy(model(x_adv), y)
-    if recipe.method == "mart":
-        return lambda: mart_loss(model(x), model(x_adv), y, recipe.trades_beta)
-    if recipe.method == "hat":
-        assert helper is not None
-        x_help = x + recipe.helper_scale * (x_adv - x)
-        with torch.no_grad():
-            y_help = helper(x_adv).argmax(1)
-        return lambda: hat_loss(model(x), model(x_adv), model(x_help), y, y_help, recipe.trades_beta,
-                                recipe.helper_weight)
-    return lambda: trades_loss(model(x), model(x_adv), y, recipe.trades_beta)
-
-
-def lipschitz_loss(logits: torch.Tensor, y: torch.Tensor, tau: float, offset: float) -> torch.Tensor:
-    """Cross-entropy with temperature and margin for a 1-Lipschitz network: ``CE(tau * (f(x) - offset * e_y), y) /
-    tau`` (deel-torchlip's ``TauCrossEntropyLoss``, Bethune et al. 2022, on logits whose true class is lowered by
-    ``offset``). An L-Lipschitz (l2) logit map certifies radius ``margin / (sqrt(2) L)``, so the loss keeps pushing
-    until the logit margin exceeds ``offset``, i.e. until the certified radius exceeds ``offset / sqrt(2)``; a lower
-    ``tau`` trades clean accuracy for larger margins."""
-    shifted = logits - offset * F.one_hot(y, logits.shape[1]).to(logits.dtype)
-    return F.cross_entropy(tau * shifted, y) / tau
-
-
-def trades_loss(logits: torch.Tensor, logits_adv: torch.Tensor, y: torch.Tensor, beta: float) -> torch.Tensor:
-    """TRADES (Zhang et al. 2019, Eq. 5): ``CE(f(x), y) + beta * KL(f(x) || f(x'))``, averaged over the batch."""
-    kl = F.kl_div(F.log_softmax(logits_adv, dim=1), F.softmax(logits, dim=1), reduction="batchmean")
-    return F.cross_entropy(logits, y) + beta * kl
-
-
-def hat_loss(logits: torch.Tensor, logits_adv: torch.Tensor, logits_help: torch.Tensor, y: torch.Tensor,
-             y_help: torch.Tensor, beta: float, gamma: float) -> torch.Tensor:
-    """HAT (Rade & Moosavi-Dezfooli, ICLR 2022, Eq. 5): the TRADES objective plus ``gamma * CE(f(x_h), y_h)``
-    on a helper example ``x_h = x + h * (x' - x)`` beyond the TRADES example ``x'``, labelled ``y_h`` by a
-    standard model at ``x'``. It penalises the excessive input-space margin that adversarial training builds
-    along adversarial directions, which is what costs clean accuracy."""
-    return trades_loss(logits, logits_adv, y, beta) + gamma * F.cross_entropy(logits_help, y_help)
-
-
-def weight_perturbation(model: nn.Module, loss: torch.Tensor, gamma: float) -> dict[str, torch.Tensor]:
-    """Adversarial weight perturbation (Wu et al., NeurIPS 2020, Eq. 9 with one ascent step): for every weight
-    matrix / kernel ``w`` (biases and normalisation parameters are left alone), ``v = gamma * ||w|| * g / ||g||``
-    with ``g`` the gradient of ``loss`` (the adversarial loss) at ``w``. Returns ``{name: v}``; see
-    :func:`shift_weights`."""
-    named = [(k, w) for k, w in model.named_parameters() if w.requires_grad and w.dim() > 1]
-    grads = torch.autograd.grad(loss, [w for _, w in named])
-    return {k: gamma * w.detach().norm() * g / g.norm().clamp_min(1e-12)
-            for (k, w), g in zip(named, grads, strict=True)}
-
-
-@torch.no_grad()
-def shift_weights(model: nn.Module, shift: Mapping[str, torch.Tensor], sign: float) -> None:
-    """Add (``sign`` 1) or remove (-1) a weight perturbation in place."""
-    params = dict(model.named_parameters())
-    for k, v in shift.items():
-        params[k].add_(v, alpha=sign)
-
-
-def mart_loss(logits: torch.Tensor, logits_adv: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
-    """MART (Wang et al., ICLR 2020, Eq. 7): a boosted CE on the PGD example, ``-log p_y(x') - log(1 - max_{k!=y}
-    p_k(x'))``, plus ``lam * KL(p(x) || p(x')) * (1 - p_y(x))``, which weighs the clean-adversarial consistency
-    term by how *mis*classified the clean example is."""
-    p_adv = F.softmax(logits_adv, dim=1)
-    top_other = p_adv.scatter(1, y[:, None], 0.0).amax(dim=1)
-    bce = F.cross_entropy(logits_adv, y) - torch.log1p(-top_other.clamp(max=1 - 1e-6)).mean()
-    p = F.softmax(logits, dim=1)
-    kl = (p * (F.log_softmax(logits, dim=1) - F.log_softmax(logits_adv, dim=1))).sum(dim=1)
-    return bce + lam * (kl * (1.0 - p.gather(1, y[:, None]).squeeze(1))).mean()
-
-
-def _weight_average(model: nn.Module, decay: float) -> AveragedModel | None:
-    """Exponential moving average of the weights and buffers (``decay`` 0: none).
-
-    Weight averaging is one of the few training-side changes known to improve robust generalisation
-    (Gowal et al. 2020, Rebuffi et al. 2021); the decay is warmed up as min(decay, (1 + t) / (10 + t)) so the
-    average does not remember the random initialisation.
-    """
-    if decay <= 0:
-        return None
-
-    def ema(avg: torch.Tensor, new: torch.Tensor, num_averaged: torch.Tensor) -> torch.Tensor:
-        d = min(decay, (1 + int(num_averaged)) / (10 + int(num_averaged)))
-        return avg.lerp(new, 1 - d) if avg.is_floating_point() else new
-
-    return AveragedModel(model, avg_fn=ema, use_buffers=True)
 
 
 def shipped_sha256(path: Path) -> str | None:
@@ -618,30 +265,6 @@ def _evaluate_trained(model: nn.Module, recipe: Recipe, eval_n: int | None, data
     if robust_eps := (recipe.eps if recipe.robust else None):
         metrics["eps"] = robust_eps
     return metrics, evaluate_model(model, evaluation.subset(500), eps=None), logits
-
-
-def _serialize(state: dict[str, torch.Tensor], recipe: Recipe) -> bytes:
-    from safetensors.torch import save
-
-    # one metadata key only: safetensors writes its metadata map in hash order, which varies between processes
-    return save(state, metadata={"mixzoo_recipe": json.dumps(recipe.to_dict(), sort_keys=True)})
-
-
-def _state_sha256(state: dict[str, torch.Tensor], recipe: Recipe) -> str:
-    return hashlib.sha256(_serialize(state, recipe)).hexdigest()
-
-
-def save_weights(state: dict[str, torch.Tensor], out_dir: Path, recipe: Recipe) -> tuple[Path, str]:
-    """Write ``NAME.safetensors`` (recipe JSON in the metadata) and ``NAME.sha256`` atomically."""
-    from mixzoo.core.cache import atomic_write_bytes, atomic_write_text
-
-    blob = _serialize(state, recipe)
-    sha = hashlib.sha256(blob).hexdigest()
-    path = atomic_write_bytes(out_dir / recipe.file, blob)
-    atomic_write_text(out_dir / f"{recipe.name}.sha256", f"{sha}  {recipe.file}\n")
-    for written in (path, out_dir / f"{recipe.name}.sha256"):
-        written.chmod(0o644)  # package data, readable by everyone (mkstemp creates 0600)
-    return path, sha
 
 
 def registry_entry(result: TrainResult, command: str, date: str, machine: str = "2-core CPU",

@@ -1,4 +1,5 @@
-"""Every built-in attack is registered in one place: the ``attacks`` plugin."""
+"""Every built-in attack is registered once: an attack for any classifier by the ``attacks`` plugin, an attack made
+for one method's classifier by the methods' plugin, beside the method."""
 
 from __future__ import annotations
 
@@ -7,17 +8,19 @@ from importlib.metadata import entry_points
 
 from mixzoo.core.plugins import lookup
 
-BUILT_IN = {"pgd", "apgd", "autoattack", "adaptive", "adaptive-apgd", "adaptive-strong", "min-margin-square", "fast",
-            "adaptive-smoothing-apgd", "adaptive-smoothing-gate", "local-smoothing-policy-gate"}
+GENERAL = {"pgd", "apgd", "autoattack", "adaptive", "adaptive-apgd", "adaptive-strong", "min-margin-square", "fast"}
+OF_METHODS = {"adaptive-smoothing-apgd", "adaptive-smoothing-gate", "local-smoothing-policy-gate"}
 
 
-def test_the_attacks_plugin_registers_every_built_in_attack_and_no_other_built_in_plugin_does():
-    from mixzoo_plugins import attacks
+def test_the_attacks_and_methods_plugins_register_every_built_in_attack_and_no_other_built_in_plugin_does():
+    from mixzoo_plugins import attacks, methods
 
-    assert set(attacks.mixzoo_attacks()) == BUILT_IN
+    assert set(attacks.mixzoo_attacks()) == GENERAL
+    assert set(methods.mixzoo_attacks()) == OF_METHODS
     others = [ep.name for ep in entry_points(group="mixzoo")
-              if ep.value.startswith("mixzoo_plugins.") and ep.name != "attacks"
+              if ep.value.startswith("mixzoo_plugins.") and ep.name not in ("attacks", "methods")
               and hasattr(importlib.import_module(ep.value), "mixzoo_attacks")]
     assert others == []
-    for name in BUILT_IN:  # and the registry serves each of them from there
-        assert lookup("attack", name) is attacks.mixzoo_attacks()[name]
+    for plugin, names in ((attacks, GENERAL), (methods, OF_METHODS)):  # and the registry serves each from there
+        for name in names:
+            assert lookup("attack", name) is plugin.mixzoo_attacks()[name]

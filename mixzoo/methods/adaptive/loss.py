@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from mixzoo.core.errors import InputError
+from mixzoo.methods.shared.training_loop import LABEL_RULES
 
-LABEL_RULES = ("authors", "oracle")
+__all__ = ["LABEL_RULES", "composite_loss", "pseudo_labels"]
 
 
 def pseudo_labels(attacked: torch.Tensor, abc_correct: torch.Tensor | None = None,

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.adaptive.network import MixingNetwork
-from mixzoo.methods.adaptive.taps import Taps, model_taps, run_tapped
-from mixzoo.methods.mixednuts.transforms import abc_log_probs
+from mixzoo.methods.shared.network import MixingNetwork
+from mixzoo.methods.shared.taps import Taps, model_taps, run_tapped
+from mixzoo.methods.shared.temperature import abc_log_probs
 
 GRADIENTS = ("exact", "gray", "transfer-abc", "transfer-rbc")
 

@@ -3,12 +3,11 @@ per-input strength.
 
 ``fit`` measures beta_0 on the pair (Bai et al. (local smoothing), Fig. 4's crossover, :mod:`.crossover`, on the first
 ``n_crossover`` calibration images; or takes ``beta0`` as given), trains the policy beta_theta on the train split with
-the shared adaptive-smoothing trainer and Bai et al. (local smoothing), Eq. 9 (:mod:`.policy`), and writes the card,
-the crossover curves and the policy's weights (safetensors next to the card, sha256 in the card's ``[weights]``).
-``build`` is
-:class:`~.smoothing.LocalSmoothingClassifier` with the policy as its ``log_alpha``. ``extra_attacks`` are the attacks
-of Bai et al. (local smoothing), Sec. 4.2 and 5.1 an adversary who knows the method runs
-(:meth:`LocalSmoothingAdaptive.extra_attacks`).
+the shared trainer (:mod:`mixzoo.methods.shared.training_loop`) and Bai et al. (local smoothing), Eq. 9
+(:mod:`.policy`), and writes the card, the crossover curves and the policy's weights (safetensors next to the card,
+sha256 in the card's ``[weights]``). ``build`` is :class:`~.smoothing.LocalSmoothingClassifier` with the policy as its
+``log_alpha``. ``extra_attacks`` are the attacks of Bai et al. (local smoothing), Sec. 4.2 and 5.1 an adversary who
+knows the method runs (:meth:`LocalSmoothingAdaptive.extra_attacks`).
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ from mixzoo.methods.base import (
     square_extra,
     weight_hashes,
 )
+from mixzoo.methods.card_fields import choice, flag
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
-from mixzoo.methods.local_smoothing.method import _choice, _flag
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
 
 if TYPE_CHECKING:
@@ -110,13 +109,13 @@ class LocalSmoothingAdaptive(MixingMethod):
 
     # ------------------------------------------------------------------------------------------------ card
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
-        from mixzoo.methods.adaptive.method import check_network_fields
+        from mixzoo.methods.shared.network_files import check_network_fields
 
         sec = self.name
-        _choice(params, "r", R_OPTIONS, source, sec, "ratio")
-        _choice(params, "space", SPACES, source, sec, "logits")
-        _choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
-        _flag(params, "accelerated", source, sec)
+        choice(params, "r", R_OPTIONS, source, sec, "ratio")
+        choice(params, "space", SPACES, source, sec, "logits")
+        choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
+        flag(params, "accelerated", source, sec)
         number(params, "eps_c", source, sec, positive=True, default=1e-6)
         number(params, "beta0", source, sec)
         if not math.isfinite(params["beta0"]):
@@ -143,9 +142,9 @@ class LocalSmoothingAdaptive(MixingMethod):
     # ------------------------------------------------------------------------------------------------ model
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
-        from mixzoo.methods.adaptive.method import card_taps, load_network
         from mixzoo.methods.local_smoothing.policy import Policy
         from mixzoo.methods.local_smoothing.smoothing import LocalSmoothingClassifier
+        from mixzoo.methods.shared.network_files import card_taps, load_network
         from mixzoo.zoo.pairs import model_device
 
         if abc is None or rbc is None:
@@ -161,7 +160,7 @@ class LocalSmoothingAdaptive(MixingMethod):
         gradient bypassed; Eq. 6 at fixed alpha_t = 0 (transfer from g), inf (transfer from h) and alpha_0 (the
         crossover); the policy attacked toward g (APGD whose loss also lowers beta, and beta alone); Square
         (gradient-free); the policy attacked through beta_theta before its crop and exp."""
-        from mixzoo.methods.adaptive.gate_attacks import gate_logit_extra
+        from mixzoo.methods.shared.gate_attacks import gate_logit_extra
 
         q = card.params
         apgd = {"n_iter": int(q["eval_n_iter"]), "n_target_classes": int(q["eval_n_target_classes"])}
@@ -219,18 +218,17 @@ class LocalSmoothingAdaptive(MixingMethod):
 
     def fit(self, request: FitRequest) -> FitResult:
         from mixzoo.core import distributed
-        from mixzoo.core.card import MixCard, provenance
-        from mixzoo.methods.adaptive.method import (
+        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts
+        from mixzoo.methods.local_smoothing.policy import PolicyObjective
+        from mixzoo.methods.shared.network_files import (
             check_n_train,
             network_record,
             save_network,
+            train_on_split,
             train_split,
-            training_checkpoint,
+            trained_card,
             training_out,
         )
-        from mixzoo.methods.adaptive.training import TrainRun, train
-        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts
-        from mixzoo.methods.local_smoothing.policy import PolicyObjective
         from mixzoo.zoo.pairs import prepare_pair
 
         opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
@@ -255,11 +253,9 @@ class LocalSmoothingAdaptive(MixingMethod):
             t1 = time.perf_counter()
             crossover = _measure_beta0(pair, cfg, sweep, opts["n_crossover"], opts["crossover_steps"], request.seed)
             seconds["crossover"] = time.perf_counter() - t1
-        ckpt = training_checkpoint(out, bool(opts.get("resume", True)))
         t1 = time.perf_counter()
-        res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg, objective=PolicyObjective(), run=TrainRun(
-            val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt, progress=request.progress,
-            checkpoint_every=opts["checkpoint_every"]))
+        res = train_on_split(pair, cfg, PolicyObjective(), images, labels, split, n_val, out=out, request=request,
+                             opts=opts)
         seconds["train"] = time.perf_counter() - t1
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"beta0": cfg.beta0, "epochs": cfg.epochs, "rank": world.rank}, seconds)
@@ -275,21 +271,15 @@ class LocalSmoothingAdaptive(MixingMethod):
         if crossover is not None:
             params["crossover"] = {**crossover.record(), "split": "calibration",
                                    "fingerprint": getattr(pair.data, "fingerprint", "")}
-        card = MixCard(self.name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
-                       data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
-                             "source": getattr(data, "source", "")},
-                       attack={"eps": pair.eps, "norm": pair.norm},
-                       weights={weights_name: digest},
-                       provenance=provenance(command=request.provenance_command))
-        path = card.save(out)
-        card.path = path
+        card = trained_card(self.name, params, pair, data, split, n_val, attack={"eps": pair.eps, "norm": pair.norm},
+                            weights={weights_name: digest}, request=request, out=out)
         last = res.history[-1] if res.history else {}
         summary = {"beta0": cfg.beta0, "beta0_source": params["beta0_source"], "epochs": cfg.epochs,
                    "resumed_epochs": res.resumed_epochs,
                    **{k: v for k, v in last.items() if k.startswith(("val_", "beta_"))}}
         if crossover is not None:
             summary["crossover"] = crossover.where
-        return FitResult(card, path, summary, seconds, {"checkpoint": res.resumed_epochs > 0})
+        return FitResult(card, card.path, summary, seconds, {"checkpoint": res.resumed_epochs > 0})
 
 
 def _measure_beta0(pair: Any, cfg: Any, sweep: list[float], n_crossover: int, steps: int, seed: int) -> Any:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.adaptive.attacks import pgd_alpha
 from mixzoo.methods.local_smoothing.smoothing import LocalSmoothingClassifier, smooth, to_log_probs
+from mixzoo.methods.shared.alpha_attacks import pgd_alpha
 
 # Bai et al. (local smoothing), Sec. 6.3: the attack-time alphas the policy is trained on (and, here, the default sweep)
 PAPER_ALPHA_TS = (0.0, 0.316, 1.46, 6.81, 31.6, 147.0, 681.0, 3162.0, math.inf)
@@ -32,7 +32,7 @@ PAPER_ALPHA_TS = (0.0, 0.316, 1.46, 6.81, 31.6, 147.0, 681.0, 3162.0, math.inf)
 
 class AtAlpha:
     """The smoothed classifier's output at a per-example attack-time ``alpha_t`` ((B,), R_i held constant), in the
-    ``forward_alpha`` form :func:`~mixzoo.methods.adaptive.attacks.pgd_alpha` attacks (no alpha term: w = 0)."""
+    ``forward_alpha`` form :func:`~mixzoo.methods.shared.alpha_attacks.pgd_alpha` attacks (no alpha term: w = 0)."""
 
     def __init__(self, clf: LocalSmoothingClassifier, alpha_t: torch.Tensor):
         self.clf, self.alpha_t = clf, alpha_t

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
 from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra
+from mixzoo.methods.card_fields import choice, flag
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
 
@@ -42,23 +43,8 @@ EXTRA_SQUARE_QUERIES = 1000
 _TRAIN_CACHE: dict[tuple[str, int], Any] = {}
 
 
-def _choice(params: dict[str, Any], key: str, options: tuple[str, ...], source: str, section: str,
-            default: str) -> None:
-    value = params.setdefault(key, default)
-    if value not in options:
-        raise InputError(f"{source}: field '{section}.{key}' must be one of {', '.join(options)}, got {value!r}")
-
-
-def _flag(params: dict[str, Any], key: str, source: str, section: str) -> None:
-    value = params.setdefault(key, False)
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        value = params[key] = value.lower() == "true"
-    if not isinstance(value, bool):
-        raise InputError(f"{source}: field '{section}.{key}' must be true or false, got {value!r}")
-
-
 def _fit_fields(params: dict[str, Any], source: str, section: str) -> None:
-    _choice(params, "fit", FITS, source, section, "given")
+    choice(params, "fit", FITS, source, section, "given")
     number(params, "target_clean", source, section, low=0.0, high=1.0, default=None, allow_none=True)
     number(params, "calibration_clean", source, section, low=0.0, high=1.0, default=None, allow_none=True)
     if params["fit"] == "target_clean" and params["target_clean"] is None:
@@ -169,10 +155,10 @@ class LocalSmoothing(MixingMethod):
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
         sec = self.name
         number(params, "alpha", source, sec, low=0.0)
-        _choice(params, "r", R_OPTIONS, source, sec, "ratio")
-        _choice(params, "space", SPACES, source, sec, "logits")
-        _choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
-        _flag(params, "accelerated", source, sec)
+        choice(params, "r", R_OPTIONS, source, sec, "ratio")
+        choice(params, "space", SPACES, source, sec, "logits")
+        choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
+        flag(params, "accelerated", source, sec)
         number(params, "eps_c", source, sec, positive=True, default=1e-6)
         if params["accelerated"] and params["r"] not in ("grad_g", "ratio"):
             raise InputError(f"{source}: field '{sec}.accelerated' applies to r = grad_g or ratio (Bai et al. (local"
@@ -255,7 +241,7 @@ class KNNSmoothing(MixingMethod):
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
         sec = self.name
         number(params, "alpha", source, sec, low=0.0)
-        _choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
+        choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
         k = params.setdefault("k", 5)
         if isinstance(k, float) and k.is_integer():
             k = params["k"] = int(k)

@@ -1,14 +1,14 @@
 """The adaptive smoothing strength of Bai et al. (local smoothing), Sec. 5 (Eq. 7-9): the policy beta_theta and how it
 is trained.
 
-* :class:`Policy`: beta_theta(x), the mixing network of adaptive smoothing (:mod:`mixzoo.methods.adaptive.network`,
+* :class:`Policy`: beta_theta(x), the mixing network of adaptive smoothing (:mod:`mixzoo.methods.shared.network`,
   Bai et al. (local smoothing), Fig. 1's detector-style architecture) on the tapped features of both base models;
   plugged into
   :class:`~.smoothing.LocalSmoothingClassifier` as ``log_alpha``, so alpha(x) = exp(beta_theta(x)) (Eq. 7, cropped to
   [-14, 14] as in Sec. 6.3).
 * :func:`policy_loss`: the composite loss of Eq. 9,
   ``(CE(g^theta(x'), y) + c1) * (c2 + (c3 - s * beta_theta(x'))_+)`` with ``s = sgn(log alpha*(x') - beta_0)``.
-* :class:`PolicyObjective`: what the shared adaptive-smoothing trainer (:func:`mixzoo.methods.adaptive.training.train`)
+* :class:`PolicyObjective`: what the shared trainer (:func:`mixzoo.methods.shared.training_loop.train`)
   trains for this method.
 
 The supervision sign. Bai et al. (local smoothing), Sec. 5.3 approximates the optimal alpha of a point attacked at
@@ -35,9 +35,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.adaptive.attacks import pgd_alpha
-from mixzoo.methods.adaptive.taps import Taps, run_tapped
-from mixzoo.methods.adaptive.training import Objective, TrainConfig, epoch_generator
 from mixzoo.methods.local_smoothing.crossover import PAPER_ALPHA_TS, attack_at_alpha, check_alpha_ts
 from mixzoo.methods.local_smoothing.gradients import check_norm
 from mixzoo.methods.local_smoothing.smoothing import (
@@ -47,13 +44,16 @@ from mixzoo.methods.local_smoothing.smoothing import (
     smooth,
     to_log_probs,
 )
+from mixzoo.methods.shared.alpha_attacks import pgd_alpha
+from mixzoo.methods.shared.taps import Taps, run_tapped
+from mixzoo.methods.shared.training_loop import Objective, TrainConfig, epoch_generator
 
 ADAPTIVE = 0  # the supervision sign of points attacked through the policy: cross-entropy only
 
 
 class Policy(nn.Module):
     """beta_theta(x) (Bai et al. (local smoothing), Eq. 7): ``net`` (a
-    :class:`~mixzoo.methods.adaptive.network.MixingNetwork`) on the early and middle features of ``abc`` and ``rbc``
+    :class:`~mixzoo.methods.shared.network.MixingNetwork`) on the early and middle features of ``abc`` and ``rbc``
     (their ``taps``); images -> (B,) log-strengths."""
 
     def __init__(self, abc: nn.Module, rbc: nn.Module, net: nn.Module, taps: tuple[Taps, Taps]):
@@ -84,7 +84,7 @@ def policy_loss(log_probs: torch.Tensor, labels: torch.Tensor, beta: torch.Tenso
 
 @dataclass
 class PolicyConfig(TrainConfig):
-    """:class:`~mixzoo.methods.adaptive.training.TrainConfig` (epochs, batch, optimiser, EMA, network size, steps,
+    """:class:`~mixzoo.methods.shared.training_loop.TrainConfig` (epochs, batch, optimiser, EMA, network size, steps,
     radii, seed) plus Bai et al. (local smoothing)'s: the smoothing (``r``, ``space``, ``accelerated``, ``eps_c``), Eq.
     9's ``beta0``, ``c1``, ``c2``, ``c3`` and the attack-time ``alpha_ts`` of the training attacks. ``setting``,
     ``c_ce``, ``c_bce``, ``c_prod``, ``pseudo_labels``, ``alpha_loss_max`` and ``n_target_classes`` (Bai et al.

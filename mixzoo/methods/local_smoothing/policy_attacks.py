@@ -3,7 +3,7 @@
 Bai et al. (local smoothing), Eq. 7 smooths with ``alpha(x) = exp(clip(beta_theta(x), -14, 14))``; the crop (Bai et al.
 (local smoothing), Sec. 6.3) has no gradient outside [-14, 14], and the smoothed scores ``(g + alpha R h) / (1 + alpha
 R)`` stop moving with beta once ``alpha R`` is far from 1 either way. The attacks of
-:mod:`mixzoo.methods.adaptive.gate_attacks` (``gate-ce``, ``gate-t``, ``gate-refine``) therefore take the policy's
+:mod:`mixzoo.methods.shared.gate_attacks` (``gate-ce``, ``gate-t``, ``gate-refine``) therefore take the policy's
 output *before* its crop and exp as the gate logit: they maximise the classifier's loss minus ``mu * beta_theta(x)``,
 which lowers beta (toward the non-robust g) wherever the crop or the smoothing saturates. The RBC-margin screen does
 not apply: the smoothing mixes logits, not probabilities, and alpha has no positive lower bound, so no margin of h
@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.adaptive.gate_attacks import GateForward, GateLogitAttack
+from mixzoo.methods.shared.boundary_refine import GateForward
+from mixzoo.methods.shared.gate_attacks import GateLogitAttack
 
 
 def policy_gate(model: nn.Module) -> GateForward:

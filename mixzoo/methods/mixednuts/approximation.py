@@ -106,8 +106,9 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     """
     from mixzoo.core.cache import Cache
     from mixzoo.core.card import MixCard
-    from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+    from mixzoo.methods.mixednuts.calibrate import calibrate
     from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
+    from mixzoo.methods.mixednuts.grid import Grid
     from mixzoo.methods.mixednuts.transforms import confidence_margin, rbc_transform, transform_of
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.pairs import cached_logits, card_dataset, card_model, check_device, check_model_fits
@@ -189,8 +190,9 @@ def refit_alpha(card: Any, rbc: nn.Module, cdata: Any, *, cache: Any, device: st
     the attacked-correct set, and with them small margins. ``cdata`` is the first pass's
     :class:`mixzoo.zoo.pairs.CalibrationData`. The card's grid heat map stays the first pass's.
     """
-    from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
+    from mixzoo.methods.mixednuts.calibrate import calibrate
     from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
+    from mixzoo.methods.mixednuts.grid import Grid
 
     direct = cached_mmaa(rbc, cdata.dataset, MMAASettings(**mmaa_settings(cdata.attack, card.params["top_k"])),
                          cache=cache,

@@ -115,7 +115,7 @@ class MixSettings:
 
     def check(self) -> None:
         """One-line errors for a bad Algorithm 1 setting, before any attack (:func:`.calibrate.check_settings`)."""
-        from mixzoo.methods.mixednuts.calibrate import check_settings
+        from mixzoo.methods.mixednuts.calibration_settings import check_settings
 
         check_settings(beta=self.beta, clamp=self.clamp, objective=self.objective, optimizer=self.optimizer,
                        grid=self.grid, top_k=self.top_k, search=self.search)

@@ -22,7 +22,7 @@ _V1_KEYS = ("s", "p", "c", "alpha", "beta", "clamp", "top_k", "temperature", "al
 def _grid_option(value: Any) -> Any:
     """Option ``grid``: a :class:`~.calibrate.Grid`, or its text form ``s=MIN:MAX:N,p=MIN:MAX:N,c=MIN:MAX:N``
     (any subset of the axes; a comma-separated command-line value arrives as a list of its parts)."""
-    from mixzoo.methods.mixednuts.calibrate import Grid
+    from mixzoo.methods.mixednuts.grid import Grid
 
     if isinstance(value, Grid):
         return value

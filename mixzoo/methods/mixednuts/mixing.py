@@ -21,12 +21,12 @@ from torch import nn
 from mixzoo.core.errors import InputError
 from mixzoo.methods.mixednuts.transforms import (
     ClampFn,
-    abc_log_probs,
     check_top_k,
     get_clamp,
     rbc_transform,
     transform_of,
 )
+from mixzoo.methods.shared.temperature import abc_log_probs
 from mixzoo.zoo.pairs import model_label, weight_mismatches  # noqa: F401 - weight_mismatches: importable from here too
 
 

@@ -19,6 +19,7 @@ from mixzoo.attacks.margins import (  # noqa: F401 - LN is also MMAA's (App. B.1
     layer_norm,
 )
 from mixzoo.core.errors import InputError
+from mixzoo.methods.shared.temperature import abc_log_probs  # noqa: F401 - also a name of this module
 
 ClampFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -63,23 +64,6 @@ def rbc_transform(logits: torch.Tensor, s: float | torch.Tensor, p: float | torc
         raise InputError(f"s and p must be positive (Bai et al. 2024a, Eq. 4), got s={s}, p={p}")
     h = get_clamp(clamp)(layer_norm(logits, top_k) + c_t)
     return s_t * signed_power(h, p_t)
-
-
-def abc_log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Log-probabilities of the temperature-scaled ABC, ``log_softmax(logits / T)`` (Bai et al. 2024a, Sec. 3.1).
-
-    ``T = 0`` is the hard-max limit: exactly 0 at the (first) argmax and ``-inf`` elsewhere (the log of the one-hot
-    vector of Sec. 2.1). It stays attached to the autograd graph with a zero gradient.
-    """
-    if temperature < 0:
-        raise InputError(f"temperature must be >= 0, got {temperature}")
-    if temperature > 0:
-        return torch.log_softmax(logits / temperature, dim=-1)
-    idx = logits.argmax(dim=-1, keepdim=True)
-    out = torch.full_like(logits, float("-inf")).scatter_(-1, idx, 0.0)
-    if logits.requires_grad:  # keep the graph (zero gradient) so that T = 0 mixtures can be back-propagated
-        out = out + 0.0 * torch.nan_to_num(logits)
-    return out
 
 
 def confidence_margin(logits: torch.Tensor) -> torch.Tensor:

@@ -112,8 +112,8 @@ def test_pseudo_labels_follow_the_rules():
 
 # ------------------------------------------------------------------------------------------------ the taps
 def test_taps_shapes_and_alignment(pair):
-    from mixzoo.methods.adaptive.network import MixingNetwork
-    from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
+    from mixzoo.methods.shared.network import MixingNetwork
+    from mixzoo.methods.shared.taps import model_taps, tap_shapes
     from mixzoo.zoo.models import load_model
 
     abc, _ = pair
@@ -129,8 +129,8 @@ def test_taps_shapes_and_alignment(pair):
 
 def test_model_without_taps_is_refused_naming_the_field(pair, train_data):
     from mixzoo.core.registry import spec_from_dict
-    from mixzoo.methods.adaptive.taps import Taps, check_taps, model_taps
     from mixzoo.methods.adaptive.training import TrainConfig, TrainRun, train
+    from mixzoo.methods.shared.taps import Taps, check_taps, model_taps
 
     mlp = nn.Sequential(nn.Flatten(), nn.Linear(64, 10)).eval()
     with pytest.raises(InputError, match=r"ABC 'Sequential' declares no layer taps.*taps = \{early"):
@@ -145,7 +145,7 @@ def test_model_without_taps_is_refused_naming_the_field(pair, train_data):
 
 
 def test_hooks_are_removed_after_each_forward(pair):
-    from mixzoo.methods.adaptive.taps import model_taps, run_tapped
+    from mixzoo.methods.shared.taps import model_taps, run_tapped
 
     abc, _ = pair
     before = sum(len(m._forward_hooks) for m in abc.modules())
@@ -158,7 +158,7 @@ def test_hooks_are_removed_after_each_forward(pair):
 # ------------------------------------------------------------------------------------------------ gradients
 def test_gradient_variants(pair):
     from mixzoo.methods.adaptive.mixing import AdaptiveClassifier
-    from mixzoo.methods.adaptive.network import MixingNetwork
+    from mixzoo.methods.shared.network import MixingNetwork
 
     abc, rbc = pair
     torch.manual_seed(0)
@@ -524,8 +524,8 @@ def test_mix_by_name_through_the_cli_resumes(tmp_path, monkeypatch):
 
 def test_ema_is_the_decayed_average_of_the_weights(pair, train_data):
     """One batch, one step: the EMA weights are 0.8 * initial + 0.2 * trained (App. D.1's decay 0.8)."""
-    from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
     from mixzoo.methods.adaptive.training import TrainRun, new_network, train
+    from mixzoo.methods.shared.taps import model_taps, tap_shapes
 
     abc, rbc = pair
     x, y = train_data[0][:32], train_data[1][:32]
@@ -542,7 +542,7 @@ def test_ema_is_the_decayed_average_of_the_weights(pair, train_data):
 def test_published_families_have_default_taps_through_wrappers():
     """timm's BiT ResNetV2 and ConvNeXt (small random ones), wrapped as the loading plugins wrap them."""
     timm = pytest.importorskip("timm")
-    from mixzoo.methods.adaptive.taps import model_taps, tap_shapes
+    from mixzoo.methods.shared.taps import model_taps, tap_shapes
 
     class Wrapper(nn.Module):
         def __init__(self, inner):

@@ -245,14 +245,14 @@ def test_training_learns_beta_up_on_attacks_aimed_at_g_and_down_on_clean(pair, t
 
 
 def _taps(abc, rbc):
-    from mixzoo.methods.adaptive.taps import model_taps
+    from mixzoo.methods.shared.taps import model_taps
 
     return model_taps(abc), model_taps(rbc)
 
 
 def _net(state, abc, rbc, cfg):
-    from mixzoo.methods.adaptive.taps import tap_shapes
     from mixzoo.methods.adaptive.training import new_network
+    from mixzoo.methods.shared.taps import tap_shapes
 
     sg, sh = (tap_shapes(m, t, (1, 8, 8)) for m, t in zip((abc, rbc), _taps(abc, rbc), strict=True))
     net = new_network([sg["early"][0], sh["early"][0]], [sg["middle"][0], sh["middle"][0]], cfg)

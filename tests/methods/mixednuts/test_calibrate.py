@@ -238,9 +238,19 @@ def test_linear_baseline_and_alpha_d():
     assert other.params["alpha_d"] == pytest.approx(
         mixed.params["alpha_d"]
     )  # alpha_d does not depend on the clamp or grid
-    from mixzoo.methods.mixednuts.calibrate import calibrate_alpha_linear
+    from mixzoo.methods.linear import calibrate_alpha_linear
 
     assert calibrate_alpha_linear(**data, beta=beta).params["alpha"] == pytest.approx(card.params["alpha"])
+
+
+def test_calibrate_alpha_linear_keeps_its_old_import_path_with_a_warning():
+    import mixzoo.methods.mixednuts.calibrate as old
+    from mixzoo.methods.linear import calibrate_alpha_linear
+
+    with pytest.warns(DeprecationWarning, match="mixzoo.methods.linear.calibrate_alpha_linear"):
+        assert old.calibrate_alpha_linear is calibrate_alpha_linear
+    with pytest.raises(AttributeError):
+        old.no_such_name  # noqa: B018
 
 
 def test_refine_optimizer_is_no_worse_and_card_round_trips(tmp_path):

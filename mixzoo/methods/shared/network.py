@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixzoo.methods.adaptive.taps import align
+from mixzoo.methods.shared.taps import align
 
 
 class ResBlock(nn.Module):
