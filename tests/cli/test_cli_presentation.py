@@ -124,8 +124,8 @@ def test_commands_arrive_one_way_the_core_then_the_plugins_hook():
     core = {c.callback.__module__ for c in cli.app.registered_commands}
     assert core == {f"mixzoo.cli.{m}" for m in ("models", "plugins", "mixing", "evaluation", "certify", "train")}, core
     names = set(_commands())
-    assert names == {"list", "info", "fetch-list", "plugins", "new-plugin", "mix", "bench", "sanity", "certify", "verify", "train",
-                     "push", "export", "report", "check", "transfer-params"}
+    assert names == {"list", "info", "fetch-list", "plugins", "new-plugin", "mix", "bench", "sanity", "certify",
+                     "verify", "train", "push", "export", "report", "check", "transfer-params"}
     pm = get_plugin_manager()
     share = pm.get_plugin("share")
     assert share is not None
