@@ -1,35 +1,38 @@
-"""Running an attack plugin over a data set, batch by batch, with every batch's outcome cached so an interrupted
-run resumes and a finished one is reused when nothing it depends on changed. Shared by the bench, the eps sweep,
-the methods that fit against an attack (the linear baseline's alpha matching) and MixedNUTS's trade-off curve.
+"""Running an attack plugin over a data set, batch by batch, with every batch's outcome cached
+(:mod:`mixzoo.attacks.outcome_cache`) so an interrupted run resumes and a finished one is reused when nothing it
+depends on changed. Shared by the bench, the eps sweep, the methods that fit against an attack (the linear
+baseline's alpha matching) and MixedNUTS's trade-off curve.
 """
 
 from __future__ import annotations
 
 import contextvars
 import inspect
-import json
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from torch import nn
 
+from mixzoo.attacks.outcome_cache import (
+    ADV_SUFFIX,
+    cached_part,
+    outcome_digest,
+    outcome_problem,
+    read_outcome,
+    sealed,
+    write_outcome,
+)
 from mixzoo.attacks.precision import resolve_precision
 from mixzoo.attacks.result import Outcome
-from mixzoo.core.cache import atomic_save_tensors, atomic_write_text, content_key, stale_entry
+from mixzoo.core.cache import content_key
 from mixzoo.core.checks import naming_model
 from mixzoo.core.distributed import check_shards, gather, world
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import progress_bar
-from mixzoo.core.reading import read_data
-from mixzoo.core.record import sha256_of
 from mixzoo.core.request import EvalRequest
 from mixzoo.zoo.pairs import model_device
 
@@ -37,7 +40,6 @@ from mixzoo.zoo.pairs import model_device
 # models, data and attack (components, layer norm, how random numbers are drawn), so older outcomes are not reused.
 BENCH_CODE_VERSION = "bench-6"
 BF16_COUNTS = ("found_bf16", "confirmed_float32", "rerun_float32")  # a bf16 component's record has these
-ADV_SUFFIX = ".adv.safetensors"  # next to a cached outcome KEY.json: the points that broke its examples
 
 
 _CACHE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("mixzoo_cache_only", default=False)
@@ -84,7 +86,6 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
     """
     run = plan_evaluation(request, images.device)
     n = len(labels)
-    final = _outcome_path(run)
     hit = _whole_hit(run, n)
     if hit is not None:
         return Outcome.of(hit)
@@ -102,13 +103,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
         points = [found[i] for i in range(n_batches)]
         adversarial = {"index": torch.cat([p["index"] for p in points]).long(),
                        "images": torch.cat([p["images"] for p in points])}
-    if request.cache.enabled:
-        if adversarial is not None:
-            atomic_save_tensors(final.with_suffix(ADV_SUFFIX), adversarial)
-        atomic_write_text(final, sealed(merged, run.key))
-        import shutil
-
-        shutil.rmtree(final.with_suffix(".partial"), ignore_errors=True)
+    write_outcome(request.cache, run.key, merged, adversarial)
     return Outcome.of({**merged, "adversarial": adversarial})
 
 
@@ -162,22 +157,10 @@ def plan_evaluation(request: EvalRequest, device: torch.device | str) -> Planned
     return PlannedEvaluation(request, attack_cls, options, precision, per_example_seeds, legacy, key)
 
 
-def _outcome_path(run: PlannedEvaluation, batch: int | None = None) -> Path:
-    """Where :func:`evaluate` keeps the outcome of ``run``: the whole evaluation's, or batch ``batch``'s while it is
-    under way."""
-    final = run.request.cache.root / "bench" / f"{run.key}.json"
-    return final if batch is None else final.with_suffix(".partial") / f"{batch:06d}.json"
-
-
 def _cached_part(run: PlannedEvaluation, start: int, stop: int, batch: int | None = None) -> dict[str, Any] | None:
-    """The cached outcome of examples ``start:stop`` (the whole evaluation's, or batch ``batch``'s) as
-    :func:`evaluate` would read it (with its saved points when the request keeps them), else ``None``."""
-    request = run.request
-    path = _outcome_path(run, batch)
-    adv = path.with_suffix(ADV_SUFFIX)
-    if not request.cache.enabled or not path.exists() or (request.save_adversarial and not adv.exists()):
-        return None
-    return read_outcome(path, run.key, start, stop, adv if request.save_adversarial else None)
+    """The cached outcome of examples ``start:stop`` of ``run`` (the whole evaluation's, or batch ``batch``'s;
+    :func:`~mixzoo.attacks.outcome_cache.cached_part`), else ``None``."""
+    return cached_part(run.request, run.key, start, stop, batch)
 
 
 def cached_outcome(request: EvalRequest, n: int, device: torch.device | str = "cpu") -> Outcome | None:
@@ -246,8 +229,6 @@ def _batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, run: Pl
     """Batch ``index`` (images ``start:stop``): its cached outcome, else attacked when this rank owns it (and
     cached), else ``(None, None)``."""
     request = run.request
-    part_path = _outcome_path(run, index)
-    part_adv = part_path.with_suffix(ADV_SUFFIX)
     part = _cached_part(run, start, stop, index)
     if part is not None:
         return part, part.pop("adversarial", None)
@@ -255,10 +236,7 @@ def _batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, run: Pl
         return None, None
     attack_batch = naming_model(request.label, _attack_batch)  # a NaN-logits error names the model
     part, points = attack_batch(model, images, labels, start, stop, index, run)
-    if request.cache.enabled:
-        if request.save_adversarial:  # the points first: a batch counts as done once its outcome is written
-            atomic_save_tensors(part_adv, points)
-        atomic_write_text(part_path, sealed(part, run.key))
+    write_outcome(request.cache, run.key, part, points if request.save_adversarial else None, index)
     return part, points
 
 
@@ -289,86 +267,6 @@ def merge_outcomes(batches: list[dict[str, Any]], precision: str) -> dict[str, A
         })
     merged["warnings"] = merge_warnings([b["warnings"] for b in batches], merged["components"])
     return merged
-
-
-def read_outcome(path: Path, key: str, start: int, stop: int,
-                 adv_path: Path | None = None) -> dict[str, Any] | None:
-    """A cached outcome of examples ``start:stop`` under cache key ``key``, or ``None`` (a miss: the caller attacks
-    again) when the file is unreadable, was written for another key, or does not have the shape of an outcome of
-    those examples; a file that exists but is refused gets one warning naming it.
-
-    An outcome is also refused when its content does not match the digest written with it (an edit or damage), or
-    its parts disagree: an example robust but not clean, or (with ``adv_path``) saved points that are not one per
-    broken example. A forged outcome with a recomputed digest is not caught here: ``mixzoo verify --recheck``
-    attacks again without the cache.
-    """
-    try:
-        entry = read_data(path, "json", what="cache entry")
-        problem = outcome_problem(entry, key, stop - start)
-        if problem is None and adv_path is not None:
-            points = load_file(adv_path)
-            broken = [i + start for i, (c, r) in enumerate(zip(entry["clean_correct"], entry["robust_correct"],
-                                                               strict=True)) if c and not r]
-            if set(points) != {"index", "images"} or points["index"].tolist() != broken:
-                problem = f"its saved points {adv_path.name} are not one per broken example"
-            else:
-                entry["adversarial"] = points
-    except (OSError, SafetensorError) as exc:
-        problem = f"it cannot be read ({type(exc).__name__})"
-    except InputError as exc:  # too large, not text, not JSON, nested too deep, a key twice
-        problem = f"it cannot be read ({str(exc).removeprefix(f'cache entry {path} ').removeprefix(str(path) + ': ')})"
-    if problem is None:
-        return {k: v for k, v in entry.items() if k not in ("key", "digest")}
-    stale_entry(path, problem)
-    return None
-
-
-def outcome_problem(entry: Any, key: str, n: int) -> str | None:
-    """Why ``entry`` is not a cached outcome of ``n`` examples under cache key ``key`` (``None`` when it is)."""
-    if not isinstance(entry, dict):
-        return f"it is a JSON {type(entry).__name__}, not an object"
-    if entry.get("key") != key:
-        return "it was written for other settings (its key differs)"
-    flags = {}
-    for field in ("clean_correct", "robust_correct"):
-        value = entry.get(field)
-        if not isinstance(value, list) or len(value) != n or not all(isinstance(v, bool) for v in value):
-            return f"{field} is not {n} true/false values"
-        flags[field] = value
-    if any(r and not c for c, r in zip(flags["clean_correct"], flags["robust_correct"], strict=True)):
-        return "an example is robust but not clean"
-    components = entry.get("components")
-    if not isinstance(components, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("name"), str) and type(c.get("newly_broken")) is int
-            and c["newly_broken"] >= 0 and _is_seconds(c.get("seconds")) for c in components):
-        return "components is not a list of {name, newly_broken, seconds}"
-    broken = sum(c and not r for c, r in zip(flags["clean_correct"], flags["robust_correct"], strict=True))
-    if sum(c["newly_broken"] for c in components) != broken:
-        return f"its components broke {sum(c['newly_broken'] for c in components)} examples, its outcomes {broken}"
-    if not isinstance(entry.get("warnings"), list) or not all(isinstance(w, str) for w in entry["warnings"]):
-        return "warnings is not a list of strings"
-    if not _is_seconds(entry.get("seconds")):
-        return "seconds is not a number of seconds"
-    if entry.get("digest") != outcome_digest(entry, key):
-        return "its content does not match its digest (edited or damaged)"
-    return None
-
-
-def outcome_digest(entry: dict[str, Any], key: str) -> str:
-    """sha256 of a cached outcome's content (every field but ``digest``) and its cache key: written with the entry
-    and checked on every read, so an entry edited or damaged after it was written is a miss."""
-    body = {k: v for k, v in entry.items() if k not in ("digest", "cached", "adversarial")}
-    return sha256_of({"key": key, "entry": body})
-
-
-def sealed(entry: dict[str, Any], key: str) -> str:
-    """The JSON text of a cached outcome, with its key and the digest :func:`read_outcome` checks."""
-    body = {**entry, "key": key}
-    return json.dumps({**body, "digest": outcome_digest(body, key)})
-
-
-def _is_seconds(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value) and value >= 0
 
 
 def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, start: int, stop: int,
@@ -422,3 +320,8 @@ def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]])
     if square and len(components) > 1:
         out.insert(0, square_masking_note(square))
     return out
+
+
+__all__ = ["ADV_SUFFIX", "BENCH_CODE_VERSION", "BF16_COUNTS", "NotCached", "PlannedEvaluation", "cache_only",
+           "cached_examples", "cached_outcome", "evaluate", "merge_outcomes", "merge_warnings", "outcome_digest",
+           "outcome_problem", "plan_evaluation", "read_outcome", "sealed"]

@@ -5,11 +5,12 @@ pair (``[abc]``, ``[rbc]``: names and weight hashes), the threat model and attac
 (``[data]``), the method's own section (a table named after the method, e.g. ``[mixednuts]`` with s, p, c, alpha;
 validated by the method), the files of trained methods (``[weights]``: file name -> sha256, next to the card) and
 provenance. A small TOML (or JSON) file, written atomically (temporary file, fsync, rename). TOML has no null:
-``None`` values are left out of TOML files and read back as ``None``.
+``None`` values are left out of TOML files and read back as ``None``; large arrays go to a sidecar beside the card
+(:mod:`mixzoo.core.card_sidecar`). The fields and their checks are :mod:`mixzoo.core.card_fields`.
 
 Files of schema 1 (a method's parameters at the top level) still load through :meth:`MixCard.load`: each method
-plugin may claim one (:meth:`mixzoo.methods.MixingMethod.upgrade_v1`) and say what to re-run
-(:meth:`~mixzoo.methods.MixingMethod.v1_warning`).
+plugin may claim one (:mod:`mixzoo.core.card_upgrade`, :meth:`mixzoo.methods.MixingMethod.upgrade_v1`) and say what
+to re-run (:meth:`~mixzoo.methods.MixingMethod.v1_warning`).
 """
 
 from __future__ import annotations
@@ -17,38 +18,29 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import json
-import math
 import os
-import re
 import subprocess
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
+from mixzoo.core.card_fields import (
+    COMMON_FIELDS,
+    SCHEMA_VERSION,
+    TABLE_FIELDS,
+    field_error,
+    is_int,
+    named_method,
+    plain_values,
+)
+from mixzoo.core.card_sidecar import ARRAYS_FORMAT, ARRAYS_SUFFIX, INLINE_NUMBERS, check_sidecar, join_arrays, toml_text
+from mixzoo.core.card_upgrade import upgrade_v1
 from mixzoo.core.checks import refuse_foreign_file
 from mixzoo.core.errors import InputError, MissingFileError
 from mixzoo.core.paths import inside, plain_name
-from mixzoo.core.reading import copy_of, parse_text
-
-SCHEMA_VERSION = 2
-_COMMON = ("schema_version", "method", "dataset", "notes", "abc", "rbc", "data", "attack", "weights", "provenance")
-_TABLES = ("abc", "rbc", "data", "attack", "weights", "provenance")
-
-
-def _method(name: Any, source: str) -> Any:
-    from mixzoo.core.errors import UnknownNameError
-    from mixzoo.core.plugins import lookup
-
-    if not isinstance(name, str) or not name:
-        raise InputError(f"{source}: field 'method' must name a mixing method (see `mixzoo plugins`), got {name!r}")
-    try:
-        return lookup("method", name)
-    except UnknownNameError as exc:
-        raise InputError(f"{source}: {exc}") from None
 
 
 @dataclass
@@ -85,13 +77,13 @@ class MixCard:
     @property
     def mixing_method(self) -> Any:
         """The :class:`~mixzoo.methods.MixingMethod` plugin object this card names."""
-        return _method(self.method, "mix card")
+        return named_method(self.method, "mix card")
 
     # ------------------------------------------------------------------------------------------ dict / files
     def to_dict(self) -> dict[str, Any]:
         """Plain Python values (lists, dicts, numbers, strings, None): the common fields, then the method's
         section under the method's name."""
-        out = {k: plain_values(getattr(self, k)) for k in _COMMON}
+        out = {k: plain_values(getattr(self, k)) for k in COMMON_FIELDS}
         out[self.method] = plain_values(self.params)
         return out
 
@@ -112,17 +104,17 @@ class MixCard:
         if "method" not in data:
             raise InputError(f"{source}: missing field 'method'; write the card with `mixzoo mix` or add it")
         method = data["method"]
-        _method(method, source)
+        named_method(method, source)
         if not isinstance(data.get(method), dict):
             raise InputError(f"{source}: missing table [{method}] (the method's section); write the card with"
                              " `mixzoo mix`")
-        unknown = sorted(set(data) - set(_COMMON) - {method})
+        unknown = sorted(set(data) - set(COMMON_FIELDS) - {method})
         if unknown:
             warnings.warn(f"{source}: ignoring unknown fields {', '.join(unknown)}", stacklevel=stacklevel)
         card = object.__new__(cls)  # validated below with ``source`` in the messages
         card.method, card.params, card.path = method, dict(data[method]), path
-        for name in _COMMON[2:]:
-            default: Any = [] if name == "notes" else {} if name in _TABLES else None
+        for name in COMMON_FIELDS[2:]:
+            default: Any = [] if name == "notes" else {} if name in TABLE_FIELDS else None
             setattr(card, name, data.get(name, default))
         card.schema_version = SCHEMA_VERSION
         _validate(card, source)
@@ -135,23 +127,11 @@ class MixCard:
         the card stays short enough to read and review; :meth:`load` puts them back."""
         from mixzoo.core.cache import atomic_write_text
 
-        path = Path(path)
-        data = self.to_dict()
+        path = _card_path(path)
         if path.suffix == ".toml":
-            import tomli_w
-
-            data, arrays = _split_arrays(data, self.method)
-            if arrays:
-                sidecar = check_sidecar(path)
-                sidecar_text = json.dumps({"format": ARRAYS_FORMAT, "arrays": arrays}, indent=1) + "\n"
-                atomic_write_text(sidecar, sidecar_text)
-                data["arrays"] = {"file": sidecar.name, "sha256": _text_sha256(sidecar_text),
-                                  "keys": sorted(arrays)}
-            text = _compact_toml(tomli_w.dumps(_drop_none(data)))
-        elif path.suffix == ".json":
-            text = json.dumps(data, indent=2, allow_nan=True) + "\n"
+            text = toml_text(self.to_dict(), self.method, path)
         else:
-            raise InputError(f"card path {path} must end in .toml or .json")
+            text = json.dumps(self.to_dict(), indent=2, allow_nan=True) + "\n"
         return atomic_write_text(path, text)
 
     def save_as(self, path: str | Path) -> Path:
@@ -163,9 +143,7 @@ class MixCard:
 
         from mixzoo.core.cache import check_writable
 
-        path = check_writable(Path(path), what="card")
-        if path.suffix not in (".toml", ".json"):
-            raise InputError(f"card path {path} must end in .toml or .json")
+        path = _card_path(check_writable(Path(path), what="card"))
         if path.suffix == ".toml":
             check_sidecar(path)  # before any weight file is copied
         old_stem = self.path.stem if self.path is not None else None
@@ -188,9 +166,7 @@ class MixCard:
         """Refuse, before any work, a card path :meth:`save` could not write (suffix, directory, permissions)."""
         from mixzoo.core.cache import check_writable
 
-        path = Path(path)
-        if path.suffix not in (".toml", ".json"):
-            raise InputError(f"card path {path} must end in .toml or .json")
+        path = _card_path(path)
         check_writable(path, what="card")
         refuse_foreign_file(path)  # never replace a file that is not a card (e.g. --out pyproject.toml)
         if path.suffix == ".toml":
@@ -218,7 +194,8 @@ class MixCard:
         if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION:
             validate(CardFile, data, str(path), "write the card with `mixzoo mix`")
         if isinstance(data, dict) and "arrays" in data:
-            data = _join_arrays(data, path)
+            named_method(data.get("method"), str(path))  # an unknown method is refused as it is without a sidecar
+            data = join_arrays(data, path)
         return cls.from_dict(data, source=str(path), path=path, stacklevel=3)
 
     def weight_file(self, name: str) -> Path:
@@ -245,28 +222,12 @@ class MixCard:
         return self.mixing_method.summary_line(self)
 
 
-def upgrade_v1(data: dict[str, Any], source: str) -> dict[str, Any]:
-    """A schema-1 card (a method's parameters at the top level) as a schema-2 table: the first method plugin that
-    claims it (:meth:`mixzoo.methods.MixingMethod.upgrade_v1`) gives its section, and its
-    :meth:`~mixzoo.methods.MixingMethod.v1_warning` is issued as a warning."""
-    method, params = _claim_v1(data, source)
-    note = _method(method, source).v1_warning(data)
-    if note:
-        warnings.warn(f"{source}: {note}", stacklevel=3)  # the caller of MixCard.load
-    common = {k: data[k] for k in _COMMON if k in data and k not in ("schema_version", "method")}
-    return {**common, "schema_version": SCHEMA_VERSION, "method": method, method: params}
-
-
-def _claim_v1(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:
-    """The (method, section) of a schema-1 card (or keyword form): the first method plugin that claims it."""
-    from mixzoo.core.plugins import mixing_methods
-
-    for name, method in sorted(mixing_methods().items()):
-        params = method.upgrade_v1(data, source)
-        if params is not None:
-            return name, params
-    raise InputError(f"{source}: a schema-1 card that no installed mixing method reads; re-create it with"
-                     " `mixzoo mix`")
+def _card_path(path: str | Path) -> Path:
+    """``path`` as a ``Path``, refused unless it ends in .toml or .json (the two forms :meth:`MixCard.save` writes)."""
+    path = Path(path)
+    if path.suffix not in (".toml", ".json"):
+        raise InputError(f"card path {path} must end in .toml or .json")
+    return path
 
 
 def _published(path: str | Path) -> Path:
@@ -289,7 +250,7 @@ def _published(path: str | Path) -> Path:
 
 # ------------------------------------------------------------------------------------------------ helpers
 def _validate(card: MixCard, source: str) -> None:
-    for name in _TABLES:
+    for name in TABLE_FIELDS:
         if not isinstance(getattr(card, name), dict):
             raise InputError(f"{source}: field {name!r} must be a table, got {type(getattr(card, name)).__name__}")
     if card.dataset is not None and not isinstance(card.dataset, str):
@@ -302,23 +263,8 @@ def _validate(card: MixCard, source: str) -> None:
             raise field_error(source, f"weights.{name}", "a sha256 hex digest", digest)
     if not isinstance(card.params, dict):
         raise InputError(f"{source}: the method's section [{card.method}] must be a table")
-    card.params = _method(card.method, source).validate(dict(card.params), source)
+    card.params = named_method(card.method, source).validate(dict(card.params), source)
     _validate_records(card, source)
-
-
-def field_error(source: str, name: str, want: str, got: Any) -> InputError:
-    """The one-line error of a card field ``name`` (``TABLE.FIELD``) that is not ``want``, naming ``source``; what
-    :meth:`~mixzoo.methods.MixingMethod.check_card` raises for the tables a method writes."""
-    text = repr(got)
-    text = text if len(text) <= 80 else text[:77] + "..."
-    return InputError(f"{source}: field {name!r} must be {want}, got {text}; write the card with `mixzoo mix`")
-
-
-def is_int(v: Any, low: int | None = None) -> bool:
-    """``v`` is an int (not a bool) that a 64-bit integer holds (every count, seed and size mixzoo stores in a
-    tensor or passes to torch), at least ``low`` when given."""
-    return (isinstance(v, int) and not isinstance(v, bool) and -(2 ** 63) <= v <= 2 ** 63 - 1
-            and (low is None or v >= low))
 
 
 def _validate_records(card: MixCard, source: str) -> None:
@@ -330,143 +276,12 @@ def _validate_records(card: MixCard, source: str) -> None:
             value = getattr(card, role).get(key)
             if value is not None and not (isinstance(value, str) and value):
                 raise field_error(source, f"{role}.{key}", "a non-empty string", value)
-    _method(card.method, source).check_card(card, source)
+    named_method(card.method, source).check_card(card, source)
     data = plain_values(card.data)  # an in-memory card may hold tensors or tuples
     for key in ("n", "n_clean", "n_attacked"):
         if data.get(key) is not None and not is_int(data[key], 0):
             raise field_error(source, f"data.{key}", "an integer >= 0", data[key])
 
-
-ARRAYS_SUFFIX = ".arrays.json"
-ARRAYS_FORMAT = "mixzoo card arrays 1"
-INLINE_NUMBERS = 4  # an array of the method's section with more numbers than this goes to the sidecar
-
-
-def check_sidecar(path: Path) -> Path:
-    """The arrays sidecar ``STEM.arrays.json`` of the TOML card ``path``, refused (one line, before anything is
-    written) when what is there is not a sidecar mixzoo wrote: another file, a directory, a FIFO, a link."""
-    from mixzoo.core.paths import check_output, json_with
-
-    return check_output(path.with_name(f"{path.stem}{ARRAYS_SUFFIX}"), what="a mix card's arrays file",
-                        ours=json_with("format", "arrays"))
-
-
-def _count_numbers(v: Any) -> int:
-    if isinstance(v, list | dict):
-        return sum(_count_numbers(x) for x in (v.values() if isinstance(v, dict) else v))
-    return int(isinstance(v, int | float) and not isinstance(v, bool))
-
-
-def _split_arrays(data: dict[str, Any], method: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``data`` without the large arrays of its method section, and those arrays by dotted key
-    (``mixednuts.grid.objectives``)."""
-    arrays: dict[str, Any] = {}
-
-    def walk(table: dict[str, Any], prefix: str) -> dict[str, Any]:
-        kept = {}
-        for key, value in table.items():
-            if isinstance(value, dict):
-                kept[key] = walk(value, f"{prefix}.{key}")
-            elif isinstance(value, list) and _count_numbers(value) > INLINE_NUMBERS:
-                arrays[f"{prefix}.{key}"] = value
-            else:
-                kept[key] = value
-        return kept
-
-    out = dict(data)
-    out[method] = walk(data[method], method)
-    return out, arrays
-
-
-def _text_sha256(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _join_arrays(data: dict[str, Any], path: Path) -> dict[str, Any]:
-    """``data`` (a TOML card) with the arrays of its ``[arrays]`` sidecar put back; the sidecar must be beside the
-    card and match the sha256 the card records (one-line errors naming the file)."""
-    ref = data.get("arrays")
-    method = data.get("method")
-    _method(method, str(path))  # an unknown method is refused as it is without a sidecar
-    if not (isinstance(ref, dict) and isinstance(ref.get("file"), str) and isinstance(ref.get("sha256"), str)):
-        raise InputError(f"{path}: field 'arrays' must be a table with file and sha256; write the card with"
-                         " `mixzoo mix`")
-    if not re.fullmatch(r"[0-9a-f]{64}", ref["sha256"]):
-        raise field_error(str(path), "arrays.sha256", "a sha256 hex digest", ref["sha256"])
-    if not ref["file"].isprintable() or not ref["file"].strip():
-        raise InputError(f"{path}: arrays.file {ref['file']!r} must be a file name beside the card")
-    file = inside(path.parent, ref["file"], f"{path}: field 'arrays.file'")  # a link out of the folder is refused
-    if not file.is_file():
-        raise MissingFileError(f"{file} (the large arrays of {path}) does not exist; keep it next to the card")
-    import hashlib
-
-    from mixzoo.core.reading import CARD_BYTES, read_text
-
-    text = read_text(file, limit=CARD_BYTES, what="card arrays file")  # its size checked before reading
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    if digest != ref["sha256"]:
-        raise InputError(f"{file} has sha256 {digest[:12]}... but {path} records {ref['sha256'][:12]}...; restore"
-                         " the file written with the card, or write the card again")
-    side = parse_text(text, "json", str(file))
-    arrays = side.get("arrays") if isinstance(side, dict) else None
-    if not isinstance(arrays, dict):
-        raise InputError(f"{file}: not a mixzoo card arrays file (no table 'arrays')")
-    out = {k: v for k, v in data.items() if k != "arrays"}
-    out[method] = copy_of(out.get(method, {}))  # a copy the arrays are put into
-    for key, value in arrays.items():
-        parts = key.split(".")
-        if parts[0] != method or len(parts) < 2:
-            raise InputError(f"{file}: array {key!r} is not in the card's section {method!r}")
-        table = out
-        for part in parts[:-1]:
-            table = table.setdefault(part, {})
-            if not isinstance(table, dict):
-                raise InputError(f"{file}: array {key!r} does not fit the card's tables")
-        table[parts[-1]] = value
-    return out
-
-
-def _compact_toml(text: str, width: int = 100) -> str:
-    """tomli_w's TOML with each short array of plain values on one line (``x = [1.0, 2.5]``), so that a card reads
-    as a page; unchanged where that would not parse back to the same values."""
-    import re
-
-    def join(m: re.Match[str]) -> str:
-        items = [line.strip().rstrip(",") for line in m.group(2).splitlines()]
-        one = f"{m.group(1)}[{', '.join(items)}]"
-        return one if len(one) <= width else m.group(0)
-
-    compact = re.sub(r"(?m)^([^\n=]+= )\[\n((?: {4}[^\[\]\n]*,\n)+)\]", join, text)
-    same = parse_text(compact, "toml", "the compact card") == parse_text(text, "toml", "the card")
-    return compact if same else text
-
-
-def plain_values(v: Any) -> Any:
-    """Tensors, numpy values, paths and tuples to plain JSON/TOML values."""
-    if isinstance(v, torch.Tensor):
-        return v.detach().cpu().tolist()
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, Path):
-        return str(v)
-    if isinstance(v, dict):
-        return {str(k): plain_values(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [plain_values(x) for x in v]
-    return v
-
-
-def _drop_none(v: Any) -> Any:
-    """TOML has no null: drop ``None`` entries of tables; ``None`` inside arrays becomes nan."""
-    if isinstance(v, dict):
-        return {k: _drop_none(x) for k, x in v.items() if x is not None}
-    if isinstance(v, list):
-        return [math.nan if x is None else _drop_none(x) for x in v]
-    return v
 
 
 @functools.cache
@@ -494,5 +309,7 @@ def provenance(**extra: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ARRAYS_SUFFIX", "SCHEMA_VERSION", "MixCard", "field_error", "git_commit", "is_int", "plain_values",
-           "provenance", "upgrade_v1"]
+
+
+__all__ = ["ARRAYS_FORMAT", "ARRAYS_SUFFIX", "INLINE_NUMBERS", "SCHEMA_VERSION", "MixCard", "check_sidecar",
+           "field_error", "git_commit", "is_int", "plain_values", "provenance", "upgrade_v1"]

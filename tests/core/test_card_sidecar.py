@@ -47,7 +47,7 @@ def test_an_old_card_with_inline_arrays_still_loads(tmp_path):
     inline = tmp_path / "inline.toml"
     import tomli_w
 
-    from mixzoo.core.card import _drop_none  # TOML has no null: the writer's own rule
+    from mixzoo.core.card_sidecar import _drop_none  # TOML has no null: the writer's own rule
 
     inline.write_text(tomli_w.dumps(_drop_none(card.to_dict())))
     assert "objectives = " in inline.read_text()  # the grid inline, as cards were written before
