@@ -9,8 +9,8 @@ from typing import Any
 from mixzoo.core.plugins import hookimpl
 
 PROVIDES = {  # what `mixzoo plugins` lists
-    "attacks": ["adaptive", "adaptive-apgd", "adaptive-smoothing-apgd", "adaptive-smoothing-gate", "adaptive-strong",
-                "apgd", "autoattack", "fast", "local-smoothing-policy-gate", "min-margin-square", "pgd"]}
+    "attacks": ["adaptive", "adaptive-apgd", "adaptive-strong", "apgd", "autoattack", "fast", "min-margin-square",
+                "pgd"]}
 
 
 @hookimpl

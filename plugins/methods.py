@@ -9,6 +9,7 @@ from typing import Any
 from mixzoo.core.plugins import hookimpl
 
 PROVIDES = {  # what `mixzoo plugins` lists
+    "attacks": ["adaptive-smoothing-apgd", "adaptive-smoothing-gate", "local-smoothing-policy-gate"],
     "methods": ["adaptive-smoothing", "knn-smoothing", "linear", "local-smoothing", "local-smoothing-adaptive",
                 "mixednuts"],
     "cards": ["fmnist-adaptive-smoothing-a", "fmnist-adaptive-smoothing-b", "fmnist-adaptive-smoothing-c",

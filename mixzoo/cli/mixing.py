@@ -108,11 +108,11 @@ def _print_fit(chosen: Any, res: Any, as_json: bool) -> None:
 def card_files(path: Path, card: Any) -> list[Path]:
     """The files loading the card written at ``path`` reads: the card, the arrays sidecar its ``[arrays]`` table
     names (TOML cards) and its weight files, all beside it."""
-    import tomllib
+    from mixzoo.core.reading import CARD_BYTES, read_data
 
     files = [path]
     if path.suffix == ".toml" and path.is_file():
-        sidecar = tomllib.loads(path.read_text()).get("arrays", {}).get("file")
+        sidecar = read_data(path, "toml", limit=CARD_BYTES, what="mix card").get("arrays", {}).get("file")
         files += [path.with_name(sidecar)] if sidecar else []
     return files + [path.with_name(name) for name in getattr(card, "weights", None) or {}]
 

@@ -17,7 +17,6 @@ from mixzoo.core.budget import (
     Budget,
     budget_of,
     component_options,
-    curve_points,
     shared_attack,
     shared_options,
 )
@@ -92,14 +91,8 @@ def budgeted(s: RunSettings, baseline: MatchSettings | bool | None, curve: Curve
 
 def curve_size(card: Any, points: int | None) -> int | None:
     """How many classifiers the trade-off curve of ``card``'s method attacks with at most ``points`` per curve
-    (``None``: all): the method's ``curve_size(card, points)`` when it has one, else its ``curve_points`` capped at
-    ``points`` (``None``: unknown)."""
-    method = card.mixing_method
-    size = getattr(method, "curve_size", None)
-    if callable(size):
-        return size(card, points)
-    total = method.curve_points
-    return total if total is None or points is None else len(curve_points(tuple(range(total)), points))
+    (``None``: all; :meth:`mixzoo.methods.MixingMethod.curve_size`; ``None`` back: unknown)."""
+    return card.mixing_method.curve_size(card, points)
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,15 @@ class MixingMethod:
         most points per curve, the bench's budget; ``None``: the method's own)."""
         return None
 
+    def curve_size(self, card: MixCard, points: int | None) -> int | None:
+        """How many classifiers :meth:`tradeoff_curve` attacks for ``card`` with at most ``points`` per curve
+        (``None``: all), what the bench's plan counts; default: :attr:`curve_points` capped at ``points`` as
+        :func:`mixzoo.core.budget.curve_points` caps them (``None``: unknown)."""
+        from mixzoo.core.budget import curve_points
+
+        total = self.curve_points
+        return total if total is None or points is None else len(curve_points(tuple(range(total)), points))
+
     def figure_data(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
                     ) -> dict[str, Any] | None:
         """What :meth:`figures` will plot for ``card`` beyond the report's rows, card and curve, computed during the

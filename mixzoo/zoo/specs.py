@@ -119,7 +119,9 @@ def timm_hub_config(repo_id: str, revision: str | None = None,
     cached, present = hub_cached_file(repo_id, "config.json", revision)
     if not present:
         if fetch is None:
-            raise NotCachedError(f"config.json of Hugging Face repo {repo_id!r} is not in the local cache ({cached})")
+            raise NotCachedError(f"config.json of Hugging Face repo {repo_id!r} is not in the local cache ({cached})"
+                                 "; downloads are off (HF_HUB_OFFLINE/MIXZOO_OFFLINE): fetch it where the hub"
+                                 " is reachable (`mixzoo fetch-list NAME` lists the files) or copy it there")
         cached = fetch(repo_id, "config.json", revision)
     hf_config = read_data(cached, "json", what="hub config.json")
     if "pretrained_cfg" not in hf_config:  # old form: the pretrained cfg is the whole file
