@@ -190,12 +190,9 @@ def get_recipe(name_or_recipe: str | Recipe) -> Recipe:
 def build_network(recipe: Recipe) -> nn.Module:
     """The bare network (no normalization) of a recipe, from the architectures plugins provide (hook
     ``mixzoo_architectures``; the built-in zoo's are in ``plugins/zoo_arch.py``)."""
-    from mixzoo.core.plugins import collect_named
+    from mixzoo.core.plugins import lookup
 
-    architectures = collect_named("mixzoo_architectures", "architecture")
-    if recipe.arch not in architectures:
-        raise UnknownNameError("architecture", recipe.arch, architectures)
-    return architectures[recipe.arch](**dict(recipe.arch_kwargs))
+    return lookup("architecture", recipe.arch)(**dict(recipe.arch_kwargs))
 
 
 # --------------------------------------------------------------------------------------------- ingredients

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mixzoo.core.errors import MixzooError
 from mixzoo.core.plugins.failures import runtime_failures
 from mixzoo.core.plugins.manager import get_plugin_manager
 from mixzoo.core.plugins.sources import OLD_HOOK, note_old_loaders
@@ -49,15 +48,7 @@ def _module_facts(plugin: Any) -> dict[str, list[str]]:
 
 def _provided() -> dict[str, dict[str, list[str]]]:
     """label -> plugin -> names, from the tables just built (no hook is called again)."""
-    out: dict[str, dict[str, list[str]]] = {}
-    for label, entries in STATE.derived_entries.items():
-        try:
-            out[label] = entries()
-        except MixzooError:  # recorded by build_tables
-            out[label] = {}
-    for kind in KINDS.values():
-        out[kind.label] = STATE.provided.get(kind.hook, {})
-    return out
+    return {spec.label: STATE.tables[kind].provided if kind in STATE.tables else {} for kind, spec in KINDS.items()}
 
 
 def plugin_infos(check: bool = True) -> list[PluginInfo]:
