@@ -88,7 +88,7 @@ def test_evaluate_merges_batches_in_order_with_summed_counts_and_times(scripted,
     """10 examples in batches of 4, 4, 2: outcomes concatenated in example order, seconds and per-component
     counts summed over batches; the scripted attack's run() takes no index (no per-example seeds), so batch k is
     attacked with seed + k and the warnings say that results depend on the batch size."""
-    from mixzoo.attacks.evaluation import square_masking_note
+    from mixzoo.attacks.base import square_masking_note
 
     ev = run_evaluate(Cache(tmp_path, enabled=False), seed=7)
     assert scripted.seeds == [7, 8, 9]

@@ -14,7 +14,6 @@ from typing import Any
 
 from mixzoo.core.plugins.failures import runtime_failures
 from mixzoo.core.plugins.manager import get_plugin_manager
-from mixzoo.core.plugins.sources import OLD_HOOK, note_old_loaders
 from mixzoo.core.plugins.state import STATE
 from mixzoo.core.plugins.tables import KINDS, build_tables
 
@@ -34,11 +33,11 @@ class PluginInfo:
     deprecations: list[str] = field(default_factory=list)
 
 
-def _module_facts(plugin: Any) -> dict[str, list[str]]:
+def module_facts(plugin: Any) -> dict[str, list[str]]:
     """What a plugin module declares about its loaders, read from attributes (no hook is called): the source kinds
     of ``SOURCE_KINDS`` (``--check`` lists those its ``mixzoo_model_sources`` table gives instead)."""
     out: dict[str, list[str]] = {}
-    if any(getattr(plugin, hook, None) is not None for hook in ("mixzoo_model_sources", OLD_HOOK)):
+    if getattr(plugin, "mixzoo_model_sources", None) is not None:
         kinds = getattr(plugin, "SOURCE_KINDS", None)
         out["loads source kinds"] = sorted(kinds) if kinds else ["(unspecified)"]
     if getattr(plugin, "mixzoo_resolve_model_name", None) is not None:
@@ -58,7 +57,6 @@ def plugin_infos(check: bool = True) -> list[PluginInfo]:
     pm = get_plugin_manager()
     if check:
         build_tables()
-        note_old_loaders()
     provided = _provided() if check else {}
     infos: dict[str, PluginInfo] = {}
     for name, plugin in pm.list_name_plugin():
@@ -70,7 +68,7 @@ def plugin_infos(check: bool = True) -> list[PluginInfo]:
         for label, by_plugin in provided.items():
             if by_plugin.get(name):
                 info.provides[label] = by_plugin[name]
-        for label, facts in _module_facts(plugin).items():  # what the tables list comes first
+        for label, facts in module_facts(plugin).items():  # what the tables list comes first
             info.provides.setdefault(label, facts)
         infos[name] = info
     errors = STATE.failure_texts()

@@ -18,14 +18,14 @@ from torch import nn
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import next_phase
 from mixzoo.methods.base import FitRequest
-from mixzoo.methods.mixednuts.calibration_data import (  # noqa: F401 - also the names of the old mixzoo.pipeline
+from mixzoo.methods.mixednuts.calibration_data import (  # noqa: F401 - re-exported beside the fitting
     ATTACK_CODE_VERSION,
     CalibrationData,
     cached_mmaa,
     calibration_data,
     pair_calibration_data,
 )
-from mixzoo.zoo.pairs import (  # noqa: F401 - the old mixzoo.pipeline's names, for scripts that import them there
+from mixzoo.zoo.pairs import (  # noqa: F401 - re-exported beside the fitting
     DEFAULT_ABC,
     DEFAULT_RBC,
     cached_logits,
