@@ -51,6 +51,17 @@ DEPRECATIONS: dict[str, Deprecation] = {
         "{kind: loader} from the hook mixzoo_model_sources (loader(spec, device, allow_unsafe) returns the network)",
         "0.3", (("mixzoo.core.plugins.sources", "mixzoo.deprecated.hooks:attach_sources"),
                 ("mixzoo.core.plugins.listing", "mixzoo.deprecated.hooks:attach_listing"))),
+    "mixed-classifier-keywords": Deprecation(
+        "MixedClassifier(abc, rbc, s=..., alpha=..., ...)",
+        "MixedClassifier(abc, rbc, MixingParams(alpha=..., s=..., ...), gradient=...)", "0.3",
+        (("mixzoo.methods.mixednuts.mixing", "mixzoo.deprecated.calls:attach_mixed_classifier"),)),
+    "mix-keywords": Deprecation(
+        "mix(abc, rbc, KEY=VALUE, ...)",
+        "a request: mix(FitRequest(abc, rbc, options={...}, out=...)) (mixzoo.methods.FitRequest)", "0.3",
+        (("mixzoo.methods.mixednuts.fitting", "mixzoo.deprecated.calls:attach_mix"),)),
+    "certify-estimate-keywords": Deprecation(
+        "certify(estimate_eps=..., estimate_steps=...)", "certify(estimate=EstimateSettings(eps=..., steps=...))",
+        "0.3", (("mixzoo.certify.run", "mixzoo.deprecated.calls:attach_certify"),)),
 }
 
 # module -> the shims attached to it when it is imported
