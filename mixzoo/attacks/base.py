@@ -38,7 +38,7 @@ from mixzoo.attacks.precision import (
 )
 from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
 from mixzoo.core.errors import InputError
-from mixzoo.core.options import OptionSpec, did_you_mean, names, specs_from_defaults
+from mixzoo.core.options import OptionSpec, did_you_mean, names
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
 
@@ -112,9 +112,7 @@ class Attack:
 
     Subclasses set ``name``, ``options_spec`` (every accepted option: :class:`~mixzoo.core.options.OptionSpec`
     with type, default, range and help; ``mixzoo bench --attack NAME --show-options`` prints them) and
-    :meth:`components`. :attr:`defaults` is derived from ``options_spec``. A subclass that declares only a
-    ``defaults`` table (and ``option_types``), as mixzoo 0.1's documentation said, still works: its specs are
-    derived from the table (:func:`~mixzoo.core.options.specs_from_defaults`), with a :class:`DeprecationWarning`.
+    :meth:`components`. :attr:`defaults` and :attr:`option_types` are derived from ``options_spec``.
     """
 
     name: ClassVar[str] = "attack"
@@ -129,13 +127,6 @@ class Attack:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        own = vars(cls)
-        if "options_spec" not in own and ("defaults" in own or "option_types" in own):
-            pywarnings.warn(f"mixzoo.attacks.Attack.defaults is deprecated and will not be read by mixzoo 0.3:"
-                            f" attack class {cls.__qualname__} declares `defaults` / `option_types`; declare"
-                            " `options_spec = {name: mixzoo.core.options.OptionSpec(help, type, default)}` instead"
-                            " (CONTRIBUTING.md, 'Rules for attacks')", DeprecationWarning, stacklevel=2)
-            cls.options_spec = specs_from_defaults(cls.defaults, own.get("option_types"), cls.options_spec)
         cls.defaults = {key: spec.default for key, spec in cls.options_spec.items()}
         cls.option_types = {key: spec.type for key, spec in cls.options_spec.items() if spec.type is not None}
 

@@ -36,10 +36,11 @@ class Deprecation:
     removed_in: str
     shims: tuple[tuple[str, str], ...] = ()
 
-    def warn(self, stacklevel: int = 3, what: str | None = None) -> None:
-        """The :class:`DeprecationWarning` of this form (``what``: the old form in the words of the call)."""
-        warnings.warn(f"{what or self.old} is deprecated and will be removed in mixzoo {self.removed_in}; use"
-                      f" {self.new}", DeprecationWarning, stacklevel=stacklevel)
+    def warn(self, stacklevel: int = 3, what: str | None = None, why: str = "") -> None:
+        """The :class:`DeprecationWarning` of this form (``what``: the old form in the words of the call; ``why``:
+        what in the caller's code uses it)."""
+        warnings.warn(f"{what or self.old} is deprecated and will be removed in mixzoo {self.removed_in}"
+                      f"{': ' + why if why else ''}; use {self.new}", DeprecationWarning, stacklevel=stacklevel)
 
 
 DEPRECATIONS: dict[str, Deprecation] = {
@@ -62,6 +63,10 @@ DEPRECATIONS: dict[str, Deprecation] = {
     "certify-estimate-keywords": Deprecation(
         "certify(estimate_eps=..., estimate_steps=...)", "certify(estimate=EstimateSettings(eps=..., steps=...))",
         "0.3", (("mixzoo.certify.run", "mixzoo.deprecated.calls:attach_certify"),)),
+    "attack-defaults-table": Deprecation(
+        "mixzoo.attacks.Attack.defaults",
+        "`options_spec = {name: mixzoo.core.options.OptionSpec(help, type, default)}` (CONTRIBUTING.md, 'Rules for"
+        " attacks')", "0.3", (("mixzoo.attacks.base", "mixzoo.deprecated.contracts:attach_attack_defaults"),)),
 }
 
 # module -> the shims attached to it when it is imported
