@@ -131,7 +131,8 @@ def test_import_mixzoo_imports_nothing_for_the_shims_and_calibrate_stays_callabl
 
 def test_a_plain_object_method_is_adapted_with_a_warning():
     from mixzoo.methods import MixingMethod
-    from mixzoo.methods.base import LegacyMethod, adapt_method
+    from mixzoo.deprecated.methods import adapt_method
+    from mixzoo.methods.base import LegacyMethod
 
     class Plain:
         name = "plain-method"

@@ -67,6 +67,11 @@ DEPRECATIONS: dict[str, Deprecation] = {
         "mixzoo.attacks.Attack.defaults",
         "`options_spec = {name: mixzoo.core.options.OptionSpec(help, type, default)}` (CONTRIBUTING.md, 'Rules for"
         " attacks')", "0.3", (("mixzoo.attacks.base", "mixzoo.deprecated.contracts:attach_attack_defaults"),)),
+    "plain-object-method": Deprecation(
+        "a mixing method that does not subclass mixzoo.methods.MixingMethod (adapted as"
+        " mixzoo.methods.base.LegacyMethod)", "a subclass of mixzoo.methods.MixingMethod (CONTRIBUTING.md, 'Writing"
+        " a mixing method')", "0.3", (("mixzoo.core.plugins.tables", "mixzoo.deprecated.methods:attach_tables"),
+                                     ("mixzoo.methods.base", "mixzoo.deprecated.methods:attach_base"))),
 }
 
 # module -> the shims attached to it when it is imported

@@ -52,8 +52,7 @@ KINDS: dict[str, Kind] = {
     "attack": Kind("mixzoo_attacks", "attacks", "attack", "factory+result"),
     "optimizer": Kind("mixzoo_calibration_optimizers", "optimizers", "calibration optimizer", "factory"),
     "dataset": Kind("mixzoo_datasets", "datasets", "dataset", "factory"),
-    "method": Kind("mixzoo_mixing_methods", "methods", "mixing method", "object",
-                   adapt="mixzoo.methods.base:adapt_method"),
+    "method": Kind("mixzoo_mixing_methods", "methods", "mixing method", "object"),
     "card": Kind("mixzoo_cards", "cards", "card"),
     # loaders are called through guarded_call by mixzoo.core.plugins.sources, which names the model being loaded
     "source": Kind("mixzoo_model_sources", "loads source kinds", "model source"),

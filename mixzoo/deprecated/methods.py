@@ -1,0 +1,59 @@
+"""Mixing methods written against mixzoo 0.1's documentation: plain objects with the contract's members (no
+:class:`~mixzoo.methods.MixingMethod` base class, ``check_options`` returning ``None``), adapted as
+:class:`LegacyMethod` when the table of methods is built, with a :class:`DeprecationWarning`."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any
+
+from mixzoo.deprecated import DEPRECATIONS
+from mixzoo.methods.base import MixingMethod
+
+_CONTRACT_ATTRIBUTES = ("name", "title", "paper", "fit_cost", "options", "default", "baseline", "certificate",
+                        "not_exportable")
+_CONTRACT_METHODS = ("validate", "upgrade_v1", "v1_warning", "summary_line", "key_parts", "gradients", "build",
+                     "extra_attacks", "certified_mixture", "fit", "fit_summary", "tradeoff_curve", "figure_data",
+                     "figures", "markdown_lines", "match", "card_at", "check_card")
+
+
+class LegacyMethod(MixingMethod):
+    """A mixing method written against mixzoo 0.1's documentation, given every member it lacks from
+    :class:`MixingMethod`. Deprecated: mixzoo 0.3 takes only :class:`MixingMethod` instances."""
+
+    def __init__(self, target: Any):
+        self.target = target
+        for name in _CONTRACT_ATTRIBUTES + _CONTRACT_METHODS:
+            if hasattr(target, name):
+                setattr(self, name, getattr(target, name))
+
+    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The method's own check (for its error messages), then the declared conversion."""
+        own = getattr(self.target, "check_options", None)
+        if own is not None:
+            checked = own(dict(options))
+            if isinstance(checked, dict):
+                options = checked
+        return super().check_options(options)
+
+
+def adapt_method(value: Any, plugin_name: str) -> Any:
+    """``value`` from hook ``mixzoo_mixing_methods``: a :class:`MixingMethod` as it is; an old-style object as a
+    :class:`LegacyMethod`, with a :class:`DeprecationWarning` naming the base class to use."""
+    if isinstance(value, MixingMethod) or not hasattr(value, "fit") or not hasattr(value, "build"):
+        return value
+    DEPRECATIONS["plain-object-method"].warn(
+        what=f"mixing method {getattr(value, 'name', '?')!r} of plugin {plugin_name!r} does not subclass"
+             " mixzoo.methods.MixingMethod; adapting such a method")
+    return LegacyMethod(value)
+
+
+def attach_base(base: types.ModuleType) -> None:
+    """``mixzoo.methods.base.LegacyMethod``, the class old-style methods are adapted as."""
+    base.LegacyMethod = LegacyMethod
+
+
+def attach_tables(tables: types.ModuleType) -> None:
+    """The table of methods adapts old-style methods (:func:`adapt_method`)."""
+    tables.KINDS["method"] = dataclasses.replace(tables.KINDS["method"], adapt="mixzoo.deprecated.methods:adapt_method")
