@@ -110,8 +110,9 @@ def test_an_unknown_name_of_an_old_module_is_an_attribute_error_naming_the_new_m
 
 @pytest.mark.subprocess
 def test_import_mixzoo_imports_nothing_for_the_shims_and_calibrate_stays_callable():
-    """The finder costs ``import mixzoo`` nothing (itself and its table of moved names, no shim); importing the old module ``mixzoo.calibrate`` (which rebinds
-    ``mixzoo.calibrate``) leaves ``mixzoo.calibrate(...)`` working as the function."""
+    """The finder costs ``import mixzoo`` nothing (itself and its table of moved names, no shim); importing the old
+    module ``mixzoo.calibrate`` (which rebinds ``mixzoo.calibrate``) leaves ``mixzoo.calibrate(...)`` working as the
+    function."""
     code = ("import sys, mixzoo\nassert not any(m.startswith('mixzoo.') and m != 'mixzoo.core' and"
             " not m.startswith('mixzoo.core.') and m not in ('mixzoo.deprecated', 'mixzoo.deprecated.modules')"
             " for m in sys.modules), sorted(sys.modules)\n"
@@ -130,8 +131,8 @@ def test_import_mixzoo_imports_nothing_for_the_shims_and_calibrate_stays_callabl
 
 
 def test_a_plain_object_method_is_adapted_with_a_warning():
-    from mixzoo.methods import MixingMethod
     from mixzoo.deprecated.methods import adapt_method
+    from mixzoo.methods import MixingMethod
     from mixzoo.methods.base import LegacyMethod
 
     class Plain:

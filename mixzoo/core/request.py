@@ -112,15 +112,4 @@ class ReportRequest:
                                                                    {"points": self.points})}
 
 
-def takes_request(function: Any) -> bool:
-    """Whether a method's ``match`` / ``tradeoff_curve`` takes a request (a parameter named ``request``), rather than
-    the keyword arguments of mixzoo 0.1 (``**kw``)."""
-    import inspect
-
-    try:
-        return "request" in inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return True
-
-
-__all__ = ["EvalRequest", "ReportRequest", "takes_request"]
+__all__ = ["EvalRequest", "ReportRequest"]

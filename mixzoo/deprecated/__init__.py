@@ -71,7 +71,11 @@ DEPRECATIONS: dict[str, Deprecation] = {
         "a mixing method that does not subclass mixzoo.methods.MixingMethod (adapted as"
         " mixzoo.methods.base.LegacyMethod)", "a subclass of mixzoo.methods.MixingMethod (CONTRIBUTING.md, 'Writing"
         " a mixing method')", "0.3", (("mixzoo.core.plugins.tables", "mixzoo.deprecated.methods:attach_tables"),
-                                     ("mixzoo.methods.base", "mixzoo.deprecated.methods:attach_base"))),
+                                     ("mixzoo.methods.base", "mixzoo.deprecated.contracts:attach_base"))),
+    "method-keyword-calls": Deprecation(
+        "a method's match(..., **kw) / tradeoff_curve(..., **kw) with evaluate's former keyword arguments",
+        "a request: match(abc, rbc, images, labels, target, request), tradeoff_curve(card, abc, rbc, data,"
+        " request)", "0.3"),
 }
 
 # module -> the shims attached to it when it is imported

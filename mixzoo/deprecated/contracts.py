@@ -25,3 +25,17 @@ def attach_attack_defaults(base: types.ModuleType) -> None:
         library(cls, **kwargs)
 
     attack.__init_subclass__ = classmethod(__init_subclass__)
+
+
+def attach_base(base: types.ModuleType) -> None:
+    """``mixzoo.methods.base.LegacyMethod``, the class old-style methods are adapted as
+    (:mod:`mixzoo.deprecated.methods`, imported when first asked for: it subclasses ``base``'s class)."""
+
+    def __getattr__(name: str) -> Any:
+        if name == "LegacyMethod":
+            from mixzoo.deprecated.methods import LegacyMethod
+
+            return LegacyMethod
+        raise AttributeError(f"module {base.__name__!r} has no attribute {name!r}")
+
+    base.__getattr__ = __getattr__

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 from typing import Any
 
@@ -40,18 +41,41 @@ class LegacyMethod(MixingMethod):
 
 def adapt_method(value: Any, plugin_name: str) -> Any:
     """``value`` from hook ``mixzoo_mixing_methods``: a :class:`MixingMethod` as it is; an old-style object as a
-    :class:`LegacyMethod`, with a :class:`DeprecationWarning` naming the base class to use."""
-    if isinstance(value, MixingMethod) or not hasattr(value, "fit") or not hasattr(value, "build"):
-        return value
-    DEPRECATIONS["plain-object-method"].warn(
-        what=f"mixing method {getattr(value, 'name', '?')!r} of plugin {plugin_name!r} does not subclass"
-             " mixzoo.methods.MixingMethod; adapting such a method")
-    return LegacyMethod(value)
+    :class:`LegacyMethod`, with a :class:`DeprecationWarning` naming the base class to use; and either one's
+    ``match`` / ``tradeoff_curve`` that takes 0.1's keyword arguments instead of a request (:func:`takes_kwargs`),
+    called with the request's :meth:`~mixzoo.core.request.EvalRequest.legacy_kwargs`."""
+    if not isinstance(value, MixingMethod):
+        if not hasattr(value, "fit") or not hasattr(value, "build"):
+            return value
+        DEPRECATIONS["plain-object-method"].warn(
+            what=f"mixing method {getattr(value, 'name', '?')!r} of plugin {plugin_name!r} does not subclass"
+                 " mixzoo.methods.MixingMethod; adapting such a method")
+        value = LegacyMethod(value)
+    for member, form in (("match", "match(abc, rbc, images, labels, target, **kw)"),
+                         ("tradeoff_curve", "tradeoff_curve(card, abc, rbc, data, **kw)")):
+        if takes_kwargs(getattr(value, member)):
+            setattr(value, member, _with_request(value, member, form))
+    return value
 
 
-def attach_base(base: types.ModuleType) -> None:
-    """``mixzoo.methods.base.LegacyMethod``, the class old-style methods are adapted as."""
-    base.LegacyMethod = LegacyMethod
+def takes_kwargs(function: Any) -> bool:
+    """Whether a method's ``match`` / ``tradeoff_curve`` takes mixzoo 0.1's keyword arguments (``**kw``, no
+    parameter named ``request``)."""
+    try:
+        return "request" not in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _with_request(method: Any, member: str, form: str) -> Any:
+    old = getattr(method, member)
+
+    def call(*args: Any) -> Any:  # (..., request): the request is the last argument
+        *head, request = args
+        DEPRECATIONS["method-keyword-calls"].warn(what=f"mixing method {method.name!r}: {form}")
+        return old(*head, **request.legacy_kwargs())
+
+    return call
 
 
 def attach_tables(tables: types.ModuleType) -> None:

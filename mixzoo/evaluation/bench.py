@@ -217,8 +217,6 @@ def matched_linear_alpha(ce: CardEvaluation, request: EvalRequest, *, match_n: i
     grid). Returns the alpha, every alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity`` share it, and
     so share its cached evaluations. ``budget`` and ``overrides`` (the user's ``-O``) go to the declared attacks
     (:func:`declared_attacks`)."""
-    from mixzoo.core.request import takes_request
-
     base = baseline_method()
     if base is None:
         raise InputError("no installed mixing method is marked as the bench's baseline; pass baseline=False")
@@ -230,13 +228,7 @@ def matched_linear_alpha(ce: CardEvaluation, request: EvalRequest, *, match_n: i
     target = sum(ev["robust_correct"]) / len(ev["robust_correct"])
     key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
     match_request = request.replace(key_parts=key)
-    if takes_request(base.match):
-        alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, match_request)
-    else:  # a method written for mixzoo 0.1: match(..., **kw) with evaluate's former keyword arguments
-        warnings.warn(f"mixing method {base.name!r}: match(abc, rbc, images, labels, target, **kw) is deprecated and"
-                      " will not be called by mixzoo 0.3; take a request: match(abc, rbc, images, labels, target,"
-                      " request)", DeprecationWarning, stacklevel=2)
-        alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, **match_request.legacy_kwargs())
+    alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, match_request)
     return alpha, tried, target
 
 
@@ -679,18 +671,10 @@ def _report_request(run: BenchRun, curve: CurveSettings | None) -> ReportRequest
 
 def _add_curve(run: BenchRun, report: Report, curve: CurveSettings) -> None:
     """The first card's method's trade-off curve (``report.curve``) and its component record."""
-    from mixzoo.core.request import takes_request
-
     t_curve = time.perf_counter()
     method, request = run.cards[0].mixing_method, _report_request(run, curve)
     args = (run.cards[0], run.ce.abc, run.ce.rbc, run.ce.data)
-    if takes_request(method.tradeoff_curve):
-        report.curve = method.tradeoff_curve(*args, request)
-    else:  # a method written for mixzoo 0.1: tradeoff_curve(..., **kw) with the curve's keyword arguments
-        warnings.warn(f"mixing method {method.name!r}: tradeoff_curve(card, abc, rbc, data, **kw) is deprecated and"
-                      " will not be called by mixzoo 0.3; take a request: tradeoff_curve(card, abc, rbc, data,"
-                      " request)", DeprecationWarning, stacklevel=2)
-        report.curve = method.tradeoff_curve(*args, **request.legacy_kwargs())
+    report.curve = method.tradeoff_curve(*args, request)
     report.settings["components"]["curve"] = {"attack": curve.attack, "options": dict(curve.options),
                                               "n": min(curve.n, len(run.ce.data.labels)), "points": curve.points,
                                               "seconds": time.perf_counter() - t_curve}
