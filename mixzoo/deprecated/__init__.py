@@ -76,6 +76,10 @@ DEPRECATIONS: dict[str, Deprecation] = {
         "a method's match(..., **kw) / tradeoff_curve(..., **kw) with evaluate's former keyword arguments",
         "a request: match(abc, rbc, images, labels, target, request), tradeoff_curve(card, abc, rbc, data,"
         " request)", "0.3"),
+    "match-keywords": Deprecation(
+        "Linear.match(..., attack=..., eps=..., ...)", "a request: Linear.match(abc, rbc, images, labels, target,"
+        " mixzoo.core.request.EvalRequest(...))", "0.3",
+        (("mixzoo.methods.linear", "mixzoo.deprecated.calls:attach_linear"),)),
 }
 
 # module -> the shims attached to it when it is imported

@@ -98,3 +98,44 @@ def attach_certify(run: types.ModuleType) -> None:
         return library(*args, **keywords)
 
     run.certify = certify
+
+
+# the run record's fields among the keyword arguments ``match(..., **kw)`` received before it took a request
+LEGACY_RECORD_FIELDS = ("attack", "eps", "norm", "seed", "batch_size", "attack_options", "per_example_seeds",
+                        "precision")
+
+
+def request_of_kwargs(kwargs: dict[str, Any], what: str) -> Any:
+    """The :class:`~mixzoo.core.request.EvalRequest` of an old-style call (``what``, e.g. ``Linear.match``) with
+    :func:`~mixzoo.attacks.runner.evaluate`'s former keyword arguments."""
+    from mixzoo.core.errors import InputError
+    from mixzoo.core.record import RunRecord
+    from mixzoo.core.request import EvalRequest
+
+    own = {f.name for f in dataclasses.fields(EvalRequest)} - {"record"}
+    unknown = sorted(set(kwargs) - own - set(LEGACY_RECORD_FIELDS))
+    if unknown:
+        raise InputError(f"{what} takes no argument {unknown[0]!r}; pass a mixzoo.core.request.EvalRequest")
+    record = RunRecord(**{k: v for k, v in kwargs.items() if k in LEGACY_RECORD_FIELDS and v is not None})
+    return EvalRequest(record, **{k: v for k, v in kwargs.items() if k in own})
+
+
+def attach_linear(linear: types.ModuleType) -> None:
+    """``Linear.match(abc, rbc, images, labels, target, attack=..., eps=..., ...)``: the request made from the
+    keyword arguments, with a :class:`DeprecationWarning`."""
+    from mixzoo.core.errors import InputError
+
+    cls, entry = linear.Linear, DEPRECATIONS["match-keywords"]
+    library = cls.match
+
+    @functools.wraps(library)
+    def match(self: Any, abc: Any, rbc: Any, images: Any, labels: Any, target: float, request: Any = None,
+              **legacy: Any) -> Any:
+        if request is None:
+            entry.warn()
+            request = request_of_kwargs(legacy, "Linear.match")
+        elif legacy:
+            raise InputError(f"Linear.match takes a request or keyword arguments, not both (got {sorted(legacy)[0]!r})")
+        return library(self, abc, rbc, images, labels, target, request)
+
+    cls.match = match

@@ -352,11 +352,10 @@ class MixingMethod:
 
     # --------------------------------------------------------------------------------------------- baseline role
     def match(self, abc: nn.Module, rbc: nn.Module, images: Any, labels: Any, target: float,
-              request: EvalRequest | None = None, **legacy: Any) -> tuple[float, list[dict[str, Any]]]:
+              request: EvalRequest) -> tuple[float, list[dict[str, Any]]]:
         """(baseline methods) The parameter whose robust accuracy on ``images`` is closest to ``target`` and every
         value tried, evaluating with ``request`` (:class:`~mixzoo.core.request.EvalRequest`: the matching attack in
-        its record, the cache and the cache key's parts). ``legacy``: :func:`mixzoo.attacks.runner.evaluate`'s former
-        keyword arguments instead of a request (deprecated, removed in 0.3)."""
+        its record, the cache and the cache key's parts)."""
         raise InputError(f"mixing method {self.name!r} is not a baseline method")
 
     def card_at(self, alpha: float, template: MixCard | None = None) -> MixCard:
