@@ -71,7 +71,7 @@ DEPRECATIONS: dict[str, Deprecation] = {
         "a mixing method that does not subclass mixzoo.methods.MixingMethod (adapted as"
         " mixzoo.methods.base.LegacyMethod)", "a subclass of mixzoo.methods.MixingMethod (CONTRIBUTING.md, 'Writing"
         " a mixing method')", "0.3", (("mixzoo.core.plugins.tables", "mixzoo.deprecated.methods:attach_tables"),
-                                     ("mixzoo.methods.base", "mixzoo.deprecated.contracts:attach_base"))),
+                                     ("mixzoo.methods.base", "mixzoo.deprecated.contracts:attach_legacy_method"))),
     "method-keyword-calls": Deprecation(
         "a method's match(..., **kw) / tradeoff_curve(..., **kw) with evaluate's former keyword arguments",
         "a request: match(abc, rbc, images, labels, target, request), tradeoff_curve(card, abc, rbc, data,"
@@ -80,6 +80,11 @@ DEPRECATIONS: dict[str, Deprecation] = {
         "Linear.match(..., attack=..., eps=..., ...)", "a request: Linear.match(abc, rbc, images, labels, target,"
         " mixzoo.core.request.EvalRequest(...))", "0.3",
         (("mixzoo.methods.linear", "mixzoo.deprecated.calls:attach_linear"),)),
+    "method-option": Deprecation(
+        "mixzoo.methods.MethodOption", "mixzoo.core.options.OptionSpec(help, type, default) (the default is filled"
+        " in) or OptionSpec(help, type, default_note=...) (shown, not filled)", "0.3",
+        (("mixzoo.methods.base", "mixzoo.deprecated.contracts:attach_method_option"),
+         ("mixzoo.methods", "mixzoo.deprecated.contracts:attach_methods"))),
 }
 
 # module -> the shims attached to it when it is imported

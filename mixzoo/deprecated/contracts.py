@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import types
 from typing import Any
 
@@ -27,15 +28,34 @@ def attach_attack_defaults(base: types.ModuleType) -> None:
     attack.__init_subclass__ = classmethod(__init_subclass__)
 
 
-def attach_base(base: types.ModuleType) -> None:
-    """``mixzoo.methods.base.LegacyMethod``, the class old-style methods are adapted as
-    (:mod:`mixzoo.deprecated.methods`, imported when first asked for: it subclasses ``base``'s class)."""
+def lazy_names(module: types.ModuleType, names: dict[str, str]) -> None:
+    """``module.NAME`` for each of ``names`` (NAME -> ``"module:attribute"`` of this package), imported when first
+    asked for (e.g. a class that subclasses one of ``module``'s)."""
+    lazy = module.__dict__.setdefault("_deprecated_names", {})
+    lazy.update(names)
 
     def __getattr__(name: str) -> Any:
-        if name == "LegacyMethod":
-            from mixzoo.deprecated.methods import LegacyMethod
+        if name not in lazy:
+            raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
+        home, _, attribute = lazy[name].partition(":")
+        return getattr(importlib.import_module(home), attribute)
 
-            return LegacyMethod
-        raise AttributeError(f"module {base.__name__!r} has no attribute {name!r}")
+    module.__getattr__ = __getattr__
 
-    base.__getattr__ = __getattr__
+
+def attach_legacy_method(base: types.ModuleType) -> None:
+    """``mixzoo.methods.base.LegacyMethod``, the class old-style methods are adapted as."""
+    lazy_names(base, {"LegacyMethod": "mixzoo.deprecated.methods:LegacyMethod"})
+
+
+def attach_method_option(base: types.ModuleType) -> None:
+    """``mixzoo.methods.base.MethodOption``."""
+    lazy_names(base, {"MethodOption": "mixzoo.deprecated.options:MethodOption"})
+
+
+def attach_methods(methods: types.ModuleType) -> None:
+    """``mixzoo.methods.MethodOption``, a public name of the package until its removal."""
+    from mixzoo.deprecated.options import MethodOption
+
+    methods.MethodOption = MethodOption
+    methods.__all__ = sorted([*methods.__all__, "MethodOption"], key=lambda n: (n[0].islower(), n))

@@ -42,7 +42,6 @@ variant's output misclassifies it, and variants share the values, so a break on 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,37 +92,6 @@ def square_extra(n_queries: int, why: str = "gradient-free: breaks what masked g
     run's own seed it would replay the shared attack's Square exactly."""
     return ExtraAttack("square", "adaptive", {"components": ["square"], "n_queries": int(n_queries)}, why=why,
                        seed_offset=1)
-
-
-# ------------------------------------------------------------------------------------------------ options
-@dataclass(frozen=True)
-class MethodOption(OptionSpec):
-    """A fit option whose ``default`` is documentation only (the method applies it when the key is absent).
-    Deprecated: declare :class:`mixzoo.core.options.OptionSpec`, whose ``default`` :meth:`MixingMethod.check_options`
-    fills in (so ``fit`` reads the filled value), or whose ``default_note`` says what an absent option means when
-    that is not one value."""
-
-    def __post_init__(self) -> None:
-        import warnings
-
-        warnings.warn("mixzoo.methods.MethodOption is deprecated and will be removed in mixzoo 0.3; declare"
-                      " mixzoo.core.options.OptionSpec(help, type, default) (the default is filled in) or"
-                      " OptionSpec(help, type, default_note=...) (shown, not filled)", DeprecationWarning,
-                      stacklevel=3)
-
-    @property
-    def default_text(self) -> str:
-        """The default as ``mixzoo mix --show-options`` prints it: ``default``, else the ``default X`` the help text
-        names, else empty."""
-        if self.default is not None:
-            return str(self.default)
-        found = re.search(r"\bdefault:? ([^;,)]+)", self.help)
-        return found.group(1).strip() if found else ""
-
-    def convert(self, key: str, value: Any, method: str) -> Any:
-        """``value`` as this option's type; a one-line :class:`InputError` naming the option and its type."""
-        owner = method if method.startswith("mixing method ") else f"mixing method {method!r}"
-        return OptionSpec.convert(self, key, value, owner)
 
 
 def parse_value(text: str) -> Any:
@@ -279,12 +247,12 @@ class MixingMethod:
 
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """The options converted to their declared types and ranges, with the default of every absent
-        :class:`~mixzoo.core.options.OptionSpec` filled in (a :class:`MethodOption`'s default is documentation and
-        is not); refuses, before any work, an option this method does not declare or a bad value (one line naming
-        the option and the fix)."""
+        :class:`~mixzoo.core.options.OptionSpec` filled in (but for a spec whose ``fills_default`` is false: its
+        default is documentation); refuses, before any work, an option this method does not declare or a bad value
+        (one line naming the option and the fix)."""
         specs = self.option_specs()
         filled = fill_options(specs, options, f"mixing method {self.name!r}")
-        return {k: v for k, v in filled.items() if k in options or not isinstance(specs[k], MethodOption)}
+        return {k: v for k, v in filled.items() if k in options or getattr(specs[k], "fills_default", True)}
 
     def options_from_args(self, args: list[str]) -> dict[str, Any]:
         """Options from command-line words ``--key VALUE``, ``--key=VALUE``, ``--flag`` / ``--no-flag`` (bool
