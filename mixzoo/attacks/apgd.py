@@ -163,19 +163,20 @@ class ApgdSettings:
         return self.loss if isinstance(self.loss, str) else "custom"
 
 
-def settings_from(kind: type, settings: Any, options: dict[str, Any]) -> Any:
+def settings_from(kind: type, settings: Any, given: dict[str, Any]) -> Any:
     """The settings of a public attack function: ``settings`` (an :class:`ApgdSettings` or
-    :class:`~mixzoo.attacks.square.SquareSettings`) as given, else a ``kind`` built from the keyword ``options``,
-    whose defaults are the fields' own. Options are given one way: ``settings`` with a keyword changed from its
-    default is an :class:`InputError`."""
+    :class:`~mixzoo.attacks.square.SquareSettings`) as given, else a ``kind`` built from the function's keywords
+    named after its fields (``given``: the function's arguments), whose defaults are the fields' own. Options are
+    given one way: ``settings`` with such a keyword changed from its default is an :class:`InputError`."""
+    options = {f.name: given[f.name] for f in fields(kind) if f.name in given}
     if settings is None:
         if options.get("eps") is None:
             raise InputError("pass the radius eps=... (or settings=...)")
         return kind(**options)
-    given = sorted(k for k, v in options.items() if v is not None and v != getattr(kind, k, None))
-    if given or options.get("eps") is not None:
+    changed = sorted(k for k, v in options.items() if v is not None and v != getattr(kind, k, None))
+    if changed:
         raise InputError(f"pass the attack's options either as settings or as keywords, not both (got settings and"
-                         f" {', '.join(given) or 'eps'})")
+                         f" {', '.join(changed)})")
     return settings
 
 
@@ -198,8 +199,7 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
     other examples' trajectories are unchanged. ``group`` (with ``early_stop``): rows that are copies of one
     example (its runs towards several targets, stacked) share an id in ``0..n_groups-1`` and leave together.
     Without ``early_stop`` every example runs all iterations (MMAA needs every visited margin)."""
-    cfg = settings_from(ApgdSettings, settings, dict(eps=eps, norm=norm, n_iter=n_iter, loss=loss, rho=rho,
-                                                     on_iter=on_iter, early_stop=early_stop))
+    cfg = settings_from(ApgdSettings, settings, locals())
     eps, norm, n_iter, rho, on_iter, early_stop = cfg.eps, cfg.norm, cfg.n_iter, cfg.rho, cfg.on_iter, cfg.early_stop
     loss_fn = LOSSES[cfg.loss] if isinstance(cfg.loss, str) else cfg.loss
     n = x.shape[0]
@@ -457,8 +457,7 @@ def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, settings
     example leaves a run once misclassified (:func:`apgd_run`; only for the examples AutoAttack would attack, so
     ``attack_all``'s margins of misclassified examples are still tracked over every iteration).
     """
-    cfg = settings_from(ApgdSettings, settings, dict(eps=eps, norm=norm, n_iter=n_iter, n_restarts=n_restarts,
-                                                     seed=seed, rho=rho, on_iter=on_iter, early_stop=early_stop))
+    cfg = settings_from(ApgdSettings, settings, locals())
     check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts)
     record = clean_record(model, images, labels, margin_fn) if record is None else record
     return _runs(model, images, labels, record, replace(cfg, loss="ce"), plan=[None] * cfg.n_restarts,
@@ -501,9 +500,7 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, settings:
     rows that fit in its free memory (:func:`mixzoo.attacks.memory.rows_that_fit` of one step's measured memory
     per image), elsewhere no limit. Other arguments as in :func:`apgd_ce`.
     """
-    cfg = settings_from(ApgdSettings, settings, dict(eps=eps, norm=norm, n_iter=n_iter, n_restarts=n_restarts,
-                                                     n_target_classes=n_target_classes, seed=seed, rho=rho,
-                                                     on_iter=on_iter, early_stop=early_stop))
+    cfg = settings_from(ApgdSettings, settings, locals())
     check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts)
     if cfg.n_target_classes < 0:
         raise InputError(f"n_target_classes must be non-negative, got {cfg.n_target_classes}")

@@ -107,8 +107,7 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings:
     index)`` (:mod:`mixzoo.core.rng`), so the result per example does not depend on ``batch_size`` or on how the
     images are split across processes; without it, each batch uses AutoAttack's generators."""
     check_images(images)
-    cfg = settings_from(ApgdSettings, settings, dict(eps=eps, norm=norm, n_iter=n_iter, seed=seed,
-                                                     n_target_classes=n_target_classes, n_restarts=n_restarts))
+    cfg = settings_from(ApgdSettings, settings, locals())
     eps, norm, n_iter, n_restarts, seed = cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts, cfg.seed
     check_attack_settings(eps, norm, n_iter, n_restarts)
     if cfg.n_target_classes < 0:

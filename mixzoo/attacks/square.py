@@ -304,8 +304,7 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     the returned ``margins`` are logit margins.
     """
     check_images(images)
-    cfg = settings_from(SquareSettings, settings, dict(eps=eps, norm=norm, n_queries=n_queries, p_init=p_init,
-                                                       seed=seed, loss=loss))
+    cfg = settings_from(SquareSettings, settings, locals())
     eps, norm, n_queries, p_init, seed, loss = cfg.eps, cfg.norm, cfg.n_queries, cfg.p_init, cfg.seed, cfg.loss
     check_attack_settings(eps, norm)
     if isinstance(n_queries, bool) or int(n_queries) < 1:
