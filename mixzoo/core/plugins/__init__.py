@@ -31,19 +31,15 @@ calls as one-line errors), :mod:`~mixzoo.core.plugins.failures` (run-time faults
 
 from __future__ import annotations
 
-from mixzoo.core.plugins.failures import record_runtime_failure, runtime_failures
-from mixzoo.core.plugins.guard import Guarded, GuardedFactory, file_problem, guarded_call, plugin_error
+from mixzoo.core.plugins.failures import runtime_failures
 from mixzoo.core.plugins.hooks import collect, first_answer, first_result
 from mixzoo.core.plugins.listing import PluginInfo, plugin_infos
-from mixzoo.core.plugins.manager import get_plugin_manager, hookimpl, is_builtin
+from mixzoo.core.plugins.manager import get_plugin_manager, hookimpl
 from mixzoo.core.plugins.sources import load_network
-from mixzoo.core.plugins.state import PROJECT, STATE, PluginState
+from mixzoo.core.plugins.state import STATE
 from mixzoo.core.plugins.tables import (
     KINDS,
-    Kind,
-    Merged,
     attacks,
-    calibration_optimizers,
     clamp_functions,
     clear_caches,
     collision_message,
@@ -64,10 +60,9 @@ from mixzoo.core.plugins.tables import (
 )
 
 __all__ = [
-    "KINDS", "PROJECT", "STATE", "Guarded", "GuardedFactory", "Kind", "Merged", "PluginInfo", "PluginState", "attacks",
-    "calibration_optimizers", "clamp_functions", "clear_caches", "collect", "collision_message", "collisions",
-    "datasets", "failures_so_far", "file_problem", "first_answer", "first_result", "get_plugin_manager",
-    "guarded_call", "hookimpl", "is_builtin", "load_network", "lookup", "merge", "mixing_methods", "model_sources",
-    "plugin_error", "plugin_failures", "plugin_infos", "provider", "published_cards", "record_failure",
-    "record_runtime_failure", "register_plugin", "runtime_failures", "table", "unregister_plugin",
+    "KINDS", "STATE", "PluginInfo", "attacks", "clamp_functions", "clear_caches", "collect", "collision_message",
+    "collisions", "datasets", "failures_so_far", "first_answer", "first_result", "get_plugin_manager", "hookimpl",
+    "load_network", "lookup", "merge", "mixing_methods", "model_sources", "plugin_failures", "plugin_infos",
+    "provider", "published_cards", "record_failure", "register_plugin", "runtime_failures", "table",
+    "unregister_plugin",
 ]

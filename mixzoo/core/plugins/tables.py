@@ -161,11 +161,6 @@ def attacks() -> dict[str, Any]:
     return table("attack")
 
 
-def calibration_optimizers() -> dict[str, Any]:
-    """All calibration optimizers by name."""
-    return table("optimizer")
-
-
 def datasets() -> dict[str, Any]:
     """All dataset factories by name."""
     return table("dataset")
