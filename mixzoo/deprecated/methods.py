@@ -44,16 +44,14 @@ def adapt_method(value: Any, plugin_name: str) -> Any:
     :class:`LegacyMethod`, with a :class:`DeprecationWarning` naming the base class to use; and either one's
     ``match`` / ``tradeoff_curve`` that takes 0.1's keyword arguments instead of a request (:func:`takes_kwargs`),
     called with the request's :meth:`~mixzoo.core.request.EvalRequest.legacy_kwargs`."""
-    if not isinstance(value, MixingMethod):
-        if not hasattr(value, "fit") or not hasattr(value, "build"):
-            return value
+    if not isinstance(value, MixingMethod) and hasattr(value, "fit") and hasattr(value, "build"):
         DEPRECATIONS["plain-object-method"].warn(
             what=f"mixing method {getattr(value, 'name', '?')!r} of plugin {plugin_name!r} does not subclass"
                  " mixzoo.methods.MixingMethod; adapting such a method")
         value = LegacyMethod(value)
     for member, form in (("match", "match(abc, rbc, images, labels, target, **kw)"),
                          ("tradeoff_curve", "tradeoff_curve(card, abc, rbc, data, **kw)")):
-        if takes_kwargs(getattr(value, member)):
+        if takes_kwargs(getattr(value, member, None)):
             setattr(value, member, _with_request(value, member, form))
     return value
 
@@ -62,7 +60,7 @@ def takes_kwargs(function: Any) -> bool:
     """Whether a method's ``match`` / ``tradeoff_curve`` takes mixzoo 0.1's keyword arguments (``**kw``, no
     parameter named ``request``)."""
     try:
-        return "request" not in inspect.signature(function).parameters
+        return function is not None and "request" not in inspect.signature(function).parameters
     except (TypeError, ValueError):
         return False
 

@@ -338,6 +338,7 @@ def test_an_old_style_baseline_method_is_matched_with_the_former_keywords(monkey
     """A third-party baseline method written for mixzoo 0.1 (``match(..., **kw)``, no request) is still called,
     with evaluate's former keyword arguments, and a DeprecationWarning says to take a request."""
     import mixzoo.evaluation.bench as bench_module
+    from mixzoo.deprecated.methods import adapt_method  # what the table of methods does to a third party's
     from mixzoo.evaluation.bench import CardEvaluation, matched_linear_alpha
 
     received = {}
@@ -353,7 +354,7 @@ def test_an_old_style_baseline_method_is_matched_with_the_former_keywords(monkey
         return {"clean_correct": [True] * len(images), "robust_correct": [True] * len(images), "seconds": 1.0,
                 "components": [], "warnings": []}
 
-    monkeypatch.setattr(bench_module, "baseline_method", lambda: OldBaseline())
+    monkeypatch.setattr(bench_module, "baseline_method", lambda: adapt_method(OldBaseline(), "third-party"))
     monkeypatch.setattr(bench_module, "evaluate", fake_evaluate)
     data = types.SimpleNamespace(images=indexed_images(6), labels=torch.zeros(6, dtype=torch.long), fingerprint="f")
     ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
@@ -374,6 +375,7 @@ def test_an_old_style_trade_off_curve_is_called_with_the_former_keywords():
     """A third-party method whose tradeoff_curve takes mixzoo 0.1's keyword arguments (no request) still gets its
     curve into the report, with the curve's settings as those keywords and a DeprecationWarning."""
     from mixzoo.core.settings import RunSettings
+    from mixzoo.deprecated.methods import adapt_method  # what the table of methods does to a third party's
     from mixzoo.evaluation.bench import BenchRun, CurveSettings, _add_curve
 
     received = {}
@@ -385,7 +387,7 @@ def test_an_old_style_trade_off_curve_is_called_with_the_former_keywords():
             received.update(kw)
             return {"attack": kw["attack"], "points": []}
 
-    card = types.SimpleNamespace(mixing_method=OldCurve())
+    card = types.SimpleNamespace(mixing_method=adapt_method(OldCurve(), "third-party"))
     ce = types.SimpleNamespace(abc=nn.Identity(), rbc=nn.Identity(), data=types.SimpleNamespace(labels=torch.zeros(8)))
     run = BenchRun(RunSettings(data_dir="d"), [card], ce, ask(attack="apgd", eps=0.1, norm="Linf", seed=2,
                                                              batch_size=4, progress=False),
