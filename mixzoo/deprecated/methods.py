@@ -51,8 +51,9 @@ def adapt_method(value: Any, plugin_name: str) -> Any:
         value = LegacyMethod(value)
     for member, form in (("match", "match(abc, rbc, images, labels, target, **kw)"),
                          ("tradeoff_curve", "tradeoff_curve(card, abc, rbc, data, **kw)")):
-        if takes_kwargs(getattr(value, member, None)):
-            setattr(value, member, _with_request(value, member, form))
+        old = getattr(value, member, None)
+        if takes_kwargs(old):
+            setattr(value, member, _with_request(old, f"mixing method {value.name!r}: {form}"))
     return value
 
 
@@ -65,17 +66,15 @@ def takes_kwargs(function: Any) -> bool:
         return False
 
 
-def _with_request(method: Any, member: str, form: str) -> Any:
-    old = getattr(method, member)
-
+def _with_request(old: Any, what: str) -> Any:
     def call(*args: Any) -> Any:  # (..., request): the request is the last argument
         *head, request = args
-        DEPRECATIONS["method-keyword-calls"].warn(what=f"mixing method {method.name!r}: {form}")
+        DEPRECATIONS["method-keyword-calls"].warn(what=what)
         return old(*head, **request.legacy_kwargs())
 
     return call
 
 
 def attach_tables(tables: types.ModuleType) -> None:
-    """The table of methods adapts old-style methods (:func:`adapt_method`)."""
+    """The table of methods adapts a third party's methods (:func:`adapt_method`)."""
     tables.KINDS["method"] = dataclasses.replace(tables.KINDS["method"], adapt="mixzoo.deprecated.methods:adapt_method")
