@@ -70,7 +70,7 @@ DEPRECATIONS: dict[str, Deprecation] = {
     "plain-object-method": Deprecation(
         "a mixing method that does not subclass mixzoo.methods.MixingMethod (adapted as"
         " mixzoo.methods.base.LegacyMethod)", "a subclass of mixzoo.methods.MixingMethod (CONTRIBUTING.md, 'Writing"
-        " a mixing method')", "0.3", (("mixzoo.core.plugins.tables", "mixzoo.deprecated.methods:attach_tables"),
+        " a mixing method')", "0.3", (("mixzoo.core.plugins.tables", "mixzoo.deprecated.contracts:attach_tables"),
                                      ("mixzoo.methods.base", "mixzoo.deprecated.contracts:attach_legacy_method"))),
     "method-keyword-calls": Deprecation(
         "a method's match(..., **kw) / tradeoff_curve(..., **kw) with evaluate's former keyword arguments",

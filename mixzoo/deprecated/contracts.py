@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import types
 from typing import Any
@@ -59,3 +60,9 @@ def attach_methods(methods: types.ModuleType) -> None:
 
     methods.MethodOption = MethodOption
     methods.__all__ = sorted([*methods.__all__, "MethodOption"], key=lambda n: (n[0].islower(), n))
+
+
+def attach_tables(tables: types.ModuleType) -> None:
+    """The table of methods adapts a third party's methods (:func:`mixzoo.deprecated.methods.adapt_method`,
+    imported when the table is first built: it imports the method contract, and torch with it)."""
+    tables.KINDS["method"] = dataclasses.replace(tables.KINDS["method"], adapt="mixzoo.deprecated.methods:adapt_method")

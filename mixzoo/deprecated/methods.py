@@ -4,9 +4,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import types
 from typing import Any
 
 from mixzoo.deprecated import DEPRECATIONS
@@ -74,7 +72,3 @@ def _with_request(old: Any, what: str) -> Any:
 
     return call
 
-
-def attach_tables(tables: types.ModuleType) -> None:
-    """The table of methods adapts a third party's methods (:func:`adapt_method`)."""
-    tables.KINDS["method"] = dataclasses.replace(tables.KINDS["method"], adapt="mixzoo.deprecated.methods:adapt_method")

@@ -99,6 +99,10 @@ def test_importing_mixzoo_imports_only_the_finder():
             " 'torch' in sys.modules, 'mixzoo.core.plugins' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["mixzoo.deprecated,mixzoo.deprecated.modules", "False", "False"]
+    # the plugin machinery's shims attach without torch (`mixzoo plugins` needs none)
+    code = "import sys, mixzoo.core.plugins\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]
 
 
 def test_a_shim_is_attached_when_its_module_is_imported():
