@@ -27,7 +27,7 @@ import torch
 
 from mixzoo.attacks import AdaptiveStrong
 from mixzoo.attacks.apgd import effective_n_targets
-from mixzoo.attacks.evaluation import extra_apgd
+from mixzoo.attacks.suites import extra_apgd
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
 from mixzoo.core.record import RunRecord

@@ -67,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import mixzoo
-    from mixzoo.attacks.evaluation import FiniteGuard
+    from mixzoo.attacks.adapters import FiniteGuard
     from mixzoo.attacks.square import min_margin_square
     from mixzoo.core.card import MixCard
     from mixzoo.core.compat import import_autoattack

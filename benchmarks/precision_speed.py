@@ -7,7 +7,7 @@
 
 Runs each ``--attacks`` evaluation (default ``adaptive`` and ``adaptive-apgd``, their default options) on the card's
 mixed classifier and the first ``n`` evaluation images at the card's eps, once with ``precision="float32"`` and once
-with ``precision="bf16"`` (:meth:`mixzoo.attacks.evaluation.Attack.run`: bfloat16 autocast, every break confirmed
+with ``precision="bf16"`` (:meth:`mixzoo.attacks.base.Attack.run`: bfloat16 autocast, every break confirmed
 in float32 outside autocast), with per-example seeds as ``mixzoo bench`` draws them. The images go in chunks of
 ``--chunk``; each chunk is attacked in float32 and then in bf16 before the next, so that a machine whose load
 changes during the run slows both precisions alike (per-example seeds: the outcome does not depend on the chunks).

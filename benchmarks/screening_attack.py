@@ -119,7 +119,7 @@ def digits_models(tmp: Path) -> list[tuple[str, object]]:
 
 
 def measure(kind, model, x, y, eps, norm, args, recorded: dict | None = None) -> dict:
-    from mixzoo.attacks.evaluation import ADAPTIVE_COMPONENTS
+    from mixzoo.attacks.suites import ADAPTIVE_COMPONENTS
     from mixzoo.core.plugins import lookup
 
     warm_up(model, x[: args.batch_size], y[: args.batch_size])

@@ -49,7 +49,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import mixzoo
-    from mixzoo.attacks.evaluation import _pyautoattack
+    from mixzoo.attacks.adapters import _pyautoattack
     from mixzoo.attacks.square import min_margin_square
     from mixzoo.core.card import MixCard
     from mixzoo.core.compat import import_autoattack

@@ -14,9 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from mixzoo.core import __version__, moved
+from mixzoo import deprecated
+from mixzoo.core import __version__
 
-moved.install()  # the module names of mixzoo 0.1's documentation (mixzoo.plugins, ...), deprecated
+deprecated.install()  # the deprecated names and call forms, answered from mixzoo.deprecated (the one place)
 
 # public name -> the module that defines it
 _PUBLIC = {

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixzoo.core.errors import RegistryError, UnknownNameError
+from mixzoo.core.errors import RegistryError
 
 
 class ConvNet(nn.Module):
@@ -90,16 +90,13 @@ ARCHS: dict[str, Callable[..., nn.Module]] = {"convnet": ConvNet}
 
 
 def build(arch: str, kwargs: dict[str, Any] | None = None) -> nn.Module:
-    """Instantiate architecture ``arch`` with ``kwargs`` (unknown names get suggestions)."""
-    archs: dict[str, Callable[..., nn.Module]] = ARCHS
-    if arch not in ARCHS:  # other plugins' architectures (hook mixzoo_architectures), e.g. lipconvnet
-        from mixzoo.core.plugins import collect_named
+    """Instantiate architecture ``arch`` (the table of hook ``mixzoo_architectures``: these and other plugins', e.g.
+    lipconvnet) with ``kwargs`` (unknown names get suggestions)."""
+    from mixzoo.core.plugins import lookup
 
-        archs = collect_named("mixzoo_architectures", "architecture")
-    if arch not in archs:
-        raise UnknownNameError("architecture", arch, archs)
+    builder = lookup("architecture", arch)
     try:
-        return archs[arch](**(kwargs or {}))
+        return builder(**(kwargs or {}))
     except TypeError as exc:
         raise RegistryError(f"architecture {arch!r}: bad keyword arguments {kwargs} ({exc}); fix source.kwargs")\
             from exc

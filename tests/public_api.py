@@ -81,8 +81,8 @@ def _entries(module_name: str, name: str, obj: Any) -> dict[str, str]:
 
 def live_surface() -> dict[str, str]:
     """The public surface of the installed mixzoo, as the flat ``{qualified name: description}`` snapshot."""
-    from mixzoo.core import moved
     from mixzoo.core.surface import PUBLIC_SURFACE
+    from mixzoo.deprecated import modules as moved
 
     out: dict[str, str] = {}
     for module_name, declared in PUBLIC_SURFACE.items():

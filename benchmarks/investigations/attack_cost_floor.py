@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mixzoo.attacks.evaluation import AdaptiveAutoAttack
+from mixzoo.attacks.suites import AdaptiveAutoAttack
 from mixzoo.core.card import MixCard
 from mixzoo.core.machine import machine_summary
 from mixzoo.methods.mixednuts.mixing import MixedClassifier

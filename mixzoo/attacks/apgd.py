@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -136,26 +137,69 @@ def _loss_and_grad(forward: Forward, x_adv: torch.Tensor, labels: torch.Tensor, 
     return judged.detach(), loss.detach(), grad.detach()
 
 
-def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: MarginRecord, cfg: ApgdSettings, *,
+@dataclass(frozen=True)
+class ApgdSettings:
+    """APGD's settings (Croce & Hein 2020, AutoAttack's APGD-CE and APGD-T), shared by every run of one attack:
+    radius ``eps`` in ``norm`` (``Linf`` or ``L2``), ``n_iter`` iterations per run, the ``loss`` of
+    :func:`apgd_run` (``ce``, ``dlr``, ``dlr-targeted`` or a loss function; :func:`apgd_ce` and :func:`apgd_t` use
+    their own), ``seed`` of the random starts, ``n_restarts`` runs (per target for APGD-T), ``n_target_classes``
+    targets of APGD-T, the step-size checkpoint fraction ``rho``, ``on_iter(n_examples)`` called after each
+    iteration, and ``early_stop`` (:func:`apgd_run`)."""
+
+    eps: float
+    norm: str = "Linf"
+    n_iter: int = 100
+    loss: str | LossFn = "ce"
+    seed: int = 0
+    rho: float = 0.75
+    on_iter: OnIter | None = None
+    early_stop: bool = False
+    n_restarts: int = 1
+    n_target_classes: int = 9
+
+    @property
+    def loss_name(self) -> str:
+        """The loss's name in the per-example random streams (``custom`` for a loss function)."""
+        return self.loss if isinstance(self.loss, str) else "custom"
+
+
+def settings_from(kind: type, settings: Any, given: dict[str, Any]) -> Any:
+    """The settings of a public attack function: ``settings`` (an :class:`ApgdSettings` or
+    :class:`~mixzoo.attacks.square.SquareSettings`) as given, else a ``kind`` built from the function's keywords
+    named after its fields (``given``: the function's arguments), whose defaults are the fields' own. Options are
+    given one way: ``settings`` with such a keyword changed from its default is an :class:`InputError`."""
+    options = {f.name: given[f.name] for f in fields(kind) if f.name in given}
+    if settings is None:
+        if options.get("eps") is None:
+            raise InputError("pass the radius eps=... (or settings=...)")
+        return kind(**options)
+    changed = sorted(k for k, v in options.items() if v is not None and v != getattr(kind, k, None))
+    if changed:
+        raise InputError(f"pass the attack's options either as settings or as keywords, not both (got settings and"
+                         f" {', '.join(changed)})")
+    return settings
+
+
+def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: MarginRecord,
+             settings: ApgdSettings | None = None, *, eps: float | None = None, norm: str = ApgdSettings.norm,
+             n_iter: int = ApgdSettings.n_iter, loss: str | LossFn = ApgdSettings.loss, rho: float = ApgdSettings.rho,
+             on_iter: OnIter | None = None, early_stop: bool = ApgdSettings.early_stop,
              target: torch.Tensor | None = None, generator: torch.Generator | None = None,
              draw: tuple[int, str, torch.Tensor] | None = None, noise: torch.Tensor | None = None,
              group: torch.Tensor | None = None) -> torch.Tensor:
-    """One APGD run from a random start (``attack_single_run`` of AutoAttack, L-inf / L2) with ``cfg``'s eps, norm,
-    n_iter, loss, rho, on_iter and early_stop (its seed, n_restarts and n_target_classes are the callers').
+    """One APGD run from a random start (``attack_single_run`` of AutoAttack, L-inf / L2) with eps, norm, n_iter,
+    loss, rho, on_iter and early_stop given as keywords or as ``settings`` (:class:`ApgdSettings`, whose seed,
+    n_restarts and n_target_classes are the callers').
 
     Offers the judged logits of all ``n_iter + 1`` visited points to ``record`` (same examples as ``x``) and returns
-    the per-example best loss. ``on_iter(n_examples)`` is called after each iteration. The start comes from
-    ``generator``, from the per-example ``draw`` or from ``noise`` (:func:`random_start`).
-
-    ``early_stop``: an example leaves the active batch once the record holds a misclassified point for it (a
-    confirmed break: the judged output at that point is wrong), so a run that only decides robust / broken at eps
-    stops spending passes on it; the other examples' trajectories are unchanged (every quantity of APGD is per
-    example). The check runs every :data:`DROP_EVERY` iterations and at the step-size checkpoints, never per step
-    (it synchronises with the device). ``group`` (with ``early_stop``): rows that are copies of one example (e.g.
-    its runs towards several targets, stacked) share a group id in ``0..n_groups-1``; all copies leave together
-    when any of them is misclassified. Without ``early_stop`` every example runs all iterations (MMAA needs every
-    visited margin).
-    """
+    the per-example best loss; ``on_iter(n_examples)`` is called after each iteration. The start comes from
+    ``generator``, the per-example ``draw`` or ``noise`` (:func:`random_start`). ``early_stop``: an example leaves
+    the active batch once the record holds a misclassified point for it (a confirmed break), checked every
+    :data:`DROP_EVERY` iterations and at the step-size checkpoints (each check synchronises with the device); the
+    other examples' trajectories are unchanged. ``group`` (with ``early_stop``): rows that are copies of one
+    example (its runs towards several targets, stacked) share an id in ``0..n_groups-1`` and leave together.
+    Without ``early_stop`` every example runs all iterations (MMAA needs every visited margin)."""
+    cfg = settings_from(ApgdSettings, settings, locals())
     eps, norm, n_iter, rho, on_iter, early_stop = cfg.eps, cfg.norm, cfg.n_iter, cfg.rho, cfg.on_iter, cfg.early_stop
     loss_fn = LOSSES[cfg.loss] if isinstance(cfg.loss, str) else cfg.loss
     n = x.shape[0]
@@ -338,32 +382,6 @@ def stack_runs_default(device: torch.device | str) -> bool:
     return torch.device(device).type == "cuda"
 
 
-@dataclass(frozen=True)
-class ApgdSettings:
-    """APGD's settings (Croce & Hein 2020, AutoAttack's APGD-CE and APGD-T), shared by every run of one attack:
-    radius ``eps`` in ``norm`` (``Linf`` or ``L2``), ``n_iter`` iterations per run, the ``loss`` of
-    :func:`apgd_run` (``ce``, ``dlr``, ``dlr-targeted`` or a loss function; :func:`apgd_ce` and :func:`apgd_t` use
-    their own), ``seed`` of the random starts, ``n_restarts`` runs (per target for APGD-T), ``n_target_classes``
-    targets of APGD-T, the step-size checkpoint fraction ``rho``, ``on_iter(n_examples)`` called after each
-    iteration, and ``early_stop`` (:func:`apgd_run`)."""
-
-    eps: float
-    norm: str = "Linf"
-    n_iter: int = 100
-    loss: str | LossFn = "ce"
-    seed: int = 0
-    rho: float = 0.75
-    on_iter: OnIter | None = None
-    early_stop: bool = False
-    n_restarts: int = 1
-    n_target_classes: int = 9
-
-    @property
-    def loss_name(self) -> str:
-        """The loss's name in the per-example random streams (``custom`` for a loss function)."""
-        return self.loss if isinstance(self.loss, str) else "custom"
-
-
 def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: MarginRecord, cfg: ApgdSettings, *,
           plan: list[torch.Tensor | None], attack_all: bool, index: torch.Tensor | None = None,
           stack: bool = False, stack_rows: int | None = None) -> MarginRecord:
@@ -421,11 +439,15 @@ def _stacked_runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, re
     return record
 
 
-def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, cfg: ApgdSettings, *,
+def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, settings: ApgdSettings | None = None, *,
+            eps: float | None = None, norm: str = ApgdSettings.norm, n_iter: int = ApgdSettings.n_iter,
+            n_restarts: int = ApgdSettings.n_restarts, seed: int = ApgdSettings.seed, rho: float = ApgdSettings.rho,
+            on_iter: OnIter | None = None, early_stop: bool = ApgdSettings.early_stop,
             record: MarginRecord | None = None, attack_all: bool = False, margin_fn: MarginFn = signed_margin,
             index: torch.Tensor | None = None) -> MarginRecord:
-    """Untargeted APGD on the cross-entropy (AutoAttack's APGD-CE) with margin tracking: ``cfg.n_restarts`` runs of
-    ``cfg.n_iter`` iterations at ``cfg.eps`` (``cfg.loss`` is not read).
+    """Untargeted APGD on the cross-entropy (AutoAttack's APGD-CE) with margin tracking: ``n_restarts`` runs of
+    ``n_iter`` iterations at ``eps`` in ``norm``, the options given as keywords or as ``settings``
+    (:class:`ApgdSettings`, whose ``loss`` is not read).
 
     ``model(x)`` returns logits or ``(judged, loss)`` logits. With ``attack_all=False`` (AutoAttack) each restart
     attacks only examples not yet misclassified; with ``attack_all=True`` (MMAA) every example is attacked in every
@@ -435,6 +457,7 @@ def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, cfg: Apg
     example leaves a run once misclassified (:func:`apgd_run`; only for the examples AutoAttack would attack, so
     ``attack_all``'s margins of misclassified examples are still tracked over every iteration).
     """
+    cfg = settings_from(ApgdSettings, settings, locals())
     check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts)
     record = clean_record(model, images, labels, margin_fn) if record is None else record
     return _runs(model, images, labels, record, replace(cfg, loss="ce"), plan=[None] * cfg.n_restarts,
@@ -459,12 +482,16 @@ def effective_n_targets(n_classes: int, n_target_classes: int) -> int:
     return min(n_target_classes, n_classes - 1)
 
 
-def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, cfg: ApgdSettings, *,
-           record: MarginRecord | None = None, attack_all: bool = False, margin_fn: MarginFn = signed_margin,
-           index: torch.Tensor | None = None, stack: bool | None = False,
+def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, settings: ApgdSettings | None = None, *,
+           eps: float | None = None, norm: str = ApgdSettings.norm, n_iter: int = ApgdSettings.n_iter,
+           n_target_classes: int = ApgdSettings.n_target_classes, n_restarts: int = ApgdSettings.n_restarts,
+           seed: int = ApgdSettings.seed, rho: float = ApgdSettings.rho, on_iter: OnIter | None = None,
+           early_stop: bool = ApgdSettings.early_stop, record: MarginRecord | None = None, attack_all: bool = False,
+           margin_fn: MarginFn = signed_margin, index: torch.Tensor | None = None, stack: bool | None = False,
            stack_rows: int | None = None) -> MarginRecord:
-    """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking: ``cfg.n_restarts`` runs
-    towards each of ``cfg.n_target_classes`` targets (``cfg.loss`` is not read).
+    """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking: ``n_restarts`` runs
+    towards each of ``n_target_classes`` targets, the options given as keywords or as ``settings``
+    (:class:`ApgdSettings`, whose ``loss`` is not read).
 
     Targets come from the clean loss logits (one forward pass for all targets; AutoAttack recomputes them per
     target), see :func:`target_classes`. ``stack``: run the targets and restarts as one stacked batch (with
@@ -473,6 +500,7 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, cfg: Apgd
     rows that fit in its free memory (:func:`mixzoo.attacks.memory.rows_that_fit` of one step's measured memory
     per image), elsewhere no limit. Other arguments as in :func:`apgd_ce`.
     """
+    cfg = settings_from(ApgdSettings, settings, locals())
     check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts)
     if cfg.n_target_classes < 0:
         raise InputError(f"n_target_classes must be non-negative, got {cfg.n_target_classes}")

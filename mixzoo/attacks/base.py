@@ -38,7 +38,7 @@ from mixzoo.attacks.precision import (
 )
 from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
 from mixzoo.core.errors import InputError, PluginError
-from mixzoo.core.options import OptionSpec, did_you_mean, names, specs_from_defaults
+from mixzoo.core.options import OptionSpec, did_you_mean, names
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
 
@@ -121,9 +121,7 @@ class Attack:
     :meth:`components`. The options the run loop itself reads (:data:`REQUIRED_OPTIONS`: ``batch_size``) are
     merged into every subclass's ``options_spec`` where it does not declare them. A subclass that names itself
     (its own ``name``) without :meth:`components` or ``run`` is refused at class creation with one line saying what
-    to add. :attr:`defaults` is derived from ``options_spec``. A subclass that declares only a
-    ``defaults`` table (and ``option_types``), as mixzoo 0.1's documentation said, still works: its specs are
-    derived from the table (:func:`~mixzoo.core.options.specs_from_defaults`), with a :class:`DeprecationWarning`.
+    to add. :attr:`defaults` and :attr:`option_types` are derived from ``options_spec``.
     """
 
     name: ClassVar[str] = "attack"
@@ -140,12 +138,6 @@ class Attack:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = vars(cls)
-        if "options_spec" not in own and ("defaults" in own or "option_types" in own):
-            pywarnings.warn(f"mixzoo.attacks.Attack.defaults is deprecated and will not be read by mixzoo 0.3:"
-                            f" attack class {cls.__qualname__} declares `defaults` / `option_types`; declare"
-                            " `options_spec = {name: mixzoo.core.options.OptionSpec(help, type, default)}` instead"
-                            " (docs: Plugin rules, 'Rules for attacks')", DeprecationWarning, stacklevel=2)
-            cls.options_spec = specs_from_defaults(cls.defaults, own.get("option_types"), cls.options_spec)
         missing = {key: spec for key, spec in REQUIRED_OPTIONS.items() if key not in cls.options_spec}
         if missing:
             cls.options_spec = {**cls.options_spec, **missing}

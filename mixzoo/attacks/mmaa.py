@@ -29,7 +29,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import ApgdSettings, apgd_ce, apgd_t, check_attack_settings, effective_n_targets, pair
+from mixzoo.attacks.apgd import (
+    ApgdSettings,
+    apgd_ce,
+    apgd_t,
+    check_attack_settings,
+    effective_n_targets,
+    pair,
+    settings_from,
+)
 from mixzoo.attacks.margins import MarginRecord, ln_signed_margin, signed_margin
 from mixzoo.attacks.margins import layer_norm as ln_logits
 from mixzoo.core.errors import InputError
@@ -74,32 +82,32 @@ class _LayerNormed(nn.Module):
         return logits, ln_logits(logits, self.top_k)
 
 
-def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: ApgdSettings, *, batch_size: int = 500,
-         layer_norm: bool = True, top_k: int | None = None, progress: bool = True, attack_all: bool = False,
-         index: torch.Tensor | None = None) -> MMAAResult:
+def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: ApgdSettings | None = None, *,
+         eps: float | None = None, norm: str = ApgdSettings.norm, n_iter: int = ApgdSettings.n_iter,
+         n_target_classes: int = ApgdSettings.n_target_classes, n_restarts: int = ApgdSettings.n_restarts,
+         seed: int = ApgdSettings.seed, batch_size: int = 500, layer_norm: bool = True, top_k: int | None = None,
+         progress: bool = True, attack_all: bool = False, index: torch.Tensor | None = None) -> MMAAResult:
     """Minimum-margin AutoAttack of ``model`` (images in [0, 1] -> logits) on h^LN (App. B.1).
 
-    Runs APGD-CE (``cfg.n_restarts`` runs of ``cfg.n_iter`` iterations at ``cfg.eps`` in ``cfg.norm``) then APGD-T
-    (``cfg.n_target_classes`` targets x ``cfg.n_restarts``) on every example, in batches of ``batch_size``; each
-    batch's components use random streams seeded with ``cfg.seed`` as AutoAttack does
-    (:class:`~mixzoo.attacks.apgd.ApgdSettings`; its loss, on_iter and early_stop are MMAA's own).
+    Runs APGD-CE (``n_restarts`` runs of ``n_iter`` iterations at ``eps`` in ``norm``) then APGD-T
+    (``n_target_classes`` targets x ``n_restarts``) on every example, in batches of ``batch_size``; each batch's
+    components use random streams seeded with ``seed`` as AutoAttack does. The APGD options are keywords
+    (``mmaa(model, x, y, eps=8/255)``) or ``settings`` (:class:`~mixzoo.attacks.apgd.ApgdSettings`, its ``rho``
+    too; its loss, on_iter and early_stop are MMAA's own).
     ``layer_norm=False`` attacks and measures the raw logits instead; ``top_k`` restricts the LN statistics to the
     largest logits (App. D.7). See the module docstring for how this differs from AutoAttack.
 
     ``attack_all=False`` (default) attacks, like AutoAttack, only examples no visited point has flipped yet;
-    ``attack_all=True`` attacks every example in every run. The examples
-    that stay correctly classified get exactly the same points and margins either way (their runs are the same
-    batches with the same random stream), and Algorithm 1 uses only those and the misclassified flags
-    (:func:`mixzoo.methods.mixednuts.calibrate.calibrate` keeps attacked examples the RBC still gets right), so
-    calibration is
-    unchanged while the attack costs what AutoAttack's APGD-CE + APGD-T cost; only the margins of flipped
-    examples are less negative.
+    ``attack_all=True`` attacks every example in every run. The examples that stay correctly classified get exactly
+    the same points and margins either way (same batches, same random stream), and Algorithm 1 uses only those and
+    the misclassified flags (:func:`mixzoo.methods.mixednuts.calibrate.calibrate`), so calibration is unchanged
+    while the attack costs what AutoAttack's APGD-CE + APGD-T cost; only flipped examples' margins are less negative.
 
     ``index`` (each image's index in its whole data set) draws every random start per example from ``(seed,
     index)`` (:mod:`mixzoo.core.rng`), so the result per example does not depend on ``batch_size`` or on how the
-    images are split across processes; without it, each batch uses AutoAttack's generators.
-    """
+    images are split across processes; without it, each batch uses AutoAttack's generators."""
     check_images(images)
+    cfg = settings_from(ApgdSettings, settings, locals())
     eps, norm, n_iter, n_restarts, seed = cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts, cfg.seed
     check_attack_settings(eps, norm, n_iter, n_restarts)
     if cfg.n_target_classes < 0:

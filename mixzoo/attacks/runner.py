@@ -73,7 +73,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
     for each example it broke (kept next to the cached outcome; a cached outcome without them is attacked again).
 
     With per-example seeds (the record's default) every batch gets the seed and the examples' indices, and the
-    components that support it (:attr:`mixzoo.attacks.evaluation.Component.per_example`: our APGD-CE / APGD-T,
+    components that support it (:attr:`mixzoo.attacks.base.Component.per_example`: our APGD-CE / APGD-T,
     Square, FAB-T with its single restart) draw their randomness per example (:mod:`mixzoo.core.rng`): an example's
     outcome is then the same for any batch size and any number of processes. A component that cannot
     (pyautoattack's APGD in ``autoattack``, ``autoattack-standard``, PGD) follows its batch's stream and says so in
@@ -81,7 +81,7 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
     images' indices in their data set when they are a subset of it (default ``0 .. n-1``).
 
     Precision ``"bf16"`` runs the attack under bfloat16 autocast with float32 confirmation of every break
-    (:meth:`mixzoo.attacks.evaluation.Attack.run`); it is part of the cache key, and each component's record then
+    (:meth:`mixzoo.attacks.base.Attack.run`); it is part of the cache key, and each component's record then
     has ``found_bf16`` and ``confirmed_float32``. An attack whose ``run()`` takes no ``precision`` is refused.
     """
     run = plan_evaluation(request, images.device)
@@ -312,7 +312,7 @@ def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]])
     """
     from collections import Counter
 
-    from mixzoo.attacks.evaluation import SQUARE_MASKING, square_masking_note
+    from mixzoo.attacks.base import SQUARE_MASKING, square_masking_note
 
     counts = Counter(w for ws in per_batch for w in ws if not w.startswith(SQUARE_MASKING))
     out = [w if k == 1 else f"{w} (in {k} of {len(per_batch)} batches)" for w, k in sorted(counts.items())]

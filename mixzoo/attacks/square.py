@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import check_attack_settings
+from mixzoo.attacks.apgd import check_attack_settings, settings_from
 from mixzoo.attacks.margins import ln_signed_margin, selection_key, signed_margin
 from mixzoo.attacks.mmaa import MMAAResult
 from mixzoo.attacks.result import nan_error
@@ -280,11 +280,15 @@ class SquareSettings:
     loss: str = "probability"
 
 
-def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: SquareSettings, *,
-                      layer_norm: bool = True, top_k: int | None = None, batch_size: int = 500,
-                      progress: bool = True, index: torch.Tensor | None = None) -> MMAAResult:
-    """Minimum-margin Square attack of ``model`` (images in [0, 1] -> logits) using forward queries only, with the
-    settings ``cfg`` (:class:`SquareSettings`).
+def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                      settings: SquareSettings | None = None, *, eps: float | None = None,
+                      norm: str = SquareSettings.norm, n_queries: int = SquareSettings.n_queries,
+                      p_init: float = SquareSettings.p_init, seed: int = SquareSettings.seed,
+                      loss: str = SquareSettings.loss, layer_norm: bool = True, top_k: int | None = None,
+                      batch_size: int = 500, progress: bool = True, index: torch.Tensor | None = None) -> MMAAResult:
+    """Minimum-margin Square attack of ``model`` (images in [0, 1] -> logits) using forward queries only, its options
+    given as keywords (``min_margin_square(model, x, y, eps=8/255, n_queries=1000)``) or as ``settings``
+    (:class:`SquareSettings`).
 
     Returns, for every example, the visited point of smallest signed margin of softmax(LN(logits)) (raw logits
     with ``layer_norm=False``; ``top_k`` as in :func:`mixzoo.methods.mixednuts.transforms.layer_norm`), the raw logits
@@ -295,11 +299,12 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     See the module docstring for the search and its schedule.
 
     ``index`` (each example's index in its whole data set) draws every random number per example from
-    ``(cfg.seed, index)`` (:mod:`mixzoo.core.rng`), so an example's run does not depend on the batch it is in;
-    without it each batch has a generator seeded ``cfg.seed + first index of the batch``. With ``cfg.loss="logit"``
+    ``(seed, index)`` (:mod:`mixzoo.core.rng`), so an example's run does not depend on the batch it is in;
+    without it each batch has a generator seeded ``seed + first index of the batch``. With ``loss="logit"``
     the returned ``margins`` are logit margins.
     """
     check_images(images)
+    cfg = settings_from(SquareSettings, settings, locals())
     eps, norm, n_queries, p_init, seed, loss = cfg.eps, cfg.norm, cfg.n_queries, cfg.p_init, cfg.seed, cfg.loss
     check_attack_settings(eps, norm)
     if isinstance(n_queries, bool) or int(n_queries) < 1:

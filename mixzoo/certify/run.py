@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -97,20 +96,11 @@ class EstimateSettings:
     steps: int = 20
 
 
-def _estimate_of(estimate: EstimateSettings | Sequence[float] | None, changes: dict[str, Any]) -> EstimateSettings:
-    """``estimate`` as :class:`EstimateSettings` (a list of radii: those, at 20 steps); the former keywords
-    ``estimate_eps`` / ``estimate_steps``, taken out of ``changes``, still work with a :class:`DeprecationWarning`."""
+def _estimate_of(estimate: EstimateSettings | Sequence[float] | None) -> EstimateSettings:
+    """``estimate`` as :class:`EstimateSettings` (a list of radii: those, at 20 steps)."""
     if isinstance(estimate, EstimateSettings):
-        est = estimate
-    else:
-        est = EstimateSettings(tuple(float(e) for e in (estimate or ())))
-    old = {key: changes.pop(key) for key in ("estimate_eps", "estimate_steps") if key in changes}
-    if old:
-        warnings.warn("certify(estimate_eps=..., estimate_steps=...) is deprecated and will be removed in mixzoo 0.3;"
-                      " use certify(estimate=EstimateSettings(eps=..., steps=...))", DeprecationWarning, stacklevel=3)
-        est = EstimateSettings(tuple(float(e) for e in (old.get("estimate_eps") or est.eps)),
-                               int(old.get("estimate_steps", est.steps)))
-    return est
+        return estimate
+    return EstimateSettings(tuple(float(e) for e in (estimate or ())))
 
 
 @dataclass(frozen=True)
@@ -189,7 +179,7 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
     (labelled "estimated"). ``radii`` defaults to 26 points from 0 to the largest certified radius. ``out`` gets
     certify.json, certify.md, certify.png (and estimated.png).
     """
-    est = _estimate_of(estimate, changes)
+    est = _estimate_of(estimate)
     s = settings_of(settings, changes, n=500, batch_size=1000)
     sm = smoothing if smoothing is not None else SmoothingSettings()
     n, device = s.n, s.device

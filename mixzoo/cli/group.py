@@ -37,10 +37,10 @@ class PluginCommands(TyperGroup):
 
 def plugin_commands() -> dict[str, click.Command]:
     """The commands plugins contribute (hook ``mixzoo_cli_commands``), as click commands by name."""
-    from mixzoo.core.plugins import collect_named
+    from mixzoo.core.plugins import table
 
     group = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    found = collect_named("mixzoo_cli_commands", "CLI command")
+    found = table("command")
     for name, fn in sorted(found.items()):
         group.command(name, epilog=epilog_of(fn))(fn)
     return dict(typer.main.get_group(group).commands) if found else {}

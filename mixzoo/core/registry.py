@@ -9,7 +9,6 @@ names the entry and the field.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterable, Mapping
 from importlib import resources
@@ -124,35 +123,25 @@ def load_registry_file(path: str | os.PathLike[str] | Traversable) -> list[Model
 
 
 class Registry:
-    """All known model specs, indexed by name and alias.
+    """All known model specs, indexed by name and alias: a view of a merged table (:func:`get_registry`; kind
+    ``model`` of :mod:`mixzoo.core.plugins`, whose merge leaves out a name two entries claim).
 
-    A name or alias that two entries claim is left out (an entry whose own name is claimed twice is left out
-    whole); :meth:`get` of that name raises a :class:`PluginError` naming both, every other name keeps working.
-    ``collisions`` maps each such name to the entries that claim it.
+    An entry whose own name was left out is left out whole (its aliases with it); :meth:`get` of a left-out name
+    raises a :class:`PluginError` naming the plugins that claim it (``collisions``), every other name keeps working.
     """
 
-    def __init__(self, specs: Iterable[ModelSpec]):
-        specs = list(specs)
-        claims: dict[str, list[ModelSpec]] = {}
-        for spec in specs:
-            for key in dict.fromkeys((spec.name, *spec.aliases)):
-                claims.setdefault(key, []).append(spec)
-        self.collisions: dict[str, list[ModelSpec]] = {k: v for k, v in claims.items() if len(v) > 1}
-        self._specs: dict[str, ModelSpec] = {}
-        self._index: dict[str, str] = {}
-        for spec in specs:
-            if spec.name in self.collisions:
-                continue
-            self._specs[spec.name] = spec
-            for key in (spec.name, *spec.aliases):
-                if key not in self.collisions:
-                    self._index[key] = spec.name
+    def __init__(self, index: Mapping[str, ModelSpec], collisions: Mapping[str, list[str]] | None = None):
+        self.collisions: dict[str, list[str]] = dict(collisions or {})
+        self._specs = {s.name: s for key, s in index.items() if key == s.name}
+        self._index = {key: s.name for key, s in index.items() if self._specs.get(s.name) is s}
 
-    def collision_error(self, key: str) -> PluginError:
-        """The one-line error for a name several entries claim."""
-        first, second, *_ = self.collisions[key]
-        return PluginError(f"model name {key!r} is provided by both {first.plugin!r} ({first.name}) and"
-                           f" {second.plugin!r} ({second.name}); uninstall one or rename one of them")
+    @classmethod
+    def of(cls, specs: Iterable[ModelSpec]) -> Registry:
+        """The registry of ``specs``, merged as the plugins' entries are (each credited to ``spec.plugin``)."""
+        from mixzoo.core.plugins import merge
+
+        merged = merge("model", [(s.plugin, {s.name: s}) for s in specs], aliases=True)
+        return cls(merged.entries, merged.collisions)
 
     def specs(self, role: str | None = None, dataset: str | None = None) -> list[ModelSpec]:
         return [s for s in self._specs.values()
@@ -166,74 +155,59 @@ class Registry:
 
     def get(self, name: str) -> ModelSpec:
         """The spec for a name or alias; names no registry knows go to the resolve hook (hf-hub:, RobustBench)."""
+        from mixzoo.core.plugins import collision_message, failures_so_far, first_result
+
         if name in self._index:
             return self._specs[self._index[name]]
         if name in self.collisions:
-            raise self.collision_error(name)
-        from mixzoo.core.plugins import failures_so_far, first_result
-
+            raise PluginError(collision_message("model", name, self.collisions[name]))
         spec = first_result("mixzoo_resolve_model_name", f"resolve model name {name!r}", name=name)
         if spec is not None:
             return spec
         raise UnknownNameError("model", name, self._index, failed=failures_so_far())
 
 
-@functools.cache
 def get_registry() -> Registry:
-    """The merged registry: ``registry.toml`` plus every plugin's ``mixzoo_model_specs``.
+    """The merged registry: ``registry.toml`` (:func:`file_specs`, built-in) plus every plugin's
+    ``mixzoo_model_specs`` (:func:`plugin_specs`), the table of kind ``model`` of :mod:`mixzoo.core.plugins`,
+    built on first use.
 
     A plugin's faults cost only its own entries: a hook that does not return a list, an invalid entry, or a name
     another entry also claims is left out and recorded (``mixzoo plugins`` shows why); a name a built-in entry
-    claims stays the built-in's (the third party's entry is left out, with a warning).
+    claims stays the built-in's (the third party's entry of that name is left out, with a warning).
     """
-    from mixzoo.core.plugins import collect, record_failure
+    from mixzoo.core.plugins import collisions, table
 
-    specs = list(load_registry_file(default_registry_path()))
-    for plugin_name, entries in collect("mixzoo_model_specs"):
-        if not isinstance(entries, list | tuple):
-            record_failure(plugin_name, f"mixzoo_model_specs returned {type(entries).__name__}, expected a list of"
-                                        " ModelSpecs or dicts; its models are left out")
+    return Registry(table("model"), collisions("model"))
+
+
+def file_specs() -> tuple[str, dict[str, ModelSpec]]:
+    """The registry file's entries (:func:`default_registry_path`), with the file's name as their owner."""
+    path = default_registry_path()
+    return Path(str(path)).name, {spec.name: spec for spec in load_registry_file(path)}
+
+
+def plugin_specs(plugin_name: str, entries: Any) -> dict[str, ModelSpec]:
+    """A plugin's ``mixzoo_model_specs`` answer as ``{name: spec}``: each entry validated (a dict as a file entry; a
+    :class:`ModelSpec` credited to the plugin unless it names another), a bad one recorded and left out."""
+    from mixzoo.core.plugins import record_failure
+
+    if not isinstance(entries, list | tuple):
+        record_failure(plugin_name, f"mixzoo_model_specs returned {type(entries).__name__}, expected a list of"
+                                    " ModelSpecs or dicts; its models are left out")
+        return {}
+    out: dict[str, ModelSpec] = {}
+    for entry in entries:
+        try:
+            spec = _plugin_spec(plugin_name, entry)
+        except RegistryError as exc:
+            record_failure(plugin_name, f"{exc}; entry left out")
             continue
-        for entry in entries:
-            try:
-                specs.append(_plugin_spec(plugin_name, entry))
-            except RegistryError as exc:
-                record_failure(plugin_name, f"{exc}; entry left out")
-    registry = Registry(_builtin_wins(specs, file_plugin=Path(str(default_registry_path())).name))
-    for key, claimants in registry.collisions.items():
-        for spec in claimants:
-            others = ", ".join(f"{o.plugin!r} ({o.name})" for o in claimants if o is not spec)
-            record_failure(spec.plugin, f"model name {key!r} left out: {others} provides it too")
-    return registry
-
-
-def _builtin_wins(specs: list[ModelSpec], file_plugin: str) -> list[ModelSpec]:
-    """Leave out a third party's entry whose name or alias a built-in entry (the registry file's, or a built-in
-    plugin's) also claims, with a warning naming both (:func:`mixzoo.core.plugins.builtin_wins`)."""
-    from mixzoo.core.plugins import builtin_wins
-
-    claims: dict[str, list[str]] = {}
-    for spec in specs:
-        for key in dict.fromkeys((spec.name, *spec.aliases)):
-            claims.setdefault(key, []).append(spec.plugin)
-    winners = builtin_wins("model", claims, builtin={file_plugin})
-    return [s for s in specs if all(winners.get(k, s.plugin) == s.plugin for k in (s.name, *s.aliases))]
-
-
-def _models_by_plugin() -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for spec in get_registry().specs():
-        out.setdefault(spec.plugin, []).append(spec.name)
+        if spec.name in out:
+            record_failure(plugin_name, f"model {spec.name!r} listed twice; the second entry left out")
+            continue
+        out[spec.name] = spec
     return out
-
-
-def _register() -> None:
-    from mixzoo.core.plugins import register_derived
-
-    register_derived(get_registry, name="registry", label="models", entries=_models_by_plugin)
-
-
-_register()
 
 
 def _plugin_spec(plugin_name: str, entry: Any) -> ModelSpec:

@@ -18,16 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.cache import Cache
-from mixzoo.core.errors import InputError
 from mixzoo.core.record import RunRecord
 
 if TYPE_CHECKING:
     import torch
-
-# what ``match(..., **kw)`` and ``tradeoff_curve(..., **kw)`` received before they took a request
-LEGACY_RECORD_FIELDS = ("attack", "eps", "norm", "seed", "batch_size", "attack_options", "per_example_seeds",
-                        "precision")
-
 
 def _no_cache() -> Cache:
     return Cache(None, enabled=False)
@@ -73,21 +67,6 @@ class EvalRequest:
                 "attack_options": r.options(), "per_example_seeds": r.per_example_seeds, "cache": self.cache,
                 "key_parts": dict(self.key_parts), "progress": self.progress}
 
-    @classmethod
-    def from_kwargs(cls, kwargs: dict[str, Any], what: str) -> EvalRequest:
-        """The request of an old-style call (``what``, e.g. ``Linear.match``) with :func:`evaluate`'s former
-        keyword arguments, with a :class:`DeprecationWarning` saying to pass a request."""
-        import warnings
-
-        warnings.warn(f"{what}(..., attack=..., eps=..., ...) is deprecated and will be removed in mixzoo 0.3; pass"
-                      " a mixzoo.core.request.EvalRequest", DeprecationWarning, stacklevel=3)
-        own = {f.name for f in dataclasses.fields(cls)} - {"record"}
-        unknown = sorted(set(kwargs) - own - set(LEGACY_RECORD_FIELDS))
-        if unknown:
-            raise InputError(f"{what} takes no argument {unknown[0]!r}; pass a mixzoo.core.request.EvalRequest")
-        record = RunRecord(**{k: v for k, v in kwargs.items() if k in LEGACY_RECORD_FIELDS and v is not None})
-        return cls(record, **{k: v for k, v in kwargs.items() if k in own})
-
 
 @dataclass(frozen=True)
 class ReportRequest:
@@ -112,15 +91,4 @@ class ReportRequest:
                                                                    {"points": self.points})}
 
 
-def takes_request(function: Any) -> bool:
-    """Whether a method's ``match`` / ``tradeoff_curve`` takes a request (a parameter named ``request``), rather than
-    the keyword arguments of mixzoo 0.1 (``**kw``)."""
-    import inspect
-
-    try:
-        return "request" in inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return True
-
-
-__all__ = ["EvalRequest", "ReportRequest", "takes_request"]
+__all__ = ["EvalRequest", "ReportRequest"]

@@ -34,7 +34,7 @@ class RunSettings:
     of (seed, example index) when true (:mod:`mixzoo.core.rng`), else of (seed + batch number); ``abc`` / ``rbc``:
     models replacing the card's; ``precision``: the arithmetic of the attacks' forward and backward passes,
     ``"float32"``, ``"tf32"``, ``"bf16"`` (bfloat16 autocast) or ``"auto"`` (:mod:`mixzoo.attacks.precision`;
-    every break is re-checked in float32 on the exact classifier, :meth:`mixzoo.attacks.evaluation.Attack.run`);
+    every break is re-checked in float32 on the exact classifier, :meth:`mixzoo.attacks.base.Attack.run`);
     ``budget``: how much every component of the evaluation spends, ``"quick"``, ``"standard"`` or ``"strong"``
     (:data:`mixzoo.core.budget.BUDGETS`: caps on the shared and the declared attacks' counts, the matched
     baseline's and the curve's settings; ``attack=None`` takes the budget's attack, else the command's default);

@@ -3,8 +3,9 @@
 Each entry names a module and the names of it that are public; ``None`` means the module's ``__all__``. The
 classes' public members (methods, properties, dataclass fields) are part of the surface with them. A name here
 changes only with an entry in CHANGELOG.md's "Unreleased" section and, when it moves or is renamed, a deprecation
-shim for at least one minor release (:mod:`mixzoo.core.moved`); ``tests/test_public_api.py`` compares the live
-surface with ``tests/api_snapshot.json`` (names and signatures) and checks that CHANGELOG.md records each change.
+shim for at least one minor release (CONTRIBUTING.md, "Public surface and versions"); ``tests/test_public_api.py``
+compares the live surface with ``tests/api_snapshot.json`` (names and signatures) and checks that CHANGELOG.md
+records each change.
 
 Plain data (no imports), so that reading it costs nothing.
 """
@@ -40,6 +41,3 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...] | None] = {
     "mixzoo.core.card": ("SCHEMA_VERSION", "MixCard", "provenance"),
     "mixzoo.evaluation.bench": ("ModelResult", "Report"),
 }
-
-# what mixzoo.core.moved keeps answering, deprecated (module name -> its new place): part of the surface until removed
-DEPRECATED_MODULES = "mixzoo.core.moved:MOVED_MODULES"

@@ -33,7 +33,7 @@ from mixzoo.core.labels import eps_text
 from mixzoo.core.machine import run_record
 from mixzoo.core.progress import next_phase
 from mixzoo.core.record import RunRecord, check_ranks_agree
-from mixzoo.core.request import EvalRequest, ReportRequest, takes_request
+from mixzoo.core.request import EvalRequest, ReportRequest
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.job import (  # noqa: F401 - the settings' names here before
     BENCH_MATCH_ATTACK,
@@ -344,18 +344,10 @@ def _report_request(run: BenchRun) -> ReportRequest:
 
 def _add_curve(run: BenchRun, report: Report, step: Step) -> None:
     """The first card's method's trade-off curve (``run.curve_data``) and its component record."""
-    import warnings
-
     curve, t_curve = run.job.curve, time.perf_counter()
     method, request = step.card.mixing_method, _report_request(run)
     args = (step.card, run.ce.abc, run.ce.rbc, run.ce.data)
-    if takes_request(method.tradeoff_curve):
-        run.curve_data = method.tradeoff_curve(*args, request)
-    else:  # a method written for mixzoo 0.1: tradeoff_curve(..., **kw) with the curve's keyword arguments
-        warnings.warn(f"mixing method {method.name!r}: tradeoff_curve(card, abc, rbc, data, **kw) is deprecated and"
-                      " will not be called by mixzoo 0.3; take a request: tradeoff_curve(card, abc, rbc, data,"
-                      " request)", DeprecationWarning, stacklevel=2)
-        run.curve_data = method.tradeoff_curve(*args, **request.legacy_kwargs())
+    run.curve_data = method.tradeoff_curve(*args, request)
     report.settings["components"]["curve"] = {"attack": curve.attack, "options": dict(curve.options),
                                               "n": min(curve.n, len(run.ce.data.labels)), "points": curve.points,
                                               "seconds": time.perf_counter() - t_curve}

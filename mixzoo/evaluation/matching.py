@@ -4,12 +4,11 @@ comparison). ``mixzoo bench`` and ``mixzoo sanity`` share it, and so share its c
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from mixzoo.core.budget import Budget
 from mixzoo.core.errors import InputError
-from mixzoo.core.request import EvalRequest, takes_request
+from mixzoo.core.request import EvalRequest
 from mixzoo.evaluation.loading import CardEvaluation
 from mixzoo.evaluation.worst_case import evaluate_card
 from mixzoo.methods.base import baseline_method
@@ -38,13 +37,7 @@ def matched_linear_alpha(ce: CardEvaluation, request: EvalRequest, *, match_n: i
     target = sum(ev.robust_correct) / ev.n
     key = {"data": ce.data.fingerprint, "abc": model_key(ce.abc), "rbc": model_key(ce.rbc), "match_n": match_n}
     match_request = request.replace(key_parts=key)
-    if takes_request(base.match):
-        alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, match_request)
-    else:  # a method written for mixzoo 0.1: match(..., **kw) with evaluate's former keyword arguments
-        warnings.warn(f"mixing method {base.name!r}: match(abc, rbc, images, labels, target, **kw) is deprecated and"
-                      " will not be called by mixzoo 0.3; take a request: match(abc, rbc, images, labels, target,"
-                      " request)", DeprecationWarning, stacklevel=2)
-        alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, **match_request.legacy_kwargs())
+    alpha, tried = base.match(ce.abc, ce.rbc, images, labels, target, match_request)
     return alpha, tried, target
 
 

@@ -359,7 +359,7 @@ def _indices(mask: torch.Tensor) -> list[int]:
 
 def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor], images: torch.Tensor,
                 labels: torch.Tensor, eps: float, norm: str, batch_size: int, device: str) -> VerifiedRow:
-    from mixzoo.attacks.evaluation import within_threat_model
+    from mixzoo.attacks.base import within_threat_model
 
     n = len(labels)
     clean_reported = _outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])

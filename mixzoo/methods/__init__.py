@@ -16,7 +16,6 @@ from mixzoo.methods.base import (
     ExtraAttack,
     FitRequest,
     FitResult,
-    MethodOption,
     MixingMethod,
     baseline_method,
     default_method,
@@ -79,5 +78,5 @@ def plan_fit(method: str | None = None, abc: str | nn.Module | None = None, rbc:
     return plan
 
 
-__all__ = ["ExtraAttack", "FitRequest", "FitResult", "MethodOption", "MixingMethod", "OptionSpec", "baseline_method",
-           "default_method", "fit", "get_method", "plan_fit"]
+__all__ = ["ExtraAttack", "FitRequest", "FitResult", "MixingMethod", "OptionSpec", "baseline_method", "default_method",
+           "fit", "get_method", "plan_fit"]

@@ -49,11 +49,10 @@ from mixzoo.core.options import OptionSpec, fill_options
 from mixzoo.methods.card_fields import number
 from mixzoo.methods.extra_attacks import ExtraAttack, square_extra, weight_hashes
 from mixzoo.methods.fit_request import FitRequest, FitResult
-from mixzoo.methods.method_options import MethodOption, parse_value
+from mixzoo.methods.method_options import parse_value
 
-__all__ = ["ExtraAttack", "FitRequest", "FitResult", "LegacyMethod", "MethodOption", "MixingMethod", "adapt_method",
-           "baseline_method", "default_method", "method_for", "number", "parse_value", "square_extra",
-           "weight_hashes"]
+__all__ = ["ExtraAttack", "FitRequest", "FitResult", "MixingMethod", "baseline_method", "check_method",
+           "default_method", "method_for", "number", "parse_value", "square_extra", "weight_hashes"]
 
 if TYPE_CHECKING:
     from torch import nn
@@ -162,12 +161,12 @@ class MixingMethod:
 
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """The options converted to their declared types and ranges, with the default of every absent
-        :class:`~mixzoo.core.options.OptionSpec` filled in (a :class:`MethodOption`'s default is documentation and
-        is not); refuses, before any work, an option this method does not declare or a bad value (one line naming
-        the option and the fix)."""
+        :class:`~mixzoo.core.options.OptionSpec` filled in (but for a spec whose ``fills_default`` is false: its
+        default is documentation); refuses, before any work, an option this method does not declare or a bad value
+        (one line naming the option and the fix)."""
         specs = self.option_specs()
         filled = fill_options(specs, options, f"mixing method {self.name!r}")
-        return {k: v for k, v in filled.items() if k in options or not isinstance(specs[k], MethodOption)}
+        return {k: v for k, v in filled.items() if k in options or getattr(specs[k], "fills_default", True)}
 
     def options_from_args(self, args: list[str]) -> dict[str, Any]:
         """Options from command-line words ``--key VALUE``, ``--key=VALUE``, ``--flag`` / ``--no-flag`` (bool
@@ -246,11 +245,10 @@ class MixingMethod:
 
     # --------------------------------------------------------------------------------------------- baseline role
     def match(self, abc: nn.Module, rbc: nn.Module, images: Any, labels: Any, target: float,
-              request: EvalRequest | None = None, **legacy: Any) -> tuple[float, list[dict[str, Any]]]:
+              request: EvalRequest) -> tuple[float, list[dict[str, Any]]]:
         """(baseline methods) The parameter whose robust accuracy on ``images`` is closest to ``target`` and every
         value tried, evaluating with ``request`` (:class:`~mixzoo.core.request.EvalRequest`: the matching attack in
-        its record, the cache and the cache key's parts). ``legacy``: :func:`mixzoo.attacks.runner.evaluate`'s former
-        keyword arguments instead of a request (deprecated, removed in 0.3)."""
+        its record, the cache and the cache key's parts)."""
         raise InputError(f"mixing method {self.name!r} is not a baseline method")
 
     def card_at(self, alpha: float, template: MixCard | None = None) -> MixCard:
@@ -289,46 +287,17 @@ def baseline_method() -> MixingMethod | None:
     return found[0] if len(found) == 1 else None
 
 
-# ------------------------------------------------------------------------------------------------ old-style methods
-_CONTRACT_ATTRIBUTES = ("name", "title", "paper", "fit_cost", "options", "default", "baseline", "certificate",
-                        "not_exportable")
-_CONTRACT_METHODS = ("validate", "upgrade_v1", "v1_warning", "summary_line", "key_parts", "gradients", "build",
-                     "extra_attacks", "certified_mixture", "fit", "fit_summary", "tradeoff_curve", "figure_data",
-                     "figures", "markdown_lines", "match", "card_at", "check_card")
-
-
-class LegacyMethod(MixingMethod):
-    """A mixing method written against mixzoo 0.1's documentation: a plain object with the contract's members (no
-    :class:`MixingMethod` base class, ``check_options`` returning ``None``), given every member it lacks from
-    :class:`MixingMethod`. Deprecated: mixzoo 0.3 takes only :class:`MixingMethod` instances."""
-
-    def __init__(self, target: Any):
-        self.target = target
-        for name in _CONTRACT_ATTRIBUTES + _CONTRACT_METHODS:
-            if hasattr(target, name):
-                setattr(self, name, getattr(target, name))
-
-    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The method's own check (for its error messages), then the declared conversion."""
-        own = getattr(self.target, "check_options", None)
-        if own is not None:
-            checked = own(dict(options))
-            if isinstance(checked, dict):
-                options = checked
-        return super().check_options(options)
-
-
+# ------------------------------------------------------------------------------------------------ a plugin's method
 # what a MixingMethod subclass must define: the line to add
 _REQUIRED = {"validate": "def validate(self, params, source) -> dict",
              "build": "def build(self, abc, rbc, card, *, gradient='exact') -> nn.Module",
              "fit": "def fit(self, request: FitRequest) -> FitResult"}
 
 
-def adapt_method(value: Any, plugin_name: str) -> Any:
-    """``value`` from hook ``mixzoo_mixing_methods``: a :class:`MixingMethod` as it is (a
-    :class:`~mixzoo.core.errors.PluginWarning` naming the lines to add when its class lacks ``validate``, ``build``
-    or ``fit``); an old-style object (0.1's documentation) as a :class:`LegacyMethod`, with a
-    :class:`DeprecationWarning` naming the base class to use."""
+def check_method(value: Any, plugin_name: str) -> Any:
+    """``value`` from a plugin's hook ``mixzoo_mixing_methods``, as it is; a
+    :class:`~mixzoo.core.errors.PluginWarning` naming the lines to add when its class is a :class:`MixingMethod`
+    lacking ``validate``, ``build`` or ``fit``."""
     import warnings
 
     if isinstance(value, MixingMethod):
@@ -336,11 +305,4 @@ def adapt_method(value: Any, plugin_name: str) -> Any:
         if lacking:
             warnings.warn(f"mixing method {value.name!r} of plugin {plugin_name!r} cannot run: add"
                           f" `{'`, `'.join(lacking)}` to class {type(value).__name__}", PluginWarning, stacklevel=2)
-        return value
-    if not hasattr(value, "fit") or not hasattr(value, "build"):
-        return value
-    warnings.warn(f"mixing method {getattr(value, 'name', '?')!r} of plugin {plugin_name!r} does not subclass"
-                  " mixzoo.methods.MixingMethod; it is adapted for now, and mixzoo 0.3 will leave it out: subclass"
-                  " mixzoo.methods.MixingMethod (docs: Plugin rules, 'A mixing method')", DeprecationWarning,
-                  stacklevel=2)
-    return LegacyMethod(value)
+    return value

@@ -111,16 +111,9 @@ class Linear(MixingMethod):
         return card.params["alpha"], card.params["temperature"]
 
     def match(self, abc: nn.Module, rbc: nn.Module, images: Any, labels: Any, target: float,
-              request: EvalRequest | None = None, **legacy: Any) -> tuple[float, list[dict]]:
+              request: EvalRequest) -> tuple[float, list[dict]]:
         """The bench's matched baseline: the alpha whose robust accuracy is closest to ``target``
-        (:func:`match_linear_alpha`) under ``request``; ``legacy``: the former keyword arguments instead
-        (deprecated)."""
-        from mixzoo.core.request import EvalRequest
-
-        if request is None:
-            request = EvalRequest.from_kwargs(legacy, "Linear.match")
-        elif legacy:
-            raise InputError(f"Linear.match takes a request or keyword arguments, not both (got {sorted(legacy)[0]!r})")
+        (:func:`match_linear_alpha`) under ``request``."""
         return match_linear_alpha(abc, rbc, images, labels, target, request)
 
     def card_at(self, alpha: float, template: MixCard | None = None, **params: Any) -> MixCard:

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.core.errors import InputError, UnknownNameError
+from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 from mixzoo.training.model_metrics import _ln_margin as _ln_margin
 from mixzoo.training.model_metrics import evaluate_model, margin_metrics, model_logits
@@ -63,12 +63,9 @@ __all__ = ["METHODS", "RECIPES", "Recipe", "TrainResult", "augment_batch", "buil
 def build_network(recipe: Recipe) -> nn.Module:
     """The bare network (no normalization) of a recipe, from the architectures plugins provide (hook
     ``mixzoo_architectures``; the built-in zoo's are in ``plugins/zoo_arch.py``)."""
-    from mixzoo.core.plugins import collect_named
+    from mixzoo.core.plugins import lookup
 
-    architectures = collect_named("mixzoo_architectures", "architecture")
-    if recipe.arch not in architectures:
-        raise UnknownNameError("architecture", recipe.arch, architectures)
-    return architectures[recipe.arch](**dict(recipe.arch_kwargs))
+    return lookup("architecture", recipe.arch)(**dict(recipe.arch_kwargs))
 
 
 

@@ -113,16 +113,16 @@ def test_the_bench_command_takes_auto_and_refuses_other_words(monkeypatch):
 
 
 def test_square_takes_several_attack_batches_at_once_on_a_gpu_with_the_same_outcomes(monkeypatch):
-    from mixzoo.attacks import base, evaluation
+    from mixzoo.attacks import adapters, base
     from mixzoo.core.plugins import lookup
 
-    square = evaluation._square_each(Rows(), {"n_queries": 5}, 0.05, "Linf", 0)
-    apgd = evaluation._ours("apgd-ce", Rows(), {"n_iter": 2, "n_restarts": 1}, 0.05, "Linf", 0, 0)
+    square = adapters._square_each(Rows(), {"n_queries": 5}, 0.05, "Linf", 0)
+    apgd = adapters._ours("apgd-ce", Rows(), {"n_iter": 2, "n_restarts": 1}, 0.05, "Linf", 0, 0)
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert evaluation.forward_only_batches(square, cuda, True) == evaluation.FORWARD_ONLY_BATCHES > 1
-    assert evaluation.forward_only_batches(square, cpu, True) == 1  # the CPU's arithmetic is the cost: unchanged
-    assert evaluation.forward_only_batches(square, cuda, False) == 1  # batch-seeded draws: the batch matters
-    assert evaluation.forward_only_batches(apgd, cuda, True) == 1  # a gradient attack holds its graph
+    assert base.forward_only_batches(square, cuda, True) == base.FORWARD_ONLY_BATCHES > 1
+    assert base.forward_only_batches(square, cpu, True) == 1  # the CPU's arithmetic is the cost: unchanged
+    assert base.forward_only_batches(square, cuda, False) == 1  # batch-seeded draws: the batch matters
+    assert base.forward_only_batches(apgd, cuda, True) == 1  # a gradient attack holds its graph
 
     x, y = data(6)
     attack = lookup("attack", "adaptive")(eps=0.02, norm="Linf", seed=0, n_queries=20, batch_size=2,

@@ -14,10 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from mixzoo.attacks import AdaptiveAutoAttack, APGDEnsemble, AutoAttackEval, EvalResult, PGDAttack, adapters, suites
-from mixzoo.attacks import evaluation as ev
+from mixzoo.attacks import (
+    AdaptiveAutoAttack,
+    APGDEnsemble,
+    AutoAttackEval,
+    EvalResult,
+    PGDAttack,
+    adapters,
+    base,
+    suites,
+)
 from mixzoo.attacks.apgd import ApgdSettings
-from mixzoo.attacks.evaluation import AdaptiveStrong, Attack, Component, within_threat_model
+from mixzoo.attacks.base import Attack, Component, within_threat_model
+from mixzoo.attacks.suites import AdaptiveStrong
 from mixzoo.core.errors import InputError, UnknownNameError
 from mixzoo.core.plugins import lookup
 
@@ -287,7 +296,7 @@ def test_adaptive_strong_adds_gradient_attacks_and_never_reports_more_robustness
 
 
 def test_attack_options_are_checked_before_any_attack_with_close_names():
-    from mixzoo.attacks.evaluation import AdaptiveAPGD, PGDAttack
+    from mixzoo.attacks.suites import AdaptiveAPGD, PGDAttack
 
     with pytest.raises(InputError, match="unknown option.*n_iters.*did you mean n_iter\\?"):
         PGDAttack.check_options({"n_iters": 3})
@@ -477,7 +486,7 @@ def test_square_masking_note_needs_a_gradient_component_before_square():
     assert not any("potentially unreliable" in w for w in alone.warnings)
     idle = Component("apgd-ce", lambda xb, yb: xb.clone())
     after = Scripted([idle, square]).run(FirstPixel(), x, y, progress=False)
-    assert ev.square_masking_note(2) in after.warnings
+    assert base.square_masking_note(2) in after.warnings
     # Square breaking nothing after the gradient attacks: no flag
     quiet = Component("square", lambda xb, yb: xb.clone(), gradient_based=False)
     none = Scripted([idle, quiet]).run(FirstPixel(), x, y, progress=False)
@@ -545,7 +554,7 @@ class TenClass(nn.Module):
 
 def received_model(obj):
     """The model an attack was given, FiniteGuard (NaN check around pyautoattack's components) unwrapped."""
-    return obj.model if isinstance(obj, ev.FiniteGuard) else obj
+    return obj.model if isinstance(obj, adapters.FiniteGuard) else obj
 
 
 def gradient_of(obj):
@@ -780,11 +789,12 @@ def test_adaptive_runs_fab_t_on_both_gradients_with_the_standard_settings(aa_att
     # the exact APGD-T are selectable), in AutoAttack's order
     names = [c.name for c in AdaptiveAutoAttack(eps=0.1).components(model, 10)]
     assert names == ["apgd-ce", "apgd-t", "apgd-ce-exact", "fab-t-exact", "square"]
-    every = [c.name for c in AdaptiveAutoAttack(eps=0.1, components=list(ev.ADAPTIVE_COMPONENTS)).components(model, 10)]
+    every = [c.name for c in
+             AdaptiveAutoAttack(eps=0.1, components=list(suites.ADAPTIVE_COMPONENTS)).components(model, 10)]
     assert every == ["apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "fab-t", "fab-t-exact", "square"]
     # a single model's adaptive evaluation is standard AutoAttack: one FAB-T, on its own gradient
     plain = TenClass(pair=False, variants=False)
-    assert [c.name for c in AdaptiveAutoAttack(eps=0.1).components(plain, 10)] == list(ev.AUTOATTACK_COMPONENTS)
+    assert [c.name for c in AdaptiveAutoAttack(eps=0.1).components(plain, 10)] == list(suites.AUTOATTACK_COMPONENTS)
 
 
 def test_autoattack_standard_component_attacks_every_clean_correct_example_on_the_exact_model(monkeypatch):

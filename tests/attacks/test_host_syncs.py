@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mixzoo.attacks.evaluation import FiniteGuard
+from mixzoo.attacks.adapters import FiniteGuard
 from mixzoo.attacks.square import NAN_CHECK_EVERY, SquareSettings, min_margin_square
 from mixzoo.core.errors import InputError
 

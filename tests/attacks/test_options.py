@@ -60,7 +60,8 @@ def test_given_options_are_converted_and_checked_against_the_spec() -> None:
 
 
 def test_an_attack_declared_with_a_defaults_table_still_works_with_a_deprecation_warning() -> None:
-    deprecated = "^mixzoo.attacks.Attack.defaults is deprecated.*declares `defaults` / `option_types`; declare"
+    deprecated = ("^mixzoo.attacks.Attack.defaults is deprecated.*declares `defaults` / `option_types`; use"
+                  " `options_spec")
     with pytest.warns(DeprecationWarning, match=deprecated):
         class OldStyle(Attack):
             name = "old-style"

@@ -11,9 +11,10 @@ from eval_requests import ask
 from torch import nn
 
 from mixzoo.attacks import precision as precision_mod
-from mixzoo.attacks.evaluation import APGDEnsemble, Attack, Component
+from mixzoo.attacks.base import Attack, Component
 from mixzoo.attacks.precision import attack_arithmetic, check_precision_device, exact_arithmetic
 from mixzoo.attacks.runner import evaluate
+from mixzoo.attacks.suites import APGDEnsemble
 from mixzoo.core.cache import Cache
 from mixzoo.core.errors import InputError
 from mixzoo.core.settings import RunSettings

@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from mixzoo.attacks.evaluation import APGDEnsemble
 from mixzoo.attacks.precision import (
     as_channels_last,
     attack_arithmetic,
@@ -18,6 +17,7 @@ from mixzoo.attacks.precision import (
     tf32_flags,
     uses_channels_last,
 )
+from mixzoo.attacks.suites import APGDEnsemble
 from mixzoo.core.settings import PRECISIONS, RunSettings
 
 

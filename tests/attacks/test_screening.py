@@ -12,7 +12,7 @@ from eval_requests import ask
 from torch import nn
 
 from mixzoo.attacks.apgd import ApgdSettings, apgd_ce, apgd_t
-from mixzoo.attacks.evaluation import APGDEnsemble, within_threat_model
+from mixzoo.attacks.base import within_threat_model
 from mixzoo.attacks.screening import (
     SCREENING_NOTE,
     EarlyStopForward,
@@ -22,6 +22,7 @@ from mixzoo.attacks.screening import (
     malt_scores,
     malt_targets,
 )
+from mixzoo.attacks.suites import APGDEnsemble
 from mixzoo.core.errors import InputError
 
 EPS = 0.2

@@ -228,7 +228,7 @@ def test_plugins_shows_a_load_hook_fault_seen_in_an_earlier_process(tmp_path):
 
 # ------------------------------------------------------------------------------------------------------ item 2
 def test_built_in_names_win_a_collision_and_both_are_named(plugin):
-    from mixzoo.attacks.evaluation import AdaptiveAPGD
+    from mixzoo.attacks.suites import AdaptiveAPGD
 
     with pytest.warns(PluginWarning) as caught:
         plugin(Clashes(), "i46-clashes")
@@ -275,7 +275,7 @@ def test_a_network_that_cannot_take_its_declared_input_size_fails_when_loaded(pl
 
 # ------------------------------------------------------------------------------------------------------ item 5
 def test_attack_options_of_the_wrong_type_are_one_line_naming_option_and_type(tmp_path):
-    from mixzoo.attacks.evaluation import AdaptiveAutoAttack, PGDAttack
+    from mixzoo.attacks.suites import AdaptiveAutoAttack, PGDAttack
 
     with pytest.raises(InputError, match=r"option n_iter \(-O n_iter\) of attack 'adaptive' must be an"
                                          " integer, got 2.5"):
@@ -297,7 +297,7 @@ def test_attack_options_of_the_wrong_type_are_one_line_naming_option_and_type(tm
 
 
 def test_a_plugin_attack_declares_its_option_types(plugin, tmp_path):
-    from mixzoo.attacks.evaluation import APGDEnsemble
+    from mixzoo.attacks.suites import APGDEnsemble
 
     class Tuned(APGDEnsemble):
         name = "i46-tuned"

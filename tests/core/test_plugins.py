@@ -15,12 +15,12 @@ from mixzoo.core.errors import PluginError, UnknownNameError
 from mixzoo.core.plugins import (
     clear_caches,
     collect,
-    collect_named,
     hookimpl,
     lookup,
     plugin_failures,
     plugin_infos,
     register_plugin,
+    table,
     unregister_plugin,
 )
 from mixzoo.core.registry import ModelSpec, get_registry
@@ -212,7 +212,7 @@ def test_hooks_answering_none_are_skipped_and_wrong_types_are_recorded(plugin):
     plugin(_Clamps(**{"mut-ok-clamp": abs}), "mut-ok")
     assert lookup("clamp", "mut-ok-clamp") is abs
     assert ("mut-silent", None) not in collect("mixzoo_clamp_functions")
-    assert "mut-ok-clamp" in collect_named("mixzoo_clamp_functions", "clamp")
+    assert "mut-ok-clamp" in table("clamp")
     assert lookup("attack", "apgd") is not None
     failures = plugin_failures()
     assert "mut-silent" not in failures
@@ -279,3 +279,63 @@ def test_cli_plugins_json_lists_the_runtime_plugin(plugin):
     for args in (["plugins"], ["plugins", "--check"]):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0 and result.output.count("mut-cli-plugin") == 1, result.output
+
+
+# --------------------------------------------------------------------------------------------- one table per kind
+
+
+class _Archs:
+    def __init__(self, **archs):
+        self.archs = archs
+
+    @hookimpl
+    def mixzoo_architectures(self):
+        return dict(self.archs)
+
+
+def test_every_kind_is_merged_by_the_same_rule(plugin):
+    """Architectures and models follow the rule of clamps: a name two third parties give is left out for both and
+    named in both plugins' failures; a name a built-in gives stays the built-in's, with a warning."""
+    from mixzoo.core.plugins import KINDS
+
+    assert {"model", "architecture", "command", "card", "attack", "method", "clamp", "optimizer", "dataset",
+            "source"} <= set(KINDS)
+    plugin(_Archs(**{"mut-arch": dict}), "mut-arch-a")
+    plugin(_Archs(**{"mut-arch": dict}), "mut-arch-b")
+    plugin(_Specs({"name": "mut-both", **ACCURATE}), "mut-model-a")
+    plugin(_Specs({"name": "mut-both", **ACCURATE}, {"name": "mut-own", **ACCURATE}), "mut-model-b")
+    for kind, name in (("architecture", "mut-arch"), ("model", "mut-both")):
+        with pytest.raises(PluginError, match=f"{kind} name '{name}' is provided by both plugin '.*-a' and plugin"):
+            lookup(kind, name)
+        failures = plugin_failures()
+        for owner in ("a", "b"):
+            assert f"{kind} {name!r} left out" in failures[f"mut-{kind.replace('itecture', '')}-{owner}"]
+    assert get_registry().get("mut-own").plugin == "mut-model-b"  # the rest of the plugin's entries stay
+    with pytest.raises(PluginError, match="model name 'mut-both'"):
+        get_registry().get("mut-both")
+    plugin(_Archs(convnet=dict), "mut-arch-shadow")
+    plugin(_Specs({"name": "digits-std", **ACCURATE}), "mut-model-shadow")
+    with pytest.warns(Warning, match="a name of the built-in 'registry.toml'"):
+        assert get_registry().get("digits-std").plugin == "registry.toml"
+    with pytest.warns(Warning, match="a name of the built-in 'zoo'"):
+        assert lookup("architecture", "convnet") is not dict
+
+
+def test_a_third_party_architecture_is_guarded_and_cached(plugin):
+    def broken(**kwargs):
+        raise RuntimeError("no such layer")
+
+    plugin(_Archs(**{"mut-broken-arch": broken}), "mut-arch-guarded")
+    builder = lookup("architecture", "mut-broken-arch")
+    assert lookup("architecture", "mut-broken-arch") is builder  # built once, until the plugins change
+    with pytest.raises(PluginError, match="plugin 'mut-arch-guarded' failed to run architecture 'mut-broken-arch':"
+                                          " RuntimeError: no such layer"):
+        builder()
+
+
+@pytest.mark.subprocess
+def test_importing_the_registry_registers_nothing():
+    """The registry is a table of the plugin manager, built when first asked for: importing it changes no state."""
+    code = "import sys, mixzoo.core.registry\nprint('mixzoo.core.plugins' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]

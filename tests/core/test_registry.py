@@ -68,7 +68,7 @@ def test_registry_file_errors(tmp_path):
 
 
 def test_unknown_name_suggests_close_names():
-    reg = Registry([spec_from_dict("fmnist-trades", GOOD), spec_from_dict("fmnist-pgd", {**GOOD, "aliases": []})])
+    reg = Registry.of([spec_from_dict("fmnist-trades", GOOD), spec_from_dict("fmnist-pgd", {**GOOD, "aliases": []})])
     assert reg.get("r1").name == "fmnist-trades"
     with pytest.raises(UnknownNameError) as err:
         reg.get("fmnist-trade")
@@ -78,7 +78,7 @@ def test_unknown_name_suggests_close_names():
 def test_duplicate_names_name_both_plugins():
     a = spec_from_dict("same", GOOD, plugin="plugin-a")
     b = spec_from_dict("same", {**GOOD, "aliases": []}, plugin="plugin-b")
-    registry = Registry([a, b])  # building it works: only the colliding name fails
+    registry = Registry.of([a, b])  # building it works: only the colliding name fails
     with pytest.raises(PluginError) as err:
         registry.get("same")
     assert "plugin-a" in str(err.value) and "plugin-b" in str(err.value)
@@ -139,14 +139,14 @@ def test_an_alias_that_clashes_with_another_entrys_name_or_alias_names_both():
     first = spec_from_dict("fmnist-trades", {**ROBUST, "aliases": ["trades"]}, plugin="plugin-a")
     for clash in ("fmnist-trades", "trades"):
         second = spec_from_dict("other", {**ROBUST, "aliases": [clash]}, plugin="plugin-b")
-        registry = Registry([first, second])
+        registry = Registry.of([first, second])
         with pytest.raises(PluginError) as err:
             registry.get(clash)
         assert repr(clash) in str(err.value) and "plugin-a" in str(err.value) and "plugin-b" in str(err.value)
 
 
 def test_unknown_model_names_suggest_aliases_too():
-    reg = Registry([spec_from_dict("fmnist-trades", {**ROBUST, "aliases": ["trades-wide"]})])
+    reg = Registry.of([spec_from_dict("fmnist-trades", {**ROBUST, "aliases": ["trades-wide"]})])
     with pytest.raises(UnknownNameError) as err:
         reg.get("trades-wid")
     assert "trades-wide" in err.value.suggestions

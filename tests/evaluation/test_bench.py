@@ -90,7 +90,7 @@ def test_evaluate_merges_batches_in_order_with_summed_counts_and_times(scripted,
     """10 examples in batches of 4, 4, 2: outcomes concatenated in example order, seconds and per-component
     counts summed over batches; the scripted attack's run() takes no index (no per-example seeds), so batch k is
     attacked with seed + k and the warnings say that results depend on the batch size."""
-    from mixzoo.attacks.evaluation import square_masking_note
+    from mixzoo.attacks.base import square_masking_note
 
     ev = run_evaluate(Cache(tmp_path, enabled=False), seed=7)
     assert scripted.seeds == [7, 8, 9]
@@ -336,6 +336,7 @@ def test_an_old_style_baseline_method_is_matched_with_the_former_keywords(monkey
     """A third-party baseline method written for mixzoo 0.1 (``match(..., **kw)``, no request) is still called,
     with evaluate's former keyword arguments, and a DeprecationWarning says to take a request."""
     import mixzoo.evaluation.matching as matching_module
+    from mixzoo.deprecated.methods import adapt_method  # what the table of methods does to a third party's
     from mixzoo.evaluation.bench import CardEvaluation, matched_linear_alpha
 
     received = {}
@@ -351,7 +352,7 @@ def test_an_old_style_baseline_method_is_matched_with_the_former_keywords(monkey
         return {"clean_correct": [True] * len(images), "robust_correct": [True] * len(images), "seconds": 1.0,
                 "components": [], "warnings": []}
 
-    monkeypatch.setattr(matching_module, "baseline_method", lambda: OldBaseline())
+    monkeypatch.setattr(matching_module, "baseline_method", lambda: adapt_method(OldBaseline(), "third-party"))
     monkeypatch.setattr(mixzoo.attacks.runner, "evaluate", fake_evaluate)
     data = types.SimpleNamespace(images=indexed_images(6), labels=torch.zeros(6, dtype=torch.long), fingerprint="f")
     ce = CardEvaluation(digits_card(), nn.Linear(2, 2), nn.Linear(2, 2), nn.Identity(), data, 0.1, "Linf", [])
@@ -372,6 +373,7 @@ def test_an_old_style_trade_off_curve_is_called_with_the_former_keywords():
     """A third-party method whose tradeoff_curve takes mixzoo 0.1's keyword arguments (no request) still gets its
     curve into the report, with the curve's settings as those keywords and a DeprecationWarning."""
     from mixzoo.core.settings import RunSettings
+    from mixzoo.deprecated.methods import adapt_method  # what the table of methods does to a third party's
     from mixzoo.evaluation.bench import BenchRun, CurveSettings, _add_curve
     from mixzoo.evaluation.job import BenchJob, Step
 
@@ -384,7 +386,7 @@ def test_an_old_style_trade_off_curve_is_called_with_the_former_keywords():
             received.update(kw)
             return {"attack": kw["attack"], "points": []}
 
-    card = types.SimpleNamespace(mixing_method=OldCurve())
+    card = types.SimpleNamespace(mixing_method=adapt_method(OldCurve(), "third-party"))
     ce = types.SimpleNamespace(abc=nn.Identity(), rbc=nn.Identity(), data=types.SimpleNamespace(labels=torch.zeros(8)))
     curve = CurveSettings(attack="fast", options={"n_iter": 3}, n=6, points=2)
     run = BenchRun(BenchJob(RunSettings(data_dir="d"), {}, None, curve, (card,)), ce,

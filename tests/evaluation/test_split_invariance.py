@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from mixzoo.attacks.evaluation import APGDEnsemble
+from mixzoo.attacks.suites import APGDEnsemble
 from mixzoo.core.errors import InputError
 from mixzoo.core.plugins import hookimpl, register_plugin, unregister_plugin
 from mixzoo.evaluation.bench import MatchSettings, bench

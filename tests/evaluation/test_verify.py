@@ -84,7 +84,7 @@ def test_an_interrupted_evaluation_resumes_with_its_points(tmp_path, monkeypatch
                   label="rbc", attack_options={"n_iter": 5, "n_target_classes": 2}, save_adversarial=True,
                   progress=False)
     whole = evaluate(rbc, data.images, data.labels, ask(cache=Cache(tmp_path / "a"), **kwargs))
-    from mixzoo.attacks.evaluation import APGDEnsemble
+    from mixzoo.attacks.suites import APGDEnsemble
 
     run, calls = APGDEnsemble.run, []
 

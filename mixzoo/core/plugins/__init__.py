@@ -14,9 +14,11 @@ Isolation is a rule applied here, where hooks are called and plugin objects coll
 * a model's loader is picked by its source kind from the table of the hook ``mixzoo_model_sources``
   (:func:`load_network`), so a loader sees only its own kinds and its errors are never passed over; a resolver
   (``firstresult`` hook) that raises for a name another plugin resolves costs nothing: the next plugin answers;
-* a name a built-in plugin provides stays the built-in's: a third party's entry of that name is left out, with a
-  warning naming both (:func:`builtin_wins`). A name two third parties provide is left out for both, and using it
-  is an error naming both.
+* every kind of entry (models of ``registry.toml`` and of plugins, architectures, commands, cards, attacks,
+  methods, clamps, optimizers, datasets, model sources) is one table of :data:`KINDS`, merged by one rule
+  (:func:`merge`): a name a built-in provides stays the built-in's (a third party's entry of that name is left out,
+  with a warning naming both); a name two third parties provide is left out for both, and using it is an error
+  naming both. Tables are built on first use (:func:`table`) and rebuilt after :func:`clear_caches`.
 
 The modules, by job: :mod:`~mixzoo.core.plugins.state` (what the process remembers, one object),
 :mod:`~mixzoo.core.plugins.manager` (the pluggy manager, entry points, versions from distribution metadata),
@@ -29,43 +31,38 @@ calls as one-line errors), :mod:`~mixzoo.core.plugins.failures` (run-time faults
 
 from __future__ import annotations
 
-from mixzoo.core.plugins.failures import record_runtime_failure, runtime_failures
-from mixzoo.core.plugins.guard import Guarded, GuardedFactory, file_problem, guarded_call, plugin_error
+from mixzoo.core.plugins.failures import runtime_failures
 from mixzoo.core.plugins.hooks import collect, first_answer, first_result
 from mixzoo.core.plugins.listing import PluginInfo, plugin_infos
-from mixzoo.core.plugins.manager import get_plugin_manager, hookimpl, is_builtin
+from mixzoo.core.plugins.manager import get_plugin_manager, hookimpl
 from mixzoo.core.plugins.sources import load_network
-from mixzoo.core.plugins.state import PROJECT, STATE, PluginState
+from mixzoo.core.plugins.state import STATE
 from mixzoo.core.plugins.tables import (
     KINDS,
-    Kind,
     attacks,
-    builtin_wins,
-    calibration_optimizers,
     clamp_functions,
     clear_caches,
-    collect_named,
     collision_message,
+    collisions,
     datasets,
     failures_so_far,
     lookup,
+    merge,
     mixing_methods,
     model_sources,
     plugin_failures,
     provider,
     published_cards,
     record_failure,
-    register_derived,
     register_plugin,
+    table,
     unregister_plugin,
 )
 
 __all__ = [
-    "KINDS", "PROJECT", "STATE", "Guarded", "GuardedFactory", "Kind", "PluginInfo", "PluginState", "attacks",
-    "builtin_wins", "calibration_optimizers", "clamp_functions", "clear_caches", "collect", "collect_named",
-    "collision_message", "datasets", "failures_so_far", "file_problem", "first_answer", "first_result",
-    "get_plugin_manager", "guarded_call", "hookimpl", "is_builtin", "load_network", "lookup", "mixing_methods",
-    "model_sources", "plugin_error", "plugin_failures", "plugin_infos", "provider", "published_cards",
-    "record_failure", "record_runtime_failure", "register_derived", "register_plugin", "runtime_failures",
+    "KINDS", "STATE", "PluginInfo", "attacks", "clamp_functions", "clear_caches", "collect", "collision_message",
+    "collisions", "datasets", "failures_so_far", "first_answer", "first_result", "get_plugin_manager", "hookimpl",
+    "load_network", "lookup", "merge", "mixing_methods", "model_sources", "plugin_failures", "plugin_infos",
+    "provider", "published_cards", "record_failure", "register_plugin", "runtime_failures", "table",
     "unregister_plugin",
 ]

@@ -14,10 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mixzoo.core.errors import MixzooError
 from mixzoo.core.plugins.failures import runtime_failures
 from mixzoo.core.plugins.manager import get_plugin_manager
-from mixzoo.core.plugins.sources import OLD_HOOK, note_old_loaders
 from mixzoo.core.plugins.state import STATE
 from mixzoo.core.plugins.tables import KINDS, build_tables
 
@@ -77,11 +75,11 @@ def import_hint(seconds: float | None) -> str | None:
     return f"imports in {seconds:.2f} s (over {SLOW_IMPORT_S} s): {IMPORT_HINT}"
 
 
-def _module_facts(plugin: Any) -> dict[str, list[str]]:
+def module_facts(plugin: Any) -> dict[str, list[str]]:
     """What a plugin module declares about its loaders, read from attributes (no hook is called): the source kinds
     of ``SOURCE_KINDS`` (``--check`` lists those its ``mixzoo_model_sources`` table gives instead)."""
     out: dict[str, list[str]] = {}
-    if any(getattr(plugin, hook, None) is not None for hook in ("mixzoo_model_sources", OLD_HOOK)):
+    if getattr(plugin, "mixzoo_model_sources", None) is not None:
         kinds = getattr(plugin, "SOURCE_KINDS", None)
         out["loads source kinds"] = sorted(kinds) if kinds else ["(unspecified)"]
     if getattr(plugin, "mixzoo_resolve_model_name", None) is not None:
@@ -91,15 +89,7 @@ def _module_facts(plugin: Any) -> dict[str, list[str]]:
 
 def _provided() -> dict[str, dict[str, list[str]]]:
     """label -> plugin -> names, from the tables just built (no hook is called again)."""
-    out: dict[str, dict[str, list[str]]] = {}
-    for label, entries in STATE.derived_entries.items():
-        try:
-            out[label] = entries()
-        except MixzooError:  # recorded by build_tables
-            out[label] = {}
-    for kind in KINDS.values():
-        out[kind.label] = STATE.provided.get(kind.hook, {})
-    return out
+    return {spec.label: STATE.tables[kind].provided if kind in STATE.tables else {} for kind, spec in KINDS.items()}
 
 
 def plugin_infos(check: bool = True) -> list[PluginInfo]:
@@ -109,7 +99,6 @@ def plugin_infos(check: bool = True) -> list[PluginInfo]:
     pm = get_plugin_manager()
     if check:
         build_tables()
-        note_old_loaders()
     provided = _provided() if check else {}
     infos: dict[str, PluginInfo] = {}
     drifted: dict[str, str] = {}
@@ -126,7 +115,7 @@ def plugin_infos(check: bool = True) -> list[PluginInfo]:
         fault = drift(declaration, info.provides) if check and declaration else None
         if fault:
             drifted[name] = fault
-        for label, facts in {**declaration, **_module_facts(plugin)}.items():  # what the tables list comes first
+        for label, facts in {**declaration, **module_facts(plugin)}.items():  # what the tables list comes first
             info.provides.setdefault(label, facts)
         info.import_s = STATE.import_seconds.get(name)
         info.hints = [hint for hint in (import_hint(info.import_s),) if hint]

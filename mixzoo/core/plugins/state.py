@@ -16,12 +16,10 @@ class PluginState:
     that failed to import (kept for the process: their failures survive :func:`~mixzoo.core.plugins.clear_caches`);
     ``builtin``: plugins shipped in the mixzoo distribution; ``entry_points``: plugins installed through an entry
     point (their run-time faults are kept on disk); ``versions``: plugin name -> version; ``runtime``: faults seen
-    at run time in this process; ``tables``: merged hook tables by kind; ``collisions``: kind -> name -> the
-    plugins that all provide it; ``owners``: kind -> name -> the plugin whose entry the table holds; ``provided``:
-    kind -> plugin -> the names it provides (``mixzoo plugins``);
-    ``derived``: cached tables other modules build from hook results, with their ``mixzoo plugins`` labels;
-    ``deprecations``: plugin name -> the deprecation warnings mixzoo gave it (a moved name it imports, an old-style
-    entry it provides); ``import_seconds``: entry-point name -> seconds its module took to import.
+    at run time in this process; ``tables``: kind -> its merged table (:class:`~mixzoo.core.plugins.tables.Merged`:
+    entries, owners, collisions, names by plugin); ``deprecations``: plugin name -> the deprecation warnings mixzoo
+    gave it (a moved name it imports, an old-style entry it provides); ``import_seconds``: entry-point name
+    -> seconds its module took to import.
     """
 
     failures: dict[str, list[str]] = field(default_factory=dict)
@@ -31,11 +29,6 @@ class PluginState:
     versions: dict[str, str] = field(default_factory=dict)
     runtime: dict[str, list[str]] = field(default_factory=dict)
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
-    collisions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    owners: dict[str, dict[str, str]] = field(default_factory=dict)
-    provided: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    derived: list[Any] = field(default_factory=list)
-    derived_entries: dict[str, Any] = field(default_factory=dict)
     deprecations: dict[str, list[str]] = field(default_factory=dict)
     import_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -58,9 +51,6 @@ class PluginState:
     def forget_merged(self) -> None:
         """Forget merged tables and what merging found (import failures stay)."""
         self.tables.clear()
-        self.collisions.clear()
-        self.owners.clear()
-        self.provided.clear()
         for name in [n for n in self.failures if n not in self.import_failed]:
             del self.failures[name]
 

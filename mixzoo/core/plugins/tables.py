@@ -1,6 +1,6 @@
 """Merged hook tables: every collecting hook described once in :data:`KINDS`, merged name by name.
 
-A name a built-in plugin and third parties both give stays the built-in's (:func:`builtin_wins`). A name given by
+A name a built-in plugin and third parties both give stays the built-in's (:func:`merge`). A name given by
 two third parties is left out of the table and recorded (both plugins show it in ``mixzoo plugins``); only
 :func:`lookup` of that very name fails, with an error naming both. Third parties' objects are guarded
 (:mod:`mixzoo.core.plugins.guard`).
@@ -22,33 +22,43 @@ from mixzoo.core.plugins.state import STATE
 
 @dataclass(frozen=True)
 class Kind:
-    """One collecting hook returning ``{name: object}``: ``hook``, the ``label`` ``mixzoo plugins`` lists its names
-    under, ``what`` one entry is called in messages, how third parties' entries are guarded (``guard``: ``None``,
-    ``"object"``, ``"factory"``, ``"factory+result"``; :func:`~mixzoo.core.plugins.guard.guard`) and, for entries
-    written against an older contract, the function that adapts them (``adapt``: ``"module:function"`` of the layer
-    that defines the contract, imported when the table is first built, so that the core imports no method)."""
+    """One collecting hook, merged name by name into one table: ``hook``, the ``label`` ``mixzoo plugins`` lists its
+    names under, ``what`` one entry is called in messages, how third parties' entries are guarded (``guard``:
+    ``None``, ``"object"``, ``"factory"``, ``"factory+result"``; :func:`~mixzoo.core.plugins.guard.guard`), and three
+    functions named ``"module:function"`` of the layer that defines the kind's contract, imported when the table is
+    first built (so that this package imports none of its users): ``adapt`` (entry, plugin) -> the entry, checked
+    (a missing part of the contract named) or read from an older contract; ``read`` (plugin, hook result) ->
+    ``{name: entry}``, for a hook that returns something else than that dict (its faults recorded and left out); ``base`` () -> ``(owner, {name: entry})``,
+    entries that come before every plugin's and count as built-in (the registry file). ``aliases``: each entry's
+    ``aliases`` attribute names it too."""
 
     hook: str
     label: str
     what: str
     guard: str | None = None
     adapt: str | None = None
+    read: str | None = None
+    base: str | None = None
+    aliases: bool = False
 
 
-# clamps are left unguarded: plain tensor functions called inside every forward pass, compared by identity
+# clamps are left unguarded: plain tensor functions called inside every forward pass, compared by identity; CLI
+# commands too: typer reads their signatures, and mixzoo.core.commands.command makes their errors one line
 KINDS: dict[str, Kind] = {
+    "model": Kind("mixzoo_model_specs", "models", "model", read="mixzoo.core.registry:plugin_specs",
+                  base="mixzoo.core.registry:file_specs", aliases=True),
+    "architecture": Kind("mixzoo_architectures", "architectures", "architecture", "factory"),
     "clamp": Kind("mixzoo_clamp_functions", "clamps", "clamp"),
     "attack": Kind("mixzoo_attacks", "attacks", "attack", "factory+result"),
     "optimizer": Kind("mixzoo_calibration_optimizers", "optimizers", "calibration optimizer", "factory"),
     "dataset": Kind("mixzoo_datasets", "datasets", "dataset", "factory"),
     "method": Kind("mixzoo_mixing_methods", "methods", "mixing method", "object",
-                   adapt="mixzoo.methods.base:adapt_method"),
+                   adapt="mixzoo.methods.base:check_method"),
     "card": Kind("mixzoo_cards", "cards", "card"),
     # loaders are called through guarded_call by mixzoo.core.plugins.sources, which names the model being loaded
     "source": Kind("mixzoo_model_sources", "loads source kinds", "model source"),
     "command": Kind("mixzoo_cli_commands", "commands", "CLI command"),
 }
-_BY_HOOK = {k.hook: k for k in KINDS.values()}
 
 
 def collision_message(what: str, name: str, plugins: list[str]) -> str:
@@ -59,72 +69,87 @@ def collision_message(what: str, name: str, plugins: list[str]) -> str:
     return f"{what} name {name!r} is provided by {both}; uninstall one or rename the {what}"
 
 
-def builtin_wins(what: str, claims: dict[str, list[str]], builtin: Any = ()) -> dict[str, str]:
-    """For each name in ``claims`` (name -> the plugins providing it) that exactly one built-in plugin provides
-    (or one of ``builtin``, e.g. the registry file): ``{name: that plugin}``. Every other claimant's entry is to be
-    left out; each is recorded for ``mixzoo plugins`` and named, with the built-in, in a warning."""
+def _function(path: str) -> Any:
+    module, _, function = path.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+@dataclass
+class Merged:
+    """One kind's merged table: ``entries`` by name, the ``owners`` of the names kept, the names several plugins
+    provide (``collisions``, name -> those plugins) and the names each plugin provides (``provided``)."""
+
+    entries: dict[str, Any]
+    owners: dict[str, str]
+    collisions: dict[str, list[str]]
+    provided: dict[str, list[str]]
+
+
+def merge(what: str, given: list[tuple[str, dict[str, Any]]], builtin: Any = (), aliases: bool = False) -> Merged:
+    """Merge ``(owner, {name: entry})`` pairs name by name (module docstring): a name one owner gives is that
+    owner's; one that exactly one built-in (a built-in plugin, or one of ``builtin``) and others give stays the
+    built-in's, the others' entries left out with a warning naming both; any other name given more than once is
+    left out for all, each owner recorded. ``aliases``: an entry's ``aliases`` are names of it too."""
     get_plugin_manager()
-    winners: dict[str, str] = {}
-    for key, names in claims.items():
-        own = [n for n in dict.fromkeys(names) if n in STATE.builtin or n in builtin]
-        if len(set(names)) < 2 or len(own) != 1:
+    claims: dict[str, list[tuple[str, Any]]] = {}
+    for owner, entries in given:
+        for key, value in entries.items():
+            for name in dict.fromkeys((key, *(getattr(value, "aliases", ()) if aliases else ()))):
+                claims.setdefault(name, []).append((owner, value))
+    out = Merged({}, {}, {}, {owner: sorted(entries) for owner, entries in given})
+    for name, claimants in claims.items():
+        owners = [owner for owner, _ in claimants]
+        own = [o for o in dict.fromkeys(owners) if o in STATE.builtin or o in builtin]
+        if len(claimants) > 1 and (len(set(owners)) < 2 or len(own) != 1):
+            out.collisions[name] = owners
+            for owner in owners:
+                others = ", ".join(repr(n) for n in owners if n != owner) or f"{owner!r} (twice)"
+                STATE.record_failure(owner, f"{what} {name!r} left out: plugin {others} provides it too")
             continue
-        winners[key] = own[0]
-        for loser in dict.fromkeys(n for n in names if n != own[0]):
-            STATE.record_failure(loser, f"{what} {key!r} left out: the built-in {own[0]!r} provides it")
-            warnings.warn(f"plugin {loser!r} provides {what} {key!r}, a name of the built-in {own[0]!r}: the built-in"
-                          f" one is used and {loser!r}'s is left out; rename it in that plugin", PluginWarning,
-                          stacklevel=2)
-    return winners
+        winner = own[0] if len(claimants) > 1 else owners[0]
+        for loser in dict.fromkeys(o for o in owners if o != winner):
+            STATE.record_failure(loser, f"{what} {name!r} left out: the built-in {winner!r} provides it")
+            warnings.warn(f"plugin {loser!r} provides {what} {name!r}, a name of the built-in {winner!r}: the"
+                          f" built-in one is used and {loser!r}'s is left out; rename it in that plugin",
+                          PluginWarning, stacklevel=3)
+        out.entries[name] = next(value for owner, value in claimants if owner == winner)
+        out.owners[name] = winner
+    return out
 
 
-def _adapt(kind: Kind | None, plugin_name: str, value: Any) -> Any:
-    if kind is None or kind.adapt is None or plugin_name in STATE.builtin:
-        return value
-    module, _, function = kind.adapt.partition(":")
-    with noting_deprecations(plugin_name):
-        return getattr(importlib.import_module(module), function)(value, plugin_name)
-
-
-def collect_named(hook_name: str, what: str) -> dict[str, Any]:
-    """Merge the ``{name: object}`` dicts a collecting hook returns (module docstring); ``hook_name`` need not be
-    in :data:`KINDS` (then nothing is guarded or adapted)."""
-    kind = _BY_HOOK.get(hook_name)
-    merged: dict[str, Any] = {}
-    claims: dict[str, list[str]] = {}
-    values: dict[tuple[str, str], Any] = {}
-    provided: dict[str, list[str]] = {}
-    for plugin_name, result in collect(hook_name):
-        if not isinstance(result, dict):
-            STATE.record_failure(plugin_name, f"{hook_name} returned {type(result).__name__}, expected dict")
+def _plugin_entries(kind: Kind) -> list[tuple[str, dict[str, Any]]]:
+    """Each plugin's entries of ``kind``, read, adapted and guarded (a hook result of the wrong type recorded and
+    left out)."""
+    read = _function(kind.read) if kind.read else None
+    adapt = _function(kind.adapt) if kind.adapt else None
+    given = []
+    for plugin_name, result in collect(kind.hook):
+        if read is not None:
+            result = read(plugin_name, result)
+        elif not isinstance(result, dict):
+            STATE.record_failure(plugin_name, f"{kind.hook} returned {type(result).__name__}, expected dict")
             continue
-        provided[plugin_name] = sorted(result)
-        for key, value in result.items():
-            value = _adapt(kind, plugin_name, value)
-            claims.setdefault(key, []).append(plugin_name)
-            values[(key, plugin_name)] = value
-            merged.setdefault(key, guard(kind.guard if kind else None, f"{what} {key!r}", plugin_name, value))
-    owners = {key: names[0] for key, names in claims.items()}
-    clashes = {key: names for key, names in claims.items() if len(names) > 1}
-    for key, winner in builtin_wins(what, clashes).items():
-        merged[key], owners[key] = values[(key, winner)], winner
-        del clashes[key]
-    for key, names in clashes.items():
-        del merged[key], owners[key]
-        for plugin_name in names:
-            others = ", ".join(repr(n) for n in names if n != plugin_name)
-            STATE.record_failure(plugin_name, f"{what} {key!r} left out: plugin {others} provides it too")
-    STATE.collisions[hook_name] = clashes
-    STATE.owners[hook_name] = owners
-    STATE.provided[hook_name] = provided
-    return merged
+        if adapt is not None and plugin_name not in STATE.builtin:
+            with noting_deprecations(plugin_name):
+                result = {key: adapt(value, plugin_name) for key, value in result.items()}
+        given.append((plugin_name, {key: guard(kind.guard, f"{kind.what} {key!r}", plugin_name, value)
+                                    for key, value in result.items()}))
+    return given
+
+
+def merged(kind: str) -> Merged:
+    """The merged table of ``kind`` (a key of :data:`KINDS`) with what merging found, built on first use."""
+    if kind not in STATE.tables:
+        spec = KINDS[kind]
+        base = [_function(spec.base)()] if spec.base else []
+        STATE.tables[kind] = merge(spec.what, [*base, *_plugin_entries(spec)], builtin={o for o, _ in base},
+                                   aliases=spec.aliases)
+    return STATE.tables[kind]
 
 
 def table(kind: str) -> dict[str, Any]:
-    """The merged table of ``kind`` (a key of :data:`KINDS`), built on first use."""
-    if kind not in STATE.tables:
-        STATE.tables[kind] = collect_named(KINDS[kind].hook, KINDS[kind].what)
-    return STATE.tables[kind]
+    """The entries of ``kind`` (a key of :data:`KINDS`) by name."""
+    return merged(kind).entries
 
 
 def clamp_functions() -> dict[str, Any]:
@@ -135,11 +160,6 @@ def clamp_functions() -> dict[str, Any]:
 def attacks() -> dict[str, Any]:
     """All attack factories by name."""
     return table("attack")
-
-
-def calibration_optimizers() -> dict[str, Any]:
-    """All calibration optimizers by name."""
-    return table("optimizer")
 
 
 def datasets() -> dict[str, Any]:
@@ -162,27 +182,21 @@ def model_sources() -> dict[str, Any]:
     return table("source")
 
 
+def collisions(kind: str) -> dict[str, list[str]]:
+    """The names of ``kind`` (a key of :data:`KINDS`) several plugins provide, each with those plugins."""
+    return merged(kind).collisions
+
+
 def provider(kind: str, name: str) -> tuple[str, Any] | None:
     """``(plugin, entry)`` for ``name`` in the table of ``kind`` (a key of :data:`KINDS`), or ``None`` when no plugin
     provides it; a name two plugins provide is the one-line :class:`~mixzoo.core.errors.PluginError` naming both."""
-    found = table(kind)
-    if name in found:
-        return STATE.owners[KINDS[kind].hook][name], found[name]
-    clash = STATE.collisions.get(KINDS[kind].hook, {}).get(name)
+    found = merged(kind)
+    if name in found.entries:
+        return found.owners[name], found.entries[name]
+    clash = found.collisions.get(name)
     if clash:
         raise PluginError(collision_message(KINDS[kind].what, name, clash))
     return None
-
-
-def register_derived(derived: Any, *, name: str, label: str, entries: Any) -> None:
-    """A cached table another module builds from hook results (``functools.cache``: the registry of model
-    specs): cleared with the plugin tables, built by ``mixzoo plugins --check`` (its errors recorded as ``name``'s),
-    and ``entries()`` -> ``{plugin: [names]}`` shown under ``label``. Keeps this package free of imports of its
-    users."""
-    derived.derived_name = name
-    if derived not in STATE.derived:
-        STATE.derived.append(derived)
-    STATE.derived_entries[label] = entries
 
 
 def register_plugin(plugin: Any, name: str | None = None) -> str:
@@ -203,20 +217,16 @@ def unregister_plugin(name: str) -> None:
 def clear_caches() -> None:
     """Forget merged hook results (registry, clamps, attacks, ...) so they are rebuilt on next use; failures found
     while merging are forgotten with them (import failures stay)."""
-    for derived in STATE.derived:
-        derived.cache_clear()
     STATE.forget_merged()
 
 
 def build_tables() -> None:
     """Merge every collected hook (so that every plugin failure is known); never raises for a plugin's fault."""
     for kind in KINDS:
-        table(kind)
-    for derived in STATE.derived:
         try:
-            derived()
+            table(kind)
         except MixzooError as exc:  # e.g. the registry file itself (not a plugin); `mixzoo plugins` still answers
-            STATE.record_failure(getattr(derived, "derived_name", derived.__name__), str(exc))
+            STATE.record_failure(KINDS[kind].label, str(exc))
 
 
 def plugin_failures() -> dict[str, str]:

@@ -7,25 +7,23 @@ A second call with another beta, clamp or grid takes seconds.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import next_phase
 from mixzoo.methods.base import FitRequest
-from mixzoo.methods.mixednuts.calibration_data import (  # noqa: F401 - also the names of the old mixzoo.pipeline
+from mixzoo.methods.mixednuts.calibration_data import (  # noqa: F401 - re-exported beside the fitting
     ATTACK_CODE_VERSION,
     CalibrationData,
     cached_mmaa,
     calibration_data,
     pair_calibration_data,
 )
-from mixzoo.zoo.pairs import (  # noqa: F401 - the old mixzoo.pipeline's names, for scripts that import them there
+from mixzoo.zoo.pairs import (  # noqa: F401 - re-exported beside the fitting
     DEFAULT_ABC,
     DEFAULT_RBC,
     cached_logits,
@@ -121,23 +119,7 @@ class MixSettings:
                        grid=self.grid, top_k=self.top_k, search=self.search)
 
 
-# the keywords of mix's keyword form: the FitRequest's fields (the rest are MixSettings)
-_REQUEST_KEYWORDS = ("dataset", "n_calib", "eps", "norm", "seed", "batch_size", "out", "data_dir", "cache_dir",
-                     "use_cache", "device", "allow_unsafe", "progress", "command")
-
-
-def _request_of_keywords(abc: Any, rbc: Any, keywords: dict[str, Any]) -> FitRequest:
-    """The :class:`FitRequest` of ``mix(abc, rbc, KEY=VALUE, ...)`` (the keyword form of mixzoo 0.1)."""
-    settings = {f.name for f in fields(MixSettings)}
-    for key in keywords:
-        if key not in settings and key not in _REQUEST_KEYWORDS:
-            raise TypeError(f"mix() got an unexpected keyword argument {key!r}")
-    request = {k: v for k, v in keywords.items() if k in _REQUEST_KEYWORDS}
-    return FitRequest(abc, rbc, options={k: v for k, v in keywords.items() if k in settings}, **request)
-
-
-def mix(request: FitRequest | str | nn.Module | None = None, rbc: str | nn.Module | None = None,
-        **keywords: Any) -> MixResult:
+def mix(request: FitRequest) -> MixResult:
     """Calibrate MixedNUTS for the ABC/RBC pair of ``request`` (Bai et al. 2024a, Algorithm 1) and write the mix
     card to ``request.out`` when given; ``request.options`` are :class:`MixSettings`' fields.
 
@@ -145,18 +127,7 @@ def mix(request: FitRequest | str | nn.Module | None = None, rbc: str | nn.Modul
     cached, so calling again with another ``beta``, ``clamp`` or ``grid`` takes seconds. ``refit_alpha`` adds a
     second pass that re-chooses alpha on MMAA points of the transformed RBC (:func:`.approximation.refit_alpha`).
     ``search="authors"`` runs Algorithm 1 exactly as the authors' code does (see :mod:`.calibrate`).
-
-    Deprecated form (until mixzoo 0.3): ``mix(abc, rbc, beta=..., out=..., ...)``, the request's fields and the
-    options as keywords.
     """
-    if not isinstance(request, FitRequest):
-        warnings.warn("mix(abc, rbc, KEY=VALUE, ...) is deprecated and will be removed in mixzoo 0.3; pass a"
-                      " request: mix(FitRequest(abc, rbc, options={...}, out=...)) (mixzoo.methods.FitRequest)",
-                      DeprecationWarning, stacklevel=2)
-        abc, rbc = keywords.pop("abc", request), keywords.pop("rbc", rbc)  # mix(abc=..., rbc=...) too
-        request = _request_of_keywords(abc, rbc, keywords)
-    elif rbc is not None or keywords:
-        raise TypeError("mix(request) takes the FitRequest alone; put the models and settings in it")
     return _mix(request, MixSettings.from_options(dict(request.options)))
 
 

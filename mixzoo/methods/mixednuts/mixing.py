@@ -139,33 +139,6 @@ class MixingParams:
         get_clamp(self.clamp)  # unknown names fail now, not in the first forward pass
 
 
-# the constructor's parameters before MixingParams, in their order: still taken, with a DeprecationWarning
-_OLD_PARAMETERS = ("s", "p", "c", "alpha", "clamp", "temperature", "top_k", "gradient", "r_d", "alpha_d", "transform",
-                   "allow_any_alpha")
-
-
-def _old_call(first: Any, positional: tuple[Any, ...], keywords: dict[str, Any], gradient: str,
-              allow_any_alpha: bool) -> tuple[MixingParams, str, bool]:
-    """``MixedClassifier(abc, rbc, s, p, ..., alpha=...)`` (the signature before :class:`MixingParams`) as the new
-    call's ``(params, gradient, allow_any_alpha)``; a :class:`DeprecationWarning` naming the new form."""
-    given = dict(zip(_OLD_PARAMETERS, ((first,) if first is not None else ()) + positional, strict=False))
-    if len(positional) + (first is not None) > len(_OLD_PARAMETERS):
-        raise TypeError(f"MixedClassifier() takes at most {len(_OLD_PARAMETERS) + 2} positional arguments")
-    for key, value in keywords.items():
-        if key not in _OLD_PARAMETERS:
-            raise TypeError(f"MixedClassifier() got an unexpected keyword argument {key!r}")
-        if key in given:
-            raise TypeError(f"MixedClassifier() got multiple values for argument {key!r}")
-        given[key] = value
-    if given:
-        warnings.warn("MixedClassifier(abc, rbc, s=..., alpha=..., ...) is deprecated and will be removed in mixzoo"
-                      " 0.3; use MixedClassifier(abc, rbc, MixingParams(alpha=..., s=..., ...), gradient=...)",
-                      DeprecationWarning, stacklevel=3)
-    gradient = given.pop("gradient", gradient)
-    allow_any_alpha = given.pop("allow_any_alpha", allow_any_alpha)
-    return MixingParams(**given), gradient, allow_any_alpha
-
-
 class MixedClassifier(nn.Module):
     """MixedNUTS (Eq. 5) around an accurate (``abc``) and a robust (``rbc``) base classifier, with the parameters
     ``params`` (:class:`MixingParams`).
@@ -174,19 +147,15 @@ class MixedClassifier(nn.Module):
     RobustBench's ``benchmark()``. ``gradient="exact"`` back-propagates through the formula (the T = 0 ABC
     contributes no gradient); ``gradient="bypass"`` (App. B.2.2) returns the MixedNUTS values with the gradient of
     the auxiliary mixture of Eq. 8 (:meth:`auxiliary`). ``allow_any_alpha`` admits alpha below 1/2 (Bai et al.
-    2024a, footnote 1). The parameters are also attributes (``self.s``, ``self.alpha``, ...). The former keyword form
-    ``MixedClassifier(abc, rbc, s=..., alpha=...)`` still works until mixzoo 0.3, with a DeprecationWarning.
+    2024a, footnote 1). The parameters are also attributes (``self.s``, ``self.alpha``, ...).
     """
 
-    def __init__(self, abc: nn.Module | None, rbc: nn.Module | None, params: MixingParams | None = None,
-                 *old_positional: Any, gradient: str = "exact", allow_any_alpha: bool = False, **old_keywords: Any):
+    def __init__(self, abc: nn.Module | None, rbc: nn.Module | None, params: MixingParams, *,
+                 gradient: str = "exact", allow_any_alpha: bool = False):
         super().__init__()
         if not isinstance(params, MixingParams):
-            params, gradient, allow_any_alpha = _old_call(params, old_positional, old_keywords, gradient,
-                                                          allow_any_alpha)
-        elif old_positional or old_keywords:
-            raise TypeError("MixedClassifier(abc, rbc, params, *, gradient, allow_any_alpha): give the mixing"
-                            " parameters in params alone")
+            raise TypeError(f"MixedClassifier(abc, rbc, params, *, gradient, allow_any_alpha): params must be a"
+                            f" MixingParams, got {type(params).__name__}")
         self.params = params
         self.alpha = _check_alpha(params.alpha, allow_any_alpha)
         if abc is None and self.alpha < 1:

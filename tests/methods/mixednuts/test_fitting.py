@@ -251,7 +251,7 @@ def test_nan_model_is_reported(tmp_path):
 @pytest.mark.slow
 def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_cache):
     """A plugin adds an attack through the hook; `mixzoo bench --attack NAME` runs it on all four models."""
-    from mixzoo.attacks.evaluation import Attack, Component
+    from mixzoo.attacks.base import Attack, Component
     from mixzoo.core.plugins import hookimpl, register_plugin, unregister_plugin
 
     class CornerAttack(Attack):
@@ -304,7 +304,7 @@ def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_ca
 
 def test_bench_merges_batch_warnings_with_their_counts():
     """Per-batch Square flags add up (two batches of 'broke 1' are 2 examples, not one deduplicated line)."""
-    from mixzoo.attacks.evaluation import square_masking_note
+    from mixzoo.attacks.base import square_masking_note
     from mixzoo.evaluation.bench import merge_warnings
 
     comps = [{"name": "apgd-ce", "newly_broken": 5}, {"name": "square", "newly_broken": 4}]

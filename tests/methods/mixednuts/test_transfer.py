@@ -778,7 +778,7 @@ def test_by_name_checks_before_loading_or_attacking(pgd_card, tmp_path):
 
 
 def test_the_plugin_registers_min_margin_square():
-    from mixzoo.attacks.evaluation import MinMarginSquareAttack
+    from mixzoo.attacks.suites import MinMarginSquareAttack
     from mixzoo.core.plugins import lookup
 
     assert lookup("attack", "min-margin-square") is MinMarginSquareAttack

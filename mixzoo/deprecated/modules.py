@@ -1,7 +1,7 @@
 """Public names that moved, kept working for one minor release with a :class:`DeprecationWarning` naming the new place.
 
 The module names of mixzoo 0.1's documentation (``mixzoo.plugins``, ``mixzoo.errors``, ``mixzoo.pipeline``, ...)
-are answered by a finder that :mod:`mixzoo` installs: ``from mixzoo.plugins import hookimpl`` still gives
+are answered by the finder of :mod:`mixzoo.deprecated`: ``from mixzoo.plugins import hookimpl`` still gives
 :data:`mixzoo.hookimpl`, with a warning saying to import it from there. Nothing is imported until a name is read,
 so the finder costs ``import mixzoo`` nothing. Each entry says where its names live now and the release that
 removes it (CONTRIBUTING.md, "Public surface and versions").
@@ -37,6 +37,8 @@ MOVED_MODULES: dict[str, str] = {
     "mixzoo.methods.adaptive.taps": "mixzoo.methods.shared.taps",
     "mixzoo.methods.adaptive.network": "mixzoo.methods.shared.network",
     "mixzoo.methods.adaptive.parallel": "mixzoo.methods.shared.parallel",
+    # the evaluations' former home, shared out among the attack base, the adapters and the suites
+    "mixzoo.attacks.evaluation": "mixzoo.attacks.base",
 }
 # ``mixzoo.calibrate`` is also the top-level function: importing the old module binds ``mixzoo.calibrate`` to it, so
 # it stays callable as that function (:class:`CallableMovedModule`)
@@ -45,6 +47,7 @@ CALLABLE = {"mixzoo.calibrate": "calibrate"}
 # old modules whose names were shared out: looked up in these modules, in order, after the one above
 ALSO_IN: dict[str, tuple[str, ...]] = {
     "mixzoo.pipeline": ("mixzoo.zoo.pairs", "mixzoo.methods.mixednuts.calibration_data"),
+    "mixzoo.attacks.evaluation": ("mixzoo.attacks.adapters", "mixzoo.attacks.suites"),
 }
 
 # names the top-level package offers itself: the warning points there rather than at the defining module
@@ -108,16 +111,8 @@ class _Loader(importlib.abc.Loader):
         return None
 
 
-class MovedFinder(importlib.abc.MetaPathFinder):
-    """Finds the old module names of :data:`MOVED_MODULES` (and only those)."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in MOVED_MODULES:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, _Loader(), origin="deprecated")
-
-
-def install() -> None:
-    """Put the finder on ``sys.meta_path`` (once)."""
-    if not any(isinstance(f, MovedFinder) for f in sys.meta_path):
-        sys.meta_path.append(MovedFinder())
+def find_spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of an old module name of :data:`MOVED_MODULES` (``None`` for any other name)."""
+    if fullname not in MOVED_MODULES:
+        return None
+    return importlib.machinery.ModuleSpec(fullname, _Loader(), origin="deprecated")
