@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.plugins import hookimpl
 
+PROVIDES = {"architectures": ["lipconvnet"]}  # what `mixzoo plugins` lists
+
 if TYPE_CHECKING:
     from mixzoo_plugins.lipschitz_arch import LipConvNet
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mixzoo.core.registry import ModelSpec
 
 SOURCE_KINDS = ["zoo"]
+PROVIDES = {"architectures": ["convnet"]}  # what `mixzoo plugins` lists
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 

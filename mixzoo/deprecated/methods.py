@@ -52,7 +52,7 @@ def adapt_method(value: Any, plugin_name: str) -> Any:
         old = getattr(value, member, None)
         if takes_kwargs(old):
             setattr(value, member, _with_request(old, f"mixing method {value.name!r}: {form}"))
-    return check_method(value, plugin_name)
+    return value if isinstance(value, LegacyMethod) else check_method(value, plugin_name)
 
 
 def takes_kwargs(function: Any) -> bool:

@@ -28,8 +28,9 @@ class Kind:
     functions named ``"module:function"`` of the layer that defines the kind's contract, imported when the table is
     first built (so that this package imports none of its users): ``adapt`` (entry, plugin) -> the entry, checked
     (a missing part of the contract named) or read from an older contract; ``read`` (plugin, hook result) ->
-    ``{name: entry}``, for a hook that returns something else than that dict (its faults recorded and left out); ``base`` () -> ``(owner, {name: entry})``,
-    entries that come before every plugin's and count as built-in (the registry file). ``aliases``: each entry's
+    ``{name: entry}``, for a hook that returns something else than that dict (its faults recorded and left out);
+    ``base`` () -> ``(owner, {name: entry})``, entries that come before every plugin's and count as built-in (the
+    registry file). ``aliases``: each entry's
     ``aliases`` attribute names it too."""
 
     hook: str
