@@ -280,8 +280,7 @@ def merge_outcomes(batches: list[dict[str, Any]], precision: str) -> dict[str, A
             "name": name,
             "newly_broken": sum(c["newly_broken"] for c in parts),
             "seconds": sum(c["seconds"] for c in parts),
-            # a clean-scope component's stand-alone outcomes and its own breaks counted from them, when every batch
-            # recorded them (a cached batch of an older mixzoo: its own breaks only)
+            # a clean-scope component's stand-alone outcomes and its own breaks counted from them
             **merge_own(batches, name),
             # bf16 runs: candidates bfloat16 saw as broken, those the float32 output confirmed, and the breaks of
             # the float32 re-run on the dropped ones
@@ -343,8 +342,7 @@ def outcome_problem(entry: Any, key: str, n: int) -> str | None:
             isinstance(c, dict) and isinstance(c.get("name"), str) and type(c.get("newly_broken")) is int
             and c["newly_broken"] >= 0 and _is_seconds(c.get("seconds")) for c in components):
         return "components is not a list of {name, newly_broken, seconds}"
-    own = [p for c in components if (p := own_problem(c, flags["clean_correct"], flags["robust_correct"]))]
-    if own:
+    if own := [p for c in components if (p := own_problem(c, flags["clean_correct"], flags["robust_correct"]))]:
         return own[0]
     broken = sum(c and not r for c, r in zip(flags["clean_correct"], flags["robust_correct"], strict=True))
     if sum(c["newly_broken"] for c in components) != broken:

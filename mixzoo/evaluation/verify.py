@@ -194,11 +194,10 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
         rows.append(_verify_row(m, model, points[m["kind"]], images, labels, ce.eps, ce.norm, batch_size, device))
         models_of[m["name"]] = model
     if recheck:
-        attack_settings, counts = _attack_settings(report, report_path, s)
+        again, counts = _attack_settings(report, report_path, s)
         for row, m in zip(rows, models, strict=True):
             row.rechecked, row.recheck_differs = _recheck_row(
-                m, models_of[m["name"]], _row_card(m, report_path), ce, (images, labels), recheck, attack_settings,
-                counts)
+                m, models_of[m["name"]], _row_card(m, report_path), ce, images, labels, recheck, again, counts)
     result = Verification(str(report_dir), rows, float(ce.eps), ce.norm, n, device, time.perf_counter() - t0,
                           notes=list(ce.notes))
     if out is not None:
@@ -302,14 +301,10 @@ def check_points(points: dict[str, dict[str, torch.Tensor]], images: torch.Tenso
 
 
 def _attack_settings(report: dict[str, Any], path: Path, s: RunSettings) -> tuple[RunSettings, dict[str, Any]]:
-    """Everything a re-run (``--recheck``) attacks with, from the report's run record alone (the settings copy it
-    and were checked against it on reading): settings with its attack, options, seed, precision, extra attacks and
-    budget, and its ``-O`` counts (``count_overrides``), which with the budget decide the extra attacks' options
-    (:func:`~mixzoo.evaluation.worst_case.declared_attacks`). Refused without a record, with extra attacks but a
-    record of an older mixzoo that does not hold their budget, or when the outcomes depended on the batches
-    (``--batch-seeds``), as a subset could then not reproduce them."""
-    from mixzoo.core.schema import LATER_RECORD_FIELDS
-
+    """What a re-run (``--recheck``) attacks with, from the report's run record alone: settings with its attack,
+    options, seed, precision, extra attacks and budget, and its ``-O`` counts, which with the budget decide the
+    extra attacks' options. Refused without a record, with extra attacks but no budget in it (an older mixzoo), or
+    when the outcomes depended on the batches (``--batch-seeds``): a subset could not reproduce them."""
     record = report.get("record")
     if not record:
         raise InputError(f"{path} has no run record, so there is no attack to re-run; run `mixzoo bench` again"
@@ -322,13 +317,10 @@ def _attack_settings(report: dict[str, Any], path: Path, s: RunSettings) -> tupl
         raise InputError(f"{path}: the run record names no attack, options and seed to re-run; pass an unedited"
                          " report")
     extras = bool(record.get("extra_attacks", True))
-    if extras and not all(k in record for k in LATER_RECORD_FIELDS):
-        raise InputError(f"{path}: the run record does not hold the budget of the extra attacks, so --recheck cannot"
-                         " re-run them as the bench did; re-run `mixzoo bench` to record the budget, or verify"
-                         " without --recheck")
-    if extras and (not isinstance(record["budget"], str) or not isinstance(record["count_overrides"], dict)):
-        raise InputError(f"{path}: the run record's budget and count_overrides are not a name and an object; pass"
-                         " an unedited report")
+    if extras and not (isinstance(record.get("budget"), str) and isinstance(record.get("count_overrides"), dict)):
+        raise InputError(f"{path}: the run record holds no budget of the extra attacks (budget, count_overrides), so"
+                         " --recheck cannot re-run them as the bench did; re-run `mixzoo bench` to record the budget,"
+                         " or verify without --recheck")
     precision = record.get("precision", "float32")
     if precision == "auto":  # resolved on the bench's device: the settings say to what (checked to be a name)
         precision = report["settings"].get("precision", "float32")
@@ -337,19 +329,17 @@ def _attack_settings(report: dict[str, Any], path: Path, s: RunSettings) -> tupl
     return s, dict(record.get("count_overrides") or {})
 
 
-def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, data: tuple[torch.Tensor, torch.Tensor],
+def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images: torch.Tensor, labels: torch.Tensor,
                  count: int, s: RunSettings, counts: dict[str, Any]) -> tuple[list[int], list[int]]:
     """Attack again, without a cache, the first ``count`` examples row ``m`` calls robust and the first ``count``
-    it calls broken (``data``: the images and labels), a card row also with its method's extra attacks under the
-    record's budget and ``-O`` ``counts``: (those examples, the ones whose robust outcome differs from the
-    report's)."""
+    it calls broken, a card's extra attacks under ``s.budget`` and the ``-O`` ``counts``: (those examples, the
+    ones whose robust outcome differs from the report's)."""
     from mixzoo.attacks.runner import evaluate
     from mixzoo.core.cache import Cache
     from mixzoo.core.record import RunRecord
     from mixzoo.core.request import EvalRequest
     from mixzoo.evaluation.bench import evaluate_card
 
-    images, labels = data
     n = len(labels)
     clean = _outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])
     robust = _outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
