@@ -219,7 +219,8 @@ class Attack:
             for comp in comps:
                 todo = torch.nonzero(clean_correct if comp.scope == "clean" else robust).squeeze(1)
                 task = bar.add_task(f"{self.name}: {comp.name}", total=len(todo))
-                start, newly, outside, own = time.perf_counter(), 0, 0, 0
+                start, newly, outside = time.perf_counter(), 0, 0
+                own = torch.zeros_like(clean_correct)  # broken by this component on its own
                 found_low, confirmed, rerun = 0, 0, 0
                 # gradient-free search (Square) compares loss values step to step, and bfloat16's rounding hides
                 # the small improvements it accepts: it runs in float32
@@ -231,7 +232,6 @@ class Attack:
                         x, y = images[idx], labels[idx]
                         cand, inside, out = self._attempt(comp, model, x, y, idx, index, arith)
                         broken = (out.argmax(dim=1) != y) & inside & robust[idx]
-                        own += int(((out.argmax(dim=1) != y) & inside).sum())
                         outside += int((~inside).sum())
                         if arith != "float32":  # what the attack's own arithmetic saw
                             with torch.no_grad(), attack_arithmetic(arith, images.device):
@@ -248,16 +248,17 @@ class Attack:
                                 cand[dropped], out[dropped], inside[dropped] = c2, out2, in2
                                 broken[dropped] = again
                                 rerun += int(again.sum())
-                                own += int(again.sum())
+                        own[idx] = (out.argmax(dim=1) != y) & inside  # its final candidates (float32 re-runs too)
                         robust[idx[broken]] = False
                         adv[idx[broken]] = cand[broken]
                         newly += int(broken.sum())
                         bar.advance(task, len(idx))
                 low = arith != "float32"
+                alone = comp.scope == "clean"
                 stats.append(ComponentStat(comp.name, newly, time.perf_counter() - start,
-                                           own if comp.scope == "clean" else None,
+                                           int(own.sum()) if alone else None,
                                            found_low if low else None, confirmed if low else None,
-                                           rerun if low else None))
+                                           rerun if low else None, (clean_correct & ~own).cpu() if alone else None))
                 notes += _component_notes(comp, index is not None and not comp.per_example and len(todo) > 0,
                                           [str(w.message) for w in caught], outside)
         square = [s for s in stats if s.name == "square"]

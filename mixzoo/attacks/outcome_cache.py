@@ -15,6 +15,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from mixzoo.attacks.result import own_problem
 from mixzoo.core.cache import Cache, atomic_save_tensors, atomic_write_text, stale_entry
 from mixzoo.core.errors import InputError
 from mixzoo.core.reading import read_data
@@ -111,6 +112,8 @@ def outcome_problem(entry: Any, key: str, n: int) -> str | None:
             isinstance(c, dict) and isinstance(c.get("name"), str) and type(c.get("newly_broken")) is int
             and c["newly_broken"] >= 0 and _is_seconds(c.get("seconds")) for c in components):
         return "components is not a list of {name, newly_broken, seconds}"
+    if own := [p for c in components if (p := own_problem(c, flags["clean_correct"], flags["robust_correct"]))]:
+        return own[0]
     broken = sum(c and not r for c, r in zip(flags["clean_correct"], flags["robust_correct"], strict=True))
     if sum(c["newly_broken"] for c in components) != broken:
         return f"its components broke {sum(c['newly_broken'] for c in components)} examples, its outcomes {broken}"

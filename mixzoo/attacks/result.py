@@ -20,6 +20,7 @@ class ComponentStat:
     seconds: float
     # a component that attacks every clean-correct example afresh (``scope="clean"``): how many it broke on its own,
     # earlier components' breaks included (its result as a stand-alone evaluation); None for the others
+    # (``own_correct`` says which: the clean-correct examples it did not break)
     own_broken: int | None = None
     # with precision "bf16" (None in float32): the still-robust examples whose candidate the model misclassified
     # under bfloat16 autocast, and those of them the float32 output (outside autocast) confirmed; the other
@@ -28,6 +29,9 @@ class ComponentStat:
     found_bf16: int | None = None
     confirmed_float32: int | None = None
     rerun_float32: int | None = None
+    # per example (bool [n]), for the components with ``own_broken``: correct under this component on its own (the
+    # stand-alone evaluation's robust outcomes; ``own_broken`` is the clean-correct examples it leaves out)
+    own_correct: torch.Tensor | None = None
 
 
 @dataclass
@@ -64,12 +68,13 @@ AttackResult = EvalResult  # the name the hook specification uses
 class Outcome(Mapping[str, Any]):
     """What :func:`mixzoo.attacks.runner.evaluate` returns for a data set: per example ``clean_correct`` and
     ``robust_correct`` (robust: correct under every component), each component's record (``name``,
-    ``newly_broken``, ``seconds``, and ``own_broken`` / the bf16 counts where recorded), the warnings, the attack
-    seconds, where it ran (``device``, ``machine``), the arithmetic (``precision``), whether it was read from the
-    cache (``cached``) and, when asked for, ``adversarial`` (``{"index", "images"}``: the point that broke each
-    broken example). Read as fields; it is also a read-only mapping of the same names (``ev["robust_correct"]``),
-    the form a method's ``match`` / ``tradeoff_curve`` and a cached outcome's JSON use, ``adversarial`` present
-    only when kept."""
+    ``newly_broken``, ``seconds``, and where recorded ``own_outcomes``, a clean-scope component's stand-alone
+    outcomes (one character per example, "1" correct, "0" not), with ``own_broken`` counted from them, and the bf16
+    counts), the warnings, the attack seconds, where it ran (``device``, ``machine``), the arithmetic
+    (``precision``), whether it was read from the cache (``cached``) and, when asked for, ``adversarial``
+    (``{"index", "images"}``: the point that broke each broken example). Read as fields; it is also a read-only
+    mapping of the same names (``ev["robust_correct"]``), the form a method's ``match`` / ``tradeoff_curve`` and a
+    cached outcome's JSON use, ``adversarial`` present only when kept."""
 
     clean_correct: list[bool]
     robust_correct: list[bool]
@@ -107,6 +112,44 @@ class Outcome(Mapping[str, Any]):
 
     def _keys(self) -> list[str]:
         return [f.name for f in fields(self) if f.name != "adversarial" or self.adversarial is not None]
+
+
+def outcome_text(flags: Any) -> str:
+    """Per-example outcomes (bools, or a bool tensor) as the text reports and cached outcomes keep them: one
+    character per example, "1" correct, "0" not."""
+    return "".join("1" if bool(v) else "0" for v in (flags.tolist() if isinstance(flags, torch.Tensor) else flags))
+
+
+def merge_own(batches: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """Component ``name`` of an outcome merged from ``batches`` (cached outcomes, in order): its own breaks
+    (``own_broken``: the clean-correct examples its stand-alone outcomes leave out) when every batch recorded them,
+    with those outcomes (``own_outcomes``) when every batch kept them (a batch cached by an older mixzoo keeps
+    only its count)."""
+    parts = [(b, c) for b in batches for c in b["components"] if c["name"] == name]
+    if not all("own_outcomes" in c or "own_broken" in c for _, c in parts):
+        return {}
+    out: dict[str, Any] = {"own_broken": sum(sum(b["clean_correct"]) - c["own_outcomes"].count("1")
+                                             if "own_outcomes" in c else c["own_broken"] for b, c in parts)}
+    if all("own_outcomes" in c for _, c in parts):
+        out["own_outcomes"] = "".join(c["own_outcomes"] for _, c in parts)
+    return out
+
+
+def own_problem(component: dict[str, Any], clean: list[bool], robust: list[bool]) -> str | None:
+    """Why a cached component's own breaks are not those of an outcome with these ``clean`` and ``robust``
+    outcomes (``None`` when they are): its stand-alone outcomes ``own_outcomes`` must be one per example, correct
+    only where clean-correct and wherever robust, and its count ``own_broken`` the clean-correct examples they
+    leave out."""
+    own, count = component.get("own_outcomes"), component.get("own_broken")
+    where = f"component {component.get('name')!r}"
+    if own is not None and (not isinstance(own, str) or len(own) != len(clean) or set(own) - {"0", "1"} or any(
+            (o == "1" and not c) or (r and o != "1") for o, c, r in zip(own, clean, robust, strict=True))):
+        return f"{where}: own_outcomes is not {len(clean)} outcomes between its robust and its clean ones"
+    if count is not None and (type(count) is not int or count < 0):
+        return f"{where}: own_broken is not a count"
+    if own is not None and count is not None and count != sum(clean) - own.count("1"):
+        return f"{where}: own_broken is {count}, its own_outcomes give {sum(clean) - own.count('1')}"
+    return None
 
 
 def nan_error(count: int, where: str) -> InputError:

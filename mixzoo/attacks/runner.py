@@ -26,7 +26,7 @@ from mixzoo.attacks.outcome_cache import (
     write_outcome,
 )
 from mixzoo.attacks.precision import resolve_precision
-from mixzoo.attacks.result import Outcome
+from mixzoo.attacks.result import Outcome, merge_own, outcome_text
 from mixzoo.core.cache import content_key
 from mixzoo.core.checks import naming_model
 from mixzoo.core.distributed import check_shards, gather, world
@@ -258,8 +258,8 @@ def merge_outcomes(batches: list[dict[str, Any]], precision: str) -> dict[str, A
             "name": name,
             "newly_broken": sum(c["newly_broken"] for c in parts),
             "seconds": sum(c["seconds"] for c in parts),
-            # a clean-scope component's own breaks (its stand-alone result), when every batch recorded them
-            **({"own_broken": sum(c["own_broken"] for c in parts)} if all("own_broken" in c for c in parts) else {}),
+            # a clean-scope component's stand-alone outcomes and its own breaks counted from them
+            **merge_own(batches, name),
             # bf16 runs: candidates bfloat16 saw as broken, those the float32 output confirmed, and the breaks of
             # the float32 re-run on the dropped ones
             **({k: sum(c.get(k, 0) for c in parts) for k in BF16_COUNTS}
@@ -287,7 +287,9 @@ def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, 
         "clean_correct": res.clean_correct.bool().tolist(),
         "robust_correct": res.robust_correct.bool().tolist(),
         "components": [{"name": c.name, "newly_broken": int(c.newly_broken), "seconds": c.seconds,
-                        **({} if c.own_broken is None else {"own_broken": int(c.own_broken)}),
+                        **({} if c.own_correct is None else {"own_outcomes": outcome_text(c.own_correct)}),
+                        **({} if c.own_broken is None or c.own_correct is not None else
+                           {"own_broken": int(c.own_broken)}),
                         **({} if getattr(c, "found_bf16", None) is None else
                            {"found_bf16": int(c.found_bf16), "confirmed_float32": int(c.confirmed_float32),
                             "rerun_float32": int(c.rerun_float32 or 0)})}

@@ -2,7 +2,8 @@
 
 A :class:`RunRecord` names the card (a digest of its method, parameters and weights), each base model's weights,
 the data (dataset, split, number of examples and the images' fingerprint), the threat model (norm, eps), the attack
-(name, resolved options, code version), the seeding (seed, per-example seeds, batch size), the arithmetic
+(name, resolved options, code version), what decides the extra attacks a card's method declares (the budget
+and the ``-O`` counts set on every component), the seeding (seed, per-example seeds, batch size), the arithmetic
 (precision) and the mixzoo version. It is built once where a command starts (:func:`mixzoo.evaluation.bench.bench`)
 and written whole into ``report.json`` (``"record"``, with its :meth:`~RunRecord.digest`). Variants (a curve point,
 the matched baseline's attack) are :meth:`~RunRecord.replace` d copies; :meth:`~RunRecord.differences` names the
@@ -42,7 +43,9 @@ class RunRecord:
     its options (canonical JSON) and its code version; ``seed`` / ``per_example_seeds`` / ``batch_size``: how
     random numbers are drawn (the batch size decides them only without per-example seeds); ``precision``: the
     attack's arithmetic; ``extra_attacks``: whether card rows also get their method's extra attacks;
-    ``mixzoo_version``.
+    ``budget`` / ``count_overrides``: the budget (:mod:`mixzoo.core.budget`) and the user's ``-O`` counts
+    (:data:`~mixzoo.core.budget.COUNTS`, canonical JSON), which with the card give each extra attack's options
+    (:func:`~mixzoo.evaluation.worst_case.declared_attacks`); ``mixzoo_version``.
     """
 
     card: str | None = None
@@ -62,23 +65,27 @@ class RunRecord:
     batch_size: int = 0
     precision: str = "float32"
     extra_attacks: bool = True
+    budget: str = "standard"
+    count_overrides: str = "{}"
     mixzoo_version: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.attack_options, str):  # options given as a mapping: kept as their canonical JSON
-            object.__setattr__(self, "attack_options", canonical_json(dict(self.attack_options or {})))
+        for name in ("attack_options", "count_overrides"):  # given as a mapping: kept as its canonical JSON
+            if not isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, canonical_json(dict(getattr(self, name) or {})))
 
     @classmethod
     def from_settings(cls, settings: Any, **fields: Any) -> RunRecord:
         """The record of a :class:`~mixzoo.core.settings.RunSettings` (its attack's code version looked up), with
-        ``fields`` (card, models, data, resolved eps / norm) filled in by the caller."""
+        ``fields`` (card, models, data, resolved eps / norm, the ``-O`` counts as ``count_overrides``) filled in by
+        the caller."""
         from mixzoo.core import __version__
 
         base = dict(attack=settings.attack, attack_options=canonical_json(dict(settings.attack_options or {})),
                     attack_code=attack_code(settings.attack), eps=settings.eps, norm=settings.norm, n=settings.n,
                     seed=settings.seed, per_example_seeds=settings.per_example_seeds,
                     batch_size=settings.batch_size, precision=settings.precision,
-                    extra_attacks=settings.extra_attacks, mixzoo_version=__version__)
+                    extra_attacks=settings.extra_attacks, budget=settings.budget, mixzoo_version=__version__)
         return cls(**{**base, **fields})
 
     def replace(self, **changes: Any) -> RunRecord:
@@ -97,10 +104,16 @@ class RunRecord:
 
         return json_value(self.attack_options)
 
+    def counts(self) -> dict[str, Any]:
+        """The ``-O`` counts set on every component, as a dict."""
+        from mixzoo.core.reading import json_value
+
+        return json_value(self.count_overrides)
+
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain values (the options as a dict), for reports."""
+        """The fields as plain values (the options and counts as dicts), for reports."""
         out = dataclasses.asdict(self)
-        out["attack_options"] = self.options()
+        out["attack_options"], out["count_overrides"] = self.options(), self.counts()
         return out
 
     def canonical(self) -> str:
@@ -135,7 +148,7 @@ def check_ranks_agree(record: RunRecord, what: str = "run record") -> None:
     if world().size == 1:
         return
     records = gather(record.to_dict())
-    first = RunRecord(**{**records[0], "attack_options": canonical_json(records[0]["attack_options"])})
+    first = RunRecord(**records[0])  # its options and counts as dicts: kept as their canonical JSON
     for rank, other in enumerate(records[1:], start=1):
         diff = first.differences(other)
         if diff:

@@ -103,9 +103,13 @@ Outcomes = Annotated[str, Field(strict=True, pattern=r"^[01]*$")]
 
 
 class Component(Record):
+    """A row's attack component: ``own_outcomes`` (a clean-scope component's stand-alone outcomes, one character
+    per image as the row's) is the truth of ``own_broken``, the clean-correct images they leave out."""
+
     name: Name
     newly_broken: Count | None = None
     own_broken: Count | None = None
+    own_outcomes: Outcomes | None = None
     broken: Count | None = None
 
 
@@ -153,12 +157,34 @@ class ReportRow(Record):
         if counted and None not in counted and sum(counted) != clean - robust:  # type: ignore[arg-type]
             raise ValueError(f"{where}: its components broke {sum(counted)} images (newly_broken)"  # type: ignore
                              f" but its accuracies say {clean - robust} ({clean} clean, {robust} robust)")
-        for comp in self.components:  # on its own it broke at least its new breaks, at most the worst case's
-            low, high = comp.newly_broken or 0, clean - robust
-            if comp.own_broken is not None and not low <= comp.own_broken <= high:
-                raise ValueError(f"{where}: component {comp.name!r} broke {comp.own_broken} images on its own, outside"
+        for comp in self.components:
+            own = own_breaks(comp.model_dump(), self.clean_outcomes, self.robust_outcomes, where)
+            low, high = comp.newly_broken or 0, clean - robust  # at least its new breaks, at most the worst case's
+            if own is not None and not low <= own <= high:
+                raise ValueError(f"{where}: component {comp.name!r} broke {own} images on its own, outside"
                                  f" {low} (its newly_broken) to {high} (the row's worst case)")
         return self
+
+
+def own_breaks(comp: dict[str, Any], clean: str | None, robust: str | None, where: str) -> int | None:
+    """A row's component's own breaks (``None``: not recorded): counted from its ``own_outcomes`` (one per image,
+    correct only where ``clean`` and wherever ``robust``, the row's outcomes), which ``own_broken`` must then
+    equal; a report of a mixzoo before they were kept has the count alone. A ``ValueError`` naming ``where`` (the
+    row), the component and both values when they disagree."""
+    own, count = comp.get("own_outcomes"), comp.get("own_broken")
+    if own is None:
+        return count
+    name = f"{where}: component {comp['name']!r}"
+    if clean is None or robust is None or len(own) != len(clean):
+        raise ValueError(f"{name}: own_outcomes has {len(own)} images, the row's outcomes"
+                         f" {'none' if clean is None or robust is None else len(clean)}")
+    if any((o == "1" and c == "0") or (r == "1" and o == "0") for o, c, r in zip(own, clean, robust, strict=True)):
+        raise ValueError(f"{name}: its own_outcomes call an image correct that is not clean, or broken that is"
+                         " robust, which no attack gives")
+    derived = clean.count("1") - own.count("1")
+    if count is not None and count != derived:
+        raise ValueError(f"{name}: own_broken is {count} but its own_outcomes give {derived}")
+    return derived
 
 
 def counts(row: dict[str, Any]) -> tuple[int, int, int]:
@@ -188,7 +214,10 @@ class ReportDataset(Record):
 # settings field -> the run record's field it copies (mixzoo.core.record.RunRecord)
 SETTINGS_FROM_RECORD = {"attack": "attack", "eps": "eps", "norm": "norm", "seed": "seed", "batch_size": "batch_size",
                         "per_example_seeds": "per_example_seeds", "extra_attacks": "extra_attacks",
-                        "attack_options": "attack_options", "precision_policy": "precision"}
+                        "attack_options": "attack_options", "precision_policy": "precision", "budget": "budget"}
+# record fields a run record of an older mixzoo lacks: its settings' copy is then checked against nothing, and
+# what needs the field (``verify --recheck`` of the extra attacks) refuses the report
+LATER_RECORD_FIELDS = ("budget", "count_overrides")
 
 
 def record_problem(report: ReportFile) -> str | None:
@@ -207,7 +236,8 @@ def record_problem(report: ReportFile) -> str | None:
         return (f"the run record's digest {record['digest'][:12]}... is not the digest of its fields"
                 f" ({sha256_of(fields)[:12]}...)")
     settings = report.settings.model_dump()
-    copies = [(f"settings.{k}", settings[k], record.get(r)) for k, r in SETTINGS_FROM_RECORD.items() if k in settings]
+    copies = [(f"settings.{k}", settings[k], record.get(r)) for k, r in SETTINGS_FROM_RECORD.items()
+              if k in settings and (r in record or r not in LATER_RECORD_FIELDS)]
     if "precision" in settings and record.get("precision") != "auto":
         copies.append(("settings.precision", settings["precision"], record.get("precision")))
     component = (settings.get("components") or {}).get("attack") if isinstance(settings.get("components"),
@@ -260,5 +290,5 @@ class BaseModelsFile(Record):
 
 
 __all__ = ["MAX_DEPTH", "BaseModelsFile", "CardFile", "Count", "Fraction", "Int64", "Name", "PositiveCount", "Record",
-           "ReportFile", "ReportRow", "ReportSettings", "Sha256", "check_depth", "counts", "parse_text",
+           "ReportFile", "ReportRow", "ReportSettings", "Sha256", "check_depth", "counts", "own_breaks", "parse_text",
            "record_problem", "validate", "validation_message", "whole"]

@@ -229,7 +229,7 @@ def _bench_run(card: Any, job: BenchJob, save_adversarial: bool) -> BenchRun:
     notes += [note for note in [reach_note(ce.eps, ce.norm, ce.data.input_size)] if note]  # eps beyond every image
     for other in cards[1:]:
         notes += weight_mismatches(other, ce.abc, ce.rbc)
-    record = run_record_of(job.settings, cards, ce)
+    record = run_record_of(job.settings, cards, ce, job.given)
     check_ranks_agree(record)  # the cards, models and images too, before any attack
     # the rows' attacks in the settings' precision (breaks confirmed in float32)
     request = EvalRequest(record, Cache(s.cache_dir, enabled=s.use_cache), progress=s.progress,

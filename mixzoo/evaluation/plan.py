@@ -187,7 +187,7 @@ def _probes(job: BenchJob, save_adversarial: bool) -> Probes:
     s = job.settings
     ce = card_evaluation(job.cards[0], s)
     s = s.changed(batch_size=resolved_batch_size(s.batch_size, ce.abc, ce.rbc, ce.data, s.device))
-    request = EvalRequest(run_record_of(s, list(job.cards), ce), Cache(s.cache_dir, enabled=s.use_cache),
+    request = EvalRequest(run_record_of(s, list(job.cards), ce, job.given), Cache(s.cache_dir, enabled=s.use_cache),
                           progress=False, save_adversarial=save_adversarial)
     return Probes(ce, s, job.given, request, job=job)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from mixzoo.attacks.result import Outcome
+from mixzoo.attacks.result import Outcome, outcome_text
 from mixzoo.core.labels import row_label
 
 
@@ -137,8 +137,7 @@ def row_result(name: str, kind: str, ev: Outcome | Mapping[str, Any], attack: st
         norm=norm, n=n, seconds=ev.seconds, alpha=alpha, components=ev.components, warnings=ev.warnings,
         device=ev.device, machine=ev.machine, cached=bool(ev.cached),
         clean_ci=list(wilson_interval(clean, n)), robust_ci=list(wilson_interval(robust, n)),
-        clean_outcomes="".join("1" if v else "0" for v in ev.clean_correct),
-        robust_outcomes="".join("1" if v else "0" for v in ev.robust_correct),
+        clean_outcomes=outcome_text(ev.clean_correct), robust_outcomes=outcome_text(ev.robust_correct),
         method=None if card is None else card.method,
         card=None if card is None else card.to_dict(),
         card_path=None if card is None or card.path is None else str(card.path),

@@ -141,8 +141,9 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     rows and its run record).
 
     ``recheck`` = N > 0 also attacks again, from scratch and without any cache, the first N examples each row calls
-    robust and the first N it calls broken, with the report's attack, options, seed and precision (each example's
-    randomness is drawn from its index, so its outcome is the same as in the full run); a row fails when an
+    robust and the first N it calls broken, with the attack, options, seed and precision of the report's run
+    record, a card's row also with its method's extra attacks under the record's budget and ``-O`` counts (each
+    example's randomness is drawn from its index, so its outcome is the same as in the full run); a row fails when an
     outcome differs (:attr:`VerifiedRow.recheck_differs`). This catches outcomes no saved point can refute, such
     as a cache entry edited to call broken examples robust.
     """
@@ -193,10 +194,10 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
         rows.append(_verify_row(m, model, points[m["kind"]], images, labels, ce.eps, ce.norm, batch_size, device))
         models_of[m["name"]] = model
     if recheck:
-        attack_settings = _attack_settings(report, report_path, s)
+        again, counts = _attack_settings(report, report_path, s)
         for row, m in zip(rows, models, strict=True):
             row.rechecked, row.recheck_differs = _recheck_row(
-                m, models_of[m["name"]], _row_card(m, report_path), ce, images, labels, recheck, attack_settings)
+                m, models_of[m["name"]], _row_card(m, report_path), ce, images, labels, recheck, again, counts)
     result = Verification(str(report_dir), rows, float(ce.eps), ce.norm, n, device, time.perf_counter() - t0,
                           notes=list(ce.notes))
     if out is not None:
@@ -299,12 +300,12 @@ def check_points(points: dict[str, dict[str, torch.Tensor]], images: torch.Tenso
                              " with --save-adversarial")
 
 
-def _attack_settings(report: dict[str, Any], path: Path, s: RunSettings) -> RunSettings:
-    """The attack of the report's run record as settings for a re-run (``--recheck``): its attack, options, seed,
-    precision and extra attacks (the settings copy them and were checked against it on reading; only the budget,
-    which the record does not hold, is the settings'). Refused without a record, or when the outcomes depended on
-    the batches (``--batch-seeds``), as a subset could then not reproduce them."""
-    record, settings = report.get("record"), report["settings"]
+def _attack_settings(report: dict[str, Any], path: Path, s: RunSettings) -> tuple[RunSettings, dict[str, Any]]:
+    """What a re-run (``--recheck``) attacks with, from the report's run record alone: settings with its attack,
+    options, seed, precision, extra attacks and budget, and its ``-O`` counts, which with the budget decide the
+    extra attacks' options. Refused without a record, with extra attacks but no budget in it (an older mixzoo), or
+    when the outcomes depended on the batches (``--batch-seeds``): a subset could not reproduce them."""
+    record = report.get("record")
     if not record:
         raise InputError(f"{path} has no run record, so there is no attack to re-run; run `mixzoo bench` again"
                          " with this version, or verify without --recheck")
@@ -315,18 +316,24 @@ def _attack_settings(report: dict[str, Any], path: Path, s: RunSettings) -> RunS
     if not isinstance(attack, str) or not isinstance(options, dict) or type(seed) is not int:
         raise InputError(f"{path}: the run record names no attack, options and seed to re-run; pass an unedited"
                          " report")
+    extras = bool(record.get("extra_attacks", True))
+    if extras and not (isinstance(record.get("budget"), str) and isinstance(record.get("count_overrides"), dict)):
+        raise InputError(f"{path}: the run record holds no budget of the extra attacks (budget, count_overrides), so"
+                         " --recheck cannot re-run them as the bench did; re-run `mixzoo bench` to record the budget,"
+                         " or verify without --recheck")
     precision = record.get("precision", "float32")
     if precision == "auto":  # resolved on the bench's device: the settings say to what (checked to be a name)
-        precision = settings.get("precision", "float32")
-    return s.changed(attack=attack, attack_options=dict(options), seed=seed, precision=precision,
-                     extra_attacks=bool(record.get("extra_attacks", True)), use_cache=False,
-                     budget=settings.get("budget", "standard"))
+        precision = report["settings"].get("precision", "float32")
+    s = s.changed(attack=attack, attack_options=dict(options), seed=seed, precision=precision,
+                  extra_attacks=extras, use_cache=False, budget=record.get("budget", s.budget))
+    return s, dict(record.get("count_overrides") or {})
 
 
-def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images: torch.Tensor,
-                 labels: torch.Tensor, count: int, s: RunSettings) -> tuple[list[int], list[int]]:
+def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images: torch.Tensor, labels: torch.Tensor,
+                 count: int, s: RunSettings, counts: dict[str, Any]) -> tuple[list[int], list[int]]:
     """Attack again, without a cache, the first ``count`` examples row ``m`` calls robust and the first ``count``
-    it calls broken: (those examples, the ones whose robust outcome differs from the report's)."""
+    it calls broken, a card's extra attacks under ``s.budget`` and the ``-O`` ``counts``: (those examples, the
+    ones whose robust outcome differs from the report's)."""
     from mixzoo.attacks.runner import evaluate
     from mixzoo.core.cache import Cache
     from mixzoo.core.record import RunRecord
@@ -340,13 +347,13 @@ def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images
     picked = picked.sort().values
     if not len(picked):
         return [], []
-    record = RunRecord.from_settings(s, eps=ce.eps, norm=ce.norm, per_example_seeds=True)
+    record = RunRecord.from_settings(s, eps=ce.eps, norm=ce.norm, per_example_seeds=True, count_overrides=counts)
     request = EvalRequest(record, Cache(enabled=False), label=f"{m['name']} (recheck)", example_index=picked,
                           progress=False)
     x, y = images[picked], labels[picked]
     if card is not None:
         ev = evaluate_card(card, ce.abc, ce.rbc, x, y, request, extra_attacks=s.extra_attacks, budget=s.budget,
-                           overrides=dict(s.attack_options))
+                           overrides=counts)
     else:
         ev = evaluate(model, x, y, request)
     again = torch.tensor(ev["robust_correct"], dtype=torch.bool)

@@ -5,8 +5,8 @@ repository, with the fields :data:`MODEL_INFO_FIELDS` (``external`` when a stron
 exists). :func:`model_info` fills them from a ``mixzoo bench`` report:
 
 - ``autoattack_acc``: standard AutoAttack on the exact classifier, the report's ``autoattack-standard`` component
-  (``mixzoo bench --attack adaptive-strong``) as a stand-alone evaluation: the clean-correct examples minus those it
-  broke on its own. A report without that component is refused, naming the attack to run.
+  (``mixzoo bench --attack adaptive-strong``) as a stand-alone evaluation, counted in its per-example outcomes
+  (``own_outcomes``). A report without them is refused, naming the attack to run.
 - ``external`` (and ``reported``): the adaptive worst case, the row's robust accuracy (every component of the attack
   and every extra attack the method declares, per example), never above ``autoattack_acc``.
 - ``clean_acc``; ``eps`` as RobustBench writes it (``8/255``); ``dataset``; ``number_forward_passes`` 2 (one per
@@ -124,20 +124,18 @@ def pick_row(report: dict[str, Any], card_name: str | None = None) -> dict[str, 
 
 
 def autoattack_accuracy(row: dict[str, Any]) -> float:
-    """Standard AutoAttack's robust accuracy on the row's classifier, from its ``autoattack-standard`` component
-    (clean-correct examples minus the ones that component broke on its own), or a one-line refusal naming the
-    attack to run."""
+    """Standard AutoAttack's robust accuracy on the row's classifier (of a report read by :func:`read_report`),
+    counted in its ``autoattack-standard`` component's stand-alone outcomes (``own_outcomes``: the clean-correct
+    examples it did not break on its own), or a one-line refusal naming the attack to run (also for a report that
+    keeps only that component's count)."""
     comp = next((c for c in row.get("components", []) if c.get("name") == STANDARD_COMPONENT), None)
     if comp is None:
         raise InputError(f"the report's row {row['name']!r} has no {STANDARD_COMPONENT} component, so there is no"
                          f" standard AutoAttack figure; run `mixzoo bench CARD --attack {STRONG_ATTACK}`")
-    if "own_broken" not in comp:
+    if not isinstance(comp.get("own_outcomes"), str):
         raise InputError(f"the report's {STANDARD_COMPONENT} component records only the breaks new to it (an older"
                          f" mixzoo or its cache); run `mixzoo bench CARD --attack {STRONG_ATTACK} --no-cache`")
-    from mixzoo.core.schema import counts
-
-    n, clean, _ = counts(row)
-    return (clean - int(comp["own_broken"])) / n
+    return comp["own_outcomes"].count("1") / int(row["n"])
 
 
 def _architecture(row: dict[str, Any]) -> str:

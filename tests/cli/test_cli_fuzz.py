@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import tomli_w
 import typer
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -603,9 +603,11 @@ def test_hostile_cache_entries_recompute_or_fail_in_one_line(workdir, hostile_ro
 # report --format robustbench and push --dry-run --report refuse it in one line (exit 2) or give the clean
 # report's numbers; verify may also find outcomes edited consistently refuted by the saved points (exit 1).
 FIGURES = ("clean_accuracy", "robust_accuracy")
+OWN = ("own_broken", "own_outcomes")  # a stand-alone component's own breaks: the count and its outcomes
 RECORD_COPIES = {"attack": ["pgd", "apgd", "fast"], "seed": [1, -1, 2 ** 40], "eps": [0.1, 0.3, 1.0],
                  "attack_options": [{"n_iter": 1}, {}], "per_example_seeds": [False], "extra_attacks": [True],
-                 "batch_size": [1, 7], "precision_policy": ["bf16", "auto"], "norm": ["L2"]}
+                 "batch_size": [1, 7], "precision_policy": ["bf16", "auto"], "norm": ["L2"],
+                 "budget": ["quick", "strong", "standard"]}
 
 
 @st.composite
@@ -613,10 +615,11 @@ def edited_numbers(draw, clean: dict) -> tuple[dict, list[tuple[str, str]], str]
     """(report, keys written twice as (key, value text), what was edited)."""
     report = json.loads(json.dumps(clean))
     twice: list[tuple[str, str]] = []
-    done = []
+    done, owned = [], set()  # owned: components whose own breaks were edited (once each: two edits could agree)
     for _ in range(draw(st.integers(1, 3))):
         key = ""
-        action = draw(st.sampled_from(["figure", "figure", "outcome", "component", "twice", "settings", "record"]))
+        action = draw(st.sampled_from(["figure", "figure", "outcome", "component", "own", "twice", "settings",
+                                       "record", "budget"]))
         row = report["models"][draw(st.integers(0, len(report["models"]) - 1))]
         n = row["n"]
         if action == "figure":
@@ -628,10 +631,21 @@ def edited_numbers(draw, clean: dict) -> tuple[dict, list[tuple[str, str]], str]
             row[field] = row[field][:i] + ("0" if row[field][i] == "1" else "1") + row[field][i + 1:]
         elif action == "component" and row["components"]:
             comp = row["components"][draw(st.integers(0, len(row["components"]) - 1))]
-            key = draw(st.sampled_from(["newly_broken", "own_broken"]))
-            broken = row["clean_outcomes"].count("1") - row["robust_outcomes"].count("1")
-            # own_broken has no outcomes of its own: only a count outside newly_broken..broken can be refuted
-            comp[key] = draw(st.integers(0, n) if key == "newly_broken" else st.integers(broken + 1, n + 1))
+            key = "newly_broken"
+            comp[key] = draw(st.integers(0, n))
+        elif action == "own" and (alone := [c for m in report["models"] for c in m["components"]
+                                            if "own_broken" in c and id(c) not in owned]):
+            comp = draw(st.sampled_from(alone))  # a stand-alone component (autoattack-standard), edited once
+            owned.add(id(comp))
+            key = draw(st.sampled_from([k for k in OWN if k in comp]))
+            if key == "own_outcomes":  # one image's stand-alone outcome flipped
+                i = draw(st.integers(0, len(comp[key]) - 1))
+                comp[key] = comp[key][:i] + ("0" if comp[key][i] == "1" else "1") + comp[key][i + 1:]
+            else:  # any count, inside its bounds too: the own outcomes refute it
+                comp[key] = draw(st.integers(0, n + 1))
+        elif action == "budget":  # what decides the extra attacks: the record's, its settings copy checked
+            key = draw(st.sampled_from(["settings", "record"]))
+            report[key]["budget"] = draw(st.sampled_from(RECORD_COPIES["budget"]))
         elif action == "twice":
             key = draw(st.sampled_from([*FIGURES, "attack", "eps", "seed"]))
             twice.append((key, json.dumps(draw(st.sampled_from([0.9, 0.0, 1.0, "pgd", 5])))))
@@ -643,6 +657,26 @@ def edited_numbers(draw, clean: dict) -> tuple[dict, list[tuple[str, str]], str]
             report["record"][key] = draw(st.sampled_from(RECORD_COPIES[key]))
         done.append(f"{action} {key}")
     return report, twice, ", ".join(done)
+
+
+def _seams(clean: dict) -> tuple[tuple[dict, list, str], tuple[dict, list, str]]:
+    """Two edits every run tries first: settings.budget moved away from the record's, and the stand-alone
+    component's own_broken set to another count inside its bounds (its row's new breaks to its worst case)."""
+    budget = json.loads(json.dumps(clean))
+    budget["settings"]["budget"] = "strong" if clean["settings"]["budget"] != "strong" else "quick"
+    own = json.loads(json.dumps(clean))
+    row, comp = next((m, c) for m in own["models"] for c in m["components"] if "own_broken" in c)
+    high = row["clean_outcomes"].count("1") - row["robust_outcomes"].count("1")
+    comp["own_broken"] = next(v for v in range(comp["newly_broken"], high + 1) if v != comp["own_broken"])
+    return (budget, [], "settings budget"), (own, [], "own own_broken")
+
+
+def _copies_moved(report: dict, clean: dict) -> bool:
+    """Whether ``report`` moved a copy away from its truth: the settings or the run record (sealed by its digest)
+    edited, or a component's own breaks (``own_broken`` beside the ``own_outcomes`` it is counted from)."""
+    own = [[{k: c.get(k) for k in OWN} for c in m["components"]] for m in report["models"]]
+    return report["settings"] != clean["settings"] or report["record"] != clean["record"] or own != [
+        [{k: c.get(k) for k in OWN} for c in m["components"]] for m in clean["models"]]
 
 
 def _write_twice(text: str, twice: list[tuple[str, str]]) -> str:
@@ -681,8 +715,12 @@ def test_edited_numbers_are_refused_in_one_line_or_give_the_clean_numbers(workdi
         clean_numbers.append(_numbers(args, res, hostile_root))
         shutil.rmtree(hostile_root / "work" / "out", ignore_errors=True)
 
+    budget, own = _seams(json.loads(clean_text))
+
     @settings(max_examples=HOSTILE_CASES["edited numbers"], **FUZZ_SETTINGS)
     @given(case=edited_numbers(json.loads(clean_text)), which=st.integers(0, len(commands) - 1))
+    @example(case=budget, which=0)
+    @example(case=own, which=1)
     def run(case, which):
         CASES["edited numbers"] += 1
         report, twice, done = case
@@ -692,6 +730,8 @@ def test_edited_numbers_are_refused_in_one_line_or_give_the_clean_numbers(workdi
         before = _files(hostile_root)
         res = invoke_fast(args)
         what = f"edited numbers: {args[0]} after {done} {twice}"
+        if _copies_moved(report, json.loads(clean_text)):  # a copy that disagrees with its truth: never used
+            assert res.exit_code == 2, (what, res.output[-1500:])
         if args[0] == "verify" and res.exit_code == 1:  # consistent edits of outcomes: the points refute them
             assert json.loads(res.stdout)["passed"] is False and _files(hostile_root) == before, what
             OUTCOMES["edited numbers: exit 1"] = OUTCOMES.get("edited numbers: exit 1", 0) + 1

@@ -36,6 +36,20 @@ def test_the_record_is_hashable_its_digest_stable_and_its_differences_named():
     assert RunRecord(**{**a.to_dict(), "attack_options": a.attack_options}) == a
 
 
+def test_the_record_holds_what_decides_the_extra_attacks():
+    """The budget and the -O counts (which set every component's counts) are fields of the record, in its digest;
+    the counts, like the options, are kept as canonical JSON and given back as a dict."""
+    s = RunSettings(eps=0.2, norm="Linf", attack="apgd", budget="quick")
+    a = RunRecord.from_settings(s, count_overrides={"n_iter": 3, "n_restarts": 2})
+    b = RunRecord.from_settings(s, count_overrides={"n_restarts": 2, "n_iter": 3})
+    assert a == b and a.budget == "quick" and a.counts() == {"n_iter": 3, "n_restarts": 2}
+    assert a.to_dict()["count_overrides"] == {"n_iter": 3, "n_restarts": 2} and a.to_dict()["budget"] == "quick"
+    assert RunRecord(**a.to_dict()) == a
+    assert [d[0] for d in a.differences(a.replace(budget="strong", count_overrides={}))] == ["budget",
+                                                                                           "count_overrides"]
+    assert RunRecord.from_settings(s.changed(budget="standard")).digest() != RunRecord.from_settings(s).digest()
+
+
 @pytest.fixture(scope="module")
 def digits(one_thread):
     from mixzoo.zoo.data import load_dataset

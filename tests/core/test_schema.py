@@ -105,3 +105,77 @@ def test_a_report_whose_copies_disagree_is_refused_naming_both_values(edit):
         validate(ReportFile, data, "report.json")
     text = str(err.value)
     assert text.startswith("report.json: ") and "\n" not in text and all(n in text for n in needles), text
+
+
+def _sealed(data: dict) -> dict:
+    """``data`` with its run record's digest recomputed (a forger who knows the format, or a record as written)."""
+    from mixzoo.core.record import sha256_of
+
+    fields = {k: v for k, v in data["record"].items() if k != "digest"}
+    data["record"] = {**fields, "digest": sha256_of(fields)}
+    return data
+
+
+def test_settings_budget_is_checked_against_a_record_that_holds_it():
+    """A record that holds the budget: settings.budget is its copy, refused when it disagrees; a record written
+    before the budget was recorded checks nothing against it (verify --recheck then refuses)."""
+    from mixzoo.core.schema import ReportFile, validate
+
+    old = _real()
+    assert "budget" not in old["record"]
+    old["settings"]["budget"] = "quick"
+    validate(ReportFile, old, "report.json")
+    data = _real()
+    data["record"].update(budget="standard", count_overrides={})
+    validate(ReportFile, _sealed(data), "report.json")
+    data["settings"]["budget"] = "quick"
+    with pytest.raises(InputError, match="settings.budget is 'quick' but the run record says 'standard'"):
+        validate(ReportFile, data, "report.json")
+
+
+def _with_own(data: dict, row: int = 2) -> tuple[dict, dict]:
+    """``data`` with a stand-alone component on row ``row``: its own outcomes the row's robust ones plus the first
+    clean-correct image broken only by other components, its own breaks counted from them."""
+    m = data["models"][row]
+    i = next(i for i, (c, r) in enumerate(zip(m["clean_outcomes"], m["robust_outcomes"], strict=True)) if c > r)
+    own = m["robust_outcomes"][:i] + "1" + m["robust_outcomes"][i + 1:]
+    comp = {"name": "autoattack-standard", "newly_broken": 0, "own_outcomes": own,
+            "own_broken": m["clean_outcomes"].count("1") - own.count("1")}
+    m["components"].append(comp)
+    return data, comp
+
+
+OWN_EDITS = {
+    "own_broken one off": (lambda c: c.update(own_broken=c["own_broken"] - 1), ["component 'autoattack-standard'",
+                                                                                "own_broken is", "give"]),
+    "an own outcome correct that is not clean": (lambda c: c.update(own_outcomes="1" * len(c["own_outcomes"])),
+                                                 ["not clean"]),
+    "an own outcome broken that is robust": (lambda c: c.update(own_outcomes="0" * len(c["own_outcomes"])),
+                                             ["broken that is robust"]),
+    "own_outcomes too short": (lambda c: c.update(own_outcomes=c["own_outcomes"][1:]), ["199 images"]),
+}
+
+
+def test_a_components_own_breaks_are_counted_from_its_own_outcomes():
+    from mixzoo.core.schema import ReportFile, own_breaks, validate
+
+    data, comp = _with_own(_real())
+    report = validate(ReportFile, data, "report.json")
+    row = data["models"][2]
+    assert own_breaks(report.models[2].components[-1].model_dump(), row["clean_outcomes"], row["robust_outcomes"],
+                      "row") == comp["own_broken"]
+    del comp["own_broken"]  # the count is a copy: without it the outcomes still give it
+    validate(ReportFile, data, "report.json")
+
+
+@pytest.mark.parametrize("edit", sorted(OWN_EDITS))
+def test_own_outcomes_that_disagree_are_refused_naming_the_row_and_component(edit):
+    from mixzoo.core.schema import ReportFile, validate
+
+    change, needles = OWN_EDITS[edit]
+    data, comp = _with_own(_real())
+    change(comp)
+    with pytest.raises(InputError) as err:
+        validate(ReportFile, data, "report.json")
+    text = str(err.value)
+    assert f"row {data['models'][2]['name']!r}" in text and "\n" not in text and all(n in text for n in needles), text

@@ -160,16 +160,61 @@ def test_settings_moved_away_from_the_record_are_exit_2_even_for_the_recheck(mad
     _one_line_exit_2(cli(out, "--recheck", 3), "not the digest of its fields")
 
 
+def test_settings_budget_moved_away_from_the_record_is_exit_2(made, tmp_path):
+    """settings.budget, which decides the extra attacks' options, is a copy of the run record's: edited alone it is
+    refused by plain verify and by the recheck."""
+    def edit(data):
+        data["settings"]["budget"] = "quick"
+
+    out = _edited(made, tmp_path, edit)
+    for args in ((), ("--recheck", 3)):
+        _one_line_exit_2(cli(out, *args), "settings.budget is 'quick'", "run record says 'standard'")
+
+
 def test_the_recheck_attack_is_the_run_records(made):
+    """Everything the recheck attacks with, extra attacks included, is the run record's; the report's settings are
+    never read for it."""
+    from mixzoo.core.card import MixCard
+    from mixzoo.core.settings import RunSettings
+    from mixzoo.evaluation.verify import _attack_settings
+    from mixzoo.evaluation.worst_case import declared_attacks
+
+    path = made[0] / "bench" / "report.json"
+    data = json.loads(path.read_text())
+    data["settings"].update(attack="pgd", attack_options={"n_iter": 1}, seed=5, extra_attacks=False, budget="quick")
+    s, counts = _attack_settings(data, path, RunSettings(budget="strong"))
+    record = data["record"]
+    assert (s.attack, dict(s.attack_options), s.seed, s.extra_attacks, s.budget, counts) == (
+        record["attack"], record["attack_options"], record["seed"], record["extra_attacks"], record["budget"],
+        record["count_overrides"])
+    assert record["count_overrides"] == BENCH["attack_options"]  # the -O counts, which every component follows
+    card = MixCard.from_dict(data["card"])
+    row = next(m for m in data["models"] if m.get("card"))
+    ran = {k.split(": ", 1)[1]: v["options"] for k, v in data["settings"]["components"].items()
+           if k.startswith(f"{row['name']}: ")}
+    assert ran and {e.name: o for e, o in declared_attacks(card, s.budget, counts)} == ran  # what the bench ran
+    data.pop("record")
+    with pytest.raises(InputError, match="has no run record"):
+        _attack_settings(data, path, RunSettings())
+
+
+def test_a_record_without_the_budget_verifies_but_is_not_rechecked(made, tmp_path):
+    """A report of a mixzoo whose run record did not hold the budget (its digest of those fields): plain verify
+    passes; the recheck refuses in one line rather than trust the settings' copy, unless it has no extra
+    attacks."""
+    from mixzoo.core.record import sha256_of
     from mixzoo.core.settings import RunSettings
     from mixzoo.evaluation.verify import _attack_settings
 
-    data = json.loads((made[0] / "bench" / "report.json").read_text())
-    data["settings"].update(attack="pgd", attack_options={"n_iter": 1}, seed=5, extra_attacks=False)
-    s = _attack_settings(data, made[0] / "bench" / "report.json", RunSettings())
-    record = data["record"]
-    assert (s.attack, dict(s.attack_options), s.seed, s.extra_attacks) == (
-        record["attack"], record["attack_options"], record["seed"], record["extra_attacks"])
-    data.pop("record")
-    with pytest.raises(InputError, match="has no run record"):
-        _attack_settings(data, made[0] / "bench" / "report.json", RunSettings())
+    def edit(data):
+        record = {k: v for k, v in data["record"].items() if k not in ("digest", "budget", "count_overrides")}
+        data["record"] = {**record, "digest": sha256_of(record)}
+        edit.data = data
+
+    out = _edited(made, tmp_path, edit)
+    assert cli(out).exit_code == 0
+    _one_line_exit_2(cli(out, "--recheck", 3), "re-run `mixzoo bench` to record the budget")
+    data = edit.data
+    data["record"]["extra_attacks"] = False
+    s, counts = _attack_settings(data, out / "report.json", RunSettings())
+    assert not s.extra_attacks and counts == {}

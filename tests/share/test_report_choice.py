@@ -55,10 +55,13 @@ def test_a_report_without_a_card_row_of_its_own_still_finds_its_mixed_row():
 
 def _strong_report(tmp_path: Path, dataset: str, n: int) -> Path:
     card = {"method": "mixednuts", "abc": {"name": "digits-std"}, "rbc": {"name": "digits-pgd"}, "mixednuts": {}}
+    clean, robust, own = round(0.9 * n), round(0.5 * n), round(0.9 * n) - n // 4  # own: correct under AutoAttack
     row = {"name": "MixedNUTS", "kind": "mixednuts", "n": n, "alpha": 0.9, "clean_accuracy": 0.9,
            "robust_accuracy": 0.5, "card": card, "card_path": "card.toml",
+           "clean_outcomes": "1" * clean + "0" * (n - clean), "robust_outcomes": "1" * robust + "0" * (n - robust),
            "components": [{"name": "apgd-ce", "newly_broken": round(0.4 * n)},
-                          {"name": "autoattack-standard", "newly_broken": 0, "own_broken": n // 4}]}
+                          {"name": "autoattack-standard", "newly_broken": 0, "own_broken": n // 4,
+                           "own_outcomes": "1" * own + "0" * (n - own)}]}
     folder = tmp_path / f"{dataset}-{n}"
     folder.mkdir()
     (folder / "report.json").write_text(json.dumps({

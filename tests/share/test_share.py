@@ -424,7 +424,8 @@ def test_model_info_of_a_mixednuts_report(strong_report):
     comp = next(c for c in row["components"] if c["name"] == "autoattack-standard")
     clean = row["clean_outcomes"].count("1")
     assert info["clean_acc"] == f"{100 * clean / row['n']:.2f}"
-    assert info["autoattack_acc"] == f"{100 * (clean - comp['own_broken']) / row['n']:.2f}"
+    assert info["autoattack_acc"] == f"{100 * comp['own_outcomes'].count('1') / row['n']:.2f}"
+    assert comp["own_broken"] == clean - comp["own_outcomes"].count("1") > 0  # the count, for people
     assert info["external"] == info["reported"] == f"{100 * row['robust_accuracy']:.2f}"
     assert float(info["external"]) <= float(info["autoattack_acc"])  # the worst case contains AutoAttack's breaks
     assert (info["number_forward_passes"], info["dataset"], info["eps"]) == (2, "digits", "51/255")
@@ -477,14 +478,17 @@ def test_model_info_refusals(strong_report, digits_card, tmp_path, threads):
     with pytest.raises(InputError, match="`mixzoo bench CARD --attack adaptive-strong`") as err:
         rb.model_info(weak)
     assert "\n" not in str(err.value)
-    old = json.loads((strong_report / "report.json").read_text())
-    for m in old["models"]:
-        for c in m["components"]:
-            c.pop("own_broken", None)
-    (tmp_path / "old").mkdir()
-    (tmp_path / "old" / "report.json").write_text(json.dumps(old))
-    with pytest.raises(InputError, match="--no-cache"):
-        rb.model_info(tmp_path / "old")
+    for count_kept in (True, False):  # a report of an older mixzoo: the count alone, or not even that
+        old = json.loads((strong_report / "report.json").read_text())
+        for m in old["models"]:
+            for c in m["components"]:
+                c.pop("own_outcomes", None)
+                if not count_kept:
+                    c.pop("own_broken", None)
+        (tmp_path / "old").mkdir(exist_ok=True)
+        (tmp_path / "old" / "report.json").write_text(json.dumps(old))
+        with pytest.raises(InputError, match="records only the breaks new to it .* --no-cache"):
+            rb.model_info(tmp_path / "old")
     with pytest.raises(InputError, match="cannot be set"):
         rb.model_info(strong_report, fields={"clean_acc": "99"})
     with pytest.raises(InputError, match="no report.json"):
@@ -506,6 +510,25 @@ def test_cli_report_robustbench(strong_report, tmp_path):
 # ------------------------------------------------------------------------------------------ hostile report files
 def _card_row(report: dict) -> dict:
     return next(m for m in report["models"] if m.get("card") and m.get("kind") not in ("abc", "rbc"))
+
+
+def test_own_breaks_edited_inside_their_bounds_are_refused_not_exported(strong_report, tmp_path):
+    """The autoattack-standard component's own_broken set to another count its row allows (at least its new
+    breaks, at most the row's): autoattack_acc would change, so the export refuses in one line naming the row,
+    the component and both values."""
+    data = json.loads((strong_report / "report.json").read_text())
+    row = _card_row(data)
+    comp = next(c for c in row["components"] if c["name"] == rb.STANDARD_COMPONENT)
+    derived = row["clean_outcomes"].count("1") - comp["own_outcomes"].count("1")
+    other = comp["newly_broken"] if comp["newly_broken"] != derived else derived + 1
+    assert other <= row["clean_outcomes"].count("1") - row["robust_outcomes"].count("1")  # inside the bounds
+    folder = _edited(strong_report, tmp_path, lambda d: next(
+        c for c in _card_row(d)["components"] if c["name"] == rb.STANDARD_COMPONENT).update(own_broken=other))
+    res = CliRunner().invoke(app, ["report", str(folder), "--format", "robustbench", "--out", str(tmp_path / "mi")])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and res.stdout == "", res.output
+    assert all(s in lines[0] for s in (f"row {row['name']!r}", f"component {rb.STANDARD_COMPONENT!r}",
+                                       f"own_broken is {other}", f"give {derived}")), lines[0]
 
 
 def _nested(depth: int) -> list:
