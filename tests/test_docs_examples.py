@@ -1,6 +1,6 @@
 """Every code block of README.md and docs/ that a user would run is run here, on the CPU, as written.
 
-A block a user runs is fenced ```bash or ```python. Each one either runs here, in a fresh folder with a fresh cache,
+A block a user runs is fenced ```bash or ```python. Each one either runs here, in a fresh folder (one cache for all),
 or is preceded by ``<!-- not run: REASON -->`` saying why not (a GPU, a download, an upload, an hour of CPU). Sizes
 are made small only through the variables a block itself sets on a line of its own (``N=200`` in bash,
 ``N = 200`` in Python; :data:`SMALL`), so what runs is what the reader sees. A block fenced without a language
@@ -104,15 +104,23 @@ def test_small_sizes_only_through_the_block_s_variables():
     assert not big, f"blocks run here with a literal size instead of N: {big}"
 
 
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the blocks of this file, as a reader's machine has: the quick start in Python after the one
+    on the command line finds its calibration attack and rows there."""
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
-def test_block_runs(block: Block, tmp_path: Path, cache_dir: Path) -> None:
-    """The block, in a fresh folder with a fresh cache, on the CPU, with the small sizes: it exits 0."""
+def test_block_runs(block: Block, tmp_path: Path, shared_cache: Path) -> None:
+    """The block, in a fresh folder, on the CPU, with the small sizes: it exits 0."""
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "MIXZOO_CACHE": str(cache_dir), "MIXZOO_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+           "MIXZOO_CACHE": str(shared_cache), "MIXZOO_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     cmd = ["bash", "-euo", "pipefail", "-c", small(block)] if block.lang == "bash" else [
         sys.executable, "-c", small(block)]
-    done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=850)
     assert done.returncode == 0, f"{block.id} failed:\n{(done.stdout + done.stderr)[-3000:]}"
