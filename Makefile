@@ -14,7 +14,7 @@ N       ?= 200
 N_CALIB ?= 1000
 CURVE_N ?= 100
 else
-N       ?= 100
+N       ?= 60
 N_CALIB ?= 300
 CURVE_N ?= 50
 endif
