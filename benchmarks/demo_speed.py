@@ -11,9 +11,11 @@ it records
 
 with the load average (``os.getloadavg``) before and after, the torch threads the run used, and the run record of
 :func:`mixzoo.core.machine.run_record` (versions, commit, machine). ``quiet_wall_s`` estimates the wall time on a
-quiet machine of ``cores`` cores as ``cpu_s / threads`` when the run used a thread per core (``MIXZOO_THREADS``),
-else it is ``null``: one thread's CPU time is its wall time only when nothing else runs. The file says "loaded"
-when the 1-minute load average before a command exceeded 0.5.
+quiet machine of ``cores`` cores as ``cpu_s / threads`` when the run used a thread per core (``MIXZOO_THREADS``) and
+every command ran to its end, else it is ``null`` (one thread's CPU time is its wall time only when nothing else
+runs; a command stopped early, ``complete: false``, gives a lower bound). On a loaded machine threads wait for each
+other, so the CPU time of a run with a thread per core exceeds a quiet run's and the estimate is high. The file says
+"loaded" when the 1-minute load average before a command exceeded 0.5.
 
     python benchmarks/demo_speed.py                      # writes benchmarks/demo_speed.json, report in the OUT dir
     python benchmarks/demo_speed.py --make FULL=1 --json benchmarks/demo_speed_full.json
@@ -60,13 +62,32 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict:
             "loaded": load[0] > 0.5, "output_tail": (proc.stdout + proc.stderr)[-1500:]}
 
 
+def summary(record: dict) -> dict:
+    """``record`` with its totals derived from its commands: wall and CPU seconds, whether every command ran to
+    its end (a command stopped early leaves ``quiet_wall_s`` null: its CPU time is a lower bound), the quiet-machine
+    estimate and whether any command ran on a loaded machine."""
+    commands = record["commands"]
+    cpu = sum(r["cpu_s"] for r in commands)
+    complete = len(commands) == 3 and all(r["returncode"] == 0 for r in commands)
+    both = record["threads"] >= record["cores"]
+    return {**record, "wall_s": round(sum(r["wall_s"] for r in commands), 1), "cpu_s": round(cpu, 1),
+            "complete": complete,
+            "quiet_wall_s": round(cpu / record["threads"], 1) if complete and both else None,
+            "loaded": any(r["loaded"] for r in commands)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--make", nargs="*", default=[], help="make variables, e.g. FULL=1 or N=200")
     parser.add_argument("--out", default="benchmarks/results/demo_fmnist", help="the demo's OUT directory")
     parser.add_argument("--json", default="benchmarks/demo_speed.json")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="MIXZOO_THREADS for the run")
+    parser.add_argument("--summarise", action="store_true", help="only derive the totals of --json again")
     args = parser.parse_args()
+    if args.summarise:
+        record = summary(json.loads(Path(args.json).read_text()))
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+        return
     from mixzoo.core.machine import run_record
 
     bin_dir = str(Path(sys.executable).parent)
@@ -80,17 +101,9 @@ def main() -> None:
             if results[-1]["returncode"]:
                 print(results[-1]["output_tail"], file=sys.stderr)
                 break
-    cores = os.cpu_count() or 1
-    cpu = sum(r["cpu_s"] for r in results)
-    record = {
-        "what": "make demo " + " ".join(args.make) + ": mix, bench, verify on the built-in Fashion-MNIST pair",
-        "make_vars": args.make, "out": args.out, "threads": args.threads, "cores": cores,
-        "commands": results,
-        "wall_s": round(sum(r["wall_s"] for r in results), 1), "cpu_s": round(cpu, 1),
-        "quiet_wall_s": round(cpu / args.threads, 1) if args.threads >= cores else None,
-        "loaded": any(r["loaded"] for r in results),
-        "run": run_record("cpu"),
-    }
+    record = summary({"what": "make demo " + " ".join(args.make) + ": mix, bench, verify on the built-in"
+                      " Fashion-MNIST pair", "make_vars": args.make, "out": args.out, "threads": args.threads,
+                      "cores": os.cpu_count() or 1, "commands": results, "run": run_record("cpu")})
     Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {args.json}: wall {record['wall_s']} s, CPU {record['cpu_s']} s,"
           f" quiet wall ~{record['quiet_wall_s']} s")
