@@ -5,8 +5,19 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.mixzoo-installed
 OUT    ?= mixzoo-out
-N      ?= 200
+# What `make demo` sizes (the attack on every row is the full adaptive-apgd, unchanged): N evaluation images,
+# N_CALIB calibration images for the MMAA that `mix` runs, CURVE_N images per point of the 16-point trade-off curve.
+# The report's Wilson intervals widen with the smaller N; README "Install" states the cost of each size
+# (benchmarks/demo_speed.json). FULL=1 is the full-size run: 200 images, 1,000 calibration images, curve on 100.
+ifeq ($(FULL),1)
+N       ?= 200
+N_CALIB ?= 1000
 CURVE_N ?= 100
+else
+N       ?= 60
+N_CALIB ?= 300
+CURVE_N ?= 50
+endif
 # The gradient half of the adaptive attack (transfer-based APGD-CE + APGD-T) keeps the demo short on a CPU;
 # ATTACK=adaptive adds FAB-T and Square (App. B.2.1; about 1.9 s per image for a mixed model on 2 CPU cores).
 ATTACK ?= adaptive-apgd
@@ -27,7 +38,7 @@ data:
 	  || echo "could not install dataset-fashion-mnist (need root): pass --data-dir to mixzoo" >&2
 
 demo: $(STAMP) data
-	$(BIN)/mixzoo mix --device $(DEVICE) --out $(OUT)/card.toml
+	$(BIN)/mixzoo mix --n-calib $(N_CALIB) --device $(DEVICE) --out $(OUT)/card.toml
 	$(BIN)/mixzoo bench $(OUT)/card.toml --attack $(ATTACK) --n $(N) --curve-n $(CURVE_N) --device $(DEVICE) \
 	  --save-adversarial --out $(OUT)/bench
 	$(BIN)/mixzoo verify $(OUT)/bench --device $(DEVICE)

@@ -17,8 +17,9 @@ Split rules (calibration and evaluation never overlap; zoo models never see cali
 * ``cifar10`` / ``cifar100``: train = the training set; calibration = a seeded (seed 0) half of the test set,
   evaluation = the other half. Files: torchvision's layout in the named directory, else ``~/.cache/mixzoo/data``
   (downloaded there unless ``MIXZOO_OFFLINE=1``). A named directory whose files fail torchvision's md5 check
-  (other images in the same layout) is read when its structure holds: every batch file present, each a dict of
-  ``data`` (N x 3072 uint8) and labels, unpickled without running code.
+  (other images in the same layout) is read when its structure holds (:mod:`mixzoo_plugins.cifar`): every file
+  present and whole, every batch of both splits a dict of ``data`` (N x 3072 uint8) and labels, unpickled without
+  running code.
 * ``imagenet``: an ImageFolder ``root/val``, resized to ``size * 256 / 224`` and centre-cropped to ``size``
   (default 224). Evaluation = RobustBench's 5,000-image subset when robustbench is installed and all of those
   images are in the folder, calibration = the rest in seeded order; otherwise seeded halves of the folder.
@@ -29,16 +30,15 @@ from __future__ import annotations
 
 import functools
 import gzip
-import os
-import pickle
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError, MissingFileError, MixzooError
 from mixzoo.core.plugins import hookimpl
 from mixzoo.core.reading import read_data
+from mixzoo_plugins.cifar import cifar10, cifar100
+from mixzoo_plugins.dataset_dirs import dir_problem, half_split, leave_out, offline, seeded_permutation, user_dir
 
 PROVIDES = {  # what `mixzoo plugins` lists
     "datasets": ["cifar10", "cifar100", "digits", "fashion-mnist", "imagefolder", "imagenet", "npz"]}
@@ -54,38 +54,6 @@ FMNIST_FILES = {("train", "images"): "train-images-idx3-ubyte.gz", ("train", "la
                 ("t10k", "images"): "t10k-images-idx3-ubyte.gz", ("t10k", "labels"): "t10k-labels-idx1-ubyte.gz"}
 FMNIST_TRAIN, FMNIST_CALIBRATION = 55_000, 5_000
 DIGITS_SPLITS = {"train": (0, 1000), "calibration": (1000, 1300), "evaluation": (1300, 1797)}
-SPLIT_SEED = 0
-
-
-def _offline() -> bool:
-    return os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0")
-
-
-def _user_dir(root: str | None) -> Path | None:
-    from mixzoo.core.paths import env_folder
-
-    return Path(root).expanduser() if root else env_folder("MIXZOO_DATA_DIR", None)
-
-
-def _named_by(root: str | None) -> str:
-    """How the user named the data directory, for error messages."""
-    return "--data-dir" if root else "$MIXZOO_DATA_DIR"
-
-
-def _leave_out(root: str | None) -> str:
-    return "leave out --data-dir" if root else "unset MIXZOO_DATA_DIR"
-
-
-def _dir_problem(directory: Path, root: str | None) -> str:
-    """``data directory D (--data-dir) does not exist`` / ``... is not a directory`` / ``data directory D (...)``."""
-    state = "" if directory.is_dir() else " is not a directory" if directory.exists() else " does not exist"
-    return f"data directory {directory} ({_named_by(root)}){state}"
-
-
-def _seeded_permutation(n: int, seed: int = SPLIT_SEED) -> torch.Tensor:
-    import torch
-
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
 
 
 # ----------------------------------------------------------------------------------------------- Fashion-MNIST
@@ -124,7 +92,7 @@ def _fmnist_dir_has_files(d: Path) -> Path | None:
 
 
 def _fmnist_download(target: Path) -> Path:
-    if _offline():
+    if offline():
         raise OSError("MIXZOO_OFFLINE is set")
     from torchvision.datasets import FashionMNIST
 
@@ -136,7 +104,7 @@ def _fmnist_download(target: Path) -> Path:
 def find_fashion_mnist(root: str | None = None) -> Path:
     """The directory holding the Fashion-MNIST IDX files: the named one (or an error), else the Debian copy,
     else torchvision's download."""
-    user = _user_dir(root)
+    user = user_dir(root)
     if user is not None:
         found = _fmnist_dir_has_files(user) if user.is_dir() else None
         if found is None:
@@ -145,8 +113,8 @@ def find_fashion_mnist(root: str | None = None) -> Path:
             lacks = "" if not user.is_dir() else " holds no Fashion-MNIST files" if len(missing) == len(
                 FMNIST_FILES) else f" lacks {', '.join(missing)}"
             raise MissingFileError(
-                f"Fashion-MNIST: {_dir_problem(user, root)}{lacks}; put {', '.join(FMNIST_FILES.values())}"
-                f" (gzipped or not) in it or in its FashionMNIST/raw/, or {_leave_out(root)} to use the Debian"
+                f"Fashion-MNIST: {dir_problem(user, root)}{lacks}; put {', '.join(FMNIST_FILES.values())}"
+                f" (gzipped or not) in it or in its FashionMNIST/raw/, or {leave_out(root)} to use the Debian"
                 " package (apt-get install dataset-fashion-mnist) or torchvision's download"
             )
         return found
@@ -224,135 +192,9 @@ def digits(split: str, n: int | None = None, root: str | None = None) -> ImageDa
                          " be ignored; leave out --data-dir")
     images, labels = _digits_arrays()
     start, stop = DIGITS_SPLITS[split]
-    idx = _seeded_permutation(images.shape[0])[start:stop]
+    idx = seeded_permutation(images.shape[0])[start:stop]
     idx = idx[:n] if n is not None else idx
     return ImageDataset("digits", split, images[idx].clone(), labels[idx].clone(), 10, idx, "sklearn/digits")
-
-
-# ----------------------------------------------------------------------------------------------------- CIFAR
-def _half_split(num: int, split: str) -> torch.Tensor:
-    """Calibration = first half of a seeded permutation of ``num`` test images, evaluation = second half."""
-    perm = _seeded_permutation(num)
-    half = num // 2
-    return perm[:half] if split == "calibration" else perm[half:]
-
-
-def _cifar(name: str, split: str, n: int | None, root: str | None) -> ImageDataset:
-    import torch
-
-    from mixzoo.zoo.data import ImageDataset, check_split
-
-    check_split(split)
-    from torchvision import datasets as tvd
-
-    cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
-    user = _user_dir(root)
-    directory = user or Path.home() / ".cache" / "mixzoo" / "data"
-    train = split == "train"
-    try:
-        ds = cls(str(directory), train=train, download=False)
-    except RuntimeError:  # torchvision: "Dataset not found or corrupted"
-        if user is not None:
-            ds = _cifar_unchecked(name, cls, user, root, train)
-        else:
-            try:
-                if _offline():
-                    raise OSError("MIXZOO_OFFLINE is set") from None
-                ds = cls(str(directory), train=train, download=True)
-            except Exception as exc:  # noqa: BLE001 - any download failure means: not available offline
-                raise MissingFileError(
-                    f"{name} not found in {directory} and could not be downloaded ({type(exc).__name__});"
-                    f" pass --data-dir DIR holding torchvision's {cls.base_folder}/"
-                ) from exc
-    data, targets = torch.from_numpy(ds.data), torch.tensor(ds.targets, dtype=torch.int64)
-    idx = torch.arange(data.shape[0]) if train else _half_split(data.shape[0], split)
-    idx = idx[:n] if n is not None else idx
-    images = data[idx].permute(0, 3, 1, 2).float().div_(255.0).contiguous()
-    part = "train" if train else "test"
-    return ImageDataset(name, split, images, targets[idx].clone(), len(ds.classes), idx, f"{name}/{part}")
-
-
-class _ArraysOnly(pickle.Unpickler):
-    """Unpickles CIFAR batches (dicts of numpy arrays, lists, strings) and nothing that could run code."""
-
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-               ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in self.ALLOWED:
-            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a CIFAR batch")
-        return super().find_class(module, name)
-
-
-@dataclass
-class _CifarArrays:
-    data: Any
-    targets: list[int]
-    classes: list[str]
-
-
-def _cifar_unchecked(name: str, cls: Any, user: Path, root: str | None, train: bool) -> _CifarArrays:
-    """A CIFAR folder in torchvision's layout whose files fail torchvision's md5 check (a copy with other images
-    than the published set): every file present, each batch a dict of a uint8 ``data`` array of N x 3072 and N
-    labels, read without running pickled code; anything else raises the folder error."""
-    import numpy as np
-
-    folder = user / cls.base_folder
-    expected = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-    if not user.is_dir() or not all((folder / f).is_file() for f in expected):
-        raise _cifar_dir_error(name, cls, user, root)
-    label_key = "labels" if name == "cifar10" else "fine_labels"
-    data, targets = [], []
-    for fname, _ in cls.train_list if train else cls.test_list:
-        path = folder / fname
-        try:
-            with open(path, "rb") as fh:
-                entry = _ArraysOnly(fh, encoding="latin1").load()
-            arr = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
-            labels = [int(v) for v in entry[label_key]]
-        except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InputError(f"{name}: {path} is not a CIFAR batch in torchvision's format (a pickled dict with"
-                             f" 'data' (N x 3072 uint8) and '{label_key}'): {exc}; re-create it") from None
-        if len(labels) != arr.shape[0]:
-            raise InputError(f"{name}: {path} has {arr.shape[0]} images but {len(labels)} labels; re-create it")
-        data.append(arr)
-        targets.extend(labels)
-    images = np.concatenate(data).transpose(0, 2, 3, 1)
-    classes = [str(i) for i in range(10 if name == "cifar10" else 100)]
-    if targets and (min(targets) < 0 or max(targets) >= len(classes)):
-        raise InputError(f"{name}: labels in {folder} lie outside [0, {len(classes)}); re-create the files")
-    return _CifarArrays(images, targets, classes)
-
-
-def _cifar_dir_error(name: str, cls: Any, user: Path, root: str | None) -> MissingFileError:
-    """What a named directory lacks for torchvision's CIFAR loader (files missing, or failing its md5 check)."""
-    folder = user / cls.base_folder
-    expected = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-    missing = [f for f in expected if not (folder / f).is_file()]
-    if not user.is_dir():
-        state = ""
-    elif not folder.is_dir():
-        state = f" has no {cls.base_folder}/"
-    elif missing:
-        state = f" lacks {', '.join(f'{cls.base_folder}/{f}' for f in missing)}"
-    else:
-        state = f" has {cls.base_folder}/ but its files fail torchvision's md5 check (corrupt or partial)"
-    return MissingFileError(
-        f"{name} not found: {_dir_problem(user, root)}{state}; put torchvision's {cls.base_folder}/"
-        f" ({', '.join(expected)}, from {cls.filename}) in it, or {_leave_out(root)} to use (or download to)"
-        " ~/.cache/mixzoo/data"
-    )
-
-
-def cifar10(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
-    """CIFAR-10 (torchvision layout under ``root``); calibration/evaluation are seeded halves of the test set."""
-    return _cifar("cifar10", split, n, root)
-
-
-def cifar100(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
-    """CIFAR-100 (torchvision layout under ``root``); calibration/evaluation are seeded halves of the test set."""
-    return _cifar("cifar100", split, n, root)
 
 
 # -------------------------------------------------------------------------------------------------- ImageNet
@@ -383,13 +225,13 @@ def imagenet(split: str, n: int | None = None, root: str | None = None, size: in
     check_split(split)
     if split == "train":
         raise InputError("imagenet has no train split in mixzoo; use split 'calibration' or 'evaluation'")
-    user = _user_dir(root)
+    user = user_dir(root)
     if user is None:
         raise MissingFileError("ImageNet cannot be downloaded; pass --data-dir ROOT where ROOT/val/<wnid>/*.JPEG is"
                                " the ImageNet validation set")
     val = user / "val"
     if not val.is_dir():
-        where = _dir_problem(user, root) if not user.is_dir() else f"{_dir_problem(user, root)} has no val/"
+        where = dir_problem(user, root) if not user.is_dir() else f"{dir_problem(user, root)} has no val/"
         raise MissingFileError(f"ImageNet: {where}; pass --data-dir ROOT where ROOT/val/<wnid>/*.JPEG is the"
                                " ImageNet validation set")
     from torchvision.datasets.folder import IMG_EXTENSIONS
@@ -410,10 +252,10 @@ def imagenet(split: str, n: int | None = None, root: str | None = None, size: in
         rest = torch.ones(len(files), dtype=torch.bool)
         rest[eval_idx] = False
         others = torch.nonzero(rest).flatten()
-        calib_idx = others[_seeded_permutation(others.numel())]
+        calib_idx = others[seeded_permutation(others.numel())]
         idx, source = (eval_idx if split == "evaluation" else calib_idx), "imagenet/val (robustbench 5000 subset)"
     else:
-        idx, source = _half_split(len(files), split), "imagenet/val"
+        idx, source = half_split(len(files), split), "imagenet/val"
     idx = idx[:n] if n is not None else idx
     images = _decode_images([val / files[i] for i in idx.tolist()], size)
     labels = torch.tensor([class_index[files[i].split("/")[0]] for i in idx.tolist()], dtype=torch.int64)

@@ -40,12 +40,19 @@ def code_blocks(text: str) -> list[str]:
 
 
 def commands(text: str) -> list[tuple[str, bool]]:
-    """`mixzoo ...` command lines: in code blocks (comments dropped, backslash continuations joined; `torchrun ...
-    -m mixzoo.cli` and environment-variable prefixes included) and in inline code spans."""
+    """`mixzoo ...` command lines: in code blocks (comments dropped, backslash continuations joined, the block's own
+    variables put in; `torchrun ... -m mixzoo.cli` and environment-variable prefixes included) and in inline code
+    spans."""
     found = []
     for block in code_blocks(text):
+        assigned: dict[str, str] = {}  # a block's own variables (`N=200` on a line), put in where it uses them
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"(^|\s)#.*$", "", line).strip()
+            if m := re.fullmatch(r"([A-Z_][A-Z0-9_]*)=(\S+)", line):
+                assigned[m.group(1)] = m.group(2)
+                continue
+            for name, value in assigned.items():
+                line = re.sub(rf"\$(\{{{name}\}}|{name}\b)", value, line)
             if "-m mixzoo.cli " in line:
                 found.append(("mixzoo " + line.split("-m mixzoo.cli ", 1)[1], True))
                 continue
@@ -255,18 +262,3 @@ def test_listing_commands_run(prefix, cache_dir):
     if args == ["info"]:
         args.append("fmnist-pgd")
     assert run(args).strip()
-
-
-@pytest.mark.slow
-def test_quick_start_runs_on_20_images(tmp_path, cache_dir, monkeypatch, one_thread):
-    """The README's quick start (digits `mix`, then `bench`), with the bench cut to 20 images and no curve."""
-    readme = (ROOT / "README.md").read_text()
-    mix = next(c for c, _ in commands(readme) if c.startswith("mixzoo mix --abc digits-std"))
-    bench = next(c for c, _ in commands(readme) if c.startswith("mixzoo bench card.toml"))
-    monkeypatch.chdir(tmp_path)
-    run(shlex.split(mix)[1:])
-    assert (tmp_path / "card.toml").is_file()
-    args = shlex.split(bench)[1:]
-    args[args.index("--n") + 1] = "20"
-    run([*args, "--no-curve", "--no-plots"])
-    assert (tmp_path / "bench" / "report.json").is_file()

@@ -88,9 +88,9 @@ def main_options(ctx: typer.Context,
                  version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
                                                        help="print mixzoo's version and exit")] = False,
                  threads: Annotated[int | None, typer.Option(
-                     "--threads", min=1, help="torch's intra-op threads (default: the CPUs mixzoo may use, from "
-                                              "the affinity mask and cgroup quota; one for small networks; also "
-                                              "$MIXZOO_THREADS)")] = None) -> None:
+                     "--threads", help="torch's intra-op threads, 1 to the CPUs mixzoo may use (default: those idle "
+                                       "at the start, from the affinity mask, cgroup quota and load average; at "
+                                       "most 2 for small networks; also $MIXZOO_THREADS)")] = None) -> None:
     """Mixed classifiers for any accurate/robust model pair, by name."""
     from mixzoo.core.threads import configure
 

@@ -27,6 +27,16 @@ def save_png(fig: Any, path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def keep_within(ax: Any, low: float = 0.0, high: float = 100.0) -> None:
+    """Clip both axes' limits to ``[low, high]`` (percentages: no axis beyond 100 % or below 0 %), keeping
+    matplotlib's margin inside them; markers on the edge stay drawn whole (their clipping is turned off)."""
+    for get, put in ((ax.get_xlim, ax.set_xlim), (ax.get_ylim, ax.set_ylim)):
+        lo, hi = get()
+        put(max(low, lo), min(high, hi))
+    for line in ax.lines:
+        line.set_clip_on(False)
+
+
 # candidate offsets (points) of a label from its point, tried in order: right/up, right/down, left, above, below,
 # then further out (drawn with a leader line)
 _OFFSETS = [(5, 4), (5, -11), (-5, 4), (-5, -11), (0, 9), (0, -15), (12, 14), (12, -20), (-12, 14), (-12, -20),

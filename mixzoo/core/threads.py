@@ -10,10 +10,15 @@ uses the CPUs it may run on, the smallest of
   process's cgroup path up to the root: ``docker --cpus``, Kubernetes CPU limits),
 * ``OMP_NUM_THREADS`` when it is set,
 
-and one thread when every network loaded is small (fewer than :data:`SMALL_NETWORK_PARAMETERS` parameters, such as
-the built-in digits and Fashion-MNIST models): their layers are too small for threads to pay for their
-synchronisation. ``--threads N`` (or ``MIXZOO_THREADS=N``) overrides the choice. The report records the number and
-the reason (:func:`mixzoo.core.machine.describe_machine`).
+and of those, the ones idle when the command starts: the CPUs less the machine's load (:func:`load_average`: the
+1-minute load average or the tasks runnable now, the larger; the share of it that falls on these CPUs), rounded, at
+least one. Threads on a busy core spin while its other work runs, so the same work takes more CPU; threads on idle
+cores shorten the run. When every network loaded is small (fewer than :data:`SMALL_NETWORK_PARAMETERS` parameters,
+such as the built-in digits and Fashion-MNIST models) at most :data:`SMALL_NETWORK_THREADS`: their layers are too
+small for more threads to pay for their synchronisation. :func:`threads_for` is the rule, a pure function of the
+CPUs, the load and the size.
+``--threads N`` (or ``MIXZOO_THREADS=N``, 1 to the CPUs mixzoo may use) overrides the choice. The report records
+the number and the reason (:func:`mixzoo.core.machine.describe_machine`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from mixzoo.core.errors import InputError
 
 ENV = "MIXZOO_THREADS"
 SMALL_NETWORK_PARAMETERS = 2_000_000
+SMALL_NETWORK_THREADS = 2  # the most threads small networks get (their layers gain from a second core)
 
 
 @dataclass(frozen=True)
@@ -124,57 +130,94 @@ def available_cpus(*, root: str | Path = "/", affinity: int | None = None) -> tu
     return max(1, cpus), why
 
 
-def parse_threads(value: Any, what: str) -> int:
-    """``value`` as a positive thread count, else a one-line error naming ``what``."""
+def parse_threads(value: Any, what: str, cpus: int) -> int:
+    """``value`` as a thread count from 1 to ``cpus`` (the CPUs mixzoo may use), else a one-line error naming
+    ``what``."""
     try:
         n = int(str(value).strip())
     except ValueError:
         n = 0
-    if n < 1:
-        raise InputError(f"{what} {value!r} is not a positive number of threads; give e.g. 1 or 4")
+    if not 1 <= n <= cpus:
+        raise InputError(f"{what} {value!r} is not a number of threads from 1 to {cpus} (the CPUs this process may"
+                         f" use); give e.g. 1 or {cpus}")
     return n
 
 
+def load_average(root: str | Path = "/") -> float | None:
+    """The machine's load: the larger of its 1-minute load average and the tasks runnable right now besides this
+    one (``/proc/loadavg``'s fourth field; the average lags a minute behind jobs that just started), None where the
+    system reports neither. ``root``: where ``proc/`` is found (``/``; another directory in tests)."""
+    try:
+        fields = (Path(root) / "proc/loadavg").read_text().split()
+        return max(float(fields[0]), int(fields[3].split("/")[0]) - 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.getloadavg()[0] if Path(root) == Path("/") else None
+    except (AttributeError, OSError):
+        return None
+
+
+def threads_for(cpus: int, load: float | None, parameters: int | None, *,
+                machine_cpus: int | None = None) -> tuple[int, str]:
+    """The rule (pure): the threads for ``cpus`` usable CPUs of a machine of ``machine_cpus`` (default ``cpus``)
+    whose 1-minute load average is ``load`` (None: unknown, taken as idle), running networks of at most
+    ``parameters`` parameters (None: none loaded yet), and the reason. The load falls on the usable CPUs in
+    proportion to their share of the machine; the idle CPUs are ``cpus`` less that share, rounded half up, at least
+    one; small networks get at most :data:`SMALL_NETWORK_THREADS` of them."""
+    machine_cpus = max(machine_cpus or cpus, cpus)
+    busy = 0.0 if load is None else max(0.0, load) * cpus / machine_cpus
+    idle = max(1, min(cpus, math.floor(cpus - busy + 0.5)))
+    why = f"{idle} of {cpus} CPUs idle (load {load:.2f})" if load is not None else f"{cpus} CPUs (load unknown)"
+    if parameters is not None and parameters < SMALL_NETWORK_PARAMETERS and idle > SMALL_NETWORK_THREADS:
+        return SMALL_NETWORK_THREADS, f"small networks: {parameters:,} parameters; {why}"
+    return idle, why
+
+
 def choose_threads(requested: int | None = None, *, env: Mapping[str, str] | None = None, root: str | Path = "/",
-                   affinity: int | None = None, parameters: int | None = None) -> ThreadChoice:
-    """The thread count for a run: ``requested`` (``--threads``), else ``MIXZOO_THREADS``, else the CPUs mixzoo
-    may use (:func:`available_cpus`, capped by ``OMP_NUM_THREADS``), one for small networks (``parameters``: the
-    largest network's parameter count, None before any is loaded)."""
+                   affinity: int | None = None, parameters: int | None = None,
+                   load: float | None = None) -> ThreadChoice:
+    """The thread count for a run: ``requested`` (``--threads``), else ``MIXZOO_THREADS``, else
+    :func:`threads_for` of the CPUs mixzoo may use (:func:`available_cpus`, capped by ``OMP_NUM_THREADS``), the load
+    (``load``; None: :func:`load_average` now) and ``parameters`` (the largest network's parameter count, None
+    before any is loaded). A requested count must lie from 1 to those CPUs."""
     env = os.environ if env is None else env
     cpus, why = available_cpus(root=root, affinity=affinity)
     if requested is not None:
-        return ThreadChoice(parse_threads(requested, "--threads"), "--threads", True, cpus)
+        return ThreadChoice(parse_threads(requested, "--threads", cpus), "--threads", True, cpus)
     if env.get(ENV, "").strip():
-        return ThreadChoice(parse_threads(env[ENV], ENV), ENV, True, cpus)
+        return ThreadChoice(parse_threads(env[ENV], ENV, cpus), ENV, True, cpus)
     omp = env.get("OMP_NUM_THREADS", "").strip()
     if omp.isdigit() and 0 < int(omp) < cpus:
         cpus, why = int(omp), f"OMP_NUM_THREADS={omp}"
-    if parameters is not None and parameters < SMALL_NETWORK_PARAMETERS and cpus > 1:
-        return ThreadChoice(1, f"small networks: {parameters:,} parameters", False, cpus)
-    return ThreadChoice(cpus, why, False, cpus)
+    n, reason = threads_for(cpus, load_average() if load is None else load, parameters,
+                            machine_cpus=os.cpu_count() or cpus)
+    return ThreadChoice(n, f"{reason}; {why}", False, cpus)
 
 
 _current: ThreadChoice | None = None
 _largest: int | None = None  # the largest network loaded since configure()
+_load: float | None = None  # the load average when configure() ran (the command's start)
 
 
 def configure(requested: int | None = None, *, torch_now: bool = True) -> ThreadChoice:
     """Choose the thread count (:func:`choose_threads`) and give it to torch; commands call it at their start.
-    Networks loaded afterwards may lower it to one (:func:`fit_to_network`) unless it was asked for.
+    The load average now is the load the choice keeps for the whole command; networks loaded afterwards may
+    lower the count (:func:`fit_to_network`) unless it was asked for.
     ``torch_now=False`` (commands that never need torch, such as ``list``): torch is not imported for it; the count
     is given to torch with the first network loaded, if any."""
-    global _current, _largest
-    _largest = None
-    _current = choose_threads(requested)
+    global _current, _largest, _load
+    _largest, _load = None, load_average()
+    _current = choose_threads(requested, load=_load)
     if torch_now or "torch" in sys.modules:
         _apply(_current)
     return _current
 
 
 def fit_to_network(network: Any) -> ThreadChoice | None:
-    """After loading ``network``: one thread while every network loaded since :func:`configure` is small, the
-    machine's count again once a large one is loaded. Does nothing when :func:`configure` was not called (a
-    library user's threads are theirs) or the count was asked for."""
+    """After loading ``network``: at most :data:`SMALL_NETWORK_THREADS` while every network loaded since
+    :func:`configure` is small, the idle CPUs again once a large one is loaded. Does nothing when
+    :func:`configure` was not called (a library user's threads are theirs) or the count was asked for."""
     global _current, _largest
     if _current is None or _current.requested:
         if _current is not None:
@@ -182,7 +225,7 @@ def fit_to_network(network: Any) -> ThreadChoice | None:
         return _current
     n = sum(p.numel() for p in network.parameters())
     _largest = n if _largest is None else max(_largest, n)
-    _current = choose_threads(None, parameters=_largest)
+    _current = choose_threads(None, parameters=_largest, load=_load)
     _apply(_current)
     return _current
 
@@ -194,8 +237,8 @@ def current() -> ThreadChoice | None:
 
 def reset() -> None:
     """Forget the choice (tests); torch keeps its thread count."""
-    global _current, _largest
-    _current, _largest = None, None
+    global _current, _largest, _load
+    _current, _largest, _load = None, None, None
 
 
 def _apply(choice: ThreadChoice) -> None:
@@ -205,5 +248,6 @@ def _apply(choice: ThreadChoice) -> None:
         torch.set_num_threads(choice.threads)
 
 
-__all__ = ["ENV", "SMALL_NETWORK_PARAMETERS", "ThreadChoice", "affinity_cpus", "available_cpus", "cgroup_quota",
-           "choose_threads", "configure", "current", "fit_to_network", "parse_threads", "reset"]
+__all__ = ["ENV", "SMALL_NETWORK_PARAMETERS", "SMALL_NETWORK_THREADS", "ThreadChoice", "affinity_cpus",
+           "available_cpus", "cgroup_quota", "choose_threads", "configure", "current", "fit_to_network",
+           "load_average", "parse_threads", "reset", "threads_for"]

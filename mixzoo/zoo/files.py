@@ -57,8 +57,22 @@ class NeededFile:
         return asdict(self)
 
 
-def _file(what: str, path: Path, fetch: str, folder: bool = False) -> NeededFile:
-    present = path.is_dir() if folder else path.is_file()
+def whole_pickle(path: Path) -> bool:
+    """Whether ``path`` is a file that reads as a whole pickle from its ends: it opens with a pickle opcode (PROTO
+    ``\\x80`` of protocol 2 and later, or MARK / EMPTY_DICT) and closes with STOP (``.``), the byte a truncated
+    copy has lost (a cut that happens to end in that byte passes; the CIFAR loader parses every batch)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1)
+            fh.seek(-1, os.SEEK_END)
+            tail = fh.read(1)
+    except OSError:  # missing, a folder, or shorter than a byte
+        return False
+    return head in (b"\x80", b"(", b"}") and tail == b"."
+
+
+def _file(what: str, path: Path, fetch: str, folder: bool = False, check: Any = None) -> NeededFile:
+    present = path.is_dir() if folder else path.is_file() and (check is None or check(path))
     size = path.stat().st_size if present and not folder else None
     return NeededFile(what, str(path), present, size, fetch)
 
@@ -210,7 +224,7 @@ def _dataset_files(name: str, root: str | None) -> list[NeededFile]:
         folder, files = CIFAR_FILES[name]
         base = (user or Path.home() / ".cache" / "mixzoo" / "data") / folder
         how = f"torchvision.datasets.{name.upper()}(ROOT, download=True); pass --data-dir ROOT"
-        return [_file(name, base / f, how) for f in files]
+        return [_file(name, base / f, how, check=whole_pickle) for f in files]
     if name == "fashion-mnist":
         downloaded = Path.home() / ".cache" / "mixzoo" / "data" / "FashionMNIST" / "raw"
         places = [user, user / "FashionMNIST" / "raw"] if user is not None else [

@@ -163,7 +163,9 @@ def test_imagenet_without_folder_names_the_fix(tmp_path):
 
 
 def test_offline_flag_default_is_off():
-    assert ds._offline() == (os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0"))
+    from mixzoo_plugins.dataset_dirs import offline
+
+    assert offline() == (os.environ.get("MIXZOO_OFFLINE", "") not in ("", "0"))
 
 
 # ------------------------------------------------------------------------------------------------- IDX files

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -129,3 +130,28 @@ def test_certify_and_a_linear_mix_take_an_npz_by_path(tmp_path):
         progress=False, options={"n_iter": 2, "n_restarts": 1, "n_target_classes": 1}, eps=0.001)
     card = MixCard.load(tmp_path / "m.toml")
     assert card.dataset == str(path) and card.data["n"] == 8 and card.data["source"].startswith("npz:")
+
+
+@pytest.mark.parametrize("cut", ["data_batch_3", "batches.meta"])
+def test_a_cifar_folder_with_a_truncated_file_is_refused_and_listed_missing(tmp_path, cut):
+    """A file of the other split cut short: the evaluation split is refused, naming it, and `fetch-list` does not
+    list it as present (every file of the folder is checked, not only the split's own batches)."""
+    from mixzoo.zoo.files import dataset_files, whole_pickle
+
+    write_cifar10(tmp_path)
+    path = tmp_path / "cifar-10-batches-py" / cut
+    assert whole_pickle(path)
+    path.write_bytes(path.read_bytes()[:path.stat().st_size * 2 // 3])  # a download cut off
+    assert not whole_pickle(path)
+    with pytest.raises(MissingFileError, match=f"cifar-10-batches-py/{cut} cut short"):
+        load_dataset("cifar10", "evaluation", root=str(tmp_path))
+    listed = {Path(f.path).name: f.present for f in dataset_files("cifar10", root=str(tmp_path))}
+    assert listed[cut] is False and listed["test_batch"] is True
+
+
+def test_a_cifar_batch_of_the_other_split_that_is_not_a_batch_is_refused(tmp_path):
+    write_cifar10(tmp_path)
+    with open(tmp_path / "cifar-10-batches-py" / "data_batch_2", "wb") as fh:
+        pickle.dump({"data": np.zeros((3, 5), dtype=np.uint8), "labels": [0, 1, 2]}, fh)
+    with pytest.raises(InputError, match="data_batch_2 is not a CIFAR batch"):
+        load_dataset("cifar10", "evaluation", root=str(tmp_path))

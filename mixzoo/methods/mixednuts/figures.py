@@ -172,14 +172,21 @@ class CurvePoints:
 
 
 def plot_tradeoff(report: Any, path: Path) -> None:
-    """Fig. 8 as ``tradeoff.png``: MixedNUTS over beta (the card's own beta starred) and the linear mixture over
-    alpha, each point labelled without overlap, the ABC and RBC alone; every point on the same images (one n, in
-    the title). A curve of an older report (clean accuracy on more images than robust) says both sizes."""
-    from mixzoo.core.figures import place_labels
+    """Fig. 8 as ``tradeoff.png`` (:func:`tradeoff_figure`)."""
+    fig = tradeoff_figure(report)
+    _save_png(fig, path)
+    _figure().close(fig)
+
+
+def tradeoff_figure(report: Any) -> Any:
+    """Fig. 8: MixedNUTS over beta (the card's own beta starred) and the linear mixture over alpha, each point
+    labelled without overlap, the ABC and RBC alone, both axes within 0-100 %; every point on the same images (one
+    n, in the title). A curve of an older report (clean accuracy on more images than robust) says both sizes."""
+    from mixzoo.core.figures import keep_within, place_labels
 
     plt = _figure()
     cur = report.curve
-    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    fig, ax = plt.subplots(figsize=(8.0, 5.6))
     nuts, lin = cur["mixednuts"], cur["linear"]
 
     def xy(r: dict[str, Any]) -> tuple[float, float]:
@@ -196,24 +203,24 @@ def plot_tradeoff(report: Any, path: Path) -> None:
              for role in ("abc", "rbc")]
     for r in (r for r, _ in bases if r is not None):
         ax.plot(*xy(r), "k^", ms=7, zorder=4)
+    keep_within(ax)
     fig.tight_layout()
     base_points = [xy(r) for r, _ in bases if r is not None]
-    place_labels(ax, [(*xy(r), name) for r, name in bases if r is not None], fontsize=8)
+    place_labels(ax, [(*xy(r), name) for r, name in bases if r is not None], fontsize=9)
     # the linear mix at alpha 1 is the RBC: its point carries the RBC's label
     everything = base_points + [xy(r) for r in nuts + lin]
-    place_labels(ax, [(*xy(r), f"{r['beta']:g}") for r in nuts], avoid=everything, fontsize=6.5, color="C0")
+    place_labels(ax, [(*xy(r), f"{r['beta']:g}") for r in nuts], avoid=everything, fontsize=7.5, color="C0")
     place_labels(ax, [(*xy(r), f"{r['alpha']:g}") for r in lin if xy(r) not in base_points], avoid=everything,
-                 fontsize=6.5, color="C1")
+                 fontsize=7.5, color="C1")
     ax.set_xlabel("clean accuracy %")
     kind = ", screening" if cur.get("screening") else ""
     ax.set_ylabel(f"robust accuracy % ({cur['attack']}{kind})")
     sizes = (f"n = {cur['n_robust']}" if cur["n_clean"] == cur["n_robust"] else
              f"clean n = {cur['n_clean']}, robust n = {cur['n_robust']}")
-    ax.set_title(f"Accuracy-robustness trade-off (Bai et al. 2024a, Fig. 8), {sizes}", fontsize=9)
+    ax.set_title(f"Accuracy-robustness trade-off (Bai et al. 2024a, Fig. 8), {sizes}", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    _save_png(fig, path)
-    plt.close(fig)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return fig
 
 
 def _report_row(report: Any, kind: str) -> dict[str, Any] | None:
@@ -290,6 +297,27 @@ def plot_margins(card: Any, margins: dict[str, Any], path: Path) -> None:
 
 
 def plot_objective(card: Any, path: Path) -> None:
+    """Fig. 9 as ``objective.png`` (:func:`objective_figure`)."""
+    fig = objective_figure(card)
+    _save_png(fig, path)
+    _figure().close(fig)
+
+
+def objective_range(shown: Any) -> tuple[float, float]:
+    """The colour scale of the feasible objectives ``shown`` (NaN where excluded): their least and largest, widened
+    by 0.05 on each side when they are all equal so that their colour is the scale's middle, (0, 1) when none is
+    feasible."""
+    import numpy as np
+
+    if not np.isfinite(shown).any():
+        return 0.0, 1.0
+    lo, hi = float(np.nanmin(shown)), float(np.nanmax(shown))
+    return (lo - 0.05, hi + 0.05) if hi - lo < 1e-12 else (lo, hi)
+
+
+def objective_figure(card: Any) -> Any:
+    """Fig. 9: the Algorithm 1 objective as s-c heat maps, one per p, points excluded by App. D.8.2 in grey, the
+    chosen point starred."""
     import numpy as np
 
     plt = _figure()
@@ -298,32 +326,35 @@ def plot_objective(card: Any, path: Path) -> None:
     s_vals, p_vals, c_vals = g["s_values"], g["p_values"], g["c_values"]
     cols = min(4, len(p_vals))
     rows = (len(p_vals) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.1 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.5 * rows), squeeze=False)
     fig.subplots_adjust(hspace=0.6, wspace=0.35, right=0.85)
     # objectives above 1 mark grid points excluded by the App. D.8.2 constraint: grey, outside the colour scale
     infeasible = obj > 1
     shown = np.where(infeasible, np.nan, obj)
-    vmin, vmax = (np.nanmin(shown), np.nanmax(shown)) if np.isfinite(shown).any() else (0.0, 1.0)
+    vmin, vmax = objective_range(shown)
     cmap = plt.get_cmap("viridis").with_extremes(bad="lightgrey")
     for j, p in enumerate(p_vals):
         ax = axes[j // cols][j % cols]
         im = ax.imshow(shown[:, j, :], origin="lower", aspect="auto", vmin=vmin, vmax=vmax, cmap=cmap)
-        ax.set_title(f"p = {p:.3g}", fontsize=9)
-        ax.set_xticks(range(len(c_vals)), [f"{c:.2g}" for c in c_vals], fontsize=6, rotation=90)
-        ax.set_yticks(range(len(s_vals)), [f"{s:.2g}" for s in s_vals], fontsize=6)
-        ax.set_xlabel("c", fontsize=8)
-        ax.set_ylabel("s", fontsize=8)
+        ax.set_title(f"p = {p:.3g}", fontsize=10)
+        ax.set_xticks(range(len(c_vals)), [f"{c:.2g}" for c in c_vals], fontsize=8, rotation=90)
+        ax.set_yticks(range(len(s_vals)), [f"{s:.2g}" for s in s_vals], fontsize=8)
+        ax.set_xlabel("c", fontsize=10)
+        ax.set_ylabel("s", fontsize=10)
         if abs(p - card.params["p"]) < 1e-9:
             si = int(np.argmin(np.abs(np.asarray(s_vals) - card.params["s"])))
             ci = int(np.argmin(np.abs(np.asarray(c_vals) - card.params["c"])))
-            ax.plot(ci, si, "r*", markersize=10)
+            ax.plot(ci, si, "r*", markersize=12)
     for k in range(len(p_vals), rows * cols):
         axes[k // cols][k % cols].axis("off")
-    fig.colorbar(im, cax=fig.add_axes((0.88, 0.15, 0.015, 0.7)), label="objective (share of clean mistakes kept)")
+    bar = fig.colorbar(im, cax=fig.add_axes((0.88, 0.15, 0.015, 0.7)), label="objective (share of clean mistakes kept)")
+    bar.ax.tick_params(labelsize=8)
     excluded = " grey = excluded by App. D.8.2;" if infeasible.any() else ""
-    fig.suptitle(f"Algorithm 1 objective over the grid (Bai et al. 2024a, Fig. 9);{excluded} red star = chosen")
-    _save_png(fig, path)
-    plt.close(fig)
+    feasible = shown[np.isfinite(shown)]
+    same = f" every feasible point {feasible[0]:.3g};" if feasible.size and np.ptp(feasible) == 0 else ""
+    fig.suptitle(f"Algorithm 1 objective over the grid (Bai et al. 2024a, Fig. 9);{excluded}{same} red star ="
+                 " chosen")
+    return fig
 
 
 def figures(report: Any, card: Any, stage: Path, *, prefix: str = "", data: dict[str, Any] | None = None

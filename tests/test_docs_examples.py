@@ -1,0 +1,126 @@
+"""Every code block of README.md and docs/ that a user would run is run here, on the CPU, as written.
+
+A block a user runs is fenced ```bash or ```python. Each one either runs here, in a fresh folder (one cache for all),
+or is preceded by ``<!-- not run: REASON -->`` saying why not (a GPU, a download, an upload, an hour of CPU). Sizes
+are made small only through the variables a block itself sets on a line of its own (``N=200`` in bash,
+``N = 200`` in Python; :data:`SMALL`), so what runs is what the reader sees. A block fenced without a language
+(or ``text``) is output or a formula and must hold no command. tests/test_docs.py parses every `mixzoo` command
+against the CLI and checks every cited path; this file runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+RUN_LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python"}
+SMALL = {"N": "20"}  # the documented size variables and the values the test gives them
+NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->\s*$")
+COMMAND_START = re.compile(r"^\s*(mixzoo|pip|make|torchrun|srun|python|import|from \S+ import)\b")
+
+
+@dataclass(frozen=True)
+class Block:
+    doc: str
+    line: int
+    lang: str  # "bash", "python" or "" (output, formulas)
+    body: str
+    not_run: str | None  # the reason given in the marker before the block, None when it runs
+
+    @property
+    def id(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+
+def blocks(path: Path) -> list[Block]:
+    """The fenced blocks of ``path``, each with the `not run` reason of the line just before it (blank lines
+    between allowed)."""
+    text = path.read_text()
+    found = []
+    for m in re.finditer(r"^```([^\n]*)\n(.*?)^```", text, flags=re.S | re.M):
+        before = [ln for ln in text[:m.start()].splitlines() if ln.strip()]
+        marker = NOT_RUN.search(before[-1]) if before else None
+        found.append(Block(path.relative_to(ROOT).as_posix(), text[:m.start()].count("\n") + 1,
+                           RUN_LANGS.get(m.group(1).strip().split(" ")[0], ""), m.group(2),
+                           marker.group("reason") if marker else None))
+    return found
+
+
+ALL = [b for doc in DOCS for b in blocks(doc)]
+RUNNABLE = [b for b in ALL if b.lang and b.not_run is None]
+
+
+def small(block: Block) -> str:
+    """The block with each :data:`SMALL` variable it sets given the small value (the assignment line only)."""
+    body = block.body
+    for name, value in SMALL.items():
+        assign = f"{name}=" if block.lang == "bash" else f"{name} = "
+        body = re.sub(rf"^{re.escape(assign)}\S+(?=[ \t]*(#.*)?$)", assign + value, body, flags=re.M)
+    return body
+
+
+def test_every_command_block_says_its_language():
+    """A block holding a command is fenced bash or python, so this file sees it."""
+    bad = [b.id for b in ALL if not b.lang and any(COMMAND_START.match(ln) for ln in b.body.splitlines())]
+    assert not bad, f"blocks with commands but no bash/python fence: {bad}"
+
+
+def test_every_block_not_run_gives_a_reason():
+    markers = [(b.id, b.not_run) for b in ALL if b.not_run is not None]
+    assert all(reason for _, reason in markers), [m for m in markers if not m[1]]
+    untagged = [b.id for b in ALL if b.not_run is not None and not b.lang]
+    assert not untagged, f"a `not run` marker before a block that is not bash/python: {untagged}"
+    for doc in DOCS:  # a marker that does not stand before a block
+        text = doc.read_text()
+        for m in re.finditer(r"<!--\s*not run:.*?-->", text):
+            after = text[m.end():].lstrip("\n")
+            assert after.startswith("```"), f"{doc.name}: a `not run` marker not followed by a block: {m.group(0)}"
+
+
+def test_the_quick_starts_run():
+    """The README's quick start (CLI and Python) and the home page's first steps are among the blocks run."""
+    ids = {b.doc for b in RUNNABLE}
+    assert {"README.md", "docs/index.md"} <= ids, ids
+    readme = [b for b in RUNNABLE if b.doc == "README.md"]
+    assert {"bash", "python"} <= {b.lang for b in readme}
+    assert any("mixzoo bench" in b.body for b in readme)
+
+
+def test_small_sizes_only_through_the_block_s_variables():
+    """The substitution touches the assignment of a documented variable and nothing else."""
+    block = Block("x.md", 1, "bash", "N=200   # images\nmixzoo bench card.toml --n $N --out bench/\nNN=200\n", None)
+    assert small(block) == "N=20   # images\nmixzoo bench card.toml --n $N --out bench/\nNN=200\n"
+    py = Block("x.md", 1, "python", "N = 200\nreport = bench('card.toml', n=N)\nM = 200\n", None)
+    assert small(py) == "N = 20\nreport = bench('card.toml', n=N)\nM = 200\n"
+    big = [b.id for b in RUNNABLE if re.search(r"--n \d+|\bn=\d+", b.body)]
+    assert not big, f"blocks run here with a literal size instead of N: {big}"
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the blocks of this file, as a reader's machine has: the quick start in Python after the one
+    on the command line finds its calibration attack and rows there."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
+def test_block_runs(block: Block, tmp_path: Path, shared_cache: Path) -> None:
+    """The block, in a fresh folder, on the CPU, with the small sizes: it exits 0."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "MIXZOO_CACHE": str(shared_cache), "MIXZOO_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = ["bash", "-euo", "pipefail", "-c", small(block)] if block.lang == "bash" else [
+        sys.executable, "-c", small(block)]
+    done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=850)
+    assert done.returncode == 0, f"{block.id} failed:\n{(done.stdout + done.stderr)[-3000:]}"
