@@ -24,7 +24,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUN_LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python"}
 SMALL = {"N": "20"}  # the documented size variables and the values the test gives them
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->\s*$")
-COMMAND_START = re.compile(r"^\s*(mixzoo|pip|make|torchrun|srun|python|import|from \S+ import)\b")
+COMMAND_START = re.compile(r"^\s*(mixzoo|pip|make|torchrun|srun|python|import|from \S+ import)(?=\s|$)")
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,9 @@ DEPRECATIONS: dict[str, Deprecation] = {
         "Linear.match(..., attack=..., eps=..., ...)", "a request: Linear.match(abc, rbc, images, labels, target,"
         " mixzoo.core.request.EvalRequest(...))", "0.3",
         (("mixzoo.methods.linear", "mixzoo.deprecated.calls:attach_linear"),)),
+    "calibrate-alpha-linear": Deprecation(
+        "mixzoo.methods.mixednuts.calibrate.calibrate_alpha_linear", "mixzoo.methods.linear.calibrate_alpha_linear",
+        "0.3", (("mixzoo.methods.mixednuts.calibrate", "mixzoo.deprecated.contracts:attach_calibrate"),)),
     "method-option": Deprecation(
         "mixzoo.methods.MethodOption", "mixzoo.core.options.OptionSpec(help, type, default) (the default is filled"
         " in) or OptionSpec(help, type, default_note=...) (shown, not filled)", "0.3",

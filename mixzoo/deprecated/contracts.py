@@ -66,3 +66,16 @@ def attach_tables(tables: types.ModuleType) -> None:
     """The table of methods adapts a third party's methods (:func:`mixzoo.deprecated.methods.adapt_method`,
     imported when the table is first built: it imports the method contract, and torch with it)."""
     tables.KINDS["method"] = dataclasses.replace(tables.KINDS["method"], adapt="mixzoo.deprecated.methods:adapt_method")
+
+
+def attach_calibrate(calibrate: types.ModuleType) -> None:
+    """``calibrate_alpha_linear`` read from Algorithm 1's module: the linear method's function, with a warning."""
+    entry = DEPRECATIONS["calibrate-alpha-linear"]
+
+    def __getattr__(name: str) -> Any:
+        if name != "calibrate_alpha_linear":
+            raise AttributeError(f"module {calibrate.__name__!r} has no attribute {name!r}")
+        entry.warn()
+        return importlib.import_module("mixzoo.methods.linear").calibrate_alpha_linear
+
+    calibrate.__getattr__ = __getattr__

@@ -43,7 +43,6 @@ Speed: :mod:`mixzoo.methods.mixednuts.calibration_problem` (the margins of every
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -265,16 +264,3 @@ def _model_info(m: Any) -> dict[str, Any]:
     if isinstance(m, BaseClassifier):
         return {"name": m.name, "weight_hash": m.weight_hash}
     return {"name": type(m).__name__, "weight_hash": weight_hash(m)}
-
-
-
-def __getattr__(name: str) -> Any:
-    """``calibrate_alpha_linear`` is the linear method's (:func:`mixzoo.methods.linear.calibrate_alpha_linear`): read
-    here it warns and gives that function, until mixzoo 0.3."""
-    if name == "calibrate_alpha_linear":
-        from mixzoo.core.moved import REMOVED_IN
-
-        warnings.warn(f"{__name__}.{name} is deprecated and will be removed in mixzoo {REMOVED_IN}; use"
-                      f" mixzoo.methods.linear.{name}", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module("mixzoo.methods.linear"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
