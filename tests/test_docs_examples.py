@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUN_LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python"}
 SMALL = {"N": "20"}  # the documented size variables and the values the test gives them
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.M)  # mkdocs snippets: a file included whole
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->\s*$")
 COMMAND_START = re.compile(r"^\s*(mixzoo|pip|make|torchrun|srun|python|import|from \S+ import)(?=\s|$)")
 
@@ -48,9 +49,14 @@ def blocks(path: Path) -> list[Block]:
     for m in re.finditer(r"^```([^\n]*)\n(.*?)^```", text, flags=re.S | re.M):
         before = [ln for ln in text[:m.start()].splitlines() if ln.strip()]
         marker = NOT_RUN.search(before[-1]) if before else None
+        reason = marker.group("reason") if marker else None
+        included = SNIPPET.findall(m.group(2))
+        lang = RUN_LANGS.get(m.group(1).strip().split(" ")[0], "")
+        if lang and included and not SNIPPET.sub("", m.group(2)).strip():  # a file shown whole: it runs where it is
+            assert all((ROOT / f).is_file() for f in included), f"{path}: a block includes a missing file {included}"
+            reason = reason or f"{', '.join(included)}: a file of a package whose own tests run it"
         found.append(Block(path.relative_to(ROOT).as_posix(), text[:m.start()].count("\n") + 1,
-                           RUN_LANGS.get(m.group(1).strip().split(" ")[0], ""), m.group(2),
-                           marker.group("reason") if marker else None))
+                           lang, m.group(2), reason))
     return found
 
 

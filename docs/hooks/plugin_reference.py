@@ -150,7 +150,7 @@ def hooks_page() -> str:
         kind = "resolves: the first non-`None` answer wins" if opts.get("firstresult") else \
             "collects: every plugin's answer is merged"
         args = ", ".join(f"{p.name}: {_ann(p.annotation)}" for p in sig.parameters.values())
-        out += [f"## `{name}`", "", "```python", f"def {name}({args}) -> {_ann(sig.return_annotation)}", "```", "",
+        out += [f"## `{name}`", "", "<!-- not run: the hook's signature -->", "```python", f"def {name}({args}) -> {_ann(sig.return_annotation)}", "```", "",
                 f"*{kind}.*", ""]
         if sig.parameters:
             out += ["| argument | type |", "|---|---|"]
