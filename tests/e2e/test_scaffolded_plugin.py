@@ -1,9 +1,10 @@
 """A package from ``mixzoo new-plugin`` (:func:`mixzoo.scaffold.new_plugin`), really installed: ``.ci/plugin-check``
-run against a THROWAWAY virtual environment (``python -m venv --without-pip``, this environment's
-site-packages added as site dirs by a ``.pth`` file for torch and the other dependencies, the package installed
-with ``pip --python VENV install --no-deps --no-build-isolation -e``); this environment is never changed. The script scaffolds the package,
-installs it, runs its tests, then ``mixzoo plugins``, ``mix`` (its model, clamp, optimizer and method), ``bench
---budget quick --n 8`` and ``sanity`` with its attack, and its command, as CI does after the wheel check."""
+run against a THROWAWAY virtual environment (``python -m venv --without-pip``, this environment's site-packages
+added as site dirs by a ``.pth`` file for torch and the other dependencies, the package installed with ``pip
+--python VENV install --no-deps --no-build-isolation -e``); this environment is never changed. The script
+scaffolds the package, installs it, runs its tests, then ``mixzoo plugins``, ``mix`` (its model, clamp, optimizer
+and method), ``bench --budget quick --n 8`` and ``sanity`` with its attack, and its command, as CI does after the
+wheel check."""
 
 from __future__ import annotations
 
