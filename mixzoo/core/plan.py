@@ -13,6 +13,7 @@ cached.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -83,6 +84,16 @@ def per_image(run: Callable[[int], Any], n: int, k: int = 4, *, batch: int | Non
     return per_image_cut(lambda m, f: run(m), n, (1.0, 1.0), k, batch=batch)
 
 
+PROBE_SHARE = 0.15  # an attack's probe: this share of the run's images (early stopping then shows in it) ...
+PROBE_MIN = 8  # ... and at least this many
+
+
+def probe_images(n: int) -> int:
+    """How many of a run's ``n`` images a probe of an attack that stops early times: :data:`PROBE_SHARE` of them,
+    at least :data:`PROBE_MIN` (at most ``n``), so the probe's share of examples broken at once is the run's."""
+    return max(1, min(n, max(PROBE_MIN, math.ceil(round(PROBE_SHARE * n, 9)))))
+
+
 def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[float, float], k: int = 4, *,
                   batch: int | None = None) -> float:
     """Seconds per image of the whole work on ``n`` images in calls of ``batch`` images (``None``: one call), from
@@ -111,7 +122,8 @@ def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[flo
     return whole * (1.0 - share) / k + whole * share * min(calls, n) / max(1, n)
 
 
-__all__ = ["LONG_WORK_S", "Phase", "Plan", "make_plan", "per_image", "per_image_cut", "planned_work", "show_plan"]
+__all__ = ["LONG_WORK_S", "PROBE_MIN", "PROBE_SHARE", "Phase", "Plan", "make_plan", "per_image", "per_image_cut",
+           "planned_work", "probe_images", "show_plan"]
 
 
 def make_plan(build: Callable[[], Plan], command: str, *, dry_run: bool, wanted: bool = True) -> Plan:

@@ -20,9 +20,9 @@ from mixzoo.attacks.result import Outcome
 from mixzoo.attacks.runner import cached_examples, cached_outcome, evaluate
 from mixzoo.core.budget import LINEAR_COUNTS, scaled_counts
 from mixzoo.core.cache import Cache
-from mixzoo.core.plan import Plan, per_image_cut
+from mixzoo.core.plan import Plan, per_image_cut, probe_images
 from mixzoo.core.record import RunRecord
-from mixzoo.core.request import EvalRequest
+from mixzoo.core.request import EvalRequest, ReportRequest
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.job import BenchJob, CurveSettings, MatchSettings, Step, budgeted, sweep_steps
 from mixzoo.evaluation.loading import (
@@ -41,6 +41,7 @@ from mixzoo.methods.base import baseline_method
 
 MATCH_STEPS = 6  # the baseline's bisection over its alpha grid: about log2(51) evaluations
 FRACTIONS = (0.1, 0.2)  # the probes' cuts of each iteration / query count
+MIN_CUT = 5  # the fewest iterations a cut keeps: fewer do not show how the attack stops early (timed whole then)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ class Probes:
             else:
                 last["ev"] = Outcome.of(evaluate(target, images, labels, cut))
 
-        sec = per_image_cut(run, self.n, _fractions(attack, options), batch=self.s.batch_size)
+        sec = per_image_cut(run, self.n, _fractions(attack, options), probe_images(self.n),
+                            batch=self.s.batch_size)
         ev = last["ev"]
         names = {e.name for e, _ in declared}
         share = sum(c["seconds"] for c in ev.components if c["name"] in names) / ev.seconds \
@@ -162,15 +164,15 @@ class Probes:
 
 def _fractions(attack: str, options: dict[str, Any]) -> tuple[float, float]:
     """:data:`FRACTIONS` as the cut counts make them (rounded up): those of the attack's largest iteration count
-    (``(1, 1)``, no cut, for an attack without one or with one too small to cut twice)."""
+    (``(1, 1)``, no cut, for an attack without one or with one too small to cut to :data:`MIN_CUT` and more)."""
     full = scaled_counts(attack, options, 1.0)
     counted = [(v, k) for k, v in full.items() if any(k == c or k.endswith("_" + c) for c in LINEAR_COUNTS)
                and isinstance(v, int) and not isinstance(v, bool) and v > 0 and k not in ("n_queries",)]
     if not counted:
         return (1.0, 1.0)
     value, key = max(counted)
-    f1, f2 = (scaled_counts(attack, options, f)[key] / value for f in FRACTIONS)
-    return (f1, f2) if f1 < f2 else (1.0, 1.0)  # counts too small to cut twice: timed whole
+    c1, c2 = (scaled_counts(attack, options, f)[key] for f in FRACTIONS)
+    return (c1 / value, c2 / value) if MIN_CUT <= c1 < c2 else (1.0, 1.0)  # counts too small to cut: timed whole
 
 
 def _cached_text(shared: int, n: int, extras_cached: bool, what: str = "") -> str:
@@ -277,15 +279,45 @@ def _plan_baseline(plan: Plan, p: Probes, step: Step) -> bool:
 
 def _plan_curve(plan: Plan, p: Probes, step: Step) -> bool:
     """The first card's trade-off curve: as many classifiers as the job's curve attacks (:attr:`Step.points`),
-    each under the curve's attack alone (never the card's extra attacks)."""
-    curve = p.job.curve
+    each under the curve's attack alone (never the card's extra attacks), plus what the method says its curve
+    computes beyond them (:meth:`~mixzoo.methods.MixingMethod.curve_setup_seconds`); nothing when the cache holds the
+    whole curve (replayed from the cache as the bench would compute it: nothing attacked or written)."""
+    curve, method = p.job.curve, step.card.mixing_method
     curve_n = min(curve.n, p.n)
+    count = f"{step.points} classifiers" if step.points else "the method's points"
+    request = _curve_request(p)
+    args = (step.card, p.ce.abc, p.ce.rbc, p.ce.data, request)
+    setup = method.curve_setup_seconds(*args)
+    if setup == 0.0 and _curve_cached(method, args):
+        plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images, cached", 0.0)
+        return True
     sec = p.cost(curve.attack, curve.options, p.ce.eps, card=step.card, extra_attacks=False).total \
         if step.points else None
-    count = f"{step.points} classifiers" if step.points else "the method's points"
-    plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images",
-             None if sec is None else step.points * sec * curve_n)
+    plus = f" + {method.title or method.name}'s own work on it (~{setup:.0f} s)" if setup else ""
+    plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images{plus}",
+             None if sec is None else step.points * sec * curve_n + setup)
     return False
+
+
+def _curve_request(p: Probes) -> ReportRequest:
+    """The curve's request as the bench makes it (its attack, float32, drawing per example; the run's cache)."""
+    curve, s = p.job.curve, p.s
+    evaluation = p.request.replace(save_adversarial=False, precision="float32", per_example_seeds=True,
+                                   attack=curve.attack, attack_options=curve.options)
+    return ReportRequest(evaluation, data_dir=s.data_dir, device=s.device, n=curve.n, points=curve.points)
+
+
+def _curve_cached(method: Any, args: tuple[Any, ...]) -> bool:
+    """Whether the cache holds every attack of the method's curve (the curve replayed under
+    :func:`~mixzoo.attacks.runner.cache_only`)."""
+    from mixzoo.attacks.runner import NotCached, cache_only
+
+    try:
+        with cache_only():
+            method.tradeoff_curve(*args)
+    except NotCached:
+        return False
+    return True
 
 
 _PLANNERS = {"abc": _plan_model, "rbc": _plan_model, "card": _plan_card, "baseline": _plan_baseline,

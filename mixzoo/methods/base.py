@@ -225,6 +225,14 @@ class MixingMethod:
         total = self.curve_points
         return total if total is None or points is None else len(curve_points(tuple(range(total)), points))
 
+    def curve_setup_seconds(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
+                            ) -> float:
+        """Seconds :meth:`tradeoff_curve` spends with ``request`` beyond attacking its :meth:`curve_size` points (data
+        it computes once, e.g. on the calibration split), for the bench's plan: estimated without any uncached heavy
+        work (``--dry-run`` answers in seconds), ``0.0`` when the cache holds it (the plan then replays the curve from
+        the cache, so it must then compute nothing but its points' attacks). Default ``0.0``."""
+        return 0.0
+
     def figure_data(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
                     ) -> dict[str, Any] | None:
         """What :meth:`figures` will plot for ``card`` beyond the report's rows, card and curve, computed during the
