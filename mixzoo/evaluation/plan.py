@@ -3,8 +3,10 @@ and curve points, each phase estimated from the real attack timed on a few evalu
 settings' budget applied as the commands apply it (:func:`~mixzoo.evaluation.job.budgeted`); the bench's plan
 estimates the bench's own work list (:class:`~mixzoo.evaluation.job.BenchJob`).
 
-A probe times the attack cut to a tenth and a fifth of its iteration and query counts (APGD's and Square's time is
-linear in them) and extrapolates to the full counts (:func:`~mixzoo.core.plan.per_image_cut`). A row counts only the
+A probe times the attack on a share of the run's images (:func:`~mixzoo.core.plan.probe_images`: the share broken at
+once is the run's) cut to three evenly spaced fractions of its iteration and query counts, and extrapolates to the
+full counts with the steps' decay (fewer examples attacked as they break; :func:`~mixzoo.core.plan.per_image_cut`);
+an attack with too few iterations to cut is timed whole. A row counts only the
 examples whose outcomes the cache does not hold (:func:`~mixzoo.attacks.runner.cached_examples`: the same cache keys
 the run reads); a row the cache holds whole is not probed at all."""
 
@@ -40,7 +42,7 @@ from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card, extra_
 from mixzoo.methods.base import baseline_method
 
 MATCH_STEPS = 6  # the baseline's bisection over its alpha grid: about log2(51) evaluations
-FRACTIONS = (0.1, 0.2)  # the probes' cuts of each iteration / query count
+FRACTIONS = (0.05, 0.1, 0.15)  # the probes' cuts of each iteration / query count, evenly spaced
 MIN_CUT = 5  # the fewest iterations a cut keeps: fewer do not show how the attack stops early (timed whole then)
 
 
@@ -162,7 +164,7 @@ class Probes:
         return alpha
 
 
-def _fractions(attack: str, options: dict[str, Any]) -> tuple[float, float]:
+def _fractions(attack: str, options: dict[str, Any]) -> tuple[float, ...]:
     """:data:`FRACTIONS` as the cut counts make them (rounded up): those of the attack's largest iteration count
     (``(1, 1)``, no cut, for an attack without one or with one too small to cut to :data:`MIN_CUT` and more)."""
     full = scaled_counts(attack, options, 1.0)
@@ -171,8 +173,9 @@ def _fractions(attack: str, options: dict[str, Any]) -> tuple[float, float]:
     if not counted:
         return (1.0, 1.0)
     value, key = max(counted)
-    c1, c2 = (scaled_counts(attack, options, f)[key] for f in FRACTIONS)
-    return (c1 / value, c2 / value) if MIN_CUT <= c1 < c2 else (1.0, 1.0)  # counts too small to cut: timed whole
+    cuts = [scaled_counts(attack, options, f)[key] for f in FRACTIONS]
+    ok = MIN_CUT <= cuts[0] and all(a < b for a, b in zip(cuts, cuts[1:], strict=False))
+    return tuple(c / value for c in cuts) if ok else (1.0, 1.0)  # counts too small to cut: timed whole
 
 
 def _cached_text(shared: int, n: int, extras_cached: bool, what: str = "") -> str:
@@ -211,17 +214,15 @@ def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: Matc
     any_cached = False
     for step in job.steps():
         if step.kind == "report":
-            figures = (" and figures (a method's figures may need its calibration data: cached by `mixzoo mix` on "
-                       "this machine)") if plots else ""
-            plan.add("report", f"report.json, report.md{figures}", None)
+            _plan_report(plan, p, plots)
         else:
             any_cached |= _PLANNERS[step.kind](plan, p, step)
     if p.s.attack_options.get("n_iter") is None:
         plan.notes.append("attacks stop on an example once it is broken, so the estimate follows the sample's "
                           "robust share")
     if any_cached:
-        plan.notes.append("a matched baseline's search counts as cached only when the cache holds all of it; the "
-                          "trade-off curve is estimated as if nothing were cached")
+        plan.notes.append("a matched baseline's search and the trade-off curve count as cached only when the cache "
+                          "holds all of them")
     return plan
 
 
@@ -262,11 +263,13 @@ def _plan_baseline(plan: Plan, p: Probes, step: Step) -> bool:
     search = f"{step.card.mixing_method.title or step.card.method} and about {MATCH_STEPS} alphas under " \
              f"{baseline.attack} on {match_n} images"
     alpha = p.matched_alpha(baseline)
-    if alpha is None:  # its row's cost: the card's, as the baseline's alpha is not known yet
-        sec = p.cost(baseline.attack, baseline.options, ce.eps, card=lin.card_at(0.9, step.card)).total
-        card_sec = p.cost(s.attack, s.attack_options, ce.eps, card=step.card).total
+    if alpha is None:  # the card under the matching attack, the alphas tried, then a linear card's row
+        lin_card = lin.card_at(0.9, step.card)
+        card_sec = p.cost(baseline.attack, baseline.options, ce.eps, card=step.card).total
+        sec = p.cost(baseline.attack, baseline.options, ce.eps, card=lin_card).total
+        row_sec = p.cost(s.attack, s.attack_options, ce.eps, card=lin_card).total
         plan.add(f"matched {lin.title}", f"{search}, then its row: {_attack_text(p)} on {n} images",
-                 (MATCH_STEPS + 1) * sec * match_n + card_sec * n)
+                 (card_sec + MATCH_STEPS * sec) * match_n + row_sec * n)
         return False
     lin_card = lin.card_at(alpha, step.card)
     sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(lin_card, ce.abc, ce.rbc, ce.data)),
@@ -280,14 +283,14 @@ def _plan_baseline(plan: Plan, p: Probes, step: Step) -> bool:
 def _plan_curve(plan: Plan, p: Probes, step: Step) -> bool:
     """The first card's trade-off curve: as many classifiers as the job's curve attacks (:attr:`Step.points`),
     each under the curve's attack alone (never the card's extra attacks), plus what the method says its curve
-    computes beyond them (:meth:`~mixzoo.methods.MixingMethod.curve_setup_seconds`); nothing when the cache holds the
+    computes beyond them (:meth:`~mixzoo.methods.MixingMethod.report_data_seconds`); nothing when the cache holds the
     whole curve (replayed from the cache as the bench would compute it: nothing attacked or written)."""
     curve, method = p.job.curve, step.card.mixing_method
     curve_n = min(curve.n, p.n)
     count = f"{step.points} classifiers" if step.points else "the method's points"
     request = _curve_request(p)
     args = (step.card, p.ce.abc, p.ce.rbc, p.ce.data, request)
-    setup = method.curve_setup_seconds(*args)
+    setup = method.report_data_seconds(*args)
     if setup == 0.0 and _curve_cached(method, args):
         plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images, cached", 0.0)
         return True
@@ -320,6 +323,21 @@ def _curve_cached(method: Any, args: tuple[Any, ...]) -> bool:
     return True
 
 
+def _plan_report(plan: Plan, p: Probes, plots: bool) -> None:
+    """The report: with figures, the data each card's method computes for them
+    (:meth:`~mixzoo.methods.MixingMethod.report_data_seconds`; the first card's found cached after its curve)."""
+    if not plots:
+        plan.add("report", "report.json, report.md", None)
+        return
+    cards = p.job.cards[1:] if p.job.curve is not None else p.job.cards
+    request = _curve_request(p) if p.job.curve is not None else ReportRequest(
+        p.request.replace(save_adversarial=False, precision="float32", per_example_seeds=True),
+        data_dir=p.s.data_dir, device=p.s.device, n=p.s.n)
+    data = sum(c.mixing_method.report_data_seconds(c, p.ce.abc, p.ce.rbc, p.ce.data, request) for c in cards)
+    plan.add("report", "report.json, report.md and figures" + (f" (their data ~{data:.0f} s; drawing not timed)"
+                                                               if data else " (drawing not timed)"), data or None)
+
+
 _PLANNERS = {"abc": _plan_model, "rbc": _plan_model, "card": _plan_card, "baseline": _plan_baseline,
              "curve": _plan_curve}
 
@@ -348,11 +366,12 @@ def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[f
         if step.kind == "match":
             alpha = p.matched_alpha(match)
             sec = 0.0 if alpha is not None else \
+                p.cost(match.attack, match.options, ce.eps, card=ce.card).total + MATCH_STEPS * \
                 p.cost(match.attack, match.options, ce.eps, card=lin.card_at(0.9, ce.card)).total
             plan.add(f"matched {lin.title} alpha", f"about {MATCH_STEPS} alphas under {match.attack} on "
                                                    f"{min(match.n, n)} images"
                                                    f"{'' if alpha is None else f' (cached: {alpha:.2f})'}",
-                     (MATCH_STEPS + 1) * sec * min(match.n, n))
+                     sec * min(match.n, n))
         elif step.kind == "baseline":
             rows.append((lin.title, lin.card_at(0.9 if alpha is None else alpha, ce.card), None))
         elif step.kind == "card":

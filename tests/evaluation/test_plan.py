@@ -55,10 +55,9 @@ def test_the_sanity_plan_applies_the_budget_as_the_sweep_does(digits_card, monke
     assert "about 6 alphas under adaptive-apgd on 100 images" in plan.phases[0].what
     seen.clear()
     plan = plan_module.plan_sanity(str(digits_card), n=120, radii=[0.1], budget="standard", cache_dir=tmp_path)
-    # standard caps nothing: the probes cut APGD's own 100 iterations (to 10 and 20) and time the matching attack's
-    # 25 whole (a tenth of them is under MIN_CUT); its baseline on all 120
-    assert {10, 20} <= _n_iters(seen) and 100 not in _n_iters(seen), seen
-    assert max(_n_iters(seen)) < plan_module.MIN_CUT / plan_module.FRACTIONS[0]
+    # standard caps nothing: the probes cut APGD's own 100 iterations to FRACTIONS of them and time the matching
+    # attack's 25 whole (cut, they would be under MIN_CUT); its baseline on all 120
+    assert {round(100 * f) for f in plan_module.FRACTIONS} | {25} <= _n_iters(seen), seen
     assert "on 120 images" in plan.phases[0].what
 
 
@@ -73,7 +72,7 @@ def test_the_bench_plan_applies_the_budget_to_the_declared_attacks(digits_card, 
 def test_probes_time_cut_iteration_counts(digits_card, monkeypatch, tmp_path):
     seen = _seen_options(monkeypatch)
     plan = plan_bench(str(digits_card), n=8, attack="apgd", baseline=None, curve=None, cache_dir=tmp_path)
-    assert _n_iters(seen) == {10, 20}, seen  # a tenth and a fifth of APGD's 100 iterations, never all of them
+    assert _n_iters(seen) == {round(100 * f) for f in plan_module.FRACTIONS}, seen  # cuts of APGD's 100, never all
     assert all(p.seconds > 0 for p in plan.phases[:3])
 
 
@@ -102,6 +101,37 @@ def test_a_calls_fixed_share_is_counted_once_per_call_of_the_run(monkeypatch):
     assert abs(core_plan.per_image_cut(run, 8, (0.1, 0.2)) * 8 - (2.0 + 8.0)) < 1e-9  # one call on 8 images
     assert abs(core_plan.per_image_cut(run, 100, (0.1, 0.2), batch=25) * 100 - (4 * 2.0 + 100.0)) < 1e-9
     assert abs(core_plan.per_image(lambda k: run(k, 1.0), 16) * 16 - 18.0) < 1e-9
+
+
+def test_three_cuts_extrapolate_the_decay_of_an_attack_that_stops_early(monkeypatch):
+    import mixzoo.core.plan as core_plan
+
+    clock = [0.0]
+    monkeypatch.setattr(core_plan.time, "perf_counter", lambda: clock[0])
+    q, h = 0.5, 0.1
+
+    def run(k, f):  # 1 s fixed per image, then each step of h costs q times the step before (examples break)
+        steps = round(f / h)
+        clock[0] += k * (1.0 + sum(q ** j for j in range(steps)))
+
+    expected = 1.0 + sum(q ** j for j in range(round(1 / h)))
+    assert abs(core_plan.per_image_cut(run, 4, (0.1, 0.2, 0.3)) - expected) < 1e-9
+    linear = core_plan.per_image_cut(run, 4, (0.2, 0.3))  # two cuts: the line, as if no example broke
+    assert linear > expected * 1.5
+
+
+def test_a_share_of_images_scales_a_calls_time_as_it_grows(monkeypatch):
+    import mixzoo.core.plan as core_plan
+
+    clock = [0.0]
+    monkeypatch.setattr(core_plan.time, "perf_counter", lambda: clock[0])
+
+    def run(k, f):  # a call's time grows as the square root of its images (vectorised batches)
+        clock[0] += f * 3.0 * k ** 0.5
+
+    k = 2 * core_plan.PROBE_MIN
+    assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0), k) * 100 - 3.0 * 100 ** 0.5) < 1e-9
+    assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0), k, batch=25) * 100 - 4 * 3.0 * 25 ** 0.5) < 1e-9
 
 
 TINY_MATCH = MatchSettings(attack="apgd", options={"n_iter": 2, "n_target_classes": 1}, n=10)
@@ -199,6 +229,6 @@ def test_the_methods_curve_setup_is_nothing_once_its_calibration_data_are_cached
     record = plan_module.RunRecord.from_settings(RunSettings(n=10), eps=ce.eps, norm=ce.norm, precision="float32")
     request = ReportRequest(EvalRequest(record, cache, progress=False), n=10)
     args = (card, ce.abc, ce.rbc, ce.data, request)
-    assert card.mixing_method.curve_setup_seconds(*args) > 0  # MMAA on the calibration images, timed
+    assert card.mixing_method.report_data_seconds(*args) > 0  # MMAA on the calibration images, timed
     calibration_data_for(card, ce.rbc, request, at_most=len(ce.data.labels))  # what the curve computes first
-    assert card.mixing_method.curve_setup_seconds(*args) == 0.0
+    assert card.mixing_method.report_data_seconds(*args) == 0.0

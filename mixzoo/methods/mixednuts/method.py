@@ -175,11 +175,12 @@ class MixedNUTS(MixingMethod):
         betas = {*curve_points(DEFAULT_BETAS, points), *((float(own),) if isinstance(own, int | float) else ())}
         return len(betas) + len(curve_points(DEFAULT_LINEAR_ALPHAS, points)) + 1
 
-    def curve_setup_seconds(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
+    def report_data_seconds(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
                             ) -> float:
-        """The curve's calibration data where the cache does not hold them (:func:`.figures.calibration_data_for`:
-        MMAA, App. B.1, on the calibration images it recalibrates each beta on): MMAA timed on a few of them with the
-        cache off; ``0.0`` when cached (Algorithm 1 per beta is milliseconds next to a point's attack)."""
+        """The calibration data of the curve and Fig. 6 where the cache does not hold them
+        (:func:`.figures.calibration_data_for`: MMAA, App. B.1, on the calibration images the curve recalibrates each
+        beta on): MMAA timed on a few of them with the cache off; ``0.0`` when cached (Algorithm 1 per beta is
+        milliseconds next to a point's attack)."""
         from mixzoo.core.cache import Cache
         from mixzoo.core.plan import per_image
         from mixzoo.methods.mixednuts.calibration_data import MIN_FIGURE_CALIBRATION, cached_mmaa, mmaa_of_card
