@@ -89,6 +89,11 @@ def case(name: str, args: list[str], cwd: Path) -> dict[str, Any]:
     real_timed = sum(t for _, t in timed)
     out["ratio_estimated_phases"] = round(sum(e for e, _ in timed) / real_timed, 2) if real_timed > 0 else None
     out["not_estimated_s"] = round(sum(p["real_s"] for p in out["phases"] if p["estimate_s"] is None), 2)
+    if not out["within_target"] and ratio is not None:  # by how much, and the phases that make the gap (measured)
+        bound = TARGET[1] if ratio > TARGET[1] else TARGET[0]
+        gaps = sorted(out["phases"], key=lambda p: -abs((p["estimate_s"] or 0.0) - p["real_s"]))
+        out["miss"] = {"factor_past_target": round(ratio / bound, 2), "largest_gaps": [
+            {"phase": p["name"], "estimate_s": p["estimate_s"], "real_s": p["real_s"]} for p in gaps[:2]]}
     print(f"{name}: estimate {out['estimate_s']} s, real {out['real_s']} s, ratio {out['ratio']}", flush=True)
     return out
 

@@ -1,14 +1,13 @@
 """The plans of ``mixzoo bench`` and ``mixzoo sanity`` (:class:`~mixzoo.core.plan.Plan`): their rows, attacks, images
-and curve points, each phase estimated from the real attack timed on a few evaluation images (uncached), with the
-settings' budget applied as the commands apply it (:func:`~mixzoo.evaluation.job.budgeted`); the bench's plan
+and curve points, each phase estimated from the real attack timed on a share of the evaluation images (uncached),
+with the budget applied as the commands apply it (:func:`~mixzoo.evaluation.job.budgeted`); the bench's plan
 estimates the bench's own work list (:class:`~mixzoo.evaluation.job.BenchJob`).
 
-A probe times the attack on a share of the run's images (:func:`~mixzoo.core.plan.probe_images`: the share broken at
-once is the run's) cut to three evenly spaced fractions of its iteration and query counts, and extrapolates to the
-full counts with the steps' decay (fewer examples attacked as they break; :func:`~mixzoo.core.plan.per_image_cut`);
-an attack with too few iterations to cut is timed whole. A row counts only the
-examples whose outcomes the cache does not hold (:func:`~mixzoo.attacks.runner.cached_examples`: the same cache keys
-the run reads); a row the cache holds whole is not probed at all."""
+A probe times the attack on :func:`~mixzoo.core.plan.probe_images` images (the share broken at once is the run's),
+cut to :data:`FRACTIONS` of its iteration and query counts (timed whole under :data:`MIN_CUT`), and extrapolates to
+the full counts and images (:func:`~mixzoo.core.plan.per_image_cut`). A row counts only the examples whose outcomes
+the cache does not hold (:func:`~mixzoo.attacks.runner.cached_examples`: the run's cache keys); a row the cache
+holds whole is not probed."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ MIN_CUT = 5  # the fewest iterations a cut keeps: fewer do not show how the atta
 
 @dataclass(frozen=True)
 class Cost:
-    """A row's seconds per image: ``total`` (its shared attack and its declared attacks) and ``extras`` (the declared
-    attacks' part)."""
+    """A row's seconds per image: ``total`` (its shared and declared attacks), ``extras`` (the declared part)."""
 
     total: float
     extras: float = 0.0
@@ -146,7 +144,6 @@ class Probes:
         return (c.total - c.extras) * (self.n - shared) + (0.0 if extras_cached else c.extras * self.n), shared, \
             extras_cached
 
-
     def matched_alpha(self, match: MatchSettings) -> float | None:
         """The matched baseline's alpha when the cache holds its whole search (the bench's search replayed from the
         cache: nothing attacked or written), else ``None``."""
@@ -187,8 +184,7 @@ def _cached_text(shared: int, n: int, extras_cached: bool, what: str = "") -> st
 
 
 def _probes(job: BenchJob, save_adversarial: bool) -> Probes:
-    """The plan's :class:`Probes`: the first card's evaluation and the run's request (batch size resolved, its
-    record the run's, the run's cache)."""
+    """The plan's :class:`Probes`: the first card's evaluation, the run's request (its batch size, record, cache)."""
     s = job.settings
     ce = card_evaluation(job.cards[0], s)
     s = s.changed(batch_size=resolved_batch_size(s.batch_size, ce.abc, ce.rbc, ce.data, s.device))
@@ -281,10 +277,8 @@ def _plan_baseline(plan: Plan, p: Probes, step: Step) -> bool:
 
 
 def _plan_curve(plan: Plan, p: Probes, step: Step) -> bool:
-    """The first card's trade-off curve: as many classifiers as the job's curve attacks (:attr:`Step.points`),
-    each under the curve's attack alone (never the card's extra attacks), plus what the method says its curve
-    computes beyond them (:meth:`~mixzoo.methods.MixingMethod.report_data_seconds`); nothing when the cache holds the
-    whole curve (replayed from the cache as the bench would compute it: nothing attacked or written)."""
+    """The first card's curve: its :attr:`Step.points` classifiers under the curve's attack alone, plus the method's
+    own work (:meth:`~mixzoo.methods.MixingMethod.report_data_seconds`); nothing when the cache holds all of it."""
     curve, method = p.job.curve, step.card.mixing_method
     curve_n = min(curve.n, p.n)
     count = f"{step.points} classifiers" if step.points else "the method's points"
@@ -303,18 +297,26 @@ def _plan_curve(plan: Plan, p: Probes, step: Step) -> bool:
 
 
 def _curve_request(p: Probes) -> ReportRequest:
-    """The curve's request as the bench makes it (its attack, float32, drawing per example; the run's cache)."""
-    curve, s = p.job.curve, p.s
+    """The curve's and figures' request as the bench makes it (the curve's attack, float32, per-example draws)."""
+    c, s = p.job.curve, p.s
     evaluation = p.request.replace(save_adversarial=False, precision="float32", per_example_seeds=True,
-                                   attack=curve.attack, attack_options=curve.options)
-    return ReportRequest(evaluation, data_dir=s.data_dir, device=s.device, n=curve.n, points=curve.points)
+                                   **({} if c is None else {"attack": c.attack, "attack_options": c.options}))
+    return ReportRequest(evaluation, data_dir=s.data_dir, device=s.device, n=s.n if c is None else c.n,
+                         points=None if c is None else c.points)
 
 
 def _curve_cached(method: Any, args: tuple[Any, ...]) -> bool:
-    """Whether the cache holds every attack of the method's curve (the curve replayed under
-    :func:`~mixzoo.attacks.runner.cache_only`)."""
+    """Whether the cache holds the curve's clean logits and every attack of the method's curve (the curve replayed
+    under :func:`~mixzoo.attacks.runner.cache_only`: nothing computed or written)."""
     from mixzoo.attacks.runner import NotCached, cache_only
+    from mixzoo.core.cache import content_key
+    from mixzoo.zoo.pairs import model_key
 
+    _, abc, rbc, data, request = args
+    cache = request.evaluation.cache  # the curve's clean logits: computed and written when not cached
+    if not all(cache.load("logits", content_key({"model": model_key(m), "data": data.fingerprint, "kind": "logits"}))
+               is not None for m in (abc, rbc)):
+        return False
     try:
         with cache_only():
             method.tradeoff_curve(*args)
@@ -329,10 +331,7 @@ def _plan_report(plan: Plan, p: Probes, plots: bool) -> None:
     if not plots:
         plan.add("report", "report.json, report.md", None)
         return
-    cards = p.job.cards[1:] if p.job.curve is not None else p.job.cards
-    request = _curve_request(p) if p.job.curve is not None else ReportRequest(
-        p.request.replace(save_adversarial=False, precision="float32", per_example_seeds=True),
-        data_dir=p.s.data_dir, device=p.s.device, n=p.s.n)
+    cards, request = p.job.cards[1:] if p.job.curve is not None else p.job.cards, _curve_request(p)
     data = sum(c.mixing_method.report_data_seconds(c, p.ce.abc, p.ce.rbc, p.ce.data, request) for c in cards)
     plan.add("report", "report.json, report.md and figures" + (f" (their data ~{data:.0f} s; drawing not timed)"
                                                                if data else " (drawing not timed)"), data or None)
