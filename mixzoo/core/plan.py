@@ -94,15 +94,29 @@ def probe_images(n: int) -> int:
     return max(1, min(n, max(PROBE_MIN, math.ceil(round(PROBE_SHARE * n, 9)))))
 
 
+REPEATS = 2  # each probe call is timed this many times and its least time kept (another job's burst is not the work's)
+
+
+def _least(run: Callable[[int, float], Any], m: int, f: float) -> float:
+    """The least of :data:`REPEATS` timings of ``run(m, f)``."""
+    best = math.inf
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        run(m, f)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[float, ...], k: int = 4, *,
                   batch: int | None = None) -> float:
     """Seconds per image of the whole work on ``n`` images in calls of ``batch`` images (``None``: one call), from
     ``run(m, f)``: the work on the first ``m`` images cut to fraction ``f`` of its iterations. After a warm-up call
-    on one image it is timed on ``k`` (at most ``n``) images at each of ``fractions`` (two, or three evenly spaced;
-    ``(1, 1)``: timed whole) and extrapolated to ``f = 1`` (never below the largest time): along the line through
-    the last two with two; with three, each further step of the spacing costing the last step's time times the
-    ratio ``q`` (at most 1) of the last two steps, so an attack that stops on broken examples (each step attacks
-    fewer) is not extrapolated as if none broke, while a fixed part cancels in the steps and ``q = 1`` is the line.
+    on one image it is timed (the least of :data:`REPEATS`) on ``k`` (at most ``n``) images at each of
+    ``fractions`` (two, or three evenly spaced; ``(1, 1)``: timed whole) and extrapolated to ``f = 1`` (never
+    below the largest time): along the line through the last two with two; with three, each further step of the
+    spacing costing the last step's time times the ratio ``q`` (at most 1) of the last two steps, so an attack
+    that stops on broken examples (each step attacks fewer) is not extrapolated as if none broke, while a fixed
+    part cancels in the steps and ``q = 1`` is the line.
     One more call gives how a call's time grows with its images, scaling the ``k`` images' time to each of the
     run's calls: on half the ``k`` images when ``k`` is at least :data:`PROBE_MIN`, ``t(m) = a m^b`` (``b`` in
     [0, 1]: per-iteration overhead and vectorised batches make a small network's calls grow slower than their
@@ -110,11 +124,7 @@ def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[flo
     ``t(m) = F + m v`` (the fixed share ``F`` counted once per call of the run)."""
     k, fs = max(1, min(k, n)), tuple(dict.fromkeys(fractions))  # one timing when there is nothing to cut
     run(1, fs[0])
-    took = []
-    for f in fs:
-        t0 = time.perf_counter()
-        run(k, f)
-        took.append(time.perf_counter() - t0)
+    took = [_least(run, k, f) for f in fs]
     whole = took[-1]  # k images at the full counts
     if len(fs) > 1:
         step, h = max(0.0, took[-1] - took[-2]), fs[-1] - fs[-2]
@@ -124,9 +134,7 @@ def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[flo
     half, calls = (k // 2 if k >= PROBE_MIN else 1), 1 if batch is None else -(-n // max(1, batch))
     if k < 2 or took[-1] <= 0:
         return whole / k
-    t0 = time.perf_counter()
-    run(half, fs[-1])
-    part = time.perf_counter() - t0
+    part = _least(run, half, fs[-1])
     if half > 1:  # t(m) = a m^b, b in [0, 1] (1: each image costs alike, 0: all of a call is fixed)
         b = min(1.0, max(0.0, math.log(took[-1] / part) / math.log(k / half))) if part > 0 else 1.0
         return calls * whole * (n / calls / k) ** b / max(1, n)
