@@ -13,6 +13,7 @@ cached.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -83,35 +84,66 @@ def per_image(run: Callable[[int], Any], n: int, k: int = 4, *, batch: int | Non
     return per_image_cut(lambda m, f: run(m), n, (1.0, 1.0), k, batch=batch)
 
 
-def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[float, float], k: int = 4, *,
+PROBE_SHARE = 0.1  # an attack's probe: this share of the run's images (early stopping then shows in it) ...
+PROBE_MIN = 8  # ... and at least this many
+
+
+def probe_images(n: int) -> int:
+    """How many of a run's ``n`` images a probe of an attack that stops early times: :data:`PROBE_SHARE` of them,
+    at least :data:`PROBE_MIN` (at most ``n``), so the probe's share of examples broken at once is the run's."""
+    return max(1, min(n, max(PROBE_MIN, math.ceil(round(PROBE_SHARE * n, 9)))))
+
+
+REPEATS = 2  # each probe call is timed this many times and its least time kept (another job's burst is not the work's)
+
+
+def _least(run: Callable[[int, float], Any], m: int, f: float) -> float:
+    """The least of :data:`REPEATS` timings of ``run(m, f)``."""
+    best = math.inf
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        run(m, f)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[float, ...], k: int = 4, *,
                   batch: int | None = None) -> float:
     """Seconds per image of the whole work on ``n`` images in calls of ``batch`` images (``None``: one call), from
-    ``run(m, f)``: the work on the first ``m`` images cut to fraction ``f`` of its iterations (its time linear in
-    them past a fixed part). After a warm-up call on one image it is timed on ``k`` (at most ``n``) images at both
-    ``fractions`` and extrapolated to ``f = 1`` along the line through the two (never below the larger time); one
-    more call on one image separates each call's fixed share (what does not grow with the images: per-iteration
-    overhead, setup) from the per-image part, so the estimate counts that share once per call of the run, not once
-    per ``k`` images."""
-    k, (f1, f2) = max(1, min(k, n)), fractions
-    run(1, f1)
-    took = []
-    for f in dict.fromkeys((f1, f2)):  # one timing when there is nothing to cut (both fractions 1)
-        t0 = time.perf_counter()
-        run(k, f)
-        took.append(time.perf_counter() - t0)
-    slope = max(0.0, (took[-1] - took[0]) / (f2 - f1)) if f2 > f1 else 0.0
-    whole = took[-1] + (1.0 - f2) * slope  # k images at the full counts
-    share = 0.0
-    if k > 1 and took[-1] > 0:
-        t0 = time.perf_counter()
-        run(1, f2)
-        one = time.perf_counter() - t0
-        share = min(1.0, max(0.0, (k * one - took[-1]) / (k - 1) / took[-1]))  # t(m) = F + m v, at f2
-    calls = 1 if batch is None else -(-n // max(1, batch))
+    ``run(m, f)``: the work on the first ``m`` images cut to fraction ``f`` of its iterations. After a warm-up call
+    on one image it is timed (the least of :data:`REPEATS`) on ``k`` (at most ``n``) images at each of
+    ``fractions`` (two, or three evenly spaced; ``(1, 1)``: timed whole) and extrapolated to ``f = 1`` (never
+    below the largest time): along the line through the last two with two; with three, each further step of the
+    spacing costing the last step's time times the ratio ``q`` (at most 1) of the last two steps, so an attack
+    that stops on broken examples (each step attacks fewer) is not extrapolated as if none broke, while a fixed
+    part cancels in the steps and ``q = 1`` is the line.
+    One more call gives how a call's time grows with its images, scaling the ``k`` images' time to each of the
+    run's calls: on half the ``k`` images when ``k`` is at least :data:`PROBE_MIN`, ``t(m) = a m^b`` (``b`` in
+    [0, 1]: per-iteration overhead and vectorised batches make a small network's calls grow slower than their
+    images; half of them, not one: a single image broken at once would hide the fixed part); else on one image,
+    ``t(m) = F + m v`` (the fixed share ``F`` counted once per call of the run)."""
+    k, fs = max(1, min(k, n)), tuple(dict.fromkeys(fractions))  # one timing when there is nothing to cut
+    run(1, fs[0])
+    took = [_least(run, k, f) for f in fs]
+    whole = took[-1]  # k images at the full counts
+    if len(fs) > 1:
+        step, h = max(0.0, took[-1] - took[-2]), fs[-1] - fs[-2]
+        q = min(1.0, step / (took[-2] - took[-3])) if len(fs) > 2 and took[-2] > took[-3] else 1.0
+        m = (1.0 - fs[-1]) / h  # steps left
+        whole += step * (m if q >= 1.0 else q * (1.0 - q ** m) / (1.0 - q))
+    half, calls = (k // 2 if k >= PROBE_MIN else 1), 1 if batch is None else -(-n // max(1, batch))
+    if k < 2 or took[-1] <= 0:
+        return whole / k
+    part = _least(run, half, fs[-1])
+    if half > 1:  # t(m) = a m^b, b in [0, 1] (1: each image costs alike, 0: all of a call is fixed)
+        b = min(1.0, max(0.0, math.log(took[-1] / part) / math.log(k / half))) if part > 0 else 1.0
+        return calls * whole * (n / calls / k) ** b / max(1, n)
+    share = min(1.0, max(0.0, (k * part - took[-1]) / (k - 1) / took[-1]))  # t(m) = F + m v
     return whole * (1.0 - share) / k + whole * share * min(calls, n) / max(1, n)
 
 
-__all__ = ["LONG_WORK_S", "Phase", "Plan", "make_plan", "per_image", "per_image_cut", "planned_work", "show_plan"]
+__all__ = ["LONG_WORK_S", "PROBE_MIN", "PROBE_SHARE", "Phase", "Plan", "make_plan", "per_image", "per_image_cut",
+           "planned_work", "probe_images", "show_plan"]
 
 
 def make_plan(build: Callable[[], Plan], command: str, *, dry_run: bool, wanted: bool = True) -> Plan:

@@ -1,12 +1,13 @@
 """The plans of ``mixzoo bench`` and ``mixzoo sanity`` (:class:`~mixzoo.core.plan.Plan`): their rows, attacks, images
-and curve points, each phase estimated from the real attack timed on a few evaluation images (uncached), with the
-settings' budget applied as the commands apply it (:func:`~mixzoo.evaluation.job.budgeted`); the bench's plan
+and curve points, each phase estimated from the real attack timed on a share of the evaluation images (uncached),
+with the budget applied as the commands apply it (:func:`~mixzoo.evaluation.job.budgeted`); the bench's plan
 estimates the bench's own work list (:class:`~mixzoo.evaluation.job.BenchJob`).
 
-A probe times the attack cut to a tenth and a fifth of its iteration and query counts (APGD's and Square's time is
-linear in them) and extrapolates to the full counts (:func:`~mixzoo.core.plan.per_image_cut`). A row counts only the
-examples whose outcomes the cache does not hold (:func:`~mixzoo.attacks.runner.cached_examples`: the same cache keys
-the run reads); a row the cache holds whole is not probed at all."""
+A probe times the attack on :func:`~mixzoo.core.plan.probe_images` images (the share broken at once is the run's),
+cut to :data:`FRACTIONS` of its iteration and query counts (timed whole under :data:`MIN_CUT`), and extrapolates to
+the full counts and images (:func:`~mixzoo.core.plan.per_image_cut`). A row counts only the examples whose outcomes
+the cache does not hold (:func:`~mixzoo.attacks.runner.cached_examples`: the run's cache keys); a row the cache
+holds whole is not probed."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from mixzoo.attacks.result import Outcome
 from mixzoo.attacks.runner import cached_examples, cached_outcome, evaluate
 from mixzoo.core.budget import LINEAR_COUNTS, scaled_counts
 from mixzoo.core.cache import Cache
-from mixzoo.core.plan import Plan, per_image_cut
+from mixzoo.core.plan import Plan, per_image_cut, probe_images
 from mixzoo.core.record import RunRecord
-from mixzoo.core.request import EvalRequest
+from mixzoo.core.request import EvalRequest, ReportRequest
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.job import BenchJob, CurveSettings, MatchSettings, Step, budgeted, sweep_steps
 from mixzoo.evaluation.loading import (
@@ -40,13 +41,13 @@ from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card, extra_
 from mixzoo.methods.base import baseline_method
 
 MATCH_STEPS = 6  # the baseline's bisection over its alpha grid: about log2(51) evaluations
-FRACTIONS = (0.1, 0.2)  # the probes' cuts of each iteration / query count
+FRACTIONS = (0.05, 0.1, 0.15)  # the probes' cuts of each iteration / query count, evenly spaced
+MIN_CUT = 5  # the fewest iterations a cut keeps: fewer do not show how the attack stops early (timed whole then)
 
 
 @dataclass(frozen=True)
 class Cost:
-    """A row's seconds per image: ``total`` (its shared attack and its declared attacks) and ``extras`` (the declared
-    attacks' part)."""
+    """A row's seconds per image: ``total`` (its shared and declared attacks), ``extras`` (the declared part)."""
 
     total: float
     extras: float = 0.0
@@ -105,7 +106,8 @@ class Probes:
             else:
                 last["ev"] = Outcome.of(evaluate(target, images, labels, cut))
 
-        sec = per_image_cut(run, self.n, _fractions(attack, options), batch=self.s.batch_size)
+        sec = per_image_cut(run, self.n, _fractions(attack, options), probe_images(self.n),
+                            batch=self.s.batch_size)
         ev = last["ev"]
         names = {e.name for e, _ in declared}
         share = sum(c["seconds"] for c in ev.components if c["name"] in names) / ev.seconds \
@@ -142,7 +144,6 @@ class Probes:
         return (c.total - c.extras) * (self.n - shared) + (0.0 if extras_cached else c.extras * self.n), shared, \
             extras_cached
 
-
     def matched_alpha(self, match: MatchSettings) -> float | None:
         """The matched baseline's alpha when the cache holds its whole search (the bench's search replayed from the
         cache: nothing attacked or written), else ``None``."""
@@ -160,17 +161,18 @@ class Probes:
         return alpha
 
 
-def _fractions(attack: str, options: dict[str, Any]) -> tuple[float, float]:
+def _fractions(attack: str, options: dict[str, Any]) -> tuple[float, ...]:
     """:data:`FRACTIONS` as the cut counts make them (rounded up): those of the attack's largest iteration count
-    (``(1, 1)``, no cut, for an attack without one or with one too small to cut twice)."""
+    (``(1, 1)``, no cut, for an attack without one or with one too small to cut to :data:`MIN_CUT` and more)."""
     full = scaled_counts(attack, options, 1.0)
     counted = [(v, k) for k, v in full.items() if any(k == c or k.endswith("_" + c) for c in LINEAR_COUNTS)
                and isinstance(v, int) and not isinstance(v, bool) and v > 0 and k not in ("n_queries",)]
     if not counted:
         return (1.0, 1.0)
     value, key = max(counted)
-    f1, f2 = (scaled_counts(attack, options, f)[key] / value for f in FRACTIONS)
-    return (f1, f2) if f1 < f2 else (1.0, 1.0)  # counts too small to cut twice: timed whole
+    cuts = [scaled_counts(attack, options, f)[key] for f in FRACTIONS]
+    ok = MIN_CUT <= cuts[0] and all(a < b for a, b in zip(cuts, cuts[1:], strict=False))
+    return tuple(c / value for c in cuts) if ok else (1.0, 1.0)  # counts too small to cut: timed whole
 
 
 def _cached_text(shared: int, n: int, extras_cached: bool, what: str = "") -> str:
@@ -182,8 +184,7 @@ def _cached_text(shared: int, n: int, extras_cached: bool, what: str = "") -> st
 
 
 def _probes(job: BenchJob, save_adversarial: bool) -> Probes:
-    """The plan's :class:`Probes`: the first card's evaluation and the run's request (batch size resolved, its
-    record the run's, the run's cache)."""
+    """The plan's :class:`Probes`: the first card's evaluation, the run's request (its batch size, record, cache)."""
     s = job.settings
     ce = card_evaluation(job.cards[0], s)
     s = s.changed(batch_size=resolved_batch_size(s.batch_size, ce.abc, ce.rbc, ce.data, s.device))
@@ -209,17 +210,15 @@ def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: Matc
     any_cached = False
     for step in job.steps():
         if step.kind == "report":
-            figures = (" and figures (a method's figures may need its calibration data: cached by `mixzoo mix` on "
-                       "this machine)") if plots else ""
-            plan.add("report", f"report.json, report.md{figures}", None)
+            _plan_report(plan, p, plots)
         else:
             any_cached |= _PLANNERS[step.kind](plan, p, step)
     if p.s.attack_options.get("n_iter") is None:
         plan.notes.append("attacks stop on an example once it is broken, so the estimate follows the sample's "
                           "robust share")
     if any_cached:
-        plan.notes.append("a matched baseline's search counts as cached only when the cache holds all of it; the "
-                          "trade-off curve is estimated as if nothing were cached")
+        plan.notes.append("a matched baseline's search and the trade-off curve count as cached only when the cache "
+                          "holds all of them")
     return plan
 
 
@@ -260,11 +259,13 @@ def _plan_baseline(plan: Plan, p: Probes, step: Step) -> bool:
     search = f"{step.card.mixing_method.title or step.card.method} and about {MATCH_STEPS} alphas under " \
              f"{baseline.attack} on {match_n} images"
     alpha = p.matched_alpha(baseline)
-    if alpha is None:  # its row's cost: the card's, as the baseline's alpha is not known yet
-        sec = p.cost(baseline.attack, baseline.options, ce.eps, card=lin.card_at(0.9, step.card)).total
-        card_sec = p.cost(s.attack, s.attack_options, ce.eps, card=step.card).total
+    if alpha is None:  # the card under the matching attack, the alphas tried, then a linear card's row
+        lin_card = lin.card_at(0.9, step.card)
+        card_sec = p.cost(baseline.attack, baseline.options, ce.eps, card=step.card).total
+        sec = p.cost(baseline.attack, baseline.options, ce.eps, card=lin_card).total
+        row_sec = p.cost(s.attack, s.attack_options, ce.eps, card=lin_card).total
         plan.add(f"matched {lin.title}", f"{search}, then its row: {_attack_text(p)} on {n} images",
-                 (MATCH_STEPS + 1) * sec * match_n + card_sec * n)
+                 (card_sec + MATCH_STEPS * sec) * match_n + row_sec * n)
         return False
     lin_card = lin.card_at(alpha, step.card)
     sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(lin_card, ce.abc, ce.rbc, ce.data)),
@@ -276,16 +277,64 @@ def _plan_baseline(plan: Plan, p: Probes, step: Step) -> bool:
 
 
 def _plan_curve(plan: Plan, p: Probes, step: Step) -> bool:
-    """The first card's trade-off curve: as many classifiers as the job's curve attacks (:attr:`Step.points`),
-    each under the curve's attack alone (never the card's extra attacks)."""
-    curve = p.job.curve
+    """The first card's curve: its :attr:`Step.points` classifiers under the curve's attack alone, plus the method's
+    own work (:meth:`~mixzoo.methods.MixingMethod.report_data_seconds`); nothing when the cache holds all of it."""
+    curve, method = p.job.curve, step.card.mixing_method
     curve_n = min(curve.n, p.n)
+    count = f"{step.points} classifiers" if step.points else "the method's points"
+    request = _curve_request(p)
+    args = (step.card, p.ce.abc, p.ce.rbc, p.ce.data, request)
+    setup = method.report_data_seconds(*args)
+    if setup == 0.0 and _curve_cached(method, args):
+        plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images, cached", 0.0)
+        return True
     sec = p.cost(curve.attack, curve.options, p.ce.eps, card=step.card, extra_attacks=False).total \
         if step.points else None
-    count = f"{step.points} classifiers" if step.points else "the method's points"
-    plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images",
-             None if sec is None else step.points * sec * curve_n)
+    plus = f" + {method.title or method.name}'s own work on it (~{setup:.0f} s)" if setup else ""
+    plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images{plus}",
+             None if sec is None else step.points * sec * curve_n + setup)
     return False
+
+
+def _curve_request(p: Probes) -> ReportRequest:
+    """The curve's and figures' request as the bench makes it (the curve's attack, float32, per-example draws)."""
+    c, s = p.job.curve, p.s
+    evaluation = p.request.replace(save_adversarial=False, precision="float32", per_example_seeds=True,
+                                   **({} if c is None else {"attack": c.attack, "attack_options": c.options}))
+    return ReportRequest(evaluation, data_dir=s.data_dir, device=s.device, n=s.n if c is None else c.n,
+                         points=None if c is None else c.points)
+
+
+def _curve_cached(method: Any, args: tuple[Any, ...]) -> bool:
+    """Whether the cache holds the curve's clean logits and every attack of the method's curve (the curve replayed
+    under :func:`~mixzoo.attacks.runner.cache_only`: nothing computed or written)."""
+    from mixzoo.attacks.runner import NotCached, cache_only
+    from mixzoo.core.cache import content_key
+    from mixzoo.zoo.pairs import model_key
+
+    _, abc, rbc, data, request = args
+    cache = request.evaluation.cache  # the curve's clean logits: computed and written when not cached
+    if not all(cache.load("logits", content_key({"model": model_key(m), "data": data.fingerprint, "kind": "logits"}))
+               is not None for m in (abc, rbc)):
+        return False
+    try:
+        with cache_only():
+            method.tradeoff_curve(*args)
+    except NotCached:
+        return False
+    return True
+
+
+def _plan_report(plan: Plan, p: Probes, plots: bool) -> None:
+    """The report: with figures, the data each card's method computes for them
+    (:meth:`~mixzoo.methods.MixingMethod.report_data_seconds`; the first card's found cached after its curve)."""
+    if not plots:
+        plan.add("report", "report.json, report.md", None)
+        return
+    cards, request = p.job.cards[1:] if p.job.curve is not None else p.job.cards, _curve_request(p)
+    data = sum(c.mixing_method.report_data_seconds(c, p.ce.abc, p.ce.rbc, p.ce.data, request) for c in cards)
+    plan.add("report", "report.json, report.md and figures" + (f" (their data ~{data:.0f} s; drawing not timed)"
+                                                               if data else " (drawing not timed)"), data or None)
 
 
 _PLANNERS = {"abc": _plan_model, "rbc": _plan_model, "card": _plan_card, "baseline": _plan_baseline,
@@ -316,11 +365,12 @@ def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[f
         if step.kind == "match":
             alpha = p.matched_alpha(match)
             sec = 0.0 if alpha is not None else \
+                p.cost(match.attack, match.options, ce.eps, card=ce.card).total + MATCH_STEPS * \
                 p.cost(match.attack, match.options, ce.eps, card=lin.card_at(0.9, ce.card)).total
             plan.add(f"matched {lin.title} alpha", f"about {MATCH_STEPS} alphas under {match.attack} on "
                                                    f"{min(match.n, n)} images"
                                                    f"{'' if alpha is None else f' (cached: {alpha:.2f})'}",
-                     (MATCH_STEPS + 1) * sec * min(match.n, n))
+                     sec * min(match.n, n))
         elif step.kind == "baseline":
             rows.append((lin.title, lin.card_at(0.9 if alpha is None else alpha, ce.card), None))
         elif step.kind == "card":

@@ -225,6 +225,15 @@ class MixingMethod:
         total = self.curve_points
         return total if total is None or points is None else len(curve_points(tuple(range(total)), points))
 
+    def report_data_seconds(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
+                            ) -> float:
+        """Seconds :meth:`tradeoff_curve` and :meth:`figure_data` spend with ``request`` beyond attacking the curve's
+        :meth:`curve_size` points: data they compute once and share (e.g. on the calibration split; the first of
+        them computes it, the other finds it cached), for the bench's plan. Estimated without any uncached heavy work
+        (``--dry-run`` answers in seconds); ``0.0`` when the cache holds it (the plan then replays the curve from the
+        cache, so the curve must then compute nothing but its points' attacks). Default ``0.0``."""
+        return 0.0
+
     def figure_data(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
                     ) -> dict[str, Any] | None:
         """What :meth:`figures` will plot for ``card`` beyond the report's rows, card and curve, computed during the

@@ -55,8 +55,10 @@ def test_the_sanity_plan_applies_the_budget_as_the_sweep_does(digits_card, monke
     assert "about 6 alphas under adaptive-apgd on 100 images" in plan.phases[0].what
     seen.clear()
     plan = plan_module.plan_sanity(str(digits_card), n=120, radii=[0.1], budget="standard", cache_dir=tmp_path)
-    # standard caps nothing: the probes cut APGD's own 100 iterations (to 10 and 20); its baseline on all 120
-    assert max(_n_iters(seen)) == 20 and "on 120 images" in plan.phases[0].what
+    # standard caps nothing: the probes cut APGD's own 100 iterations to FRACTIONS of them and time the matching
+    # attack's 25 whole (cut, they would be under MIN_CUT); its baseline on all 120
+    assert {round(100 * f) for f in plan_module.FRACTIONS} | {25} <= _n_iters(seen), seen
+    assert "on 120 images" in plan.phases[0].what
 
 
 def test_the_bench_plan_applies_the_budget_to_the_declared_attacks(digits_card, monkeypatch, tmp_path):
@@ -70,7 +72,7 @@ def test_the_bench_plan_applies_the_budget_to_the_declared_attacks(digits_card, 
 def test_probes_time_cut_iteration_counts(digits_card, monkeypatch, tmp_path):
     seen = _seen_options(monkeypatch)
     plan = plan_bench(str(digits_card), n=8, attack="apgd", baseline=None, curve=None, cache_dir=tmp_path)
-    assert _n_iters(seen) == {10, 20}, seen  # a tenth and a fifth of APGD's 100 iterations, never all of them
+    assert _n_iters(seen) == {round(100 * f) for f in plan_module.FRACTIONS}, seen  # cuts of APGD's 100, never all
     assert all(p.seconds > 0 for p in plan.phases[:3])
 
 
@@ -99,6 +101,37 @@ def test_a_calls_fixed_share_is_counted_once_per_call_of_the_run(monkeypatch):
     assert abs(core_plan.per_image_cut(run, 8, (0.1, 0.2)) * 8 - (2.0 + 8.0)) < 1e-9  # one call on 8 images
     assert abs(core_plan.per_image_cut(run, 100, (0.1, 0.2), batch=25) * 100 - (4 * 2.0 + 100.0)) < 1e-9
     assert abs(core_plan.per_image(lambda k: run(k, 1.0), 16) * 16 - 18.0) < 1e-9
+
+
+def test_three_cuts_extrapolate_the_decay_of_an_attack_that_stops_early(monkeypatch):
+    import mixzoo.core.plan as core_plan
+
+    clock = [0.0]
+    monkeypatch.setattr(core_plan.time, "perf_counter", lambda: clock[0])
+    q, h = 0.5, 0.1
+
+    def run(k, f):  # 1 s fixed per image, then each step of h costs q times the step before (examples break)
+        steps = round(f / h)
+        clock[0] += k * (1.0 + sum(q ** j for j in range(steps)))
+
+    expected = 1.0 + sum(q ** j for j in range(round(1 / h)))
+    assert abs(core_plan.per_image_cut(run, 4, (0.1, 0.2, 0.3)) - expected) < 1e-9
+    linear = core_plan.per_image_cut(run, 4, (0.2, 0.3))  # two cuts: the line, as if no example broke
+    assert linear > expected * 1.5
+
+
+def test_a_share_of_images_scales_a_calls_time_as_it_grows(monkeypatch):
+    import mixzoo.core.plan as core_plan
+
+    clock = [0.0]
+    monkeypatch.setattr(core_plan.time, "perf_counter", lambda: clock[0])
+
+    def run(k, f):  # a call's time grows as the square root of its images (vectorised batches)
+        clock[0] += f * 3.0 * k ** 0.5
+
+    k = 2 * core_plan.PROBE_MIN
+    assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0), k) * 100 - 3.0 * 100 ** 0.5) < 1e-9
+    assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0), k, batch=25) * 100 - 4 * 3.0 * 25 ** 0.5) < 1e-9
 
 
 TINY_MATCH = MatchSettings(attack="apgd", options={"n_iter": 2, "n_target_classes": 1}, n=10)
@@ -140,3 +173,62 @@ def test_the_sanity_plan_counts_what_the_sweep_cached(digits_card, tmp_path):
         assert "20 of 30 cached" in p.what and p.seconds > 0, plan.lines()
     done = plan_module.plan_sanity(str(digits_card), radii=[0.1, 0.2], **args)
     assert [p.seconds for p in done.phases] == [0.0] * 5, done.lines()
+
+
+def test_a_probe_times_a_share_of_the_runs_images():
+    from mixzoo.core.plan import PROBE_MIN, PROBE_SHARE, probe_images
+
+    assert probe_images(3) == 3  # never more than the run's
+    assert probe_images(PROBE_MIN + 1) == PROBE_MIN
+    big = 10 * round(PROBE_MIN / PROBE_SHARE)
+    assert probe_images(big) == round(PROBE_SHARE * big) > PROBE_MIN  # a share: early stopping shows in it
+
+
+def test_probes_attack_the_share_of_images_and_short_attacks_whole(digits_card, monkeypatch, tmp_path):
+    from mixzoo.core.plan import PROBE_MIN, probe_images
+
+    sizes: list[int] = []
+    real = plan_module.evaluate
+
+    def spy(model, images, labels, request):
+        sizes.append(len(labels))
+        return real(model, images, labels, request)
+
+    monkeypatch.setattr(plan_module, "evaluate", spy)
+    seen = _seen_options(monkeypatch)
+    n = 2 * PROBE_MIN
+    plan_bench(str(digits_card), n=n, attack="apgd", budget="quick", baseline=None, curve=None, cache_dir=tmp_path)
+    assert max(sizes) == probe_images(n) > 4, sizes  # the ABC's and RBC's probes: a share of the images
+    # quick's 10 iterations: cut to a tenth they would be under MIN_CUT, so they are timed whole
+    assert _n_iters(seen) == {10}, seen
+
+
+def test_the_curve_counts_the_methods_calibration_work_and_the_cache(digits_card, tmp_path):
+    from mixzoo.evaluation.bench import bench
+
+    args = dict(n=10, attack="apgd", attack_options={"n_iter": 2}, baseline=None, cache_dir=tmp_path,
+                curve=CurveSettings(attack="apgd", options={"n_iter": 2}, n=10, points=2))
+    fresh = plan_bench(str(digits_card), **args).phases[-2]
+    # an empty cache: the curve recalibrates each beta on MMAA it computes first, and the plan says so
+    assert fresh.name == "trade-off curve" and "MixedNUTS's own work" in fresh.what and fresh.seconds > 0
+    bench(str(digits_card), plots=False, progress=False, **args)
+    again = plan_bench(str(digits_card), **args).phases[-2]
+    assert again.seconds == 0.0 and again.what.endswith("cached"), again  # the whole curve is in the cache
+
+
+def test_the_methods_curve_setup_is_nothing_once_its_calibration_data_are_cached(digits_card, tmp_path):
+    from mixzoo.core.cache import Cache
+    from mixzoo.core.request import EvalRequest, ReportRequest
+    from mixzoo.core.settings import RunSettings
+    from mixzoo.evaluation.loading import card_evaluation, load_card
+    from mixzoo.methods.mixednuts.figures import calibration_data_for
+
+    card = load_card(str(digits_card))
+    ce = card_evaluation(card, RunSettings(n=10))
+    cache = Cache(tmp_path, enabled=True)
+    record = plan_module.RunRecord.from_settings(RunSettings(n=10), eps=ce.eps, norm=ce.norm, precision="float32")
+    request = ReportRequest(EvalRequest(record, cache, progress=False), n=10)
+    args = (card, ce.abc, ce.rbc, ce.data, request)
+    assert card.mixing_method.report_data_seconds(*args) > 0  # MMAA on the calibration images, timed
+    calibration_data_for(card, ce.rbc, request, at_most=len(ce.data.labels))  # what the curve computes first
+    assert card.mixing_method.report_data_seconds(*args) == 0.0

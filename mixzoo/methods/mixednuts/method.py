@@ -175,6 +175,31 @@ class MixedNUTS(MixingMethod):
         betas = {*curve_points(DEFAULT_BETAS, points), *((float(own),) if isinstance(own, int | float) else ())}
         return len(betas) + len(curve_points(DEFAULT_LINEAR_ALPHAS, points)) + 1
 
+    def report_data_seconds(self, card: MixCard, abc: nn.Module, rbc: nn.Module, data: Any, request: ReportRequest
+                            ) -> float:
+        """The calibration data of the curve and Fig. 6 where the cache does not hold them
+        (:func:`.figures.calibration_data_for`: MMAA, App. B.1, on the calibration images the curve recalibrates each
+        beta on): MMAA timed on a few of them with the cache off; ``0.0`` when cached (Algorithm 1 per beta is
+        milliseconds next to a point's attack)."""
+        from mixzoo.core.cache import Cache
+        from mixzoo.core.plan import per_image
+        from mixzoo.methods.mixednuts.calibration_data import MIN_FIGURE_CALIBRATION, cached_mmaa, mmaa_of_card
+        from mixzoo.zoo.data import load_dataset
+        from mixzoo.zoo.pairs import card_dataset
+
+        cal = load_dataset(card_dataset(card, rbc), "calibration", n=card.data.get("n"), root=request.data_dir)
+        mmaa, ev = mmaa_of_card(card), request.evaluation
+        subset = cal.subset(min(len(cal.labels), max(len(data.labels), MIN_FIGURE_CALIBRATION)))  # as the curve's
+        if any(cached_mmaa(rbc, d, mmaa, cache=ev.cache, device=request.device, progress=False, only_cached=True)
+               is not None for d in (cal, subset)):
+            return 0.0
+
+        def run(k: int) -> None:
+            cached_mmaa(rbc, subset.subset(k), mmaa, cache=Cache(None, enabled=False), device=request.device,
+                        progress=False)
+
+        return per_image(run, len(subset.labels)) * len(subset.labels)
+
     def plan_fit(self, request: FitRequest) -> list[tuple[str, str, float | None]]:
         """The calibration data (the RBC's clean logits and MMAA on the calibration images, timed on a few of them
         with the cache off), then Algorithm 1's search (not timed: seconds next to the attack)."""
