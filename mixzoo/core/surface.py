@@ -40,4 +40,6 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...] | None] = {
     # the mix card schema (card files) and the bench report schema (report.json)
     "mixzoo.core.card": ("SCHEMA_VERSION", "MixCard", "provenance"),
     "mixzoo.evaluation.bench": ("ModelResult", "Report"),
+    # plugin packages from a template (`mixzoo new-plugin`)
+    "mixzoo.scaffold": None,
 }
