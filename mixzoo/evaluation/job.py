@@ -73,13 +73,14 @@ def budgeted(s: RunSettings, baseline: MatchSettings | bool | None, curve: Curve
     (:mod:`mixzoo.core.budget`): the shared attack named (the given one, else the budget's, else
     ``default_attack``) with the budget's caps under the user's ``-O``; ``True`` for the baseline or the curve:
     the budget's, ``False``: none; the ``-O`` counts set on the baseline's and the curve's attacks. With a shared
-    attack other than the budget's default, the budget's baseline is matched under the rows' attack and options
-    (the card's robust accuracy it matches is then the one its row reports)."""
+    attack other than the budget's default and its matching attack (a plugin's, say), the budget's baseline is
+    matched under the rows' attack and options (the card's robust accuracy it matches is then the one its row
+    reports); the budget's matching attack as the shared one keeps the budget's cheaper matching counts."""
     given = dict(s.attack_options or {})
     attack = shared_attack(s.budget, s.attack, default_attack)
     s = s.changed(attack=attack, attack_options=shared_options(s.budget, attack, given))
     match = MatchSettings.for_budget(s.budget) if baseline is True else baseline or None
-    if baseline is True and attack != shared_attack(s.budget, None, default_attack):
+    if baseline is True and attack not in (match.attack, shared_attack(s.budget, None, default_attack)):
         match = replace(match, attack=attack, options=dict(s.attack_options))
     elif match is not None:
         match = replace(match, options=component_options(s.budget, match.attack, match.options, given))

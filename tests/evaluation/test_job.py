@@ -23,6 +23,10 @@ def test_the_matched_baseline_follows_a_custom_attack_and_the_budget_otherwise()
     s, match, _ = budgeted(RunSettings(attack="apgd", attack_options={"n_iter": 3}, budget="quick"), True, None,
                            default_attack="adaptive")
     assert (match.attack, match.options) == ("apgd", s.attack_options) and s.attack_options["n_iter"] == 3
+    # the matching attack itself as the shared one (README's quick start): the budget's cheaper matching counts
+    s, match, _ = budgeted(RunSettings(attack=BENCH_MATCH_ATTACK), True, None, default_attack="adaptive")
+    assert (match.attack, match.options) == (BENCH_MATCH_ATTACK, dict(BUDGETS["standard"].match_options))
+    assert match.options != s.attack_options
     given = MatchSettings(attack="fast", options={"n_iter": 2}, n=7)  # one the caller chose is kept
     assert budgeted(RunSettings(attack="apgd"), given, None, default_attack="adaptive")[1] == given
 
