@@ -60,13 +60,6 @@ class EvalRequest:
         """The attack's options as a dict."""
         return self.record.options()
 
-    def legacy_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments a method's ``match(..., **kw)`` received before it took a request."""
-        r = self.record
-        return {"attack": r.attack, "eps": r.eps, "norm": r.norm, "seed": r.seed, "batch_size": r.batch_size,
-                "attack_options": r.options(), "per_example_seeds": r.per_example_seeds, "cache": self.cache,
-                "key_parts": dict(self.key_parts), "progress": self.progress}
-
 
 @dataclass(frozen=True)
 class ReportRequest:
@@ -81,14 +74,6 @@ class ReportRequest:
     device: str = "cpu"
     n: int = 300
     points: int | None = None
-
-    def legacy_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments a method's ``tradeoff_curve(..., **kw)`` received before it took a request."""
-        r, ev = self.evaluation.record, self.evaluation
-        return {"cache": ev.cache, "attack": r.attack, "n": self.n, "eps": r.eps, "norm": r.norm, "seed": r.seed,
-                "batch_size": r.batch_size, "attack_options": r.options(), "data_dir": self.data_dir,
-                "device": self.device, "progress": ev.progress, **({} if self.points is None else
-                                                                   {"points": self.points})}
 
 
 __all__ = ["EvalRequest", "ReportRequest"]

@@ -41,7 +41,7 @@ def adapt_method(value: Any, plugin_name: str) -> Any:
     """``value`` from hook ``mixzoo_mixing_methods``: a :class:`MixingMethod` as it is; an old-style object as a
     :class:`LegacyMethod`, with a :class:`DeprecationWarning` naming the base class to use; and either one's
     ``match`` / ``tradeoff_curve`` that takes 0.1's keyword arguments instead of a request (:func:`takes_kwargs`),
-    called with the request's :meth:`~mixzoo.core.request.EvalRequest.legacy_kwargs`."""
+    called with the request's :func:`legacy_kwargs`."""
     if not isinstance(value, MixingMethod) and hasattr(value, "fit") and hasattr(value, "build"):
         DEPRECATIONS["plain-object-method"].warn(
             what=f"mixing method {getattr(value, 'name', '?')!r} of plugin {plugin_name!r} does not subclass"
@@ -68,7 +68,23 @@ def _with_request(old: Any, what: str) -> Any:
     def call(*args: Any) -> Any:  # (..., request): the request is the last argument
         *head, request = args
         DEPRECATIONS["method-keyword-calls"].warn(what=what)
-        return old(*head, **request.legacy_kwargs())
+        return old(*head, **legacy_kwargs(request))
 
     return call
+
+
+def legacy_kwargs(request: Any) -> dict[str, Any]:
+    """The keyword arguments mixzoo 0.1's ``match(..., **kw)`` (of an
+    :class:`~mixzoo.core.request.EvalRequest`) or ``tradeoff_curve(..., **kw)`` (of a
+    :class:`~mixzoo.core.request.ReportRequest`) received in place of ``request``."""
+    from mixzoo.core.request import ReportRequest
+
+    ev = request.evaluation if isinstance(request, ReportRequest) else request
+    r = ev.record
+    common = {"attack": r.attack, "eps": r.eps, "norm": r.norm, "seed": r.seed, "batch_size": r.batch_size,
+              "attack_options": r.options(), "cache": ev.cache, "progress": ev.progress}
+    if not isinstance(request, ReportRequest):
+        return {**common, "per_example_seeds": r.per_example_seeds, "key_parts": dict(ev.key_parts)}
+    return {**common, "n": request.n, "data_dir": request.data_dir, "device": request.device,
+            **({} if request.points is None else {"points": request.points})}
 

@@ -7,7 +7,7 @@ import pytest
 
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest, ReportRequest
-from mixzoo.deprecated.methods import adapt_method, takes_kwargs
+from mixzoo.deprecated.methods import adapt_method, legacy_kwargs, takes_kwargs
 from mixzoo.methods import MixingMethod
 
 
@@ -27,10 +27,10 @@ def test_a_method_taking_keyword_arguments_gets_the_requests_ones():
     with pytest.warns(DeprecationWarning, match=r"mixing method 'old-calls': match\(abc, rbc, images, labels, target,"
                                                 r" \*\*kw\) is deprecated and will be removed in mixzoo 0\.3"):
         alpha, tried = method.match("abc", "rbc", "x", "y", 0.25, request)
-    assert alpha == 0.25 and tried == [request.legacy_kwargs()] and tried[0]["seed"] == 3
+    assert alpha == 0.25 and tried == [legacy_kwargs(request)] and tried[0]["seed"] == 3
     report = ReportRequest(request, n=40)
     with pytest.warns(DeprecationWarning, match=r"tradeoff_curve\(card, abc, rbc, data, \*\*kw\)"):
-        assert method.tradeoff_curve("card", "abc", "rbc", "data", report) == {"kw": report.legacy_kwargs()}
+        assert method.tradeoff_curve("card", "abc", "rbc", "data", report) == {"kw": legacy_kwargs(report)}
 
 
 def test_a_method_taking_a_request_is_left_as_it_is():
