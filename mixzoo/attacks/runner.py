@@ -10,7 +10,6 @@ import contextvars
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -84,18 +83,18 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
     (:meth:`mixzoo.attacks.base.Attack.run`); it is part of the cache key, and each component's record then
     has ``found_bf16`` and ``confirmed_float32``. An attack whose ``run()`` takes no ``precision`` is refused.
     """
-    run = plan_evaluation(request, images.device)
-    n = len(labels)
-    hit = _whole_hit(run, n)
+    request, key, legacy = plan_evaluation(request, images.device)
+    n, record = len(labels), request.record
+    hit = _whole_hit(request, key, n)
     if hit is not None:
         return Outcome.of(hit)
     if _CACHE_ONLY.get():
-        raise NotCached(f"{run.attack} on {request.label or 'a model'}: not in the cache")
-    parts, found = _run_batches(model, images, labels, run)
-    n_batches = -(-n // run.batch_size)
-    merged = merge_outcomes([parts[i] for i in range(n_batches)], run.precision)
-    if run.legacy:
-        merged["warnings"].append(f"attack {run.attack!r} cannot draw its randomness per example (its run() takes"
+        raise NotCached(f"{record.attack} on {request.label or 'a model'}: not in the cache")
+    parts, found = _run_batches(model, images, labels, request, key)
+    n_batches = -(-n // record.batch_size)
+    merged = merge_outcomes([parts[i] for i in range(n_batches)], record.precision)
+    if legacy:
+        merged["warnings"].append(f"attack {record.attack!r} cannot draw its randomness per example (its run() takes"
                                   " no index): batch k was attacked with seed + k, so results depend on the batch"
                                   " size")
     adversarial = None
@@ -103,36 +102,15 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, reque
         points = [found[i] for i in range(n_batches)]
         adversarial = {"index": torch.cat([p["index"] for p in points]).long(),
                        "images": torch.cat([p["images"] for p in points])}
-    write_outcome(request.cache, run.key, merged, adversarial)
+    write_outcome(request.cache, key, merged, adversarial)
     return Outcome.of({**merged, "adversarial": adversarial})
 
 
-@dataclass(frozen=True)
-class PlannedEvaluation:
-    """An :class:`~mixzoo.core.request.EvalRequest` resolved against its attack plugin: the attack class, the
-    options, the concrete precision, whether per-example seeds are used (``legacy``: asked for, but the attack's
-    ``run()`` takes no index) and the cache key."""
-
-    request: EvalRequest
-    attack_cls: Any
-    options: dict[str, Any]
-    precision: str
-    per_example_seeds: bool
-    legacy: bool
-    key: str
-
-    @property
-    def attack(self) -> str:
-        return self.request.record.attack
-
-    @property
-    def batch_size(self) -> int:
-        return self.request.record.batch_size
-
-
-def plan_evaluation(request: EvalRequest, device: torch.device | str) -> PlannedEvaluation:
-    """``request`` resolved against its attack plugin (:class:`PlannedEvaluation`); a one-line error for a precision
-    the attack cannot run in."""
+def plan_evaluation(request: EvalRequest, device: torch.device | str) -> tuple[EvalRequest, str, bool]:
+    """``request`` resolved against its attack plugin: the request whose record has the concrete precision and the
+    per-example seeds the attack draws with, its cache key, and whether per-example seeds were asked for but the
+    attack's ``run()`` takes no index (batch seeds, said in the warnings); a one-line error for a precision the
+    attack cannot run in."""
     from mixzoo.core.plugins import lookup
 
     record = request.record
@@ -143,30 +121,23 @@ def plan_evaluation(request: EvalRequest, device: torch.device | str) -> Planned
     if precision != "float32" and "precision" not in params and not takes_any:
         raise InputError(f"attack {record.attack!r} cannot run in {precision} (its run() takes no precision); use"
                          " --precision float32")
-    # an attack whose run() takes no index: batch seeds, said in the warnings
     legacy = record.per_example_seeds and "index" not in params and not takes_any
     per_example_seeds = record.per_example_seeds and not legacy
-    options = record.options()
     key = content_key({**request.key_parts, "attack": record.attack, "eps": record.eps, "norm": record.norm,
-                       "seed": record.seed, "batch_size": record.batch_size, "options": options,
+                       "seed": record.seed, "batch_size": record.batch_size, "options": record.options(),
                        "code": BENCH_CODE_VERSION,
                        **({"per_example_seeds": True} if per_example_seeds else {}),
                        **({"precision": precision} if precision != "float32" else {}),
                        **({"attack_code": attack_cls.code_version} if getattr(attack_cls, "code_version", None)
                           else {})})
-    return PlannedEvaluation(request, attack_cls, options, precision, per_example_seeds, legacy, key)
-
-
-def _cached_part(run: PlannedEvaluation, start: int, stop: int, batch: int | None = None) -> dict[str, Any] | None:
-    """The cached outcome of examples ``start:stop`` of ``run`` (the whole evaluation's, or batch ``batch``'s;
-    :func:`~mixzoo.attacks.outcome_cache.cached_part`), else ``None``."""
-    return cached_part(run.request, run.key, start, stop, batch)
+    return request.replace(precision=precision, per_example_seeds=per_example_seeds), key, legacy
 
 
 def cached_outcome(request: EvalRequest, n: int, device: torch.device | str = "cpu") -> Outcome | None:
     """The whole outcome :func:`evaluate` would return for the first ``n`` examples under ``request`` without
     attacking (its cache holds the finished evaluation), else ``None``; reads the cache, writes nothing."""
-    hit = _cached_part(plan_evaluation(request, device), 0, n)
+    request, key, _ = plan_evaluation(request, device)
+    hit = cached_part(request, key, 0, n)
     return None if hit is None else Outcome.of({**hit, "cached": True})
 
 
@@ -177,17 +148,18 @@ def cached_examples(request: EvalRequest, n: int, device: torch.device | str = "
     the others (:func:`mixzoo.evaluation.plan.plan_bench`)."""
     if not request.cache.enabled or n <= 0:
         return 0
-    run = plan_evaluation(request, device)
-    if _cached_part(run, 0, n) is not None:
+    request, key, _ = plan_evaluation(request, device)
+    if cached_part(request, key, 0, n) is not None:
         return n
-    return sum(min(n, start + run.batch_size) - start for index, start in enumerate(range(0, n, run.batch_size))
-               if _cached_part(run, start, min(n, start + run.batch_size), index) is not None)
+    size = request.record.batch_size
+    return sum(min(n, start + size) - start for index, start in enumerate(range(0, n, size))
+               if cached_part(request, key, start, min(n, start + size), index) is not None)
 
 
-def _whole_hit(run: PlannedEvaluation, n: int) -> dict[str, Any] | None:
+def _whole_hit(request: EvalRequest, key: str, n: int) -> dict[str, Any] | None:
     """The whole evaluation from the cache, when every torchrun rank has it (the attack is collective: every rank
     must take the same path; e.g. a shared cache directory), else ``None``."""
-    hit = _cached_part(run, 0, n)
+    hit = cached_part(request, key, 0, n)
     if hit is not None:
         hit["cached"] = True
     w = world()
@@ -198,18 +170,18 @@ def _whole_hit(run: PlannedEvaluation, n: int) -> dict[str, Any] | None:
     return None
 
 
-def _run_batches(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, run: PlannedEvaluation
+def _run_batches(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, request: EvalRequest, key: str
                  ) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, torch.Tensor]]]:
     """Every batch's outcome (and, with ``save_adversarial``, its points), from the cache or attacked; under
     torchrun batch k is attacked by rank k mod size and every rank gets every batch's outcome."""
-    request, w, n = run.request, world(), len(labels)
+    w, n, size, what = world(), len(labels), request.record.batch_size, f"{request.record.attack} on {request.label}"
     parts: dict[int, dict[str, Any]] = {}
     found: dict[int, dict[str, torch.Tensor]] = {}
     with progress_bar(request.progress and w.main) as bar:
-        task = bar.add_task(f"{run.attack} on {request.label}", total=n)
-        for index, start in enumerate(range(0, n, run.batch_size)):
-            stop = min(n, start + run.batch_size)
-            part, points = _batch(model, images, labels, run, index, start, stop)
+        task = bar.add_task(what, total=n)
+        for index, start in enumerate(range(0, n, size)):
+            stop = min(n, start + size)
+            part, points = _batch(model, images, labels, request, key, index, start, stop)
             if part is not None:
                 parts[index] = part
                 if request.save_adversarial:
@@ -220,23 +192,22 @@ def _run_batches(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, r
                 parts.update(other_parts)
                 found.update(other_found)
             bar.update(task, completed=n)
-    check_shards(parts, n, run.batch_size, f"{run.attack} on {request.label}")
+    check_shards(parts, n, size, what)
     return parts, found
 
 
-def _batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, run: PlannedEvaluation, index: int,
-           start: int, stop: int) -> tuple[dict[str, Any] | None, Any]:
+def _batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, request: EvalRequest, key: str,
+           index: int, start: int, stop: int) -> tuple[dict[str, Any] | None, Any]:
     """Batch ``index`` (images ``start:stop``): its cached outcome, else attacked when this rank owns it (and
     cached), else ``(None, None)``."""
-    request = run.request
-    part = _cached_part(run, start, stop, index)
+    part = cached_part(request, key, start, stop, index)
     if part is not None:
         return part, part.pop("adversarial", None)
     if not world().owns(index):  # under torchrun: batch k is attacked by rank k mod size
         return None, None
     attack_batch = naming_model(request.label, _attack_batch)  # a NaN-logits error names the model
-    part, points = attack_batch(model, images, labels, start, stop, index, run)
-    write_outcome(request.cache, run.key, part, points if request.save_adversarial else None, index)
+    part, points = attack_batch(model, images, labels, start, stop, index, request)
+    write_outcome(request.cache, key, part, points if request.save_adversarial else None, index)
     return part, points
 
 
@@ -270,13 +241,15 @@ def merge_outcomes(batches: list[dict[str, Any]], precision: str) -> dict[str, A
 
 
 def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, start: int, stop: int,
-                  batch_index: int, run: PlannedEvaluation) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+                  batch_index: int, request: EvalRequest) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Attack images ``start:stop`` (batch number ``batch_index``): its outcome record and, with
     ``save_adversarial``, the points that broke its examples (indices into ``images``)."""
-    record, example_index = run.request.record, run.request.example_index
-    per_example_seeds, precision = run.per_example_seeds, run.precision
-    runner = run.attack_cls(eps=record.eps, norm=record.norm,
-                            seed=record.seed if per_example_seeds else record.seed + batch_index, **run.options)
+    from mixzoo.core.plugins import lookup
+
+    record, example_index = request.record, request.example_index
+    per_example_seeds, precision = record.per_example_seeds, record.precision
+    runner = lookup("attack", record.attack)(eps=record.eps, norm=record.norm, seed=record.seed if per_example_seeds
+                                             else record.seed + batch_index, **record.options())
     device = model_device(model)
     extra = {"index": torch.arange(start, stop) if example_index is None
              else example_index[start:stop].long().cpu()} if per_example_seeds else {}
@@ -300,7 +273,7 @@ def _attack_batch(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, 
         "machine": machine_summary(device),
     }
     points: dict[str, torch.Tensor] = {}
-    if run.request.save_adversarial:
+    if request.save_adversarial:
         broken = torch.nonzero(res.clean_correct.bool() & ~res.robust_correct.bool()).squeeze(1)
         points = {"index": broken + start, "images": res.adv_images[broken.to(res.adv_images.device)].cpu()}
     return part, points
@@ -324,6 +297,6 @@ def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]])
     return out
 
 
-__all__ = ["ADV_SUFFIX", "BENCH_CODE_VERSION", "BF16_COUNTS", "NotCached", "PlannedEvaluation", "cache_only",
+__all__ = ["ADV_SUFFIX", "BENCH_CODE_VERSION", "BF16_COUNTS", "NotCached", "cache_only",
            "cached_examples", "cached_outcome", "evaluate", "merge_outcomes", "merge_warnings", "outcome_digest",
            "outcome_problem", "plan_evaluation", "read_outcome", "sealed"]
