@@ -67,6 +67,11 @@ def budget_of(name: str | Budget) -> Budget:
     return BUDGETS[name]
 
 
+def counts_of(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The counts of :data:`COUNTS` among ``options`` (the user's ``-O``): what it sets on every component."""
+    return {k: v for k, v in (options or {}).items() if k in COUNTS}
+
+
 def _accepted(attack: str) -> dict[str, Any] | None:
     """The options attack plugin ``attack`` accepts with their defaults (``None``: it does not declare them)."""
     from mixzoo.core.errors import MixzooError
@@ -92,7 +97,7 @@ def component_options(budget: str | Budget, attack: str, declared: dict[str, Any
     and no overrides it is ``declared`` unchanged (``standard``)."""
     b = budget_of(budget)
     out = dict(declared or {})
-    counts = {k: v for k, v in (overrides or {}).items() if k in COUNTS}
+    counts = counts_of(overrides)
     if not b.caps and not counts:
         return out
     accepted = _accepted(attack)
@@ -182,4 +187,4 @@ def budget_table() -> list[dict[str, Any]]:
 
 
 __all__ = ["BUDGETS", "COUNTS", "DEFAULT_BUDGET", "LINEAR_COUNTS", "Budget", "budget_help", "budget_of", "budget_table",
-           "component_options", "curve_points", "scaled_counts", "shared_attack", "shared_options"]
+           "component_options", "counts_of", "curve_points", "scaled_counts", "shared_attack", "shared_options"]

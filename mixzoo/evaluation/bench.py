@@ -142,7 +142,7 @@ def _execute(run: BenchRun, world_size: int, written: bool, plots: bool) -> Repo
             continue
         if report is None:  # the rows are in: named apart, then the report's settings record
             distinct_row_names(card_rows, [c.path for c in run.cards])  # two cards with one file stem
-            report = _report(run, [], _settings_record(run, card_rows, world_size))
+            report = _report(run, [], _settings(run, card_rows, world_size))
         if step.kind == "baseline":
             next_phase()
             models.append(_baseline_row(run, card_rows[0], report.settings))
@@ -255,8 +255,7 @@ def _card_row(run: BenchRun, c: Any, kinds: set[str]) -> ModelResult:
     kind = method.name if method.name not in kinds else f"{method.name}-{len(kinds) - 1}"
     label = row_name(c, kind, len(run.cards))
     ev = evaluate_card(c, abc_m, rbc_m, data.images, data.labels,
-                       run.request.replace(key_parts=card_key_parts(c, abc_m, rbc_m, data), label=label),
-                       extra_attacks=run.s.extra_attacks, **run.job.spend)
+                       run.request.replace(key_parts=card_key_parts(c, abc_m, rbc_m, data), label=label))
     return run.row(label, kind, ev, alpha=c.params.get("alpha"), card=c)
 
 
@@ -268,22 +267,35 @@ def row_name(card: Any, kind: str, n_cards: int) -> str:
     return title if n_cards == 1 or title.endswith(tag) else f"{title} {tag}"
 
 
-def _settings_record(run: BenchRun, card_rows: list[ModelResult], world_size: int) -> dict[str, Any]:
-    """The report's ``settings``: the shared attack, the threat model, the seeding, the device and precision, and
-    each component's attack and options."""
-    s, device = run.s, run.s.device
-    return {
-        "attack": s.attack, "eps": run.ce.eps, "norm": run.ce.norm, "seed": s.seed, "batch_size": s.batch_size,
-        "batch_size_policy": run.batch_policy,
-        "per_example_seeds": s.per_example_seeds, "world_size": world_size, "attack_options": s.attack_options or {},
-        "extra_attacks": s.extra_attacks, "device": device,
-        "precision": resolve_precision(s.precision, device), "precision_policy": s.precision,
-        "adversarial_file": ADVERSARIAL_FILE if run.request.save_adversarial else None, "seconds": None,
-        "budget": s.budget,
-        "components": {"attack": {"attack": s.attack, "options": dict(s.attack_options)}, **{
-            f"{row.name}: {extra.name}": {"attack": extra.attack, "options": opts}
-            for c, row in zip(run.cards, card_rows, strict=True) if s.extra_attacks
-            for extra, opts in declared_attacks(c, s.budget, run.job.given)}}}
+# report.json's settings, in their order: the run record's copies (mixzoo.core.schema.SETTINGS_FROM_RECORD) and the
+# run's own facts
+REPORT_SETTINGS = ("attack", "eps", "norm", "seed", "batch_size", "batch_size_policy", "per_example_seeds",
+                   "world_size", "attack_options", "extra_attacks", "device", "precision", "precision_policy",
+                   "adversarial_file", "seconds", "budget", "components")
+
+
+def report_settings(record: RunRecord, components: dict[str, Any], **run: Any) -> dict[str, Any]:
+    """The report's ``settings`` of run record ``record``: every field the report schema checks against it, the
+    shared attack's options in the order it runs them (``components["attack"]``), each component's attack and
+    options (``components``), and ``run``'s facts (``batch_size_policy``, ``world_size``, ``device``, ``precision``
+    as resolved, ``adversarial_file``, ``seconds``), in :data:`REPORT_SETTINGS`' order."""
+    from mixzoo.core.schema import SETTINGS_FROM_RECORD
+
+    values = {k: getattr(record, r) for k, r in SETTINGS_FROM_RECORD.items()}
+    values.update(run, attack_options=dict(components["attack"]["options"]), components=components)
+    return {k: values[k] for k in REPORT_SETTINGS}
+
+
+def _settings(run: BenchRun, card_rows: list[ModelResult], world_size: int) -> dict[str, Any]:
+    """The bench's :func:`report_settings`: its record, the shared attack and each card row's declared attacks."""
+    s, record = run.s, run.request.record
+    extras = {f"{row.name}: {extra.name}": {"attack": extra.attack, "options": opts}
+              for c, row in zip(run.cards, card_rows, strict=True) if record.extra_attacks
+              for extra, opts in declared_attacks(c, record.budget, record.counts())}
+    return report_settings(record, {"attack": {"attack": record.attack, "options": dict(s.attack_options)}, **extras},
+                           batch_size_policy=run.batch_policy, world_size=world_size, device=s.device,
+                           precision=resolve_precision(record.precision, s.device),
+                           adversarial_file=ADVERSARIAL_FILE if run.request.save_adversarial else None, seconds=None)
 
 
 def _baseline_row(run: BenchRun, card_row: ModelResult, settings_record: dict[str, Any]) -> ModelResult:
@@ -294,13 +306,11 @@ def _baseline_row(run: BenchRun, card_row: ModelResult, settings_record: dict[st
     t_match = time.perf_counter()
     matching = run.request.replace(attack=baseline.attack, attack_options=baseline.options, precision="float32",
                                    save_adversarial=False)
-    alpha_lin, tried, target = matched_linear_alpha(ce, matching, match_n=baseline.n,
-                                                    extra_attacks=run.s.extra_attacks, **run.job.spend)
+    alpha_lin, tried, target = matched_linear_alpha(ce, matching, match_n=baseline.n)
     lin_card = lin.card_at(alpha_lin, run.cards[0])
     ev = evaluate_card(lin_card, ce.abc, ce.rbc, ce.data.images, ce.data.labels,
                        run.request.replace(key_parts=card_key_parts(lin_card, ce.abc, ce.rbc, ce.data),
-                                           label=f"{lin.title} alpha={alpha_lin}"),
-                       extra_attacks=run.s.extra_attacks, **run.job.spend)
+                                           label=f"{lin.title} alpha={alpha_lin}"))
     row = run.row(f"{lin.title} (alpha={alpha_lin:.2f})", lin.name, ev, alpha=alpha_lin, card=lin_card)
     m = min(baseline.n, n)
     settings_record["components"]["baseline"] = {"attack": baseline.attack, "options": dict(baseline.options),

@@ -132,12 +132,6 @@ class BenchJob:
         cards = tuple(changes.pop("cards", self.cards))
         return replace(self, cards=cards, settings=self.settings.changed(**changes) if changes else self.settings)
 
-    @property
-    def spend(self) -> dict[str, Any]:
-        """The declared attacks' budget and the user's ``-O`` (:func:`~mixzoo.evaluation.worst_case.evaluate_card`'s
-        ``budget``, ``overrides``)."""
-        return {"budget": self.settings.budget, "overrides": self.given}
-
     def matches_baseline(self) -> bool:
         """Whether the job has a matched baseline row: one card, not of the baseline method itself."""
         lin = baseline_method()

@@ -112,12 +112,12 @@ def run_record_of(settings: RunSettings, cards: list[Any], ce: CardEvaluation,
     """The :class:`~mixzoo.core.record.RunRecord` of benching ``cards`` with ``settings`` (eps and norm as
     resolved, the models and images ``ce`` loaded; ``given``: the user's ``-O``, whose counts the record keeps as
     those set on every component)."""
-    from mixzoo.core.budget import COUNTS
+    from mixzoo.core.budget import counts_of
 
     return RunRecord.from_settings(
         settings, card=sha256_of([c.to_dict() for c in cards]), abc=model_key(ce.abc), rbc=model_key(ce.rbc),
         dataset=ce.data.name, examples=ce.data.fingerprint, eps=float(ce.eps), norm=ce.norm,
-        count_overrides={k: v for k, v in (given or {}).items() if k in COUNTS})
+        count_overrides=counts_of(given))
 
 
 def same_pair(cards: list[Any]) -> None:

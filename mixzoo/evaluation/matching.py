@@ -15,17 +15,16 @@ from mixzoo.methods.base import baseline_method
 from mixzoo.zoo.pairs import card_key_parts, model_key
 
 
-def matched_linear_alpha(ce: CardEvaluation, request: EvalRequest, *, match_n: int, extra_attacks: bool = True,
-                         budget: str | Budget = "standard", overrides: dict[str, Any] | None = None
+def matched_linear_alpha(ce: CardEvaluation, request: EvalRequest, *, match_n: int, extra_attacks: bool | None = None,
+                         budget: str | Budget | None = None, overrides: dict[str, Any] | None = None
                          ) -> tuple[float, list[dict], float]:
     """The matched baseline's alpha for a card: the card's worst-case robust accuracy on the first ``match_n``
     evaluation images under the attack of ``request`` (:class:`~mixzoo.core.request.EvalRequest`: its record names
-    the matching attack, its options, eps, norm, seed, batch size and per-example seeds; its cache and progress) and
-    the extra attacks its method declares (:func:`evaluate_card`; none with ``extra_attacks=False``, as the bench's
-    rows then have none), then the baseline method's ``match`` against it (for linear: bisection over its alpha
-    grid). Returns the alpha, every alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity`` share it, and
-    so share its cached evaluations. ``budget`` and ``overrides`` (the user's ``-O``) go to the declared attacks
-    (:func:`declared_attacks`)."""
+    the matching attack, its options, eps, norm, seed, batch size and per-example seeds, and what decides the extra
+    attacks of :func:`evaluate_card`, which also takes ``extra_attacks``, ``budget`` and ``overrides``), then the
+    baseline method's ``match`` against it (for linear: bisection over its alpha grid). Returns the alpha, every
+    alpha tried and the target. ``mixzoo bench`` and ``mixzoo sanity`` share it, and so share its cached
+    evaluations."""
     base = baseline_method()
     if base is None:
         raise InputError("no installed mixing method is marked as the bench's baseline; pass baseline=False")

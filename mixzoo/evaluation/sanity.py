@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.result import Outcome
+from mixzoo.core.budget import counts_of
 from mixzoo.core.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import machine_line, run_record
@@ -225,17 +226,17 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     reach = float(grey_distance(images, norm).max())
     radii = default_radii(eps, images, norm) if radii is None else sorted({float(r) for r in radii})
     # every radius's request: the run's record at that eps (sanity's rows in the settings' precision)
-    request = EvalRequest(RunRecord.from_settings(s, eps=eps, norm=norm),
+    request = EvalRequest(RunRecord.from_settings(s, eps=eps, norm=norm, count_overrides=counts_of(given)),
                           Cache(s.cache_dir, enabled=s.use_cache), progress=s.progress)
     base_method = baseline_method()
-    spend = dict(budget=s.budget, overrides=given)
-    models, components, linear_alpha = _sweep_models(ce, s, request, match, linear_alpha, given)
+    models, components, linear_alpha = _sweep_models(ce, request, match, linear_alpha)
+    components = {"attack": {"attack": attack, "options": dict(attack_options)}, **components}
     rows = []
     for name, kind, model, key, row_card in models:
         next_phase()
         at = [request.replace(eps=r, key_parts=key, label=f"{name} at eps {r:g}") for r in radii]
         evs = [evaluate(model, images, labels, r) if row_card is None else
-               evaluate_card(row_card, abc_m, rbc_m, images, labels, r, extra_attacks=s.extra_attacks, **spend)
+               evaluate_card(row_card, abc_m, rbc_m, images, labels, r)
                for r in at]
         rows.append(_row(name, kind, model, evs, radii, images, labels, norm,
                          alpha=linear_alpha if base_method is not None and kind == base_method.name else None))
@@ -272,9 +273,8 @@ def _checked_inputs(out: str | Path | None, radii: list[float] | None,
     return linear_alpha
 
 
-def _sweep_models(ce: Any, s: RunSettings, request: EvalRequest, match: MatchSettings | None,
-                  linear_alpha: float | None,
-                  given: dict[str, Any]) -> tuple[list[tuple], dict[str, Any], float | None]:
+def _sweep_models(ce: Any, request: EvalRequest, match: MatchSettings | None, linear_alpha: float | None
+                  ) -> tuple[list[tuple], dict[str, Any], float | None]:
     """The sweep's rows to attack, ``(name, kind, classifier, cache key, card)`` (a card row's worst case is over
     the shared attack and its method's extras): the ABC, the RBC, the baseline method's row (at ``linear_alpha``,
     else matched to the card's worst case as the bench matches it) and the card; with the components record and
@@ -288,7 +288,8 @@ def _sweep_models(ce: Any, s: RunSettings, request: EvalRequest, match: MatchSet
     card, abc_m, rbc_m, data = ce.card, ce.abc, ce.rbc, ce.data
     base = {"data": data.fingerprint}
     base_method = baseline_method()
-    components: dict[str, Any] = {"attack": {"attack": s.attack, "options": dict(s.attack_options)}}
+    record = request.record
+    components: dict[str, Any] = {}
     models: list[tuple] = []
     for step in sweep_steps(card, matched=match is not None, alpha_given=linear_alpha is not None):
         if step.kind in ("abc", "rbc"):
@@ -298,8 +299,7 @@ def _sweep_models(ce: Any, s: RunSettings, request: EvalRequest, match: MatchSet
         elif step.kind == "match":
             next_phase()  # the phases of mixzoo.evaluation.plan.plan_sanity, in its order
             matching = request.replace(attack=match.attack, attack_options=match.options, precision="float32")
-            linear_alpha, _, _ = matched_linear_alpha(ce, matching, match_n=match.n, extra_attacks=s.extra_attacks,
-                                                      budget=s.budget, overrides=given)
+            linear_alpha, _, _ = matched_linear_alpha(ce, matching, match_n=match.n)
             components["baseline"] = {"attack": match.attack, "options": dict(match.options),
                                       "n": min(match.n, len(data.labels))}
         elif step.kind == "baseline":
@@ -309,9 +309,9 @@ def _sweep_models(ce: Any, s: RunSettings, request: EvalRequest, match: MatchSet
                            base_card))
     title = card.mixing_method.title or card.method
     models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card))
-    if s.extra_attacks:
+    if record.extra_attacks:
         components.update({f"{title}: {extra.name}": {"attack": extra.attack, "options": opts}
-                           for extra, opts in declared_attacks(card, s.budget, given)})
+                           for extra, opts in declared_attacks(card, record.budget, record.counts())})
     return models, components, linear_alpha
 
 

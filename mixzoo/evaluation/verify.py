@@ -194,10 +194,10 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
         rows.append(_verify_row(m, model, points[m["kind"]], images, labels, ce.eps, ce.norm, batch_size, device))
         models_of[m["name"]] = model
     if recheck:
-        again, counts = _attack_settings(report, report_path, s)
+        again = _attack_record(report, report_path, s)
         for row, m in zip(rows, models, strict=True):
             row.rechecked, row.recheck_differs = _recheck_row(
-                m, models_of[m["name"]], _row_card(m, report_path), ce, images, labels, recheck, again, counts)
+                m, models_of[m["name"]], _row_card(m, report_path), ce, images, labels, recheck, again)
     result = Verification(str(report_dir), rows, float(ce.eps), ce.norm, n, device, time.perf_counter() - t0,
                           notes=list(ce.notes))
     if out is not None:
@@ -300,11 +300,12 @@ def check_points(points: dict[str, dict[str, torch.Tensor]], images: torch.Tenso
                              " with --save-adversarial")
 
 
-def _attack_settings(report: dict[str, Any], path: Path, s: RunSettings) -> tuple[RunSettings, dict[str, Any]]:
-    """What a re-run (``--recheck``) attacks with, from the report's run record alone: settings with its attack,
-    options, seed, precision, extra attacks and budget, and its ``-O`` counts, which with the budget decide the
-    extra attacks' options. Refused without a record, with extra attacks but no budget in it (an older mixzoo), or
-    when the outcomes depended on the batches (``--batch-seeds``): a subset could not reproduce them."""
+def _attack_record(report: dict[str, Any], path: Path, s: RunSettings) -> Any:
+    """What a re-run (``--recheck``) attacks with: the report's run record (its attack, options, seed, precision,
+    extra attacks, budget and ``-O`` counts, which with the budget decide the extra attacks' options) at the eps and
+    norm of the report and the settings' batch size. Refused without a record, with extra attacks but no budget in
+    it (an older mixzoo), or when the outcomes depended on the batches (``--batch-seeds``): a subset could not
+    reproduce them."""
     record = report.get("record")
     if not record:
         raise InputError(f"{path} has no run record, so there is no attack to re-run; run `mixzoo bench` again"
@@ -324,19 +325,21 @@ def _attack_settings(report: dict[str, Any], path: Path, s: RunSettings) -> tupl
     precision = record.get("precision", "float32")
     if precision == "auto":  # resolved on the bench's device: the settings say to what (checked to be a name)
         precision = report["settings"].get("precision", "float32")
-    s = s.changed(attack=attack, attack_options=dict(options), seed=seed, precision=precision,
-                  extra_attacks=extras, use_cache=False, budget=record.get("budget", s.budget))
-    return s, dict(record.get("count_overrides") or {})
+    from mixzoo.core.record import RunRecord
+
+    return RunRecord.from_settings(s.changed(attack=attack, attack_options=dict(options), seed=seed,
+                                             precision=precision, extra_attacks=extras,
+                                             budget=record.get("budget", s.budget)),
+                                   per_example_seeds=True, count_overrides=record.get("count_overrides") or {})
 
 
 def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images: torch.Tensor, labels: torch.Tensor,
-                 count: int, s: RunSettings, counts: dict[str, Any]) -> tuple[list[int], list[int]]:
+                 count: int, record: Any) -> tuple[list[int], list[int]]:
     """Attack again, without a cache, the first ``count`` examples row ``m`` calls robust and the first ``count``
-    it calls broken, a card's extra attacks under ``s.budget`` and the ``-O`` ``counts``: (those examples, the
-    ones whose robust outcome differs from the report's)."""
+    it calls broken as run record ``record`` says (a card's row with its extra attacks): (those examples, the ones
+    whose robust outcome differs from the report's)."""
     from mixzoo.attacks.runner import evaluate
     from mixzoo.core.cache import Cache
-    from mixzoo.core.record import RunRecord
     from mixzoo.core.request import EvalRequest
     from mixzoo.evaluation.bench import evaluate_card
 
@@ -347,13 +350,11 @@ def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images
     picked = picked.sort().values
     if not len(picked):
         return [], []
-    record = RunRecord.from_settings(s, eps=ce.eps, norm=ce.norm, per_example_seeds=True, count_overrides=counts)
-    request = EvalRequest(record, Cache(enabled=False), label=f"{m['name']} (recheck)", example_index=picked,
-                          progress=False)
+    request = EvalRequest(record.replace(eps=ce.eps, norm=ce.norm), Cache(enabled=False),
+                          label=f"{m['name']} (recheck)", example_index=picked, progress=False)
     x, y = images[picked], labels[picked]
     if card is not None:
-        ev = evaluate_card(card, ce.abc, ce.rbc, x, y, request, extra_attacks=s.extra_attacks, budget=s.budget,
-                           overrides=counts)
+        ev = evaluate_card(card, ce.abc, ce.rbc, x, y, request)
     else:
         ev = evaluate(model, x, y, request)
     again = torch.tensor(ev["robust_correct"], dtype=torch.bool)

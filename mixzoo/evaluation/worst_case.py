@@ -57,15 +57,19 @@ def declared_attacks(card: Any, budget: str | Budget = "standard", overrides: di
 
 
 def evaluate_card(card: Any, abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                  request: EvalRequest, *, extra_attacks: bool = True, budget: str | Budget = "standard",
+                  request: EvalRequest, *, extra_attacks: bool | None = None, budget: str | Budget | None = None,
                   overrides: dict[str, Any] | None = None) -> Outcome:
     """A card's classifier under the shared attack (``request``: :func:`~mixzoo.attacks.runner.evaluate`'s
     request, its ``key_parts`` the cache key of the shared run, :func:`card_key_parts`), then under each extra attack
     its method declares (:meth:`~mixzoo.methods.MixingMethod.extra_attacks`) on the examples still robust, merged per
     example: the card's worst case, which every evaluation of a card reports (bench rows, the matched baseline's
-    target, sanity's sweep). Each extra's request is the shared one with the extra's attack, options and seed,
-    its cache key adding its name, gradient and subset; it runs with the options :func:`declared_attacks` gives it
-    under ``budget`` and ``overrides``."""
+    target, sanity's sweep). Each extra's request is the shared one with the extra's attack, options and seed
+    (:func:`extra_request`); its options are those :func:`declared_attacks` gives it under the record's budget and
+    ``-O`` counts. ``extra_attacks``, ``budget``, ``overrides``: in place of the record's ``extra_attacks``,
+    ``budget``, ``count_overrides``."""
+    record = request.record
+    extra_attacks = record.extra_attacks if extra_attacks is None else extra_attacks
+    budget, overrides = budget or record.budget, record.counts() if overrides is None else overrides
     method = card.mixing_method
     ev = Outcome.of(runner.evaluate(method.build(abc, rbc, card), images, labels, request))
     if not extra_attacks:
