@@ -17,8 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mixzoo.cli.options import (
-    AttackGroup,
-    CacheGroup,
+    EvalGroup,
     MachineGroup,
     chosen_attack,
     grouped,
@@ -31,7 +30,6 @@ from mixzoo.core.commands import (
     Baseline,
     CardABC,
     CardRBC,
-    DryRun,
     command,
     command_line,
     examples,
@@ -68,11 +66,7 @@ def bench(
         "--save-adversarial", help="also write adversarial.safetensors: the point that broke each broken example, "
                                    "for `mixzoo verify`")] = False,
     baseline: Baseline = True,
-    attack: AttackGroup = AttackGroup(),
-    machine: MachineGroup = MachineGroup(),
-    cache: CacheGroup = CacheGroup(),
-    dry_run: DryRun = False,
-    as_json: AsJson = False,
+    run: EvalGroup = EvalGroup(),
 ) -> None:
     """Clean and robust accuracy of the ABC, the RBC and each card's mixed classifier, with report files and
     plots."""
@@ -80,27 +74,27 @@ def bench(
     from mixzoo.evaluation.bench import CurveSettings
     from mixzoo.evaluation.bench import bench as run_bench
 
-    if attack.show_options:
-        return print_attack_options(chosen_attack(attack))
+    if run.show_options:
+        return print_attack_options(chosen_attack(run))
     card: Any = None if not cards else cards[0] if len(cards) == 1 else list(cards)
-    settings = run_settings(attack, machine, cache, eps=eps, n=n, abc=abc, rbc=rbc, progress=not as_json)
+    settings = run_settings(run, eps=eps, n=n, abc=abc, rbc=rbc, progress=not run.as_json)
     from mixzoo.core.plan import Plan, planned_work
     from mixzoo.evaluation.plan import plan_bench
 
-    chosen_curve = curve and (True if curve_n is None else replace(CurveSettings.for_budget(attack.budget), n=curve_n))
+    chosen_curve = curve and (True if curve_n is None else replace(CurveSettings.for_budget(run.budget), n=curve_n))
     shape = dict(baseline=True if baseline else None, curve=chosen_curve or None)
     build = (lambda: _unless_missing(lambda: plan_bench(card, settings, plots=plots, command=command_line(),
                                                         save_adversarial=save_adversarial, **shape),
-                                     [*(cards or []), *(m for m in (abc, rbc) if m)], machine.data_dir)) \
+                                     [*(cards or []), *(m for m in (abc, rbc) if m)], run.data_dir)) \
         if card is not None else \
         (lambda: Plan(command_line(), notes=["no card: the pair is fitted first (`mixzoo mix --dry-run` plans that)"]))
-    with planned_work(build, dry_run=dry_run, wanted=not as_json, shown=not as_json and distributed_world().main) \
-            as plan:
+    with planned_work(build, dry_run=run.dry_run, wanted=not run.as_json,
+                      shown=not run.as_json and distributed_world().main) as plan:
         if plan is None:
             return
         report = run_bench(card, settings, out=out, plots=plots, save_adversarial=save_adversarial, **shape)
     if distributed_world().main:  # under torchrun only rank 0 prints
-        _print_bench(report, out, as_json)
+        _print_bench(report, out, run.as_json)
 
 
 def _unless_missing(build: Callable[[], Any], names: list[str], data_dir: str | None) -> Any:
@@ -154,11 +148,7 @@ def sanity(
     rbc: CardRBC = None,
     out: Annotated[Path, typer.Option(help="directory for sanity.json, sanity.md and sanity.png")] = Path("sanity"),
     strict: Annotated[bool, typer.Option("--strict", help="exit with status 1 when a check finds misses")] = False,
-    attack: AttackGroup = AttackGroup(),
-    machine: MachineGroup = MachineGroup(),
-    cache: CacheGroup = CacheGroup(),
-    dry_run: DryRun = False,
-    as_json: AsJson = False,
+    run: EvalGroup = EvalGroup(),
 ) -> None:
     """Does the attack find what there is to find? Robust accuracy over growing eps, checked for monotonicity and
     against the grey image (Carlini et al. 2019). The shared attack (default adaptive-apgd), the budget and -O
@@ -166,23 +156,22 @@ def sanity(
     from mixzoo.evaluation.sanity import SWEEP_ATTACK, eps_sweep
 
     t0 = time.perf_counter()  # what the command took, its plan and files included, is what it prints
-    if attack.show_options:
-        return print_attack_options(chosen_attack(attack, SWEEP_ATTACK))
+    if run.show_options:
+        return print_attack_options(chosen_attack(run, SWEEP_ATTACK))
     if card is None:
         raise typer.BadParameter("a mix card is needed (a file written by `mixzoo mix` or a published card's name)",
                                  param_hint="'CARD'")
-    settings = run_settings(attack, machine, cache, default=SWEEP_ATTACK, n=n, abc=abc, rbc=rbc,
-                            progress=not as_json)
+    settings = run_settings(run, default=SWEEP_ATTACK, n=n, abc=abc, rbc=rbc, progress=not run.as_json)
     baseline = None if not linear else linear_alpha if linear_alpha is not None else True
     from mixzoo.core.plan import planned_work
     from mixzoo.evaluation.plan import plan_sanity
 
     with planned_work(lambda: plan_sanity(card, settings, radii=parse_floats(eps, "--eps"), baseline=baseline,
-                                          command=command_line()), dry_run=dry_run, wanted=not as_json) as plan:
+                                          command=command_line()), dry_run=run.dry_run, wanted=not run.as_json) as plan:
         if plan is None:
             return
         sweep = eps_sweep(card, settings, radii=parse_floats(eps, "--eps"), baseline=baseline, out=out)
-    _print_sweep(sweep, out, as_json, time.perf_counter() - t0)
+    _print_sweep(sweep, out, run.as_json, time.perf_counter() - t0)
     if strict and not sweep.passed:
         raise typer.Exit(1)
 

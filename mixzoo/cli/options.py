@@ -22,11 +22,13 @@ import typer
 
 from mixzoo.core.commands import (
     AllowUnsafe,
+    AsJson,
     AttackName,
     Budget,
     CacheDir,
     DataDir,
     Device,
+    DryRun,
     ExtraAttacks,
     NoCache,
     PerExampleSeeds,
@@ -87,7 +89,16 @@ class CacheGroup:
     no_cache: NoCache = False
 
 
-GROUPS = (AttackGroup, MachineGroup, CacheGroup)
+@dataclass(frozen=True)
+class EvalGroup(CacheGroup, MachineGroup, AttackGroup):
+    """What ``bench`` and ``sanity`` share: :class:`AttackGroup`'s, :class:`MachineGroup`'s and :class:`CacheGroup`'s
+    options in that order, then ``--dry-run`` and ``--json``."""
+
+    dry_run: DryRun = False
+    as_json: AsJson = False
+
+
+GROUPS = (AttackGroup, MachineGroup, CacheGroup, EvalGroup)
 
 
 def grouped(fn: F) -> F:
@@ -135,8 +146,11 @@ def run_settings(attack: AttackGroup | None = None, machine: MachineGroup | None
                  cache: CacheGroup | None = None, *, default: str | None = None, **fields: Any) -> RunSettings:
     """The :class:`RunSettings` of a command's option groups and its own ``fields`` (``n``, ``eps``, ``abc``, ...):
     the one place a command's options become settings. ``default``: the shared attack when the options name none
-    (:func:`chosen_attack`)."""
+    (:func:`chosen_attack`). An :class:`EvalGroup` as ``attack`` is also the machine and cache groups."""
     from mixzoo.core.settings import RunSettings
+
+    if isinstance(attack, EvalGroup):
+        machine, cache = attack, attack
 
     values: dict[str, Any] = {}
     if attack is not None:
@@ -195,5 +209,5 @@ def print_attack_options(name: str) -> None:
     print_options(f"options of attack {name} (-O KEY=VALUE)", lookup("attack", name).options_spec, lambda key: key)
 
 
-__all__ = ["AttackGroup", "CacheGroup", "MachineGroup", "chosen_attack", "default_attack", "grouped",
+__all__ = ["AttackGroup", "CacheGroup", "EvalGroup", "MachineGroup", "chosen_attack", "default_attack", "grouped",
            "parse_attack_options", "parse_floats", "print_attack_options", "print_options", "run_settings"]
