@@ -127,19 +127,13 @@ def grouped(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def default_attack() -> str | None:
-    """The shared attack when neither ``--attack`` nor the budget names one: :class:`RunSettings`'s default."""
-    from mixzoo.core.settings import DEFAULT_ATTACK
-
-    return DEFAULT_ATTACK
-
-
 def chosen_attack(group: AttackGroup, default: str | None = None) -> str:
     """The shared attack ``group`` asks for: ``--attack``, else its budget's, else ``default`` (else
-    :func:`default_attack`)."""
+    :class:`RunSettings`' default)."""
     from mixzoo.core.budget import shared_attack
+    from mixzoo.core.settings import DEFAULT_ATTACK
 
-    return shared_attack(group.budget, group.attack, default if default is not None else default_attack())
+    return shared_attack(group.budget, group.attack, default if default is not None else DEFAULT_ATTACK)
 
 
 def run_settings(attack: AttackGroup | None = None, machine: MachineGroup | None = None,
@@ -209,5 +203,5 @@ def print_attack_options(name: str) -> None:
     print_options(f"options of attack {name} (-O KEY=VALUE)", lookup("attack", name).options_spec, lambda key: key)
 
 
-__all__ = ["AttackGroup", "CacheGroup", "EvalGroup", "MachineGroup", "chosen_attack", "default_attack", "grouped",
+__all__ = ["AttackGroup", "CacheGroup", "EvalGroup", "MachineGroup", "chosen_attack", "grouped",
            "parse_attack_options", "parse_floats", "print_attack_options", "print_options", "run_settings"]

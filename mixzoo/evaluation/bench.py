@@ -24,7 +24,7 @@ from mixzoo.attacks import runner
 from mixzoo.attacks.memory import parse_batch_size
 from mixzoo.attacks.precision import resolve_precision
 from mixzoo.attacks.result import Outcome
-from mixzoo.attacks.runner import ADV_SUFFIX, BENCH_CODE_VERSION, BF16_COUNTS, evaluate, merge_warnings  # noqa: F401
+from mixzoo.attacks.runner import evaluate, merge_warnings  # noqa: F401 - the names scripts import from here
 from mixzoo.core import distributed
 from mixzoo.core.cache import Cache
 from mixzoo.core.checks import distinct_row_names, reach_note
@@ -35,17 +35,7 @@ from mixzoo.core.progress import next_phase
 from mixzoo.core.record import RunRecord, check_ranks_agree
 from mixzoo.core.request import EvalRequest, ReportRequest
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.job import (  # noqa: F401 - the settings' names here before
-    BENCH_MATCH_ATTACK,
-    BENCH_MATCH_OPTIONS,
-    CURVE,
-    MATCH,
-    BenchJob,
-    CurveSettings,
-    MatchSettings,
-    Step,
-    budgeted,
-)
+from mixzoo.evaluation.job import CURVE, MATCH, BenchJob, CurveSettings, MatchSettings, Step, budgeted  # noqa: F401
 from mixzoo.evaluation.loading import (  # noqa: F401 - the loaders' names here before
     CardEvaluation,
     card_evaluation,
@@ -59,17 +49,9 @@ from mixzoo.evaluation.loading import (  # noqa: F401 - the loaders' names here 
     same_pair,
 )
 from mixzoo.evaluation.matching import matched_linear_alpha  # noqa: F401
-from mixzoo.evaluation.report import (  # noqa: F401 - print_report and the cells: their names here before
-    ADVERSARIAL_FILE,
-    ci_cell,
-    comparison_lines,
-    display_name,
-    print_report,
-    seconds_cell,
-    write_report,
-)
+from mixzoo.evaluation.report import ADVERSARIAL_FILE, display_name, print_report, write_report  # noqa: F401
 from mixzoo.evaluation.results import ModelResult, Report, row_result
-from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card, extra_request, worst_case  # noqa: F401
+from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card, worst_case  # noqa: F401
 from mixzoo.methods.base import baseline_method
 from mixzoo.zoo.pairs import card_key_parts, weight_mismatches
 

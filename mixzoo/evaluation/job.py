@@ -90,17 +90,11 @@ def budgeted(s: RunSettings, baseline: MatchSettings | bool | None, curve: Curve
     return s, match, points
 
 
-def curve_size(card: Any, points: int | None) -> int | None:
-    """How many classifiers the trade-off curve of ``card``'s method attacks with at most ``points`` per curve
-    (``None``: all; :meth:`mixzoo.methods.MixingMethod.curve_size`; ``None`` back: unknown)."""
-    return card.mixing_method.curve_size(card, points)
-
-
 @dataclass(frozen=True)
 class Step:
     """One item of the bench's work list, in the order it runs: ``kind`` (``abc``, ``rbc``, ``card``, ``baseline``,
     ``curve``, ``report``), the card it concerns (a card row's card; the first card for the baseline and the
-    curve) and, for the curve, how many classifiers it attacks (:func:`curve_size`; ``None``: unknown)."""
+    curve) and, for the curve, how many classifiers it attacks (:meth:`mixzoo.methods.MixingMethod.curve_size`; ``None``: unknown)."""
 
     kind: str
     card: Any = None
@@ -145,7 +139,8 @@ class BenchJob:
         if self.matches_baseline():
             out.append(Step("baseline", self.cards[0]))
         if self.curve is not None and self.cards:
-            out.append(Step("curve", self.cards[0], curve_size(self.cards[0], self.curve.points)))
+            card = self.cards[0]
+            out.append(Step("curve", card, card.mixing_method.curve_size(card, self.curve.points)))
         return [*out, Step("report")]
 
 
@@ -161,4 +156,4 @@ def sweep_steps(card: Any, *, matched: bool, alpha_given: bool) -> list[Step]:
 
 
 __all__ = ["BENCH_MATCH_ATTACK", "BENCH_MATCH_OPTIONS", "CURVE", "MATCH", "BenchJob", "CurveSettings",
-           "MatchSettings", "Step", "budgeted", "curve_size", "sweep_steps"]
+           "MatchSettings", "Step", "budgeted", "sweep_steps"]

@@ -21,8 +21,6 @@ ADVERSARIAL_FILE = "adversarial.safetensors"
 PER_EXAMPLE_NOTE = " (per-example randomness: outcomes do not depend on the batch size or the number of processes)"
 BATCH_SEED_NOTE = " (randomness per batch, seed + batch number: outcomes depend on the batch size)"
 
-# ------------------------------------------------------------------------------------------------ plots
-# ------------------------------------------------------------------------------------------------ files
 
 def seeds_note(settings: dict[str, Any]) -> str:
     """What report.md says about the attacks' randomness: per example (the default) or per batch."""

@@ -8,13 +8,12 @@ import dataclasses
 from typer.testing import CliRunner
 
 from mixzoo.cli import app
-from mixzoo.cli.options import AttackGroup, CacheGroup, MachineGroup, chosen_attack, default_attack, run_settings
+from mixzoo.cli.options import AttackGroup, CacheGroup, MachineGroup, chosen_attack, run_settings
 from mixzoo.core.catalog import card_entry
 from mixzoo.core.settings import RunSettings
 
 
 def test_the_default_attack_is_run_settings_own():
-    assert default_attack() == RunSettings().attack
     assert chosen_attack(AttackGroup()) == RunSettings().attack
     assert chosen_attack(AttackGroup(attack="pgd")) == "pgd"
     assert chosen_attack(AttackGroup(budget="strong")) == "adaptive-strong"  # the budget's attack

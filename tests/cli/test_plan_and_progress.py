@@ -26,9 +26,9 @@ def test_bench_dry_run_prints_the_plan_and_writes_nothing(digits_card, tmp_path)
     text = res.stdout
     assert text.startswith("plan of `") and "(6 phases)" in text
     from mixzoo.core.card import MixCard
-    from mixzoo.evaluation.job import curve_size
 
-    size = curve_size(MixCard.load(digits_card), None)  # every beta and alpha of the standard budget, the ABC
+    card = MixCard.load(digits_card)
+    size = card.mixing_method.curve_size(card, None)  # every beta and alpha of the standard budget, the ABC
     for phase in ("1. ABC digits-std: apgd (n_iter=2) on 20 images", "2. RBC digits-pgd", "3. MixedNUTS: apgd",
                   "4. matched Linear mix",
                   f"5. trade-off curve: {size} classifiers under fast on 20 images", "6. report"):

@@ -12,7 +12,7 @@ import pytest
 from mixzoo.core.budget import BUDGETS, component_options
 from mixzoo.core.card import MixCard
 from mixzoo.core.settings import RunSettings
-from mixzoo.evaluation.job import BENCH_MATCH_ATTACK, BenchJob, MatchSettings, budgeted, curve_size
+from mixzoo.evaluation.job import BENCH_MATCH_ATTACK, BenchJob, MatchSettings, budgeted
 
 
 def test_the_matched_baseline_follows_a_custom_attack_and_the_budget_otherwise():
@@ -39,7 +39,7 @@ def test_the_curve_size_follows_the_budget(digits_card, budget):
     card = MixCard.load(digits_card)
     job = BenchJob.of(RunSettings(budget=budget), True, True, [card])
     step = job.steps()[-2]
-    assert step.kind == "curve" and step.points == curve_size(card, BUDGETS[budget].curve_points)
+    assert step.kind == "curve" and step.points == card.mixing_method.curve_size(card, BUDGETS[budget].curve_points)
     betas = {*curve_points(DEFAULT_BETAS, BUDGETS[budget].curve_points), card.params["beta"]}
     assert step.points == len(betas) + len(curve_points(DEFAULT_LINEAR_ALPHAS, BUDGETS[budget].curve_points)) + 1
     if budget == "quick":
