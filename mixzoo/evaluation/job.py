@@ -94,7 +94,8 @@ def budgeted(s: RunSettings, baseline: MatchSettings | bool | None, curve: Curve
 class Step:
     """One item of the bench's work list, in the order it runs: ``kind`` (``abc``, ``rbc``, ``card``, ``baseline``,
     ``curve``, ``report``), the card it concerns (a card row's card; the first card for the baseline and the
-    curve) and, for the curve, how many classifiers it attacks (:meth:`mixzoo.methods.MixingMethod.curve_size`; ``None``: unknown)."""
+    curve) and, for the curve, how many classifiers it attacks (:meth:`mixzoo.methods.MixingMethod.curve_size`;
+    ``None``: unknown)."""
 
     kind: str
     card: Any = None
