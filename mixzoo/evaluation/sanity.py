@@ -211,17 +211,14 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
 
     s = settings_of(settings, changes, attack=None, n=200)
     given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
-    s, match_settings, _ = budgeted(s, baseline if not isinstance(baseline, int | float) or isinstance(
+    s, match, _ = budgeted(s, baseline if not isinstance(baseline, int | float) or isinstance(
         baseline, bool) else None, None, default_attack=SWEEP_ATTACK)
     check_run_settings(s, out)
     linear_alpha = _checked_inputs(out, radii, baseline)
-    match = match_settings
     t0 = time.perf_counter()
     ce = card_evaluation(card, s)
     card, abc_m, rbc_m, data, eps, norm = ce.card, ce.abc, ce.rbc, ce.data, ce.eps, ce.norm
     s = s.changed(batch_size=resolved_batch_size(s.batch_size, abc_m, rbc_m, data, str(model_device(rbc_m))))
-    attack, attack_options = s.attack, s.attack_options
-    n = s.n
     images, labels = data.images, data.labels
     reach = float(grey_distance(images, norm).max())
     radii = default_radii(eps, images, norm) if radii is None else sorted({float(r) for r in radii})
@@ -230,7 +227,7 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
                           Cache(s.cache_dir, enabled=s.use_cache), progress=s.progress)
     base_method = baseline_method()
     models, components, linear_alpha = _sweep_models(ce, request, match, linear_alpha)
-    components = {"attack": {"attack": attack, "options": dict(attack_options)}, **components}
+    components = {"attack": {"attack": s.attack, "options": dict(s.attack_options)}, **components}
     rows = []
     for name, kind, model, key, row_card in models:
         next_phase()
@@ -240,12 +237,12 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
                for r in at]
         rows.append(_row(name, kind, model, evs, radii, images, labels, norm,
                          alpha=linear_alpha if base_method is not None and kind == base_method.name else None))
-    sweep = EpsSweep(radii=radii, models=rows, attack=attack, norm=norm, eps=eps, n=len(labels),
+    sweep = EpsSweep(radii=radii, models=rows, attack=s.attack, norm=norm, eps=eps, n=len(labels),
                      dataset={"name": card.dataset, "split": "evaluation", "n": len(labels),
                               "fingerprint": data.fingerprint, "source": getattr(data, "source", "")},
-                     reach=reach, seconds=0.0, attack_options=dict(attack_options or {}),
+                     reach=reach, seconds=0.0, attack_options=dict(s.attack_options or {}),
                      precision=s.precision, budget=s.budget, components=components)
-    sweep.notes = ce.notes + [note for note in [shortfall_note(data, n, "--n")] if note] + _notes(sweep)
+    sweep.notes = ce.notes + [note for note in [shortfall_note(data, s.n, "--n")] if note] + _notes(sweep)
     if max(radii) < reach:
         sweep.notes.append(f"the largest eps ({max(radii):g}) is below {reach:g}, where the grey image reaches every"
                            " example; add it to --eps for the chance-level check")
