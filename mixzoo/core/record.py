@@ -1,14 +1,9 @@
-"""The run record: everything that decides an evaluation's outcome, as one frozen, hashable value.
-
-A :class:`RunRecord` names the card (a digest of its method, parameters and weights), each base model's weights,
-the data (dataset, split, number of examples and the images' fingerprint), the threat model (norm, eps), the attack
-(name, resolved options, code version), what decides the extra attacks a card's method declares (the budget
-and the ``-O`` counts set on every component), the seeding (seed, per-example seeds, batch size), the arithmetic
-(precision) and the mixzoo version. It is built once where a command starts (:func:`mixzoo.evaluation.bench.bench`)
-and written whole into ``report.json`` (``"record"``, with its :meth:`~RunRecord.digest`). Variants (a curve point,
-the matched baseline's attack) are :meth:`~RunRecord.replace` d copies; :meth:`~RunRecord.differences` names the
-fields two records disagree on (what ``torchrun`` ranks are checked with before any attack:
-:func:`check_ranks_agree`).
+"""The run record: everything that decides an evaluation's outcome, as one frozen, hashable value
+(:class:`RunRecord`). It is built once where a command starts (:func:`mixzoo.evaluation.bench.bench`) and written
+whole into ``report.json`` (``"record"``, with its :meth:`~RunRecord.digest`); the report's settings copy it
+(:func:`mixzoo.evaluation.bench.report_settings`). Variants (a curve point, the matched baseline's attack) are
+:meth:`~RunRecord.replace` d copies; :meth:`~RunRecord.differences` names the fields two records disagree on (what
+``torchrun`` ranks are checked with before any attack: :func:`check_ranks_agree`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """One evaluation asked for, passed whole: :class:`EvalRequest` (what :func:`mixzoo.attacks.runner.evaluate` runs
 and a baseline method's :meth:`~mixzoo.methods.MixingMethod.match` searches with) and :class:`ReportRequest` (what a
 method computes its report data with during the bench: :meth:`~mixzoo.methods.MixingMethod.tradeoff_curve`,
-:meth:`~mixzoo.methods.MixingMethod.figure_data`).
-
-An :class:`EvalRequest` carries the :class:`~mixzoo.core.record.RunRecord` (everything that decides the outcome:
-attack, its options, eps, norm, seed, batch size, per-example seeds, precision) and what only this call has: the
-cache, the cache key's parts, the progress label, the examples' indices, whether to keep the adversarial points,
-whether to show progress. Variants (the matched baseline's attack, a curve point, an extra attack on the examples
-still robust) are :meth:`EvalRequest.replace` d copies: a record field changes the record
-(:meth:`RunRecord.replace <mixzoo.core.record.RunRecord.replace>`), any other field the request.
+:meth:`~mixzoo.methods.MixingMethod.figure_data`). Variants (the matched baseline's attack, a curve point, an extra
+attack on the examples still robust) are :meth:`EvalRequest.replace` d copies.
 """
 
 from __future__ import annotations

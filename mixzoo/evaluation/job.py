@@ -1,9 +1,6 @@
-"""The bench's job as one value, built once per command: :class:`BenchJob` holds the run settings with the budget
-applied (:mod:`mixzoo.core.budget`), the user's ``-O``, the matched baseline (:class:`MatchSettings`) and the
-trade-off curve (:class:`CurveSettings`), and the cards; :meth:`BenchJob.steps` is its work list (the rows, the
-baseline, the curve with the number of classifiers it attacks, the report). The plan
-(:func:`mixzoo.evaluation.plan.plan_bench`: estimate, ``--dry-run``) and the run
-(:func:`mixzoo.evaluation.bench.bench`) both execute that one list, so they cannot disagree.
+"""The bench's job as one value, built once per command (:class:`BenchJob`); its work list
+(:meth:`BenchJob.steps`) is what the plan (:func:`mixzoo.evaluation.plan.plan_bench`: estimate, ``--dry-run``) and
+the run (:func:`mixzoo.evaluation.bench.bench`) both execute, so they cannot disagree.
 """
 
 from __future__ import annotations
