@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from mixzoo.scaffold.kinds import KindTemplate
+from mixzoo.scaffold.kinds import KindTemplate, dict_hook
 
 METHOD = KindTemplate(
-    "method", "method.py", "methods", ("PLUGNAME-switch",),
-    hook='''
-@hookimpl
-def mixzoo_mixing_methods() -> dict[str, Any]:
-    from PLUGMOD.method import ConfidenceSwitch
-
-    return {ConfidenceSwitch.name: ConfidenceSwitch()}
-''',
+    "method", ("PLUGNAME-switch",),
+    hook=dict_hook("method", "mixzoo_mixing_methods", "ConfidenceSwitch", "ConfidenceSwitch.name: ConfidenceSwitch()"),
     source='''"""A mixing method: the RBC's prediction where it is confident (max probability >= tau), else the ABC's.
 
 A method subclasses :class:`mixzoo.methods.MixingMethod` and defines ``validate`` (checks its card section),
@@ -109,18 +103,12 @@ def test_the_method_fits_a_card_and_builds_a_classifier(tmp_path):
     out = mixed(torch.rand(4, 1, 8, 8))
     assert out.shape == (4, 10) and torch.allclose(out.exp().sum(1), torch.ones(4), atol=1e-5)
 ''',
-    readme="a mixing method, `PLUGNAME-switch` (`method.py`)",
+    readme="a mixing method, `PLUGNAME-switch`",
 )
 
 COMMAND = KindTemplate(
-    "command", "command.py", "commands", ("PLUGNAME-accuracy",),
-    hook='''
-@hookimpl
-def mixzoo_cli_commands() -> dict[str, Any]:
-    from PLUGMOD.command import accuracy_command
-
-    return {"PLUGNAME-accuracy": accuracy_command}
-''',
+    "command", ("PLUGNAME-accuracy",),
+    hook=dict_hook("command", "mixzoo_cli_commands", "accuracy_command", '"PLUGNAME-accuracy": accuracy_command'),
     source='''"""A command: ``mixzoo PLUGNAME-accuracy MODEL``, a model's clean accuracy on a split of its data set.
 
 A command is a typer function decorated with :func:`mixzoo.core.commands.command` (mixzoo's errors become one line
@@ -174,5 +162,5 @@ def test_the_command_prints_the_accuracy():
     result = CliRunner().invoke(app, ["PLUGNAME-accuracy", "digits-std", "--n", "50"])
     assert result.exit_code == 0 and "digits-std:" in result.output and "clean accuracy" in result.output
 ''',
-    readme="a CLI command, `mixzoo PLUGNAME-accuracy MODEL` (`command.py`)",
+    readme="a CLI command, `mixzoo PLUGNAME-accuracy MODEL`",
 )
