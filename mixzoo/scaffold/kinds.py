@@ -7,17 +7,19 @@ and ``PLUGMOD`` (its import name); :func:`mixzoo.scaffold.new_plugin` fills them
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class KindTemplate:
-    """One kind of a scaffolded plugin: its module ``KIND.py`` with ``source``; ``hook``, the code the package's
-    ``__init__`` gets (imports of the module go inside the hook, so loading the plugin stays cheap); ``names``, its
-    entry ``KINDs`` in ``PROVIDES``; ``test``, its tests; ``readme``, its line in the README (before the module's
-    name)."""
+    """One kind of a scaffolded plugin: ``module`` (its file in the package, ``KIND.py``) with ``source``; ``hook``,
+    the code the package's ``__init__`` gets (imports of the module go inside the hook, so loading the plugin stays
+    cheap); ``label`` (``KINDs``) and ``names``, its entry in ``PROVIDES``; ``test``, its tests; ``readme``, its
+    line in the README."""
 
     kind: str
+    module: str = field(init=False)
+    label: str = field(init=False)
     names: tuple[str, ...]
     hook: str
     source: str
@@ -25,13 +27,9 @@ class KindTemplate:
     readme: str
     declares: str = ""  # module attributes the package's __init__ gets besides PROVIDES
 
-    @property
-    def module(self) -> str:
-        return f"{self.kind}.py"
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind}s"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "module", f"{self.kind}.py")
+        object.__setattr__(self, "label", f"{self.kind}s")
 
 
 def dict_hook(kind: str, hook: str, imports: str, entry: str) -> str:
@@ -124,7 +122,8 @@ def test_the_model_loads_by_name_and_is_deterministic():
     assert accuracy > 0.7
     assert model.weight_hash == mixzoo.load_model("PLUGNAME-digits-linear").weight_hash
 ''',
-    readme="a model, `PLUGNAME-digits-linear` (robust, digits, Linf 0.1), of source kind `PLUGNAME-digits`",
+    readme="a model, `PLUGNAME-digits-linear` (robust, digits, Linf 0.1), of source kind `PLUGNAME-digits` "
+           "(`model.py`)",
 )
 
 DATASET = KindTemplate(
@@ -160,7 +159,7 @@ def test_the_dataset_loads_by_name_with_disjoint_splits():
     evaluation = load_dataset("PLUGNAME-inverted-digits", "evaluation")
     assert not set(data.indices.tolist()) & set(evaluation.indices.tolist())
 ''',
-    readme="a dataset, `PLUGNAME-inverted-digits`",
+    readme="a dataset, `PLUGNAME-inverted-digits` (`dataset.py`)",
 )
 
 CLAMP = KindTemplate(
@@ -195,7 +194,7 @@ def test_the_clamp_is_elementwise_and_differentiable():
     y = y.detach()
     assert abs(float(y[0])) < 1e-3 and abs(float(y[-1]) - 6) < 1e-3
 ''',
-    readme="a clamp function, `PLUGNAME-tanh`",
+    readme="a clamp function, `PLUGNAME-tanh` (`clamp.py`)",
 )
 
 OPTIMIZER = KindTemplate(
@@ -233,7 +232,7 @@ def test_the_optimizer_calibrates_mixednuts(tmp_path):
     assert "PLUGNAME-coarse" in (tmp_path / "card.toml").read_text()
     assert 0 < result.card.params["alpha"] <= 1
 ''',
-    readme="a calibration optimizer for MixedNUTS, `PLUGNAME-coarse`",
+    readme="a calibration optimizer for MixedNUTS, `PLUGNAME-coarse` (`optimizer.py`)",
 )
 
 ATTACK = KindTemplate(
@@ -292,5 +291,5 @@ def test_the_attack_declares_only_its_option_and_runs():
     assert result.robust_correct.sum() <= result.clean_correct.sum()
     assert [c.name for c in result.components] == ["fgsm"]
 ''',
-    readme="an attack, `PLUGNAME-fgsm`",
+    readme="an attack, `PLUGNAME-fgsm` (`attack.py`)",
 )

@@ -103,7 +103,7 @@ def test_the_method_fits_a_card_and_builds_a_classifier(tmp_path):
     out = mixed(torch.rand(4, 1, 8, 8))
     assert out.shape == (4, 10) and torch.allclose(out.exp().sum(1), torch.ones(4), atol=1e-5)
 ''',
-    readme="a mixing method, `PLUGNAME-switch`",
+    readme="a mixing method, `PLUGNAME-switch` (`method.py`)",
 )
 
 COMMAND = KindTemplate(
@@ -162,5 +162,5 @@ def test_the_command_prints_the_accuracy():
     result = CliRunner().invoke(app, ["PLUGNAME-accuracy", "digits-std", "--n", "50"])
     assert result.exit_code == 0 and "digits-std:" in result.output and "clean accuracy" in result.output
 ''',
-    readme="a CLI command, `mixzoo PLUGNAME-accuracy MODEL`",
+    readme="a CLI command, `mixzoo PLUGNAME-accuracy MODEL` (`command.py`)",
 )

@@ -58,7 +58,7 @@ def render(name: str, kinds: Iterable[str] | None = None) -> dict[str, str]:
     imports = "".join(f"\nimport {m}" for m in ("torch", "typer") if f"{m}." in tests)
     files = {
         "pyproject.toml": PYPROJECT,
-        "README.md": README.replace("PLUGKINDS", "\n".join(f"- {t.readme} (`{t.module}`)" for t in templates)),
+        "README.md": README.replace("PLUGKINDS", "\n".join(f"- {t.readme}" for t in templates)),
         f"src/{module}/__init__.py": init.replace("PLUGPROVIDES", _provides(templates)),
         **{f"src/{module}/{t.module}": t.source for t in templates},
         "tests/test_plugin.py": TEST_HEAD.replace("PLUGIMPORTS", imports) + tests,
