@@ -15,7 +15,6 @@ The upload is one call to huggingface_hub's ``upload_folder``; offline it fails 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -52,14 +51,6 @@ class PushResult:
 
     folder: HubFolder
     url: str | None = None
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------- bench report
@@ -195,6 +186,7 @@ def base_model_reference(card: Any, role: str, folder: Path | None = None) -> di
 def _bundle(card: Any, role: str, name: str, folder: Path) -> dict[str, Any]:
     from safetensors.torch import save_file
 
+    from mixzoo.zoo.checkpoints import sha256_file
     from mixzoo.zoo.models import load_model
     from mixzoo.zoo.pairs import model_hash
 
@@ -206,7 +198,7 @@ def _bundle(card: Any, role: str, name: str, folder: Path) -> dict[str, Any]:
     network = getattr(model, "network", model)
     file = folder / f"{role}.safetensors"
     save_file({k: v.detach().contiguous().cpu() for k, v in network.state_dict().items()}, str(file))
-    return {"file": file.name, "sha256": _sha256(file)}
+    return {"file": file.name, "sha256": sha256_file(file)}
 
 
 # ------------------------------------------------------------------------------------------------- model card
