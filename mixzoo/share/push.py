@@ -26,6 +26,7 @@ from mixzoo.core.errors import InputError, MixzooError
 from mixzoo.core.labels import eps_text, row_label
 from mixzoo.core.reading import copy_of
 from mixzoo.share.hub import BASE_MODELS_FILE, CARD_FILE, HUB_PREFIX, hub_reachable, offline, parse_hub_id
+from mixzoo.share.robustbench import read_report
 
 REPORT_DIR = "bench"
 MARKER = BASE_MODELS_FILE  # a folder holding it was written by hub_folder and may be replaced by the next push
@@ -68,14 +69,6 @@ def card_row(report: dict[str, Any], card: Any) -> dict[str, Any] | None:
                  and _card_identity(m["card"]) == want), None)
 
 
-def _read_report(path: Path) -> dict[str, Any]:
-    """A bench report.json (the directory or the file), read and checked as every reader of reports does
-    (:func:`mixzoo.share.robustbench.read_report`: figures against outcomes, settings against the run record)."""
-    from mixzoo.share.robustbench import read_report
-
-    return read_report(path)
-
-
 def find_report(card: Any, report: str | Path | None = None) -> tuple[Path, dict[str, Any]] | None:
     """The bench report of ``card``: ``report`` (a bench directory or its report.json; refused when it did not
     evaluate this card), else, of the ``report.json`` files within :data:`SEARCH_DEPTH` folders below the card's
@@ -103,10 +96,11 @@ def report_choice(card: Any, report: str | Path | None = None) -> str:
 
 
 def _find_reports(card: Any, report: str | Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
-    """Every report of ``card`` (:func:`find_report`), the one to take first."""
+    """Every report of ``card`` (:func:`find_report`), the one to take first; each read and checked by
+    :func:`mixzoo.share.robustbench.read_report`."""
     if report is not None:
         path = Path(report)
-        data = _read_report(path)
+        data = read_report(path)
         if card_row(data, card) is None:
             raise InputError(f"{path} has no row for this card (other method parameters, base models or weights);"
                              " pass the report of a `mixzoo bench` run of this very card")
@@ -121,7 +115,7 @@ def _find_reports(card: Any, report: str | Path | None = None) -> list[tuple[Pat
                 if (file.parent.parent / MARKER).is_file():  # the copy inside a folder `mixzoo push` wrote
                     continue
                 try:
-                    data = _read_report(file)
+                    data = read_report(file)
                 except InputError:
                     continue
                 row = card_row(data, card)
