@@ -101,8 +101,7 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None) -> Pa
     except RevisionNotFoundError:
         raise MissingFileError(f"{where}: revision not found; fix the revision in the registry entry") from None
     except EntryNotFoundError:
-        raise HubEntryNotFoundError(f"{where} does not exist on the hub; fix filename in the registry"
-                                    " entry") from None
+        raise HubEntryNotFoundError(f"{where} does not exist on the hub; fix filename in the registry entry") from None
     except HFValidationError as exc:
         raise InputError(f"{repo_id!r} is not a valid Hugging Face repo id ({exc})") from None
 
