@@ -94,12 +94,9 @@ def load_bit(spec: ModelSpec, allow_unsafe: bool = False) -> nn.Module:
     return nn.Sequential(InputResize(int(resize)), network) if resize else network
 
 
-def load(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Module:
-    """The loader of source kind ``bit-hf``: :func:`load_bit`."""
-    return load_bit(spec, allow_unsafe)
-
-
 @hookimpl
 def mixzoo_model_sources() -> dict[str, Any]:
-    """``bit-hf``: :func:`load`."""
-    return {"bit-hf": load}
+    """``bit-hf``: :func:`load_bit`."""
+    from mixzoo.zoo.specs import source_loader
+
+    return {"bit-hf": source_loader(__name__, "load_bit")}

@@ -5,8 +5,8 @@ read as plain arrays without running pickled code."""
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError, MissingFileError
@@ -65,18 +65,12 @@ class _ArraysOnly(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-@dataclass
-class _CifarArrays:
-    data: Any
-    targets: list[int]
-    classes: list[str]
-
-
-def _cifar_unchecked(name: str, cls: Any, user: Path, root: str | None, train: bool) -> _CifarArrays:
+def _cifar_unchecked(name: str, cls: Any, user: Path, root: str | None, train: bool) -> SimpleNamespace:
     """A CIFAR folder in torchvision's layout whose files fail torchvision's md5 check (a copy with other images
     than the published set): every file present and whole (:func:`~mixzoo.zoo.files.whole_pickle`), every batch,
     those of the other split too, a dict of a uint8 ``data`` array of N x 3072 and N labels, read without running
-    pickled code; anything else raises the folder error. The split's batches are returned."""
+    pickled code; anything else raises the folder error. The split's batches are returned (``data``, ``targets``,
+    ``classes``, as torchvision's data set has them)."""
     import numpy as np
 
     folder = user / cls.base_folder
@@ -105,7 +99,7 @@ def _cifar_unchecked(name: str, cls: Any, user: Path, root: str | None, train: b
     classes = [str(i) for i in range(10 if name == "cifar10" else 100)]
     if targets and (min(targets) < 0 or max(targets) >= len(classes)):
         raise InputError(f"{name}: labels in {folder} lie outside [0, {len(classes)}); re-create the files")
-    return _CifarArrays(images, targets, classes)
+    return SimpleNamespace(data=images, targets=targets, classes=classes)
 
 
 def _cifar_dir_error(name: str, cls: Any, user: Path, root: str | None) -> MissingFileError:

@@ -79,25 +79,21 @@ class LipConvNet(nn.Module):
         self.lipschitz_constant = float(logit_scale)  # l2, of the logit map: every layer is 1-Lipschitz
         self.scale = LogitScale(logit_scale)
         if vanilla:
-            conv, linear, act, down = (lambda i, o: nn.Conv2d(i, o, 3, padding=1)), nn.Linear, GroupSort2, \
-                nn.PixelUnshuffle
+            conv, linear, act, down, chain = (lambda i, o: nn.Conv2d(i, o, 3, padding=1)), nn.Linear, GroupSort2, \
+                nn.PixelUnshuffle, nn.Sequential
         else:
             from deel import torchlip
 
             conv = lambda i, o: torchlip.SpectralConv2d(i, o, 3, padding=1)  # noqa: E731
             linear, act, down = torchlip.SpectralLinear, torchlip.GroupSort2, torchlip.InvertibleDownSampling
+            chain = torchlip.Sequential
         layers: list[nn.Module] = []
         c, hw = in_channels, input_hw
         for width in widths:
             layers += [conv(c, width), act(), down(2)]
             c, hw = width * 4, hw // 2
         layers += [nn.Flatten(), linear(c * hw * hw, hidden), act(), linear(hidden, num_classes)]
-        if vanilla:
-            self.layers = nn.Sequential(*layers)
-        else:
-            from deel import torchlip
-
-            self.layers = torchlip.Sequential(*layers)
+        self.layers = chain(*layers)
         self.vanilla = vanilla
 
     def lipschitz_layers(self) -> list[nn.Module]:

@@ -17,31 +17,19 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mixzoo.core.commands import (
-    AllowUnsafe,
-    AsJson,
-    CacheDir,
-    CardRBC,
-    DataDir,
-    Device,
-    NoCache,
-    command,
-    examples,
-    out_console,
-)
+from mixzoo.cli.options import CacheGroup, MachineGroup, grouped
+from mixzoo.core.commands import AsJson, CardRBC, command, examples, out_console
 
 
 @command
 @examples('mixzoo check card.toml', 'mixzoo check card.toml --out check.json --json')
+@grouped
 def check(
     card: Annotated[Path, typer.Argument(help="a mix card written by `mixzoo mix`, or a published card's name")],
     rbc: CardRBC = None,
     out: Annotated[Path | None, typer.Option(help="also write the result as JSON here")] = None,
-    data_dir: DataDir = None,
-    cache_dir: CacheDir = None,
-    no_cache: NoCache = False,
-    device: Device = "auto",
-    allow_unsafe: AllowUnsafe = False,
+    machine: MachineGroup = MachineGroup(),
+    cache: CacheGroup = CacheGroup(),
     as_json: AsJson = False,
 ) -> None:
     """How well Algorithm 1's surrogate held (App. D.9): MMAA on the transformed RBC, objective and alpha again."""
@@ -54,8 +42,9 @@ def check(
 
         check_writable(out, what="--out file")
         check_output(out, what="a `mixzoo check` result", ours=json_with("card"))
-    res = check_approximation(card, rbc=rbc, data_dir=data_dir, cache_dir=cache_dir, use_cache=not no_cache,
-                              device=resolve_device(device), allow_unsafe=allow_unsafe, progress=not as_json)
+    res = check_approximation(card, rbc=rbc, data_dir=machine.data_dir, cache_dir=cache.cache_dir,
+                              use_cache=not cache.no_cache, device=resolve_device(machine.device),
+                              allow_unsafe=machine.allow_unsafe, progress=not as_json)
     text = json.dumps({"card": str(card), **res.to_dict(), "notes": res.notes}, indent=2)
     if out is not None:
         atomic_write_text(out, text + "\n")
@@ -82,6 +71,7 @@ def check(
 @command
 @examples('mixzoo transfer-params --from card.toml --rbc fmnist-trades --out transferred.toml',
           'mixzoo transfer-params --from card.toml --rbc fmnist-trades --queries 1000 --query-budget 2000000')
+@grouped
 def transfer_params(
     from_card: Annotated[Path, typer.Option("--from", help="the white-box surrogate's mix card")],
     rbc: Annotated[str, typer.Option(help="the black-box robust model")],
@@ -95,11 +85,8 @@ def transfer_params(
     norm: Annotated[str | None, typer.Option(help="Linf | L2 (default: the card's, else the black box's)")] = None,
     seed: int = 0,
     out: Annotated[Path, typer.Option(help="where to write the new card")] = Path("card-transfer.toml"),
-    data_dir: DataDir = None,
-    cache_dir: CacheDir = None,
-    no_cache: NoCache = False,
-    device: Device = "auto",
-    allow_unsafe: AllowUnsafe = False,
+    machine: MachineGroup = MachineGroup(),
+    cache: CacheGroup = CacheGroup(),
     as_json: AsJson = False,
 ) -> None:
     """Calibrate without the RBC's gradients (Bai et al. 2024a, App. D.5): transfer, min-margin Square, or educated
@@ -109,9 +96,9 @@ def transfer_params(
 
     settings = TransferSettings(method=method, queries=queries, beta=beta, eps=eps, norm=norm, seed=seed,
                                 progress=not as_json)
-    source = BlackBoxSource(dataset=dataset, n_calib=n_calib, out=out, query_budget=query_budget, data_dir=data_dir,
-                            cache_dir=cache_dir, use_cache=not no_cache, device=resolve_device(device),
-                            allow_unsafe=allow_unsafe)
+    source = BlackBoxSource(dataset=dataset, n_calib=n_calib, out=out, query_budget=query_budget,
+                            data_dir=machine.data_dir, cache_dir=cache.cache_dir, use_cache=not cache.no_cache,
+                            device=resolve_device(machine.device), allow_unsafe=machine.allow_unsafe)
     card = transfer_params_by_name(from_card, rbc, settings, source)
     q = card.params
     summary = {"card": str(out), "method": q["fit"], "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],

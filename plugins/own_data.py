@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError, MissingFileError
+from mixzoo_plugins.dataset_dirs import half_split
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,17 +35,7 @@ if TYPE_CHECKING:
 
     from mixzoo.zoo.data import ImageDataset
 
-SPLIT_SEED = 0
 SPLIT_DIRS = ("train", "calibration", "evaluation")
-
-
-def _seeded_half(num: int, split: str) -> torch.Tensor:
-    """Calibration = first half of a seeded permutation of ``num`` images, evaluation = the second half."""
-    import torch
-
-    perm = torch.randperm(num, generator=torch.Generator().manual_seed(SPLIT_SEED))
-    half = num // 2
-    return perm[:half] if split == "calibration" else perm[half:]
 
 
 def _root(kind: str, root: str | None) -> Path:
@@ -147,7 +138,7 @@ def imagefolder(split: str, n: int | None = None, root: str | None = None, input
             raise _no_train("imagefolder", path)
         classes = _folder_classes(path, listed)
         files, labels = _folder_files(path, classes)
-        idx = _seeded_half(len(files), split)
+        idx = half_split(len(files), split)
         source = f"imagefolder:{path.resolve()}"
     if not files:
         raise MissingFileError(f"imagefolder {path}: no images under {tree if split_dirs else path}/<class>/;"
@@ -207,7 +198,7 @@ def npz(split: str, n: int | None = None, root: str | None = None, input_size: A
         if split == "train":
             raise _no_train("npz", path)
         img_key, lab_key = "images", "labels"
-        idx = _seeded_half(len(arrays.get("images", ())), split)
+        idx = half_split(len(arrays.get("images", ())), split)
     missing = [k for k in (img_key, lab_key) if k not in arrays]
     if missing:
         raise InputError(f"npz {path} lacks {', '.join(missing)} (it has {', '.join(sorted(arrays)) or 'nothing'});"

@@ -19,35 +19,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mixzoo.core.errors import RegistryError
 from mixzoo.core.plugins import hookimpl
 
 if TYPE_CHECKING:
-    from torch import nn
-
     from mixzoo.core.registry import ModelSpec
 
 PLUGIN = "robustbench"  # the entry-point name, recorded as the plugin of the specs it resolves
 SOURCE_KINDS = ["robustbench"]
 NAME_FORMS = "DATASET/THREAT/Name"
 DATASETS = ("cifar10", "cifar100", "imagenet")
-IMAGENET_INPUT_SIZE = (3, 224, 224)
-
-
-def load(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Module:
-    """The RobustBench model of a ``robustbench`` spec (ImageNet entries at 224x224 only)."""
-    if spec.source.get("dataset") == "imagenet" and tuple(spec.input_size) != IMAGENET_INPUT_SIZE:
-        raise RegistryError(f"registry entry {spec.name!r}: RobustBench ImageNet models take 224x224 input; set"
-                            " input_size = [3, 224, 224]")
-    from mixzoo.zoo.robustbench_loading import load_robustbench
-
-    return load_robustbench(spec, allow_unsafe)
 
 
 @hookimpl
 def mixzoo_model_sources() -> dict[str, Any]:
-    """``robustbench``: :func:`load`."""
-    return {"robustbench": load}
+    """``robustbench``: the RobustBench model of a spec (:func:`~mixzoo.zoo.robustbench_loading.load_robustbench`)."""
+    from mixzoo.zoo.specs import source_loader
+
+    return {"robustbench": source_loader("mixzoo.zoo.robustbench_loading", "load_robustbench")}
 
 
 @hookimpl

@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 from mixzoo.core.plugins import hookimpl
 
 if TYPE_CHECKING:
-    from torch import nn
-
     from mixzoo.core.registry import ModelSpec
 
 PLUGIN = "timm-hub"  # the entry-point name, recorded as the plugin of the specs it resolves
@@ -28,17 +26,13 @@ SOURCE_KINDS = ["timm"]
 NAME_FORMS = "hf-hub:ORG/NAME[@REV]"
 
 
-def load(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Module:
-    """The timm network of a ``timm`` spec, weights from the hub or its cache."""
-    from mixzoo.zoo.timm_hub import load_timm_hub
-
-    return load_timm_hub(spec, allow_unsafe)
-
-
 @hookimpl
 def mixzoo_model_sources() -> dict[str, Any]:
-    """``timm``: :func:`load`."""
-    return {"timm": load}
+    """``timm``: the network of a spec, weights from the hub or its cache (:func:`mixzoo.zoo.timm_hub.load_timm_hub`).
+    """
+    from mixzoo.zoo.specs import source_loader
+
+    return {"timm": source_loader("mixzoo.zoo.timm_hub", "load_timm_hub")}
 
 
 @hookimpl

@@ -9,7 +9,6 @@ absolute); ``sha256`` is the digest of that file and is verified before the weig
 from __future__ import annotations
 
 import functools
-import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +27,9 @@ WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 @functools.cache
 def _file_sha256(path: str, mtime_ns: int, size: int, ctime_ns: int, inode: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from mixzoo.zoo.checkpoints import sha256_file
+
+    return sha256_file(path)
 
 
 def file_sha256(path: str | Path) -> str:

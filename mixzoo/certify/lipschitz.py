@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from mixzoo.attacks.pgd import project
 from mixzoo.certify.radii import SOFTMAX_CLASS_LIPSCHITZ
 from mixzoo.core.errors import InputError
 
@@ -220,10 +221,8 @@ def estimate_local_lipschitz(model: nn.Module, images: torch.Tensor, eps: float,
         (grad,) = torch.autograd.grad(gain.sum(), delta)
         with torch.no_grad():
             if norm == "linf":
-                delta = (delta + step * grad.sign()).clamp(-eps, eps)
+                delta = project(delta + step * grad.sign(), eps, "Linf")
             else:
                 g = grad / grad.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *[1] * (x.dim() - 1))
-                delta = delta + step * g
-                scale = (eps / delta.flatten(1).norm(dim=1).clamp_min(1e-12)).clamp(max=1.0)
-                delta = delta * scale.view(-1, *[1] * (x.dim() - 1))
+                delta = project(delta + step * g, eps, "L2")
     return (best / eps).view(n, c)

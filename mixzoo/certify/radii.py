@@ -39,8 +39,7 @@ def check_alphas(alphas: float | list[float] | tuple[float, ...] | torch.Tensor)
     bad = a[~((a >= 0.5) & (a <= 1.0))]
     if bad.numel():
         raise InputError(f"alpha {bad[0].item():g} is outside [1/2, 1]: Bai et al. 2024b, Lemma 3.2 certifies a"
-                         " mixture only when"
-                         " the RBC has at least half the weight; pass alphas in [0.5, 1]")
+                         " mixture only when the RBC has at least half the weight; pass alphas in [0.5, 1]")
     return a
 
 

@@ -121,12 +121,10 @@ class CertifyResult:
                  f"{s['n']} images of {s['dataset']} ({s['split']} split); ABC {s.get('abc') or '-'};"
                  f" alphas {', '.join(f'{a:g}' for a in s['alphas'])}.", "",
                  "Certified accuracy: correct and certified at least r (Bai et al. 2024b, Fig. 6-7). The clean column"
-                 " is the"
-                 " classifier's own accuracy; the mixture is only certified where the RBC is right.", ""]
+                 " is the classifier's own accuracy; the mixture is only certified where the RBC is right.", ""]
         for title, curves in (("Certified", self.certified_curves),
                               ("ESTIMATED (local Lipschitz constants by PGD, Bai et al. 2024b, App. C.3; not a"
-                               " certificate)",
-                               self.estimated_curves)):
+                               " certificate)", self.estimated_curves)):
             header, rows = self.table_rows(curves)
             if not rows:
                 continue

@@ -72,8 +72,7 @@ def check_options(sigma: float, samples: int, confidence: float, kind: str) -> N
         raise InputError(f"confidence must be in (0, 1), e.g. 0.999, got {confidence!r}")
     if kind not in KINDS:
         raise InputError(f"unknown smoothing kind {kind!r}; use soft (average probabilities, Bai et al. 2024b, App. A)"
-                         " or hard"
-                         " (votes, Cohen et al.)")
+                         " or hard (votes, Cohen et al.)")
     if not isinstance(samples, int) or samples < 1:
         raise InputError(f"the number of Monte Carlo samples must be a positive integer, got {samples!r}")
 
@@ -100,26 +99,11 @@ def monte_carlo_probs(model: nn.Module, images: torch.Tensor, sigma: float, samp
 
 def monte_carlo_means(model: nn.Module, images: torch.Tensor, sigma: float, samples: int, *,
                       kinds: tuple[str, ...] = KINDS, seed: int = 0, stage: int = 0, first_index: int = 0,
-                      batch_size: int = 1000, progress: bool = True) -> dict[str, torch.Tensor]:
+                      batch_size: int = 1000, progress: bool = True, what: str = "Monte Carlo"
+                      ) -> dict[str, torch.Tensor]:
     """:func:`monte_carlo_probs` for several kinds from the same forward passes on the same noise (a paired
-    comparison of soft and hard smoothing at the cost of one): ``{kind: (n, c) mean}``."""
-    return _means(model, images, sigma, samples, kinds, _Draws(seed, stage, first_index), batch_size, progress,
-                  "Monte Carlo")
-
-
-@dataclass(frozen=True)
-class _Draws:
-    """Which noise a Monte Carlo run draws: example ``first_index + j`` of stage ``stage`` (0: selection, 1:
-    estimation) under ``seed`` (:func:`_example_generator`)."""
-
-    seed: int = 0
-    stage: int = 0
-    first_index: int = 0
-
-
-def _means(model: nn.Module, images: torch.Tensor, sigma: float, samples: int, kinds: tuple[str, ...],
-           draws: _Draws, batch_size: int, progress: bool, what: str) -> dict[str, torch.Tensor]:
-    """:func:`monte_carlo_means` with its progress bar labelled ``what``."""
+    comparison of soft and hard smoothing at the cost of one): ``{kind: (n, c) mean}``. Stage ``stage`` is 0 for
+    the selection draws, 1 for the estimation ones; the progress bar is labelled ``what``."""
     for kind in kinds:
         check_options(sigma, samples, 0.5, kind)
     n, device = images.shape[0], images.device
@@ -142,7 +126,7 @@ def _means(model: nn.Module, images: torch.Tensor, sigma: float, samples: int, k
         task = bar.add_task(f"{what} (sigma {sigma:g}, {samples} samples/image)", total=n)
         rows = 0
         for j in range(n):  # only the noise streams are per example; the forward runs on packed batches
-            gen = _example_generator(draws.seed, draws.first_index + j, draws.stage, device)
+            gen = _example_generator(seed, first_index + j, stage, device)
             for done in range(0, samples, NOISE_BLOCK):
                 m = min(NOISE_BLOCK, samples - done)
                 noise = torch.randn((m, *images.shape[1:]), generator=gen, device=device)
@@ -235,10 +219,11 @@ def smoothed_estimates(model: nn.Module, images: torch.Tensor, settings: Smoothi
     if not isinstance(selection_samples, int) or selection_samples < 1:
         raise InputError(f"selection samples (n0) must be a positive integer, got {selection_samples!r}")
     kinds = tuple(kinds)
-    select = _means(model, images, sigma, selection_samples, kinds, _Draws(seed, 0, first_index), batch_size,
-                    progress, "select top class")
-    means = _means(model, images, sigma, samples, kinds, _Draws(seed, 1, first_index), batch_size, progress,
-                   "estimate")
+    select = monte_carlo_means(model, images, sigma, selection_samples, kinds=kinds, seed=seed, stage=0,
+                               first_index=first_index, batch_size=batch_size, progress=progress,
+                               what="select top class")
+    means = monte_carlo_means(model, images, sigma, samples, kinds=kinds, seed=seed, stage=1, first_index=first_index,
+                              batch_size=batch_size, progress=progress, what="estimate")
     out = {}
     for kind in kinds:
         top = select[kind].argmax(1)

@@ -7,18 +7,19 @@ and ``PLUGMOD`` (its import name); :func:`mixzoo.scaffold.new_plugin` fills them
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class KindTemplate:
-    """One kind of a scaffolded plugin: ``module`` (its file in the package) with ``source``; ``hook``, the code the
-    package's ``__init__`` gets (imports of the module go inside the hook, so loading the plugin stays cheap);
-    ``label`` and ``names``, its entry in ``PROVIDES``; ``test``, its tests; ``readme``, its line in the README."""
+    """One kind of a scaffolded plugin: ``module`` (its file in the package, ``KIND.py``) with ``source``; ``hook``,
+    the code the package's ``__init__`` gets (imports of the module go inside the hook, so loading the plugin stays
+    cheap); ``label`` (``KINDs``) and ``names``, its entry in ``PROVIDES``; ``test``, its tests; ``readme``, its
+    line in the README."""
 
     kind: str
-    module: str
-    label: str
+    module: str = field(init=False)
+    label: str = field(init=False)
     names: tuple[str, ...]
     hook: str
     source: str
@@ -26,9 +27,24 @@ class KindTemplate:
     readme: str
     declares: str = ""  # module attributes the package's __init__ gets besides PROVIDES
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "module", f"{self.kind}.py")
+        object.__setattr__(self, "label", f"{self.kind}s")
+
+
+def dict_hook(kind: str, hook: str, imports: str, entry: str) -> str:
+    """Hook ``hook`` of the package's ``__init__``: ``{entry}``, with ``imports`` from the kind's module."""
+    return f'''
+@hookimpl
+def {hook}() -> dict[str, Any]:
+    from PLUGMOD.{kind} import {imports}
+
+    return {{{entry}}}
+'''
+
 
 MODEL = KindTemplate(
-    "model", "model.py", "models", ("PLUGNAME-digits-linear",),
+    "model", ("PLUGNAME-digits-linear",),
     declares='''
 SOURCE_KINDS = ["PLUGNAME-digits"]  # the source kinds mixzoo_model_sources loads (`mixzoo plugins` lists them)
 # a registry entry: the fields of a registry.toml table plus its name (reference: Model spec fields)
@@ -45,13 +61,7 @@ MODEL = {
 def mixzoo_model_specs() -> list[dict[str, Any]]:
     return [MODEL]
 
-
-@hookimpl
-def mixzoo_model_sources() -> dict[str, Any]:
-    from PLUGMOD.model import load
-
-    return {SOURCE_KINDS[0]: load}
-''',
+''' + dict_hook("model", "mixzoo_model_sources", "load", "SOURCE_KINDS[0]: load"),
     source='''"""The model: a linear classifier on mixzoo's 8x8 ``digits``, trained when it is loaded (no weight file).
 
 mixzoo calls :func:`load` for every registry entry whose ``source.kind`` is this plugin's source kind (hook
@@ -117,14 +127,8 @@ def test_the_model_loads_by_name_and_is_deterministic():
 )
 
 DATASET = KindTemplate(
-    "dataset", "dataset.py", "datasets", ("PLUGNAME-inverted-digits",),
-    hook='''
-@hookimpl
-def mixzoo_datasets() -> dict[str, Any]:
-    from PLUGMOD.dataset import NAME, inverted_digits
-
-    return {NAME: inverted_digits}
-''',
+    "dataset", ("PLUGNAME-inverted-digits",),
+    hook=dict_hook("dataset", "mixzoo_datasets", "NAME, inverted_digits", "NAME: inverted_digits"),
     source='''"""A dataset: mixzoo's ``digits`` with inverted intensities (1 - x), split as ``digits`` is.
 
 A dataset factory takes ``(split, n, root)`` and returns a :class:`mixzoo.zoo.data.ImageDataset` (images in [0, 1],
@@ -159,14 +163,8 @@ def test_the_dataset_loads_by_name_with_disjoint_splits():
 )
 
 CLAMP = KindTemplate(
-    "clamp", "clamp.py", "clamps", ("PLUGNAME-tanh",),
-    hook='''
-@hookimpl
-def mixzoo_clamp_functions() -> dict[str, Any]:
-    from PLUGMOD.clamp import NAME, tanh_clamp
-
-    return {NAME: tanh_clamp}
-''',
+    "clamp", ("PLUGNAME-tanh",),
+    hook=dict_hook("clamp", "mixzoo_clamp_functions", "NAME, tanh_clamp", "NAME: tanh_clamp"),
     source='''"""A clamp function for MixedNUTS's transform of the RBC's logits, M(s, p, c) (Bai et al. 2024a, Eq. 4).
 
 A clamp is elementwise and differentiable; ``mixzoo mix --clamp NAME`` uses it.
@@ -200,14 +198,8 @@ def test_the_clamp_is_elementwise_and_differentiable():
 )
 
 OPTIMIZER = KindTemplate(
-    "optimizer", "optimizer.py", "optimizers", ("PLUGNAME-coarse",),
-    hook='''
-@hookimpl
-def mixzoo_calibration_optimizers() -> dict[str, Any]:
-    from PLUGMOD.optimizer import NAME, coarse
-
-    return {NAME: coarse}
-''',
+    "optimizer", ("PLUGNAME-coarse",),
+    hook=dict_hook("optimizer", "mixzoo_calibration_optimizers", "NAME, coarse", "NAME: coarse"),
     source='''"""A calibration optimizer: MixedNUTS's search for (s, p, c) (Bai et al. 2024a, Eq. 7, Algorithm 1).
 
 An optimizer is ``optimizer(problem, grid) -> SearchResult``: ``problem.evaluate(s_values, p_values, c_values)``
@@ -244,14 +236,8 @@ def test_the_optimizer_calibrates_mixednuts(tmp_path):
 )
 
 ATTACK = KindTemplate(
-    "attack", "attack.py", "attacks", ("PLUGNAME-fgsm",),
-    hook='''
-@hookimpl
-def mixzoo_attacks() -> dict[str, Any]:
-    from PLUGMOD.attack import FGSM
-
-    return {FGSM.name: FGSM}
-''',
+    "attack", ("PLUGNAME-fgsm",),
+    hook=dict_hook("attack", "mixzoo_attacks", "FGSM", "FGSM.name: FGSM"),
     source='''"""An attack: FGSM, one step along the sign of the loss gradient (``mixzoo bench --attack NAME``).
 
 An attack subclasses :class:`mixzoo.attacks.Attack`: ``name``, the options of its own in ``options_spec`` (the

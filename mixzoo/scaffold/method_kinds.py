@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from mixzoo.scaffold.kinds import KindTemplate
+from mixzoo.scaffold.kinds import KindTemplate, dict_hook
 
 METHOD = KindTemplate(
-    "method", "method.py", "methods", ("PLUGNAME-switch",),
-    hook='''
-@hookimpl
-def mixzoo_mixing_methods() -> dict[str, Any]:
-    from PLUGMOD.method import ConfidenceSwitch
-
-    return {ConfidenceSwitch.name: ConfidenceSwitch()}
-''',
+    "method", ("PLUGNAME-switch",),
+    hook=dict_hook("method", "mixzoo_mixing_methods", "ConfidenceSwitch", "ConfidenceSwitch.name: ConfidenceSwitch()"),
     source='''"""A mixing method: the RBC's prediction where it is confident (max probability >= tau), else the ABC's.
 
 A method subclasses :class:`mixzoo.methods.MixingMethod` and defines ``validate`` (checks its card section),
@@ -113,14 +107,8 @@ def test_the_method_fits_a_card_and_builds_a_classifier(tmp_path):
 )
 
 COMMAND = KindTemplate(
-    "command", "command.py", "commands", ("PLUGNAME-accuracy",),
-    hook='''
-@hookimpl
-def mixzoo_cli_commands() -> dict[str, Any]:
-    from PLUGMOD.command import accuracy_command
-
-    return {"PLUGNAME-accuracy": accuracy_command}
-''',
+    "command", ("PLUGNAME-accuracy",),
+    hook=dict_hook("command", "mixzoo_cli_commands", "accuracy_command", '"PLUGNAME-accuracy": accuracy_command'),
     source='''"""A command: ``mixzoo PLUGNAME-accuracy MODEL``, a model's clean accuracy on a split of its data set.
 
 A command is a typer function decorated with :func:`mixzoo.core.commands.command` (mixzoo's errors become one line

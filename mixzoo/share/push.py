@@ -15,7 +15,6 @@ The upload is one call to huggingface_hub's ``upload_folder``; offline it fails 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from mixzoo.core.errors import InputError, MixzooError
 from mixzoo.core.labels import eps_text, row_label
 from mixzoo.core.reading import copy_of
 from mixzoo.share.hub import BASE_MODELS_FILE, CARD_FILE, HUB_PREFIX, hub_reachable, offline, parse_hub_id
+from mixzoo.share.robustbench import read_report
 
 REPORT_DIR = "bench"
 MARKER = BASE_MODELS_FILE  # a folder holding it was written by hub_folder and may be replaced by the next push
@@ -54,14 +54,6 @@ class PushResult:
     url: str | None = None
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
-
-
 # ------------------------------------------------------------------------------------------------- bench report
 def _card_identity(card_dict: dict[str, Any]) -> tuple[str, ...]:
     method = card_dict.get("method")
@@ -75,14 +67,6 @@ def card_row(report: dict[str, Any], card: Any) -> dict[str, Any] | None:
     want = _card_identity(card.to_dict())
     return next((m for m in report.get("models", []) if isinstance(m.get("card"), dict)
                  and _card_identity(m["card"]) == want), None)
-
-
-def _read_report(path: Path) -> dict[str, Any]:
-    """A bench report.json (the directory or the file), read and checked as every reader of reports does
-    (:func:`mixzoo.share.robustbench.read_report`: figures against outcomes, settings against the run record)."""
-    from mixzoo.share.robustbench import read_report
-
-    return read_report(path)
 
 
 def find_report(card: Any, report: str | Path | None = None) -> tuple[Path, dict[str, Any]] | None:
@@ -112,10 +96,11 @@ def report_choice(card: Any, report: str | Path | None = None) -> str:
 
 
 def _find_reports(card: Any, report: str | Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
-    """Every report of ``card`` (:func:`find_report`), the one to take first."""
+    """Every report of ``card`` (:func:`find_report`), the one to take first; each read and checked by
+    :func:`mixzoo.share.robustbench.read_report`."""
     if report is not None:
         path = Path(report)
-        data = _read_report(path)
+        data = read_report(path)
         if card_row(data, card) is None:
             raise InputError(f"{path} has no row for this card (other method parameters, base models or weights);"
                              " pass the report of a `mixzoo bench` run of this very card")
@@ -130,7 +115,7 @@ def _find_reports(card: Any, report: str | Path | None = None) -> list[tuple[Pat
                 if (file.parent.parent / MARKER).is_file():  # the copy inside a folder `mixzoo push` wrote
                     continue
                 try:
-                    data = _read_report(file)
+                    data = read_report(file)
                 except InputError:
                     continue
                 row = card_row(data, card)
@@ -195,6 +180,7 @@ def base_model_reference(card: Any, role: str, folder: Path | None = None) -> di
 def _bundle(card: Any, role: str, name: str, folder: Path) -> dict[str, Any]:
     from safetensors.torch import save_file
 
+    from mixzoo.zoo.checkpoints import sha256_file
     from mixzoo.zoo.models import load_model
     from mixzoo.zoo.pairs import model_hash
 
@@ -206,7 +192,7 @@ def _bundle(card: Any, role: str, name: str, folder: Path) -> dict[str, Any]:
     network = getattr(model, "network", model)
     file = folder / f"{role}.safetensors"
     save_file({k: v.detach().contiguous().cpu() for k, v in network.state_dict().items()}, str(file))
-    return {"file": file.name, "sha256": _sha256(file)}
+    return {"file": file.name, "sha256": sha256_file(file)}
 
 
 # ------------------------------------------------------------------------------------------------- model card

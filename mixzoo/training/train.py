@@ -5,18 +5,10 @@ Fashion-MNIST and scikit-learn digits. Everything is seeded: ``torch.manual_seed
 seeded generator for the data order, augmentation and attack starts, and deterministic algorithms where torch
 has them, so the same recipe on the same machine writes the same bytes.
 
-* PGD adversarial training (Madry et al. 2018): the inner maximisation is :func:`mixzoo.attacks.pgd.pgd`.
-* TRADES (Zhang et al. 2019): ``CE(f(x), y) + beta * KL(f(x) || f(x'))`` with ``x'`` maximising the KL term
-  (:func:`trades_adversary`). TRADES is known to leave larger margins on robust examples, which is what the RBC
-  of a mixed classifier needs (Bai et al. 2024a, App. D.6, "robust accuracy with margin").
-* MART (Wang et al. 2020, :func:`mart_loss`) and HAT (Rade & Moosavi-Dezfooli 2022, :func:`hat_loss`: TRADES
-  plus helper examples labelled by a standard model), and adversarial weight perturbation on top of any of them
-  (Wu et al. 2020, ``Recipe.awp``): recipes tried for an RBC with benign confidence (benchmarks/rbc_candidates.md).
-
-:func:`evaluate_model` measures what the registry records and what choosing an RBC needs: clean and PGD-20
-accuracy, the median confidence margin of clean mistakes, and the (1 - beta)-quantiles of the margins of
-PGD-attacked examples that stay correct (margin = top-1 minus top-2 probability of softmax(LN(logits)), paper
-Sec. 3.1 and App. D.7).
+What a step trains on (PGD, Madry et al. 2018; TRADES, Zhang et al. 2019, whose larger margins on robust examples
+are what the RBC of a mixed classifier needs, Bai et al. 2024a, App. D.6; MART, HAT, adversarial weight
+perturbation) is :mod:`mixzoo.training.objectives`; what the registry records about the result
+(:func:`evaluate_model`) is :mod:`mixzoo.training.model_metrics`; the recipes are :mod:`mixzoo.training.recipes`.
 """
 
 from __future__ import annotations

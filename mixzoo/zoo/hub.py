@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mixzoo.core.errors import InputError, MissingFileError
-from mixzoo.zoo.files import hub_cached_file, offline
+from mixzoo.zoo.files import hub_cached_file, hub_repo_folder, offline
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # what timm pushes to the hub, safest first
 HUB_PROBE_TIMEOUT = 3.0  # seconds
@@ -23,9 +23,7 @@ class HubEntryNotFoundError(MissingFileError):
 
 def hf_cache_location(repo_id: str, filename: str, revision: str | None = None) -> str:
     """Where huggingface_hub looks for a file: ``{HF_HUB_CACHE}/models--ORG--NAME/snapshots/REV/FILE``."""
-    from huggingface_hub import constants
-
-    folder = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    folder = hub_repo_folder(repo_id)
     ref = revision or "main"
     return f"{folder}/snapshots/<commit>/{filename} (with {folder}/refs/{ref} holding <commit>)"
 
@@ -103,8 +101,7 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None) -> Pa
     except RevisionNotFoundError:
         raise MissingFileError(f"{where}: revision not found; fix the revision in the registry entry") from None
     except EntryNotFoundError:
-        raise HubEntryNotFoundError(f"{where} does not exist on the hub; fix filename in the registry"
-                                    " entry") from None
+        raise HubEntryNotFoundError(f"{where} does not exist on the hub; fix filename in the registry entry") from None
     except HFValidationError as exc:
         raise InputError(f"{repo_id!r} is not a valid Hugging Face repo id ({exc})") from None
 

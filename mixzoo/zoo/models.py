@@ -97,10 +97,7 @@ def load_model(name: str | ModelSpec, device: str | torch.device = "cpu", allow_
     spec = name if isinstance(name, ModelSpec) else get_spec(name)
     # any exception inside a plugin's loader (a corrupt file, a bug) becomes one line naming the plugin and model
     network = load_network(spec, str(device), allow_unsafe)
-    if isinstance(network, BaseClassifier):
-        model = network
-    else:
-        model = BaseClassifier(network, spec)
+    model = network if isinstance(network, BaseClassifier) else BaseClassifier(network, spec)
     model = freeze(model.to(device))
     check_declared_shape(model, spec, device)
     from mixzoo.core.threads import fit_to_network

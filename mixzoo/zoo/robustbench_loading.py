@@ -67,12 +67,12 @@ def _cuda_error(exc: BaseException) -> bool:
 def load_robustbench(spec: ModelSpec, allow_unsafe: bool = False) -> BaseClassifier:
     """A RobustBench model for a ``{kind="robustbench", name, dataset, threat_model}`` spec, wrapped.
 
-    Order of checks: the entry exists; its constructor does not need CUDA (probed on the meta device, so it is
-    cheap); checkpoints are present (else, offline, :class:`MissingFileError` naming the path; online,
-    RobustBench downloads them); each is loadable without unpickling (else :class:`UnsafeCheckpointError`
-    unless ``allow_unsafe``); ``sha256`` matches. RobustBench then builds the network and loads the weights with
-    its per-model key fixes. Returns a :class:`BaseClassifier` whose normalization step is
-    :class:`NormalizationInside`.
+    Order of checks: the entry exists (an ImageNet one at 224x224); its constructor does not need CUDA (probed on
+    the meta device, so it is cheap); checkpoints are present (else, offline, :class:`MissingFileError` naming the
+    path; online, RobustBench downloads them); each is loadable without unpickling (else
+    :class:`UnsafeCheckpointError` unless ``allow_unsafe``); ``sha256`` matches. RobustBench then builds the network
+    and loads the weights with its per-model key fixes. Returns a :class:`BaseClassifier` whose normalization step
+    is :class:`NormalizationInside`.
     """
     src = spec.source
     try:
@@ -83,6 +83,9 @@ def load_robustbench(spec: ModelSpec, allow_unsafe: bool = False) -> BaseClassif
     if dataset not in ROBUSTBENCH_DATASETS or threat not in ROBUSTBENCH_THREATS:
         raise RegistryError(f"registry entry {spec.name!r}: source dataset/threat_model must be one of"
                             f" {sorted(ROBUSTBENCH_DATASETS)} / {ROBUSTBENCH_THREATS}, got {dataset!r}/{threat!r}")
+    if dataset == "imagenet" and tuple(spec.input_size) != (3, 224, 224):
+        raise RegistryError(f"registry entry {spec.name!r}: RobustBench ImageNet models take 224x224 input; set"
+                            " input_size = [3, 224, 224]")
     if any(v != 0.0 for v in spec.mean) or any(v != 1.0 for v in spec.std):
         raise RegistryError(f"registry entry {spec.name!r}: RobustBench networks normalize internally; set"
                             " mean = [0.0] and std = [1.0]")

@@ -13,6 +13,7 @@ re-exports these names.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -190,6 +191,15 @@ def robustbench_entry(dataset: str, threat: str, name: str) -> Mapping[str, Any]
     if name not in zoo:
         raise UnknownNameError(f"RobustBench {dataset}/{threat} model", name, zoo)
     return zoo[name]
+
+
+def source_loader(module: str, function: str) -> Callable[[ModelSpec, str, bool], Any]:
+    """A loader of hook ``mixzoo_model_sources``, ``(spec, device, allow_unsafe)``: ``module.function(spec,
+    allow_unsafe)``, the module imported at the first load (the wrapper moves the network to the device)."""
+    def load(spec: ModelSpec, device: str, allow_unsafe: bool) -> Any:
+        return getattr(importlib.import_module(module), function)(spec, allow_unsafe)
+
+    return load
 
 
 def check_pair_specs(abc_spec: Any, rbc_spec: Any, dataset: str | None = None) -> None:
