@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import check_attack_settings
+from mixzoo.attacks.arguments import check_attack_settings
 from mixzoo.attacks.precision import (
     as_channels_last,
     attack_arithmetic,

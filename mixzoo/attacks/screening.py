@@ -36,14 +36,14 @@ figure to report; every result and report of ``fast`` says so (:data:`SCREENING_
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import ApgdSettings, apgd_run, clean_record, effective_n_targets, pair, target_classes
+from mixzoo.attacks.apgd import ApgdSettings, apgd_run, clean_record, effective_n_targets, target_classes
+from mixzoo.attacks.ball import NORMS, start_noise
 from mixzoo.attacks.base import (
     BATCH_SIZE,
     COMPONENTS_OPTION,
@@ -53,9 +53,9 @@ from mixzoo.attacks.base import (
     Component,
     select_components,
 )
+from mixzoo.attacks.losses import Forward, pair
 from mixzoo.attacks.result import EvalResult
 from mixzoo.attacks.variants import PairedOutput
-from mixzoo.core import rng
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
 
@@ -64,7 +64,6 @@ MAX_CANDIDATES = 100  # classes scored per example: the highest-logit ones when 
 # an APGD run restarts on its unbroken examples alone once they are at most this fraction of at least MIN_SHRINK rows
 SHRINK_BELOW, MIN_SHRINK = 0.25, 16
 SCREENING_NOTE = "screening attack: not a reported robustness figure; confirm with adaptive (`--attack adaptive`)"
-Forward = Callable[[torch.Tensor], "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
 
 
 def dual_norm(t: torch.Tensor, norm: str) -> torch.Tensor:
@@ -88,7 +87,7 @@ def malt_scores(forward: Forward, x: torch.Tensor, labels: torch.Tensor, norm: s
 def _malt(forward: Forward, x: torch.Tensor, labels: torch.Tensor, norm: str, max_candidates: int,
           ) -> tuple[torch.Tensor, torch.Tensor]:
     """(:func:`malt_scores`, the loss logits at ``x``)."""
-    if norm not in ("Linf", "L2"):
+    if norm not in NORMS:
         raise InputError(f"unknown norm {norm!r}; use Linf or L2")
     x = x.detach().requires_grad_(True)
     with torch.enable_grad():
@@ -170,9 +169,7 @@ def _start(seed: int, runs: torch.Tensor | None, index: torch.Tensor | None, gen
         return {"draw": (seed, "apgd/ce/run0", index)}
     noise = None
     for r in runs.unique().tolist():  # at most n_classes - 1 draws
-        sample = rng.uniform if norm == "Linf" else rng.normal
-        t = sample(seed, f"apgd/dlr-targeted/run{r}", index.cpu(), shape)
-        t = 2 * t - 1 if norm == "Linf" else t
+        t = start_noise((seed, f"apgd/dlr-targeted/run{r}", index), norm, shape)
         pick = (runs.cpu() == r).view(-1, *([1] * len(shape)))
         noise = t if noise is None else torch.where(pick, t, noise)
     return {"noise": noise}
