@@ -18,9 +18,9 @@ from mixzoo.attacks.variants import with_gradient
 
 
 def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: str, seed: int,
-          n_targets: int) -> Component:
-    """Our APGD-CE / APGD-T as a component (AutoAttack's behaviour: only still-robust examples); given the examples'
-    indices, its random starts are drawn per example (:func:`mixzoo.attacks.apgd.apgd_ce`)."""
+          n_targets: int, name: str | None = None) -> Component:
+    """Our APGD-CE / APGD-T as a component named ``name`` (default ``kind``); given the examples' indices, its random
+    starts are drawn per example (:func:`mixzoo.attacks.apgd.apgd_ce`)."""
     def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         cfg = ApgdSettings(eps, norm, int(opts["n_iter"]), seed=seed, early_stop=True,
                            n_restarts=int(opts["n_restarts"]), n_target_classes=n_targets)
@@ -32,14 +32,14 @@ def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: 
         comp.zero_grad.append(int(rec.zero_grad.sum()))
         return rec.x
 
-    comp = Component(kind, fn, per_example=True)
+    comp = Component(name or kind, fn, per_example=True)
     return comp
 
 
 def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int,
-                  n_targets: int, gradient: str | None) -> Component:
-    """A component of the installed AutoAttack with the settings of its 'standard' version, on the model's gradient
-    variant ``gradient`` where it offers one."""
+                  n_targets: int, gradient: str | None, name: str | None = None) -> Component:
+    """A component (named ``name``, default ``kind``) of the installed AutoAttack with the settings of its
+    'standard' version, on the model's gradient variant ``gradient`` where it offers one."""
     from mixzoo.core.compat import import_autoattack
 
     aa = import_autoattack()
@@ -67,9 +67,9 @@ def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float,
         model.finish()  # NaN outputs since the guard's last periodic check
         return adv
 
-    # FAB-T with one restart draws no random number (see the module docstring): its run on an example is the same
-    # in any batch, so it counts as per-example; the index is not needed
-    return Component(kind, fn, gradient_based=kind != "square", per_example=kind == "fab-t")
+    # FAB-T with one restart draws no random number: its run on an example is the same in any batch, so it counts
+    # as per-example; the index is not needed
+    return Component(name or kind, fn, gradient_based=kind != "square", per_example=kind == "fab-t")
 
 
 def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int) -> Component:

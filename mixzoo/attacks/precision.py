@@ -3,31 +3,24 @@
 Policies (``--precision``, :data:`mixzoo.core.settings.PRECISIONS`):
 
 * ``float32``: strict float32 (TF32 off for matrix products and cuDNN convolutions).
-* ``tf32``: the attack's passes with TF32 tensor-core matrix products and convolutions
-  (``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32`` set for the passes and
-  restored after, :func:`tf32_flags`; 10 significant bits, float32 range) and the network in channels-last memory
-  format where it has 2-D convolutions (:func:`channels_last`). On a CPU TF32 does not exist: the passes are
-  float32 (channels-last still applies).
-* ``bf16``: bfloat16 autocast (below); on a GPU also channels-last where the network has 2-D convolutions.
+* ``tf32``: the attack's passes with TF32 tensor-core matrix products and convolutions (:func:`tf32_flags`; 10
+  significant bits, float32 range) and the network in channels-last memory format where it has 2-D convolutions
+  (:func:`channels_last`). On a CPU TF32 does not exist: the passes are float32 (channels-last still applies).
+* ``bf16``: the attack's forward and backward passes under ``torch.autocast(device_type, torch.bfloat16)`` (matrix
+  products and convolutions in bfloat16, 8 significant bits); on a GPU also channels-last as for ``tf32``.
 * ``auto``: ``bf16`` on a GPU with bfloat16 arithmetic, ``tf32`` on another GPU, ``float32`` on a CPU
   (:func:`resolve_precision`; reports record the policy and what it resolved to).
 
-Whatever the policy, the judgement of every candidate and the clean accuracy run in strict float32
-(:func:`exact_arithmetic`: no autocast, TF32 off), so a break counts only if the float32 classifier confirms it.
+Whatever the policy, the judgement of every candidate and the clean accuracy are the model's output in strict
+float32 (:func:`exact_arithmetic`: no autocast, TF32 off; :meth:`mixzoo.attacks.base.Attack.run`), so a point
+counts as a break only if the exact classifier misclassifies it; what the low precision alone saw as broken is
+reported beside it (:class:`~mixzoo.attacks.result.ComponentStat`). An example whose candidate float32 does not
+confirm was left by the attack at a false break (its search stops at what looks like a success), so the same
+component attacks it again in float32; only those few examples cost float32 time.
 
-With ``precision="bf16"`` an attack's forward and backward passes (its components: our APGD, pyautoattack's
-FAB-T and Square, a method's declared extra attacks) run under ``torch.autocast(device_type, torch.bfloat16)``:
-matrix products and convolutions in bfloat16 (8 significant bits), the rest as autocast decides. The judgement of
-every candidate, and the clean accuracy, are the model's ordinary float32 output outside autocast
-(:meth:`mixzoo.attacks.base.Attack.run`), so a point counts as a break only if the exact classifier
-misclassifies it; what bfloat16 alone saw as broken is reported beside it
-(:class:`~mixzoo.attacks.result.ComponentStat`). An example whose bfloat16 candidate float32 does not confirm was
-left by the attack at a false break (its search stops at what looks like a success), so the same component attacks
-it again in float32; only those few examples cost float32 time.
-
-Devices: a CUDA GPU without bfloat16 arithmetic (``torch.cuda.is_bf16_supported()`` false) is refused with a
-one-line error naming ``--precision float32``. A CPU without bfloat16 instructions (AVX-512 BF16 or AMX) runs
-bfloat16 emulated, usually slower than float32; it runs, with a warning saying so.
+Devices: a CUDA GPU without bfloat16 arithmetic is refused with a one-line error naming ``--precision float32``. A
+CPU without bfloat16 instructions (AVX-512 BF16 or AMX) runs bfloat16 emulated, usually slower than float32; it
+runs, with a warning saying so.
 """
 
 from __future__ import annotations
