@@ -96,7 +96,7 @@ class FiniteGuard(nn.Module):
     the check runs: it only decides whether the run is refused."""
 
     CHECK_EVERY = 32
-    EAGER_ON_CPU = True  # on the CPU a read costs nothing: check after every call
+    EAGER_ON_CPU = True
 
     def __init__(self, model: nn.Module, where: str):
         super().__init__()
@@ -110,7 +110,6 @@ class FiniteGuard(nn.Module):
             rows = torch.isnan(out.detach()).flatten(1).any(dim=1).sum()
             self._nan = rows if self._nan is None else torch.maximum(self._nan, rows)
             self._calls += 1
-            # on the CPU reading the flag costs nothing: check every call; on a GPU every CHECK_EVERY calls
             if (self.EAGER_ON_CPU and out.device.type == "cpu") or self._calls % self.CHECK_EVERY == 0:
                 self._check()
         return out

@@ -267,13 +267,11 @@ def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: Ma
 
     With ``index`` (each example's index in its whole data set) every run's random start is drawn per example from
     (seed, loss, run number, index) instead of from the batch's generators, so an example's trajectory does not
-    depend on the batch it is in. ``early_stop``: see :func:`apgd_run`. ``stack`` (with ``index``, without
-    ``attack_all``): the runs go through the model together, as one batch of ``[runs x examples]`` rows (at most
-    ``stack_rows`` rows, None: all runs at once), each row with its own run's per-example start; an example counts
-    as broken when any of its runs breaks it, so the outcome is the sequential runs' (which attack an example until
-    one run breaks it). With ``stack_rows`` the runs go in chunks of as many runs as fit (at least one), each chunk
-    on the examples no earlier chunk broke (:mod:`mixzoo.attacks.memory`: the stacked graphs are what fills a GPU);
-    each row's start is its run's, whichever chunk it is in, so no example's result depends on the chunking."""
+    depend on the batch it is in. ``stack`` (with ``index``, without ``attack_all``): the runs go through the model
+    together, as one batch of ``[runs x examples]`` rows, each with its own run's start; an example counts as broken
+    when any of its runs breaks it, so the outcome is the sequential runs'. ``stack_rows``: at most that many rows
+    per pass, the runs in chunks (at least one run each) on the examples no earlier chunk broke; the starts do not
+    depend on the chunking."""
     if stack and index is not None and not attack_all and len(plan) > 1:
         per = len(plan)
         if stack_rows is not None:
@@ -370,11 +368,9 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, settings:
     (:class:`ApgdSettings`, whose ``loss`` is not read).
 
     Targets come from the clean loss logits (one forward pass for all targets; AutoAttack recomputes them per
-    target), see :func:`target_classes`. ``stack``: run the targets and restarts as one stacked batch (with
-    ``index`` and without ``attack_all``; :func:`_runs`); None: :func:`stack_runs_default` for the images' device.
-    ``stack_rows``: at most this many stacked rows per pass (the runs in chunks, same outcome); None on a GPU: the
-    rows that fit in its free memory (:func:`mixzoo.attacks.memory.rows_that_fit` of one step's measured memory
-    per image), elsewhere no limit. Other arguments as in :func:`apgd_ce`.
+    target), see :func:`target_classes`. ``stack`` and ``stack_rows``: see :func:`_runs`; ``stack=None`` is
+    :func:`stack_runs_default` for the images' device, ``stack_rows=None`` on a GPU the rows that fit in its free
+    memory (:mod:`mixzoo.attacks.memory`), elsewhere no limit. Other arguments as in :func:`apgd_ce`.
     """
     cfg = settings_from(ApgdSettings, settings, locals())
     check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts, cfg.n_target_classes)

@@ -95,10 +95,8 @@ def _logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Te
         return torch.cat([model(chunk) for chunk in images.split(batch_size)]) if len(images) else torch.empty(0)
 
 
-# the options most attacks share, as each declares them in its ``options_spec`` (``dataclasses.replace`` changes a
-# default: PGD's n_iter is 20)
-# upper bounds: far above any published evaluation (AutoAttack: 100 iterations, 5000 queries), below what a run's
-# per-iteration records (n_iter x batch numbers) or a count of seconds can hold
+# the options most attacks share in their ``options_spec`` (``dataclasses.replace`` changes a default); upper bounds
+# far above any published evaluation (AutoAttack: 100 iterations, 5000 queries), below what a run's records can hold
 N_ITER = OptionSpec("iterations of each APGD / PGD run", int, 100, low=1, high=100_000)
 N_RESTARTS = OptionSpec("random restarts of each APGD run", int, 1, low=1, high=10_000)
 N_TARGET_CLASSES = OptionSpec("target classes of APGD-T (AutoAttack's: 9; 0 leaves APGD-T out)", int, 9, low=0,

@@ -5,12 +5,11 @@ Differences from AutoAttack's APGD-CE + APGD-T, all deliberate:
 
 * by default, as AutoAttack, each run attacks only the examples no visited point has flipped yet
   (``attack_all=False``); ``attack_all=True`` attacks every example in every run, so the margins of flipped
-  examples are driven as low as the attack can (the still-correct ones get the very same points and margins
-  either way, and Algorithm 1 uses only those: the default costs what AutoAttack's APGD-CE + APGD-T cost, while
-  ``attack_all=True`` cost 9.6x that on a non-robust Fashion-MNIST model, ``benchmarks/mmaa_speed.md``). The
-  still-correct examples use AutoAttack's random stream, so with the same seed (and ``batch_size`` at least the
-  number of images) MMAA visits every point AutoAttack's APGD-CE + APGD-T visit and its margins are never larger
-  than those at AutoAttack's points;
+  examples are driven as low as the attack can. The still-correct ones get the very same points and margins either
+  way (AutoAttack's random stream: with the same seed and ``batch_size`` at least the number of images MMAA visits
+  every point AutoAttack's APGD-CE + APGD-T visit), and Algorithm 1 uses only those: the default costs what
+  AutoAttack's APGD-CE + APGD-T cost, ``attack_all=True`` cost 9.6x that on a non-robust Fashion-MNIST model
+  (``benchmarks/mmaa_speed.md``);
 * the returned point is the one of smallest *signed* margin ``p_y - max_{i != y} p_i`` of softmax(LN(logits)) over all
   visited points, the clean image included; a misclassified point always beats a correct one
   (:mod:`mixzoo.attacks.margins`), so ``misclassified`` is exactly "some visited point flips the prediction";

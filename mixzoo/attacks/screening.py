@@ -159,10 +159,8 @@ class EarlyStopForward:
 
 def _start(seed: int, runs: torch.Tensor | None, index: torch.Tensor | None, generator: torch.Generator,
            shape: tuple[int, ...], norm: str) -> dict[str, Any]:
-    """apgd_run's random starts. Given the examples' indices: per example the draw of ``adaptive``'s APGD stream,
-    ``apgd/ce/run0`` for APGD-CE (``runs`` None), else ``apgd/dlr-targeted/run{r}`` with ``r`` the example's entry
-    of ``runs`` (one draw per distinct run over the batch, then selected per row). Without indices: the
-    generator."""
+    """apgd_run's random starts (:func:`early_stop_apgd`): without indices the generator, else per example the
+    stream of ``adaptive``'s APGD for its entry of ``runs`` (one draw per distinct run, then selected per row)."""
     if index is None:
         return {"generator": generator}
     if runs is None:
@@ -183,9 +181,8 @@ def early_stop_apgd(forward: Forward, x: torch.Tensor, y: torch.Tensor, *, eps: 
     example the point kept by the margin record (the breaking point where one was found). ``targets`` is
     ``(classes, runs)`` as :func:`malt_targets` returns them (``runs`` may be None). Random starts, given
     ``index``: per example the streams of ``adaptive``'s APGD, ``apgd/ce/run0`` and ``apgd/dlr-targeted/run{r}``
-    with ``r = runs[i, j]`` for example i's j-th target (default j); :class:`FastScreening` passes each target's
-    logit rank, so its run on target t starts, and moves, exactly as ``adaptive``'s APGD-T run on t. Without
-    ``index``: a generator seeded with ``seed``. Given ``index``, once at most :data:`SHRINK_BELOW` of a run's
+    with ``r = runs[i, j]`` for example i's j-th target (default j; the module docstring says why); without it a
+    generator seeded with ``seed``. Given ``index``, once at most :data:`SHRINK_BELOW` of a run's
     examples are left unbroken the run is restarted on them alone: their starts and step-size schedules are their
     own, so they retrace the same trajectories in the smaller batch, and the per-step work shrinks with the batch."""
     record = clean_record(forward, x, y)
