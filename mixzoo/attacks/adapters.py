@@ -47,20 +47,18 @@ def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float,
     model = FiniteGuard(with_gradient(model, gradient), f"at points visited by {kind}")
 
     def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
-        dev = x.device
+        common = dict(eps=eps, norm=norm, seed=seed, verbose=False, device=x.device)
+        apgd = dict(n_restarts=n_restarts, n_iter=n_iter, eot_iter=1, rho=0.75, **common)
         if kind == "apgd-ce":
-            attack = aa.autopgd_base.APGDAttack(model, n_restarts=n_restarts, n_iter=n_iter, verbose=False, eps=eps,
-                                                norm=norm, eot_iter=1, rho=0.75, seed=seed, device=dev, loss="ce")
+            attack = aa.autopgd_base.APGDAttack(model, loss="ce", **apgd)
         elif kind == "apgd-t":
-            attack = aa.autopgd_base.APGDAttack_targeted(model, n_restarts=n_restarts, n_iter=n_iter, verbose=False,
-                                                         eps=eps, norm=norm, eot_iter=1, rho=0.75, seed=seed,
-                                                         device=dev, n_target_classes=n_targets)
+            attack = aa.autopgd_base.APGDAttack_targeted(model, n_target_classes=n_targets, **apgd)
         elif kind == "fab-t":
-            attack = aa.fab_pt.FABAttack_PT(model, n_restarts=1, n_iter=n_iter, eps=eps, seed=seed, norm=norm,
-                                            verbose=False, device=dev, targeted=True, n_target_classes=n_targets)
+            attack = aa.fab_pt.FABAttack_PT(model, n_restarts=1, n_iter=n_iter, targeted=True,
+                                            n_target_classes=n_targets, **common)
         else:
-            attack = aa.square.SquareAttack(model, p_init=0.8, n_queries=int(opts["n_queries"]), eps=eps, norm=norm,
-                                            n_restarts=1, seed=seed, verbose=False, device=dev, resc_schedule=False)
+            attack = aa.square.SquareAttack(model, p_init=0.8, n_queries=int(opts["n_queries"]), n_restarts=1,
+                                            resc_schedule=False, **common)
         model.reset()
         with torch.no_grad():
             adv = attack.perturb(x.clone(), y.clone())
@@ -88,12 +86,10 @@ def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, 
 class FiniteGuard(nn.Module):
     """``model`` that raises :func:`nan_error` soon after its first NaN output, so that an attack we do not control
     (the installed AutoAttack's components) stops within a few steps of the first bad one instead of running its
-    whole budget.
-
-    On a GPU the check stays on the device: the largest number of NaN rows in one output is kept there and read
-    (one host synchronisation) every :attr:`CHECK_EVERY` calls and by :meth:`finish`, which the caller runs when the
-    attack returns; on the CPU, where reading it costs nothing, after every call. Outcomes do not depend on when
-    the check runs: it only decides whether the run is refused."""
+    whole budget. The largest number of NaN rows in one output is kept on the device and read (one host
+    synchronisation) after every call on the CPU, where that costs nothing (:attr:`EAGER_ON_CPU`), else every
+    :attr:`CHECK_EVERY` calls and by :meth:`finish`, which the caller runs when the attack returns. Outcomes do not
+    depend on when the check runs: it only decides whether the run is refused."""
 
     CHECK_EVERY = 32
     EAGER_ON_CPU = True

@@ -248,10 +248,6 @@ def _groups(record: MarginRecord, attack_all: bool) -> list[tuple[torch.Tensor, 
     return [(idx, main) for idx, main in groups if idx.numel()]
 
 
-def _generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
-    return torch.Generator().manual_seed(seed), torch.Generator().manual_seed((seed + _EXTRA_SEED_OFFSET) % 2**63)
-
-
 def stack_runs_default(device: torch.device | str) -> bool:
     """Whether APGD-T's runs (targets x restarts) go through the model as one stacked batch by default: on a GPU,
     where the small passes leave the device idle. On the CPU the sequential runs skip an example once one target
@@ -281,7 +277,8 @@ def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: Ma
             _stacked_runs(model, images, labels, record, cfg, plan=plan[first:first + per], index=index,
                           first_run=first)
         return record
-    main_gen, extra_gen = _generators(cfg.seed)
+    main_gen = torch.Generator().manual_seed(cfg.seed)
+    extra_gen = torch.Generator().manual_seed((cfg.seed + _EXTRA_SEED_OFFSET) % 2**63)
     for run, target in enumerate(plan):
         for idx, main in _groups(record, attack_all):
             part = record.subset(idx)
