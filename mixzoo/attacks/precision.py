@@ -91,12 +91,9 @@ def attack_arithmetic(precision: str, device: str | torch.device) -> Iterator[No
     """The arithmetic an attack's passes run under: strict float32 (TF32 off) for ``float32``, TF32 allowed for
     ``tf32``, bfloat16 autocast on ``device``'s type for ``bf16``; ``auto`` as :func:`resolve_precision` says."""
     precision = resolve_precision(precision, device)
-    with tf32_flags(precision == "tf32"):
-        if precision != "bf16":
-            yield
-            return
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
-            yield
+    bf16 = torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if precision == "bf16" else None
+    with tf32_flags(precision == "tf32"), bf16 or contextlib.nullcontext():
+        yield
 
 
 def uses_channels_last(model: nn.Module, precision: str, device: str | torch.device) -> bool:
@@ -113,10 +110,7 @@ def channels_last(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """``model``'s 4-D parameters and buffers in channels-last memory format for the block, then back in the
     format each had (also when the block raises). Values are unchanged; only the layout, so the convolutions
     (cuDNN's NHWC kernels) run faster on tensor cores."""
-    if not enabled:
-        yield
-        return
-    tensors = [t for t in (*model.parameters(), *model.buffers()) if t.dim() == 4]
+    tensors = [t for t in (*model.parameters(), *model.buffers()) if t.dim() == 4] if enabled else []
     kept = [(t, t.data) for t in tensors if not t.is_contiguous(memory_format=torch.channels_last)]
     for t, data in kept:
         t.data = data.contiguous(memory_format=torch.channels_last)
@@ -137,12 +131,9 @@ def as_channels_last(images: torch.Tensor, enabled: bool = True) -> torch.Tensor
 @contextlib.contextmanager
 def exact_arithmetic() -> Iterator[None]:
     """Strict float32 on any device: no autocast and TF32 off, whatever encloses the call (the judgement)."""
-    with tf32_flags(False), torch.autocast("cpu", enabled=False):
-        if torch.cuda.is_available():
-            with torch.autocast("cuda", enabled=False):
-                yield
-        else:
-            yield
+    cuda = torch.autocast("cuda", enabled=False) if torch.cuda.is_available() else contextlib.nullcontext()
+    with tf32_flags(False), torch.autocast("cpu", enabled=False), cuda:
+        yield
 
 
 __all__ = ["EMULATED_BF16", "PRECISIONS", "as_channels_last", "attack_arithmetic", "channels_last",
