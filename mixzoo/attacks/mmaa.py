@@ -86,15 +86,11 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings:
     (``mmaa(model, x, y, eps=8/255)``) or ``settings`` (:class:`~mixzoo.attacks.apgd.ApgdSettings`, its ``rho``
     too; its loss, on_iter and early_stop are MMAA's own).
     ``layer_norm=False`` attacks and measures the raw logits instead; ``top_k`` restricts the LN statistics to the
-    largest logits (App. D.7). See the module docstring for how this differs from AutoAttack.
-
-    ``attack_all=False`` (default) attacks, like AutoAttack, only examples no visited point has flipped yet;
-    ``attack_all=True`` attacks every example in every run (the module docstring says why the default leaves
-    :func:`mixzoo.methods.mixednuts.calibrate.calibrate` unchanged).
-
-    ``index`` (each image's index in its whole data set) draws every random start per example from ``(seed,
-    index)`` (:mod:`mixzoo.core.rng`), so the result per example does not depend on ``batch_size`` or on how the
-    images are split across processes; without it, each batch uses AutoAttack's generators."""
+    largest logits (App. D.7). ``attack_all``: attack every example in every run, not only those no visited point
+    has flipped yet (the module docstring says how this and the rest differ from AutoAttack). ``index`` (each
+    image's index in its whole data set) draws every random start per example from ``(seed, index)``
+    (:mod:`mixzoo.core.rng`), so the result per example does not depend on ``batch_size`` or on how the images are
+    split across processes; without it, each batch uses AutoAttack's generators."""
     check_images(images)
     cfg = settings_from(ApgdSettings, settings, locals())
     eps, norm, n_iter, n_restarts, seed = cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts, cfg.seed

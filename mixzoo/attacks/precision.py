@@ -16,11 +16,8 @@ float32 (:func:`exact_arithmetic`: no autocast, TF32 off; :meth:`mixzoo.attacks.
 counts as a break only if the exact classifier misclassifies it; what the low precision alone saw as broken is
 reported beside it (:class:`~mixzoo.attacks.result.ComponentStat`). An example whose candidate float32 does not
 confirm was left by the attack at a false break (its search stops at what looks like a success), so the same
-component attacks it again in float32; only those few examples cost float32 time.
-
-Devices: a CUDA GPU without bfloat16 arithmetic is refused with a one-line error naming ``--precision float32``. A
-CPU without bfloat16 instructions (AVX-512 BF16 or AMX) runs bfloat16 emulated, usually slower than float32; it
-runs, with a warning saying so.
+component attacks it again in float32; only those few examples cost float32 time. Which devices run which
+policy: :func:`check_precision_device`.
 """
 
 from __future__ import annotations
@@ -56,8 +53,10 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
 
 
 def check_precision_device(precision: str, device: str | torch.device) -> str:
-    """``precision`` if ``device`` can run it: a one-line error for an unknown precision or a CUDA device without
-    bfloat16; a warning for a CPU that would emulate it. ``auto`` is resolved first (:func:`resolve_precision`)."""
+    """``precision`` if ``device`` can run it: a one-line error (naming ``--precision float32``) for an unknown
+    precision or a CUDA device without bfloat16; a warning for a CPU without bfloat16 instructions (AVX-512 BF16 or
+    AMX), which would emulate it, usually slower than float32. ``auto`` is resolved first
+    (:func:`resolve_precision`)."""
     precision = resolve_precision(precision, device)
     if precision in ("float32", "tf32"):
         return precision

@@ -104,16 +104,12 @@ def min_margin_square(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     (:class:`SquareSettings`).
 
     Returns, for every example, the visited point of smallest signed margin of softmax(LN(logits)) (raw logits
-    with ``layer_norm=False``; ``top_k`` as in :func:`mixzoo.methods.mixednuts.transforms.layer_norm`), the raw
-    logits there and that margin, in the same :class:`~mixzoo.attacks.mmaa.MMAAResult` as
-    :func:`mixzoo.attacks.mmaa` so it can replace MMAA in Algorithm 1 (App. D.5). ``settings["queries"]`` counts
-    the examples forwarded. A :class:`~mixzoo.zoo.blackbox.BlackBoxModel` with too small a budget is refused before
-    the first query. See the module docstring for the search and its schedule.
-
-    ``index`` (each example's index in its whole data set) draws every random number per example from
-    ``(seed, index)`` (:mod:`mixzoo.core.rng`), so an example's run does not depend on the batch it is in;
-    without it each batch has a generator seeded ``seed + first index of the batch``. With ``loss="logit"``
-    the returned ``margins`` are logit margins.
+    with ``layer_norm=False``; ``top_k`` as in :func:`mixzoo.methods.mixednuts.transforms.layer_norm`; logit
+    margins with ``loss="logit"``), the raw logits there and that margin, in the same
+    :class:`~mixzoo.attacks.mmaa.MMAAResult` as :func:`mixzoo.attacks.mmaa` so it can replace MMAA in Algorithm 1
+    (App. D.5); ``settings["queries"]`` counts the examples forwarded. A :class:`~mixzoo.zoo.blackbox.BlackBoxModel`
+    with too small a budget is refused before the first query. ``index``: each example's index in its whole data
+    set, for per-example randomness. The module docstring describes the search, its schedule and its randomness.
     """
     check_images(images)
     cfg = settings_from(SquareSettings, settings, locals())

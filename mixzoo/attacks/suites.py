@@ -25,9 +25,8 @@
 * ``adaptive-strong``: more gradient attacks and AutoAttack's own standard evaluation (:class:`AdaptiveStrong`).
 
 Why each component uses the gradient it does: the design note "Parity with AutoAttack" (``docs/design.md``). FAB-T
-with one restart draws no random numbers, so every example standard AutoAttack's FAB-T breaks ``fab-t-exact``
-breaks; APGD and Square draw per example here and per batch in AutoAttack, so their breaks match in distribution,
-not draw for draw.
+with one restart draws no random numbers, so ``fab-t-exact`` breaks every example standard AutoAttack's FAB-T
+breaks; APGD and Square draw per example here (below), so their breaks match AutoAttack's in distribution.
 
 Per-example randomness (the bench's default). Given the examples' indices (``run(..., index=...)``), ``adaptive``
 draws every random number per example: our APGD-CE / APGD-T (AutoAttack's algorithm and trajectories) replace
