@@ -22,12 +22,11 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from mixzoo.attacks.arguments import check_attack_settings, settings_from
-from mixzoo.attacks.ball import NORMS, normalize, project_step, random_start, start_noise, view  # noqa: F401 - NORMS too
-from mixzoo.attacks.losses import LOSSES, Forward, LossFn, ce_loss, dlr_targeted_loss, pair  # noqa: F401 - all too
+from mixzoo.attacks.ball import NORMS, normalize, project_step, random_start, start_noise, view  # noqa: F401 - re-exported
+from mixzoo.attacks.losses import LOSSES, Forward, LossFn, ce_loss, dlr_targeted_loss, pair  # noqa: F401 - re-exported
 from mixzoo.attacks.margins import MarginFn, MarginRecord, signed_margin
 from mixzoo.core.errors import InputError
 
-# NORMS, random_start, start_noise, pair and the losses are this module's names too (its users import them here)
 OnIter = Callable[[int], None]
 _EXTRA_SEED_OFFSET = 0x5EED_0FF5E7  # generator for examples AutoAttack would not attack (MMAA only)
 DROP_EVERY = 4  # with early_stop: iterations between checks for misclassified examples (each check syncs once)
