@@ -18,9 +18,9 @@ from mixzoo.attacks.variants import with_gradient
 
 
 def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: str, seed: int,
-          n_targets: int) -> Component:
-    """Our APGD-CE / APGD-T as a component (AutoAttack's behaviour: only still-robust examples); given the examples'
-    indices, its random starts are drawn per example (:func:`mixzoo.attacks.apgd.apgd_ce`)."""
+          n_targets: int, name: str | None = None) -> Component:
+    """Our APGD-CE / APGD-T as a component named ``name`` (default ``kind``); given the examples' indices, its random
+    starts are drawn per example (:func:`mixzoo.attacks.apgd.apgd_ce`)."""
     def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
         cfg = ApgdSettings(eps, norm, int(opts["n_iter"]), seed=seed, early_stop=True,
                            n_restarts=int(opts["n_restarts"]), n_target_classes=n_targets)
@@ -32,14 +32,14 @@ def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: 
         comp.zero_grad.append(int(rec.zero_grad.sum()))
         return rec.x
 
-    comp = Component(kind, fn, per_example=True)
+    comp = Component(name or kind, fn, per_example=True)
     return comp
 
 
 def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int,
-                  n_targets: int, gradient: str | None) -> Component:
-    """A component of the installed AutoAttack with the settings of its 'standard' version, on the model's gradient
-    variant ``gradient`` where it offers one."""
+                  n_targets: int, gradient: str | None, name: str | None = None) -> Component:
+    """A component (named ``name``, default ``kind``) of the installed AutoAttack with the settings of its
+    'standard' version, on the model's gradient variant ``gradient`` where it offers one."""
     from mixzoo.core.compat import import_autoattack
 
     aa = import_autoattack()
@@ -47,29 +47,27 @@ def _pyautoattack(kind: str, model: nn.Module, opts: dict[str, Any], eps: float,
     model = FiniteGuard(with_gradient(model, gradient), f"at points visited by {kind}")
 
     def fn(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
-        dev = x.device
+        common = dict(eps=eps, norm=norm, seed=seed, verbose=False, device=x.device)
+        apgd = dict(n_restarts=n_restarts, n_iter=n_iter, eot_iter=1, rho=0.75, **common)
         if kind == "apgd-ce":
-            attack = aa.autopgd_base.APGDAttack(model, n_restarts=n_restarts, n_iter=n_iter, verbose=False, eps=eps,
-                                                norm=norm, eot_iter=1, rho=0.75, seed=seed, device=dev, loss="ce")
+            attack = aa.autopgd_base.APGDAttack(model, loss="ce", **apgd)
         elif kind == "apgd-t":
-            attack = aa.autopgd_base.APGDAttack_targeted(model, n_restarts=n_restarts, n_iter=n_iter, verbose=False,
-                                                         eps=eps, norm=norm, eot_iter=1, rho=0.75, seed=seed,
-                                                         device=dev, n_target_classes=n_targets)
+            attack = aa.autopgd_base.APGDAttack_targeted(model, n_target_classes=n_targets, **apgd)
         elif kind == "fab-t":
-            attack = aa.fab_pt.FABAttack_PT(model, n_restarts=1, n_iter=n_iter, eps=eps, seed=seed, norm=norm,
-                                            verbose=False, device=dev, targeted=True, n_target_classes=n_targets)
+            attack = aa.fab_pt.FABAttack_PT(model, n_restarts=1, n_iter=n_iter, targeted=True,
+                                            n_target_classes=n_targets, **common)
         else:
-            attack = aa.square.SquareAttack(model, p_init=0.8, n_queries=int(opts["n_queries"]), eps=eps, norm=norm,
-                                            n_restarts=1, seed=seed, verbose=False, device=dev, resc_schedule=False)
+            attack = aa.square.SquareAttack(model, p_init=0.8, n_queries=int(opts["n_queries"]), n_restarts=1,
+                                            resc_schedule=False, **common)
         model.reset()
         with torch.no_grad():
             adv = attack.perturb(x.clone(), y.clone())
         model.finish()  # NaN outputs since the guard's last periodic check
         return adv
 
-    # FAB-T with one restart draws no random number (see the module docstring): its run on an example is the same
-    # in any batch, so it counts as per-example; the index is not needed
-    return Component(kind, fn, gradient_based=kind != "square", per_example=kind == "fab-t")
+    # FAB-T with one restart draws no random number: its run on an example is the same in any batch, so it counts
+    # as per-example; the index is not needed
+    return Component(name or kind, fn, gradient_based=kind != "square", per_example=kind == "fab-t")
 
 
 def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, seed: int) -> Component:
@@ -88,15 +86,13 @@ def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, 
 class FiniteGuard(nn.Module):
     """``model`` that raises :func:`nan_error` soon after its first NaN output, so that an attack we do not control
     (the installed AutoAttack's components) stops within a few steps of the first bad one instead of running its
-    whole budget.
-
-    On a GPU the check stays on the device: the largest number of NaN rows in one output is kept there and read
-    (one host synchronisation) every :attr:`CHECK_EVERY` calls and by :meth:`finish`, which the caller runs when the
-    attack returns; on the CPU, where reading it costs nothing, after every call. Outcomes do not depend on when
-    the check runs: it only decides whether the run is refused."""
+    whole budget. The largest number of NaN rows in one output is kept on the device and read (one host
+    synchronisation) after every call on the CPU, where that costs nothing (:attr:`EAGER_ON_CPU`), else every
+    :attr:`CHECK_EVERY` calls and by :meth:`finish`, which the caller runs when the attack returns. Outcomes do not
+    depend on when the check runs: it only decides whether the run is refused."""
 
     CHECK_EVERY = 32
-    EAGER_ON_CPU = True  # on the CPU a read costs nothing: check after every call
+    EAGER_ON_CPU = True
 
     def __init__(self, model: nn.Module, where: str):
         super().__init__()
@@ -110,7 +106,6 @@ class FiniteGuard(nn.Module):
             rows = torch.isnan(out.detach()).flatten(1).any(dim=1).sum()
             self._nan = rows if self._nan is None else torch.maximum(self._nan, rows)
             self._calls += 1
-            # on the CPU reading the flag costs nothing: check every call; on a GPU every CHECK_EVERY calls
             if (self.EAGER_ON_CPU and out.device.type == "cpu") or self._calls % self.CHECK_EVERY == 0:
                 self._check()
         return out

@@ -9,117 +9,27 @@ with the same seed our runs follow AutoAttack's trajectories (and are identical 
 
 The model is any callable returning logits, or a pair ``(judged, loss)`` of logits (e.g. ``forward_pair`` of a
 :class:`mixzoo.methods.mixednuts.mixing.MixedClassifier`: the true MixedNUTS output is judged, the differentiable
-auxiliary mixture of
-Eq. 8 gives the loss and gradients, App. B.2.1). Every forward pass the attack already makes (including the starting
-point) offers its judged logits to a :class:`~mixzoo.attacks.margins.MarginRecord`; no pass is added for tracking.
+auxiliary mixture of Eq. 8 gives the loss and gradients, App. B.2.1). Every forward pass the attack already makes
+(including the starting point) offers its judged logits to a :class:`~mixzoo.attacks.margins.MarginRecord`; no pass
+is added for tracking.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from mixzoo.attacks.arguments import check_attack_settings, settings_from
+from mixzoo.attacks.ball import NORMS, normalize, project_step, random_start, start_noise, view  # noqa: F401 - re-exported
+from mixzoo.attacks.losses import LOSSES, Forward, LossFn, ce_loss, dlr_targeted_loss, pair  # noqa: F401 - re-exported
 from mixzoo.attacks.margins import MarginFn, MarginRecord, signed_margin
-from mixzoo.core import rng
 from mixzoo.core.errors import InputError
 
-NORMS = ("Linf", "L2")
-Forward = Callable[[torch.Tensor], "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
-LossFn = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 OnIter = Callable[[int], None]
 _EXTRA_SEED_OFFSET = 0x5EED_0FF5E7  # generator for examples AutoAttack would not attack (MMAA only)
 DROP_EVERY = 4  # with early_stop: iterations between checks for misclassified examples (each check syncs once)
-
-
-def pair(out: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(judged, loss)`` logits from a model output that is one tensor or a pair."""
-    return (out[0], out[1]) if isinstance(out, tuple | list) else (out, out)
-
-
-def ce_loss(logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-example cross-entropy (APGD-CE)."""
-    return F.cross_entropy(logits, labels, reduction="none")
-
-
-def dlr_loss(logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
-    """Untargeted difference-of-logits-ratio loss (Croce & Hein 2020, Eq. 6)."""
-    z, _ = logits.sort(dim=1)
-    zy = logits.gather(1, labels[:, None]).squeeze(1)
-    top_is_y = (logits.argmax(dim=1) == labels).to(logits.dtype)
-    return -(zy - z[:, -2] * top_is_y - z[:, -1] * (1.0 - top_is_y)) / (z[:, -1] - z[:, -3] + 1e-12)
-
-
-def dlr_targeted_loss(logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
-    """Targeted DLR loss of APGD-T: -(z_y - z_t) / (z_pi1 - (z_pi3 + z_pi4) / 2)."""
-    z, _ = logits.sort(dim=1)
-    zy = logits.gather(1, labels[:, None]).squeeze(1)
-    zt = logits.gather(1, target[:, None]).squeeze(1)
-    return -(zy - zt) / (z[:, -1] - 0.5 * (z[:, -3] + z[:, -4]) + 1e-12)
-
-
-LOSSES: dict[str, LossFn] = {"ce": ce_loss, "dlr": dlr_loss, "dlr-targeted": dlr_targeted_loss}
-
-
-def _view(t: torch.Tensor, ndim: int) -> torch.Tensor:
-    return t.view(-1, *([1] * (ndim - 1)))
-
-
-def _normalize(t: torch.Tensor, norm: str) -> torch.Tensor:
-    flat = t.flatten(1)
-    size = flat.abs().max(dim=1).values if norm == "Linf" else (flat ** 2).sum(dim=1).sqrt()
-    return t / (_view(size, t.ndim) + 1e-12)
-
-
-def _l2(t: torch.Tensor) -> torch.Tensor:
-    return _view((t.flatten(1) ** 2).sum(dim=1).sqrt(), t.ndim)
-
-
-def start_noise(draw: tuple[int, str, torch.Tensor], norm: str, shape: torch.Size) -> torch.Tensor:
-    """The per-example draw of :func:`random_start` for ``draw = (seed, stream, index)``: uniform in [-1, 1)
-    (L-inf) or standard normal (L2), ``[len(index), *shape]``, on the CPU."""
-    seed, stream, index = draw
-    if norm == "Linf":
-        return 2 * rng.uniform(seed, stream, index.cpu(), shape) - 1
-    return rng.normal(seed, stream, index.cpu(), shape)
-
-
-def random_start(x: torch.Tensor, eps: float, norm: str, generator: torch.Generator | None = None, *,
-                 draw: tuple[int, str, torch.Tensor] | None = None, noise: torch.Tensor | None = None
-                 ) -> torch.Tensor:
-    """AutoAttack's starting point: x plus eps times a normalised uniform (L-inf) or Gaussian (L2) draw, in [0, 1].
-
-    With ``generator`` the draw is made on the CPU from it (as AutoAttack does), so seeded runs agree across devices
-    and follow AutoAttack's trajectories for the same batch. With ``draw = (seed, stream, index)`` each example's draw
-    is a function of its index in the whole data set (:mod:`mixzoo.core.rng`), whatever batch it is in.
-    ``noise``: the draw itself (uniform in [-1, 1) for L-inf, standard normal for L2, the shape of ``x``), e.g. one
-    rank's rows of a draw made for a whole batch.
-    """
-    if noise is not None:
-        t = noise
-    elif draw is not None:
-        t = start_noise(draw, norm, x.shape[1:])
-    elif generator is not None:
-        t = (2 * torch.rand(x.shape, generator=generator) - 1) if norm == "Linf" else torch.randn(x.shape,
-                                                                                                     generator=generator)
-    else:
-        raise ValueError("random_start needs a generator or a per-example draw")
-    return (x + eps * _normalize(t.to(device=x.device, dtype=x.dtype), norm)).clamp(0.0, 1.0)
-
-
-def _project_step(x: torch.Tensor, x_adv: torch.Tensor, x_new: torch.Tensor, eps: float, norm: str,
-                  a: float, prev_step: torch.Tensor) -> torch.Tensor:
-    """AutoAttack's projected step with momentum: z = P(x_adv + step); x' = P(x_adv + a (z - x_adv) + (1-a) prev)."""
-    if norm == "Linf":
-        z = torch.clamp(torch.min(torch.max(x_new, x - eps), x + eps), 0.0, 1.0)
-        z = x_adv + (z - x_adv) * a + prev_step * (1 - a)
-        return torch.clamp(torch.min(torch.max(z, x - eps), x + eps), 0.0, 1.0)
-    z = torch.clamp(x + _normalize(x_new - x, "L2") * torch.clamp(_l2(x_new - x), max=eps), 0.0, 1.0)
-    z = x_adv + (z - x_adv) * a + prev_step * (1 - a)
-    return torch.clamp(x + _normalize(z - x, "L2") * torch.clamp(_l2(z - x), max=eps), 0.0, 1.0)
 
 
 def _loss_and_grad(forward: Forward, x_adv: torch.Tensor, labels: torch.Tensor, loss_fn: LossFn,
@@ -163,23 +73,6 @@ class ApgdSettings:
         return self.loss if isinstance(self.loss, str) else "custom"
 
 
-def settings_from(kind: type, settings: Any, given: dict[str, Any]) -> Any:
-    """The settings of a public attack function: ``settings`` (an :class:`ApgdSettings` or
-    :class:`~mixzoo.attacks.square.SquareSettings`) as given, else a ``kind`` built from the function's keywords
-    named after its fields (``given``: the function's arguments), whose defaults are the fields' own. Options are
-    given one way: ``settings`` with such a keyword changed from its default is an :class:`InputError`."""
-    options = {f.name: given[f.name] for f in fields(kind) if f.name in given}
-    if settings is None:
-        if options.get("eps") is None:
-            raise InputError("pass the radius eps=... (or settings=...)")
-        return kind(**options)
-    changed = sorted(k for k, v in options.items() if v is not None and v != getattr(kind, k, None))
-    if changed:
-        raise InputError(f"pass the attack's options either as settings or as keywords, not both (got settings and"
-                         f" {', '.join(changed)})")
-    return settings
-
-
 def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: MarginRecord,
              settings: ApgdSettings | None = None, *, eps: float | None = None, norm: str = ApgdSettings.norm,
              n_iter: int = ApgdSettings.n_iter, loss: str | LossFn = ApgdSettings.loss, rho: float = ApgdSettings.rho,
@@ -212,7 +105,7 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
     record.check_finite()  # NaN at a visited point: stop now, not after the whole attack
     record.zero_grad |= grad.flatten(1).abs().sum(dim=1) == 0
     s = _Trajectory(x, labels, target, x_adv, x_adv.clone(), x_adv.clone(), grad, grad.clone(), loss_indiv.clone(),
-                    _view(torch.full((n,), 2.0 * eps, device=x.device, dtype=x.dtype), x.ndim),
+                    view(torch.full((n,), 2.0 * eps, device=x.device, dtype=x.dtype), x.ndim),
                     torch.zeros(n_iter, n, device=x.device, dtype=loss_indiv.dtype), loss_indiv.clone(),
                     torch.ones_like(loss_indiv))
     k, counter3 = n_iter_2, 0
@@ -227,8 +120,8 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
             prev_step = s.x_adv - s.x_adv_old
             s.x_adv_old = s.x_adv.clone()
             a = 0.75 if i > 0 else 1.0
-            direction = s.grad.sign() if norm == "Linf" else _normalize(s.grad, "L2")
-            s.x_adv = _project_step(s.x, s.x_adv, s.x_adv + s.step_size * direction, eps, norm, a, prev_step)
+            direction = s.grad.sign() if norm == "Linf" else normalize(s.grad, "L2")
+            s.x_adv = project_step(s.x, s.x_adv, s.x_adv + s.step_size * direction, eps, norm, a, prev_step)
 
         judged, loss_indiv, s.grad = _loss_and_grad(forward, s.x_adv, s.labels, loss_fn, s.target)
         rec.update(s.x_adv, judged)
@@ -236,8 +129,8 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
         with torch.no_grad():
             s.loss_steps[i] = loss_indiv
             better = loss_indiv > s.loss_best
-            s.x_best = torch.where(_view(better, x.ndim), s.x_adv, s.x_best)  # no host synchronisation per step
-            s.grad_best = torch.where(_view(better, x.ndim), s.grad, s.grad_best)
+            s.x_best = torch.where(view(better, x.ndim), s.x_adv, s.x_best)  # no host synchronisation per step
+            s.grad_best = torch.where(view(better, x.ndim), s.grad, s.grad_best)
             s.loss_best = torch.where(better, loss_indiv, s.loss_best)
             counter3 += 1
             checkpoint = counter3 == k
@@ -294,7 +187,7 @@ class _Trajectory:
         fl_osc = torch.max(fl_osc, fl_no_impr)
         self.reduced_last_check = fl_osc.clone()
         self.loss_best_last_check = self.loss_best.clone()
-        reduce = _view(fl_osc > 0, self.x.ndim)
+        reduce = view(fl_osc > 0, self.x.ndim)
         self.step_size = torch.where(reduce, self.step_size / 2.0, self.step_size)
         self.x_adv = torch.where(reduce, self.x_best, self.x_adv)
         self.grad = torch.where(reduce, self.grad_best, self.grad)
@@ -336,18 +229,6 @@ def _drop_broken(s: _Trajectory, record: MarginRecord, rec: MarginRecord, active
     return active, record.subset(active)
 
 
-def check_attack_settings(eps: float, norm: str, n_iter: int = 1, n_restarts: int = 1) -> None:
-    """Raise :class:`InputError` for a non-positive eps, an unknown norm or non-positive iteration counts."""
-    if not isinstance(eps, int | float) or not eps > 0:
-        raise InputError(f"epsilon must be positive, got {eps}")
-    if norm not in NORMS:
-        raise InputError(f"unknown norm {norm!r}; use one of {', '.join(NORMS)}")
-    if n_iter < 1:
-        raise InputError(f"n_iter must be at least 1, got {n_iter}")
-    if n_restarts < 1:
-        raise InputError(f"n_restarts must be at least 1, got {n_restarts}")
-
-
 def clean_record(model: Forward, images: torch.Tensor, labels: torch.Tensor,
                  margin_fn: MarginFn = signed_margin) -> MarginRecord:
     """A record starting at the clean images (one forward pass, no gradient)."""
@@ -367,17 +248,10 @@ def _groups(record: MarginRecord, attack_all: bool) -> list[tuple[torch.Tensor, 
     return [(idx, main) for idx, main in groups if idx.numel()]
 
 
-def _generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
-    return torch.Generator().manual_seed(seed), torch.Generator().manual_seed((seed + _EXTRA_SEED_OFFSET) % 2**63)
-
-
 def stack_runs_default(device: torch.device | str) -> bool:
-    """Whether APGD-T's runs (targets x restarts) go through the model as one stacked batch by default: on a GPU.
-
-    One pass over ``[runs x examples]`` rows replaces ``runs`` passes of a small batch, the same outcome per
-    example. On a GPU the small passes leave the device idle. On the CPU the arithmetic is the cost, and the
-    sequential runs skip an example once one target broke it, so stacking won only where per-pass overhead
-    dominates: 3x faster for the digits MLP, 1.35x *slower* in CPU time for the Fashion-MNIST CNN
+    """Whether APGD-T's runs (targets x restarts) go through the model as one stacked batch by default: on a GPU,
+    where the small passes leave the device idle. On the CPU the sequential runs skip an example once one target
+    broke it: stacking was 3x faster for the digits MLP, 1.35x *slower* for the Fashion-MNIST CNN
     (``benchmarks/apgd_stack_speed_digits_cpu.json``, ``benchmarks/apgd_stack_speed_fmnist60_cpu.json``)."""
     return torch.device(device).type == "cuda"
 
@@ -389,13 +263,11 @@ def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: Ma
 
     With ``index`` (each example's index in its whole data set) every run's random start is drawn per example from
     (seed, loss, run number, index) instead of from the batch's generators, so an example's trajectory does not
-    depend on the batch it is in. ``early_stop``: see :func:`apgd_run`. ``stack`` (with ``index``, without
-    ``attack_all``): the runs go through the model together, as one batch of ``[runs x examples]`` rows (at most
-    ``stack_rows`` rows, None: all runs at once), each row with its own run's per-example start; an example counts
-    as broken when any of its runs breaks it, so the outcome is the sequential runs' (which attack an example until
-    one run breaks it). With ``stack_rows`` the runs go in chunks of as many runs as fit (at least one), each chunk
-    on the examples no earlier chunk broke (:mod:`mixzoo.attacks.memory`: the stacked graphs are what fills a GPU);
-    each row's start is its run's, whichever chunk it is in, so no example's result depends on the chunking."""
+    depend on the batch it is in. ``stack`` (with ``index``, without ``attack_all``): the runs go through the model
+    together, as one batch of ``[runs x examples]`` rows, each with its own run's start; an example counts as broken
+    when any of its runs breaks it, so the outcome is the sequential runs'. ``stack_rows``: at most that many rows
+    per pass, the runs in chunks (at least one run each) on the examples no earlier chunk broke; the starts do not
+    depend on the chunking."""
     if stack and index is not None and not attack_all and len(plan) > 1:
         per = len(plan)
         if stack_rows is not None:
@@ -405,7 +277,8 @@ def _runs(model: Forward, images: torch.Tensor, labels: torch.Tensor, record: Ma
             _stacked_runs(model, images, labels, record, cfg, plan=plan[first:first + per], index=index,
                           first_run=first)
         return record
-    main_gen, extra_gen = _generators(cfg.seed)
+    main_gen = torch.Generator().manual_seed(cfg.seed)
+    extra_gen = torch.Generator().manual_seed((cfg.seed + _EXTRA_SEED_OFFSET) % 2**63)
     for run, target in enumerate(plan):
         for idx, main in _groups(record, attack_all):
             part = record.subset(idx)
@@ -451,11 +324,9 @@ def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, settings
 
     ``model(x)`` returns logits or ``(judged, loss)`` logits. With ``attack_all=False`` (AutoAttack) each restart
     attacks only examples not yet misclassified; with ``attack_all=True`` (MMAA) every example is attacked in every
-    restart, the misclassified ones in a separate batch with their own random stream. Returns the (updated) record:
-    per example the visited point of lowest selection key (:mod:`mixzoo.attacks.margins`). ``index`` (the examples'
-    indices in their data set) makes the random starts per-example draws (:func:`_runs`). ``cfg.early_stop``: an
-    example leaves a run once misclassified (:func:`apgd_run`; only for the examples AutoAttack would attack, so
-    ``attack_all``'s margins of misclassified examples are still tracked over every iteration).
+    restart, the misclassified ones in a separate batch with their own random stream (and without ``early_stop``).
+    Returns the (updated) record: per example the visited point of lowest selection key. ``index``: the examples'
+    indices in their data set, for per-example random starts (:func:`_runs`).
     """
     cfg = settings_from(ApgdSettings, settings, locals())
     check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts)
@@ -494,16 +365,12 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, settings:
     (:class:`ApgdSettings`, whose ``loss`` is not read).
 
     Targets come from the clean loss logits (one forward pass for all targets; AutoAttack recomputes them per
-    target), see :func:`target_classes`. ``stack``: run the targets and restarts as one stacked batch (with
-    ``index`` and without ``attack_all``; :func:`_runs`); None: :func:`stack_runs_default` for the images' device.
-    ``stack_rows``: at most this many stacked rows per pass (the runs in chunks, same outcome); None on a GPU: the
-    rows that fit in its free memory (:func:`mixzoo.attacks.memory.rows_that_fit` of one step's measured memory
-    per image), elsewhere no limit. Other arguments as in :func:`apgd_ce`.
+    target), see :func:`target_classes`. ``stack`` and ``stack_rows``: see :func:`_runs`; ``stack=None`` is
+    :func:`stack_runs_default` for the images' device, ``stack_rows=None`` on a GPU the rows that fit in its free
+    memory (:mod:`mixzoo.attacks.memory`), elsewhere no limit. Other arguments as in :func:`apgd_ce`.
     """
     cfg = settings_from(ApgdSettings, settings, locals())
-    check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts)
-    if cfg.n_target_classes < 0:
-        raise InputError(f"n_target_classes must be non-negative, got {cfg.n_target_classes}")
+    check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts, cfg.n_target_classes)
     with torch.no_grad():
         judged, loss_logits = pair(model(images))
     if record is None:

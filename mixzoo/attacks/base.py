@@ -4,12 +4,9 @@ Each evaluation is a sequence of components run as AutoAttack runs them: every c
 still classified correctly, and the per-component count of newly broken examples is reported. A component's output
 counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary output) misclassifies it.
 
-Precision. ``run(..., precision="bf16")`` runs every component under bfloat16 autocast
-(:mod:`mixzoo.attacks.precision`); the clean accuracy and every candidate are still judged on the model's float32
-output outside autocast, so a break bfloat16 rounding alone produced is dropped (and that component attacks those
-examples again in float32), and each component reports how many candidates bfloat16 saw as broken, how many of
-those float32 confirmed, and how many the float32 re-run broke. Gradient-free components (Square) run in float32:
-their search accepts a step when the loss improves, and bfloat16 rounds small improvements away.
+Precision (:mod:`mixzoo.attacks.precision`): the components run in the chosen arithmetic, the clean accuracy and
+every candidate are judged in float32. Gradient-free components (Square) run in float32: their search accepts a step
+when the loss improves, and bfloat16 rounds small improvements away.
 
 When the black-box Square breaks examples the gradient components missed, the result carries the warning
 "potentially unreliable: ..." (gradient masking, App. B.2.1); examples with an all-zero loss gradient at an APGD
@@ -27,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import check_attack_settings
+from mixzoo.attacks.arguments import check_attack_settings
 from mixzoo.attacks.precision import (
     as_channels_last,
     attack_arithmetic,
@@ -98,10 +95,8 @@ def _logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Te
         return torch.cat([model(chunk) for chunk in images.split(batch_size)]) if len(images) else torch.empty(0)
 
 
-# the options most attacks share, as each declares them in its ``options_spec`` (``dataclasses.replace`` changes a
-# default: PGD's n_iter is 20)
-# upper bounds: far above any published evaluation (AutoAttack: 100 iterations, 5000 queries), below what a run's
-# per-iteration records (n_iter x batch numbers) or a count of seconds can hold
+# the options most attacks share in their ``options_spec`` (``dataclasses.replace`` changes a default); upper bounds
+# far above any published evaluation (AutoAttack: 100 iterations, 5000 queries), below what a run's records can hold
 N_ITER = OptionSpec("iterations of each APGD / PGD run", int, 100, low=1, high=100_000)
 N_RESTARTS = OptionSpec("random restarts of each APGD run", int, 1, low=1, high=10_000)
 N_TARGET_CLASSES = OptionSpec("target classes of APGD-T (AutoAttack's: 9; 0 leaves APGD-T out)", int, 9, low=0,
@@ -178,15 +173,11 @@ class Attack:
         """Clean accuracy, then each component on the examples still correct; see the module docstring.
 
         ``index`` (each example's index in its whole data set) is handed to the components that draw their
-        randomness per example (:attr:`Component.per_example`); the others use their batch's stream.
-        ``precision="bf16"`` runs the components under bfloat16 autocast (:mod:`mixzoo.attacks.precision`); clean
-        accuracy and every candidate are judged on the model's float32 output outside autocast; a component whose
-        bfloat16 candidate is not confirmed runs again on that example in float32, and each component's stat counts
-        the candidates bfloat16 saw as broken, those float32 confirmed and the breaks of the float32 re-run.
-        ``precision="tf32"`` does the same with TF32 matrix products and convolutions; ``tf32`` (and ``bf16`` on a
-        GPU) run a network with 2-D convolutions in channels-last memory format for the whole run, restored after;
-        ``"auto"`` is resolved for the images' device (:mod:`mixzoo.attacks.precision`) and the result records
-        the concrete policy."""
+        randomness per example (:attr:`Component.per_example`); the others use their batch's stream. ``precision``
+        (``float32``, ``tf32``, ``bf16`` or ``auto``, resolved for the images' device and recorded in the result) is
+        the components' arithmetic (:mod:`mixzoo.attacks.precision`): a component whose candidate the float32
+        judgement does not confirm runs again on that example in float32, and each component's stat counts the
+        candidates the low precision saw as broken, those float32 confirmed and the breaks of the float32 re-run."""
         precision = check_precision_device(precision, images.device)  # "auto" resolved for this device
         nhwc = isinstance(model, nn.Module) and uses_channels_last(model, precision, images.device)
         with channels_last(model, nhwc):

@@ -130,21 +130,19 @@ class MarginRecord:
 
     def subset(self, index: torch.Tensor) -> MarginRecord:
         """A copy restricted to ``index`` (merge it back with :meth:`merge`)."""
-        return MarginRecord(self.x[index].clone(), self.logits[index].clone(), self.margin[index].clone(),
-                            self.key[index].clone(), self.labels[index], self.margin_fn, self.nan[index].clone(),
-                            self.zero_grad[index].clone())
+        rows = {name: getattr(self, name)[index].clone() for name in _ROWS}
+        return MarginRecord(**rows, labels=self.labels[index], margin_fn=self.margin_fn)
 
     def merge(self, index: torch.Tensor, part: MarginRecord) -> None:
         """Write a :meth:`subset` back (it only ever improved, so it replaces the rows)."""
-        self.x[index] = part.x
-        self.logits[index] = part.logits
-        self.margin[index] = part.margin
-        self.key[index] = part.key
-        self.nan[index] = part.nan
-        self.zero_grad[index] = part.zero_grad
+        for name in _ROWS:
+            getattr(self, name)[index] = getattr(part, name)
 
     def check_finite(self) -> None:
         """Raise :class:`InputError` if the model produced NaN at any visited point (never count NaN as robust)."""
         if self.nan.any():
             raise InputError(f"model returned NaN logits for {int(self.nan.sum())} examples during the attack;"
                              " fix the model's numerics, NaN outputs cannot be counted as robust")
+
+
+_ROWS = ("x", "logits", "margin", "key", "nan", "zero_grad")  # MarginRecord's per-example fields

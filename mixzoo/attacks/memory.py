@@ -3,10 +3,8 @@ measured memory of one attack step per image.
 
 What fills a GPU during an attack on a large pair is one APGD step's autograd graph: the forward pass of *both*
 networks (the mixture's gradient needs the ABC's and the RBC's activations at once) kept for the backward pass, per
-row of the batch. APGD-T stacked its targets into one batch of ``targets x examples`` rows on a GPU
-(:func:`mixzoo.attacks.apgd.apgd_t`), so 16 ImageNet images with 9 targets held 144 rows' graphs of ConvNeXt V2-L
-and Swin-L at once. The stacked rows are now capped (``stack_rows``): the targets run in chunks of runs that fit,
-with the same outcome per example (an example counts as broken when any of its runs breaks it).
+row of the batch; APGD-T's stacked targets (:func:`mixzoo.attacks.apgd.apgd_t`) hold ``targets x examples`` rows,
+so they run in chunks of the rows that fit (``stack_rows``), with the same outcome per example.
 
 * :func:`step_bytes_per_image`: the memory one APGD step (forward with autograd, backward) holds per image, measured
   on a CUDA device as the growth of allocated memory while the graph is alive, plus the input gradient.

@@ -5,12 +5,11 @@ Differences from AutoAttack's APGD-CE + APGD-T, all deliberate:
 
 * by default, as AutoAttack, each run attacks only the examples no visited point has flipped yet
   (``attack_all=False``); ``attack_all=True`` attacks every example in every run, so the margins of flipped
-  examples are driven as low as the attack can (the still-correct ones get the very same points and margins
-  either way, and Algorithm 1 uses only those: the default costs what AutoAttack's APGD-CE + APGD-T cost, while
-  ``attack_all=True`` cost 9.6x that on a non-robust Fashion-MNIST model, ``benchmarks/mmaa_speed.md``). The
-  still-correct examples use AutoAttack's random stream, so with the same seed (and ``batch_size`` at least the
-  number of images) MMAA visits every point AutoAttack's APGD-CE + APGD-T visit and its margins are never larger
-  than those at AutoAttack's points;
+  examples are driven as low as the attack can. The still-correct ones get the very same points and margins either
+  way (AutoAttack's random stream: with the same seed and ``batch_size`` at least the number of images MMAA visits
+  every point AutoAttack's APGD-CE + APGD-T visit), and Algorithm 1 uses only those: the default costs what
+  AutoAttack's APGD-CE + APGD-T cost, ``attack_all=True`` cost 9.6x that on a non-robust Fashion-MNIST model
+  (``benchmarks/mmaa_speed.md``);
 * the returned point is the one of smallest *signed* margin ``p_y - max_{i != y} p_i`` of softmax(LN(logits)) over all
   visited points, the clean image included; a misclassified point always beats a correct one
   (:mod:`mixzoo.attacks.margins`), so ``misclassified`` is exactly "some visited point flips the prediction";
@@ -29,18 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import (
-    ApgdSettings,
-    apgd_ce,
-    apgd_t,
-    check_attack_settings,
-    effective_n_targets,
-    pair,
-    settings_from,
-)
+from mixzoo.attacks.apgd import ApgdSettings, apgd_ce, apgd_t, effective_n_targets, pair
+from mixzoo.attacks.arguments import check_attack_settings, check_batches, settings_from
 from mixzoo.attacks.margins import MarginRecord, ln_signed_margin, signed_margin
 from mixzoo.attacks.margins import layer_norm as ln_logits
-from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
 
@@ -95,32 +86,19 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings:
     (``mmaa(model, x, y, eps=8/255)``) or ``settings`` (:class:`~mixzoo.attacks.apgd.ApgdSettings`, its ``rho``
     too; its loss, on_iter and early_stop are MMAA's own).
     ``layer_norm=False`` attacks and measures the raw logits instead; ``top_k`` restricts the LN statistics to the
-    largest logits (App. D.7). See the module docstring for how this differs from AutoAttack.
-
-    ``attack_all=False`` (default) attacks, like AutoAttack, only examples no visited point has flipped yet;
-    ``attack_all=True`` attacks every example in every run. The examples that stay correctly classified get exactly
-    the same points and margins either way (same batches, same random stream), and Algorithm 1 uses only those and
-    the misclassified flags (:func:`mixzoo.methods.mixednuts.calibrate.calibrate`), so calibration is unchanged
-    while the attack costs what AutoAttack's APGD-CE + APGD-T cost; only flipped examples' margins are less negative.
-
-    ``index`` (each image's index in its whole data set) draws every random start per example from ``(seed,
-    index)`` (:mod:`mixzoo.core.rng`), so the result per example does not depend on ``batch_size`` or on how the
-    images are split across processes; without it, each batch uses AutoAttack's generators."""
+    largest logits (App. D.7). ``attack_all``: attack every example in every run, not only those no visited point
+    has flipped yet (the module docstring says how this and the rest differ from AutoAttack). ``index`` (each
+    image's index in its whole data set) draws every random start per example from ``(seed, index)``
+    (:mod:`mixzoo.core.rng`), so the result per example does not depend on ``batch_size`` or on how the images are
+    split across processes; without it, each batch uses AutoAttack's generators."""
     check_images(images)
     cfg = settings_from(ApgdSettings, settings, locals())
     eps, norm, n_iter, n_restarts, seed = cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts, cfg.seed
-    check_attack_settings(eps, norm, n_iter, n_restarts)
-    if cfg.n_target_classes < 0:
-        raise InputError(f"n_target_classes must be non-negative, got {cfg.n_target_classes}")
-    if batch_size < 1:
-        raise InputError(f"batch_size must be at least 1, got {batch_size}")
+    check_attack_settings(eps, norm, n_iter, n_restarts, cfg.n_target_classes)
+    n = images.shape[0]
+    check_batches(n, batch_size, index)
     forward = _LayerNormed(model, top_k) if layer_norm else model
     margin_fn = ln_signed_margin(top_k) if layer_norm else signed_margin
-    n = images.shape[0]
-    if n == 0:
-        raise InputError("no images to attack; pass at least one example")
-    if index is not None and len(index) != n:
-        raise InputError(f"index has {len(index)} entries for {n} images; pass one index per image")
     with torch.no_grad():
         n_classes = pair(forward(images[:1]))[0].shape[1]
     check_labels(labels, n, n_classes)
@@ -128,7 +106,7 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings:
     n_targets = effective_n_targets(n_classes, cfg.n_target_classes)
     runs_per_batch = n_restarts * (1 + n_targets)
 
-    adv, logits_out, margins, clean_logits = [], [], [], []
+    parts = []
     with progress_bar(progress) as bar:
         task = bar.add_task(f"MMAA {norm} eps={eps:.4g}", total=math.ceil(n / batch_size) * runs_per_batch * n_iter)
         for batch, start in enumerate(range(0, n, batch_size)):
@@ -148,19 +126,21 @@ def mmaa(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings:
             if n_targets > 0:
                 apgd_t(forward, x, y, run, **common)
             record.check_finite()
-            adv.append(record.x)
-            logits_out.append(record.logits)
-            margins.append(record.margin)
-            clean_logits.append(clean.detach())
+            parts.append((record.x, record.logits, record.margin, clean.detach()))
             bar.update(task, completed=(batch + 1) * runs_per_batch * n_iter)
-    logits_all = torch.cat(logits_out)
     settings = {"attack": "mmaa", "eps": float(eps), "norm": norm, "n_iter": n_iter,
                 "n_target_classes": n_targets, "n_restarts": n_restarts, "seed": seed, "batch_size": batch_size,
                 "layer_norm": layer_norm, "top_k": top_k, "attack_all": attack_all, "code": MMAA_CODE_VERSION,
                 "randomness": "batch" if index is None else "per-example",
                 "margin": "p_y - max_{i!=y} p_i of softmax(LN(logits)), negative when misclassified"}
-    return MMAAResult(torch.cat(adv), logits_all, torch.cat(margins), logits_all.argmax(dim=1) != labels,
-                      torch.cat(clean_logits), settings)
+    return joined_result(parts, labels, settings)
+
+
+def joined_result(parts: list[tuple[torch.Tensor, ...]], labels: torch.Tensor,
+                  settings: dict[str, Any]) -> MMAAResult:
+    """The :class:`MMAAResult` of batches ``parts`` (each: adv images, logits, margins, clean logits) in order."""
+    adv, logits, margins, clean = (torch.cat(t) for t in zip(*parts, strict=True))
+    return MMAAResult(adv, logits, margins, logits.argmax(dim=1) != labels.to(logits.device), clean, settings)
 
 
 __all__ = ["MMAAResult", "mmaa"]

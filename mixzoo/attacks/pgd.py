@@ -9,9 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mixzoo.attacks.arguments import check_attack_settings
 from mixzoo.core.errors import InputError
-
-NORMS = ("Linf", "L2")
 
 
 def _l2_normalize(t: torch.Tensor) -> torch.Tensor:
@@ -41,10 +40,7 @@ def pgd(
 
     ``step_size`` defaults to 2.5 * eps / steps. The model's train/eval mode is left as the caller set it.
     """
-    if eps <= 0:
-        raise InputError(f"epsilon must be positive, got {eps}")
-    if norm not in NORMS:
-        raise InputError(f"unknown norm {norm!r}; use one of {NORMS}")
+    check_attack_settings(eps, norm)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InputError(f"steps must be an integer >= 1, got {steps!r}")
     if step_size is not None and not step_size >= 0:  # 0 keeps the random start (a check of the start itself)

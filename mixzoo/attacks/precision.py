@@ -3,31 +3,21 @@
 Policies (``--precision``, :data:`mixzoo.core.settings.PRECISIONS`):
 
 * ``float32``: strict float32 (TF32 off for matrix products and cuDNN convolutions).
-* ``tf32``: the attack's passes with TF32 tensor-core matrix products and convolutions
-  (``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32`` set for the passes and
-  restored after, :func:`tf32_flags`; 10 significant bits, float32 range) and the network in channels-last memory
-  format where it has 2-D convolutions (:func:`channels_last`). On a CPU TF32 does not exist: the passes are
-  float32 (channels-last still applies).
-* ``bf16``: bfloat16 autocast (below); on a GPU also channels-last where the network has 2-D convolutions.
+* ``tf32``: the attack's passes with TF32 tensor-core matrix products and convolutions (:func:`tf32_flags`; 10
+  significant bits, float32 range) and the network in channels-last memory format where it has 2-D convolutions
+  (:func:`channels_last`). On a CPU TF32 does not exist: the passes are float32 (channels-last still applies).
+* ``bf16``: the attack's forward and backward passes under ``torch.autocast(device_type, torch.bfloat16)`` (matrix
+  products and convolutions in bfloat16, 8 significant bits); on a GPU also channels-last as for ``tf32``.
 * ``auto``: ``bf16`` on a GPU with bfloat16 arithmetic, ``tf32`` on another GPU, ``float32`` on a CPU
   (:func:`resolve_precision`; reports record the policy and what it resolved to).
 
-Whatever the policy, the judgement of every candidate and the clean accuracy run in strict float32
-(:func:`exact_arithmetic`: no autocast, TF32 off), so a break counts only if the float32 classifier confirms it.
-
-With ``precision="bf16"`` an attack's forward and backward passes (its components: our APGD, pyautoattack's
-FAB-T and Square, a method's declared extra attacks) run under ``torch.autocast(device_type, torch.bfloat16)``:
-matrix products and convolutions in bfloat16 (8 significant bits), the rest as autocast decides. The judgement of
-every candidate, and the clean accuracy, are the model's ordinary float32 output outside autocast
-(:meth:`mixzoo.attacks.base.Attack.run`), so a point counts as a break only if the exact classifier
-misclassifies it; what bfloat16 alone saw as broken is reported beside it
-(:class:`~mixzoo.attacks.result.ComponentStat`). An example whose bfloat16 candidate float32 does not confirm was
-left by the attack at a false break (its search stops at what looks like a success), so the same component attacks
-it again in float32; only those few examples cost float32 time.
-
-Devices: a CUDA GPU without bfloat16 arithmetic (``torch.cuda.is_bf16_supported()`` false) is refused with a
-one-line error naming ``--precision float32``. A CPU without bfloat16 instructions (AVX-512 BF16 or AMX) runs
-bfloat16 emulated, usually slower than float32; it runs, with a warning saying so.
+Whatever the policy, the judgement of every candidate and the clean accuracy are the model's output in strict
+float32 (:func:`exact_arithmetic`: no autocast, TF32 off; :meth:`mixzoo.attacks.base.Attack.run`), so a point
+counts as a break only if the exact classifier misclassifies it; what the low precision alone saw as broken is
+reported beside it (:class:`~mixzoo.attacks.result.ComponentStat`). An example whose candidate float32 does not
+confirm was left by the attack at a false break (its search stops at what looks like a success), so the same
+component attacks it again in float32; only those few examples cost float32 time. Which devices run which
+policy: :func:`check_precision_device`.
 """
 
 from __future__ import annotations
@@ -63,8 +53,10 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
 
 
 def check_precision_device(precision: str, device: str | torch.device) -> str:
-    """``precision`` if ``device`` can run it: a one-line error for an unknown precision or a CUDA device without
-    bfloat16; a warning for a CPU that would emulate it. ``auto`` is resolved first (:func:`resolve_precision`)."""
+    """``precision`` if ``device`` can run it: a one-line error (naming ``--precision float32``) for an unknown
+    precision or a CUDA device without bfloat16; a warning for a CPU without bfloat16 instructions (AVX-512 BF16 or
+    AMX), which would emulate it, usually slower than float32. ``auto`` is resolved first
+    (:func:`resolve_precision`)."""
     precision = resolve_precision(precision, device)
     if precision in ("float32", "tf32"):
         return precision
@@ -98,12 +90,9 @@ def attack_arithmetic(precision: str, device: str | torch.device) -> Iterator[No
     """The arithmetic an attack's passes run under: strict float32 (TF32 off) for ``float32``, TF32 allowed for
     ``tf32``, bfloat16 autocast on ``device``'s type for ``bf16``; ``auto`` as :func:`resolve_precision` says."""
     precision = resolve_precision(precision, device)
-    with tf32_flags(precision == "tf32"):
-        if precision != "bf16":
-            yield
-            return
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
-            yield
+    bf16 = torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if precision == "bf16" else None
+    with tf32_flags(precision == "tf32"), bf16 or contextlib.nullcontext():
+        yield
 
 
 def uses_channels_last(model: nn.Module, precision: str, device: str | torch.device) -> bool:
@@ -120,10 +109,7 @@ def channels_last(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """``model``'s 4-D parameters and buffers in channels-last memory format for the block, then back in the
     format each had (also when the block raises). Values are unchanged; only the layout, so the convolutions
     (cuDNN's NHWC kernels) run faster on tensor cores."""
-    if not enabled:
-        yield
-        return
-    tensors = [t for t in (*model.parameters(), *model.buffers()) if t.dim() == 4]
+    tensors = [t for t in (*model.parameters(), *model.buffers()) if t.dim() == 4] if enabled else []
     kept = [(t, t.data) for t in tensors if not t.is_contiguous(memory_format=torch.channels_last)]
     for t, data in kept:
         t.data = data.contiguous(memory_format=torch.channels_last)
@@ -144,12 +130,9 @@ def as_channels_last(images: torch.Tensor, enabled: bool = True) -> torch.Tensor
 @contextlib.contextmanager
 def exact_arithmetic() -> Iterator[None]:
     """Strict float32 on any device: no autocast and TF32 off, whatever encloses the call (the judgement)."""
-    with tf32_flags(False), torch.autocast("cpu", enabled=False):
-        if torch.cuda.is_available():
-            with torch.autocast("cuda", enabled=False):
-                yield
-        else:
-            yield
+    cuda = torch.autocast("cuda", enabled=False) if torch.cuda.is_available() else contextlib.nullcontext()
+    with tf32_flags(False), torch.autocast("cpu", enabled=False), cuda:
+        yield
 
 
 __all__ = ["EMULATED_BF16", "PRECISIONS", "as_channels_last", "attack_arithmetic", "channels_last",

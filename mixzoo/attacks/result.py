@@ -13,24 +13,22 @@ from mixzoo.core.errors import InputError, NaNLogitsError
 
 @dataclass
 class ComponentStat:
-    """One attack component of an ensemble: how many examples it broke that earlier components had not."""
+    """One attack component of an ensemble: how many examples it broke that earlier components had not.
+
+    A component that attacks every clean-correct example afresh (``scope="clean"``) also has ``own_broken``, how
+    many it broke on its own, earlier components' breaks included, and ``own_correct`` (bool ``[n]``), the examples
+    correct under it alone (None for the others). Outside float32 (None in float32): ``found_bf16``, the
+    still-robust examples whose candidate the model misclassified in the low precision, ``confirmed_float32`` those
+    of them the float32 output confirmed, and ``rerun_float32`` the breaks of the component's float32 re-run on the
+    others; ``newly_broken`` counts float32-confirmed breaks only."""
 
     name: str
     newly_broken: int
     seconds: float
-    # a component that attacks every clean-correct example afresh (``scope="clean"``): how many it broke on its own,
-    # earlier components' breaks included (its result as a stand-alone evaluation); None for the others
-    # (``own_correct`` says which: the clean-correct examples it did not break)
     own_broken: int | None = None
-    # with precision "bf16" (None in float32): the still-robust examples whose candidate the model misclassified
-    # under bfloat16 autocast, and those of them the float32 output (outside autocast) confirmed; the other
-    # ``found_bf16 - confirmed_float32`` candidates were dropped and the component ran again on those examples in
-    # float32, breaking ``rerun_float32`` of them. ``newly_broken`` counts float32-confirmed breaks only.
     found_bf16: int | None = None
     confirmed_float32: int | None = None
     rerun_float32: int | None = None
-    # per example (bool [n]), for the components with ``own_broken``: correct under this component on its own (the
-    # stand-alone evaluation's robust outcomes; ``own_broken`` is the clean-correct examples it leaves out)
     own_correct: torch.Tensor | None = None
 
 

@@ -36,14 +36,14 @@ figure to report; every result and report of ``fast`` says so (:data:`SCREENING_
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from mixzoo.attacks.apgd import ApgdSettings, apgd_run, clean_record, effective_n_targets, pair, target_classes
+from mixzoo.attacks.apgd import ApgdSettings, apgd_run, clean_record, effective_n_targets, target_classes
+from mixzoo.attacks.ball import NORMS, start_noise
 from mixzoo.attacks.base import (
     BATCH_SIZE,
     COMPONENTS_OPTION,
@@ -53,9 +53,9 @@ from mixzoo.attacks.base import (
     Component,
     select_components,
 )
+from mixzoo.attacks.losses import Forward, pair
 from mixzoo.attacks.result import EvalResult
 from mixzoo.attacks.variants import PairedOutput
-from mixzoo.core import rng
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
 
@@ -64,7 +64,6 @@ MAX_CANDIDATES = 100  # classes scored per example: the highest-logit ones when 
 # an APGD run restarts on its unbroken examples alone once they are at most this fraction of at least MIN_SHRINK rows
 SHRINK_BELOW, MIN_SHRINK = 0.25, 16
 SCREENING_NOTE = "screening attack: not a reported robustness figure; confirm with adaptive (`--attack adaptive`)"
-Forward = Callable[[torch.Tensor], "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"]
 
 
 def dual_norm(t: torch.Tensor, norm: str) -> torch.Tensor:
@@ -88,7 +87,7 @@ def malt_scores(forward: Forward, x: torch.Tensor, labels: torch.Tensor, norm: s
 def _malt(forward: Forward, x: torch.Tensor, labels: torch.Tensor, norm: str, max_candidates: int,
           ) -> tuple[torch.Tensor, torch.Tensor]:
     """(:func:`malt_scores`, the loss logits at ``x``)."""
-    if norm not in ("Linf", "L2"):
+    if norm not in NORMS:
         raise InputError(f"unknown norm {norm!r}; use Linf or L2")
     x = x.detach().requires_grad_(True)
     with torch.enable_grad():
@@ -160,19 +159,15 @@ class EarlyStopForward:
 
 def _start(seed: int, runs: torch.Tensor | None, index: torch.Tensor | None, generator: torch.Generator,
            shape: tuple[int, ...], norm: str) -> dict[str, Any]:
-    """apgd_run's random starts. Given the examples' indices: per example the draw of ``adaptive``'s APGD stream,
-    ``apgd/ce/run0`` for APGD-CE (``runs`` None), else ``apgd/dlr-targeted/run{r}`` with ``r`` the example's entry
-    of ``runs`` (one draw per distinct run over the batch, then selected per row). Without indices: the
-    generator."""
+    """apgd_run's random starts (:func:`early_stop_apgd`): without indices the generator, else per example the
+    stream of ``adaptive``'s APGD for its entry of ``runs`` (one draw per distinct run, then selected per row)."""
     if index is None:
         return {"generator": generator}
     if runs is None:
         return {"draw": (seed, "apgd/ce/run0", index)}
     noise = None
     for r in runs.unique().tolist():  # at most n_classes - 1 draws
-        sample = rng.uniform if norm == "Linf" else rng.normal
-        t = sample(seed, f"apgd/dlr-targeted/run{r}", index.cpu(), shape)
-        t = 2 * t - 1 if norm == "Linf" else t
+        t = start_noise((seed, f"apgd/dlr-targeted/run{r}", index), norm, shape)
         pick = (runs.cpu() == r).view(-1, *([1] * len(shape)))
         noise = t if noise is None else torch.where(pick, t, noise)
     return {"noise": noise}
@@ -186,9 +181,8 @@ def early_stop_apgd(forward: Forward, x: torch.Tensor, y: torch.Tensor, *, eps: 
     example the point kept by the margin record (the breaking point where one was found). ``targets`` is
     ``(classes, runs)`` as :func:`malt_targets` returns them (``runs`` may be None). Random starts, given
     ``index``: per example the streams of ``adaptive``'s APGD, ``apgd/ce/run0`` and ``apgd/dlr-targeted/run{r}``
-    with ``r = runs[i, j]`` for example i's j-th target (default j); :class:`FastScreening` passes each target's
-    logit rank, so its run on target t starts, and moves, exactly as ``adaptive``'s APGD-T run on t. Without
-    ``index``: a generator seeded with ``seed``. Given ``index``, once at most :data:`SHRINK_BELOW` of a run's
+    with ``r = runs[i, j]`` for example i's j-th target (default j; the module docstring says why); without it a
+    generator seeded with ``seed``. Given ``index``, once at most :data:`SHRINK_BELOW` of a run's
     examples are left unbroken the run is restarted on them alone: their starts and step-size schedules are their
     own, so they retrace the same trajectories in the smaller batch, and the per-step work shrinks with the batch."""
     record = clean_record(forward, x, y)

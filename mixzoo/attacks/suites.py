@@ -1,56 +1,40 @@
-"""Robustness evaluations by name: ``pgd``, ``apgd``, ``autoattack`` and ``adaptive`` (Bai et al. 2024a, Sec. 5, App.
-B.2).
-
-Each evaluation is a sequence of components run as AutoAttack runs them: every component attacks only the examples
-still classified correctly, and the per-component count of newly broken examples is reported. A component's output
-counts only if it lies in the eps-ball and in [0, 1] and the model (its ordinary output) misclassifies it.
+"""Robustness evaluations by name (Bai et al. 2024a, Sec. 5, App. B.2), each a sequence of components run by
+:class:`mixzoo.attacks.base.Attack`; the components built on the installed AutoAttack are in
+:mod:`mixzoo.attacks.adapters`.
 
 * ``pgd``: plain fixed-step PGD on the cross-entropy (:func:`mixzoo.attacks.pgd.pgd`).
 * ``apgd``: our APGD-CE + APGD-T (targeted DLR, 9 targets) on the model's own output and gradient (a mixing
   method's gradient variant when the model was built as one, :mod:`mixzoo.attacks.variants`).
 * ``autoattack``: standard AutoAttack (APGD-CE, APGD-T, FAB-T, Square) from the installed ``pyautoattack`` package,
   on the model's ``bypass`` gradient variant where it offers one (App. B.2.2, how the RobustBench entry was
-  evaluated; :func:`mixzoo.attacks.variants.with_gradient`).
-* ``adaptive``: transfer-based adaptive AutoAttack (App. B.2.1) that contains standard AutoAttack. By default
-  (:data:`ADAPTIVE_DEFAULT`): ``apgd-ce`` and ``apgd-t`` take loss and gradients from the auxiliary differentiable
-  mixture (second output of ``forward_pair``, Eq. 8) while success and the kept point are judged on the true
-  MixedNUTS output (first output); ``apgd-ce-exact``, the same APGD-CE on the exact gradient of the mixture
-  formula (what standard AutoAttack run on the classifier uses); ``fab-t-exact``, pyautoattack's FAB-T on the exact
-  gradient; then Square on the true output. Selectable with ``components=`` (:data:`ADAPTIVE_COMPONENTS`):
-  ``apgd-t-exact`` (APGD-T on the exact gradient) and ``fab-t`` (pyautoattack's FAB-T on the model in bypass mode:
-  its output values are MixedNUTS's, its gradients the auxiliary mixture's, App. B.2.2). They are left out of the
-  default because, run after the default components' gradient stages, they broke no example on the measured runs
-  (``benchmarks/autoattack_parity.md``, ``benchmarks/eval_speed_digits_cpu_all7.md``) while costing almost half of
-  standard AutoAttack's time between them; FAB-T on the bypass gradient aims at the auxiliary model's boundary,
-  and every example standard AutoAttack's FAB-T breaks ``fab-t-exact`` breaks (below). A model without
-  ``forward_pair`` gets standard AutoAttack (its APGD and FAB-T already have the model's own gradient).
-  Our APGD components drop an example the moment a misclassified point is recorded for it, and on a GPU run
-  APGD-T's targets as one stacked batch as far as the free memory holds them (:func:`mixzoo.attacks.apgd.apgd_t`),
-  and Square, which holds no autograd graph, on :data:`mixzoo.attacks.base.FORWARD_ONLY_BATCHES` attack batches
-  at once; none of this changes which examples break.
-* ``adaptive-strong``: all of ``adaptive``'s components (those outside its default too) plus bypass- and
-  re-seeded APGD before FAB-T, and last
-  ``autoattack-standard``: the installed AutoAttack's whole standard evaluation on the exact classifier, run afresh
-  on every clean-correct example of the batch with the evaluation's seed (:class:`AdaptiveStrong`).
+  evaluated).
+* ``adaptive``: transfer-based adaptive AutoAttack (App. B.2.1) that contains standard AutoAttack
+  (:class:`AdaptiveAutoAttack`). Its components (:data:`ADAPTIVE_COMPONENTS`, by default :data:`ADAPTIVE_DEFAULT`):
+  ``apgd-ce`` / ``apgd-t`` take loss and gradients from the auxiliary differentiable mixture (second output of
+  ``forward_pair``, Eq. 8) while success and the kept point are judged on the true MixedNUTS output;
+  ``apgd-ce-exact`` / ``apgd-t-exact``, the same APGD on the exact gradient of the mixture formula (what standard
+  AutoAttack run on the classifier uses); ``fab-t-exact`` and ``fab-t``, pyautoattack's FAB-T on the exact and on
+  the bypass gradient (output values MixedNUTS's, gradients the auxiliary mixture's, App. B.2.2); then Square on
+  the true output. ``apgd-t-exact`` and ``fab-t`` are left out of the default: run after the default's gradient
+  stages they broke no example on the measured runs (``benchmarks/autoattack_parity.md``,
+  ``benchmarks/eval_speed_digits_cpu_all7.md``) while costing almost half of standard AutoAttack's time. A model
+  without ``forward_pair`` gets standard AutoAttack. Our APGD drops an example the moment a misclassified point is
+  recorded for it, and on a GPU runs APGD-T's targets as one stacked batch as far as the free memory holds them
+  (:func:`mixzoo.attacks.apgd.apgd_t`), and Square on :data:`mixzoo.attacks.base.FORWARD_ONLY_BATCHES` attack
+  batches at once; none of this changes which examples break.
+* ``adaptive-strong``: more gradient attacks and AutoAttack's own standard evaluation (:class:`AdaptiveStrong`).
 
-Which gradient each component uses and why (``fab-t-exact`` and ``apgd-*-exact`` run AutoAttack's components on the
-exact gradient, so that a break standard AutoAttack finds on the classifier is one ``adaptive`` can find): the design
-note "Parity with AutoAttack" (``docs/design.md``). FAB-T with one restart draws no random numbers, so every example
-standard AutoAttack's FAB-T breaks is broken by ``fab-t-exact``; APGD and Square draw per example here and per batch
-in AutoAttack, so their breaks match in distribution, not draw for draw. ``adaptive-strong``'s
-``autoattack-standard`` runs AutoAttack's own evaluation with the bench's batch and seed.
+Why each component uses the gradient it does: the design note "Parity with AutoAttack" (``docs/design.md``). FAB-T
+with one restart draws no random numbers, so ``fab-t-exact`` breaks every example standard AutoAttack's FAB-T
+breaks; APGD and Square draw per example here (below), so their breaks match AutoAttack's in distribution.
 
 Per-example randomness (the bench's default). Given the examples' indices (``run(..., index=...)``), ``adaptive``
-draws every random number per example: the APGD-CE / APGD-T here (AutoAttack's algorithm and trajectories, random
-starts from :mod:`mixzoo.core.rng`) replace pyautoattack's for single models, and Square is
-:func:`mixzoo.attacks.square.min_margin_square` with AutoAttack's margin loss on the logits (``loss="logit"``),
-``p_init`` 0.8 and windows, signs and eta patterns drawn per example. FAB-T with one restart draws nothing. So an
-example's outcome does not depend on the batch size or the number of processes. Components that keep their batch's
-stream (pyautoattack's APGD in ``autoattack``, ``autoattack-standard``, PGD) say so in the result's warnings.
-Without indices, pyautoattack's Square runs instead.
-
-The run loop every evaluation shares is :class:`mixzoo.attacks.base.Attack`; the components built on the
-installed AutoAttack are in :mod:`mixzoo.attacks.adapters`.
+draws every random number per example: our APGD-CE / APGD-T (AutoAttack's algorithm and trajectories) replace
+pyautoattack's for single models, and Square is :func:`mixzoo.attacks.square.min_margin_square` with AutoAttack's
+margin loss on the logits (``loss="logit"``, ``p_init`` 0.8). So an example's outcome does not depend on the batch
+size or the number of processes. Components that keep their batch's stream (pyautoattack's APGD in
+``autoattack``, ``autoattack-standard``, PGD) say so in the result's warnings. Without indices, pyautoattack's
+Square runs instead.
 """
 
 from __future__ import annotations
@@ -80,15 +64,17 @@ from mixzoo.attacks.variants import PairedOutput, offers, with_gradient
 from mixzoo.core.options import OptionSpec
 
 AUTOATTACK_COMPONENTS = ("apgd-ce", "apgd-t", "fab-t", "square")
-# the adaptive attack's components, in order: "apgd-ce" / "apgd-t" are App. B.2.1's transfer APGD, "-exact" the same
-# APGD on the exact gradient of the mixture formula (what standard AutoAttack runs on the classifier, see the module
-# docstring), "fab-t" App. B.2.1's FAB-T (bypass gradient), "fab-t-exact" the same FAB-T on the exact gradient
+# the adaptive attack's components, in order (module docstring)
 ADAPTIVE_COMPONENTS = ("apgd-ce", "apgd-t", "apgd-ce-exact", "apgd-t-exact", "fab-t", "fab-t-exact", "square")
-# what ``adaptive`` runs by default (the others stay selectable with ``components=``), see the module docstring
-ADAPTIVE_DEFAULT = ("apgd-ce", "apgd-t", "apgd-ce-exact", "fab-t-exact", "square")
+ADAPTIVE_DEFAULT = ("apgd-ce", "apgd-t", "apgd-ce-exact", "fab-t-exact", "square")  # the others by components=
 EXACT_APGD = ("apgd-ce-exact", "apgd-t-exact")
 # adaptive-strong adds, last, the whole standard AutoAttack on the exact classifier from the clean images
 STRONG_COMPONENTS = (*ADAPTIVE_COMPONENTS, "autoattack-standard")
+
+
+def _n_targets(attack: Attack, n_classes: int) -> int:
+    """The APGD-T / FAB-T targets ``attack``'s options ask for on a model of ``n_classes`` outputs."""
+    return effective_n_targets(n_classes, int(attack.options["n_target_classes"]))
 
 
 class PGDAttack(Attack):
@@ -121,7 +107,7 @@ class APGDEnsemble(Attack):
         "components": replace(COMPONENTS_OPTION, help="apgd-ce, apgd-t (default: both)")}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
-        n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
+        n_targets = _n_targets(self, n_classes)
         kinds = [k for k in select_components(self.options, ("apgd-ce", "apgd-t"), self.name)
                  if k != "apgd-t" or n_targets]
         return [_ours(k, model, self.options, self.eps, self.norm, self.seed, n_targets) for k in kinds]
@@ -140,7 +126,7 @@ class AutoAttackEval(Attack):
         return self._standard(model, n_classes, select_components(self.options, AUTOATTACK_COMPONENTS, self.name))
 
     def _standard(self, model: nn.Module, n_classes: int, chosen: list[str]) -> list[Component]:
-        n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
+        n_targets = _n_targets(self, n_classes)
         kinds = [k for k in chosen if k in AUTOATTACK_COMPONENTS and (k not in ("apgd-t", "fab-t") or n_targets)]
         return [_pyautoattack(k, model, self.options, self.eps, self.norm, self.seed, n_targets, "bypass")
                 for k in kinds]
@@ -158,6 +144,8 @@ class AdaptiveAutoAttack(AutoAttackEval):
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         chosen = select_components(self.options, self.available, self.name, self.default_components)
+        n_targets = _n_targets(self, n_classes)
+        run = (self.options, self.eps, self.norm, self.seed)
         if not isinstance(model, PairedOutput):
             # a single model: standard AutoAttack, whose components already have the model's own (exact) gradient,
             # so "apgd-ce-exact" asks for "apgd-ce"; with per-example randomness our APGD (the same algorithm,
@@ -165,38 +153,28 @@ class AdaptiveAutoAttack(AutoAttackEval):
             chosen = list(dict.fromkeys(k.removesuffix("-exact") for k in chosen))
             comps = self._standard(model, n_classes, chosen)
             if self.per_example:
-                n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
-                comps = [_ours(c.name, model, self.options, self.eps, self.norm, self.seed, n_targets)
-                         if c.name in ("apgd-ce", "apgd-t")
-                         else _square_each(model, self.options, self.eps, self.norm, self.seed)
-                         if c.name == "square" else c for c in comps]
+                comps = [_ours(c.name, model, *run, n_targets) if c.name in ("apgd-ce", "apgd-t")
+                         else _square_each(model, *run) if c.name == "square" else c for c in comps]
             if "autoattack-standard" in chosen and hasattr(model, "gradient"):  # a mixed classifier without Eq. 8
-                n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
-                comps.append(_standard_exact(model, self.options, self.eps, self.norm, self.seed, n_targets))
+                comps.append(_standard_exact(model, *run, n_targets))
             return comps
-        n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
         out = []
         for kind in chosen:
-            if kind in ("apgd-t", "apgd-t-exact", "fab-t", "fab-t-exact") and not n_targets:
+            base = kind.removesuffix("-exact")
+            if base in ("apgd-t", "fab-t") and not n_targets:
                 continue
             if kind in ("apgd-ce", "apgd-t"):
-                out.append(_ours(kind, model.forward_pair, self.options, self.eps, self.norm, self.seed, n_targets))
+                out.append(_ours(kind, model.forward_pair, *run, n_targets))
             elif kind in EXACT_APGD:
-                comp = _ours(kind.removesuffix("-exact"), with_gradient(model, "exact"), self.options, self.eps,
-                             self.norm, self.seed, n_targets)
-                comp.name = kind
-                out.append(comp)
+                out.append(_ours(base, with_gradient(model, "exact"), *run, n_targets, name=kind))
             elif kind == "fab-t-exact":
-                comp = _pyautoattack("fab-t", model, self.options, self.eps, self.norm, self.seed, n_targets, "exact")
-                comp.name = kind
-                out.append(comp)
+                out.append(_pyautoattack(base, model, *run, n_targets, "exact", name=kind))
             elif kind == "autoattack-standard":
-                out.append(_standard_exact(model, self.options, self.eps, self.norm, self.seed, n_targets))
+                out.append(_standard_exact(model, *run, n_targets))
             elif kind == "square" and self.per_example:
-                out.append(_square_each(model, self.options, self.eps, self.norm, self.seed))
+                out.append(_square_each(model, *run))
             else:
-                out.append(_pyautoattack(kind, model, self.options, self.eps, self.norm, self.seed, n_targets,
-                                         "bypass" if kind == "fab-t" else None))
+                out.append(_pyautoattack(kind, model, *run, n_targets, "bypass" if kind == "fab-t" else None))
         return out
 
 
@@ -206,19 +184,11 @@ def extra_apgd(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, n_
     classifier (``exact``, ``bypass``; App. B.2.2) at ``seed``, named ``KIND-MODE``, and with the transfer gradient
     (the model's own for a single model) for each labelled seed, named ``KIND-LABEL``."""
     kinds = ["apgd-ce"] + (["apgd-t"] if n_targets else [])
-    out: list[Component] = []
-    for mode in modes:
-        for kind in kinds:
-            comp = _ours(kind, with_gradient(model, mode), opts, eps, norm, seed, n_targets)
-            comp.name = f"{kind}-{mode}"
-            out.append(comp)
     forward = model.forward_pair if isinstance(model, PairedOutput) else model
-    for label, value in (seeds or {}).items():
-        for kind in kinds:
-            comp = _ours(kind, forward, opts, eps, norm, value, n_targets)
-            comp.name = f"{kind}-{label}"
-            out.append(comp)
-    return out
+    runs = [(mode, with_gradient(model, mode), seed) for mode in modes]
+    runs += [(label, forward, value) for label, value in (seeds or {}).items()]
+    return [_ours(kind, fwd, opts, eps, norm, at, n_targets, name=f"{kind}-{label}")
+            for label, fwd, at in runs for kind in kinds]
 
 
 class AdaptiveStrong(AdaptiveAutoAttack):
@@ -226,14 +196,14 @@ class AdaptiveStrong(AdaptiveAutoAttack):
 
     App. B.2.1's transfer-based APGD leaves examples that other gradients break (``benchmarks/attack_strength.py``:
     on the Fashion-MNIST pair, exact-gradient, bypass-gradient and re-seeded transfer APGD each broke 1-2 of the
-    ~690 examples the adaptive attack then left robust, different ones; the exact-gradient APGD is part of
-    ``adaptive``). So after the transfer and exact APGD-CE and APGD-T this runs, on what is still robust, APGD-CE +
-    APGD-T on the bypass gradient of App. B.2.2, and with the transfer gradient again for each of ``extra_seeds``
-    new seeds (and the exact APGD here if it was left out of ``components``); single models get the
-    re-seeded APGD-CE + APGD-T. Last, for mixed classifiers, ``autoattack-standard`` (:func:`_standard_exact`): the
-    installed AutoAttack's standard evaluation on the exact classifier from the clean images, so the worst case
-    contains what a user's own AutoAttack run finds on the same batch and seed. Costs about 2-4x the
-    gradient part of ``adaptive`` plus one standard AutoAttack run.
+    ~690 examples the adaptive attack then left robust, different ones). So after ``adaptive``'s components (all of
+    them by default) this runs, on what is still robust before FAB-T and Square, APGD-CE + APGD-T on the exact
+    and the bypass gradient of App. B.2.2 (:func:`extra_apgd`; the exact one only if ``components`` left it out) and
+    with the transfer gradient again for each of ``extra_seeds`` new seeds; single models get the re-seeded APGD-CE
+    + APGD-T. Last, for mixed classifiers, ``autoattack-standard`` (:func:`~mixzoo.attacks.adapters._standard_exact`):
+    the installed AutoAttack's standard evaluation on the exact classifier from the clean images, so the worst case
+    contains what a user's own AutoAttack run finds on the same batch and seed. Costs about 2-4x the gradient part
+    of ``adaptive`` plus one standard AutoAttack run.
     """
 
     name: ClassVar[str] = "adaptive-strong"
@@ -248,9 +218,8 @@ class AdaptiveStrong(AdaptiveAutoAttack):
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         base = super().components(model, n_classes)
-        n_targets = effective_n_targets(n_classes, int(self.options["n_target_classes"]))
         mixed = isinstance(model, PairedOutput) and offers(model, "bypass")
-        extra = extra_apgd(model, self.options, self.eps, self.norm, n_targets,
+        extra = extra_apgd(model, self.options, self.eps, self.norm, _n_targets(self, n_classes),
                            modes=("exact", "bypass") if mixed else (), seed=self.seed,
                            seeds={f"seed{k}": self.seed + 1000 * k
                                   for k in range(1, int(self.options["extra_seeds"]) + 1)})

@@ -12,20 +12,12 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mixzoo.attacks.square as square
+import mixzoo.attacks.square_proposals as proposals
 from mixzoo.attacks.margins import ln_signed_margin, signed_margin
 from mixzoo.attacks.mmaa import MMAAResult
 from mixzoo.attacks.result import EvalResult
-from mixzoo.attacks.square import (
-    SquareSettings,
-    _eta_base,
-    _l2_init,
-    _l2_step,
-    _linf_init,
-    _linf_step,
-    min_margin_square,
-    p_selection,
-    square_queries_needed,
-)
+from mixzoo.attacks.square import SquareSettings, min_margin_square, p_selection, square_queries_needed
+from mixzoo.attacks.square_proposals import _eta_base, _l2_init, _l2_step, _linf_init, _linf_step
 from mixzoo.core.compat import import_autoattack
 from mixzoo.core.errors import InputError
 from mixzoo.core.plugins import lookup
@@ -450,7 +442,7 @@ def test_first_square_side_is_the_reference_side_for_colour_images(monkeypatch, 
         seen.append(args[3])
         raise _Stop
 
-    monkeypatch.setattr(square, name, spy)
+    monkeypatch.setattr(proposals, name, spy)
     x = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     with pytest.raises(_Stop):
         square.min_margin_square(Constant(), x, torch.zeros(2, dtype=torch.long),
@@ -508,14 +500,14 @@ def test_l2_eta_pattern_is_the_reference_one():
     for s in range(1, 12):
         torch.manual_seed(s)
         want = ref.eta(s)
-        ours = square._eta_base(s)
+        ours = proposals._eta_base(s)
         assert torch.allclose(ours, want, atol=1e-6) or torch.allclose(ours.t(), want, atol=1e-6), s
 
 
 def test_l2_eta_pattern_is_transposed_half_of_the_time():
     gen = torch.Generator().manual_seed(0)
-    base = square._eta_base(5)
-    flips = [bool(torch.equal(square._eta(5, gen), base.t())) for _ in range(400)]
+    base = proposals._eta_base(5)
+    flips = [bool(torch.equal(proposals._eta(5, gen), base.t())) for _ in range(400)]
     assert 0.4 < sum(flips) / len(flips) < 0.6
 
 
@@ -556,8 +548,8 @@ def test_l2_proposal_matches_the_reference(seed, eps, c, s, data):
     x_best = (x + delta / delta.flatten(1).norm(dim=1).view(-1, 1, 1, 1) * eps * 0.7).clamp(0, 1)
     pos = [data.draw(st.integers(0, hw - s)) for _ in range(4)]
     sign = torch.randint(0, 2, (3, c, 1, 1), generator=gen).float() * 2 - 1
-    eta = square._eta_base(s)
-    got = square._l2_step(x, x_best, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), eta, sign)
+    eta = proposals._eta_base(s)
+    got = proposals._l2_step(x, x_best, eps, s, (pos[0], pos[1]), (pos[2], pos[3]), eta, sign)
     want = _reference_l2_step(x, x_best, eps, s, pos[0], pos[1], pos[2], pos[3], eta, sign)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
@@ -613,7 +605,7 @@ def test_square_positions_cover_every_offset_of_a_non_square_image(monkeypatch, 
     (module docstring: all h - s + 1 offsets), for both L2 windows too."""
     seen = []
     name = "_linf_step" if norm == "Linf" else "_l2_step"
-    real = getattr(square, name)
+    real = getattr(proposals, name)
 
     def spy(*args):
         s = args[3]
@@ -621,7 +613,7 @@ def test_square_positions_cover_every_offset_of_a_non_square_image(monkeypatch, 
         seen.extend((s, int(vh), int(vw)) for vh, vw in windows)
         return real(*args)
 
-    monkeypatch.setattr(square, name, spy)
+    monkeypatch.setattr(proposals, name, spy)
     h, w = 5, 12
     x = torch.rand(2, 1, h, w, generator=torch.Generator().manual_seed(0)) * 0.6 + 0.2
     square.min_margin_square(Constant(), x, torch.zeros(2, dtype=torch.long),
@@ -659,13 +651,13 @@ def test_square_signs_are_drawn_per_channel(monkeypatch):
     """Reference Square: each channel of a square (L-inf proposal) and of an L2 initial tile gets its own random
     sign (``random_choice([..., c, 1, 1])``); the L2 tile pattern is shared by the channels."""
     signs = []
-    real = square._linf_step
+    real = proposals._linf_step
 
     def spy(*args):
         signs.append(args[6])
         return real(*args)
 
-    monkeypatch.setattr(square, "_linf_step", spy)
+    monkeypatch.setattr(proposals, "_linf_step", spy)
     x = torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(4)) * 0.6 + 0.2
     square.min_margin_square(Constant(), x, torch.zeros(4, dtype=torch.long), SquareSettings(eps=0.1, n_queries=6),
                              progress=False)

@@ -9,15 +9,14 @@ from digits_models import train_digits_mlp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mixzoo.attacks.square import (
-    SquareSettings,
+from mixzoo.attacks.square import SquareSettings, min_margin_square
+from mixzoo.attacks.square_proposals import (
+    ExampleDraws,
     _eta_base,
-    _ExampleDraws,
     _l2_step,
     _l2_step_each,
     _linf_step,
     _linf_step_each,
-    min_margin_square,
 )
 from mixzoo.core.errors import InputError
 
@@ -97,16 +96,16 @@ def test_the_index_and_the_seed_choose_the_draws():
     the other examples, or on which block of iterations was drawn before."""
     index = torch.tensor([7, 7, 8, 500])
     rows = torch.arange(4)
-    a = _ExampleDraws(0, index, torch.device("cpu"))
+    a = ExampleDraws(0, index, torch.device("cpu"))
     first = a.step(rows, 130, 8)
     assert torch.equal(first[0], first[1]) and not torch.equal(first[0], first[2])
     assert not torch.equal(first[2], first[3])
     # another batch holding index 8 alone, asked out of order (block 0 first): the same numbers
-    b = _ExampleDraws(0, torch.tensor([8]), torch.device("cpu"))
+    b = ExampleDraws(0, torch.tensor([8]), torch.device("cpu"))
     b.step(torch.arange(1), 3, 8)
     assert torch.equal(b.step(torch.arange(1), 130, 8)[0], first[2])
     assert not torch.equal(a.step(rows, 131, 8)[0], first[0])  # the next proposal draws afresh
-    assert not torch.equal(_ExampleDraws(1, index, torch.device("cpu")).step(rows, 130, 8)[0], first[0])
+    assert not torch.equal(ExampleDraws(1, index, torch.device("cpu")).step(rows, 130, 8)[0], first[0])
     # the bits are spread: signs (top bit) of many proposals are about half +1
     signs = torch.stack([a.step(rows, it, 8)[:, :3] >> 31 for it in range(400)]).float()
     assert 0.45 < signs.mean() < 0.55
