@@ -9,7 +9,8 @@ plugins ``mixzoo_plugins`` is walked, and
    form (``mmaa(model, x, y, *, eps=..., n_iter=...)``, as torchattacks and AutoAttack take options); its other
    parameters still count;
 2. no function is longer than :data:`MAX_LINES` lines (from ``def`` to its last line, decorators excluded), typer
-   commands included: a command is a thin layer over a library function.
+   commands included: a command is a thin layer over a library function;
+3. no module is longer than :data:`MAX_MODULE_LINES` lines: a module has one job.
 
 No function is excepted: one over a limit fails, named with its size.
 """
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 ROOTS = (REPO / "mixzoo", REPO / "plugins")
 MAX_PARAMETERS = 10
 MAX_LINES = 80
+MAX_MODULE_LINES = 400
 
 
 def _is_command(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -106,3 +108,10 @@ def test_no_function_is_too_long():
 def test_the_command_rule_sees_commands():
     commands = {where.split()[-1] for where, node in FUNCTIONS if _is_command(node)}
     assert {"bench", "mix", "sanity", "transfer_params"} <= commands
+
+
+def test_no_module_is_too_long():
+    modules = [p for root in ROOTS for p in sorted(root.rglob("*.py"))]
+    over = {str(p.relative_to(REPO)): f"{p.relative_to(REPO)} ({n})" for p in modules
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    _check(over, f"longer than {MAX_MODULE_LINES} lines (split it by concern)")
