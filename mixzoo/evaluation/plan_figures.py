@@ -12,8 +12,9 @@ from mixzoo.evaluation.job import Step
 
 
 def plan_curve(plan: Plan, p: Any, step: Step) -> bool:
-    """The first card's curve: its :attr:`Step.points` classifiers under the curve's attack alone, plus the method's
-    own work (:meth:`~mixzoo.methods.MixingMethod.report_data_seconds`); nothing when the cache holds all of it."""
+    """The first card's curve: its :attr:`Step.points` classifiers under the curve's attack alone (each timed as the
+    mean of the card and the ABC), plus the method's own work
+    (:meth:`~mixzoo.methods.MixingMethod.report_data_seconds`); nothing when the cache holds all of it."""
     curve, method = p.job.curve, step.card.mixing_method
     curve_n = min(curve.n, p.n)
     count = f"{step.points} classifiers" if step.points else "the method's points"
@@ -23,8 +24,9 @@ def plan_curve(plan: Plan, p: Any, step: Step) -> bool:
     if setup == 0.0 and _curve_cached(method, args):
         plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images, cached", 0.0)
         return True
-    sec = p.cost(curve.attack, curve.options, p.ce.eps, card=step.card, extra_attacks=False).total \
-        if step.points else None
+    # the points run from the ABC's robustness up to about the card's: each costs about the mean of the two
+    sec = (p.cost(curve.attack, curve.options, p.ce.eps, card=step.card, extra_attacks=False).total +
+           p.cost(curve.attack, curve.options, p.ce.eps, model=p.ce.abc).total) / 2 if step.points else None
     plus = f" + {method.title or method.name}'s own work on it (~{setup:.0f} s)" if setup else ""
     plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images{plus}",
              None if sec is None else step.points * sec * curve_n + setup)
