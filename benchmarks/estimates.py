@@ -1,13 +1,20 @@
-"""The plans' estimates against the real time of the work they estimate, for the commands a new user runs first.
+"""The plans' estimates against the real time of the work they estimate, for the commands a new user runs first:
+the README quick start (mix, bench --n 200), ``make demo``'s mix and bench at the Makefile's sizes, small quick
+benches, a quick bench on the CIFAR-size stand-in pair (tests/published_standins.py), sanity and certify with
+App. C.3's estimated radii.
 
-Each case runs one ``mixzoo`` command twice in a fresh process, each time with its own empty ``--cache-dir``:
-with ``--dry-run`` (its plan's seconds are the *estimate*) and for real. Both processes record the plan
-(``mixzoo.core.plan.make_plan``'s result, ``Plan.to_dict``) and the real one the seconds from its plan being made
-to its exit (*real*: the work the plan estimates; interpreter start, imports and the plan's own probes are not in
-it, and are recorded apart as ``dry_run_wall_s``). ``ratio`` is estimate / real; the target is 0.7-1.4.
+Each case runs one ``mixzoo`` command twice in a fresh process, with ``--dry-run`` (its plan's seconds are the
+*estimate*) and for real, both with the case's cache directory (a fresh empty one; make demo's bench the one its mix
+filled, as in one checkout). Both processes record the plan (``mixzoo.core.plan.make_plan``'s result,
+``Plan.to_dict``) and the real one the seconds from its plan being made to its exit (*real*: the work the plan
+estimates; interpreter start, imports and the plan's own probes are not in it, the dry run's are
+``dry_run_wall_s``). ``ratio`` is estimate / real; the target is 0.7-1.4. ``eta``: every overall progress line's
+ETA shown after :data:`ETA_FROM_S` (printed every :data:`ETA_INTERVAL_S`) against the time that really remained
+(target: at most 2x).
 
-The machine and the 1-minute load average before and after go with the figures; "loaded" when it exceeded 1
-(other jobs shared the cores). Run from a checkout: ``python benchmarks/estimates.py [--n-quickstart 200]``.
+The machine and the 1-minute load averages (per case and overall) go with the figures; "loaded" when one exceeded 1
+(other jobs shared the cores). Run from a checkout: ``python benchmarks/estimates.py [--only NAME ...]``; it prints a
+table.
 """
 
 from __future__ import annotations

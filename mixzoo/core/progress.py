@@ -76,14 +76,15 @@ class Phases:
     def running_left(self) -> float:
         """Seconds left of the running phase: its estimate (times :meth:`scale`) less its time so far, and, once its
         bar has counted some of its total, the bar's measured pace over what the bar has left; the two weighed by
-        the bar's done share (early counts say little, late ones most)."""
+        the bar's done share ``d``: the measured pace by ``1 - (1 - d)^2``."""
         current = self.estimates[self.k - 1] if self.k else None
         planned = None if current is None else max(0.0, self.scale() * current - (self.now() - self.phase_t0))
         if not (self.bar and self.bar[2] and self.bar[1] > 0):
             return planned or 0.0
         done = min(1.0, self.bar[1] / self.bar[2])
         measured = (self.now() - self.bar_t0) * (1.0 - done) / done
-        return measured if planned is None else done * measured + (1.0 - done) * planned
+        trust = 1.0 - (1.0 - done) ** 2  # the measured pace's weight: early counts say little, late ones most
+        return measured if planned is None else trust * measured + (1.0 - trust) * planned
 
     def eta(self) -> float | None:
         """Seconds still to go, or None when nothing is estimated: the running phase's (:meth:`running_left`) and

@@ -58,7 +58,8 @@ def test_the_running_phase_follows_its_bars_measured_pace(tick):
     tracker.show("attack", 0.0, 100.0)
     tick.t += 10.0
     tracker.show("attack", 25.0, 100.0)  # a quarter in 10 s: 30 s left at that pace, 0 s left by the plan
-    assert tracker.eta() == pytest.approx(0.25 * 30.0 + 0.75 * 0.0 + 10.0)
+    trust = 1 - 0.75**2  # the measured pace's weight at a quarter done
+    assert tracker.eta() == pytest.approx(trust * 30.0 + (1 - trust) * 0.0 + 10.0)
     tick.t += 30.0
     tracker.show("attack", 100.0, 100.0)
     assert tracker.eta() == pytest.approx(10.0)  # the bar done: only b is left, not rescaled by the running phase
