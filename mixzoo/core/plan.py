@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mixzoo.core.progress import clock
@@ -142,8 +143,46 @@ def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[flo
     return whole * (1.0 - share) / k + whole * share * min(calls, n) / max(1, n)
 
 
-__all__ = ["LONG_WORK_S", "PROBE_MIN", "PROBE_SHARE", "Phase", "Plan", "make_plan", "per_image", "per_image_cut",
-           "planned_work", "probe_images", "show_plan"]
+def figures_seconds(draw: Callable[[Path], int]) -> tuple[int, float]:
+    """``draw(folder)``, which writes figures into ``folder`` and returns how many, run twice in a temporary folder:
+    the first loads the plotting library, its fonts and caches (the plan runs before the work, so the run finds them
+    loaded), the second is timed. Returns the count and those seconds."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        draw(Path(tmp))
+        t0 = time.perf_counter()
+        count = draw(Path(tmp))
+        return count, time.perf_counter() - t0
+
+
+def _report_like_figure(folder: Path) -> int:
+    """One figure like the reports' (a panel of step lines with a legend, a grid and a title) saved in ``folder``."""
+    from mixzoo.core.figures import figure_module, save_png
+
+    plt = figure_module()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for k in range(4):
+        ax.step(range(20), [v * (k + 1) for v in range(20)], where="post", label=f"curve {k}")
+        ax.plot([0], [k], "o", ms=4)
+    ax.set(xlabel="radius", ylabel="accuracy (%)")
+    ax.set_title("a figure like the reports'", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save_png(fig, folder / "figure.png")
+    plt.close(fig)
+    return 1
+
+
+def drawing_seconds(count: int) -> float:
+    """Seconds the run takes to draw and write ``count`` PNG figures like the reports' (:func:`figures_seconds`);
+    ``0.0`` for none."""
+    return count * figures_seconds(_report_like_figure)[1] if count > 0 else 0.0
+
+
+__all__ = ["LONG_WORK_S", "PROBE_MIN", "PROBE_SHARE", "Phase", "Plan", "drawing_seconds", "figures_seconds",
+           "make_plan",
+           "per_image", "per_image_cut", "planned_work", "probe_images", "show_plan"]
 
 
 def make_plan(build: Callable[[], Plan], command: str, *, dry_run: bool, wanted: bool = True) -> Plan:

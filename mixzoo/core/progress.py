@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -19,6 +19,7 @@ console = Console(stderr=True)
 
 PLAIN_INTERVAL = 30.0  # seconds between two plain progress lines when stderr is not a terminal
 SCALED_FROM_S = 2.0  # a phase estimated below this many seconds does not rescale the ETA of the others
+MAX_SCALE = 2.0  # the finished phases rescale the later ones' estimates by at most this factor either way
 
 
 def clock(seconds: float | None) -> str:
@@ -33,19 +34,22 @@ def clock(seconds: float | None) -> str:
 
 class Phases:
     """The phases of a command's plan, in order, with their estimated seconds: which one runs, how long the whole
-    has taken and how long it should still take (:meth:`eta`)."""
+    has taken and how long it should still take (:meth:`eta`). ``now`` is the clock (seconds; a test's fake)."""
 
-    def __init__(self, names: Sequence[str], estimates: Sequence[float | None] | None = None) -> None:
+    def __init__(self, names: Sequence[str], estimates: Sequence[float | None] | None = None, *,
+                 now: Callable[[], float] = time.perf_counter) -> None:
         self.names = list(names)
         self.estimates = list(estimates) if estimates is not None else [None] * len(self.names)
+        self.now = now
         self.k = 0  # 1-based index of the running phase; 0 before the first
-        self.t0 = time.perf_counter()
+        self.t0 = now()
         self.phase_t0 = self.t0
         self.took: list[float] = []
         self.bar: tuple[str, float, float | None] | None = None  # the running bar: description, completed, total
+        self.bar_t0 = self.t0  # when the running bar started (its first count seen in this phase)
 
     def advance(self, name: str | None = None) -> None:
-        now = time.perf_counter()
+        now = self.now()
         if self.k:
             self.took.append(now - self.phase_t0)
         self.k = min(self.k + 1, len(self.names))
@@ -53,33 +57,42 @@ class Phases:
             self.names[self.k - 1] = name
         self.phase_t0, self.bar = now, None
 
+    def show(self, description: str, completed: float, total: float | None) -> None:
+        """The running phase's bar stands at ``completed`` of ``total``: a new bar (another description, or its count
+        back below the last) starts its own clock."""
+        if self.bar is None or self.bar[0] != description or completed < self.bar[1]:
+            self.bar_t0 = self.now()
+        self.bar = (description, float(completed), total)
+
     def scale(self) -> float:
-        """How the measured time compares with the estimates: finished phases and the running phase's measured
-        progress (its bar), counting only phases estimated at :data:`SCALED_FROM_S` or more (a phase planned at
-        about nothing, e.g. cached, that takes seconds says nothing about the others); 1 when none counts."""
+        """How the finished phases' measured time compares with their estimates, counting only phases estimated at
+        :data:`SCALED_FROM_S` or more (a phase planned at about nothing, e.g. cached, that takes seconds says nothing
+        about the others), within [1 / :data:`MAX_SCALE`, :data:`MAX_SCALE`]; 1 when none counts."""
         pairs = [(t, e) for t, e in zip(self.took, self.estimates, strict=False) if e and e >= SCALED_FROM_S]
+        if not pairs:
+            return 1.0
+        return min(MAX_SCALE, max(1.0 / MAX_SCALE, sum(t for t, _ in pairs) / sum(e for _, e in pairs)))
+
+    def running_left(self) -> float:
+        """Seconds left of the running phase: its estimate (times :meth:`scale`) less its time so far, and, once its
+        bar has counted some of its total, the bar's measured pace over what the bar has left; the two weighed by
+        the bar's done share ``d``: the measured pace by ``1 - (1 - d)^2``."""
         current = self.estimates[self.k - 1] if self.k else None
-        if current and current >= SCALED_FROM_S and self.bar and self.bar[2] and self.bar[1] > 0:
-            pairs.append((time.perf_counter() - self.phase_t0, current * self.bar[1] / self.bar[2]))
-        return sum(t for t, _ in pairs) / sum(e for _, e in pairs) if pairs else 1.0
+        planned = None if current is None else max(0.0, self.scale() * current - (self.now() - self.phase_t0))
+        if not (self.bar and self.bar[2] and self.bar[1] > 0):
+            return planned or 0.0
+        done = min(1.0, self.bar[1] / self.bar[2])
+        measured = (self.now() - self.bar_t0) * (1.0 - done) / done
+        trust = 1.0 - (1.0 - done) ** 2  # the measured pace's weight: early counts say little, late ones most
+        return measured if planned is None else trust * measured + (1.0 - trust) * planned
 
     def eta(self) -> float | None:
-        """Seconds still to go, or None when nothing is estimated: the running phase from its bar's measured
-        progress when it has one (else its estimate less its time so far), the phases left from their estimates
-        times :meth:`scale`."""
+        """Seconds still to go, or None when nothing is estimated: the running phase's (:meth:`running_left`) and
+        the later phases' estimates times :meth:`scale`."""
         left = [e for e in self.estimates[self.k:] if e is not None]
         if not left and not self.k:
             return None
-        scale = self.scale()
-        now_in = time.perf_counter() - self.phase_t0
-        current = self.estimates[self.k - 1] if self.k else None
-        if self.bar and self.bar[2] and self.bar[1] > 0:
-            running = now_in * (self.bar[2] - self.bar[1]) / self.bar[1]
-        elif current is not None:
-            running = max(0.0, scale * current - now_in)
-        else:
-            running = 0.0
-        return scale * sum(left) + running
+        return self.scale() * sum(left) + self.running_left()
 
     def line(self) -> str:
         name = self.names[self.k - 1] if self.k else "starting"
@@ -87,7 +100,7 @@ class Phases:
         if self.bar:
             desc, done, total = self.bar
             text += f" ({desc} {int(done)}/{int(total)})" if total else f" ({desc})"
-        return f"{text}; elapsed {clock(time.perf_counter() - self.t0)}, ETA {clock(self.eta())}"
+        return f"{text}; elapsed {clock(self.now() - self.t0)}, ETA {clock(self.eta())}"
 
 
 _phases: Phases | None = None
@@ -198,7 +211,7 @@ class _PlainProgress(_NoProgress):
 
     def _share(self, task: int) -> None:
         if _phases is not None:
-            _phases.bar = tuple(self.tasks[task])  # type: ignore[assignment]
+            _phases.show(*self.tasks[task])
 
     def line(self) -> str:
         return "; ".join(f"{d} {int(c)}/{int(t)}" if t else str(d) for d, c, t in self.tasks.values())
@@ -218,7 +231,7 @@ class _WithOverall:
     def _refresh(self, task: int) -> None:
         t = self._bar.tasks[task] if task < len(self._bar.tasks) else None
         if t is not None and t.id != self._overall:
-            self._tracker.bar = (t.description, t.completed, t.total)
+            self._tracker.show(t.description, t.completed, t.total)
         self._bar.update(self._overall, description=self._tracker.line())
 
     def add_task(self, *args: Any, **kwargs: Any) -> int:

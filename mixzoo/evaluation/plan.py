@@ -23,7 +23,7 @@ from mixzoo.core.budget import LINEAR_COUNTS, scaled_counts
 from mixzoo.core.cache import Cache
 from mixzoo.core.plan import Plan, per_image_cut, probe_images
 from mixzoo.core.record import RunRecord
-from mixzoo.core.request import EvalRequest, ReportRequest
+from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation.job import BenchJob, CurveSettings, MatchSettings, Step, budgeted, sweep_steps
 from mixzoo.evaluation.loading import (
@@ -37,6 +37,7 @@ from mixzoo.evaluation.loading import (
     run_record_of,
 )
 from mixzoo.evaluation.matching import matched_linear_alpha
+from mixzoo.evaluation.plan_figures import plan_curve, plan_report
 from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card, extra_request, worst_case
 from mixzoo.methods.base import baseline_method
 
@@ -144,6 +145,20 @@ class Probes:
         return (c.total - c.extras) * (self.n - shared) + (0.0 if extras_cached else c.extras * self.n), shared, \
             extras_cached
 
+    def card_row(self, card: Any, eps: float | None = None, cost: Any = None) -> tuple[float, int, bool]:
+        """:meth:`row` of ``card``'s row under the shared attack (at ``eps``, default the card evaluation's; ``cost``
+        default: the shared attack timed on the card at that eps)."""
+        ce, s, eps = self.ce, self.s, self.ce.eps if eps is None else eps
+        return self.row(self.request.replace(eps=eps, key_parts=card_key_parts(card, ce.abc, ce.rbc, ce.data)),
+                        cost or (lambda: self.cost(s.attack, s.attack_options, eps, card=card)), card=card,
+                        extra_attacks=s.extra_attacks)
+
+    @property
+    def attack_text(self) -> str:
+        """The shared attack with the user's ``-O``, for the phases' lines."""
+        opts = ", ".join(f"{k}={v}" for k, v in sorted(self.given.items()))
+        return f"{self.s.attack} ({opts})" if opts else self.s.attack
+
     def matched_alpha(self, match: MatchSettings) -> float | None:
         """The matched baseline's alpha when the cache holds its whole search (the bench's search replayed from the
         cache: nothing attacked or written), else ``None``."""
@@ -210,7 +225,7 @@ def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: Matc
     any_cached = False
     for step in job.steps():
         if step.kind == "report":
-            _plan_report(plan, p, plots)
+            plan_report(plan, p, plots)
         else:
             any_cached |= _PLANNERS[step.kind](plan, p, step)
     if p.s.attack_options.get("n_iter") is None:
@@ -222,11 +237,6 @@ def plan_bench(card: Any, settings: RunSettings | None = None, *, baseline: Matc
     return plan
 
 
-def _attack_text(p: Probes) -> str:
-    opts = ", ".join(f"{k}={v}" for k, v in sorted(p.given.items()))
-    return f"{p.s.attack} ({opts})" if opts else p.s.attack
-
-
 def _plan_model(plan: Plan, p: Probes, step: Step) -> bool:
     """The ABC's or the RBC's row; whether the cache holds any of it."""
     ce, s, n = p.ce, p.s, p.n
@@ -234,20 +244,18 @@ def _plan_model(plan: Plan, p: Probes, step: Step) -> bool:
     sec, shared, done = p.row(p.request.replace(key_parts=model_key_parts(model, ce.data)),
                               lambda: p.cost(s.attack, s.attack_options, ce.eps, model=model))
     plan.add(f"{step.kind.upper()} {evaluated_name(p.job.cards[0], step.kind, model)}",
-             f"{_attack_text(p)} on {n} images{_cached_text(shared, n, done)}", sec)
+             f"{p.attack_text} on {n} images{_cached_text(shared, n, done)}", sec)
     return shared > 0
 
 
 def _plan_card(plan: Plan, p: Probes, step: Step) -> bool:
     """A card's row: the shared attack and its method's extra attacks on the examples still robust."""
-    ce, s, n, c = p.ce, p.s, p.n, step.card
+    s, n, c = p.s, p.n, step.card
     method = c.mixing_method
     extras = [e.name for e in method.extra_attacks(c)] if s.extra_attacks else []
-    sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(c, ce.abc, ce.rbc, ce.data)),
-                              lambda: p.cost(s.attack, s.attack_options, ce.eps, card=c),
-                              card=c, extra_attacks=s.extra_attacks)
+    sec, shared, done = p.card_row(c)
     plus = f" + {', '.join(extras)} on the examples still robust" if extras else ""
-    plan.add(method.title or method.name, f"{_attack_text(p)}{plus} on {n} images{_cached_text(shared, n, done)}",
+    plan.add(method.title or method.name, f"{p.attack_text}{plus} on {n} images{_cached_text(shared, n, done)}",
              sec)
     return shared > 0
 
@@ -264,81 +272,18 @@ def _plan_baseline(plan: Plan, p: Probes, step: Step) -> bool:
         card_sec = p.cost(baseline.attack, baseline.options, ce.eps, card=step.card).total
         sec = p.cost(baseline.attack, baseline.options, ce.eps, card=lin_card).total
         row_sec = p.cost(s.attack, s.attack_options, ce.eps, card=lin_card).total
-        plan.add(f"matched {lin.title}", f"{search}, then its row: {_attack_text(p)} on {n} images",
+        plan.add(f"matched {lin.title}", f"{search}, then its row: {p.attack_text} on {n} images",
                  (card_sec + MATCH_STEPS * sec) * match_n + row_sec * n)
         return False
     lin_card = lin.card_at(alpha, step.card)
-    sec, shared, done = p.row(p.request.replace(key_parts=card_key_parts(lin_card, ce.abc, ce.rbc, ce.data)),
-                              lambda: p.cost(s.attack, s.attack_options, ce.eps, card=lin_card),
-                              card=lin_card, extra_attacks=s.extra_attacks)
-    plan.add(f"matched {lin.title}", f"{search} (cached: alpha {alpha:.2f}), then its row: {_attack_text(p)} on {n} "
+    sec, shared, done = p.card_row(lin_card)
+    plan.add(f"matched {lin.title}", f"{search} (cached: alpha {alpha:.2f}), then its row: {p.attack_text} on {n} "
                                      f"images{_cached_text(shared, n, done)}", sec)
     return shared > 0
 
 
-def _plan_curve(plan: Plan, p: Probes, step: Step) -> bool:
-    """The first card's curve: its :attr:`Step.points` classifiers under the curve's attack alone, plus the method's
-    own work (:meth:`~mixzoo.methods.MixingMethod.report_data_seconds`); nothing when the cache holds all of it."""
-    curve, method = p.job.curve, step.card.mixing_method
-    curve_n = min(curve.n, p.n)
-    count = f"{step.points} classifiers" if step.points else "the method's points"
-    request = _curve_request(p)
-    args = (step.card, p.ce.abc, p.ce.rbc, p.ce.data, request)
-    setup = method.report_data_seconds(*args)
-    if setup == 0.0 and _curve_cached(method, args):
-        plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images, cached", 0.0)
-        return True
-    sec = p.cost(curve.attack, curve.options, p.ce.eps, card=step.card, extra_attacks=False).total \
-        if step.points else None
-    plus = f" + {method.title or method.name}'s own work on it (~{setup:.0f} s)" if setup else ""
-    plan.add("trade-off curve", f"{count} under {curve.attack} on {curve_n} images{plus}",
-             None if sec is None else step.points * sec * curve_n + setup)
-    return False
-
-
-def _curve_request(p: Probes) -> ReportRequest:
-    """The curve's and figures' request as the bench makes it (the curve's attack, float32, per-example draws)."""
-    c, s = p.job.curve, p.s
-    evaluation = p.request.replace(save_adversarial=False, precision="float32", per_example_seeds=True,
-                                   **({} if c is None else {"attack": c.attack, "attack_options": c.options}))
-    return ReportRequest(evaluation, data_dir=s.data_dir, device=s.device, n=s.n if c is None else c.n,
-                         points=None if c is None else c.points)
-
-
-def _curve_cached(method: Any, args: tuple[Any, ...]) -> bool:
-    """Whether the cache holds the curve's clean logits and every attack of the method's curve (the curve replayed
-    under :func:`~mixzoo.attacks.runner.cache_only`: nothing computed or written)."""
-    from mixzoo.attacks.runner import NotCached, cache_only
-    from mixzoo.core.cache import content_key
-    from mixzoo.zoo.pairs import model_key
-
-    _, abc, rbc, data, request = args
-    cache = request.evaluation.cache  # the curve's clean logits: computed and written when not cached
-    if not all(cache.load("logits", content_key({"model": model_key(m), "data": data.fingerprint, "kind": "logits"}))
-               is not None for m in (abc, rbc)):
-        return False
-    try:
-        with cache_only():
-            method.tradeoff_curve(*args)
-    except NotCached:
-        return False
-    return True
-
-
-def _plan_report(plan: Plan, p: Probes, plots: bool) -> None:
-    """The report: with figures, the data each card's method computes for them
-    (:meth:`~mixzoo.methods.MixingMethod.report_data_seconds`; the first card's found cached after its curve)."""
-    if not plots:
-        plan.add("report", "report.json, report.md", None)
-        return
-    cards, request = p.job.cards[1:] if p.job.curve is not None else p.job.cards, _curve_request(p)
-    data = sum(c.mixing_method.report_data_seconds(c, p.ce.abc, p.ce.rbc, p.ce.data, request) for c in cards)
-    plan.add("report", "report.json, report.md and figures" + (f" (their data ~{data:.0f} s; drawing not timed)"
-                                                               if data else " (drawing not timed)"), data or None)
-
-
 _PLANNERS = {"abc": _plan_model, "rbc": _plan_model, "card": _plan_card, "baseline": _plan_baseline,
-             "curve": _plan_curve}
+             "curve": plan_curve}
 
 
 def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[float] | None = None,
@@ -383,10 +328,10 @@ def plan_sanity(card: Any, settings: RunSettings | None = None, *, radii: list[f
         def cost(c: Any = c, model: Any = model) -> Any:
             return p.cost(s.attack, s.attack_options, min(radii), card=c, model=model)
 
-        key = model_key_parts(model, ce.data) if c is None else card_key_parts(c, ce.abc, ce.rbc, ce.data)
         # the matched baseline's alpha is known only once matched (or its search is cached): else estimated uncached
         known = c is None or c is ce.card or alpha is not None
-        at = [p.row(p.request.replace(eps=r, key_parts=key), cost, card=c, extra_attacks=s.extra_attacks)
+        at = [(p.card_row(c, r, cost) if c is not None else
+               p.row(p.request.replace(eps=r, key_parts=model_key_parts(model, ce.data)), cost))
               if known else (cost().total * n, 0, False) for r in radii]
         shared, done = sum(a[1] for a in at), all(a[2] for a in at)
         plan.add(str(name), f"{s.attack} on {n} images at {len(radii)} radii (eps {listed})"

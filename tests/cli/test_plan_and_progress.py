@@ -78,15 +78,6 @@ def test_without_a_terminal_a_plain_progress_line_every_interval(monkeypatch):
     assert "progress: MMAA 0/300" in buf.getvalue()
 
 
-def test_the_eta_follows_the_estimates_scaled_by_the_finished_phases():
-    tracker = progress.Phases(["a", "b", "c"], [10.0, 20.0, 30.0])
-    tracker.advance()
-    tracker.took, tracker.k = [5.0], 2  # phase a took half its estimate
-    tracker.phase_t0 = time.perf_counter()
-    assert 24.0 < tracker.eta() <= 25.0  # half of b's 20 and c's 30
-    assert progress.clock(3725) == "1:02:05" and progress.clock(73) == "1:13" and progress.clock(None) == "?"
-
-
 def test_plan_text_and_total():
     plan = Plan("mixzoo bench x")
     plan.add("ABC", "apgd on 20 images", 12.0)
@@ -135,22 +126,6 @@ def test_a_dry_run_after_the_run_counts_its_rows_as_cached(digits_card, tmp_path
     # the same run keeping its adversarial points: the cached outcomes lack them, so they are attacked again
     res = CliRunner().invoke(app, [*args, "--save-adversarial", "--dry-run"])
     assert "cached" not in next(x for x in res.stdout.splitlines() if "1. ABC" in x)
-
-
-def test_a_phase_planned_at_about_nothing_does_not_rescale_the_eta():
-    tracker = progress.Phases(["cached", "b", "c"], [0.01, 20.0, 30.0])
-    tracker.advance()
-    tracker.took, tracker.k = [6.0], 2  # a phase planned at ~0 s (cached) took 6 s
-    tracker.phase_t0 = time.perf_counter()
-    assert 49.0 < tracker.eta() <= 50.0  # b's 20 and c's 30 as planned, not scaled 600x
-
-
-def test_the_eta_follows_the_running_phases_measured_progress():
-    tracker = progress.Phases(["a", "b"], [10.0, 10.0])
-    tracker.advance()
-    tracker.phase_t0 = time.perf_counter() - 10.0  # a has run 10 s and done a quarter: 4x slower than planned
-    tracker.bar = ("attack", 25.0, 100.0)
-    assert 69.0 < tracker.eta() <= 71.0  # 30 s left of a, b's 10 s at the same pace (40 s)
 
 
 def test_plain_progress_without_phases_prints_a_line_once_until_it_changes(monkeypatch):

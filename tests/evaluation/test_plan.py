@@ -23,6 +23,8 @@ def test_the_curve_is_timed_without_the_cards_extra_attacks(digits_card, monkeyp
     curve_calls = [extras for attack, extras in seen if attack == "apgd" and extras is False]
     assert curve_calls, seen  # the curve's points: the curve's attack alone
     assert [p.name for p in plan.phases][-2:] == ["trade-off curve", "report"]
+    # the report's figures are drawn and timed: MixedNUTS's objective, margins and the curve's
+    assert "about 3 figures" in plan.phases[-1].what and plan.phases[-1].seconds > 0
 
 
 def _seen_options(monkeypatch):
