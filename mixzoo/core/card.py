@@ -19,7 +19,6 @@ import datetime as _dt
 import functools
 import json
 import os
-import subprocess
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,12 +286,9 @@ def _validate_records(card: MixCard, source: str) -> None:
 @functools.cache
 def git_commit() -> str | None:
     """The commit of the mixzoo source tree, if it is a git checkout (read-only ``git rev-parse``)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
-                             text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    from mixzoo.core.machine import git_output
+
+    return git_output("rev-parse", "HEAD") or None
 
 
 def provenance(**extra: Any) -> dict[str, Any]:
