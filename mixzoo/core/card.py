@@ -19,6 +19,7 @@ import datetime as _dt
 import functools
 import json
 import os
+import subprocess
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,11 +284,20 @@ def _validate_records(card: MixCard, source: str) -> None:
 
 
 
+def git_output(*args: str) -> str | None:
+    """The stripped output of the read-only ``git ARGS`` in the mixzoo source tree; None when it is not a git
+    checkout (or git is missing or fails)."""
+    try:
+        out = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 @functools.cache
 def git_commit() -> str | None:
     """The commit of the mixzoo source tree, if it is a git checkout (read-only ``git rev-parse``)."""
-    from mixzoo.core.machine import git_output
-
     return git_output("rev-parse", "HEAD") or None
 
 

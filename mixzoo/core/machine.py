@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -81,21 +80,12 @@ def _hardware(m: dict[str, Any]) -> str:
     return f"{m.get('cpu') or 'unknown machine'}{cap}"
 
 
-def git_output(*args: str) -> str | None:
-    """The stripped output of the read-only ``git ARGS`` in the mixzoo source tree; None when it is not a git
-    checkout (or git is missing or fails)."""
-    try:
-        out = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
-                             timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 @functools.cache
 def source_modified() -> bool | None:
     """Whether the mixzoo checkout has uncommitted changes (then its git commit alone does not say what ran);
     None when it is not a git checkout."""
+    from mixzoo.core.card import git_output
+
     status = git_output("status", "--porcelain", "--untracked-files=no")
     return None if status is None else bool(status)
 
@@ -127,5 +117,5 @@ def machine_line(record: dict[str, Any] | None) -> str:
     return "; ".join(parts) + f"; finished {record.get('created', '?')}"
 
 
-__all__ = ["cpu_capability", "cpu_model", "describe_machine", "git_output", "machine_line", "machine_summary",
-           "run_record", "source_modified"]
+__all__ = ["cpu_capability", "cpu_model", "describe_machine", "machine_line", "machine_summary", "run_record",
+           "source_modified"]
