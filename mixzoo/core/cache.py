@@ -26,11 +26,7 @@ from safetensors.torch import save
 from mixzoo.core.errors import InputError, MixzooError
 from mixzoo.core.paths import cache_folder, check_name_fits
 
-
-def default_cache_dir() -> Path:
-    """``$MIXZOO_CACHE`` if set and not empty, else ``~/.cache/mixzoo``; a relative value is a one-line error
-    (:func:`mixzoo.core.paths.cache_folder`; :func:`~mixzoo.core.paths.env_folder` reads every folder variable)."""
-    return cache_folder()
+default_cache_dir = cache_folder  # $MIXZOO_CACHE, else ~/.cache/mixzoo; a relative value is a one-line error
 
 
 def check_writable(path: str | os.PathLike[str], *, directory: bool = False, what: str = "output") -> Path:
