@@ -280,7 +280,6 @@ def _validate_records(card: MixCard, source: str) -> None:
             raise field_error(source, f"data.{key}", "an integer >= 0", data[key])
 
 
-
 def git_output(*args: str) -> str | None:
     """The stripped output of the read-only ``git ARGS`` in the mixzoo source tree; None when it is not a git
     checkout (or git is missing or fails)."""
@@ -310,8 +309,6 @@ def provenance(**extra: Any) -> dict[str, Any]:
         out["git_commit"] = commit
     out.update(extra)
     return out
-
-
 
 
 __all__ = ["ARRAYS_FORMAT", "ARRAYS_SUFFIX", "INLINE_NUMBERS", "SCHEMA_VERSION", "MixCard", "check_sidecar",
