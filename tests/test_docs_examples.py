@@ -1,11 +1,12 @@
 """Every code block of README.md and docs/ that a user would run is run here, on the CPU, as written.
 
-A block a user runs is fenced ```bash or ```python. Each one either runs here, in a fresh folder (one cache for all),
-or is preceded by ``<!-- not run: REASON -->`` saying why not (a GPU, a download, an upload, an hour of CPU). Sizes
-are made small only through the variables a block itself sets on a line of its own (``N=200`` in bash,
-``N = 200`` in Python; :data:`SMALL`), so what runs is what the reader sees. A block fenced without a language
-(or ``text``) is output or a formula and must hold no command. tests/test_docs.py parses every `mixzoo` command
-against the CLI and checks every cited path; this file runs them.
+A block a user runs is fenced ```bash or ```python. Each one either runs here, the blocks of one page in their
+order in one fresh folder, as a reader runs the page top to bottom (one cache for all), or is preceded by
+``<!-- not run: REASON -->`` saying why not (a GPU, a download, an upload, an hour of CPU). Sizes are made small
+only through the variables a block itself sets on a line of its own (``N=200`` in bash, ``N = 200`` in Python;
+:data:`SMALL`), so what runs is what the reader sees. A block fenced without a language (or ``text``) is output or
+a formula and must hold no command. tests/test_docs.py parses every `mixzoo` command against the CLI and checks
+every cited path; this file runs them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUN_LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python"}
-SMALL = {"N": "20"}  # the documented size variables and the values the test gives them
+# the documented size variables and the values the test gives them
+SMALL = {"N": "20", "N_FEW": "10", "N_CALIB": "20", "SAMPLES": "1000"}
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.M)  # mkdocs snippets: a file included whole
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->\s*$")
 COMMAND_START = re.compile(r"^\s*(mixzoo|pip|make|torchrun|srun|python|import|from \S+ import)(?=\s|$)")
@@ -117,16 +119,21 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
+RUN_DOCS = sorted({b.doc for b in RUNNABLE}, key=[d.relative_to(ROOT).as_posix() for d in DOCS].index)
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
-def test_block_runs(block: Block, tmp_path: Path, shared_cache: Path) -> None:
-    """The block, in a fresh folder, on the CPU, with the small sizes: it exits 0."""
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("doc", RUN_DOCS)
+def test_doc_blocks_run(doc: str, tmp_path: Path, shared_cache: Path) -> None:
+    """The doc's blocks, in their order on the page, in one fresh folder (as a reader runs the page top to
+    bottom: a block finds the card an earlier one wrote), on the CPU, with the small sizes: each exits 0."""
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "MIXZOO_CACHE": str(shared_cache), "MIXZOO_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = ["bash", "-euo", "pipefail", "-c", small(block)] if block.lang == "bash" else [
-        sys.executable, "-c", small(block)]
-    done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=850)
-    assert done.returncode == 0, f"{block.id} failed:\n{(done.stdout + done.stderr)[-3000:]}"
+    for block in (b for b in RUNNABLE if b.doc == doc):
+        cmd = ["bash", "-euo", "pipefail", "-c", small(block)] if block.lang == "bash" else [
+            sys.executable, "-c", small(block)]
+        done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=850)
+        assert done.returncode == 0, f"{block.id} failed:\n{(done.stdout + done.stderr)[-3000:]}"
