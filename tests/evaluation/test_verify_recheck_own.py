@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import pytest
+import torch
 from report_edits import reseal
 from typer.testing import CliRunner
 
+from mixzoo.attacks import runner
 from mixzoo.cli import app
+from mixzoo.core.record import RunRecord
 from mixzoo.evaluation.bench import bench
-from mixzoo.evaluation.recheck import own_differences
+from mixzoo.evaluation.recheck import own_differences, recheck_row
 
 N = 30
 ALONE = "autoattack-standard"
@@ -81,3 +85,26 @@ def test_own_differences_maps_each_example_to_its_place_among_those_attacked():
     assert own_differences(reported, again, [2, 4], [0, 2]) == {"a": [2], "c": [2, 4]}  # c: not re-run at all
     assert own_differences(reported, [{"name": "a", "own_outcomes": "110"}, {"name": "c", "own_outcomes": "111"}],
                            [2, 4], [0, 2]) == {}
+
+
+def test_the_recheck_attacks_the_records_whole_batches_and_compares_the_picked_examples(monkeypatch):
+    """The first robust example (5) and the first broken one (2) of a row are attacked within their batches of the
+    record's size 4 (examples 0..7); only they are compared: a robust outcome flipped at 2 and stand-alone
+    outcomes flipped at 5 and at 1 (attacked, not picked) give 2 and 5."""
+    clean, robust, own = "0011111111", "0000011001", "0011111111"
+    again_robust, again_own = "0010011001", "0111101111"
+    seen = []
+
+    def fake(model, x, y, request):
+        index = request.example_index.tolist()
+        seen.append(index)
+        return {"robust_correct": [again_robust[i] == "1" for i in index],
+                "components": [{"name": "alone", "own_outcomes": "".join(again_own[i] for i in index)}]}
+
+    monkeypatch.setattr(runner, "evaluate", fake)
+    m = {"name": "row", "clean_outcomes": clean, "robust_outcomes": robust,
+         "components": [{"name": "alone", "own_outcomes": own}]}
+    got = recheck_row(m, None, None, SimpleNamespace(eps=0.1, norm="Linf"), torch.zeros(10, 1, 2, 2),
+                      torch.zeros(10, dtype=torch.long), 1, RunRecord(attack="apgd", batch_size=4))
+    assert seen == [list(range(8))]
+    assert got == ([2, 5], [2], {"alone": [5]})
