@@ -187,6 +187,7 @@ def test_the_recheck_attack_is_the_run_records(made):
     assert (r.attack, r.options(), r.seed, r.extra_attacks, r.budget, r.counts()) == (
         record["attack"], record["attack_options"], record["seed"], record["extra_attacks"], record["budget"],
         record["count_overrides"])
+    assert r.batch_size == record["batch_size"] == BENCH["batch_size"] != RunSettings().batch_size  # its batches
     assert record["count_overrides"] == BENCH["attack_options"]  # the -O counts, which every component follows
     card = MixCard.from_dict(data["card"])
     row = next(m for m in data["models"] if m.get("card"))
