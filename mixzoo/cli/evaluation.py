@@ -249,7 +249,8 @@ def _print_verified(res: Any, recheck: int, as_json: bool) -> None:
         problems = ", ".join(f"{len(v)} {k.replace('_', ' ')}" for k, v in (
             ("outside", r.outside), ("not_misclassified", r.not_misclassified), ("missing", r.missing),
             ("unexpected", r.unexpected), ("clean_disagrees", r.clean_disagrees),
-            ("outcomes differ on recheck", r.recheck_differs)) if v)
+            ("outcomes differ on recheck", r.recheck_differs),
+            ("stand-alone outcomes differ on recheck", [i for v in r.own_differs.values() for i in v])) if v)
         table.add_row(display_name(r), str(r.broken_reported), str(r.confirmed),
                       f"{100 * r.reported_robust_accuracy:.1f}", f"{100 * r.verified_robust_accuracy:.1f}",
                       f"[red]{problems}" if problems else "none")
@@ -263,7 +264,9 @@ def _print_verified(res: Any, recheck: int, as_json: bool) -> None:
         out_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     if recheck:
         for r in res.rows:
-            say = f"[red]{len(r.recheck_differs)} outcomes differ[/red]" if r.recheck_differs else "same outcomes"
+            own = ", ".join(f"{len(v)} of {escape(k)} on its own" for k, v in r.own_differs.items())
+            say = (f"[red]{len(r.recheck_differs)} outcomes differ{f', {own}' if own else ''}[/red]"
+                   if r.recheck_differs or own else "same outcomes")
             out_console.print(f"recheck: {escape(r.name)}: {len(r.rechecked)} examples attacked again without "
                               f"the cache, {say}", highlight=False)
     verdict = "[green]verified[/green]: every" if res.passed else "[red]NOT verified[/red]: not every"

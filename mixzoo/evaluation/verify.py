@@ -29,6 +29,7 @@ from torch import nn
 
 from mixzoo.core.errors import InputError
 from mixzoo.core.settings import RunSettings, settings_of
+from mixzoo.evaluation.recheck import attack_record, recheck_row, row_outcomes
 
 
 @dataclass
@@ -53,14 +54,16 @@ class VerifiedRow:
     # many lie within FRAGILE of it (informative only: they count, but another device's rounding might flip them)
     closest_margin: float | None = None
     fragile: int = 0
-    # --recheck: example indices attacked again from scratch, and those whose outcome differs from the report's
+    # --recheck: example indices attacked again from scratch, those whose robust outcome differs from the report's,
+    # and per stand-alone component (its name) those whose own outcome differs from its ``own_outcomes``
     rechecked: list[int] = field(default_factory=list)
     recheck_differs: list[int] = field(default_factory=list)
+    own_differs: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return not (self.outside or self.not_misclassified or self.missing or self.unexpected
-                    or self.clean_disagrees or self.recheck_differs)
+                    or self.clean_disagrees or self.recheck_differs or self.own_differs)
 
 
 @dataclass
@@ -101,13 +104,6 @@ def _margins(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return true - other
 
 
-def _outcomes(text: str, n: int, what: str, name: str) -> torch.Tensor:
-    if len(text) != n or set(text) - {"0", "1"}:
-        raise InputError(f"report row {name!r} has no per-image {what} outcomes for {n} images; re-run "
-                         "`mixzoo bench --save-adversarial` with this version")
-    return torch.tensor([c == "1" for c in text])
-
-
 def load_points(path: Path) -> dict[str, dict[str, torch.Tensor]]:
     """``adversarial.safetensors`` as ``{kind: {"index", "images"}}``; a missing or damaged file is one line."""
     from safetensors import SafetensorError
@@ -141,11 +137,13 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     rows and its run record).
 
     ``recheck`` = N > 0 also attacks again, from scratch and without any cache, the first N examples each row calls
-    robust and the first N it calls broken, with the attack, options, seed and precision of the report's run
-    record, a card's row also with its method's extra attacks under the record's budget and ``-O`` counts (each
-    example's randomness is drawn from its index, so its outcome is the same as in the full run); a row fails when an
-    outcome differs (:attr:`VerifiedRow.recheck_differs`). This catches outcomes no saved point can refute, such
-    as a cache entry edited to call broken examples robust.
+    robust and the first N it calls broken (:func:`mixzoo.evaluation.recheck.recheck_row`: within the report's
+    batches), with the attack, options, seed, precision and batch size of the report's run record, a card's row
+    also with its method's extra attacks under the record's budget and ``-O`` counts (each example's randomness is
+    drawn from its index or its batch, so its outcome is the same as in the full run); a row fails when a robust
+    outcome differs (:attr:`VerifiedRow.recheck_differs`) or a stand-alone component's (its ``own_outcomes``:
+    :attr:`VerifiedRow.own_differs`). This catches outcomes no saved point can refute, such as a cache entry
+    edited to call broken examples robust.
     """
     from mixzoo.core.card import MixCard
     from mixzoo.evaluation.bench import ADVERSARIAL_FILE, card_evaluation
@@ -194,9 +192,9 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
         rows.append(_verify_row(m, model, points[m["kind"]], images, labels, ce.eps, ce.norm, batch_size, device))
         models_of[m["name"]] = model
     if recheck:
-        again = _attack_record(report, report_path, s)
+        again = attack_record(report, report_path, s)
         for row, m in zip(rows, models, strict=True):
-            row.rechecked, row.recheck_differs = _recheck_row(
+            row.rechecked, row.recheck_differs, row.own_differs = recheck_row(
                 m, models_of[m["name"]], _row_card(m, report_path), ce, images, labels, recheck, again)
     result = Verification(str(report_dir), rows, float(ce.eps), ce.norm, n, device, time.perf_counter() - t0,
                           notes=list(ce.notes))
@@ -300,67 +298,6 @@ def check_points(points: dict[str, dict[str, torch.Tensor]], images: torch.Tenso
                              " with --save-adversarial")
 
 
-def _attack_record(report: dict[str, Any], path: Path, s: RunSettings) -> Any:
-    """What a re-run (``--recheck``) attacks with: the report's run record (its attack, options, seed, precision,
-    extra attacks, budget and ``-O`` counts, which with the budget decide the extra attacks' options) at the eps and
-    norm of the report and the settings' batch size. Refused without a record, with extra attacks but no budget in
-    it (an older mixzoo), or when the outcomes depended on the batches (``--batch-seeds``): a subset could not
-    reproduce them."""
-    record = report.get("record")
-    if not record:
-        raise InputError(f"{path} has no run record, so there is no attack to re-run; run `mixzoo bench` again"
-                         " with this version, or verify without --recheck")
-    if record.get("per_example_seeds") is False:
-        raise InputError(f"{path} was attacked with --batch-seeds: its outcomes depend on the batches, so a re-run "
-                         "of a few examples cannot reproduce them; run verify without --recheck")
-    attack, options, seed = record.get("attack"), record.get("attack_options"), record.get("seed")
-    if not isinstance(attack, str) or not isinstance(options, dict) or type(seed) is not int:
-        raise InputError(f"{path}: the run record names no attack, options and seed to re-run; pass an unedited"
-                         " report")
-    extras = bool(record.get("extra_attacks", True))
-    if extras and not (isinstance(record.get("budget"), str) and isinstance(record.get("count_overrides"), dict)):
-        raise InputError(f"{path}: the run record holds no budget of the extra attacks (budget, count_overrides), so"
-                         " --recheck cannot re-run them as the bench did; re-run `mixzoo bench` to record the budget,"
-                         " or verify without --recheck")
-    precision = record.get("precision", "float32")
-    if precision == "auto":  # resolved on the bench's device: the settings say to what (checked to be a name)
-        precision = report["settings"].get("precision", "float32")
-    from mixzoo.core.record import RunRecord
-
-    return RunRecord.from_settings(s.changed(attack=attack, attack_options=dict(options), seed=seed,
-                                             precision=precision, extra_attacks=extras,
-                                             budget=record.get("budget", s.budget)),
-                                   per_example_seeds=True, count_overrides=record.get("count_overrides") or {})
-
-
-def _recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images: torch.Tensor, labels: torch.Tensor,
-                 count: int, record: Any) -> tuple[list[int], list[int]]:
-    """Attack again, without a cache, the first ``count`` examples row ``m`` calls robust and the first ``count``
-    it calls broken as run record ``record`` says (a card's row with its extra attacks): (those examples, the ones
-    whose robust outcome differs from the report's)."""
-    from mixzoo.attacks.runner import evaluate
-    from mixzoo.core.cache import Cache
-    from mixzoo.core.request import EvalRequest
-    from mixzoo.evaluation.bench import evaluate_card
-
-    n = len(labels)
-    clean = _outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])
-    robust = _outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
-    picked = torch.cat([torch.nonzero(robust).squeeze(1)[:count], torch.nonzero(clean & ~robust).squeeze(1)[:count]])
-    picked = picked.sort().values
-    if not len(picked):
-        return [], []
-    request = EvalRequest(record.replace(eps=ce.eps, norm=ce.norm), Cache(enabled=False),
-                          label=f"{m['name']} (recheck)", example_index=picked, progress=False)
-    x, y = images[picked], labels[picked]
-    if card is not None:
-        ev = evaluate_card(card, ce.abc, ce.rbc, x, y, request)
-    else:
-        ev = evaluate(model, x, y, request)
-    again = torch.tensor(ev["robust_correct"], dtype=torch.bool)
-    return picked.tolist(), picked[again != robust[picked]].tolist()
-
-
 def _indices(mask: torch.Tensor) -> list[int]:
     return torch.nonzero(mask).squeeze(1).tolist()
 
@@ -370,8 +307,8 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
     from mixzoo.attacks.base import within_threat_model
 
     n = len(labels)
-    clean_reported = _outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])
-    robust_reported = _outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
+    clean_reported = row_outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])
+    robust_reported = row_outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
     broken_reported = clean_reported & ~robust_reported
     index = pts["index"].long()
     if len(index) and (index.min() < 0 or index.max() >= n or len(index.unique()) != len(index)):

@@ -176,17 +176,18 @@ def test_the_recheck_attack_is_the_run_records(made):
     never read for it."""
     from mixzoo.core.card import MixCard
     from mixzoo.core.settings import RunSettings
-    from mixzoo.evaluation.verify import _attack_record
+    from mixzoo.evaluation.recheck import attack_record
     from mixzoo.evaluation.worst_case import declared_attacks
 
     path = made[0] / "bench" / "report.json"
     data = json.loads(path.read_text())
     data["settings"].update(attack="pgd", attack_options={"n_iter": 1}, seed=5, extra_attacks=False, budget="quick")
-    r = _attack_record(data, path, RunSettings(budget="strong"))
+    r = attack_record(data, path, RunSettings(budget="strong"))
     record = data["record"]
     assert (r.attack, r.options(), r.seed, r.extra_attacks, r.budget, r.counts()) == (
         record["attack"], record["attack_options"], record["seed"], record["extra_attacks"], record["budget"],
         record["count_overrides"])
+    assert r.batch_size == record["batch_size"] == BENCH["batch_size"] != RunSettings().batch_size  # its batches
     assert record["count_overrides"] == BENCH["attack_options"]  # the -O counts, which every component follows
     card = MixCard.from_dict(data["card"])
     row = next(m for m in data["models"] if m.get("card"))
@@ -195,7 +196,7 @@ def test_the_recheck_attack_is_the_run_records(made):
     assert ran and {e.name: o for e, o in declared_attacks(card, r.budget, r.counts())} == ran  # what the bench ran
     data.pop("record")
     with pytest.raises(InputError, match="has no run record"):
-        _attack_record(data, path, RunSettings())
+        attack_record(data, path, RunSettings())
 
 
 def test_a_record_without_the_budget_verifies_but_is_not_rechecked(made, tmp_path):
@@ -204,7 +205,7 @@ def test_a_record_without_the_budget_verifies_but_is_not_rechecked(made, tmp_pat
     attacks."""
     from mixzoo.core.record import sha256_of
     from mixzoo.core.settings import RunSettings
-    from mixzoo.evaluation.verify import _attack_record
+    from mixzoo.evaluation.recheck import attack_record
 
     def edit(data):
         record = {k: v for k, v in data["record"].items() if k not in ("digest", "budget", "count_overrides")}
@@ -216,5 +217,5 @@ def test_a_record_without_the_budget_verifies_but_is_not_rechecked(made, tmp_pat
     _one_line_exit_2(cli(out, "--recheck", 3), "re-run `mixzoo bench` to record the budget")
     data = edit.data
     data["record"]["extra_attacks"] = False
-    r = _attack_record(data, out / "report.json", RunSettings())
+    r = attack_record(data, out / "report.json", RunSettings())
     assert not r.extra_attacks and r.counts() == {}
