@@ -183,16 +183,9 @@ class LocalSmoothingAdaptive(NetworkMethod):
         from mixzoo.methods.local_smoothing.policy import PolicyConfig
 
         known = {f.name for f in fields(PolicyConfig)}
-        kw = {k: opts[k] for k in _CONFIG_KEYS if k in opts and k in known}
-        for key in ("c1", "c2", "c3", "lr", "weight_decay", "ema", "clean_weight", "eps_c"):
-            if isinstance(kw.get(key), str):
-                kw[key] = _float(kw[key])
-        for key in ("epochs", "batch_size", "width", "blocks"):
-            if isinstance(kw.get(key), str) and kw[key].isdigit():
-                kw[key] = int(kw[key])
-        cfg = PolicyConfig(**kw, seed=int(seed))
+        cfg = PolicyConfig(**{k: opts[k] for k in _CONFIG_KEYS if k in opts and k in known}, seed=int(seed))
         if "beta0" in opts:
-            cfg.beta0 = _float(opts["beta0"])
+            cfg.beta0 = float(opts["beta0"])
         cfg.eps = 1.0
         return cfg.check()
 
@@ -279,9 +272,3 @@ def _measure_beta0(pair: Any, cfg: Any, sweep: list[float], n_crossover: int, st
     cfg.beta0 = distributed.gather(None if crossover is None else crossover.beta0)[0]
     return crossover
 
-
-def _float(v: Any) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
