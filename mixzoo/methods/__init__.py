@@ -29,18 +29,26 @@ def get_method(name: str) -> MixingMethod:
     return lookup("method", name)
 
 
+def _checked(method: str | None, options: dict[str, Any] | None, out: str | Path | None
+             ) -> tuple[MixingMethod, dict[str, Any]]:
+    """The method named (default: the plugin method marked default) and its checked options; ``out`` checked as a
+    card path when given."""
+    chosen = get_method(method if method is not None else default_method())
+    checked = chosen.check_options(dict(options or {}))
+    if out is not None:
+        from mixzoo.core.card import MixCard
+
+        MixCard.check_path(out)
+    return chosen, checked
+
+
 def fit(method: str | None = None, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None, *,
         options: dict[str, Any] | None = None, out: str | Path | None = None, **request: Any) -> FitResult:
     """Fit mixing method ``method`` (default: the plugin method marked default, MixedNUTS) for an ABC/RBC pair
     and write its card to ``out``. ``options`` are the method's own (see ``mixzoo plugins`` or the method's
     ``options``), converted to their declared types; ``request`` takes the :class:`FitRequest` fields (dataset,
     n_calib, eps, norm, seed, command, ...)."""
-    chosen = get_method(method if method is not None else default_method())
-    options = chosen.check_options(dict(options or {}))
-    if out is not None:
-        from mixzoo.core.card import MixCard
-
-        MixCard.check_path(out)
+    chosen, options = _checked(method, options, out)
     t0 = time.perf_counter()
     if request.get("device") == "auto":
         from mixzoo.core.machine import resolve_device
@@ -65,12 +73,7 @@ def plan_fit(method: str | None = None, abc: str | nn.Module | None = None, rbc:
     :meth:`~MixingMethod.plan_fit`), checking them as :func:`fit` does; nothing is written."""
     from mixzoo.core.plan import Plan
 
-    chosen = get_method(method if method is not None else default_method())
-    options = chosen.check_options(dict(options or {}))
-    if out is not None:
-        from mixzoo.core.card import MixCard
-
-        MixCard.check_path(out)
+    chosen, options = _checked(method, options, out)
     request = {k: v for k, v in request.items() if k != "command"}
     plan = Plan(command)
     for name, what, seconds in chosen.plan_fit(FitRequest(abc, rbc, options=options, **request)):

@@ -31,6 +31,12 @@ class ExtraAttack:
     seed_offset: int = 0
 
 
+def card_values(card: MixCard, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The card section's values of ``keys`` (``None`` where absent), for :meth:`MixingMethod.key_parts
+    <mixzoo.methods.base.MixingMethod.key_parts>`."""
+    return {k: card.params.get(k) for k in keys}
+
+
 def weight_hashes(card: MixCard) -> list[str]:
     """The sha256 of a card's weight files, for cache keys: the contents, not the file names, so that a copy saved
     under another name (:meth:`MixCard.save_as`, a published card) finds the evaluations cached for the original."""

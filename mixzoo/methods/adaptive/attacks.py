@@ -10,16 +10,8 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.apgd import effective_n_targets, target_classes
-from mixzoo.attacks.base import (
-    BATCH_SIZE,
-    COMPONENTS_OPTION,
-    N_ITER,
-    N_RESTARTS,
-    N_TARGET_CLASSES,
-    Attack,
-    Component,
-    select_components,
-)
+from mixzoo.attacks.base import COMPONENTS_OPTION, Attack, Component, select_components
+from mixzoo.attacks.suites import APGDEnsemble
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
 from mixzoo.methods.shared.alpha_attacks import AttackBall, alpha_apgd, alpha_loss, pgd_alpha
@@ -41,8 +33,7 @@ class AlphaAPGD(Attack):
     name: ClassVar[str] = "adaptive-smoothing-apgd"
     code_version: ClassVar[str] = "per-example-2"  # part of the bench's cache key: older outcomes drew per batch
     options_spec: ClassVar[dict[str, OptionSpec]] = {
-        "n_iter": N_ITER, "n_target_classes": N_TARGET_CLASSES, "n_restarts": N_RESTARTS, "batch_size": BATCH_SIZE,
-        "components": COMPONENTS_OPTION,
+        **APGDEnsemble.options_spec, "components": COMPONENTS_OPTION,
         "alpha_weight": OptionSpec("weight of the alpha term in the loss of setting D", float, 0.5, low=0, high=1)}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:

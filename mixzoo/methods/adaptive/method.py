@@ -8,7 +8,6 @@ the method runs besides the bench's shared attack (:meth:`AdaptiveSmoothing.extr
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -20,17 +19,20 @@ from mixzoo.methods.base import (
     ExtraAttack,
     FitRequest,
     FitResult,
-    MixingMethod,
     number,
     square_extra,
-    weight_hashes,
 )
+from mixzoo.methods.extra_attacks import card_values
 from mixzoo.methods.shared.network_files import (
+    RESUME_OPTIONS,
+    SPLIT_OPTIONS,
+    NetworkMethod,
     card_taps,
     check_n_train,
     check_network_fields,
     check_training_outputs,
     load_network,
+    network_params,
     network_record,
     save_network,
     train_on_split,
@@ -54,7 +56,7 @@ _TRAIN_KEYS = ("setting", "epochs", "batch_size", "lr", "weight_decay", "ema", "
                "clean_weight", "pseudo_labels", "steps", "eps_factor", "alpha_loss_max", "n_target_classes")
 
 
-class AdaptiveSmoothing(MixingMethod):
+class AdaptiveSmoothing(NetworkMethod):
     """alpha_theta(x) from a small network on both base models' features (Bai et al. 2024b, Sec. 4.3), trained on clean
     and attacked train-split images with the composite loss (Eq. 4.2)."""
 
@@ -71,10 +73,7 @@ class AdaptiveSmoothing(MixingMethod):
             "training attack (Bai et al. 2024b, Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T",
             str, default_note="C"),
         "epochs": OptionSpec("training epochs", int, default_note="5"),
-        "n_train": OptionSpec(
-            "train-split images used (the last n_val of them are held out for validation)",
-            int, default_note="all"),
-        "n_val": OptionSpec("train-split images held out for the per-epoch validation", int, 200, low=0),
+        **SPLIT_OPTIONS,
         "batch_size": OptionSpec("clean images per batch (the attacked copies are added)", int,
                                  default_note="128"),
         "lr": OptionSpec("AdamW learning rate", float, default_note="1e-4"),
@@ -106,19 +105,16 @@ class AdaptiveSmoothing(MixingMethod):
             "the alpha-lowering attack term's weight is drawn from U(0, this)",
             float, default_note="0.5"),
         "n_target_classes": OptionSpec("APGD-T targets in setting C", int, default_note="1"),
-        "resume": OptionSpec("resume from the checkpoint next to the card", bool, True),
-        "checkpoint_every": OptionSpec(
-            "batches between mid-epoch checkpoints (0 = after each epoch only)", int, 50, low=0),
+        **RESUME_OPTIONS,
         "eval_n_iter": OptionSpec("iterations of the extra attacks the card declares", int, 100, low=1),
         "eval_n_queries": OptionSpec("queries of the extra Square attack", int, 5000, low=1),
         "eval_n_target_classes": OptionSpec("APGD-T targets of the extra attacks (AutoAttack's)", int, 9, low=0),
     }
 
     # ------------------------------------------------------------------------------------------------ card
-    def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
+    def section_fields(self, params: dict[str, Any], source: str, sec: str) -> None:
         from mixzoo.methods.adaptive.mixing import check_bounds
 
-        sec = self.name
         number(params, "temperature", source, sec, low=0.0, default=1.0)
         number(params, "alpha_min", source, sec, low=0.0, high=1.0, default=0.0)
         number(params, "alpha_max", source, sec, low=0.0, high=1.0, default=1.0)
@@ -130,24 +126,16 @@ class AdaptiveSmoothing(MixingMethod):
         setting = params.get("setting")
         if setting not in ("A", "B", "C"):
             raise InputError(f"{source}: field '{sec}.setting' must be A, B or C, got {setting!r}")
-        check_network_fields(params, source, sec)
-        return params
 
     def summary_line(self, card: MixCard) -> str:
         q = card.params
         return (f"adaptive smoothing: setting {q['setting']}, alpha in ({q['alpha_min']:g}, {q['alpha_max']:g}),"
                 f" temperature {q['temperature']:g}, epochs {q.get('epochs')}")
 
-    def key_parts(self, card: MixCard) -> dict[str, Any]:
-        q = card.params
-        return {"adaptive": {k: q.get(k) for k in ("temperature", "alpha_min", "alpha_max", "taps", "network")},
-                "weights": weight_hashes(card)}
+    def key_values(self, card: MixCard) -> dict[str, Any]:
+        return {"adaptive": card_values(card, ("temperature", "alpha_min", "alpha_max", "taps", "network"))}
 
     # ------------------------------------------------------------------------------------------------ model
-    def network(self, card: MixCard) -> Any:
-        """The trained mixing network of a card (its weight file checked against the card's sha256)."""
-        return load_network(card)
-
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
         from mixzoo.methods.adaptive.mixing import AdaptiveClassifier
@@ -212,22 +200,18 @@ class AdaptiveSmoothing(MixingMethod):
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"setting": cfg.setting, "epochs": cfg.epochs, "rank": world.rank},
                              {"train": time.perf_counter() - t0})
-        weights_name, digest = save_network(res.state, out)
         config = asdict(cfg)
+        trained, weights = network_params(pair, data, cfg, res, out,
+                                          {k: config[k] for k in (*_TRAIN_KEYS, "eps", "norm", "seed")}, opts)
         params = {"setting": cfg.setting, "temperature": cfg.temperature, "alpha_min": alpha_min,
-                  "alpha_max": alpha_max, "weights_file": weights_name,
-                  **network_record(pair, tuple(data.images.shape[1:]), cfg.width, cfg.blocks),
-                  "training": {k: config[k] for k in (*_TRAIN_KEYS, "eps", "norm", "seed")},
-                  "history": res.history, "eval_n_iter": opts["eval_n_iter"], "eval_n_queries": opts["eval_n_queries"],
-                  "eval_n_target_classes": opts["eval_n_target_classes"],
-                  "epochs": cfg.epochs}
+                  "alpha_max": alpha_max, **trained}
         if search:  # rank 0 alone under torchrun: the other ranks have finished
             with distributed.alone():
                 params["alpha_min"], params["alpha_min_search"] = self._search_alpha_min(
-                    pair, params, weights_name, out, opts["robust_drop"], request)
+                    pair, params, weights, out, opts["robust_drop"], request)
         card = trained_card(self.name, params, pair, data, split, n_val, request=request, out=out,
                             attack={"eps": pair.eps, "norm": pair.norm, "training_setting": cfg.setting},
-                            weights={weights_name: digest})
+                            weights=weights)
         seconds = time.perf_counter() - t0
         last = res.history[-1] if res.history else {}
         summary = {"setting": cfg.setting, "epochs": cfg.epochs, "resumed_epochs": res.resumed_epochs,
@@ -237,7 +221,7 @@ class AdaptiveSmoothing(MixingMethod):
         return FitResult(card, card.path, summary, {"train": seconds}, {"checkpoint": res.resumed_epochs > 0})
 
 
-    def _search_alpha_min(self, pair: Any, params: dict[str, Any], weights_name: str, out: Path,
+    def _search_alpha_min(self, pair: Any, params: dict[str, Any], weights: dict[str, str], out: Path,
                           robust_drop: float, request: FitRequest) -> tuple[float, dict[str, Any]]:
         """alpha_min=search (:func:`.bounds.search_alpha_min`) on the pair's calibration images."""
         from mixzoo.core.card import MixCard
@@ -248,7 +232,7 @@ class AdaptiveSmoothing(MixingMethod):
 
         # a card next to the weights just written, only to build each candidate from (never saved)
         probe = MixCard(self.name, dict(params), abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
-                        weights={weights_name: hashlib.sha256(out.with_name(weights_name).read_bytes()).hexdigest()})
+                        weights=dict(weights))
         probe.path = out
         base = {"data": pair.data.fingerprint, "n": len(pair.data.labels), "abc": model_key(pair.abc),
                 "rbc": model_key(pair.rbc), "purpose": "alpha_min search"}

@@ -23,14 +23,14 @@ from mixzoo.methods.base import (
     ExtraAttack,
     FitRequest,
     FitResult,
-    MixingMethod,
     number,
     square_extra,
-    weight_hashes,
 )
-from mixzoo.methods.card_fields import choice, flag
+from mixzoo.methods.extra_attacks import card_values
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
+from mixzoo.methods.local_smoothing.method import smoothing_fields
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
+from mixzoo.methods.shared.network_files import RESUME_OPTIONS, SPLIT_OPTIONS, NetworkMethod
 
 if TYPE_CHECKING:
     from torch import nn
@@ -42,7 +42,7 @@ _CONFIG_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "ema", "clean_weig
                 "c2", "c3", "alpha_ts", "r", "space", "accelerated", "eps_c", "width", "blocks")
 
 
-class LocalSmoothingAdaptive(MixingMethod):
+class LocalSmoothingAdaptive(NetworkMethod):
     """Bai et al. (local smoothing), Eq. 7: ``(g_i + exp(beta_theta(x)) R_i h_i) / (1 + exp(beta_theta(x)) R_i)``,
     beta_theta a policy network on both base models' features trained with Eq. 9 around the measured crossover
     beta_0."""
@@ -80,10 +80,7 @@ class LocalSmoothingAdaptive(MixingMethod):
         "c2": OptionSpec("Eq. 9's c2", float, default_note="0.8"),
         "c3": OptionSpec("Eq. 9's c3", float, default_note="3.2"),
         "epochs": OptionSpec("training epochs", int, default_note="5"),
-        "n_train": OptionSpec(
-            "train-split images used (the last n_val of them are held out for validation)",
-            int, default_note="all"),
-        "n_val": OptionSpec("train-split images held out for the per-epoch validation", int, 200, low=0),
+        **SPLIT_OPTIONS,
         "batch_size": OptionSpec("clean images per batch (two attacked copies are added)", int,
                                  default_note="128"),
         "lr": OptionSpec("AdamW learning rate (Bai et al. (local smoothing) uses Adam)", float,
@@ -98,9 +95,7 @@ class LocalSmoothingAdaptive(MixingMethod):
                                  default_note="1,1 (the full radius)"),
         "width": OptionSpec("channels of the policy network", int, default_note="32"),
         "blocks": OptionSpec("residual blocks", int, default_note="2"),
-        "resume": OptionSpec("resume from the checkpoint next to the card", bool, True),
-        "checkpoint_every": OptionSpec(
-            "batches between mid-epoch checkpoints (0 = after each epoch only)", int, 50, low=0),
+        **RESUME_OPTIONS,
         "eval_n_iter": OptionSpec("iterations of the extra APGD attacks", int, 100, low=1),
         "eval_n_queries": OptionSpec("queries of the extra Square attack", int, 5000, low=1),
         "eval_n_target_classes": OptionSpec(
@@ -108,49 +103,34 @@ class LocalSmoothingAdaptive(MixingMethod):
     }
 
     # ------------------------------------------------------------------------------------------------ card
-    def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
-        from mixzoo.methods.shared.network_files import check_network_fields
-
-        sec = self.name
-        choice(params, "r", R_OPTIONS, source, sec, "ratio")
-        choice(params, "space", SPACES, source, sec, "logits")
-        choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
-        flag(params, "accelerated", source, sec)
-        number(params, "eps_c", source, sec, positive=True, default=1e-6)
+    def section_fields(self, params: dict[str, Any], source: str, sec: str) -> None:
+        smoothing_fields(params, source, sec)
         number(params, "beta0", source, sec)
         if not math.isfinite(params["beta0"]):
             raise InputError(f"{source}: field '{sec}.beta0' must be finite, got {params['beta0']}")
-        if params["accelerated"] and params["r"] not in ("grad_g", "ratio"):
-            raise InputError(f"{source}: field '{sec}.accelerated' applies to r = grad_g or ratio (Bai et al. (local"
-                             " smoothing), App. A.1),"
-                             f" not {params['r']!r}; drop it")
         params.setdefault("eval_n_target_classes", 3)
-        check_network_fields(params, source, sec)
-        return params
 
     def summary_line(self, card: MixCard) -> str:
         q = card.params
         return (f"adaptive local smoothing: R_i {q['r']} on {q['space']}, beta_0 {q['beta0']:.3g}"
                 f" (alpha_0 {math.exp(q['beta0']):.3g}), epochs {q.get('epochs')}")
 
-    def key_parts(self, card: MixCard) -> dict[str, Any]:
-        q = card.params
-        return {"method": self.name, "card": {k: q.get(k) for k in ("r", "space", "norm", "accelerated", "eps_c",
-                                                                     "taps", "network")},
-                "weights": weight_hashes(card)}
+    def key_values(self, card: MixCard) -> dict[str, Any]:
+        return {"method": self.name,
+                "card": card_values(card, ("r", "space", "norm", "accelerated", "eps_c", "taps", "network"))}
 
     # ------------------------------------------------------------------------------------------------ model
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:
         from mixzoo.methods.local_smoothing.policy import Policy
         from mixzoo.methods.local_smoothing.smoothing import LocalSmoothingClassifier
-        from mixzoo.methods.shared.network_files import card_taps, load_network
+        from mixzoo.methods.shared.network_files import card_taps
         from mixzoo.zoo.pairs import model_device
 
         if abc is None or rbc is None:
             raise InputError(f"{self.name} needs both base models (its policy reads both)")
         q = card.params
-        policy = Policy(abc, rbc, load_network(card).to(model_device(abc)), card_taps(abc, rbc, card))
+        policy = Policy(abc, rbc, self.network(card).to(model_device(abc)), card_taps(abc, rbc, card))
         return LocalSmoothingClassifier(abc, rbc, alpha=0.0, r=q["r"], space=q["space"], norm=q["norm"],
                                         eps_c=q["eps_c"], accelerated=q["accelerated"], gradient=gradient,
                                         log_alpha=policy).eval()
@@ -203,16 +183,9 @@ class LocalSmoothingAdaptive(MixingMethod):
         from mixzoo.methods.local_smoothing.policy import PolicyConfig
 
         known = {f.name for f in fields(PolicyConfig)}
-        kw = {k: opts[k] for k in _CONFIG_KEYS if k in opts and k in known}
-        for key in ("c1", "c2", "c3", "lr", "weight_decay", "ema", "clean_weight", "eps_c"):
-            if isinstance(kw.get(key), str):
-                kw[key] = _float(kw[key])
-        for key in ("epochs", "batch_size", "width", "blocks"):
-            if isinstance(kw.get(key), str) and kw[key].isdigit():
-                kw[key] = int(kw[key])
-        cfg = PolicyConfig(**kw, seed=int(seed))
+        cfg = PolicyConfig(**{k: opts[k] for k in _CONFIG_KEYS if k in opts and k in known}, seed=int(seed))
         if "beta0" in opts:
-            cfg.beta0 = _float(opts["beta0"])
+            cfg.beta0 = float(opts["beta0"])
         cfg.eps = 1.0
         return cfg.check()
 
@@ -222,8 +195,7 @@ class LocalSmoothingAdaptive(MixingMethod):
         from mixzoo.methods.local_smoothing.policy import PolicyObjective
         from mixzoo.methods.shared.network_files import (
             check_n_train,
-            network_record,
-            save_network,
+            network_params,
             train_on_split,
             train_split,
             trained_card,
@@ -240,7 +212,6 @@ class LocalSmoothingAdaptive(MixingMethod):
             if "crossover_alpha_ts" in opts else list(cfg.alpha_ts)
         n_val, n_train = opts["n_val"], opts.get("n_train")
         check_n_train(n_train, n_val, SECTION)
-        evals = {k: opts[k] for k in ("eval_n_iter", "eval_n_queries", "eval_n_target_classes")}
         pair = prepare_pair(request)
         if pair.norm not in DUAL_ORDER:
             raise InputError(f"--norm must be one of {', '.join(DUAL_ORDER)} for {self.name}, got {pair.norm!r}")
@@ -259,20 +230,18 @@ class LocalSmoothingAdaptive(MixingMethod):
         seconds["train"] = time.perf_counter() - t1
         if not world.main:  # trained its shards; rank 0 writes the weights and the card
             return FitResult(None, None, {"beta0": cfg.beta0, "epochs": cfg.epochs, "rank": world.rank}, seconds)
-        weights_name, digest = save_network(res.state, out)
         config = asdict(cfg)
         config["alpha_ts"] = [a if math.isfinite(a) else "inf" for a in cfg.alpha_ts]
+        trained, weights = network_params(pair, data, cfg, res, out, {
+            k: config[k] for k in (*_CONFIG_KEYS, "eps", "norm", "seed") if k in config}, opts)
         params = {"r": cfg.r, "space": cfg.space, "norm": cfg.norm, "accelerated": cfg.accelerated,
                   "eps_c": cfg.eps_c, "beta0": cfg.beta0, "beta0_source": "given" if given_beta0 else "measured",
-                  "weights_file": weights_name,
-                  **network_record(pair, tuple(data.images.shape[1:]), cfg.width, cfg.blocks),
-                  "training": {k: config[k] for k in (*_CONFIG_KEYS, "eps", "norm", "seed") if k in config},
-                  "history": res.history, **evals, "epochs": cfg.epochs}
+                  **trained}
         if crossover is not None:
             params["crossover"] = {**crossover.record(), "split": "calibration",
                                    "fingerprint": getattr(pair.data, "fingerprint", "")}
         card = trained_card(self.name, params, pair, data, split, n_val, attack={"eps": pair.eps, "norm": pair.norm},
-                            weights={weights_name: digest}, request=request, out=out)
+                            weights=weights, request=request, out=out)
         last = res.history[-1] if res.history else {}
         summary = {"beta0": cfg.beta0, "beta0_source": params["beta0_source"], "epochs": cfg.epochs,
                    "resumed_epochs": res.resumed_epochs,
@@ -303,9 +272,3 @@ def _measure_beta0(pair: Any, cfg: Any, sweep: list[float], n_crossover: int, st
     cfg.beta0 = distributed.gather(None if crossover is None else crossover.beta0)[0]
     return crossover
 
-
-def _float(v: Any) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan

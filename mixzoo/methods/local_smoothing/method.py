@@ -27,6 +27,7 @@ from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
 from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number, square_extra
 from mixzoo.methods.card_fields import choice, flag
+from mixzoo.methods.extra_attacks import card_values
 from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
 
@@ -122,6 +123,19 @@ def _extra_apgd(gradient: str, why: str) -> ExtraAttack:
     return ExtraAttack(f"apgd-{gradient}", "apgd", dict(EXTRA_APGD), gradient=gradient, why=why)
 
 
+def smoothing_fields(params: dict[str, Any], source: str, sec: str) -> None:
+    """The smoothing fields of both local-smoothing cards: ``r``, ``space``, ``norm``, ``accelerated`` (only with
+    r = grad_g or ratio, Bai et al. (local smoothing), App. A.1) and ``eps_c``; one-line errors naming the field."""
+    choice(params, "r", R_OPTIONS, source, sec, "ratio")
+    choice(params, "space", SPACES, source, sec, "logits")
+    choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
+    flag(params, "accelerated", source, sec)
+    number(params, "eps_c", source, sec, positive=True, default=1e-6)
+    if params["accelerated"] and params["r"] not in ("grad_g", "ratio"):
+        raise InputError(f"{source}: field '{sec}.accelerated' applies to r = grad_g or ratio (Bai et al. (local"
+                         f" smoothing), App. A.1), not {params['r']!r}; drop it")
+
+
 class LocalSmoothing(MixingMethod):
     """Robust-network oracle, Bai et al. (local smoothing), Eq. 5 / Bai et al. 2024b, Eq. 3.3: ``(g_i + alpha R_i h_i)
     / (1 + alpha R_i)``."""
@@ -155,22 +169,13 @@ class LocalSmoothing(MixingMethod):
     def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
         sec = self.name
         number(params, "alpha", source, sec, low=0.0)
-        choice(params, "r", R_OPTIONS, source, sec, "ratio")
-        choice(params, "space", SPACES, source, sec, "logits")
-        choice(params, "norm", tuple(DUAL_ORDER), source, sec, "Linf")
-        flag(params, "accelerated", source, sec)
-        number(params, "eps_c", source, sec, positive=True, default=1e-6)
-        if params["accelerated"] and params["r"] not in ("grad_g", "ratio"):
-            raise InputError(f"{source}: field '{sec}.accelerated' applies to r = grad_g or ratio (Bai et al. (local"
-                             " smoothing), App. A.1),"
-                             f" not {params['r']!r}; drop it")
+        smoothing_fields(params, source, sec)
         _fit_fields(params, source, sec)
         return params
 
     def key_parts(self, card: MixCard) -> dict[str, Any]:
-        q = card.params
-        return {"method": self.name, "card": {k: q[k] for k in ("alpha", "r", "space", "norm", "accelerated",
-                                                                 "eps_c")}}
+        return {"method": self.name,
+                "card": card_values(card, ("alpha", "r", "space", "norm", "accelerated", "eps_c"))}
 
     def build(self, abc: nn.Module | None, rbc: nn.Module | None, card: MixCard, *,
               gradient: str = "exact") -> nn.Module:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
 from mixzoo.methods.base import ExtraAttack, FitRequest, FitResult, MixingMethod, number
+from mixzoo.methods.extra_attacks import card_values
 
 if TYPE_CHECKING:
     from torch import nn
@@ -142,8 +143,7 @@ class MixedNUTS(MixingMethod):
 
     def key_parts(self, card: MixCard) -> dict[str, Any]:
         # the fields the classifier's output depends on (not its provenance or search record): shared cache rows
-        return {"card": {k: card.params.get(k) for k in ("s", "p", "c", "alpha", "clamp", "top_k", "temperature",
-                                                          "alpha_d")}}
+        return {"card": card_values(card, ("s", "p", "c", "alpha", "clamp", "top_k", "temperature", "alpha_d"))}
 
     def gradients(self, card: MixCard) -> tuple[str, ...]:
         """``exact`` (the formula's gradient; the hard-max ABC contributes none) and ``bypass`` (App. B.2.2: the

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
+from mixzoo.core.options import OptionSpec
+from mixzoo.methods.base import MixingMethod, weight_hashes
 
 if TYPE_CHECKING:
     from torch import nn
@@ -16,10 +18,46 @@ if TYPE_CHECKING:
     from mixzoo.core.card import MixCard
     from mixzoo.methods.base import FitRequest
 
+# the fit options of the train split and of resuming a training, the same for every method that trains a network
+SPLIT_OPTIONS = {
+    "n_train": OptionSpec("train-split images used (the last n_val of them are held out for validation)", int,
+                          default_note="all"),
+    "n_val": OptionSpec("train-split images held out for the per-epoch validation", int, 200, low=0)}
+RESUME_OPTIONS = {
+    "resume": OptionSpec("resume from the checkpoint next to the card", bool, True),
+    "checkpoint_every": OptionSpec("batches between mid-epoch checkpoints (0 = after each epoch only)", int, 50,
+                                   low=0)}
 
-def check_network_fields(params: dict[str, Any], source: str, sec: str) -> None:
-    """The card fields of a trained mixing network (``weights_file``, ``network``, ``taps``) and the extra attacks'
-    budgets (``eval_n_iter``, ``eval_n_queries``, ``eval_n_target_classes``); one-line errors naming the field."""
+
+class NetworkMethod(MixingMethod):
+    """A method whose card holds a trained mixing network: :meth:`validate` checks the method's own fields
+    (:meth:`section_fields`) then the network's (:func:`check_network_fields`); :meth:`key_parts` is
+    :meth:`key_values` and the weight files' hashes; :meth:`network` is the card's network (:func:`load_network`)."""
+
+    def section_fields(self, params: dict[str, Any], source: str, sec: str) -> None:
+        """Check the method's own fields of the section ``sec`` in place (:meth:`MixingMethod.validate`)."""
+        raise NotImplementedError
+
+    def validate(self, params: dict[str, Any], source: str) -> dict[str, Any]:
+        self.section_fields(params, source, self.name)
+        return check_network_fields(params, source, self.name)
+
+    def key_values(self, card: MixCard) -> dict[str, Any]:
+        """The card's values a cached evaluation depends on, besides the weights."""
+        raise NotImplementedError
+
+    def key_parts(self, card: MixCard) -> dict[str, Any]:
+        return {**self.key_values(card), "weights": weight_hashes(card)}
+
+    def network(self, card: MixCard) -> Any:
+        """The trained mixing network of a card (its weight file checked against the card's sha256)."""
+        return load_network(card)
+
+
+def check_network_fields(params: dict[str, Any], source: str, sec: str) -> dict[str, Any]:
+    """``params`` with the card fields of a trained mixing network (``weights_file``, ``network``, ``taps``) and the
+    extra attacks' budgets (``eval_n_iter``, ``eval_n_queries``, ``eval_n_target_classes``) checked; one-line errors
+    naming the field."""
     if not isinstance(params.get("weights_file"), str) or not params["weights_file"]:
         raise InputError(f"{source}: missing field '{sec}.weights_file'; write the card with `mixzoo mix`")
     net = params.get("network")
@@ -37,6 +75,7 @@ def check_network_fields(params: dict[str, Any], source: str, sec: str) -> None:
         v = params.setdefault(key, default)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise InputError(f"{source}: field '{sec}.{key}' must be an integer >= {low}, got {v!r}")
+    return params
 
 
 def load_network(card: MixCard) -> Any:
@@ -155,6 +194,18 @@ def network_record(pair: Any, image_size: tuple[int, ...], width: int, blocks: i
     return {"network": {"early_channels": [sg["early"][0], sh["early"][0]],
                         "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": width, "blocks": blocks},
             "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()}}
+
+
+def network_params(pair: Any, data: Any, cfg: Any, res: Any, out: Path, training: dict[str, Any],
+                   opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The trained weights ``res.state`` written next to the card ``out`` (:func:`save_network`), and the card fields
+    every trained method writes after its own: ``weights_file``, ``network`` and ``taps`` (:func:`network_record`),
+    ``training``, ``history``, the extra attacks' budgets and ``epochs``; ``(fields, {weights file: sha256})``."""
+    weights_name, digest = save_network(res.state, out)
+    return {"weights_file": weights_name, **network_record(pair, tuple(data.images.shape[1:]), cfg.width, cfg.blocks),
+            "training": training, "history": res.history,
+            **{k: opts[k] for k in ("eval_n_iter", "eval_n_queries", "eval_n_target_classes")},
+            "epochs": cfg.epochs}, {weights_name: digest}
 
 
 def train_on_split(pair: Any, cfg: Any, objective: Any, images: Any, labels: Any, split: int, n_val: int, *,
