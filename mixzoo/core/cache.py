@@ -26,11 +26,7 @@ from safetensors.torch import save
 from mixzoo.core.errors import InputError, MixzooError
 from mixzoo.core.paths import cache_folder, check_name_fits
 
-
-def default_cache_dir() -> Path:
-    """``$MIXZOO_CACHE`` if set and not empty, else ``~/.cache/mixzoo``; a relative value is a one-line error
-    (:func:`mixzoo.core.paths.cache_folder`; :func:`~mixzoo.core.paths.env_folder` reads every folder variable)."""
-    return cache_folder()
+default_cache_dir = cache_folder  # $MIXZOO_CACHE, else ~/.cache/mixzoo; a relative value is a one-line error
 
 
 def check_writable(path: str | os.PathLike[str], *, directory: bool = False, what: str = "output") -> Path:
@@ -148,22 +144,30 @@ class Cache:
     def path(self, kind: str, key: str) -> Path:
         return self.root / kind / f"{key}.safetensors"
 
+    def _read(self, path: Path, warn: bool) -> tuple[dict[str, str], dict[str, torch.Tensor]] | None:
+        """``(metadata, tensors)`` of the file at ``path``, or ``None`` when caching is off or it is absent; a file
+        that cannot be read is deleted (with a :func:`stale_entry` warning when ``warn``) and is ``None``."""
+        if not self.enabled or not path.exists():
+            return None
+        try:
+            with safe_open(path, "pt") as f:
+                return f.metadata() or {}, {name: f.get_tensor(name) for name in f.keys()}
+        except Exception:  # noqa: BLE001 - a damaged entry is recomputed, never trusted
+            if warn:
+                stale_entry(path, "it cannot be read as safetensors")
+            path.unlink(missing_ok=True)
+            return None
+
     def load(self, kind: str, key: str, rows: int | None = None) -> dict[str, torch.Tensor] | None:
         """The cached tensors, or ``None`` when absent, unreadable or not this request's entry: an entry carries
         its key (``digest`` in its metadata) and, with ``rows``, must hold that many rows in every tensor. A
         mismatch is a miss, with one warning naming the file (:func:`stale_entry`); it is recomputed."""
         path = self.path(kind, key)
-        if not self.enabled or not path.exists():
+        read = self._read(path, warn=True)
+        if read is None:
             return None
-        try:
-            with safe_open(path, "pt") as f:
-                digest = (f.metadata() or {}).get("digest")
-                tensors = {name: f.get_tensor(name) for name in f.keys()}
-        except Exception:  # noqa: BLE001 - a damaged entry is recomputed, never trusted
-            stale_entry(path, "it cannot be read as safetensors")
-            path.unlink(missing_ok=True)
-            return None
-        if digest != key:
+        metadata, tensors = read
+        if metadata.get("digest") != key:
             stale_entry(path, "it does not carry this request's digest (written by an older mixzoo, or edited)")
             return None
         if not tensors or (rows is not None and any(t.ndim == 0 or t.shape[0] != rows for t in tensors.values())):
@@ -191,19 +195,14 @@ class Cache:
         A batch saved by a run with another batch size has the same index but other rows: it is ignored (and
         overwritten by the recomputed one) rather than concatenated out of place.
         """
-        path = self.partial_dir(kind, key) / f"{index:06d}.safetensors"
-        if not self.enabled or not path.exists():
+        read = self._read(self.partial_dir(kind, key) / f"{index:06d}.safetensors", warn=False)
+        if read is None:
             return None
-        try:
-            with safe_open(path, "pt") as f:
-                saved_rows = (f.metadata() or {}).get("rows")
-                tensors = {name: f.get_tensor(name) for name in f.keys()}
-        except Exception:  # noqa: BLE001
-            path.unlink(missing_ok=True)
-            return None
+        metadata, tensors = read
         if rows is not None:
             start, stop = rows
-            if saved_rows not in (None, f"{start}:{stop}") or any(t.shape[0] != stop - start for t in tensors.values()):
+            if metadata.get("rows") not in (None, f"{start}:{stop}") or any(t.shape[0] != stop - start
+                                                                           for t in tensors.values()):
                 return None
         return tensors
 

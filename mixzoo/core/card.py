@@ -4,9 +4,8 @@ One format for every method (schema 2): ``method = "NAME"`` (a :mod:`mixing meth
 pair (``[abc]``, ``[rbc]``: names and weight hashes), the threat model and attack record (``[attack]``), the data
 (``[data]``), the method's own section (a table named after the method, e.g. ``[mixednuts]`` with s, p, c, alpha;
 validated by the method), the files of trained methods (``[weights]``: file name -> sha256, next to the card) and
-provenance. A small TOML (or JSON) file, written atomically (temporary file, fsync, rename). TOML has no null:
-``None`` values are left out of TOML files and read back as ``None``; large arrays go to a sidecar beside the card
-(:mod:`mixzoo.core.card_sidecar`). The fields and their checks are :mod:`mixzoo.core.card_fields`.
+provenance. A small TOML (or JSON) file, written atomically; TOML's form and its arrays sidecar are
+:mod:`mixzoo.core.card_sidecar`, the fields and their checks :mod:`mixzoo.core.card_fields`.
 
 Files of schema 1 (a method's parameters at the top level) still load through :meth:`MixCard.load`: each method
 plugin may claim one (:mod:`mixzoo.core.card_upgrade`, :meth:`mixzoo.methods.MixingMethod.upgrade_v1`) and say what
@@ -121,10 +120,8 @@ class MixCard:
         return card
 
     def save(self, path: str | Path) -> Path:
-        """Write the card atomically as TOML (``.toml``) or JSON (``.json``); returns the path. In a TOML card the
-        method section's large arrays (more than :data:`INLINE_NUMBERS` numbers, e.g. MixedNUTS's 8x8x8 search
-        grid) go to the sidecar ``STEM.arrays.json`` beside it, referenced by its sha256 under ``[arrays]``, so that
-        the card stays short enough to read and review; :meth:`load` puts them back."""
+        """Write the card atomically as TOML (``.toml``) or JSON (``.json``); returns the path. A TOML card's large
+        arrays go to its sidecar (:func:`~mixzoo.core.card_sidecar.toml_text`); :meth:`load` puts them back."""
         from mixzoo.core.cache import atomic_write_text
 
         path = _card_path(path)
@@ -284,15 +281,21 @@ def _validate_records(card: MixCard, source: str) -> None:
 
 
 
+def git_output(*args: str) -> str | None:
+    """The stripped output of the read-only ``git ARGS`` in the mixzoo source tree; None when it is not a git
+    checkout (or git is missing or fails)."""
+    try:
+        out = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 @functools.cache
 def git_commit() -> str | None:
     """The commit of the mixzoo source tree, if it is a git checkout (read-only ``git rev-parse``)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
-                             text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return git_output("rev-parse", "HEAD") or None
 
 
 def provenance(**extra: Any) -> dict[str, Any]:

@@ -1,11 +1,5 @@
-"""Small checks of user input that several commands share, each a one-line error, warning or text.
-
-* :func:`refuse_foreign_file`: an output path that holds a file mixzoo did not write (``--out pyproject.toml``).
-* :func:`reach_note`: an attack radius at which every image in [0, 1] lies in every example's ball.
-* :func:`distinct_row_names`: bench rows of cards whose file names are alike.
-* :func:`listing`: ``a, b and c`` for the files a command wrote.
-* :func:`naming_model`: a NaN-logits error that says which model returned them.
-"""
+"""Small checks of user input that several commands share (output files, 64-bit integers, attack radii, row
+names, NaN logits), each a one-line error, warning or text."""
 
 from __future__ import annotations
 

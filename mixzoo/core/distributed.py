@@ -7,10 +7,9 @@ user sees. Batch ``k`` is attacked exactly as in one process (same images, same 
 depend on the number of processes. Backend: NCCL when the device is CUDA (one GPU per rank from ``LOCAL_RANK``),
 gloo otherwise. Collectives time out (``MIXZOO_DIST_TIMEOUT`` seconds; default 1800 with NCCL, 86400 with gloo) so a
 hung rank fails the job instead of hanging it; a rank that raises ends its process, and torchrun then stops the
-others. The gloo default is long because a rank that has finished its batches waits in the gather for the slowest
-rank's last batch, and one batch of an attack on CPU can take longer than 30 minutes (35 min measured for a batch
-of 100 of Square on an adaptive smoothing card, benchmarks/lineage_bench.md; a dead rank is noticed by torchrun at
-once, whatever the timeout). A timed-out collective is a one-line error naming the variable to raise.
+others. The gloo default is long: a finished rank waits in the gather for the slowest rank's last batch, and one
+CPU batch can take over 30 minutes (benchmarks/lineage_bench.md). A timed-out collective is a one-line error naming
+the variable to raise.
 """
 
 from __future__ import annotations
@@ -153,9 +152,7 @@ def finish() -> None:
     that rank aborts after its work is done. Only for success: a rank that failed exits at once, and torchrun
     stops the others."""
     if dist.is_available() and dist.is_initialized():
-        if world().size > 1:
-            with _timeout_as_input_error():
-                dist.barrier()
+        barrier()
         dist.destroy_process_group()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,13 +84,10 @@ def _hardware(m: dict[str, Any]) -> str:
 def source_modified() -> bool | None:
     """Whether the mixzoo checkout has uncommitted changes (then its git commit alone does not say what ran);
     None when it is not a git checkout."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
-                             text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return bool(out.stdout.strip()) if out.returncode == 0 else None
+    from mixzoo.core.card import git_output
+
+    status = git_output("status", "--porcelain", "--untracked-files=no")
+    return None if status is None else bool(status)
 
 
 def run_record(device: str = "cpu", **extra: Any) -> dict[str, Any]:

@@ -20,12 +20,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mixzoo.core.checks import INT64_MAX, INT64_MIN, NOT_JSON, option_value
 from mixzoo.core.errors import InputError
 
 __all__ = ["OptionSpec", "did_you_mean", "fill_options", "names", "numbers", "parse_pairs", "parse_value",
            "specs_from_defaults"]
 
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 _TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", list: "a list"}
 _REQUIRED = object()
 
@@ -256,8 +256,6 @@ def world_size_env() -> tuple[int, int]:
 def parse_value(text: str, what: str = "option value") -> Any:
     """A command-line value, as the module docstring says: JSON where it parses, a comma list of stripped non-empty
     items, else the stripped text; an integer beyond 64 bits is a one-line :class:`InputError` naming ``what``."""
-    from mixzoo.core.checks import NOT_JSON, option_value
-
     value = option_value(text, what)
     if value is NOT_JSON:
         return [v.strip() for v in text.split(",") if v.strip()] if "," in text else text.strip()

@@ -1,20 +1,10 @@
 """Paths built from data stay in their folder, and outputs never replace what mixzoo did not write.
 
-* :func:`plain_name`: a name read from a file (a card's ``[weights]`` entry) that must be a plain file name.
-* :func:`inside`: ``folder / name`` for such a name, checked to stay in ``folder`` (symbolic links included).
-* :func:`safe_component`: a value from a report or card (a data set name, a threat model) reduced to one safe path
-  component, for output paths built under ``--out``.
-* :func:`below`: ``folder / part / ...`` for such components, refused when any component below ``folder`` that
-  exists is a symbolic link (so the path cannot leave ``folder``).
-* :func:`env_folder`: the folder an environment variable names (``MIXZOO_CACHE``, ``MIXZOO_ROBUSTBENCH_DIR``):
-  unset or empty means the default; a relative value is refused (the folder would move with the current one).
-* :func:`check_name_fits`: every component of an output path (and the temporary names mixzoo writes beside it)
-  fits the file system's name limit (``NAME_MAX``, 255 bytes on most).
-* :func:`read_safetensors`: a safetensors file, a damaged one a one-line error naming it and how to fetch it again.
-* :func:`check_output`: refuse, before any work, an output path that holds a file mixzoo did not write or anything
-  that is not a regular file (a FIFO, a device, a directory where a file is meant, a symbolic link).
-
-Each refusal is a one-line :class:`~mixzoo.core.errors.InputError` naming the file or field and the fix.
+Names read from files (:func:`plain_name`, :func:`inside`) and values joined into output paths
+(:func:`safe_component`, :func:`below`) cannot leave their folder; folder variables (:func:`env_folder`), name
+lengths (:func:`check_name_fits`), safetensors files (:func:`read_safetensors`) and existing outputs
+(:func:`check_output`) are checked before any work. Each refusal is a one-line
+:class:`~mixzoo.core.errors.InputError` naming the file or field and the fix.
 """
 
 from __future__ import annotations

@@ -231,14 +231,10 @@ def get_spec(name: str) -> ModelSpec:
 def list_models(role: str | None = None, dataset: str | None = None) -> list[ModelSpec]:
     """Specs filtered by role (accurate | robust) and dataset, sorted by name."""
     if role is not None and role not in ROLES:
-        from mixzoo.core.errors import InputError
-
         raise InputError(f"role must be one of {ROLES}, got {role!r}")
     registry = get_registry()
     if dataset is not None:
         known = {s.dataset for s in registry.specs(None, None)}
         if dataset not in known:
-            from mixzoo.core.errors import UnknownNameError
-
             raise UnknownNameError("dataset", dataset, known)
     return sorted(registry.specs(role, dataset), key=lambda s: s.name)

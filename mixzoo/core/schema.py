@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mixzoo.core.errors import InputError
-from mixzoo.core.reading import MAX_DEPTH, check_depth, depth_error, parse_text  # noqa: F401 - their names here too
+from mixzoo.core.reading import depth_error
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -289,6 +289,6 @@ class BaseModelsFile(Record):
     rbc: BaseModelRef
 
 
-__all__ = ["MAX_DEPTH", "BaseModelsFile", "CardFile", "Count", "Fraction", "Int64", "Name", "PositiveCount", "Record",
-           "ReportFile", "ReportRow", "ReportSettings", "Sha256", "check_depth", "counts", "own_breaks", "parse_text",
-           "record_problem", "validate", "validation_message", "whole"]
+__all__ = ["BaseModelsFile", "CardFile", "Count", "Fraction", "Int64", "Name", "PositiveCount", "Record", "ReportFile",
+           "ReportRow", "ReportSettings", "Sha256", "counts", "own_breaks", "record_problem", "validate",
+           "validation_message", "whole"]

@@ -1,24 +1,12 @@
 """How many intra-op threads torch uses: chosen for the machine and the work, at a command's start.
 
-torch starts as many intra-op threads as the machine has cores, whatever share of them the process may use. On a
-shared machine (a cluster node whose job has two of 64 cores, a container with a CPU quota, a laptop running other
-jobs, CI) those threads spin on oversubscribed cores: the same work then takes many times the CPU. mixzoo instead
-uses the CPUs it may run on, the smallest of
-
-* the CPU affinity mask (:func:`os.sched_getaffinity`; ``taskset``, Slurm, ``docker --cpuset-cpus``),
-* the cgroup CPU quota (cgroup v2 ``cpu.max``, cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, along the
-  process's cgroup path up to the root: ``docker --cpus``, Kubernetes CPU limits),
-* ``OMP_NUM_THREADS`` when it is set,
-
-and of those, the ones idle when the command starts: the CPUs less the machine's load (:func:`load_average`: the
-1-minute load average or the tasks runnable now, the larger; the share of it that falls on these CPUs), rounded, at
-least one. Threads on a busy core spin while its other work runs, so the same work takes more CPU; threads on idle
-cores shorten the run. When every network loaded is small (fewer than :data:`SMALL_NETWORK_PARAMETERS` parameters,
-such as the built-in digits and Fashion-MNIST models) at most :data:`SMALL_NETWORK_THREADS`: their layers are too
-small for more threads to pay for their synchronisation. :func:`threads_for` is the rule, a pure function of the
-CPUs, the load and the size.
-``--threads N`` (or ``MIXZOO_THREADS=N``, 1 to the CPUs mixzoo may use) overrides the choice. The report records
-the number and the reason (:func:`mixzoo.core.machine.describe_machine`).
+torch starts a thread per core of the machine, whatever share of them the process may use; on a shared machine
+(a cluster job, a container with a CPU quota, CI) those threads spin on oversubscribed cores and the same work
+takes many times the CPU. mixzoo uses the CPUs it may run on (:func:`available_cpus`: the affinity mask and the
+cgroup quota; ``OMP_NUM_THREADS`` when set), less the machine's load (:func:`load_average`), and at most
+:data:`SMALL_NETWORK_THREADS` for small networks, whose layers are too small for more threads to pay for their
+synchronisation; :func:`threads_for` is the rule. ``--threads N`` (or ``MIXZOO_THREADS=N``) overrides the choice.
+The report records the number and the reason (:func:`mixzoo.core.machine.describe_machine`).
 """
 
 from __future__ import annotations
@@ -27,7 +15,7 @@ import math
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +36,7 @@ class ThreadChoice:
     cpus: int = 1  # the CPUs the process may use
 
     def to_dict(self) -> dict[str, Any]:
-        return {"threads": self.threads, "reason": self.reason, "requested": self.requested, "cpus": self.cpus}
+        return asdict(self)
 
 
 def cgroup_quota(root: str | Path = "/") -> float | None:
@@ -94,22 +82,23 @@ def _v2_quota(folder: Path) -> float | None:
         fields = (folder / "cpu.max").read_text().split()
     except OSError:
         return None
-    if len(fields) != 2 or fields[0] == "max":
-        return None
-    try:
-        quota, period = float(fields[0]), float(fields[1])
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None
+    return _ratio(*fields) if len(fields) == 2 and fields[0] != "max" else None
 
 
 def _v1_quota(folder: Path) -> float | None:
     try:
-        quota = float((folder / "cpu.cfs_quota_us").read_text().strip())
-        period = float((folder / "cpu.cfs_period_us").read_text().strip())
-    except (OSError, ValueError):
+        return _ratio((folder / "cpu.cfs_quota_us").read_text(), (folder / "cpu.cfs_period_us").read_text())
+    except OSError:
         return None
-    return quota / period if quota > 0 and period > 0 else None
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    """``quota / period`` in CPUs; ``None`` when either is not a positive number."""
+    try:
+        q, p = float(quota.strip()), float(period.strip())
+    except ValueError:
+        return None
+    return q / p if q > 0 and p > 0 else None
 
 
 def affinity_cpus() -> int:

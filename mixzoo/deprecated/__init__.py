@@ -27,13 +27,13 @@ from mixzoo.deprecated import modules
 @dataclass(frozen=True)
 class Deprecation:
     """One deprecated form: ``old`` (what a user writes), ``new`` (what to write instead), the release that removes
-    it (``removed_in``), and its ``shims``: ``(module, "module:function")`` pairs, the function of this package
+    it (``removed_in``), and its ``shims``: ``(module, "submodule:function")`` pairs, the function of this package
     called with that module when it is imported, to attach the old form to it (none for the moved module names,
     which the finder answers itself)."""
 
     old: str
     new: str
-    removed_in: str
+    removed_in: str = modules.REMOVED_IN
     shims: tuple[tuple[str, str], ...] = ()
 
     def warn(self, stacklevel: int = 3, what: str | None = None, why: str = "") -> None:
@@ -45,56 +45,54 @@ class Deprecation:
 
 DEPRECATIONS: dict[str, Deprecation] = {
     "moved-modules": Deprecation("the module names of mixzoo 0.1 (mixzoo.plugins, mixzoo.errors, ...) and"
-                                 " mixzoo.attacks.evaluation", "the new module each warning names",
-                                 modules.REMOVED_IN),
+                                 " mixzoo.attacks.evaluation", "the new module each warning names"),
     "load-model-hook": Deprecation(
         "mixzoo.core.hookspecs.mixzoo_load_model",
         "{kind: loader} from the hook mixzoo_model_sources (loader(spec, device, allow_unsafe) returns the network)",
-        "0.3", (("mixzoo.core.plugins.sources", "mixzoo.deprecated.hooks:attach_sources"),
-                ("mixzoo.core.plugins.listing", "mixzoo.deprecated.hooks:attach_listing"))),
+        shims=(("mixzoo.core.plugins.sources", "hooks:attach_sources"),
+               ("mixzoo.core.plugins.listing", "hooks:attach_listing"))),
     "mixed-classifier-keywords": Deprecation(
         "MixedClassifier(abc, rbc, s=..., alpha=..., ...)",
-        "MixedClassifier(abc, rbc, MixingParams(alpha=..., s=..., ...), gradient=...)", "0.3",
-        (("mixzoo.methods.mixednuts.mixing", "mixzoo.deprecated.calls:attach_mixed_classifier"),)),
+        "MixedClassifier(abc, rbc, MixingParams(alpha=..., s=..., ...), gradient=...)",
+        shims=(("mixzoo.methods.mixednuts.mixing", "calls:attach_mixed_classifier"),)),
     "mix-keywords": Deprecation(
         "mix(abc, rbc, KEY=VALUE, ...)",
-        "a request: mix(FitRequest(abc, rbc, options={...}, out=...)) (mixzoo.methods.FitRequest)", "0.3",
-        (("mixzoo.methods.mixednuts.fitting", "mixzoo.deprecated.calls:attach_mix"),)),
+        "a request: mix(FitRequest(abc, rbc, options={...}, out=...)) (mixzoo.methods.FitRequest)",
+        shims=(("mixzoo.methods.mixednuts.fitting", "calls:attach_mix"),)),
     "certify-estimate-keywords": Deprecation(
         "certify(estimate_eps=..., estimate_steps=...)", "certify(estimate=EstimateSettings(eps=..., steps=...))",
-        "0.3", (("mixzoo.certify.run", "mixzoo.deprecated.calls:attach_certify"),)),
+        shims=(("mixzoo.certify.run", "calls:attach_certify"),)),
     "attack-defaults-table": Deprecation(
         "mixzoo.attacks.Attack.defaults",
         "`options_spec = {name: mixzoo.core.options.OptionSpec(help, type, default)}` (CONTRIBUTING.md, 'Rules for"
-        " attacks')", "0.3", (("mixzoo.attacks.base", "mixzoo.deprecated.contracts:attach_attack_defaults"),)),
+        " attacks')", shims=(("mixzoo.attacks.base", "contracts:attach_attack_defaults"),)),
     "plain-object-method": Deprecation(
         "a mixing method that does not subclass mixzoo.methods.MixingMethod (adapted as"
         " mixzoo.methods.base.LegacyMethod)", "a subclass of mixzoo.methods.MixingMethod (CONTRIBUTING.md, 'Writing"
-        " a mixing method')", "0.3", (("mixzoo.core.plugins.tables", "mixzoo.deprecated.contracts:attach_tables"),
-                                     ("mixzoo.methods.base", "mixzoo.deprecated.contracts:attach_legacy_method"))),
+        " a mixing method')", shims=(("mixzoo.core.plugins.tables", "contracts:attach_tables"),
+                                     ("mixzoo.methods.base", "contracts:attach_legacy_method"))),
     "method-keyword-calls": Deprecation(
         "a method's match(..., **kw) / tradeoff_curve(..., **kw) with evaluate's former keyword arguments",
         "a request: match(abc, rbc, images, labels, target, request), tradeoff_curve(card, abc, rbc, data,"
-        " request)", "0.3"),
+        " request)"),
     "match-keywords": Deprecation(
         "Linear.match(..., attack=..., eps=..., ...)", "a request: Linear.match(abc, rbc, images, labels, target,"
-        " mixzoo.core.request.EvalRequest(...))", "0.3",
-        (("mixzoo.methods.linear", "mixzoo.deprecated.calls:attach_linear"),)),
+        " mixzoo.core.request.EvalRequest(...))", shims=(("mixzoo.methods.linear", "calls:attach_linear"),)),
     "calibrate-alpha-linear": Deprecation(
         "mixzoo.methods.mixednuts.calibrate.calibrate_alpha_linear", "mixzoo.methods.linear.calibrate_alpha_linear",
-        "0.3", (("mixzoo.methods.mixednuts.calibrate", "mixzoo.deprecated.contracts:attach_calibrate"),)),
+        shims=(("mixzoo.methods.mixednuts.calibrate", "contracts:attach_calibrate"),)),
     "method-option": Deprecation(
         "mixzoo.methods.MethodOption", "mixzoo.core.options.OptionSpec(help, type, default) (the default is filled"
-        " in) or OptionSpec(help, type, default_note=...) (shown, not filled)", "0.3",
-        (("mixzoo.methods.base", "mixzoo.deprecated.contracts:attach_method_option"),
-         ("mixzoo.methods", "mixzoo.deprecated.contracts:attach_methods"))),
+        " in) or OptionSpec(help, type, default_note=...) (shown, not filled)",
+        shims=(("mixzoo.methods.base", "contracts:attach_method_option"),
+               ("mixzoo.methods", "contracts:attach_methods"))),
 }
 
-# module -> the shims attached to it when it is imported
+# module -> the shims attached to it when it is imported ("mixzoo.deprecated.SUBMODULE:function")
 SHIMS: dict[str, list[str]] = {}
 for _entry in DEPRECATIONS.values():
     for _target, _shim in _entry.shims:
-        SHIMS.setdefault(_target, []).append(_shim)
+        SHIMS.setdefault(_target, []).append(f"{__name__}.{_shim}")
 
 
 def _call(path: str, module: types.ModuleType) -> None:

@@ -25,7 +25,7 @@ import mixzoo.attacks.runner
 import mixzoo.zoo.pairs
 from mixzoo.core.compat import import_timm
 from mixzoo.core.errors import InputError, MissingFileError, MixzooError, RegistryError
-from mixzoo.core.plugins import clear_caches, model_sources, provider
+from mixzoo.core.plugins import clear_caches, provider, table
 from mixzoo.core.registry import ModelSpec
 from mixzoo.zoo import hub as _hub
 from mixzoo.zoo import loading as _loading
@@ -120,7 +120,7 @@ def test_paper_pairs_resolve_from_the_shipped_registry():
 
 
 def test_every_registry_entry_has_its_loader_in_the_sources_table():
-    sources = model_sources()
+    sources = table("source")
     owners = {kind: provider("source", kind)[0] for kind in ("timm", "bit-hf", "robustbench", "zoo")}
     assert owners == {"timm": "timm-hub", "bit-hf": "bit", "robustbench": "robustbench", "zoo": "zoo"}
     for spec in mixzoo.list_models():

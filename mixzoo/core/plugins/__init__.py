@@ -39,8 +39,6 @@ from mixzoo.core.plugins.sources import load_network
 from mixzoo.core.plugins.state import STATE
 from mixzoo.core.plugins.tables import (
     KINDS,
-    attacks,
-    clamp_functions,
     clear_caches,
     collision_message,
     collisions,
@@ -49,7 +47,6 @@ from mixzoo.core.plugins.tables import (
     lookup,
     merge,
     mixing_methods,
-    model_sources,
     plugin_failures,
     provider,
     published_cards,
@@ -60,9 +57,8 @@ from mixzoo.core.plugins.tables import (
 )
 
 __all__ = [
-    "KINDS", "STATE", "PluginInfo", "attacks", "clamp_functions", "clear_caches", "collect", "collision_message",
-    "collisions", "datasets", "failures_so_far", "first_answer", "first_result", "get_plugin_manager", "hookimpl",
-    "load_network", "lookup", "merge", "mixing_methods", "model_sources", "plugin_failures", "plugin_infos",
-    "provider", "published_cards", "record_failure", "register_plugin", "runtime_failures", "table",
-    "unregister_plugin",
+    "KINDS", "STATE", "PluginInfo", "clear_caches", "collect", "collision_message", "collisions", "datasets",
+    "failures_so_far", "first_answer", "first_result", "get_plugin_manager", "hookimpl", "load_network", "lookup",
+    "merge", "mixing_methods", "plugin_failures", "plugin_infos", "provider", "published_cards", "record_failure",
+    "register_plugin", "runtime_failures", "table", "unregister_plugin",
 ]

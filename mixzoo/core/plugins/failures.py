@@ -22,8 +22,7 @@ def failure_file() -> str:
     (``$MIXZOO_CACHE``, else ``~/.cache/mixzoo``, as :func:`mixzoo.core.cache.default_cache_dir`)."""
     from mixzoo.core.paths import cache_folder
 
-    root = cache_folder()
-    return os.path.join(root, "failed-plugins.json")
+    return os.path.join(cache_folder(), "failed-plugins.json")
 
 
 def read_kept() -> dict[str, Any]:

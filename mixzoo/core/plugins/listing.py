@@ -121,11 +121,9 @@ def plugin_infos(check: bool = True) -> list[PluginInfo]:
         info.hints = [hint for hint in (import_hint(info.import_s),) if hint]
         infos[name] = info
     errors = STATE.failure_texts()
-    for name, fault in drifted.items():
+    seen = [(name, "at run time: " + "; ".join(reasons)) for name, reasons in runtime_failures().items()]
+    for name, fault in [*drifted.items(), *seen]:
         errors[name] = f"{errors[name]}; {fault}" if name in errors else fault
-    for name, reasons in runtime_failures().items():
-        seen = "at run time: " + "; ".join(reasons)
-        errors[name] = f"{errors[name]}; {seen}" if name in errors else seen
     for name, err in errors.items():
         if name in infos:
             infos[name].error = err

@@ -86,8 +86,3 @@ def import_failure(exc: BaseException) -> str:
         return "KeyboardInterrupt: the plugin's import raised KeyboardInterrupt (or was interrupted)"
     return f"{type(exc).__name__}: {exc}"
 
-
-def is_builtin(plugin_name: str) -> bool:
-    """Whether ``plugin_name`` is one of mixzoo's own plugins (an entry point of the ``mixzoo`` distribution)."""
-    get_plugin_manager()
-    return plugin_name in STATE.builtin

@@ -153,16 +153,6 @@ def table(kind: str) -> dict[str, Any]:
     return merged(kind).entries
 
 
-def clamp_functions() -> dict[str, Any]:
-    """All clamp functions by name."""
-    return table("clamp")
-
-
-def attacks() -> dict[str, Any]:
-    """All attack factories by name."""
-    return table("attack")
-
-
 def datasets() -> dict[str, Any]:
     """All dataset factories by name."""
     return table("dataset")
@@ -176,11 +166,6 @@ def mixing_methods() -> dict[str, Any]:
 def published_cards() -> dict[str, Any]:
     """All published mix cards by name (paths of card files shipped with plugins)."""
     return table("card")
-
-
-def model_sources() -> dict[str, Any]:
-    """All model loaders by source kind (hook ``mixzoo_model_sources``)."""
-    return table("source")
 
 
 def collisions(kind: str) -> dict[str, list[str]]:
