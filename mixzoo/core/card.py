@@ -44,15 +44,10 @@ from mixzoo.core.paths import inside, plain_name
 
 @dataclass
 class MixCard:
-    """A mixed classifier: its method, its fitted section (``params``), its base models and how it was obtained.
-
-    Plain data: ``method`` names a mixing-method plugin; ``params`` is that method's section (e.g. MixedNUTS:
-    ``s``, ``p``, ``c``, ``alpha``, ``beta``, ``clamp``, ``top_k``, ``temperature``, ``alpha_d``, ``objective``,
-    ``fit``, ``grid``), validated by the method (one-line errors naming ``SECTION.FIELD``); ``abc`` / ``rbc``: each
-    model's ``name`` and ``weight_hash`` (:func:`mixzoo.zoo.pairs.model_hash`); ``dataset``; ``data``: the
-    calibration images (:meth:`mixzoo.zoo.pairs.Pair.data_info`); ``attack``: the threat model (``eps``, ``norm``)
-    and any attack the fit ran; ``weights``: files of a trained method, by name, with their sha256, stored next to
-    the card (``path``); ``provenance`` (:func:`provenance`); ``notes`` for people. Construction validates.
+    """A mixed classifier: its method, its fitted section (``params``, validated by the method, one-line errors
+    naming ``SECTION.FIELD``), its base models (``abc`` / ``rbc``: ``name`` and ``weight_hash``,
+    :func:`mixzoo.zoo.pairs.model_hash`) and how it was obtained (``data``: :meth:`mixzoo.zoo.pairs.Pair.data_info`;
+    ``attack``, ``weights``, ``provenance``: module docstring). Construction validates.
     """
 
     method: str
@@ -280,7 +275,6 @@ def _validate_records(card: MixCard, source: str) -> None:
             raise field_error(source, f"data.{key}", "an integer >= 0", data[key])
 
 
-
 def git_output(*args: str) -> str | None:
     """The stripped output of the read-only ``git ARGS`` in the mixzoo source tree; None when it is not a git
     checkout (or git is missing or fails)."""
@@ -310,8 +304,6 @@ def provenance(**extra: Any) -> dict[str, Any]:
         out["git_commit"] = commit
     out.update(extra)
     return out
-
-
 
 
 __all__ = ["ARRAYS_FORMAT", "ARRAYS_SUFFIX", "INLINE_NUMBERS", "SCHEMA_VERSION", "MixCard", "check_sidecar",
