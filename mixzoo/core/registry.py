@@ -91,15 +91,10 @@ def spec_from_dict(name: str, raw: Mapping[str, Any], plugin: str = "registry.to
     )
 
 
-def shipped_registry() -> Traversable:
-    """The ``registry.toml`` shipped inside the package (package data, read through :mod:`importlib.resources`)."""
-    return resources.files("mixzoo") / "registry.toml"
-
-
 def default_registry_path() -> Path | Traversable:
-    """``$MIXZOO_REGISTRY`` if set, else the ``registry.toml`` shipped inside the package."""
+    """``$MIXZOO_REGISTRY`` if set, else the ``registry.toml`` shipped inside the package (package data)."""
     env = os.environ.get("MIXZOO_REGISTRY")
-    return Path(env) if env else shipped_registry()
+    return Path(env) if env else resources.files("mixzoo") / "registry.toml"
 
 
 def load_registry_file(path: str | os.PathLike[str] | Traversable) -> list[ModelSpec]:
@@ -169,13 +164,8 @@ class Registry:
 
 def get_registry() -> Registry:
     """The merged registry: ``registry.toml`` (:func:`file_specs`, built-in) plus every plugin's
-    ``mixzoo_model_specs`` (:func:`plugin_specs`), the table of kind ``model`` of :mod:`mixzoo.core.plugins`,
-    built on first use.
-
-    A plugin's faults cost only its own entries: a hook that does not return a list, an invalid entry, or a name
-    another entry also claims is left out and recorded (``mixzoo plugins`` shows why); a name a built-in entry
-    claims stays the built-in's (the third party's entry of that name is left out, with a warning).
-    """
+    ``mixzoo_model_specs`` (:func:`plugin_specs`), the table of kind ``model`` of :mod:`mixzoo.core.plugins`
+    (merged, a plugin's faults costing only its own entries, by :func:`~mixzoo.core.plugins.tables.merge`)."""
     from mixzoo.core.plugins import collisions, table
 
     return Registry(table("model"), collisions("model"))
