@@ -150,7 +150,7 @@ class Registry:
 
     def get(self, name: str) -> ModelSpec:
         """The spec for a name or alias; names no registry knows go to the resolve hook (hf-hub:, RobustBench)."""
-        from mixzoo.core.plugins import collision_message, failures_so_far, first_result
+        from mixzoo.core.plugins import STATE, collision_message, first_result
 
         if name in self._index:
             return self._specs[self._index[name]]
@@ -159,7 +159,7 @@ class Registry:
         spec = first_result("mixzoo_resolve_model_name", f"resolve model name {name!r}", name=name)
         if spec is not None:
             return spec
-        raise UnknownNameError("model", name, self._index, failed=failures_so_far())
+        raise UnknownNameError("model", name, self._index, failed=STATE.failure_texts())
 
 
 def get_registry() -> Registry:
@@ -180,21 +180,21 @@ def file_specs() -> tuple[str, dict[str, ModelSpec]]:
 def plugin_specs(plugin_name: str, entries: Any) -> dict[str, ModelSpec]:
     """A plugin's ``mixzoo_model_specs`` answer as ``{name: spec}``: each entry validated (a dict as a file entry; a
     :class:`ModelSpec` credited to the plugin unless it names another), a bad one recorded and left out."""
-    from mixzoo.core.plugins import record_failure
+    from mixzoo.core.plugins import STATE
 
     if not isinstance(entries, list | tuple):
-        record_failure(plugin_name, f"mixzoo_model_specs returned {type(entries).__name__}, expected a list of"
-                                    " ModelSpecs or dicts; its models are left out")
+        STATE.record_failure(plugin_name, f"mixzoo_model_specs returned {type(entries).__name__}, expected a list"
+                                          " of ModelSpecs or dicts; its models are left out")
         return {}
     out: dict[str, ModelSpec] = {}
     for entry in entries:
         try:
             spec = _plugin_spec(plugin_name, entry)
         except RegistryError as exc:
-            record_failure(plugin_name, f"{exc}; entry left out")
+            STATE.record_failure(plugin_name, f"{exc}; entry left out")
             continue
         if spec.name in out:
-            record_failure(plugin_name, f"model {spec.name!r} listed twice; the second entry left out")
+            STATE.record_failure(plugin_name, f"model {spec.name!r} listed twice; the second entry left out")
             continue
         out[spec.name] = spec
     return out

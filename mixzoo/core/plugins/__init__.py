@@ -24,14 +24,12 @@ from mixzoo.core.plugins.tables import (
     collision_message,
     collisions,
     datasets,
-    failures_so_far,
     lookup,
     merge,
     mixing_methods,
     plugin_failures,
     provider,
     published_cards,
-    record_failure,
     register_plugin,
     table,
     unregister_plugin,
@@ -39,7 +37,7 @@ from mixzoo.core.plugins.tables import (
 
 __all__ = [
     "KINDS", "STATE", "PluginInfo", "clear_caches", "collect", "collision_message", "collisions", "datasets",
-    "failures_so_far", "first_answer", "first_result", "get_plugin_manager", "hookimpl", "load_network", "lookup",
-    "merge", "mixing_methods", "plugin_failures", "plugin_infos", "provider", "published_cards", "record_failure",
-    "register_plugin", "runtime_failures", "table", "unregister_plugin",
+    "first_answer", "first_result", "get_plugin_manager", "hookimpl", "load_network", "lookup", "merge",
+    "mixing_methods", "plugin_failures", "plugin_infos", "provider", "published_cards", "register_plugin",
+    "runtime_failures", "table", "unregister_plugin",
 ]
