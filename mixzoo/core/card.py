@@ -35,7 +35,7 @@ from mixzoo.core.card_fields import (
     named_method,
     plain_values,
 )
-from mixzoo.core.card_sidecar import ARRAYS_FORMAT, ARRAYS_SUFFIX, INLINE_NUMBERS, check_sidecar, join_arrays, toml_text
+from mixzoo.core.card_sidecar import ARRAYS_SUFFIX, check_sidecar, join_arrays, toml_text
 from mixzoo.core.card_upgrade import upgrade_v1
 from mixzoo.core.checks import refuse_foreign_file
 from mixzoo.core.errors import InputError, MissingFileError
@@ -306,5 +306,5 @@ def provenance(**extra: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ARRAYS_FORMAT", "ARRAYS_SUFFIX", "INLINE_NUMBERS", "SCHEMA_VERSION", "MixCard", "check_sidecar",
-           "field_error", "git_commit", "is_int", "plain_values", "provenance", "upgrade_v1"]
+__all__ = ["ARRAYS_SUFFIX", "SCHEMA_VERSION", "MixCard", "check_sidecar", "field_error", "git_commit", "is_int",
+           "plain_values", "provenance", "upgrade_v1"]
