@@ -35,7 +35,7 @@ from mixzoo.core.card_fields import (
     named_method,
     plain_values,
 )
-from mixzoo.core.card_sidecar import ARRAYS_FORMAT, ARRAYS_SUFFIX, INLINE_NUMBERS, check_sidecar, join_arrays, toml_text
+from mixzoo.core.card_sidecar import ARRAYS_SUFFIX, check_sidecar, join_arrays, toml_text
 from mixzoo.core.card_upgrade import upgrade_v1
 from mixzoo.core.checks import refuse_foreign_file
 from mixzoo.core.errors import InputError, MissingFileError
@@ -44,15 +44,10 @@ from mixzoo.core.paths import inside, plain_name
 
 @dataclass
 class MixCard:
-    """A mixed classifier: its method, its fitted section (``params``), its base models and how it was obtained.
-
-    Plain data: ``method`` names a mixing-method plugin; ``params`` is that method's section (e.g. MixedNUTS:
-    ``s``, ``p``, ``c``, ``alpha``, ``beta``, ``clamp``, ``top_k``, ``temperature``, ``alpha_d``, ``objective``,
-    ``fit``, ``grid``), validated by the method (one-line errors naming ``SECTION.FIELD``); ``abc`` / ``rbc``: each
-    model's ``name`` and ``weight_hash`` (:func:`mixzoo.zoo.pairs.model_hash`); ``dataset``; ``data``: the
-    calibration images (:meth:`mixzoo.zoo.pairs.Pair.data_info`); ``attack``: the threat model (``eps``, ``norm``)
-    and any attack the fit ran; ``weights``: files of a trained method, by name, with their sha256, stored next to
-    the card (``path``); ``provenance`` (:func:`provenance`); ``notes`` for people. Construction validates.
+    """A mixed classifier: its method, its fitted section (``params``, validated by the method, one-line errors
+    naming ``SECTION.FIELD``), its base models (``abc`` / ``rbc``: ``name`` and ``weight_hash``,
+    :func:`mixzoo.zoo.pairs.model_hash`) and how it was obtained (``data``: :meth:`mixzoo.zoo.pairs.Pair.data_info`;
+    ``attack``, ``weights``, ``provenance``: module docstring). Construction validates.
     """
 
     method: str
@@ -311,5 +306,5 @@ def provenance(**extra: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ARRAYS_FORMAT", "ARRAYS_SUFFIX", "INLINE_NUMBERS", "SCHEMA_VERSION", "MixCard", "check_sidecar",
-           "field_error", "git_commit", "is_int", "plain_values", "provenance", "upgrade_v1"]
+__all__ = ["ARRAYS_SUFFIX", "SCHEMA_VERSION", "MixCard", "check_sidecar", "field_error", "git_commit", "is_int",
+           "plain_values", "provenance", "upgrade_v1"]

@@ -13,9 +13,7 @@ from mixzoo.core.errors import InputError
 
 
 def upgrade_v1(data: dict[str, Any], source: str) -> dict[str, Any]:
-    """A schema-1 card (a method's parameters at the top level) as a schema-2 table: the first method plugin that
-    claims it (:meth:`mixzoo.methods.MixingMethod.upgrade_v1`) gives its section, and its
-    :meth:`~mixzoo.methods.MixingMethod.v1_warning` is issued as a warning."""
+    """A schema-1 card as a schema-2 table: the claiming method's section, its ``v1_warning`` issued as a warning."""
     method, params = _claim_v1(data, source)
     note = named_method(method, source).v1_warning(data)
     if note:

@@ -25,7 +25,7 @@ def card_entry(name: str) -> dict[str, Any]:
     from mixzoo.core.reading import CARD_BYTES, read_data
 
     try:
-        data = read_data(path, "toml" if path.suffix == ".toml" else "json", limit=CARD_BYTES, what="mix card")
+        data = read_data(path, limit=CARD_BYTES, what="mix card")
     except OSError as exc:
         raise InputError(f"published card {name!r} ({path}) cannot be read: {exc}") from None
     if not isinstance(data, dict):

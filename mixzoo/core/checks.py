@@ -25,7 +25,7 @@ def _is_card(path: Path) -> bool:
     from mixzoo.core.reading import CARD_BYTES, read_data
 
     try:
-        data = read_data(path, "toml" if path.suffix == ".toml" else "json", limit=CARD_BYTES)
+        data = read_data(path, limit=CARD_BYTES)
     except (OSError, MixzooError):
         return False
     return isinstance(data, dict) and (any(k in data for k in _CARD_KEYS) or

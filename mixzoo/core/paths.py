@@ -43,17 +43,10 @@ def inside(folder: str | os.PathLike[str], name: object, what: str, beside: str 
     except (OSError, RuntimeError):  # a symbolic link loop
         raise InputError(f"{what}: {path} cannot be resolved (a symbolic link loop?); replace it with the file")\
             from None
-    if real.parent != base and not _hub_blob(folder, real):
+    hub_blob = base.parent.name == "snapshots" and real.parent == base.parent.parent / "blobs"  # ../../blobs/SHA
+    if real.parent != base and not hub_blob:
         raise InputError(f"{what}: {path} is a symbolic link out of {folder}; replace it with the file itself")
     return path
-
-
-def _hub_blob(folder: Path, real: Path) -> bool:
-    """Whether ``real`` is a blob of the Hugging Face cache repository whose snapshot ``folder`` is (a snapshot's
-    files are links to ``../../blobs/SHA``)."""
-    if folder.resolve().parent.name != "snapshots":
-        return False
-    return real.parent == (folder.resolve().parent.parent / "blobs")
 
 
 def safe_component(value: object, what: str) -> str:

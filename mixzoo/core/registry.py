@@ -91,15 +91,10 @@ def spec_from_dict(name: str, raw: Mapping[str, Any], plugin: str = "registry.to
     )
 
 
-def shipped_registry() -> Traversable:
-    """The ``registry.toml`` shipped inside the package (package data, read through :mod:`importlib.resources`)."""
-    return resources.files("mixzoo") / "registry.toml"
-
-
 def default_registry_path() -> Path | Traversable:
-    """``$MIXZOO_REGISTRY`` if set, else the ``registry.toml`` shipped inside the package."""
+    """``$MIXZOO_REGISTRY`` if set, else the ``registry.toml`` shipped inside the package (package data)."""
     env = os.environ.get("MIXZOO_REGISTRY")
-    return Path(env) if env else shipped_registry()
+    return Path(env) if env else resources.files("mixzoo") / "registry.toml"
 
 
 def load_registry_file(path: str | os.PathLike[str] | Traversable) -> list[ModelSpec]:
@@ -155,7 +150,7 @@ class Registry:
 
     def get(self, name: str) -> ModelSpec:
         """The spec for a name or alias; names no registry knows go to the resolve hook (hf-hub:, RobustBench)."""
-        from mixzoo.core.plugins import collision_message, failures_so_far, first_result
+        from mixzoo.core.plugins import STATE, collision_message, first_result
 
         if name in self._index:
             return self._specs[self._index[name]]
@@ -164,18 +159,13 @@ class Registry:
         spec = first_result("mixzoo_resolve_model_name", f"resolve model name {name!r}", name=name)
         if spec is not None:
             return spec
-        raise UnknownNameError("model", name, self._index, failed=failures_so_far())
+        raise UnknownNameError("model", name, self._index, failed=STATE.failure_texts())
 
 
 def get_registry() -> Registry:
     """The merged registry: ``registry.toml`` (:func:`file_specs`, built-in) plus every plugin's
-    ``mixzoo_model_specs`` (:func:`plugin_specs`), the table of kind ``model`` of :mod:`mixzoo.core.plugins`,
-    built on first use.
-
-    A plugin's faults cost only its own entries: a hook that does not return a list, an invalid entry, or a name
-    another entry also claims is left out and recorded (``mixzoo plugins`` shows why); a name a built-in entry
-    claims stays the built-in's (the third party's entry of that name is left out, with a warning).
-    """
+    ``mixzoo_model_specs`` (:func:`plugin_specs`), the table of kind ``model`` of :mod:`mixzoo.core.plugins`
+    (merged, a plugin's faults costing only its own entries, by :func:`~mixzoo.core.plugins.tables.merge`)."""
     from mixzoo.core.plugins import collisions, table
 
     return Registry(table("model"), collisions("model"))
@@ -190,21 +180,21 @@ def file_specs() -> tuple[str, dict[str, ModelSpec]]:
 def plugin_specs(plugin_name: str, entries: Any) -> dict[str, ModelSpec]:
     """A plugin's ``mixzoo_model_specs`` answer as ``{name: spec}``: each entry validated (a dict as a file entry; a
     :class:`ModelSpec` credited to the plugin unless it names another), a bad one recorded and left out."""
-    from mixzoo.core.plugins import record_failure
+    from mixzoo.core.plugins import STATE
 
     if not isinstance(entries, list | tuple):
-        record_failure(plugin_name, f"mixzoo_model_specs returned {type(entries).__name__}, expected a list of"
-                                    " ModelSpecs or dicts; its models are left out")
+        STATE.record_failure(plugin_name, f"mixzoo_model_specs returned {type(entries).__name__}, expected a list"
+                                          " of ModelSpecs or dicts; its models are left out")
         return {}
     out: dict[str, ModelSpec] = {}
     for entry in entries:
         try:
             spec = _plugin_spec(plugin_name, entry)
         except RegistryError as exc:
-            record_failure(plugin_name, f"{exc}; entry left out")
+            STATE.record_failure(plugin_name, f"{exc}; entry left out")
             continue
         if spec.name in out:
-            record_failure(plugin_name, f"model {spec.name!r} listed twice; the second entry left out")
+            STATE.record_failure(plugin_name, f"model {spec.name!r} listed twice; the second entry left out")
             continue
         out[spec.name] = spec
     return out

@@ -95,9 +95,11 @@ for _entry in DEPRECATIONS.values():
         SHIMS.setdefault(_target, []).append(f"{__name__}.{_shim}")
 
 
-def _call(path: str, module: types.ModuleType) -> None:
-    name, _, function = path.partition(":")
-    getattr(importlib.import_module(name), function)(module)
+def _attach(module: types.ModuleType) -> None:
+    """Call each shim of :data:`SHIMS` for ``module`` with it."""
+    for shim in SHIMS[module.__name__]:
+        name, _, function = shim.partition(":")
+        getattr(importlib.import_module(name), function)(module)
 
 
 class _Attaching(importlib.abc.Loader):
@@ -111,8 +113,7 @@ class _Attaching(importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         self.loader.exec_module(module)
-        for shim in SHIMS[module.__name__]:
-            _call(shim, module)
+        _attach(module)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ... of the module's own loader
         return getattr(self.loader, name)
@@ -140,7 +141,6 @@ def install() -> None:
     if any(isinstance(f, Finder) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, Finder())
-    for name, shims in SHIMS.items():
+    for name in SHIMS:
         if name in sys.modules:
-            for shim in shims:
-                _call(shim, sys.modules[name])
+            _attach(sys.modules[name])

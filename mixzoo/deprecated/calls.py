@@ -89,12 +89,11 @@ def attach_certify(run: types.ModuleType) -> None:
         old = {key: keywords.pop(key) for key in ("estimate_eps", "estimate_steps") if key in keywords}
         if old:
             entry.warn()
-            given = keywords.get("estimate")
-            est = given if isinstance(given, run.EstimateSettings) else \
-                run.EstimateSettings(tuple(float(e) for e in (given or ())))
-            keywords["estimate"] = run.EstimateSettings(
-                tuple(float(e) for e in (old.get("estimate_eps") or est.eps)), int(old.get("estimate_steps",
-                                                                                           est.steps)))
+            est = keywords.get("estimate")
+            if not isinstance(est, run.EstimateSettings):
+                est = run.EstimateSettings(tuple(map(float, est or ())))
+            eps = tuple(map(float, old.get("estimate_eps") or est.eps))
+            keywords["estimate"] = run.EstimateSettings(eps, int(old.get("estimate_steps", est.steps)))
         return library(*args, **keywords)
 
     run.certify = certify

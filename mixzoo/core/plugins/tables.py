@@ -30,8 +30,7 @@ class Kind:
     (a missing part of the contract named) or read from an older contract; ``read`` (plugin, hook result) ->
     ``{name: entry}``, for a hook that returns something else than that dict (its faults recorded and left out);
     ``base`` () -> ``(owner, {name: entry})``, entries that come before every plugin's and count as built-in (the
-    registry file). ``aliases``: each entry's
-    ``aliases`` attribute names it too."""
+    registry file). ``aliases``: each entry's ``aliases`` attribute names it too."""
 
     hook: str
     label: str
@@ -221,18 +220,6 @@ def plugin_failures() -> dict[str, str]:
     get_plugin_manager()
     build_tables()
     return STATE.failure_texts()
-
-
-def failures_so_far() -> dict[str, str]:
-    """The failures recorded until now (plugins that failed to import, and faults found in the tables built so
-    far), without building the other tables: what a name lookup that has just built its own table may report."""
-    get_plugin_manager()
-    return STATE.failure_texts()
-
-
-def record_failure(plugin_name: str, reason: str) -> None:
-    """Note that ``plugin_name`` failed (entirely or in part); ``mixzoo plugins`` shows every reason."""
-    STATE.record_failure(plugin_name, reason)
 
 
 def lookup(kind: str, name: str) -> Any:
