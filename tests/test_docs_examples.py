@@ -1,9 +1,11 @@
 """Every code block of README.md and docs/ that a user would run is run here, on the CPU, as written.
 
-A block a user runs is fenced ```bash or ```python. Each one either runs here, in a fresh folder (one cache for all),
-or is preceded by ``<!-- not run: REASON -->`` saying why not (a GPU, a download, an upload, an hour of CPU). Sizes
-are made small only through the variables a block itself sets on a line of its own (``N=200`` in bash,
-``N = 200`` in Python; :data:`SMALL`), so what runs is what the reader sees. A block fenced without a language
+A block a user runs is fenced ```bash or ```python. Each one either runs here or is preceded by
+``<!-- not run: REASON -->`` saying why not (a GPU, a download, an upload, an install, a fragment). A page's blocks
+run in order in one fresh folder, as a reader runs the page top to bottom (one cache for all pages): a block finds
+the card or report an earlier block of its page wrote. Sizes are made small only through the variables a block
+itself sets on a line of its own (``N=200`` in bash, ``N = 200`` in Python; :data:`SMALL`), so what runs is what
+the reader sees. A block fenced without a language
 (or ``text``) is output or a formula and must hold no command. tests/test_docs.py parses every `mixzoo` command
 against the CLI and checks every cited path; this file runs them.
 """
@@ -22,7 +24,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUN_LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python"}
-SMALL = {"N": "20"}  # the documented size variables and the values the test gives them
+# the documented size variables and the values the test gives them: evaluation images, calibration images, images
+# per trade-off curve point, images certified by Monte Carlo and its noise samples per image
+SMALL = {"N": "20", "N_CALIB": "20", "CURVE_N": "10", "N_MC": "4", "SAMPLES": "200"}
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.M)  # mkdocs snippets: a file included whole
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->\s*$")
 COMMAND_START = re.compile(r"^\s*(mixzoo|pip|make|torchrun|srun|python|import|from \S+ import)(?=\s|$)")
@@ -62,6 +66,7 @@ def blocks(path: Path) -> list[Block]:
 
 ALL = [b for doc in DOCS for b in blocks(doc)]
 RUNNABLE = [b for b in ALL if b.lang and b.not_run is None]
+RUN_DOCS = sorted({b.doc for b in RUNNABLE}, key=[d.relative_to(ROOT).as_posix() for d in DOCS].index)
 
 
 def small(block: Block) -> str:
@@ -106,27 +111,28 @@ def test_small_sizes_only_through_the_block_s_variables():
     assert small(block) == "N=20   # images\nmixzoo bench card.toml --n $N --out bench/\nNN=200\n"
     py = Block("x.md", 1, "python", "N = 200\nreport = bench('card.toml', n=N)\nM = 200\n", None)
     assert small(py) == "N = 20\nreport = bench('card.toml', n=N)\nM = 200\n"
-    big = [b.id for b in RUNNABLE if re.search(r"--n \d+|\bn=\d+", b.body)]
+    big = [b.id for b in RUNNABLE if re.search(r"--(n|n-calib|curve-n|samples) \d+|\b(n|n_calib|curve_n|samples)=\d+", b.body)]
     assert not big, f"blocks run here with a literal size instead of N: {big}"
 
 
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the blocks of this file, as a reader's machine has: the quick start in Python after the one
-    on the command line finds its calibration attack and rows there."""
+    """One cache for the pages of this file, as a reader's machine has: a page run after another finds the
+    calibration attacks and rows the earlier one computed."""
     return tmp_path_factory.mktemp("cache")
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
-def test_block_runs(block: Block, tmp_path: Path, shared_cache: Path) -> None:
-    """The block, in a fresh folder, on the CPU, with the small sizes: it exits 0."""
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("doc", RUN_DOCS)
+def test_page_runs(doc: str, tmp_path: Path, shared_cache: Path) -> None:
+    """The page's blocks, in order, in one fresh folder, on the CPU, with the small sizes: each exits 0."""
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "MIXZOO_CACHE": str(shared_cache), "MIXZOO_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = ["bash", "-euo", "pipefail", "-c", small(block)] if block.lang == "bash" else [
-        sys.executable, "-c", small(block)]
-    done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=850)
-    assert done.returncode == 0, f"{block.id} failed:\n{(done.stdout + done.stderr)[-3000:]}"
+    for block in (b for b in RUNNABLE if b.doc == doc):
+        cmd = ["bash", "-euo", "pipefail", "-c", small(block)] if block.lang == "bash" else [
+            sys.executable, "-c", small(block)]
+        done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1700)
+        assert done.returncode == 0, f"{block.id} failed:\n{(done.stdout + done.stderr)[-3000:]}"
