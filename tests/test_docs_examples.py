@@ -26,7 +26,9 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUN_LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python"}
 # the documented size variables and the values the test gives them: evaluation images, calibration images, images
 # per trade-off curve point, images certified by Monte Carlo and its noise samples per image
-SMALL = {"N": "20", "N_CALIB": "20", "CURVE_N": "10", "N_MC": "4", "SAMPLES": "200"}
+SMALL = {"N": "20", "N_CALIB": "20", "CURVE_N": "5", "N_MC": "4", "SAMPLES": "200"}
+# pages whose every row runs the full `adaptive` attack on a Fashion-MNIST mixture (seconds per image): smaller still
+SMALLER = {"docs/tutorials/evaluating.md": {"N": "4"}}
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.M)  # mkdocs snippets: a file included whole
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->\s*$")
 COMMAND_START = re.compile(r"^\s*(mixzoo|pip|make|torchrun|srun|python|import|from \S+ import)(?=\s|$)")
@@ -70,9 +72,10 @@ RUN_DOCS = sorted({b.doc for b in RUNNABLE}, key=[d.relative_to(ROOT).as_posix()
 
 
 def small(block: Block) -> str:
-    """The block with each :data:`SMALL` variable it sets given the small value (the assignment line only)."""
+    """The block with each :data:`SMALL` variable it sets given the small value (:data:`SMALLER` for its page), on
+    the assignment line only."""
     body = block.body
-    for name, value in SMALL.items():
+    for name, value in {**SMALL, **SMALLER.get(block.doc, {})}.items():
         assign = f"{name}=" if block.lang == "bash" else f"{name} = "
         body = re.sub(rf"^{re.escape(assign)}\S+(?=[ \t]*(#.*)?$)", assign + value, body, flags=re.M)
     return body
