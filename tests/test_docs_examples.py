@@ -114,6 +114,9 @@ def test_small_sizes_only_through_the_block_s_variables():
     assert small(block) == "N=20   # images\nmixzoo bench card.toml --n $N --out bench/\nNN=200\n"
     py = Block("x.md", 1, "python", "N = 200\nreport = bench('card.toml', n=N)\nM = 200\n", None)
     assert small(py) == "N = 20\nreport = bench('card.toml', n=N)\nM = 200\n"
+    paged = Block("docs/tutorials/evaluating.md", 1, "bash", "N=1000\nCURVE_N=300   # per point\n", None)
+    assert small(paged) == f"N={SMALLER[paged.doc]['N']}\nCURVE_N={SMALL['CURVE_N']}   # per point\n"
+    assert all(set(sizes) <= set(SMALL) for sizes in SMALLER.values()), SMALLER
     literal = r"--(n|n-calib|curve-n|samples) \d+|\b(n|n_calib|curve_n|samples)=\d+"
     big = [b.id for b in RUNNABLE if re.search(literal, b.body)]
     assert not big, f"blocks run here with a literal size instead of N: {big}"
