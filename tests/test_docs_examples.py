@@ -1,12 +1,13 @@
 """Every code block of README.md and docs/ that a user would run is run here, on the CPU, as written.
 
-A block a user runs is fenced ```bash or ```python. Each one either runs here, the blocks of one page in their
-order in one fresh folder, as a reader runs the page top to bottom (one cache for all), or is preceded by
-``<!-- not run: REASON -->`` saying why not (a GPU, a download, an upload, an hour of CPU). Sizes are made small
-only through the variables a block itself sets on a line of its own (``N=200`` in bash, ``N = 200`` in Python;
-:data:`SMALL`), so what runs is what the reader sees. A block fenced without a language (or ``text``) is output or
-a formula and must hold no command. tests/test_docs.py parses every `mixzoo` command against the CLI and checks
-every cited path; this file runs them.
+A block a user runs is fenced ```bash or ```python. Each one either runs here or is preceded by
+``<!-- not run: REASON -->`` saying why not (a GPU, a download, an upload, an install, a fragment). A page's blocks
+run in order in one fresh folder, as a reader runs the page top to bottom (one cache for all pages): a block finds
+the card or report an earlier block of its page wrote. Sizes are made small only through the variables a block
+itself sets on a line of its own (``N=200`` in bash, ``N = 200`` in Python; :data:`SMALL`), so what runs is what
+the reader sees. A block fenced without a language
+(or ``text``) is output or a formula and must hold no command. tests/test_docs.py parses every `mixzoo` command
+against the CLI and checks every cited path; this file runs them.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUN_LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python"}
-# the documented size variables and the values the test gives them
-SMALL = {"N": "20", "N_FEW": "10", "N_CALIB": "20", "SAMPLES": "1000"}
+# the documented size variables and the values the test gives them: evaluation images, calibration images, images
+# per trade-off curve point, images certified by Monte Carlo and its noise samples per image
+SMALL = {"N": "20", "N_CALIB": "20", "CURVE_N": "5", "N_MC": "4", "SAMPLES": "200"}
+# pages whose every row runs the full `adaptive` attack on a Fashion-MNIST mixture (seconds per image): smaller still
+SMALLER = {"docs/tutorials/evaluating.md": {"N": "4"}}
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.M)  # mkdocs snippets: a file included whole
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->\s*$")
 COMMAND_START = re.compile(r"^\s*(mixzoo|pip|make|torchrun|srun|python|import|from \S+ import)(?=\s|$)")
@@ -64,12 +68,14 @@ def blocks(path: Path) -> list[Block]:
 
 ALL = [b for doc in DOCS for b in blocks(doc)]
 RUNNABLE = [b for b in ALL if b.lang and b.not_run is None]
+RUN_DOCS = sorted({b.doc for b in RUNNABLE}, key=[d.relative_to(ROOT).as_posix() for d in DOCS].index)
 
 
 def small(block: Block) -> str:
-    """The block with each :data:`SMALL` variable it sets given the small value (the assignment line only)."""
+    """The block with each :data:`SMALL` variable it sets given the small value (:data:`SMALLER` for its page), on
+    the assignment line only."""
     body = block.body
-    for name, value in SMALL.items():
+    for name, value in {**SMALL, **SMALLER.get(block.doc, {})}.items():
         assign = f"{name}=" if block.lang == "bash" else f"{name} = "
         body = re.sub(rf"^{re.escape(assign)}\S+(?=[ \t]*(#.*)?$)", assign + value, body, flags=re.M)
     return body
@@ -108,26 +114,26 @@ def test_small_sizes_only_through_the_block_s_variables():
     assert small(block) == "N=20   # images\nmixzoo bench card.toml --n $N --out bench/\nNN=200\n"
     py = Block("x.md", 1, "python", "N = 200\nreport = bench('card.toml', n=N)\nM = 200\n", None)
     assert small(py) == "N = 20\nreport = bench('card.toml', n=N)\nM = 200\n"
-    big = [b.id for b in RUNNABLE if re.search(r"--n \d+|\bn=\d+", b.body)]
+    paged = Block("docs/tutorials/evaluating.md", 1, "bash", "N=1000\nCURVE_N=300   # per point\n", None)
+    assert small(paged) == f"N={SMALLER[paged.doc]['N']}\nCURVE_N={SMALL['CURVE_N']}   # per point\n"
+    assert all(set(sizes) <= set(SMALL) for sizes in SMALLER.values()), SMALLER
+    literal = r"--(n|n-calib|curve-n|samples) \d+|\b(n|n_calib|curve_n|samples)=\d+"
+    big = [b.id for b in RUNNABLE if re.search(literal, b.body)]
     assert not big, f"blocks run here with a literal size instead of N: {big}"
 
 
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the blocks of this file, as a reader's machine has: the quick start in Python after the one
-    on the command line finds its calibration attack and rows there."""
+    """One cache for the pages of this file, as a reader's machine has: a page run after another finds the
+    calibration attacks and rows the earlier one computed."""
     return tmp_path_factory.mktemp("cache")
-
-
-RUN_DOCS = sorted({b.doc for b in RUNNABLE}, key=[d.relative_to(ROOT).as_posix() for d in DOCS].index)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("doc", RUN_DOCS)
-def test_doc_blocks_run(doc: str, tmp_path: Path, shared_cache: Path) -> None:
-    """The doc's blocks, in their order on the page, in one fresh folder (as a reader runs the page top to
-    bottom: a block finds the card an earlier one wrote), on the CPU, with the small sizes: each exits 0."""
+def test_page_runs(doc: str, tmp_path: Path, shared_cache: Path) -> None:
+    """The page's blocks, in order, in one fresh folder, on the CPU, with the small sizes: each exits 0."""
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -135,5 +141,5 @@ def test_doc_blocks_run(doc: str, tmp_path: Path, shared_cache: Path) -> None:
     for block in (b for b in RUNNABLE if b.doc == doc):
         cmd = ["bash", "-euo", "pipefail", "-c", small(block)] if block.lang == "bash" else [
             sys.executable, "-c", small(block)]
-        done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=850)
+        done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1700)
         assert done.returncode == 0, f"{block.id} failed:\n{(done.stdout + done.stderr)[-3000:]}"
