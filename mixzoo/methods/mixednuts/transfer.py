@@ -48,20 +48,19 @@ from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
 from mixzoo.methods.mixednuts.transfer_inputs import (
-    DEFAULT_BETA,
     DEFAULT_GUESS,
-    GUESS_WARNING,
     METHODS,
     WEAK_SQUARE_QUERIES,
     BlackBoxSource,
     TransferSettings,
+    _note_weights,
     _threat_model,
 )
 from mixzoo.methods.mixednuts.transfer_routes import transfer_params
 from mixzoo.zoo.blackbox import BlackBoxModel, spec_is_black_box
 
-__all__ = ["DEFAULT_BETA", "DEFAULT_GUESS", "GUESS_WARNING", "METHODS", "WEAK_SQUARE_QUERIES", "BlackBoxSource",
-           "TransferSettings", "transfer_params", "transfer_params_by_name"]
+__all__ = ["BlackBoxSource", "DEFAULT_GUESS", "METHODS", "TransferSettings", "WEAK_SQUARE_QUERIES", "transfer_params",
+           "transfer_params_by_name"]
 
 
 def _split_changes(settings: TransferSettings | None, source: BlackBoxSource | None, changes: dict[str, Any]
@@ -139,7 +138,10 @@ def transfer_params_by_name(
     if card_path is not None:
         sur_info["card"] = str(card_path)
     if sur_model is not None and not isinstance(surrogate, nn.Module):  # MMAA images came from the cache
-        _record_cached_surrogate(result, card, sur_model, sur_info)  # type: ignore[arg-type]
+        _note_weights(card, sur_model.weight_hash, result.notes)  # type: ignore[arg-type]
+        sur_info.update({"name": sur_model.spec.name, "weight_hash": sur_model.weight_hash})
+        result.attack["transfer"] = {"source": "mmaa on the surrogate (calibration_data.cached_mmaa)",
+                                     **{k: v for k, v in card.attack.items() if k not in ("name", "eps", "norm")}}
     result.provenance["command"] = "mixzoo.methods.mixednuts.transfer.transfer_params_by_name()"
     result.provenance["device"] = src.device
     if src.out is not None:
@@ -184,17 +186,6 @@ def _surrogate_model(card: MixCard, card_path: Any, bb: BlackBoxModel, src: Blac
     return sur_model
 
 
-def _record_cached_surrogate(result: MixCard, card: MixCard, sur_model: Any, sur_info: dict[str, Any]) -> None:
-    """The card's record of a surrogate whose MMAA images came from the cache."""
-    recorded = card.rbc.get("weight_hash")
-    if recorded and sur_model.weight_hash != recorded:
-        result.notes.append(f"the surrogate model's weight hash {sur_model.weight_hash} differs from the"
-                            f" card's {recorded}; its MMAA points are not those the card saw")
-    sur_info.update({"name": sur_model.spec.name, "weight_hash": sur_model.weight_hash})
-    result.attack["transfer"] = {"source": "mmaa on the surrogate (calibration_data.cached_mmaa)",
-                                 **{k: v for k, v in card.attack.items() if k not in ("name", "eps", "norm")}}
-
-
 def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, eps: float | None, norm: str, cache: Any,
                            seed: int, device: str, progress: bool) -> Any:
     """The surrogate's MMAA adversarial images at ``eps``/``norm`` (:func:`_threat_model`) through the pipeline's
@@ -213,7 +204,3 @@ def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, eps: f
     if "adv_images" not in res:
         return model
     return res["adv_images"].to(device)
-
-
-__all__ = ["BlackBoxSource", "DEFAULT_GUESS", "METHODS", "TransferSettings", "transfer_params",
-           "transfer_params_by_name"]

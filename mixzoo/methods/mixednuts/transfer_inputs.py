@@ -47,6 +47,14 @@ def _hash(model: Any) -> str | None:
     return None
 
 
+def _note_weights(card: MixCard, actual: str | None, notes: list[str]) -> None:
+    """A note in ``notes`` when the surrogate's weight hash ``actual`` is not the one its card recorded."""
+    recorded = card.rbc.get("weight_hash")
+    if recorded and actual != recorded:
+        notes.append(f"the surrogate model's weight hash {actual} differs from the card's {recorded}; its MMAA"
+                     " points are not those the card saw")
+
+
 def _grid_from_card(card: MixCard | None) -> Any:
     """The card's grid as a :class:`mixzoo.methods.mixednuts.calibrate.Grid` (the default grid if it has fewer than 2
     points)."""

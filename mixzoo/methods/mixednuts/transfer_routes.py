@@ -34,6 +34,7 @@ from mixzoo.methods.mixednuts.transfer_inputs import (
     _hash,
     _load_card,
     _name,
+    _note_weights,
     _threat_model,
 )
 from mixzoo.zoo.blackbox import BlackBoxModel, as_black_box, spec_is_black_box
@@ -304,11 +305,8 @@ def _surrogate_record(run: _Run, surrogate: Any) -> dict[str, Any]:
             "dataset": card.dataset}
     if isinstance(surrogate, nn.Module):
         info["name"] = _name(surrogate) or info["name"]
-        actual = _hash(surrogate)
-        if card.rbc.get("weight_hash") and actual != card.rbc.get("weight_hash"):
-            run.notes.append(f"the surrogate model's weight hash {actual} differs from the card's"
-                             f" {card.rbc.get('weight_hash')}; its MMAA points are not those the card saw")
-        info["weight_hash"] = actual
+        info["weight_hash"] = _hash(surrogate)
+        _note_weights(card, info["weight_hash"], run.notes)
     return info
 
 
