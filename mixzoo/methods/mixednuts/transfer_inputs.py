@@ -23,9 +23,7 @@ WEAK_SQUARE_QUERIES = 1000  # below this, min-margin Square is flagged as a weak
 DEFAULT_BETA = 0.985
 GUESS_WARNING = ("robustness is unverified: method 'guess' sets s, p, c by hand and alpha from clean margins only"
                  " (Bai et al. 2024a, App. D.5, educated guess); evaluate the mixed classifier with an attack before"
-                 " relying on"
-                 " it")
-
+                 " relying on it")
 
 
 def _name(model: Any) -> str | None:
@@ -101,8 +99,7 @@ def _check_classes(card: MixCard | None, bb: BlackBoxModel, n_classes: int, surr
                          f" {n_classes} classes; use a surrogate of the same task")
     if card is not None and card.params["top_k"] is not None and card.params["top_k"] > n_classes:
         raise InputError(f"{label} uses top_k = {card.params['top_k']} but black-box model {bb.name!r} returns"
-                         f" {n_classes}"
-                         " classes; use a card of a model with the same classes")
+                         f" {n_classes} classes; use a card of a model with the same classes")
 
 
 @dataclass(frozen=True)
@@ -147,7 +144,6 @@ def _check_perturbations(adv: Any, images: torch.Tensor, eps: float, norm: str) 
     if float(size.max()) > eps * (1 + 1e-4) + 1e-6:
         raise InputError(f"the surrogate's adversarial images are up to {float(size.max()):.4g} away from the"
                          f" calibration images in {norm}, beyond eps = {eps:.4g}; pass matching eps and norm")
-
 
 
 @dataclass(frozen=True)

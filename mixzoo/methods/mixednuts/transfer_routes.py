@@ -50,24 +50,18 @@ def _algorithm1(clean: torch.Tensor, attacked: torch.Tensor, labels: torch.Tenso
                 top_k: int | None, grid: Any, progress: bool = False, max_argmax_change: float | None = 0.005
                 ) -> MixCard:
     """:func:`mixzoo.methods.mixednuts.calibrate.calibrate`; a 1 x 1 x 1 grid (given s, p, c) is exempt from the App.
-    D.8.2 filter
-    on predictions the transform changes (the share is still recorded in ``data`` and noted when large)."""
-    fixed = grid.size == 1
+    D.8.2 filter on predictions the transform changes (the share is still recorded in ``data`` and noted when large)."""
     return calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=attacked, attacked_labels=labels,
                      beta=beta, clamp=clamp, top_k=top_k, grid=grid, progress=progress,
-                     max_argmax_change=None if fixed else max_argmax_change)
-
-
-def _keys(logits: torch.Tensor, labels: torch.Tensor, top_k: int | None) -> torch.Tensor:
-    """Lower is better for the attacker: signed LN margin, -2 where misclassified (as MMAA selects)."""
-    margin = ln_signed_margin(top_k)(logits, labels)
-    return selection_key(logits, margin, labels)
+                     max_argmax_change=None if grid.size == 1 else max_argmax_change)
 
 
 def _pick(a: torch.Tensor, b: torch.Tensor, labels: torch.Tensor, top_k: int | None) -> tuple[torch.Tensor,
                                                                                             torch.Tensor]:
-    """Per example the logits of the better-attacked point (``b`` where its key is strictly smaller)."""
-    use_b = _keys(b, labels, top_k) < _keys(a, labels, top_k)
+    """Per example the logits of the better-attacked point: ``b`` where its selection key (signed LN margin, -2 where
+    misclassified, as MMAA selects) is strictly smaller."""
+    margin = ln_signed_margin(top_k)
+    use_b = selection_key(b, margin(b, labels), labels) < selection_key(a, margin(a, labels), labels)
     return torch.where(use_b.view(-1, 1), b, a), use_b
 
 
