@@ -53,6 +53,8 @@ from mixzoo.methods.mixednuts.transfer_inputs import (
     WEAK_SQUARE_QUERIES,
     BlackBoxSource,
     TransferSettings,
+    _check_dataset,
+    _check_settings,
     _note_weights,
     _threat_model,
 )
@@ -79,16 +81,11 @@ def _check_by_name(st: TransferSettings, src: BlackBoxSource) -> None:
     from mixzoo.zoo.pairs import check_device
 
     check_device(src.device)
-    if st.method not in METHODS:
-        raise InputError(f"unknown method {st.method!r}; use one of {', '.join(METHODS)}")
+    _check_settings(st)
     if src.out is not None:
         MixCard.check_path(src.out)
     if src.n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {src.n_calib}")
-    if st.queries < 1:
-        raise InputError(f"queries must be at least 1, got {st.queries}")
-    if st.beta is not None and not 0.0 <= st.beta <= 1.0:
-        raise InputError(f"beta must lie in [0, 1], got {st.beta}")
     eps = st.eps
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps)
                             or eps <= 0):
@@ -154,9 +151,7 @@ def _calibration_images(card: MixCard | None, card_path: Any, bb: BlackBoxModel,
     from mixzoo.zoo.data import load_dataset
 
     spec = bb.spec
-    if card is not None and card.dataset and spec is not None and card.dataset != spec.dataset:
-        raise InputError(f"surrogate card {str(card_path)!r} was calibrated on dataset {card.dataset!r} but black-box"
-                         f" model {bb.name!r} is for {spec.dataset!r}; use a card calibrated on {spec.dataset!r}")
+    _check_dataset(card, bb, f"surrogate card {str(card_path)!r}")
     dataset = src.dataset or (card.dataset if card is not None else None) or getattr(spec, "dataset", None)
     if dataset is None:
         raise InputError("cannot tell which dataset to calibrate on; pass --dataset")

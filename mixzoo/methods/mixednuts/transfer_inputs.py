@@ -81,12 +81,13 @@ def _label(card: MixCard | None) -> str:
     return f"surrogate card{'' if card is None else ' for ' + repr(card.rbc.get('name', '?'))}"
 
 
-def _check_dataset(card: MixCard | None, bb: BlackBoxModel) -> None:
-    """The surrogate card's dataset vs the black box's (from its spec): a one-line error naming both."""
+def _check_dataset(card: MixCard | None, bb: BlackBoxModel, label: str | None = None) -> None:
+    """The surrogate card's dataset vs the black box's (from its spec): a one-line error naming both (the card as
+    ``label``, default :func:`_label`)."""
     bb_dataset = getattr(bb.spec, "dataset", None)
     if card is not None and card.dataset and bb_dataset and card.dataset != bb_dataset:
-        raise InputError(f"{_label(card)} was calibrated on dataset {card.dataset!r} but black-box model {bb.name!r}"
-                         f" is for {bb_dataset!r}; use a card calibrated on {bb_dataset!r}")
+        raise InputError(f"{label or _label(card)} was calibrated on dataset {card.dataset!r} but black-box model"
+                         f" {bb.name!r} is for {bb_dataset!r}; use a card calibrated on {bb_dataset!r}")
 
 
 def _check_classes(card: MixCard | None, bb: BlackBoxModel, n_classes: int, surrogate: Any) -> None:
@@ -130,6 +131,16 @@ class TransferSettings:
             if key not in names:
                 raise TypeError(f"transfer_params() got an unexpected keyword argument {key!r}")
         return replace(self, **changes) if changes else self
+
+
+def _check_settings(st: TransferSettings) -> None:
+    """One-line errors for an unknown ``method``, fewer than one Square query and a given ``beta`` outside [0, 1]."""
+    if st.method not in METHODS:
+        raise InputError(f"unknown method {st.method!r}; use one of {', '.join(METHODS)}")
+    if isinstance(st.queries, bool) or int(st.queries) < 1:
+        raise InputError(f"queries must be at least 1, got {st.queries}")
+    if st.beta is not None and not 0.0 <= st.beta <= 1.0:
+        raise InputError(f"beta must lie in [0, 1], got {st.beta}")
 
 
 def _check_perturbations(adv: Any, images: torch.Tensor, eps: float, norm: str) -> None:

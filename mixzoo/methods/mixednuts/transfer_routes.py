@@ -24,12 +24,12 @@ from mixzoo.methods.mixednuts.transfer_inputs import (
     DEFAULT_BETA,
     DEFAULT_GUESS,
     GUESS_WARNING,
-    METHODS,
     WEAK_SQUARE_QUERIES,
     TransferSettings,
     _check_classes,
     _check_dataset,
     _check_perturbations,
+    _check_settings,
     _grid_from_card,
     _hash,
     _load_card,
@@ -156,8 +156,7 @@ def _start(card: MixCard | str | Path | None, rbc: nn.Module, calib_images: torc
     """:func:`transfer_params`'s checks (settings, card, images, threat model, the whole query bill, refused up
     front if the budget cannot pay it) and the black box's clean logits."""
     method = st.method
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    _check_settings(st)
     card, card_path = _load_card(card)
     if card is None and method != "guess":
         raise InputError(f"method {method!r} needs the surrogate's mix card (--from CARD); only 'guess' works"
@@ -166,8 +165,6 @@ def _start(card: MixCard | str | Path | None, rbc: nn.Module, calib_images: torc
     n = int(calib_images.shape[0])
     if n == 0:
         raise InputError("the calibration set is empty; pass at least a few hundred images")
-    if isinstance(st.queries, bool) or int(st.queries) < 1:
-        raise InputError(f"queries must be at least 1, got {st.queries}")
     queries = int(st.queries)
     bb = as_black_box(rbc)
     spec = bb.spec
