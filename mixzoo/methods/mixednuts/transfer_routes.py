@@ -15,7 +15,7 @@ from torch import nn
 from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.attacks.margins import LAYER_NORM_VERSION, ln_signed_margin, selection_key
 from mixzoo.attacks.mmaa import MMAAResult
-from mixzoo.attacks.square import SquareSettings
+from mixzoo.attacks.square import SquareSettings, min_margin_square, square_queries_needed
 from mixzoo.core.card import MixCard, provenance
 from mixzoo.core.errors import InputError
 from mixzoo.methods.mixednuts.calibrate import calibrate
@@ -185,13 +185,9 @@ def _start(card: MixCard | str | Path | None, rbc: nn.Module, calib_images: torc
     top_k = card.params["top_k"] if card is not None else None
 
     # the whole query bill, refused up front if the budget cannot pay it
-    needed = n + (n if method in ("transfer", "both") else 0)
-    if method in ("square", "both"):
-        from mixzoo.attacks.square import square_queries_needed
-
-        needed += square_queries_needed(n, queries)
-    bb.check_budget(needed, f"method {method!r} on {n} images" + (f" x {queries} Square queries"
-                                                                 if method in ("square", "both") else ""))
+    square = method in ("square", "both")
+    needed = n + (n if method in ("transfer", "both") else 0) + (square_queries_needed(n, queries) if square else 0)
+    bb.check_budget(needed, f"method {method!r} on {n} images" + (f" x {queries} Square queries" if square else ""))
     q0 = bb.queries
 
     clean = _forward(bb, calib_images, st.batch_size)
@@ -222,8 +218,6 @@ def _attacked_logits(run: _Run, st: TransferSettings, surrogate: Any, calib_imag
         run.data["transfer_flipped"] = int((transferred.argmax(1) != labels).sum())
         run.data["transfer_kept_clean_point"] = int(used_clean.sum())
     if method in ("square", "both"):
-        from mixzoo.attacks.square import min_margin_square
-
         q = bb.queries
         res = min_margin_square(bb, calib_images, labels,
                                 SquareSettings(eps=float(run.eps), norm=run.norm, n_queries=queries, seed=st.seed),
@@ -257,11 +251,10 @@ def _fit(run: _Run, st: TransferSettings, attacked: torch.Tensor | None) -> MixC
     common = {"beta": run.beta, "clamp": run.clamp, "top_k": run.top_k}
     search = (method == "square") if st.search is None else bool(st.search)
     if method == "guess":
-        guess = st.guess
-        s, p, c = guess if guess is not None else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"])
+        s, p, c = st.guess if st.guess is not None else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"])
         result = _algorithm1(clean, clean, labels, grid=Grid.point(s, p, c), **common)
         run.notes.append(f"educated guess (App. D.5): s={s:g}, p={p:g}, c={c:g}"
-                         + (" (Bai et al. 2024a, Table 3, CIFAR-10)" if guess is None else " (given)")
+                         + (" (Bai et al. 2024a, Table 3, CIFAR-10)" if st.guess is None else " (given)")
                          + "; alpha chosen so that a share beta of correctly classified clean examples keeps margin"
                          " >= (1 - alpha) / alpha (clean margins only, no attack)")
         run.notes.append(GUESS_WARNING)
@@ -272,11 +265,9 @@ def _fit(run: _Run, st: TransferSettings, attacked: torch.Tensor | None) -> MixC
     grid = _grid_from_card(card) if search else point
     result = _algorithm1(clean, attacked, labels, grid=grid, progress=st.progress and search,  # type: ignore[arg-type]
                          max_argmax_change=st.max_argmax_change, **common)
-    if card is not None:
-        fixed = result if not search else _algorithm1(clean, attacked, labels, grid=point,  # type: ignore[arg-type]
-                                                      **common)
-        run.data["objective_transferred"] = fixed.params["objective"]
-        run.data["alpha_transferred"] = fixed.params["alpha"]
+    fixed = result if not search else _algorithm1(clean, attacked, labels, grid=point, **common)  # type: ignore[arg-type]
+    run.data["objective_transferred"] = fixed.params["objective"]
+    run.data["alpha_transferred"] = fixed.params["alpha"]
     if search:
         run.notes.append(f"s, p, c and alpha by Algorithm 1 on black-box margins from {_ROUTES[method]} (App. D.5)")
     else:
@@ -304,7 +295,7 @@ def _surrogate_record(run: _Run, surrogate: Any) -> dict[str, Any]:
 def _transfer_card(run: _Run, st: TransferSettings, result: MixCard, surrogate: Any) -> MixCard:
     """The black box's mix card: Algorithm 1's parameters, the surrogate card's clamp, top_k, temperature and ABC,
     the records of the run."""
-    card, data, notes, eps = run.card, run.data, run.notes, run.eps
+    card, data, notes = run.card, run.data, run.notes
     if card is not None:
         data["surrogate_objective"] = card.params["objective"]
     data.update({k: v for k, v in result.data.items() if k not in data})
@@ -315,11 +306,11 @@ def _transfer_card(run: _Run, st: TransferSettings, result: MixCard, surrogate: 
                       surrogate={k: v for k, v in surrogate_info.items() if v is not None},
                       black_box={**black_box, "queries": run.query_log["total"]},
                       command="mixzoo.methods.mixednuts.transfer.transfer_params()")
-    if card is not None and card.provenance.get("git_commit"):
-        prov["surrogate_git_commit"] = card.provenance["git_commit"]
-    attack_rec = card.attack if card is not None else {}
-    if card is not None and st.method != "guess" and attack_rec.get("eps") not in (None, eps):
-        notes.append(f"attack radius {eps:g} differs from the surrogate card's {attack_rec.get('eps'):g}")
+    if card is not None:
+        if card.provenance.get("git_commit"):
+            prov["surrogate_git_commit"] = card.provenance["git_commit"]
+        if st.method != "guess" and card.attack.get("eps") not in (None, run.eps):
+            notes.append(f"attack radius {run.eps:g} differs from the surrogate card's {card.attack['eps']:g}")
     dataset = (card.dataset if card is not None else None) or getattr(run.bb.spec, "dataset", None)
     params = {**{k: result.params[k] for k in ("s", "p", "c", "alpha", "alpha_d", "objective", "grid")},
               "beta": run.beta, "clamp": run.clamp, "top_k": run.top_k,
