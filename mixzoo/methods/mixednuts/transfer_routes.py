@@ -15,7 +15,7 @@ from torch import nn
 from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.attacks.margins import LAYER_NORM_VERSION, ln_signed_margin, selection_key
 from mixzoo.attacks.mmaa import MMAAResult
-from mixzoo.attacks.square import SquareSettings, min_margin_square, square_queries_needed
+from mixzoo.attacks.square import SquareSettings, square_queries_needed
 from mixzoo.core.card import MixCard, provenance
 from mixzoo.core.errors import InputError
 from mixzoo.methods.mixednuts.calibrate import calibrate
@@ -218,6 +218,8 @@ def _attacked_logits(run: _Run, st: TransferSettings, surrogate: Any, calib_imag
         run.data["transfer_flipped"] = int((transferred.argmax(1) != labels).sum())
         run.data["transfer_kept_clean_point"] = int(used_clean.sum())
     if method in ("square", "both"):
+        from mixzoo.attacks.square import min_margin_square  # looked up at the call: tests replace it
+
         q = bb.queries
         res = min_margin_square(bb, calib_images, labels,
                                 SquareSettings(eps=float(run.eps), norm=run.norm, n_queries=queries, seed=st.seed),
