@@ -139,8 +139,7 @@ def transfer_params(
     supplies s, p, c (transfer / both), clamp, top_k, temperature, beta, the ABC and the attack radius. ``rbc`` is
     treated as a black box (wrapped in :class:`~mixzoo.zoo.blackbox.BlackBoxModel` unless it is one; its query budget
     is checked before the first query). ``surrogate`` is the white-box model of the card (MMAA runs on it) or its
-    MMAA adversarial images / :class:`~mixzoo.attacks.mmaa.MMAAResult`. ``settings`` (:class:`TransferSettings`:
-    the route ``method``, the Square budget ``queries`` per image, ``beta``, ``eps``, ``norm``, ``search``, ...);
+    MMAA adversarial images / :class:`~mixzoo.attacks.mmaa.MMAAResult`. ``settings``: :class:`TransferSettings`;
     keywords named after its fields change a copy (``transfer_params(card, bb, x, y, method="square")``).
     ``data_info`` is recorded in the card's data table.
     """
@@ -170,8 +169,7 @@ def _start(card: MixCard | str | Path | None, rbc: nn.Module, calib_images: torc
     spec = bb.spec
     _check_dataset(card, bb)
     recorded = card.params["beta"] if card is not None else None
-    beta = float(st.beta if st.beta is not None else (recorded if recorded is not None
-                                                      else DEFAULT_BETA))
+    beta = float(st.beta if st.beta is not None else recorded if recorded is not None else DEFAULT_BETA)
     if not 0.0 <= beta <= 1.0:
         raise InputError(f"beta must lie in [0, 1], got {beta}")
     eps, norm = _threat_model(card, spec, st.eps, st.norm)
@@ -181,8 +179,7 @@ def _start(card: MixCard | str | Path | None, rbc: nn.Module, calib_images: torc
     if card is not None and (card.method != "mixednuts" or card.params["clamp"] == "linear"):
         raise InputError("the surrogate card is a linear-mixture card (method 'linear'); transfer needs a MixedNUTS"
                          " card from `mixzoo mix`")
-    clamp = card.params["clamp"] if card is not None else "gelu"
-    top_k = card.params["top_k"] if card is not None else None
+    clamp, top_k = (card.params["clamp"], card.params["top_k"]) if card is not None else ("gelu", None)
 
     # the whole query bill, refused up front if the budget cannot pay it
     square = method in ("square", "both")
