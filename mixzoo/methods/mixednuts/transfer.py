@@ -48,9 +48,11 @@ from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
 from mixzoo.methods.mixednuts.transfer_inputs import (
+    DEFAULT_BETA,  # noqa: F401 - re-exported
     DEFAULT_GUESS,
+    GUESS_WARNING,  # noqa: F401 - re-exported
     METHODS,
-    WEAK_SQUARE_QUERIES,
+    WEAK_SQUARE_QUERIES,  # noqa: F401 - re-exported
     BlackBoxSource,
     TransferSettings,
     _check_dataset,
@@ -61,7 +63,7 @@ from mixzoo.methods.mixednuts.transfer_inputs import (
 from mixzoo.methods.mixednuts.transfer_routes import transfer_params
 from mixzoo.zoo.blackbox import BlackBoxModel, spec_is_black_box
 
-__all__ = ["BlackBoxSource", "DEFAULT_GUESS", "METHODS", "TransferSettings", "WEAK_SQUARE_QUERIES", "transfer_params",
+__all__ = ["BlackBoxSource", "DEFAULT_GUESS", "METHODS", "TransferSettings", "transfer_params",
            "transfer_params_by_name"]
 
 
