@@ -118,7 +118,6 @@ def transfer_params_by_name(
     card = MixCard.load(card_path) if card_path is not None else None
     if card is None and st.method != "guess":
         raise InputError(f"method {st.method!r} needs the surrogate's mix card; pass --from CARD")
-    cache = Cache(src.cache_dir, enabled=src.use_cache) if st.method in ("transfer", "both") else None
     bb = load_black_box(rbc_name, query_budget=src.query_budget, device=src.device, allow_unsafe=src.allow_unsafe)
     data = _calibration_images(card, card_path, bb, src)
     surrogate, sur_model = None, None
@@ -127,10 +126,9 @@ def transfer_params_by_name(
         eps, norm = _threat_model(card, bb.spec, st.eps, st.norm)  # the radius transfer_params checks points against
         st = st.changed(eps=eps, norm=norm)
         surrogate = _cached_surrogate_mmaa(sur_model, data, card, eps=eps, norm=norm,  # type: ignore[arg-type]
-                                           cache=cache, seed=st.seed,
+                                           cache=Cache(src.cache_dir, enabled=src.use_cache), seed=st.seed,
                                            device=src.device, progress=st.progress)
-    result = transfer_params(card, bb, data.images.to(src.device), data.labels.to(src.device), st,
-                             surrogate=surrogate,
+    result = transfer_params(card, bb, data.images.to(src.device), data.labels.to(src.device), st, surrogate=surrogate,
                              data_info={"split": "calibration", "n": len(data.labels),
                                         "fingerprint": data.fingerprint, "source": data.source})
     sur_info = result.provenance.setdefault("surrogate", {})
