@@ -134,15 +134,12 @@ class CurvePoints:
                           clamp=card.params["clamp"], top_k=card.params["top_k"],
                           grid=Grid.from_record(card.params["grid"]))
         q = c.params
-        model = MixedClassifier(self.abc, self.rbc, MixingParams(s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"],
-                                                                 clamp=q["clamp"], top_k=q["top_k"],
-                                                                 alpha_d=q["alpha_d"]))
+        mix = {k: q[k] for k in ("s", "p", "c", "alpha", "clamp", "top_k")}
+        model = MixedClassifier(self.abc, self.rbc, MixingParams(**mix, alpha_d=q["alpha_d"]))
         robust = self.robust_accuracy(model, {**card_key_parts(c, self.abc, self.rbc, self.data), "curve_n": self.n},
                                       f"MixedNUTS beta={beta}")
-        return {"beta": beta, "s": q["s"], "p": q["p"], "c": q["c"], "alpha": q["alpha"],
-                "clean_accuracy": self.clean_accuracy(s=q["s"], p=q["p"], c=q["c"], alpha=q["alpha"],
-                                                      clamp=q["clamp"], top_k=q["top_k"]),
-                "robust_accuracy": robust}
+        return {"beta": beta, **{k: q[k] for k in ("s", "p", "c", "alpha")},
+                "clean_accuracy": self.clean_accuracy(**mix), "robust_accuracy": robust}
 
     def linear(self, alpha: float) -> dict[str, Any]:
         """The linear mixture at ``alpha`` and its accuracies."""

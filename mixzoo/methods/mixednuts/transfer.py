@@ -48,20 +48,23 @@ from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
 from mixzoo.methods.mixednuts.transfer_inputs import (
-    DEFAULT_BETA,
+    DEFAULT_BETA,  # noqa: F401 - re-exported
     DEFAULT_GUESS,
-    GUESS_WARNING,
+    GUESS_WARNING,  # noqa: F401 - re-exported
     METHODS,
-    WEAK_SQUARE_QUERIES,
+    WEAK_SQUARE_QUERIES,  # noqa: F401 - re-exported
     BlackBoxSource,
     TransferSettings,
+    _check_dataset,
+    _check_settings,
+    _note_weights,
     _threat_model,
 )
 from mixzoo.methods.mixednuts.transfer_routes import transfer_params
 from mixzoo.zoo.blackbox import BlackBoxModel, spec_is_black_box
 
-__all__ = ["DEFAULT_BETA", "DEFAULT_GUESS", "GUESS_WARNING", "METHODS", "WEAK_SQUARE_QUERIES", "BlackBoxSource",
-           "TransferSettings", "transfer_params", "transfer_params_by_name"]
+__all__ = ["BlackBoxSource", "DEFAULT_GUESS", "METHODS", "TransferSettings", "transfer_params",
+           "transfer_params_by_name"]
 
 
 def _split_changes(settings: TransferSettings | None, source: BlackBoxSource | None, changes: dict[str, Any]
@@ -80,16 +83,11 @@ def _check_by_name(st: TransferSettings, src: BlackBoxSource) -> None:
     from mixzoo.zoo.pairs import check_device
 
     check_device(src.device)
-    if st.method not in METHODS:
-        raise InputError(f"unknown method {st.method!r}; use one of {', '.join(METHODS)}")
+    _check_settings(st)
     if src.out is not None:
         MixCard.check_path(src.out)
     if src.n_calib <= 0:
         raise InputError(f"--n-calib must be positive, got {src.n_calib}")
-    if st.queries < 1:
-        raise InputError(f"queries must be at least 1, got {st.queries}")
-    if st.beta is not None and not 0.0 <= st.beta <= 1.0:
-        raise InputError(f"beta must lie in [0, 1], got {st.beta}")
     eps = st.eps
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps)
                             or eps <= 0):
@@ -120,7 +118,6 @@ def transfer_params_by_name(
     card = MixCard.load(card_path) if card_path is not None else None
     if card is None and st.method != "guess":
         raise InputError(f"method {st.method!r} needs the surrogate's mix card; pass --from CARD")
-    cache = Cache(src.cache_dir, enabled=src.use_cache) if st.method in ("transfer", "both") else None
     bb = load_black_box(rbc_name, query_budget=src.query_budget, device=src.device, allow_unsafe=src.allow_unsafe)
     data = _calibration_images(card, card_path, bb, src)
     surrogate, sur_model = None, None
@@ -129,17 +126,19 @@ def transfer_params_by_name(
         eps, norm = _threat_model(card, bb.spec, st.eps, st.norm)  # the radius transfer_params checks points against
         st = st.changed(eps=eps, norm=norm)
         surrogate = _cached_surrogate_mmaa(sur_model, data, card, eps=eps, norm=norm,  # type: ignore[arg-type]
-                                           cache=cache, seed=st.seed,
+                                           cache=Cache(src.cache_dir, enabled=src.use_cache), seed=st.seed,
                                            device=src.device, progress=st.progress)
-    result = transfer_params(card, bb, data.images.to(src.device), data.labels.to(src.device), st,
-                             surrogate=surrogate,
+    result = transfer_params(card, bb, data.images.to(src.device), data.labels.to(src.device), st, surrogate=surrogate,
                              data_info={"split": "calibration", "n": len(data.labels),
                                         "fingerprint": data.fingerprint, "source": data.source})
     sur_info = result.provenance.setdefault("surrogate", {})
     if card_path is not None:
         sur_info["card"] = str(card_path)
     if sur_model is not None and not isinstance(surrogate, nn.Module):  # MMAA images came from the cache
-        _record_cached_surrogate(result, card, sur_model, sur_info)  # type: ignore[arg-type]
+        _note_weights(card, sur_model.weight_hash, result.notes)  # type: ignore[arg-type]
+        sur_info.update({"name": sur_model.spec.name, "weight_hash": sur_model.weight_hash})
+        result.attack["transfer"] = {"source": "mmaa on the surrogate (calibration_data.cached_mmaa)",
+                                     **{k: v for k, v in card.attack.items() if k not in ("name", "eps", "norm")}}
     result.provenance["command"] = "mixzoo.methods.mixednuts.transfer.transfer_params_by_name()"
     result.provenance["device"] = src.device
     if src.out is not None:
@@ -152,9 +151,7 @@ def _calibration_images(card: MixCard | None, card_path: Any, bb: BlackBoxModel,
     from mixzoo.zoo.data import load_dataset
 
     spec = bb.spec
-    if card is not None and card.dataset and spec is not None and card.dataset != spec.dataset:
-        raise InputError(f"surrogate card {str(card_path)!r} was calibrated on dataset {card.dataset!r} but black-box"
-                         f" model {bb.name!r} is for {spec.dataset!r}; use a card calibrated on {spec.dataset!r}")
+    _check_dataset(card, bb, f"surrogate card {str(card_path)!r}")
     dataset = src.dataset or (card.dataset if card is not None else None) or getattr(spec, "dataset", None)
     if dataset is None:
         raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
@@ -184,17 +181,6 @@ def _surrogate_model(card: MixCard, card_path: Any, bb: BlackBoxModel, src: Blac
     return sur_model
 
 
-def _record_cached_surrogate(result: MixCard, card: MixCard, sur_model: Any, sur_info: dict[str, Any]) -> None:
-    """The card's record of a surrogate whose MMAA images came from the cache."""
-    recorded = card.rbc.get("weight_hash")
-    if recorded and sur_model.weight_hash != recorded:
-        result.notes.append(f"the surrogate model's weight hash {sur_model.weight_hash} differs from the"
-                            f" card's {recorded}; its MMAA points are not those the card saw")
-    sur_info.update({"name": sur_model.spec.name, "weight_hash": sur_model.weight_hash})
-    result.attack["transfer"] = {"source": "mmaa on the surrogate (calibration_data.cached_mmaa)",
-                                 **{k: v for k, v in card.attack.items() if k not in ("name", "eps", "norm")}}
-
-
 def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, eps: float | None, norm: str, cache: Any,
                            seed: int, device: str, progress: bool) -> Any:
     """The surrogate's MMAA adversarial images at ``eps``/``norm`` (:func:`_threat_model`) through the pipeline's
@@ -213,7 +199,3 @@ def _cached_surrogate_mmaa(model: nn.Module, data: Any, card: MixCard, *, eps: f
     if "adv_images" not in res:
         return model
     return res["adv_images"].to(device)
-
-
-__all__ = ["BlackBoxSource", "DEFAULT_GUESS", "METHODS", "TransferSettings", "transfer_params",
-           "transfer_params_by_name"]

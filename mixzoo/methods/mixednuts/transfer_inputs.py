@@ -23,9 +23,7 @@ WEAK_SQUARE_QUERIES = 1000  # below this, min-margin Square is flagged as a weak
 DEFAULT_BETA = 0.985
 GUESS_WARNING = ("robustness is unverified: method 'guess' sets s, p, c by hand and alpha from clean margins only"
                  " (Bai et al. 2024a, App. D.5, educated guess); evaluate the mixed classifier with an attack before"
-                 " relying on"
-                 " it")
-
+                 " relying on it")
 
 
 def _name(model: Any) -> str | None:
@@ -45,6 +43,14 @@ def _hash(model: Any) -> str | None:
 
         return weight_hash(model)
     return None
+
+
+def _note_weights(card: MixCard, actual: str | None, notes: list[str]) -> None:
+    """A note in ``notes`` when the surrogate's weight hash ``actual`` is not the one its card recorded."""
+    recorded = card.rbc.get("weight_hash")
+    if recorded and actual != recorded:
+        notes.append(f"the surrogate model's weight hash {actual} differs from the card's {recorded}; its MMAA"
+                     " points are not those the card saw")
 
 
 def _grid_from_card(card: MixCard | None) -> Any:
@@ -75,12 +81,13 @@ def _label(card: MixCard | None) -> str:
     return f"surrogate card{'' if card is None else ' for ' + repr(card.rbc.get('name', '?'))}"
 
 
-def _check_dataset(card: MixCard | None, bb: BlackBoxModel) -> None:
-    """The surrogate card's dataset vs the black box's (from its spec): a one-line error naming both."""
+def _check_dataset(card: MixCard | None, bb: BlackBoxModel, label: str | None = None) -> None:
+    """The surrogate card's dataset vs the black box's (from its spec): a one-line error naming both (the card as
+    ``label``, default :func:`_label`)."""
     bb_dataset = getattr(bb.spec, "dataset", None)
     if card is not None and card.dataset and bb_dataset and card.dataset != bb_dataset:
-        raise InputError(f"{_label(card)} was calibrated on dataset {card.dataset!r} but black-box model {bb.name!r}"
-                         f" is for {bb_dataset!r}; use a card calibrated on {bb_dataset!r}")
+        raise InputError(f"{label or _label(card)} was calibrated on dataset {card.dataset!r} but black-box model"
+                         f" {bb.name!r} is for {bb_dataset!r}; use a card calibrated on {bb_dataset!r}")
 
 
 def _check_classes(card: MixCard | None, bb: BlackBoxModel, n_classes: int, surrogate: Any) -> None:
@@ -93,8 +100,7 @@ def _check_classes(card: MixCard | None, bb: BlackBoxModel, n_classes: int, surr
                          f" {n_classes} classes; use a surrogate of the same task")
     if card is not None and card.params["top_k"] is not None and card.params["top_k"] > n_classes:
         raise InputError(f"{label} uses top_k = {card.params['top_k']} but black-box model {bb.name!r} returns"
-                         f" {n_classes}"
-                         " classes; use a card of a model with the same classes")
+                         f" {n_classes} classes; use a card of a model with the same classes")
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,16 @@ class TransferSettings:
         return replace(self, **changes) if changes else self
 
 
+def _check_settings(st: TransferSettings) -> None:
+    """One-line errors for an unknown ``method``, fewer than one Square query and a given ``beta`` outside [0, 1]."""
+    if st.method not in METHODS:
+        raise InputError(f"unknown method {st.method!r}; use one of {', '.join(METHODS)}")
+    if isinstance(st.queries, bool) or int(st.queries) < 1:
+        raise InputError(f"queries must be at least 1, got {st.queries}")
+    if st.beta is not None and not 0.0 <= st.beta <= 1.0:
+        raise InputError(f"beta must lie in [0, 1], got {st.beta}")
+
+
 def _check_perturbations(adv: Any, images: torch.Tensor, eps: float, norm: str) -> None:
     """The surrogate's adversarial images are images of the calibration set's shape within ``eps`` in ``norm``."""
     if not isinstance(adv, torch.Tensor) or adv.shape != images.shape:
@@ -139,7 +155,6 @@ def _check_perturbations(adv: Any, images: torch.Tensor, eps: float, norm: str) 
     if float(size.max()) > eps * (1 + 1e-4) + 1e-6:
         raise InputError(f"the surrogate's adversarial images are up to {float(size.max()):.4g} away from the"
                          f" calibration images in {norm}, beyond eps = {eps:.4g}; pass matching eps and norm")
-
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from torch import nn
 from mixzoo.attacks.apgd import ApgdSettings
 from mixzoo.attacks.margins import LAYER_NORM_VERSION, ln_signed_margin, selection_key
 from mixzoo.attacks.mmaa import MMAAResult
-from mixzoo.attacks.square import SquareSettings
+from mixzoo.attacks.square import SquareSettings, square_queries_needed
 from mixzoo.core.card import MixCard, provenance
 from mixzoo.core.errors import InputError
 from mixzoo.methods.mixednuts.calibrate import calibrate
@@ -24,16 +24,17 @@ from mixzoo.methods.mixednuts.transfer_inputs import (
     DEFAULT_BETA,
     DEFAULT_GUESS,
     GUESS_WARNING,
-    METHODS,
     WEAK_SQUARE_QUERIES,
     TransferSettings,
     _check_classes,
     _check_dataset,
     _check_perturbations,
+    _check_settings,
     _grid_from_card,
     _hash,
     _load_card,
     _name,
+    _note_weights,
     _threat_model,
 )
 from mixzoo.zoo.blackbox import BlackBoxModel, as_black_box, spec_is_black_box
@@ -49,24 +50,18 @@ def _algorithm1(clean: torch.Tensor, attacked: torch.Tensor, labels: torch.Tenso
                 top_k: int | None, grid: Any, progress: bool = False, max_argmax_change: float | None = 0.005
                 ) -> MixCard:
     """:func:`mixzoo.methods.mixednuts.calibrate.calibrate`; a 1 x 1 x 1 grid (given s, p, c) is exempt from the App.
-    D.8.2 filter
-    on predictions the transform changes (the share is still recorded in ``data`` and noted when large)."""
-    fixed = grid.size == 1
+    D.8.2 filter on predictions the transform changes (the share is still recorded in ``data`` and noted when large)."""
     return calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=attacked, attacked_labels=labels,
                      beta=beta, clamp=clamp, top_k=top_k, grid=grid, progress=progress,
-                     max_argmax_change=None if fixed else max_argmax_change)
-
-
-def _keys(logits: torch.Tensor, labels: torch.Tensor, top_k: int | None) -> torch.Tensor:
-    """Lower is better for the attacker: signed LN margin, -2 where misclassified (as MMAA selects)."""
-    margin = ln_signed_margin(top_k)(logits, labels)
-    return selection_key(logits, margin, labels)
+                     max_argmax_change=None if grid.size == 1 else max_argmax_change)
 
 
 def _pick(a: torch.Tensor, b: torch.Tensor, labels: torch.Tensor, top_k: int | None) -> tuple[torch.Tensor,
                                                                                             torch.Tensor]:
-    """Per example the logits of the better-attacked point (``b`` where its key is strictly smaller)."""
-    use_b = _keys(b, labels, top_k) < _keys(a, labels, top_k)
+    """Per example the logits of the better-attacked point: ``b`` where its selection key (signed LN margin, -2 where
+    misclassified, as MMAA selects) is strictly smaller."""
+    margin = ln_signed_margin(top_k)
+    use_b = selection_key(b, margin(b, labels), labels) < selection_key(a, margin(a, labels), labels)
     return torch.where(use_b.view(-1, 1), b, a), use_b
 
 
@@ -144,8 +139,7 @@ def transfer_params(
     supplies s, p, c (transfer / both), clamp, top_k, temperature, beta, the ABC and the attack radius. ``rbc`` is
     treated as a black box (wrapped in :class:`~mixzoo.zoo.blackbox.BlackBoxModel` unless it is one; its query budget
     is checked before the first query). ``surrogate`` is the white-box model of the card (MMAA runs on it) or its
-    MMAA adversarial images / :class:`~mixzoo.attacks.mmaa.MMAAResult`. ``settings`` (:class:`TransferSettings`:
-    the route ``method``, the Square budget ``queries`` per image, ``beta``, ``eps``, ``norm``, ``search``, ...);
+    MMAA adversarial images / :class:`~mixzoo.attacks.mmaa.MMAAResult`. ``settings``: :class:`TransferSettings`;
     keywords named after its fields change a copy (``transfer_params(card, bb, x, y, method="square")``).
     ``data_info`` is recorded in the card's data table.
     """
@@ -161,8 +155,7 @@ def _start(card: MixCard | str | Path | None, rbc: nn.Module, calib_images: torc
     """:func:`transfer_params`'s checks (settings, card, images, threat model, the whole query bill, refused up
     front if the budget cannot pay it) and the black box's clean logits."""
     method = st.method
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    _check_settings(st)
     card, card_path = _load_card(card)
     if card is None and method != "guess":
         raise InputError(f"method {method!r} needs the surrogate's mix card (--from CARD); only 'guess' works"
@@ -171,15 +164,12 @@ def _start(card: MixCard | str | Path | None, rbc: nn.Module, calib_images: torc
     n = int(calib_images.shape[0])
     if n == 0:
         raise InputError("the calibration set is empty; pass at least a few hundred images")
-    if isinstance(st.queries, bool) or int(st.queries) < 1:
-        raise InputError(f"queries must be at least 1, got {st.queries}")
     queries = int(st.queries)
     bb = as_black_box(rbc)
     spec = bb.spec
     _check_dataset(card, bb)
     recorded = card.params["beta"] if card is not None else None
-    beta = float(st.beta if st.beta is not None else (recorded if recorded is not None
-                                                      else DEFAULT_BETA))
+    beta = float(st.beta if st.beta is not None else recorded if recorded is not None else DEFAULT_BETA)
     if not 0.0 <= beta <= 1.0:
         raise InputError(f"beta must lie in [0, 1], got {beta}")
     eps, norm = _threat_model(card, spec, st.eps, st.norm)
@@ -189,17 +179,12 @@ def _start(card: MixCard | str | Path | None, rbc: nn.Module, calib_images: torc
     if card is not None and (card.method != "mixednuts" or card.params["clamp"] == "linear"):
         raise InputError("the surrogate card is a linear-mixture card (method 'linear'); transfer needs a MixedNUTS"
                          " card from `mixzoo mix`")
-    clamp = card.params["clamp"] if card is not None else "gelu"
-    top_k = card.params["top_k"] if card is not None else None
+    clamp, top_k = (card.params["clamp"], card.params["top_k"]) if card is not None else ("gelu", None)
 
     # the whole query bill, refused up front if the budget cannot pay it
-    needed = n + (n if method in ("transfer", "both") else 0)
-    if method in ("square", "both"):
-        from mixzoo.attacks.square import square_queries_needed
-
-        needed += square_queries_needed(n, queries)
-    bb.check_budget(needed, f"method {method!r} on {n} images" + (f" x {queries} Square queries"
-                                                                 if method in ("square", "both") else ""))
+    square = method in ("square", "both")
+    needed = n + (n if method in ("transfer", "both") else 0) + (square_queries_needed(n, queries) if square else 0)
+    bb.check_budget(needed, f"method {method!r} on {n} images" + (f" x {queries} Square queries" if square else ""))
     q0 = bb.queries
 
     clean = _forward(bb, calib_images, st.batch_size)
@@ -230,7 +215,7 @@ def _attacked_logits(run: _Run, st: TransferSettings, surrogate: Any, calib_imag
         run.data["transfer_flipped"] = int((transferred.argmax(1) != labels).sum())
         run.data["transfer_kept_clean_point"] = int(used_clean.sum())
     if method in ("square", "both"):
-        from mixzoo.attacks.square import min_margin_square
+        from mixzoo.attacks.square import min_margin_square  # looked up at the call: tests replace it
 
         q = bb.queries
         res = min_margin_square(bb, calib_images, labels,
@@ -265,11 +250,10 @@ def _fit(run: _Run, st: TransferSettings, attacked: torch.Tensor | None) -> MixC
     common = {"beta": run.beta, "clamp": run.clamp, "top_k": run.top_k}
     search = (method == "square") if st.search is None else bool(st.search)
     if method == "guess":
-        guess = st.guess
-        s, p, c = guess if guess is not None else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"])
+        s, p, c = st.guess if st.guess is not None else (DEFAULT_GUESS["s"], DEFAULT_GUESS["p"], DEFAULT_GUESS["c"])
         result = _algorithm1(clean, clean, labels, grid=Grid.point(s, p, c), **common)
         run.notes.append(f"educated guess (App. D.5): s={s:g}, p={p:g}, c={c:g}"
-                         + (" (Bai et al. 2024a, Table 3, CIFAR-10)" if guess is None else " (given)")
+                         + (" (Bai et al. 2024a, Table 3, CIFAR-10)" if st.guess is None else " (given)")
                          + "; alpha chosen so that a share beta of correctly classified clean examples keeps margin"
                          " >= (1 - alpha) / alpha (clean margins only, no attack)")
         run.notes.append(GUESS_WARNING)
@@ -280,11 +264,9 @@ def _fit(run: _Run, st: TransferSettings, attacked: torch.Tensor | None) -> MixC
     grid = _grid_from_card(card) if search else point
     result = _algorithm1(clean, attacked, labels, grid=grid, progress=st.progress and search,  # type: ignore[arg-type]
                          max_argmax_change=st.max_argmax_change, **common)
-    if card is not None:
-        fixed = result if not search else _algorithm1(clean, attacked, labels, grid=point,  # type: ignore[arg-type]
-                                                      **common)
-        run.data["objective_transferred"] = fixed.params["objective"]
-        run.data["alpha_transferred"] = fixed.params["alpha"]
+    fixed = result if not search else _algorithm1(clean, attacked, labels, grid=point, **common)  # type: ignore[arg-type]
+    run.data["objective_transferred"] = fixed.params["objective"]
+    run.data["alpha_transferred"] = fixed.params["alpha"]
     if search:
         run.notes.append(f"s, p, c and alpha by Algorithm 1 on black-box margins from {_ROUTES[method]} (App. D.5)")
     else:
@@ -304,18 +286,15 @@ def _surrogate_record(run: _Run, surrogate: Any) -> dict[str, Any]:
             "dataset": card.dataset}
     if isinstance(surrogate, nn.Module):
         info["name"] = _name(surrogate) or info["name"]
-        actual = _hash(surrogate)
-        if card.rbc.get("weight_hash") and actual != card.rbc.get("weight_hash"):
-            run.notes.append(f"the surrogate model's weight hash {actual} differs from the card's"
-                             f" {card.rbc.get('weight_hash')}; its MMAA points are not those the card saw")
-        info["weight_hash"] = actual
+        info["weight_hash"] = _hash(surrogate)
+        _note_weights(card, info["weight_hash"], run.notes)
     return info
 
 
 def _transfer_card(run: _Run, st: TransferSettings, result: MixCard, surrogate: Any) -> MixCard:
     """The black box's mix card: Algorithm 1's parameters, the surrogate card's clamp, top_k, temperature and ABC,
     the records of the run."""
-    card, data, notes, eps = run.card, run.data, run.notes, run.eps
+    card, data, notes = run.card, run.data, run.notes
     if card is not None:
         data["surrogate_objective"] = card.params["objective"]
     data.update({k: v for k, v in result.data.items() if k not in data})
@@ -326,11 +305,11 @@ def _transfer_card(run: _Run, st: TransferSettings, result: MixCard, surrogate: 
                       surrogate={k: v for k, v in surrogate_info.items() if v is not None},
                       black_box={**black_box, "queries": run.query_log["total"]},
                       command="mixzoo.methods.mixednuts.transfer.transfer_params()")
-    if card is not None and card.provenance.get("git_commit"):
-        prov["surrogate_git_commit"] = card.provenance["git_commit"]
-    attack_rec = card.attack if card is not None else {}
-    if card is not None and st.method != "guess" and attack_rec.get("eps") not in (None, eps):
-        notes.append(f"attack radius {eps:g} differs from the surrogate card's {attack_rec.get('eps'):g}")
+    if card is not None:
+        if card.provenance.get("git_commit"):
+            prov["surrogate_git_commit"] = card.provenance["git_commit"]
+        if st.method != "guess" and card.attack.get("eps") not in (None, run.eps):
+            notes.append(f"attack radius {run.eps:g} differs from the surrogate card's {card.attack['eps']:g}")
     dataset = (card.dataset if card is not None else None) or getattr(run.bb.spec, "dataset", None)
     params = {**{k: result.params[k] for k in ("s", "p", "c", "alpha", "alpha_d", "objective", "grid")},
               "beta": run.beta, "clamp": run.clamp, "top_k": run.top_k,
