@@ -115,10 +115,10 @@ def _least(run: Callable[[int, float], Any], m: int, f: float) -> tuple[float, A
     return best, out
 
 
-def _rest(took: list[float], fs: tuple[float, ...], robust: list[Any]) -> float:
+def _rest(took: list[float], fs: tuple[float, ...], robust: list[int | None]) -> float:
     """The time of the cut steps from the last of ``fs`` up to ``f = 1``: along the line through the last two
     timings with two cuts; with three, each step's time the sum of a floor (the last step's time times the share of
-    the examples it attacked that it left robust, ``robust``: the robust counts the cuts returned, when numbers;
+    the examples it attacked that it left robust, ``robust``: the robust counts the cuts returned, when counted;
     those examples cost every later step) and a part that decays by the ratio ``q`` (at most 1) of the last two
     steps' parts (broken examples stop), so a fixed part cancels in the steps and ``q = 1`` is the line."""
     step, h = max(0.0, took[-1] - took[-2]), fs[-1] - fs[-2]
@@ -126,11 +126,15 @@ def _rest(took: list[float], fs: tuple[float, ...], robust: list[Any]) -> float:
     if len(fs) < 3:
         return step * m
     r2, r3 = robust[-2:]
-    counted = all(isinstance(r, int | float) and not isinstance(r, bool) for r in (r2, r3)) and r2 > 0
-    floor = step * min(1.0, r3 / r2) if counted else 0.0
+    floor = step * min(1.0, r3 / r2) if r2 is not None and r3 is not None and r2 > 0 else 0.0
     part, before = step - floor, took[-2] - took[-3] - floor
     q = min(1.0, part / before) if before > 0 else 1.0
     return m * floor + (part * m if q >= 1.0 else part * q * (1.0 - q ** m) / (1.0 - q))
+
+
+def _count(value: Any) -> int | None:
+    """``value`` when it is a count (a probe call's examples left robust), else ``None``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[float, ...], k: int = 4, *,
@@ -140,20 +144,24 @@ def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[flo
     iterations, returning how many examples it left robust (or anything else: not used). After a warm-up call on
     one image it is timed (:func:`_least`) on ``k`` (at most ``n``) images at each of ``fractions`` (two, or three
     evenly spaced; ``(1, 1)``: timed whole) and extrapolated to ``f = 1`` (:func:`_rest`).
-    One more call, on half the ``k`` images when ``k`` is at least :data:`PROBE_MIN` (half of them, not one: a
-    single image broken at once would hide the fixed part), else on one, gives how a call's time grows with its
-    images, ``t(m) = F + m v`` (per-iteration overhead and vectorised batches are the fixed share ``F``, counted
-    once per call of the run)."""
+    One more call, on one image (on half the ``k`` when ``k`` is at least :data:`PROBE_MIN` and the calls return no
+    counts: a single image broken at once would hide the fixed part), gives how a call's time grows, ``t = F + u v``
+    (per-iteration overhead and vectorised batches are the fixed share ``F``, counted once per call of the run):
+    ``u`` the examples left robust when counted and some are (each costs every iteration, a broken one stops; the
+    run's share of them the probe's; the same count in both calls: no fixed share), else the images."""
     k, fs = max(1, min(k, n)), tuple(dict.fromkeys(fractions))  # one timing when there is nothing to cut
     run(1, fs[0])
     timed = [_least(run, k, f) for f in fs]
-    took = [t for t, _ in timed]
-    whole = took[-1] + (_rest(took, fs, [r for _, r in timed]) if len(fs) > 1 else 0.0)  # k images, full counts
-    half, calls = (k // 2 if k >= PROBE_MIN else 1), 1 if batch is None else -(-n // max(1, batch))
+    took, robust = [t for t, _ in timed], [_count(r) for _, r in timed]
+    whole = took[-1] + (_rest(took, fs, robust) if len(fs) > 1 else 0.0)  # k images at the full counts
+    calls = 1 if batch is None else -(-n // max(1, batch))
     if k < 2 or took[-1] <= 0:
         return whole / k
-    part = _least(run, half, fs[-1])[0]
-    share = min(1.0, max(0.0, (k * part - half * took[-1]) / (k - half) / took[-1]))  # F / t(k)
+    counted = robust[-1] is not None and robust[-1] > 0
+    half = 1 if counted or k < PROBE_MIN else k // 2
+    part, left = _least(run, half, fs[-1])
+    u, u_half = (robust[-1], _count(left)) if counted and _count(left) is not None else (k, half)
+    share = min(1.0, max(0.0, 1.0 - u * (took[-1] - part) / (u - u_half) / took[-1])) if u > u_half else 0.0
     return whole * (1.0 - share) / k + whole * share * min(calls, n) / max(1, n)
 
 
