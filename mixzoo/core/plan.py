@@ -82,7 +82,10 @@ class Plan:
 def per_image(run: Callable[[int], Any], n: int, k: int = 4, *, batch: int | None = None) -> float:
     """Seconds per image of ``run(k)`` on ``n`` images in calls of ``batch`` (``None``: one call for all of them):
     :func:`per_image_cut` with nothing to cut."""
-    return per_image_cut(lambda m, f: run(m), n, (1.0, 1.0), k, batch=batch)
+    def whole(m: int, f: float) -> None:
+        run(m)
+
+    return per_image_cut(whole, n, (1.0, 1.0), k, batch=batch)
 
 
 PROBE_SHARE = 0.1  # an attack's probe: this share of the run's images (early stopping then shows in it) ...
@@ -95,51 +98,70 @@ def probe_images(n: int) -> int:
     return max(1, min(n, max(PROBE_MIN, math.ceil(round(PROBE_SHARE * n, 9)))))
 
 
-REPEATS = 2  # each probe call is timed this many times and its least time kept (another job's burst is not the work's)
+REPEATS = 2  # a short probe call is timed this many times and its least time kept (another job's burst is not the
+REPEAT_UNDER_S = 1.0  # work's); one that takes this long or more once (a burst is then a small part of it)
 
 
-def _least(run: Callable[[int, float], Any], m: int, f: float) -> float:
-    """The least of :data:`REPEATS` timings of ``run(m, f)``."""
-    best = math.inf
+def _least(run: Callable[[int, float], Any], m: int, f: float) -> tuple[float, Any]:
+    """The least of up to :data:`REPEATS` timings of ``run(m, f)`` (one when it takes :data:`REPEAT_UNDER_S` or
+    more) and what the call returned."""
+    best, out = math.inf, None
     for _ in range(REPEATS):
         t0 = time.perf_counter()
-        run(m, f)
+        out = run(m, f)
         best = min(best, time.perf_counter() - t0)
-    return best
+        if best >= REPEAT_UNDER_S:
+            break
+    return best, out
+
+
+def _rest(took: list[float], fs: tuple[float, ...], robust: list[int | None]) -> float:
+    """The time of the cut steps from the last of ``fs`` up to ``f = 1``: along the line through the last two
+    timings with two cuts; with three, each step's time the sum of a floor (the last step's time times the share of
+    the examples it attacked that it left robust, ``robust``: the robust counts the cuts returned, when counted;
+    those examples cost every later step) and a part that decays by the ratio ``q`` (at most 1) of the last two
+    steps' parts (broken examples stop), so a fixed part cancels in the steps and ``q = 1`` is the line."""
+    step, h = max(0.0, took[-1] - took[-2]), fs[-1] - fs[-2]
+    m = (1.0 - fs[-1]) / h  # steps left
+    if len(fs) < 3:
+        return step * m
+    r2, r3 = robust[-2:]
+    floor = step * min(1.0, r3 / r2) if r2 is not None and r3 is not None and r2 > 0 else 0.0
+    part, before = step - floor, took[-2] - took[-3] - floor
+    q = min(1.0, part / before) if before > 0 else 1.0
+    return m * floor + (part * m if q >= 1.0 else part * q * (1.0 - q ** m) / (1.0 - q))
+
+
+def _count(value: Any) -> int | None:
+    """``value`` when it is a count (a probe call's examples left robust), else ``None``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[float, ...], k: int = 4, *,
                   batch: int | None = None) -> float:
     """Seconds per image of the whole work on ``n`` images in calls of ``batch`` images (``None``: one call), from
-    ``run(m, f)``: the work on the first ``m`` images cut to fraction ``f`` of its iterations. After a warm-up call
-    on one image it is timed (the least of :data:`REPEATS`) on ``k`` (at most ``n``) images at each of
-    ``fractions`` (two, or three evenly spaced; ``(1, 1)``: timed whole) and extrapolated to ``f = 1`` (never
-    below the largest time): along the line through the last two with two; with three, each further step of the
-    spacing costing the last step's time times the ratio ``q`` (at most 1) of the last two steps, so an attack
-    that stops on broken examples (each step attacks fewer) is not extrapolated as if none broke, while a fixed
-    part cancels in the steps and ``q = 1`` is the line.
-    One more call gives how a call's time grows with its images, scaling the ``k`` images' time to each of the
-    run's calls: on half the ``k`` images when ``k`` is at least :data:`PROBE_MIN`, ``t(m) = a m^b`` (``b`` in
-    [0, 1]: per-iteration overhead and vectorised batches make a small network's calls grow slower than their
-    images; half of them, not one: a single image broken at once would hide the fixed part); else on one image,
-    ``t(m) = F + m v`` (the fixed share ``F`` counted once per call of the run)."""
+    ``run(m, f)``: the work on ``m`` images (chosen to represent the run's) cut to fraction ``f`` of its
+    iterations, returning how many examples it left robust (or anything else: not used). After a warm-up call on
+    one image it is timed (:func:`_least`) on ``k`` (at most ``n``) images at each of ``fractions`` (two, or three
+    evenly spaced; ``(1, 1)``: timed whole) and extrapolated to ``f = 1`` (:func:`_rest`).
+    One more call, on half the ``k`` images when ``k`` is at least :data:`PROBE_MIN`, else on one (a single image
+    broken at once would hide the fixed part), gives how a call's time grows, ``t = F + u v`` (per-iteration
+    overhead and vectorised batches are the fixed share ``F``, counted once per call of the run): ``u`` the examples
+    left robust when counted and that call left some (each costs every iteration, a broken one stops; the run's
+    share of them the probe's; the same count in both calls: no fixed share), else the images."""
     k, fs = max(1, min(k, n)), tuple(dict.fromkeys(fractions))  # one timing when there is nothing to cut
     run(1, fs[0])
-    took = [_least(run, k, f) for f in fs]
-    whole = took[-1]  # k images at the full counts
-    if len(fs) > 1:
-        step, h = max(0.0, took[-1] - took[-2]), fs[-1] - fs[-2]
-        q = min(1.0, step / (took[-2] - took[-3])) if len(fs) > 2 and took[-2] > took[-3] else 1.0
-        m = (1.0 - fs[-1]) / h  # steps left
-        whole += step * (m if q >= 1.0 else q * (1.0 - q ** m) / (1.0 - q))
-    half, calls = (k // 2 if k >= PROBE_MIN else 1), 1 if batch is None else -(-n // max(1, batch))
+    timed = [_least(run, k, f) for f in fs]
+    took, robust = [t for t, _ in timed], [_count(r) for _, r in timed]
+    whole = took[-1] + (_rest(took, fs, robust) if len(fs) > 1 else 0.0)  # k images at the full counts
+    calls = 1 if batch is None else -(-n // max(1, batch))
     if k < 2 or took[-1] <= 0:
         return whole / k
-    part = _least(run, half, fs[-1])
-    if half > 1:  # t(m) = a m^b, b in [0, 1] (1: each image costs alike, 0: all of a call is fixed)
-        b = min(1.0, max(0.0, math.log(took[-1] / part) / math.log(k / half))) if part > 0 else 1.0
-        return calls * whole * (n / calls / k) ** b / max(1, n)
-    share = min(1.0, max(0.0, (k * part - took[-1]) / (k - 1) / took[-1]))  # t(m) = F + m v
+    half = k // 2 if k >= PROBE_MIN else 1
+    part, left = _least(run, half, fs[-1])
+    counted = robust[-1] is not None and _count(left) is not None and _count(left) > 0
+    u, u_half = (robust[-1], _count(left)) if counted else (k, half)
+    share = min(1.0, max(0.0, 1.0 - u * (took[-1] - part) / (u - u_half) / took[-1])) if u > u_half else 0.0
     return whole * (1.0 - share) / k + whole * share * min(calls, n) / max(1, n)
 
 

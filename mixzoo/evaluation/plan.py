@@ -3,11 +3,11 @@ and curve points, each phase estimated from the real attack timed on a share of 
 with the budget applied as the commands apply it (:func:`~mixzoo.evaluation.job.budgeted`); the bench's plan
 estimates the bench's own work list (:class:`~mixzoo.evaluation.job.BenchJob`).
 
-A probe times the attack on :func:`~mixzoo.core.plan.probe_images` images (the share broken at once is the run's),
-cut to :data:`FRACTIONS` of its iteration and query counts (timed whole under :data:`MIN_CUT`), and extrapolates to
-the full counts and images (:func:`~mixzoo.core.plan.per_image_cut`). A row counts only the examples whose outcomes
-the cache does not hold (:func:`~mixzoo.attacks.runner.cached_examples`: the run's cache keys); a row the cache
-holds whole is not probed."""
+A probe times the attack on :func:`~mixzoo.core.plan.probe_images` images spread over the run's (the share broken
+at once is the run's), cut to :data:`FRACTIONS` of its iteration and query counts (timed whole under
+:data:`MIN_CUT`), and extrapolates to the full counts and images (:func:`~mixzoo.core.plan.per_image_cut`). A
+row counts only the examples whose outcomes the cache does not hold (:func:`~mixzoo.attacks.runner.cached_examples`:
+the run's cache keys); a row the cache holds whole is not probed."""
 
 from __future__ import annotations
 
@@ -94,22 +94,24 @@ class Probes:
                        if (k == c or k.endswith("_" + c)) and isinstance(v, int)] or [0]) for c in LINEAR_COUNTS}
         record = RunRecord.from_settings(self.s, eps=eps, norm=self.ce.norm, precision="float32")
         request = EvalRequest(record, Cache(None, enabled=False), label="plan", progress=False)
-        last: dict[str, Any] = {}
+        last: dict[int, Any] = {}
 
-        def run(k: int, f: float) -> None:
-            images, labels = self.ce.data.images[:k], self.ce.data.labels[:k]
+        def run(k: int, f: float) -> int:  # on k images spread over the run's (its robust share): those left robust
+            at = torch.linspace(0, self.n - 1, k).round().long()
+            images, labels = self.ce.data.images[at], self.ce.data.labels[at]
             cut = request.replace(attack=attack, attack_options=scaled_counts(attack, options, f),
                                   key_parts={"plan": k})
             if is_card:
                 over = {**self.given, **{c: max(1, math.ceil(v * f)) for c, v in top.items() if v}}
-                last["ev"] = evaluate_card(target, self.ce.abc, self.ce.rbc, images, labels, cut,
+                last[k] = evaluate_card(target, self.ce.abc, self.ce.rbc, images, labels, cut,
                                            extra_attacks=extras, budget=self.s.budget, overrides=over)
             else:
-                last["ev"] = Outcome.of(evaluate(target, images, labels, cut))
+                last[k] = Outcome.of(evaluate(target, images, labels, cut))
+            return int(torch.as_tensor(last[k].robust_correct).sum())
 
         sec = per_image_cut(run, self.n, _fractions(attack, options), probe_images(self.n),
                             batch=self.s.batch_size)
-        ev = last["ev"]
+        ev = last[max(last)]  # the probe on the most images: its declared attacks' share
         names = {e.name for e, _ in declared}
         share = sum(c["seconds"] for c in ev.components if c["name"] in names) / ev.seconds \
             if names and ev.seconds > 0 else 0.0

@@ -122,18 +122,35 @@ def test_three_cuts_extrapolate_the_decay_of_an_attack_that_stops_early(monkeypa
     assert linear > expected * 1.5
 
 
-def test_a_share_of_images_scales_a_calls_time_as_it_grows(monkeypatch):
+def test_a_calls_time_grows_with_the_examples_it_leaves_robust(monkeypatch):
     import mixzoo.core.plan as core_plan
 
     clock = [0.0]
     monkeypatch.setattr(core_plan.time, "perf_counter", lambda: clock[0])
 
-    def run(k, f):  # a call's time grows as the square root of its images (vectorised batches)
-        clock[0] += f * 3.0 * k ** 0.5
+    def run(k, f):  # per call: 2 s fixed, 1 s per example left robust (half of them; a broken one stops at once)
+        clock[0] += f * (2.0 + 1.0 * (k // 2))
+        return k // 2
 
     k = 2 * core_plan.PROBE_MIN
-    assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0), k) * 100 - 3.0 * 100 ** 0.5) < 1e-9
-    assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0), k, batch=25) * 100 - 4 * 3.0 * 25 ** 0.5) < 1e-9
+    assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0), k) * 100 - (2.0 + 50.0)) < 1e-9
+    assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0), k, batch=25) * 100 - (4 * 2.0 + 50.0)) < 1e-9
+
+
+def test_examples_left_robust_cost_every_later_step(monkeypatch):
+    import mixzoo.core.plan as core_plan
+
+    clock = [0.0]
+    monkeypatch.setattr(core_plan.time, "perf_counter", lambda: clock[0])
+    q, h = 0.5, 0.1
+
+    def run(k, f, counted):  # the decaying steps of the test above; counted: none of the examples breaks
+        clock[0] += k * (1.0 + sum(q ** j for j in range(round(f / h))))
+        return k if counted else None
+
+    decay = core_plan.per_image_cut(lambda k, f: run(k, f, False), 4, (0.1, 0.2, 0.3))
+    line = core_plan.per_image_cut(lambda k, f: run(k, f, True), 4, (0.1, 0.2, 0.3))
+    assert abs(line - (1.0 + 1.0 + 0.5 + 0.25 * 8)) < 1e-9 < line - decay  # the last step's time each step left
 
 
 TINY_MATCH = MatchSettings(attack="apgd", options={"n_iter": 2, "n_target_classes": 1}, n=10)
