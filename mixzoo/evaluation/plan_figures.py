@@ -90,8 +90,9 @@ def _drawing_seconds(p: Any) -> tuple[int, float]:
         stub = SimpleNamespace(curve=None, card=card, cards=list(p.job.cards))  # the report as far as the card says
         own, took = figures_seconds(lambda d, c=card, r=stub, k=k: len(c.mixing_method.figures(
             r, c, d, prefix="" if k == 0 else f"card{k + 1}-", data=None)))
-        draws = own > 0 or type(card.mixing_method).figures is not MixingMethod.figures
-        extra = draws * ((type(card.mixing_method).figure_data is not MixingMethod.figure_data) +
+        # __class__, not type(): a plugin's method is a Guarded proxy whose __class__ is the method's
+        draws = own > 0 or card.mixing_method.__class__.figures is not MixingMethod.figures
+        extra = draws * ((card.mixing_method.__class__.figure_data is not MixingMethod.figure_data) +
                          (k == 0 and p.job.curve is not None))
         count, seconds = count + own + extra, seconds + took + extra * (took / own if own else drawing_seconds(1))
     return count, seconds
