@@ -52,8 +52,9 @@ def weights_path(spec: ModelSpec) -> Path:
     return path
 
 
-def load_zoo_network(spec: ModelSpec, device: str = "cpu") -> nn.Module:
-    """Build ``spec.source['arch']`` and load its verified safetensors weights (strict key match)."""
+def load(spec: ModelSpec, device: str = "cpu", allow_unsafe: bool = False) -> nn.Module:
+    """The loader of source kind ``zoo``: ``spec.source['arch']`` built, its verified safetensors weights loaded
+    (strict key match; safetensors only, so ``allow_unsafe`` is not needed)."""
     from mixzoo.core.paths import read_safetensors
     from mixzoo_plugins.zoo_arch import build
 
@@ -91,11 +92,5 @@ def mixzoo_weights_dir(kind: str) -> Path | None:
 
 @hookimpl
 def mixzoo_model_sources() -> dict[str, Any]:
-    """``zoo``: :func:`load_zoo_network`."""
+    """``zoo``: :func:`load`."""
     return {"zoo": load}
-
-
-def load(spec: ModelSpec, device: str, allow_unsafe: bool) -> nn.Module:
-    """The loader of source kind ``zoo``: :func:`load_zoo_network` (safetensors only, so ``allow_unsafe`` is not
-    needed)."""
-    return load_zoo_network(spec, device)

@@ -87,4 +87,3 @@ def legacy_kwargs(request: Any) -> dict[str, Any]:
         return {**common, "per_example_seeds": r.per_example_seeds, "key_parts": dict(ev.key_parts)}
     return {**common, "n": request.n, "data_dir": request.data_dir, "device": request.device,
             **({} if request.points is None else {"points": request.points})}
-

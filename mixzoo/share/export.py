@@ -273,6 +273,3 @@ def export(card: Any, format: str = "onnx", out: str | Path = ".", *, abc: Any =
                     folder.rmdir()
     return ExportResult(path, format, diff, scaled, len(images), input_size, metadata, spread, float(tolerance))
 
-
-__all__ = ["CHECK_N", "FORMATS", "ONNX_MODULES", "TOLERANCE", "ExportResult", "check_exportable",
-           "check_onnx_modules", "export", "max_abs_diff", "run_artifact", "spread_diff", "spread_of"]

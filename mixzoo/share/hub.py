@@ -15,8 +15,6 @@ from typing import Any
 
 from mixzoo.core.errors import InputError, MissingFileError, MixzooError, damaged_file
 from mixzoo.core.paths import plain_name
-from mixzoo.zoo.files import offline
-from mixzoo.zoo.hub import hub_reachable
 
 HUB_PREFIX = "hf-hub:"
 CARD_FILE = "card.toml"
@@ -42,12 +40,9 @@ def parse_hub_id(ref: str) -> tuple[str, str | None]:
 
 
 def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
-    """One file of a Hub repository written by ``mixzoo push``: from the local cache, else downloaded when downloads
-    are on and the Hub answers (:func:`mixzoo.zoo.hub.hub_download`, whose one-line
-    :class:`MissingFileError` says where a file neither cached nor downloadable belongs); a file the repository does
-    not have, a file name huggingface_hub refuses or a failed download are one-line errors too."""
-    from huggingface_hub.errors import HFValidationError
-
+    """One file of a Hub repository written by ``mixzoo push``, through :func:`mixzoo.zoo.hub.hub_download` (cache
+    first; its one-line errors); a file the repository lacks, a file name huggingface_hub refuses or a failed
+    download are one-line errors too."""
     from mixzoo.zoo.hub import HubEntryNotFoundError, hub_download
 
     where = f"{filename!r} of Hugging Face repository {repo!r}" + (f" at revision {revision!r}" if revision else "")
@@ -57,8 +52,6 @@ def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
         raise MissingFileError(f"{where} does not exist; is {repo!r} a repository written by `mixzoo push`?") from None
     except MixzooError:
         raise
-    except HFValidationError as exc:
-        raise InputError(f"{repo!r} is not a valid Hugging Face repository id ({exc})") from None
     except (ValueError, RuntimeError) as exc:  # huggingface_hub's refusal of a file name or a broken cache entry
         raise damaged_file(f"{where}", f"huggingface_hub refused it ({type(exc).__name__}: {exc})",
                            f"check the file names in the repository's {CARD_FILE}, or fetch it again with"
@@ -71,8 +64,8 @@ def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
 
 def resolve_card(ref: str) -> Path:
     """The local card file of ``hf-hub:ORG/NAME[@REVISION]``, with its weight files (the card's ``[weights]``), its
-    arrays sidecar (``[arrays]``) and
-    any bundled base-model weights (:data:`BASE_MODELS_FILE`) beside it in the same cache snapshot."""
+    arrays sidecar (``[arrays]``) and any bundled base-model weights (:data:`BASE_MODELS_FILE`) beside it in the
+    same cache snapshot."""
     repo, revision = parse_hub_id(ref)
     card = hub_file(repo, CARD_FILE, revision)
     from mixzoo.core.reading import CARD_BYTES, parse_text, read_text
@@ -109,6 +102,3 @@ def base_models(ref: str) -> dict[str, dict[str, Any]]:
     validate(BaseModelsFile, data, f"{ref}: {BASE_MODELS_FILE}", "push the card again")
     return {r: data[r] for r in ("abc", "rbc")}
 
-
-__all__ = ["BASE_MODELS_FILE", "CARD_FILE", "HUB_PREFIX", "base_models", "hub_file", "hub_reachable", "offline",
-           "parse_hub_id", "resolve_card"]

@@ -1,16 +1,12 @@
 """A mix card as a Hugging Face Hub repository: the folder (:func:`hub_folder`) and its upload (:func:`push`).
 
-The folder holds the card (:data:`~mixzoo.share.hub.CARD_FILE`) with its method's weight files (checked against the
-sha256 the card records), the base-model references (:data:`~mixzoo.share.hub.BASE_MODELS_FILE`: each model's name,
-the weight hash the card was fitted for and the registry's weight-file sha256; with ``bundle_weights`` the
-networks' weights too, as safetensors with their sha256), the card's bench report under ``bench/`` (the one with the
-most images, :func:`find_report`) and a
-``README.md`` model card whose YAML metadata (``library_name: mixzoo``, ``tags``, ``datasets``, ``base_model``,
-``metrics``, ``model-index``) is what the Hub indexes. Anyone then loads it with
-``mixzoo.load_mixed("hf-hub:ORG/NAME")``.
-
-The folder is written in a staging directory and renamed into place, so a failure leaves nothing half-written.
-The upload is one call to huggingface_hub's ``upload_folder``; offline it fails in one line before any network use.
+The folder holds the card (:data:`~mixzoo.share.hub.CARD_FILE`) with its method's weight files (checked against
+their recorded sha256), the base-model references (:data:`~mixzoo.share.hub.BASE_MODELS_FILE`: name, the weight hash
+the card was fitted for, the registry's weight-file sha256; with ``bundle_weights`` the networks' weights as
+safetensors with their sha256), the card's bench report with the most images under ``bench/`` and a ``README.md``
+whose YAML metadata (``library_name: mixzoo``, ``tags``, ``datasets``, ``base_model``, ``metrics``,
+``model-index``) the Hub indexes; ``mixzoo.load_mixed("hf-hub:ORG/NAME")`` loads it. The folder is staged and
+renamed into place; the upload is one ``upload_folder`` call, refused in one line offline.
 """
 
 from __future__ import annotations
@@ -25,8 +21,10 @@ from typing import Any
 from mixzoo.core.errors import InputError, MixzooError
 from mixzoo.core.labels import eps_text, row_label
 from mixzoo.core.reading import copy_of
-from mixzoo.share.hub import BASE_MODELS_FILE, CARD_FILE, HUB_PREFIX, hub_reachable, offline, parse_hub_id
-from mixzoo.share.robustbench import read_report
+from mixzoo.share.hub import BASE_MODELS_FILE, CARD_FILE, HUB_PREFIX, parse_hub_id
+from mixzoo.share.robustbench import pct, read_report
+from mixzoo.zoo.files import offline
+from mixzoo.zoo.hub import hub_reachable
 
 REPORT_DIR = "bench"
 MARKER = BASE_MODELS_FILE  # a folder holding it was written by hub_folder and may be replaced by the next push
@@ -69,35 +67,11 @@ def card_row(report: dict[str, Any], card: Any) -> dict[str, Any] | None:
                  and _card_identity(m["card"]) == want), None)
 
 
-def find_report(card: Any, report: str | Path | None = None) -> tuple[Path, dict[str, Any]] | None:
-    """The bench report of ``card``: ``report`` (a bench directory or its report.json; refused when it did not
-    evaluate this card), else, of the ``report.json`` files within :data:`SEARCH_DEPTH` folders below the card's
-    folder or the current directory that have a row for it, the one whose row attacked the most images (the latest
-    by creation time among those); None when there is none. :func:`report_choice` says which was taken and why."""
-    found = _find_reports(card, report)
-    return None if not found else found[0]
-
-
-def report_choice(card: Any, report: str | Path | None = None) -> str:
-    """One line: which bench report :func:`find_report` takes for ``card`` and why (given; the only one found; the
-    largest n of several, naming how many others there were); empty when there is none."""
-    found = _find_reports(card, report)
-    if not found:
-        return ""
-    file, data = found[0]
-    n = (card_row(data, card) or {}).get("n")
-    if report is not None:
-        return f"bench figures from {file} (given with --report; n={n})"
-    if len(found) == 1:
-        return f"bench figures from {file} (n={n}; the only report of this card found)"
-    others = ", ".join(f"n={(card_row(d, card) or {}).get('n')}" for _, d in found[1:])
-    return (f"bench figures from {file} (n={n}, the most images of the {len(found)} reports of this card found;"
-            f" the others: {others}; pass --report to choose)")
-
-
 def _find_reports(card: Any, report: str | Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
-    """Every report of ``card`` (:func:`find_report`), the one to take first; each read and checked by
-    :func:`mixzoo.share.robustbench.read_report`."""
+    """The bench reports of ``card``, the one to take first: ``report`` (a bench directory or its report.json;
+    refused when it did not evaluate this card), else the ``report.json`` files within :data:`SEARCH_DEPTH` folders
+    below the card's folder or the current directory that have a row for it, the most images first (then the
+    latest); each read and checked by :func:`mixzoo.share.robustbench.read_report`."""
     if report is not None:
         path = Path(report)
         data = read_report(path)
@@ -124,6 +98,21 @@ def _find_reports(card: Any, report: str | Path | None = None) -> list[tuple[Pat
                     found.append((n, str((data.get("run") or {}).get("created", "")), file.resolve(), data))
     unique = {t[2]: t for t in found}.values()  # the card's folder may lie below the current directory
     return [(file, data) for _, _, file, data in sorted(unique, key=lambda t: (t[0], t[1], str(t[2])), reverse=True)]
+
+
+def _report_choice(card: Any, given: bool, found: list[tuple[Path, dict[str, Any]]]) -> str:
+    """One line: which report of :func:`_find_reports` is taken and why; empty when there is none."""
+    if not found:
+        return ""
+    file, data = found[0]
+    n = (card_row(data, card) or {}).get("n")
+    if given:
+        return f"bench figures from {file} (given with --report; n={n})"
+    if len(found) == 1:
+        return f"bench figures from {file} (n={n}; the only report of this card found)"
+    others = ", ".join(f"n={(card_row(d, card) or {}).get('n')}" for _, d in found[1:])
+    return (f"bench figures from {file} (n={n}, the most images of the {len(found)} reports of this card found;"
+            f" the others: {others}; pass --report to choose)")
 
 
 def bench_figures(report: dict[str, Any], card: Any) -> dict[str, Any]:
@@ -196,10 +185,6 @@ def _bundle(card: Any, role: str, name: str, folder: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------- model card
-def _pct(v: float | None) -> str:
-    return "" if v is None else f"{100 * v:.2f}"
-
-
 def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: dict[str, Any] | None,
                report_file: str | None) -> str:
     """``README.md``: YAML metadata (library_name, tags, datasets, base_model, metrics, model-index when bench
@@ -255,10 +240,9 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
                      else "; the extra attacks the method declares were not run."), "",
                   "| model | clean % (95% CI) | robust % (95% CI) |", "|---|---|---|"]
         for r in figures["rows"]:
-            ci = {k: r.get(f"{k}_ci") or [None, None] for k in ("clean", "robust")}
-            lines.append(f"| {row_label(r)} | {_pct(r['clean_accuracy'])} ({_pct(ci['clean'][0])}-"
-                         f"{_pct(ci['clean'][1])}) | {_pct(r['robust_accuracy'])} ({_pct(ci['robust'][0])}-"
-                         f"{_pct(ci['robust'][1])}) |")
+            cells = [f"{pct(r[f'{k}_accuracy'])} ({'-'.join(pct(v) for v in r.get(f'{k}_ci') or [None, None])})"
+                     for k in ("clean", "robust")]
+            lines.append(f"| {row_label(r)} | {' | '.join(cells)} |")
         lines.append("")
     else:
         lines += ["## Evaluation", "", f"No bench report was pushed; run `mixzoo bench hf-hub:{repo}`.", ""]
@@ -266,15 +250,10 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
 
 
 # ------------------------------------------------------------------------------------------------- the folder
-def default_folder(repo: str) -> Path:
-    """Where ``mixzoo push`` writes the folder by default: ``hub/ORG--NAME`` in the current directory."""
-    return Path("hub") / repo.replace("/", "--")
-
-
 def hub_folder(card: Any, repo: str, out: str | Path | None = None, *, bundle_weights: bool = False,
                report: str | Path | None = None) -> HubFolder:
     """Write the Hub-ready folder of ``card`` (a card, its file or a published card's name) for repository
-    ``repo`` (``ORG/NAME``) into ``out`` (default :func:`default_folder`): see the module docstring. A folder an
+    ``repo`` (``ORG/NAME``) into ``out`` (default ``hub/ORG--NAME``): see the module docstring. A folder an
     earlier push wrote is replaced; any other non-empty folder is refused."""
     from mixzoo.core.card import MixCard
 
@@ -282,13 +261,13 @@ def hub_folder(card: Any, repo: str, out: str | Path | None = None, *, bundle_we
     if revision:
         raise InputError(f"--repo {repo!r}: name the repository without a revision (ORG/NAME)")
     card = card if isinstance(card, MixCard) else MixCard.load(card)
-    out = Path(out) if out is not None else default_folder(repo_id)
+    out = Path(out) if out is not None else Path("hub") / repo_id.replace("/", "--")
     if out.is_symlink():
         raise InputError(f"--out {out} is a symbolic link; pass the folder itself or a new path")
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
         raise InputError(f"{out} exists and was not written by `mixzoo push`; pass another --out")
-    found = find_report(card, report)
-    choice = report_choice(card, report) if found is not None else ""
+    reports = _find_reports(card, report)
+    choice, found = _report_choice(card, report is not None, reports), (reports[0] if reports else None)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     shutil.rmtree(stage, ignore_errors=True)
@@ -345,7 +324,3 @@ def push(card: Any, repo: str, *, out: str | Path | None = None, bundle_weights:
     """Write the Hub folder of ``card`` (:func:`hub_folder`) and, unless ``dry_run``, upload it (:func:`upload`)."""
     folder = hub_folder(card, repo, out, bundle_weights=bundle_weights, report=report)
     return PushResult(folder, None if dry_run else upload(folder, token=token, private=private))
-
-
-__all__ = ["HubFolder", "PushResult", "base_model_reference", "bench_figures", "card_row", "default_folder",
-           "find_report", "hub_folder", "model_card", "push", "upload"]

@@ -52,8 +52,8 @@ USER_FIELDS: dict[str, OptionSpec] = {
 }
 
 
-def _pct(v: float) -> str:
-    return f"{100 * v:.2f}"
+def pct(v: float | None) -> str:
+    return "" if v is None else f"{100 * v:.2f}"
 
 
 def eps_text(eps: float) -> str:
@@ -190,8 +190,8 @@ def model_info(bench_dir: str | Path, *, card_name: str | None = None,
     info: dict[str, Any] = {
         "link": "", "name": row_label(row), "authors": "", "additional_data": False, "number_forward_passes": 2,
         "dataset": ds.get("name"), "venue": "", "architecture": _architecture(row), "eps": eps_text(st["eps"]),
-        "clean_acc": _pct(clean / n), "reported": _pct(worst), "autoattack_acc": _pct(aa),
-        "external": _pct(worst), "footnote": footnote, "unreliable": False,
+        "clean_acc": pct(clean / n), "reported": pct(worst), "autoattack_acc": pct(aa),
+        "external": pct(worst), "footnote": footnote, "unreliable": False,
     }
     info.update(fields)
     return info, {"dataset": str(ds.get("name")), "threat_model": str(st.get("norm"))}
@@ -232,6 +232,3 @@ def _is_model_info(path: Path) -> bool:
         return False
     return isinstance(data, dict) and {"clean_acc", "autoattack_acc"} <= set(data)
 
-
-__all__ = ["MODEL_INFO_FIELDS", "autoattack_accuracy", "eps_text", "model_info", "pick_row", "read_report",
-           "write_model_info"]

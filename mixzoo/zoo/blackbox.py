@@ -1,23 +1,16 @@
 """Black-box robust base classifiers: logits only, no gradients, counted queries (Bai et al. 2024a, App. D.5).
 
-Algorithm 1 needs the RBC's minimum-margin perturbations, and MMAA finds them with the RBC's gradients. A model
-behind an API (or exported without gradients) gives only its outputs. :class:`BlackBoxModel` makes any model
-behave like one, so that every black-box route of App. D.5 (:mod:`mixzoo.methods.mixednuts.transfer`) can be checked
-honestly:
+Algorithm 1 needs the RBC's minimum-margin perturbations, which MMAA finds with the RBC's gradients; a model behind
+an API gives only its outputs. :class:`BlackBoxModel` makes any model behave like one, so that every black-box route
+of App. D.5 (:mod:`mixzoo.methods.mixednuts.transfer`) can be checked honestly: forward passes run under
+``torch.no_grad`` and the output is tied to the input's graph by :class:`_NoGradient`, whose backward raises
+:class:`NoGradientError` (an attack that differentiates through the model fails loudly, never gets zeros); queries
+(examples forwarded) are counted against an optional budget (:class:`QueryBudgetExceeded`); every output must be
+a 2-D ``[N, num_classes]`` float tensor without NaN or ``+inf`` (:class:`BlackBoxOutputError`; ``-inf`` is allowed:
+log-probabilities of a hard-max model). The wrapped model is no sub-module, so the wrapper's ``parameters()`` and
+``state_dict()`` are empty; ``weight_hash`` is passed through where the wrapped model has one.
 
-* forward passes run under ``torch.no_grad`` on detached inputs; the output is attached to the input's graph
-  through :class:`_NoGradient`, whose backward raises :class:`NoGradientError`, so an attack that tries to
-  differentiate through the model fails loudly instead of silently getting zeros;
-* it counts queries (examples forwarded) and enforces an optional budget (:class:`QueryBudgetExceeded`);
-* it checks every output: a 2-D ``[N, num_classes]`` float tensor without NaN or ``+inf``
-  (:class:`BlackBoxOutputError`); ``-inf`` is allowed (log-probabilities of a hard-max model).
-
-The wrapped model is not registered as a sub-module, so ``parameters()`` and ``state_dict()`` of the wrapper are
-empty: nothing in mixzoo can reach the weights through it. ``weight_hash`` is passed through (mix cards record
-it) where the wrapped model has one.
-
-A registry entry marks a model as a black box with ``source.black_box = true`` (:func:`spec_is_black_box`);
-:func:`load_black_box` loads a model by name and wraps it; :func:`as_black_box` treats any model as one.
+A registry entry marks a black box with ``source.black_box = true`` (:func:`spec_is_black_box`).
 """
 
 from __future__ import annotations
@@ -203,6 +196,3 @@ def load_black_box(name: str, query_budget: int | None = None, device: str = "cp
 
     return BlackBoxModel(load_model(name, device=device, allow_unsafe=allow_unsafe), query_budget)
 
-
-__all__ = ["BlackBoxModel", "BlackBoxOutputError", "NoGradientError", "QueryBudgetExceeded", "as_black_box",
-           "is_black_box", "load_black_box", "spec_is_black_box"]

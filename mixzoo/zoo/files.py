@@ -13,8 +13,6 @@ hub ``config.json`` files already in the cache) and from the places the loaders 
 * ``zoo`` sources: the weight file the plugin ships (``mixzoo_weights_dir``);
 * data: the files the built-in datasets read (CIFAR batches, Fashion-MNIST IDX files, ``ROOT/val`` of ImageNet, a
   user's ImageFolder tree or ``.npz`` file).
-
-A hand-written ``refs/main`` ending in a newline is read as the commit it names (:func:`hub_cached_file`).
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import importlib.util
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,32 +69,26 @@ def whole_pickle(path: Path) -> bool:
     return head in (b"\x80", b"(", b"}") and tail == b"."
 
 
-def _file(what: str, path: Path, fetch: str, folder: bool = False, check: Any = None) -> NeededFile:
+def _file(what: str, path: Path, fetch: str, folder: bool = False, check: Any = None, kind: str = "model"
+          ) -> NeededFile:
     present = path.is_dir() if folder else path.is_file() and (check is None or check(path))
     size = path.stat().st_size if present and not folder else None
-    return NeededFile(what, str(path), present, size, fetch)
+    return NeededFile(what, str(path), present, size, fetch, kind)
 
 
 # ------------------------------------------------------------------------------------------ Hugging Face cache
-def hf_hub_cache() -> Path:
-    """The Hugging Face hub cache directory huggingface_hub uses (``HF_HUB_CACHE``)."""
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
-
-
 def hub_repo_folder(repo_id: str) -> Path:
     """``{HF_HUB_CACHE}/models--ORG--NAME``: where huggingface_hub caches a model repository."""
-    return hf_hub_cache() / f"models--{repo_id.replace('/', '--')}"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
 
 
 def hub_cached_file(repo_id: str, filename: str, revision: str | None = None) -> tuple[Path, bool]:
-    """Where ``filename`` of ``repo_id`` sits in the local Hugging Face cache, and whether it is there.
-
-    ``refs/REV`` is read with surrounding whitespace stripped (a ref written by hand often ends in a newline,
-    which huggingface_hub's own offline lookup takes as part of the commit); a revision that is a commit hash is
-    used as it is. With no ref yet the path names ``<commit>``.
-    """
+    """Where ``filename`` of ``repo_id`` sits in the local Hugging Face cache, and whether it is there: ``refs/REV``
+    read with whitespace stripped (a hand-written ref often ends in a newline, which huggingface_hub's own offline
+    lookup takes as part of the commit), a commit-hash revision used as it is; with no ref the path names
+    ``<commit>``."""
     folder = hub_repo_folder(repo_id)
     ref = revision or "main"
     commit: str | None = ref if re.fullmatch(r"[0-9a-f]{40}", ref) else None
@@ -210,35 +202,31 @@ def model_files(spec: Any) -> list[NeededFile]:
 def dataset_files(name: str, root: str | None = None) -> list[NeededFile]:
     """The files data set ``name`` (``imagefolder:PATH`` / ``PATH.npz`` too) is read from (see the module
     docstring); empty for digits (it ships with scikit-learn) and for a third party's data set."""
-    return [replace(f, kind="data") for f in _dataset_files(name, root)]
-
-
-def _dataset_files(name: str, root: str | None) -> list[NeededFile]:
+    from mixzoo.core.paths import env_folder
     from mixzoo.zoo.data import split_dataset_name
 
     name, root = split_dataset_name(name, root)
-    from mixzoo.core.paths import env_folder
-
     user = Path(root).expanduser() if root else env_folder("MIXZOO_DATA_DIR", None)
+    file = functools.partial(_file, name, kind="data")
     if name in CIFAR_FILES:
         folder, files = CIFAR_FILES[name]
         base = (user or Path.home() / ".cache" / "mixzoo" / "data") / folder
         how = f"torchvision.datasets.{name.upper()}(ROOT, download=True); pass --data-dir ROOT"
-        return [_file(name, base / f, how, check=whole_pickle) for f in files]
+        return [file(base / f, how, check=whole_pickle) for f in files]
     if name == "fashion-mnist":
         downloaded = Path.home() / ".cache" / "mixzoo" / "data" / "FashionMNIST" / "raw"
         places = [user, user / "FashionMNIST" / "raw"] if user is not None else [
             Path("/usr/share/datasets/fashion-mnist"), downloaded]
         base = next((d for d in places if all((d / f).is_file() or (d / f[:-3]).is_file() for f in FMNIST_FILES)),
                     places[0])
-        return [_file(name, base / f, "apt-get install dataset-fashion-mnist, or --data-dir DIR") for f in FMNIST_FILES]
+        return [file(base / f, "apt-get install dataset-fashion-mnist, or --data-dir DIR") for f in FMNIST_FILES]
     if name == "imagenet":
-        return [_file(name, (user or Path("<--data-dir ROOT>")) / "val", "the ImageNet validation set as"
-                      " ROOT/val/<wnid>/*.JPEG", folder=True)]
+        return [file((user or Path("<--data-dir ROOT>")) / "val", "the ImageNet validation set as"
+                     " ROOT/val/<wnid>/*.JPEG", folder=True)]
     if name == "imagefolder" and user is not None:
-        return [_file(name, user, "your images as DIR/<class>/<image>", folder=True)]
+        return [file(user, "your images as DIR/<class>/<image>", folder=True)]
     if name == "npz" and user is not None:
-        return [_file(name, user, "your arrays (images, labels) saved with numpy.savez")]
+        return [file(user, "your arrays (images, labels) saved with numpy.savez")]
     return []
 
 
@@ -305,9 +293,6 @@ def check_files_offline(names: Sequence[str], dataset: str | None = None, data_d
     if not names or not offline():
         return
     files = fetch_list(names, dataset=dataset, data_dir=data_dir)
-    if all(f.present for f in files if f.kind == "model"):
-        return
-    summary = missing_summary(files)
-    if summary:
-        raise MissingFileError(f"downloads are off (HF_HUB_OFFLINE/MIXZOO_OFFLINE) and {summary}")
+    if not all(f.present for f in files if f.kind == "model"):
+        raise MissingFileError(f"downloads are off (HF_HUB_OFFLINE/MIXZOO_OFFLINE) and {missing_summary(files)}")
 

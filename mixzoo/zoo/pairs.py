@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.core.cache import Cache, batched_cached
+from mixzoo.core.cache import Cache, batched_cached, content_key
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.blackbox import is_black_box
@@ -21,9 +21,8 @@ from mixzoo.zoo.specs import check_pair_early, check_pair_specs  # noqa: F401 - 
 
 DEFAULT_ABC = "fmnist-std"
 DEFAULT_RBC = "fmnist-pgd"
-
-
 DEFAULT_N_CALIB = 1000  # calibration images when --n-calib is not given (capped at the split's size)
+
 
 def model_hash(model: nn.Module) -> str:
     """The weight hash a mix card records for ``model`` (its network's weights; see :func:`model_key`)."""
@@ -32,12 +31,9 @@ def model_hash(model: nn.Module) -> str:
 
 
 def model_key(model: nn.Module) -> str:
-    """What a cached result of ``model`` depends on: its weights and the normalisation applied before them.
-
-    Two :class:`BaseClassifier` s with one network but another mean/std give other logits, so cache keys (logits,
-    MMAA, evaluations) use this, not :func:`model_hash`, which identifies the weights alone as cards record them.
-    A plain module's state dict already holds any normalisation buffers it has.
-    """
+    """What a cached result of ``model`` depends on: its weights and the normalisation before them (one network
+    with another mean/std gives other logits), unlike :func:`model_hash`, the weights alone as cards record them. A
+    plain module's state dict already holds its normalisation buffers."""
     if isinstance(model, BaseClassifier):
         return f"{model.weight_hash}+{weight_hash(model.normalize)}"
     return weight_hash(model)
@@ -87,8 +83,8 @@ def card_model(card: Any, role: str, given: str | nn.Module | None = None, *, de
                allow_unsafe: bool = False) -> nn.Module:
     """The ``role`` ("abc" or "rbc") model a mix card was calibrated for: ``given`` when not None (name or module),
     else loaded by the name the card recorded. A card made by :func:`mixzoo.methods.mixednuts.calibrate` from bare
-    logits records no
-    names, and one made for unregistered modules records their class names: both need the model passed in."""
+    logits records no names, and one made for unregistered modules records their class names: both need the model
+    passed in."""
     from mixzoo.core.errors import UnknownNameError
 
     name = given if given is not None else (getattr(card, role) or {}).get("name")
@@ -143,11 +139,9 @@ def model_label(model: nn.Module | None, role: str) -> str:
 def load_mixed(card: Any, *, abc: str | nn.Module | None = None, rbc: str | nn.Module | None = None,
                device: str = "cpu", gradient: str = "exact", allow_unsafe: bool = False) -> Any:
     """The deployable mixed classifier of a mix card (a :class:`~mixzoo.core.card.MixCard`, its file or a published
-    card's name), with its ABC and RBC loaded by the names the card recorded (see :func:`card_models`), on
-    ``device``, in eval mode, built by the card's mixing method: [0, 1] images in, log-probabilities out (for
-    MixedNUTS a :class:`~mixzoo.methods.mixednuts.mixing.MixedClassifier`, Bai et al. 2024a, Eq. 5). Warns when a
-    model's weights differ from those the card was fitted for.
-    """
+    card's name), its ABC and RBC loaded as :func:`card_models` says, on ``device``, in eval mode, built by the
+    card's method: [0, 1] images in, log-probabilities out (MixedNUTS: Bai et al. 2024a, Eq. 5). Warns when a
+    model's weights differ from those the card was fitted for."""
     import warnings
 
     from mixzoo.core.card import MixCard
@@ -187,11 +181,8 @@ def check_device(device: str | torch.device) -> torch.device:
 
 
 def model_device(model: nn.Module, default: str | torch.device = "cpu") -> torch.device:
-    """Where ``model`` lives (its first parameter or buffer); ``default`` for a model with neither.
-
-    Inputs follow the model rather than a ``device`` argument, so a model loaded elsewhere (a caller's own module,
-    a card's models on CUDA) never meets images on another device.
-    """
+    """Where ``model`` lives (its first parameter or buffer; ``default`` for neither): inputs follow the model, so
+    a model loaded elsewhere never meets images on another device."""
     tensor = next(iter(model.parameters()), None)
     if tensor is None:
         tensor = next(iter(model.buffers()), None)
@@ -212,12 +203,9 @@ def cached_logits(model: nn.Module, dataset: Any, *, cache: Cache, batch_size: i
     """The model's logits on every image of ``dataset`` (cached by weight hash and data fingerprint)."""
     n = len(dataset.labels)
     key_parts = {"model": model_key(model), "data": dataset.fingerprint, "kind": "logits"}
-    from mixzoo.core.cache import content_key
-
-    key = content_key(key_parts)
     with progress_bar(progress) as bar:
         task = bar.add_task(f"{what} ({model_name(model)})", total=n)
-        out = batched_cached(cache, "logits", key, n, batch_size,
+        out = batched_cached(cache, "logits", content_key(key_parts), n, batch_size,
                              lambda a, b: {"logits": _logits(model, dataset.images[a:b], device)},
                              {**key_parts, "model_name": model_name(model), "dataset": dataset.name},
                              progress=lambda k: bar.advance(task, k))
@@ -228,10 +216,8 @@ def threat_model_of(rbc: nn.Module, eps: float | None, norm: str | None) -> tupl
     """(eps, norm) of an evaluation: the given ones, else what the RBC's registry spec records (norm default
     ``Linf``); a one-line error when no eps is known or it is not a positive finite number."""
     spec = getattr(rbc, "spec", None)
-    if eps is None:
-        eps = getattr(spec, "epsilon", None)
-    if norm is None:
-        norm = getattr(spec, "threat_model", None) or "Linf"
+    eps = getattr(spec, "epsilon", None) if eps is None else eps
+    norm = (getattr(spec, "threat_model", None) or "Linf") if norm is None else norm
     if eps is None:
         raise InputError(f"the RBC {model_name(rbc)!r} records no epsilon; pass --eps")
     if not (isinstance(eps, int | float) and math.isfinite(eps) and eps > 0):
@@ -284,21 +270,18 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
         from mixzoo.core.card import MixCard
 
         MixCard.check_path(request.out)
-    abc_req = request.abc if request.abc is not None else DEFAULT_ABC
-    rbc_req = request.rbc if request.rbc is not None else DEFAULT_RBC
+    reqs = (DEFAULT_ABC if request.abc is None else request.abc, DEFAULT_RBC if request.rbc is None else request.rbc)
     # the pair is checked on its specs (registry entries, hub config.json files) before any weights load
-    check_pair_early(*(m if isinstance(m, str) else getattr(m, "spec", None) for m in (abc_req, rbc_req)),
-                     request.dataset, request.data_dir)
-    abc_m = resolve_model(abc_req, device, request.allow_unsafe)
-    rbc_m = resolve_model(rbc_req, device, request.allow_unsafe)
+    check_pair_early(*(m if isinstance(m, str) else getattr(m, "spec", None) for m in reqs), request.dataset,
+                     request.data_dir)
+    abc_m, rbc_m = (resolve_model(m, device, request.allow_unsafe) for m in reqs)
     abc_spec, rbc_spec = getattr(abc_m, "spec", None), getattr(rbc_m, "spec", None)
     if is_black_box(rbc_m):
         name = rbc_spec.name if rbc_spec is not None else getattr(rbc_m, "name", "the RBC")
         raise InputError(f"RBC {name!r} is a black box (no gradients for MMAA); calibrate it from a white-box"
                          f" surrogate with `mixzoo transfer-params --from CARD --rbc {name}` (App. D.5)")
-    dataset = request.dataset
     known_spec = rbc_spec if rbc_spec is not None else abc_spec  # a plain-module RBC: the registered ABC tells
-    dataset = dataset or (known_spec.dataset if known_spec is not None else None)
+    dataset = request.dataset or (known_spec.dataset if known_spec is not None else None)
     if dataset is None:
         raise InputError("cannot tell which dataset to calibrate on; pass --dataset")
     eps, norm = threat_model_of(rbc_m, request.eps, request.norm)
@@ -315,7 +298,3 @@ def prepare_pair(request: Any, *, top_k: int | None = None) -> Pair:
     cached_logits(abc_m, data, cache=cache, device=device, progress=request.progress, what="ABC clean logits")
     return Pair(abc_m, rbc_m, dataset, data, eps, norm, cache, device,
                 seed=request.seed, batch_size=batch_size, progress=request.progress)
-
-
-
-

@@ -1,14 +1,8 @@
-"""Specs of published models from their names alone: RobustBench ``dataset/threat/Name`` and Hugging Face
-``hf-hub:ORG/NAME`` timm models. Nothing here imports torch, timm or robustbench or reads weights, so resolving a
-name (``mixzoo info``, the pair check before loading) takes well under a second; :mod:`mixzoo.zoo.loading`
-re-exports these names.
-
-* :func:`robustbench_spec`: the name is checked against RobustBench's model zoo read from its source
-  (:func:`mixzoo.zoo.files.robustbench_zoo`); the reported accuracies come from a registry entry of the same model
-  or RobustBench's ``model_info`` (:func:`robustbench_reported`);
-* :func:`timm_hub_spec`: classes, input size, mean/std and dataset from the hub ``config.json``
-  (:func:`timm_hub_config`, :func:`hub_dataset`), read from the local cache, else through the ``fetch`` given
-  (:mod:`mixzoo.zoo.loading`'s versions pass its ``hub_download``; without one, :class:`NotCachedError`).
+"""Specs of published models from their names alone (RobustBench ``dataset/threat/Name``, Hugging Face
+``hf-hub:ORG/NAME`` timm models), with no torch, timm or robustbench import and no weights read, so resolving a
+name (``mixzoo info``, the pair check before loading) takes well under a second. A hub ``config.json`` not in the
+local cache is read through the ``fetch`` given (:mod:`mixzoo.zoo.timm_hub` passes ``hub_download``; without one,
+:class:`NotCachedError`).
 """
 
 from __future__ import annotations
@@ -29,6 +23,8 @@ HF_PREFIX = "hf-hub:"
 
 class NotCachedError(MissingFileError):
     """A hub ``config.json`` not in the local cache, where no ``fetch`` was given to download it."""
+
+
 # RobustBench datasets: classes and the resolution its leaderboard evaluates at.
 ROBUSTBENCH_DATASETS: dict[str, tuple[int, tuple[int, int, int]]] = {
     "cifar10": (10, (3, 32, 32)), "cifar100": (100, (3, 32, 32)), "imagenet": (1000, (3, 224, 224)),
@@ -39,7 +35,6 @@ DEFAULT_EPSILON: dict[tuple[str, str], float] = {
     ("cifar10", "Linf"): 8 / 255, ("cifar100", "Linf"): 8 / 255, ("imagenet", "Linf"): 4 / 255,
     ("cifar10", "L2"): 0.5, ("cifar100", "L2"): 0.5, ("imagenet", "L2"): 0.5,
 }
-
 
 
 def parse_hf_hub(name: str) -> tuple[str, str | None]:
@@ -60,8 +55,8 @@ def parse_robustbench_name(name: str) -> tuple[str, str, str] | None:
 
 
 def robustbench_spec(name: str, plugin: str) -> ModelSpec | None:
-    """A robust spec for a RobustBench ``dataset/threat/Name``, eps from RobustBench's defaults; None if the name
-    is not of that form."""
+    """A robust spec for a RobustBench ``dataset/threat/Name`` (checked against the zoo's source,
+    :func:`mixzoo.zoo.files.robustbench_zoo`), eps from RobustBench's defaults; None for another name."""
     parsed = parse_robustbench_name(name)
     if parsed is None:
         return None
@@ -112,11 +107,9 @@ def robustbench_reported(source: Mapping[str, Any]) -> tuple[dict[str, Any], str
 def timm_hub_config(repo_id: str, revision: str | None = None,
                     fetch: Callable[[str, str, str | None], Path] | None = None
                     ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """(architecture, pretrained_cfg, model_args) from a hub ``config.json``.
-
-    Mirrors ``timm.models._hub.load_model_config_from_hf`` but reads the file through :func:`hub_download`, so
-    offline errors say where the file belongs and nothing in timm touches the network.
-    """
+    """(architecture, pretrained_cfg, model_args) from a hub ``config.json``, as
+    ``timm.models._hub.load_model_config_from_hf`` reads it, but from the cache or ``fetch``, so offline errors say
+    where the file belongs and nothing in timm touches the network."""
     cached, present = hub_cached_file(repo_id, "config.json", revision)
     if not present:
         if fetch is None:
@@ -238,4 +231,3 @@ def check_pair_early(abc: Any, rbc: Any, dataset: str | None = None, data_dir: s
         raise
     check_pair_specs(abc_spec, rbc_spec, dataset)
     check_files_offline(names, dataset, data_dir)
-

@@ -5,6 +5,7 @@ timm's own pretrained-weight loader. timm is imported inside the functions (:mod
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,17 +18,9 @@ from mixzoo.zoo.checkpoints import load_checkpoint, state_dict_from, verify_sha2
 from mixzoo.zoo.hub import hub_download, hub_weights
 from mixzoo.zoo.specs import HF_PREFIX, parse_hf_hub
 
-
-def timm_hub_config(repo_id: str, revision: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """:func:`mixzoo.zoo.specs.timm_hub_config`, fetching ``config.json`` through :func:`hub_download` when it is
-    not cached."""
-    return _specs.timm_hub_config(repo_id, revision, fetch=hub_download)
-
-
-def timm_hub_spec(name: str, plugin: str) -> ModelSpec:
-    """:func:`mixzoo.zoo.specs.timm_hub_spec`, fetching ``config.json`` through :func:`hub_download` when it is not
-    cached."""
-    return _specs.timm_hub_spec(name, plugin, fetch=hub_download)
+# the specs' readers, fetching a ``config.json`` that is not cached through :func:`hub_download`
+timm_hub_config = functools.partial(_specs.timm_hub_config, fetch=hub_download)
+timm_hub_spec = functools.partial(_specs.timm_hub_spec, fetch=hub_download)
 
 
 def timm_repo(model: str) -> tuple[str, str | None]:
