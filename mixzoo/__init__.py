@@ -23,8 +23,7 @@ deprecated.install()  # the deprecated names and call forms, answered from mixzo
 _PUBLIC = {
     "BaseClassifier": "mixzoo.zoo.models", "InputError": "mixzoo.core.errors", "MixCard": "mixzoo.core.card",
     "MixedClassifier": "mixzoo.methods.mixednuts.mixing", "MixingParams": "mixzoo.methods.mixednuts.mixing",
-    "MixzooError": "mixzoo.core.errors",
-    "ModelSpec": "mixzoo.core.registry", "UnknownNameError": "mixzoo.core.errors",
+    "MixzooError": "mixzoo.core.errors", "ModelSpec": "mixzoo.core.registry", "UnknownNameError": "mixzoo.core.errors",
     "calibrate": "mixzoo.methods.mixednuts.calibrate", "get_plugin_manager": "mixzoo.core.plugins",
     "get_spec": "mixzoo.core.registry", "hookimpl": "mixzoo.core.plugins", "list_models": "mixzoo.core.registry",
     "load_mixed": "mixzoo.zoo.pairs", "load_model": "mixzoo.zoo.models",

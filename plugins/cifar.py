@@ -4,6 +4,7 @@ read as plain arrays without running pickled code."""
 
 from __future__ import annotations
 
+import functools
 import pickle
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,7 +18,9 @@ if TYPE_CHECKING:
     from mixzoo.zoo.data import ImageDataset
 
 
-def _cifar(name: str, split: str, n: int | None, root: str | None) -> ImageDataset:
+def cifar(name: str, split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
+    """CIFAR-10 or CIFAR-100 (``name``) in torchvision's layout under ``root``; calibration/evaluation are seeded
+    halves of the test set."""
     import torch
 
     from mixzoo.zoo.data import ImageDataset, check_split
@@ -125,11 +128,5 @@ def _cifar_dir_error(name: str, cls: Any, user: Path, root: str | None) -> Missi
     )
 
 
-def cifar10(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
-    """CIFAR-10 (torchvision layout under ``root``); calibration/evaluation are seeded halves of the test set."""
-    return _cifar("cifar10", split, n, root)
-
-
-def cifar100(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
-    """CIFAR-100 (torchvision layout under ``root``); calibration/evaluation are seeded halves of the test set."""
-    return _cifar("cifar100", split, n, root)
+cifar10 = functools.partial(cifar, "cifar10")
+cifar100 = functools.partial(cifar, "cifar100")

@@ -20,34 +20,6 @@ if TYPE_CHECKING:
     import torch
 
 
-def gelu(x: torch.Tensor) -> torch.Tensor:
-    """GELU, x * Phi(x) (exact, not the tanh approximation)."""
-    import torch.nn.functional as F
-
-    return F.gelu(x)
-
-
-def relu(x: torch.Tensor) -> torch.Tensor:
-    """max(x, 0)."""
-    import torch.nn.functional as F
-
-    return F.relu(x)
-
-
-def elu(x: torch.Tensor) -> torch.Tensor:
-    """x for x > 0, exp(x) - 1 otherwise."""
-    import torch.nn.functional as F
-
-    return F.elu(x)
-
-
-def softplus(x: torch.Tensor) -> torch.Tensor:
-    """log(1 + exp(x))."""
-    import torch.nn.functional as F
-
-    return F.softplus(x)
-
-
 def linear(x: torch.Tensor) -> torch.Tensor:
     """The identity (no clamping)."""
     return x
@@ -55,4 +27,8 @@ def linear(x: torch.Tensor) -> torch.Tensor:
 
 @hookimpl
 def mixzoo_clamp_functions() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
-    return {"gelu": gelu, "relu": relu, "elu": elu, "softplus": softplus, "linear": linear}
+    """torch's own functions at their defaults: ``gelu`` x * Phi(x) (exact, not the tanh approximation), ``relu``
+    max(x, 0), ``elu`` x for x > 0 else exp(x) - 1, ``softplus`` log(1 + exp(x)); and :func:`linear`."""
+    import torch.nn.functional as F
+
+    return {"gelu": F.gelu, "relu": F.relu, "elu": F.elu, "softplus": F.softplus, "linear": linear}

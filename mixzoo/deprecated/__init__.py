@@ -1,13 +1,12 @@
 """Every deprecated name and call form of mixzoo, each kept working for one minor release, in this one package.
 
 :data:`DEPRECATIONS` lists them as data: what a user writes, what to write instead, the release that removes it,
-and the shim that keeps it working. The library never imports this package; ``import mixzoo`` calls
-:func:`install`, which puts one finder on ``sys.meta_path`` (stdlib only, nothing else imported): it answers the
-moved module names (:mod:`mixzoo.deprecated.modules`) and, when a module that has a deprecated call form is
-imported, attaches that form's shim to it (:data:`SHIMS`). Removing a deprecation is deleting its entry and its
-shim here (CONTRIBUTING.md, "Public surface and versions").
-
-Not :mod:`mixzoo.core.compat`, which adapts mixzoo to the installed robustbench / timm / autoattack versions.
+and the shims that keep it working. The library never imports this package; ``import mixzoo`` calls
+:func:`install`, which puts one finder on ``sys.meta_path`` (stdlib only): it answers the moved module names
+(:mod:`mixzoo.deprecated.modules`) and attaches the shims of :data:`SHIMS` to their modules when these are
+imported. Removing a deprecation is deleting its entry and its shim here (CONTRIBUTING.md, "Public surface and
+versions"). Not :mod:`mixzoo.core.compat`, which adapts mixzoo to the installed robustbench / timm / autoattack
+versions.
 """
 
 from __future__ import annotations

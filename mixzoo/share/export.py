@@ -1,19 +1,17 @@
 """One deployable artifact of a mixed classifier: ONNX (``.onnx``) or torch.export (``.pt2``).
 
 The artifact holds the whole classifier a card describes (both base models, their normalisation and the mixing,
-in eval mode): float32 [0, 1] NCHW images in (any batch size), log-probabilities out; it runs without mixzoo
-(onnxruntime, or ``torch.export.load(path).module()``). :func:`export` checks it before keeping it: on the first
-``check_n`` evaluation images (and on the first alone, batch size 1) the largest difference between its
-log-probabilities and mixzoo's (:func:`mixzoo.load_mixed`), divided by the spread of mixzoo's (the standard
-deviation of all its finite log-probabilities over those images and classes, :func:`spread_diff`), must be at most
-``tolerance``; infinite log-probabilities of a hard-max ABC must match exactly. Otherwise nothing is written.
-Another runtime's kernels round float32 differently (a Fashion-MNIST CNN's logits alone differ by 8.5e-6 between
-onnxruntime and torch), and a mixture that normalises its RBC's logits (MixedNUTS's layer norm) scales that rounding
-up by the inverse of their spread; measured against the outputs' own spread, the check is the same for sharp and
-for nearly uniform classifiers. A method whose classifier cannot be one artifact declares why
-(``MixingMethod.not_exportable``) and is refused in one line. The card's provenance (method, base models and their
-weight hashes, dataset, threat model) travels inside the artifact as metadata (ONNX ``metadata_props``; a
-``mixzoo.json`` extra file of the ``.pt2``).
+in eval mode): float32 [0, 1] NCHW images in (any batch size), log-probabilities out, run without mixzoo
+(onnxruntime, or ``torch.export.load(path).module()``). :func:`export` keeps it only when, on the first ``check_n``
+evaluation images and on the first alone, its largest difference from mixzoo's log-probabilities, divided by their
+spread (the standard deviation of all their finite entries, :func:`spread_diff`), is at most ``tolerance``, and
+infinite entries (a hard-max ABC) match exactly. Another runtime's kernels round float32 differently (a
+Fashion-MNIST CNN's logits alone differ by 8.5e-6 between onnxruntime and torch), and a mixture that normalises its
+RBC's logits (MixedNUTS's layer norm) scales that rounding up by the inverse of their spread; measured against the
+outputs' own spread, the check is the same for sharp and for nearly uniform classifiers. A method whose classifier
+cannot be one artifact says why (``MixingMethod.not_exportable``) and is refused in one line. The card's provenance
+(method, base models and their weight hashes, dataset, threat model) travels inside the artifact (ONNX
+``metadata_props``; a ``mixzoo.json`` extra file of the ``.pt2``).
 """
 
 from __future__ import annotations
@@ -43,9 +41,8 @@ ONNX_MODULES = ("onnx", "onnxruntime", "onnxscript")  # the `export` extra, for 
 @dataclass
 class ExportResult:
     """Where the artifact is, its format, and how its outputs compared with mixzoo's over ``n_checked`` evaluation
-    images: the largest absolute difference of log-probabilities, that difference divided by ``spread`` (the
-    standard deviation of mixzoo's finite log-probabilities; :func:`spread_diff`), which the check compares with
-    ``tolerance`` (infinite entries matched exactly)."""
+    images: the largest absolute difference of log-probabilities and that difference over ``spread``, which the
+    check compares with ``tolerance`` (see the module docstring)."""
 
     path: Path
     format: str

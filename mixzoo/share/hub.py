@@ -62,16 +62,20 @@ def hub_file(repo: str, filename: str, revision: str | None = None) -> Path:
                                " only") from None
 
 
+def _read(ref: str, path: Path, name: str, fmt: str) -> Any:
+    """File ``name`` of the repository ``ref``, parsed as ``fmt``, its size checked before reading."""
+    from mixzoo.core.reading import CARD_BYTES, parse_text, read_text
+
+    return parse_text(read_text(path, limit=CARD_BYTES, what=f"{ref}: {name}"), fmt, f"{ref}: {name}")
+
+
 def resolve_card(ref: str) -> Path:
     """The local card file of ``hf-hub:ORG/NAME[@REVISION]``, with its weight files (the card's ``[weights]``), its
     arrays sidecar (``[arrays]``) and any bundled base-model weights (:data:`BASE_MODELS_FILE`) beside it in the
     same cache snapshot."""
     repo, revision = parse_hub_id(ref)
     card = hub_file(repo, CARD_FILE, revision)
-    from mixzoo.core.reading import CARD_BYTES, parse_text, read_text
-
-    text = read_text(card, limit=CARD_BYTES, what=f"{ref}: {CARD_FILE}")  # its size checked before reading
-    data = parse_text(text, "toml", f"{ref}: {CARD_FILE}")
+    data = _read(ref, card, CARD_FILE, "toml")
     if not isinstance(data, dict):
         raise InputError(f"{ref}: {CARD_FILE} is not a mix card; push the card again")
     weights = data.get("weights") or {}
@@ -90,13 +94,10 @@ def resolve_card(ref: str) -> Path:
 def base_models(ref: str) -> dict[str, dict[str, Any]]:
     """The base-model references of a pushed repository: ``{"abc": {...}, "rbc": {...}}`` with each model's name,
     the weight hash the card records, the registry's weight-file sha256 and, when bundled, the file and its sha256."""
-    repo, revision = parse_hub_id(ref)
-    path = hub_file(repo, BASE_MODELS_FILE, revision)
-    from mixzoo.core.reading import CARD_BYTES, parse_text, read_text
     from mixzoo.core.schema import BaseModelsFile, validate
 
-    text = read_text(path, limit=CARD_BYTES, what=f"{ref}: {BASE_MODELS_FILE}")
-    data = parse_text(text, "json", f"{ref}: {BASE_MODELS_FILE}")
+    repo, revision = parse_hub_id(ref)
+    data = _read(ref, hub_file(repo, BASE_MODELS_FILE, revision), BASE_MODELS_FILE, "json")
     if not isinstance(data, dict) or not all(isinstance(data.get(r), dict) for r in ("abc", "rbc")):
         raise InputError(f"{ref}: {BASE_MODELS_FILE} must hold the tables abc and rbc; push the card again")
     validate(BaseModelsFile, data, f"{ref}: {BASE_MODELS_FILE}", "push the card again")

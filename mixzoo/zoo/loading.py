@@ -1,19 +1,11 @@
 """The helpers a model plugin needs for published weights, in one import (``from mixzoo.zoo import loading``): safe
-checkpoints, checksums, Hugging Face hub files, timm hub models and RobustBench checkpoints.
-
-A plugin whose model sources (hook ``mixzoo_model_sources``) or name resolver (``mixzoo_resolve_model_name``) read
-published weights uses these rather than copying them. Each lives in the module of its concern, re-exported here,
-and documents itself there: :mod:`~mixzoo.zoo.checkpoints` (:func:`load_checkpoint`, which refuses a checkpoint
-that needs arbitrary unpickling unless ``allow_unsafe``; :func:`verify_sha256`), :mod:`~mixzoo.zoo.hub`
-(:func:`hub_download`: the local cache first, the hub only on a miss and only when downloads are on, see
-:func:`offline`), :mod:`~mixzoo.zoo.timm_hub`, :mod:`~mixzoo.zoo.robustbench_loading`,
-:mod:`~mixzoo.zoo.input_layers` and (no torch) :mod:`~mixzoo.zoo.specs` and :mod:`~mixzoo.zoo.files`. The names
-below are the contract; each raises a :class:`~mixzoo.core.errors.MixzooError` subclass with a one-line message
-naming the fix, never a bare library exception.
-
-timm, huggingface_hub and robustbench are imported inside the functions that use them (through
-:mod:`mixzoo.core.compat`); torch is imported with this module, so a plugin imports it inside its loaders and
-listing models never pays for it.
+checkpoints and checksums (:mod:`~mixzoo.zoo.checkpoints`), Hugging Face hub files, the local cache first
+(:mod:`~mixzoo.zoo.hub`), timm hub models (:mod:`~mixzoo.zoo.timm_hub`), RobustBench checkpoints
+(:mod:`~mixzoo.zoo.robustbench_loading`), input wrappers (:mod:`~mixzoo.zoo.input_layers`) and, without torch, specs
+and file places (:mod:`~mixzoo.zoo.specs`, :mod:`~mixzoo.zoo.files`). Each documents itself in its module; each
+raises a :class:`~mixzoo.core.errors.MixzooError` subclass with a one-line message naming the fix. timm,
+huggingface_hub and robustbench are imported inside the functions; torch is imported with this module, so a plugin
+imports it inside its loaders.
 """
 
 from __future__ import annotations
