@@ -7,11 +7,7 @@ Hugging Face hub with ``hf_hub_download(repo, filename)`` (or a local ``path``),
     source = { kind = "bit-hf", repo = "Bai-YT/MixedNUTS", filename = "bit-r152x2-cifar10.pt",
                arch = "resnetv2_152x2_bit", resize = 128 }
 
-* ``arch`` is a timm BiT name ``resnetv2_{50,101,152}x{W}_bit``; alternatively give ``layers`` (blocks per stage)
-  and ``width_factor``. The network is built exactly as timm's ``_create_resnetv2_bit`` builds it.
-* Checkpoints in the original Google BiT PyTorch layout (``root.conv``, ``body.blockN.unitMM``, ``head.conv``,
-  ``mean``/``std``; the layout of the authors' files and of RobustBench's ``bit_rn_v2``) are converted to timm's
-  names; checkpoints already in timm's layout load as they are.
+* ``arch`` (or ``layers`` and ``width_factor``) and the checkpoint layouts read: :mod:`mixzoo_plugins.bit_arch`.
 * ``resize``: the authors' CIFAR models upsample their 32x32 input to 128x128 (bilinear) before the network;
   :class:`mixzoo.zoo.loading.InputResize` does the same. Their normalization (x - 0.5) / 0.5 goes in the spec's
   mean/std, which the wrapper applies before the resize: a per-channel affine map commutes with bilinear
@@ -21,8 +17,7 @@ Hugging Face hub with ``hf_hub_download(repo, filename)`` (or a local ``path``),
   default), the Google BiT PyTorch code of the authors' checkpoints 1e-10.
 * Optional: ``revision``, ``num_classes`` (default: the spec's), ``path`` (a local file instead of the hub).
 
-The architecture and the renaming of checkpoint keys are :mod:`mixzoo_plugins.bit_arch`'s. timm's ImageNet BiT models
-(``resnetv2_*_bit.goog_*``) are plain ``kind = "timm"`` entries (plugin ``timm-hub``).
+timm's ImageNet BiT models (``resnetv2_*_bit.goog_*``) are plain ``kind = "timm"`` entries (plugin ``timm-hub``).
 """
 
 from __future__ import annotations

@@ -63,11 +63,8 @@ def build_bit(layers: Sequence[int], width_factor: int, num_classes: int,
 
 
 def bit_to_timm(state_dict: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Rename a Google-BiT-layout state dict to timm's ResNetV2 names.
-
-    Returns (timm state dict, normalization found in the checkpoint: ``{'mean': ..., 'std': ...}`` or empty).
-    A state dict already in timm's layout comes back unchanged.
-    """
+    """(timm's ResNetV2 names for a Google-BiT-layout state dict, the normalization found in it: ``{'mean': ...,
+    'std': ...}`` or empty); a state dict already in timm's layout comes back unchanged."""
     if "root.conv.weight" not in state_dict:
         return dict(state_dict), {}
     out: dict[str, torch.Tensor] = {}
@@ -77,13 +74,9 @@ def bit_to_timm(state_dict: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch
             norm[key] = value
         elif key in _TOP_LEVEL:
             out[_TOP_LEVEL[key]] = value
-        elif (m := _UNIT_RE.fullmatch(key)) is not None:
-            block, unit, rest = int(m.group(1)), int(m.group(2)), m.group(3)
-            part, _, param = rest.partition(".")
-            if part not in _UNIT_PARTS:
-                out[key] = value  # left for the strict load to report
-                continue
-            out[f"stages.{block - 1}.blocks.{unit - 1}.{_UNIT_PARTS[part]}.{param}"] = value
+        elif (m := _UNIT_RE.fullmatch(key)) is not None and m.group(3).partition(".")[0] in _UNIT_PARTS:
+            part, _, param = m.group(3).partition(".")
+            out[f"stages.{int(m.group(1)) - 1}.blocks.{int(m.group(2)) - 1}.{_UNIT_PARTS[part]}.{param}"] = value
         else:
-            out[key] = value
+            out[key] = value  # an unknown key is left for the strict load to report
     return out, norm

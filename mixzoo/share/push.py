@@ -200,12 +200,10 @@ def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: d
         "library_name": "mixzoo",
         "tags": ["mixzoo", "mixed-classifier", "adversarial-robustness", "image-classification", card.method],
         "datasets": [card.dataset] if card.dataset else [],
-        "base_model": hub_bases,
+        **({"base_model": hub_bases} if hub_bases else {}),
         "metrics": ["accuracy"],
         "mixzoo": {"method": card.method, "abc": abc, "rbc": rbc, "card": CARD_FILE},
     }
-    if not hub_bases:
-        del meta["base_model"]
     if figures:
         row = next(r for r in figures["rows"] if r["name"] == figures["card_row"])
         task = {"type": "image-classification", "name": "Image Classification"}

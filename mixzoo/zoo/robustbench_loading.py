@@ -1,14 +1,13 @@
 """RobustBench models (source kind ``robustbench``): checkpoints in ``$MIXZOO_ROBUSTBENCH_DIR/{dataset}/{threat_model}/
-{name}.pt`` (default ``~/.cache/mixzoo/robustbench``, :func:`~mixzoo.zoo.files.robustbench_dir`), checked (present
-or downloadable, weights only unless ``allow_unsafe``, ``sha256``) before RobustBench builds the network with its
-per-model key fixes. The networks normalize internally, so their specs carry mean 0 / std 1 and the wrapper says so
-(:class:`~mixzoo.zoo.input_layers.NormalizationInside`). robustbench is imported inside the functions
+{name}.pt`` (:func:`~mixzoo.zoo.files.robustbench_dir`), checked before RobustBench builds the network with its
+per-model key fixes (:func:`load_robustbench`). robustbench is imported inside the functions
 (:mod:`mixzoo.core.compat`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pickle
 from collections.abc import Iterator, Mapping
@@ -124,7 +123,8 @@ def _robustbench_build(name: str, dataset: str, threat: str, files: list[Path], 
     """``robustbench.load_model`` with its failures translated into one-line mixzoo errors."""
     from mixzoo.core.compat import import_robustbench
 
-    rb = import_robustbench()
+    load = functools.partial(import_robustbench().load_model, name, model_dir=str(robustbench_dir()), dataset=dataset,
+                             threat_model=threat)
     if unsafe and len(files) == 1 and files[0].is_file():
         pickled = load_checkpoint(files[0], allow_unsafe=True)
         if isinstance(pickled, nn.Module) or (isinstance(pickled, Mapping) and any(
@@ -136,14 +136,14 @@ def _robustbench_build(name: str, dataset: str, threat: str, files: list[Path], 
             return network.eval()
     try:
         with _torch_load_mode(unpickling=unsafe):
-            return rb.load_model(name, model_dir=str(robustbench_dir()), dataset=dataset, threat_model=threat)
+            return load()
     except MixzooError:
         raise
     except pickle.UnpicklingError:  # a file downloaded just now needs unpickling
         if not _check_files(files, allow_unsafe):
             raise
         with _torch_load_mode(unpickling=True):
-            return rb.load_model(name, model_dir=str(robustbench_dir()), dataset=dataset, threat_model=threat)
+            return load()
     except Exception as exc:  # noqa: BLE001 - robustbench raises anything; translate to one line
         if _cuda_error(exc):
             raise MixzooError(f"RobustBench model {dataset}/{threat}/{name} needs a CUDA GPU; load it on a"
