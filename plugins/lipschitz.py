@@ -1,8 +1,5 @@
-"""Plugin ``lipschitz``: the 1-Lipschitz zoo architecture ``lipconvnet`` (:mod:`mixzoo_plugins.lipschitz_arch`).
-
-Registered through the ``mixzoo_architectures`` hook, which training recipes and the zoo loader read; importing
-this module costs nothing (torch and deel-torchlip load when a network is built).
-"""
+"""Plugin ``lipschitz``: the 1-Lipschitz zoo architecture ``lipconvnet`` (:mod:`mixzoo_plugins.lipschitz_arch`), hook
+``mixzoo_architectures``; torch and deel-torchlip load when a network is built."""
 
 from __future__ import annotations
 

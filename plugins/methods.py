@@ -34,7 +34,6 @@ def mixzoo_mixing_methods() -> dict[str, Any]:
             "local-smoothing-adaptive": LocalSmoothingAdaptive()}
 
 
-
 @hookimpl
 def mixzoo_attacks() -> dict[str, Any]:
     """The attacks a method declares for its own classifier (its ``extra_attacks``): ``adaptive-smoothing-apgd``
@@ -49,10 +48,10 @@ def mixzoo_attacks() -> dict[str, Any]:
     return {"adaptive-smoothing-apgd": AlphaAPGD, "adaptive-smoothing-gate": AdaptiveGateAttack,
             "local-smoothing-policy-gate": PolicyGateAttack}
 
+
 @hookimpl
 def mixzoo_cli_commands() -> dict[str, Any]:
-    """MixedNUTS's ``mixzoo check`` (Bai et al. 2024a, App. D.9) and ``mixzoo transfer-params`` (Bai et al. 2024a, App.
-    D.5)."""
+    """MixedNUTS's ``mixzoo check`` (Bai et al. 2024a, App. D.9) and ``mixzoo transfer-params`` (App. D.5)."""
     from mixzoo_plugins.mixednuts_commands import check, transfer_params
 
     return {"check": check, "transfer-params": transfer_params}

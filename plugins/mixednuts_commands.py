@@ -1,10 +1,6 @@
-"""MixedNUTS's own commands, contributed to the ``mixzoo`` CLI through the hook ``mixzoo_cli_commands``.
-
-``mixzoo check CARD``: how well Algorithm 1's surrogate held (Bai et al. 2024a, App. D.9,
-:mod:`mixzoo.methods.mixednuts.approximation`);
-``mixzoo transfer-params --from CARD --rbc BLACKBOX``: calibration without the RBC's gradients (Bai et al. 2024a, App.
-D.5,
-:mod:`mixzoo.methods.mixednuts.transfer`).
+"""MixedNUTS's own commands (hook ``mixzoo_cli_commands``): ``mixzoo check CARD``, how well Algorithm 1's surrogate
+held (Bai et al. 2024a, App. D.9, :mod:`mixzoo.methods.mixednuts.approximation`); ``mixzoo transfer-params --from CARD
+--rbc BLACKBOX``, calibration without the RBC's gradients (App. D.5, :mod:`mixzoo.methods.mixednuts.transfer`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Built-in searches for the surrogate problem of Bai et al. 2024a, Eq. 7 (hook ``mixzoo_calibration_optimizers``).
 
-* ``grid``: Algorithm 1 as in the paper, every point of the grid (vectorised in
-:mod:`mixzoo.methods.mixednuts.calibrate`).
+* ``grid``: Algorithm 1 as in the paper, every grid point (vectorised in :mod:`mixzoo.methods.mixednuts.calibrate`).
 * ``refine``: the grid, then a second grid of the same size between the neighbours of the best point (s in log
   scale). The objective landscape is smooth (App. D.1), so this finds a better point at twice the cost.
 
-Both use only :class:`mixzoo.methods.mixednuts.calibrate.CalibrationProblem`'s public evaluator, as a third-party
-optimizer would.
+Both use only the public evaluator of :class:`mixzoo.methods.mixednuts.calibrate.CalibrationProblem`.
 """
 
 from __future__ import annotations

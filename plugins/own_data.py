@@ -122,27 +122,19 @@ def imagefolder(split: str, n: int | None = None, root: str | None = None, input
     listed = ([ln.strip() for ln in listed_file.read_text(encoding="utf-8").splitlines() if ln.strip()]
               if listed_file.is_file() else None)
     split_dirs = [d for d in SPLIT_DIRS if (path / d).is_dir()]
-    if split_dirs:
-        if not (path / split).is_dir():
-            if split == "train":
-                raise _no_train("imagefolder", path)
-            raise MissingFileError(f"imagefolder {path} has {', '.join(split_dirs)}/ but no {split}/; add it (a"
-                                   " tree of <class>/<image>) or drop the split folders to get seeded halves")
-        tree = path / split
-        classes = _folder_classes(tree, listed)
-        files, labels = _folder_files(tree, classes)
-        idx = torch.arange(len(files))
-        source = f"imagefolder:{path.resolve()}/{split}"
-    else:
-        if split == "train":
-            raise _no_train("imagefolder", path)
-        classes = _folder_classes(path, listed)
-        files, labels = _folder_files(path, classes)
-        idx = half_split(len(files), split)
-        source = f"imagefolder:{path.resolve()}"
+    tree = path / split if split_dirs else path
+    if split == "train" and (not split_dirs or not tree.is_dir()):
+        raise _no_train("imagefolder", path)
+    if not tree.is_dir():
+        raise MissingFileError(f"imagefolder {path} has {', '.join(split_dirs)}/ but no {split}/; add it (a"
+                               " tree of <class>/<image>) or drop the split folders to get seeded halves")
+    classes = _folder_classes(tree, listed)
+    files, labels = _folder_files(tree, classes)
+    idx = torch.arange(len(files)) if split_dirs else half_split(len(files), split)
+    source = f"imagefolder:{path.resolve()}" + (f"/{split}" if split_dirs else "")
     if not files:
-        raise MissingFileError(f"imagefolder {path}: no images under {tree if split_dirs else path}/<class>/;"
-                               " put your images in one folder per class")
+        raise MissingFileError(f"imagefolder {path}: no images under {tree}/<class>/; put your images in one folder"
+                               " per class")
     idx = idx[:n] if n is not None else idx
     channels, size = (int(input_size[0]), int(input_size[-1])) if input_size is not None else (3, None)
     images = _decode([files[i] for i in idx.tolist()], size, channels)

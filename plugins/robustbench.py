@@ -3,16 +3,14 @@ the robust base classifiers of Bai et al. 2024a (App. C.1, Table 2: Peng et al. 
 Wang et al. 2023 WideResNet-70-16 on CIFAR-100, Liu et al. 2023 Swin-L on ImageNet, Linf 4/255; Table 5 reports
 78.92% clean, 59.56% AutoAttack for the last).
 
-``{kind = "robustbench", name = "Wang2023Better_WRN-70-16", dataset = "cifar100", threat_model = "Linf"}``. Checkpoints
-are read from ``$MIXZOO_ROBUSTBENCH_DIR/{dataset}/{threat_model}/{name}.pt`` (default ``~/.cache/mixzoo/robustbench``);
-RobustBench downloads missing ones unless offline (:func:`mixzoo.zoo.robustbench_loading.load_robustbench`). The
-networks normalize internally: specs carry mean 0 / std 1 and the wrapper's normalization step says so
-(:class:`mixzoo.zoo.input_layers.NormalizationInside`). RobustBench evaluates ImageNet at 224x224 (and Swin's 7x7
-windows need exactly that), so ImageNet entries must say ``input_size = [3, 224, 224]``. The accurate Swin-L
-(``swin-l``) is a timm hub model (plugin ``timm-hub``).
-
-Names no registry knows: ``dataset/threat/Name`` (``cifar10/Linf/Ding2020MMA``, ``imagenet/Linf/...``) resolves to a
-robust spec with RobustBench's default radius (Linf 8/255 on CIFAR, 4/255 on ImageNet; L2 0.5).
+``{kind = "robustbench", name = "Wang2023Better_WRN-70-16", dataset = "cifar100", threat_model = "Linf"}``: checkpoints
+in ``$MIXZOO_ROBUSTBENCH_DIR/{dataset}/{threat_model}/{name}.pt`` (default ``~/.cache/mixzoo/robustbench``), missing
+ones downloaded by RobustBench unless offline (:func:`mixzoo.zoo.robustbench_loading.load_robustbench`). The networks
+normalize internally: specs carry mean 0 / std 1 (:class:`mixzoo.zoo.input_layers.NormalizationInside`). RobustBench
+evaluates ImageNet at 224x224 (Swin's 7x7 windows need exactly that), so ImageNet entries say ``input_size = [3, 224,
+224]``. The accurate Swin-L (``swin-l``) is a timm hub model (plugin ``timm-hub``). Any other ``dataset/threat/Name``
+(``cifar10/Linf/Ding2020MMA``) resolves to a robust spec with RobustBench's default radius (Linf 8/255 on CIFAR,
+4/255 on ImageNet; L2 0.5).
 """
 
 from __future__ import annotations

@@ -3,13 +3,10 @@ classifiers of Bai et al. 2024a on ImageNet (App. C.1, Table 2: ConvNeXt V2-L, W
 86.18% clean, 0% AutoAttack).
 
 ``{kind = "timm", model = "hf-hub:timm/convnextv2_large.fcmae_ft_in22k_in1k"}`` (or a timm name with a pretrained tag
-whose weights are on the hub). Registry entries using it: ``convnextv2-l``, ``convnextv2-l-384``, ``swin-l`` (timm's
-Swin-L, accurate) and ``bit-r152x2-imagenet``. The loader is :func:`mixzoo.zoo.timm_hub.load_timm_hub`.
-
-Names no registry knows: any ``hf-hub:ORG/NAME[@REV]`` resolves to an accurate spec whose classes, input size and
-mean/std come from the repo's ``config.json`` (:func:`mixzoo.zoo.specs.timm_hub_spec`). The loaded network takes
-normalized input; the :class:`mixzoo.zoo.models.BaseClassifier` wrapper applies the spec's mean/std, so the model
-takes [0, 1] images at the spec's resolution.
+whose weights are on the hub), loaded by :func:`mixzoo.zoo.timm_hub.load_timm_hub`: registry entries ``convnextv2-l``,
+``convnextv2-l-384``, ``swin-l`` (timm's Swin-L, accurate) and ``bit-r152x2-imagenet``. Any other
+``hf-hub:ORG/NAME[@REV]`` resolves to an accurate spec whose classes, input size and mean/std come from the repo's
+``config.json`` (:func:`mixzoo.zoo.specs.timm_hub_spec`); the wrapper applies that mean/std to [0, 1] images.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ NAME_FORMS = "hf-hub:ORG/NAME[@REV]"
 
 @hookimpl
 def mixzoo_model_sources() -> dict[str, Any]:
-    """``timm``: the network of a spec, weights from the hub or its cache (:func:`mixzoo.zoo.timm_hub.load_timm_hub`).
-    """
+    """``timm``: :func:`mixzoo.zoo.timm_hub.load_timm_hub`, weights from the hub or its cache."""
     from mixzoo.zoo.specs import source_loader
 
     return {"timm": source_loader("mixzoo.zoo.timm_hub", "load_timm_hub")}

@@ -1,8 +1,6 @@
-"""Architectures of the built-in zoo, by name (``source.arch`` in ``registry.toml``).
-
-Small VGG-style CNNs sized for Fashion-MNIST (1x28x28) and scikit-learn digits (1x8x8) on a CPU. Weights are
-trained by :mod:`mixzoo.training.train`; the registry entry stores the constructor keyword arguments in
-``source.kwargs``.
+"""Architectures of the built-in zoo, by name (``source.arch`` in ``registry.toml``, constructor keyword arguments
+in ``source.kwargs``): small VGG-style CNNs sized for Fashion-MNIST (1x28x28) and digits (1x8x8) on a CPU, trained
+by :mod:`mixzoo.training.train`.
 """
 
 from __future__ import annotations
@@ -48,7 +46,6 @@ class ConvNet(nn.Module):
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(c * hw * hw, hidden), nn.ReLU(inplace=True),
                                         nn.Linear(hidden, num_classes))
-
         self.to(memory_format=torch.channels_last)
 
     def lipschitz_layers(self) -> list[nn.Module]:

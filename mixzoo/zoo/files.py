@@ -122,18 +122,24 @@ def robustbench_dir() -> Path:
     return env_folder(ROBUSTBENCH_DIR_ENV, ROBUSTBENCH_DEFAULT_DIR)
 
 
-@functools.cache
-def robustbench_zoo(dataset: str) -> dict[str, dict[str, int]]:
-    """``{threat: {name: checkpoint count}}`` of RobustBench's model zoo for ``dataset``, read from the source of
-    ``robustbench/model_zoo/{dataset}.py`` without importing it (which costs seconds); empty when robustbench is
-    not installed or the file has another shape."""
+def robustbench_package() -> Path | None:
+    """The folder of the installed robustbench package, found without importing it (which costs seconds)."""
     try:
         found = importlib.util.find_spec("robustbench")
     except (ImportError, ValueError):
+        return None
+    return Path(next(iter(found.submodule_search_locations))) if found and found.submodule_search_locations else None
+
+
+@functools.cache
+def robustbench_zoo(dataset: str) -> dict[str, dict[str, int]]:
+    """``{threat: {name: checkpoint count}}`` of RobustBench's model zoo for ``dataset``, read from the source of
+    ``robustbench/model_zoo/{dataset}.py`` without importing it; empty when robustbench is not installed or the file
+    has another shape."""
+    package = robustbench_package()
+    if package is None:
         return {}
-    if found is None or not found.submodule_search_locations:
-        return {}
-    source = Path(next(iter(found.submodule_search_locations))) / "model_zoo" / f"{dataset}.py"
+    source = package / "model_zoo" / f"{dataset}.py"
     try:
         tree = ast.parse(source.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError):

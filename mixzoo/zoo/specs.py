@@ -8,7 +8,6 @@ local cache is read through the ``fetch`` given (:mod:`mixzoo.zoo.timm_hub` pass
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from mixzoo.core.errors import InputError, MissingFileError, MixzooError, UnknownNameError
 from mixzoo.core.model_spec import ModelSpec
 from mixzoo.core.reading import read_data
-from mixzoo.zoo.files import check_files_offline, hub_cached_file, robustbench_zoo
+from mixzoo.zoo.files import check_files_offline, hub_cached_file, robustbench_package, robustbench_zoo
 
 HF_PREFIX = "hf-hub:"
 
@@ -87,9 +86,8 @@ def robustbench_reported(source: Mapping[str, Any]) -> tuple[dict[str, Any], str
     for spec in get_registry().specs():
         if spec.source.get("kind") == "robustbench" and all(spec.source.get(k) == source[k] for k in source):
             return dict(spec.reported), spec.citation, spec.name
-    found = importlib.util.find_spec("robustbench")
-    if found is not None and found.submodule_search_locations:
-        package = Path(next(iter(found.submodule_search_locations)))
+    package = robustbench_package()
+    if package is not None:
         rel = Path("model_info") / str(source["dataset"]) / str(source["threat_model"]) / f"{source['name']}.json"
         for info_file in (package / rel, package.parent / rel):
             try:
