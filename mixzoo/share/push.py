@@ -142,9 +142,8 @@ def bench_figures(report: dict[str, Any], card: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------- base models
 def base_model_reference(card: Any, role: str, folder: Path | None = None) -> dict[str, Any]:
     """``{"name", "weight_hash", "file_sha256", "source", "hub_id"}`` of the card's ``role`` model (the registry's
-    record, where the name is a registry name; ``hub_id`` when its weights live in a Hugging Face repository, from an
-    ``hf-hub:`` name or source); with ``folder``, its network's weights are also written there as
-    ``ROLE.safetensors`` (after checking they are the weights the card was fitted for) and named with their sha256."""
+    record; ``hub_id`` from an ``hf-hub:`` name or source); with ``folder``, its network's weights, checked to be
+    the card's, are also written there as ``ROLE.safetensors`` and named with their sha256."""
     from mixzoo.core.errors import MissingFileError, UnknownNameError
     from mixzoo.core.registry import get_spec
 
@@ -187,10 +186,9 @@ def _bundle(card: Any, role: str, name: str, folder: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------- model card
 def model_card(card: Any, repo: str, refs: dict[str, dict[str, Any]], figures: dict[str, Any] | None,
                report_file: str | None) -> str:
-    """``README.md``: YAML metadata (library_name, tags, datasets, base_model, metrics, model-index when bench
-    figures exist, and ``mixzoo``: method and base-model names), then what the classifier is, how to load it, its
-    figures with their report and its files. ``base_model`` lists the base models hosted on the Hub (the Hub accepts
-    only repository ids there); registry names are under ``mixzoo``."""
+    """``README.md``: YAML metadata (``model-index`` when there are bench figures; ``base_model`` only the models
+    hosted on the Hub, which takes only repository ids there; registry names under ``mixzoo``), then what the
+    classifier is, how to load it, its figures with their report and its files."""
     method = card.mixing_method
     title = method.title or method.name
     attack = card.attack or {}

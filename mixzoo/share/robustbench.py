@@ -76,9 +76,8 @@ def leaderboard_warnings(dataset: str | None, n: int) -> list[str]:
 
 
 def read_report(bench_dir: str | Path) -> dict[str, Any]:
-    """A bench ``report.json`` (the directory ``mixzoo bench --out`` wrote, or the file), read by the one reader
-    and checked by the report schema (:class:`mixzoo.core.schema.ReportFile`: figures against outcomes, settings
-    against the run record)."""
+    """A bench ``report.json`` (the directory ``mixzoo bench --out`` wrote, or the file), checked by the report
+    schema (:class:`mixzoo.core.schema.ReportFile`: figures against outcomes, settings against the run record)."""
     path = Path(bench_dir)
     file = path / "report.json" if path.is_dir() else path
     if not file.is_file():
@@ -124,10 +123,8 @@ def pick_row(report: dict[str, Any], card_name: str | None = None) -> dict[str, 
 
 
 def autoattack_accuracy(row: dict[str, Any]) -> float:
-    """Standard AutoAttack's robust accuracy on the row's classifier (of a report read by :func:`read_report`),
-    counted in its ``autoattack-standard`` component's stand-alone outcomes (``own_outcomes``: the clean-correct
-    examples it did not break on its own), or a one-line refusal naming the attack to run (also for a report that
-    keeps only that component's count)."""
+    """Standard AutoAttack's robust accuracy on the row's classifier, counted in its ``autoattack-standard``
+    component's stand-alone outcomes (``own_outcomes``), or a one-line refusal naming the attack to run."""
     comp = next((c for c in row.get("components", []) if c.get("name") == STANDARD_COMPONENT), None)
     if comp is None:
         raise InputError(f"the report's row {row['name']!r} has no {STANDARD_COMPONENT} component, so there is no"
@@ -160,9 +157,8 @@ def _architecture(row: dict[str, Any]) -> str:
 def model_info(bench_dir: str | Path, *, card_name: str | None = None,
                fields: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """``(model_info, where)`` for the card row of a bench report: the JSON object (keys in
-    :data:`MODEL_INFO_FIELDS` order) and ``{"dataset", "threat_model"}``, the folder RobustBench files it under.
-    ``fields`` sets the paper's fields (``link``, ``name``, ``authors``, ``venue``, ``footnote``) and overrides
-    ``additional_data``, ``architecture`` or ``unreliable``; see the module docstring for the rest."""
+    :data:`MODEL_INFO_FIELDS` order; ``fields`` sets those of :data:`USER_FIELDS`, see the module docstring) and
+    ``{"dataset", "threat_model"}``, the folder RobustBench files it under."""
     fields = dict(fields or {})
     unknown = sorted(set(fields) - set(USER_FIELDS))
     if unknown:

@@ -60,11 +60,8 @@ def _inner_name(model: Any) -> str:
 
 class BlackBoxModel(nn.Module):
     """``model`` seen as a black box: images in, logits out, nothing else (Bai et al. 2024a, App. D.5).
-
-    ``query_budget`` caps the number of examples forwarded in total (``None``: unlimited); ``queries`` counts
-    them and ``calls`` the forward calls. ``num_classes`` (default: the wrapped model's, if it says) is checked
-    on every output.
-    """
+    ``query_budget`` caps the examples forwarded in total (``None``: unlimited), counted in ``queries`` (``calls``:
+    forward calls); ``num_classes`` (default: the wrapped model's) is checked on every output."""
 
     def __init__(self, model: Any, query_budget: int | None = None, *, name: str | None = None,
                  num_classes: int | None = None):

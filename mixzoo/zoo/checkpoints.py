@@ -53,12 +53,9 @@ _GLOBAL_RE = re.compile(r"GLOBAL ([\w.]+)")
 
 
 def load_checkpoint(path: str | os.PathLike[str], allow_unsafe: bool = False, mmap: bool = False) -> Any:
-    """Load a checkpoint safely: safetensors, else ``torch.load(weights_only=True)``.
-
-    A pickle that needs arbitrary classes raises :class:`UnsafeCheckpointError` naming the class, unless
-    ``allow_unsafe`` (then it is loaded with ``weights_only=False``). ``mmap`` maps tensor storages instead of
-    reading them (zip-format checkpoints), which makes a safety check of a large file cheap.
-    """
+    """A checkpoint loaded safely: safetensors, else ``torch.load(weights_only=True)``; a pickle that needs arbitrary
+    classes raises :class:`UnsafeCheckpointError` naming the class unless ``allow_unsafe`` (``weights_only=False``).
+    ``mmap`` maps tensor storages of zip-format checkpoints instead of reading them (a cheap safety check)."""
     path = Path(path)
     if path.suffix == ".safetensors":
         from mixzoo.core.paths import read_safetensors

@@ -20,11 +20,8 @@ SPLITS: tuple[str, ...] = ("train", "calibration", "evaluation")
 
 @dataclass(frozen=True, eq=False)
 class ImageDataset:
-    """Images in [0, 1] (NCHW float32) with integer labels, plus where they came from.
-
-    ``indices[i]`` is the position of example ``i`` in ``source`` (e.g. ``"fashion-mnist/t10k"``), so the
-    :attr:`fingerprint` identifies exactly which images a cached result was computed on.
-    """
+    """Images in [0, 1] (NCHW float32) with integer labels; ``indices[i]`` is the position of example ``i`` in
+    ``source`` (e.g. ``"fashion-mnist/t10k"``), so the :attr:`fingerprint` identifies exactly which images were used."""
 
     name: str
     split: str
@@ -97,14 +94,11 @@ def split_dataset_name(name: str, root: str | None = None) -> tuple[str, str | N
 
 def load_dataset(name: str, split: str, n: int | None = None, root: str | None = None,
                  **options: object) -> ImageDataset:
-    """Load split ``split`` of dataset ``name`` (first ``n`` examples) through the ``mixzoo_datasets`` hook.
-
-    ``root`` is a directory holding the data where the plugin needs one; a name may carry it
-    (``imagefolder:PATH``, ``PATH.npz``: :func:`split_dataset_name`). ``options`` go to the factory (e.g.
-    ``size=224`` for ``imagenet``); ``input_size`` and ``num_classes`` (what the models take, for data that does
-    not declare them) go only to factories whose signature names them. Unknown names raise
-    :class:`~mixzoo.core.errors.UnknownNameError` with suggestions.
-    """
+    """Split ``split`` of dataset ``name`` (first ``n`` examples) through the ``mixzoo_datasets`` hook. ``root``: the
+    data's directory, also given in the name (``imagefolder:PATH``, ``PATH.npz``: :func:`split_dataset_name`).
+    ``options`` go to the factory (``size=224`` for ``imagenet``); ``input_size`` and ``num_classes`` (what the
+    models take) only to factories whose signature names them. Unknown names raise
+    :class:`~mixzoo.core.errors.UnknownNameError` with suggestions."""
     import inspect
 
     from mixzoo.core.plugins import lookup

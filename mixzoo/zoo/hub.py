@@ -29,11 +29,9 @@ def hf_cache_location(repo_id: str, filename: str, revision: str | None = None) 
 
 
 def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT) -> bool:
-    """Whether the hub endpoint (``HF_ENDPOINT``) answers one quick HEAD request at all (any status counts).
-
-    huggingface_hub retries an unreachable hub five times with back-off (about 25 s of log noise), so a cache
-    miss asks this first; the answer is remembered for :data:`HUB_PROBE_TTL` seconds.
-    """
+    """Whether the hub endpoint (``HF_ENDPOINT``) answers one quick HEAD request (any status), remembered for
+    :data:`HUB_PROBE_TTL` seconds: huggingface_hub retries an unreachable hub five times with back-off (about 25 s
+    of log noise), so a cache miss asks this first."""
     import time
 
     from huggingface_hub import constants
@@ -53,13 +51,10 @@ def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT) -> bool:
 
 
 def hub_download(repo_id: str, filename: str, revision: str | None = None) -> Path:
-    """``huggingface_hub.hf_hub_download`` (cached, with its own progress bar) with mixzoo's errors.
-
-    The local cache is consulted first; only a file not there is fetched, and only if downloads are on
-    (not ``HF_HUB_OFFLINE=1`` / ``MIXZOO_OFFLINE=1``) and the hub answers :func:`hub_reachable`. A file neither
-    cached nor downloadable raises :class:`~mixzoo.core.errors.MissingFileError` saying where to place it; a file the
-    hub says does not exist raises :class:`HubEntryNotFoundError`.
-    """
+    """``huggingface_hub.hf_hub_download`` with mixzoo's errors: the local cache first, a download only when
+    downloads are on and the hub answers :func:`hub_reachable`; a file neither cached nor downloadable is a
+    :class:`~mixzoo.core.errors.MissingFileError` saying where to place it, one the hub lacks
+    :class:`HubEntryNotFoundError`."""
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,

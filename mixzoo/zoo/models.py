@@ -1,8 +1,5 @@
-"""Loading base classifiers by name, and the wrapper every loaded model wears.
-
-``load_model(name)`` -> registry spec -> the loader of ``spec.source['kind']`` (hook ``mixzoo_model_sources``,
-:func:`mixzoo.core.plugins.load_network`) -> :class:`BaseClassifier`: frozen, eval mode, images in [0, 1] at the
-spec's input size, normalization inside.
+"""Loading base classifiers by name (registry spec -> the loader of ``spec.source['kind']``, hook
+``mixzoo_model_sources``) and the wrapper every loaded model wears, :class:`BaseClassifier`.
 """
 
 from __future__ import annotations
@@ -33,11 +30,9 @@ class Normalize(nn.Module):
 
 
 class BaseClassifier(nn.Module):
-    """A base classifier (ABC or RBC, paper notation g_std / h_rob): [0, 1] images in, logits out.
-
-    ``spec`` says what it is; ``weight_hash`` identifies its network's weights (recorded in mix cards; cache keys add
-    the normalisation, see :func:`mixzoo.zoo.pairs.model_key`).
-    """
+    """A base classifier (ABC or RBC, paper notation g_std / h_rob): [0, 1] images in, logits out; ``weight_hash``
+    identifies its network's weights (recorded in mix cards; cache keys add the normalisation,
+    :func:`mixzoo.zoo.pairs.model_key`)."""
 
     def __init__(self, network: nn.Module, spec: ModelSpec):
         super().__init__()
@@ -87,11 +82,8 @@ def freeze(module: nn.Module) -> nn.Module:
 
 
 def load_model(name: str | ModelSpec, device: str | torch.device = "cpu", allow_unsafe: bool = False) -> BaseClassifier:
-    """Load a base classifier by registry name, alias, ``hf-hub:`` id or RobustBench ``dataset/threat/Name``.
-
-    Returns a frozen eval-mode :class:`BaseClassifier` taking [0, 1] NCHW images and returning logits.
-    ``allow_unsafe`` permits checkpoints that need arbitrary unpickling (refused by default).
-    """
+    """A frozen eval-mode :class:`BaseClassifier` ([0, 1] NCHW images -> logits) by registry name, alias, ``hf-hub:``
+    id or RobustBench ``dataset/threat/Name``; ``allow_unsafe`` permits checkpoints that need arbitrary unpickling."""
     from mixzoo.core.plugins import load_network
 
     spec = name if isinstance(name, ModelSpec) else get_spec(name)

@@ -41,13 +41,10 @@ def timm_repo(model: str) -> tuple[str, str | None]:
 
 
 def load_timm_hub(spec: ModelSpec, allow_unsafe: bool = False) -> nn.Module:
-    """The timm network of a ``{kind="timm", model=...}`` spec, weights from the hub (or its cache).
-
-    The weight file is checked against ``spec.sha256``, loaded by :func:`load_checkpoint` and handed to timm's
-    pretrained-weight loader (``pretrained_cfg['state_dict']``), which applies the architecture's checkpoint
-    filter exactly as for a hub download. The spec's mean/std must match the hub config's (the wrapper applies
-    the spec's). Returns the bare network taking normalized input.
-    """
+    """The bare timm network (normalized input) of a ``{kind="timm", model=...}`` spec, weights from the hub or its
+    cache: checked against ``spec.sha256``, loaded by :func:`load_checkpoint` and handed to timm's pretrained-weight
+    loader (``pretrained_cfg['state_dict']``), which applies the architecture's checkpoint filter exactly as for a hub
+    download. The spec's mean/std (which the wrapper applies) must match the hub config's."""
     from mixzoo.core.compat import import_timm
 
     timm = import_timm()
