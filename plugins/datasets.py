@@ -1,9 +1,8 @@
 """Built-in datasets: fashion-mnist, digits, cifar10, cifar100, imagenet (hook ``mixzoo_datasets``).
 
-Data directories: a directory the user names (``root``, i.e. ``--data-dir``, or ``$MIXZOO_DATA_DIR``) is the only
-place looked in; one that does not exist or lacks the files raises :class:`~mixzoo.core.errors.MissingFileError` naming
-the files expected (it is never bypassed for a system copy nor downloaded into). Without one, each set has its
-default below.
+A data directory the user names (``--data-dir`` or ``$MIXZOO_DATA_DIR``) is the only place looked in, never bypassed
+for a system copy nor downloaded into: one that lacks the files is a :class:`~mixzoo.core.errors.MissingFileError`
+naming them. Without one, each set has its default below.
 
 Split rules (calibration and evaluation never overlap; zoo models never see calibration images in training):
 
@@ -181,9 +180,8 @@ def _digits_arrays() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def digits(split: str, n: int | None = None, root: str | None = None) -> ImageDataset:
-    """scikit-learn digits, 1x8x8 in [0, 1], 10 classes; a fixed seeded permutation split 1000/300/497.
-
-    It reads no files, so a ``root`` raises :class:`InputError` rather than being ignored."""
+    """scikit-learn digits, 1x8x8 in [0, 1], 10 classes, split 1000/300/497 (see the module docstring); a ``root``
+    raises :class:`InputError` rather than being ignored."""
     from mixzoo.zoo.data import ImageDataset, check_split
 
     check_split(split)

@@ -6,17 +6,14 @@ each followed by an ``InvertibleDownSampling(2)`` (pixel unshuffle, an isometry)
 orthogonalises the kernels by power iteration + Bjorck and scales the convolutions by the zero-padding coefficient
 of Serrurier et al. 2021, arXiv:2006.06520), so the logit map is 1-Lipschitz in l2 by construction.
 
-Two forms of the same network, with the same state-dict keys:
-
-- ``vanilla=False`` (training, :mod:`mixzoo.training.train`): the deel-torchlip layers, whose weights are
-  re-parametrised on every forward;
-- ``vanilla=True`` (the default, what the zoo loads): plain ``nn.Conv2d`` / ``nn.Linear`` holding the exported
-  orthogonalised weights (deel-torchlip's ``vanilla_export``), as fast as any CNN, and a chain of known layers that
-  :func:`mixzoo.certify.lipschitz.lipschitz_bound` can re-check with exact per-layer operator norms.
-
-:meth:`LipConvNet.export_vanilla` turns the first into the second and checks on a batch that both compute the same
-logits. The registry entry of such a model declares ``lipschitz = { constant = 1.0, norm = "l2" }`` for the map
-from [0, 1] images to logits (its ``mean`` / ``std`` are 0 / 1, so no normalisation scales the constant).
+Two forms of the same network, with the same state-dict keys: ``vanilla=False`` (training,
+:mod:`mixzoo.training.train`), the deel-torchlip layers, whose weights are re-parametrised on every forward;
+``vanilla=True`` (the default, what the zoo loads), plain ``nn.Conv2d`` / ``nn.Linear`` holding the exported
+orthogonalised weights (deel-torchlip's ``vanilla_export``), as fast as any CNN, and a chain of known layers that
+:func:`mixzoo.certify.lipschitz.lipschitz_bound` can re-check with exact per-layer operator norms
+(:meth:`LipConvNet.export_vanilla` turns the first into the second). The registry entry of such a model declares
+``lipschitz = { constant = 1.0, norm = "l2" }`` for the map from [0, 1] images to logits (its ``mean`` / ``std`` are
+0 / 1, so no normalisation scales the constant).
 """
 
 from __future__ import annotations
@@ -108,12 +105,9 @@ class LipConvNet(nn.Module):
         return LipConvNet(**self.config, vanilla=False)
 
     def export_vanilla(self, check: torch.Tensor | None = None, atol: float = 1e-4) -> LipConvNet:
-        """The plain form of a trained deel-torchlip network (``vanilla_export``), in eval mode.
-
-        ``check`` (a batch of inputs; default 64 seeded uniform images) must give the same logits from both forms
-        within ``atol``, or :class:`InputError` is raised: a mismatch would ship a network whose constant the
-        architecture does not guarantee.
-        """
+        """The plain form of a trained deel-torchlip network (``vanilla_export``), in eval mode; ``check`` (inputs,
+        default 64 seeded uniform images) must give the same logits from both forms within ``atol``, else
+        :class:`InputError` (a network whose constant the architecture does not guarantee is not shipped)."""
         if self.vanilla:
             return self
         self.eval()

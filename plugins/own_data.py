@@ -1,11 +1,10 @@
 """A user's own data through the ``mixzoo_datasets`` hook: an ImageFolder tree (``imagefolder``) and arrays in an
 ``.npz`` file (``npz``).
 
-Both are named with their path: ``--dataset imagefolder:/data/pets`` or ``--dataset /data/pets.npz`` (a path ending
-in ``.npz`` means ``npz``; ``npz:PATH`` and ``--dataset imagefolder --data-dir PATH`` work too). Images come out in
-[0, 1]; normalization stays inside each model (its registry entry or ``config.json`` gives mean/std), so the data
-declares none. The input size and class count are read from the models when the command loads the data
-(``input_size`` / ``num_classes`` options of :func:`mixzoo.zoo.data.load_dataset`), or declared in the data.
+Both are named with their path: ``--dataset imagefolder:/data/pets`` or ``--dataset /data/pets.npz`` (or ``npz:PATH``,
+or ``--dataset imagefolder --data-dir PATH``). Images come out in [0, 1] (each model normalizes inside); the input
+size and class count come from the models (``input_size`` / ``num_classes`` of
+:func:`mixzoo.zoo.data.load_dataset`), or the data declares them.
 
 ``imagefolder``: ``ROOT/<class>/<image>`` (any format PIL reads). Class indices: ``ROOT/classes.txt`` (one class
 folder name a line, in the models' class order) when present, else the folder names themselves when all are
