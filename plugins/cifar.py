@@ -78,8 +78,24 @@ def _cifar_unchecked(name: str, cls: Any, user: Path, root: str | None, train: b
 
     folder = user / cls.base_folder
     expected = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-    if not user.is_dir() or not all(whole_pickle(folder / f) for f in expected):
-        raise _cifar_dir_error(name, cls, user, root)
+    if not user.is_dir() or not all(whole_pickle(folder / f) for f in expected):  # what torchvision's loader lacks
+        missing = [f for f in expected if not (folder / f).is_file()]
+        broken = [f for f in expected if f not in missing and not whole_pickle(folder / f)]
+        if not user.is_dir():
+            state = ""
+        elif not folder.is_dir():
+            state = f" has no {cls.base_folder}/"
+        elif missing:
+            state = f" lacks {', '.join(f'{cls.base_folder}/{f}' for f in missing)}"
+        elif broken:
+            state = f" has {', '.join(f'{cls.base_folder}/{f}' for f in broken)} cut short (not a whole pickle)"
+        else:
+            state = f" has {cls.base_folder}/ but its files fail torchvision's md5 check (corrupt or partial)"
+        raise MissingFileError(
+            f"{name} not found: {dir_problem(user, root)}{state}; put torchvision's {cls.base_folder}/"
+            f" ({', '.join(expected)}, from {cls.filename}) in it, or {leave_out(root)} to use (or download to)"
+            " ~/.cache/mixzoo/data"
+        )
     label_key = "labels" if name == "cifar10" else "fine_labels"
     own = {f for f, _ in (cls.train_list if train else cls.test_list)}
     data, targets = [], []
@@ -103,29 +119,6 @@ def _cifar_unchecked(name: str, cls: Any, user: Path, root: str | None, train: b
     if targets and (min(targets) < 0 or max(targets) >= len(classes)):
         raise InputError(f"{name}: labels in {folder} lie outside [0, {len(classes)}); re-create the files")
     return SimpleNamespace(data=images, targets=targets, classes=classes)
-
-
-def _cifar_dir_error(name: str, cls: Any, user: Path, root: str | None) -> MissingFileError:
-    """What a named directory lacks for torchvision's CIFAR loader (files missing, or failing its md5 check)."""
-    folder = user / cls.base_folder
-    expected = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-    missing = [f for f in expected if not (folder / f).is_file()]
-    broken = [f for f in expected if f not in missing and not whole_pickle(folder / f)]
-    if not user.is_dir():
-        state = ""
-    elif not folder.is_dir():
-        state = f" has no {cls.base_folder}/"
-    elif missing:
-        state = f" lacks {', '.join(f'{cls.base_folder}/{f}' for f in missing)}"
-    elif broken:
-        state = f" has {', '.join(f'{cls.base_folder}/{f}' for f in broken)} cut short (not a whole pickle)"
-    else:
-        state = f" has {cls.base_folder}/ but its files fail torchvision's md5 check (corrupt or partial)"
-    return MissingFileError(
-        f"{name} not found: {dir_problem(user, root)}{state}; put torchvision's {cls.base_folder}/"
-        f" ({', '.join(expected)}, from {cls.filename}) in it, or {leave_out(root)} to use (or download to)"
-        " ~/.cache/mixzoo/data"
-    )
 
 
 cifar10 = functools.partial(cifar, "cifar10")

@@ -90,16 +90,6 @@ def _fmnist_dir_has_files(d: Path) -> Path | None:
     return None
 
 
-def _fmnist_download(target: Path) -> Path:
-    if offline():
-        raise OSError("MIXZOO_OFFLINE is set")
-    from torchvision.datasets import FashionMNIST
-
-    for train in (True, False):
-        FashionMNIST(str(target), train=train, download=True)
-    return target / "FashionMNIST" / "raw"
-
-
 def find_fashion_mnist(root: str | None = None) -> Path:
     """The directory holding the Fashion-MNIST IDX files: the named one (or an error), else the Debian copy,
     else torchvision's download."""
@@ -121,7 +111,14 @@ def find_fashion_mnist(root: str | None = None) -> Path:
     if found is not None:
         return found
     try:
-        return _fmnist_download(Path.home() / ".cache" / "mixzoo" / "data")
+        if offline():
+            raise OSError("MIXZOO_OFFLINE is set")
+        from torchvision.datasets import FashionMNIST
+
+        target = Path.home() / ".cache" / "mixzoo" / "data"
+        for train in (True, False):
+            FashionMNIST(str(target), train=train, download=True)
+        return target / "FashionMNIST" / "raw"
     except Exception as exc:  # noqa: BLE001 - any download failure means: not available offline
         raise MissingFileError(
             f"Fashion-MNIST not found and could not be downloaded ({type(exc).__name__}); run"
@@ -240,10 +237,8 @@ def imagenet(split: str, n: int | None = None, root: str | None = None, size: in
         raise MissingFileError(f"no images under {val}/<class>/; pass --data-dir ROOT with ROOT/val/<wnid>/*.JPEG")
     classes = sorted({f.split("/")[0] for f in files})
     rb = _robustbench_subset()
-    class_index = {c: i for i, c in enumerate(classes)}
-    num_classes = len(classes)
-    if rb is not None and set(classes) <= set(rb[1]):
-        class_index, num_classes = rb[1], len(rb[1])
+    class_index = rb[1] if rb is not None and set(classes) <= set(rb[1]) else {c: i for i, c in enumerate(classes)}
+    num_classes = len(class_index)
     position = {f: i for i, f in enumerate(files)}
     if rb is not None and all(f in position for f in rb[0]):
         eval_idx = torch.tensor([position[f] for f in rb[0]])
