@@ -7,7 +7,6 @@ per-model key fixes (:func:`load_robustbench`). robustbench is imported inside t
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import pickle
 from collections.abc import Iterator, Mapping
@@ -123,8 +122,7 @@ def _robustbench_build(name: str, dataset: str, threat: str, files: list[Path], 
     """``robustbench.load_model`` with its failures translated into one-line mixzoo errors."""
     from mixzoo.core.compat import import_robustbench
 
-    load = functools.partial(import_robustbench().load_model, name, model_dir=str(robustbench_dir()), dataset=dataset,
-                             threat_model=threat)
+    rb = import_robustbench()
     if unsafe and len(files) == 1 and files[0].is_file():
         pickled = load_checkpoint(files[0], allow_unsafe=True)
         if isinstance(pickled, nn.Module) or (isinstance(pickled, Mapping) and any(
@@ -136,14 +134,14 @@ def _robustbench_build(name: str, dataset: str, threat: str, files: list[Path], 
             return network.eval()
     try:
         with _torch_load_mode(unpickling=unsafe):
-            return load()
+            return rb.load_model(name, model_dir=str(robustbench_dir()), dataset=dataset, threat_model=threat)
     except MixzooError:
         raise
     except pickle.UnpicklingError:  # a file downloaded just now needs unpickling
         if not _check_files(files, allow_unsafe):
             raise
         with _torch_load_mode(unpickling=True):
-            return load()
+            return rb.load_model(name, model_dir=str(robustbench_dir()), dataset=dataset, threat_model=threat)
     except Exception as exc:  # noqa: BLE001 - robustbench raises anything; translate to one line
         if _cuda_error(exc):
             raise MixzooError(f"RobustBench model {dataset}/{threat}/{name} needs a CUDA GPU; load it on a"
