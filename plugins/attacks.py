@@ -30,13 +30,6 @@ def mixzoo_attacks() -> dict[str, Any]:
         PGDAttack,
     )
 
-    return {
-        "pgd": PGDAttack,
-        "apgd": APGDEnsemble,
-        "autoattack": AutoAttackEval,
-        "adaptive": AdaptiveAutoAttack,
-        "adaptive-apgd": AdaptiveAPGD,
-        "adaptive-strong": AdaptiveStrong,
-        "min-margin-square": MinMarginSquareAttack,
-        "fast": FastScreening,
-    }
+    return {"pgd": PGDAttack, "apgd": APGDEnsemble, "autoattack": AutoAttackEval, "adaptive": AdaptiveAutoAttack,
+            "adaptive-apgd": AdaptiveAPGD, "adaptive-strong": AdaptiveStrong,
+            "min-margin-square": MinMarginSquareAttack, "fast": FastScreening}
