@@ -14,20 +14,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
-from mixzoo.methods.base import (
-    ExtraAttack,
-    FitRequest,
-    FitResult,
-    number,
-    square_extra,
-)
+from mixzoo.methods.base import ExtraAttack, number, square_extra
 from mixzoo.methods.extra_attacks import card_values
-from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.method import smoothing_fields
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
 from mixzoo.methods.shared.network_files import RESUME_OPTIONS, SPLIT_OPTIONS, NetworkMethod
@@ -38,8 +30,6 @@ if TYPE_CHECKING:
     from mixzoo.core.card import MixCard
 
 SECTION = "local-smoothing-adaptive"
-_CONFIG_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "ema", "clean_weight", "steps", "eps_factor", "c1",
-                "c2", "c3", "alpha_ts", "r", "space", "accelerated", "eps_c", "width", "blocks")
 
 
 class LocalSmoothingAdaptive(NetworkMethod):
@@ -48,6 +38,10 @@ class LocalSmoothingAdaptive(NetworkMethod):
     beta_0."""
 
     name = SECTION
+    weights_of = "policy"
+    record_keys = ("epochs", "batch_size", "lr", "weight_decay", "ema", "clean_weight", "steps", "eps_factor", "c1",
+                   "c2", "c3", "alpha_ts", "r", "space", "accelerated", "eps_c", "width", "blocks")
+    summary_keys = ("beta0", "beta0_source")
     title = "Local smoothing, adaptive"
     paper = "Bai et al. (local smoothing), Eq. 7-9, Fig. 4, Sec. 5-6.3"
     fit_cost = ("a PGD sweep over alpha_t on n_crossover calibration images (beta_0), then training: every batch"
@@ -178,97 +172,56 @@ class LocalSmoothingAdaptive(NetworkMethod):
         return out
 
     # ------------------------------------------------------------------------------------------------ fitting
-    def config(self, opts: dict[str, Any], seed: int) -> Any:
-        """The :class:`~.policy.PolicyConfig` of the fit options (checked, eps a placeholder)."""
-        from mixzoo.methods.local_smoothing.policy import PolicyConfig
-
-        known = {f.name for f in fields(PolicyConfig)}
-        cfg = PolicyConfig(**{k: opts[k] for k in _CONFIG_KEYS if k in opts and k in known}, seed=int(seed))
-        if "beta0" in opts:
-            cfg.beta0 = float(opts["beta0"])
-        cfg.eps = 1.0
-        return cfg.check()
-
-    def fit(self, request: FitRequest) -> FitResult:
-        from mixzoo.core import distributed
-        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts
+    def objective(self) -> Any:
         from mixzoo.methods.local_smoothing.policy import PolicyObjective
-        from mixzoo.methods.shared.network_files import (
-            check_n_train,
-            network_params,
-            train_on_split,
-            train_split,
-            trained_card,
-            training_out,
-        )
-        from mixzoo.zoo.pairs import prepare_pair
 
-        opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
-        world = distributed.world()
-        out = training_out(request, f"{self.name} writes its policy's weights")
-        cfg = self.config(opts, request.seed)
-        given_beta0 = "beta0" in opts
+        return PolicyObjective()
+
+    def config(self, opts: dict[str, Any], seed: int) -> Any:
+        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts
+
+        cfg = super().config(opts, seed)
+        if "crossover_alpha_ts" in opts:
+            check_alpha_ts(opts["crossover_alpha_ts"], "crossover_alpha_ts")  # before any work
+        return cfg
+
+    def prepare(self, pair: Any, cfg: Any, opts: dict[str, Any], seconds: dict[str, float]) -> Any:
+        """Unless option ``beta0`` is given: the crossover of Bai et al. (local smoothing), Fig. 4 / Eq. 9 on the first
+        ``n_crossover`` calibration images (:func:`~mixzoo.methods.local_smoothing.crossover.measure_crossover`, PGD
+        with ``crossover_steps`` steps over the attack-time alphas ``crossover_alpha_ts``), measured by rank 0 alone;
+        every rank's ``cfg.beta0`` is set to its beta_0. The measurement (``None`` on the other ranks)."""
+        from mixzoo.core import distributed
+        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts, measure_crossover
+        from mixzoo.methods.local_smoothing.policy import smoothing_classifier
+
+        if "beta0" in opts:
+            return None
+        t0 = time.perf_counter()
         sweep = check_alpha_ts(opts["crossover_alpha_ts"], "crossover_alpha_ts") \
             if "crossover_alpha_ts" in opts else list(cfg.alpha_ts)
-        n_val, n_train = opts["n_val"], opts.get("n_train")
-        check_n_train(n_train, n_val, SECTION)
-        pair = prepare_pair(request)
-        if pair.norm not in DUAL_ORDER:
-            raise InputError(f"--norm must be one of {', '.join(DUAL_ORDER)} for {self.name}, got {pair.norm!r}")
-        cfg.eps, cfg.norm = pair.eps, pair.norm
-        cfg.check()
-        data, images, labels, split = train_split(pair, n_train, n_val, request)
-        seconds: dict[str, float] = {}
+        calib = pair.data
+        k = min(opts["n_crossover"], len(calib.labels))
+        clf = smoothing_classifier(pair.abc, pair.rbc, cfg)
         crossover = None
-        if not given_beta0:
-            t1 = time.perf_counter()
-            crossover = _measure_beta0(pair, cfg, sweep, opts["n_crossover"], opts["crossover_steps"], request.seed)
-            seconds["crossover"] = time.perf_counter() - t1
-        t1 = time.perf_counter()
-        res = train_on_split(pair, cfg, PolicyObjective(), images, labels, split, n_val, out=out, request=request,
-                             opts=opts)
-        seconds["train"] = time.perf_counter() - t1
-        if not world.main:  # trained its shards; rank 0 writes the weights and the card
-            return FitResult(None, None, {"beta0": cfg.beta0, "epochs": cfg.epochs, "rank": world.rank}, seconds)
-        config = asdict(cfg)
-        config["alpha_ts"] = [a if math.isfinite(a) else "inf" for a in cfg.alpha_ts]
-        trained, weights = network_params(pair, data, cfg, res, out, {
-            k: config[k] for k in (*_CONFIG_KEYS, "eps", "norm", "seed") if k in config}, opts)
-        params = {"r": cfg.r, "space": cfg.space, "norm": cfg.norm, "accelerated": cfg.accelerated,
-                  "eps_c": cfg.eps_c, "beta0": cfg.beta0, "beta0_source": "given" if given_beta0 else "measured",
-                  **trained}
-        if crossover is not None:
-            params["crossover"] = {**crossover.record(), "split": "calibration",
-                                   "fingerprint": getattr(pair.data, "fingerprint", "")}
-        card = trained_card(self.name, params, pair, data, split, n_val, attack={"eps": pair.eps, "norm": pair.norm},
-                            weights=weights, request=request, out=out)
-        last = res.history[-1] if res.history else {}
-        summary = {"beta0": cfg.beta0, "beta0_source": params["beta0_source"], "epochs": cfg.epochs,
-                   "resumed_epochs": res.resumed_epochs,
-                   **{k: v for k, v in last.items() if k.startswith(("val_", "beta_"))}}
-        if crossover is not None:
-            summary["crossover"] = crossover.where
-        return FitResult(card, card.path, summary, seconds, {"checkpoint": res.resumed_epochs > 0})
+        if distributed.world().main:  # rank 0 measures, the others take its beta_0
+            with distributed.alone():
+                crossover = measure_crossover(clf, calib.images[:k].to(pair.device), calib.labels[:k], sweep,
+                                              eps=pair.eps, norm=pair.norm, steps=opts["crossover_steps"],
+                                              seed=cfg.seed, batch_size=pair.batch_size)
+        cfg.beta0 = distributed.gather(None if crossover is None else crossover.beta0)[0]
+        seconds["crossover"] = time.perf_counter() - t0
+        return crossover
 
+    def card_fields(self, cfg: Any, opts: dict[str, Any], prepared: Any) -> dict[str, Any]:
+        return {"r": cfg.r, "space": cfg.space, "norm": cfg.norm, "accelerated": cfg.accelerated, "eps_c": cfg.eps_c,
+                "beta0": cfg.beta0, "beta0_source": "given" if "beta0" in opts else "measured"}
 
-def _measure_beta0(pair: Any, cfg: Any, sweep: list[float], n_crossover: int, steps: int, seed: int) -> Any:
-    """The crossover of Bai et al. (local smoothing), Fig. 4 / Eq. 9 on the first ``n_crossover`` calibration images
-    (:func:`~mixzoo.methods.local_smoothing.crossover.measure_crossover`, PGD with ``steps`` steps over the
-    attack-time alphas ``sweep``), measured by rank 0 alone; every rank's ``cfg.beta0`` is set to its beta_0.
-    Returns the measurement (``None`` on the other ranks)."""
-    from mixzoo.core import distributed
-    from mixzoo.methods.local_smoothing.crossover import measure_crossover
-    from mixzoo.methods.local_smoothing.policy import smoothing_classifier
+    def training_record(self, cfg: Any) -> dict[str, Any]:
+        return {**super().training_record(cfg), "alpha_ts": [a if math.isfinite(a) else "inf" for a in cfg.alpha_ts]}
 
-    calib = pair.data
-    k = min(n_crossover, len(calib.labels))
-    clf = smoothing_classifier(pair.abc, pair.rbc, cfg)
-    crossover = None
-    if distributed.world().main:  # rank 0 measures, the others take its beta_0
-        with distributed.alone():
-            crossover = measure_crossover(clf, calib.images[:k].to(pair.device), calib.labels[:k], sweep,
-                                          eps=pair.eps, norm=pair.norm, steps=steps, seed=seed,
-                                          batch_size=pair.batch_size)
-    cfg.beta0 = distributed.gather(None if crossover is None else crossover.beta0)[0]
-    return crossover
-
+    def finish(self, params: dict[str, Any], pair: Any, prepared: Any, **_: Any) -> dict[str, Any]:
+        if prepared is None:
+            return {}
+        params["crossover"] = {**prepared.record(), "split": "calibration",
+                               "fingerprint": getattr(pair.data, "fingerprint", "")}
+        return {"crossover": prepared.where}

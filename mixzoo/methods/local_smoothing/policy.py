@@ -111,6 +111,7 @@ class PolicyConfig(TrainConfig):
             return InputError(f"option {key} of {self.method} must be {want}, got {getattr(self, key)!r}")
         if isinstance(self.beta0, bool) or not isinstance(self.beta0, int | float) or not math.isfinite(self.beta0):
             raise bad("beta0", "a finite number (log alpha_0)")
+        self.beta0 = float(self.beta0)
         for key in ("c1", "c2", "c3"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0 or not math.isfinite(v):
@@ -128,7 +129,7 @@ class PolicyConfig(TrainConfig):
         if isinstance(self.eps_c, bool) or not isinstance(self.eps_c, int | float) or not self.eps_c > 0:
             raise bad("eps_c", "a positive number")
         self.alpha_ts = check_alpha_ts(self.alpha_ts)
-        check_norm(self.norm, "option norm")
+        check_norm(self.norm, f"--norm of {self.method}")
         return self
 
 
@@ -163,6 +164,7 @@ class PolicyObjective(Objective):
     :class:`Policy` (R_i held constant in the training attacks' gradients: ``fixed-R``)."""
 
     keys: ClassVar[tuple[str, ...]] = ("loss", "ce", "hinge")
+    config: ClassVar[type] = PolicyConfig
 
     def label(self, cfg: TrainConfig) -> str:
         return "local smoothing policy"

@@ -149,6 +149,7 @@ class Objective:
     """
 
     keys: ClassVar[tuple[str, ...]] = ("loss", "ce", "bce")  # the loss parts averaged per epoch (history, progress)
+    config: ClassVar[type] = TrainConfig  # the settings it trains with
 
     def label(self, cfg: TrainConfig) -> str:
         """What the progress bar calls the run."""
