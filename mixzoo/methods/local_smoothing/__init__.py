@@ -8,18 +8,3 @@ beta_theta and Bai et al. (local smoothing), Eq. 9 for the shared trainer,
 :mod:`mixzoo.methods.shared.training_loop`), :mod:`.adaptive_method`
 (the trained plugin).
 """
-
-from mixzoo.methods.local_smoothing.adaptive_method import LocalSmoothingAdaptive
-from mixzoo.methods.local_smoothing.knn import KNNOracle
-from mixzoo.methods.local_smoothing.method import KNNSmoothing, LocalSmoothing
-from mixzoo.methods.local_smoothing.smoothing import (
-    R_OPTIONS,
-    SPACES,
-    KNNSmoothingClassifier,
-    LocalSmoothingClassifier,
-    smooth,
-    to_log_probs,
-)
-
-__all__ = ["R_OPTIONS", "SPACES", "KNNOracle", "KNNSmoothing", "KNNSmoothingClassifier", "LocalSmoothing",
-           "LocalSmoothingAdaptive", "LocalSmoothingClassifier", "smooth", "to_log_probs"]
