@@ -68,11 +68,6 @@ def _threat(request: FitRequest) -> tuple[Any, dict[str, Any]]:
     return pair, tables
 
 
-def _finish(card: MixCard, request: FitRequest, summary: dict[str, Any]) -> FitResult:
-    path = card.save(request.out) if request.out is not None else None
-    return FitResult(card, path, summary, {}, {})
-
-
 FITS = ("given", "target_clean")
 SCALE_GRID = [10 ** (k / 10) for k in range(-30, 41)]  # alpha * median R, 1e-3 ... 1e4
 
@@ -112,11 +107,21 @@ def choose_alpha(classifier: Any, images: torch.Tensor, labels: torch.Tensor, ta
     return alphas[best], [{"alpha": a, "clean_accuracy": v} for a, v in zip(alphas, acc, strict=True)]
 
 
-def _fit_alpha(classifier: Any, pair: Any, target: float) -> tuple[float, dict[str, Any]]:
-    alpha, tried = choose_alpha(classifier, pair.data.images.to(pair.device), pair.data.labels, target,
-                                pair.batch_size)
-    clean = next(t["clean_accuracy"] for t in tried if t["alpha"] == alpha)
-    return alpha, {"target_clean": float(target), "calibration_clean": clean}
+def _fitted(name: str, params: dict[str, Any], pair: Any, tables: dict[str, Any], request: FitRequest,
+            target: float | None, classifier: Any) -> FitResult:
+    """The card of a training-free fit, saved to ``request.out`` if given; for ``target_clean``, ``alpha`` first
+    chosen on the calibration split (:func:`choose_alpha`) with the classifier ``classifier()``."""
+    from mixzoo.core.card import MixCard
+
+    if target is not None:
+        alpha, tried = choose_alpha(classifier(), pair.data.images.to(pair.device), pair.data.labels, target,
+                                    pair.batch_size)
+        clean = next(t["clean_accuracy"] for t in tried if t["alpha"] == alpha)
+        params.update(alpha=alpha, target_clean=float(target), calibration_clean=clean, fit="target_clean")
+    card = MixCard(name, params, **tables)
+    if target is not None:
+        card.data = pair.data_info()
+    return FitResult(card, card.save(request.out) if request.out is not None else None, {}, {}, {})
 
 
 def _extra_apgd(gradient: str, why: str) -> ExtraAttack:
@@ -209,17 +214,12 @@ class LocalSmoothing(MixingMethod):
         MixCard(self.name, dict(params, norm=request.norm or "Linf"), dataset="check")  # options, before any work
         pair, tables = _threat(request)
         params["norm"] = tables["attack"]["norm"]
-        if target is not None:
-            probe = MixCard(self.name, dict(params), **tables).params
-            clf = LocalSmoothingClassifier(pair.abc, pair.rbc, alpha=0.0, r=probe["r"], space=probe["space"],
-                                           norm=probe["norm"], eps_c=probe["eps_c"], accelerated=probe["accelerated"])
-            params["alpha"], extra = _fit_alpha(clf, pair, target)
-            params.update(extra, fit="target_clean")
-        card = MixCard(self.name, params, **tables)
-        if target is not None:
-            card.data = pair.data_info()
-        return _finish(card, request, {"alpha": card.params["alpha"], "r": card.params["r"],
-                                       "space": card.params["space"]})
+        q = MixCard(self.name, dict(params), **tables).params
+        res = _fitted(self.name, params, pair, tables, request, target, lambda: LocalSmoothingClassifier(
+            pair.abc, pair.rbc, alpha=0.0, r=q["r"], space=q["space"], norm=q["norm"], eps_c=q["eps_c"],
+            accelerated=q["accelerated"]))
+        res.summary = {k: res.card.params[k] for k in ("alpha", "r", "space")}
+        return res
 
 
 class KNNSmoothing(MixingMethod):
@@ -324,15 +324,11 @@ class KNNSmoothing(MixingMethod):
         params = {"alpha": alpha, "k": opts.get("k", 5), "norm": tables["attack"]["norm"], "train": train,
                   "fit": "given"}
         MixCard(self.name, dict(params), **tables)  # K against the train count, before any work
-        if target is not None:
-            oracle = KNNOracle(data.images, data.labels, params["k"], data.num_classes)
-            clf = KNNSmoothingClassifier(pair.abc, oracle.to(pair.device), alpha=0.0, norm=params["norm"])
-            params["alpha"], extra = _fit_alpha(clf, pair, target)
-            params.update(extra, fit="target_clean")
-        card = MixCard(self.name, params, **tables)
-        if target is not None:
-            card.data = pair.data_info()
-        return _finish(card, request, {"alpha": card.params["alpha"], "k": card.params["k"], "train_n": len(data)})
+        res = _fitted(self.name, params, pair, tables, request, target, lambda: KNNSmoothingClassifier(
+            pair.abc, KNNOracle(data.images, data.labels, params["k"], data.num_classes).to(pair.device), alpha=0.0,
+            norm=params["norm"]))
+        res.summary = {"alpha": res.card.params["alpha"], "k": res.card.params["k"], "train_n": len(data)}
+        return res
 
 
 def _train_split(dataset: str, n: int | None) -> Any:

@@ -107,6 +107,7 @@ class NetworkMethod(MixingMethod):
         from mixzoo.core.cache import atomic_save_tensors
         from mixzoo.core.card import MixCard, provenance
         from mixzoo.core.paths import check_output, is_safetensors
+        from mixzoo.methods.shared.taps import model_taps, tap_shapes
         from mixzoo.methods.shared.training_loop import TrainRun, train
         from mixzoo.zoo.data import load_dataset
         from mixzoo.zoo.pairs import prepare_pair
@@ -150,8 +151,14 @@ class NetworkMethod(MixingMethod):
                                           "epochs": cfg.epochs, "rank": world.rank}, seconds)
         weights = {weights_path.name: hashlib.sha256(atomic_save_tensors(weights_path, res.state).read_bytes())
                    .hexdigest()}
+        taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}  # what load_network rebuilds
+        size = tuple(data.images.shape[1:])
+        sg, sh = tap_shapes(pair.abc, taps["abc"], size), tap_shapes(pair.rbc, taps["rbc"], size)
         params = {**self.card_fields(cfg, opts, prepared), "weights_file": weights_path.name,
-                  **network_record(pair, tuple(data.images.shape[1:]), cfg.width, cfg.blocks),
+                  "network": {"early_channels": [sg["early"][0], sh["early"][0]],
+                              "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": cfg.width,
+                              "blocks": cfg.blocks},
+                  "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()},
                   "training": self.training_record(cfg), "history": res.history,
                   **{k: opts[k] for k in ("eval_n_iter", "eval_n_queries", "eval_n_target_classes")},
                   "epochs": cfg.epochs}
@@ -227,15 +234,3 @@ def card_taps(abc: nn.Module, rbc: nn.Module, card: MixCard) -> tuple[Any, Any]:
         rec = card.params["taps"][role]
         out.append(check_taps(model, Taps(rec["early"], rec["middle"], bool(rec.get("nhwc", False))), role.upper()))
     return out[0], out[1]
-
-
-def network_record(pair: Any, image_size: tuple[int, ...], width: int, blocks: int) -> dict[str, Any]:
-    """The card's ``network`` (channels at the taps of both models, width, blocks) and ``taps`` fields, from which
-    :func:`load_network` rebuilds the network."""
-    from mixzoo.methods.shared.taps import model_taps, tap_shapes
-
-    taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
-    sg, sh = tap_shapes(pair.abc, taps["abc"], image_size), tap_shapes(pair.rbc, taps["rbc"], image_size)
-    return {"network": {"early_channels": [sg["early"][0], sh["early"][0]],
-                        "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": width, "blocks": blocks},
-            "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()}}

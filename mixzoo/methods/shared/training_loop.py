@@ -76,11 +76,14 @@ class TrainConfig:
     n_target_classes: int = 1
     seed: int = 0
     method: ClassVar[str] = "adaptive-smoothing"  # named in the error messages
+    non_negative: ClassVar[tuple[str, ...]] = ("weight_decay", "c_ce", "c_bce", "c_prod", "clean_weight", "temperature")
+
+    def bad(self, key: str, want: str) -> InputError:
+        return InputError(f"option {key} of {self.method} must be {want}, got {getattr(self, key)!r}")
 
     def check(self) -> TrainConfig:
         """One-line errors naming the option, before any work."""
-        def bad(key: str, want: str) -> InputError:
-            return InputError(f"option {key} of {self.method} must be {want}, got {getattr(self, key)!r}")
+        bad = self.bad
         self.setting = str(self.setting).upper()
         if self.setting not in SETTINGS:
             raise bad("setting", "A (gray-box PGD), B (white-box PGD) or C (APGD-CE + APGD-T)")
@@ -89,13 +92,13 @@ class TrainConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise bad(key, f"an integer >= {low}")
         for key in ("lr", "eps"):
-            if not _num(getattr(self, key)) or getattr(self, key) <= 0:
+            if not finite_number(getattr(self, key)) or getattr(self, key) <= 0:
                 raise bad(key, "a positive number")
-        for key in ("weight_decay", "c_ce", "c_bce", "c_prod", "clean_weight", "temperature"):
-            if not _num(getattr(self, key)) or getattr(self, key) < 0:
+        for key in self.non_negative:
+            if not finite_number(getattr(self, key)) or getattr(self, key) < 0:
                 raise bad(key, "a number >= 0")
         for key in ("ema", "alpha_loss_max"):
-            if not _num(getattr(self, key)) or not 0 <= getattr(self, key) < 1 + (key == "alpha_loss_max"):
+            if not finite_number(getattr(self, key)) or not 0 <= getattr(self, key) < 1 + (key == "alpha_loss_max"):
                 raise bad(key, "a number in [0, 1)" if key == "ema" else "a number in [0, 1]")
         if self.pseudo_labels not in LABEL_RULES:
             raise bad("pseudo_labels", " or ".join(LABEL_RULES))
@@ -104,9 +107,9 @@ class TrainConfig:
         s = self.steps = [self.steps] * 2 if isinstance(self.steps, int) else [_parse(v, int) for v in self.steps]
         if len(s) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in s) or not 1 <= s[0] <= s[1]:
             raise bad("steps", "an integer >= 1 or two integers LO,HI with 1 <= LO <= HI")
-        f = self.eps_factor = [self.eps_factor] * 2 if _num(self.eps_factor) else [_parse(v, float)
+        f = self.eps_factor = [self.eps_factor] * 2 if finite_number(self.eps_factor) else [_parse(v, float)
                                                                                      for v in self.eps_factor]
-        if len(f) != 2 or not all(_num(v) for v in f) or not 0 < f[0] <= f[1]:
+        if len(f) != 2 or not all(finite_number(v) for v in f) or not 0 < f[0] <= f[1]:
             raise bad("eps_factor", "a positive number or two numbers LO,HI with 0 < LO <= HI")
         return self
 
@@ -121,7 +124,7 @@ def _parse(v: Any, kind: type) -> Any:
     return v
 
 
-def _num(v: Any) -> bool:
+def finite_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
