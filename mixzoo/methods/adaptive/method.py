@@ -45,8 +45,7 @@ class AdaptiveSmoothing(NetworkMethod):
     fit_cost = ("training: every batch attacked against the current mixture (setting A/B: PGD, C: APGD-CE +"
                 " APGD-T), epochs x n_train images; minutes on a CPU for the Fashion-MNIST zoo")
     certificate = ("its alpha depends on the input, so Bai et al. 2024b, Lemma 3.2 / Thm 3.5 (constant alpha) do not"
-                   " apply; with"
-                   " alpha_min > 0 a bound holds only through alpha_min, which mixzoo does not compute")
+                   " apply; with alpha_min > 0 a bound holds only through alpha_min, which mixzoo does not compute")
     options = {
         "setting": OptionSpec(
             "training attack (Bai et al. 2024b, Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T",

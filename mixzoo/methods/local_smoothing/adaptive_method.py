@@ -48,43 +48,35 @@ class LocalSmoothingAdaptive(NetworkMethod):
                 " attacked at a random alpha_t and through the policy, epochs x n_train images; minutes on a CPU for"
                 " the digits zoo, longer with R_i = ratio (a Jacobian per attack step)")
     certificate = ("its strength exp(beta_theta(x)) R_i(x) depends on the input through a network, which Bai et al."
-                   " (local smoothing), Thm 2"
-                   " (fixed alpha) does not cover")
+                   " (local smoothing), Thm 2 (fixed alpha) does not cover")
     options = {
-        "beta0": OptionSpec(
-            "log alpha_0, Eq. 9's threshold, given", float,
-            default_note="measured: the crossover of Bai et al. (local smoothing), Fig. 4"),
+        "beta0": OptionSpec("log alpha_0, Eq. 9's threshold, given", float,
+                            default_note="measured: the crossover of Bai et al. (local smoothing), Fig. 4"),
         "n_crossover": OptionSpec("calibration images of the crossover sweep (at most --n-calib)", int, 200, low=1),
         "crossover_steps": OptionSpec("PGD steps of the crossover sweep (as Bai et al. (local smoothing)'s PGD-10)",
                                       int, 10, low=1),
         "crossover_alpha_ts": OptionSpec("attack-time alphas of the sweep", default_note="alpha_ts"),
-        "alpha_ts": OptionSpec(
-            "attack-time alphas of the training attacks",
-            default_note="Bai et al. (local smoothing), Sec. 6.3's 0,0.316,...,3162,inf"),
+        "alpha_ts": OptionSpec("attack-time alphas of the training attacks",
+                               default_note="Bai et al. (local smoothing), Sec. 6.3's 0,0.316,...,3162,inf"),
         "r": OptionSpec("R_i(x) (Bai et al. 2024b, App. B.1; ratio: Bai et al. (local smoothing), Eq. 7)", str,
                         choices=tuple(R_OPTIONS), default_note="ratio"),
         "space": OptionSpec("what is smoothed (Bai et al. (local smoothing): logits)", str,
                             choices=tuple(SPACES), default_note="logits"),
-        "accelerated": OptionSpec(
-            "true: Bai et al. (local smoothing), App. A.1's one gradient per model instead of the Jacobian (r grad_g"
-            " or ratio)",
-            bool),
+        "accelerated": OptionSpec("true: Bai et al. (local smoothing), App. A.1's one gradient per model instead of the"
+                                  " Jacobian (r grad_g or ratio)", bool),
         "eps_c": OptionSpec("added to ||grad h_i||_* in R_i = ratio", float, default_note="1e-6"),
         "c1": OptionSpec("Eq. 9's c1", float, default_note="0.5 (Bai et al. (local smoothing), Sec. 6.3)"),
         "c2": OptionSpec("Eq. 9's c2", float, default_note="0.8"),
         "c3": OptionSpec("Eq. 9's c3", float, default_note="3.2"),
         "epochs": OptionSpec("training epochs", int, default_note="5"),
         **SPLIT_OPTIONS,
-        "batch_size": OptionSpec("clean images per batch (two attacked copies are added)", int,
-                                 default_note="128"),
-        "lr": OptionSpec("AdamW learning rate (Bai et al. (local smoothing) uses Adam)", float,
-                         default_note="1e-4"),
+        "batch_size": OptionSpec("clean images per batch (two attacked copies are added)", int, default_note="128"),
+        "lr": OptionSpec("AdamW learning rate (Bai et al. (local smoothing) uses Adam)", float, default_note="1e-4"),
         "weight_decay": OptionSpec("AdamW weight decay", float, default_note="1e-5"),
         "ema": OptionSpec("EMA decay of the weights, 0 = off", float, default_note="0"),
         "clean_weight": OptionSpec("loss weight of clean images", float, default_note="1"),
-        "steps": OptionSpec(
-            "PGD steps through the policy, drawn from LO,HI per batch; the alpha_t attacks use HI",
-            default_note="5,10"),
+        "steps": OptionSpec("PGD steps through the policy, drawn from LO,HI per batch; the alpha_t attacks use HI",
+                            default_note="5,10"),
         "eps_factor": OptionSpec("attack radius factor drawn from LO,HI per example",
                                  default_note="1,1 (the full radius)"),
         "width": OptionSpec("channels of the policy network", int, default_note="32"),
@@ -138,38 +130,29 @@ class LocalSmoothingAdaptive(NetworkMethod):
 
         q = card.params
         apgd = {"n_iter": int(q["eval_n_iter"]), "n_target_classes": int(q["eval_n_target_classes"])}
-        alpha0 = math.exp(q["beta0"])
-        out = []
-        if q["r"] != "one":
-            out.append(ExtraAttack("apgd-fixed-R", "apgd", dict(apgd), gradient="fixed-R",
-                                   why="through the policy, R_i(x) held constant (Bai et al. (local smoothing), Sec."
-                                       " 4.2: R_i is an extra"
-                                       " gradient path that can mislead)"))
-        out += [
-            ExtraAttack("apgd-policy-fixed", "apgd", dict(apgd), gradient="policy-fixed",
-                        why="Bai et al. (local smoothing), Sec. 5.1: the adversary without the gradient through the"
-                            " policy"),
-            ExtraAttack("apgd-alpha_t=0", "apgd", dict(apgd), gradient="alpha_t=0",
-                        why="Bai et al. (local smoothing), Eq. 6 at alpha_t = 0: transfer from g, judged on the"
-                            " adaptive classifier"),
-            ExtraAttack("apgd-alpha_t=inf", "apgd", dict(apgd), gradient="alpha_t=inf",
-                        why="Bai et al. (local smoothing), Eq. 6 at alpha_t = inf: transfer from h"),
-            ExtraAttack("apgd-alpha_t=alpha0", "apgd", dict(apgd), gradient=f"alpha_t={alpha0:.6g}",
-                        why="Bai et al. (local smoothing), Eq. 6 at the crossover alpha_0 (Bai et al. (local"
-                            " smoothing), Fig. 7: a fixed intermediate alpha_t was the"
-                            " strongest attack)"),
-            ExtraAttack("policy-d", "adaptive-smoothing-apgd", {**apgd, "components": ["apgd-ce-alpha",
-                                                                                     "apgd-t-alpha"]},
-                        why="APGD whose loss also lowers beta_theta (toward the non-robust g; Bai et al. 2024b, Sec."
-                            " 4.2 D)"),
-            ExtraAttack("policy-only", "adaptive-smoothing-apgd", {**apgd, "components": ["alpha-only"]},
-                        why="the policy attacked alone: minimise beta_theta, g then decides"),
-            square_extra(int(q["eval_n_queries"]),
-                         why="gradient-free: input gradients inside R_i and the policy may mask the loss's"),
-            # the policy attacked through beta_theta before its crop and exp (policy_attacks.py)
-            gate_logit_extra("local-smoothing-policy-gate", q),
-        ]
-        return out
+        gradients = [("fixed-R", "fixed-R", "through the policy, R_i(x) held constant (Bai et al. (local smoothing),"
+                      " Sec. 4.2: R_i is an extra gradient path that can mislead)")] if q["r"] != "one" else []
+        gradients += [
+            ("policy-fixed", "policy-fixed", "Bai et al. (local smoothing), Sec. 5.1: the adversary without the"
+             " gradient through the policy"),
+            ("alpha_t=0", "alpha_t=0", "Bai et al. (local smoothing), Eq. 6 at alpha_t = 0: transfer from g, judged on"
+             " the adaptive classifier"),
+            ("alpha_t=inf", "alpha_t=inf", "Bai et al. (local smoothing), Eq. 6 at alpha_t = inf: transfer from h"),
+            ("alpha_t=alpha0", f"alpha_t={math.exp(q['beta0']):.6g}", "Bai et al. (local smoothing), Eq. 6 at the"
+             " crossover alpha_0 (Bai et al. (local smoothing), Fig. 7: a fixed intermediate alpha_t was the strongest"
+             " attack)")]
+        return [*(ExtraAttack(f"apgd-{name}", "apgd", dict(apgd), gradient=gradient, why=why)
+                  for name, gradient, why in gradients),
+                ExtraAttack("policy-d", "adaptive-smoothing-apgd", {**apgd, "components": ["apgd-ce-alpha",
+                                                                                         "apgd-t-alpha"]},
+                            why="APGD whose loss also lowers beta_theta (toward the non-robust g; Bai et al. 2024b,"
+                                " Sec. 4.2 D)"),
+                ExtraAttack("policy-only", "adaptive-smoothing-apgd", {**apgd, "components": ["alpha-only"]},
+                            why="the policy attacked alone: minimise beta_theta, g then decides"),
+                square_extra(int(q["eval_n_queries"]),
+                             why="gradient-free: input gradients inside R_i and the policy may mask the loss's"),
+                # the policy attacked through beta_theta before its crop and exp (policy_attacks.py)
+                gate_logit_extra("local-smoothing-policy-gate", q)]
 
     # ------------------------------------------------------------------------------------------------ fitting
     def objective(self) -> Any:

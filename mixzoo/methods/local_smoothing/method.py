@@ -10,12 +10,6 @@ mixing-method plugins.
 Both are fitted by writing the card from the given options (no data needed beyond the pair's checks); the attacks an
 adversary who knows the method runs are declared in :meth:`extra_attacks` (Bai et al. (local smoothing), Sec. 4.2, 5.1,
 6.1).
-
-The trained ``local-smoothing-adaptive`` (Bai et al. (local smoothing), Eq. 7-9) reuses
-:class:`~.smoothing.LocalSmoothingClassifier`: its ``log_alpha`` argument takes the policy ``beta_theta`` (a module,
-images -> (B,) log-strengths), so that method's ``build`` is ``LocalSmoothingClassifier(abc, rbc, alpha=0, r=...,
-space=..., log_alpha=policy)`` with the policy loaded from the card's ``[weights]``; its extras add APGD through the
-policy (``"exact"``) and at fixed alpha_t.
 """
 
 from __future__ import annotations
@@ -150,10 +144,8 @@ class LocalSmoothing(MixingMethod):
     paper = "Bai et al. (local smoothing), Eq. 5, App. A.1; Bai et al. 2024b, Eq. 3.3, App. B.1"
     fit_cost = "training-free: writes the card from the given alpha and R_i (no attack)"
     certificate = ("its weight alpha R_i(x) depends on x (input gradients), which Bai et al. 2024b, Lemma 3.2's"
-                   " constant-alpha"
-                   " radius does not cover (Bai et al. (local smoothing), Thm 2 needs Lipschitz constants of both"
-                   " gradients); certify a"
-                   " linear card, which is R_i = 1 on probabilities")
+                   " constant-alpha radius does not cover (Bai et al. (local smoothing), Thm 2 needs Lipschitz"
+                   " constants of both gradients); certify a linear card, which is R_i = 1 on probabilities")
     options = {
         "alpha": OptionSpec("the smoothing strength alpha (0: the ABC; large: the RBC)", float, low=0,
                             default_note="none: give alpha or target_clean"),
@@ -197,8 +189,7 @@ class LocalSmoothing(MixingMethod):
                                           " 4.2; Fig. 4 crossover)")]
         if card.params["r"] != "one":
             out.insert(0, _extra_apgd("fixed-R", "Bai et al. (local smoothing), Sec. 4.2: R_i(x) is an extra gradient"
-                                                 " path; APGD with R_i"
-                                                 " held constant"))
+                                                 " path; APGD with R_i held constant"))
         out.append(square_extra(EXTRA_SQUARE_QUERIES, why="gradient-free: input gradients inside R_i may mask the"
                                                           " loss gradient (Bai et al. 2024b, App. B.2)"))
         return out
@@ -231,8 +222,7 @@ class KNNSmoothing(MixingMethod):
     paper = "Bai et al. (local smoothing), Eq. 1-2, Sec. 3, 6.1"
     fit_cost = "training-free: writes the card from K and alpha (the train split is only fingerprinted)"
     certificate = ("its oracle is a K-NN vote and its weight alpha ||grad g_i(x)||_* depends on x; Bai et al. (local"
-                   " smoothing), Thm 1's"
-                   " radius needs Lipschitz constants of grad g that mixzoo does not bound")
+                   " smoothing), Thm 1's radius needs Lipschitz constants of grad g that mixzoo does not bound")
     not_exportable = "its K-NN oracle searches the train split at every prediction, so the artifact would need it"
     options = {
         "alpha": OptionSpec("the smoothing strength alpha (0: the ABC; large: the K-NN oracle)", float, low=0,

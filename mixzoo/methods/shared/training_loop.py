@@ -22,10 +22,8 @@ differences; tests/e2e/test_adaptive_ddp.py finds the weights within 1e-5 of one
 validates, writes the checkpoint (then a barrier) and the weights; every rank resumes from the same checkpoint.
 Every batch, the last included, needs at least one image per rank.
 
-One trainer, several methods: what is attacked, how and with which loss is an :class:`Objective`
-(:class:`AdaptiveObjective`, the default, is the above; ``local-smoothing-adaptive`` passes its own, Bai et al. (local
-smoothing), Eq. 9). The loop, the data pipeline, the mixing network and its taps, the seeding, checkpoints, EMA and DDP
-are shared.
+Adaptive smoothing's :class:`~mixzoo.methods.adaptive.training.AdaptiveObjective` is the above;
+``local-smoothing-adaptive`` trains its own (Bai et al. (local smoothing), Eq. 9).
 """
 
 from __future__ import annotations
@@ -336,7 +334,13 @@ class _Trainer:
                 run.on_batch(epoch, b + 1)
         record = {"epoch": epoch + 1, **{k: v / len(batches) for k, v in sums.items()}}
         if run.val is not None and self.world.main:  # the other ranks go on to the next epoch's first all-reduce
-            record.update(validate(self.model, self.net, self.ema, run.val, cfg, objective))
+            live = {k: v.clone() for k, v in self.net.state_dict().items()} if self.ema is not None else None
+            if self.ema is not None:  # validated with the EMA weights
+                self.net.load_state_dict(self.ema)
+            self.net.eval()
+            record.update(objective.evaluate(self.model, *run.val, cfg))
+            if live is not None:
+                self.net.load_state_dict(live)
             if run.progress:
                 console.print(f"epoch {epoch + 1}: {objective.describe(record)}")
         self.history.append(record)
@@ -377,17 +381,3 @@ def _global_means(parts: dict[str, float], count: int) -> dict[str, float]:
     t = torch.tensor([*(parts[k] * count for k in keys), float(count)], dtype=torch.float64)
     dist.all_reduce(t)
     return {k: float(t[i] / t[-1]) for i, k in enumerate(keys)}
-
-
-def validate(model: nn.Module, net: MixingNetwork, ema: dict[str, torch.Tensor] | None,
-             val: tuple[torch.Tensor, torch.Tensor], cfg: TrainConfig,
-             objective: Objective) -> dict[str, float]:
-    """The objective's validation (:meth:`Objective.evaluate`) on ``val`` with the EMA weights if kept."""
-    live = {k: v.clone() for k, v in net.state_dict().items()} if ema is not None else None
-    if ema is not None:
-        net.load_state_dict(ema)
-    net.eval()
-    out = objective.evaluate(model, *val, cfg)
-    if live is not None:
-        net.load_state_dict(live)
-    return out
