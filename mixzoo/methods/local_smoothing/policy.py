@@ -3,9 +3,8 @@ is trained.
 
 * :class:`Policy`: beta_theta(x), the mixing network of adaptive smoothing (:mod:`mixzoo.methods.shared.network`,
   Bai et al. (local smoothing), Fig. 1's detector-style architecture) on the tapped features of both base models;
-  plugged into
-  :class:`~.smoothing.LocalSmoothingClassifier` as ``log_alpha``, so alpha(x) = exp(beta_theta(x)) (Eq. 7, cropped to
-  [-14, 14] as in Sec. 6.3).
+  plugged into :class:`~.smoothing.LocalSmoothingClassifier` as ``log_alpha``, so alpha(x) = exp(beta_theta(x)) (Eq.
+  7, cropped to [-14, 14] as in Sec. 6.3).
 * :func:`policy_loss`: the composite loss of Eq. 9,
   ``(CE(g^theta(x'), y) + c1) * (c2 + (c3 - s * beta_theta(x'))_+)`` with ``s = sgn(log alpha*(x') - beta_0)``.
 * :class:`PolicyObjective`: what the shared trainer (:func:`mixzoo.methods.shared.training_loop.train`)
@@ -144,8 +143,7 @@ class _Batch:
 
 class PolicyObjective(Objective):
     """Bai et al. (local smoothing), Eq. 9 for the shared trainer: the classifier is :class:`LocalSmoothingClassifier`
-    with the
-    :class:`Policy` (R_i held constant in the training attacks' gradients: ``fixed-R``)."""
+    with the :class:`Policy` (R_i held constant in the training attacks' gradients: ``fixed-R``)."""
 
     keys: ClassVar[tuple[str, ...]] = ("loss", "ce", "hinge")
     config: ClassVar[type] = PolicyConfig
