@@ -38,8 +38,9 @@ from mixzoo.core.cache import atomic_write_text
 from mixzoo.core.figures import figure_module, save_png
 from mixzoo.core.machine import run_record
 from mixzoo.core.plugins import lookup
-from mixzoo.methods.local_smoothing import KNNOracle, KNNSmoothingClassifier, LocalSmoothingClassifier, smooth
 from mixzoo.methods.local_smoothing.gradients import class_gradients, dual_norm
+from mixzoo.methods.local_smoothing.knn import KNNOracle
+from mixzoo.methods.local_smoothing.smoothing import KNNSmoothingClassifier, LocalSmoothingClassifier, smooth
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import load_model
 

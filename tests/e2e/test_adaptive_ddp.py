@@ -87,7 +87,7 @@ def one_and_two_ranks(args: list[str], tmp_path: Path, monkeypatch) -> tuple[sub
 @pytest.mark.parametrize("setting", ["C", "B"])
 def test_two_ranks_train_the_one_process_network_and_rank_0_alone_writes(setting, tmp_path, monkeypatch,
                                                                         one_thread):
-    from mixzoo.methods.adaptive.training import TrainConfig, new_network
+    from mixzoo.methods.shared.training_loop import TrainConfig, new_network
 
     args = [*ARGS, "-O", f"setting={setting}"]
     done, card_one, card_two, a, b = one_and_two_ranks(args, tmp_path, monkeypatch)

@@ -14,9 +14,7 @@ from mixzoo.attacks.base import COMPONENTS_OPTION, Attack, Component, select_com
 from mixzoo.attacks.suites import APGDEnsemble
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
-from mixzoo.methods.shared.alpha_attacks import AttackBall, alpha_apgd, alpha_loss, pgd_alpha
-
-__all__ = ["ALPHA_COMPONENTS", "AlphaAPGD", "AttackBall", "alpha_apgd", "alpha_loss", "pgd_alpha"]
+from mixzoo.methods.shared.alpha_attacks import AttackBall, alpha_apgd, pgd_alpha  # noqa: F401 - also names here
 
 ALPHA_COMPONENTS = ("apgd-ce-alpha", "apgd-t-alpha", "alpha-only")
 

@@ -11,33 +11,8 @@ import torch
 from torch import nn
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.shared.boundary_refine import GateForward, boundary_refine, log_prob_margin
-from mixzoo.methods.shared.gate_attacks import (
-    GATE_COMPONENTS,
-    SCREEN_LABEL,
-    GateLogitAttack,
-    gate_apgd,
-    gate_logit_extra,
-    gate_loss,
-    rbc_margin_threshold,
-)
-
-__all__ = ["GATE_COMPONENTS", "SCREEN_LABEL", "AdaptiveGateAttack", "GateForward", "GateLogitAttack",
-           "adaptive_gate", "boundary_refine", "gate_apgd", "gate_logit_extra", "gate_loss", "log_prob_margin",
-           "rbc_margin_threshold"]
-
-
-def adaptive_gate(model: nn.Module) -> GateForward:
-    """``x -> (log-probabilities of the exact mixture, gamma(x))`` for an adaptive-smoothing classifier
-    (:class:`~mixzoo.methods.adaptive.mixing.AdaptiveClassifier`): each base model and the mixing network run once."""
-    from mixzoo.methods.adaptive.mixing import adaptive_log_probs
-
-    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        g, h, gamma = model.parts(x)
-        lo, hi = model.bounds()
-        return adaptive_log_probs(g, h, gamma, temperature=model.temperature, alpha_min=lo, alpha_max=hi), gamma
-
-    return forward
+from mixzoo.methods.shared.boundary_refine import GateForward, boundary_refine  # noqa: F401 - also a name here
+from mixzoo.methods.shared.gate_attacks import GateLogitAttack, rbc_margin_threshold
 
 
 class AdaptiveGateAttack(GateLogitAttack):
@@ -47,10 +22,18 @@ class AdaptiveGateAttack(GateLogitAttack):
     name: ClassVar[str] = "adaptive-smoothing-gate"
 
     def gate(self, model: nn.Module) -> GateForward:
+        """``x -> (log-probabilities of the exact mixture, gamma(x))``."""
         if not (hasattr(model, "parts") and hasattr(model, "bounds") and hasattr(model, "net")):
             raise InputError(f"attack {self.name!r} needs an adaptive-smoothing classifier (a mixing network and"
                              " alpha bounds); use apgd for other models")
-        return adaptive_gate(model)
+        from mixzoo.methods.adaptive.mixing import adaptive_log_probs
+
+        def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # each base model and the network run once
+            g, h, gamma = model.parts(x)
+            lo, hi = model.bounds()
+            return adaptive_log_probs(g, h, gamma, temperature=model.temperature, alpha_min=lo, alpha_max=hi), gamma
+
+        return forward
 
     def screen(self, model: nn.Module) -> tuple[nn.Module, float] | None:
         thr = rbc_margin_threshold(model.bounds()[0])

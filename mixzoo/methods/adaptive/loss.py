@@ -19,8 +19,6 @@ import torch.nn.functional as F
 from mixzoo.core.errors import InputError
 from mixzoo.methods.shared.training_loop import LABEL_RULES
 
-__all__ = ["LABEL_RULES", "composite_loss", "pseudo_labels"]
-
 
 def pseudo_labels(attacked: torch.Tensor, abc_correct: torch.Tensor | None = None,
                   rbc_correct: torch.Tensor | None = None, rule: str = "authors") -> torch.Tensor:

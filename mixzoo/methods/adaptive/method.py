@@ -9,37 +9,19 @@ the method runs besides the bench's shared attack (:meth:`AdaptiveSmoothing.extr
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
-from mixzoo.methods.base import (
-    ExtraAttack,
-    FitRequest,
-    FitResult,
-    number,
-    square_extra,
-)
+from mixzoo.methods.base import ExtraAttack, FitRequest, number, square_extra
 from mixzoo.methods.extra_attacks import card_values
-from mixzoo.methods.shared.network_files import (
+from mixzoo.methods.shared.network_files import (  # noqa: F401 - card_taps, load_network: also names of this module
     RESUME_OPTIONS,
     SPLIT_OPTIONS,
     NetworkMethod,
     card_taps,
-    check_n_train,
-    check_network_fields,
-    check_training_outputs,
     load_network,
-    network_params,
-    network_record,
-    save_network,
-    train_on_split,
-    train_split,
-    trained_card,
-    training_checkpoint,
-    training_out,
 )
 
 if TYPE_CHECKING:
@@ -47,13 +29,7 @@ if TYPE_CHECKING:
 
     from mixzoo.core.card import MixCard
 
-__all__ = ["SECTION", "AdaptiveSmoothing", "card_taps", "check_n_train", "check_network_fields",
-           "check_training_outputs", "load_network", "network_record", "save_network", "train_split",
-           "training_checkpoint", "training_out", "trained_card", "train_on_split"]
-
 SECTION = "adaptive-smoothing"
-_TRAIN_KEYS = ("setting", "epochs", "batch_size", "lr", "weight_decay", "ema", "c_ce", "c_bce", "c_prod",
-               "clean_weight", "pseudo_labels", "steps", "eps_factor", "alpha_loss_max", "n_target_classes")
 
 
 class AdaptiveSmoothing(NetworkMethod):
@@ -61,13 +37,15 @@ class AdaptiveSmoothing(NetworkMethod):
     and attacked train-split images with the composite loss (Eq. 4.2)."""
 
     name = SECTION
+    record_keys = ("setting", "epochs", "batch_size", "lr", "weight_decay", "ema", "c_ce", "c_bce", "c_prod",
+                   "clean_weight", "pseudo_labels", "steps", "eps_factor", "alpha_loss_max", "n_target_classes")
+    summary_keys = ("setting", "alpha_min")
     title = "Adaptive smoothing"
     paper = "Bai et al. 2024b, Eq. 3.4, 4.2, Sec. 4-5, App. D.1"
     fit_cost = ("training: every batch attacked against the current mixture (setting A/B: PGD, C: APGD-CE +"
                 " APGD-T), epochs x n_train images; minutes on a CPU for the Fashion-MNIST zoo")
     certificate = ("its alpha depends on the input, so Bai et al. 2024b, Lemma 3.2 / Thm 3.5 (constant alpha) do not"
-                   " apply; with"
-                   " alpha_min > 0 a bound holds only through alpha_min, which mixzoo does not compute")
+                   " apply; with alpha_min > 0 a bound holds only through alpha_min, which mixzoo does not compute")
     options = {
         "setting": OptionSpec(
             "training attack (Bai et al. 2024b, Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T",
@@ -151,7 +129,7 @@ class AdaptiveSmoothing(NetworkMethod):
     def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
         """Setting D, the mixing network attacked alone, its gradient bypassed, transfer from each base model,
         Square (gradient-free: the check for masked gradients), and the gate attacked through its logit."""
-        from mixzoo.methods.adaptive.gate_attacks import gate_logit_extra
+        from mixzoo.methods.shared.gate_attacks import gate_logit_extra
 
         n_iter, queries = int(card.params["eval_n_iter"]), int(card.params["eval_n_queries"])
         apgd = {"n_iter": n_iter, "n_target_classes": int(card.params["eval_n_target_classes"])}
@@ -174,62 +152,37 @@ class AdaptiveSmoothing(NetworkMethod):
         ]
 
     # ------------------------------------------------------------------------------------------------ fitting
-    def fit(self, request: FitRequest) -> FitResult:
+    def objective(self) -> Any:
+        from mixzoo.methods.adaptive.training import AdaptiveObjective
+
+        return AdaptiveObjective()
+
+    def config(self, opts: dict[str, Any], seed: int) -> Any:
+        cfg = super().config(opts, seed)
+        _alpha_bounds(opts)  # checked before any work
+        return cfg
+
+    def card_fields(self, cfg: Any, opts: dict[str, Any], prepared: Any) -> dict[str, Any]:
+        _, alpha_min, alpha_max = _alpha_bounds(opts)
+        return {"setting": cfg.setting, "temperature": cfg.temperature, "alpha_min": alpha_min, "alpha_max": alpha_max}
+
+    def attack_fields(self, cfg: Any) -> dict[str, Any]:
+        return {"training_setting": cfg.setting}
+
+    def finish(self, params: dict[str, Any], pair: Any, prepared: Any, *, weights: dict[str, str], out: Path,
+               opts: dict[str, Any], request: FitRequest, seconds: dict[str, float]) -> dict[str, Any]:
+        """alpha_min=search (:func:`.bounds.search_alpha_min`) on the pair's calibration images, by rank 0 alone
+        under torchrun (the other ranks have finished)."""
         from mixzoo.core import distributed
-        from mixzoo.methods.adaptive.training import AdaptiveObjective, TrainConfig
-        from mixzoo.zoo.pairs import prepare_pair
-
-        opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
-        world = distributed.world()
-        out = training_out(request, "adaptive-smoothing writes its network's weights")
-        t0 = time.perf_counter()
-        known = {f.name for f in fields(TrainConfig)}
-        cfg_kw = {k: opts[k] for k in _TRAIN_KEYS + ("temperature", "width", "blocks") if k in opts and k in known}
-        cfg = TrainConfig(**cfg_kw, seed=int(request.seed))
-        cfg.eps = 1.0  # placeholder until the pair's threat model is known; checked again below
-        cfg.check()
-        search, alpha_min, alpha_max = _alpha_bounds(opts)
-        n_val, n_train = opts["n_val"], opts.get("n_train")
-        check_n_train(n_train, n_val, "adaptive-smoothing")
-        pair = prepare_pair(request)
-        cfg.eps, cfg.norm = pair.eps, pair.norm
-        cfg.check()
-        data, images, labels, split = train_split(pair, n_train, n_val, request)
-        res = train_on_split(pair, cfg, AdaptiveObjective(), images, labels, split, n_val, out=out, request=request,
-                             opts=opts)
-        if not world.main:  # trained its shards; rank 0 writes the weights and the card
-            return FitResult(None, None, {"setting": cfg.setting, "epochs": cfg.epochs, "rank": world.rank},
-                             {"train": time.perf_counter() - t0})
-        config = asdict(cfg)
-        trained, weights = network_params(pair, data, cfg, res, out,
-                                          {k: config[k] for k in (*_TRAIN_KEYS, "eps", "norm", "seed")}, opts)
-        params = {"setting": cfg.setting, "temperature": cfg.temperature, "alpha_min": alpha_min,
-                  "alpha_max": alpha_max, **trained}
-        if search:  # rank 0 alone under torchrun: the other ranks have finished
-            with distributed.alone():
-                params["alpha_min"], params["alpha_min_search"] = self._search_alpha_min(
-                    pair, params, weights, out, opts["robust_drop"], request)
-        card = trained_card(self.name, params, pair, data, split, n_val, request=request, out=out,
-                            attack={"eps": pair.eps, "norm": pair.norm, "training_setting": cfg.setting},
-                            weights=weights)
-        seconds = time.perf_counter() - t0
-        last = res.history[-1] if res.history else {}
-        summary = {"setting": cfg.setting, "epochs": cfg.epochs, "resumed_epochs": res.resumed_epochs,
-                   "alpha_min": params["alpha_min"],
-                   **{k: last[k] for k in ("val_clean", "val_attacked", "alpha_clean", "alpha_attacked")
-                      if k in last}}
-        return FitResult(card, card.path, summary, {"train": seconds}, {"checkpoint": res.resumed_epochs > 0})
-
-
-    def _search_alpha_min(self, pair: Any, params: dict[str, Any], weights: dict[str, str], out: Path,
-                          robust_drop: float, request: FitRequest) -> tuple[float, dict[str, Any]]:
-        """alpha_min=search (:func:`.bounds.search_alpha_min`) on the pair's calibration images."""
         from mixzoo.core.card import MixCard
         from mixzoo.core.record import RunRecord
         from mixzoo.core.request import EvalRequest
         from mixzoo.methods.adaptive.bounds import ALPHA_MIN_GRID, search_alpha_min
         from mixzoo.zoo.pairs import model_key
 
+        if opts.get("alpha_min") != "search":
+            return {}
+        t0 = time.perf_counter()
         # a card next to the weights just written, only to build each candidate from (never saved)
         probe = MixCard(self.name, dict(params), abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
                         weights=dict(weights))
@@ -241,14 +194,16 @@ class AdaptiveSmoothing(NetworkMethod):
             probe.params["alpha_min"] = alpha_min
             return probe
 
-        grid = tuple(a for a in ALPHA_MIN_GRID if a < params["alpha_max"])
-        return search_alpha_min(
-            lambda a: self.build(pair.abc, pair.rbc, at(a)), pair.rbc, pair.data.images, pair.data.labels,
-            robust_drop=robust_drop, grid=grid, rbc_key={**base, "model": "rbc"},
-            key_parts=lambda a: {**base, **self.key_parts(at(a))},
-            request=EvalRequest(RunRecord(eps=pair.eps, norm=pair.norm, seed=request.seed,
-                                          batch_size=request.batch_size or 250), pair.cache,
-                                progress=request.progress))
+        with distributed.alone():
+            params["alpha_min"], params["alpha_min_search"] = search_alpha_min(
+                lambda a: self.build(pair.abc, pair.rbc, at(a)), pair.rbc, pair.data.images, pair.data.labels,
+                robust_drop=opts["robust_drop"], grid=tuple(a for a in ALPHA_MIN_GRID if a < params["alpha_max"]),
+                rbc_key={**base, "model": "rbc"}, key_parts=lambda a: {**base, **self.key_parts(at(a))},
+                request=EvalRequest(RunRecord(eps=pair.eps, norm=pair.norm, seed=request.seed,
+                                              batch_size=request.batch_size or 250), pair.cache,
+                                    progress=request.progress))
+        seconds["alpha_min_search"] = time.perf_counter() - t0
+        return {}
 
 
 def _alpha_bounds(opts: dict[str, Any]) -> tuple[bool, float, float]:

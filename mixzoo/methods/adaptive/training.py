@@ -30,19 +30,8 @@ from mixzoo.methods.adaptive.loss import composite_loss, pseudo_labels
 from mixzoo.methods.adaptive.mixing import AdaptiveClassifier, adaptive_log_probs
 from mixzoo.methods.shared import training_loop
 from mixzoo.methods.shared.alpha_attacks import AttackBall, alpha_apgd, pgd_alpha
-from mixzoo.methods.shared.network import MixingNetwork
-from mixzoo.methods.shared.training_loop import (
-    SETTINGS,
-    TrainConfig,
-    TrainResult,
-    TrainRun,
-    epoch_generator,
-    new_network,
-)
 from mixzoo.methods.shared.training_loop import Objective as TrainingObjective
-
-__all__ = ["SETTINGS", "AdaptiveObjective", "Objective", "TrainConfig", "TrainResult", "TrainRun", "attack_batch",
-           "epoch_generator", "new_network", "train", "validate"]
+from mixzoo.methods.shared.training_loop import TrainConfig, TrainResult, TrainRun, epoch_generator
 
 
 def attack_batch(model: AdaptiveClassifier, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
@@ -84,29 +73,22 @@ def attack_batch(model: AdaptiveClassifier, x: torch.Tensor, y: torch.Tensor, cf
 
 class AdaptiveObjective(TrainingObjective):
     """Adaptive smoothing's objective (Bai et al. 2024b, Eq. 4.2) for the shared loop: the classifier
-    :class:`~mixzoo.methods.adaptive.mixing.AdaptiveClassifier`, the setting's attacks, the composite loss.
-
-    Every random draw of :meth:`attacks` comes from ``gen`` for the whole global batch and is sliced with ``part``
-    (see :func:`attack_batch`), so the draws, and with them a run's weights, depend only on the seed and the epoch.
-    """
+    :class:`~mixzoo.methods.adaptive.mixing.AdaptiveClassifier`, the setting's attacks (:func:`attack_batch`), the
+    composite loss."""
 
     def label(self, cfg: TrainConfig) -> str:
         return f"adaptive smoothing {cfg.setting}"
 
     def classifier(self, abc: nn.Module, rbc: nn.Module, net: nn.Module, taps: tuple[Any, Any],
                    cfg: TrainConfig) -> nn.Module:
-        """The mixed classifier around ``net`` (attacked, and trained through)."""
         return AdaptiveClassifier(abc, rbc, net, temperature=cfg.temperature, bounded=False, taps=taps)
 
     def attacks(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig, gen: torch.Generator,
                 part: tuple[int, int, int]) -> Any:
-        """The batch's attacked images (and whatever :meth:`loss` needs about them), ``model``'s network in eval
-        mode."""
         return attack_batch(model, x, y, cfg, gen, part=part)
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, attacked: Any,
              cfg: TrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
-        """(the batch's mean loss, its parts named by :attr:`keys`), ``model``'s network in train mode."""
         model.gradient = "exact"
         xs = torch.cat([x, *attacked])
         ys = y.repeat(len(attacked) + 1)
@@ -131,13 +113,12 @@ class AdaptiveObjective(TrainingObjective):
                 "alpha_clean": float(clean_la.exp().mean()), "alpha_attacked": float(adv_la.exp().mean())}
 
     def describe(self, record: dict[str, float]) -> str:
-        """The validation line printed after an epoch."""
         return (f"clean accuracy {record['val_clean']:.4f}, attacked {record['val_attacked']:.4f}, mean alpha clean"
                 f" {record['alpha_clean']:.3f} attacked {record['alpha_attacked']:.3f}")
 
 
-
 Objective = AdaptiveObjective  # this module's objective; the contract is mixzoo.methods.shared.training_loop.Objective
+
 
 def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig, *,
           objective: TrainingObjective | None = None, run: TrainRun | None = None) -> TrainResult:
@@ -145,11 +126,3 @@ def train(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Te
     (:class:`AdaptiveObjective`, Bai et al. 2024b, Eq. 4.2)."""
     return training_loop.train(abc, rbc, images, labels, cfg,
                                objective=objective if objective is not None else AdaptiveObjective(), run=run)
-
-
-def validate(model: nn.Module, net: MixingNetwork, ema: dict[str, torch.Tensor] | None,
-             val: tuple[torch.Tensor, torch.Tensor], cfg: TrainConfig,
-             objective: TrainingObjective | None = None) -> dict[str, float]:
-    """:func:`mixzoo.methods.shared.training_loop.validate` with adaptive smoothing's objective by default."""
-    return training_loop.validate(model, net, ema, val, cfg,
-                                  objective if objective is not None else AdaptiveObjective())

@@ -4,22 +4,6 @@
 :mod:`.gradients` (per-class input gradients, dual norms), :mod:`.knn` (the K-NN direction oracle),
 :mod:`.smoothing` (the formula, the classifiers and their attack-time gradients), :mod:`.method` (the training-free
 plugins), :mod:`.crossover` (beta_0 from Bai et al. (local smoothing), Fig. 4's crossover), :mod:`.policy` (the policy
-beta_theta and Bai et al. (local smoothing), Eq. 9 for the shared trainer,
-:mod:`mixzoo.methods.shared.training_loop`), :mod:`.adaptive_method`
-(the trained plugin).
+beta_theta and Bai et al. (local smoothing), Eq. 9 for the shared trainer, :mod:`mixzoo.methods.shared.training_loop`),
+:mod:`.adaptive_method` (the trained plugin).
 """
-
-from mixzoo.methods.local_smoothing.adaptive_method import LocalSmoothingAdaptive
-from mixzoo.methods.local_smoothing.knn import KNNOracle
-from mixzoo.methods.local_smoothing.method import KNNSmoothing, LocalSmoothing
-from mixzoo.methods.local_smoothing.smoothing import (
-    R_OPTIONS,
-    SPACES,
-    KNNSmoothingClassifier,
-    LocalSmoothingClassifier,
-    smooth,
-    to_log_probs,
-)
-
-__all__ = ["R_OPTIONS", "SPACES", "KNNOracle", "KNNSmoothing", "KNNSmoothingClassifier", "LocalSmoothing",
-           "LocalSmoothingAdaptive", "LocalSmoothingClassifier", "smooth", "to_log_probs"]

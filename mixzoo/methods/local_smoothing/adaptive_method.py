@@ -14,20 +14,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
-from mixzoo.methods.base import (
-    ExtraAttack,
-    FitRequest,
-    FitResult,
-    number,
-    square_extra,
-)
+from mixzoo.methods.base import ExtraAttack, number, square_extra
 from mixzoo.methods.extra_attacks import card_values
-from mixzoo.methods.local_smoothing.gradients import DUAL_ORDER
 from mixzoo.methods.local_smoothing.method import smoothing_fields
 from mixzoo.methods.local_smoothing.smoothing import R_OPTIONS, SPACES
 from mixzoo.methods.shared.network_files import RESUME_OPTIONS, SPLIT_OPTIONS, NetworkMethod
@@ -38,8 +30,6 @@ if TYPE_CHECKING:
     from mixzoo.core.card import MixCard
 
 SECTION = "local-smoothing-adaptive"
-_CONFIG_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "ema", "clean_weight", "steps", "eps_factor", "c1",
-                "c2", "c3", "alpha_ts", "r", "space", "accelerated", "eps_c", "width", "blocks")
 
 
 class LocalSmoothingAdaptive(NetworkMethod):
@@ -48,49 +38,45 @@ class LocalSmoothingAdaptive(NetworkMethod):
     beta_0."""
 
     name = SECTION
+    weights_of = "policy"
+    record_keys = ("epochs", "batch_size", "lr", "weight_decay", "ema", "clean_weight", "steps", "eps_factor", "c1",
+                   "c2", "c3", "alpha_ts", "r", "space", "accelerated", "eps_c", "width", "blocks")
+    summary_keys = ("beta0", "beta0_source")
     title = "Local smoothing, adaptive"
     paper = "Bai et al. (local smoothing), Eq. 7-9, Fig. 4, Sec. 5-6.3"
     fit_cost = ("a PGD sweep over alpha_t on n_crossover calibration images (beta_0), then training: every batch"
                 " attacked at a random alpha_t and through the policy, epochs x n_train images; minutes on a CPU for"
                 " the digits zoo, longer with R_i = ratio (a Jacobian per attack step)")
     certificate = ("its strength exp(beta_theta(x)) R_i(x) depends on the input through a network, which Bai et al."
-                   " (local smoothing), Thm 2"
-                   " (fixed alpha) does not cover")
+                   " (local smoothing), Thm 2 (fixed alpha) does not cover")
     options = {
-        "beta0": OptionSpec(
-            "log alpha_0, Eq. 9's threshold, given", float,
-            default_note="measured: the crossover of Bai et al. (local smoothing), Fig. 4"),
+        "beta0": OptionSpec("log alpha_0, Eq. 9's threshold, given", float,
+                            default_note="measured: the crossover of Bai et al. (local smoothing), Fig. 4"),
         "n_crossover": OptionSpec("calibration images of the crossover sweep (at most --n-calib)", int, 200, low=1),
         "crossover_steps": OptionSpec("PGD steps of the crossover sweep (as Bai et al. (local smoothing)'s PGD-10)",
                                       int, 10, low=1),
         "crossover_alpha_ts": OptionSpec("attack-time alphas of the sweep", default_note="alpha_ts"),
-        "alpha_ts": OptionSpec(
-            "attack-time alphas of the training attacks",
-            default_note="Bai et al. (local smoothing), Sec. 6.3's 0,0.316,...,3162,inf"),
+        "alpha_ts": OptionSpec("attack-time alphas of the training attacks",
+                               default_note="Bai et al. (local smoothing), Sec. 6.3's 0,0.316,...,3162,inf"),
         "r": OptionSpec("R_i(x) (Bai et al. 2024b, App. B.1; ratio: Bai et al. (local smoothing), Eq. 7)", str,
                         choices=tuple(R_OPTIONS), default_note="ratio"),
         "space": OptionSpec("what is smoothed (Bai et al. (local smoothing): logits)", str,
                             choices=tuple(SPACES), default_note="logits"),
-        "accelerated": OptionSpec(
-            "true: Bai et al. (local smoothing), App. A.1's one gradient per model instead of the Jacobian (r grad_g"
-            " or ratio)",
-            bool),
+        "accelerated": OptionSpec("true: Bai et al. (local smoothing), App. A.1's one gradient per model instead of the"
+                                  " Jacobian (r grad_g or ratio)", bool),
         "eps_c": OptionSpec("added to ||grad h_i||_* in R_i = ratio", float, default_note="1e-6"),
         "c1": OptionSpec("Eq. 9's c1", float, default_note="0.5 (Bai et al. (local smoothing), Sec. 6.3)"),
         "c2": OptionSpec("Eq. 9's c2", float, default_note="0.8"),
         "c3": OptionSpec("Eq. 9's c3", float, default_note="3.2"),
         "epochs": OptionSpec("training epochs", int, default_note="5"),
         **SPLIT_OPTIONS,
-        "batch_size": OptionSpec("clean images per batch (two attacked copies are added)", int,
-                                 default_note="128"),
-        "lr": OptionSpec("AdamW learning rate (Bai et al. (local smoothing) uses Adam)", float,
-                         default_note="1e-4"),
+        "batch_size": OptionSpec("clean images per batch (two attacked copies are added)", int, default_note="128"),
+        "lr": OptionSpec("AdamW learning rate (Bai et al. (local smoothing) uses Adam)", float, default_note="1e-4"),
         "weight_decay": OptionSpec("AdamW weight decay", float, default_note="1e-5"),
         "ema": OptionSpec("EMA decay of the weights, 0 = off", float, default_note="0"),
         "clean_weight": OptionSpec("loss weight of clean images", float, default_note="1"),
-        "steps": OptionSpec(
-            "PGD steps through the policy, drawn from LO,HI per batch; the alpha_t attacks use HI",
-            default_note="5,10"),
+        "steps": OptionSpec("PGD steps through the policy, drawn from LO,HI per batch; the alpha_t attacks use HI",
+                            default_note="5,10"),
         "eps_factor": OptionSpec("attack radius factor drawn from LO,HI per example",
                                  default_note="1,1 (the full radius)"),
         "width": OptionSpec("channels of the policy network", int, default_note="32"),
@@ -144,131 +130,81 @@ class LocalSmoothingAdaptive(NetworkMethod):
 
         q = card.params
         apgd = {"n_iter": int(q["eval_n_iter"]), "n_target_classes": int(q["eval_n_target_classes"])}
-        alpha0 = math.exp(q["beta0"])
-        out = []
-        if q["r"] != "one":
-            out.append(ExtraAttack("apgd-fixed-R", "apgd", dict(apgd), gradient="fixed-R",
-                                   why="through the policy, R_i(x) held constant (Bai et al. (local smoothing), Sec."
-                                       " 4.2: R_i is an extra"
-                                       " gradient path that can mislead)"))
-        out += [
-            ExtraAttack("apgd-policy-fixed", "apgd", dict(apgd), gradient="policy-fixed",
-                        why="Bai et al. (local smoothing), Sec. 5.1: the adversary without the gradient through the"
-                            " policy"),
-            ExtraAttack("apgd-alpha_t=0", "apgd", dict(apgd), gradient="alpha_t=0",
-                        why="Bai et al. (local smoothing), Eq. 6 at alpha_t = 0: transfer from g, judged on the"
-                            " adaptive classifier"),
-            ExtraAttack("apgd-alpha_t=inf", "apgd", dict(apgd), gradient="alpha_t=inf",
-                        why="Bai et al. (local smoothing), Eq. 6 at alpha_t = inf: transfer from h"),
-            ExtraAttack("apgd-alpha_t=alpha0", "apgd", dict(apgd), gradient=f"alpha_t={alpha0:.6g}",
-                        why="Bai et al. (local smoothing), Eq. 6 at the crossover alpha_0 (Bai et al. (local"
-                            " smoothing), Fig. 7: a fixed intermediate alpha_t was the"
-                            " strongest attack)"),
-            ExtraAttack("policy-d", "adaptive-smoothing-apgd", {**apgd, "components": ["apgd-ce-alpha",
-                                                                                     "apgd-t-alpha"]},
-                        why="APGD whose loss also lowers beta_theta (toward the non-robust g; Bai et al. 2024b, Sec."
-                            " 4.2 D)"),
-            ExtraAttack("policy-only", "adaptive-smoothing-apgd", {**apgd, "components": ["alpha-only"]},
-                        why="the policy attacked alone: minimise beta_theta, g then decides"),
-            square_extra(int(q["eval_n_queries"]),
-                         why="gradient-free: input gradients inside R_i and the policy may mask the loss's"),
-            # the policy attacked through beta_theta before its crop and exp (policy_attacks.py)
-            gate_logit_extra("local-smoothing-policy-gate", q),
-        ]
-        return out
+        gradients = [("fixed-R", "fixed-R", "through the policy, R_i(x) held constant (Bai et al. (local smoothing),"
+                      " Sec. 4.2: R_i is an extra gradient path that can mislead)")] if q["r"] != "one" else []
+        gradients += [
+            ("policy-fixed", "policy-fixed", "Bai et al. (local smoothing), Sec. 5.1: the adversary without the"
+             " gradient through the policy"),
+            ("alpha_t=0", "alpha_t=0", "Bai et al. (local smoothing), Eq. 6 at alpha_t = 0: transfer from g, judged on"
+             " the adaptive classifier"),
+            ("alpha_t=inf", "alpha_t=inf", "Bai et al. (local smoothing), Eq. 6 at alpha_t = inf: transfer from h"),
+            ("alpha_t=alpha0", f"alpha_t={math.exp(q['beta0']):.6g}", "Bai et al. (local smoothing), Eq. 6 at the"
+             " crossover alpha_0 (Bai et al. (local smoothing), Fig. 7: a fixed intermediate alpha_t was the strongest"
+             " attack)")]
+        return [*(ExtraAttack(f"apgd-{name}", "apgd", dict(apgd), gradient=gradient, why=why)
+                  for name, gradient, why in gradients),
+                ExtraAttack("policy-d", "adaptive-smoothing-apgd", {**apgd, "components": ["apgd-ce-alpha",
+                                                                                         "apgd-t-alpha"]},
+                            why="APGD whose loss also lowers beta_theta (toward the non-robust g; Bai et al. 2024b,"
+                                " Sec. 4.2 D)"),
+                ExtraAttack("policy-only", "adaptive-smoothing-apgd", {**apgd, "components": ["alpha-only"]},
+                            why="the policy attacked alone: minimise beta_theta, g then decides"),
+                square_extra(int(q["eval_n_queries"]),
+                             why="gradient-free: input gradients inside R_i and the policy may mask the loss's"),
+                # the policy attacked through beta_theta before its crop and exp (policy_attacks.py)
+                gate_logit_extra("local-smoothing-policy-gate", q)]
 
     # ------------------------------------------------------------------------------------------------ fitting
-    def config(self, opts: dict[str, Any], seed: int) -> Any:
-        """The :class:`~.policy.PolicyConfig` of the fit options (checked, eps a placeholder)."""
-        from mixzoo.methods.local_smoothing.policy import PolicyConfig
-
-        known = {f.name for f in fields(PolicyConfig)}
-        cfg = PolicyConfig(**{k: opts[k] for k in _CONFIG_KEYS if k in opts and k in known}, seed=int(seed))
-        if "beta0" in opts:
-            cfg.beta0 = float(opts["beta0"])
-        cfg.eps = 1.0
-        return cfg.check()
-
-    def fit(self, request: FitRequest) -> FitResult:
-        from mixzoo.core import distributed
-        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts
+    def objective(self) -> Any:
         from mixzoo.methods.local_smoothing.policy import PolicyObjective
-        from mixzoo.methods.shared.network_files import (
-            check_n_train,
-            network_params,
-            train_on_split,
-            train_split,
-            trained_card,
-            training_out,
-        )
-        from mixzoo.zoo.pairs import prepare_pair
 
-        opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
-        world = distributed.world()
-        out = training_out(request, f"{self.name} writes its policy's weights")
-        cfg = self.config(opts, request.seed)
-        given_beta0 = "beta0" in opts
+        return PolicyObjective()
+
+    def config(self, opts: dict[str, Any], seed: int) -> Any:
+        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts
+
+        cfg = super().config(opts, seed)
+        if "crossover_alpha_ts" in opts:
+            check_alpha_ts(opts["crossover_alpha_ts"], "crossover_alpha_ts")  # before any work
+        return cfg
+
+    def prepare(self, pair: Any, cfg: Any, opts: dict[str, Any], seconds: dict[str, float]) -> Any:
+        """Unless option ``beta0`` is given: the crossover of Bai et al. (local smoothing), Fig. 4 / Eq. 9 on the first
+        ``n_crossover`` calibration images (:func:`~mixzoo.methods.local_smoothing.crossover.measure_crossover`, PGD
+        with ``crossover_steps`` steps over the attack-time alphas ``crossover_alpha_ts``), measured by rank 0 alone;
+        every rank's ``cfg.beta0`` is set to its beta_0. The measurement (``None`` on the other ranks)."""
+        from mixzoo.core import distributed
+        from mixzoo.methods.local_smoothing.crossover import check_alpha_ts, measure_crossover
+        from mixzoo.methods.local_smoothing.policy import smoothing_classifier
+
+        if "beta0" in opts:
+            return None
+        t0 = time.perf_counter()
         sweep = check_alpha_ts(opts["crossover_alpha_ts"], "crossover_alpha_ts") \
             if "crossover_alpha_ts" in opts else list(cfg.alpha_ts)
-        n_val, n_train = opts["n_val"], opts.get("n_train")
-        check_n_train(n_train, n_val, SECTION)
-        pair = prepare_pair(request)
-        if pair.norm not in DUAL_ORDER:
-            raise InputError(f"--norm must be one of {', '.join(DUAL_ORDER)} for {self.name}, got {pair.norm!r}")
-        cfg.eps, cfg.norm = pair.eps, pair.norm
-        cfg.check()
-        data, images, labels, split = train_split(pair, n_train, n_val, request)
-        seconds: dict[str, float] = {}
+        calib = pair.data
+        k = min(opts["n_crossover"], len(calib.labels))
+        clf = smoothing_classifier(pair.abc, pair.rbc, cfg)
         crossover = None
-        if not given_beta0:
-            t1 = time.perf_counter()
-            crossover = _measure_beta0(pair, cfg, sweep, opts["n_crossover"], opts["crossover_steps"], request.seed)
-            seconds["crossover"] = time.perf_counter() - t1
-        t1 = time.perf_counter()
-        res = train_on_split(pair, cfg, PolicyObjective(), images, labels, split, n_val, out=out, request=request,
-                             opts=opts)
-        seconds["train"] = time.perf_counter() - t1
-        if not world.main:  # trained its shards; rank 0 writes the weights and the card
-            return FitResult(None, None, {"beta0": cfg.beta0, "epochs": cfg.epochs, "rank": world.rank}, seconds)
-        config = asdict(cfg)
-        config["alpha_ts"] = [a if math.isfinite(a) else "inf" for a in cfg.alpha_ts]
-        trained, weights = network_params(pair, data, cfg, res, out, {
-            k: config[k] for k in (*_CONFIG_KEYS, "eps", "norm", "seed") if k in config}, opts)
-        params = {"r": cfg.r, "space": cfg.space, "norm": cfg.norm, "accelerated": cfg.accelerated,
-                  "eps_c": cfg.eps_c, "beta0": cfg.beta0, "beta0_source": "given" if given_beta0 else "measured",
-                  **trained}
-        if crossover is not None:
-            params["crossover"] = {**crossover.record(), "split": "calibration",
-                                   "fingerprint": getattr(pair.data, "fingerprint", "")}
-        card = trained_card(self.name, params, pair, data, split, n_val, attack={"eps": pair.eps, "norm": pair.norm},
-                            weights=weights, request=request, out=out)
-        last = res.history[-1] if res.history else {}
-        summary = {"beta0": cfg.beta0, "beta0_source": params["beta0_source"], "epochs": cfg.epochs,
-                   "resumed_epochs": res.resumed_epochs,
-                   **{k: v for k, v in last.items() if k.startswith(("val_", "beta_"))}}
-        if crossover is not None:
-            summary["crossover"] = crossover.where
-        return FitResult(card, card.path, summary, seconds, {"checkpoint": res.resumed_epochs > 0})
+        if distributed.world().main:  # rank 0 measures, the others take its beta_0
+            with distributed.alone():
+                crossover = measure_crossover(clf, calib.images[:k].to(pair.device), calib.labels[:k], sweep,
+                                              eps=pair.eps, norm=pair.norm, steps=opts["crossover_steps"],
+                                              seed=cfg.seed, batch_size=pair.batch_size)
+        cfg.beta0 = distributed.gather(None if crossover is None else crossover.beta0)[0]
+        seconds["crossover"] = time.perf_counter() - t0
+        return crossover
 
+    def card_fields(self, cfg: Any, opts: dict[str, Any], prepared: Any) -> dict[str, Any]:
+        return {"r": cfg.r, "space": cfg.space, "norm": cfg.norm, "accelerated": cfg.accelerated, "eps_c": cfg.eps_c,
+                "beta0": cfg.beta0, "beta0_source": "given" if "beta0" in opts else "measured"}
 
-def _measure_beta0(pair: Any, cfg: Any, sweep: list[float], n_crossover: int, steps: int, seed: int) -> Any:
-    """The crossover of Bai et al. (local smoothing), Fig. 4 / Eq. 9 on the first ``n_crossover`` calibration images
-    (:func:`~mixzoo.methods.local_smoothing.crossover.measure_crossover`, PGD with ``steps`` steps over the
-    attack-time alphas ``sweep``), measured by rank 0 alone; every rank's ``cfg.beta0`` is set to its beta_0.
-    Returns the measurement (``None`` on the other ranks)."""
-    from mixzoo.core import distributed
-    from mixzoo.methods.local_smoothing.crossover import measure_crossover
-    from mixzoo.methods.local_smoothing.policy import smoothing_classifier
+    def training_record(self, cfg: Any) -> dict[str, Any]:
+        return {**super().training_record(cfg), "alpha_ts": [a if math.isfinite(a) else "inf" for a in cfg.alpha_ts]}
 
-    calib = pair.data
-    k = min(n_crossover, len(calib.labels))
-    clf = smoothing_classifier(pair.abc, pair.rbc, cfg)
-    crossover = None
-    if distributed.world().main:  # rank 0 measures, the others take its beta_0
-        with distributed.alone():
-            crossover = measure_crossover(clf, calib.images[:k].to(pair.device), calib.labels[:k], sweep,
-                                          eps=pair.eps, norm=pair.norm, steps=steps, seed=seed,
-                                          batch_size=pair.batch_size)
-    cfg.beta0 = distributed.gather(None if crossover is None else crossover.beta0)[0]
-    return crossover
-
+    def finish(self, params: dict[str, Any], pair: Any, prepared: Any, **_: Any) -> dict[str, Any]:
+        if prepared is None:
+            return {}
+        params["crossover"] = {**prepared.record(), "split": "calibration",
+                               "fingerprint": getattr(pair.data, "fingerprint", "")}
+        return {"crossover": prepared.where}

@@ -31,13 +31,16 @@ PAPER_ALPHA_TS = (0.0, 0.316, 1.46, 6.81, 31.6, 147.0, 681.0, 3162.0, math.inf)
 
 
 class AtAlpha:
-    """The smoothed classifier's output at a per-example attack-time ``alpha_t`` ((B,), R_i held constant), in the
-    ``forward_alpha`` form :func:`~mixzoo.methods.shared.alpha_attacks.pgd_alpha` attacks (no alpha term: w = 0)."""
+    """The smoothed classifier's output at a per-example attack-time ``alpha_t`` ((B,), R_i held constant; ``None``:
+    the classifier itself), in the ``forward_alpha`` form :func:`~mixzoo.methods.shared.alpha_attacks.pgd_alpha`
+    attacks (no alpha term: w = 0)."""
 
-    def __init__(self, clf: LocalSmoothingClassifier, alpha_t: torch.Tensor):
+    def __init__(self, clf: LocalSmoothingClassifier, alpha_t: torch.Tensor | None):
         self.clf, self.alpha_t = clf, alpha_t
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.alpha_t is None:
+            return self.clf(x)
         g, h, r = self.clf.parts(x)
         return to_log_probs(smooth(g, h, r.detach(), self.alpha_t.to(g).view(-1, 1)), self.clf.space)
 

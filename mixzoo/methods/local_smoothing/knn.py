@@ -39,16 +39,22 @@ class KNNOracle(nn.Module):
 
     def neighbours(self, x: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(distances, indices)`` of the ``k`` nearest train images of each query, nearest first: (B, k) each."""
-        k = self.k if k is None else min(int(k), self.train_images.shape[0])
+        return self._nearest(x, self.k if k is None else min(int(k), self.train_images.shape[0]), per_class=False)
+
+    def _nearest(self, x: torch.Tensor, k: int, per_class: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` nearest train images (of each class: ``per_class``, (B, c, k)), in memory chunks over the train
+        split."""
         q = x.detach().flatten(1).to(self.train_images.dtype)
-        best_d = q.new_empty(q.shape[0], 0)
-        best_i = torch.empty(q.shape[0], 0, dtype=torch.long, device=q.device)
-        for start in range(0, self.train_images.shape[0], self.chunk):  # memory chunks over the train split
+        shape = (q.shape[0], self.num_classes, 0) if per_class else (q.shape[0], 0)
+        best_d, best_i = q.new_empty(shape), torch.empty(shape, dtype=torch.long, device=q.device)
+        for start in range(0, self.train_images.shape[0], self.chunk):
             d = torch.cdist(q, self.train_images[start:start + self.chunk], compute_mode="use_mm_for_euclid_dist")
-            kk = min(k, d.shape[1])
-            d, i = d.topk(kk, dim=1, largest=False)
-            best_d, pos = torch.cat([best_d, d], 1).topk(min(k, best_d.shape[1] + kk), dim=1, largest=False)
-            best_i = torch.cat([best_i, i + start], 1).gather(1, pos)
+            if per_class:
+                own = nn.functional.one_hot(self.train_labels[start:start + self.chunk], self.num_classes).T.bool()
+                d = torch.where(own.unsqueeze(0), d.unsqueeze(1), torch.inf)  # (B, c, chunk)
+            d, i = d.topk(min(k, d.shape[-1]), dim=-1, largest=False)
+            best_d, pos = torch.cat([best_d, d], -1).topk(min(k, best_d.shape[-1] + d.shape[-1]), dim=-1, largest=False)
+            best_i = torch.cat([best_i, i + start], -1).gather(-1, pos)
         return best_d, best_i
 
     def votes(self, x: torch.Tensor) -> torch.Tensor:
@@ -62,20 +68,9 @@ class KNNOracle(nn.Module):
         return 2.0 * self.votes(x) - 1.0
 
     def class_neighbours(self, x: torch.Tensor, m: int) -> torch.Tensor:
-        """Indices of the ``m`` nearest train images of every class, (B, c, m) (chunked like :meth:`neighbours`;
-        a class with fewer than ``m`` images repeats its farthest)."""
-        q = x.detach().flatten(1).to(self.train_images.dtype)
-        c = self.num_classes
-        best_d = q.new_empty(q.shape[0], c, 0)
-        best_i = torch.empty(q.shape[0], c, 0, dtype=torch.long, device=q.device)
-        for start in range(0, self.train_images.shape[0], self.chunk):
-            d = torch.cdist(q, self.train_images[start:start + self.chunk], compute_mode="use_mm_for_euclid_dist")
-            own = nn.functional.one_hot(self.train_labels[start:start + self.chunk], c).T.bool()  # (c, chunk)
-            d = torch.where(own.unsqueeze(0), d.unsqueeze(1), torch.inf)  # (B, c, chunk)
-            d, i = d.topk(min(m, d.shape[2]), dim=2, largest=False)
-            best_d, pos = torch.cat([best_d, d], 2).topk(min(m, best_d.shape[2] + d.shape[2]), dim=2, largest=False)
-            best_i = torch.cat([best_i, i + start], 2).gather(2, pos)
-        return best_i
+        """Indices of the ``m`` nearest train images of every class, (B, c, m) (a class with fewer than ``m`` images
+        repeats its farthest)."""
+        return self._nearest(x, m, per_class=True)[1]
 
     def soft(self, x: torch.Tensor) -> torch.Tensor:
         """A differentiable stand-in for ``h(x)`` that an adversary attacks: ``2 softmax_i(-D_i / tau) - 1`` with

@@ -10,12 +10,6 @@ mixing-method plugins.
 Both are fitted by writing the card from the given options (no data needed beyond the pair's checks); the attacks an
 adversary who knows the method runs are declared in :meth:`extra_attacks` (Bai et al. (local smoothing), Sec. 4.2, 5.1,
 6.1).
-
-The trained ``local-smoothing-adaptive`` (Bai et al. (local smoothing), Eq. 7-9) reuses
-:class:`~.smoothing.LocalSmoothingClassifier`: its ``log_alpha`` argument takes the policy ``beta_theta`` (a module,
-images -> (B,) log-strengths), so that method's ``build`` is ``LocalSmoothingClassifier(abc, rbc, alpha=0, r=...,
-space=..., log_alpha=policy)`` with the policy loaded from the card's ``[weights]``; its extras add APGD through the
-policy (``"exact"``) and at fixed alpha_t.
 """
 
 from __future__ import annotations
@@ -68,11 +62,6 @@ def _threat(request: FitRequest) -> tuple[Any, dict[str, Any]]:
     return pair, tables
 
 
-def _finish(card: MixCard, request: FitRequest, summary: dict[str, Any]) -> FitResult:
-    path = card.save(request.out) if request.out is not None else None
-    return FitResult(card, path, summary, {}, {})
-
-
 FITS = ("given", "target_clean")
 SCALE_GRID = [10 ** (k / 10) for k in range(-30, 41)]  # alpha * median R, 1e-3 ... 1e4
 
@@ -112,11 +101,21 @@ def choose_alpha(classifier: Any, images: torch.Tensor, labels: torch.Tensor, ta
     return alphas[best], [{"alpha": a, "clean_accuracy": v} for a, v in zip(alphas, acc, strict=True)]
 
 
-def _fit_alpha(classifier: Any, pair: Any, target: float) -> tuple[float, dict[str, Any]]:
-    alpha, tried = choose_alpha(classifier, pair.data.images.to(pair.device), pair.data.labels, target,
-                                pair.batch_size)
-    clean = next(t["clean_accuracy"] for t in tried if t["alpha"] == alpha)
-    return alpha, {"target_clean": float(target), "calibration_clean": clean}
+def _fitted(name: str, params: dict[str, Any], pair: Any, tables: dict[str, Any], request: FitRequest,
+            target: float | None, classifier: Any) -> FitResult:
+    """The card of a training-free fit, saved to ``request.out`` if given; for ``target_clean``, ``alpha`` first
+    chosen on the calibration split (:func:`choose_alpha`) with the classifier ``classifier()``."""
+    from mixzoo.core.card import MixCard
+
+    if target is not None:
+        alpha, tried = choose_alpha(classifier(), pair.data.images.to(pair.device), pair.data.labels, target,
+                                    pair.batch_size)
+        clean = next(t["clean_accuracy"] for t in tried if t["alpha"] == alpha)
+        params.update(alpha=alpha, target_clean=float(target), calibration_clean=clean, fit="target_clean")
+    card = MixCard(name, params, **tables)
+    if target is not None:
+        card.data = pair.data_info()
+    return FitResult(card, card.save(request.out) if request.out is not None else None, {}, {}, {})
 
 
 def _extra_apgd(gradient: str, why: str) -> ExtraAttack:
@@ -145,10 +144,8 @@ class LocalSmoothing(MixingMethod):
     paper = "Bai et al. (local smoothing), Eq. 5, App. A.1; Bai et al. 2024b, Eq. 3.3, App. B.1"
     fit_cost = "training-free: writes the card from the given alpha and R_i (no attack)"
     certificate = ("its weight alpha R_i(x) depends on x (input gradients), which Bai et al. 2024b, Lemma 3.2's"
-                   " constant-alpha"
-                   " radius does not cover (Bai et al. (local smoothing), Thm 2 needs Lipschitz constants of both"
-                   " gradients); certify a"
-                   " linear card, which is R_i = 1 on probabilities")
+                   " constant-alpha radius does not cover (Bai et al. (local smoothing), Thm 2 needs Lipschitz"
+                   " constants of both gradients); certify a linear card, which is R_i = 1 on probabilities")
     options = {
         "alpha": OptionSpec("the smoothing strength alpha (0: the ABC; large: the RBC)", float, low=0,
                             default_note="none: give alpha or target_clean"),
@@ -192,8 +189,7 @@ class LocalSmoothing(MixingMethod):
                                           " 4.2; Fig. 4 crossover)")]
         if card.params["r"] != "one":
             out.insert(0, _extra_apgd("fixed-R", "Bai et al. (local smoothing), Sec. 4.2: R_i(x) is an extra gradient"
-                                                 " path; APGD with R_i"
-                                                 " held constant"))
+                                                 " path; APGD with R_i held constant"))
         out.append(square_extra(EXTRA_SQUARE_QUERIES, why="gradient-free: input gradients inside R_i may mask the"
                                                           " loss gradient (Bai et al. 2024b, App. B.2)"))
         return out
@@ -209,17 +205,12 @@ class LocalSmoothing(MixingMethod):
         MixCard(self.name, dict(params, norm=request.norm or "Linf"), dataset="check")  # options, before any work
         pair, tables = _threat(request)
         params["norm"] = tables["attack"]["norm"]
-        if target is not None:
-            probe = MixCard(self.name, dict(params), **tables).params
-            clf = LocalSmoothingClassifier(pair.abc, pair.rbc, alpha=0.0, r=probe["r"], space=probe["space"],
-                                           norm=probe["norm"], eps_c=probe["eps_c"], accelerated=probe["accelerated"])
-            params["alpha"], extra = _fit_alpha(clf, pair, target)
-            params.update(extra, fit="target_clean")
-        card = MixCard(self.name, params, **tables)
-        if target is not None:
-            card.data = pair.data_info()
-        return _finish(card, request, {"alpha": card.params["alpha"], "r": card.params["r"],
-                                       "space": card.params["space"]})
+        q = MixCard(self.name, dict(params), **tables).params
+        res = _fitted(self.name, params, pair, tables, request, target, lambda: LocalSmoothingClassifier(
+            pair.abc, pair.rbc, alpha=0.0, r=q["r"], space=q["space"], norm=q["norm"], eps_c=q["eps_c"],
+            accelerated=q["accelerated"]))
+        res.summary = {k: res.card.params[k] for k in ("alpha", "r", "space")}
+        return res
 
 
 class KNNSmoothing(MixingMethod):
@@ -231,8 +222,7 @@ class KNNSmoothing(MixingMethod):
     paper = "Bai et al. (local smoothing), Eq. 1-2, Sec. 3, 6.1"
     fit_cost = "training-free: writes the card from K and alpha (the train split is only fingerprinted)"
     certificate = ("its oracle is a K-NN vote and its weight alpha ||grad g_i(x)||_* depends on x; Bai et al. (local"
-                   " smoothing), Thm 1's"
-                   " radius needs Lipschitz constants of grad g that mixzoo does not bound")
+                   " smoothing), Thm 1's radius needs Lipschitz constants of grad g that mixzoo does not bound")
     not_exportable = "its K-NN oracle searches the train split at every prediction, so the artifact would need it"
     options = {
         "alpha": OptionSpec("the smoothing strength alpha (0: the ABC; large: the K-NN oracle)", float, low=0,
@@ -324,15 +314,11 @@ class KNNSmoothing(MixingMethod):
         params = {"alpha": alpha, "k": opts.get("k", 5), "norm": tables["attack"]["norm"], "train": train,
                   "fit": "given"}
         MixCard(self.name, dict(params), **tables)  # K against the train count, before any work
-        if target is not None:
-            oracle = KNNOracle(data.images, data.labels, params["k"], data.num_classes)
-            clf = KNNSmoothingClassifier(pair.abc, oracle.to(pair.device), alpha=0.0, norm=params["norm"])
-            params["alpha"], extra = _fit_alpha(clf, pair, target)
-            params.update(extra, fit="target_clean")
-        card = MixCard(self.name, params, **tables)
-        if target is not None:
-            card.data = pair.data_info()
-        return _finish(card, request, {"alpha": card.params["alpha"], "k": card.params["k"], "train_n": len(data)})
+        res = _fitted(self.name, params, pair, tables, request, target, lambda: KNNSmoothingClassifier(
+            pair.abc, KNNOracle(data.images, data.labels, params["k"], data.num_classes).to(pair.device), alpha=0.0,
+            norm=params["norm"]))
+        res.summary = {"alpha": res.card.params["alpha"], "k": res.card.params["k"], "train_n": len(data)}
+        return res
 
 
 def _train_split(dataset: str, n: int | None) -> Any:

@@ -3,9 +3,8 @@ is trained.
 
 * :class:`Policy`: beta_theta(x), the mixing network of adaptive smoothing (:mod:`mixzoo.methods.shared.network`,
   Bai et al. (local smoothing), Fig. 1's detector-style architecture) on the tapped features of both base models;
-  plugged into
-  :class:`~.smoothing.LocalSmoothingClassifier` as ``log_alpha``, so alpha(x) = exp(beta_theta(x)) (Eq. 7, cropped to
-  [-14, 14] as in Sec. 6.3).
+  plugged into :class:`~.smoothing.LocalSmoothingClassifier` as ``log_alpha``, so alpha(x) = exp(beta_theta(x)) (Eq.
+  7, cropped to [-14, 14] as in Sec. 6.3).
 * :func:`policy_loss`: the composite loss of Eq. 9,
   ``(CE(g^theta(x'), y) + c1) * (c2 + (c3 - s * beta_theta(x'))_+)`` with ``s = sgn(log alpha*(x') - beta_0)``.
 * :class:`PolicyObjective`: what the shared trainer (:func:`mixzoo.methods.shared.training_loop.train`)
@@ -35,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixzoo.core.errors import InputError
-from mixzoo.methods.local_smoothing.crossover import PAPER_ALPHA_TS, attack_at_alpha, check_alpha_ts
+from mixzoo.methods.local_smoothing.crossover import PAPER_ALPHA_TS, AtAlpha, attack_at_alpha, check_alpha_ts
 from mixzoo.methods.local_smoothing.gradients import check_norm
 from mixzoo.methods.local_smoothing.smoothing import (
     R_OPTIONS,
@@ -46,7 +45,7 @@ from mixzoo.methods.local_smoothing.smoothing import (
 )
 from mixzoo.methods.shared.alpha_attacks import pgd_alpha
 from mixzoo.methods.shared.taps import Taps, run_tapped
-from mixzoo.methods.shared.training_loop import Objective, TrainConfig, epoch_generator
+from mixzoo.methods.shared.training_loop import Objective, TrainConfig, epoch_generator, finite_number
 
 ADAPTIVE = 0  # the supervision sign of points attacked through the policy: cross-entropy only
 
@@ -91,6 +90,7 @@ class PolicyConfig(TrainConfig):
     2024b's) are not used."""
 
     method: ClassVar[str] = "local-smoothing-adaptive"
+    non_negative = (*TrainConfig.non_negative, "c1", "c2", "c3")
     clean_weight: float = 1.0
     eps_factor: list[float] = field(default_factory=lambda: [1.0, 1.0])
     steps: list[int] = field(default_factory=lambda: [5, 10])
@@ -106,15 +106,10 @@ class PolicyConfig(TrainConfig):
 
     def check(self) -> PolicyConfig:
         super().check()
-
-        def bad(key: str, want: str) -> InputError:
-            return InputError(f"option {key} of {self.method} must be {want}, got {getattr(self, key)!r}")
-        if isinstance(self.beta0, bool) or not isinstance(self.beta0, int | float) or not math.isfinite(self.beta0):
+        bad = self.bad
+        if not finite_number(self.beta0):
             raise bad("beta0", "a finite number (log alpha_0)")
-        for key in ("c1", "c2", "c3"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0 or not math.isfinite(v):
-                raise bad(key, "a number >= 0")
+        self.beta0 = float(self.beta0)
         if self.r not in R_OPTIONS:
             raise bad("r", f"one of {', '.join(R_OPTIONS)}")
         if self.space not in SPACES:
@@ -128,7 +123,7 @@ class PolicyConfig(TrainConfig):
         if isinstance(self.eps_c, bool) or not isinstance(self.eps_c, int | float) or not self.eps_c > 0:
             raise bad("eps_c", "a positive number")
         self.alpha_ts = check_alpha_ts(self.alpha_ts)
-        check_norm(self.norm, "option norm")
+        check_norm(self.norm, f"--norm of {self.method}")
         return self
 
 
@@ -137,17 +132,6 @@ def smoothing_classifier(abc: nn.Module, rbc: nn.Module, cfg: PolicyConfig, *, p
     """The smoothed classifier of ``cfg`` (Eq. 5 / Eq. 7 with ``policy``)."""
     return LocalSmoothingClassifier(abc, rbc, alpha=0.0, r=cfg.r, space=cfg.space, norm=cfg.norm, eps_c=cfg.eps_c,
                                     accelerated=cfg.accelerated, gradient=gradient, log_alpha=policy)
-
-
-class _Through:
-    """The classifier through its policy, in the ``forward_alpha`` form :func:`pgd_alpha` attacks (w = 0)."""
-
-    def __init__(self, clf: LocalSmoothingClassifier):
-        self.clf = clf
-
-    def forward_alpha(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.clf(x)
-        return out, torch.zeros(len(x), dtype=out.dtype, device=out.device)
 
 
 @dataclass
@@ -159,10 +143,10 @@ class _Batch:
 
 class PolicyObjective(Objective):
     """Bai et al. (local smoothing), Eq. 9 for the shared trainer: the classifier is :class:`LocalSmoothingClassifier`
-    with the
-    :class:`Policy` (R_i held constant in the training attacks' gradients: ``fixed-R``)."""
+    with the :class:`Policy` (R_i held constant in the training attacks' gradients: ``fixed-R``)."""
 
     keys: ClassVar[tuple[str, ...]] = ("loss", "ce", "hinge")
+    config: ClassVar[type] = PolicyConfig
 
     def label(self, cfg: TrainConfig) -> str:
         return "local smoothing policy"
@@ -184,7 +168,7 @@ class PolicyObjective(Objective):
         noise = [torch.rand((n, *x.shape[1:]), generator=gen)[lo:hi] for _ in range(2)]
         fixed = attack_at_alpha(model, x, y, alpha_t, eps=radii[0], steps=cfg.steps[1], noise=noise[0],
                                 norm=cfg.norm)
-        through = pgd_alpha(_Through(model), x, y, eps=radii[1].to(x), steps=steps, w=torch.zeros(len(x)).to(x),
+        through = pgd_alpha(AtAlpha(model, None), x, y, eps=radii[1].to(x), steps=steps, w=torch.zeros(len(x)).to(x),
                             noise=noise[1], norm=cfg.norm)
         return _Batch(fixed, alpha_t.to(x.device), through)
 
@@ -215,7 +199,7 @@ class PolicyObjective(Objective):
         gen = epoch_generator(cfg.seed, -1)
         eps = torch.full((len(x),), float(cfg.eps))
         noise = torch.rand(x.shape, generator=gen)
-        through = pgd_alpha(_Through(model), x, y, eps=eps.to(x), steps=cfg.steps[1], w=torch.zeros(len(x)).to(x),
+        through = pgd_alpha(AtAlpha(model, None), x, y, eps=eps.to(x), steps=cfg.steps[1], w=torch.zeros(len(x)).to(x),
                             noise=noise, norm=cfg.norm)
         at = {a: attack_at_alpha(model, x, y, torch.full((len(x),), a, dtype=torch.float64), eps=eps,
                                  steps=cfg.steps[1], noise=noise, norm=cfg.norm) for a in (0.0, math.inf)}

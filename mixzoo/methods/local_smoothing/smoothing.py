@@ -164,12 +164,6 @@ class LocalSmoothingClassifier(nn.Module):
         beta = self.log_alpha(x).reshape(-1).clamp(-LOG_ALPHA_CLIP, LOG_ALPHA_CLIP)
         return beta.detach() if self.mode == "policy-fixed" else beta
 
-    def strength(self, x: torch.Tensor) -> float | torch.Tensor:
-        """alpha, or ``exp(beta_theta(x))`` per example (B, 1) when a policy is plugged in (Bai et al. (local
-        smoothing), Eq. 7)."""
-        beta = self.log_strength(x)
-        return self.alpha if beta is None else torch.exp(beta).unsqueeze(1)
-
     def forward_alpha(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(log-probabilities, log alpha per example, (B,)); a constant alpha gives ``log alpha`` for every row."""
         grad = _wants_grad(x)

@@ -87,7 +87,6 @@ def rbc_margin_threshold(alpha_min: float) -> float:
     return math.inf if alpha_min == 0 else (1.0 - alpha_min) / alpha_min
 
 
-
 def gate_loss(base: str, mu: torch.Tensor) -> Callable[..., torch.Tensor]:
     """APGD's loss on packed ``[log-probs | gate logit]`` rows: ``L - mu * logit`` with ``L`` the cross-entropy
     (``base="ce"``) or the targeted DLR loss (``"dlr-targeted"``); ``mu`` per row."""
@@ -105,27 +104,20 @@ def _packed(gate: GateForward) -> Callable[[torch.Tensor], tuple[torch.Tensor, t
     return forward
 
 
-def _start_noise(seed: int, stream: str, index: torch.Tensor, shape: tuple[int, ...], norm: str) -> torch.Tensor:
-    """The per-example random-start draw of :func:`mixzoo.attacks.apgd.random_start` (uniform in [-1, 1) for
-    L-inf, standard normal for L2), a function of (seed, stream, example index) only."""
-    if norm == "Linf":
-        return 2 * rng.uniform(seed, stream, index.cpu(), shape) - 1
-    return rng.normal(seed, stream, index.cpu(), shape)
-
-
 def gate_apgd(gate: GateForward, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor, ball: AttackBall, *,
               mus: tuple[float, ...], base: str, seed: int, stream: str,
               target: torch.Tensor | None = None) -> MarginRecord:
     """One APGD run of ``L - mu * logit`` for every ``mu`` of ``mus`` at once (the examples stacked once per mu);
     returns, per example, the best point over all mus (a :class:`~mixzoo.attacks.margins.MarginRecord`: any
     misclassified point first, then the smallest probability margin of the mixture). Random starts are per example
-    and per mu: stream ``STREAM/muK``."""
+    and per mu (stream ``STREAM/muK``), drawn as :func:`mixzoo.attacks.apgd.random_start` draws them: uniform in
+    [-1, 1) for L-inf, standard normal for L2, a function of (seed, stream, example index) only."""
     k, n = len(mus), len(x)
     xs, ys = x.repeat(k, *([1] * (x.ndim - 1))), y.repeat(k)
     ts = None if target is None else target.repeat(k)
     mu = torch.tensor(mus, dtype=x.dtype, device=x.device).repeat_interleave(n)
-    noise = torch.cat([_start_noise(seed, f"{stream}/mu{j}", index, tuple(x.shape[1:]), ball.norm)
-                       for j in range(k)])
+    draw = (lambda *key: 2 * rng.uniform(*key) - 1) if ball.norm == "Linf" else rng.normal
+    noise = torch.cat([draw(seed, f"{stream}/mu{j}", index.cpu(), tuple(x.shape[1:])) for j in range(k)])
     forward = _packed(gate)
     record = clean_record(forward, xs, ys)
     apgd_run(forward, xs, ys, record,
@@ -213,13 +205,8 @@ class GateLogitAttack(Attack):
             raise InputError(f"option mus of attack {cls.name!r} must be a non-empty list of numbers >= 0, e.g."
                              f" [0, 0.03, 0.1, 0.3], got {merged['mus']!r}")
         merged["mus"] = [float(m) for m in mus]
-        for key in ("refine_steps", "screen_n_iter", "screen_n_target_classes"):
-            low = 1 if key == "screen_n_iter" else 0
-            v = merged[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise InputError(f"option {key} of attack {cls.name!r} must be an integer >= {low}, got {v!r}")
-        step = merged["refine_first_step"]
-        if isinstance(step, bool) or not isinstance(step, int | float) or not 0 < step <= 1:
+        step = merged["refine_first_step"]  # a number >= 0 (options_spec)
+        if not 0 < step <= 1:
             raise InputError(f"option refine_first_step of attack {cls.name!r} must lie in (0, 1] (a fraction of"
                              f" eps), got {step!r}")
         return merged
@@ -241,29 +228,30 @@ class GateLogitAttack(Attack):
                                 f" gate attacks skipped them ({SCREEN_LABEL})")
         return res
 
+    def _last(self, what: str) -> tuple[_BatchState, torch.Tensor]:
+        """The last :meth:`run`'s state and its rows in the run's order."""
+        state = getattr(self, "_state", None)
+        if state is None:
+            raise InputError(f"{what}() reads the last run; call run() first")
+        return state, state.rows(self._order)
+
     def screen_margins(self) -> torch.Tensor:
         """Per example of the last :meth:`run`, in its order: the RBC's smallest probability margin under
         ``rbc-screen`` (-1 where the RBC was fooled; ``nan`` where it did not run: clean error, or no screen)."""
-        state = getattr(self, "_state", None)
-        if state is None:
-            raise InputError("screen_margins() reads the last run; call run() first")
-        return state.rbc_margin[state.rows(self._order)]
+        state, rows = self._last("screen_margins")
+        return state.rbc_margin[rows]
 
     def best_margins(self) -> torch.Tensor:
         """Per example of the last :meth:`run`, in its order: the mixture's smallest probability margin at the points
         the gate components visited (negative where broken; ``inf`` where they did not attack it)."""
-        state = getattr(self, "_state", None)
-        if state is None:
-            raise InputError("best_margins() reads the last run; call run() first")
-        key = state.best_key[state.rows(self._order)]
+        state, rows = self._last("best_margins")
+        key = state.best_key[rows]
         return torch.where(key < -1.0, key + 2.0, key)
 
     def broken_by(self) -> list[str | None]:
         """Per example of the last :meth:`run`, in its order: the component that broke it (None: not broken)."""
-        state = getattr(self, "_state", None)
-        if state is None:
-            raise InputError("broken_by() reads the last run; call run() first")
-        return [GATE_COMPONENTS[k] if k >= 0 else None for k in state.broken_by[state.rows(self._order)].tolist()]
+        state, rows = self._last("broken_by")
+        return [GATE_COMPONENTS[k] if k >= 0 else None for k in state.broken_by[rows].tolist()]
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         opts = self.options

@@ -1,16 +1,19 @@
-"""The files and card fields of a trained mixing network, shared by the methods that train one (adaptive smoothing,
-``local-smoothing-adaptive``): where the weights and the training checkpoint go next to the card, the train split,
-the card's ``network`` and ``taps`` records and the network rebuilt from them."""
+"""What the methods that train a mixing network share (adaptive smoothing, ``local-smoothing-adaptive``): the fit
+(train split, checkpoint and weights next to the card), the card's ``network`` and ``taps`` records and the network
+rebuilt from them."""
 
 from __future__ import annotations
 
 import hashlib
+import time
+import zipfile
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from mixzoo.core.errors import InputError
 from mixzoo.core.options import OptionSpec
-from mixzoo.methods.base import MixingMethod, weight_hashes
+from mixzoo.methods.base import FitResult, MixingMethod, weight_hashes
 
 if TYPE_CHECKING:
     from torch import nn
@@ -32,7 +35,12 @@ RESUME_OPTIONS = {
 class NetworkMethod(MixingMethod):
     """A method whose card holds a trained mixing network: :meth:`validate` checks the method's own fields
     (:meth:`section_fields`) then the network's (:func:`check_network_fields`); :meth:`key_parts` is
-    :meth:`key_values` and the weight files' hashes; :meth:`network` is the card's network (:func:`load_network`)."""
+    :meth:`key_values` and the weight files' hashes; :meth:`network` is the card's network (:func:`load_network`);
+    :meth:`fit` trains :meth:`objective` on the train split and writes the weights and the card."""
+
+    weights_of: ClassVar[str] = "network"  # what the weights file holds, as the error messages name it
+    record_keys: ClassVar[tuple[str, ...]] = ()  # config fields of the card's ``training``, besides eps, norm, seed
+    summary_keys: ClassVar[tuple[str, ...]] = ()  # card fields the fit summary repeats first
 
     def section_fields(self, params: dict[str, Any], source: str, sec: str) -> None:
         """Check the method's own fields of the section ``sec`` in place (:meth:`MixingMethod.validate`)."""
@@ -52,6 +60,125 @@ class NetworkMethod(MixingMethod):
     def network(self, card: MixCard) -> Any:
         """The trained mixing network of a card (its weight file checked against the card's sha256)."""
         return load_network(card)
+
+    def objective(self) -> Any:
+        """The :class:`~mixzoo.methods.shared.training_loop.Objective` that :meth:`fit` trains."""
+        raise NotImplementedError
+
+    def config(self, opts: dict[str, Any], seed: int) -> Any:
+        """The objective's config (``Objective.config``) from the checked fit options that name its fields, checked
+        (``eps`` a placeholder until the pair's threat model is known)."""
+        from dataclasses import fields
+
+        kind = self.objective().config
+        cfg = kind(**{f.name: opts[f.name] for f in fields(kind) if f.name in opts}, seed=int(seed))
+        cfg.eps = 1.0
+        return cfg.check()
+
+    def prepare(self, pair: Any, cfg: Any, opts: dict[str, Any], seconds: dict[str, float]) -> Any:
+        """What the method measures on the pair before training (timed in ``seconds``); given to
+        :meth:`card_fields` and :meth:`finish`. Default: nothing."""
+        return None
+
+    def card_fields(self, cfg: Any, opts: dict[str, Any], prepared: Any) -> dict[str, Any]:
+        """The method's card fields, written before the network's."""
+        raise NotImplementedError
+
+    def finish(self, params: dict[str, Any], pair: Any, prepared: Any, *, weights: dict[str, str], out: Path,
+               opts: dict[str, Any], request: FitRequest, seconds: dict[str, float]) -> dict[str, Any]:
+        """Complete ``params`` (the card's fields) in place once the weights are written; what the fit summary adds
+        at its end. Default: nothing."""
+        return {}
+
+    def training_record(self, cfg: Any) -> dict[str, Any]:
+        """The card's ``training`` field: :attr:`record_keys`, eps, norm and seed of ``cfg``."""
+        config = asdict(cfg)
+        return {k: config[k] for k in (*self.record_keys, "eps", "norm", "seed")}
+
+    def fit(self, request: FitRequest) -> FitResult:
+        """Check the options, the card path ``out`` (rank 0's under torchrun: every rank needs the checkpoint's path)
+        and what would be written next to it, before any work; train on the first ``n_train`` train-split images,
+        the last ``n_val`` of them held out for the per-epoch validation, with the checkpoint ``STEM.training.pt``
+        next to the card (resumed unless option ``resume`` is false); rank 0 then writes the weights
+        (``STEM.mixing-network.safetensors``, sha256 in the card's ``[weights]``) and the card."""
+        import torch
+
+        from mixzoo.core import distributed
+        from mixzoo.core.cache import atomic_save_tensors
+        from mixzoo.core.card import MixCard, provenance
+        from mixzoo.core.paths import check_output, is_safetensors
+        from mixzoo.methods.shared.taps import model_taps, tap_shapes
+        from mixzoo.methods.shared.training_loop import TrainRun, train
+        from mixzoo.zoo.data import load_dataset
+        from mixzoo.zoo.pairs import prepare_pair
+
+        opts = self.check_options(dict(request.options))  # defaults filled (idempotent on checked options)
+        world = distributed.world()
+        given = distributed.gather(None if request.out is None else str(request.out))[0]
+        if given is None:
+            raise InputError(f"{self.name} writes its {self.weights_of}'s weights next to the card; pass out= (--out)")
+        out = Path(given)
+        MixCard.check_path(out)
+        weights_path = out.with_name(f"{out.stem}.mixing-network.safetensors")
+        ckpt = out.with_name(f"{out.stem}.training.pt")
+        check_output(weights_path, ours=is_safetensors, what="the mixing network's weights mixzoo wrote")
+        check_output(ckpt, ours=zipfile.is_zipfile, what="a training checkpoint mixzoo wrote")
+        cfg = self.config(opts, request.seed)
+        n_val, n_train = opts["n_val"], opts.get("n_train")
+        if n_train is not None and n_train < n_val + 1:
+            raise InputError(f"option n_train of {self.name} must be an integer >= {n_val + 1} (n_val + 1), got"
+                             f" {n_train!r}")
+        pair = prepare_pair(request)
+        cfg.eps, cfg.norm = pair.eps, pair.norm
+        cfg.check()
+        data = load_dataset(pair.dataset, "train", n=n_train, root=request.data_dir)
+        if len(data) <= n_val:
+            raise InputError(f"the {pair.dataset} train split has {len(data)} images, not more than n_val={n_val}")
+        device, split = torch.device(request.device), len(data) - n_val
+        images, labels = data.images.to(device), data.labels.to(device)
+        seconds: dict[str, float] = {}
+        prepared = self.prepare(pair, cfg, opts, seconds)
+        if not opts.get("resume", True) and world.main:
+            ckpt.unlink(missing_ok=True)
+        distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
+        t0 = time.perf_counter()
+        res = train(pair.abc, pair.rbc, images[:split], labels[:split], cfg, objective=self.objective(), run=TrainRun(
+            val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt, progress=request.progress,
+            checkpoint_every=opts["checkpoint_every"]))
+        seconds["train"] = time.perf_counter() - t0
+        if not world.main:  # trained its shards; rank 0 writes the weights and the card
+            return FitResult(None, None, {**{k: getattr(cfg, k) for k in self.summary_keys if hasattr(cfg, k)},
+                                          "epochs": cfg.epochs, "rank": world.rank}, seconds)
+        weights = {weights_path.name: hashlib.sha256(atomic_save_tensors(weights_path, res.state).read_bytes())
+                   .hexdigest()}
+        taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}  # what load_network rebuilds
+        size = tuple(data.images.shape[1:])
+        sg, sh = tap_shapes(pair.abc, taps["abc"], size), tap_shapes(pair.rbc, taps["rbc"], size)
+        params = {**self.card_fields(cfg, opts, prepared), "weights_file": weights_path.name,
+                  "network": {"early_channels": [sg["early"][0], sh["early"][0]],
+                              "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": cfg.width,
+                              "blocks": cfg.blocks},
+                  "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()},
+                  "training": self.training_record(cfg), "history": res.history,
+                  **{k: opts[k] for k in ("eval_n_iter", "eval_n_queries", "eval_n_target_classes")},
+                  "epochs": cfg.epochs}
+        extra = self.finish(params, pair, prepared, weights=weights, out=out, opts=opts, request=request,
+                            seconds=seconds)
+        card = MixCard(self.name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
+                       data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
+                             "source": getattr(data, "source", "")},
+                       attack={"eps": pair.eps, "norm": pair.norm, **self.attack_fields(cfg)}, weights=weights,
+                       provenance=provenance(command=request.provenance_command))
+        card.path = card.save(out)
+        last = res.history[-1] if res.history else {}
+        summary = {**{k: params[k] for k in self.summary_keys}, "epochs": cfg.epochs,
+                   "resumed_epochs": res.resumed_epochs,
+                   **{k: v for k, v in last.items() if k.startswith(("val_", "alpha_", "beta_"))}, **extra}
+        return FitResult(card, card.path, summary, seconds, {"checkpoint": res.resumed_epochs > 0})
+
+    def attack_fields(self, cfg: Any) -> dict[str, Any]:
+        """The card's ``[attack]`` fields besides the threat model. Default: none."""
+        return {}
 
 
 def check_network_fields(params: dict[str, Any], source: str, sec: str) -> dict[str, Any]:
@@ -107,129 +234,3 @@ def card_taps(abc: nn.Module, rbc: nn.Module, card: MixCard) -> tuple[Any, Any]:
         rec = card.params["taps"][role]
         out.append(check_taps(model, Taps(rec["early"], rec["middle"], bool(rec.get("nhwc", False))), role.upper()))
     return out[0], out[1]
-
-
-def check_training_outputs(out: Path) -> None:
-    """Refuse, before training starts, what a trained method would write next to the card ``out`` over a file
-    mixzoo did not write: the network's weights (``STEM.mixing-network.safetensors``, a safetensors file) and the
-    resumable checkpoint (``STEM.training.pt``, a torch zip archive); a FIFO, directory or link at either path is
-    refused too (:func:`mixzoo.core.paths.check_output`)."""
-    import zipfile
-
-    from mixzoo.core.paths import check_output, is_safetensors
-
-    check_output(out.with_name(f"{out.stem}.mixing-network.safetensors"), ours=is_safetensors,
-                 what="the mixing network's weights mixzoo wrote")
-    check_output(out.with_name(f"{out.stem}.training.pt"), ours=zipfile.is_zipfile,
-                 what="a training checkpoint mixzoo wrote")
-
-
-def save_network(state: dict[str, Any], out: Path) -> tuple[str, str]:
-    """Write trained weights next to the card ``out`` (safetensors, atomically, with an ordinary file's permissions);
-    (file name, sha256)."""
-    from mixzoo.core.cache import atomic_save_tensors
-
-    name = f"{out.stem}.mixing-network.safetensors"
-    path = atomic_save_tensors(out.with_name(name), state)
-    return name, hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def training_out(request: FitRequest, writes: str) -> Path:
-    """The card path a trained method writes to (rank 0's ``out`` under torchrun: every rank needs the checkpoint's
-    path), checked as a card path with nothing foreign where its weights and checkpoint go; ``writes`` says what a
-    missing ``out`` leaves nowhere to go (e.g. "adaptive-smoothing writes its network's weights")."""
-    from mixzoo.core import distributed
-    from mixzoo.core.card import MixCard
-
-    given = distributed.gather(None if request.out is None else str(request.out))[0]
-    if given is None:
-        raise InputError(f"{writes} next to the card; pass out= (--out)")
-    out = Path(given)
-    MixCard.check_path(out)
-    check_training_outputs(out)
-    return out
-
-
-def check_n_train(n_train: int | None, n_val: int, method: str) -> None:
-    """``n_train`` leaves at least one training image besides the ``n_val`` held out (one-line error otherwise)."""
-    if n_train is not None and n_train < n_val + 1:
-        raise InputError(f"option n_train of {method} must be an integer >= {n_val + 1} (n_val + 1), got"
-                         f" {n_train!r}")
-
-
-def train_split(pair: Any, n_train: int | None, n_val: int, request: FitRequest) -> tuple[Any, Any, Any, int]:
-    """The first ``n_train`` train-split images (all if ``None``) of the pair's data set: ``(data, images, labels,
-    split)`` with images and labels on the request's device; the last ``n_val`` (from ``split`` on) are held out for
-    the per-epoch validation."""
-    import torch
-
-    from mixzoo.zoo.data import load_dataset
-
-    data = load_dataset(pair.dataset, "train", n=n_train, root=request.data_dir)
-    if len(data) <= n_val:
-        raise InputError(f"the {pair.dataset} train split has {len(data)} images, not more than n_val={n_val}")
-    device = torch.device(request.device)
-    return data, data.images.to(device), data.labels.to(device), len(data) - n_val
-
-
-def training_checkpoint(out: Path, resume: bool) -> Path:
-    """The training checkpoint next to the card ``out``; deleted first (by rank 0, before any rank reads it) when
-    ``resume`` is false."""
-    from mixzoo.core import distributed
-
-    ckpt = out.with_name(f"{out.stem}.training.pt")
-    if not resume and distributed.world().main:
-        ckpt.unlink(missing_ok=True)
-    distributed.barrier()  # no rank reads a checkpoint that rank 0 is about to delete
-    return ckpt
-
-
-def network_record(pair: Any, image_size: tuple[int, ...], width: int, blocks: int) -> dict[str, Any]:
-    """The card's ``network`` (channels at the taps of both models, width, blocks) and ``taps`` fields, from which
-    :func:`load_network` rebuilds the network."""
-    from mixzoo.methods.shared.taps import model_taps, tap_shapes
-
-    taps = {"abc": model_taps(pair.abc, "ABC"), "rbc": model_taps(pair.rbc, "RBC")}
-    sg, sh = tap_shapes(pair.abc, taps["abc"], image_size), tap_shapes(pair.rbc, taps["rbc"], image_size)
-    return {"network": {"early_channels": [sg["early"][0], sh["early"][0]],
-                        "middle_channels": [sg["middle"][0], sh["middle"][0]], "width": width, "blocks": blocks},
-            "taps": {r: {"early": t.early, "middle": t.middle, "nhwc": t.nhwc} for r, t in taps.items()}}
-
-
-def network_params(pair: Any, data: Any, cfg: Any, res: Any, out: Path, training: dict[str, Any],
-                   opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The trained weights ``res.state`` written next to the card ``out`` (:func:`save_network`), and the card fields
-    every trained method writes after its own: ``weights_file``, ``network`` and ``taps`` (:func:`network_record`),
-    ``training``, ``history``, the extra attacks' budgets and ``epochs``; ``(fields, {weights file: sha256})``."""
-    weights_name, digest = save_network(res.state, out)
-    return {"weights_file": weights_name, **network_record(pair, tuple(data.images.shape[1:]), cfg.width, cfg.blocks),
-            "training": training, "history": res.history,
-            **{k: opts[k] for k in ("eval_n_iter", "eval_n_queries", "eval_n_target_classes")},
-            "epochs": cfg.epochs}, {weights_name: digest}
-
-
-def train_on_split(pair: Any, cfg: Any, objective: Any, images: Any, labels: Any, split: int, n_val: int, *,
-                   out: Path, request: FitRequest, opts: dict[str, Any]) -> Any:
-    """Train ``objective``'s network on the first ``split`` train-split images, validating on the rest when
-    ``n_val``, with the checkpoint next to the card ``out`` (resumed unless option ``resume`` is false) and the
-    options ``checkpoint_every``; the :class:`~mixzoo.methods.shared.training_loop.TrainResult`."""
-    from mixzoo.methods.shared.training_loop import TrainRun, train
-
-    ckpt = training_checkpoint(out, bool(opts.get("resume", True)))
-    return train(pair.abc, pair.rbc, images[:split], labels[:split], cfg, objective=objective, run=TrainRun(
-        val=(images[split:], labels[split:]) if n_val else None, checkpoint=ckpt, progress=request.progress,
-        checkpoint_every=opts["checkpoint_every"]))
-
-
-def trained_card(name: str, params: dict[str, Any], pair: Any, data: Any, split: int, n_val: int, *,
-                 attack: dict[str, Any], weights: dict[str, str], request: FitRequest, out: Path) -> MixCard:
-    """The card of a trained method, saved to ``out`` (``card.path``): the pair, the train split it was trained on
-    (``split`` images, ``n_val`` more held out), ``attack`` and the ``weights`` file's sha256."""
-    from mixzoo.core.card import MixCard, provenance
-
-    card = MixCard(name, params, abc=pair.info("abc"), rbc=pair.info("rbc"), dataset=pair.dataset,
-                   data={"split": "train", "n": split, "n_val": n_val, "fingerprint": data.fingerprint,
-                         "source": getattr(data, "source", "")},
-                   attack=attack, weights=weights, provenance=provenance(command=request.provenance_command))
-    card.path = card.save(out)
-    return card

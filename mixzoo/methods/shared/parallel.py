@@ -68,20 +68,15 @@ class GlobalBatchNorm2d(nn.BatchNorm2d):
         return y
 
 
-def global_batch_norm(net: nn.Module) -> nn.Module:
-    """``net`` with every ``BatchNorm2d`` turned into a :class:`GlobalBatchNorm2d` in place (same tensors)."""
+def wrap(net: nn.Module, device: torch.device) -> nn.Module:
+    """``net`` ready for DDP training: every ``BatchNorm2d`` a :class:`GlobalBatchNorm2d` in place (same tensors),
+    then DistributedDataParallel (gradients averaged over the ranks in backward; rank 0's buffers, equal on every rank
+    with global statistics, broadcast as usual)."""
+    from torch.nn.parallel import DistributedDataParallel
+
     for module in net.modules():
         if type(module) is nn.BatchNorm2d:
             module.__class__ = GlobalBatchNorm2d
-    return net
-
-
-def wrap(net: nn.Module, device: torch.device) -> nn.Module:
-    """``net`` ready for DDP training: global batch norm, then DistributedDataParallel (gradients averaged over
-    the ranks in backward; rank 0's buffers, equal on every rank with global statistics, broadcast as usual)."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    global_batch_norm(net)
     ids = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" \
         else None
     return DistributedDataParallel(net, device_ids=ids)

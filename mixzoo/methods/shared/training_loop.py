@@ -22,10 +22,8 @@ differences; tests/e2e/test_adaptive_ddp.py finds the weights within 1e-5 of one
 validates, writes the checkpoint (then a barrier) and the weights; every rank resumes from the same checkpoint.
 Every batch, the last included, needs at least one image per rank.
 
-One trainer, several methods: what is attacked, how and with which loss is an :class:`Objective`
-(:class:`AdaptiveObjective`, the default, is the above; ``local-smoothing-adaptive`` passes its own, Bai et al. (local
-smoothing), Eq. 9). The loop, the data pipeline, the mixing network and its taps, the seeding, checkpoints, EMA and DDP
-are shared.
+Adaptive smoothing's :class:`~mixzoo.methods.adaptive.training.AdaptiveObjective` is the above;
+``local-smoothing-adaptive`` trains its own (Bai et al. (local smoothing), Eq. 9).
 """
 
 from __future__ import annotations
@@ -76,11 +74,14 @@ class TrainConfig:
     n_target_classes: int = 1
     seed: int = 0
     method: ClassVar[str] = "adaptive-smoothing"  # named in the error messages
+    non_negative: ClassVar[tuple[str, ...]] = ("weight_decay", "c_ce", "c_bce", "c_prod", "clean_weight", "temperature")
+
+    def bad(self, key: str, want: str) -> InputError:
+        return InputError(f"option {key} of {self.method} must be {want}, got {getattr(self, key)!r}")
 
     def check(self) -> TrainConfig:
         """One-line errors naming the option, before any work."""
-        def bad(key: str, want: str) -> InputError:
-            return InputError(f"option {key} of {self.method} must be {want}, got {getattr(self, key)!r}")
+        bad = self.bad
         self.setting = str(self.setting).upper()
         if self.setting not in SETTINGS:
             raise bad("setting", "A (gray-box PGD), B (white-box PGD) or C (APGD-CE + APGD-T)")
@@ -89,13 +90,13 @@ class TrainConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise bad(key, f"an integer >= {low}")
         for key in ("lr", "eps"):
-            if not _num(getattr(self, key)) or getattr(self, key) <= 0:
+            if not finite_number(getattr(self, key)) or getattr(self, key) <= 0:
                 raise bad(key, "a positive number")
-        for key in ("weight_decay", "c_ce", "c_bce", "c_prod", "clean_weight", "temperature"):
-            if not _num(getattr(self, key)) or getattr(self, key) < 0:
+        for key in self.non_negative:
+            if not finite_number(getattr(self, key)) or getattr(self, key) < 0:
                 raise bad(key, "a number >= 0")
         for key in ("ema", "alpha_loss_max"):
-            if not _num(getattr(self, key)) or not 0 <= getattr(self, key) < 1 + (key == "alpha_loss_max"):
+            if not finite_number(getattr(self, key)) or not 0 <= getattr(self, key) < 1 + (key == "alpha_loss_max"):
                 raise bad(key, "a number in [0, 1)" if key == "ema" else "a number in [0, 1]")
         if self.pseudo_labels not in LABEL_RULES:
             raise bad("pseudo_labels", " or ".join(LABEL_RULES))
@@ -104,9 +105,9 @@ class TrainConfig:
         s = self.steps = [self.steps] * 2 if isinstance(self.steps, int) else [_parse(v, int) for v in self.steps]
         if len(s) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in s) or not 1 <= s[0] <= s[1]:
             raise bad("steps", "an integer >= 1 or two integers LO,HI with 1 <= LO <= HI")
-        f = self.eps_factor = [self.eps_factor] * 2 if _num(self.eps_factor) else [_parse(v, float)
+        f = self.eps_factor = [self.eps_factor] * 2 if finite_number(self.eps_factor) else [_parse(v, float)
                                                                                      for v in self.eps_factor]
-        if len(f) != 2 or not all(_num(v) for v in f) or not 0 < f[0] <= f[1]:
+        if len(f) != 2 or not all(finite_number(v) for v in f) or not 0 < f[0] <= f[1]:
             raise bad("eps_factor", "a positive number or two numbers LO,HI with 0 < LO <= HI")
         return self
 
@@ -121,7 +122,7 @@ def _parse(v: Any, kind: type) -> Any:
     return v
 
 
-def _num(v: Any) -> bool:
+def finite_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -149,6 +150,7 @@ class Objective:
     """
 
     keys: ClassVar[tuple[str, ...]] = ("loss", "ce", "bce")  # the loss parts averaged per epoch (history, progress)
+    config: ClassVar[type] = TrainConfig  # the settings it trains with
 
     def label(self, cfg: TrainConfig) -> str:
         """What the progress bar calls the run."""
@@ -332,7 +334,13 @@ class _Trainer:
                 run.on_batch(epoch, b + 1)
         record = {"epoch": epoch + 1, **{k: v / len(batches) for k, v in sums.items()}}
         if run.val is not None and self.world.main:  # the other ranks go on to the next epoch's first all-reduce
-            record.update(validate(self.model, self.net, self.ema, run.val, cfg, objective))
+            live = {k: v.clone() for k, v in self.net.state_dict().items()} if self.ema is not None else None
+            if self.ema is not None:  # validated with the EMA weights
+                self.net.load_state_dict(self.ema)
+            self.net.eval()
+            record.update(objective.evaluate(self.model, *run.val, cfg))
+            if live is not None:
+                self.net.load_state_dict(live)
             if run.progress:
                 console.print(f"epoch {epoch + 1}: {objective.describe(record)}")
         self.history.append(record)
@@ -373,17 +381,3 @@ def _global_means(parts: dict[str, float], count: int) -> dict[str, float]:
     t = torch.tensor([*(parts[k] * count for k in keys), float(count)], dtype=torch.float64)
     dist.all_reduce(t)
     return {k: float(t[i] / t[-1]) for i, k in enumerate(keys)}
-
-
-def validate(model: nn.Module, net: MixingNetwork, ema: dict[str, torch.Tensor] | None,
-             val: tuple[torch.Tensor, torch.Tensor], cfg: TrainConfig,
-             objective: Objective) -> dict[str, float]:
-    """The objective's validation (:meth:`Objective.evaluate`) on ``val`` with the EMA weights if kept."""
-    live = {k: v.clone() for k, v in net.state_dict().items()} if ema is not None else None
-    if ema is not None:
-        net.load_state_dict(ema)
-    net.eval()
-    out = objective.evaluate(model, *val, cfg)
-    if live is not None:
-        net.load_state_dict(live)
-    return out

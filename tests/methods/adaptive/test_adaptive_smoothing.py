@@ -524,8 +524,9 @@ def test_mix_by_name_through_the_cli_resumes(tmp_path, monkeypatch):
 
 def test_ema_is_the_decayed_average_of_the_weights(pair, train_data):
     """One batch, one step: the EMA weights are 0.8 * initial + 0.2 * trained (App. D.1's decay 0.8)."""
-    from mixzoo.methods.adaptive.training import TrainRun, new_network, train
+    from mixzoo.methods.adaptive.training import TrainRun, train
     from mixzoo.methods.shared.taps import model_taps, tap_shapes
+    from mixzoo.methods.shared.training_loop import new_network
 
     abc, rbc = pair
     x, y = train_data[0][:32], train_data[1][:32]

@@ -14,7 +14,8 @@ from torch import nn
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
 from mixzoo.methods import fit, get_method
-from mixzoo.methods.local_smoothing import KNNOracle, KNNSmoothingClassifier, LocalSmoothingClassifier
+from mixzoo.methods.local_smoothing.knn import KNNOracle
+from mixzoo.methods.local_smoothing.smoothing import KNNSmoothingClassifier, LocalSmoothingClassifier
 
 PAIR = {"abc": {"name": "digits-std"}, "rbc": {"name": "digits-pgd"}, "dataset": "digits"}
 DUAL = {"Linf": 1, "L2": 2, "L1": float("inf")}

@@ -16,7 +16,6 @@ from torch import nn
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
 from mixzoo.methods import fit, get_method
-from mixzoo.methods.local_smoothing import LocalSmoothingClassifier, smooth
 from mixzoo.methods.local_smoothing.crossover import crossover_point, measure_crossover
 from mixzoo.methods.local_smoothing.policy import (
     PolicyConfig,
@@ -24,6 +23,7 @@ from mixzoo.methods.local_smoothing.policy import (
     policy_loss,
     supervision_sign,
 )
+from mixzoo.methods.local_smoothing.smoothing import LocalSmoothingClassifier, smooth
 
 EPS = 0.1
 DUAL = {"Linf": 1, "L2": 2, "L1": float("inf")}
@@ -209,7 +209,7 @@ def _cfg(**kw):
 
 
 def test_training_is_deterministic_for_a_seed(pair, train_data):
-    from mixzoo.methods.adaptive.training import TrainRun, train
+    from mixzoo.methods.shared.training_loop import TrainRun, train
 
     abc, rbc = pair
     x, y = train_data[0][:64], train_data[1][:64]
@@ -225,8 +225,8 @@ def test_training_is_deterministic_for_a_seed(pair, train_data):
 def test_training_learns_beta_up_on_attacks_aimed_at_g_and_down_on_clean(pair, train_data):
     """Eq. 9's supervision with beta_0 = log 20: clean points push beta below -c3, points attacked at alpha_t <= 20
     above +c3; after training the policy tells them apart on held-out images."""
-    from mixzoo.methods.adaptive.training import TrainRun, train
     from mixzoo.methods.local_smoothing.crossover import attack_at_alpha
+    from mixzoo.methods.shared.training_loop import TrainRun, train
 
     abc, rbc = pair
     x, y = train_data
@@ -251,8 +251,8 @@ def _taps(abc, rbc):
 
 
 def _net(state, abc, rbc, cfg):
-    from mixzoo.methods.adaptive.training import new_network
     from mixzoo.methods.shared.taps import tap_shapes
+    from mixzoo.methods.shared.training_loop import new_network
 
     sg, sh = (tap_shapes(m, t, (1, 8, 8)) for m, t in zip((abc, rbc), _taps(abc, rbc), strict=True))
     net = new_network([sg["early"][0], sh["early"][0]], [sg["middle"][0], sh["middle"][0]], cfg)
