@@ -27,15 +27,17 @@ import torch
 
 from mixzoo.attacks import AdaptiveStrong
 from mixzoo.attacks.apgd import effective_n_targets
+from mixzoo.attacks.runner import evaluate
 from mixzoo.attacks.suites import extra_apgd
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
-from mixzoo.evaluation.bench import evaluate, linear_key_parts, mixed_key_parts
+from mixzoo.evaluation.loading import linear_key_parts
 from mixzoo.methods.mixednuts.mixing import MixedClassifier
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import load_model
+from mixzoo.zoo.pairs import card_key_parts as mixed_key_parts
 
 
 class ExtraAPGD(AdaptiveStrong):

@@ -24,7 +24,6 @@ from mixzoo.attacks import runner
 from mixzoo.attacks.memory import parse_batch_size
 from mixzoo.attacks.precision import resolve_precision
 from mixzoo.attacks.result import Outcome
-from mixzoo.attacks.runner import evaluate, merge_warnings  # noqa: F401 - the names scripts import from here
 from mixzoo.core import distributed
 from mixzoo.core.cache import Cache
 from mixzoo.core.checks import distinct_row_names, reach_note
@@ -35,30 +34,15 @@ from mixzoo.core.progress import next_phase
 from mixzoo.core.record import RunRecord, check_ranks_agree
 from mixzoo.core.request import EvalRequest, ReportRequest
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.job import CURVE, MATCH, BenchJob, CurveSettings, MatchSettings, Step, budgeted  # noqa: F401
-from mixzoo.evaluation.loading import (  # noqa: F401 - the loaders' names here before
-    CardEvaluation,
-    card_evaluation,
-    check_run_settings,
-    evaluated_name,
-    linear_key_parts,
-    load_card,
-    model_key_parts,
-    resolved_batch_size,
-    run_record_of,
-    same_pair,
-)
-from mixzoo.evaluation.matching import matched_linear_alpha  # noqa: F401
-from mixzoo.evaluation.report import ADVERSARIAL_FILE, display_name, print_report, write_report  # noqa: F401
+from mixzoo.evaluation import loading
+from mixzoo.evaluation.job import BenchJob, CurveSettings, MatchSettings, Step
+from mixzoo.evaluation.loading import CardEvaluation, card_evaluation, check_run_settings
+from mixzoo.evaluation.matching import matched_linear_alpha
+from mixzoo.evaluation.report import ADVERSARIAL_FILE, write_report
 from mixzoo.evaluation.results import ModelResult, Report, row_result
-from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card, worst_case  # noqa: F401
+from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card
 from mixzoo.methods.base import baseline_method
 from mixzoo.zoo.pairs import card_key_parts, weight_mismatches
-
-
-def mixed_key_parts(card: Any, abc: Any, rbc: Any, data: Any) -> dict[str, Any]:
-    """Cache key of a mix card's evaluation rows (:func:`card_key_parts`; kept for scripts that use the name)."""
-    return card_key_parts(card, abc, rbc, data)
 
 
 def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | Path | None = None,
@@ -199,19 +183,20 @@ def _bench_run(card: Any, job: BenchJob, save_adversarial: bool) -> BenchRun:
         card = fit(None, s.abc, s.rbc, cache_dir=s.cache_dir, use_cache=s.use_cache, device=s.device,
                    data_dir=s.data_dir, allow_unsafe=s.allow_unsafe, progress=s.progress, eps=s.eps, norm=s.norm,
                    seed=s.seed).card
-    cards = [load_card(c) for c in (card if isinstance(card, list | tuple) else [card])]
+    cards = [loading.load_card(c) for c in (card if isinstance(card, list | tuple) else [card])]
     if not cards:
         raise InputError("no mix card to bench; pass one or more cards (files or published names)")
     if s.abc is None and s.rbc is None:
-        same_pair(cards)
+        loading.same_pair(cards)
     ce = card_evaluation(cards[0], s)
     batch_policy = parse_batch_size(s.batch_size)
-    job = job.changed(cards=cards, batch_size=resolved_batch_size(s.batch_size, ce.abc, ce.rbc, ce.data, s.device))
+    job = job.changed(cards=cards,
+                      batch_size=loading.resolved_batch_size(s.batch_size, ce.abc, ce.rbc, ce.data, s.device))
     notes = list(ce.notes)  # the report must say so, not only the terminal
     notes += [note for note in [reach_note(ce.eps, ce.norm, ce.data.input_size)] if note]  # eps beyond every image
     for other in cards[1:]:
         notes += weight_mismatches(other, ce.abc, ce.rbc)
-    record = run_record_of(job.settings, cards, ce, job.given)
+    record = loading.run_record_of(job.settings, cards, ce, job.given)
     check_ranks_agree(record)  # the cards, models and images too, before any attack
     # the rows' attacks in the settings' precision (breaks confirmed in float32)
     request = EvalRequest(record, Cache(s.cache_dir, enabled=s.use_cache), progress=s.progress,
@@ -223,9 +208,9 @@ def _model_row(run: BenchRun, role: str) -> ModelResult:
     """The ABC's or the RBC's row (labelled with the model actually evaluated, an --abc/--rbc override, not the
     card's name)."""
     model = getattr(run.ce, role)
-    name = evaluated_name(run.cards[0], role, model)
+    name = loading.evaluated_name(run.cards[0], role, model)
     ev = runner.evaluate(model, run.ce.data.images, run.ce.data.labels,
-                         run.request.replace(key_parts=model_key_parts(model, run.ce.data), label=name))
+                         run.request.replace(key_parts=loading.model_key_parts(model, run.ce.data), label=name))
     return run.row(name, role, ev)
 
 

@@ -146,7 +146,8 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     edited to call broken examples robust.
     """
     from mixzoo.core.card import MixCard
-    from mixzoo.evaluation.bench import ADVERSARIAL_FILE, card_evaluation
+    from mixzoo.evaluation.loading import card_evaluation
+    from mixzoo.evaluation.report import ADVERSARIAL_FILE
     from mixzoo.zoo.pairs import check_device
 
     s = settings_of(settings, changes)
@@ -244,7 +245,7 @@ def _row_card(m: dict[str, Any], report_path: Path) -> Any:
 def _row_model(m: dict[str, Any], card: Any, ce: Any, report_path: Path) -> nn.Module | None:
     """The classifier of report row ``m``: the ABC, the RBC, a mixed row's card rebuilt by its method, or (reports
     before rows recorded cards) the report's card and its matched baseline; ``None`` when none fits."""
-    from mixzoo.evaluation.bench import baseline_method
+    from mixzoo.methods.base import baseline_method
 
     model = {"abc": ce.abc, "rbc": ce.rbc}.get(m["kind"])
     if model is None and m.get("card"):  # a mixed row records its card: rebuilt by the card's method

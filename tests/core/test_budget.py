@@ -13,7 +13,9 @@ from mixzoo.cli import app
 from mixzoo.core.budget import BUDGETS, component_options, curve_points, shared_options
 from mixzoo.core.errors import InputError
 from mixzoo.core.settings import RunSettings
-from mixzoo.evaluation.bench import CURVE, MATCH, CurveSettings, MatchSettings, bench, budgeted, declared_attacks
+from mixzoo.evaluation.bench import bench
+from mixzoo.evaluation.job import CURVE, MATCH, CurveSettings, MatchSettings, budgeted
+from mixzoo.evaluation.worst_case import declared_attacks
 
 
 def test_standard_is_what_the_bench_ran_before_budgets():

@@ -6,7 +6,7 @@ import torch
 from eval_requests import ask
 
 from mixzoo.core.request import ReportRequest
-from mixzoo.evaluation.bench import CURVE
+from mixzoo.evaluation.job import CURVE
 from mixzoo.methods.mixednuts.figures import markdown_lines, screening
 
 
