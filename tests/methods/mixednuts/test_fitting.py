@@ -489,14 +489,14 @@ def test_models_that_cannot_classify_the_data_fail_with_one_line(tmp_path, share
     (["components=[\"fab-t\"]"], {"components": ["fab-t"]}),
 ])
 def test_attack_options_from_the_command_line(items, expected):
-    from mixzoo.cli import parse_attack_options
+    from mixzoo.cli.options import parse_attack_options
 
     assert parse_attack_options(items) == expected
 
 
 @pytest.mark.parametrize("item", ["n_iter", "=3", "1x=2", "n iter=2"])
 def test_malformed_attack_options_name_the_fix(item):
-    from mixzoo.cli import parse_attack_options
+    from mixzoo.cli.options import parse_attack_options
     from mixzoo.core.errors import MixzooError
 
     with pytest.raises(MixzooError, match="is not KEY=VALUE; write e.g. -O n_iter="):
@@ -510,7 +510,7 @@ def test_malformed_attack_options_name_the_fix(item):
                                  st.booleans(), st.lists(st.from_regex(r"[a-z][a-z-]{0,6}", fullmatch=True),
                                                          min_size=2, max_size=4)), min_size=1, max_size=5))
 def test_attack_options_round_trip_through_the_command_line(options):
-    from mixzoo.cli import parse_attack_options
+    from mixzoo.cli.options import parse_attack_options
 
     items = [f"{k}={','.join(v) if isinstance(v, list) else json.dumps(v)}" for k, v in options.items()]
     assert parse_attack_options(items) == options
