@@ -1,14 +1,9 @@
-"""Evaluating mix cards: clean and robust accuracy of the ABC, the RBC and one row per card, any method.
-
-Every row is attacked with the same attack (from the attack hook) on the same evaluation images, disjoint from the
-calibration images; each card's row also with the extra attacks its method declares, worst case per example
-(:func:`~mixzoo.evaluation.worst_case.evaluate_card`: a robust example is one that the shared attack and every extra
-attack failed to break). With one card, the baseline method (linear, the "Mixed" classifier of Bai et al. 2024b,
-Eq. 3.4) gets the constant alpha whose robust accuracy matches the card's worst case as closely as its alpha grid
-allows (Bai et al. 2024a, Fig. 5 / Fig. 8 comparison; :mod:`mixzoo.evaluation.matching`). What a run does is one
-value, :class:`~mixzoo.evaluation.job.BenchJob`, whose work list (:meth:`~mixzoo.evaluation.job.BenchJob.steps`)
-the plan estimates and :func:`bench` runs. Each model's evaluation is saved per batch and resumes after an
-interruption; finished evaluations are reused when nothing they depend on changed.
+"""Evaluating mix cards (:func:`bench`): clean and robust accuracy of the ABC, the RBC and one row per card, any
+method, on evaluation images disjoint from the calibration images. With one card, the baseline method (linear, the
+"Mixed" classifier of Bai et al. 2024b, Eq. 3.4) gets the constant alpha whose robust accuracy matches the card's
+worst case as closely as its alpha grid allows (Bai et al. 2024a, Fig. 5 / Fig. 8 comparison). :func:`bench` runs the
+work list of a :class:`~mixzoo.evaluation.job.BenchJob`, the one the plan estimates; each model's evaluation is
+saved per batch, resumes after an interruption and is reused while nothing it depends on changed.
 """
 
 from __future__ import annotations
@@ -33,15 +28,18 @@ from mixzoo.core.machine import run_record
 from mixzoo.core.progress import next_phase
 from mixzoo.core.record import RunRecord, check_ranks_agree
 from mixzoo.core.request import EvalRequest, ReportRequest
+from mixzoo.core.schema import SETTINGS_FROM_RECORD
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.evaluation import loading
 from mixzoo.evaluation.job import BenchJob, CurveSettings, MatchSettings, Step
 from mixzoo.evaluation.loading import CardEvaluation, card_evaluation, check_run_settings
 from mixzoo.evaluation.matching import matched_linear_alpha
-from mixzoo.evaluation.report import ADVERSARIAL_FILE, write_report
+from mixzoo.evaluation.report import ADVERSARIAL_FILE, check_report_dir, write_report
 from mixzoo.evaluation.results import ModelResult, Report, row_result
+from mixzoo.evaluation.versions import report_code_versions
 from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card
 from mixzoo.methods.base import baseline_method
+from mixzoo.zoo.data import shortfall_note
 from mixzoo.zoo.pairs import card_key_parts, weight_mismatches
 
 
@@ -75,7 +73,11 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     (:func:`mixzoo.evaluation.verify.verify_report`, ``mixzoo verify``).
     """
     job = BenchJob.of(settings_of(settings, changes), baseline, curve)
-    _check_bench(job.settings, out, job.curve)
+    check_run_settings(job.settings, out)  # the one-line errors before anything is loaded or attacked
+    if out is not None:  # a report.json mixzoo did not write, or a FIFO where one of the report's files goes
+        check_report_dir(Path(out))
+    if job.curve is not None and job.curve.n <= 0:
+        raise InputError(f"--curve-n must be positive, got {job.curve.n} (or pass --no-curve)")
     t0 = time.perf_counter()
     # under torchrun: every rank runs this function; the runner shares the batches out, rank 0 writes the report
     w = distributed.init(job.settings.device)
@@ -117,8 +119,6 @@ def _execute(run: BenchRun, world_size: int, written: bool, plots: bool) -> Repo
             _add_curve(run, report, step)
         else:
             report = _report(run, models + card_rows, report.settings)
-            from mixzoo.evaluation.versions import report_code_versions
-
             report.curve = run.curve_data
             report.settings["code_versions"] = report_code_versions(report)  # what ran, for stale_code
             if written:
@@ -129,17 +129,6 @@ def _execute(run: BenchRun, world_size: int, written: bool, plots: bool) -> Repo
                                       for c in run.cards]
     assert report is not None  # the work list ends with its report
     return report
-
-
-def _check_bench(s: RunSettings, out: str | Path | None, curve: CurveSettings | None) -> None:
-    """The bench's one-line errors before anything is loaded or attacked."""
-    check_run_settings(s, out)
-    if out is not None:  # a report.json mixzoo did not write, or a FIFO where one of the report's files goes
-        from mixzoo.evaluation.report import check_report_dir
-
-        check_report_dir(Path(out))
-    if curve is not None and curve.n <= 0:
-        raise InputError(f"--curve-n must be positive, got {curve.n} (or pass --no-curve)")
 
 
 @dataclass
@@ -246,8 +235,6 @@ def report_settings(record: RunRecord, components: dict[str, Any], **run: Any) -
     shared attack's options in the order it runs them (``components["attack"]``), each component's attack and
     options (``components``), and ``run``'s facts (``batch_size_policy``, ``world_size``, ``device``, ``precision``
     as resolved, ``adversarial_file``, ``seconds``), in :data:`REPORT_SETTINGS`' order."""
-    from mixzoo.core.schema import SETTINGS_FROM_RECORD
-
     values = {k: getattr(record, r) for k, r in SETTINGS_FROM_RECORD.items()}
     values.update(run, attack_options=dict(components["attack"]["options"]), components=components)
     return {k: values[k] for k in REPORT_SETTINGS}
@@ -295,8 +282,6 @@ def _baseline_row(run: BenchRun, card_row: ModelResult, settings_record: dict[st
 
 
 def _report(run: BenchRun, rows: list[ModelResult], settings_record: dict[str, Any]) -> Report:
-    from mixzoo.zoo.data import shortfall_note
-
     data, cards = run.ce.data, run.cards
     report = Report(
         models=rows, card=cards[0], cards=cards,

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from mixzoo.core.cache import atomic_save_tensors, atomic_write_text, staged_directory
+from mixzoo.core.errors import MixzooError
 from mixzoo.core.labels import eps_text, row_label
 from mixzoo.core.machine import machine_line
+from mixzoo.core.paths import check_output, json_with
 from mixzoo.core.progress import console
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 ADVERSARIAL_FILE = "adversarial.safetensors"
 REPORT_FILES = ("report.json", "report.md", "objective.png", "tradeoff.png", "margins.png", ADVERSARIAL_FILE)
@@ -43,7 +47,6 @@ def budget_text(settings: dict[str, Any]) -> str:
 def screening_note(attack: str) -> str | None:
     """The note of a screening attack (its class's ``screening_note``, e.g. ``fast``), printed beside its name:
     such a result is not a reported robustness figure. None for other attacks and for names no plugin registers."""
-    from mixzoo.core.errors import MixzooError
     from mixzoo.core.plugins import lookup
 
     try:
@@ -148,8 +151,6 @@ def check_report_dir(out: Path) -> None:
     """Refuse, before any attack, a report directory :func:`write_report` would write into although it holds a
     ``report.json`` mixzoo did not write, or a FIFO, device, directory or link where one of its files goes
     (:func:`mixzoo.core.paths.check_output`)."""
-    from mixzoo.core.paths import check_output, json_with
-
     check_output(out, directory=True, files={name: json_with("models", "settings") if name == "report.json" else None
                                              for name in REPORT_FILES})
 
@@ -215,10 +216,6 @@ def comparison_lines(report: Any) -> list[str]:
 def print_report(report: Any, *, to: Console | None = None) -> None:
     """The bench table in the terminal (or on the console ``to``), fitting 80 columns (report.md has the wide
     form)."""
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
-
     to = to or console
     settings = report.settings
     device = settings.get("device", "")

@@ -187,15 +187,6 @@ def test_a_card_may_keep_as_many_top_classes_as_the_task_has():
     assert card_evaluation(digits_card(top_k=10), n=10).data.num_classes == 10
 
 
-def test_linear_cache_key_depends_on_alpha():
-    from mixzoo.core.cache import content_key
-    from mixzoo.evaluation.loading import linear_key_parts
-
-    data = types.SimpleNamespace(fingerprint="f")
-    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
-    assert content_key(linear_key_parts(a, b, data, 0.7)) != content_key(linear_key_parts(a, b, data, 0.8))
-
-
 # -------------------------------------------------------------------------------- matching the linear baseline
 def digits_card(**changes) -> MixCard:
     return nuts_card(**{**dict(s=2.0, p=2.0, c=-0.5, alpha=0.9, beta=0.985, dataset="digits",
