@@ -27,15 +27,17 @@ import torch
 
 from mixzoo.attacks import AdaptiveStrong
 from mixzoo.attacks.apgd import effective_n_targets
+from mixzoo.attacks.runner import evaluate
 from mixzoo.attacks.suites import extra_apgd
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
-from mixzoo.evaluation.bench import evaluate, linear_key_parts, mixed_key_parts
 from mixzoo.methods.mixednuts.mixing import MixedClassifier
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import load_model
+from mixzoo.zoo.pairs import card_key_parts as mixed_key_parts
+from mixzoo.zoo.pairs import model_key
 
 
 class ExtraAPGD(AdaptiveStrong):
@@ -84,7 +86,8 @@ def main() -> None:
     models = {"mixednuts": (MixedClassifier.from_card(card, abc, rbc), mixed_key_parts(card, abc, rbc, data))}
     if args.alpha_linear is not None:
         models["linear"] = (MixedClassifier.linear(abc, rbc, alpha=args.alpha_linear),
-                            linear_key_parts(abc, rbc, data, args.alpha_linear))
+                            {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc),
+                             "linear_alpha": args.alpha_linear})
     results = {"card": args.card, "n": args.n, "eps": eps, "norm": norm, "device": args.device,
                "alpha_linear": args.alpha_linear, "models": {}}
     for kind, (model, key_parts) in models.items():

@@ -35,7 +35,6 @@ __all__ = ["LAYER_BOUNDS", "LipschitzBound", "SOFTMAX_CLASS_LIPSCHITZ", "conv2d_
            "estimate_local_lipschitz", "lipschitz_bound", "lipschitz_layers"]
 
 
-
 @dataclass
 class LipschitzBound:
     """A provable bound: ``probs`` bounds ``Lip_norm(softmax(h)_i)`` for every class i; ``logits_l2`` the l2

@@ -37,10 +37,13 @@ from mixzoo.certify.radii import (
     smoothing_lipschitz_constant,
     smoothing_radius,
 )
-from mixzoo.certify.report import CertCurve, CertifyResult
+from mixzoo.certify.report import FILES, CertCurve, CertifyResult
 from mixzoo.certify.smoothing import SmoothingSettings, check_options, minimum_samples, smoothed_estimate
+from mixzoo.core.cache import check_writable
+from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
 from mixzoo.core.machine import run_record
+from mixzoo.core.paths import check_output, json_with
 from mixzoo.core.progress import next_phase
 from mixzoo.core.settings import RunSettings, settings_of
 from mixzoo.zoo.data import load_dataset, model_options
@@ -96,13 +99,6 @@ class EstimateSettings:
     steps: int = 20
 
 
-def _estimate_of(estimate: EstimateSettings | Sequence[float] | None) -> EstimateSettings:
-    """``estimate`` as :class:`EstimateSettings` (a list of radii: those, at 20 steps)."""
-    if isinstance(estimate, EstimateSettings):
-        return estimate
-    return EstimateSettings(tuple(float(e) for e in (estimate or ())))
-
-
 @dataclass(frozen=True)
 class _Inputs:
     """What the certificates of one :func:`certify` call are computed on: the RBC (and its registry entry), the
@@ -122,17 +118,6 @@ class _Inputs:
 RawCurve = tuple[str, float, str, torch.Tensor, torch.Tensor, float]  # label, alpha, bound, radius, correct, clean
 
 
-def _check_certify_out(out: str | Path) -> None:
-    """Refuse before the (long) Monte Carlo what could not be written."""
-    from mixzoo.certify.report import FILES
-    from mixzoo.core.cache import check_writable
-    from mixzoo.core.paths import check_output, json_with
-
-    check_writable(out, directory=True, what="certify output directory")
-    report = json_with("settings", "certified")
-    check_output(out, directory=True, files={name: report if name == "certify.json" else None for name in FILES})
-
-
 def _pair(card: Any, s: RunSettings, alphas: list[float] | None
           ) -> tuple[Any, nn.Module, nn.Module | None, torch.Tensor, float | None]:
     """The card (loaded), the RBC and ABC (the settings' replacing the card's), the alphas to certify (the card's,
@@ -141,7 +126,6 @@ def _pair(card: Any, s: RunSettings, alphas: list[float] | None
     wanted = [float(a) for a in (alphas or [])]
     card_temperature = None
     if card is not None:
-        from mixzoo.core.card import MixCard
         from mixzoo.zoo.pairs import card_model
 
         if not isinstance(card, MixCard):
@@ -179,15 +163,17 @@ def certify(card: Any = None, settings: RunSettings | None = None, *, alphas: li
     (labelled "estimated"). ``radii`` defaults to 26 points from 0 to the largest certified radius. ``out`` gets
     certify.json, certify.md, certify.png (and estimated.png).
     """
-    est = _estimate_of(estimate)
+    est = estimate if isinstance(estimate, EstimateSettings) else EstimateSettings(tuple(map(float, estimate or ())))
     s = settings_of(settings, changes, n=500, batch_size=1000)
     sm = smoothing if smoothing is not None else SmoothingSettings()
     n, device = s.n, s.device
     norm = (s.norm or "l2").lower()
     t0 = time.perf_counter()
     check_device(device)
-    if out is not None:
-        _check_certify_out(out)
+    if out is not None:  # refused before the (long) Monte Carlo: what could not be written
+        check_writable(out, directory=True, what="certify output directory")
+        check_output(out, directory=True, files={name: json_with("settings", "certified") if name == "certify.json"
+                                                 else None for name in FILES})
     if norm not in ("l2", "linf"):
         raise InputError(f"unknown norm {norm!r}; certify takes l2 or linf")
     if not isinstance(n, int) or n < 1:

@@ -25,7 +25,7 @@ from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
 
 __all__ = ["SmoothedEstimate", "check_options", "confidence_bounds", "minimum_samples", "monte_carlo_means",
-           "monte_carlo_probs", "smoothed_estimate", "smoothed_estimates"]
+           "smoothed_estimate", "smoothed_estimates"]
 
 KINDS = ("soft", "hard")
 
@@ -85,25 +85,17 @@ NOISE_BLOCK = 100
 """Noise is drawn in blocks of this many samples per example, whatever the batch size (same draws for any batch)."""
 
 
-def monte_carlo_probs(model: nn.Module, images: torch.Tensor, sigma: float, samples: int, *, kind: str = "soft",
-                      seed: int = 0, stage: int = 0, first_index: int = 0, batch_size: int = 1000,
-                      progress: bool = True) -> torch.Tensor:
-    """``(n, c)`` mean over ``samples`` noisy copies of each image of the base network's probabilities (soft) or
-    one-hot predictions (hard). Example ``first_index + j`` draws its noise from its own generator in blocks of
-    :data:`NOISE_BLOCK`; the blocks of consecutive examples are packed into batches of about ``batch_size`` noisy
-    images, so the draws do not depend on the batch size (the sums only up to the forward's float rounding)."""
-    check_options(sigma, samples, 0.5, kind)
-    return monte_carlo_means(model, images, sigma, samples, kinds=(kind,), seed=seed, stage=stage,
-                             first_index=first_index, batch_size=batch_size, progress=progress)[kind]
-
-
 def monte_carlo_means(model: nn.Module, images: torch.Tensor, sigma: float, samples: int, *,
                       kinds: tuple[str, ...] = KINDS, seed: int = 0, stage: int = 0, first_index: int = 0,
                       batch_size: int = 1000, progress: bool = True, what: str = "Monte Carlo"
                       ) -> dict[str, torch.Tensor]:
-    """:func:`monte_carlo_probs` for several kinds from the same forward passes on the same noise (a paired
-    comparison of soft and hard smoothing at the cost of one): ``{kind: (n, c) mean}``. Stage ``stage`` is 0 for
-    the selection draws, 1 for the estimation ones; the progress bar is labelled ``what``."""
+    """``{kind: (n, c) mean}`` over ``samples`` noisy copies of each image of the base network's probabilities
+    (soft) or one-hot predictions (hard), every kind from the same forward passes on the same noise (a paired
+    comparison of soft and hard smoothing at the cost of one). Example ``first_index + j`` draws its noise from its
+    own generator in blocks of :data:`NOISE_BLOCK`; the blocks of consecutive examples are packed into batches of
+    about ``batch_size`` noisy images, so the draws do not depend on the batch size (the sums only up to the
+    forward's float rounding). Stage ``stage`` is 0 for the selection draws, 1 for the estimation ones; the
+    progress bar is labelled ``what``."""
     for kind in kinds:
         check_options(sigma, samples, 0.5, kind)
     n, device = images.shape[0], images.device

@@ -1,11 +1,6 @@
-"""``mixzoo``: a thin typer layer over the library. Each command calls one public function and prints its result.
-
-One module per command family: :mod:`.models` (``list``, ``info``, ``fetch-list``), :mod:`.plugins`,
-:mod:`.mixing` (``mix``), :mod:`.evaluation` (``bench``, ``sanity``, ``verify``), :mod:`.certify`, :mod:`.train`;
-the options they share are declared once in :mod:`.options`, which also builds their
-:class:`~mixzoo.core.settings.RunSettings`. The command group (:mod:`.group`) adds the commands plugins contribute
-(hook ``mixzoo_cli_commands``; the built-in plugin ``share`` contributes :mod:`.share`'s ``push``, ``export`` and
-``report`` that way).
+"""``mixzoo``: a thin typer layer over the library, one module per command family; each command calls one public
+function and prints its result. The options they share are in :mod:`.options`; :mod:`.group` adds the commands
+plugins contribute (hook ``mixzoo_cli_commands``, as the built-in plugin ``share`` does with :mod:`.share`).
 """
 
 from __future__ import annotations
@@ -13,8 +8,7 @@ from __future__ import annotations
 import typer
 
 from mixzoo.cli import certify, evaluation, mixing, models, plugins, train
-from mixzoo.cli.group import OneLineUsageErrors, PluginCommands, main_options, plugin_commands
-from mixzoo.cli.options import parse_attack_options, parse_floats
+from mixzoo.cli.group import OneLineUsageErrors, main_options
 from mixzoo.core.commands import epilog_of
 
 app = typer.Typer(cls=OneLineUsageErrors, help="Mixed classifiers for any accurate/robust model pair, by name.",
@@ -30,5 +24,4 @@ def main() -> None:
     app()
 
 
-__all__ = ["OneLineUsageErrors", "PluginCommands", "app", "main", "parse_attack_options", "parse_floats",
-           "plugin_commands"]
+__all__ = ["app", "main"]

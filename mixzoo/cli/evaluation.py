@@ -35,7 +35,7 @@ from mixzoo.core.commands import (
     examples,
     out_console,
 )
-from mixzoo.core.labels import eps_text
+from mixzoo.core.labels import eps_text, row_label
 
 
 @command
@@ -179,8 +179,6 @@ def sanity(
 def _print_sweep(sweep: Any, out: Path, as_json: bool, seconds: float) -> None:
     """What ``sanity`` prints: the robust accuracy table over eps with the misses in red, the notes, the files (or
     the JSON)."""
-    from mixzoo.evaluation.bench import display_name
-
     if as_json:
         print(json.dumps(sweep.to_dict(), indent=2))
         return
@@ -193,7 +191,7 @@ def _print_sweep(sweep: Any, out: Path, as_json: bool, seconds: float) -> None:
     for m in sweep.models:
         cells = [f"{100 * r:.1f}" if not k else f"[red]{100 * r:.1f} -> {100 * c:.1f} ({k} missed)"
                  for r, c, k in zip(m.robust_accuracy, m.checked_robust_accuracy, m.misses, strict=True)]
-        table.add_row(display_name(m), f"{100 * m.clean_accuracy:.1f}", str(m.grey_class), *cells)
+        table.add_row(row_label(m), f"{100 * m.clean_accuracy:.1f}", str(m.grey_class), *cells)
     out_console.print(table)
     for note in sweep.notes:
         style = "green" if sweep.passed else "yellow"
@@ -235,7 +233,6 @@ def _print_verified(res: Any, recheck: int, as_json: bool) -> None:
     and the verdict (or the JSON)."""
     from rich import box
 
-    from mixzoo.evaluation.bench import display_name
     from mixzoo.evaluation.verify import FRAGILE
 
     if as_json:
@@ -251,7 +248,7 @@ def _print_verified(res: Any, recheck: int, as_json: bool) -> None:
             ("unexpected", r.unexpected), ("clean_disagrees", r.clean_disagrees),
             ("outcomes differ on recheck", r.recheck_differs),
             ("stand-alone outcomes differ on recheck", [i for v in r.own_differs.values() for i in v])) if v)
-        table.add_row(display_name(r), str(r.broken_reported), str(r.confirmed),
+        table.add_row(row_label(r), str(r.broken_reported), str(r.confirmed),
                       f"{100 * r.reported_robust_accuracy:.1f}", f"{100 * r.verified_robust_accuracy:.1f}",
                       f"[red]{problems}" if problems else "none")
     out_console.print(table)

@@ -1,11 +1,6 @@
-"""The options several commands share, declared once as option groups, and the one function that turns them into
-:class:`~mixzoo.core.settings.RunSettings`.
-
-An option group is a frozen dataclass whose fields are typer options (``Annotated[T, typer.Option(...)] = default``).
-A command names a group once, as one parameter annotated with the group's class; :func:`grouped` shows typer the
-group's fields as the command's own options and hands the command one instance of the group. So ``bench`` and
-``sanity`` declare their shared attack options in one place (:class:`AttackGroup`), and every command that reads
-data, writes a cache or loads models takes :class:`MachineGroup` / :class:`CacheGroup`.
+"""The options several commands share, declared once as option groups (frozen dataclasses whose fields are typer
+options; a command takes a group as one parameter annotated with its class, :func:`grouped`), and the one function
+that turns them into :class:`~mixzoo.core.settings.RunSettings` (:func:`run_settings`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The commands ``mixzoo push``, ``mixzoo export`` and ``mixzoo report``: thin typer layers over
-:func:`mixzoo.share.push.push`, :func:`mixzoo.share.export.export` and :func:`mixzoo.share.robustbench.model_info`.
-
-The built-in plugin ``share`` hands them to the ``mixzoo`` app through the hook ``mixzoo_cli_commands``
-(:func:`commands`), each wrapped by the commands' error handler (one line on stderr, exit status 2). torch, onnx
-and huggingface_hub are imported inside the commands only.
+"""``mixzoo push``, ``export`` and ``report`` over :func:`mixzoo.share.push.push`, :func:`mixzoo.share.export.export`
+and :func:`mixzoo.share.robustbench.model_info`, which the built-in plugin ``share`` hands to the app through the hook
+``mixzoo_cli_commands`` (:func:`commands`); torch, onnx and huggingface_hub are imported inside the commands only.
 """
 
 from __future__ import annotations

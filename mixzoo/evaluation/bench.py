@@ -1,14 +1,9 @@
-"""Evaluating mix cards: clean and robust accuracy of the ABC, the RBC and one row per card, any method.
-
-Every row is attacked with the same attack (from the attack hook) on the same evaluation images, disjoint from the
-calibration images; each card's row also with the extra attacks its method declares, worst case per example
-(:func:`~mixzoo.evaluation.worst_case.evaluate_card`: a robust example is one that the shared attack and every extra
-attack failed to break). With one card, the baseline method (linear, the "Mixed" classifier of Bai et al. 2024b,
-Eq. 3.4) gets the constant alpha whose robust accuracy matches the card's worst case as closely as its alpha grid
-allows (Bai et al. 2024a, Fig. 5 / Fig. 8 comparison; :mod:`mixzoo.evaluation.matching`). What a run does is one
-value, :class:`~mixzoo.evaluation.job.BenchJob`, whose work list (:meth:`~mixzoo.evaluation.job.BenchJob.steps`)
-the plan estimates and :func:`bench` runs. Each model's evaluation is saved per batch and resumes after an
-interruption; finished evaluations are reused when nothing they depend on changed.
+"""Evaluating mix cards (:func:`bench`): clean and robust accuracy of the ABC, the RBC and one row per card, any
+method, on evaluation images disjoint from the calibration images. With one card, the baseline method (linear, the
+"Mixed" classifier of Bai et al. 2024b, Eq. 3.4) gets the constant alpha whose robust accuracy matches the card's
+worst case as closely as its alpha grid allows (Bai et al. 2024a, Fig. 5 / Fig. 8 comparison). :func:`bench` runs the
+work list of a :class:`~mixzoo.evaluation.job.BenchJob`, the one the plan estimates; each model's evaluation is
+saved per batch, resumes after an interruption and is reused while nothing it depends on changed.
 """
 
 from __future__ import annotations
@@ -24,7 +19,6 @@ from mixzoo.attacks import runner
 from mixzoo.attacks.memory import parse_batch_size
 from mixzoo.attacks.precision import resolve_precision
 from mixzoo.attacks.result import Outcome
-from mixzoo.attacks.runner import evaluate, merge_warnings  # noqa: F401 - the names scripts import from here
 from mixzoo.core import distributed
 from mixzoo.core.cache import Cache
 from mixzoo.core.checks import distinct_row_names, reach_note
@@ -34,31 +28,19 @@ from mixzoo.core.machine import run_record
 from mixzoo.core.progress import next_phase
 from mixzoo.core.record import RunRecord, check_ranks_agree
 from mixzoo.core.request import EvalRequest, ReportRequest
+from mixzoo.core.schema import SETTINGS_FROM_RECORD
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.job import CURVE, MATCH, BenchJob, CurveSettings, MatchSettings, Step, budgeted  # noqa: F401
-from mixzoo.evaluation.loading import (  # noqa: F401 - the loaders' names here before
-    CardEvaluation,
-    card_evaluation,
-    check_run_settings,
-    evaluated_name,
-    linear_key_parts,
-    load_card,
-    model_key_parts,
-    resolved_batch_size,
-    run_record_of,
-    same_pair,
-)
-from mixzoo.evaluation.matching import matched_linear_alpha  # noqa: F401
-from mixzoo.evaluation.report import ADVERSARIAL_FILE, display_name, print_report, write_report  # noqa: F401
+from mixzoo.evaluation import loading
+from mixzoo.evaluation.job import BenchJob, CurveSettings, MatchSettings, Step
+from mixzoo.evaluation.loading import CardEvaluation, card_evaluation, check_run_settings
+from mixzoo.evaluation.matching import matched_linear_alpha
+from mixzoo.evaluation.report import ADVERSARIAL_FILE, check_report_dir, write_report
 from mixzoo.evaluation.results import ModelResult, Report, row_result
-from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card, worst_case  # noqa: F401
+from mixzoo.evaluation.versions import report_code_versions
+from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card
 from mixzoo.methods.base import baseline_method
+from mixzoo.zoo.data import shortfall_note
 from mixzoo.zoo.pairs import card_key_parts, weight_mismatches
-
-
-def mixed_key_parts(card: Any, abc: Any, rbc: Any, data: Any) -> dict[str, Any]:
-    """Cache key of a mix card's evaluation rows (:func:`card_key_parts`; kept for scripts that use the name)."""
-    return card_key_parts(card, abc, rbc, data)
 
 
 def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | Path | None = None,
@@ -91,7 +73,11 @@ def bench(card: Any = None, settings: RunSettings | None = None, *, out: str | P
     (:func:`mixzoo.evaluation.verify.verify_report`, ``mixzoo verify``).
     """
     job = BenchJob.of(settings_of(settings, changes), baseline, curve)
-    _check_bench(job.settings, out, job.curve)
+    check_run_settings(job.settings, out)  # the one-line errors before anything is loaded or attacked
+    if out is not None:  # a report.json mixzoo did not write, or a FIFO where one of the report's files goes
+        check_report_dir(Path(out))
+    if job.curve is not None and job.curve.n <= 0:
+        raise InputError(f"--curve-n must be positive, got {job.curve.n} (or pass --no-curve)")
     t0 = time.perf_counter()
     # under torchrun: every rank runs this function; the runner shares the batches out, rank 0 writes the report
     w = distributed.init(job.settings.device)
@@ -133,8 +119,6 @@ def _execute(run: BenchRun, world_size: int, written: bool, plots: bool) -> Repo
             _add_curve(run, report, step)
         else:
             report = _report(run, models + card_rows, report.settings)
-            from mixzoo.evaluation.versions import report_code_versions
-
             report.curve = run.curve_data
             report.settings["code_versions"] = report_code_versions(report)  # what ran, for stale_code
             if written:
@@ -145,17 +129,6 @@ def _execute(run: BenchRun, world_size: int, written: bool, plots: bool) -> Repo
                                       for c in run.cards]
     assert report is not None  # the work list ends with its report
     return report
-
-
-def _check_bench(s: RunSettings, out: str | Path | None, curve: CurveSettings | None) -> None:
-    """The bench's one-line errors before anything is loaded or attacked."""
-    check_run_settings(s, out)
-    if out is not None:  # a report.json mixzoo did not write, or a FIFO where one of the report's files goes
-        from mixzoo.evaluation.report import check_report_dir
-
-        check_report_dir(Path(out))
-    if curve is not None and curve.n <= 0:
-        raise InputError(f"--curve-n must be positive, got {curve.n} (or pass --no-curve)")
 
 
 @dataclass
@@ -199,19 +172,20 @@ def _bench_run(card: Any, job: BenchJob, save_adversarial: bool) -> BenchRun:
         card = fit(None, s.abc, s.rbc, cache_dir=s.cache_dir, use_cache=s.use_cache, device=s.device,
                    data_dir=s.data_dir, allow_unsafe=s.allow_unsafe, progress=s.progress, eps=s.eps, norm=s.norm,
                    seed=s.seed).card
-    cards = [load_card(c) for c in (card if isinstance(card, list | tuple) else [card])]
+    cards = [loading.load_card(c) for c in (card if isinstance(card, list | tuple) else [card])]
     if not cards:
         raise InputError("no mix card to bench; pass one or more cards (files or published names)")
     if s.abc is None and s.rbc is None:
-        same_pair(cards)
+        loading.same_pair(cards)
     ce = card_evaluation(cards[0], s)
     batch_policy = parse_batch_size(s.batch_size)
-    job = job.changed(cards=cards, batch_size=resolved_batch_size(s.batch_size, ce.abc, ce.rbc, ce.data, s.device))
+    job = job.changed(cards=cards,
+                      batch_size=loading.resolved_batch_size(s.batch_size, ce.abc, ce.rbc, ce.data, s.device))
     notes = list(ce.notes)  # the report must say so, not only the terminal
     notes += [note for note in [reach_note(ce.eps, ce.norm, ce.data.input_size)] if note]  # eps beyond every image
     for other in cards[1:]:
         notes += weight_mismatches(other, ce.abc, ce.rbc)
-    record = run_record_of(job.settings, cards, ce, job.given)
+    record = loading.run_record_of(job.settings, cards, ce, job.given)
     check_ranks_agree(record)  # the cards, models and images too, before any attack
     # the rows' attacks in the settings' precision (breaks confirmed in float32)
     request = EvalRequest(record, Cache(s.cache_dir, enabled=s.use_cache), progress=s.progress,
@@ -223,9 +197,9 @@ def _model_row(run: BenchRun, role: str) -> ModelResult:
     """The ABC's or the RBC's row (labelled with the model actually evaluated, an --abc/--rbc override, not the
     card's name)."""
     model = getattr(run.ce, role)
-    name = evaluated_name(run.cards[0], role, model)
+    name = loading.evaluated_name(run.cards[0], role, model)
     ev = runner.evaluate(model, run.ce.data.images, run.ce.data.labels,
-                         run.request.replace(key_parts=model_key_parts(model, run.ce.data), label=name))
+                         run.request.replace(key_parts=loading.model_key_parts(model, run.ce.data), label=name))
     return run.row(name, role, ev)
 
 
@@ -261,8 +235,6 @@ def report_settings(record: RunRecord, components: dict[str, Any], **run: Any) -
     shared attack's options in the order it runs them (``components["attack"]``), each component's attack and
     options (``components``), and ``run``'s facts (``batch_size_policy``, ``world_size``, ``device``, ``precision``
     as resolved, ``adversarial_file``, ``seconds``), in :data:`REPORT_SETTINGS`' order."""
-    from mixzoo.core.schema import SETTINGS_FROM_RECORD
-
     values = {k: getattr(record, r) for k, r in SETTINGS_FROM_RECORD.items()}
     values.update(run, attack_options=dict(components["attack"]["options"]), components=components)
     return {k: values[k] for k in REPORT_SETTINGS}
@@ -310,8 +282,6 @@ def _baseline_row(run: BenchRun, card_row: ModelResult, settings_record: dict[st
 
 
 def _report(run: BenchRun, rows: list[ModelResult], settings_record: dict[str, Any]) -> Report:
-    from mixzoo.zoo.data import shortfall_note
-
     data, cards = run.ce.data, run.cards
     report = Report(
         models=rows, card=cards[0], cards=cards,

@@ -21,7 +21,6 @@ from mixzoo.core.settings import DEFAULT_ATTACK, RunSettings
 from mixzoo.methods.base import baseline_method
 
 BENCH_MATCH_ATTACK = "adaptive-apgd"  # what matches the baseline's alpha: cheaper than the main attack
-BENCH_MATCH_OPTIONS: dict[str, Any] = dict(BUDGETS[DEFAULT_BUDGET].match_options)
 
 
 @dataclass(frozen=True)
@@ -58,10 +57,6 @@ class CurveSettings:
         """The trade-off curve of ``budget`` (:data:`~mixzoo.core.budget.BUDGETS`)."""
         b = budget_of(budget)
         return cls(options=dict(b.curve_options), n=b.curve_n, points=b.curve_points)
-
-
-MATCH = MatchSettings()
-CURVE = CurveSettings()
 
 
 def budgeted(s: RunSettings, baseline: MatchSettings | bool | None, curve: CurveSettings | bool | None, *,
@@ -153,5 +148,4 @@ def sweep_steps(card: Any, *, matched: bool, alpha_given: bool) -> list[Step]:
             *([Step("baseline", card)] if baseline else []), Step("card", card)]
 
 
-__all__ = ["BENCH_MATCH_ATTACK", "BENCH_MATCH_OPTIONS", "CURVE", "MATCH", "BenchJob", "CurveSettings",
-           "MatchSettings", "Step", "budgeted", "sweep_steps"]
+__all__ = ["BENCH_MATCH_ATTACK", "BenchJob", "CurveSettings", "MatchSettings", "Step", "budgeted", "sweep_steps"]

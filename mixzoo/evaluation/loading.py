@@ -14,7 +14,9 @@ from torch import nn
 from mixzoo.attacks.memory import auto_batch_size, parse_batch_size
 from mixzoo.attacks.precision import check_precision_device
 from mixzoo.core import distributed
+from mixzoo.core.budget import counts_of
 from mixzoo.core.cache import check_writable
+from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
 from mixzoo.core.record import RunRecord, sha256_of
 from mixzoo.core.settings import RunSettings, settings_of
@@ -33,11 +35,6 @@ from mixzoo.zoo.pairs import (
 def model_key_parts(model: nn.Module, data: Any) -> dict[str, Any]:
     """Cache key of the ABC's or the RBC's evaluation row."""
     return {"data": data.fingerprint, "model": model_key(model)}
-
-
-def linear_key_parts(abc: nn.Module, rbc: nn.Module, data: Any, alpha: float) -> dict[str, Any]:
-    """Cache key of the linear baseline's evaluation row at ``alpha``."""
-    return {"data": data.fingerprint, "abc": model_key(abc), "rbc": model_key(rbc), "linear_alpha": alpha}
 
 
 def check_run_settings(settings: RunSettings, out: str | Path | None = None) -> None:
@@ -74,8 +71,6 @@ class CardEvaluation:
 
 def load_card(card: Any) -> Any:
     """A :class:`~mixzoo.core.card.MixCard` from a card, a card file or a published card's name."""
-    from mixzoo.core.card import MixCard
-
     return card if isinstance(card, MixCard) else MixCard.load(card)
 
 
@@ -112,8 +107,6 @@ def run_record_of(settings: RunSettings, cards: list[Any], ce: CardEvaluation,
     """The :class:`~mixzoo.core.record.RunRecord` of benching ``cards`` with ``settings`` (eps and norm as
     resolved, the models and images ``ce`` loaded; ``given``: the user's ``-O``, whose counts the record keeps as
     those set on every component)."""
-    from mixzoo.core.budget import counts_of
-
     return RunRecord.from_settings(
         settings, card=sha256_of([c.to_dict() for c in cards]), abc=model_key(ce.abc), rbc=model_key(ce.rbc),
         dataset=ce.data.name, examples=ce.data.fingerprint, eps=float(ce.eps), norm=ce.norm,
@@ -151,6 +144,5 @@ def evaluated_name(card: Any, role: str, model: nn.Module) -> str:
     return name if isinstance(name, str) and name else (getattr(card, role) or {}).get("name") or role.upper()
 
 
-
 __all__ = ["CardEvaluation", "card_evaluation", "card_key_parts", "check_run_settings", "evaluated_name",
-           "linear_key_parts", "load_card", "model_key_parts", "resolved_batch_size", "run_record_of", "same_pair"]
+           "load_card", "model_key_parts", "resolved_batch_size", "run_record_of", "same_pair"]

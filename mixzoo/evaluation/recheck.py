@@ -10,8 +10,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixzoo.attacks import runner
+from mixzoo.core.cache import Cache
 from mixzoo.core.errors import InputError
+from mixzoo.core.record import RunRecord
+from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings
+from mixzoo.evaluation.worst_case import evaluate_card
 
 
 def row_outcomes(text: str, n: int, what: str, name: str) -> torch.Tensor:
@@ -49,8 +54,6 @@ def attack_record(report: dict[str, Any], path: Path, s: RunSettings) -> Any:
     if precision == "auto":  # resolved on the bench's device: the settings say to what (checked to be a name)
         precision = report["settings"].get("precision", "float32")
     size = record.get("batch_size")
-    from mixzoo.core.record import RunRecord
-
     return RunRecord.from_settings(s.changed(attack=attack, attack_options=dict(options), seed=seed,
                                              precision=precision, extra_attacks=extras,
                                              budget=record.get("budget", s.budget),
@@ -66,11 +69,6 @@ def recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images:
     stand-alone outcome differs). The examples are attacked within the whole batches of the record's batch size
     that hold them, so a component drawing its randomness per batch (``autoattack-standard``) sees the batch it saw
     in the full run."""
-    from mixzoo.attacks.runner import evaluate
-    from mixzoo.core.cache import Cache
-    from mixzoo.core.request import EvalRequest
-    from mixzoo.evaluation.worst_case import evaluate_card
-
     n = len(labels)
     clean = row_outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])
     robust = row_outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
@@ -86,7 +84,8 @@ def recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images:
     request = EvalRequest(record.replace(eps=ce.eps, norm=ce.norm), Cache(enabled=False),
                           label=f"{m['name']} (recheck)", example_index=attacked, progress=False)
     x, y = images[attacked], labels[attacked]
-    ev = evaluate_card(card, ce.abc, ce.rbc, x, y, request) if card is not None else evaluate(model, x, y, request)
+    ev = (evaluate_card(card, ce.abc, ce.rbc, x, y, request) if card is not None
+          else runner.evaluate(model, x, y, request))
     again = torch.tensor(ev["robust_correct"], dtype=torch.bool)[at]
     return picked.tolist(), picked[again != robust[picked]].tolist(), own_differences(
         m.get("components") or [], ev["components"], picked.tolist(), at.tolist())

@@ -5,28 +5,31 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from mixzoo.core.cache import atomic_save_tensors, atomic_write_text, staged_directory
+from mixzoo.core.errors import MixzooError
 from mixzoo.core.labels import eps_text, row_label
 from mixzoo.core.machine import machine_line
+from mixzoo.core.paths import check_output, json_with
 from mixzoo.core.progress import console
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
 ADVERSARIAL_FILE = "adversarial.safetensors"
-
-
-PER_EXAMPLE_NOTE = " (per-example randomness: outcomes do not depend on the batch size or the number of processes)"
-BATCH_SEED_NOTE = " (randomness per batch, seed + batch number: outcomes depend on the batch size)"
+REPORT_FILES = ("report.json", "report.md", "objective.png", "tradeoff.png", "margins.png", ADVERSARIAL_FILE)
 
 
 def seeds_note(settings: dict[str, Any]) -> str:
     """What report.md says about the attacks' randomness: per example (the default) or per batch."""
     if settings.get("per_example_seeds"):
-        return PER_EXAMPLE_NOTE
-    return BATCH_SEED_NOTE if settings.get("per_example_seeds") is False else ""
+        return " (per-example randomness: outcomes do not depend on the batch size or the number of processes)"
+    if settings.get("per_example_seeds") is False:
+        return " (randomness per batch, seed + batch number: outcomes depend on the batch size)"
+    return ""
 
 
 def options_text(options: dict[str, Any]) -> str:
@@ -44,7 +47,6 @@ def budget_text(settings: dict[str, Any]) -> str:
 def screening_note(attack: str) -> str | None:
     """The note of a screening attack (its class's ``screening_note``, e.g. ``fast``), printed beside its name:
     such a result is not a reported robustness figure. None for other attacks and for names no plugin registers."""
-    from mixzoo.core.errors import MixzooError
     from mixzoo.core.plugins import lookup
 
     try:
@@ -145,16 +147,12 @@ def markdown(report: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_report_dir(out: Path, option: str = "--out") -> Path:
+def check_report_dir(out: Path) -> None:
     """Refuse, before any attack, a report directory :func:`write_report` would write into although it holds a
     ``report.json`` mixzoo did not write, or a FIFO, device, directory or link where one of its files goes
     (:func:`mixzoo.core.paths.check_output`)."""
-    from mixzoo.core.paths import check_output, json_with
-
-    names = ("report.json", "report.md", "objective.png", "tradeoff.png", "margins.png", ADVERSARIAL_FILE)
-    return check_output(out, option=option, directory=True,
-                        files={name: json_with("models", "settings") if name == "report.json" else None
-                               for name in names})
+    check_output(out, directory=True, files={name: json_with("models", "settings") if name == "report.json" else None
+                                             for name in REPORT_FILES})
 
 
 def write_report(report: Any, out: Path, *, plots: bool = True) -> list[Path]:
@@ -163,9 +161,8 @@ def write_report(report: Any, out: Path, *, plots: bool = True) -> list[Path]:
     removed). Only renders: each card's method draws its figures from the report (``report.curve``, the card, and
     ``report.figure_data``, which the bench computed); nothing is attacked or computed here."""
     names: list[str] = []
-    known = ("report.json", "report.md", "objective.png", "tradeoff.png", "margins.png", ADVERSARIAL_FILE)
     figure_data = list(getattr(report, "figure_data", None) or [])
-    with staged_directory(out, known) as stage:
+    with staged_directory(out, REPORT_FILES) as stage:
         for index, card in enumerate(report.cards or [report.card]) if plots else ():
             data = figure_data[index] if index < len(figure_data) else None
             names += card.mixing_method.figures(report, card, stage, prefix="" if index == 0 else f"card{index + 1}-",
@@ -185,10 +182,12 @@ def write_report(report: Any, out: Path, *, plots: bool = True) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------------------ terminal
-def seconds_cell(m: Any) -> str:
-    """Attack seconds, saying where they were spent and whether this run read them from the cache."""
-    where = m.device or "?"
-    return f"{m.seconds:.0f} ({where}, cached)" if m.cached else f"{m.seconds:.0f} ({where})"
+def seconds_cell(m: Any, device: str | None = None) -> str:
+    """Attack seconds, saying where they were spent (given the run's ``device``, as in the terminal: only when it
+    is another) and whether this run read them from the cache."""
+    where = (m.device or "?") if device is None else m.device if m.device != device else ""
+    tags = [t for t in (where, "cached" if m.cached else "") if t]
+    return f"{m.seconds:.0f}" + (f" ({', '.join(tags)})" if tags else "")
 
 
 def ci_cell(value: float, ci: list[float], digits: int = 2) -> str:
@@ -214,24 +213,9 @@ def comparison_lines(report: Any) -> list[str]:
     return lines
 
 
-def display_name(m: Any) -> str:
-    """The row's one label (:func:`mixzoo.core.labels.row_label`), as in report.md and report.json."""
-    return row_label(m)
-
-
-def terminal_seconds_cell(m: Any, device: str) -> str:
-    """Attack seconds; the device only when it is not the run's, and whether the row came from the cache."""
-    tags = [t for t in (m.device if m.device and m.device != device else "", "cached" if m.cached else "") if t]
-    return f"{m.seconds:.0f}" + (f" ({', '.join(tags)})" if tags else "")
-
-
 def print_report(report: Any, *, to: Console | None = None) -> None:
     """The bench table in the terminal (or on the console ``to``), fitting 80 columns (report.md has the wide
     form)."""
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
-
     to = to or console
     settings = report.settings
     device = settings.get("device", "")
@@ -247,8 +231,8 @@ def print_report(report: Any, *, to: Console | None = None) -> None:
     for m in report.models:
         counts = bf16_counts(m.components)
         both = ((f"{counts[0]}/{counts[1]}+{counts[2]}" if counts else "-",) if low else ())
-        table.add_row(display_name(m), ci_cell(m.clean_accuracy, m.clean_ci, digits=1),
-                      ci_cell(m.robust_accuracy, m.robust_ci, digits=1), *both, terminal_seconds_cell(m, device))
+        table.add_row(row_label(m), ci_cell(m.clean_accuracy, m.clean_ci, digits=1),
+                      ci_cell(m.robust_accuracy, m.robust_ci, digits=1), *both, seconds_cell(m, device))
     to.print(table)
     if note := screening_note(settings["attack"]):
         to.print(f"[bold yellow]{escape(settings['attack'])}: {escape(note)}", highlight=False)

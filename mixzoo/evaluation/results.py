@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import torch
 
 from mixzoo.attacks.result import Outcome, outcome_text
 from mixzoo.core.labels import row_label
+from mixzoo.evaluation.stats import paired_difference, wilson_interval
 
 
 @dataclass
@@ -82,8 +83,6 @@ class Report:
         """Each card's row against the RBC, the matched baseline and every later card, then the baseline against
         the RBC; clean and robust, paired example by example on the same images
         (:func:`mixzoo.evaluation.stats.paired_difference`: difference of accuracies, 95 % interval)."""
-        from mixzoo.evaluation.stats import paired_difference
-
         rbc = [m for m in self.models if m.kind == "rbc"]
         cards = [m for m in self.mixed_rows() if m.card is None or m.name not in self._baseline_names()]
         baselines = [m for m in self.mixed_rows() if m.name in self._baseline_names()]
@@ -105,8 +104,6 @@ class Report:
         return {m.name for m in self.mixed_rows()[:max(0, len(self.mixed_rows()) - n_cards)]}
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return {
             "models": [{**asdict(m), "label": row_label(m)} for m in self.models],
             "card": self.card.to_dict() if hasattr(self.card, "to_dict") else self.card,
@@ -127,8 +124,6 @@ def row_result(name: str, kind: str, ev: Outcome | Mapping[str, Any], attack: st
                alpha: float | None = None, card: Any = None) -> ModelResult:
     """A bench row from its evaluation's :class:`~mixzoo.attacks.result.Outcome` (accuracies, their 95 % Wilson
     intervals, the outcomes per example), its attack and threat model, and for a mixed row its alpha and card."""
-    from mixzoo.evaluation.stats import wilson_interval
-
     ev = Outcome.of(ev)
     n = ev.n
     clean, robust = sum(ev.clean_correct), sum(ev.robust_correct)

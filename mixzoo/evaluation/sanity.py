@@ -34,18 +34,26 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixzoo.attacks import runner
 from mixzoo.attacks.result import Outcome
 from mixzoo.core.budget import counts_of
 from mixzoo.core.cache import Cache, atomic_write_text, staged_directory
 from mixzoo.core.errors import InputError
+from mixzoo.core.labels import eps_text, row_label
 from mixzoo.core.machine import machine_line, run_record
+from mixzoo.core.paths import check_output, json_with
 from mixzoo.core.progress import next_phase
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
-from mixzoo.evaluation.job import MatchSettings
-from mixzoo.evaluation.loading import resolved_batch_size
-from mixzoo.zoo.pairs import model_device, model_hash, model_key
+from mixzoo.evaluation.job import MatchSettings, budgeted, sweep_steps
+from mixzoo.evaluation.loading import card_evaluation, check_run_settings, resolved_batch_size
+from mixzoo.evaluation.matching import matched_linear_alpha
+from mixzoo.evaluation.report import options_text, precision_text
+from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card
+from mixzoo.methods.base import baseline_method
+from mixzoo.zoo.data import shortfall_note
+from mixzoo.zoo.pairs import card_key_parts, model_device, model_hash, model_key
 
 GREY = 0.5
 
@@ -69,12 +77,7 @@ def checked_robust(robust: torch.Tensor, grey_breakable: torch.Tensor) -> torch.
     and the grey image does not break it (``grey_breakable[e, i]``): whatever breaks it in a smaller ball breaks
     it in this one.
     """
-    return monotone_robust(robust & ~grey_breakable)
-
-
-def monotone_robust(robust: torch.Tensor) -> torch.Tensor:
-    """``robust[e, i]`` and robust at every smaller radius (rows ascending in eps)."""
-    return robust.to(torch.uint8).cummin(dim=0).values.bool()
+    return (robust & ~grey_breakable).to(torch.uint8).cummin(dim=0).values.bool()
 
 
 @dataclass
@@ -191,24 +194,15 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
               **changes: Any) -> EpsSweep:
     """Robust accuracy of the card's ABC, RBC, matched baseline and the card's own classifier at each radius in
     ``radii`` (default :func:`default_radii`), on the first ``n`` evaluation images, with the monotonicity and
-    grey-image checks of the module docstring. ``settings`` (:class:`~mixzoo.core.settings.RunSettings`; default
-    attack ``adaptive-apgd`` on 200 images; keyword arguments named after its fields change it) are shared with
-    ``mixzoo bench``, and so are the cached evaluations: at the card's eps, with the same attack, ``n`` and batch
-    size, the bench's rows are reused.
+    grey-image checks of the module docstring. ``settings`` (:class:`~mixzoo.core.settings.RunSettings`, 200 images by
+    default; keyword arguments named after its fields change it), budget (:mod:`mixzoo.core.budget`) and ``-O`` counts
+    included, are ``mixzoo bench``'s (``attack=None``: the budget's attack, else ``adaptive-apgd``), and so are the
+    cached evaluations: at the card's eps, with the same attack, ``n`` and batch size, the bench's rows are reused.
 
-    ``baseline``: the baseline method's row (linear) matched to the card's worst case exactly as ``mixzoo bench``
-    matches it (:class:`~mixzoo.evaluation.bench.MatchSettings`; ``True``: the settings' budget's, as the bench's,
-    so after a bench with the same settings it is read from the cache), or at a given alpha (a number), or
-    ``None``: no baseline row. The settings' ``budget`` and ``-O`` counts reach every component as in the bench
-    (:mod:`mixzoo.core.budget`); ``attack=None`` takes the budget's attack, else ``adaptive-apgd``.
+    ``baseline``: the baseline method's row (linear) matched to the card's worst case as ``mixzoo bench`` matches it
+    (:class:`~mixzoo.evaluation.bench.MatchSettings`; ``True``: the settings' budget's, read from the cache after
+    such a bench), at a given alpha (a number), or ``None``: no baseline row.
     """
-    from mixzoo.attacks.runner import evaluate
-    from mixzoo.evaluation.job import budgeted
-    from mixzoo.evaluation.loading import card_evaluation, check_run_settings
-    from mixzoo.evaluation.worst_case import evaluate_card
-    from mixzoo.methods.base import baseline_method
-    from mixzoo.zoo.data import shortfall_note
-
     s = settings_of(settings, changes, attack=None, n=200)
     given = dict(s.attack_options or {})  # the user's -O, before the budget's caps
     s, match, _ = budgeted(s, baseline if not isinstance(baseline, int | float) or isinstance(
@@ -225,18 +219,16 @@ def eps_sweep(card: Any, settings: RunSettings | None = None, *, radii: list[flo
     # every radius's request: the run's record at that eps (sanity's rows in the settings' precision)
     request = EvalRequest(RunRecord.from_settings(s, eps=eps, norm=norm, count_overrides=counts_of(given)),
                           Cache(s.cache_dir, enabled=s.use_cache), progress=s.progress)
-    base_method = baseline_method()
-    models, components, linear_alpha = _sweep_models(ce, request, match, linear_alpha)
+    models, components = _sweep_models(ce, request, match, linear_alpha)
     components = {"attack": {"attack": s.attack, "options": dict(s.attack_options)}, **components}
     rows = []
-    for name, kind, model, key, row_card in models:
+    for name, kind, model, key, row_card, alpha in models:
         next_phase()
         at = [request.replace(eps=r, key_parts=key, label=f"{name} at eps {r:g}") for r in radii]
-        evs = [evaluate(model, images, labels, r) if row_card is None else
+        evs = [runner.evaluate(model, images, labels, r) if row_card is None else
                evaluate_card(row_card, abc_m, rbc_m, images, labels, r)
                for r in at]
-        rows.append(_row(name, kind, model, evs, radii, images, labels, norm,
-                         alpha=linear_alpha if base_method is not None and kind == base_method.name else None))
+        rows.append(_row(name, kind, model, evs, radii, images, labels, norm, alpha=alpha))
     sweep = EpsSweep(radii=radii, models=rows, attack=s.attack, norm=norm, eps=eps, n=len(labels),
                      dataset={"name": card.dataset, "split": "evaluation", "n": len(labels),
                               "fingerprint": data.fingerprint, "source": getattr(data, "source", "")},
@@ -258,8 +250,6 @@ def _checked_inputs(out: str | Path | None, radii: list[float] | None,
     """One-line errors for a foreign file where a sanity file goes, non-positive radii or a given linear alpha
     outside [1/2, 1]; the given alpha (``None`` when the baseline is matched or left out)."""
     if out is not None:  # a sanity.json mixzoo did not write, or a FIFO where one of its files goes
-        from mixzoo.core.paths import check_output, json_with
-
         check_output(out, directory=True, files={name: json_with("radii") if name == "sanity.json" else None
                                                  for name in ("sanity.json", "sanity.md", "sanity.png")})
     if radii is not None and (not radii or min(radii) <= 0):
@@ -271,17 +261,11 @@ def _checked_inputs(out: str | Path | None, radii: list[float] | None,
 
 
 def _sweep_models(ce: Any, request: EvalRequest, match: MatchSettings | None, linear_alpha: float | None
-                  ) -> tuple[list[tuple], dict[str, Any], float | None]:
-    """The sweep's rows to attack, ``(name, kind, classifier, cache key, card)`` (a card row's worst case is over
-    the shared attack and its method's extras): the ABC, the RBC, the baseline method's row (at ``linear_alpha``,
-    else matched to the card's worst case as the bench matches it) and the card; with the components record and
-    the baseline's alpha."""
-    from mixzoo.evaluation.job import sweep_steps
-    from mixzoo.evaluation.matching import matched_linear_alpha
-    from mixzoo.evaluation.worst_case import declared_attacks
-    from mixzoo.methods.base import baseline_method
-    from mixzoo.zoo.pairs import card_key_parts
-
+                  ) -> tuple[list[tuple], dict[str, Any]]:
+    """The sweep's rows to attack, ``(name, kind, classifier, cache key, card, alpha)`` (a card row's worst case is
+    over the shared attack and its method's extras): the ABC, the RBC, the baseline method's row (at
+    ``linear_alpha``, else matched to the card's worst case as the bench matches it) and the card; with the
+    components record."""
     card, abc_m, rbc_m, data = ce.card, ce.abc, ce.rbc, ce.data
     base = {"data": data.fingerprint}
     base_method = baseline_method()
@@ -292,7 +276,7 @@ def _sweep_models(ce: Any, request: EvalRequest, match: MatchSettings | None, li
         if step.kind in ("abc", "rbc"):
             model = getattr(ce, step.kind)
             models.append((_name(model, model_hash(model), getattr(card, step.kind), step.kind.upper()), step.kind,
-                           model, {**base, "model": model_key(model)}, None))
+                           model, {**base, "model": model_key(model)}, None, None))
         elif step.kind == "match":
             next_phase()  # the phases of mixzoo.evaluation.plan.plan_sanity, in its order
             matching = request.replace(attack=match.attack, attack_options=match.options, precision="float32")
@@ -303,20 +287,18 @@ def _sweep_models(ce: Any, request: EvalRequest, match: MatchSettings | None, li
             base_card = base_method.card_at(linear_alpha, card)
             models.append((f"{base_method.title} (alpha={linear_alpha:.2f})", base_method.name,
                            base_method.build(abc_m, rbc_m, base_card), card_key_parts(base_card, abc_m, rbc_m, data),
-                           base_card))
+                           base_card, linear_alpha))
     title = card.mixing_method.title or card.method
-    models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card))
+    models.append((title, card.method, ce.mixed, card_key_parts(card, abc_m, rbc_m, data), card,
+                   linear_alpha if base_method is not None and card.method == base_method.name else None))
     if record.extra_attacks:
         components.update({f"{title}: {extra.name}": {"attack": extra.attack, "options": opts}
                            for extra, opts in declared_attacks(card, record.budget, record.counts())})
-    return models, components, linear_alpha
+    return models, components
 
 
 def markdown(sweep: EpsSweep) -> str:
     """``sanity.md``: robust accuracy per model and radius, misses marked, and the notes."""
-    from mixzoo.core.labels import eps_text, row_label
-    from mixzoo.evaluation.report import options_text, precision_text
-
     head = " | ".join(f"eps {eps_text(r)}" for r in sweep.radii)
     lines = [f"# mixzoo sanity: robust accuracy over eps ({sweep.budget} budget)", "",
              f"`{sweep.attack}`{options_text(sweep.attack_options)}{precision_text(sweep.precision)}, {sweep.norm},"
@@ -327,8 +309,8 @@ def markdown(sweep: EpsSweep) -> str:
              f"image reaches every example at eps {eps_text(sweep.reach)}.", "",
              f"| model | clean % | class at grey | {head} |", "|---|---|---|" + "---|" * len(sweep.radii)]
     for m in sweep.models:
-        cells = [_cell(r, c, k) for r, c, k in zip(m.robust_accuracy, m.checked_robust_accuracy, m.misses,
-                                                    strict=True)]
+        cells = [f"{100 * r:.1f}" if not k else f"{100 * r:.1f} -> {100 * c:.1f} ({k} missed)"
+                 for r, c, k in zip(m.robust_accuracy, m.checked_robust_accuracy, m.misses, strict=True)]
         lines.append(f"| {row_label(m)} | {100 * m.clean_accuracy:.1f} | {m.grey_class} | {' | '.join(cells)} |")
     lines += ["", f"**{'Passed' if sweep.passed else 'FAILED'}.**", ""] + [f"- {note}" for note in sweep.notes]
     if sweep.files:
@@ -337,18 +319,12 @@ def markdown(sweep: EpsSweep) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cell(robust: float, checked: float, misses: int) -> str:
-    return f"{100 * robust:.1f}" if not misses else f"{100 * robust:.1f} -> {100 * checked:.1f} ({misses} missed)"
-
-
 def plot_sweep(sweep: EpsSweep, path: Path) -> None:
     """Robust accuracy over eps per model (solid: the attack's; dotted: after the checks, where they differ;
     dashed: the cap the grey image puts on the model's robust accuracy)."""
-    from mixzoo.core.figures import figure_module as _figure
-    from mixzoo.core.figures import save_png as _save_png
-    from mixzoo.core.labels import row_label
+    from mixzoo.core.figures import figure_module, save_png
 
-    plt = _figure()
+    plt = figure_module()
     fig, ax = plt.subplots(figsize=(7.5, 4))
     # lines that coincide (every model at 0 % at a large radius) stay apart: own marker, line style and size
     markers, styles = ("o", "s", "^", "D", "v", "P"), ("-", "--", "-.", (0, (1, 1)), (0, (5, 1)), (0, (3, 1, 1, 1)))
@@ -374,7 +350,7 @@ def plot_sweep(sweep: EpsSweep, path: Path) -> None:
     ax.set_ylim(-2, 102)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_title("robust accuracy must fall with eps and stay under the grey-image cap", fontsize=9)
-    _save_png(fig, path)
+    save_png(fig, path)
     plt.close(fig)
 
 

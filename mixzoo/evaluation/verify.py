@@ -27,9 +27,19 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixzoo.attacks.base import within_threat_model
+from mixzoo.core.cache import atomic_write_text, check_writable
+from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
+from mixzoo.core.paths import check_output, inside, json_with
+from mixzoo.core.reading import read_data
+from mixzoo.core.schema import ReportFile, validate
 from mixzoo.core.settings import RunSettings, settings_of
+from mixzoo.evaluation.loading import card_evaluation
 from mixzoo.evaluation.recheck import attack_record, recheck_row, row_outcomes
+from mixzoo.evaluation.report import ADVERSARIAL_FILE
+from mixzoo.methods.base import baseline_method
+from mixzoo.zoo.pairs import check_device
 
 
 @dataclass
@@ -145,25 +155,16 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     :attr:`VerifiedRow.own_differs`). This catches outcomes no saved point can refute, such as a cache entry
     edited to call broken examples robust.
     """
-    from mixzoo.core.card import MixCard
-    from mixzoo.evaluation.bench import ADVERSARIAL_FILE, card_evaluation
-    from mixzoo.zoo.pairs import check_device
-
     s = settings_of(settings, changes)
     device, batch_size = s.device, s.batch_size
     t0 = time.perf_counter()
     if out is not None:
-        from mixzoo.core.cache import check_writable
-        from mixzoo.core.paths import check_output, json_with
-
         check_output(out, what="a mixzoo verify result", ours=json_with("report", "rows", "passed"))
         check_writable(out, what="--out file")
     report_dir = Path(report_dir)
     report_path = report_dir / "report.json"
     report = _load_report(report_path)
     settings, dataset, models = report["settings"], report["dataset"], report["models"]
-    from mixzoo.core.paths import inside
-
     points_file = inside(report_dir, settings.get("adversarial_file") or ADVERSARIAL_FILE,
                          f"{report_path}: field 'settings.adversarial_file'", "the report")
     points = load_points(points_file)
@@ -199,8 +200,6 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
     result = Verification(str(report_dir), rows, float(ce.eps), ce.norm, n, device, time.perf_counter() - t0,
                           notes=list(ce.notes))
     if out is not None:
-        from mixzoo.core.cache import atomic_write_text
-
         atomic_write_text(out, json.dumps(result.to_dict(), indent=2) + "\n")
     return result
 
@@ -210,9 +209,6 @@ def _load_report(report_path: Path) -> dict[str, Any]:
     (every figure against its outcomes, the settings against the run record, the record against its digest:
     :class:`mixzoo.core.schema.ReportFile`); a one-line error when it is missing, not a bench report, its parts
     disagree, or it was written without ``--save-adversarial``."""
-    from mixzoo.core.reading import read_data
-    from mixzoo.core.schema import ReportFile, validate
-
     if not report_path.is_file():
         raise InputError(f"{report_path} not found; pass the --out directory of `mixzoo bench`")
     report = read_data(report_path, "json", what="bench report")
@@ -233,8 +229,6 @@ def _load_report(report_path: Path) -> dict[str, Any]:
 
 def _row_card(m: dict[str, Any], report_path: Path) -> Any:
     """The card a mixed row records (``None`` for a row without one)."""
-    from mixzoo.core.card import MixCard
-
     if not m.get("card"):
         return None
     return MixCard.from_dict(m["card"], source=f"{report_path} row {m['name']!r}",
@@ -244,8 +238,6 @@ def _row_card(m: dict[str, Any], report_path: Path) -> Any:
 def _row_model(m: dict[str, Any], card: Any, ce: Any, report_path: Path) -> nn.Module | None:
     """The classifier of report row ``m``: the ABC, the RBC, a mixed row's card rebuilt by its method, or (reports
     before rows recorded cards) the report's card and its matched baseline; ``None`` when none fits."""
-    from mixzoo.evaluation.bench import baseline_method
-
     model = {"abc": ce.abc, "rbc": ce.rbc}.get(m["kind"])
     if model is None and m.get("card"):  # a mixed row records its card: rebuilt by the card's method
         row_card = _row_card(m, report_path)
@@ -304,8 +296,6 @@ def _indices(mask: torch.Tensor) -> list[int]:
 
 def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor], images: torch.Tensor,
                 labels: torch.Tensor, eps: float, norm: str, batch_size: int, device: str) -> VerifiedRow:
-    from mixzoo.attacks.base import within_threat_model
-
     n = len(labels)
     clean_reported = row_outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])
     robust_reported = row_outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
@@ -315,10 +305,10 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
         raise InputError(f"the points of row {m['name']!r} index examples outside 0..{n - 1} or twice")
     clean_here = _outputs(model, images, batch_size, device).argmax(dim=1) == labels
     adv = pts["images"].to(images.dtype)
-    inside = within_threat_model(adv, images[index], eps, norm)
+    in_ball = within_threat_model(adv, images[index], eps, norm)
     out = _outputs(model, adv, batch_size, device) if len(index) else torch.zeros(0, 1)
     wrong = out.argmax(dim=1) != labels[index]
-    confirmed = inside & wrong & clean_here[index]
+    confirmed = in_ball & wrong & clean_here[index]
     margins = _margins(out, labels[index])[confirmed] if len(index) else torch.zeros(0)
     saved = torch.zeros(n, dtype=torch.bool)
     saved[index] = True
@@ -327,7 +317,7 @@ def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor
         reported_robust_accuracy=int(robust_reported.sum()) / n,  # the report's figure, from its outcomes
         verified_robust_accuracy=(int(clean_here.sum()) - int(confirmed.sum())) / n,
         broken_reported=int(broken_reported.sum()), points_saved=len(index), confirmed=int(confirmed.sum()),
-        outside=index[~inside].tolist(), not_misclassified=index[inside & ~wrong].tolist(),
+        outside=index[~in_ball].tolist(), not_misclassified=index[in_ball & ~wrong].tolist(),
         missing=_indices(broken_reported & ~saved), unexpected=_indices(saved & ~broken_reported),
         clean_disagrees=_indices(clean_here != clean_reported),
         closest_margin=float(margins.max()) if len(margins) else None,

@@ -98,5 +98,4 @@ def extra_request(request: EvalRequest, extra: Any, options: dict[str, Any], sub
                    "subset": content_key({"rows": subset.tolist()})})
 
 
-
 __all__ = ["declared_attacks", "evaluate_card", "extra_request", "worst_case"]

@@ -18,8 +18,8 @@ from mixzoo.attacks.suites import APGDEnsemble
 from mixzoo.core.cache import Cache
 from mixzoo.core.errors import InputError
 from mixzoo.core.settings import RunSettings
-from mixzoo.evaluation.bench import worst_case
 from mixzoo.evaluation.report import bf16_counts, component_cell, precision_text
+from mixzoo.evaluation.worst_case import worst_case
 
 # bfloat16 keeps 8 significant bits: both weights round to 1 + 2^-7 there, while float32 tells them apart
 W_WRONG, W_TRUE = 1.0078125, 1.0078125 + 2.0 ** -12

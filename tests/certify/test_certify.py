@@ -42,7 +42,7 @@ from mixzoo.certify.radii import (
     smoothing_lipschitz_constant,
     smoothing_radius,
 )
-from mixzoo.certify.smoothing import confidence_bounds, minimum_samples, monte_carlo_probs, smoothed_estimate
+from mixzoo.certify.smoothing import confidence_bounds, minimum_samples, monte_carlo_means, smoothed_estimate
 from mixzoo.cli import app
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, RegistryError
@@ -553,7 +553,7 @@ def test_smoothing_certificates_survive_l2_pgd_and_a_wrong_sigma_does_not(monkey
 
     _, _, attacked = l2_pgd_flips(smoothed_mixture, x, y, radius, steps=40, restarts=2, seed=1)
     assert bool(((attacked - x).flatten(1).norm(dim=1).double() <= radius * (1 + 1e-5)).all())
-    fresh = monte_carlo_probs(rbc, attacked, sigma, 20_000, seed=12345, progress=False)
+    fresh = monte_carlo_means(rbc, attacked, sigma, 20_000, kinds=("soft",), seed=12345, progress=False)["soft"]
     with torch.no_grad():
         mix = (1 - alpha) * abc(attacked).softmax(1).double() + alpha * fresh
     changed = mix.argmax(1) != y
@@ -595,7 +595,7 @@ def test_smoothing_radii_against_the_exact_radius_of_a_half_space(monkeypatch, s
     sigma, n = 1.0, 60
     images, labels = digits(n)
     dist = ((images.flatten(1) @ w + b) / w.norm()).double().abs()
-    mc = monte_carlo_probs(model, images[:10], sigma, 20_000, kind="hard", seed=3, progress=False)[:, 0]
+    mc = monte_carlo_means(model, images[:10], sigma, 20_000, kinds=("hard",), seed=3, progress=False)["hard"][:, 0]
     exact = torch.from_numpy(stats.norm.cdf(((images[:10].flatten(1) @ w + b) / (sigma * w.norm())).numpy()))
     assert torch.allclose(mc, exact.double(), atol=0.015)  # the smoothed model is what the formulas assume
     result = certify(rbc=model, abc="digits-std", dataset="digits",

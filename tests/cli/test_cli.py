@@ -24,7 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from mixzoo.cli import app, parse_attack_options, parse_floats
+from mixzoo.cli import app
+from mixzoo.cli.options import parse_attack_options, parse_floats
 from mixzoo.methods import FitRequest
 from mixzoo.methods.mixednuts.calibrate import Grid
 

@@ -13,14 +13,16 @@ from mixzoo.cli import app
 from mixzoo.core.budget import BUDGETS, component_options, curve_points, shared_options
 from mixzoo.core.errors import InputError
 from mixzoo.core.settings import RunSettings
-from mixzoo.evaluation.bench import CURVE, MATCH, CurveSettings, MatchSettings, bench, budgeted, declared_attacks
+from mixzoo.evaluation.bench import bench
+from mixzoo.evaluation.job import CurveSettings, MatchSettings, budgeted
+from mixzoo.evaluation.worst_case import declared_attacks
 
 
 def test_standard_is_what_the_bench_ran_before_budgets():
     s, match, curve = budgeted(RunSettings(), True, True, default_attack="adaptive")
     assert (s.attack, s.attack_options) == ("adaptive", {})
-    assert match == MATCH == MatchSettings(options={"n_iter": 25, "n_target_classes": 3}, n=500)
-    assert curve == CURVE and (curve.attack, curve.options, curve.n, curve.points) == (
+    assert match == MatchSettings() == MatchSettings(options={"n_iter": 25, "n_target_classes": 3}, n=500)
+    assert curve == CurveSettings() and (curve.attack, curve.options, curve.n, curve.points) == (
         "fast", {"n_iter": 25, "n_target_classes": 3}, 300, None)
     declared = {"n_iter": 20, "n_restarts": 3, "screen_n_iter": 20}
     assert component_options("standard", "adaptive-smoothing-gate", declared) == declared

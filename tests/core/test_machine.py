@@ -10,9 +10,9 @@ import pytest
 import torch
 from eval_requests import ask
 
+from mixzoo.attacks.runner import evaluate
 from mixzoo.core.cache import Cache
 from mixzoo.core.machine import describe_machine, machine_line, machine_summary, run_record
-from mixzoo.evaluation.bench import evaluate
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import load_model
 

@@ -78,7 +78,7 @@ def test_parser_integers(n: int) -> None:
 
 
 def test_cli_and_share_and_methods_use_the_one_parser() -> None:
-    from mixzoo.cli import parse_attack_options
+    from mixzoo.cli.options import parse_attack_options
     from mixzoo.cli.share import _fields
     from mixzoo.methods import get_method
 

@@ -78,7 +78,7 @@ def scripted(monkeypatch):
 
 
 def run_evaluate(cache: Cache, n: int = 10, batch_size: int = 4, **kw):
-    from mixzoo.evaluation.bench import evaluate
+    from mixzoo.attacks.runner import evaluate
 
     images = indexed_images(n)
     return evaluate(nn.Identity(), images, torch.zeros(n, dtype=torch.long),
@@ -160,13 +160,16 @@ def test_each_rows_interval_is_that_of_its_own_accuracy():
 
 def test_terminal_seconds_name_the_device_only_when_it_is_not_the_runs():
     from mixzoo.evaluation.bench import ModelResult
-    from mixzoo.evaluation.report import terminal_seconds_cell
+    from mixzoo.evaluation.report import seconds_cell
 
     row = ModelResult(name="x", kind="abc", clean_accuracy=1.0, robust_accuracy=0.5, attack="apgd", epsilon=0.1,
                       norm="Linf", n=4, seconds=12.4, device="cpu")
-    assert terminal_seconds_cell(row, "cpu") == "12"
-    assert terminal_seconds_cell(row, "cuda") == "12 (cpu)"
-    assert terminal_seconds_cell(dataclasses.replace(row, cached=True), "cpu") == "12 (cached)"
+    assert seconds_cell(row, "cpu") == "12"
+    assert seconds_cell(row, "cuda") == "12 (cpu)"
+    assert seconds_cell(dataclasses.replace(row, cached=True), "cpu") == "12 (cached)"
+    # report.md always names the device ("?" when unknown)
+    assert seconds_cell(dataclasses.replace(row, cached=True)) == "12 (cpu, cached)"
+    assert seconds_cell(dataclasses.replace(row, device="")) == "12 (?)"
 
 
 def test_run_settings_refuse_zero_images():
@@ -182,15 +185,6 @@ def test_a_card_may_keep_as_many_top_classes_as_the_task_has():
     from mixzoo.evaluation.bench import card_evaluation
 
     assert card_evaluation(digits_card(top_k=10), n=10).data.num_classes == 10
-
-
-def test_linear_cache_key_depends_on_alpha():
-    from mixzoo.core.cache import content_key
-    from mixzoo.evaluation.bench import linear_key_parts
-
-    data = types.SimpleNamespace(fingerprint="f")
-    a, b = nn.Linear(2, 2), nn.Linear(2, 2)
-    assert content_key(linear_key_parts(a, b, data, 0.7)) != content_key(linear_key_parts(a, b, data, 0.8))
 
 
 # -------------------------------------------------------------------------------- matching the linear baseline

@@ -13,10 +13,11 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from typer.testing import CliRunner
 
+from mixzoo.attacks.runner import evaluate
 from mixzoo.cli import app
 from mixzoo.core.cache import Cache
 from mixzoo.core.errors import InputError
-from mixzoo.evaluation.bench import ADVERSARIAL_FILE, MatchSettings, bench, evaluate
+from mixzoo.evaluation.bench import ADVERSARIAL_FILE, MatchSettings, bench
 from mixzoo.evaluation.verify import _margins, _verify_row, verify_report
 from mixzoo.methods.mixednuts.fitting import mix
 from mixzoo.zoo.data import load_dataset

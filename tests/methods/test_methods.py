@@ -136,7 +136,7 @@ def test_linear_fit_by_target_robust_accuracy(tmp_path, cache_dir, one_thread):
 
 
 def test_worst_case_merges_extra_attack_example_by_example():
-    from mixzoo.evaluation.bench import worst_case
+    from mixzoo.evaluation.worst_case import worst_case
 
     ev = {"clean_correct": [True] * 5, "robust_correct": [True, False, True, True, False], "seconds": 1.0,
           "components": [{"name": "apgd-ce", "newly_broken": 2, "seconds": 1.0}], "warnings": [],

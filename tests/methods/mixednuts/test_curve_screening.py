@@ -6,7 +6,7 @@ import torch
 from eval_requests import ask
 
 from mixzoo.core.request import ReportRequest
-from mixzoo.evaluation.bench import CURVE
+from mixzoo.evaluation.job import CurveSettings
 from mixzoo.methods.mixednuts.figures import markdown_lines, screening
 
 
@@ -19,8 +19,8 @@ def _report(attack: str) -> SimpleNamespace:
 
 
 def test_the_default_curve_attack_is_a_screening_attack_and_says_so() -> None:
-    assert CURVE.attack == "fast"
-    report = _report(CURVE.attack)
+    assert CurveSettings().attack == "fast"
+    report = _report(CurveSettings().attack)
     text = "\n".join(markdown_lines(report, report.card))
     assert "Screening figures" in text and "confirm with adaptive" in text
 

@@ -141,7 +141,8 @@ def test_bench_unknown_attack_fails_before_calibrating(tmp_path):
 
 @pytest.mark.slow
 def test_bench_writes_reports_and_plots(tmp_path, shared_cache):
-    from mixzoo.evaluation.bench import bench, print_report
+    from mixzoo.evaluation.bench import bench
+    from mixzoo.evaluation.report import print_report
 
     res = mix("digits-std", "digits-pgd", out=tmp_path / "card.toml", cache_dir=shared_cache, **FAST)
     report = bench(tmp_path / "card.toml", attack="apgd", n=60, out=tmp_path / "bench", cache_dir=shared_cache,
@@ -305,7 +306,7 @@ def test_cli_bench_uses_an_attack_from_a_plugin(tmp_path, monkeypatch, shared_ca
 def test_bench_merges_batch_warnings_with_their_counts():
     """Per-batch Square flags add up (two batches of 'broke 1' are 2 examples, not one deduplicated line)."""
     from mixzoo.attacks.base import square_masking_note
-    from mixzoo.evaluation.bench import merge_warnings
+    from mixzoo.attacks.runner import merge_warnings
 
     comps = [{"name": "apgd-ce", "newly_broken": 5}, {"name": "square", "newly_broken": 4}]
     per_batch = [[square_masking_note(1), "fab-t: odd"], [square_masking_note(1)], [square_masking_note(2)], []]
@@ -318,9 +319,9 @@ def test_mixture_cache_keys_cover_every_parameter_that_changes_the_attacked_mode
     """A cached MixedNUTS row (main table or trade-off curve) is reused only for the same mixture: ``alpha_d``
     (the attack's gradient, Eq. 8) and ``top_k`` change the result, so they must change the key."""
     from mixzoo.core.cache import content_key
-    from mixzoo.evaluation.bench import mixed_key_parts
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.models import load_model
+    from mixzoo.zoo.pairs import card_key_parts as mixed_key_parts
 
     abc, rbc = load_model("digits-std"), load_model("digits-pgd")
     data = load_dataset("digits", "evaluation", n=20)
@@ -488,14 +489,14 @@ def test_models_that_cannot_classify_the_data_fail_with_one_line(tmp_path, share
     (["components=[\"fab-t\"]"], {"components": ["fab-t"]}),
 ])
 def test_attack_options_from_the_command_line(items, expected):
-    from mixzoo.cli import parse_attack_options
+    from mixzoo.cli.options import parse_attack_options
 
     assert parse_attack_options(items) == expected
 
 
 @pytest.mark.parametrize("item", ["n_iter", "=3", "1x=2", "n iter=2"])
 def test_malformed_attack_options_name_the_fix(item):
-    from mixzoo.cli import parse_attack_options
+    from mixzoo.cli.options import parse_attack_options
     from mixzoo.core.errors import MixzooError
 
     with pytest.raises(MixzooError, match="is not KEY=VALUE; write e.g. -O n_iter="):
@@ -509,7 +510,7 @@ def test_malformed_attack_options_name_the_fix(item):
                                  st.booleans(), st.lists(st.from_regex(r"[a-z][a-z-]{0,6}", fullmatch=True),
                                                          min_size=2, max_size=4)), min_size=1, max_size=5))
 def test_attack_options_round_trip_through_the_command_line(options):
-    from mixzoo.cli import parse_attack_options
+    from mixzoo.cli.options import parse_attack_options
 
     items = [f"{k}={','.join(v) if isinstance(v, list) else json.dumps(v)}" for k, v in options.items()]
     assert parse_attack_options(items) == options

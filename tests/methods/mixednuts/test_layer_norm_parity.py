@@ -80,14 +80,13 @@ def test_an_mmaa_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path,
 
 def test_a_bench_entry_written_before_the_layer_norm_fix_is_not_reused(tmp_path, monkeypatch):
     import mixzoo.attacks.runner
-    import mixzoo.evaluation.bench
 
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
     images = torch.rand(5, 3, 2, 2, generator=torch.Generator().manual_seed(0))
     labels = torch.tensor([0, 1, 2, 0, 1])
 
     def run() -> dict:
-        return mixzoo.evaluation.bench.evaluate(model, images, labels, ask(
+        return mixzoo.attacks.runner.evaluate(model, images, labels, ask(
             attack="pgd", eps=0.05, norm="Linf", seed=0, batch_size=5, cache=Cache(tmp_path), key_parts={"model": "m"},
             label="m", attack_options={"n_iter": 1}, progress=False))
 
