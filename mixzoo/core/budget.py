@@ -179,12 +179,5 @@ def _opts(options: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in options.items())
 
 
-def budget_table() -> list[dict[str, Any]]:
-    """:data:`BUDGETS` as rows of plain values (docs, ``--help``, tests)."""
-    return [{"budget": b.name, "attack": b.attack, **{c: b.caps.get(c) for c in COUNTS},
-             "match_options": b.match_options, "match_n": b.match_n, "curve_options": b.curve_options,
-             "curve_n": b.curve_n, "curve_points": b.curve_points} for b in BUDGETS.values()]
-
-
-__all__ = ["BUDGETS", "COUNTS", "DEFAULT_BUDGET", "LINEAR_COUNTS", "Budget", "budget_help", "budget_of", "budget_table",
+__all__ = ["BUDGETS", "COUNTS", "DEFAULT_BUDGET", "LINEAR_COUNTS", "Budget", "budget_help", "budget_of",
            "component_options", "counts_of", "curve_points", "scaled_counts", "shared_attack", "shared_options"]

@@ -111,13 +111,9 @@ class RunRecord:
         out["attack_options"], out["count_overrides"] = self.options(), self.counts()
         return out
 
-    def canonical(self) -> str:
-        """The canonical JSON the digest is taken of."""
-        return canonical_json(self.to_dict())
-
     def digest(self) -> str:
-        """sha256 (64 hex digits) of :meth:`canonical`: equal for equal records, in any process."""
-        return hashlib.sha256(self.canonical().encode()).hexdigest()
+        """:func:`sha256_of` :meth:`to_dict`: equal for equal records, in any process."""
+        return sha256_of(self.to_dict())
 
     def differences(self, other: RunRecord | dict[str, Any]) -> list[tuple[str, Any, Any]]:
         """``(field, this value, other value)`` for every field the two records disagree on, in field order."""

@@ -23,21 +23,17 @@ from mixzoo.core.plugins.tables import (
     clear_caches,
     collision_message,
     collisions,
-    datasets,
     lookup,
     merge,
-    mixing_methods,
     plugin_failures,
     provider,
-    published_cards,
     register_plugin,
     table,
     unregister_plugin,
 )
 
 __all__ = [
-    "KINDS", "STATE", "PluginInfo", "clear_caches", "collect", "collision_message", "collisions", "datasets",
-    "first_answer", "first_result", "get_plugin_manager", "hookimpl", "load_network", "lookup", "merge",
-    "mixing_methods", "plugin_failures", "plugin_infos", "provider", "published_cards", "register_plugin",
-    "runtime_failures", "table", "unregister_plugin",
+    "KINDS", "STATE", "PluginInfo", "clear_caches", "collect", "collision_message", "collisions", "first_answer",
+    "first_result", "get_plugin_manager", "hookimpl", "load_network", "lookup", "merge", "plugin_failures",
+    "plugin_infos", "provider", "register_plugin", "runtime_failures", "table", "unregister_plugin",
 ]

@@ -152,21 +152,6 @@ def table(kind: str) -> dict[str, Any]:
     return merged(kind).entries
 
 
-def datasets() -> dict[str, Any]:
-    """All dataset factories by name."""
-    return table("dataset")
-
-
-def mixing_methods() -> dict[str, Any]:
-    """All mixing methods by name (:class:`mixzoo.methods.MixingMethod` objects)."""
-    return table("method")
-
-
-def published_cards() -> dict[str, Any]:
-    """All published mix cards by name (paths of card files shipped with plugins)."""
-    return table("card")
-
-
 def collisions(kind: str) -> dict[str, list[str]]:
     """The names of ``kind`` (a key of :data:`KINDS`) several plugins provide, each with those plugins."""
     return merged(kind).collisions
