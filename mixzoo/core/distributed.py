@@ -122,7 +122,7 @@ def init(device: str = "cpu") -> World:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"cannot join the torch.distributed job (WORLD_SIZE={os.environ.get('WORLD_SIZE')}): "
                          f"{first}; launch with torchrun, or unset WORLD_SIZE for one process") from err
-    atexit.register(_leave)
+    atexit.register(finish, wait=False)
     w = world()
     if not w.main:  # rank 0 says it once; the other ranks show the user nothing
         warnings.simplefilter("ignore")
@@ -138,21 +138,16 @@ def check_gpu_per_rank(local_rank: int, gpus: int) -> None:
                          " --device cpu (gloo)")
 
 
-def _leave() -> None:
-    """Leave the job before the interpreter shuts down: a gloo process group still alive at interpreter exit is
+def finish(wait: bool = True) -> None:
+    """Leave the job (nothing in one process), first waiting for every rank when ``wait``: a command's success
+    (without the wait, a rank that leaves first closes its gloo connections while another still uses them, and
+    that rank aborts after its work is done; a rank that failed exits at once, and torchrun stops the others).
+    :func:`init` registers ``finish(wait=False)`` for interpreter exit: a gloo process group still alive then is
     torn down with its threads running, which aborts the rank ("terminate called without an active exception")
     after its work is done, and torchrun then reports the whole job as failed."""
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def finish() -> None:
-    """A command's work is done on this rank: wait for every rank, then leave the job (nothing in one process).
-    Without the wait, a rank that leaves first closes its gloo connections while another still uses them, and
-    that rank aborts after its work is done. Only for success: a rank that failed exits at once, and torchrun
-    stops the others."""
-    if dist.is_available() and dist.is_initialized():
-        barrier()
+        if wait:
+            barrier()
         dist.destroy_process_group()
 
 

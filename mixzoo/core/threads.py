@@ -54,51 +54,33 @@ def cgroup_quota(root: str | Path = "/") -> float | None:
             continue
         _, controllers, path = parts
         if controllers == "":  # cgroup v2: one unified hierarchy
-            quotas += _along(root / "sys/fs/cgroup", path, _v2_quota)
+            quotas += _along(root / "sys/fs/cgroup", path, ("cpu.max",))
         elif "cpu" in controllers.split(","):  # cgroup v1: the cpu controller's own hierarchy
             for mount in (controllers, "cpu,cpuacct", "cpu"):
                 base = root / "sys/fs/cgroup" / mount
                 if base.is_dir():
-                    quotas += _along(base, path, _v1_quota)
+                    quotas += _along(base, path, ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
                     break
     return min(quotas) if quotas else None
 
 
-def _along(base: Path, path: str, read: Any) -> list[float]:
-    """The quotas ``read`` finds in ``base / path`` and each of its parents up to ``base``."""
+def _along(base: Path, path: str, files: tuple[str, ...]) -> list[float]:
+    """The quotas (``quota / period`` in CPUs) in ``base / path`` and each of its parents up to ``base``: read from
+    ``files``, ``cpu.max`` (v2: ``QUOTA PERIOD``, ``max`` unlimited) or the v1 quota and period files; a missing
+    file, ``max`` or a number that is not positive is no quota."""
     found = []
     here = base / path.strip("/") if path.strip("/") else base
     while True:
-        q = read(here)
-        if q is not None:
-            found.append(q)
+        try:
+            fields = [word for name in files for word in (here / name).read_text().split()]
+            q, p = (float(v) for v in fields) if len(fields) == 2 else (0.0, 0.0)
+        except (OSError, ValueError):
+            q = p = 0.0
+        if q > 0 and p > 0:
+            found.append(q / p)
         if here == base or base not in here.parents:
             return found
         here = here.parent
-
-
-def _v2_quota(folder: Path) -> float | None:
-    try:
-        fields = (folder / "cpu.max").read_text().split()
-    except OSError:
-        return None
-    return _ratio(*fields) if len(fields) == 2 and fields[0] != "max" else None
-
-
-def _v1_quota(folder: Path) -> float | None:
-    try:
-        return _ratio((folder / "cpu.cfs_quota_us").read_text(), (folder / "cpu.cfs_period_us").read_text())
-    except OSError:
-        return None
-
-
-def _ratio(quota: str, period: str) -> float | None:
-    """``quota / period`` in CPUs; ``None`` when either is not a positive number."""
-    try:
-        q, p = float(quota.strip()), float(period.strip())
-    except ValueError:
-        return None
-    return q / p if q > 0 and p > 0 else None
 
 
 def affinity_cpus() -> int:
