@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mixzoo.core.errors import MixzooError, PluginError, PluginWarning, UnknownNameError
-from mixzoo.core.plugins.guard import guard
-from mixzoo.core.plugins.hooks import collect
+from mixzoo.core.plugins.guard import collect, guard
 from mixzoo.core.plugins.manager import get_plugin_manager, noting_deprecations
 from mixzoo.core.plugins.state import STATE
 
