@@ -131,11 +131,10 @@ def load_average(root: str | Path = "/") -> float | None:
 
 def threads_for(cpus: int, load: float | None, parameters: int | None, *,
                 machine_cpus: int | None = None) -> tuple[int, str]:
-    """The rule (pure): the threads for ``cpus`` usable CPUs of a machine of ``machine_cpus`` (default ``cpus``)
-    whose 1-minute load average is ``load`` (None: unknown, taken as idle), running networks of at most
-    ``parameters`` parameters (None: none loaded yet), and the reason. The load falls on the usable CPUs in
-    proportion to their share of the machine; the idle CPUs are ``cpus`` less that share, rounded half up, at least
-    one; small networks get at most :data:`SMALL_NETWORK_THREADS` of them."""
+    """The rule (pure), with its reason: the idle CPUs of ``cpus`` usable ones on a machine of ``machine_cpus``
+    (default ``cpus``) under ``load`` (None: idle), the load falling on them in proportion to their share, rounded
+    half up, at least one; at most :data:`SMALL_NETWORK_THREADS` while ``parameters`` (the largest network's; None:
+    none loaded yet) is below :data:`SMALL_NETWORK_PARAMETERS`."""
     machine_cpus = max(machine_cpus or cpus, cpus)
     busy = 0.0 if load is None else max(0.0, load) * cpus / machine_cpus
     idle = max(1, min(cpus, math.floor(cpus - busy + 0.5)))
@@ -148,10 +147,9 @@ def threads_for(cpus: int, load: float | None, parameters: int | None, *,
 def choose_threads(requested: int | None = None, *, env: Mapping[str, str] | None = None, root: str | Path = "/",
                    affinity: int | None = None, parameters: int | None = None,
                    load: float | None = None) -> ThreadChoice:
-    """The thread count for a run: ``requested`` (``--threads``), else ``MIXZOO_THREADS``, else
-    :func:`threads_for` of the CPUs mixzoo may use (:func:`available_cpus`, capped by ``OMP_NUM_THREADS``), the load
-    (``load``; None: :func:`load_average` now) and ``parameters`` (the largest network's parameter count, None
-    before any is loaded). A requested count must lie from 1 to those CPUs."""
+    """``requested`` (``--threads``), else ``MIXZOO_THREADS`` (either from 1 to the CPUs), else :func:`threads_for`
+    the CPUs mixzoo may use (:func:`available_cpus`, capped by ``OMP_NUM_THREADS``), ``load`` (None:
+    :func:`load_average` now) and ``parameters`` (the largest network's; None before any is loaded)."""
     env = os.environ if env is None else env
     cpus, why = available_cpus(root=root, affinity=affinity)
     if requested is not None:
@@ -172,11 +170,9 @@ _load: float | None = None  # the load average when configure() ran (the command
 
 
 def configure(requested: int | None = None, *, torch_now: bool = True) -> ThreadChoice:
-    """Choose the thread count (:func:`choose_threads`) and give it to torch; commands call it at their start.
-    The load average now is the load the choice keeps for the whole command; networks loaded afterwards may
-    lower the count (:func:`fit_to_network`) unless it was asked for.
-    ``torch_now=False`` (commands that never need torch, such as ``list``): torch is not imported for it; the count
-    is given to torch with the first network loaded, if any."""
+    """Choose the thread count (:func:`choose_threads`, the load now kept for the whole command) and give it to
+    torch, at a command's start; ``torch_now=False`` (``list``, which never needs torch): given with the first
+    network loaded (:func:`fit_to_network`), if any."""
     global _current, _largest, _load
     _largest, _load = None, load_average()
     _current = choose_threads(requested, load=_load)
@@ -186,9 +182,8 @@ def configure(requested: int | None = None, *, torch_now: bool = True) -> Thread
 
 
 def fit_to_network(network: Any) -> ThreadChoice | None:
-    """After loading ``network``: at most :data:`SMALL_NETWORK_THREADS` while every network loaded since
-    :func:`configure` is small, the idle CPUs again once a large one is loaded. Does nothing when
-    :func:`configure` was not called (a library user's threads are theirs) or the count was asked for."""
+    """After loading ``network``: the choice again for the largest network loaded since :func:`configure`; nothing
+    without :func:`configure` (a library user's threads are theirs) or when the count was asked for."""
     global _current, _largest
     if _current is None or _current.requested:
         if _current is not None:
