@@ -126,10 +126,10 @@ class MixCard:
         return atomic_write_text(path, text)
 
     def save_as(self, path: str | Path) -> Path:
-        """Write the card to ``path`` with copies of its weight files (each checked against its sha256), renamed to
-        the new card's stem (``card.x.safetensors`` -> ``NAME.x.safetensors``), so that several trained cards can
-        share a folder, e.g. a plugin's published cards; parameters naming a file follow the rename. Returns the
-        new card's path; nothing is written when a weight file is missing or altered."""
+        """Write the card to ``path`` with copies of its weight files (each checked against its sha256) renamed to
+        the new stem (``card.x.safetensors`` -> ``NAME.x.safetensors``; parameters naming a file follow), so that
+        several trained cards share a folder. Returns the new path; nothing is written when a weight file is missing
+        or altered."""
         import shutil
 
         from mixzoo.core.cache import check_writable
@@ -222,9 +222,9 @@ def _card_path(path: str | Path) -> Path:
 
 
 def _published(path: str | Path) -> Path:
-    """A card path, the file of a published card name (``mixzoo_cards`` hook) or of a reference a plugin resolves
-    (``mixzoo_resolve_card`` hook, e.g. ``hf-hub:ORG/NAME``), given as a string or as the ``Path`` a CLI argument
-    typed as a path makes of it (a name has no .toml / .json suffix, so no card file is shadowed)."""
+    """A card path, or the file of a published card name (``mixzoo_cards``) or of a reference a plugin resolves
+    (``mixzoo_resolve_card``, e.g. ``hf-hub:ORG/NAME``), as a string or a ``Path`` (a name has no .toml / .json
+    suffix, so no card file is shadowed)."""
     from mixzoo.core.plugins import table
 
     cards = table("card")
@@ -276,9 +276,8 @@ def _validate(card: MixCard, source: str) -> None:
 
 
 def _validate_records(card: MixCard, source: str) -> None:
-    """The nested tables other commands read (the models, the data record) are typed here, and the tables the
-    method writes by the method (:meth:`~mixzoo.methods.MixingMethod.check_card`, e.g. MixedNUTS's attack record),
-    so that a hand-edited card fails on loading, not after an evaluation."""
+    """The models and the data record typed here, the tables the method writes by the method
+    (:meth:`~mixzoo.methods.MixingMethod.check_card`): a hand-edited card fails on loading, not after an evaluation."""
     for role in ("abc", "rbc"):
         for key in ("name", "weight_hash"):
             value = getattr(card, role).get(key)

@@ -154,10 +154,8 @@ def guard(how: str | None, label: str, plugin_name: str, value: Any) -> Any:
 
 
 def collect(hook_name: str) -> list[tuple[str, Any]]:
-    """Call a collecting hook on every plugin separately; return ``(plugin_name, result)`` pairs.
-
-    A plugin whose hook raises is recorded as failed and skipped.
-    """
+    """``(plugin_name, result)`` of a collecting hook called on each plugin separately; a plugin whose hook raises is
+    recorded as failed and skipped."""
     out: list[tuple[str, Any]] = []
     for plugin_name, plugin in get_plugin_manager().list_name_plugin():
         impl = getattr(plugin, hook_name, None)
