@@ -143,8 +143,7 @@ class GuardedFactory(Guarded):
 def guard(how: str | None, label: str, plugin_name: str, value: Any) -> Any:
     """``value`` from a third-party plugin, guarded as ``how`` says: ``"object"`` (every method call),
     ``"factory"`` (the call), ``"factory+result"`` (the call and the object it returns) or ``None`` (as it is).
-    Built-ins' values are returned as they are: a fault there is mixzoo's own, and its traceback is what a report
-    needs."""
+    Built-ins' values are as they are: a fault there is mixzoo's, and its traceback is what a report needs."""
     if how is None or plugin_name in STATE.builtin:
         return value
     if how == "object":
