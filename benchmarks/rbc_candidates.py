@@ -124,9 +124,9 @@ def run_one(name: str, device: str, save_dir: str | None = None) -> dict:
     from mixzoo.training.train import save_weights, train_model
 
     torch.set_num_threads(int(os.environ.get("THREADS", "2")))
-    from mixzoo.core.plugins import datasets, register_plugin
+    from mixzoo.core.plugins import register_plugin, table
 
-    if "fashion-mnist" not in datasets():  # running from a checkout that is not pip-installed
+    if "fashion-mnist" not in table("dataset"):  # running from a checkout that is not pip-installed
         import mixzoo_plugins.datasets
 
         register_plugin(mixzoo_plugins.datasets, "datasets")

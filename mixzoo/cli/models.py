@@ -107,7 +107,7 @@ def info(name: Annotated[str, typer.Argument(help="a registry name or alias, hf-
     network."""
     from mixzoo.core.catalog import card_entry
     from mixzoo.core.errors import MissingFileError, UnknownNameError
-    from mixzoo.core.plugins import published_cards
+    from mixzoo.core.plugins import table as plugin_table
     from mixzoo.core.registry import get_spec
     from mixzoo.zoo.files import model_files
 
@@ -115,7 +115,7 @@ def info(name: Annotated[str, typer.Argument(help="a registry name or alias, hf-
         with downloads_off():
             spec = get_spec(name)
     except UnknownNameError:
-        if name not in published_cards():
+        if name not in plugin_table("card"):
             raise
         spec = None
     except MissingFileError as exc:

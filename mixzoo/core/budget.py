@@ -10,11 +10,9 @@
 * the trade-off curve (:class:`~mixzoo.evaluation.bench.CurveSettings`): its attack's options, images and points
   per curve.
 
-``-O KEY=VALUE`` (``RunSettings.attack_options``) sets the shared attack's option ``KEY``; where ``KEY`` is one of
-the counts above it also sets that count on every other component whose attack accepts it (the declared attacks,
-the baseline's matching attack and the curve's attack), in place of the budget's. ``standard`` caps nothing and
-leaves every component as the bench has always run it. Each component's resolved attack and options go into the
-report (``settings.components``).
+``-O KEY=VALUE`` (``RunSettings.attack_options``) sets the shared attack's option ``KEY``; a count of :data:`COUNTS`
+is also set on every other component whose attack accepts it, in place of the budget's. ``standard`` caps nothing.
+Each component's resolved attack and options go into the report (``settings.components``).
 """
 
 from __future__ import annotations
@@ -31,10 +29,9 @@ DEFAULT_BUDGET = "standard"
 
 @dataclass(frozen=True)
 class Budget:
-    """One row of :data:`BUDGETS` (see the module docstring). ``caps``: the largest value of each count of
-    :data:`COUNTS` for the shared and the declared attacks (absent: not capped); ``attack``: the shared attack when
-    the command names none (``None``: the command's default); ``match_*``: the matched baseline's attack options
-    and images; ``curve_*``: the curve's attack options, images and points per curve (``None``: every point)."""
+    """One row of :data:`BUDGETS`: ``caps`` on the counts of :data:`COUNTS` (absent: not capped), ``attack`` when the
+    command names none (``None``: the command's default), and the ``match_*`` and ``curve_*`` settings (points per
+    curve ``None``: every point)."""
 
     name: str
     caps: dict[str, int] = field(default_factory=dict)
@@ -46,8 +43,7 @@ class Budget:
     curve_points: int | None = None
 
 
-# The one table. ``standard`` is what the bench and sanity ran before budgets existed; ``strong`` is
-# ``adaptive-strong`` with the matched baseline and the curve at APGD's own counts (100 iterations, 9 targets).
+# ``strong``: ``adaptive-strong``, the matched baseline and the curve at APGD's own counts (100 iterations, 9 targets)
 BUDGETS: dict[str, Budget] = {
     "quick": Budget("quick", caps={"n_iter": 10, "n_restarts": 1, "n_target_classes": 3, "n_queries": 200},
                     match_options={"n_iter": 10, "n_target_classes": 3}, match_n=100,
@@ -91,10 +87,9 @@ def _count_of(key: str) -> str | None:
 
 def component_options(budget: str | Budget, attack: str, declared: dict[str, Any] | None,
                       overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The options a component runs attack ``attack`` with under ``budget``: ``declared`` (the component's own
-    options) with every count the attack accepts capped at the budget's cap, then set to ``overrides``' value of
-    that count (the user's ``-O``; only counts of :data:`COUNTS` carry over to other components). With no caps
-    and no overrides it is ``declared`` unchanged (``standard``)."""
+    """The options a component runs attack ``attack`` with under ``budget``: ``declared`` (its own options) with
+    every count the attack accepts capped at the budget's cap, or set to ``overrides``' value of that count (the
+    user's ``-O``, :func:`counts_of`)."""
     b = budget_of(budget)
     out = dict(declared or {})
     counts = counts_of(overrides)
@@ -121,11 +116,10 @@ LINEAR_COUNTS = ("n_iter", "n_queries")  # the counts an attack's time grows lin
 
 
 def scaled_counts(attack: str, options: dict[str, Any] | None, fraction: float) -> dict[str, Any]:
-    """``options`` of ``attack`` with each count of :data:`LINEAR_COUNTS` it accepts (also options named after them,
-    e.g. ``screen_n_iter``) at ``fraction`` of its value (the option given, else the attack's default), rounded up,
-    at least 1: a cut of the attack whose time past a fixed part is about ``fraction`` of its own (a plan times two
-    cuts and extrapolates). ``fraction=1`` gives every such count its value. An attack that does not declare its
-    options is left as given."""
+    """``options`` of ``attack`` with each count of :data:`LINEAR_COUNTS` it accepts (also ``screen_n_iter`` and the
+    like) at ``fraction`` of its value (given, else the attack's default), rounded up, at least 1: a cut whose time
+    past a fixed part is about ``fraction`` of the attack's (a plan times two cuts and extrapolates). An attack that
+    does not declare its options is left as given."""
     import math
 
     out = dict(options or {})
@@ -179,12 +173,5 @@ def _opts(options: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in options.items())
 
 
-def budget_table() -> list[dict[str, Any]]:
-    """:data:`BUDGETS` as rows of plain values (docs, ``--help``, tests)."""
-    return [{"budget": b.name, "attack": b.attack, **{c: b.caps.get(c) for c in COUNTS},
-             "match_options": b.match_options, "match_n": b.match_n, "curve_options": b.curve_options,
-             "curve_n": b.curve_n, "curve_points": b.curve_points} for b in BUDGETS.values()]
-
-
-__all__ = ["BUDGETS", "COUNTS", "DEFAULT_BUDGET", "LINEAR_COUNTS", "Budget", "budget_help", "budget_of", "budget_table",
+__all__ = ["BUDGETS", "COUNTS", "DEFAULT_BUDGET", "LINEAR_COUNTS", "Budget", "budget_help", "budget_of",
            "component_options", "counts_of", "curve_points", "scaled_counts", "shared_attack", "shared_options"]

@@ -26,14 +26,11 @@ from safetensors.torch import save
 from mixzoo.core.errors import InputError, MixzooError
 from mixzoo.core.paths import cache_folder, check_name_fits
 
-default_cache_dir = cache_folder  # $MIXZOO_CACHE, else ~/.cache/mixzoo; a relative value is a one-line error
-
 
 def check_writable(path: str | os.PathLike[str], *, directory: bool = False, what: str = "output") -> Path:
-    """Refuse, before any work is done, a path that cannot be written: one that names a directory where a file is
-    meant (or the reverse), lies below an existing file, or sits in a directory that is not writable (tried with
-    a temporary file, removed at once), or has a name longer than that file system takes
-    (:func:`~mixzoo.core.paths.check_name_fits`). Creates nothing else."""
+    """Refuse, before any work, a path that cannot be written: a directory where a file is meant (or the reverse),
+    below an existing file, in a directory a temporary file cannot be written to, or with a name too long
+    (:func:`~mixzoo.core.paths.check_name_fits`); one-line :class:`InputError`. Creates nothing."""
     path = check_name_fits(path, what)
     if path.exists() and path.is_dir() != directory:
         kind, want = ("a file", "directory") if directory else ("a directory", "file")
@@ -135,7 +132,7 @@ class Cache:
     """Tensor results stored as ``ROOT/KIND/KEY.safetensors`` with ``KEY.json`` describing what made them."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None, enabled: bool = True):
-        self.root = Path(root) if root is not None else default_cache_dir()
+        self.root = Path(root) if root is not None else cache_folder()
         self.enabled = enabled
         if enabled:
             check_writable(self.root, directory=True, what="cache directory (--cache-dir)")
@@ -190,11 +187,8 @@ class Cache:
 
     def load_batch(self, kind: str, key: str, index: int,
                    rows: tuple[int, int] | None = None) -> dict[str, torch.Tensor] | None:
-        """Saved batch ``index``, or ``None`` when absent, unreadable or not the batch of ``rows`` = (start, stop).
-
-        A batch saved by a run with another batch size has the same index but other rows: it is ignored (and
-        overwritten by the recomputed one) rather than concatenated out of place.
-        """
+        """Saved batch ``index``, or ``None`` when absent, unreadable or not the batch of ``rows`` = (start, stop)
+        (one saved with another batch size: recomputed, never concatenated out of place)."""
         read = self._read(self.partial_dir(kind, key) / f"{index:06d}.safetensors", warn=False)
         if read is None:
             return None
@@ -222,11 +216,9 @@ class Cache:
 
 def batched_cached(cache: Cache, kind: str, key: str, n: int, batch_size: int, compute, describe: Mapping[str, Any],
                    progress=None) -> dict[str, torch.Tensor]:
-    """Compute ``compute(start, stop) -> dict of tensors`` over ``[0, n)`` in batches, resuming from saved batches.
-
-    The concatenated result is cached under ``(kind, key)``; a complete entry is returned without computing.
-    ``progress`` is an optional callable ``advance(k)`` called with the number of examples done per batch.
-    """
+    """``compute(start, stop) -> dict of tensors`` over ``[0, n)`` in batches, resuming from saved batches, the
+    concatenation cached under ``(kind, key)`` (a complete entry is returned without computing); ``progress``:
+    an optional ``advance(k)`` called with the examples each batch did."""
     from mixzoo.core.distributed import check_shards, gather, world
 
     w = world()

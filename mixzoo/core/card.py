@@ -8,8 +8,8 @@ provenance. A small TOML (or JSON) file, written atomically; TOML's form and its
 :mod:`mixzoo.core.card_sidecar`, the fields and their checks :mod:`mixzoo.core.card_fields`.
 
 Files of schema 1 (a method's parameters at the top level) still load through :meth:`MixCard.load`: each method
-plugin may claim one (:mod:`mixzoo.core.card_upgrade`, :meth:`mixzoo.methods.MixingMethod.upgrade_v1`) and say what
-to re-run (:meth:`~mixzoo.methods.MixingMethod.v1_warning`).
+plugin may claim one (:meth:`mixzoo.methods.MixingMethod.upgrade_v1`) and say what to re-run
+(:meth:`~mixzoo.methods.MixingMethod.v1_warning`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from mixzoo.core.card_fields import (
     plain_values,
 )
 from mixzoo.core.card_sidecar import ARRAYS_SUFFIX, check_sidecar, join_arrays, toml_text
-from mixzoo.core.card_upgrade import upgrade_v1
 from mixzoo.core.checks import refuse_foreign_file
 from mixzoo.core.errors import InputError, MissingFileError
 from mixzoo.core.paths import inside, plain_name
@@ -127,10 +126,10 @@ class MixCard:
         return atomic_write_text(path, text)
 
     def save_as(self, path: str | Path) -> Path:
-        """Write the card to ``path`` with copies of its weight files (each checked against its sha256), renamed to
-        the new card's stem (``card.x.safetensors`` -> ``NAME.x.safetensors``), so that several trained cards can
-        share a folder, e.g. a plugin's published cards; parameters naming a file follow the rename. Returns the
-        new card's path; nothing is written when a weight file is missing or altered."""
+        """Write the card to ``path`` with copies of its weight files (each checked against its sha256) renamed to
+        the new stem (``card.x.safetensors`` -> ``NAME.x.safetensors``; parameters naming a file follow), so that
+        several trained cards share a folder. Returns the new path; nothing is written when a weight file is missing
+        or altered."""
         import shutil
 
         from mixzoo.core.cache import check_writable
@@ -182,7 +181,7 @@ class MixCard:
 
         data = read_data(path, path.suffix[1:], limit=CARD_BYTES, what="mix card")
         if isinstance(data, dict) and data.get("schema_version") == 1:
-            data = upgrade_v1(data, str(path))
+            data = _upgrade_v1(data, str(path))
         if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION:
             validate(CardFile, data, str(path), "write the card with `mixzoo mix`")
         if isinstance(data, dict) and "arrays" in data:
@@ -223,12 +222,12 @@ def _card_path(path: str | Path) -> Path:
 
 
 def _published(path: str | Path) -> Path:
-    """A card path, the file of a published card name (``mixzoo_cards`` hook) or of a reference a plugin resolves
-    (``mixzoo_resolve_card`` hook, e.g. ``hf-hub:ORG/NAME``), given as a string or as the ``Path`` a CLI argument
-    typed as a path makes of it (a name has no .toml / .json suffix, so no card file is shadowed)."""
-    from mixzoo.core.plugins import published_cards
+    """A card path, or the file of a published card name (``mixzoo_cards``) or of a reference a plugin resolves
+    (``mixzoo_resolve_card``, e.g. ``hf-hub:ORG/NAME``), as a string or a ``Path`` (a name has no .toml / .json
+    suffix, so no card file is shadowed)."""
+    from mixzoo.core.plugins import table
 
-    cards = published_cards()
+    cards = table("card")
     if str(path) in cards:
         return Path(cards[str(path)])
     if ":" in str(path) and not Path(path).exists():  # a reference a plugin resolves, e.g. hf-hub:ORG/NAME
@@ -238,6 +237,23 @@ def _published(path: str | Path) -> Path:
         if found is not None:
             return Path(found)
     return Path(path)
+
+
+def _upgrade_v1(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """A schema-1 card as a schema-2 table: the section of the first method plugin (by name) that claims it, its
+    ``v1_warning`` issued as a warning."""
+    from mixzoo.core.plugins import table
+
+    claims = ((name, plugin.upgrade_v1(data, source)) for name, plugin in sorted(table("method").items()))
+    method, params = next(((name, params) for name, params in claims if params is not None), (None, None))
+    if method is None:
+        raise InputError(f"{source}: a schema-1 card that no installed mixing method reads; re-create it with"
+                         " `mixzoo mix`")
+    note = named_method(method, source).v1_warning(data)
+    if note:
+        warnings.warn(f"{source}: {note}", stacklevel=3)  # the caller of MixCard.load
+    common = {k: data[k] for k in COMMON_FIELDS if k in data and k not in ("schema_version", "method")}
+    return {**common, "schema_version": SCHEMA_VERSION, "method": method, method: params}
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -260,9 +276,8 @@ def _validate(card: MixCard, source: str) -> None:
 
 
 def _validate_records(card: MixCard, source: str) -> None:
-    """The nested tables other commands read (the models, the data record) are typed here, and the tables the
-    method writes by the method (:meth:`~mixzoo.methods.MixingMethod.check_card`, e.g. MixedNUTS's attack record),
-    so that a hand-edited card fails on loading, not after an evaluation."""
+    """The models and the data record typed here, the tables the method writes by the method
+    (:meth:`~mixzoo.methods.MixingMethod.check_card`): a hand-edited card fails on loading, not after an evaluation."""
     for role in ("abc", "rbc"):
         for key in ("name", "weight_hash"):
             value = getattr(card, role).get(key)
@@ -307,4 +322,4 @@ def provenance(**extra: Any) -> dict[str, Any]:
 
 
 __all__ = ["ARRAYS_SUFFIX", "SCHEMA_VERSION", "MixCard", "check_sidecar", "field_error", "git_commit", "is_int",
-           "plain_values", "provenance", "upgrade_v1"]
+           "plain_values", "provenance"]

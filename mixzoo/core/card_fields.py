@@ -1,8 +1,8 @@
 """The mix card's fields (:mod:`mixzoo.core.card`): the schema version, the common fields every method's card has,
 the mixing method a card names, the plain values a field holds and the one-line error of a field that is wrong.
 
-Shared by the card itself, its TOML sidecar (:mod:`mixzoo.core.card_sidecar`), the schema-1 upgrade
-(:mod:`mixzoo.core.card_upgrade`) and the methods that check their own tables (:func:`field_error`, :func:`is_int`).
+Shared by the card itself, its TOML sidecar (:mod:`mixzoo.core.card_sidecar`) and the methods that check their own
+tables (:func:`field_error`, :func:`is_int`).
 """
 
 from __future__ import annotations

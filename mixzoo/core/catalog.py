@@ -16,9 +16,9 @@ def card_entry(name: str) -> dict[str, Any]:
     the method's scalar parameters, notes and the card file. An unknown name is an :class:`UnknownNameError`;
     an unreadable file an :class:`InputError` naming it."""
     from mixzoo.core.errors import InputError, UnknownNameError
-    from mixzoo.core.plugins import published_cards
+    from mixzoo.core.plugins import table
 
-    cards = published_cards()
+    cards = table("card")
     if name not in cards:
         raise UnknownNameError("published card", name, cards)
     path = Path(cards[name])
@@ -32,23 +32,23 @@ def card_entry(name: str) -> dict[str, Any]:
         raise InputError(f"published card {name!r} ({path}) is not a table of fields")
     method = data.get("method")
 
-    def table(key: Any) -> dict[str, Any]:
+    def section(key: Any) -> dict[str, Any]:
         value = data.get(key) if isinstance(key, str) else None
         return value if isinstance(value, dict) else {}
 
-    attack = table("attack")
-    params = {k: v for k, v in table(method).items() if isinstance(v, int | float | str | bool)}
+    attack = section("attack")
+    params = {k: v for k, v in section(method).items() if isinstance(v, int | float | str | bool)}
     return {"name": name, "role": ROLE, "method": method, "dataset": data.get("dataset"),
-            "threat_model": attack.get("norm"), "epsilon": attack.get("eps"), "abc": table("abc").get("name"),
-            "rbc": table("rbc").get("name"), "parameters": params, "notes": data.get("notes") or [],
+            "threat_model": attack.get("norm"), "epsilon": attack.get("eps"), "abc": section("abc").get("name"),
+            "rbc": section("rbc").get("name"), "parameters": params, "notes": data.get("notes") or [],
             "card": str(path)}
 
 
 def list_cards(dataset: str | None = None) -> list[dict[str, Any]]:
     """Every published card (:func:`card_entry`), optionally of one data set, sorted by name."""
-    from mixzoo.core.plugins import published_cards
+    from mixzoo.core.plugins import table
 
-    entries = [card_entry(name) for name in sorted(published_cards())]
+    entries = [card_entry(name) for name in sorted(table("card"))]
     return [e for e in entries if dataset is None or e["dataset"] == dataset]
 
 

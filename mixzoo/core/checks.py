@@ -19,8 +19,7 @@ _CARD_KEYS = ("schema_version", "method")
 
 
 def _is_card(path: Path) -> bool:
-    """Whether ``path`` parses as a mix card's TOML or JSON (a table with ``method`` / ``schema_version``, or the
-    ``abc`` and ``rbc`` tables every card has)."""
+    """Whether ``path`` parses as a mix card: a table with ``method`` / ``schema_version``, or ``abc`` and ``rbc``."""
     from mixzoo.core.errors import MixzooError
     from mixzoo.core.reading import CARD_BYTES, read_data
 
@@ -33,10 +32,9 @@ def _is_card(path: Path) -> bool:
 
 
 def refuse_foreign_file(path: str | Path, option: str = "--out") -> None:
-    """Refuse to overwrite an existing, non-empty file that is not a mix card (a project's ``pyproject.toml``, a
-    JSON file of results), or anything that is not a regular file (a FIFO, a device, a symbolic link): a one-line
-    :class:`InputError` naming the file and the fix (:func:`mixzoo.core.paths.check_output`). A card is replaced as
-    before (fitting again overwrites the old card)."""
+    """Refuse to overwrite anything that is not a regular file, or a non-empty file that is not a mix card (a
+    project's ``pyproject.toml``, a JSON file of results): a one-line :class:`InputError`
+    (:func:`mixzoo.core.paths.check_output`)."""
     from mixzoo.core.paths import check_output
 
     check_output(path, option=option, what="a mix card", ours=_is_card)
@@ -80,8 +78,8 @@ def check_int_arguments(kwargs: dict[str, Any]) -> None:
 
 def reach_note(eps: float, norm: str, input_size: Sequence[int]) -> str | None:
     """A one-line note, also issued as a warning, when radius ``eps`` reaches every image of [0, 1]^d from every
-    example (L-inf: eps >= 1; L2: eps >= sqrt(d), the cube's diagonal): every non-constant classifier then has
-    0 % robust accuracy, which says nothing about it. ``None`` for a radius below that."""
+    example (L-inf: eps >= 1; L2: eps >= sqrt(d), the cube's diagonal), where every non-constant classifier has
+    0 % robust accuracy; else ``None``."""
     d = math.prod(int(v) for v in input_size)
     if norm == "Linf":
         reach, what = 1.0, "1 (the whole [0, 1] range)"

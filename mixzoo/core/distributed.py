@@ -1,15 +1,12 @@
 """Running under ``torchrun``: which process this is, and the few collectives the evaluation needs.
 
-mixzoo uses torch.distributed as PyTorch users launch it (``torchrun --nproc-per-node N``, ``--nnodes`` with a
-rendezvous endpoint, or ``srun torchrun``), no scheduler of its own. The runner hands out whole batches round-robin
-(batch ``k`` to rank ``k mod world_size``), every rank gathers every batch's outcome, and only rank 0 writes what the
-user sees. Batch ``k`` is attacked exactly as in one process (same images, same seed), so the results do not
-depend on the number of processes. Backend: NCCL when the device is CUDA (one GPU per rank from ``LOCAL_RANK``),
-gloo otherwise. Collectives time out (``MIXZOO_DIST_TIMEOUT`` seconds; default 1800 with NCCL, 86400 with gloo) so a
-hung rank fails the job instead of hanging it; a rank that raises ends its process, and torchrun then stops the
-others. The gloo default is long: a finished rank waits in the gather for the slowest rank's last batch, and one
-CPU batch can take over 30 minutes (benchmarks/lineage_bench.md). A timed-out collective is a one-line error naming
-the variable to raise.
+Launched as PyTorch users launch it (``torchrun --nproc-per-node N``, ``--nnodes`` with a rendezvous endpoint,
+``srun torchrun``). Batch ``k`` goes to rank ``k mod world_size`` and is attacked exactly as in one process (same
+images, same seed), every rank gathers every batch's outcome, and only rank 0 writes what the user sees. Backend:
+NCCL on CUDA (one GPU per rank from ``LOCAL_RANK``), else gloo. Collectives time out (``MIXZOO_DIST_TIMEOUT``
+seconds; default 1800 with NCCL, 86400 with gloo: a finished rank waits in the gather for the slowest rank's last
+batch, and one CPU batch can take over 30 minutes, benchmarks/lineage_bench.md) with a one-line error naming the
+variable, so a hung rank fails the job; a rank that raises ends its process, and torchrun then stops the others.
 """
 
 from __future__ import annotations
@@ -102,10 +99,8 @@ def timeout_s(backend: str) -> float:
 
 
 def init(device: str = "cpu") -> World:
-    """Join the torchrun job if this process is part of one (idempotent); returns :func:`world`.
-
-    ``device`` ``"cuda"`` selects NCCL and this rank's GPU (``LOCAL_RANK``); anything else gloo.
-    """
+    """Join the torchrun job if this process is part of one (idempotent); returns :func:`world`. ``device``
+    ``"cuda"`` selects NCCL and this rank's GPU (``LOCAL_RANK``); anything else gloo."""
     if not launched() or (dist.is_available() and dist.is_initialized()):
         return world()
     if not dist.is_available():
@@ -122,7 +117,7 @@ def init(device: str = "cpu") -> World:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"cannot join the torch.distributed job (WORLD_SIZE={os.environ.get('WORLD_SIZE')}): "
                          f"{first}; launch with torchrun, or unset WORLD_SIZE for one process") from err
-    atexit.register(_leave)
+    atexit.register(finish, wait=False)
     w = world()
     if not w.main:  # rank 0 says it once; the other ranks show the user nothing
         warnings.simplefilter("ignore")
@@ -138,21 +133,16 @@ def check_gpu_per_rank(local_rank: int, gpus: int) -> None:
                          " --device cpu (gloo)")
 
 
-def _leave() -> None:
-    """Leave the job before the interpreter shuts down: a gloo process group still alive at interpreter exit is
+def finish(wait: bool = True) -> None:
+    """Leave the job (nothing in one process), first waiting for every rank when ``wait``: a command's success
+    (without the wait, a rank that leaves first closes its gloo connections while another still uses them, and
+    that rank aborts after its work is done; a rank that failed exits at once, and torchrun stops the others).
+    :func:`init` registers ``finish(wait=False)`` for interpreter exit: a gloo process group still alive then is
     torn down with its threads running, which aborts the rank ("terminate called without an active exception")
     after its work is done, and torchrun then reports the whole job as failed."""
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def finish() -> None:
-    """A command's work is done on this rank: wait for every rank, then leave the job (nothing in one process).
-    Without the wait, a rank that leaves first closes its gloo connections while another still uses them, and
-    that rank aborts after its work is done. Only for success: a rank that failed exits at once, and torchrun
-    stops the others."""
-    if dist.is_available() and dist.is_initialized():
-        barrier()
+        if wait:
+            barrier()
         dist.destroy_process_group()
 
 

@@ -109,12 +109,3 @@ def _text_extent(text: Any, renderer: Any) -> Any:
     if isinstance(text, Annotation):
         text.update_positions(renderer)
     return Text.get_window_extent(text, renderer)
-
-
-def overlapping_texts(ax: Any) -> list[tuple[str, str]]:
-    """Pairs of the axes' texts (annotations included) whose drawn extents overlap: what a figure test checks."""
-    renderer = renderer_of(ax.figure)
-    texts = [t for t in ax.texts if t.get_visible() and t.get_text()]
-    boxes = [_text_extent(t, renderer) for t in texts]
-    return [(texts[i].get_text(), texts[j].get_text()) for i in range(len(texts)) for j in range(i + 1, len(texts))
-            if boxes[i].overlaps(boxes[j])]

@@ -1,9 +1,8 @@
 """Where a result was measured: the run record that bench and sanity reports carry.
 
-Attack results depend on the hardware and the library versions they ran with (float rounding differs between CPU
-kernels, GPUs and torch releases, and attacks stop on the first point they find misclassified), so a robustness
-number is only reproducible together with this record. It says what ran (mixzoo, torch, Python, git commit), where
-(CPU model, its vector instruction set as torch dispatches it, intra-op threads, GPU name) and when it finished.
+Float rounding differs between CPU kernels, GPUs and torch releases, and attacks stop on the first point they find
+misclassified, so a robustness number is reproducible only with this record: what ran (mixzoo, torch, Python, git
+commit), where (CPU model, its vector instruction set as torch dispatches it, threads, GPU) and when it finished.
 """
 
 from __future__ import annotations

@@ -199,10 +199,8 @@ def numbers(value: Any) -> list[int | float]:
 
 def specs_from_defaults(defaults: Mapping[str, Any], types: Mapping[str, Any] | None = None,
                         known: Mapping[str, OptionSpec] | None = None) -> dict[str, OptionSpec]:
-    """Option specs for a ``{name: default}`` table (how attacks declared their options before
-    :class:`OptionSpec`): each option's spec from ``known`` when it has one (with this default), else its type from
-    ``types`` or its default's type (a list of numbers: :func:`numbers`; a list: :func:`names`; a default ``None``
-    without a type: any value)."""
+    """Option specs for a ``{name: default}`` table: ``known``'s spec with this default, else the type from
+    ``types`` or the default's (a list of numbers: :func:`numbers`; a list: :func:`names`; ``None``: any value)."""
     types, known = dict(types or {}), dict(known or {})
     out: dict[str, OptionSpec] = {}
     for key, default in defaults.items():
@@ -242,10 +240,9 @@ _LAUNCH_FIX = "launch with torchrun (which sets it), or unset it for one process
 
 
 def world_size_env() -> tuple[int, int]:
-    """``(WORLD_SIZE, LOCAL_RANK)`` as torchrun sets them (1 and 0 when unset): ``WORLD_SIZE`` a whole number in
-    ``[1, MAX_WORLD_SIZE]``, and in a job of several processes ``RANK`` and ``LOCAL_RANK`` in
-    ``[0, WORLD_SIZE - 1]`` (one process ignores them); anything else is a one-line :class:`InputError` naming the
-    variable (read here, before any work, not by torch mid-run)."""
+    """``(WORLD_SIZE, LOCAL_RANK)`` as torchrun sets them (1 and 0 when unset), checked before any work:
+    ``WORLD_SIZE`` in ``[1, MAX_WORLD_SIZE]``, with several processes ``RANK`` and ``LOCAL_RANK`` in
+    ``[0, WORLD_SIZE - 1]``; else a one-line :class:`InputError` naming the variable."""
     size = env_int("WORLD_SIZE", 1, 1, MAX_WORLD_SIZE, _LAUNCH_FIX)
     if size == 1:
         return 1, 0

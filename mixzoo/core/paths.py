@@ -78,11 +78,9 @@ def below(folder: str | os.PathLike[str], *parts: str, what: str) -> Path:
 
 
 def env_folder(name: str, default: str | os.PathLike[str] | None) -> Path | None:
-    """The folder the environment variable ``name`` names, read the same way for every such variable
-    (``MIXZOO_CACHE``, ``MIXZOO_ROBUSTBENCH_DIR``, ``MIXZOO_DATA_DIR``): unset, empty or blank means ``default``
-    (as the XDG base-directory rule reads an empty variable; ``None``: no folder); ``~`` is expanded; a relative
-    value (which would move with the current folder) is a one-line :class:`InputError` naming the variable and
-    the fix."""
+    """The folder the variable ``name`` names (``MIXZOO_CACHE``, ``MIXZOO_ROBUSTBENCH_DIR``, ``MIXZOO_DATA_DIR``):
+    unset, empty or blank is ``default`` (the XDG rule; ``None``: no folder), ``~`` expanded; a relative value
+    (it would move with the current folder) is a one-line :class:`InputError` naming the variable and the fix."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return None if default is None else Path(default).expanduser()
@@ -216,11 +214,10 @@ def holding(marker: bytes) -> Callable[[Path], bool]:
 def check_output(path: str | os.PathLike[str], *, option: str = "--out", what: str = "a file mixzoo wrote",
                  ours: Callable[[Path], bool] | None = None, directory: bool = False,
                  files: Mapping[str, Callable[[Path], bool] | None] | None = None) -> Path:
-    """Refuse an output path that a command would replace although mixzoo did not write it: for a file
-    (``directory=False``), anything at ``path`` that is not a regular file (a FIFO, a device, a directory, a
-    symbolic link) or, with ``ours``, a non-empty file ``ours`` does not recognise; for a directory, anything at
-    ``path`` that is not a directory and, for each of ``files`` (name -> ``ours`` or ``None``), the same checks on
-    ``path / name``. Creates and changes nothing; returns ``Path(path)``."""
+    """Refuse an output path a command would replace although mixzoo did not write it: anything that is not a
+    regular file (a FIFO, a device, a directory, a symbolic link) or, with ``ours``, a non-empty file ``ours`` does
+    not recognise; with ``directory``, anything that is not a directory, and those checks on each of ``files``
+    (name -> ``ours`` or ``None``) in it. Creates and changes nothing; returns ``Path(path)``."""
     path = check_name_fits(path, option)
     if not directory:
         _check_file(path, option, ours, what)

@@ -1,9 +1,8 @@
-"""The run record: everything that decides an evaluation's outcome, as one frozen, hashable value
-(:class:`RunRecord`). It is built once where a command starts (:func:`mixzoo.evaluation.bench.bench`) and written
-whole into ``report.json`` (``"record"``, with its :meth:`~RunRecord.digest`); the report's settings copy it
-(:func:`mixzoo.evaluation.bench.report_settings`). Variants (a curve point, the matched baseline's attack) are
-:meth:`~RunRecord.replace` d copies; :meth:`~RunRecord.differences` names the fields two records disagree on (what
-``torchrun`` ranks are checked with before any attack: :func:`check_ranks_agree`).
+"""The run record: everything that decides an evaluation's outcome, one frozen, hashable :class:`RunRecord`, built
+where a command starts (:func:`mixzoo.evaluation.bench.bench`), written whole into ``report.json`` with its
+:meth:`~RunRecord.digest` and copied by the report's settings (:func:`mixzoo.evaluation.bench.report_settings`).
+Variants (a curve point, the matched baseline's attack) are :meth:`~RunRecord.replace` d copies; ``torchrun`` ranks
+are checked to agree before any attack (:func:`check_ranks_agree`).
 """
 
 from __future__ import annotations
@@ -71,9 +70,8 @@ class RunRecord:
 
     @classmethod
     def from_settings(cls, settings: Any, **fields: Any) -> RunRecord:
-        """The record of a :class:`~mixzoo.core.settings.RunSettings` (its attack's code version looked up), with
-        ``fields`` (card, models, data, resolved eps / norm, the ``-O`` counts as ``count_overrides``) filled in by
-        the caller."""
+        """The record of a :class:`~mixzoo.core.settings.RunSettings` (its attack's code version looked up) with
+        ``fields`` (card, models, data, resolved eps / norm, ``count_overrides``)."""
         from mixzoo.core import __version__
 
         base = dict(attack=settings.attack, attack_options=canonical_json(dict(settings.attack_options or {})),
@@ -111,13 +109,9 @@ class RunRecord:
         out["attack_options"], out["count_overrides"] = self.options(), self.counts()
         return out
 
-    def canonical(self) -> str:
-        """The canonical JSON the digest is taken of."""
-        return canonical_json(self.to_dict())
-
     def digest(self) -> str:
-        """sha256 (64 hex digits) of :meth:`canonical`: equal for equal records, in any process."""
-        return hashlib.sha256(self.canonical().encode()).hexdigest()
+        """:func:`sha256_of` :meth:`to_dict`: equal for equal records, in any process."""
+        return sha256_of(self.to_dict())
 
     def differences(self, other: RunRecord | dict[str, Any]) -> list[tuple[str, Any, Any]]:
         """``(field, this value, other value)`` for every field the two records disagree on, in field order."""

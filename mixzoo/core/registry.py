@@ -118,12 +118,9 @@ def load_registry_file(path: str | os.PathLike[str] | Traversable) -> list[Model
 
 
 class Registry:
-    """All known model specs, indexed by name and alias: a view of a merged table (:func:`get_registry`; kind
-    ``model`` of :mod:`mixzoo.core.plugins`, whose merge leaves out a name two entries claim).
-
-    An entry whose own name was left out is left out whole (its aliases with it); :meth:`get` of a left-out name
-    raises a :class:`PluginError` naming the plugins that claim it (``collisions``), every other name keeps working.
-    """
+    """All known model specs by name and alias, a view of a merged table (kind ``model``): an entry whose own name
+    was left out is left out whole, aliases included; :meth:`get` of a left-out name raises a :class:`PluginError`
+    naming the plugins that claim it (``collisions``)."""
 
     def __init__(self, index: Mapping[str, ModelSpec], collisions: Mapping[str, list[str]] | None = None):
         self.collisions: dict[str, list[str]] = dict(collisions or {})
@@ -163,9 +160,8 @@ class Registry:
 
 
 def get_registry() -> Registry:
-    """The merged registry: ``registry.toml`` (:func:`file_specs`, built-in) plus every plugin's
-    ``mixzoo_model_specs`` (:func:`plugin_specs`), the table of kind ``model`` of :mod:`mixzoo.core.plugins`
-    (merged, a plugin's faults costing only its own entries, by :func:`~mixzoo.core.plugins.tables.merge`)."""
+    """The merged registry: ``registry.toml`` (:func:`file_specs`, built-in) and every plugin's
+    ``mixzoo_model_specs`` (:func:`plugin_specs`), the table of kind ``model``."""
     from mixzoo.core.plugins import collisions, table
 
     return Registry(table("model"), collisions("model"))

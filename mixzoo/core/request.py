@@ -17,9 +17,6 @@ from mixzoo.core.record import RunRecord
 if TYPE_CHECKING:
     import torch
 
-def _no_cache() -> Cache:
-    return Cache(None, enabled=False)
-
 
 @dataclass(frozen=True)
 class EvalRequest:
@@ -33,7 +30,7 @@ class EvalRequest:
     """
 
     record: RunRecord
-    cache: Cache = field(default_factory=_no_cache)
+    cache: Cache = field(default_factory=lambda: Cache(None, enabled=False))
     key_parts: dict[str, Any] = field(default_factory=dict)
     label: str = ""
     example_index: torch.Tensor | None = None

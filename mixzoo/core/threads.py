@@ -54,51 +54,33 @@ def cgroup_quota(root: str | Path = "/") -> float | None:
             continue
         _, controllers, path = parts
         if controllers == "":  # cgroup v2: one unified hierarchy
-            quotas += _along(root / "sys/fs/cgroup", path, _v2_quota)
+            quotas += _along(root / "sys/fs/cgroup", path, ("cpu.max",))
         elif "cpu" in controllers.split(","):  # cgroup v1: the cpu controller's own hierarchy
             for mount in (controllers, "cpu,cpuacct", "cpu"):
                 base = root / "sys/fs/cgroup" / mount
                 if base.is_dir():
-                    quotas += _along(base, path, _v1_quota)
+                    quotas += _along(base, path, ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
                     break
     return min(quotas) if quotas else None
 
 
-def _along(base: Path, path: str, read: Any) -> list[float]:
-    """The quotas ``read`` finds in ``base / path`` and each of its parents up to ``base``."""
+def _along(base: Path, path: str, files: tuple[str, ...]) -> list[float]:
+    """The quotas (``quota / period`` in CPUs) in ``base / path`` and each of its parents up to ``base``: read from
+    ``files``, ``cpu.max`` (v2: ``QUOTA PERIOD``, ``max`` unlimited) or the v1 quota and period files; a missing
+    file, ``max`` or a number that is not positive is no quota."""
     found = []
     here = base / path.strip("/") if path.strip("/") else base
     while True:
-        q = read(here)
-        if q is not None:
-            found.append(q)
+        try:
+            fields = [word for name in files for word in (here / name).read_text().split()]
+            q, p = (float(v) for v in fields) if len(fields) == 2 else (0.0, 0.0)
+        except (OSError, ValueError):
+            q = p = 0.0
+        if q > 0 and p > 0:
+            found.append(q / p)
         if here == base or base not in here.parents:
             return found
         here = here.parent
-
-
-def _v2_quota(folder: Path) -> float | None:
-    try:
-        fields = (folder / "cpu.max").read_text().split()
-    except OSError:
-        return None
-    return _ratio(*fields) if len(fields) == 2 and fields[0] != "max" else None
-
-
-def _v1_quota(folder: Path) -> float | None:
-    try:
-        return _ratio((folder / "cpu.cfs_quota_us").read_text(), (folder / "cpu.cfs_period_us").read_text())
-    except OSError:
-        return None
-
-
-def _ratio(quota: str, period: str) -> float | None:
-    """``quota / period`` in CPUs; ``None`` when either is not a positive number."""
-    try:
-        q, p = float(quota.strip()), float(period.strip())
-    except ValueError:
-        return None
-    return q / p if q > 0 and p > 0 else None
 
 
 def affinity_cpus() -> int:
@@ -149,11 +131,10 @@ def load_average(root: str | Path = "/") -> float | None:
 
 def threads_for(cpus: int, load: float | None, parameters: int | None, *,
                 machine_cpus: int | None = None) -> tuple[int, str]:
-    """The rule (pure): the threads for ``cpus`` usable CPUs of a machine of ``machine_cpus`` (default ``cpus``)
-    whose 1-minute load average is ``load`` (None: unknown, taken as idle), running networks of at most
-    ``parameters`` parameters (None: none loaded yet), and the reason. The load falls on the usable CPUs in
-    proportion to their share of the machine; the idle CPUs are ``cpus`` less that share, rounded half up, at least
-    one; small networks get at most :data:`SMALL_NETWORK_THREADS` of them."""
+    """The rule (pure), with its reason: the idle CPUs of ``cpus`` usable ones on a machine of ``machine_cpus``
+    (default ``cpus``) under ``load`` (None: idle), the load falling on them in proportion to their share, rounded
+    half up, at least one; at most :data:`SMALL_NETWORK_THREADS` while ``parameters`` (the largest network's; None:
+    none loaded yet) is below :data:`SMALL_NETWORK_PARAMETERS`."""
     machine_cpus = max(machine_cpus or cpus, cpus)
     busy = 0.0 if load is None else max(0.0, load) * cpus / machine_cpus
     idle = max(1, min(cpus, math.floor(cpus - busy + 0.5)))
@@ -166,10 +147,9 @@ def threads_for(cpus: int, load: float | None, parameters: int | None, *,
 def choose_threads(requested: int | None = None, *, env: Mapping[str, str] | None = None, root: str | Path = "/",
                    affinity: int | None = None, parameters: int | None = None,
                    load: float | None = None) -> ThreadChoice:
-    """The thread count for a run: ``requested`` (``--threads``), else ``MIXZOO_THREADS``, else
-    :func:`threads_for` of the CPUs mixzoo may use (:func:`available_cpus`, capped by ``OMP_NUM_THREADS``), the load
-    (``load``; None: :func:`load_average` now) and ``parameters`` (the largest network's parameter count, None
-    before any is loaded). A requested count must lie from 1 to those CPUs."""
+    """``requested`` (``--threads``), else ``MIXZOO_THREADS`` (either from 1 to the CPUs), else :func:`threads_for`
+    the CPUs mixzoo may use (:func:`available_cpus`, capped by ``OMP_NUM_THREADS``), ``load`` (None:
+    :func:`load_average` now) and ``parameters`` (the largest network's; None before any is loaded)."""
     env = os.environ if env is None else env
     cpus, why = available_cpus(root=root, affinity=affinity)
     if requested is not None:
@@ -190,11 +170,9 @@ _load: float | None = None  # the load average when configure() ran (the command
 
 
 def configure(requested: int | None = None, *, torch_now: bool = True) -> ThreadChoice:
-    """Choose the thread count (:func:`choose_threads`) and give it to torch; commands call it at their start.
-    The load average now is the load the choice keeps for the whole command; networks loaded afterwards may
-    lower the count (:func:`fit_to_network`) unless it was asked for.
-    ``torch_now=False`` (commands that never need torch, such as ``list``): torch is not imported for it; the count
-    is given to torch with the first network loaded, if any."""
+    """Choose the thread count (:func:`choose_threads`, the load now kept for the whole command) and give it to
+    torch, at a command's start; ``torch_now=False`` (``list``, which never needs torch): given with the first
+    network loaded (:func:`fit_to_network`), if any."""
     global _current, _largest, _load
     _largest, _load = None, load_average()
     _current = choose_threads(requested, load=_load)
@@ -204,9 +182,8 @@ def configure(requested: int | None = None, *, torch_now: bool = True) -> Thread
 
 
 def fit_to_network(network: Any) -> ThreadChoice | None:
-    """After loading ``network``: at most :data:`SMALL_NETWORK_THREADS` while every network loaded since
-    :func:`configure` is small, the idle CPUs again once a large one is loaded. Does nothing when
-    :func:`configure` was not called (a library user's threads are theirs) or the count was asked for."""
+    """After loading ``network``: the choice again for the largest network loaded since :func:`configure`; nothing
+    without :func:`configure` (a library user's threads are theirs) or when the count was asked for."""
     global _current, _largest
     if _current is None or _current.requested:
         if _current is not None:

@@ -17,7 +17,7 @@ MESSAGE = f"{ENTRY.old} is deprecated and will be removed in mixzoo {ENTRY.remov
 
 def attach_sources(sources: types.ModuleType) -> None:
     """:func:`mixzoo.core.plugins.sources.load_network` asks the old hook for a kind no table provides."""
-    from mixzoo.core.plugins.hooks import first_answer
+    from mixzoo.core.plugins.guard import first_answer
     from mixzoo.core.plugins.state import STATE
     from mixzoo.core.plugins.tables import provider
 

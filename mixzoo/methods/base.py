@@ -279,9 +279,9 @@ def method_for(card: MixCard) -> MixingMethod:
 def default_method() -> str:
     """The method ``mixzoo mix`` fits when none is named: the one plugin method marked ``default``."""
     from mixzoo.core.errors import PluginError
-    from mixzoo.core.plugins import mixing_methods
+    from mixzoo.core.plugins import table
 
-    names = sorted(n for n, m in mixing_methods().items() if m.default)
+    names = sorted(n for n, m in table("method").items() if m.default)
     if len(names) != 1:
         raise PluginError(f"{'no' if not names else 'several'} mixing methods are marked default"
                           f" ({', '.join(names) or 'none'}); pass --method NAME (see `mixzoo plugins`)")
@@ -290,9 +290,9 @@ def default_method() -> str:
 
 def baseline_method() -> MixingMethod | None:
     """The plugin method marked ``baseline`` (the bench's matched row), if exactly one is."""
-    from mixzoo.core.plugins import mixing_methods
+    from mixzoo.core.plugins import table
 
-    found = [m for _, m in sorted(mixing_methods().items()) if m.baseline]
+    found = [m for _, m in sorted(table("method").items()) if m.baseline]
     return found[0] if len(found) == 1 else None
 
 

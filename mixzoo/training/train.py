@@ -145,9 +145,9 @@ def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None,
         else ({}, {}, {})
     path, sha = None, _state_sha256(state, recipe)
     if pinned is not None and sha != pinned:
-        from mixzoo.core.cache import default_cache_dir
+        from mixzoo.core.paths import cache_folder
 
-        kept, _ = save_weights(state, default_cache_dir() / "trained" / sha[:12], recipe)
+        kept, _ = save_weights(state, cache_folder() / "trained" / sha[:12], recipe)
         raise InputError(f"trained {recipe.name} has sha256 {sha[:12]}..., not the {pinned[:12]}... the registry pins"
                          f" for the shipped {default_weights_dir() / recipe.file} (this machine, device or torch does"
                          f" not reproduce it bit for bit), so that file was left alone and the new weights were saved"

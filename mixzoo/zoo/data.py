@@ -78,12 +78,12 @@ def split_dataset_name(name: str, root: str | None = None) -> tuple[str, str | N
     """``(dataset, root)`` for a dataset named with its path: ``KIND:PATH`` (``imagefolder:/data/pets``) where
     ``KIND`` is a dataset name, or a path ending in ``.npz`` (``npz``); other names are returned as they are. A
     path in the name and a different ``root`` (``--data-dir``) at once raise :class:`InputError`."""
-    from mixzoo.core.plugins import datasets
+    from mixzoo.core.plugins import table
 
     kind, sep, path = name.partition(":")
-    if sep and path and kind in datasets():
+    if sep and path and kind in table("dataset"):
         named = path
-    elif name.lower().endswith(".npz") and name not in datasets():
+    elif name.lower().endswith(".npz") and name not in table("dataset"):
         kind, named = "npz", name
     else:
         return name, root

@@ -242,14 +242,14 @@ def fetch_list(names: Sequence[str], dataset: str | None = None, data_dir: str |
     when given, else each robust model's (or card's) data set. Hub names whose ``config.json`` is not cached are
     listed by that file."""
     from mixzoo.core.errors import MissingFileError
-    from mixzoo.core.plugins import published_cards
+    from mixzoo.core.plugins import table
     from mixzoo.core.registry import get_spec
 
     out: list[NeededFile] = []
     datasets: list[str] = [dataset] if dataset else []
     models: list[str] = []
     for name in names:
-        if name in published_cards() or (Path(name).suffix in (".toml", ".json") and Path(name).is_file()):
+        if name in table("card") or (Path(name).suffix in (".toml", ".json") and Path(name).is_file()):
             from mixzoo.core.card import MixCard
 
             card = MixCard.load(name)

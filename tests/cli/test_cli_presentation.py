@@ -94,9 +94,9 @@ def test_top_level_help_wraps_only_where_the_line_is_full():
 def test_published_cards_are_listed_and_shown():
     import json
 
-    from mixzoo.core.plugins import published_cards
+    from mixzoo.core.plugins import table
 
-    names = sorted(published_cards())
+    names = sorted(table("card"))
     assert "mixednuts-cifar10" in names
     listed = CliRunner().invoke(app, ["list", "--json"])
     assert listed.exit_code == 0, listed.output

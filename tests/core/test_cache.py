@@ -15,10 +15,10 @@ from mixzoo.core.cache import (
     batched_cached,
     check_writable,
     content_key,
-    default_cache_dir,
     staged_directory,
 )
 from mixzoo.core.errors import InputError, MixzooError
+from mixzoo.core.paths import cache_folder
 
 
 def test_content_key_is_order_independent_and_sensitive():
@@ -245,12 +245,12 @@ def test_staged_directory_failure_leaves_the_output_as_it_was(tmp_path):
     assert not (tmp_path / "fresh").exists()
 
 
-def test_default_cache_dir_follows_mixzoo_cache(tmp_path, monkeypatch):
+def test_cache_folder_follows_mixzoo_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MIXZOO_CACHE", str(tmp_path / "c"))
-    assert default_cache_dir() == tmp_path / "c"
+    assert cache_folder() == tmp_path / "c"
     monkeypatch.delenv("MIXZOO_CACHE")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert default_cache_dir() == tmp_path / "home" / ".cache" / "mixzoo"
+    assert cache_folder() == tmp_path / "home" / ".cache" / "mixzoo"
 
 
 def test_save_writes_the_description_next_to_the_tensors(tmp_path):

@@ -157,8 +157,8 @@ def test_no_built_in_method_declares_the_deprecated_method_option() -> None:
     import sys
 
     code = ("import warnings; warnings.filterwarnings('error', message='mixzoo', category=DeprecationWarning);"
-            " from mixzoo.core.plugins import mixing_methods; from mixzoo.methods import MethodOption;"
-            " bad = [n for n, m in mixing_methods().items()"
+            " from mixzoo.core.plugins import table; from mixzoo.methods import MethodOption;"
+            " bad = [n for n, m in table('method').items()"
             " if any(isinstance(s, MethodOption) for s in m.option_specs().values())]; print(bad)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr[-2000:]

@@ -182,23 +182,23 @@ def test_below_refuses_a_symbolic_link_in_any_component(tmp_path):
 
 @pytest.mark.parametrize("value", ["", "   "])
 def test_an_empty_folder_variable_means_the_default(monkeypatch, tmp_path, value):
-    from mixzoo.core.cache import default_cache_dir
+    from mixzoo.core.paths import cache_folder
     from mixzoo.core.plugins.failures import failure_file
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MIXZOO_CACHE", value)
-    assert default_cache_dir() == tmp_path / "home" / ".cache" / "mixzoo"
-    assert Path(failure_file()).parent == default_cache_dir()
+    assert cache_folder() == tmp_path / "home" / ".cache" / "mixzoo"
+    assert Path(failure_file()).parent == cache_folder()
 
 
 @pytest.mark.parametrize("name", ["MIXZOO_CACHE", "MIXZOO_ROBUSTBENCH_DIR", "MIXZOO_DATA_DIR"])
 @pytest.mark.parametrize("value", ["cache", "./cache", "."])
 def test_a_relative_folder_variable_is_one_line(monkeypatch, name, value):
-    from mixzoo.core.cache import default_cache_dir
+    from mixzoo.core.paths import cache_folder
     from mixzoo.zoo.files import dataset_files, robustbench_dir
 
     monkeypatch.setenv(name, value)
-    read = {"MIXZOO_CACHE": default_cache_dir, "MIXZOO_ROBUSTBENCH_DIR": robustbench_dir,
+    read = {"MIXZOO_CACHE": cache_folder, "MIXZOO_ROBUSTBENCH_DIR": robustbench_dir,
             "MIXZOO_DATA_DIR": lambda: dataset_files("cifar10")}[name]
     with pytest.raises(InputError, match=rf"{name}=.* is not an absolute folder path") as err:
         read()

@@ -8,9 +8,10 @@ import types
 
 import pytest
 import torch
+from figure_checks import overlapping_texts
 
 from mixzoo.core.card import MixCard
-from mixzoo.core.figures import overlapping_texts, renderer_of
+from mixzoo.core.figures import renderer_of
 
 
 @pytest.fixture()

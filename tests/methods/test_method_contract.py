@@ -19,7 +19,7 @@ from mixzoo.attacks.variants import GradientVariants, with_gradient
 from mixzoo.cli import app
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
-from mixzoo.core.plugins import mixing_methods
+from mixzoo.core.plugins import table
 from mixzoo.methods import MixingMethod, OptionSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +80,7 @@ def test_the_attacks_switch_no_gradient_attribute():
 
 
 def test_builtin_methods_subclass_the_contract_and_type_their_options():
-    for name, method in mixing_methods().items():
+    for name, method in table("method").items():
         assert isinstance(method, MixingMethod), name
         specs = method.option_specs()
         assert "command" not in specs, name  # the command line is FitRequest.command, not an option
@@ -115,8 +115,8 @@ def test_typed_option_refused_in_one_line_naming_it_and_its_type(tmp_path):
     assert result.exit_code == 2 and "an integer" in " ".join(result.output.split())
     with pytest.raises(InputError, match=r"option refit_alpha \(--refit-alpha\) of mixing method 'mixednuts' must"
                                          r" be true or false"):
-        mixing_methods()["mixednuts"].check_options({"refit_alpha": "maybe"})
-    checked = mixing_methods()["mixednuts"].check_options({"n_iter": "7", "beta": 1})
+        table("method")["mixednuts"].check_options({"refit_alpha": "maybe"})
+    checked = table("method")["mixednuts"].check_options({"n_iter": "7", "beta": 1})
     assert (checked["n_iter"], checked["beta"]) == (7, 1.0) and checked["n_restarts"] == 1  # the others filled
     assert "grid" not in checked and "top_k" not in checked  # defaults that are no one value: shown, not filled
     shown = CliRunner().invoke(app, ["mix", "--method", "linear", "--show-options"])

@@ -15,7 +15,7 @@ from torch import nn
 
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, MixzooError
-from mixzoo.core.plugins import hookimpl, lookup, mixing_methods, plugin_infos, register_plugin, unregister_plugin
+from mixzoo.core.plugins import hookimpl, lookup, plugin_infos, register_plugin, table, unregister_plugin
 from mixzoo.methods import ExtraAttack, MixingMethod, default_method, fit, get_method
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ PAIR = {"abc": {"name": "digits-std"}, "rbc": {"name": "digits-pgd"}, "dataset":
 
 
 def test_builtin_methods_come_from_the_methods_plugin():
-    methods = mixing_methods()
+    methods = table("method")
     assert {"mixednuts", "linear"} <= set(methods)
     assert default_method() == "mixednuts"
     info = {i.name: i for i in plugin_infos()}

@@ -6,14 +6,13 @@ party's exception is one line naming it (:mod:`~mixzoo.core.plugins.guard`), rem
 (:mod:`~mixzoo.core.plugins.failures`); a model's loader is picked by its source kind
 (:mod:`~mixzoo.core.plugins.sources`); every kind of entry is one table of :data:`KINDS`, merged by one rule
 (:mod:`~mixzoo.core.plugins.tables`). :mod:`~mixzoo.core.plugins.state` holds what the process remembers,
-:mod:`~mixzoo.core.plugins.manager` the pluggy manager, :mod:`~mixzoo.core.plugins.hooks` the calls plugin by
-plugin, :mod:`~mixzoo.core.plugins.listing` ``mixzoo plugins``.
+:mod:`~mixzoo.core.plugins.manager` the pluggy manager, :mod:`~mixzoo.core.plugins.listing` ``mixzoo plugins``.
 """
 
 from __future__ import annotations
 
 from mixzoo.core.plugins.failures import runtime_failures
-from mixzoo.core.plugins.hooks import collect, first_answer, first_result
+from mixzoo.core.plugins.guard import collect, first_answer, first_result
 from mixzoo.core.plugins.listing import PluginInfo, plugin_infos
 from mixzoo.core.plugins.manager import get_plugin_manager, hookimpl
 from mixzoo.core.plugins.sources import load_network
@@ -23,21 +22,17 @@ from mixzoo.core.plugins.tables import (
     clear_caches,
     collision_message,
     collisions,
-    datasets,
     lookup,
     merge,
-    mixing_methods,
     plugin_failures,
     provider,
-    published_cards,
     register_plugin,
     table,
     unregister_plugin,
 )
 
 __all__ = [
-    "KINDS", "STATE", "PluginInfo", "clear_caches", "collect", "collision_message", "collisions", "datasets",
-    "first_answer", "first_result", "get_plugin_manager", "hookimpl", "load_network", "lookup", "merge",
-    "mixing_methods", "plugin_failures", "plugin_infos", "provider", "published_cards", "register_plugin",
-    "runtime_failures", "table", "unregister_plugin",
+    "KINDS", "STATE", "PluginInfo", "clear_caches", "collect", "collision_message", "collisions", "first_answer",
+    "first_result", "get_plugin_manager", "hookimpl", "load_network", "lookup", "merge", "plugin_failures",
+    "plugin_infos", "provider", "register_plugin", "runtime_failures", "table", "unregister_plugin",
 ]

@@ -38,9 +38,8 @@ def read_kept() -> dict[str, Any]:
 
 
 def record_runtime_failure(plugin_name: str, doing: str, exc: BaseException) -> None:
-    """Remember that ``plugin_name`` raised ``exc`` while ``doing``: for this process, and, for a plugin installed
-    through an entry point, in the cache directory for later ones (best effort; the last five faults per plugin
-    version)."""
+    """Remember that ``plugin_name`` raised ``exc`` while ``doing``: for this process and, for an entry point's
+    plugin, in :func:`failure_file` for later ones (best effort)."""
     reason = f"{doing}: {exception_text(exc)}"
     seen = STATE.runtime.setdefault(plugin_name, [])
     if reason not in seen:
@@ -69,8 +68,8 @@ def record_runtime_failure(plugin_name: str, doing: str, exc: BaseException) -> 
 
 
 def runtime_failures() -> dict[str, list[str]]:
-    """Faults plugins showed at run time (a loader, method or attack that raised): those of this process, and
-    those kept from earlier processes for the installed version of each plugin (with when they were last seen)."""
+    """Faults plugins showed at run time (a loader, method or attack that raised): this process's, and those kept
+    for each plugin's installed version (with when they were last seen)."""
     get_plugin_manager()
     out = {name: list(reasons) for name, reasons in STATE.runtime.items()}
     for name, entry in read_kept().items():

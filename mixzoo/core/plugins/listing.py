@@ -1,12 +1,11 @@
 """What ``mixzoo plugins`` shows: every plugin with its version, module, hooks, what it provides and errors.
 
-By default it reads the entry points' distribution metadata and imports the plugin modules (a plugin whose import
-fails shows its error), and calls no hook, so it needs neither torch nor a mixing method: what a plugin provides
-comes from its module's declaration :data:`DECLARATION` (``PROVIDES = {"clamps": ["acme-tanh"], ...}``, labels of
-:data:`LABELS`), and each entry point's import time is shown, with :data:`IMPORT_HINT` when it exceeds
-:data:`SLOW_IMPORT_S`. ``check=True`` (``mixzoo plugins --check``) also calls every collecting hook and builds every
-table, the registry included: it lists the names each plugin provides and the faults found there (a hook that
-raises, a name two plugins provide, an invalid registry entry, a declaration that differs from the hooks).
+By default it imports the plugin modules (a failed import shows its error) and calls no hook, so it needs neither
+torch nor a mixing method: what a plugin provides is its module's :data:`DECLARATION` (``PROVIDES = {"clamps":
+["acme-tanh"], ...}``, labels of :data:`LABELS`); an import slower than :data:`SLOW_IMPORT_S` gets
+:data:`IMPORT_HINT`. ``check=True`` (``mixzoo plugins --check``) also builds every table, the registry included,
+and lists the names each plugin provides and the faults found (a hook that raises, a name two plugins provide, an
+invalid registry entry, a declaration that differs from the hooks).
 """
 
 from __future__ import annotations

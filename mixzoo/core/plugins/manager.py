@@ -49,11 +49,8 @@ def noting_deprecations(plugin_name: str) -> Iterator[None]:
 
 @functools.cache
 def get_plugin_manager() -> pluggy.PluginManager:
-    """The process-wide plugin manager with every installed ``mixzoo`` entry point loaded.
-
-    Entry points are loaded one by one (rather than ``load_setuptools_entrypoints``' all-or-nothing) so that an
-    import error in one plugin is reported by name while the others load.
-    """
+    """The process-wide plugin manager, every installed ``mixzoo`` entry point loaded one by one (not
+    ``load_setuptools_entrypoints``' all-or-nothing): a plugin's import error is reported by name, the others load."""
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
     for ep in entry_points():

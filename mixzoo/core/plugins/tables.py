@@ -14,23 +14,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from mixzoo.core.errors import MixzooError, PluginError, PluginWarning, UnknownNameError
-from mixzoo.core.plugins.guard import guard
-from mixzoo.core.plugins.hooks import collect
+from mixzoo.core.plugins.guard import collect, guard
 from mixzoo.core.plugins.manager import get_plugin_manager, noting_deprecations
 from mixzoo.core.plugins.state import STATE
 
 
 @dataclass(frozen=True)
 class Kind:
-    """One collecting hook, merged name by name into one table: ``hook``, the ``label`` ``mixzoo plugins`` lists its
-    names under, ``what`` one entry is called in messages, how third parties' entries are guarded (``guard``:
-    ``None``, ``"object"``, ``"factory"``, ``"factory+result"``; :func:`~mixzoo.core.plugins.guard.guard`), and three
-    functions named ``"module:function"`` of the layer that defines the kind's contract, imported when the table is
-    first built (so that this package imports none of its users): ``adapt`` (entry, plugin) -> the entry, checked
-    (a missing part of the contract named) or read from an older contract; ``read`` (plugin, hook result) ->
-    ``{name: entry}``, for a hook that returns something else than that dict (its faults recorded and left out);
-    ``base`` () -> ``(owner, {name: entry})``, entries that come before every plugin's and count as built-in (the
-    registry file). ``aliases``: each entry's ``aliases`` attribute names it too."""
+    """One collecting hook merged into one table: ``hook``, the ``label`` ``mixzoo plugins`` lists under, ``what``
+    an entry is called in messages, ``guard`` (:func:`~mixzoo.core.plugins.guard.guard`), and three functions named
+    ``"module:function"``, imported when the table is first built (this package imports none of its users):
+    ``adapt`` (entry, plugin) -> the entry checked or read from an older contract; ``read`` (plugin, hook result)
+    -> ``{name: entry}``, for a hook that returns something else (faults recorded, left out); ``base`` () ->
+    ``(owner, {name: entry})``, built-in entries before every plugin's (the registry file). ``aliases``: each
+    entry's ``aliases`` name it too."""
 
     hook: str
     label: str
@@ -86,10 +83,9 @@ class Merged:
 
 
 def merge(what: str, given: list[tuple[str, dict[str, Any]]], builtin: Any = (), aliases: bool = False) -> Merged:
-    """Merge ``(owner, {name: entry})`` pairs name by name (module docstring): a name one owner gives is that
-    owner's; one that exactly one built-in (a built-in plugin, or one of ``builtin``) and others give stays the
-    built-in's, the others' entries left out with a warning naming both; any other name given more than once is
-    left out for all, each owner recorded. ``aliases``: an entry's ``aliases`` are names of it too."""
+    """Merge ``(owner, {name: entry})`` pairs name by name: a name exactly one built-in (a built-in plugin, or one of
+    ``builtin``) and others give stays the built-in's, the others left out with a warning naming both; any other
+    name given more than once is left out for all, each owner recorded. ``aliases``: as :class:`Kind`'s."""
     get_plugin_manager()
     claims: dict[str, list[tuple[str, Any]]] = {}
     for owner, entries in given:
@@ -150,21 +146,6 @@ def merged(kind: str) -> Merged:
 def table(kind: str) -> dict[str, Any]:
     """The entries of ``kind`` (a key of :data:`KINDS`) by name."""
     return merged(kind).entries
-
-
-def datasets() -> dict[str, Any]:
-    """All dataset factories by name."""
-    return table("dataset")
-
-
-def mixing_methods() -> dict[str, Any]:
-    """All mixing methods by name (:class:`mixzoo.methods.MixingMethod` objects)."""
-    return table("method")
-
-
-def published_cards() -> dict[str, Any]:
-    """All published mix cards by name (paths of card files shipped with plugins)."""
-    return table("card")
 
 
 def collisions(kind: str) -> dict[str, list[str]]:

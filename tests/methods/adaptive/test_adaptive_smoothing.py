@@ -615,11 +615,11 @@ def test_published_fashion_mnist_cards_build_by_name(setting, one_thread):
     published cards: `mixzoo bench fmnist-adaptive-smoothing-c` finds them by name, their weights match the hash,
     and the classifier's alpha stays inside the card's bounds."""
     from mixzoo.core.card import MixCard
-    from mixzoo.core.plugins import published_cards
+    from mixzoo.core.plugins import table
     from mixzoo.zoo.models import load_model
 
     name = f"fmnist-adaptive-smoothing-{setting.lower()}"
-    assert name in published_cards()
+    assert name in table("card")
     card = MixCard.load(name)
     assert card.method == "adaptive-smoothing" and card.params["setting"] == setting and card.data["split"] == "train"
     # `mixzoo sanity` and `mixzoo check` type their card argument as a path: the name must resolve there too

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from figure_checks import overlapping_texts
 
 from mixzoo.core.card import MixCard
-from mixzoo.core.figures import figure_module, overlapping_texts
+from mixzoo.core.figures import figure_module
 from mixzoo.methods.mixednuts.figures import objective_figure, objective_range, tradeoff_figure
 
 ROOT = Path(__file__).resolve().parents[3]
