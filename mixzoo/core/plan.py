@@ -157,12 +157,11 @@ def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[flo
     iterations, returning how many examples it left robust (or anything else: not used). After a warm-up call on
     one image it is timed (:func:`_least`) on ``k`` (at most ``n``) images at each of ``fractions`` (two, or three
     evenly spaced; ``(1, 1)``: timed whole) and extrapolated to ``f = 1`` (:func:`_rest`).
-    One more call gives how a call's time grows, ``t = F + u v`` (per-iteration overhead and vectorised batches are
-    the fixed share ``F``, counted once per call of the run): on twice the ``k`` images (at most ``n`` and
-    ``batch``: a call's time grows less than along the line from fewer images), else on half of them when ``k`` is
-    at least :data:`PROBE_MIN`, else on one (a single image broken at once would hide the fixed part); ``u`` the
-    examples left robust when counted and both calls left some (each costs every iteration, a broken one stops; the
-    run's share of them the probe's; counts not growing with the images: no fixed share), else the images."""
+    One more call, on half the ``k`` images when ``k`` is at least :data:`PROBE_MIN`, else on one (a single image
+    broken at once would hide the fixed part), gives how a call's time grows, ``t = F + u v`` (per-iteration
+    overhead and vectorised batches are the fixed share ``F``, counted once per call of the run): ``u`` the examples
+    left robust when counted and that call left some (each costs every iteration, a broken one stops; the run's
+    share of them the probe's; the same count in both calls: no fixed share), else the images."""
     k, fs = max(1, min(k, n)), tuple(dict.fromkeys(fractions))  # one timing when there is nothing to cut
     run(1, fs[0])
     timed = [_least(run, k, f) for f in fs]
@@ -171,13 +170,11 @@ def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[flo
     calls = 1 if batch is None else -(-n // max(1, batch))
     if k < 2 or took[-1] <= 0:
         return whole / k
-    other = min(n, 2 * k, batch or n)
-    other = other if other > k else k // 2 if k >= PROBE_MIN else 1
-    part, left = _least(run, other, fs[-1])
-    counted = robust[-1] is not None and _count(left) is not None and min(robust[-1], _count(left)) > 0
-    u, u_other = (robust[-1], _count(left)) if counted else (k, other)
-    grows = (u - u_other) * (k - other) > 0
-    share = min(1.0, max(0.0, 1.0 - u * (took[-1] - part) / (u - u_other) / took[-1])) if grows else 0.0
+    half = k // 2 if k >= PROBE_MIN else 1
+    part, left = _least(run, half, fs[-1])
+    counted = robust[-1] is not None and _count(left) is not None and _count(left) > 0
+    u, u_half = (robust[-1], _count(left)) if counted else (k, half)
+    share = min(1.0, max(0.0, 1.0 - u * (took[-1] - part) / (u - u_half) / took[-1])) if u > u_half else 0.0
     return whole * (1.0 - share) / k + whole * share * min(calls, n) / max(1, n)
 
 
