@@ -88,6 +88,19 @@ def per_image(run: Callable[[int], Any], n: int, k: int = 4, *, batch: int | Non
     return per_image_cut(whole, n, (1.0, 1.0), k, batch=batch)
 
 
+FRACTIONS = (0.05, 0.1, 0.15)  # a probe's cuts of an iteration count, evenly spaced
+MIN_CUT = 5  # the fewest iterations a cut keeps: fewer do not show how the attack stops early (timed whole then)
+
+
+def cut_fractions(full: int, cut: Callable[[float], int], fractions: tuple[float, ...] = FRACTIONS
+                  ) -> tuple[float, ...]:
+    """``fractions`` of an iteration count ``full`` as ``cut(f)``, the count cut to ``f``, makes them: ``(1, 1)``,
+    no cut, when the first cut is under :data:`MIN_CUT` or two cuts are equal (timed whole)."""
+    cuts = [cut(f) for f in fractions]
+    ok = MIN_CUT <= cuts[0] and all(a < b for a, b in zip(cuts, cuts[1:], strict=False))
+    return tuple(c / full for c in cuts) if ok else (1.0, 1.0)
+
+
 PROBE_SHARE = 0.1  # an attack's probe: this share of the run's images (early stopping then shows in it) ...
 PROBE_MIN = 8  # ... and at least this many
 
@@ -202,9 +215,9 @@ def drawing_seconds(count: int) -> float:
     return count * figures_seconds(_report_like_figure)[1] if count > 0 else 0.0
 
 
-__all__ = ["LONG_WORK_S", "PROBE_MIN", "PROBE_SHARE", "Phase", "Plan", "drawing_seconds", "figures_seconds",
-           "make_plan",
-           "per_image", "per_image_cut", "planned_work", "probe_images", "show_plan"]
+__all__ = ["FRACTIONS", "LONG_WORK_S", "MIN_CUT", "PROBE_MIN", "PROBE_SHARE", "Phase", "Plan", "cut_fractions",
+           "drawing_seconds", "figures_seconds", "make_plan", "per_image", "per_image_cut", "planned_work",
+           "probe_images", "show_plan"]
 
 
 def make_plan(build: Callable[[], Plan], command: str, *, dry_run: bool, wanted: bool = True) -> Plan:

@@ -4,10 +4,10 @@ with the budget applied as the commands apply it (:func:`~mixzoo.evaluation.job.
 estimates the bench's own work list (:class:`~mixzoo.evaluation.job.BenchJob`).
 
 A probe times the attack on :func:`~mixzoo.core.plan.probe_images` images spread over the run's (the share broken
-at once is the run's), cut to :data:`FRACTIONS` of its iteration and query counts (timed whole under
-:data:`MIN_CUT`), and extrapolates to the full counts and images (:func:`~mixzoo.core.plan.per_image_cut`). A
-row counts only the examples whose outcomes the cache does not hold (:func:`~mixzoo.attacks.runner.cached_examples`:
-the run's cache keys); a row the cache holds whole is not probed."""
+at once is the run's), cut to :data:`~mixzoo.core.plan.FRACTIONS` of its iteration and query counts (timed whole
+under :data:`~mixzoo.core.plan.MIN_CUT`), and extrapolates to the full counts and images
+(:func:`~mixzoo.core.plan.per_image_cut`). A row counts only the examples whose outcomes the cache does not hold
+(:func:`~mixzoo.attacks.runner.cached_examples`: the run's cache keys); a row the cache holds whole is not probed."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from mixzoo.attacks.result import Outcome
 from mixzoo.attacks.runner import cached_examples, cached_outcome, evaluate
 from mixzoo.core.budget import LINEAR_COUNTS, scaled_counts
 from mixzoo.core.cache import Cache
-from mixzoo.core.plan import Plan, per_image_cut, probe_images
+from mixzoo.core.plan import FRACTIONS, Plan, cut_fractions, per_image_cut, probe_images
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
@@ -42,8 +42,6 @@ from mixzoo.evaluation.worst_case import declared_attacks, evaluate_card, extra_
 from mixzoo.methods.base import baseline_method
 
 MATCH_STEPS = 6  # the baseline's bisection over its alpha grid: about log2(51) evaluations
-FRACTIONS = (0.05, 0.1, 0.15)  # the probes' cuts of each iteration / query count, evenly spaced
-MIN_CUT = 5  # the fewest iterations a cut keeps: fewer do not show how the attack stops early (timed whole then)
 
 
 @dataclass(frozen=True)
@@ -180,16 +178,15 @@ class Probes:
 
 def _fractions(attack: str, options: dict[str, Any]) -> tuple[float, ...]:
     """:data:`FRACTIONS` as the cut counts make them (rounded up): those of the attack's largest iteration count
-    (``(1, 1)``, no cut, for an attack without one or with one too small to cut to :data:`MIN_CUT` and more)."""
+    (``(1, 1)``, no cut, for an attack without one or with one too small to cut:
+    :func:`~mixzoo.core.plan.cut_fractions`)."""
     full = scaled_counts(attack, options, 1.0)
     counted = [(v, k) for k, v in full.items() if any(k == c or k.endswith("_" + c) for c in LINEAR_COUNTS)
                and isinstance(v, int) and not isinstance(v, bool) and v > 0 and k not in ("n_queries",)]
     if not counted:
         return (1.0, 1.0)
     value, key = max(counted)
-    cuts = [scaled_counts(attack, options, f)[key] for f in FRACTIONS]
-    ok = MIN_CUT <= cuts[0] and all(a < b for a, b in zip(cuts, cuts[1:], strict=False))
-    return tuple(c / value for c in cuts) if ok else (1.0, 1.0)  # counts too small to cut: timed whole
+    return cut_fractions(value, lambda f: scaled_counts(attack, options, f)[key], FRACTIONS)
 
 
 def _cached_text(shared: int, n: int, extras_cached: bool, what: str = "") -> str:

@@ -251,3 +251,34 @@ def test_the_methods_curve_setup_is_nothing_once_its_calibration_data_are_cached
     assert card.mixing_method.report_data_seconds(*args) > 0  # MMAA on the calibration images, timed
     calibration_data_for(card, ce.rbc, request, at_most=len(ce.data.labels))  # what the curve computes first
     assert card.mixing_method.report_data_seconds(*args) == 0.0
+
+
+def test_mmaas_probe_counts_a_calls_fixed_share_once_per_batch(monkeypatch):
+    """MMAA's probe (mix's calibration data, the figures'): cut iterations on images spread over the calibration
+    set, each call's time a fixed share per iteration plus a part per example left robust, so that the run's batches
+    of 250 cost less per image than the probe's few images."""
+    import torch
+
+    import mixzoo.core.plan as core_plan
+    import mixzoo.methods.mixednuts.calibration_data as calibration
+    from mixzoo.methods.mixednuts.calibration_data import MMAASettings
+    from mixzoo.methods.mixednuts.method import _mmaa_seconds
+    from mixzoo.zoo.data import ImageDataset
+
+    clock, seen = [0.0], []
+    monkeypatch.setattr(core_plan.time, "perf_counter", lambda: clock[0])
+    fixed, per_example = 2.0, 0.1  # seconds per iteration of a call, and of each example it leaves robust
+
+    def fake_mmaa(rbc, data, mmaa, **kw):  # every example stays robust: each costs every iteration
+        seen.append((mmaa.n_iter, data.indices.tolist()))
+        clock[0] += mmaa.n_iter * (fixed + per_example * len(data.labels))
+        return {"logits": torch.nn.functional.one_hot(data.labels, 2).float()}
+
+    monkeypatch.setattr(calibration, "cached_mmaa", fake_mmaa)
+    n = 300
+    data = ImageDataset("fake", "calibration", torch.zeros(n, 1, 2, 2), torch.zeros(n, dtype=torch.long), 2,
+                        torch.arange(n), "fake")
+    sec = _mmaa_seconds(None, data, MMAASettings(0.1, "Linf", batch_size=250), "cpu")
+    assert abs(sec - 100 * (2 * fixed + per_example * n)) < 1e-6  # two batches' fixed share, every example's part
+    assert {it for it, _ in seen} == {5, 10, 15}  # cuts of the 100 iterations, never all of them
+    assert max(len(at) for _, at in seen) == core_plan.probe_images(n) and seen[-1][1][-1] == n - 1  # spread

@@ -179,10 +179,8 @@ class MixedNUTS(MixingMethod):
                             ) -> float:
         """The calibration data of the curve and Fig. 6 where the cache does not hold them
         (:func:`.figures.calibration_data_for`: MMAA, App. B.1, on the calibration images the curve recalibrates each
-        beta on): MMAA timed on a few of them with the cache off; ``0.0`` when cached (Algorithm 1 per beta is
+        beta on): MMAA timed on a few of them (:func:`_mmaa_seconds`); ``0.0`` when cached (Algorithm 1 per beta is
         milliseconds next to a point's attack)."""
-        from mixzoo.core.cache import Cache
-        from mixzoo.core.plan import per_image
         from mixzoo.methods.mixednuts.calibration_data import MIN_FIGURE_CALIBRATION, cached_mmaa, mmaa_of_card
         from mixzoo.zoo.data import load_dataset
         from mixzoo.zoo.pairs import card_dataset
@@ -193,21 +191,14 @@ class MixedNUTS(MixingMethod):
         if any(cached_mmaa(rbc, d, mmaa, cache=ev.cache, device=request.device, progress=False, only_cached=True)
                is not None for d in (cal, subset)):
             return 0.0
-
-        def run(k: int) -> None:
-            cached_mmaa(rbc, subset.subset(k), mmaa, cache=Cache(None, enabled=False), device=request.device,
-                        progress=False)
-
-        return per_image(run, len(subset.labels)) * len(subset.labels)
+        return _mmaa_seconds(rbc, subset, mmaa, request.device)
 
     def plan_fit(self, request: FitRequest) -> list[tuple[str, str, float | None]]:
-        """The calibration data (the RBC's clean logits and MMAA on the calibration images, timed on a few of them
-        with the cache off), then Algorithm 1's search (not timed: seconds next to the attack)."""
+        """The calibration data (the RBC's clean logits and MMAA on the calibration images, :func:`_mmaa_seconds`),
+        then Algorithm 1's search (not timed: seconds next to the attack)."""
         from dataclasses import replace
 
-        from mixzoo.core.cache import Cache
-        from mixzoo.core.plan import per_image
-        from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
+        from mixzoo.methods.mixednuts.calibration_data import MMAASettings
         from mixzoo.methods.mixednuts.fitting import MixSettings
         from mixzoo.zoo.pairs import prepare_pair
 
@@ -216,16 +207,11 @@ class MixedNUTS(MixingMethod):
         pair = prepare_pair(replace(request, progress=False, use_cache=False), top_k=opts.get("top_k"))
         n = len(pair.data.labels)
         mmaa = {k: opts[k] for k in ("n_iter", "n_target_classes", "n_restarts") if k in opts}
-
-        def run(k: int) -> None:
-            cached_mmaa(pair.rbc, pair.data.subset(k), MMAASettings(pair.eps, pair.norm, seed=pair.seed,
-                        top_k=opts.get("top_k"), batch_size=pair.batch_size, **mmaa),
-                        cache=Cache(None, enabled=False), device=pair.device, progress=False)
-
-        sec = per_image(run, n)
+        sec = _mmaa_seconds(pair.rbc, pair.data, MMAASettings(pair.eps, pair.norm, seed=pair.seed,
+                            top_k=opts.get("top_k"), batch_size=pair.batch_size, **mmaa), pair.device)
         steps = f"{mmaa.get('n_iter', 100)} steps, {mmaa.get('n_target_classes', 9)} target classes"
         return [("calibration data", f"RBC clean logits and MMAA ({steps}) on {n} {pair.dataset} calibration images"
-                                     " (cached: a second mix of this pair skips it)", sec * n),
+                                     " (cached: a second mix of this pair skips it)", sec),
                 ("Algorithm 1", f"grid search for s, p, c and alpha at beta {opts.get('beta', 0.985)}", None)]
 
     def extra_attacks(self, card: MixCard) -> list[ExtraAttack]:
@@ -280,6 +266,35 @@ class MixedNUTS(MixingMethod):
         from mixzoo.methods.mixednuts.figures import markdown_lines
 
         return markdown_lines(report, card)
+
+
+def _mmaa_seconds(rbc: nn.Module, data: Any, mmaa: Any, device: str) -> float:
+    """Seconds of MMAA (``mmaa``: its :class:`~.calibration_data.MMAASettings`) on all of ``data`` in its batches:
+    timed with the cache off on :func:`~mixzoo.core.plan.probe_images` images spread over ``data``, cut to
+    :data:`~mixzoo.core.plan.FRACTIONS` of its iterations, each call counting the images it leaves robust (they cost
+    every iteration; a call's fixed share is counted once per batch, :func:`~mixzoo.core.plan.per_image_cut`)."""
+    import math
+    from dataclasses import replace
+
+    import torch
+
+    from mixzoo.core.cache import Cache
+    from mixzoo.core.plan import cut_fractions, per_image_cut, probe_images
+    from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
+
+    n = len(data.labels)
+
+    def iters(f: float) -> int:
+        return max(1, math.ceil(round(mmaa.n_iter * f, 9)))
+
+    def run(k: int, f: float) -> int:
+        at = torch.linspace(0, n - 1, k).round().long()
+        part = replace(data, images=data.images[at], labels=data.labels[at], indices=data.indices[at])
+        out = cached_mmaa(rbc, part, replace(mmaa, n_iter=iters(f)), cache=Cache(None, enabled=False),
+                          device=device, progress=False)
+        return int((out["logits"].argmax(1) == part.labels).sum())
+
+    return per_image_cut(run, n, cut_fractions(mmaa.n_iter, iters), probe_images(n), batch=mmaa.batch_size) * n
 
 
 def _margin(v: float | None) -> str:
