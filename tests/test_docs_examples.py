@@ -28,7 +28,7 @@ RUN_LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", 
 # per trade-off curve point, images certified by Monte Carlo and its noise samples per image
 SMALL = {"N": "20", "N_CALIB": "20", "CURVE_N": "5", "N_MC": "4", "SAMPLES": "200"}
 # pages whose every row runs the full `adaptive` attack on a Fashion-MNIST mixture (seconds per image): smaller still
-SMALLER = {"docs/tutorials/evaluating.md": {"N": "4"}}
+SMALLER = {"docs/tutorials/evaluating.md": {"N": "4"}, "docs/methods/linear.md": {"N": "1", "N_CALIB": "10"}}
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.M)  # mkdocs snippets: a file included whole
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->\s*$")
 COMMAND_START = re.compile(r"^\s*(mixzoo|pip|make|torchrun|srun|python|import|from \S+ import)(?=\s|$)")

@@ -214,7 +214,7 @@ class AdaptiveStrong(AdaptiveAutoAttack):
     default_components: ClassVar[tuple[str, ...] | None] = None  # all of them
     options_spec: ClassVar[dict[str, OptionSpec]] = {
         **AdaptiveAutoAttack.options_spec,
-        "extra_seeds": OptionSpec("extra re-seeded APGD runs of each gradient (0: none)", int, 1, low=0)}
+        "extra_seeds": OptionSpec("extra re-seeded APGD runs of each gradient (0: none)", int, 1, low=0, high=100)}
 
     def components(self, model: nn.Module, n_classes: int) -> list[Component]:
         base = super().components(model, n_classes)

@@ -50,7 +50,7 @@ class AdaptiveSmoothing(NetworkMethod):
         "setting": OptionSpec(
             "training attack (Bai et al. 2024b, Sec. 4.2): A gray-box PGD, B white-box PGD, C APGD-CE + APGD-T",
             str, default_note="C"),
-        "epochs": OptionSpec("training epochs", int, default_note="5"),
+        "epochs": OptionSpec("training epochs", int, low=1, high=10_000, default_note="5"),
         **SPLIT_OPTIONS,
         "batch_size": OptionSpec("clean images per batch (the attacked copies are added)", int,
                                  default_note="128"),
@@ -73,7 +73,7 @@ class AdaptiveSmoothing(NetworkMethod):
         "robust_drop": OptionSpec(
             "points of robust accuracy alpha_min=search may give up against the RBC", float, 1.5, low=0, high=100),
         "alpha_max": OptionSpec("evaluation-time upper bound of alpha (App. D.1)", float, 1.0),
-        "width": OptionSpec("channels of the mixing network", int, default_note="32"),
+        "width": OptionSpec("channels of the mixing network", int, low=1, high=4096, default_note="32"),
         "blocks": OptionSpec("residual blocks after the join", int, default_note="2"),
         "steps": OptionSpec("attack steps per batch, drawn uniformly from LO,HI", default_note="5,15"),
         "eps_factor": OptionSpec(
