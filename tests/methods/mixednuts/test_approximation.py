@@ -74,8 +74,7 @@ def test_check_reproduces_the_card_and_attacks_the_transformed_rbc(calibrated):
 
 def test_transformed_mmaa_returns_raw_logits_whose_transform_gives_its_margins(calibrated):
     from mixzoo.core.cache import Cache
-    from mixzoo.methods.mixednuts.calibration_data import MMAASettings
-    from mixzoo.methods.mixednuts.fitting import cached_mmaa
+    from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.models import load_model
 
