@@ -724,7 +724,6 @@ def pgd_card(tmp_path):
 
 
 def test_by_name_passes_the_cards_mmaa_settings_and_its_own_options_on(pgd_card, tmp_path, monkeypatch):
-
     path, _ = pgd_card
     calls, real = [], mixzoo.methods.mixednuts.calibration_data.cached_mmaa
 
