@@ -213,8 +213,9 @@ def main() -> None:
 
     import mixzoo
     from mixzoo.core.card import MixCard
-    from mixzoo.methods.mixednuts.fitting import card_dataset, mix
+    from mixzoo.methods.mixednuts.fitting import mix
     from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.pairs import card_dataset
 
     if args.threads:
         torch.set_num_threads(args.threads)

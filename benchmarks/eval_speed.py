@@ -106,8 +106,9 @@ def machine(device: str) -> dict:
 def load(args) -> tuple:
     import mixzoo
     from mixzoo.core.card import MixCard
-    from mixzoo.methods.mixednuts.fitting import card_dataset, mix
+    from mixzoo.methods.mixednuts.fitting import mix
     from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.pairs import card_dataset
 
     if args.card:
         card_path = Path(args.card)

@@ -71,8 +71,8 @@ def main() -> None:
     from mixzoo.attacks.square import min_margin_square
     from mixzoo.core.card import MixCard
     from mixzoo.core.compat import import_autoattack
-    from mixzoo.methods.mixednuts.fitting import card_dataset
     from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.pairs import card_dataset
 
     torch.set_num_threads(1)
     aa = import_autoattack()

@@ -300,9 +300,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from mixzoo.core.card import MixCard
-    from mixzoo.methods.mixednuts.fitting import card_dataset
     from mixzoo.zoo.data import load_dataset
-    from mixzoo.zoo.pairs import load_mixed
+    from mixzoo.zoo.pairs import card_dataset, load_mixed
 
     out, rows = Path(args.out), []
     if args.merge:

@@ -25,10 +25,11 @@ from mixzoo.attacks.runner import evaluate
 from mixzoo.core.cache import Cache
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
-from mixzoo.methods.mixednuts.fitting import card_models, mix, model_hash
+from mixzoo.methods.mixednuts.fitting import mix
 from mixzoo.methods.mixednuts.mixing import MixedClassifier
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.pairs import card_key_parts as mixed_key_parts
+from mixzoo.zoo.pairs import card_models, model_hash
 
 
 def main() -> None:

@@ -104,8 +104,8 @@ def main() -> None:
     import mixzoo
     from mixzoo.core.card import MixCard
     from mixzoo.core.machine import machine_summary
-    from mixzoo.methods.mixednuts.fitting import card_dataset
     from mixzoo.zoo.data import load_dataset
+    from mixzoo.zoo.pairs import card_dataset
 
     card = MixCard.load(Path(args.card))
     model = mixzoo.load_mixed(card)

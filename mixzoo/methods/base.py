@@ -45,14 +45,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixzoo.core.errors import InputError, PluginWarning
-from mixzoo.core.options import OptionSpec, fill_options
+from mixzoo.core.options import OptionSpec, fill_options, parse_value
 from mixzoo.methods.card_fields import number
 from mixzoo.methods.extra_attacks import ExtraAttack, square_extra, weight_hashes
 from mixzoo.methods.fit_request import FitRequest, FitResult
-from mixzoo.methods.method_options import parse_value
 
 __all__ = ["ExtraAttack", "FitRequest", "FitResult", "MixingMethod", "baseline_method", "check_method",
-           "default_method", "method_for", "number", "parse_value", "square_extra", "weight_hashes"]
+           "default_method", "number", "square_extra", "weight_hashes"]
 
 if TYPE_CHECKING:
     from torch import nn
@@ -170,8 +169,8 @@ class MixingMethod:
 
     def options_from_args(self, args: list[str]) -> dict[str, Any]:
         """Options from command-line words ``--key VALUE``, ``--key=VALUE``, ``--flag`` / ``--no-flag`` (bool
-        options), dashes read as underscores; values as :func:`parse_value` reads them. What ``mixzoo mix`` passes
-        for the words it does not know itself; :meth:`check_options` checks the result."""
+        options), dashes read as underscores; values as :func:`~mixzoo.core.options.parse_value` reads them. What
+        ``mixzoo mix`` passes for the words it does not know itself; :meth:`check_options` checks the result."""
         specs = self.option_specs()
         out: dict[str, Any] = {}
         words = list(args)
@@ -268,13 +267,6 @@ class MixingMethod:
 # ------------------------------------------------------------------------------------------------ helpers
 def _short(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
-
-def method_for(card: MixCard) -> MixingMethod:
-    """The method plugin a card names."""
-    return card.mixing_method
-
 
 def default_method() -> str:
     """The method ``mixzoo mix`` fits when none is named: the one plugin method marked ``default``."""

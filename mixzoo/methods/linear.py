@@ -196,14 +196,11 @@ class Linear(MixingMethod):
         return card, {"alpha": card.params["alpha"], "target_robust": target, "tried": tried}
 
 
-linear_alpha_grid = alpha_grid  # the same grid, named for the matched baseline
-
-
-def _bisect(robust: Any, n: int, target: float) -> int:
+def _bisect(robust: Any, n: int, target: float) -> tuple[int, dict[int, float]]:
     """Index in ``0 .. n-1`` whose ``robust(i)`` is closest to ``target``, searching by bisection for ``robust``
-    growing with ``i`` (about log2(n) calls). Measured robust accuracy is only roughly monotone (attack noise), so
-    the answer is the closest of every index evaluated, not only the last bracket; ties go to the larger index, the
-    more robust."""
+    growing with ``i`` (about log2(n) calls), and every ``robust(i)`` evaluated. Measured robust accuracy is only
+    roughly monotone (attack noise), so the answer is the closest of every index evaluated, not only the last
+    bracket; ties go to the larger index, the more robust."""
     seen: dict[int, float] = {}
 
     def at(i: int) -> float:
@@ -222,7 +219,7 @@ def _bisect(robust: Any, n: int, target: float) -> int:
             lo = mid
         else:
             hi = mid
-    return min(seen, key=lambda i: (abs(seen[i] - target), -i))
+    return min(seen, key=lambda i: (abs(seen[i] - target), -i)), seen
 
 
 def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, labels: torch.Tensor,
@@ -239,18 +236,15 @@ def match_linear_alpha(abc: nn.Module, rbc: nn.Module, images: torch.Tensor, lab
 
     method = Linear()
     grid = grid or alpha_grid()
-    tried: dict[int, float] = {}
 
     def robust(i: int) -> float:
-        if i not in tried:
-            c = method.card_at(grid[i])
-            ev = evaluate(method.build(abc, rbc, c), images, labels,
-                          request.replace(key_parts={**request.key_parts, **method.key_parts(c)},
-                                          label=f"{method.name} alpha={grid[i]}"))
-            tried[i] = sum(ev["robust_correct"]) / len(ev["robust_correct"])
-        return tried[i]
+        c = method.card_at(grid[i])
+        ev = evaluate(method.build(abc, rbc, c), images, labels,
+                      request.replace(key_parts={**request.key_parts, **method.key_parts(c)},
+                                      label=f"{method.name} alpha={grid[i]}"))
+        return sum(ev["robust_correct"]) / len(ev["robust_correct"])
 
-    best = _bisect(robust, len(grid), target)
+    best, tried = _bisect(robust, len(grid), target)
     return grid[best], [{"alpha": grid[i], "robust_accuracy": r} for i, r in sorted(tried.items())]
 
 

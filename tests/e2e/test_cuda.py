@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from mixzoo.evaluation.bench import CurveSettings, MatchSettings
-from mixzoo.methods.mixednuts.fitting import cached_logits, mix, model_device
+from mixzoo.methods.mixednuts.fitting import mix
+from mixzoo.zoo.pairs import cached_logits, model_device
 
 cuda = pytest.mark.gpu  # skipped where torch.cuda.is_available() is false (tests/conftest.py)
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
@@ -39,7 +40,7 @@ def test_bad_device_is_a_one_line_error(tmp_path):
 def test_cuda_index_past_the_last_device_is_a_one_line_error(tmp_path, monkeypatch):
     """Where CUDA is usable, cuda:N with N >= the device count must fail up front, not inside the first kernel."""
     from mixzoo.core.errors import InputError
-    from mixzoo.methods.mixednuts.fitting import check_device
+    from mixzoo.zoo.pairs import check_device
 
     if not torch.cuda.is_available():  # the check after "is CUDA usable" is what this test is for
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

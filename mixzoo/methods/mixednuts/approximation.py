@@ -66,16 +66,6 @@ class ApproximationCheck:
         return out
 
 
-def mmaa_settings(record: dict[str, Any], top_k: int | None = None) -> dict[str, Any]:
-    """The keyword arguments of :func:`~mixzoo.methods.mixednuts.calibration_data.cached_mmaa` that an attack record
-    (a card's ``attack``)
-    describes; cards written before ``batch_size`` and ``top_k`` were recorded used mix's defaults, 250 and the
-    card's ``top_k``."""
-    keys = ("eps", "norm", "n_iter", "n_target_classes", "n_restarts", "seed")
-    return {**{k: record[k] for k in keys}, "top_k": record.get("top_k", top_k),
-            "batch_size": record.get("batch_size", 250)}
-
-
 def worst_points(card: Any, *raw_logits: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
     """Per image, the RBC logits (one row from one of ``raw_logits``, raw logits at different attack points) at
     which h^M(s*, p*, c*) has the smallest signed margin, a flipped prediction beating any margin.
@@ -96,6 +86,18 @@ def worst_points(card: Any, *raw_logits: torch.Tensor, labels: torch.Tensor | No
     return stacked[best, torch.arange(stacked.shape[1])]
 
 
+def _at_card(card: Any, clean: torch.Tensor, labels: torch.Tensor, attacked: torch.Tensor, **changes: Any) -> Any:
+    """Algorithm 1 at the card's (s*, p*, c*), beta, clamp and top_k (:func:`.calibrate.calibrate` on a one-point grid,
+    no App. D.8.2 filter)."""
+    from mixzoo.methods.mixednuts.calibrate import calibrate
+    from mixzoo.methods.mixednuts.grid import Grid
+
+    q = card.params
+    return calibrate(clean_logits=clean, clean_labels=labels, attacked_logits=attacked, attacked_labels=labels,
+                     beta=q["beta"], clamp=q["clamp"], top_k=q["top_k"], grid=Grid.point(q["s"], q["p"], q["c"]),
+                     max_argmax_change=None, progress=False, **changes)
+
+
 def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_dir: str | None = None,
                         cache_dir: str | Path | None = None, use_cache: bool = True, device: str = "cpu",
                         allow_unsafe: bool = False, progress: bool = True) -> ApproximationCheck:
@@ -106,9 +108,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     """
     from mixzoo.core.cache import Cache
     from mixzoo.core.card import MixCard
-    from mixzoo.methods.mixednuts.calibrate import calibrate
-    from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
-    from mixzoo.methods.mixednuts.grid import Grid
+    from mixzoo.methods.mixednuts.calibration_data import cached_mmaa, mmaa_of_card
     from mixzoo.methods.mixednuts.transforms import confidence_margin, rbc_transform, transform_of
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.pairs import cached_logits, card_dataset, card_model, check_device, check_model_fits
@@ -130,7 +130,7 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
                          f" ones the card was calibrated on ({card.data.get('fingerprint')}); pass the same data"
                          " directory (--data-dir) as for `mixzoo mix`")
     cache = Cache(cache_dir, enabled=use_cache)
-    mmaa = MMAASettings(**mmaa_settings(card.attack, card.params["top_k"]))
+    mmaa = mmaa_of_card(card)
     settings = dict(cache=cache, device=device, progress=progress)
     clean = cached_logits(rbc_m, data, cache=cache, device=device, progress=progress, what="RBC clean logits")
     hits_before = len(cache.hits)
@@ -140,20 +140,12 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
     direct = cached_mmaa(rbc_m, data, mmaa, transform=card, **settings)
     hits["mmaa_m"] = len(cache.hits) > hits_before
 
-    point = Grid.point(card.params["s"], card.params["p"], card.params["c"])
-
-    def at_the_card(attacked: torch.Tensor) -> Any:
-        return calibrate(clean_logits=clean, clean_labels=data.labels, attacked_logits=attacked,
-                         attacked_labels=data.labels, beta=card.params["beta"], clamp=card.params["clamp"],
-                         top_k=card.params["top_k"], grid=point,
-                         max_argmax_change=None, progress=False)
-
     def transformed(raw: torch.Tensor) -> torch.Tensor:
         return rbc_transform(raw, **transform_of(card.params))
 
     worst = worst_points(card, surrogate["logits"], direct["logits"], labels=data.labels)
     # the surrogate figures are recomputed rather than read from the card, so all sides are the same computation
-    base, check, both = (at_the_card(r) for r in (surrogate["logits"], direct["logits"], worst))
+    base, check, both = (_at_card(card, clean, data.labels, r) for r in (surrogate["logits"], direct["logits"], worst))
 
     def robust(raw: torch.Tensor, judge=transformed) -> float:
         return float((judge(raw).argmax(1) == data.labels).double().mean())
@@ -168,15 +160,13 @@ def check_approximation(card: Any, *, rbc: str | nn.Module | None = None, data_d
 
     return ApproximationCheck(
         alpha_card=float(card.params["alpha"]), objective_surrogate=float(base.params["objective"]),
-        objective_check=float(check.params["objective"]),
-        objective_worst=float(both.params["objective"]), alpha_surrogate=float(base.params["alpha"]),
-        alpha_check=float(check.params["alpha"]),
+        objective_check=float(check.params["objective"]), objective_worst=float(both.params["objective"]),
+        alpha_surrogate=float(base.params["alpha"]), alpha_check=float(check.params["alpha"]),
         alpha_worst=float(both.params["alpha"]), robust_accuracy_ln=robust(surrogate["logits"], judge=lambda r: r),
         robust_accuracy_m=robust(direct["logits"]), robust_accuracy_worst=robust(worst),
         beta_kept_surrogate=kept(surrogate["logits"]), beta_kept_check=kept(direct["logits"]),
         beta_kept_worst=kept(worst), beta=float(card.params["beta"]),
         n=len(data), seconds=time.perf_counter() - t0, cache_hits=hits, refit="alpha_refit" in card.data)
-
 
 
 def refit_alpha(card: Any, rbc: nn.Module, cdata: Any, *, cache: Any, device: str = "cpu", progress: bool = True,
@@ -190,29 +180,19 @@ def refit_alpha(card: Any, rbc: nn.Module, cdata: Any, *, cache: Any, device: st
     the attacked-correct set, and with them small margins. ``cdata`` is the first pass's
     :class:`mixzoo.zoo.pairs.CalibrationData`. The card's grid heat map stays the first pass's.
     """
-    from mixzoo.methods.mixednuts.calibrate import calibrate
-    from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
-    from mixzoo.methods.mixednuts.grid import Grid
+    from mixzoo.methods.mixednuts.calibration_data import cached_mmaa, mmaa_of_card
 
-    direct = cached_mmaa(rbc, cdata.dataset, MMAASettings(**mmaa_settings(cdata.attack, card.params["top_k"])),
-                         cache=cache,
-                         device=device,
-                         progress=progress, transform=card)
+    direct = cached_mmaa(rbc, cdata.dataset, mmaa_of_card(card), cache=cache, device=device, progress=progress,
+                         transform=card)
     worst = worst_points(card, cdata.attacked_logits, direct["logits"], labels=cdata.labels)
-    second = calibrate(clean_logits=cdata.clean_logits, clean_labels=cdata.labels, attacked_logits=worst,
-                       attacked_labels=cdata.labels, beta=card.params["beta"], clamp=card.params["clamp"],
-                       top_k=card.params["top_k"],
-                       grid=Grid.point(card.params["s"], card.params["p"], card.params["c"]),
-                       max_argmax_change=None, progress=False,
-                       objective="relaxed" if abc_clean_correct is not None else "standard",
-                       abc_clean_correct=abc_clean_correct)
+    second = _at_card(card, cdata.clean_logits, cdata.labels, worst, abc_clean_correct=abc_clean_correct,
+                      objective="relaxed" if abc_clean_correct is not None else "standard")
     taken = second if second.params["alpha"] > card.params["alpha"] else card
     first, again = card.params, second.params
     card.notes.append(f"alpha refit on MMAA of h^M(s*, p*, c*) (App. D.9, --refit-alpha): first pass"
-                      f" {first['alpha']:.6f}"
-                      f" (objective {first['objective']:.4f}), second pass {again['alpha']:.6f}"
-                      f" ({again['objective']:.4f});"
-                      f" the card takes the larger alpha; the grid heat map is the first pass's")
+                      f" {first['alpha']:.6f} (objective {first['objective']:.4f}), second pass {again['alpha']:.6f}"
+                      f" ({again['objective']:.4f}); the card takes the larger alpha; the grid heat map is the first"
+                      " pass's")
     card.data["alpha_refit"] = {"alpha_first_pass": first["alpha"], "objective_first_pass": first["objective"],
                                 "alpha_second_pass": again["alpha"], "objective_second_pass": again["objective"],
                                 "points": "per-image worst of MMAA(h^LN) and MMAA(h^M(s*, p*, c*))"}

@@ -51,33 +51,23 @@ import torch
 
 from mixzoo.core.errors import InputError
 from mixzoo.methods.mixednuts.calibration_problem import (
-    DEFAULT_CHUNK,
-    EXP_FLOOR,
     SATURATED,
-    SEARCHES,
-    U_BATCH,
     CalibrationProblem,
     _top_first,
-    check_search,
     grid_search,
     prediction_change_share,
 )
-from mixzoo.methods.mixednuts.calibration_settings import (
-    CalibrationSettings,
-    CardRecords,
-    _settings_of,
-    check_settings,
-)
-from mixzoo.methods.mixednuts.grid import Grid, GridEvaluation, SearchResult
+from mixzoo.methods.mixednuts.calibration_settings import CalibrationSettings, CardRecords, _settings_of
+from mixzoo.methods.mixednuts.grid import Grid, SearchResult
 from mixzoo.methods.mixednuts.selection import _Selection
 from mixzoo.methods.mixednuts.transforms import LAYER_NORM_VERSION, get_clamp
 
 if TYPE_CHECKING:
     from mixzoo.core.card import MixCard
 
-__all__ = ["DEFAULT_CHUNK", "EXP_FLOOR", "SATURATED", "SEARCHES", "U_BATCH", "CalibrationProblem",
-           "CalibrationSettings", "CardRecords", "Grid", "GridEvaluation", "SearchResult", "calibrate",
-           "check_search", "check_settings", "grid_search", "prediction_change_share"]
+# what optimizer plugins and mixzoo 0.1's ``mixzoo.calibrate`` import from here
+__all__ = ["CalibrationProblem", "CalibrationSettings", "CardRecords", "Grid", "SearchResult", "calibrate",
+           "grid_search"]
 
 
 def calibrate(
@@ -107,10 +97,9 @@ def calibrate(
     zero, so a large negative c can flip unconfident predictions and cost both accuracy and robustness);
     ``None`` disables the check.
 
-    ``search="authors"`` reproduces the authors' ``calc_spca.py`` loop (module docstring: percentile threshold, no
-    App. D.8.2 filter, saturated thresholds capped for the objective, the first optimum in their loop order, float64
-    throughout); ``max_argmax_change`` then only warns. Warns (one line each) when thresholds saturate and when beta
-    is degenerate (many grid points tie at the optimum).
+    ``search="authors"`` reproduces the authors' ``calc_spca.py`` loop (the differences the module docstring lists);
+    ``max_argmax_change`` then only warns. Warns (one line each) when thresholds saturate and when beta is
+    degenerate (many grid points tie at the optimum).
     """
     cs, records = _settings_of(settings, records, changes)
     sel = _Selection.of(clean_logits, clean_labels, attacked_logits, attacked_labels, cs)
@@ -124,7 +113,8 @@ def calibrate(
     notes += _filter_notes(result, problem, cs, warn_change)
     data = sel.record(cs, weights)
     if not cs.linear:
-        moved = _argmax_changed(sel.clean_ln, result, cs.clamp)
+        # the share of clean predictions M(s*, p*, c*) changes (Assumption 4.2 check, App. D.8.2)
+        moved = prediction_change_share(_top_first(sel.clean_ln.float()), get_clamp(cs.clamp), result.c)
         data["transform_argmax_changed"] = moved
         if moved > 0.01:
             notes.append(f"M(s*, p*, c*) changes the RBC's prediction on {moved:.1%} of clean images (App. D.8.2);"
@@ -133,7 +123,6 @@ def calibrate(
     if cs.search == "authors":
         data["search"] = "authors"
     return _card(result, cs, records, data, notes, alpha_d)
-
 
 
 def _search(sel: _Selection, cs: CalibrationSettings, weights: torch.Tensor | None
@@ -246,12 +235,6 @@ def _search_warnings(result: SearchResult, beta: float, search: str, linear: boo
         out.append(_warn(f"{tie}; use more calibration images or a beta closer to 1") if more_images else
                    f"{tie} (every image of the calibration split was used; a beta closer to 1 changes this)")
     return out
-
-
-def _argmax_changed(ln_logits: torch.Tensor, result: SearchResult, clamp: str) -> float:
-    """Share of examples whose predicted class M(s*, p*, c*) changes (Assumption 4.2 check, App. D.8.2)."""
-    return prediction_change_share(_top_first(ln_logits.float()), get_clamp(clamp), result.c)
-
 
 
 def _model_info(m: Any) -> dict[str, Any]:

@@ -67,12 +67,13 @@ class MMAASettings:
 
 
 def mmaa_of_card(card: Any) -> MMAASettings:
-    """The MMAA settings a card's attack record names (mix's defaults for the counts it does not record; the layer
-    norm's ``top_k`` of its section)."""
+    """The MMAA settings a card's attack record names (mix's defaults for what it does not record, older cards: the
+    counts, ``batch_size`` 250, the layer norm's ``top_k`` of the card's section)."""
     att = card.attack
     return MMAASettings(att["eps"], att["norm"], n_iter=att.get("n_iter", 100),
                         n_target_classes=att.get("n_target_classes", 9), n_restarts=att.get("n_restarts", 1),
-                        seed=att.get("seed", 0), top_k=card.params["top_k"], batch_size=att.get("batch_size", 250))
+                        seed=att.get("seed", 0), top_k=att.get("top_k", card.params["top_k"]),
+                        batch_size=att.get("batch_size", 250))
 
 
 def cached_mmaa(rbc: nn.Module, dataset: Any, mmaa: MMAASettings, *, cache: Cache, device: str = "cpu",

@@ -221,11 +221,10 @@ class CalibrationProblem:
         if self.search == "authors":
             si, pi, ci = torch.meshgrid(torch.arange(S), torch.arange(P), torch.arange(C), indexing="ij")
             keys = [ev.counts.flatten().numpy(), si.flatten().numpy(), ci.flatten().numpy(), pi.flatten().numpy()]
-            flat = int(np.lexsort(keys[::-1])[0])
-            return flat // (P * C), (flat // C) % P, flat % C
-        s, p, c = torch.meshgrid(ev.s_values, ev.p_values, ev.c_values, indexing="ij")
-        keys = [ev.counts.flatten().numpy(), p.flatten().numpy(), np.abs(np.log(s.flatten().numpy())),
-                np.abs(c.flatten().numpy()), s.flatten().numpy(), c.flatten().numpy()]
+        else:
+            s, p, c = torch.meshgrid(ev.s_values, ev.p_values, ev.c_values, indexing="ij")
+            keys = [ev.counts.flatten().numpy(), p.flatten().numpy(), np.abs(np.log(s.flatten().numpy())),
+                    np.abs(c.flatten().numpy()), s.flatten().numpy(), c.flatten().numpy()]
         flat = int(np.lexsort(keys[::-1])[0])
         return flat // (P * C), (flat // C) % P, flat % C
 
@@ -302,7 +301,6 @@ def check_search(search: object, optimizer: str = "grid") -> None:
                          f" {search!r}")
     if search == "authors" and optimizer != "grid":
         raise InputError(f"search='authors' reproduces the authors' grid loop; use optimizer 'grid', not {optimizer!r}")
-
 
 
 def prediction_change_share(z_top_first: torch.Tensor, clamp_fn: Any, c: float) -> float:

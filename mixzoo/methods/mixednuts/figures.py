@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -233,8 +234,6 @@ def margin_histograms(card: Any, cal: Any) -> dict[str, Any]:
     """The Fig. 6 histograms of the RBC's confidence margins on the calibration images ``cal``: before (LN(h)) and
     after M(s, p, c), clean and attacked (MMAA), correct and incorrect (by the raw logits), as counts per bin of
     ``bins`` with each group's size: what :func:`plot_margins` draws, computed during the bench."""
-    import numpy as np
-
     from mixzoo.methods.mixednuts.transforms import confidence_margin, layer_norm, rbc_transform, transform_of
 
     stages = {"before": lambda z: layer_norm(z, top_k=card.params["top_k"]),
@@ -263,8 +262,6 @@ def figure_data(card: Any, rbc: nn.Module, data: Any, request: ReportRequest) ->
 
 def plot_margins(card: Any, margins: dict[str, Any], path: Path) -> None:
     """Fig. 6 as ``margins.png`` from :func:`margin_histograms`' counts."""
-    import numpy as np
-
     plt = _figure()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     titles = {"before": "before: LN(h_rob)",
@@ -304,8 +301,6 @@ def objective_range(shown: Any) -> tuple[float, float]:
     """The colour scale of the feasible objectives ``shown`` (NaN where excluded): their least and largest, widened
     by 0.05 on each side when they are all equal so that their colour is the scale's middle, (0, 1) when none is
     feasible."""
-    import numpy as np
-
     if not np.isfinite(shown).any():
         return 0.0, 1.0
     lo, hi = float(np.nanmin(shown)), float(np.nanmax(shown))
@@ -315,8 +310,6 @@ def objective_range(shown: Any) -> tuple[float, float]:
 def objective_figure(card: Any) -> Any:
     """Fig. 9: the Algorithm 1 objective as s-c heat maps, one per p, points excluded by App. D.8.2 in grey, the
     chosen point starred."""
-    import numpy as np
-
     plt = _figure()
     g = card.params["grid"]
     obj = np.asarray(g["objectives"], dtype=float)  # [s][p][c]

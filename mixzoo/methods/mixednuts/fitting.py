@@ -16,31 +16,8 @@ import torch
 from mixzoo.core.machine import machine_summary
 from mixzoo.core.progress import next_phase
 from mixzoo.methods.base import FitRequest
-from mixzoo.methods.mixednuts.calibration_data import (  # noqa: F401 - re-exported beside the fitting
-    ATTACK_CODE_VERSION,
-    CalibrationData,
-    cached_mmaa,
-    calibration_data,
-    pair_calibration_data,
-)
-from mixzoo.zoo.pairs import (  # noqa: F401 - re-exported beside the fitting
-    DEFAULT_ABC,
-    DEFAULT_RBC,
-    cached_logits,
-    card_dataset,
-    card_model,
-    card_models,
-    check_device,
-    check_model_fits,
-    load_mixed,
-    model_device,
-    model_hash,
-    model_key,
-    model_name,
-    prepare_pair,
-    resolve_model,
-    threat_model_of,
-)
+from mixzoo.methods.mixednuts.calibration_data import CalibrationData, pair_calibration_data
+from mixzoo.zoo.pairs import prepare_pair
 
 
 @dataclass

@@ -94,7 +94,6 @@ def auxiliary_log_probs(abc_logits: torch.Tensor | None, rbc_logits: torch.Tenso
     return terms[0] if len(terms) == 1 else torch.logsumexp(torch.stack(terms), dim=0)
 
 
-
 def _is_number(v: Any) -> bool:
     """A real number; ``True``/``False`` are ints to Python but never a meant parameter value."""
     return isinstance(v, int | float) and not isinstance(v, bool)
@@ -236,16 +235,13 @@ class MixedClassifier(nn.Module):
         h = self._run(self.rbc, "RBC", x) if self.alpha > 0 or bypass else None
         return g, h
 
-    def _mixed(self, g: torch.Tensor | None, h: torch.Tensor | None) -> torch.Tensor:
-        return mix_log_probs(g, h, s=self.s, p=self.p, c=self.c, alpha=self.alpha, clamp=self.clamp,
-                             temperature=self.temperature, top_k=self.top_k, transform=self.transform)
-
     def _auxiliary(self, g: torch.Tensor | None, h: torch.Tensor | None) -> torch.Tensor:
         return auxiliary_log_probs(g, h, s=self.s, p=self.p, c=self.c, alpha_d=self.alpha_d, r_d=self.r_d,
                                    clamp=self.clamp, top_k=self.top_k, transform=self.transform)
 
     def _output(self, g: torch.Tensor | None, h: torch.Tensor | None) -> torch.Tensor:
-        mixed = self._mixed(g, h)
+        mixed = mix_log_probs(g, h, s=self.s, p=self.p, c=self.c, alpha=self.alpha, clamp=self.clamp,
+                              temperature=self.temperature, top_k=self.top_k, transform=self.transform)
         if self.gradient == "bypass":
             aux = self._auxiliary(g, h)
             return aux + (mixed - aux).detach()  # values of MixedNUTS, gradient of Eq. 8 (App. B.2.2)

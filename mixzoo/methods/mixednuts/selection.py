@@ -42,7 +42,6 @@ def _selection_hash(*masks: torch.Tensor) -> str:
     return h.hexdigest()[:16]
 
 
-
 @dataclass
 class _Selection:
     """Algorithm 1's data: the layer-normed logits, the clean mistakes and the attacked-correct examples."""

@@ -70,12 +70,11 @@ __all__ = ["BlackBoxSource", "DEFAULT_GUESS", "METHODS", "TransferSettings", "tr
 def _split_changes(settings: TransferSettings | None, source: BlackBoxSource | None, changes: dict[str, Any]
                    ) -> tuple[TransferSettings, BlackBoxSource]:
     """``settings`` and ``source`` with the keywords of ``changes`` named after their fields."""
-    st = settings if settings is not None else TransferSettings()
-    src = source if source is not None else BlackBoxSource()
     names = {f.name for f in fields(BlackBoxSource)}
-    src_changes = {k: v for k, v in changes.items() if k in names}
-    st = st.changed(**{k: v for k, v in changes.items() if k not in names})
-    return st, replace(src, **src_changes) if src_changes else src
+    st = (settings if settings is not None else TransferSettings()).changed(
+        **{k: v for k, v in changes.items() if k not in names})
+    return st, replace(source if source is not None else BlackBoxSource(),
+                       **{k: v for k, v in changes.items() if k in names})
 
 
 def _check_by_name(st: TransferSettings, src: BlackBoxSource) -> None:

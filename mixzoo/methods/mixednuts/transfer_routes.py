@@ -166,13 +166,10 @@ def _start(card: MixCard | str | Path | None, rbc: nn.Module, calib_images: torc
         raise InputError("the calibration set is empty; pass at least a few hundred images")
     queries = int(st.queries)
     bb = as_black_box(rbc)
-    spec = bb.spec
     _check_dataset(card, bb)
     recorded = card.params["beta"] if card is not None else None
     beta = float(st.beta if st.beta is not None else recorded if recorded is not None else DEFAULT_BETA)
-    if not 0.0 <= beta <= 1.0:
-        raise InputError(f"beta must lie in [0, 1], got {beta}")
-    eps, norm = _threat_model(card, spec, st.eps, st.norm)
+    eps, norm = _threat_model(card, bb.spec, st.eps, st.norm)
     if method != "guess" and (eps is None or not eps > 0):
         raise InputError(f"no attack radius: the card records no eps and black-box model {bb.name!r} none either;"
                          " pass --eps (eps= in Python)")

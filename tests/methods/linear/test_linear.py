@@ -9,7 +9,7 @@ from torch import nn
 
 import mixzoo.attacks.runner as runner_module
 from mixzoo.core.cache import Cache
-from mixzoo.methods.linear import linear_alpha_grid, match_linear_alpha
+from mixzoo.methods.linear import alpha_grid, match_linear_alpha
 
 
 def robust_of(alpha: float) -> float:
@@ -28,7 +28,7 @@ def test_linear_alpha_search_finds_the_closest_grid_point(monkeypatch, tmp_path,
         return {"robust_correct": [True] * round(r * n) + [False] * (n - round(r * n))}
 
     monkeypatch.setattr(runner_module, "evaluate", fake_evaluate)
-    grid = linear_alpha_grid()
+    grid = alpha_grid()
     alpha, tried = match_linear_alpha(nn.Identity(), nn.Identity(), torch.zeros(1), torch.zeros(1), target,
                                       ask(attack="apgd", eps=0.1, norm="Linf", seed=0, batch_size=10,
                                           cache=Cache(tmp_path), progress=False))

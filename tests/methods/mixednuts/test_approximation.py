@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -24,7 +25,6 @@ from mixzoo.core.errors import InputError
 from mixzoo.methods.mixednuts.approximation import (
     ApproximationCheck,
     check_approximation,
-    mmaa_settings,
     transformed_rbc,
     worst_points,
 )
@@ -74,8 +74,7 @@ def test_check_reproduces_the_card_and_attacks_the_transformed_rbc(calibrated):
 
 def test_transformed_mmaa_returns_raw_logits_whose_transform_gives_its_margins(calibrated):
     from mixzoo.core.cache import Cache
-    from mixzoo.methods.mixednuts.calibration_data import MMAASettings
-    from mixzoo.methods.mixednuts.fitting import cached_mmaa
+    from mixzoo.methods.mixednuts.calibration_data import MMAASettings, cached_mmaa
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.models import load_model
 
@@ -183,10 +182,13 @@ def test_check_notes_compare_a_refit_card_with_the_larger_alpha():
 
 
 def test_mmaa_settings_defaults_for_old_cards():
+    from mixzoo.methods.mixednuts.calibration_data import MMAASettings, mmaa_of_card
+
     record = dict(eps=0.03, norm="Linf", n_iter=100, n_target_classes=9, n_restarts=1, seed=0)
-    assert mmaa_settings(record, top_k=5) == {**record, "top_k": 5, "batch_size": 250}
-    newer = {**record, "top_k": 7, "batch_size": 64}
-    assert mmaa_settings(newer, top_k=5) == {**record, "top_k": 7, "batch_size": 64}
+    card = types.SimpleNamespace(attack=record, params={"top_k": 5})
+    assert mmaa_of_card(card) == MMAASettings(**record, top_k=5, batch_size=250)
+    card.attack = {**record, "top_k": 7, "batch_size": 64}
+    assert mmaa_of_card(card) == MMAASettings(**record, top_k=7, batch_size=64)
 
 
 def test_worst_points_take_the_smallest_margin_of_the_transformed_rbc():

@@ -13,15 +13,9 @@ from hypothesis import strategies as st
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, PluginError, UnknownNameError
 from mixzoo.core.plugins import hookimpl, lookup, register_plugin, unregister_plugin
-from mixzoo.methods.mixednuts.calibrate import (
-    CalibrationProblem,
-    Grid,
-    GridEvaluation,
-    SearchResult,
-    calibrate,
-    grid_search,
-    prediction_change_share,
-)
+from mixzoo.methods.mixednuts.calibrate import CalibrationProblem, Grid, SearchResult, calibrate, grid_search
+from mixzoo.methods.mixednuts.calibration_problem import prediction_change_share
+from mixzoo.methods.mixednuts.grid import GridEvaluation
 from mixzoo.methods.mixednuts.transforms import confidence_margin, get_clamp, layer_norm, rbc_transform, signed_power
 
 
@@ -453,8 +447,6 @@ def test_grid_alphas_make_the_threshold_q():
 def test_ties_prefer_the_smaller_p_before_the_s_closer_to_one():
     """Documented tie order: smallest objective, then smallest p, then s closest to 1 (log scale), then c closest to
     0, then smaller s, then smaller c."""
-    from mixzoo.methods.mixednuts.calibrate import GridEvaluation
-
     s, p, c = (torch.tensor(v, dtype=torch.float64) for v in ([1.0, 4.0], [1.0, 2.0], [-0.5, 0.0]))
     counts = torch.full((2, 2, 2), 7, dtype=torch.long)
     counts[0, 1, 1] = counts[1, 0, 0] = 3  # (s=1, p=2, c=0) against (s=4, p=1, c=-0.5)

@@ -26,22 +26,12 @@ from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, UnknownNameError
 from mixzoo.evaluation.bench import CurveSettings, MatchSettings
 from mixzoo.methods.mixednuts.calibrate import Grid, calibrate
-from mixzoo.methods.mixednuts.calibration_data import MMAASettings
-from mixzoo.methods.mixednuts.fitting import (
-    CalibrationData,
-    cached_logits,
-    cached_mmaa,
-    calibration_data,
-    card_dataset,
-    card_models,
-    load_mixed,
-    margin_summary,
-    mix,
-    threat_model_of,
-)
+from mixzoo.methods.mixednuts.calibration_data import CalibrationData, MMAASettings, cached_mmaa, calibration_data
+from mixzoo.methods.mixednuts.fitting import margin_summary, mix
 from mixzoo.methods.mixednuts.transforms import rbc_transform
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import BaseClassifier, load_model
+from mixzoo.zoo.pairs import cached_logits, card_dataset, card_models, load_mixed, threat_model_of
 
 FAST = dict(n_calib=120, n_iter=8, n_target_classes=2, batch_size=60, progress=False)
 
@@ -452,9 +442,9 @@ def test_models_that_cannot_classify_the_data_fail_with_one_line(tmp_path, share
 
     from mixzoo.evaluation.bench import bench
     from mixzoo.methods.mixednuts.approximation import check_approximation
-    from mixzoo.methods.mixednuts.fitting import check_model_fits
     from mixzoo.zoo.data import load_dataset
     from mixzoo.zoo.models import load_model
+    from mixzoo.zoo.pairs import check_model_fits
 
     digits = load_dataset("digits", "calibration", n=5)
     mlp, _, _ = train_digits_mlp(steps=1)
@@ -912,8 +902,9 @@ def test_the_same_weights_behind_another_normalisation_get_their_own_cached_logi
     pgd = load_model("digits-pgd")
     shifted = BaseClassifier(pgd.network, replace(pgd.spec, mean=(0.5,), std=(0.25,)))
     data = load_dataset("digits", "calibration", n=12)
-    assert pipeline.model_hash(shifted) == pipeline.model_hash(pgd), "the card's weight hash is the network's"
-    assert pipeline.model_key(shifted) != pipeline.model_key(pgd)
+    pairs = mixzoo.zoo.pairs
+    assert pairs.model_hash(shifted) == pairs.model_hash(pgd), "the card's weight hash is the network's"
+    assert pairs.model_key(shifted) != pairs.model_key(pgd)
     with torch.no_grad():
         first = cached_logits(pgd, data, cache=cache, progress=False)
         second = cached_logits(shifted, data, cache=cache, progress=False)

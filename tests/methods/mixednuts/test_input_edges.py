@@ -14,7 +14,8 @@ from mixzoo.core.cache import check_writable
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError, MixzooError, UnknownNameError
 from mixzoo.core.registry import list_models
-from mixzoo.methods.mixednuts.fitting import card_dataset, mix
+from mixzoo.methods.mixednuts.fitting import mix
+from mixzoo.zoo.pairs import card_dataset
 
 FAST = dict(abc="digits-std", rbc="digits-pgd", n_calib=40, n_iter=2, n_target_classes=1, progress=False)
 

@@ -724,10 +724,8 @@ def pgd_card(tmp_path):
 
 
 def test_by_name_passes_the_cards_mmaa_settings_and_its_own_options_on(pgd_card, tmp_path, monkeypatch):
-    import mixzoo.methods.mixednuts.fitting as pipeline
-
     path, _ = pgd_card
-    calls, real = [], pipeline.cached_mmaa
+    calls, real = [], mixzoo.methods.mixednuts.calibration_data.cached_mmaa
 
     def spy(model, data, mmaa, **kw):
         calls.append({**dataclasses.asdict(mmaa), **kw})
@@ -790,7 +788,6 @@ def _by_name_setup(tmp_path, monkeypatch, attack: dict, **black_spec) -> tuple:
     list of the MMAA calls' keyword arguments)."""
     from dataclasses import replace
 
-    import mixzoo.methods.mixednuts.fitting as pipeline
     import mixzoo.zoo.blackbox
     from mixzoo.zoo.blackbox import as_black_box
     from mixzoo.zoo.models import BaseClassifier, load_model
@@ -803,7 +800,7 @@ def _by_name_setup(tmp_path, monkeypatch, attack: dict, **black_spec) -> tuple:
     black = BaseClassifier(std.network, replace(std.spec, **black_spec))
     monkeypatch.setattr(mixzoo.zoo.blackbox, "load_black_box",
                         lambda name, query_budget=None, **kw: as_black_box(black))
-    calls, real = [], pipeline.cached_mmaa
+    calls, real = [], mixzoo.methods.mixednuts.calibration_data.cached_mmaa
 
     def spy(model, data, mmaa, **kw):
         calls.append({**dataclasses.asdict(mmaa), **kw})
