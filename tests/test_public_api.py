@@ -87,6 +87,9 @@ def test_mixzoo_plugins_hookimpl_comes_back_with_a_warning_naming_the_new_place(
     ("mixzoo.pipeline", "model_key", "mixzoo.zoo.pairs.model_key"),
     ("mixzoo.pipeline", "prepare_pair", "mixzoo.zoo.pairs.prepare_pair"),
     ("mixzoo.bench", "bench", "mixzoo.evaluation.bench.bench"),
+    ("mixzoo.bench", "evaluate", "mixzoo.attacks.runner.evaluate"),
+    ("mixzoo.bench", "load_card", "mixzoo.evaluation.loading.load_card"),
+    ("mixzoo.bench", "matched_linear_alpha", "mixzoo.evaluation.matching.matched_linear_alpha"),
 ])
 def test_old_module_names_answer_with_the_current_object(old, name, new):
     module = importlib.import_module(old)

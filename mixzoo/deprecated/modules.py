@@ -48,6 +48,8 @@ CALLABLE = {"mixzoo.calibrate": "calibrate"}
 ALSO_IN: dict[str, tuple[str, ...]] = {
     "mixzoo.pipeline": ("mixzoo.zoo.pairs", "mixzoo.methods.mixednuts.calibration_data"),
     "mixzoo.attacks.evaluation": ("mixzoo.attacks.adapters", "mixzoo.attacks.suites"),
+    "mixzoo.bench": ("mixzoo.attacks.runner", "mixzoo.evaluation.loading", "mixzoo.evaluation.job",
+                     "mixzoo.evaluation.matching", "mixzoo.evaluation.report", "mixzoo.evaluation.worst_case"),
 }
 
 # names the top-level package offers itself: the warning points there rather than at the defining module
