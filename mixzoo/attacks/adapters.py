@@ -12,9 +12,9 @@ from torch import nn
 
 from mixzoo.attacks.apgd import ApgdSettings, apgd_ce, apgd_t
 from mixzoo.attacks.base import Component
-from mixzoo.attacks.result import nan_error
 from mixzoo.attacks.square import SquareSettings, min_margin_square
 from mixzoo.attacks.variants import with_gradient
+from mixzoo.core.errors import NaNLogitsError
 
 
 def _ours(kind: str, forward: Callable, opts: dict[str, Any], eps: float, norm: str, seed: int,
@@ -84,12 +84,12 @@ def _square_each(model: nn.Module, opts: dict[str, Any], eps: float, norm: str, 
 
 
 class FiniteGuard(nn.Module):
-    """``model`` that raises :func:`nan_error` soon after its first NaN output, so that an attack we do not control
-    (the installed AutoAttack's components) stops within a few steps of the first bad one instead of running its
-    whole budget. The largest number of NaN rows in one output is kept on the device and read (one host
-    synchronisation) after every call on the CPU, where that costs nothing (:attr:`EAGER_ON_CPU`), else every
-    :attr:`CHECK_EVERY` calls and by :meth:`finish`, which the caller runs when the attack returns. Outcomes do not
-    depend on when the check runs: it only decides whether the run is refused."""
+    """``model`` that raises :class:`~mixzoo.core.errors.NaNLogitsError` soon after its first NaN output, so that an
+    attack we do not control (the installed AutoAttack's components) stops within a few steps of the first bad one
+    instead of running its whole budget. The largest number of NaN rows in one output is kept on the device and read
+    (one host synchronisation) after every call on the CPU (:attr:`EAGER_ON_CPU`), else every :attr:`CHECK_EVERY`
+    calls and by :meth:`finish`, which the caller runs when the attack returns. Outcomes do not depend on when the
+    check runs: it only decides whether the run is refused."""
 
     CHECK_EVERY = 32
     EAGER_ON_CPU = True
@@ -114,14 +114,14 @@ class FiniteGuard(nn.Module):
         if self._nan is not None and bool(self._nan > 0):
             count = int(self._nan)
             self.reset()
-            raise nan_error(count, self.where)
+            raise NaNLogitsError(count, self.where)
 
     def reset(self) -> None:
         """Forget the outputs seen so far (a new attack run)."""
         self._nan, self._calls = None, 0
 
     def finish(self) -> None:
-        """Raise :func:`nan_error` if an output since the last reset had NaN rows; then reset."""
+        """Raise the NaN-logits error if an output since the last reset had NaN rows; then reset."""
         try:
             self._check()
         finally:

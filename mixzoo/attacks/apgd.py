@@ -49,12 +49,10 @@ def _loss_and_grad(forward: Forward, x_adv: torch.Tensor, labels: torch.Tensor, 
 
 @dataclass(frozen=True)
 class ApgdSettings:
-    """APGD's settings (Croce & Hein 2020, AutoAttack's APGD-CE and APGD-T), shared by every run of one attack:
-    radius ``eps`` in ``norm`` (``Linf`` or ``L2``), ``n_iter`` iterations per run, the ``loss`` of
-    :func:`apgd_run` (``ce``, ``dlr``, ``dlr-targeted`` or a loss function; :func:`apgd_ce` and :func:`apgd_t` use
-    their own), ``seed`` of the random starts, ``n_restarts`` runs (per target for APGD-T), ``n_target_classes``
-    targets of APGD-T, the step-size checkpoint fraction ``rho``, ``on_iter(n_examples)`` called after each
-    iteration, and ``early_stop`` (:func:`apgd_run`)."""
+    """APGD's settings (Croce & Hein 2020, AutoAttack's APGD-CE and APGD-T), shared by every run of one attack;
+    ``loss`` is :func:`apgd_run`'s (``ce``, ``dlr``, ``dlr-targeted`` or a loss function; :func:`apgd_ce` and
+    :func:`apgd_t` use their own), ``n_restarts`` runs per target for APGD-T, ``rho`` the step-size checkpoint
+    fraction, ``on_iter(n_examples)`` called after each iteration."""
 
     eps: float
     norm: str = "Linf"
@@ -80,18 +78,17 @@ def apgd_run(forward: Forward, x: torch.Tensor, labels: torch.Tensor, record: Ma
              target: torch.Tensor | None = None, generator: torch.Generator | None = None,
              draw: tuple[int, str, torch.Tensor] | None = None, noise: torch.Tensor | None = None,
              group: torch.Tensor | None = None) -> torch.Tensor:
-    """One APGD run from a random start (``attack_single_run`` of AutoAttack, L-inf / L2) with eps, norm, n_iter,
-    loss, rho, on_iter and early_stop given as keywords or as ``settings`` (:class:`ApgdSettings`, whose seed,
-    n_restarts and n_target_classes are the callers').
+    """One APGD run from a random start (``attack_single_run`` of AutoAttack, L-inf / L2), its options as keywords
+    or as ``settings`` (:class:`ApgdSettings`, whose seed, n_restarts and n_target_classes are the callers').
 
     Offers the judged logits of all ``n_iter + 1`` visited points to ``record`` (same examples as ``x``) and returns
-    the per-example best loss; ``on_iter(n_examples)`` is called after each iteration. The start comes from
-    ``generator``, the per-example ``draw`` or ``noise`` (:func:`random_start`). ``early_stop``: an example leaves
-    the active batch once the record holds a misclassified point for it (a confirmed break), checked every
-    :data:`DROP_EVERY` iterations and at the step-size checkpoints (each check synchronises with the device); the
-    other examples' trajectories are unchanged. ``group`` (with ``early_stop``): rows that are copies of one
-    example (its runs towards several targets, stacked) share an id in ``0..n_groups-1`` and leave together.
-    Without ``early_stop`` every example runs all iterations (MMAA needs every visited margin)."""
+    the per-example best loss. The start comes from ``generator``, the per-example ``draw`` or ``noise``
+    (:func:`random_start`). ``early_stop``: an example leaves the active batch once the record holds a
+    misclassified point for it (a confirmed break), checked every :data:`DROP_EVERY` iterations and at the step-size
+    checkpoints (each check synchronises with the device); the other examples' trajectories are unchanged.
+    ``group`` (with ``early_stop``): rows that are copies of one example (its runs towards several targets,
+    stacked) share an id in ``0..n_groups-1`` and leave together. Without ``early_stop`` every example runs all
+    iterations (MMAA needs every visited margin)."""
     cfg = settings_from(ApgdSettings, settings, locals())
     eps, norm, n_iter, rho, on_iter, early_stop = cfg.eps, cfg.norm, cfg.n_iter, cfg.rho, cfg.on_iter, cfg.early_stop
     loss_fn = LOSSES[cfg.loss] if isinstance(cfg.loss, str) else cfg.loss
@@ -318,9 +315,8 @@ def apgd_ce(model: Forward, images: torch.Tensor, labels: torch.Tensor, settings
             on_iter: OnIter | None = None, early_stop: bool = ApgdSettings.early_stop,
             record: MarginRecord | None = None, attack_all: bool = False, margin_fn: MarginFn = signed_margin,
             index: torch.Tensor | None = None) -> MarginRecord:
-    """Untargeted APGD on the cross-entropy (AutoAttack's APGD-CE) with margin tracking: ``n_restarts`` runs of
-    ``n_iter`` iterations at ``eps`` in ``norm``, the options given as keywords or as ``settings``
-    (:class:`ApgdSettings`, whose ``loss`` is not read).
+    """Untargeted APGD on the cross-entropy (AutoAttack's APGD-CE) with margin tracking, ``n_restarts`` runs, the
+    options as keywords or as ``settings`` (:class:`ApgdSettings`, whose ``loss`` is not read).
 
     ``model(x)`` returns logits or ``(judged, loss)`` logits. With ``attack_all=False`` (AutoAttack) each restart
     attacks only examples not yet misclassified; with ``attack_all=True`` (MMAA) every example is attacked in every
@@ -360,14 +356,13 @@ def apgd_t(model: Forward, images: torch.Tensor, labels: torch.Tensor, settings:
            early_stop: bool = ApgdSettings.early_stop, record: MarginRecord | None = None, attack_all: bool = False,
            margin_fn: MarginFn = signed_margin, index: torch.Tensor | None = None, stack: bool | None = False,
            stack_rows: int | None = None) -> MarginRecord:
-    """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking: ``n_restarts`` runs
-    towards each of ``n_target_classes`` targets, the options given as keywords or as ``settings``
-    (:class:`ApgdSettings`, whose ``loss`` is not read).
+    """Targeted APGD on the targeted DLR loss (AutoAttack's APGD-T) with margin tracking, ``n_restarts`` runs
+    towards each of ``n_target_classes`` targets; options as in :func:`apgd_ce`.
 
     Targets come from the clean loss logits (one forward pass for all targets; AutoAttack recomputes them per
     target), see :func:`target_classes`. ``stack`` and ``stack_rows``: see :func:`_runs`; ``stack=None`` is
     :func:`stack_runs_default` for the images' device, ``stack_rows=None`` on a GPU the rows that fit in its free
-    memory (:mod:`mixzoo.attacks.memory`), elsewhere no limit. Other arguments as in :func:`apgd_ce`.
+    memory (:mod:`mixzoo.attacks.memory`), elsewhere no limit.
     """
     cfg = settings_from(ApgdSettings, settings, locals())
     check_attack_settings(cfg.eps, cfg.norm, cfg.n_iter, cfg.n_restarts, cfg.n_target_classes)

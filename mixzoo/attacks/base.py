@@ -33,8 +33,8 @@ from mixzoo.attacks.precision import (
     exact_arithmetic,
     uses_channels_last,
 )
-from mixzoo.attacks.result import ComponentStat, EvalResult, nan_error
-from mixzoo.core.errors import InputError, PluginError
+from mixzoo.attacks.result import ComponentStat, EvalResult
+from mixzoo.core.errors import InputError, NaNLogitsError, PluginError
 from mixzoo.core.options import OptionSpec, did_you_mean, names
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
@@ -90,11 +90,6 @@ def within_threat_model(adv: torch.Tensor, x: torch.Tensor, eps: float, norm: st
         & torch.isfinite(flat).all(dim=1)
 
 
-def _logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
-    with torch.no_grad():
-        return torch.cat([model(chunk) for chunk in images.split(batch_size)]) if len(images) else torch.empty(0)
-
-
 # the options most attacks share in their ``options_spec`` (``dataclasses.replace`` changes a default); upper bounds
 # far above any published evaluation (AutoAttack: 100 iterations, 5000 queries), below what a run's records can hold
 N_ITER = OptionSpec("iterations of each APGD / PGD run", int, 100, low=1, high=100_000)
@@ -104,7 +99,6 @@ N_TARGET_CLASSES = OptionSpec("target classes of APGD-T (AutoAttack's: 9; 0 leav
 N_QUERIES = OptionSpec("queries of the Square attack per example", int, 5000, low=1, high=10_000_000)
 BATCH_SIZE = OptionSpec("examples per forward pass", int, 500, low=1, high=10_000_000)
 COMPONENTS_OPTION = OptionSpec("the components to run, in the attack's order (default: the attack's own choice)", names)
-# the options Attack's run loop reads: merged into every subclass's options_spec that lacks them
 REQUIRED_OPTIONS: dict[str, OptionSpec] = {"batch_size": BATCH_SIZE}
 
 
@@ -190,10 +184,10 @@ class Attack:
         n, bs = images.shape[0], int(self.options["batch_size"])
         if n == 0:
             raise InputError("no images to attack; pass at least one example")
-        with exact_arithmetic():
-            clean = _logits(model, images, bs).float()
+        with exact_arithmetic(), torch.no_grad():
+            clean = torch.cat([model(chunk) for chunk in images.split(bs)]).float()
         if torch.isnan(clean).any():
-            raise nan_error(int(torch.isnan(clean).any(dim=1).sum()), "on the clean images")
+            raise NaNLogitsError(int(torch.isnan(clean).any(dim=1).sum()), "on the clean images")
         check_labels(labels, n, clean.shape[1])
         labels = labels.to(images.device)
         clean_correct = clean.argmax(dim=1) == labels
@@ -213,9 +207,7 @@ class Attack:
                 start, newly, outside = time.perf_counter(), 0, 0
                 own = torch.zeros_like(clean_correct)  # broken by this component on its own
                 found_low, confirmed, rerun = 0, 0, 0
-                # gradient-free search (Square) compares loss values step to step, and bfloat16's rounding hides
-                # the small improvements it accepts: it runs in float32
-                arith = precision if comp.gradient_based else "float32"
+                arith = precision if comp.gradient_based else "float32"  # module docstring
                 with pywarnings.catch_warnings(record=True) as caught:
                     pywarnings.simplefilter("always")
                     chunk = bs * forward_only_batches(comp, images.device, index is not None)
@@ -272,7 +264,7 @@ class Attack:
         with torch.no_grad(), exact_arithmetic():
             out = model(cand).float()
         if torch.isnan(out[inside]).any():
-            raise nan_error(int(torch.isnan(out[inside]).any(dim=1).sum()), f"at points found by {comp.name}")
+            raise NaNLogitsError(int(torch.isnan(out[inside]).any(dim=1).sum()), f"at points found by {comp.name}")
         return cand, inside, out
 
 

@@ -4,13 +4,8 @@ measured memory of one attack step per image.
 What fills a GPU during an attack on a large pair is one APGD step's autograd graph: the forward pass of *both*
 networks (the mixture's gradient needs the ABC's and the RBC's activations at once) kept for the backward pass, per
 row of the batch; APGD-T's stacked targets (:func:`mixzoo.attacks.apgd.apgd_t`) hold ``targets x examples`` rows,
-so they run in chunks of the rows that fit (``stack_rows``), with the same outcome per example.
-
-* :func:`step_bytes_per_image`: the memory one APGD step (forward with autograd, backward) holds per image, measured
-  on a CUDA device as the growth of allocated memory while the graph is alive, plus the input gradient.
-* :func:`rows_that_fit`: how many such rows fit in a fraction of the free memory.
-* :func:`auto_batch_size`: ``--batch-size auto``: on a GPU the rows that fit (at most :data:`MAX_AUTO_BATCH`);
-  on a CPU :data:`CPU_BATCH` (the arithmetic, not memory, is the cost there).
+so they run in chunks of the rows that fit (``stack_rows``), with the same outcome per example. On a CPU the
+arithmetic, not memory, is the cost: ``--batch-size auto`` is :data:`CPU_BATCH` there (:func:`auto_batch_size`).
 """
 
 from __future__ import annotations
@@ -35,7 +30,7 @@ def parse_batch_size(value: int | str) -> int | str:
     try:
         size = int(value)
     except (TypeError, ValueError):
-        raise InputError(f"--batch-size must be positive (a number of images) or 'auto', got {value!r}") from None
+        size = 0  # refused below
     if isinstance(value, float) and value != size or size <= 0:
         raise InputError(f"--batch-size must be positive (a number of images) or 'auto', got {value!r}")
     from mixzoo.core.checks import int64
@@ -46,13 +41,8 @@ def parse_batch_size(value: int | str) -> int | str:
 def rows_that_fit(free_bytes: int, bytes_per_row: float, fraction: float = MEMORY_FRACTION,
                   at_most: int | None = None) -> int:
     """How many rows of ``bytes_per_row`` fit in ``fraction`` of ``free_bytes``: at least 1, at most ``at_most``."""
-    if bytes_per_row <= 0:
-        rows = at_most if at_most is not None else MAX_AUTO_BATCH
-    else:
-        rows = int(free_bytes * fraction // bytes_per_row)
-    if at_most is not None:
-        rows = min(rows, at_most)
-    return max(rows, 1)
+    rows = int(free_bytes * fraction // bytes_per_row) if bytes_per_row > 0 else at_most or MAX_AUTO_BATCH
+    return max(rows if at_most is None else min(rows, at_most), 1)
 
 
 def free_bytes(device: str | torch.device) -> int | None:
@@ -97,7 +87,3 @@ def auto_batch_size(forward: Callable[[torch.Tensor], torch.Tensor | tuple[torch
     if per is None:
         return min(CPU_BATCH, n)
     return rows_that_fit(free_bytes(images.device) or 0, per, at_most=min(MAX_AUTO_BATCH, n))
-
-
-__all__ = ["AUTO", "CPU_BATCH", "MAX_AUTO_BATCH", "MEMORY_FRACTION", "auto_batch_size", "free_bytes",
-           "parse_batch_size", "rows_that_fit", "step_bytes_per_image"]

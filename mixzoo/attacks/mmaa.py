@@ -141,6 +141,3 @@ def joined_result(parts: list[tuple[torch.Tensor, ...]], labels: torch.Tensor,
     """The :class:`MMAAResult` of batches ``parts`` (each: adv images, logits, margins, clean logits) in order."""
     adv, logits, margins, clean = (torch.cat(t) for t in zip(*parts, strict=True))
     return MMAAResult(adv, logits, margins, logits.argmax(dim=1) != labels.to(logits.device), clean, settings)
-
-
-__all__ = ["MMAAResult", "mmaa"]

@@ -141,8 +141,3 @@ def sealed(entry: dict[str, Any], key: str) -> str:
 
 def _is_seconds(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value) and value >= 0
-
-
-
-__all__ = ["ADV_SUFFIX", "KIND", "cached_part", "outcome_digest", "outcome_path", "outcome_problem", "read_outcome",
-           "sealed", "write_outcome"]

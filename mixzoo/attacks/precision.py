@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from mixzoo.core.errors import InputError
-from mixzoo.core.settings import PRECISIONS, check_precision
+from mixzoo.core.settings import check_precision
 
 EMULATED_BF16 = "this CPU has no bfloat16 instructions (AVX-512 BF16 or AMX)"
 
@@ -53,10 +53,8 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
 
 
 def check_precision_device(precision: str, device: str | torch.device) -> str:
-    """``precision`` if ``device`` can run it: a one-line error (naming ``--precision float32``) for an unknown
-    precision or a CUDA device without bfloat16; a warning for a CPU without bfloat16 instructions (AVX-512 BF16 or
-    AMX), which would emulate it, usually slower than float32. ``auto`` is resolved first
-    (:func:`resolve_precision`)."""
+    """``precision`` (``auto`` resolved, :func:`resolve_precision`) if ``device`` can run it: a one-line error for
+    an unknown precision or a CUDA device without bfloat16; a warning for a CPU that would emulate bfloat16."""
     precision = resolve_precision(precision, device)
     if precision in ("float32", "tf32"):
         return precision
@@ -75,8 +73,7 @@ def check_precision_device(precision: str, device: str | torch.device) -> str:
 
 @contextlib.contextmanager
 def tf32_flags(enabled: bool) -> Iterator[None]:
-    """``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32`` set to ``enabled`` for
-    the block and restored after (also when it raises). No effect on CPU arithmetic."""
+    """TF32 matrix products and cuDNN convolutions allowed (``enabled``) or not for the block, restored after."""
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
     try:
@@ -106,9 +103,8 @@ def uses_channels_last(model: nn.Module, precision: str, device: str | torch.dev
 
 @contextlib.contextmanager
 def channels_last(model: nn.Module, enabled: bool = True) -> Iterator[None]:
-    """``model``'s 4-D parameters and buffers in channels-last memory format for the block, then back in the
-    format each had (also when the block raises). Values are unchanged; only the layout, so the convolutions
-    (cuDNN's NHWC kernels) run faster on tensor cores."""
+    """``model``'s 4-D parameters and buffers in channels-last memory format for the block (same values; cuDNN's
+    NHWC kernels run faster on tensor cores), then back in the format each had."""
     tensors = [t for t in (*model.parameters(), *model.buffers()) if t.dim() == 4] if enabled else []
     kept = [(t, t.data) for t in tensors if not t.is_contiguous(memory_format=torch.channels_last)]
     for t, data in kept:
@@ -133,8 +129,3 @@ def exact_arithmetic() -> Iterator[None]:
     cuda = torch.autocast("cuda", enabled=False) if torch.cuda.is_available() else contextlib.nullcontext()
     with tf32_flags(False), torch.autocast("cpu", enabled=False), cuda:
         yield
-
-
-__all__ = ["EMULATED_BF16", "PRECISIONS", "as_channels_last", "attack_arithmetic", "channels_last",
-           "check_precision_device", "exact_arithmetic", "native_bf16_cpu", "resolve_precision", "tf32_flags",
-           "uses_channels_last"]

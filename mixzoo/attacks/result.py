@@ -8,8 +8,6 @@ from typing import Any
 
 import torch
 
-from mixzoo.core.errors import InputError, NaNLogitsError
-
 
 @dataclass
 class ComponentStat:
@@ -148,8 +146,3 @@ def own_problem(component: dict[str, Any], clean: list[bool], robust: list[bool]
     if own is not None and count is not None and count != sum(clean) - own.count("1"):
         return f"{where}: own_broken is {count}, its own_outcomes give {sum(clean) - own.count('1')}"
     return None
-
-
-def nan_error(count: int, where: str) -> InputError:
-    """The one-line error for ``count`` examples with NaN logits ``where`` (never counted as robust)."""
-    return NaNLogitsError(count, where)

@@ -15,15 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixzoo.attacks.outcome_cache import (
-    ADV_SUFFIX,
-    cached_part,
-    outcome_digest,
-    outcome_problem,
-    read_outcome,
-    sealed,
-    write_outcome,
-)
+from mixzoo.attacks.outcome_cache import cached_part, write_outcome
 from mixzoo.attacks.precision import resolve_precision
 from mixzoo.attacks.result import Outcome, merge_own, outcome_text
 from mixzoo.core.cache import content_key
@@ -61,27 +53,24 @@ def cache_only() -> Iterator[None]:
 
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, request: EvalRequest) -> Outcome:
-    """Attack ``model`` batch by batch as ``request`` (:class:`~mixzoo.core.request.EvalRequest`) asks, saving each
-    batch's outcome so an interrupted run resumes.
+    """Attack ``model`` batch by batch as ``request`` (:class:`~mixzoo.core.request.EvalRequest`) asks, each batch's
+    outcome cached so an interrupted run resumes; returns an :class:`~mixzoo.attacks.result.Outcome`.
 
-    Returns an :class:`~mixzoo.attacks.result.Outcome`: per-example ``clean_correct`` / ``robust_correct`` lists,
-    per-component broken counts, warnings and seconds. The attack object comes from the attack hook
-    (``mixzoo.core.plugins.lookup``) by the request's record (attack, its options, eps, norm, seed, batch size,
-    per-example seeds, precision).
-    ``request.save_adversarial`` adds ``adversarial``: ``{"index", "images"}`` tensors, the point the attack found
-    for each example it broke (kept next to the cached outcome; a cached outcome without them is attacked again).
+    The attack comes from the attack hook by the request's record (attack, options, eps, norm, seed, batch size,
+    per-example seeds, precision). ``request.save_adversarial`` adds ``adversarial`` (``{"index", "images"}``: the
+    point found for each broken example, kept beside the cached outcome; one cached without them is attacked
+    again). ``request.example_index``: the images' indices in their data set (default ``0 .. n-1``).
 
-    With per-example seeds (the record's default) every batch gets the seed and the examples' indices, and the
-    components that support it (:attr:`mixzoo.attacks.base.Component.per_example`: our APGD-CE / APGD-T,
-    Square, FAB-T with its single restart) draw their randomness per example (:mod:`mixzoo.core.rng`): an example's
-    outcome is then the same for any batch size and any number of processes. A component that cannot
-    (pyautoattack's APGD in ``autoattack``, ``autoattack-standard``, PGD) follows its batch's stream and says so in
-    the warnings. Without them, batch ``k`` is attacked with seed ``seed + k``. ``request.example_index`` gives the
-    images' indices in their data set when they are a subset of it (default ``0 .. n-1``).
+    Per-example seeds (the record's default): the components that support it
+    (:attr:`mixzoo.attacks.base.Component.per_example`: our APGD-CE / APGD-T, Square, FAB-T with its single restart)
+    draw their randomness per example (:mod:`mixzoo.core.rng`), so an example's outcome is the same for any batch
+    size and number of processes; the others (pyautoattack's APGD in ``autoattack``, ``autoattack-standard``, PGD)
+    follow their batch's stream and say so in the warnings. Without them batch ``k`` is attacked with seed
+    ``seed + k``.
 
-    Precision ``"bf16"`` runs the attack under bfloat16 autocast with float32 confirmation of every break
-    (:meth:`mixzoo.attacks.base.Attack.run`); it is part of the cache key, and each component's record then
-    has ``found_bf16`` and ``confirmed_float32``. An attack whose ``run()`` takes no ``precision`` is refused.
+    Precision ``bf16`` runs under bfloat16 autocast with float32 confirmation of every break
+    (:meth:`mixzoo.attacks.base.Attack.run`), is part of the cache key and adds ``found_bf16`` and
+    ``confirmed_float32`` to each component's record; an attack whose ``run()`` takes no ``precision`` is refused.
     """
     request, key, legacy = plan_evaluation(request, images.device)
     n, record = len(labels), request.record
@@ -160,14 +149,9 @@ def _whole_hit(request: EvalRequest, key: str, n: int) -> dict[str, Any] | None:
     """The whole evaluation from the cache, when every torchrun rank has it (the attack is collective: every rank
     must take the same path; e.g. a shared cache directory), else ``None``."""
     hit = cached_part(request, key, 0, n)
-    if hit is not None:
-        hit["cached"] = True
-    w = world()
-    if hit is not None and (w.size == 1 or all(gather(True))):
-        return hit
-    if w.size > 1 and hit is None:
-        gather(False)
-    return None
+    if world().size > 1 and not all(gather(hit is not None)):
+        return None
+    return None if hit is None else {**hit, "cached": True}
 
 
 def _run_batches(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, request: EvalRequest, key: str
@@ -296,7 +280,3 @@ def merge_warnings(per_batch: list[list[str]], components: list[dict[str, Any]])
         out.insert(0, square_masking_note(square))
     return out
 
-
-__all__ = ["ADV_SUFFIX", "BENCH_CODE_VERSION", "BF16_COUNTS", "NotCached", "cache_only",
-           "cached_examples", "cached_outcome", "evaluate", "merge_outcomes", "merge_warnings", "outcome_digest",
-           "outcome_problem", "plan_evaluation", "read_outcome", "sealed"]

@@ -252,7 +252,3 @@ class FastScreening(Attack):
         result = super().run(model, images, labels, progress=progress, index=index, precision=precision)
         result.warnings.insert(0, SCREENING_NOTE)
         return result
-
-
-__all__ = ["COMPONENTS", "SCREENING_NOTE", "Shrink", "EarlyStopForward", "FastScreening", "early_stop_apgd",
-           "malt_scores", "malt_targets"]

@@ -47,9 +47,8 @@ from torch import nn
 from mixzoo.attacks.arguments import check_attack_settings, check_batches, settings_from
 from mixzoo.attacks.margins import MarginFn, ln_signed_margin, selection_key, signed_margin
 from mixzoo.attacks.mmaa import MMAAResult, joined_result
-from mixzoo.attacks.result import nan_error
 from mixzoo.attacks.square_proposals import ExampleDraws, initial_point, proposal_batch, proposal_each
-from mixzoo.core.errors import InputError
+from mixzoo.core.errors import InputError, NaNLogitsError
 from mixzoo.core.progress import progress_bar
 from mixzoo.zoo.models import check_images, check_labels
 
@@ -159,7 +158,7 @@ def _refuse_nan(nan_rows: torch.Tensor, where: str) -> None:
     """A NaN key compares False with every other key, so the example would silently stay "robust": refuse the
     examples flagged in ``nan_rows`` (one host synchronisation)."""
     if nan_rows.any():
-        raise nan_error(int(nan_rows.sum()), where)
+        raise NaNLogitsError(int(nan_rows.sum()), where)
 
 
 def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: SquareSettings, margin_fn: MarginFn, *,
@@ -190,9 +189,7 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: Squar
     on_iter(1)
 
     done = 1
-    # NaN at a proposal, per example, kept on the device and checked every NAN_CHECK_EVERY proposals and at the end:
-    # one host synchronisation per check instead of one per proposal (a NaN key never wins, so the few proposals
-    # made before the check change nothing; the error is the same)
+    # NaN at a proposal, per example, checked every NAN_CHECK_EVERY proposals and at the end (a NaN key never wins)
     nan_seen = torch.zeros(n, dtype=torch.bool, device=clean.device)
     for it in range(1, n_queries):
         active = torch.nonzero((key_best >= -1.0) & (clean_key >= -1.0)).squeeze(1)  # not yet misclassified
@@ -232,6 +229,3 @@ def _attack_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: Squar
     logits = torch.where(use_clean.view(-1, 1), clean.to(best.dtype), best)
     margin = torch.where(use_clean, clean_margin.to(margin_best.dtype), margin_best)
     return adv, logits.detach(), margin, clean.detach(), queries
-
-
-__all__ = ["SquareSettings", "min_margin_square", "p_selection", "square_queries_needed"]

@@ -48,6 +48,3 @@ class PairedOutput(Protocol):
     def forward_pair(self, x: object) -> tuple[object, object]:
         """(the classifier's output, the surrogate's output) on images ``x``."""
         ...
-
-
-__all__ = ["GradientVariants", "PairedOutput", "offers", "with_gradient"]

@@ -1,7 +1,5 @@
-"""What the registry records about a zoo model and what choosing an RBC needs: clean and PGD-20 accuracy, the
-median confidence margin of clean mistakes, and the (1 - beta)-quantiles of the margins of PGD-attacked examples
-that stay correct (margin = top-1 minus top-2 probability of softmax(LN(logits)), Bai et al. 2024a, Sec. 3.1 and
-App. D.7)."""
+"""What the registry records about a zoo model and what choosing an RBC needs (:func:`evaluate_model`), the margins
+being top-1 minus top-2 probability of softmax(LN(logits)) (Bai et al. 2024a, Sec. 3.1 and App. D.7)."""
 
 from __future__ import annotations
 

@@ -51,24 +51,20 @@ class Recipe:
     description: str = ""
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise InputError(f"recipe {self.name!r}: method must be one of {METHODS}, got {self.method!r}")
-        if self.optimizer not in ("adam", "sgd"):
-            raise InputError(f"recipe {self.name!r}: optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        if self.epochs <= 0 or self.batch_size <= 0 or self.lr <= 0:
-            raise InputError(f"recipe {self.name!r}: epochs, batch_size and lr must be positive")
-        if not 0.0 <= self.ema < 1.0:
-            raise InputError(f"recipe {self.name!r}: ema is a decay in [0, 1) (0 = off), got {self.ema!r}")
-        if self.method == "hat" and not self.helper:
-            raise InputError(f"recipe {self.name!r}: method 'hat' needs helper=NAME, a registered standard model")
-        if self.awp < 0:
-            raise InputError(f"recipe {self.name!r}: awp is a perturbation size >= 0 (0 = off), got {self.awp!r}")
-        if (self.method == "gaussian") != (self.noise_sigma > 0):
-            raise InputError(f"recipe {self.name!r}: method 'gaussian' needs noise_sigma > 0, and only it takes one"
-                             f" (got method {self.method!r}, noise_sigma {self.noise_sigma!r})")
-        if (self.method == "lipschitz") != (self.loss_tau > 0):
-            raise InputError(f"recipe {self.name!r}: method 'lipschitz' needs loss_tau > 0, and only it takes one"
-                             f" (got method {self.method!r}, loss_tau {self.loss_tau!r})")
+        problems = (
+            (self.method not in METHODS, f"method must be one of {METHODS}, got {self.method!r}"),
+            (self.optimizer not in ("adam", "sgd"), f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}"),
+            (self.epochs <= 0 or self.batch_size <= 0 or self.lr <= 0, "epochs, batch_size and lr must be positive"),
+            (not 0.0 <= self.ema < 1.0, f"ema is a decay in [0, 1) (0 = off), got {self.ema!r}"),
+            (self.method == "hat" and not self.helper, "method 'hat' needs helper=NAME, a registered standard model"),
+            (self.awp < 0, f"awp is a perturbation size >= 0 (0 = off), got {self.awp!r}"),
+            ((self.method == "gaussian") != (self.noise_sigma > 0), "method 'gaussian' needs noise_sigma > 0, and only"
+             f" it takes one (got method {self.method!r}, noise_sigma {self.noise_sigma!r})"),
+            ((self.method == "lipschitz") != (self.loss_tau > 0), "method 'lipschitz' needs loss_tau > 0, and only it"
+             f" takes one (got method {self.method!r}, loss_tau {self.loss_tau!r})"))
+        for bad, message in problems:
+            if bad:
+                raise InputError(f"recipe {self.name!r}: {message}")
 
     @property
     def file(self) -> str:

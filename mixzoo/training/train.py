@@ -60,7 +60,6 @@ def build_network(recipe: Recipe) -> nn.Module:
     return lookup("architecture", recipe.arch)(**dict(recipe.arch_kwargs))
 
 
-
 @dataclass
 class TrainResult:
     """What :func:`train_model` produced: the weights file, its sha256, timings and measured accuracies."""
@@ -74,14 +73,13 @@ class TrainResult:
     state_dict: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
     logits: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
 
-    def __str__(self) -> str:
-        return self.summary()
-
     def summary(self) -> str:
         m = self.metrics
         robust = f", PGD-20 {100 * m['pgd']:.2f}%" if "pgd" in m else ""
         return (f"{self.recipe.name}: clean {100 * m.get('clean', float('nan')):.2f}%{robust}"
                 f" on {int(m.get('n', 0))} evaluation images; trained in {self.seconds:.0f} s; sha256 {self.sha256}")
+
+    __str__ = summary
 
 
 def shipped_sha256(path: Path) -> str | None:
@@ -97,14 +95,6 @@ def shipped_sha256(path: Path) -> str | None:
         if (where if where.is_absolute() else default_weights_dir() / where).resolve() == target:
             return spec.sha256
     return None
-
-
-def _recipe_changes(recipe: Recipe) -> list[str]:
-    """The fields in which ``recipe`` differs from the built-in recipe of the same name (all, if there is none)."""
-    shipped = RECIPES.get(recipe.name)
-    if shipped is None:
-        return ["recipe"]
-    return [f.name for f in dataclasses.fields(Recipe) if getattr(recipe, f.name) != getattr(shipped, f.name)]
 
 
 def train_model(name_or_recipe: str | Recipe, out_dir: str | Path | None = None, *, save: bool = True,
@@ -173,8 +163,10 @@ def _check_destination(recipe: Recipe, out_dir: str | Path | None, save: bool) -
         return None
     shipped_path = default_weights_dir() / recipe.file
     pinned = shipped_sha256(shipped_path)
-    changes = _recipe_changes(recipe) if pinned is not None else []
-    if changes:
+    shipped = RECIPES.get(recipe.name)
+    changes = [] if pinned is None else ["recipe"] if shipped is None else [
+        f.name for f in dataclasses.fields(Recipe) if getattr(recipe, f.name) != getattr(shipped, f.name)]
+    if changes:  # the fields in which recipe differs from the built-in one of its name
         what = f"seed {recipe.seed}" if changes == ["seed"] else f"changed {', '.join(changes)}"
         raise InputError(f"{recipe.name} with {what} would not reproduce the shipped weights {shipped_path},"
                          " which the registry pins by sha256; pass --out DIR (out_dir) to write them elsewhere")
@@ -251,8 +243,8 @@ def _evaluate_trained(model: nn.Module, recipe: Recipe, eval_n: int | None, data
     logits = {"clean": clean_logits, "labels": evaluation.labels}
     if adv_logits is not None:
         logits["pgd"] = adv_logits
-    if robust_eps := (recipe.eps if recipe.robust else None):
-        metrics["eps"] = robust_eps
+    if eps:
+        metrics["eps"] = eps
     return metrics, evaluate_model(model, evaluation.subset(500), eps=None), logits
 
 

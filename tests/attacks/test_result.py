@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from mixzoo.attacks.base import Attack, Component
+from mixzoo.attacks.outcome_cache import outcome_problem
 from mixzoo.attacks.result import merge_own, outcome_text, own_problem
-from mixzoo.attacks.runner import evaluate, outcome_problem
+from mixzoo.attacks.runner import evaluate
 from mixzoo.core.cache import Cache
 from mixzoo.core.plugins import hookimpl, register_plugin, unregister_plugin
 from mixzoo.core.record import RunRecord

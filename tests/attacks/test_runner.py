@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from mixzoo.attacks.runner import evaluate, outcome_digest
+from mixzoo.attacks.outcome_cache import outcome_digest
+from mixzoo.attacks.runner import evaluate
 from mixzoo.core.cache import Cache
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest

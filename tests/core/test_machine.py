@@ -59,7 +59,7 @@ def test_run_record_and_its_line():
 
 
 def test_a_resumed_evaluation_names_both_machines(tmp_path):
-    from mixzoo.attacks.runner import sealed
+    from mixzoo.attacks.outcome_cache import sealed
 
     """Batches record the machine that attacked them; a row finished elsewhere lists both, a cached one keeps them."""
     rbc = load_model("digits-pgd")

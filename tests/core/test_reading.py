@@ -161,7 +161,7 @@ def test_a_damaged_plugin_faults_file_reads_as_empty(tmp_path, monkeypatch):
 
 
 def test_a_cache_entry_naming_a_key_twice_is_a_miss(tmp_path):
-    from mixzoo.attacks.runner import read_outcome
+    from mixzoo.attacks.outcome_cache import read_outcome
 
     path = tmp_path / "entry.json"
     path.write_text('{"key": "k", "key": "k"}')

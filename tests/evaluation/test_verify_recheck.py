@@ -84,7 +84,7 @@ def test_a_forged_well_formed_cache_entry_passes_the_points_but_not_the_recheck(
     """A cache entry edited to call every clean-correct example robust, its components' breaks set to none and its
     content digest recomputed (a forger who knows the format), its points emptied: the bench reports the forged
     row, the saved points cannot refute it, --recheck can (exit 1)."""
-    from mixzoo.attacks.runner import outcome_digest
+    from mixzoo.attacks.outcome_cache import outcome_digest
 
     cache = tmp_path / "cache"
     shutil.copytree(made[0] / "cache", cache)
