@@ -356,7 +356,7 @@ def test_mix_by_name_through_the_cli_with_a_given_beta0(tmp_path, monkeypatch, o
     ({"n_crossover": 0}, "option n_crossover"),
     ({"crossover_steps": 0}, "option crossover_steps"),
     ({"crossover_alpha_ts": [-2]}, "option crossover_alpha_ts"),
-    ({"epochs": 0}, "option epochs of local-smoothing-adaptive"),
+    ({"epochs": 0}, r"option epochs \(--epochs\) of mixing method 'local-smoothing-adaptive' must be at least 1"),
     ({"eps_c": 0}, "option eps_c"),
     ({"steps": [5, 2]}, "option steps"),
     ({"checkpoint_every": -1}, "option checkpoint_every"),
