@@ -19,13 +19,17 @@ from mixzoo.core.settings import RunSettings
 from mixzoo.evaluation.worst_case import evaluate_card
 
 
-def row_outcomes(text: str, n: int, what: str, name: str) -> torch.Tensor:
-    """A report row's per-image ``what`` outcomes (one character per image) as a bool tensor; a one-line error when
-    they are not ``n`` of "0" / "1"."""
-    if len(text) != n or set(text) - {"0", "1"}:
-        raise InputError(f"report row {name!r} has no per-image {what} outcomes for {n} images; re-run "
-                         "`mixzoo bench --save-adversarial` with this version")
-    return torch.tensor([c == "1" for c in text])
+def row_outcomes(m: dict[str, Any], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Report row ``m``'s per-image clean and robust outcomes (one character per image each) as bool tensors; a
+    one-line error when either is not ``n`` of "0" / "1"."""
+    found = []
+    for what in ("clean", "robust"):
+        text = m.get(f"{what}_outcomes", "")
+        if len(text) != n or set(text) - {"0", "1"}:
+            raise InputError(f"report row {m['name']!r} has no per-image {what} outcomes for {n} images; re-run "
+                             "`mixzoo bench --save-adversarial` with this version")
+        found.append(torch.tensor([c == "1" for c in text]))
+    return found[0], found[1]
 
 
 def attack_record(report: dict[str, Any], path: Path, s: RunSettings) -> Any:
@@ -61,17 +65,17 @@ def attack_record(report: dict[str, Any], path: Path, s: RunSettings) -> Any:
                                    per_example_seeds=True, count_overrides=record.get("count_overrides") or {})
 
 
-def recheck_row(m: dict[str, Any], model: nn.Module, card: Any, ce: Any, images: torch.Tensor, labels: torch.Tensor,
-                count: int, record: Any) -> tuple[list[int], list[int], dict[str, list[int]]]:
+def recheck_row(m: dict[str, Any], outcomes: tuple[torch.Tensor, torch.Tensor], model: nn.Module, card: Any, ce: Any,
+                images: torch.Tensor, labels: torch.Tensor, count: int,
+                record: Any) -> tuple[list[int], list[int], dict[str, list[int]]]:
     """Attack again, without a cache, the first ``count`` examples row ``m`` calls robust and the first ``count``
-    it calls broken as run record ``record`` says (a card's row with its extra attacks): (those examples, the ones
-    whose robust outcome differs from the report's, and per component with ``own_outcomes`` the ones whose
-    stand-alone outcome differs). The examples are attacked within the whole batches of the record's batch size
-    that hold them, so a component drawing its randomness per batch (``autoattack-standard``) sees the batch it saw
-    in the full run."""
+    it calls broken (``outcomes``: its :func:`row_outcomes`) as run record ``record`` says (a card's row with its
+    extra attacks): (those examples, the ones whose robust outcome differs from the report's, and per component
+    with ``own_outcomes`` the ones whose stand-alone outcome differs). The examples are attacked within the whole
+    batches of the record's batch size that hold them, so a component drawing its randomness per batch
+    (``autoattack-standard``) sees the batch it saw in the full run."""
     n = len(labels)
-    clean = row_outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])
-    robust = row_outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
+    clean, robust = outcomes
     picked = torch.cat([torch.nonzero(robust).squeeze(1)[:count], torch.nonzero(clean & ~robust).squeeze(1)[:count]])
     picked = picked.sort().values
     if not len(picked):

@@ -185,18 +185,19 @@ def verify_report(report_dir: str | Path, settings: RunSettings | None = None, *
                          f"({dataset['fingerprint']}); pass --data-dir with the data set the report used")
     images, labels = ce.data.images, ce.data.labels
     check_points(points, images, points_file)
-    rows, models_of = [], {}
+    rows, kept = [], []
     for m in models:
         model = _row_model(m, card, ce, report_path)
         if model is None or m["kind"] not in points:
             raise InputError(f"{report_dir / ADVERSARIAL_FILE} has no points for row {m['name']!r} ({m['kind']})")
-        rows.append(_verify_row(m, model, points[m["kind"]], images, labels, ce.eps, ce.norm, batch_size, device))
-        models_of[m["name"]] = model
+        kept.append((model, row_outcomes(m, len(labels))))
+        rows.append(_verify_row(m, kept[-1][1], model, points[m["kind"]], images, labels, ce.eps, ce.norm,
+                                batch_size, device))
     if recheck:
         again = attack_record(report, report_path, s)
-        for row, m in zip(rows, models, strict=True):
+        for row, m, (model, outcomes) in zip(rows, models, kept, strict=True):
             row.rechecked, row.recheck_differs, row.own_differs = recheck_row(
-                m, models_of[m["name"]], _row_card(m, report_path), ce, images, labels, recheck, again)
+                m, outcomes, model, _row_card(m, report_path), ce, images, labels, recheck, again)
     result = Verification(str(report_dir), rows, float(ce.eps), ce.norm, n, device, time.perf_counter() - t0,
                           notes=list(ce.notes))
     if out is not None:
@@ -294,11 +295,11 @@ def _indices(mask: torch.Tensor) -> list[int]:
     return torch.nonzero(mask).squeeze(1).tolist()
 
 
-def _verify_row(m: dict[str, Any], model: nn.Module, pts: dict[str, torch.Tensor], images: torch.Tensor,
-                labels: torch.Tensor, eps: float, norm: str, batch_size: int, device: str) -> VerifiedRow:
+def _verify_row(m: dict[str, Any], outcomes: tuple[torch.Tensor, torch.Tensor], model: nn.Module,
+                pts: dict[str, torch.Tensor], images: torch.Tensor, labels: torch.Tensor, eps: float, norm: str,
+                batch_size: int, device: str) -> VerifiedRow:
     n = len(labels)
-    clean_reported = row_outcomes(m.get("clean_outcomes", ""), n, "clean", m["name"])
-    robust_reported = row_outcomes(m.get("robust_outcomes", ""), n, "robust", m["name"])
+    clean_reported, robust_reported = outcomes
     broken_reported = clean_reported & ~robust_reported
     index = pts["index"].long()
     if len(index) and (index.min() < 0 or index.max() >= n or len(index.unique()) != len(index)):

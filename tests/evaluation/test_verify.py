@@ -18,6 +18,7 @@ from mixzoo.cli import app
 from mixzoo.core.cache import Cache
 from mixzoo.core.errors import InputError
 from mixzoo.evaluation.bench import ADVERSARIAL_FILE, MatchSettings, bench
+from mixzoo.evaluation.recheck import row_outcomes
 from mixzoo.evaluation.verify import _margins, _verify_row, verify_report
 from mixzoo.methods.mixednuts.fitting import mix
 from mixzoo.zoo.data import load_dataset
@@ -617,7 +618,7 @@ def test_fragile_points_are_those_within_1e_4_of_the_boundary():
     adv = torch.stack([torch.full((1, 2, 2), 0.5 - 5e-5), torch.full((1, 2, 2), 0.5 - 5e-4)]).double()
     pts = {"index": torch.tensor([0, 1]), "images": adv}
     m = {"name": "m", "kind": "rbc", "clean_outcomes": "11", "robust_outcomes": "00", "robust_accuracy": 0.0}
-    row = _verify_row(m, MeanVersusHalf(), pts, images.double(), labels, 0.2, "Linf", 8, "cpu")
+    row = _verify_row(m, row_outcomes(m, 2), MeanVersusHalf(), pts, images.double(), labels, 0.2, "Linf", 8, "cpu")
     assert row.passed and row.confirmed == 2 and row.verified_robust_accuracy == 0.0
     assert row.fragile == 1 and row.closest_margin == pytest.approx(-5e-5, rel=1e-3)
 

@@ -19,7 +19,7 @@ from mixzoo.attacks import runner
 from mixzoo.cli import app
 from mixzoo.core.record import RunRecord
 from mixzoo.evaluation.bench import bench
-from mixzoo.evaluation.recheck import own_differences, recheck_row
+from mixzoo.evaluation.recheck import own_differences, recheck_row, row_outcomes
 
 N = 30
 ALONE = "autoattack-standard"
@@ -104,7 +104,8 @@ def test_the_recheck_attacks_the_records_whole_batches_and_compares_the_picked_e
     monkeypatch.setattr(runner, "evaluate", fake)
     m = {"name": "row", "clean_outcomes": clean, "robust_outcomes": robust,
          "components": [{"name": "alone", "own_outcomes": own}]}
-    got = recheck_row(m, None, None, SimpleNamespace(eps=0.1, norm="Linf"), torch.zeros(10, 1, 2, 2),
+    got = recheck_row(m, row_outcomes(m, 10), None, None, SimpleNamespace(eps=0.1, norm="Linf"),
+                      torch.zeros(10, 1, 2, 2),
                       torch.zeros(10, dtype=torch.long), 1, RunRecord(attack="apgd", batch_size=4))
     assert seen == [list(range(8))]
     assert got == ([2, 5], [2], {"alone": [5]})
