@@ -57,7 +57,7 @@ from mixzoo.methods.mixednuts.calibration_problem import (
     grid_search,
     prediction_change_share,
 )
-from mixzoo.methods.mixednuts.calibration_settings import CalibrationSettings, CardRecords, _settings_of
+from mixzoo.methods.mixednuts.calibration_settings import CalibrationSettings, CardRecords, with_changes
 from mixzoo.methods.mixednuts.grid import Grid, SearchResult
 from mixzoo.methods.mixednuts.selection import _Selection
 from mixzoo.methods.mixednuts.transforms import LAYER_NORM_VERSION, get_clamp
@@ -101,7 +101,8 @@ def calibrate(
     ``max_argmax_change`` then only warns. Warns (one line each) when thresholds saturate and when beta is
     degenerate (many grid points tie at the optimum).
     """
-    cs, records = _settings_of(settings, records, changes)
+    cs, records = with_changes("calibrate", changes, settings if settings is not None else CalibrationSettings(),
+                               records if records is not None else CardRecords())
     sel = _Selection.of(clean_logits, clean_labels, attacked_logits, attacked_labels, cs)
     warn_change = cs.max_argmax_change
     if cs.search == "authors":  # the authors' code filters nothing (difference b) and computes in float64

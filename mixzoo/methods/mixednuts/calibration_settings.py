@@ -63,15 +63,12 @@ class CardRecords:
     attack_info: dict[str, Any] | None = None
 
 
-def _settings_of(settings: CalibrationSettings | None, records: CardRecords | None, changes: dict[str, Any]
-                 ) -> tuple[CalibrationSettings, CardRecords]:
-    """``settings`` and ``records`` (default: the defaults) with the keywords of ``changes`` named after fields."""
-    settings = settings if settings is not None else CalibrationSettings()
-    records = records if records is not None else CardRecords()
-    names = {f.name for f in fields(CalibrationSettings)}
-    record_names = {f.name for f in fields(CardRecords)}
+def with_changes(function: str, changes: dict[str, Any], *parts: Any) -> tuple[Any, ...]:
+    """Copies of the dataclasses ``parts`` with the keywords of ``changes`` named after their fields; the TypeError
+    of a call to ``function()`` for a keyword that names none."""
+    names = [{f.name for f in fields(part)} for part in parts]
     for key in changes:
-        if key not in names and key not in record_names:
-            raise TypeError(f"calibrate() got an unexpected keyword argument {key!r}")
-    settings = replace(settings, **{k: v for k, v in changes.items() if k in names})
-    return settings, replace(records, **{k: v for k, v in changes.items() if k in record_names})
+        if not any(key in n for n in names):
+            raise TypeError(f"{function}() got an unexpected keyword argument {key!r}")
+    return tuple(replace(part, **{k: v for k, v in changes.items() if k in n})
+                 for part, n in zip(parts, names, strict=True))

@@ -37,7 +37,6 @@ counts. :func:`transfer_params_by_name` is the same by model and dataset names (
 from __future__ import annotations
 
 import math
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from mixzoo.attacks.apgd import NORMS
 from mixzoo.core.cache import Cache
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
+from mixzoo.methods.mixednuts.calibration_settings import with_changes
 from mixzoo.methods.mixednuts.transfer_inputs import (
     DEFAULT_BETA,  # noqa: F401 - re-exported
     DEFAULT_GUESS,
@@ -65,16 +65,6 @@ from mixzoo.zoo.blackbox import BlackBoxModel, spec_is_black_box
 
 __all__ = ["BlackBoxSource", "DEFAULT_GUESS", "METHODS", "TransferSettings", "transfer_params",
            "transfer_params_by_name"]
-
-
-def _split_changes(settings: TransferSettings | None, source: BlackBoxSource | None, changes: dict[str, Any]
-                   ) -> tuple[TransferSettings, BlackBoxSource]:
-    """``settings`` and ``source`` with the keywords of ``changes`` named after their fields."""
-    names = {f.name for f in fields(BlackBoxSource)}
-    st = (settings if settings is not None else TransferSettings()).changed(
-        **{k: v for k, v in changes.items() if k not in names})
-    return st, replace(source if source is not None else BlackBoxSource(),
-                       **{k: v for k, v in changes.items() if k in names})
 
 
 def _check_by_name(st: TransferSettings, src: BlackBoxSource) -> None:
@@ -112,7 +102,9 @@ def transfer_params_by_name(
     :class:`BlackBoxSource` change a copy of them (``transfer_params_by_name(card, name, method="square")``)."""
     from mixzoo.zoo.blackbox import load_black_box
 
-    st, src = _split_changes(settings, source, changes)
+    st, src = with_changes("transfer_params_by_name", changes,
+                           settings if settings is not None else TransferSettings(),
+                           source if source is not None else BlackBoxSource())
     _check_by_name(st, src)
     card = MixCard.load(card_path) if card_path is not None else None
     if card is None and st.method != "guess":

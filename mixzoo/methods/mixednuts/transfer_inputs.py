@@ -4,7 +4,7 @@ surrogate's perturbations against each other."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from torch import nn
 
 from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
+from mixzoo.methods.mixednuts.calibration_settings import with_changes
 from mixzoo.methods.mixednuts.grid import Grid
 from mixzoo.zoo.blackbox import BlackBoxModel
 from mixzoo.zoo.models import check_images
@@ -126,11 +127,7 @@ class TransferSettings:
 
     def changed(self, **changes: Any) -> TransferSettings:
         """A copy with ``changes`` (keywords named after the fields)."""
-        names = {f.name for f in fields(self)}
-        for key in changes:
-            if key not in names:
-                raise TypeError(f"transfer_params() got an unexpected keyword argument {key!r}")
-        return replace(self, **changes) if changes else self
+        return with_changes("transfer_params", changes, self)[0] if changes else self
 
 
 def _check_settings(st: TransferSettings) -> None:
