@@ -118,6 +118,13 @@ class _Inputs:
 RawCurve = tuple[str, float, str, torch.Tensor, torch.Tensor, float]  # label, alpha, bound, radius, correct, clean
 
 
+def _curves(alpha_t: torch.Tensor, correct: torch.Tensor, clean: torch.Tensor,
+            *bounds: tuple[str, str, torch.Tensor]) -> list[RawCurve]:
+    """Per alpha of ``alpha_t``, in order, one curve per ``(what, bound, radii)`` of ``bounds``."""
+    return [(_label(a, what), a, bound, radii[k], correct, float(clean[k]))
+            for k, a in enumerate(alpha_t.tolist()) for what, bound, radii in bounds]
+
+
 def _pair(card: Any, s: RunSettings, alphas: list[float] | None
           ) -> tuple[Any, nn.Module, nn.Module | None, torch.Tensor, float | None]:
     """The card (loaded), the RBC and ABC (the settings' replacing the card's), the alphas to certify (the card's,
@@ -250,10 +257,7 @@ def _smoothing_curves(inputs: _Inputs, sigma: float, sm: SmoothingSettings, sett
     r_rs = smoothing_radius(est.p_top_lower, est.p_other_upper, sigma, alpha_t)
     r_lip[:, est.abstain], r_rs[:, est.abstain] = -math.inf, -math.inf
     clean = mixture_clean_accuracy(inputs.abc_probs, est.mean, labels, alpha_t)
-    curves: list[RawCurve] = []
-    for k, a in enumerate(alpha_t.tolist()):
-        curves.append((_label(a, "Thm A.2"), a, "smoothing", r_rs[k], correct, float(clean[k])))
-        curves.append((_label(a, "Thm 3.5"), a, "smoothing-lipschitz", r_lip[k], correct, float(clean[k])))
+    curves = _curves(alpha_t, correct, clean, ("Thm A.2", "smoothing", r_rs), ("Thm 3.5", "smoothing-lipschitz", r_lip))
     settings.update(sigma=sigma, samples=samples, selection_samples=selection_samples,
                     confidence=confidence, smoothing=kind, lipschitz_constant=lip)
     notes.append(f"randomized smoothing, sigma {sigma:g}, {kind} votes: {samples} Monte Carlo samples per"
@@ -277,15 +281,13 @@ def _lipschitz_curves(inputs: _Inputs, settings: dict[str, Any], notes: list[str
     probs = logits.double().softmax(1)
     correct = probs.argmax(1) == labels
     clean = mixture_clean_accuracy(inputs.abc_probs, probs, labels, alpha_t)
-    curves: list[RawCurve] = []
     declared = dict(getattr(spec, "lipschitz", None) or {})
     if declared:
         constant, checked = declared_lipschitz(rbc_m, spec, tuple(data.input_size))
         radius = logit_lipschitz_radius(logits, constant, alpha_t)
         if norm == "linf":
             radius = radius / math.sqrt(math.prod(data.input_size))
-        for k, a in enumerate(alpha_t.tolist()):
-            curves.append((_label(a, "Lipschitz logits"), a, "lipschitz-logits", radius[k], correct, float(clean[k])))
+        curves = _curves(alpha_t, correct, clean, ("Lipschitz logits", "lipschitz-logits", radius))
         settings.update(lipschitz={"declared": declared, "constant": constant, "layer_norm_product": checked,
                                    "kind": "declared by the architecture, checked against the weights"})
         notes.append(f"the registry declares Lip_l2(logits) <= {constant:g} for {settings['rbc']}; the product"
@@ -295,8 +297,7 @@ def _lipschitz_curves(inputs: _Inputs, settings: dict[str, Any], notes: list[str
     else:
         bound = lipschitz_bound(rbc_m, tuple(data.input_size), norm)
         radius = lipschitz_radius(probs, bound.probs, alpha_t)
-        for k, a in enumerate(alpha_t.tolist()):
-            curves.append((_label(a, "Thm 3.5, provable bound"), a, "lipschitz", radius[k], correct, float(clean[k])))
+        curves = _curves(alpha_t, correct, clean, ("Thm 3.5, provable bound", "lipschitz", radius))
         settings.update(lipschitz=bound.to_dict())
         notes += _loose_bound_notes(bound, probs, correct, spec, norm)
     return curves, (probs, correct, clean)
