@@ -159,6 +159,13 @@ def model_info(bench_dir: str | Path, *, card_name: str | None = None,
     """``(model_info, where)`` for the card row of a bench report: the JSON object (keys in
     :data:`MODEL_INFO_FIELDS` order; ``fields`` sets those of :data:`USER_FIELDS`, see the module docstring) and
     ``{"dataset", "threat_model"}``, the folder RobustBench files it under."""
+    info, where, _ = _model_info(bench_dir, card_name, fields)
+    return info, where
+
+
+def _model_info(bench_dir: str | Path, card_name: str | None, fields: dict[str, Any] | None
+                ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """:func:`model_info` and the report row it fills the JSON from."""
     fields = dict(fields or {})
     unknown = sorted(set(fields) - set(USER_FIELDS))
     if unknown:
@@ -190,7 +197,7 @@ def model_info(bench_dir: str | Path, *, card_name: str | None = None,
         "external": pct(worst), "footnote": footnote, "unreliable": False,
     }
     info.update(fields)
-    return info, {"dataset": str(ds.get("name")), "threat_model": str(st.get("norm"))}
+    return info, {"dataset": str(ds.get("name")), "threat_model": str(st.get("norm"))}, row
 
 
 def write_model_info(bench_dir: str | Path, out: str | Path, *, card_name: str | None = None,
@@ -200,8 +207,7 @@ def write_model_info(bench_dir: str | Path, out: str | Path, *, card_name: str |
     from mixzoo.core.cache import atomic_write_text
     from mixzoo.core.paths import below, check_output, safe_component
 
-    info, where = model_info(bench_dir, card_name=card_name, fields=fields)
-    row = pick_row(read_report(bench_dir), card_name)
+    info, where, row = _model_info(bench_dir, card_name, fields)
     if file_name is not None and (not file_name or os.sep in file_name or "/" in file_name
                                   or file_name.startswith(".")):
         raise InputError(f"--file-name {file_name!r} must be a plain file name, e.g. Bai2024MixedNUTS")
