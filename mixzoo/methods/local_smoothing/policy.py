@@ -1,14 +1,9 @@
-"""The adaptive smoothing strength of Bai et al. (local smoothing), Sec. 5 (Eq. 7-9): the policy beta_theta and how it
-is trained.
-
-* :class:`Policy`: beta_theta(x), the mixing network of adaptive smoothing (:mod:`mixzoo.methods.shared.network`,
-  Bai et al. (local smoothing), Fig. 1's detector-style architecture) on the tapped features of both base models;
-  plugged into :class:`~.smoothing.LocalSmoothingClassifier` as ``log_alpha``, so alpha(x) = exp(beta_theta(x)) (Eq.
-  7, cropped to [-14, 14] as in Sec. 6.3).
-* :func:`policy_loss`: the composite loss of Eq. 9,
-  ``(CE(g^theta(x'), y) + c1) * (c2 + (c3 - s * beta_theta(x'))_+)`` with ``s = sgn(log alpha*(x') - beta_0)``.
-* :class:`PolicyObjective`: what the shared trainer (:func:`mixzoo.methods.shared.training_loop.train`)
-  trains for this method.
+"""The adaptive smoothing strength of Bai et al. (local smoothing), Sec. 5 (Eq. 7-9): the policy beta_theta
+(:class:`Policy`, Fig. 1's detector-style architecture, plugged into :class:`~.smoothing.LocalSmoothingClassifier` as
+``log_alpha``: alpha(x) = exp(beta_theta(x)), Eq. 7, cropped to [-14, 14] as in Sec. 6.3), the composite loss of Eq. 9
+(:func:`policy_loss`: ``(CE(g^theta(x'), y) + c1) * (c2 + (c3 - s * beta_theta(x'))_+)`` with
+``s = sgn(log alpha*(x') - beta_0)``) and its objective for :func:`mixzoo.methods.shared.training_loop.train`
+(:class:`PolicyObjective`).
 
 The supervision sign. Bai et al. (local smoothing), Sec. 5.3 approximates the optimal alpha of a point attacked at
 alpha_t by ``alpha~ = +inf if alpha_t <= alpha_0 else 0`` (Fig. 4: below the crossover the attack is aimed at g, so h
@@ -17,10 +12,9 @@ beta, toward g) otherwise. (The sentence after Eq. 9 in Bai et al. (local smooth
 contradicts alpha~ and Fig. 4, and we follow those.) A clean point is best served by g (Sec. 5: "when x is clean ... g
 outperforms h"): ``s = -1``. Points from the attack through the policy get the cross-entropy alone (Sec. 6.3).
 
-Training batches (one trainer, several methods: the loop, data, seeding, checkpoints, EMA and DDP are shared): the
-clean images; PGD on the smoothed classifier at an attack-time alpha_t drawn per example from ``alpha_ts`` (R_i held
-constant; ``steps[1]`` steps); PGD through the policy (R_i held constant; a step count drawn from ``steps``). Radii
-``eps * U(eps_factor)`` per example (default: exactly eps, as Bai et al. (local smoothing)).
+Training batches: the clean images; PGD on the smoothed classifier at an attack-time alpha_t drawn per example from
+``alpha_ts`` (R_i held constant; ``steps[1]`` steps); PGD through the policy (R_i held constant; a step count drawn
+from ``steps``). Radii ``eps * U(eps_factor)`` per example (default: exactly eps, as Bai et al. (local smoothing)).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The locally biased smoothed classifiers of Bai et al. (local smoothing) and their attack-time gradient variants.
 
-* :func:`smooth` is the formula, the one place it lives: ``(g_i + alpha R_i h_i) / (1 + alpha R_i)`` (Bai et al. (local
-  smoothing), Eq. 2 with ``R_i = ||grad g_i||_*`` and the K-NN oracle; Bai et al. (local smoothing), Eq. 5 / Bai et al.
-  2024b, Eq. 3.3 with a robust network ``h`` and ``R_i`` one of :data:`R_OPTIONS`). alpha = 0 gives g, alpha ->
-  infinity gives h (Bai et al. (local smoothing), Sec. 3, 4).
+* :func:`smooth`, the formula: ``(g_i + alpha R_i h_i) / (1 + alpha R_i)`` (Bai et al. (local smoothing), Eq. 2
+  with ``R_i = ||grad g_i||_*`` and the K-NN oracle; Bai et al. (local smoothing), Eq. 5 / Bai et al. 2024b, Eq. 3.3
+  with a robust network ``h`` and ``R_i`` one of :data:`R_OPTIONS`). alpha = 0 gives g, alpha -> infinity gives h
+  (Bai et al. (local smoothing), Sec. 3, 4).
 * :class:`LocalSmoothingClassifier` (robust-network oracle) and :class:`KNNSmoothingClassifier` (K-NN oracle)
   wrap it around base models: [0, 1] images in, log-probabilities out.
 
