@@ -57,11 +57,12 @@ from mixzoo.methods.mixednuts.transfer_inputs import (
     TransferSettings,
     _check_dataset,
     _check_settings,
+    _check_surrogate,
     _note_weights,
     _threat_model,
 )
 from mixzoo.methods.mixednuts.transfer_routes import transfer_params
-from mixzoo.zoo.blackbox import BlackBoxModel, spec_is_black_box
+from mixzoo.zoo.blackbox import BlackBoxModel
 
 __all__ = ["BlackBoxSource", "DEFAULT_GUESS", "METHODS", "TransferSettings", "transfer_params",
            "transfer_params_by_name"]
@@ -163,12 +164,7 @@ def _surrogate_model(card: MixCard, card_path: Any, bb: BlackBoxModel, src: Blac
         raise InputError(f"card {str(card_path)!r} does not name its RBC (field rbc.name), so there is no"
                          " surrogate to attack; use --method square or guess")
     sur_model = load_model(sur_name, device=src.device, allow_unsafe=src.allow_unsafe)
-    if spec_is_black_box(sur_model.spec):
-        raise InputError(f"the surrogate {sur_name!r} is itself marked black-box, so MMAA cannot run on it;"
-                         " use --method square")
-    if spec is not None and sur_model.spec.num_classes != spec.num_classes:
-        raise InputError(f"surrogate {sur_name!r} has {sur_model.spec.num_classes} classes but black-box model"
-                         f" {bb.name!r} has {spec.num_classes}; use a surrogate of the same task")
+    _check_surrogate(sur_model, lambda: sur_model.spec.num_classes, bb, None if spec is None else spec.num_classes)
     return sur_model
 
 

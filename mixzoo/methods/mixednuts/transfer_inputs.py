@@ -4,6 +4,7 @@ surrogate's perturbations against each other."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from mixzoo.core.card import MixCard
 from mixzoo.core.errors import InputError
 from mixzoo.methods.mixednuts.calibration_settings import with_changes
 from mixzoo.methods.mixednuts.grid import Grid
-from mixzoo.zoo.blackbox import BlackBoxModel
+from mixzoo.zoo.blackbox import BlackBoxModel, spec_is_black_box
 from mixzoo.zoo.models import check_images
 
 METHODS: tuple[str, ...] = ("transfer", "square", "both", "guess")
@@ -102,6 +103,18 @@ def _check_classes(card: MixCard | None, bb: BlackBoxModel, n_classes: int, surr
     if card is not None and card.params["top_k"] is not None and card.params["top_k"] > n_classes:
         raise InputError(f"{label} uses top_k = {card.params['top_k']} but black-box model {bb.name!r} returns"
                          f" {n_classes} classes; use a card of a model with the same classes")
+
+
+def _check_surrogate(surrogate: Any, classes: Callable[[], int], bb: BlackBoxModel, n_classes: int | None) -> None:
+    """Refuse a black-box surrogate (MMAA needs its gradients), then one whose class count ``classes()`` is not
+    ``n_classes``, that of black box ``bb`` (None: unknown)."""
+    if isinstance(surrogate, BlackBoxModel) or spec_is_black_box(getattr(surrogate, "spec", None)):
+        raise InputError(f"the surrogate {_name(surrogate)!r} is itself a black box, so MMAA cannot run on it;"
+                         " use a white-box surrogate or method 'square'")
+    k = classes()
+    if n_classes is not None and k != n_classes:
+        raise InputError(f"surrogate {_name(surrogate)!r} has {k} classes but black-box model {bb.name!r} has"
+                         f" {n_classes}; use a surrogate of the same task")
 
 
 @dataclass(frozen=True)

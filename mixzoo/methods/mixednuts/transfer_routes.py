@@ -30,6 +30,7 @@ from mixzoo.methods.mixednuts.transfer_inputs import (
     _check_dataset,
     _check_perturbations,
     _check_settings,
+    _check_surrogate,
     _grid_from_card,
     _hash,
     _load_card,
@@ -100,15 +101,8 @@ def _surrogate_adv(surrogate: Any, images: torch.Tensor, run: _Run, st: Transfer
         adv, info = surrogate.adv_images, {"source": "given MMAAResult", **surrogate.settings}
     elif isinstance(surrogate, torch.Tensor):
         adv, info = surrogate, {"source": "given adversarial images"}
-    elif isinstance(surrogate, BlackBoxModel) or spec_is_black_box(getattr(surrogate, "spec", None)):
-        raise InputError(f"the surrogate {_name(surrogate)!r} is itself a black box, so MMAA cannot run on it;"
-                         " use a white-box surrogate or method 'square'")
-    elif callable(surrogate):
-        with torch.no_grad():
-            k = surrogate(images[:1]).shape[-1]
-        if k != n_classes:
-            raise InputError(f"surrogate {_name(surrogate)!r} returns {k} classes but the black box returns"
-                             f" {n_classes}; use a surrogate of the same task")
+    elif callable(surrogate) or spec_is_black_box(getattr(surrogate, "spec", None)):
+        _check_surrogate(surrogate, lambda: _forward(surrogate, images[:1], 1).shape[-1], run.bb, n_classes)
         res = mmaa(surrogate, images, labels, ApgdSettings(eps=eps, norm=norm, n_iter=st.n_iter, seed=st.seed),
                    top_k=run.top_k, batch_size=st.batch_size, progress=st.progress, index=torch.arange(len(labels)),
                    attack_all=True)  # the lowest surrogate margins transfer best

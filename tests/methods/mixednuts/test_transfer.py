@@ -611,7 +611,7 @@ def test_class_and_top_k_checks_against_the_black_box(table):
     with pytest.raises(InputError, match=f"top_k = {K + 1}"):
         _run(t, _card(top_k=K + 1))
     five = nn.Sequential(nn.Flatten(), nn.Linear(64, 5))
-    with pytest.raises(InputError, match="returns 5 classes"):
+    with pytest.raises(InputError, match=f"has 5 classes but black-box model .* has {K}"):
         _run(t, _card(), surrogate=five)
     with pytest.raises(InputError, match="linear-mixture"):
         _run(t, _card(method="linear", clamp="linear"))
