@@ -10,7 +10,7 @@ names the entry and the field.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -126,14 +126,6 @@ class Registry:
         self.collisions: dict[str, list[str]] = dict(collisions or {})
         self._specs = {s.name: s for key, s in index.items() if key == s.name}
         self._index = {key: s.name for key, s in index.items() if self._specs.get(s.name) is s}
-
-    @classmethod
-    def of(cls, specs: Iterable[ModelSpec]) -> Registry:
-        """The registry of ``specs``, merged as the plugins' entries are (each credited to ``spec.plugin``)."""
-        from mixzoo.core.plugins import merge
-
-        merged = merge("model", [(s.plugin, {s.name: s}) for s in specs], aliases=True)
-        return cls(merged.entries, merged.collisions)
 
     def specs(self, role: str | None = None, dataset: str | None = None) -> list[ModelSpec]:
         return [s for s in self._specs.values()
