@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mixzoo.core.errors import InputError
-from mixzoo.core.reading import depth_error
+from mixzoo.core.reading import depth_error, shown
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -44,11 +44,6 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out or "(the whole file)"
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def validation_message(exc: ValidationError, source: str, fix: str) -> str:
     """The first problem of a pydantic :class:`ValidationError` as one line naming ``source`` and the field."""
     err = exc.errors(include_url=False)[0]
@@ -60,7 +55,7 @@ def validation_message(exc: ValidationError, source: str, fix: str) -> str:
         return f"{source}: {msg}; {fix}" if where == "(the whole file)" else f"{source}: field {where!r}: {msg}; {fix}"
     msg = " ".join(str(err.get("msg", "is not valid")).split())
     msg = msg[0].lower() + msg[1:] if msg else msg
-    return f"{source}: field {where!r}: {msg}, got {_short(err.get('input'))}; {fix}"
+    return f"{source}: field {where!r}: {msg}, got {shown(err.get('input'))}; {fix}"
 
 
 def validate(model: type[M], data: Any, source: str, fix: str = "pass the file mixzoo wrote") -> M:
@@ -255,7 +250,7 @@ def record_problem(report: ReportFile) -> str | None:
     copies += [(f"row {m.name!r} n", m.n, ds.n) for m in report.models if ds.n is not None]
     for where, stated, truth in copies:
         if canonical_json(stated) != canonical_json(truth):
-            return f"{where} is {_short(stated)} but the run record says {_short(truth)}"
+            return f"{where} is {shown(stated)} but the run record says {shown(truth)}"
     return None
 
 
