@@ -50,6 +50,8 @@ ALSO_IN: dict[str, tuple[str, ...]] = {
     "mixzoo.attacks.evaluation": ("mixzoo.attacks.adapters", "mixzoo.attacks.suites"),
     "mixzoo.bench": ("mixzoo.attacks.runner", "mixzoo.evaluation.loading", "mixzoo.evaluation.job",
                      "mixzoo.evaluation.matching", "mixzoo.evaluation.report", "mixzoo.evaluation.worst_case"),
+    "mixzoo.train": ("mixzoo.training.objectives", "mixzoo.training.model_metrics", "mixzoo.training.recipes",
+                     "mixzoo.training.weights"),
 }
 
 # names the top-level package offers itself: the warning points there rather than at the defining module
