@@ -1,12 +1,9 @@
-"""The schema of the files mixzoo reads that users or other tools touch: mix cards' common fields, bench reports
-(``report.json``), a pushed repository's base-model references, and anything else a caller describes with a
-pydantic model (cache entries).
+"""The schema of the files mixzoo reads that users or other tools touch (mix cards' common fields, bench reports'
+``report.json``, a pushed repository's base-model references, cache entries), as pydantic models for :func:`validate`
+(parsing, with its size, nesting and duplicate-key checks, is :func:`mixzoo.core.reading.parse_text`'s).
 
-Every file is untrusted input, read by :mod:`mixzoo.core.reading` (:func:`parse_text`: size, nesting and duplicate
-keys checked, each a one-line error naming the file); :func:`validate` checks a value against a pydantic model
-and turns the first problem into one line naming the file and the field (``report.json: field
-'models[1].clean_accuracy' must be ... got -3``). Models allow fields they do not name (files carry more than a
-reader needs); the fields they name are typed strictly (``"ten"`` is not a number, ``true`` is not 1).
+Models allow fields they do not name (files carry more than a reader needs); the fields they name are typed strictly
+(``"ten"`` is not a number, ``true`` is not 1).
 """
 
 from __future__ import annotations
