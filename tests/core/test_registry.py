@@ -14,6 +14,7 @@ from mixzoo.core.plugins import (
     register_plugin,
     unregister_plugin,
 )
+from mixzoo.core.plugins.state import STATE
 from mixzoo.core.registry import get_registry, list_models, load_registry_file, spec_from_dict
 
 GOOD = {
@@ -312,5 +313,5 @@ def plugin():
     for name in names:
         if pm.get_plugin(name) is not None:
             unregister_plugin(name)
-        plugins_module.STATE.failures.pop(name, None)
+        STATE.failures.pop(name, None)
     clear_caches()
