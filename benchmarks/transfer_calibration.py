@@ -56,7 +56,7 @@ def digits_trades(epochs: int = 30, seed: int = 1) -> BaseClassifier:
     import torch.nn.functional as F
 
     from mixzoo.core.registry import ModelSpec
-    from mixzoo.training.train import trades_adversary
+    from mixzoo.training.objectives import trades_adversary
     from mixzoo.zoo.models import Normalize
     from mixzoo_plugins.zoo_arch import build
 

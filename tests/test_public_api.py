@@ -90,6 +90,11 @@ def test_mixzoo_plugins_hookimpl_comes_back_with_a_warning_naming_the_new_place(
     ("mixzoo.bench", "evaluate", "mixzoo.attacks.runner.evaluate"),
     ("mixzoo.bench", "load_card", "mixzoo.evaluation.loading.load_card"),
     ("mixzoo.bench", "matched_linear_alpha", "mixzoo.evaluation.matching.matched_linear_alpha"),
+    ("mixzoo.train", "train_model", "mixzoo.training.train.train_model"),
+    ("mixzoo.train", "mart_loss", "mixzoo.training.objectives.mart_loss"),
+    ("mixzoo.train", "get_recipe", "mixzoo.training.recipes.get_recipe"),
+    ("mixzoo.train", "evaluate_model", "mixzoo.training.model_metrics.evaluate_model"),
+    ("mixzoo.train", "save_weights", "mixzoo.training.weights.save_weights"),
 ])
 def test_old_module_names_answer_with_the_current_object(old, name, new):
     module = importlib.import_module(old)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from mixzoo.core.errors import InputError
+from mixzoo.core.reading import shown
 
 SCHEMA_VERSION = 2
 COMMON_FIELDS = ("schema_version", "method", "dataset", "notes", "abc", "rbc", "data", "attack", "weights",
@@ -38,9 +39,7 @@ def named_method(name: Any, source: str) -> Any:
 def field_error(source: str, name: str, want: str, got: Any) -> InputError:
     """The one-line error of a card field ``name`` (``TABLE.FIELD``) that is not ``want``, naming ``source``; what
     :meth:`~mixzoo.methods.MixingMethod.check_card` raises for the tables a method writes."""
-    text = repr(got)
-    text = text if len(text) <= 80 else text[:77] + "..."
-    return InputError(f"{source}: field {name!r} must be {want}, got {text}; write the card with `mixzoo mix`")
+    return InputError(f"{source}: field {name!r} must be {want}, got {shown(got)}; write the card with `mixzoo mix`")
 
 
 def is_int(v: Any, low: int | None = None) -> bool:

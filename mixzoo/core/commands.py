@@ -1,9 +1,6 @@
-"""What every ``mixzoo`` command shares, the core's and the ones plugins add (hook ``mixzoo_cli_commands``).
-
-A command is a function typer turns into a command: typed parameters (``typing.Annotated[T, typer.Option(help=...)]``
-or the aliases below), its docstring the help text, decorated with :func:`command` so that mixzoo's own errors and
-file-system refusals end it with one line on stderr and exit status 2. It calls one public library function and
-prints the result: tables on :data:`out_console` (stdout), JSON with ``print`` when ``--json`` is given.
+"""What every ``mixzoo`` command shares, the core's and the ones plugins add (hook ``mixzoo_cli_commands``): the
+:func:`command` decorator (mixzoo's own errors and file-system refusals end a command with one line on stderr and
+exit status 2), the parameter aliases, and :data:`out_console` (stdout) for tables; JSON (``--json``) is ``print``ed.
 """
 
 from __future__ import annotations

@@ -48,16 +48,6 @@ class World:
         return batch % self.size == self.rank
 
 
-def local_rank() -> int:
-    """``LOCAL_RANK`` (0 when unset), checked as :func:`~mixzoo.core.options.world_size_env` says."""
-    return world_size_env()[1]
-
-
-def launched() -> bool:
-    """Whether this process was started by torchrun (or another launcher that sets ``WORLD_SIZE`` > 1)."""
-    return world_size_env()[0] > 1
-
-
 _ALONE = [False]  # inside alone(): this rank works by itself, whatever the process group
 
 
@@ -78,7 +68,7 @@ def world() -> World:
     if _ALONE[0]:
         return World()
     if dist.is_available() and dist.is_initialized():
-        return World(dist.get_rank(), dist.get_world_size(), local_rank())
+        return World(dist.get_rank(), dist.get_world_size(), world_size_env()[1])
     return World()
 
 
@@ -101,7 +91,8 @@ def timeout_s(backend: str) -> float:
 def init(device: str = "cpu") -> World:
     """Join the torchrun job if this process is part of one (idempotent); returns :func:`world`. ``device``
     ``"cuda"`` selects NCCL and this rank's GPU (``LOCAL_RANK``); anything else gloo."""
-    if not launched() or (dist.is_available() and dist.is_initialized()):
+    size, local_rank = world_size_env()
+    if size <= 1 or (dist.is_available() and dist.is_initialized()):
         return world()
     if not dist.is_available():
         raise InputError("this torch build has no torch.distributed; run mixzoo without torchrun")
@@ -109,8 +100,8 @@ def init(device: str = "cpu") -> World:
     backend = "nccl" if cuda else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s(backend))
     if cuda:
-        check_gpu_per_rank(local_rank(), torch.cuda.device_count())
-        torch.cuda.set_device(local_rank())
+        check_gpu_per_rank(local_rank, torch.cuda.device_count())
+        torch.cuda.set_device(local_rank)
     try:
         dist.init_process_group(backend, timeout=timeout)
     except (ValueError, RuntimeError) as err:  # e.g. WORLD_SIZE set by hand without torchrun's rendezvous variables
@@ -148,9 +139,8 @@ def finish(wait: bool = True) -> None:
 
 def rank_device(device: str) -> str:
     """``device`` for this rank: ``"cuda"`` becomes ``"cuda:LOCAL_RANK"`` under torchrun."""
-    if device == "cuda" and launched():
-        return f"cuda:{local_rank()}"
-    return device
+    size, local_rank = world_size_env()
+    return f"cuda:{local_rank}" if device == "cuda" and size > 1 else device
 
 
 def gather(obj: Any) -> list[Any]:

@@ -43,6 +43,12 @@ def depth_error(source: str) -> InputError:
                       " mixzoo wrote")
 
 
+def shown(value: Any) -> str:
+    """``repr(value)`` for an error message, cut to 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def check_depth(value: Any, source: str, limit: int = MAX_DEPTH) -> None:
     """A one-line :class:`InputError` when ``value`` (parsed TOML / JSON) nests lists or tables deeper than
     ``limit``; iterative, so any depth is measured without recursion."""

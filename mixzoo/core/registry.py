@@ -10,7 +10,7 @@ names the entry and the field.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -127,14 +127,6 @@ class Registry:
         self._specs = {s.name: s for key, s in index.items() if key == s.name}
         self._index = {key: s.name for key, s in index.items() if self._specs.get(s.name) is s}
 
-    @classmethod
-    def of(cls, specs: Iterable[ModelSpec]) -> Registry:
-        """The registry of ``specs``, merged as the plugins' entries are (each credited to ``spec.plugin``)."""
-        from mixzoo.core.plugins import merge
-
-        merged = merge("model", [(s.plugin, {s.name: s}) for s in specs], aliases=True)
-        return cls(merged.entries, merged.collisions)
-
     def specs(self, role: str | None = None, dataset: str | None = None) -> list[ModelSpec]:
         return [s for s in self._specs.values()
                 if (role is None or s.role == role) and (dataset is None or s.dataset == dataset)]
@@ -147,7 +139,9 @@ class Registry:
 
     def get(self, name: str) -> ModelSpec:
         """The spec for a name or alias; names no registry knows go to the resolve hook (hf-hub:, RobustBench)."""
-        from mixzoo.core.plugins import STATE, collision_message, first_result
+        from mixzoo.core.plugins import first_result
+        from mixzoo.core.plugins.state import STATE
+        from mixzoo.core.plugins.tables import collision_message
 
         if name in self._index:
             return self._specs[self._index[name]]
@@ -162,7 +156,7 @@ class Registry:
 def get_registry() -> Registry:
     """The merged registry: ``registry.toml`` (:func:`file_specs`, built-in) and every plugin's
     ``mixzoo_model_specs`` (:func:`plugin_specs`), the table of kind ``model``."""
-    from mixzoo.core.plugins import collisions, table
+    from mixzoo.core.plugins.tables import collisions, table
 
     return Registry(table("model"), collisions("model"))
 
@@ -176,7 +170,7 @@ def file_specs() -> tuple[str, dict[str, ModelSpec]]:
 def plugin_specs(plugin_name: str, entries: Any) -> dict[str, ModelSpec]:
     """A plugin's ``mixzoo_model_specs`` answer as ``{name: spec}``: each entry validated (a dict as a file entry; a
     :class:`ModelSpec` credited to the plugin unless it names another), a bad one recorded and left out."""
-    from mixzoo.core.plugins import STATE
+    from mixzoo.core.plugins.state import STATE
 
     if not isinstance(entries, list | tuple):
         STATE.record_failure(plugin_name, f"mixzoo_model_specs returned {type(entries).__name__}, expected a list"

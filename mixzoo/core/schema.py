@@ -1,12 +1,9 @@
-"""The schema of the files mixzoo reads that users or other tools touch: mix cards' common fields, bench reports
-(``report.json``), a pushed repository's base-model references, and anything else a caller describes with a
-pydantic model (cache entries).
+"""The schema of the files mixzoo reads that users or other tools touch (mix cards' common fields, bench reports'
+``report.json``, a pushed repository's base-model references, cache entries), as pydantic models for :func:`validate`
+(parsing, with its size, nesting and duplicate-key checks, is :func:`mixzoo.core.reading.parse_text`'s).
 
-Every file is untrusted input, read by :mod:`mixzoo.core.reading` (:func:`parse_text`: size, nesting and duplicate
-keys checked, each a one-line error naming the file); :func:`validate` checks a value against a pydantic model
-and turns the first problem into one line naming the file and the field (``report.json: field
-'models[1].clean_accuracy' must be ... got -3``). Models allow fields they do not name (files carry more than a
-reader needs); the fields they name are typed strictly (``"ten"`` is not a number, ``true`` is not 1).
+Models allow fields they do not name (files carry more than a reader needs); the fields they name are typed strictly
+(``"ten"`` is not a number, ``true`` is not 1).
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mixzoo.core.errors import InputError
-from mixzoo.core.reading import depth_error
+from mixzoo.core.reading import depth_error, shown
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -44,11 +41,6 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out or "(the whole file)"
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def validation_message(exc: ValidationError, source: str, fix: str) -> str:
     """The first problem of a pydantic :class:`ValidationError` as one line naming ``source`` and the field."""
     err = exc.errors(include_url=False)[0]
@@ -60,7 +52,7 @@ def validation_message(exc: ValidationError, source: str, fix: str) -> str:
         return f"{source}: {msg}; {fix}" if where == "(the whole file)" else f"{source}: field {where!r}: {msg}; {fix}"
     msg = " ".join(str(err.get("msg", "is not valid")).split())
     msg = msg[0].lower() + msg[1:] if msg else msg
-    return f"{source}: field {where!r}: {msg}, got {_short(err.get('input'))}; {fix}"
+    return f"{source}: field {where!r}: {msg}, got {shown(err.get('input'))}; {fix}"
 
 
 def validate(model: type[M], data: Any, source: str, fix: str = "pass the file mixzoo wrote") -> M:
@@ -255,7 +247,7 @@ def record_problem(report: ReportFile) -> str | None:
     copies += [(f"row {m.name!r} n", m.n, ds.n) for m in report.models if ds.n is not None]
     for where, stated, truth in copies:
         if canonical_json(stated) != canonical_json(truth):
-            return f"{where} is {_short(stated)} but the run record says {_short(truth)}"
+            return f"{where} is {shown(stated)} but the run record says {shown(truth)}"
     return None
 
 

@@ -46,10 +46,13 @@ CALLABLE = {"mixzoo.calibrate": "calibrate"}
 
 # old modules whose names were shared out: looked up in these modules, in order, after the one above
 ALSO_IN: dict[str, tuple[str, ...]] = {
+    "mixzoo.plugins": ("mixzoo.core.plugins.tables", "mixzoo.core.plugins.guard", "mixzoo.core.plugins.state"),
     "mixzoo.pipeline": ("mixzoo.zoo.pairs", "mixzoo.methods.mixednuts.calibration_data"),
     "mixzoo.attacks.evaluation": ("mixzoo.attacks.adapters", "mixzoo.attacks.suites"),
     "mixzoo.bench": ("mixzoo.attacks.runner", "mixzoo.evaluation.loading", "mixzoo.evaluation.job",
                      "mixzoo.evaluation.matching", "mixzoo.evaluation.report", "mixzoo.evaluation.worst_case"),
+    "mixzoo.train": ("mixzoo.training.objectives", "mixzoo.training.model_metrics", "mixzoo.training.recipes",
+                     "mixzoo.training.weights"),
 }
 
 # names the top-level package offers itself: the warning points there rather than at the defining module

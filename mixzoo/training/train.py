@@ -26,30 +26,19 @@ from torch import nn
 
 from mixzoo.core.errors import InputError
 from mixzoo.core.progress import progress_bar
-from mixzoo.training.model_metrics import _ln_margin as _ln_margin
 from mixzoo.training.model_metrics import evaluate_model, margin_metrics, model_logits
 from mixzoo.training.objectives import (
     _lr_factor,
     _objective,
     _weight_average,
     augment_batch,
-    hat_loss,
-    lipschitz_loss,
-    mart_loss,
     shift_weights,
-    trades_adversary,
-    trades_loss,
     weight_perturbation,
 )
-from mixzoo.training.recipes import METHODS, RECIPES, Recipe, get_recipe
+from mixzoo.training.recipes import RECIPES, Recipe, get_recipe
 from mixzoo.training.weights import _state_sha256, default_weights_dir, save_weights
 from mixzoo.zoo.data import load_dataset
 from mixzoo.zoo.models import Normalize
-
-__all__ = ["METHODS", "RECIPES", "Recipe", "TrainResult", "augment_batch", "build_network", "default_weights_dir",
-           "evaluate_model", "get_recipe", "hat_loss", "lipschitz_loss", "margin_metrics", "mart_loss", "model_logits",
-           "registry_entry", "save_weights", "shift_weights", "shipped_sha256", "trades_adversary", "trades_loss",
-           "train_model", "weight_perturbation"]
 
 
 def build_network(recipe: Recipe) -> nn.Module:

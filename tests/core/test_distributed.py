@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mixzoo.core.distributed import MAX_TIMEOUT_S, launched, local_rank, rank_device, timeout_s
+from mixzoo.core.distributed import MAX_TIMEOUT_S, init, rank_device, timeout_s
 from mixzoo.core.errors import InputError
+from mixzoo.core.options import world_size_env
 
 
 @pytest.fixture()
@@ -16,10 +17,10 @@ def launcher(monkeypatch):
 
 
 def test_one_process_and_a_job_read_as_torchrun_sets_them(launcher) -> None:
-    assert not launched() and local_rank() == 0 and rank_device("cuda") == "cuda"
+    assert world_size_env() == (1, 0) and rank_device("cuda") == "cuda"
     launcher.setenv("WORLD_SIZE", "4")
     launcher.setenv("LOCAL_RANK", "3")
-    assert launched() and local_rank() == 3 and rank_device("cuda") == "cuda:3"
+    assert world_size_env() == (4, 3) and rank_device("cuda") == "cuda:3"
 
 
 @pytest.mark.parametrize(("env", "named"), [({"WORLD_SIZE": "abc"}, "WORLD_SIZE"),
@@ -28,7 +29,7 @@ def test_one_process_and_a_job_read_as_torchrun_sets_them(launcher) -> None:
 def test_a_bad_launcher_variable_is_one_line_wherever_it_is_read(launcher, env, named) -> None:
     for key, value in env.items():
         launcher.setenv(key, value)
-    for read in (launched, local_rank, lambda: rank_device("cuda")):
+    for read in (world_size_env, lambda: rank_device("cuda"), lambda: init("cuda")):
         with pytest.raises(InputError, match=rf"^{named}="):
             read()
 

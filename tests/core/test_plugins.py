@@ -14,7 +14,6 @@ from mixzoo.cli import app
 from mixzoo.core.errors import PluginError, UnknownNameError
 from mixzoo.core.plugins import (
     clear_caches,
-    collect,
     hookimpl,
     lookup,
     plugin_failures,
@@ -23,6 +22,8 @@ from mixzoo.core.plugins import (
     table,
     unregister_plugin,
 )
+from mixzoo.core.plugins.guard import collect
+from mixzoo.core.plugins.state import STATE
 from mixzoo.core.registry import ModelSpec, get_registry
 
 
@@ -144,7 +145,7 @@ def plugin():
     for name in names:
         if pm.get_plugin(name) is not None:
             unregister_plugin(name)
-        plugins_module.STATE.failures.pop(name, None)
+        STATE.failures.pop(name, None)
     clear_caches()
 
 
@@ -296,7 +297,7 @@ class _Archs:
 def test_every_kind_is_merged_by_the_same_rule(plugin):
     """Architectures and models follow the rule of clamps: a name two third parties give is left out for both and
     named in both plugins' failures; a name a built-in gives stays the built-in's, with a warning."""
-    from mixzoo.core.plugins import KINDS
+    from mixzoo.core.plugins.tables import KINDS
 
     assert {"model", "architecture", "command", "card", "attack", "method", "clamp", "optimizer", "dataset",
             "source"} <= set(KINDS)

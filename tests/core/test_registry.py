@@ -9,10 +9,13 @@ from mixzoo.cli import app
 from mixzoo.core.errors import PluginError, RegistryError, UnknownNameError
 from mixzoo.core.plugins import (
     clear_caches,
+    get_plugin_manager,
+    hookimpl,
     register_plugin,
     unregister_plugin,
 )
-from mixzoo.core.registry import Registry, list_models, load_registry_file, spec_from_dict
+from mixzoo.core.plugins.state import STATE
+from mixzoo.core.registry import get_registry, list_models, load_registry_file, spec_from_dict
 
 GOOD = {
     "role": "robust", "dataset": "digits", "num_classes": 10, "input_size": [1, 8, 8],
@@ -67,22 +70,53 @@ def test_registry_file_errors(tmp_path):
     assert [s.name for s in load_registry_file(ok)] == ["a"]
 
 
-def test_unknown_name_suggests_close_names():
-    reg = Registry.of([spec_from_dict("fmnist-trades", GOOD), spec_from_dict("fmnist-pgd", {**GOOD, "aliases": []})])
+class ModelSpecs:
+    """A runtime plugin answering ``mixzoo_model_specs`` with ``specs``."""
+
+    def __init__(self, specs):
+        self.specs = specs
+
+    @hookimpl
+    def mixzoo_model_specs(self):
+        return self.specs
+
+
+@pytest.fixture()
+def registry_of(tmp_path, monkeypatch, plugin):
+    """The merged registry of an empty registry file and one runtime plugin per owner (``spec.plugin``) of ``specs``."""
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    monkeypatch.setenv("MIXZOO_REGISTRY", str(empty))
+
+    def build(specs):
+        owners: dict[str, list] = {}
+        for spec in specs:
+            owners.setdefault(spec.plugin, []).append(spec)
+        for owner, own in owners.items():
+            if get_plugin_manager().get_plugin(owner) is not None:
+                unregister_plugin(owner)
+            plugin(ModelSpecs(own), name=owner)
+        return get_registry()
+
+    return build
+
+
+def test_unknown_name_suggests_close_names(registry_of):
+    reg = registry_of([spec_from_dict("fmnist-trades", GOOD), spec_from_dict("fmnist-pgd", {**GOOD, "aliases": []})])
     assert reg.get("r1").name == "fmnist-trades"
     with pytest.raises(UnknownNameError) as err:
         reg.get("fmnist-trade")
     assert "fmnist-trades" in str(err.value) and "did you mean" in str(err.value)
 
 
-def test_duplicate_names_name_both_plugins():
+def test_duplicate_names_name_both_plugins(registry_of):
     a = spec_from_dict("same", GOOD, plugin="plugin-a")
     b = spec_from_dict("same", {**GOOD, "aliases": []}, plugin="plugin-b")
-    registry = Registry.of([a, b])  # building it works: only the colliding name fails
+    registry = registry_of([a, b])  # building it works: only the colliding name fails
     with pytest.raises(PluginError) as err:
         registry.get("same")
     assert "plugin-a" in str(err.value) and "plugin-b" in str(err.value)
-    assert "same" not in registry and registry.specs() == []
+    assert "same" not in registry and [s for s in registry.specs() if s.name == "same"] == []
 
 
 def test_shipped_registry_file_is_valid():
@@ -135,18 +169,18 @@ def test_entry_boundary_values_are_accepted():
     assert corruptions.threat_model == "corruptions" and corruptions.epsilon is None
 
 
-def test_an_alias_that_clashes_with_another_entrys_name_or_alias_names_both():
+def test_an_alias_that_clashes_with_another_entrys_name_or_alias_names_both(registry_of):
     first = spec_from_dict("fmnist-trades", {**ROBUST, "aliases": ["trades"]}, plugin="plugin-a")
     for clash in ("fmnist-trades", "trades"):
         second = spec_from_dict("other", {**ROBUST, "aliases": [clash]}, plugin="plugin-b")
-        registry = Registry.of([first, second])
+        registry = registry_of([first, second])
         with pytest.raises(PluginError) as err:
             registry.get(clash)
         assert repr(clash) in str(err.value) and "plugin-a" in str(err.value) and "plugin-b" in str(err.value)
 
 
-def test_unknown_model_names_suggest_aliases_too():
-    reg = Registry.of([spec_from_dict("fmnist-trades", {**ROBUST, "aliases": ["trades-wide"]})])
+def test_unknown_model_names_suggest_aliases_too(registry_of):
+    reg = registry_of([spec_from_dict("fmnist-trades", {**ROBUST, "aliases": ["trades-wide"]})])
     with pytest.raises(UnknownNameError) as err:
         reg.get("trades-wid")
     assert "trades-wide" in err.value.suggestions
@@ -279,5 +313,5 @@ def plugin():
     for name in names:
         if pm.get_plugin(name) is not None:
             unregister_plugin(name)
-        plugins_module.STATE.failures.pop(name, None)
+        STATE.failures.pop(name, None)
     clear_caches()

@@ -18,6 +18,8 @@ from torch import nn
 
 import mixzoo.training.train as training
 from mixzoo.attacks.pgd import pgd
+from mixzoo.training.model_metrics import _ln_margin
+from mixzoo.training.objectives import mart_loss, trades_adversary
 from mixzoo.zoo.data import load_dataset
 
 
@@ -76,7 +78,7 @@ def test_trades_adversary_is_the_reference_signed_kl_ascent(step_size):
     model = _tiny_net()
     x = load_dataset("digits", "evaluation", n=32).images  # real digits: many pixels on the box's edges
     eps, steps = 0.1, 4
-    got = training.trades_adversary(model, x, eps, steps, torch.Generator().manual_seed(3), step_size=step_size)
+    got = trades_adversary(model, x, eps, steps, torch.Generator().manual_seed(3), step_size=step_size)
     ref = _reference_trades_adversary(model, x, eps, steps, 2.5 * eps / steps if step_size is None else step_size, 3)
     torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)
     with torch.no_grad():  # and the ascent did its job: the KL term grew from its start near 0
@@ -209,7 +211,7 @@ def test_objectives_are_their_papers_losses(one_thread):
     with torch.no_grad():
         torch.testing.assert_close(got["standard"], F.cross_entropy(net(x), y))
         torch.testing.assert_close(got["pgd"], F.cross_entropy(net(x_pgd), y))
-        torch.testing.assert_close(got["mart"], training.mart_loss(net(x), net(x_pgd), y, beta))
+        torch.testing.assert_close(got["mart"], mart_loss(net(x), net(x_pgd), y, beta))
         trades = F.cross_entropy(net(x), y) + beta * _kl_rows(net(x), net(x_trades)).mean()
         torch.testing.assert_close(got["trades"], trades)
         x_help = x + h * (x_trades - x)
@@ -268,7 +270,7 @@ def _reference_ln_margin(logits: torch.Tensor) -> np.ndarray:
 
 def test_ln_margin_uses_the_layer_norm_of_the_logits():
     logits = torch.randn(50, 10, generator=torch.Generator().manual_seed(0)) * 2
-    np.testing.assert_allclose(training._ln_margin(logits).numpy(), _reference_ln_margin(logits), atol=1e-6)
+    np.testing.assert_allclose(_ln_margin(logits).numpy(), _reference_ln_margin(logits), atol=1e-6)
 
 
 def test_margin_metrics_from_their_definitions():

@@ -15,20 +15,17 @@ import mixzoo
 import mixzoo.zoo.pairs
 from mixzoo.core.errors import MissingFileError, RegistryError
 from mixzoo.core.registry import list_models, spec_from_dict
-from mixzoo.training.train import (
-    RECIPES,
-    Recipe,
-    _ln_margin,
+from mixzoo.training.model_metrics import _ln_margin, evaluate_model
+from mixzoo.training.objectives import (
     augment_batch,
-    evaluate_model,
     hat_loss,
     mart_loss,
-    registry_entry,
     shift_weights,
     trades_adversary,
-    train_model,
     weight_perturbation,
 )
+from mixzoo.training.recipes import RECIPES, Recipe
+from mixzoo.training.train import registry_entry, train_model
 from mixzoo.zoo.data import load_dataset
 from mixzoo_plugins import zoo
 

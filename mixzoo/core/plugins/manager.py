@@ -22,16 +22,6 @@ def entry_points() -> list[md.EntryPoint]:
     return sorted(md.entry_points(group=PROJECT), key=lambda e: e.name)
 
 
-def distribution_version(ep: md.EntryPoint) -> str:
-    """The version of the distribution that declares ``ep`` (``"?"`` when unknown)."""
-    return ep.dist.version if ep.dist is not None else "?"
-
-
-def is_mixzoo_distribution(ep: md.EntryPoint) -> bool:
-    """Whether ``ep`` is declared by the mixzoo distribution itself (a built-in plugin)."""
-    return ep.dist is not None and (ep.dist.metadata["Name"] or "").lower() == PROJECT
-
-
 @contextlib.contextmanager
 def noting_deprecations(plugin_name: str) -> Iterator[None]:
     """Record the :class:`DeprecationWarning` s mixzoo gives while ``plugin_name``'s code runs in the block (so that
@@ -66,9 +56,9 @@ def get_plugin_manager() -> pluggy.PluginManager:
             STATE.import_failed.add(ep.name)
             STATE.record_failure(ep.name, import_failure(exc))
             continue
-        STATE.versions[ep.name] = distribution_version(ep)
+        STATE.versions[ep.name] = ep.dist.version if ep.dist is not None else "?"
         STATE.entry_points.add(ep.name)
-        if is_mixzoo_distribution(ep):
+        if ep.dist is not None and (ep.dist.metadata["Name"] or "").lower() == PROJECT:  # a built-in plugin
             STATE.builtin.add(ep.name)
     return pm
 

@@ -48,11 +48,5 @@ class PluginState:
         """Plugin name -> its reasons, ``"; "``-joined."""
         return {name: "; ".join(reasons) for name, reasons in self.failures.items() if reasons}
 
-    def forget_merged(self) -> None:
-        """Forget merged tables and what merging found (import failures stay)."""
-        self.tables.clear()
-        for name in [n for n in self.failures if n not in self.import_failed]:
-            del self.failures[name]
-
 
 STATE = PluginState()

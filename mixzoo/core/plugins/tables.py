@@ -183,7 +183,9 @@ def unregister_plugin(name: str) -> None:
 def clear_caches() -> None:
     """Forget merged hook results (registry, clamps, attacks, ...) so they are rebuilt on next use; failures found
     while merging are forgotten with them (import failures stay)."""
-    STATE.forget_merged()
+    STATE.tables.clear()
+    for name in [n for n in STATE.failures if n not in STATE.import_failed]:
+        del STATE.failures[name]
 
 
 def build_tables() -> None:

@@ -3,38 +3,29 @@
 A learned gate mixes the ABC and the RBC with a weight that a network computes from the input: adaptive smoothing's
 ``alpha(x) = alpha_min + (alpha_max - alpha_min) sigmoid(gamma(x))`` (Bai et al. 2024b, Sec. 4.3), locally biased
 smoothing's ``alpha(x) = exp(clip(beta_theta(x), -14, 14))`` (Bai et al. (local smoothing), Eq. 7). Once the gate
-saturates (sigmoid near 0 or 1, beta at a crop edge) the gradient of anything computed from its *output* vanishes:
-setting D's ``-log a(x)`` term (Bai et al. 2024b, Sec. 4.2) then steers nothing, and the attack follows the base models
-alone. The gate's *logit* keeps its gradient wherever it saturates, so the attacks here maximise
+saturates the gradient of anything computed from its *output* vanishes (D's ``-log a(x)`` term, Bai et al. 2024b,
+Sec. 4.2, steers nothing) and the attack follows the base models alone; the gate's *logit* (gamma, or beta_theta
+before its crop and exp) keeps its gradient, so the attacks here maximise
 
     L(x') - mu * gate_logit(x')
 
-with ``L`` the cross-entropy (``gate-ce``) or APGD-T's targeted DLR loss (``gate-t``) of the exact mixture and
-``gate_logit`` = gamma (adaptive smoothing) or beta_theta before its crop and exp (locally biased smoothing):
-lowering the logit moves the gate toward the ABC whether or not its output still moves. Each is mixzoo's APGD
-(:func:`mixzoo.attacks.apgd.apgd_run`) with that loss, run for every ``mu`` of a small sweep at once (the examples
-stacked once per ``mu``) and ``n_restarts`` times, each random start drawn per example (:mod:`mixzoo.core.rng`),
-so outcomes do not depend on the batch size or the number of processes. ``gate-refine`` then takes, per example,
-the point of smallest mixture margin the gate attacks visited and walks toward the decision boundary with small
-signed steps on the margin (projected to the eps-ball and [0, 1]; a step is kept only if the margin falls, else
-halved).
+with ``L`` the cross-entropy (``gate-ce``) or APGD-T's targeted DLR loss (``gate-t``) of the exact mixture: lowering
+the logit moves the gate toward the ABC whether or not its output still moves. Each is mixzoo's APGD
+(:func:`gate_apgd`) over a small sweep of ``mu``, ``n_restarts`` times, every random start drawn per example
+(:mod:`mixzoo.core.rng`), so outcomes do not depend on the batch size or the number of processes. ``gate-refine``
+then takes, per example, the point of smallest mixture margin the gate attacks visited and walks toward the decision
+boundary with small signed steps on the margin (projected to the eps-ball and [0, 1]; a step is kept only if the
+margin falls, else halved).
 
-The bound (``rbc-screen``). Mixing probabilities (Bai et al. 2024b, Eq. 3.4) with ``alpha >= alpha_min > 0``:
-``p_y - p_j = (1 - alpha) (g_y - g_j) + alpha (h_y - h_j)`` for softmax outputs ``g`` (ABC) and ``h`` (RBC). The
-ABC term is at least ``-(1 - alpha)`` (probabilities lie in [0, 1]), so the mixture still predicts ``y`` whenever
-``h_y - max_{j != y} h_j > (1 - alpha) / alpha``; that ratio falls with ``alpha``, so at every point of the ball
-
-    the mixture can be fooled only where the RBC's probability margin is <= (1 - alpha_min) / alpha_min,
-
-which is Bai et al. 2024b, Lemma 3.2 with the constant alpha replaced by its lower bound (the lemma's proof uses only
-``alpha >= alpha_min`` at the attacked point). ``rbc-screen`` attacks the RBC alone (mixzoo's APGD-CE and APGD-T,
-``screen_n_iter`` iterations, ``screen_n_target_classes`` targets) and records each example's smallest RBC
-probability margin; an example whose margin stays above the threshold is *excluded*: the gate components spend no
-budget on it. That is an attack result, not a certificate (a stronger attack on the RBC might go lower); the
-evaluation's warnings say how many examples were excluded and label it so. The screen's points are judged on the
-mixture too, so a break it happens to find counts. Without a lower bound (``alpha_min = 0``, or a gate with no
-probability-mixing form) nothing is excluded.
+``rbc-screen`` attacks the RBC alone (mixzoo's APGD-CE and APGD-T, ``screen_n_iter`` iterations,
+``screen_n_target_classes`` targets) and records each example's smallest RBC probability margin; an example whose
+margin stays above :func:`rbc_margin_threshold` is *excluded*: the gate components spend no budget on it. That is an
+attack result, not a certificate (a stronger attack on the RBC might go lower); the evaluation's warnings say how
+many examples were excluded and label it so. The screen's points are judged on the mixture too, so a break it happens
+to find counts. Without a lower bound (``alpha_min = 0``, or a gate with no probability-mixing form) nothing is
+excluded.
 """
+
 
 from __future__ import annotations
 
@@ -80,8 +71,14 @@ SCREEN_LABEL = "an attack result, not a certificate"
 
 
 def rbc_margin_threshold(alpha_min: float) -> float:
-    """``(1 - alpha_min) / alpha_min``: the RBC probability margin above which a probability mixture with
-    ``alpha >= alpha_min`` cannot be fooled (module docstring; ``inf`` for ``alpha_min = 0``)."""
+    """``(1 - alpha_min) / alpha_min`` (``inf`` for ``alpha_min = 0``): the RBC probability margin above which a
+    probability mixture with ``alpha >= alpha_min > 0`` cannot be fooled.
+
+    Mixing probabilities (Bai et al. 2024b, Eq. 3.4), ``p_y - p_j = (1 - alpha) (g_y - g_j) + alpha (h_y - h_j)`` for
+    softmax outputs ``g`` (ABC) and ``h`` (RBC); the ABC term is at least ``-(1 - alpha)``, so the mixture predicts
+    ``y`` whenever ``h_y - max_{j != y} h_j > (1 - alpha) / alpha``, a ratio that falls with ``alpha``: Bai et al.
+    2024b, Lemma 3.2 with the constant alpha replaced by its lower bound (the proof uses only ``alpha >= alpha_min`` at
+    the attacked point)."""
     if not 0.0 <= alpha_min <= 1.0:
         raise InputError(f"alpha_min must lie in [0, 1], got {alpha_min}")
     return math.inf if alpha_min == 0 else (1.0 - alpha_min) / alpha_min

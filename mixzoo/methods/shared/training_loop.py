@@ -2,11 +2,10 @@
 frozen, for every method that trains one: what is attacked, how and with which loss is an :class:`Objective`.
 
 Determinism and resumption: every random draw of epoch ``e`` (shuffling, radii, steps, weights, random starts)
-comes from a generator seeded by ``(seed, e)``, and a checkpoint (network, optimizer, EMA, history) is written
-atomically after each epoch, and within an epoch every ``checkpoint_every`` batches (then with the epoch generator's
-state and the loss sums so far, so that an epoch of the whole train split, tens of minutes on a CPU, is not lost to a
-kill); a run started again with the same configuration resumes after the last batch saved and ends with the same
-weights as an uninterrupted run.
+comes from a generator seeded by ``(seed, e)``; a checkpoint (network, optimizer, EMA, history) is written
+atomically after each epoch and every ``checkpoint_every`` batches (with the epoch generator's state and the loss
+sums so far), and a run started again with the same configuration resumes after the last batch saved and ends with
+an uninterrupted run's weights.
 
 Several processes (``torchrun``): every rank draws the same epoch permutation and takes a contiguous shard
 of each global batch of ``batch_size`` (:func:`.parallel.shard`); the network is wrapped in DistributedDataParallel
@@ -21,9 +20,6 @@ statistics) and convolutions over smaller batches round differently, and an atta
 differences; tests/e2e/test_adaptive_ddp.py finds the weights within 1e-5 of one process after an epoch. Rank 0 alone
 validates, writes the checkpoint (then a barrier) and the weights; every rank resumes from the same checkpoint.
 Every batch, the last included, needs at least one image per rank.
-
-Adaptive smoothing's :class:`~mixzoo.methods.adaptive.training.AdaptiveObjective` is the above;
-``local-smoothing-adaptive`` trains its own (Bai et al. (local smoothing), Eq. 9).
 """
 
 from __future__ import annotations
@@ -142,42 +138,38 @@ class Objective:
     """What the shared loop of :func:`train` trains: the classifier around the network, the attacks of a batch, the
     loss, the validation. Each method that trains a mixing network subclasses it (adaptive smoothing's
     :class:`~mixzoo.methods.adaptive.training.AdaptiveObjective`, ``local-smoothing-adaptive``'s
-    :class:`~mixzoo.methods.local_smoothing.policy.PolicyObjective`).
+    :class:`~mixzoo.methods.local_smoothing.policy.PolicyObjective`, Bai et al. (local smoothing), Eq. 9).
 
-    Every random draw of :meth:`attacks` comes from ``gen`` for the whole global batch and is sliced with ``part``
-    (``part = (lo, hi, n)``: rows ``lo:hi`` of a global batch of ``n``), so the draws, and with them a run's weights,
-    depend only on the seed and the epoch.
+    :meth:`label` names the run on the progress bar; :meth:`classifier` is the mixed classifier around ``net``
+    (attacked, and trained through); :meth:`attacks` the batch's attacked images (and whatever :meth:`loss` needs),
+    the network in eval mode, every random draw from ``gen`` for the whole global batch sliced with ``part = (lo, hi,
+    n)`` (rows ``lo:hi`` of a global batch of ``n``), so a run's weights depend only on the seed and the epoch;
+    :meth:`loss` (the batch's mean loss, its parts named by :attr:`keys`), the network in train mode;
+    :meth:`evaluate` an epoch's validation numbers on held-out images; :meth:`describe` the line printed after them.
     """
 
     keys: ClassVar[tuple[str, ...]] = ("loss", "ce", "bce")  # the loss parts averaged per epoch (history, progress)
     config: ClassVar[type] = TrainConfig  # the settings it trains with
 
     def label(self, cfg: TrainConfig) -> str:
-        """What the progress bar calls the run."""
         raise NotImplementedError
 
     def classifier(self, abc: nn.Module, rbc: nn.Module, net: nn.Module, taps: tuple[Any, Any],
                    cfg: TrainConfig) -> nn.Module:
-        """The mixed classifier around ``net`` (attacked, and trained through)."""
         raise NotImplementedError
 
     def attacks(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig, gen: torch.Generator,
                 part: tuple[int, int, int]) -> Any:
-        """The batch's attacked images (and whatever :meth:`loss` needs about them), ``model``'s network in eval
-        mode."""
         raise NotImplementedError
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, attacked: Any,
              cfg: TrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
-        """(the batch's mean loss, its parts named by :attr:`keys`), ``model``'s network in train mode."""
         raise NotImplementedError
 
     def evaluate(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig) -> dict[str, float]:
-        """The validation numbers of one epoch on held-out images."""
         raise NotImplementedError
 
     def describe(self, record: dict[str, float]) -> str:
-        """The validation line printed after an epoch."""
         raise NotImplementedError
 
 
