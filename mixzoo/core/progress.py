@@ -47,6 +47,7 @@ class Phases:
         self.took: list[float] = []
         self.bar: tuple[str, float, float | None] | None = None  # the running bar: description, completed, total
         self.bar_t0 = self.t0  # when the running bar started (its first count seen in this phase)
+        self.bar_tc = self.t0  # when the running bar last counted
 
     def advance(self, name: str | None = None) -> None:
         now = self.now()
@@ -60,8 +61,11 @@ class Phases:
     def show(self, description: str, completed: float, total: float | None) -> None:
         """The running phase's bar stands at ``completed`` of ``total``: a new bar (another description, or its count
         back below the last) starts its own clock."""
+        now = self.now()
         if self.bar is None or self.bar[0] != description or completed < self.bar[1]:
-            self.bar_t0 = self.now()
+            self.bar_t0 = self.bar_tc = now
+        elif completed > self.bar[1]:
+            self.bar_tc = now
         self.bar = (description, float(completed), total)
 
     def scale(self) -> float:
@@ -76,13 +80,14 @@ class Phases:
     def running_left(self) -> float:
         """Seconds left of the running phase: its estimate (times :meth:`scale`) less its time so far, and, once its
         bar has counted some of its total, the bar's measured pace over what the bar has left; the two weighed by
-        the bar's done share ``d``: the measured pace by ``1 - (1 - d)^2``."""
+        the bar's done share ``d``: the measured pace by ``1 - (1 - d)^2``. Between two counts the measured part
+        counts down from what the last count left (at least 0), as the plan's part does."""
         current = self.estimates[self.k - 1] if self.k else None
         planned = None if current is None else max(0.0, self.scale() * current - (self.now() - self.phase_t0))
         if not (self.bar and self.bar[2] and self.bar[1] > 0):
             return planned or 0.0
         done = min(1.0, self.bar[1] / self.bar[2])
-        measured = (self.now() - self.bar_t0) * (1.0 - done) / done
+        measured = max(0.0, (self.bar_tc - self.bar_t0) * (1.0 - done) / done - (self.now() - self.bar_tc))
         trust = 1.0 - (1.0 - done) ** 2  # the measured pace's weight: early counts say little, late ones most
         return measured if planned is None else trust * measured + (1.0 - trust) * planned
 

@@ -65,6 +65,19 @@ def test_the_running_phase_follows_its_bars_measured_pace(tick):
     assert tracker.eta() == pytest.approx(10.0)  # the bar done: only b is left, not rescaled by the running phase
 
 
+def test_between_two_counts_the_running_phase_counts_down(tick):
+    tracker = progress.Phases(["a"], [None], now=tick)
+    tracker.advance()
+    tracker.show("attack", 0.0, 6.0)
+    tick.t += 50.0
+    tracker.show("attack", 5.0, 6.0)  # 10 s a count: 10 s left
+    tick.t += 6.0
+    tracker.show("attack", 5.0, 6.0)  # a refresh without a new count
+    assert tracker.eta() == pytest.approx(4.0)  # not 56 s at the pace of 5 counts in 56 s
+    tick.t += 30.0
+    assert tracker.eta() == 0.0  # past what the last count left
+
+
 def test_a_new_bar_starts_its_own_clock(tick):
     tracker = progress.Phases(["a"], [None], now=tick)
     tracker.advance()
