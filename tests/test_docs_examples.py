@@ -29,6 +29,8 @@ RUN_LANGS = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", 
 SMALL = {"N": "20", "N_CALIB": "20", "CURVE_N": "5", "N_MC": "4", "SAMPLES": "200"}
 # pages whose every row runs the full `adaptive` attack on a Fashion-MNIST mixture (seconds per image): smaller still
 SMALLER = {"docs/tutorials/evaluating.md": {"N": "4"}, "docs/methods/linear.md": {"N": "1", "N_CALIB": "10"}}
+# a block run in bf16 on a CPU that emulates bfloat16 (mixzoo warns that it is slower there than float32): smaller
+EMULATED_BF16 = {"N": "1", "CURVE_N": "2"}
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.M)  # mkdocs snippets: a file included whole
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->\s*$")
 COMMAND_START = re.compile(r"^\s*(mixzoo|pip|make|torchrun|srun|python|import|from \S+ import)(?=\s|$)")
@@ -71,11 +73,13 @@ RUNNABLE = [b for b in ALL if b.lang and b.not_run is None]
 RUN_DOCS = sorted({b.doc for b in RUNNABLE}, key=[d.relative_to(ROOT).as_posix() for d in DOCS].index)
 
 
-def small(block: Block) -> str:
-    """The block with each :data:`SMALL` variable it sets given the small value (:data:`SMALLER` for its page), on
-    the assignment line only."""
+def small(block: Block, *, emulated_bf16: bool = False) -> str:
+    """The block with each :data:`SMALL` variable it sets given the small value (:data:`SMALLER` for its page;
+    :data:`EMULATED_BF16` for a block run with ``--precision bf16`` when ``emulated_bf16``), on the assignment line
+    only."""
     body = block.body
-    for name, value in {**SMALL, **SMALLER.get(block.doc, {})}.items():
+    slow = EMULATED_BF16 if emulated_bf16 and "--precision bf16" in body else {}
+    for name, value in {**SMALL, **SMALLER.get(block.doc, {}), **slow}.items():
         assign = f"{name}=" if block.lang == "bash" else f"{name} = "
         body = re.sub(rf"^{re.escape(assign)}\S+(?=[ \t]*(#.*)?$)", assign + value, body, flags=re.M)
     return body
@@ -116,7 +120,11 @@ def test_small_sizes_only_through_the_block_s_variables():
     assert small(py) == "N = 20\nreport = bench('card.toml', n=N)\nM = 200\n"
     paged = Block("docs/tutorials/evaluating.md", 1, "bash", "N=1000\nCURVE_N=300   # per point\n", None)
     assert small(paged) == f"N={SMALLER[paged.doc]['N']}\nCURVE_N={SMALL['CURVE_N']}   # per point\n"
-    assert all(set(sizes) <= set(SMALL) for sizes in SMALLER.values()), SMALLER
+    bf16 = Block(paged.doc, 1, "bash", "N=1000\nmixzoo bench c.toml --precision bf16 --n $N\n", None)
+    assert small(bf16, emulated_bf16=True).startswith(f"N={EMULATED_BF16['N']}\n")
+    assert small(bf16) == small(bf16, emulated_bf16=False) and small(bf16).startswith(f"N={SMALLER[bf16.doc]['N']}\n")
+    assert small(paged, emulated_bf16=True) == small(paged)  # only a bf16 block
+    assert all(set(sizes) <= set(SMALL) for sizes in {**SMALLER, "bf16": EMULATED_BF16}.values()), SMALLER
     literal = r"--(n|n-calib|curve-n|samples) \d+|\b(n|n_calib|curve_n|samples)=\d+"
     big = [b.id for b in RUNNABLE if re.search(literal, b.body)]
     assert not big, f"blocks run here with a literal size instead of N: {big}"
@@ -138,8 +146,11 @@ def test_page_runs(doc: str, tmp_path: Path, shared_cache: Path) -> None:
     work.mkdir()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "MIXZOO_CACHE": str(shared_cache), "MIXZOO_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    from mixzoo.attacks.precision import native_bf16_cpu
+
+    emulated = not native_bf16_cpu()
     for block in (b for b in RUNNABLE if b.doc == doc):
-        cmd = ["bash", "-euo", "pipefail", "-c", small(block)] if block.lang == "bash" else [
-            sys.executable, "-c", small(block)]
+        body = small(block, emulated_bf16=emulated)
+        cmd = ["bash", "-euo", "pipefail", "-c", body] if block.lang == "bash" else [sys.executable, "-c", body]
         done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1700)
         assert done.returncode == 0, f"{block.id} failed:\n{(done.stdout + done.stderr)[-3000:]}"
