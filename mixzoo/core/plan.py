@@ -111,6 +111,15 @@ def probe_images(n: int) -> int:
     return max(1, min(n, max(PROBE_MIN, math.ceil(round(PROBE_SHARE * n, 9)))))
 
 
+def spread(n: int, m: int) -> Any:
+    """Indices (a LongTensor) of a probe call's ``m`` images among a run's ``n``: ``m`` evenly spaced ones, or when
+    ``m`` is over :func:`probe_images`, those images repeated in turn (a probe attacks no more distinct images)."""
+    import torch
+
+    k = min(m, probe_images(n))
+    return torch.linspace(0, n - 1, k).round().long().repeat(-(-m // k))[:m]
+
+
 REPEATS = 2  # a short probe call is timed this many times and its least time kept (another job's burst is not the
 REPEAT_UNDER_S = 1.0  # work's); one that takes this long or more once (a burst is then a small part of it)
 
@@ -161,7 +170,9 @@ def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[flo
     broken at once would hide the fixed part), gives how a call's time grows, ``t = F + u v`` (per-iteration
     overhead and vectorised batches are the fixed share ``F``, counted once per call of the run): ``u`` the examples
     left robust when counted and that call left some (each costs every iteration, a broken one stops; the run's
-    share of them the probe's; the same count in both calls: no fixed share), else the images."""
+    share of them the probe's; the same count in both calls: no fixed share), else the images. A call left with
+    one robust example steps torch's batch-of-one kernels, cheaper per step than any larger batch: the growth call
+    is then on the ``k`` images twice over (``run(2 k, f)``, :func:`spread`'s indices)."""
     k, fs = max(1, min(k, n)), tuple(dict.fromkeys(fractions))  # one timing when there is nothing to cut
     run(1, fs[0])
     timed = [_least(run, k, f) for f in fs]
@@ -172,9 +183,13 @@ def per_image_cut(run: Callable[[int, float], Any], n: int, fractions: tuple[flo
         return whole / k
     half = k // 2 if k >= PROBE_MIN else 1
     part, left = _least(run, half, fs[-1])
+    if robust[-1] is not None and robust[-1] > 1 and _count(left) == 1:
+        half = 2 * k
+        part, left = _least(run, half, fs[-1])
     counted = robust[-1] is not None and _count(left) is not None and _count(left) > 0
-    u, u_half = (robust[-1], _count(left)) if counted else (k, half)
-    share = min(1.0, max(0.0, 1.0 - u * (took[-1] - part) / (u - u_half) / took[-1])) if u > u_half else 0.0
+    u, u_other = (robust[-1], _count(left)) if counted else (k, half)
+    share = min(1.0, max(0.0, 1.0 - u * (took[-1] - part) / (u - u_other) / took[-1])) \
+        if (u_other < u if half < k else u_other > u) else 0.0
     return whole * (1.0 - share) / k + whole * share * min(calls, n) / max(1, n)
 
 
@@ -217,7 +232,7 @@ def drawing_seconds(count: int) -> float:
 
 __all__ = ["FRACTIONS", "LONG_WORK_S", "MIN_CUT", "PROBE_MIN", "PROBE_SHARE", "Phase", "Plan", "cut_fractions",
            "drawing_seconds", "figures_seconds", "make_plan", "per_image", "per_image_cut", "planned_work",
-           "probe_images", "show_plan"]
+           "probe_images", "show_plan", "spread"]
 
 
 def make_plan(build: Callable[[], Plan], command: str, *, dry_run: bool, wanted: bool = True) -> Plan:

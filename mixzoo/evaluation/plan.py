@@ -21,7 +21,7 @@ from mixzoo.attacks.result import Outcome
 from mixzoo.attacks.runner import cached_examples, cached_outcome, evaluate
 from mixzoo.core.budget import LINEAR_COUNTS, scaled_counts
 from mixzoo.core.cache import Cache
-from mixzoo.core.plan import FRACTIONS, Plan, cut_fractions, per_image_cut, probe_images
+from mixzoo.core.plan import FRACTIONS, Plan, cut_fractions, per_image_cut, probe_images, spread
 from mixzoo.core.record import RunRecord
 from mixzoo.core.request import EvalRequest
 from mixzoo.core.settings import RunSettings, settings_of
@@ -95,7 +95,7 @@ class Probes:
         last: dict[int, Any] = {}
 
         def run(k: int, f: float) -> int:  # on k images spread over the run's (its robust share): those left robust
-            at = torch.linspace(0, self.n - 1, k).round().long()
+            at = spread(self.n, k)
             images, labels = self.ce.data.images[at], self.ce.data.labels[at]
             cut = request.replace(attack=attack, attack_options=scaled_counts(attack, options, f),
                                   key_parts={"plan": k})

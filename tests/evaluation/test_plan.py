@@ -137,6 +137,26 @@ def test_a_calls_time_grows_with_the_examples_it_leaves_robust(monkeypatch):
     assert abs(core_plan.per_image_cut(run, 100, (1.0, 1.0), k, batch=25) * 100 - (4 * 2.0 + 50.0)) < 1e-9
 
 
+def test_a_growth_call_left_with_one_robust_example_is_replaced_by_the_images_twice_over(monkeypatch):
+    import mixzoo.core.plan as core_plan
+
+    clock = [0.0]
+    monkeypatch.setattr(core_plan.time, "perf_counter", lambda: clock[0])
+    seen = []
+
+    def run(k, f):  # a quarter of the images robust; one robust example steps a batch-of-one path, 1 s cheaper
+        robust = k // 4
+        clock[0] += 3.0 + 0.1 * robust - (1.0 if robust == 1 else 0.0)
+        seen.append(k)
+        return robust
+
+    k = core_plan.PROBE_MIN
+    assert abs(core_plan.per_image_cut(run, 40, (1.0, 1.0), k) * 40 - (3.0 + 0.1 * 10)) < 1e-9
+    assert seen[-2:] == [k // 2, 2 * k]  # the half call left one robust example: the k images twice over
+    assert core_plan.spread(40, 2 * k).unique().numel() == core_plan.probe_images(40) == k
+    assert core_plan.spread(40, 4).tolist() == [0, 13, 26, 39]
+
+
 def test_examples_left_robust_cost_every_later_step(monkeypatch):
     import mixzoo.core.plan as core_plan
 
@@ -209,8 +229,8 @@ def test_probes_attack_the_share_of_images_and_short_attacks_whole(digits_card, 
     sizes: list[int] = []
     real = plan_module.evaluate
 
-    def spy(model, images, labels, request):
-        sizes.append(len(labels))
+    def spy(model, images, labels, request):  # the distinct images a call attacks
+        sizes.append(len(images.flatten(1).unique(dim=0)))
         return real(model, images, labels, request)
 
     monkeypatch.setattr(plan_module, "evaluate", spy)

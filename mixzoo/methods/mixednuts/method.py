@@ -276,10 +276,8 @@ def _mmaa_seconds(rbc: nn.Module, data: Any, mmaa: Any, device: str) -> float:
     import math
     from dataclasses import replace
 
-    import torch
-
     from mixzoo.core.cache import Cache
-    from mixzoo.core.plan import cut_fractions, per_image_cut, probe_images
+    from mixzoo.core.plan import cut_fractions, per_image_cut, probe_images, spread
     from mixzoo.methods.mixednuts.calibration_data import cached_mmaa
 
     n = len(data.labels)
@@ -288,7 +286,7 @@ def _mmaa_seconds(rbc: nn.Module, data: Any, mmaa: Any, device: str) -> float:
         return max(1, math.ceil(round(mmaa.n_iter * f, 9)))
 
     def run(k: int, f: float) -> int:
-        at = torch.linspace(0, n - 1, k).round().long()
+        at = spread(n, k)
         part = replace(data, images=data.images[at], labels=data.labels[at], indices=data.indices[at])
         out = cached_mmaa(rbc, part, replace(mmaa, n_iter=iters(f)), cache=Cache(None, enabled=False),
                           device=device, progress=False)
